@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages hybridlm builds against, only those that are missing.
+# Uses sudo when not root. The CUDA toolkit is optional and never installed here.
+set -euo pipefail
+packages=(cmake ninja-build g++ make pkg-config
+          libopenblas-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libzstd-dev
+          googletest libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

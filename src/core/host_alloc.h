@@ -1,0 +1,14 @@
+// Aligned host memory. 64-byte alignment suits AVX-512 loads and cache lines; buffers are owned by shared_ptr so
+// tensor views keep their storage alive.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+namespace hlm {
+
+inline constexpr size_t kHostAlignment = 64;
+
+// Returns zero-initialised, kHostAlignment-aligned memory of `bytes` bytes (bytes may be 0).
+std::shared_ptr<std::byte> host_alloc(size_t bytes);
+
+}  // namespace hlm

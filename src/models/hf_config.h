@@ -1,0 +1,64 @@
+// config.json of an HF model directory, parsed into one typed struct for every architecture hybridlm loads.
+// Supported model_type values are listed in kArchitectureTable (architectures.h). Keys we read are validated (type and
+// range); keys we know but do not support with their present value are errors (e.g. use_sliding_window: true);
+// keys we do not know are collected in `unknown_keys` and reported by the caller, never silently dropped.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "ops/rope/rope.h"
+
+namespace hlm {
+
+enum class Architecture { Qwen3, Granite };
+
+struct ModelConfig {
+  std::string model_type;  // "qwen3", "granite"
+  Architecture architecture = Architecture::Qwen3;
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  std::string hidden_act = "silu";  // only silu is supported
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v/o projections carry a bias
+  bool mlp_bias = false;        // gate/up/down projections carry a bias (Granite)
+  RopeParams rope;
+
+  // Granite's multipliers; neutral values for other architectures.
+  double embedding_multiplier = 1.0;  // embeddings scaled after lookup
+  double residual_multiplier = 1.0;   // block outputs scaled before each residual add
+  double logits_scaling = 1.0;        // logits divided by this
+  std::optional<double> attention_multiplier;  // softmax scale; nullopt = head_dim^-1/2
+
+  // Per-layer kinds: "full_attention" for every layer of a dense model ([gdn] adds "linear_attention").
+  std::vector<std::string> layer_types;
+
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> eos_token_id;
+  std::string dtype;  // "float32", "bfloat16", ... as written ("dtype" or "torch_dtype"); informational
+
+  std::vector<std::string> unknown_keys;  // present in the file, not read by us
+
+  float attention_scale() const;  // attention_multiplier or head_dim^-1/2
+};
+
+// Parses config.json text/JSON. `source` names the file in error messages.
+ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source);
+// Reads and parses `<dir>/config.json` (or a path to a .json file). Errors are input errors naming the file.
+ModelConfig load_model_config(const std::filesystem::path& path);
+// Serialises back to HF-style JSON (for models hybridlm writes).
+nlohmann::json model_config_to_json(const ModelConfig& config);
+
+}  // namespace hlm

@@ -1,0 +1,46 @@
+// Rotary position embedding (RoPE), HF convention ("rotate_half"): for a head vector x of size D with rotary
+// dimension R (R = D · partial_rotary_factor, even), pairs are (x[i], x[i + R/2]) for i < R/2, rotated by angle
+// pos · inv_freq[i]; cos/sin are multiplied by attention_scaling (1 except yarn/longrope). Dims >= R pass through.
+//
+// The frequency table follows HF transformers' rope_type kinds: default, linear, dynamic (treated as default at
+// positions < original max, as HF does for a fresh cache), yarn, llama3. Parameters come from config.json
+// (`rope_parameters` in transformers 5.x, or `rope_theta` + `rope_scaling` in 4.x files).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hlm {
+
+struct RopeParams {
+  std::string rope_type = "default";  // default | linear | dynamic | yarn | llama3
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  double factor = 1.0;                                  // linear, dynamic, yarn, llama3
+  std::optional<int64_t> original_max_position_embeddings;  // yarn, llama3, dynamic
+  std::optional<double> attention_factor;               // yarn: overrides the derived mscale
+  double beta_fast = 32.0;                              // yarn
+  double beta_slow = 1.0;                               // yarn
+  std::optional<double> mscale;                         // yarn (DeepSeek style)
+  std::optional<double> mscale_all_dim;                 // yarn (DeepSeek style)
+  bool truncate = true;                                 // yarn: floor/ceil the correction range
+  double low_freq_factor = 1.0;                         // llama3
+  double high_freq_factor = 4.0;                        // llama3
+};
+
+struct RopeTable {
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;          // R
+  std::vector<float> inv_freq;     // [R/2]
+  float attention_scaling = 1.0f;  // multiplies cos and sin
+};
+
+// Builds the table; `max_position_embeddings` is the config's value (yarn/llama3 fall back to it when
+// original_max_position_embeddings is absent). Throws an input error for an unknown rope_type or bad values.
+RopeTable rope_table_build(const RopeParams& params, int64_t head_dim, int64_t max_position_embeddings);
+
+// In place on x [T, H, D] (contiguous): token t rotated by angle positions[t] · inv_freq.
+void rope_forward(float* x, const int32_t* positions, int64_t T, int64_t H, const RopeTable& table);
+
+}  // namespace hlm

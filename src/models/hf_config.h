@@ -1,7 +1,12 @@
 // config.json of an HF model directory, parsed into one typed struct for every architecture hybridlm loads.
-// Supported model_type values are listed in kArchitectureTable (architectures.h). Keys we read are validated (type and
+// Supported model_type values are those of architecture_specs() (architecture.h). Keys we read are validated (type and
 // range); keys we know but do not support with their present value are errors (e.g. use_sliding_window: true);
 // keys we do not know are collected in `unknown_keys` and reported by the caller, never silently dropped.
+//
+// Defaults and rope standardisation follow transformers 5.x (configuration_qwen3.py, configuration_granite.py,
+// configuration_utils.py, modeling_rope_utils.py): a key absent from the file takes the HF config class's default,
+// except the five sizes (vocab, hidden, intermediate, layers, heads), which are required: HF's defaults there are a
+// particular 8B/3B model's, so a file without them is broken, not small.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -26,8 +31,8 @@ struct ModelConfig {
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads
-  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int64_t num_key_value_heads = 0;  // absent: 32 for qwen3 (HF's class default), num_attention_heads for granite
+  int64_t head_dim = 0;             // absent: 128 for qwen3 (HF's class default), hidden_size / heads for granite
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   std::string hidden_act = "silu";  // only silu is supported
@@ -40,21 +45,23 @@ struct ModelConfig {
   double embedding_multiplier = 1.0;  // embeddings scaled after lookup
   double residual_multiplier = 1.0;   // block outputs scaled before each residual add
   double logits_scaling = 1.0;        // logits divided by this
-  std::optional<double> attention_multiplier;  // softmax scale; nullopt = head_dim^-1/2
+  std::optional<double> attention_multiplier;  // softmax scale; nullopt = head_dim^-1/2 (granite: always set, HF default 1)
 
   // Per-layer kinds: "full_attention" for every layer of a dense model ([gdn] adds "linear_attention").
   std::vector<std::string> layer_types;
 
   std::optional<int64_t> bos_token_id;
-  std::optional<int64_t> eos_token_id;
+  std::optional<int64_t> eos_token_id;       // the first one when config.json lists several
+  std::vector<int64_t> eos_token_ids;        // all of them (empty when eos_token_id is unset)
   std::string dtype;  // "float32", "bfloat16", ... as written ("dtype" or "torch_dtype"); informational
 
-  std::vector<std::string> unknown_keys;  // present in the file, not read by us
+  std::vector<std::string> unknown_keys;  // present in the file, not read by us (sorted; rope keys as "rope_parameters.k")
 
   float attention_scale() const;  // attention_multiplier or head_dim^-1/2
 };
 
-// Parses config.json text/JSON. `source` names the file in error messages.
+// Parses config.json text/JSON. `source` names the file in error messages. The rope parameters come back standardised
+// (rope_theta, rope_type, original_max_position_embeddings resolved) and ready for rope_table_build.
 ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source);
 // Reads and parses `<dir>/config.json` (or a path to a .json file). Errors are input errors naming the file.
 ModelConfig load_model_config(const std::filesystem::path& path);

@@ -3,8 +3,12 @@
 // pos · inv_freq[i]; cos/sin are multiplied by attention_scaling (1 except yarn/longrope). Dims >= R pass through.
 //
 // The frequency table follows HF transformers' rope_type kinds: default, linear, dynamic (treated as default at
-// positions < original max, as HF does for a fresh cache), yarn, llama3. Parameters come from config.json
+// positions < max_position_embeddings, as HF does for a fresh cache), yarn, llama3. Parameters come from config.json
 // (`rope_parameters` in transformers 5.x, or `rope_theta` + `rope_scaling` in 4.x files).
+//
+// Numerics: HF builds inv_freq with float32 tensor ops (pow, reciprocal, products with scalars cast to float32) and
+// the angle as float32 position · inv_freq before cos/sin; we replay the same float32 operation order, so tables
+// agree to ~1 ulp (only pow/cos/sin may differ in the last bit). Non-goals: longrope, per-layer rope dicts.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -34,13 +38,17 @@ struct RopeTable {
   int64_t rotary_dim = 0;          // R
   std::vector<float> inv_freq;     // [R/2]
   float attention_scaling = 1.0f;  // multiplies cos and sin
+  // Positions must be < this (0 = no limit). Set for dynamic: HF recomputes inv_freq once a sequence grows past
+  // max_position_embeddings, which we do not support, so rope_forward refuses such positions.
+  int64_t max_position = 0;
 };
 
 // Builds the table; `max_position_embeddings` is the config's value (yarn/llama3 fall back to it when
 // original_max_position_embeddings is absent). Throws an input error for an unknown rope_type or bad values.
 RopeTable rope_table_build(const RopeParams& params, int64_t head_dim, int64_t max_position_embeddings);
 
-// In place on x [T, H, D] (contiguous): token t rotated by angle positions[t] · inv_freq.
+// In place on x [T, H, D] (contiguous): token t rotated by angle positions[t] · inv_freq. Throws an input error
+// for a negative position or one >= table.max_position (when set).
 void rope_forward(float* x, const int32_t* positions, int64_t T, int64_t H, const RopeTable& table);
 
 }  // namespace hlm

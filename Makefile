@@ -1,0 +1,37 @@
+# hybridlm front door. `make demo` and `make test` work on a fresh Debian 12 machine: both install missing
+# packages (scripts/install-deps.sh), configure and build with CMake + Ninja, then run.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+CUDA ?= AUTO
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test demo clean help
+
+all: build
+
+help:
+	@echo "make demo    install deps, build, run the demo job and print where its report is"
+	@echo "make test    install deps, build, run every CPU test (ctest)"
+	@echo "make build   configure and build only (BUILD_DIR=$(BUILD_DIR), CUDA=$(CUDA): AUTO|ON|OFF)"
+	@echo "make clean   remove the build directory"
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHYBRIDLM_CUDA=$(CUDA) $(CMAKE_FLAGS)
+
+configure: deps $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 600
+
+demo: build
+	@bash scripts/demo.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,19 @@
+#include "models/architecture.h"
+
+#include <array>
+
+#include "core/error.h"
+
+namespace hlm {
+
+static const std::array<const ArchitectureSpec*, 2> kArchitectures{&kQwen3Spec, &kGraniteSpec};
+
+std::span<const ArchitectureSpec* const> architecture_specs() { return kArchitectures; }
+
+const ArchitectureSpec& architecture_spec(Architecture architecture) {
+  for (const ArchitectureSpec* spec : kArchitectures)
+    if (spec->architecture == architecture) return *spec;
+  throw_internal_error("no ArchitectureSpec for architecture ", static_cast<int>(architecture));
+}
+
+}  // namespace hlm

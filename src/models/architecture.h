@@ -1,0 +1,33 @@
+// Per-architecture facts of the dense decoders hybridlm loads. Each architecture lives in its own file
+// (qwen3.cpp, granite.cpp) and contributes one ArchitectureSpec; kArchitectures (architecture.cpp) lists them.
+#pragma once
+#include <span>
+#include <string_view>
+
+#include "models/hf_config.h"
+
+namespace hlm {
+
+// The scalars that distinguish one Llama-family decoder from another in the forward pass.
+struct DecoderHyper {
+  float embedding_multiplier = 1.0f;
+  float residual_multiplier = 1.0f;
+  float attention_scale = 1.0f;
+  float logits_divisor = 1.0f;  // logits are divided by this (Granite logits_scaling), as HF does
+};
+
+struct ArchitectureSpec {
+  Architecture architecture;
+  std::string_view model_type;   // config.json "model_type"
+  std::string_view description;
+  bool qk_norm;                  // per-head RMSNorm of q and k before RoPE
+  DecoderHyper (*hyper)(const ModelConfig&);
+};
+
+extern const ArchitectureSpec kQwen3Spec;
+extern const ArchitectureSpec kGraniteSpec;
+
+const ArchitectureSpec& architecture_spec(Architecture architecture);
+std::span<const ArchitectureSpec* const> architecture_specs();
+
+}  // namespace hlm

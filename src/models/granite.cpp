@@ -1,0 +1,19 @@
+// Granite dense (HF model_type "granite"): the Llama decoder with four scalars from config.json —
+// embeddings × embedding_multiplier after lookup, each block output × residual_multiplier before its residual add,
+// softmax scale = attention_multiplier (instead of head_dim^-1/2), logits ÷ logits_scaling. No q/k norm.
+#include "models/architecture.h"
+
+namespace hlm {
+
+const ArchitectureSpec kGraniteSpec{
+    Architecture::Granite, "granite", "Granite dense decoder (Llama with embedding/residual/attention/logit scalars)",
+    /*qk_norm=*/false, [](const ModelConfig& c) {
+      DecoderHyper h;
+      h.embedding_multiplier = static_cast<float>(c.embedding_multiplier);
+      h.residual_multiplier = static_cast<float>(c.residual_multiplier);
+      h.attention_scale = c.attention_scale();
+      h.logits_divisor = static_cast<float>(c.logits_scaling);
+      return h;
+    }};
+
+}  // namespace hlm

@@ -1,0 +1,45 @@
+// A loaded model: config, f32 weights and the forward pass over packed token batches, with capture points.
+// Model::load reads an HF model directory (config.json + safetensors, sharded or not), checks every tensor named by
+// the tensor table against the shape config.json implies, and reports checkpoint tensors it does not use.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "layers/capture.h"
+#include "layers/token_batch.h"
+#include "models/decoder_weights.h"
+#include "models/hf_config.h"
+#include "ops/rope/rope.h"
+
+namespace hlm {
+
+struct ForwardOptions {
+  // Logits for every token ([T, V]) or only for the last token of each sequence ([N, V]).
+  bool all_logits = false;
+};
+
+class Model {
+ public:
+  static Model load(const std::filesystem::path& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const DecoderWeights& weights() const { return weights_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  // Checkpoint tensors that the tensor table does not name (reported by the CLI, never silently dropped).
+  const std::vector<std::string>& unused_tensors() const { return unused_tensors_; }
+
+  // Runs the decoder; returns logits (see ForwardOptions). `capture` sees every capture point.
+  Tensor forward(const TokenBatch& batch, const ForwardOptions& options = {}, const Capture& capture = {});
+
+ private:
+  ModelConfig config_;
+  DecoderWeights weights_;
+  RopeTable rope_;
+  std::filesystem::path dir_;
+  std::vector<std::string> unused_tensors_;
+  Arena arena_;
+};
+
+}  // namespace hlm

@@ -1,0 +1,16 @@
+// Qwen3 dense (HF model_type "qwen3"): Llama-style pre-norm decoder with per-head RMSNorm on q and k (q_norm,
+// k_norm over head_dim, applied before RoPE), SwiGLU MLP, softmax scale head_dim^-1/2, tied or untied LM head.
+// No multipliers: every DecoderHyper scalar is 1 except the attention scale.
+#include "models/architecture.h"
+
+namespace hlm {
+
+const ArchitectureSpec kQwen3Spec{
+    Architecture::Qwen3, "qwen3", "Qwen3 dense decoder (q/k RMSNorm, SwiGLU, RoPE)", /*qk_norm=*/true,
+    [](const ModelConfig& c) {
+      DecoderHyper h;
+      h.attention_scale = c.attention_scale();
+      return h;
+    }};
+
+}  // namespace hlm

@@ -100,8 +100,8 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
 
   for (const auto& [file, names] : listed) {
     const fs::path shard_path = dir / file;
-    HLM_CHECK_INPUT(fs::is_regular_file(shard_path, ec), isrc, ": shard '", file, "' (holding tensor '",
-                    *names.begin(), "') is missing");
+    HLM_CHECK_INPUT(fs::is_regular_file(shard_path, ec), isrc, ": shard '", file, "' (holding tensor '", *names.begin(),
+                    "') is missing");
     ck.files_.push_back(SafetensorsFile::open(shard_path));
     const size_t fi = ck.files_.size() - 1;
     const SafetensorsFile& sf = ck.files_.back();

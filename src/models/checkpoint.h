@@ -43,9 +43,9 @@ class Checkpoint {
   std::map<std::string, size_t, std::less<>> file_of_;  // tensor name -> index into files_
 };
 
-// Writes `tensors` into `dir` (created if missing). max_shard_bytes == 0: one `model.safetensors`. Otherwise tensors are
-// packed greedily, in order, into `model-0000i-of-0000N.safetensors` of at most max_shard_bytes of data each (a larger
-// tensor gets a shard of its own), plus the index json; this holds even when N == 1. `metadata` goes into each
+// Writes `tensors` into `dir` (created if missing). max_shard_bytes == 0: one `model.safetensors`. Otherwise tensors
+// are packed greedily, in order, into `model-0000i-of-0000N.safetensors` of at most max_shard_bytes of data each (a
+// larger tensor gets a shard of its own), plus the index json; this holds even when N == 1. `metadata` goes into each
 // safetensors header. Every file is written atomically; files of the other layout (or stale shards) left in `dir` are
 // removed afterwards, so Checkpoint::open reads back exactly what was written.
 void checkpoint_write(const std::filesystem::path& dir, const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -21,7 +21,8 @@
 
 namespace hlm {
 
-static_assert(std::endian::native == std::endian::little, "safetensors is little-endian; so is every host we build for");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors is little-endian; so is every host we build for");
 
 // Owns the read-only mapping; tensor views share it through their owner pointer.
 struct SafetensorsFile::Mapping {
@@ -71,7 +72,8 @@ SafetensorsEntry parse_entry(const std::string& src, const std::string& name, co
   HLM_CHECK_INPUT(v.is_object(), ctx, "entry is not a JSON object, got ", v.type_name());
   for (const auto& [key, _] : v.items())
     HLM_CHECK_INPUT(key == "dtype" || key == "shape" || key == "data_offsets", ctx, "unknown key '", key, "'");
-  for (const char* key : {"dtype", "shape", "data_offsets"}) HLM_CHECK_INPUT(v.contains(key), ctx, "missing '", key, "'");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    HLM_CHECK_INPUT(v.contains(key), ctx, "missing '", key, "'");
 
   SafetensorsEntry e;
   e.name = name;
@@ -182,8 +184,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   std::memcpy(&header_len, f.mapping_->bytes(), 8);
   HLM_CHECK_INPUT(header_len <= kSafetensorsMaxHeaderBytes, src, ": header length ", header_len,
                   " exceeds the limit of ", kSafetensorsMaxHeaderBytes, " bytes");
-  HLM_CHECK_INPUT(8 + header_len <= file_size, src, ": header length ", header_len, " runs beyond the end of the file (",
-                  file_size, " bytes)");
+  HLM_CHECK_INPUT(8 + header_len <= file_size, src, ": header length ", header_len,
+                  " runs beyond the end of the file (", file_size, " bytes)");
   f.data_begin_ = 8 + header_len;
   const uint64_t data_size = file_size - f.data_begin_;
 

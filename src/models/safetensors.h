@@ -66,6 +66,8 @@ class SafetensorsFile {
 // into `path`. The header is padded with spaces so the data section starts 8-byte aligned. Atomic: the bytes go to
 // `<path>.tmp.<pid>.<n>` in the same directory, are fsync'ed and renamed over `path`; on any failure the temp file is
 // removed and `path` is untouched. Duplicate or reserved ("__metadata__") names are input errors.
+// Packing is in the caller's order, so a tensor after an odd-sized one may be misaligned (and then copied on read);
+// order by descending element size to keep every tensor zero-copy.
 void safetensors_write(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

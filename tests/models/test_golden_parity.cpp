@@ -35,6 +35,8 @@ TEST_P(GoldenParity, LogitsAndCapturePointsMatchHF) {
   model.forward(batch, {.all_logits = true}, capture);
 
   int compared = 0;
+  double worst = 0.0;
+  std::string worst_name;
   for (const SafetensorsEntry& entry : golden.entries()) {
     if (entry.name == "input_ids") continue;
     ASSERT_TRUE(captured.count(entry.name)) << case_name << ": we produce no '" << entry.name << "'";
@@ -43,8 +45,10 @@ TEST_P(GoldenParity, LogitsAndCapturePointsMatchHF) {
     ASSERT_EQ(got.numel(), expect.numel()) << entry.name;
     const double err = test::max_rel_error(got.f32(), expect.f32(), static_cast<size_t>(expect.numel()));
     EXPECT_LE(err, kMaxRelError) << case_name << " " << entry.name;
+    if (err >= worst) worst = err, worst_name = entry.name;
     ++compared;
   }
+  std::printf("%s: worst max-relative error %.3g (%s)\n", case_name.c_str(), worst, worst_name.c_str());
   // Every layer's four points + final_hidden + logits.
   EXPECT_EQ(compared, 4 * model.config().num_hidden_layers + 2) << case_name;
 }

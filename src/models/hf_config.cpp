@@ -1,11 +1,399 @@
-// TEMPORARY: parsing is being written; only attention_scale exists so far.
+// config.json -> ModelConfig as transformers 5.x reads it: the class defaults of Qwen3Config / GraniteConfig, the
+// rope standardisation of RotaryEmbeddingConfigMixin (rope_scaling or rope_parameters, rope_theta moved in, legacy
+// "type", original_max_position_embeddings filled in) and the checks that HF turns into errors or broken shapes.
+// Non-goals: sliding-window layers, per-layer rope other than full_attention, longrope.
 #include "models/hf_config.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "models/architecture.h"
 
 namespace hlm {
-float ModelConfig::attention_scale() const {
-  return attention_multiplier ? static_cast<float>(*attention_multiplier)
-                              : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+namespace {
+
+using json = nlohmann::json;
+
+// What differs between the HF config classes we mirror.
+struct ConfigClass {
+  Architecture architecture;
+  std::string_view hf_class;                   // architectures[0] in files we write
+  std::optional<int64_t> num_key_value_heads;  // class default when the key is absent; nullopt = num_attention_heads
+  std::optional<int64_t> head_dim;             // class default when absent; nullopt = hidden_size / heads
+  int64_t max_position_embeddings;
+  std::optional<int64_t> bos_token_id, eos_token_id;
+  bool granite_scalars;  // reads mlp_bias, embedding/residual/attention multipliers, logits_scaling
+  bool qwen3_sliding;    // reads use_sliding_window (sliding_window, max_window_layers are then irrelevant)
+};
+
+constexpr std::array<ConfigClass, 2> kConfigClasses{{
+    {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true},
+    {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false},
+}};
+
+const ConfigClass& config_class(Architecture architecture) {
+  for (const ConfigClass& c : kConfigClasses)
+    if (c.architecture == architecture) return c;
+  throw_internal_error("hf_config: no ConfigClass for architecture ", static_cast<int>(architecture));
 }
+
+// PreTrainedConfig bookkeeping and training-only keys: accepted without a word. Qwen3's sliding-window keys are
+// read (and so accepted) by the qwen3 branch below.
+constexpr std::string_view kIgnoredKeys[] = {
+    "_attn_implementation_autoset", "_commit_hash", "_name_or_path", "architectures", "attention_dropout",
+    "chunk_size_feed_forward", "id2label", "initializer_range", "is_encoder_decoder", "label2id", "name_or_path",
+    "num_labels", "output_attentions", "output_hidden_states", "pad_token_id", "problem_type", "return_dict",
+    "tie_encoder_decoder", "transformers_version", "use_cache"};
+
+std::string json_desc(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return str_cat(v.type_name(), " ", s);
+}
+
+int64_t as_int(const json& v, std::string_view key) {
+  HLM_CHECK_INPUT(v.is_number_integer(), "key '", key, "' must be an integer, got ", json_desc(v));
+  return v.get<int64_t>();
+}
+double as_number(const json& v, std::string_view key) {
+  HLM_CHECK_INPUT(v.is_number(), "key '", key, "' must be a number, got ", json_desc(v));
+  return v.get<double>();
+}
+bool as_bool(const json& v, std::string_view key) {
+  HLM_CHECK_INPUT(v.is_boolean(), "key '", key, "' must be true or false, got ", json_desc(v));
+  return v.get<bool>();
+}
+std::string as_string(const json& v, std::string_view key) {
+  HLM_CHECK_INPUT(v.is_string(), "key '", key, "' must be a string, got ", json_desc(v));
+  return v.get<std::string>();
+}
+
+// A JSON object whose keys are marked as they are read, so the unread ones can be reported.
+class KeyReader {
+ public:
+  KeyReader(const json& object, std::string prefix) : object_(object), prefix_(std::move(prefix)) {}
+  const json* get(const std::string& key) {
+    read_.insert(key);
+    const auto it = object_.find(key);
+    return it == object_.end() ? nullptr : &*it;
+  }
+  std::string name(const std::string& key) const { return prefix_ + key; }
+  const json& require(const std::string& key) {
+    const json* v = get(key);
+    HLM_CHECK_INPUT(v != nullptr, "missing required key '", name(key), "'");
+    return *v;
+  }
+  // Absent -> fallback; null is a type error (HF's strict fields reject it).
+  int64_t int_or(const std::string& key, int64_t fallback) {
+    const json* v = get(key);
+    return v ? as_int(*v, name(key)) : fallback;
+  }
+  double number_or(const std::string& key, double fallback) {
+    const json* v = get(key);
+    return v ? as_number(*v, name(key)) : fallback;
+  }
+  bool bool_or(const std::string& key, bool fallback) {
+    const json* v = get(key);
+    return v ? as_bool(*v, name(key)) : fallback;
+  }
+  // Absent or null -> nullopt.
+  std::optional<double> optional_number(const std::string& key) {
+    const json* v = get(key);
+    if (v == nullptr || v->is_null()) return std::nullopt;
+    return as_number(*v, name(key));
+  }
+  void collect_unread(std::vector<std::string>& out) const {
+    for (const auto& [key, value] : object_.items())
+      if (!read_.count(key)) out.push_back(prefix_ + key);
+  }
+
+ private:
+  const json& object_;
+  std::string prefix_;
+  std::set<std::string> read_;
+};
+
+int64_t positive(int64_t value, std::string_view key) {
+  HLM_CHECK_INPUT(value > 0, "key '", key, "' must be > 0, got ", value);
+  return value;
+}
+
+const ArchitectureSpec& spec_for_model_type(const std::string& model_type) {
+  std::string supported;
+  for (const ArchitectureSpec* spec : architecture_specs()) {
+    if (spec->model_type == model_type) return *spec;
+    supported += str_cat(supported.empty() ? "" : ", ", spec->model_type);
+  }
+  throw_input_error("unsupported model_type '", model_type, "' (supported: ", supported, ")");
+}
+
+// The rope dict as RotaryEmbeddingConfigMixin.convert_rope_params_to_dict + standardize_rope_params leave it, then
+// the keys each rope_type's init function reads. Keys HF would warn about as unrecognised go to unknown_keys.
+void parse_rope(KeyReader& top, ModelConfig& c) {
+  const json* scaling = top.get("rope_scaling");
+  const json* parameters = top.get("rope_parameters");
+  json dict = json::object();
+  std::string prefix = "rope_parameters.";
+  // `rope_scaling or rope_parameters or {}`: a 4.x rope_scaling wins when it is a non-empty dict.
+  if (scaling && !scaling->is_null() && !(scaling->is_object() && scaling->empty())) {
+    HLM_CHECK_INPUT(scaling->is_object(), "key 'rope_scaling' must be an object or null, got ", json_desc(*scaling));
+    dict = *scaling;
+    prefix = "rope_scaling.";
+  } else if (parameters && !parameters->is_null()) {
+    HLM_CHECK_INPUT(parameters->is_object(), "key 'rope_parameters' must be an object or null, got ",
+                    json_desc(*parameters));
+    dict = *parameters;
+  }
+  // Per-layer-type form {"full_attention": {...}}: every layer here is full attention, so that entry is the dict.
+  if (const auto it = dict.find("full_attention"); it != dict.end()) {
+    HLM_CHECK_INPUT(it->is_object(), "key '", prefix, "full_attention' must be an object, got ", json_desc(*it));
+    for (const auto& [key, value] : dict.items())
+      if (key != "full_attention") c.unknown_keys.push_back(prefix + key);
+    prefix += "full_attention.";
+    json inner = *it;
+    dict = std::move(inner);
+  }
+  KeyReader r(dict, prefix);
+  RopeParams& p = c.rope;
+
+  const json* type = r.get("rope_type");
+  const json* legacy_type = r.get("type");
+  p.rope_type = type ? as_string(*type, r.name("rope_type"))
+                     : (legacy_type ? as_string(*legacy_type, r.name("type")) : std::string("default"));
+  // rope_theta: the dict's, else the top-level 4.x key, else RotaryEmbeddingConfigMixin.default_theta.
+  const double top_theta = top.number_or("rope_theta", 10000.0);
+  p.rope_theta = r.number_or("rope_theta", top_theta);
+  const double top_partial = top.number_or("partial_rotary_factor", 1.0);
+  p.partial_rotary_factor = r.number_or("partial_rotary_factor", top_partial);
+
+  const std::string& t = p.rope_type;
+  auto original_max = [&]() {
+    // A top-level original_max_position_embeddings overrides the dict's (standardize_rope_params, Phi3 case).
+    if (const json* v = top.get("original_max_position_embeddings"))
+      return positive(as_int(*v, "original_max_position_embeddings"), "original_max_position_embeddings");
+    return positive(r.int_or("original_max_position_embeddings", c.max_position_embeddings),
+                    r.name("original_max_position_embeddings"));
+  };
+  if (t == "default") {
+    // Qwen3/Granite compute_default_rope_parameters use the full head_dim: HF ignores partial_rotary_factor here.
+    p.partial_rotary_factor = 1.0;
+  } else if (t == "linear" || t == "dynamic") {
+    p.factor = as_number(r.require("factor"), r.name("factor"));
+  } else if (t == "yarn") {
+    const json& factor = r.require("factor");
+    p.original_max_position_embeddings = original_max();
+    // A null factor is the ratio of the two context lengths (_compute_yarn_parameters).
+    p.factor = factor.is_null() ? static_cast<double>(c.max_position_embeddings) /
+                                      static_cast<double>(*p.original_max_position_embeddings)
+                                : as_number(factor, r.name("factor"));
+    p.attention_factor = r.optional_number("attention_factor");
+    p.beta_fast = r.optional_number("beta_fast").value_or(32.0);
+    p.beta_slow = r.optional_number("beta_slow").value_or(1.0);
+    p.mscale = r.optional_number("mscale");
+    p.mscale_all_dim = r.optional_number("mscale_all_dim");
+    p.truncate = r.bool_or("truncate", true);
+  } else if (t == "llama3") {
+    p.factor = as_number(r.require("factor"), r.name("factor"));
+    p.low_freq_factor = as_number(r.require("low_freq_factor"), r.name("low_freq_factor"));
+    p.high_freq_factor = as_number(r.require("high_freq_factor"), r.name("high_freq_factor"));
+    p.original_max_position_embeddings = original_max();
+  } else {
+    throw_input_error("unsupported rope type '", t, "' in ", prefix.substr(0, prefix.size() - 1),
+                      " (supported: default, linear, dynamic, yarn, llama3)");
+  }
+  // HF's Qwen3/Granite apply_rotary_pos_emb rotate the whole head: a shorter table would not broadcast.
+  HLM_CHECK_INPUT(p.partial_rotary_factor == 1.0, "partial_rotary_factor ", p.partial_rotary_factor,
+                  " is not supported for model_type ", c.model_type, " (HF rotates the whole head)");
+  r.collect_unread(c.unknown_keys);
+  try {
+    (void)rope_table_build(p, c.head_dim, c.max_position_embeddings);  // range checks of the values
+  } catch (Error& e) {
+    e.add_context(prefix.substr(0, prefix.size() - 1));
+    throw;
+  }
+}
+
+void parse_token_ids(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
+  if (const json* v = r.get("bos_token_id"); v == nullptr) {
+    c.bos_token_id = cls.bos_token_id;
+  } else if (!v->is_null()) {
+    c.bos_token_id = as_int(*v, "bos_token_id");
+  }
+  const json* v = r.get("eos_token_id");
+  if (v == nullptr) {
+    if (cls.eos_token_id) c.eos_token_ids = {*cls.eos_token_id};
+  } else if (v->is_array()) {
+    for (const json& id : *v) c.eos_token_ids.push_back(as_int(id, "eos_token_id[]"));
+  } else if (!v->is_null()) {
+    c.eos_token_ids = {as_int(*v, "eos_token_id")};
+  }
+  if (!c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids.front();
+}
+
+void parse_layer_types(KeyReader& r, ModelConfig& c) {
+  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
+  const json* v = r.get("layer_types");
+  if (v == nullptr || v->is_null()) return;
+  HLM_CHECK_INPUT(v->is_array(), "key 'layer_types' must be a list, got ", json_desc(*v));
+  HLM_CHECK_INPUT(static_cast<int64_t>(v->size()) == c.num_hidden_layers, "layer_types has ", v->size(),
+                  " entries but num_hidden_layers is ", c.num_hidden_layers);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string kind = as_string((*v)[i], "layer_types[]");
+    HLM_CHECK_INPUT(kind == "full_attention", "layer_types[", i, "] is '", kind, "': model_type ", c.model_type,
+                    " is dense, only 'full_attention' is supported");
+  }
+}
+
+ModelConfig parse_config_object(const json& j) {
+  HLM_CHECK_INPUT(j.is_object(), "config must be a JSON object, got ", j.type_name());
+  KeyReader r(j, "");
+  ModelConfig c;
+  c.model_type = as_string(r.require("model_type"), "model_type");
+  c.architecture = spec_for_model_type(c.model_type).architecture;
+  const ConfigClass& cls = config_class(c.architecture);
+
+  for (auto [field, key] : {std::pair{&c.vocab_size, "vocab_size"}, {&c.hidden_size, "hidden_size"},
+                            {&c.intermediate_size, "intermediate_size"}, {&c.num_hidden_layers, "num_hidden_layers"},
+                            {&c.num_attention_heads, "num_attention_heads"}})
+    *field = positive(as_int(r.require(key), key), key);
+
+  // num_key_value_heads: absent -> the class default; null -> num_attention_heads (both classes' __post_init__).
+  const json* kv = r.get("num_key_value_heads");
+  c.num_key_value_heads = kv == nullptr  ? cls.num_key_value_heads.value_or(c.num_attention_heads)
+                          : kv->is_null() ? c.num_attention_heads
+                                          : as_int(*kv, "num_key_value_heads");
+  positive(c.num_key_value_heads, "num_key_value_heads");
+  HLM_CHECK_INPUT(c.num_attention_heads % c.num_key_value_heads == 0, "num_attention_heads (", c.num_attention_heads,
+                  ") is not a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
+  // Granite has no head_dim field; its modeling code takes getattr(config, "head_dim", hidden // heads).
+  c.head_dim = positive(r.int_or("head_dim", cls.head_dim.value_or(c.hidden_size / c.num_attention_heads)),
+                        "head_dim");
+  c.max_position_embeddings =
+      positive(r.int_or("max_position_embeddings", cls.max_position_embeddings), "max_position_embeddings");
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  HLM_CHECK_INPUT(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0.0, "key 'rms_norm_eps' must be >= 0, got ",
+                  c.rms_norm_eps);
+  if (const json* act = r.get("hidden_act")) c.hidden_act = as_string(*act, "hidden_act");
+  HLM_CHECK_INPUT(c.hidden_act == "silu", "hidden_act '", c.hidden_act, "' is not supported (only 'silu')");
+  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+  c.attention_bias = r.bool_or("attention_bias", false);
+
+  if (cls.granite_scalars) {
+    c.mlp_bias = r.bool_or("mlp_bias", false);
+    c.embedding_multiplier = r.number_or("embedding_multiplier", 1.0);
+    c.residual_multiplier = r.number_or("residual_multiplier", 1.0);
+    c.logits_scaling = r.number_or("logits_scaling", 1.0);
+    c.attention_multiplier = r.number_or("attention_multiplier", 1.0);  // GraniteConfig default, not head_dim^-1/2
+    HLM_CHECK_INPUT(c.logits_scaling != 0.0, "key 'logits_scaling' must be non-zero (logits are divided by it)");
+  }
+  if (cls.qwen3_sliding) {
+    HLM_CHECK_INPUT(!r.bool_or("use_sliding_window", false),
+                    "use_sliding_window: true is not supported (sliding-window attention layers)");
+    (void)r.get("sliding_window");     // unused while use_sliding_window is false (HF sets it to None)
+    (void)r.get("max_window_layers");  // likewise
+  }
+  parse_layer_types(r, c);
+  parse_token_ids(r, c, cls);
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    const json* v = r.get(key);
+    if (c.dtype.empty() && v != nullptr && !v->is_null()) c.dtype = as_string(*v, key);
+  }
+  parse_rope(r, c);
+
+  std::vector<std::string> unread;
+  r.collect_unread(unread);
+  for (const std::string& key : unread)
+    if (std::find(std::begin(kIgnoredKeys), std::end(kIgnoredKeys), key) == std::end(kIgnoredKeys)) c.unknown_keys.push_back(key);
+  std::sort(c.unknown_keys.begin(), c.unknown_keys.end());
+  return c;
+}
+
+}  // namespace
+
+float ModelConfig::attention_scale() const {
+  // Python's head_dim ** -0.5 (a pow, not 1/sqrt), then the float32 cast where it meets a tensor.
+  return attention_multiplier ? static_cast<float>(*attention_multiplier)
+                              : static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));
+}
+
+ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source) {
+  try {
+    return parse_config_object(json);
+  } catch (Error& e) {
+    e.add_context(source);
+    throw;
+  }
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path) {
+  const std::filesystem::path file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  std::ifstream in(file, std::ios::binary);
+  HLM_CHECK_INPUT(in.good(), file.string(), ": cannot open config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw_input_error(file.string(), ": malformed JSON: ", e.what());
+  }
+  return parse_model_config(j, file.string());
+}
+
+nlohmann::json model_config_to_json(const ModelConfig& c) {
+  const ConfigClass& cls = config_class(c.architecture);
+  json j = {{"architectures", {cls.hf_class}},
+            {"model_type", c.model_type},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"hidden_act", c.hidden_act},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"attention_bias", c.attention_bias},
+            {"layer_types", c.layer_types}};
+  const RopeParams& p = c.rope;
+  json rope = {{"rope_type", p.rope_type}, {"rope_theta", p.rope_theta}};
+  if (p.rope_type != "default") rope["factor"] = p.factor;
+  if (p.original_max_position_embeddings) rope["original_max_position_embeddings"] = *p.original_max_position_embeddings;
+  if (p.rope_type == "yarn") {
+    rope["beta_fast"] = p.beta_fast;
+    rope["beta_slow"] = p.beta_slow;
+    rope["truncate"] = p.truncate;
+    if (p.attention_factor) rope["attention_factor"] = *p.attention_factor;
+    if (p.mscale) rope["mscale"] = *p.mscale;
+    if (p.mscale_all_dim) rope["mscale_all_dim"] = *p.mscale_all_dim;
+  } else if (p.rope_type == "llama3") {
+    rope["low_freq_factor"] = p.low_freq_factor;
+    rope["high_freq_factor"] = p.high_freq_factor;
+  }
+  j["rope_parameters"] = rope;
+  if (cls.granite_scalars) {
+    j["mlp_bias"] = c.mlp_bias;
+    j["embedding_multiplier"] = c.embedding_multiplier;
+    j["residual_multiplier"] = c.residual_multiplier;
+    j["logits_scaling"] = c.logits_scaling;
+    j["attention_multiplier"] = c.attention_multiplier.value_or(1.0);
+  }
+  j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  j["eos_token_id"] = c.eos_token_ids.size() > 1 ? json(c.eos_token_ids)
+                      : c.eos_token_id          ? json(*c.eos_token_id)
+                                                : json(nullptr);
+  if (!c.dtype.empty()) j["dtype"] = c.dtype;
+  return j;
+}
+
 }  // namespace hlm

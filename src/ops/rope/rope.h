@@ -22,10 +22,10 @@ struct RopeParams {
   double rope_theta = 10000.0;
   double partial_rotary_factor = 1.0;
   double factor = 1.0;                                  // linear, dynamic, yarn, llama3
-  std::optional<int64_t> original_max_position_embeddings;  // yarn, llama3, dynamic
+  std::optional<int64_t> original_max_position_embeddings;  // yarn, llama3 (absent: max_position_embeddings)
   std::optional<double> attention_factor;               // yarn: overrides the derived mscale
-  double beta_fast = 32.0;                              // yarn
-  double beta_slow = 1.0;                               // yarn
+  double beta_fast = 32.0;                              // yarn; 0 = default (HF: `beta_fast or 32`)
+  double beta_slow = 1.0;                               // yarn; 0 = default (HF: `beta_slow or 1`)
   std::optional<double> mscale;                         // yarn (DeepSeek style)
   std::optional<double> mscale_all_dim;                 // yarn (DeepSeek style)
   bool truncate = true;                                 // yarn: floor/ceil the correction range

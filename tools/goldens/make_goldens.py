@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Writes tiny random-weight HF models and their golden outputs for hybridlm's parity tests.
+
+Run on the GPU machine (PyTorch, transformers 5.x, safetensors; no internet needed), from the repository root:
+    python3 tools/goldens/make_goldens.py --out tests/golden [--only CASE ...]
+
+Each case becomes tests/golden/<case>/ with the save_pretrained output (config.json, model.safetensors) and
+golden.safetensors (see golden_io.py) holding:
+    input_ids     int64 [2, 19]   two independent sequences, no padding (attention_mask all ones)
+    attn_in.i     [2, 19, 64]     residual stream entering decoder layer i
+    attn_delta.i  [2, 19, 64]     output of layers[i].self_attn (before Granite's residual_multiplier)
+    attn_out.i    [2, 19, 64]     residual stream after the attention add (input of post_attention_layernorm)
+    mlp_delta.i   [2, 19, 64]     output of layers[i].mlp (before Granite's residual_multiplier)
+    final_hidden  [2, 19, 64]     output of model.model.norm
+    logits        [2, 19, 320]    after Granite's logits_scaling
+Everything runs on the CPU in float32, eager attention, fixed seeds: reruns give identical files. The golden is
+computed by a model loaded back from the saved directory (dtype float32), so the saved files are what is tested;
+qwen3_untied saves bfloat16 weights to exercise the bf16 -> f32 load path.
+Non-goals: GPU numerics, generation, padding/masking variants.
+"""
+import argparse
+import os
+import shutil
+import sys
+import traceback
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only; the GPU machine has no internet
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_io import write_golden  # noqa: E402
+
+VOCAB, HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, EPS = 320, 64, 128, 4, 2, 16, 1e-6
+BATCH, SEQ = 2, 19
+MAX_DIR_BYTES = 2 * 1024 * 1024
+
+# One row per case: HF model_type, layer count, config kwargs, dtype of the saved weights, seed.
+CASES = {
+    "qwen3_tied": dict(
+        model_type="qwen3", layers=2, save_dtype=torch.float32, seed=1001,
+        # rope_parameters left out: the default rope with HF's default theta.
+        config=dict(head_dim=HEAD_DIM, tie_word_embeddings=True),
+    ),
+    "qwen3_untied": dict(
+        model_type="qwen3", layers=3, save_dtype=torch.bfloat16, seed=1002,
+        config=dict(head_dim=HEAD_DIM, tie_word_embeddings=False, attention_bias=True,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    ),
+    "qwen3_yarn": dict(
+        model_type="qwen3", layers=2, save_dtype=torch.float32, seed=1003,
+        # A small base so that, with head_dim 16 and original max 16, the yarn ramp spans dims 0..4 and takes the
+        # fractional values 1/4, 1/2, 3/4 (with theta 1e4 it would be a 0/1 step). SEQ = 19 > 16.
+        config=dict(head_dim=HEAD_DIM, tie_word_embeddings=False, max_position_embeddings=64,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": 10.0, "factor": 4.0,
+                                     "original_max_position_embeddings": 16}),
+    ),
+    "granite": dict(
+        model_type="granite", layers=2, save_dtype=torch.float32, seed=1004,
+        config=dict(tie_word_embeddings=False, mlp_bias=False, embedding_multiplier=6.0, residual_multiplier=0.3,
+                    attention_multiplier=0.1, logits_scaling=4.0,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    ),
+}
+
+
+def model_classes(model_type):
+    if model_type == "qwen3":
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        return Qwen3Config, Qwen3ForCausalLM
+    if model_type == "granite":
+        from transformers import GraniteConfig, GraniteForCausalLM
+        return GraniteConfig, GraniteForCausalLM
+    raise ValueError(f"unknown model_type {model_type}")
+
+
+def reinit_parameters(model, seed):
+    """Every parameter redrawn so the goldens are sensitive to each: Linear/Embedding weights ~ N(0, 0.08),
+    biases ~ N(0, 0.05), RMSNorm weights = 1 + N(0, 0.1). Fails if a parameter is left untouched."""
+    gen = torch.Generator().manual_seed(seed)
+    touched = set()
+    with torch.no_grad():
+        for module_name, module in model.named_modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                draws = {"weight": (0.0, 0.08), "bias": (0.0, 0.05)}
+            elif type(module).__name__.endswith("RMSNorm"):
+                draws = {"weight": (1.0, 0.1)}
+            else:
+                continue
+            for pname, param in module.named_parameters(recurse=False):
+                if id(param) in touched:
+                    continue  # a tied weight: drawn once, through its first owner
+                mean, std = draws[pname]
+                param.copy_(mean + std * torch.randn(param.shape, generator=gen, dtype=torch.float32))
+                touched.add(id(param))
+    missed = [name for name, p in model.named_parameters() if id(p) not in touched]
+    if missed:
+        raise RuntimeError(f"parameters not re-initialised: {missed}")
+
+
+def build_and_save(case, spec, case_dir):
+    config_cls, model_cls = model_classes(spec["model_type"])
+    config = config_cls(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=spec["layers"],
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, rms_norm_eps=EPS, hidden_act="silu",
+        attn_implementation="eager", **spec["config"])
+    torch.manual_seed(spec["seed"])
+    model = model_cls(config).eval()
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    if tied != spec["config"]["tie_word_embeddings"]:
+        raise RuntimeError(f"lm_head tied={tied}, expected {spec['config']['tie_word_embeddings']}")
+    reinit_parameters(model, spec["seed"])
+
+    if os.path.isdir(case_dir):
+        shutil.rmtree(case_dir)
+    os.makedirs(case_dir)
+    model.to(spec["save_dtype"]).save_pretrained(case_dir)
+    gen_config = os.path.join(case_dir, "generation_config.json")
+    if os.path.exists(gen_config):
+        os.remove(gen_config)
+    size = sum(os.path.getsize(os.path.join(case_dir, f)) for f in os.listdir(case_dir))
+    if size > MAX_DIR_BYTES:
+        raise RuntimeError(f"{case_dir} holds {size} bytes, over the {MAX_DIR_BYTES} limit")
+
+    loaded = model_cls.from_pretrained(case_dir, dtype=torch.float32, attn_implementation="eager",
+                                       local_files_only=True).eval()
+    if loaded.config._attn_implementation != "eager":
+        raise RuntimeError(f"attn_implementation is {loaded.config._attn_implementation}, expected eager")
+    for name, p in loaded.named_parameters():
+        if p.dtype != torch.float32:
+            raise RuntimeError(f"{name} loaded as {p.dtype}")
+    return loaded, size
+
+
+def record(model, input_ids, attention_mask):
+    """One forward with hooks; returns (captures, logits). Each hook must fire exactly once."""
+    captured = {}
+
+    def put(name, tensor):
+        if name in captured:
+            raise RuntimeError(f"hook for {name} fired twice")
+        captured[name] = tensor.detach().clone()
+
+    def first_input(args, kwargs):
+        return args[0] if args else kwargs["hidden_states"]
+
+    def first_output(output):
+        return output[0] if isinstance(output, (tuple, list)) else output
+
+    handles = []
+    for i, layer in enumerate(model.model.layers):
+        handles.append(layer.register_forward_pre_hook(
+            lambda m, a, k, i=i: put(f"attn_in.{i}", first_input(a, k)), with_kwargs=True))
+        handles.append(layer.self_attn.register_forward_hook(
+            lambda m, a, k, o, i=i: put(f"attn_delta.{i}", first_output(o)), with_kwargs=True))
+        handles.append(layer.post_attention_layernorm.register_forward_pre_hook(
+            lambda m, a, k, i=i: put(f"attn_out.{i}", first_input(a, k)), with_kwargs=True))
+        handles.append(layer.mlp.register_forward_hook(
+            lambda m, a, k, o, i=i: put(f"mlp_delta.{i}", first_output(o)), with_kwargs=True))
+    handles.append(model.model.norm.register_forward_hook(
+        lambda m, a, k, o: put("final_hidden", first_output(o)), with_kwargs=True))
+    try:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return captured, logits.detach().clone()
+
+
+def check_structure(model, captured, logits, input_ids):
+    """The captures must chain as the decoder does; a wrong hook point shows up as an O(1) mismatch."""
+    cfg = model.config
+    resid = float(getattr(cfg, "residual_multiplier", 1.0))
+    emb = float(getattr(cfg, "embedding_multiplier", 1.0))
+    scale = float(getattr(cfg, "logits_scaling", 1.0))
+    n = cfg.num_hidden_layers
+    with torch.no_grad():
+        checks = [("attn_in.0", captured["attn_in.0"], model.model.embed_tokens(input_ids) * emb)]
+        for i in range(n):
+            checks.append((f"attn_out.{i}", captured[f"attn_out.{i}"],
+                           captured[f"attn_in.{i}"] + captured[f"attn_delta.{i}"] * resid))
+            if i + 1 < n:
+                checks.append((f"attn_in.{i + 1}", captured[f"attn_in.{i + 1}"],
+                               captured[f"attn_out.{i}"] + captured[f"mlp_delta.{i}"] * resid))
+        checks.append(("logits", logits, model.lm_head(captured["final_hidden"]) / scale))
+    for name, got, want in checks:
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+            raise RuntimeError(f"structure check failed for {name}: max diff {(got - want).abs().max().item()}")
+    expected = {"input_ids", "logits", "final_hidden"} | {
+        f"{kind}.{i}" for kind in ("attn_in", "attn_delta", "attn_out", "mlp_delta") for i in range(n)}
+    present = set(captured) | {"input_ids", "logits"}
+    if present != expected:
+        raise RuntimeError(f"captured names differ: missing {expected - present}, extra {present - expected}")
+    for name, t in captured.items():
+        if tuple(t.shape) != (BATCH, SEQ, HIDDEN):
+            raise RuntimeError(f"{name} has shape {tuple(t.shape)}")
+    if tuple(logits.shape) != (BATCH, SEQ, VOCAB):
+        raise RuntimeError(f"logits has shape {tuple(logits.shape)}")
+
+
+def run_case(case, spec, out_dir):
+    case_dir = os.path.join(out_dir, case)
+    model, size = build_and_save(case, spec, case_dir)
+    gen = torch.Generator().manual_seed(spec["seed"] + 500)
+    input_ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    attention_mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
+    with torch.no_grad():
+        captured, logits = record(model, input_ids, attention_mask)
+        plain = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    hook_vs_plain = (logits - plain).abs().max().item()
+    if hook_vs_plain != 0.0:
+        raise RuntimeError(f"logits with hooks differ from a plain forward by {hook_vs_plain}")
+    check_structure(model, captured, logits, input_ids)
+    tensors = {"input_ids": input_ids, "logits": logits, **captured}
+    write_golden(case_dir, case, tensors, extra_metadata={
+        "model_type": spec["model_type"], "num_hidden_layers": spec["layers"],
+        "saved_weights_dtype": str(spec["save_dtype"]).split(".")[-1], "seed": spec["seed"]})
+    from safetensors import safe_open
+    with safe_open(os.path.join(case_dir, "model.safetensors"), "pt") as f:
+        names = sorted(f.keys())
+    print(f"[OK] {case}: {len(tensors)} golden tensors, {len(names)} weight tensors "
+          f"({'lm_head.weight' in names and 'untied' or 'no lm_head.weight'}), {size} bytes, "
+          f"max |logits(hooks) - logits(plain)| = {hook_vs_plain}, |logits|max = {logits.abs().max().item():.4f}, "
+          f"files: {sorted(os.listdir(case_dir))}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="output folder, e.g. tests/golden")
+    parser.add_argument("--only", nargs="+", choices=sorted(CASES), help="cases to write (default: all)")
+    args = parser.parse_args()
+
+    import transformers
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
+    torch.set_grad_enabled(False)
+    failed = []
+    for case in args.only or list(CASES):
+        try:
+            run_case(case, CASES[case], args.out)
+        except Exception:
+            failed.append(case)
+            print(f"[FAILED] {case}:\n{traceback.format_exc()}", flush=True)
+    print(f"{len(args.only or CASES) - len(failed)} passed, {len(failed)} failed"
+          + (f": {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

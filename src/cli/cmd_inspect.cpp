@@ -4,12 +4,11 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "cli/subcommands.h"
 #include "models/architecture.h"
 #include "models/checkpoint.h"
-#include "models/tensor_table.h"
+#include "models/tensor_check.h"
 
 namespace hlm {
 namespace {
@@ -31,27 +30,19 @@ int run_inspect(const InspectOptions& o) {
   std::string layout;
   for (const std::string& kind : c.layer_types) layout += layer_letter(kind);
 
+  const ResolvedCheckpoint resolved = resolve_checkpoint(c, checkpoint);
   std::map<std::string, int64_t> params_by_group;
   int64_t total_params = 0;
   nlohmann::json tensors = nlohmann::json::array();
-  std::set<std::string> expected_names;
-  for (const TensorSpec& spec : expected_tensors(c)) {
-    const SafetensorsEntry* entry = checkpoint.find(spec.name);
-    HLM_CHECK_INPUT(entry != nullptr, o.model_dir, ": tensor '", spec.name, "' is missing (config.json implies shape ",
-                    spec.shape.str(), ")");
-    HLM_CHECK_INPUT(entry->shape == spec.shape, checkpoint.file_of(spec.name).string(), ": tensor '", spec.name,
-                    "' has shape ", entry->shape.str(), " but config.json implies ", spec.shape.str());
-    params_by_group[spec.group] += spec.shape.numel();
-    total_params += spec.shape.numel();
-    expected_names.insert(spec.name);
-    tensors.push_back({{"name", spec.name},
-                       {"group", spec.group},
-                       {"dtype", std::string(dtype_name(entry->dtype))},
-                       {"shape", std::vector<int64_t>(entry->shape.dims().begin(), entry->shape.dims().end())}});
+  for (const ResolvedTensor& t : resolved.tensors) {
+    params_by_group[t.spec.group] += t.spec.shape.numel();
+    total_params += t.spec.shape.numel();
+    tensors.push_back({{"name", t.stored_name},
+                       {"group", t.spec.group},
+                       {"dtype", std::string(dtype_name(t.entry->dtype))},
+                       {"shape", std::vector<int64_t>(t.entry->shape.dims().begin(), t.entry->shape.dims().end())}});
   }
-  std::vector<std::string> unused;
-  for (const std::string& name : checkpoint.names())
-    if (!expected_names.count(name)) unused.push_back(name);
+  const std::vector<std::string>& unused = resolved.unused;
 
   const ArchitectureSpec& arch = architecture_spec(c.architecture);
   nlohmann::json j = {{"model_dir", o.model_dir},

@@ -1,5 +1,6 @@
-// The full-attention token mixer of Qwen3 / Granite (HF `self_attn`): q/k/v projections, optional per-head RMSNorm
-// of q and k (Qwen3's q_norm/k_norm over head_dim), RoPE, causal GQA softmax attention, o_proj.
+// The full-attention token mixer (HF `self_attn`): q/k/v projections, optional RMSNorm of q and k — per head over
+// head_dim when the norm weight has D entries (Qwen3), over the whole projection when it has H·D (OLMo 2 / OLMo-Hybrid)
+// — then RoPE (skipped when `rope` is null), causal GQA softmax attention, o_proj.
 // Input x [T, hidden] is the already-normalised residual stream; output [T, hidden] is the block's delta.
 #pragma once
 #include "core/arena.h"
@@ -14,8 +15,8 @@ struct AttentionWeights {
   Linear k_proj;   // [Hkv·D, hidden]
   Linear v_proj;   // [Hkv·D, hidden]
   Linear o_proj;   // [hidden, Hq·D]
-  Tensor q_norm;   // [D] or undefined (no q/k norm)
-  Tensor k_norm;   // [D] or undefined
+  Tensor q_norm;   // [D] (per head), [Hq·D] (whole projection) or undefined (no q/k norm)
+  Tensor k_norm;   // [D], [Hkv·D] or undefined
 };
 
 struct AttentionDims {
@@ -28,6 +29,6 @@ struct AttentionDims {
 
 // `positions` [T] from batch.positions().
 void attention_layer_forward(float* out, const float* x, const AttentionWeights& w, const AttentionDims& dims,
-                             const RopeTable& rope, const TokenBatch& batch, const int32_t* positions, Arena& arena);
+                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena);
 
 }  // namespace hlm

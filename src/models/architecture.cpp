@@ -6,7 +6,8 @@
 
 namespace hlm {
 
-static const std::array<const ArchitectureSpec*, 2> kArchitectures{&kQwen3Spec, &kGraniteSpec};
+static const std::array<const ArchitectureSpec*, 4> kArchitectures{&kQwen3Spec, &kGraniteSpec, &kOlmoHybridSpec,
+                                                                    &kQwen3HybridSpec};
 
 std::span<const ArchitectureSpec* const> architecture_specs() { return kArchitectures; }
 

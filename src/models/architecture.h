@@ -16,16 +16,23 @@ struct DecoderHyper {
   float logits_divisor = 1.0f;  // logits are divided by this (Granite logits_scaling), as HF does
 };
 
+// RMSNorm of q and k before RoPE: none, per head over head_dim (Qwen3), or over the whole projection (OLMo).
+enum class QkNorm { None, PerHead, WholeProjection };
+
 struct ArchitectureSpec {
   Architecture architecture;
   std::string_view model_type;   // config.json "model_type"
   std::string_view description;
-  bool qk_norm;                  // per-head RMSNorm of q and k before RoPE
+  QkNorm qk_norm;
+  // Full-attention layers are post-norm (OLMo 2 style: h += norm(attn(h)); h += norm(mlp(h))) instead of pre-norm.
+  bool attention_post_norm;
   DecoderHyper (*hyper)(const ModelConfig&);
 };
 
 extern const ArchitectureSpec kQwen3Spec;
 extern const ArchitectureSpec kGraniteSpec;
+extern const ArchitectureSpec kOlmoHybridSpec;
+extern const ArchitectureSpec kQwen3HybridSpec;
 
 const ArchitectureSpec& architecture_spec(Architecture architecture);
 std::span<const ArchitectureSpec* const> architecture_specs();

@@ -1,17 +1,21 @@
-// Weights of a Llama-family decoder (Qwen3, Granite), all f32, named by HF tensor names through kTensorTable.
+// Weights of the decoders hybridlm runs (Qwen3, Granite, OLMo-Hybrid, hybrid students), all f32, named by HF
+// tensor names through the tensor table. A layer holds either self_attn or linear_attn, by its LayerKind.
 #pragma once
 #include <vector>
 
 #include "layers/attention_layer.h"
+#include "layers/gdn_layer.h"
 #include "layers/mlp_layer.h"
 
 namespace hlm {
 
 struct DecoderLayerWeights {
-  Tensor input_layernorm;           // [hidden]
-  AttentionWeights self_attn;
-  Tensor post_attention_layernorm;  // [hidden]
+  Tensor input_layernorm;             // [hidden]; undefined in post-norm blocks
+  AttentionWeights self_attn;         // full_attention layers
+  GdnWeights linear_attn;             // linear_attention layers
+  Tensor post_attention_layernorm;    // [hidden]: pre-MLP norm, or post-mixer norm in post-norm blocks
   MlpWeights mlp;
+  Tensor post_feedforward_layernorm;  // [hidden]; post-norm blocks only
 };
 
 struct DecoderWeights {

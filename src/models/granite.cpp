@@ -7,7 +7,7 @@ namespace hlm {
 
 const ArchitectureSpec kGraniteSpec{
     Architecture::Granite, "granite", "Granite dense decoder (Llama with embedding/residual/attention/logit scalars)",
-    /*qk_norm=*/false, [](const ModelConfig& c) {
+    QkNorm::None, /*attention_post_norm=*/false, [](const ModelConfig& c) {
       DecoderHyper h;
       h.embedding_multiplier = static_cast<float>(c.embedding_multiplier);
       h.residual_multiplier = static_cast<float>(c.residual_multiplier);

@@ -22,6 +22,13 @@ namespace {
 
 using json = nlohmann::json;
 
+// Which recurrent-layer keys a config class reads.
+enum class HybridKeys {
+  None,        // dense: every layer full_attention
+  OlmoHybrid,  // OlmoHybridConfig defaults (every 4th layer full attention, β×2, dk = 0.75·hidden/heads)
+  Student,     // hybridlm's converted student (seed Algorithm 1: heads and head dims of the teacher)
+};
+
 // What differs between the HF config classes we mirror.
 struct ConfigClass {
   Architecture architecture;
@@ -32,11 +39,18 @@ struct ConfigClass {
   std::optional<int64_t> bos_token_id, eos_token_id;
   bool granite_scalars;  // reads mlp_bias, embedding/residual/attention multipliers, logits_scaling
   bool qwen3_sliding;    // reads use_sliding_window (sliding_window, max_window_layers are then irrelevant)
+  HybridKeys hybrid;
 };
 
-constexpr std::array<ConfigClass, 2> kConfigClasses{{
-    {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true},
-    {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false},
+constexpr std::array<ConfigClass, 4> kConfigClasses{{
+    {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
+     HybridKeys::None},
+    {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
+     HybridKeys::None},
+    {Architecture::OlmoHybrid, "OlmoHybridForCausalLM", std::nullopt, std::nullopt, 65536, std::nullopt, 100257, false,
+     false, HybridKeys::OlmoHybrid},
+    {Architecture::Qwen3Hybrid, "Qwen3HybridForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, false,
+     HybridKeys::Student},
 }};
 
 const ConfigClass& config_class(Architecture architecture) {
@@ -147,6 +161,11 @@ void parse_rope(KeyReader& top, ModelConfig& c) {
     HLM_CHECK_INPUT(scaling->is_object(), "key 'rope_scaling' must be an object or null, got ", json_desc(*scaling));
     dict = *scaling;
     prefix = "rope_scaling.";
+  } else if (parameters && parameters->is_null() && config_class(c.architecture).hybrid == HybridKeys::OlmoHybrid) {
+    // OLMo-Hybrid: `rope_parameters: null` disables RoPE (NoPE attention layers, e.g. after DroPE).
+    c.use_rope = false;
+    (void)top.get("rope_theta");
+    return;
   } else if (parameters && !parameters->is_null()) {
     HLM_CHECK_INPUT(parameters->is_object(), "key 'rope_parameters' must be an object or null, got ",
                     json_desc(*parameters));
@@ -238,18 +257,75 @@ void parse_token_ids(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   if (!c.eos_token_ids.empty()) c.eos_token_id = c.eos_token_ids.front();
 }
 
-void parse_layer_types(KeyReader& r, ModelConfig& c) {
-  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
+// layer_types: dense classes allow only full_attention; hybrid classes both kinds. Absent: all full attention
+// (dense), OLMo-Hybrid's default (every 4th layer full, at least one), required for the student.
+void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   const json* v = r.get("layer_types");
-  if (v == nullptr || v->is_null()) return;
-  HLM_CHECK_INPUT(v->is_array(), "key 'layer_types' must be a list, got ", json_desc(*v));
-  HLM_CHECK_INPUT(static_cast<int64_t>(v->size()) == c.num_hidden_layers, "layer_types has ", v->size(),
-                  " entries but num_hidden_layers is ", c.num_hidden_layers);
-  for (size_t i = 0; i < v->size(); ++i) {
-    const std::string kind = as_string((*v)[i], "layer_types[]");
-    HLM_CHECK_INPUT(kind == "full_attention", "layer_types[", i, "] is '", kind, "': model_type ", c.model_type,
-                    " is dense, only 'full_attention' is supported");
+  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
+  if (v == nullptr || v->is_null()) {
+    HLM_CHECK_INPUT(cls.hybrid != HybridKeys::Student, "key 'layer_types' is required for model_type ", c.model_type);
+    if (cls.hybrid == HybridKeys::OlmoHybrid) {
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        if (i % 4 != 3) c.layer_types[static_cast<size_t>(i)] = "linear_attention";
+      if (c.num_hidden_layers < 4) c.layer_types.back() = "full_attention";
+    }
+  } else {
+    HLM_CHECK_INPUT(v->is_array(), "key 'layer_types' must be a list, got ", json_desc(*v));
+    HLM_CHECK_INPUT(static_cast<int64_t>(v->size()) == c.num_hidden_layers, "layer_types has ", v->size(),
+                    " entries but num_hidden_layers is ", c.num_hidden_layers);
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string kind = as_string((*v)[i], "layer_types[]");
+      if (cls.hybrid == HybridKeys::None) {
+        HLM_CHECK_INPUT(kind == "full_attention", "layer_types[", i, "] is '", kind, "': model_type ", c.model_type,
+                        " is dense, only 'full_attention' is supported");
+      } else {
+        HLM_CHECK_INPUT(kind == "full_attention" || kind == "linear_attention", "layer_types[", i, "] is '", kind,
+                        "' (expected 'full_attention' or 'linear_attention')");
+      }
+      c.layer_types[i] = kind;
+    }
   }
+  c.layer_kinds.clear();
+  for (const std::string& kind : c.layer_types)
+    c.layer_kinds.push_back(kind == "full_attention" ? LayerKind::FullAttention : LayerKind::LinearAttention);
+  if (cls.hybrid == HybridKeys::OlmoHybrid) {
+    const auto full = std::count(c.layer_types.begin(), c.layer_types.end(), "full_attention");
+    HLM_CHECK_INPUT(full > 0 && full < c.num_hidden_layers,
+                    "olmo_hybrid needs at least one full_attention and one linear_attention layer");
+  }
+}
+
+// The linear_* keys of hybrid classes, with each class's defaults.
+void parse_linear(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
+  if (cls.hybrid == HybridKeys::None) return;
+  LinearAttentionConfig l;
+  const bool olmo = cls.hybrid == HybridKeys::OlmoHybrid;
+  const auto optional_int = [&](const char* key) -> std::optional<int64_t> {
+    const json* v = r.get(key);
+    if (v == nullptr || v->is_null()) return std::nullopt;
+    return positive(as_int(*v, key), key);
+  };
+  l.num_key_heads = optional_int("linear_num_key_heads").value_or(c.num_attention_heads);
+  l.num_value_heads = optional_int("linear_num_value_heads").value_or(c.num_attention_heads);
+  // OLMo-Hybrid: dk = int(0.75·hidden / key heads), dv = 2·dk; the student keeps the teacher's head_dim.
+  l.key_head_dim = optional_int("linear_key_head_dim")
+                       .value_or(olmo ? static_cast<int64_t>(0.75 * static_cast<double>(c.hidden_size) /
+                                                             static_cast<double>(l.num_key_heads))
+                                      : c.head_dim);
+  l.value_head_dim = optional_int("linear_value_head_dim").value_or(olmo ? 2 * l.key_head_dim : c.head_dim);
+  l.conv_kernel_dim = optional_int("linear_conv_kernel_dim").value_or(4);
+  l.allow_neg_eigval = r.bool_or("linear_allow_neg_eigval", olmo);
+  l.norm_eps = olmo ? 1e-5 : c.rms_norm_eps;  // HF OLMo-Hybrid hard-codes its gated norm eps
+  l.a_log_min = r.number_or("linear_a_log_min", 0.0);
+  l.a_log_max = r.number_or("linear_a_log_max", 16.0);
+  l.dt_min = r.number_or("linear_dt_min", 1e-3);
+  l.dt_max = r.number_or("linear_dt_max", 0.1);
+  l.dt_init_floor = r.number_or("linear_dt_init_floor", 1e-4);
+  HLM_CHECK_INPUT(l.num_value_heads % l.num_key_heads == 0, "linear_num_value_heads (", l.num_value_heads,
+                  ") is not a multiple of linear_num_key_heads (", l.num_key_heads, ")");
+  positive(l.key_head_dim, "linear_key_head_dim");
+  positive(l.value_head_dim, "linear_value_head_dim");
+  c.linear = l;
 }
 
 ModelConfig parse_config_object(const json& j) {
@@ -300,7 +376,8 @@ ModelConfig parse_config_object(const json& j) {
     (void)r.get("sliding_window");     // unused while use_sliding_window is false (HF sets it to None)
     (void)r.get("max_window_layers");  // likewise
   }
-  parse_layer_types(r, c);
+  parse_layer_types(r, c, cls);
+  parse_linear(r, c, cls);
   parse_token_ids(r, c, cls);
   for (const char* key : {"dtype", "torch_dtype"}) {
     const json* v = r.get(key);
@@ -393,6 +470,21 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
                       : c.eos_token_id          ? json(*c.eos_token_id)
                                                 : json(nullptr);
   if (!c.dtype.empty()) j["dtype"] = c.dtype;
+  if (c.linear) {
+    const LinearAttentionConfig& l = *c.linear;
+    j["linear_num_key_heads"] = l.num_key_heads;
+    j["linear_num_value_heads"] = l.num_value_heads;
+    j["linear_key_head_dim"] = l.key_head_dim;
+    j["linear_value_head_dim"] = l.value_head_dim;
+    j["linear_conv_kernel_dim"] = l.conv_kernel_dim;
+    j["linear_allow_neg_eigval"] = l.allow_neg_eigval;
+    j["linear_a_log_min"] = l.a_log_min;
+    j["linear_a_log_max"] = l.a_log_max;
+    j["linear_dt_min"] = l.dt_min;
+    j["linear_dt_max"] = l.dt_max;
+    j["linear_dt_init_floor"] = l.dt_init_floor;
+  }
+  if (!c.use_rope) j["rope_parameters"] = nullptr;
   return j;
 }
 

@@ -20,7 +20,24 @@
 
 namespace hlm {
 
-enum class Architecture { Qwen3, Granite };
+enum class Architecture { Qwen3, Granite, OlmoHybrid, Qwen3Hybrid };
+
+// A layer's token mixer: softmax attention ("full_attention") or Gated DeltaNet ("linear_attention").
+enum class LayerKind { FullAttention, LinearAttention };
+
+// The GDN layers' hyperparameters, keys named as in HF's olmo_hybrid / qwen3_5 configs.
+struct LinearAttentionConfig {
+  int64_t num_key_heads = 0;    // linear_num_key_heads (q, k)
+  int64_t num_value_heads = 0;  // linear_num_value_heads (v, gate, β, state); a multiple of num_key_heads
+  int64_t key_head_dim = 0;     // linear_key_head_dim
+  int64_t value_head_dim = 0;   // linear_value_head_dim
+  int64_t conv_kernel_dim = 4;  // linear_conv_kernel_dim
+  bool allow_neg_eigval = false;  // linear_allow_neg_eigval: β = 2·sigmoid(b)
+  double norm_eps = 1e-5;       // eps of the gated output RMSNorm (OLMo-Hybrid: fixed 1e-5; student: rms_norm_eps)
+  // Initialisation ranges (OLMo-Hybrid keys; used by `convert`): A_log ~ log U(a_log_min, a_log_max) ...
+  double a_log_min = 0.0, a_log_max = 16.0;
+  double dt_min = 1e-3, dt_max = 0.1, dt_init_floor = 1e-4;
+};
 
 struct ModelConfig {
   std::string model_type;  // "qwen3", "granite"
@@ -47,8 +64,11 @@ struct ModelConfig {
   double logits_scaling = 1.0;        // logits divided by this
   std::optional<double> attention_multiplier;  // softmax scale; nullopt = head_dim^-1/2 (granite: always set, HF default 1)
 
-  // Per-layer kinds: "full_attention" for every layer of a dense model ([gdn] adds "linear_attention").
+  // Per-layer kinds as written ("full_attention" / "linear_attention") and parsed.
   std::vector<std::string> layer_types;
+  std::vector<LayerKind> layer_kinds;
+  std::optional<LinearAttentionConfig> linear;  // present for hybrid architectures
+  bool use_rope = true;  // false when rope_parameters is null (OLMo-Hybrid allows a NoPE model)
 
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;       // the first one when config.json lists several

@@ -11,6 +11,7 @@
 #include "layers/token_batch.h"
 #include "models/decoder_weights.h"
 #include "models/hf_config.h"
+#include "layers/gdn_layer.h"
 #include "ops/rope/rope.h"
 
 namespace hlm {
@@ -19,6 +20,9 @@ struct ForwardOptions {
   // Logits for every token ([T, V]) or only for the last token of each sequence ([N, V]).
   bool all_logits = false;
 };
+
+// The GDN layer dimensions a config implies (hybrid architectures only).
+GdnDims gdn_dims(const ModelConfig& config);
 
 class Model {
  public:

@@ -1,12 +1,16 @@
-// Model::forward: the pre-norm decoder shared by Qwen3 and Granite, read top to bottom.
-//   h = embed(ids)·m_emb;  per layer: h += m_res·attn(norm(h));  h += m_res·mlp(norm(h));  logits = lm_head(norm(h))/s
-#include "models/model.h"
-
+// Model::forward: the decoder shared by every architecture, read top to bottom.
+//   h = embed(ids)·m_emb
+//   per layer, pre-norm block:  h += m_res·mixer(norm_in(h));  h += m_res·mlp(norm_post(h))
+//              post-norm block: h += norm_post(mixer(h));       h += norm_ff(mlp(h))        (OLMo-Hybrid attention)
+//   mixer = softmax attention (full_attention) or Gated DeltaNet (linear_attention)
+//   logits = lm_head(norm(h)) / logits_scaling
 #include <algorithm>
 
 #include "layers/attention_layer.h"
+#include "layers/gdn_layer.h"
 #include "layers/mlp_layer.h"
 #include "models/architecture.h"
+#include "models/model.h"
 #include "ops/embedding/embedding.h"
 #include "ops/matmul/matmul.h"
 #include "ops/residual/residual.h"
@@ -14,38 +18,76 @@
 
 namespace hlm {
 
+GdnDims gdn_dims(const ModelConfig& c) {
+  HLM_CHECK(c.linear.has_value(), "model_type ", c.model_type, " has no linear-attention config");
+  const LinearAttentionConfig& l = *c.linear;
+  GdnDims d;
+  d.key_heads = l.num_key_heads;
+  d.value_heads = l.num_value_heads;
+  d.key_dim = l.key_head_dim;
+  d.value_dim = l.value_head_dim;
+  d.conv_kernel = l.conv_kernel_dim;
+  d.neg_eigval = l.allow_neg_eigval;
+  d.norm_eps = static_cast<float>(l.norm_eps);
+  return d;
+}
+
 Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture) {
   batch.validate();
   const ModelConfig& c = config_;
-  const DecoderHyper hyper = architecture_spec(c.architecture).hyper(c);
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
   const int64_t T = batch.total_tokens();
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::vector<int32_t> positions = batch.positions();
-  const AttentionDims dims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale, eps};
+  const AttentionDims attention_dims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
+                                     eps};
+  const RopeTable* rope = c.use_rope ? &rope_ : nullptr;
   const auto emit = [&](CapturePoint point, int layer, const Tensor& value) {
     if (capture) capture(point, layer, value);
   };
 
   arena_.reset();
   Tensor hidden = arena_.tensor({T, H});  // residual stream [T, H]
-  Tensor normed = arena_.tensor({T, H});  // norm(hidden) [T, H]
-  Tensor delta = arena_.tensor({T, H});   // block output [T, H]
+  Tensor normed = arena_.tensor({T, H});  // a norm's output [T, H]
+  Tensor delta = arena_.tensor({T, H});   // a branch's output [T, H]
   embedding_forward(hidden.f32(), weights_.embed_tokens.f32(), batch.ids.data(), T, c.vocab_size, H,
                     hyper.embedding_multiplier);
 
   for (int i = 0; i < static_cast<int>(c.num_hidden_layers); ++i) {
     const DecoderLayerWeights& layer = weights_.layers[static_cast<size_t>(i)];
+    const bool full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
+    const bool post_norm = full_attention && spec.attention_post_norm;
+    const auto mixer = [&](float* out, const float* in) {
+      if (full_attention) {
+        attention_layer_forward(out, in, layer.self_attn, attention_dims, rope, batch, positions.data(), arena_);
+      } else {
+        gdn_layer_forward(out, in, layer.linear_attn, gdn_dims(c), batch, nullptr, arena_);
+      }
+    };
     emit(CapturePoint::AttnIn, i, hidden);
-    rmsnorm_forward(normed.f32(), hidden.f32(), layer.input_layernorm.f32(), T, H, eps);
-    attention_layer_forward(delta.f32(), normed.f32(), layer.self_attn, dims, rope_, batch, positions.data(), arena_);
-    emit(CapturePoint::AttnDelta, i, delta);
-    residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
-    emit(CapturePoint::AttnOut, i, hidden);
-    rmsnorm_forward(normed.f32(), hidden.f32(), layer.post_attention_layernorm.f32(), T, H, eps);
-    mlp_layer_forward(delta.f32(), normed.f32(), layer.mlp, T, arena_);
-    emit(CapturePoint::MlpDelta, i, delta);
-    residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
+    if (post_norm) {
+      mixer(normed.f32(), hidden.f32());
+      rmsnorm_forward(delta.f32(), normed.f32(), layer.post_attention_layernorm.f32(), T, H, eps);
+      emit(CapturePoint::AttnDelta, i, delta);
+      residual_add_forward(hidden.f32(), delta.f32(), 1.0f, T * H);
+      emit(CapturePoint::AttnOut, i, hidden);
+      mlp_layer_forward(normed.f32(), hidden.f32(), layer.mlp, T, arena_);
+      rmsnorm_forward(delta.f32(), normed.f32(), layer.post_feedforward_layernorm.f32(), T, H, eps);
+      emit(CapturePoint::MlpDelta, i, delta);
+      residual_add_forward(hidden.f32(), delta.f32(), 1.0f, T * H);
+    } else {
+      rmsnorm_forward(normed.f32(), hidden.f32(), layer.input_layernorm.f32(), T, H, eps);
+      mixer(delta.f32(), normed.f32());
+      emit(CapturePoint::AttnDelta, i, delta);
+      residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
+      emit(CapturePoint::AttnOut, i, hidden);
+      rmsnorm_forward(normed.f32(), hidden.f32(), layer.post_attention_layernorm.f32(), T, H, eps);
+      mlp_layer_forward(delta.f32(), normed.f32(), layer.mlp, T, arena_);
+      emit(CapturePoint::MlpDelta, i, delta);
+      residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
+    }
   }
   rmsnorm_forward(normed.f32(), hidden.f32(), weights_.norm.f32(), T, H, eps);
   emit(CapturePoint::FinalHidden, -1, normed);

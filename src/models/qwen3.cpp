@@ -6,7 +6,8 @@
 namespace hlm {
 
 const ArchitectureSpec kQwen3Spec{
-    Architecture::Qwen3, "qwen3", "Qwen3 dense decoder (q/k RMSNorm, SwiGLU, RoPE)", /*qk_norm=*/true,
+    Architecture::Qwen3, "qwen3", "Qwen3 dense decoder (q/k RMSNorm, SwiGLU, RoPE)", QkNorm::PerHead,
+    /*attention_post_norm=*/false,
     [](const ModelConfig& c) {
       DecoderHyper h;
       h.attention_scale = c.attention_scale();

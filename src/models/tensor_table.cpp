@@ -7,100 +7,142 @@
 namespace hlm {
 namespace {
 
-int64_t q_width(const ModelConfig& c) { return c.num_attention_heads * c.head_dim; }
-int64_t kv_width(const ModelConfig& c) { return c.num_key_value_heads * c.head_dim; }
-bool always(const ModelConfig&) { return true; }
-bool attention_bias(const ModelConfig& c) { return c.attention_bias; }
-bool mlp_bias(const ModelConfig& c) { return c.mlp_bias; }
-bool qk_norm(const ModelConfig& c) { return architecture_spec(c.architecture).qk_norm; }
-bool untied(const ModelConfig& c) { return !c.tie_word_embeddings; }
+using C = const ModelConfig&;
 
-// Shorthands for the slot column.
+int64_t q_width(C c) { return c.num_attention_heads * c.head_dim; }
+int64_t kv_width(C c) { return c.num_key_value_heads * c.head_dim; }
+int64_t gdn_k_width(C c) { return c.linear->num_key_heads * c.linear->key_head_dim; }
+int64_t gdn_v_width(C c) { return c.linear->num_value_heads * c.linear->value_head_dim; }
+int64_t gdn_heads(C c) { return c.linear->num_value_heads; }
+int64_t conv_kernel(C c) { return c.linear->conv_kernel_dim; }
+
+bool full(C c, int i) { return c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention; }
+bool linear(C c, int i) { return !full(c, i); }
+bool post_norm_block(C c, int i) { return full(c, i) && architecture_spec(c.architecture).attention_post_norm; }
+bool pre_norm_block(C c, int i) { return !post_norm_block(c, i); }
+bool always(C, int) { return true; }
+bool attention_bias(C c, int i) { return full(c, i) && c.attention_bias; }
+bool attention(C c, int i) { return full(c, i); }
+bool mlp_bias(C c, int) { return c.mlp_bias; }
+bool qk_norm(C c, int i) { return full(c, i) && architecture_spec(c.architecture).qk_norm != QkNorm::None; }
+bool untied(C c, int) { return !c.tie_word_embeddings; }
+int64_t norm_width(C c, int64_t whole) {
+  return architecture_spec(c.architecture).qk_norm == QkNorm::WholeProjection ? whole : c.head_dim;
+}
+
 DecoderLayerWeights& L(DecoderWeights& w, int i) { return w.layers[static_cast<size_t>(i)]; }
+GdnWeights& G(DecoderWeights& w, int i) { return L(w, i).linear_attn; }
 
-const std::array<TensorRow, 21> kTensorTable{{
-    {"model.embed_tokens.weight", "embedding", false,
-     [](const ModelConfig& c) { return Shape{c.vocab_size, c.hidden_size}; }, always,
-     [](DecoderWeights& w, int) -> Tensor& { return w.embed_tokens; }},
-    {"model.layers.{i}.input_layernorm.weight", "norm", true,
-     [](const ModelConfig& c) { return Shape{c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).input_layernorm; }},
-    {"model.layers.{i}.self_attn.q_proj.weight", "attention", true,
-     [](const ModelConfig& c) { return Shape{q_width(c), c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.q_proj.weight; }},
-    {"model.layers.{i}.self_attn.q_proj.bias", "attention", true,
-     [](const ModelConfig& c) { return Shape{q_width(c)}; }, attention_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.q_proj.bias; }},
-    {"model.layers.{i}.self_attn.k_proj.weight", "attention", true,
-     [](const ModelConfig& c) { return Shape{kv_width(c), c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.k_proj.weight; }},
-    {"model.layers.{i}.self_attn.k_proj.bias", "attention", true,
-     [](const ModelConfig& c) { return Shape{kv_width(c)}; }, attention_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.k_proj.bias; }},
-    {"model.layers.{i}.self_attn.v_proj.weight", "attention", true,
-     [](const ModelConfig& c) { return Shape{kv_width(c), c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.v_proj.weight; }},
-    {"model.layers.{i}.self_attn.v_proj.bias", "attention", true,
-     [](const ModelConfig& c) { return Shape{kv_width(c)}; }, attention_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.v_proj.bias; }},
-    {"model.layers.{i}.self_attn.o_proj.weight", "attention", true,
-     [](const ModelConfig& c) { return Shape{c.hidden_size, q_width(c)}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.o_proj.weight; }},
-    {"model.layers.{i}.self_attn.o_proj.bias", "attention", true,
-     [](const ModelConfig& c) { return Shape{c.hidden_size}; }, attention_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.o_proj.bias; }},
-    {"model.layers.{i}.self_attn.q_norm.weight", "norm", true,
-     [](const ModelConfig& c) { return Shape{c.head_dim}; }, qk_norm,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.q_norm; }},
-    {"model.layers.{i}.self_attn.k_norm.weight", "norm", true,
-     [](const ModelConfig& c) { return Shape{c.head_dim}; }, qk_norm,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).self_attn.k_norm; }},
-    {"model.layers.{i}.post_attention_layernorm.weight", "norm", true,
-     [](const ModelConfig& c) { return Shape{c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).post_attention_layernorm; }},
-    {"model.layers.{i}.mlp.gate_proj.weight", "mlp", true,
-     [](const ModelConfig& c) { return Shape{c.intermediate_size, c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).mlp.gate_proj.weight; }},
-    {"model.layers.{i}.mlp.gate_proj.bias", "mlp", true,
-     [](const ModelConfig& c) { return Shape{c.intermediate_size}; }, mlp_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).mlp.gate_proj.bias; }},
-    {"model.layers.{i}.mlp.up_proj.weight", "mlp", true,
-     [](const ModelConfig& c) { return Shape{c.intermediate_size, c.hidden_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).mlp.up_proj.weight; }},
-    {"model.layers.{i}.mlp.up_proj.bias", "mlp", true,
-     [](const ModelConfig& c) { return Shape{c.intermediate_size}; }, mlp_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).mlp.up_proj.bias; }},
-    {"model.layers.{i}.mlp.down_proj.weight", "mlp", true,
-     [](const ModelConfig& c) { return Shape{c.hidden_size, c.intermediate_size}; }, always,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).mlp.down_proj.weight; }},
-    {"model.layers.{i}.mlp.down_proj.bias", "mlp", true,
-     [](const ModelConfig& c) { return Shape{c.hidden_size}; }, mlp_bias,
-     [](DecoderWeights& w, int i) -> Tensor& { return L(w, i).mlp.down_proj.bias; }},
-    {"model.norm.weight", "norm", false, [](const ModelConfig& c) { return Shape{c.hidden_size}; }, always,
-     [](DecoderWeights& w, int) -> Tensor& { return w.norm; }},
-    {"lm_head.weight", "lm_head", false,
-     [](const ModelConfig& c) { return Shape{c.vocab_size, c.hidden_size}; }, untied,
-     [](DecoderWeights& w, int) -> Tensor& { return w.lm_head.weight; }},
-}};
+#define SHAPE(...) [](C c) { return Shape{__VA_ARGS__}; }
+#define SLOT(expr) [](DecoderWeights & w, int i) -> Tensor& { return expr; }
 
-}  // namespace
+const std::array kTensorTable{
+    TensorRow{"model.embed_tokens.weight", "embedding", false, SHAPE(c.vocab_size, c.hidden_size), always,
+              [](DecoderWeights& w, int) -> Tensor& { return w.embed_tokens; }},
+    TensorRow{"model.layers.{i}.input_layernorm.weight", "norm", true, SHAPE(c.hidden_size), pre_norm_block,
+              SLOT(L(w, i).input_layernorm), "model.layers.{i}.attention_layer_norm.weight"},
+    // Full attention.
+    TensorRow{"model.layers.{i}.self_attn.q_proj.weight", "attention", true, SHAPE(q_width(c), c.hidden_size),
+              attention, SLOT(L(w, i).self_attn.q_proj.weight)},
+    TensorRow{"model.layers.{i}.self_attn.q_proj.bias", "attention", true, SHAPE(q_width(c)), attention_bias,
+              SLOT(L(w, i).self_attn.q_proj.bias)},
+    TensorRow{"model.layers.{i}.self_attn.k_proj.weight", "attention", true, SHAPE(kv_width(c), c.hidden_size),
+              attention, SLOT(L(w, i).self_attn.k_proj.weight)},
+    TensorRow{"model.layers.{i}.self_attn.k_proj.bias", "attention", true, SHAPE(kv_width(c)), attention_bias,
+              SLOT(L(w, i).self_attn.k_proj.bias)},
+    TensorRow{"model.layers.{i}.self_attn.v_proj.weight", "attention", true, SHAPE(kv_width(c), c.hidden_size),
+              attention, SLOT(L(w, i).self_attn.v_proj.weight)},
+    TensorRow{"model.layers.{i}.self_attn.v_proj.bias", "attention", true, SHAPE(kv_width(c)), attention_bias,
+              SLOT(L(w, i).self_attn.v_proj.bias)},
+    TensorRow{"model.layers.{i}.self_attn.o_proj.weight", "attention", true, SHAPE(c.hidden_size, q_width(c)),
+              attention, SLOT(L(w, i).self_attn.o_proj.weight)},
+    TensorRow{"model.layers.{i}.self_attn.o_proj.bias", "attention", true, SHAPE(c.hidden_size), attention_bias,
+              SLOT(L(w, i).self_attn.o_proj.bias)},
+    TensorRow{"model.layers.{i}.self_attn.q_norm.weight", "norm", true, SHAPE(norm_width(c, q_width(c))), qk_norm,
+              SLOT(L(w, i).self_attn.q_norm)},
+    TensorRow{"model.layers.{i}.self_attn.k_norm.weight", "norm", true, SHAPE(norm_width(c, kv_width(c))), qk_norm,
+              SLOT(L(w, i).self_attn.k_norm)},
+    // Gated DeltaNet (names of HF's olmo_hybrid module as saved).
+    TensorRow{"model.layers.{i}.linear_attn.q_proj.weight", "linear_attention", true,
+              SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).q_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.k_proj.weight", "linear_attention", true,
+              SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).k_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.v_proj.weight", "linear_attention", true,
+              SHAPE(gdn_v_width(c), c.hidden_size), linear, SLOT(G(w, i).v_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.g_proj.weight", "linear_attention", true,
+              SHAPE(gdn_v_width(c), c.hidden_size), linear, SLOT(G(w, i).g_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.a_proj.weight", "linear_attention", true,
+              SHAPE(gdn_heads(c), c.hidden_size), linear, SLOT(G(w, i).a_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.b_proj.weight", "linear_attention", true,
+              SHAPE(gdn_heads(c), c.hidden_size), linear, SLOT(G(w, i).b_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.o_proj.weight", "linear_attention", true,
+              SHAPE(c.hidden_size, gdn_v_width(c)), linear, SLOT(G(w, i).o_proj.weight)},
+    TensorRow{"model.layers.{i}.linear_attn.q_conv1d.weight", "linear_attention", true,
+              SHAPE(gdn_k_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).q_conv), {},
+              SHAPE(gdn_k_width(c), conv_kernel(c))},
+    TensorRow{"model.layers.{i}.linear_attn.k_conv1d.weight", "linear_attention", true,
+              SHAPE(gdn_k_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).k_conv), {},
+              SHAPE(gdn_k_width(c), conv_kernel(c))},
+    TensorRow{"model.layers.{i}.linear_attn.v_conv1d.weight", "linear_attention", true,
+              SHAPE(gdn_v_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).v_conv), {},
+              SHAPE(gdn_v_width(c), conv_kernel(c))},
+    TensorRow{"model.layers.{i}.linear_attn.A_log", "linear_attention", true, SHAPE(gdn_heads(c)), linear,
+              SLOT(G(w, i).A_log)},
+    TensorRow{"model.layers.{i}.linear_attn.dt_bias", "linear_attention", true, SHAPE(gdn_heads(c)), linear,
+              SLOT(G(w, i).dt_bias)},
+    TensorRow{"model.layers.{i}.linear_attn.o_norm.weight", "norm", true, SHAPE(c.linear->value_head_dim), linear,
+              SLOT(G(w, i).o_norm)},
+    // MLP and its norms.
+    TensorRow{"model.layers.{i}.post_attention_layernorm.weight", "norm", true, SHAPE(c.hidden_size), always,
+              SLOT(L(w, i).post_attention_layernorm), "model.layers.{i}.feedforward_layer_norm.weight"},
+    TensorRow{"model.layers.{i}.mlp.gate_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size),
+              always, SLOT(L(w, i).mlp.gate_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.gate_proj.bias", "mlp", true, SHAPE(c.intermediate_size), mlp_bias,
+              SLOT(L(w, i).mlp.gate_proj.bias)},
+    TensorRow{"model.layers.{i}.mlp.up_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size), always,
+              SLOT(L(w, i).mlp.up_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.up_proj.bias", "mlp", true, SHAPE(c.intermediate_size), mlp_bias,
+              SLOT(L(w, i).mlp.up_proj.bias)},
+    TensorRow{"model.layers.{i}.mlp.down_proj.weight", "mlp", true, SHAPE(c.hidden_size, c.intermediate_size),
+              always, SLOT(L(w, i).mlp.down_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.down_proj.bias", "mlp", true, SHAPE(c.hidden_size), mlp_bias,
+              SLOT(L(w, i).mlp.down_proj.bias)},
+    TensorRow{"model.layers.{i}.post_feedforward_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
+              post_norm_block, SLOT(L(w, i).post_feedforward_layernorm)},
+    TensorRow{"model.norm.weight", "norm", false, SHAPE(c.hidden_size), always,
+              [](DecoderWeights& w, int) -> Tensor& { return w.norm; }},
+    TensorRow{"lm_head.weight", "lm_head", false, SHAPE(c.vocab_size, c.hidden_size), untied,
+              [](DecoderWeights& w, int) -> Tensor& { return w.lm_head.weight; }},
+};
 
-std::span<const TensorRow> tensor_table() { return kTensorTable; }
+#undef SHAPE
+#undef SLOT
 
-std::string tensor_name(const TensorRow& row, int layer) {
-  std::string name(row.pattern);
+std::string expand(std::string_view pattern, int layer) {
+  std::string name(pattern);
   const auto at = name.find("{i}");
   if (at != std::string::npos) name.replace(at, 3, std::to_string(layer));
   return name;
 }
 
+}  // namespace
+
+std::span<const TensorRow> tensor_table() { return kTensorTable; }
+
+std::string tensor_name(const TensorRow& row, int layer) { return expand(row.pattern, layer); }
+std::string tensor_alias(const TensorRow& row, int layer) {
+  return row.alias.empty() ? std::string() : expand(row.alias, layer);
+}
+
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config) {
   std::vector<TensorSpec> out;
   for (const TensorRow& row : kTensorTable) {
-    if (!row.present(config)) continue;
     const int layers = row.per_layer ? static_cast<int>(config.num_hidden_layers) : 1;
-    for (int i = 0; i < layers; ++i)
-      out.push_back({tensor_name(row, i), std::string(row.group), row.shape(config), &row, row.per_layer ? i : -1});
+    for (int i = 0; i < layers; ++i) {
+      const int layer = row.per_layer ? i : -1;
+      if (!row.present(config, layer)) continue;
+      out.push_back({tensor_name(row, i), std::string(row.group), row.shape(config), &row, layer});
+    }
   }
   return out;
 }

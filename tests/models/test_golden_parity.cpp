@@ -16,6 +16,10 @@ using namespace hlm;
 namespace {
 
 constexpr double kMaxRelError = 1e-5;
+// Hybrid models (GDN layers): HF runs its chunked torch GDN (chunk 64, fp32 throughout) where we run the token
+// recurrence with a double-precision state; the two orders of summation over 100 tokens, propagated through the
+// following layers and the final RMSNorm, measured 9.6e-6 on olmo_hybrid_tiny. The [gdn] issue's bound is 1e-4.
+constexpr double kMaxRelErrorHybrid = 1e-4;
 
 class GoldenParity : public ::testing::TestWithParam<std::string> {};
 
@@ -38,13 +42,15 @@ TEST_P(GoldenParity, LogitsAndCapturePointsMatchHF) {
   double worst = 0.0;
   std::string worst_name;
   for (const SafetensorsEntry& entry : golden.entries()) {
-    if (entry.name == "input_ids") continue;
+    // input_ids is the input; other names that are not capture points (e.g. OLMo's mixer_out.i) are extras.
+    const std::string point = entry.name.substr(0, entry.name.find('.'));
+    if (entry.name == "input_ids" || capture_point_by_name(point) == nullptr) continue;
     ASSERT_TRUE(captured.count(entry.name)) << case_name << ": we produce no '" << entry.name << "'";
     const Tensor expect = golden.tensor_f32(entry.name);
     const Tensor& got = captured[entry.name];
     ASSERT_EQ(got.numel(), expect.numel()) << entry.name;
     const double err = test::max_rel_error(got.f32(), expect.f32(), static_cast<size_t>(expect.numel()));
-    EXPECT_LE(err, kMaxRelError) << case_name << " " << entry.name;
+    EXPECT_LE(err, model.config().linear ? kMaxRelErrorHybrid : kMaxRelError) << case_name << " " << entry.name;
     if (err >= worst) worst = err, worst_name = entry.name;
     ++compared;
   }
@@ -54,6 +60,7 @@ TEST_P(GoldenParity, LogitsAndCapturePointsMatchHF) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, GoldenParity,
-                         ::testing::Values("qwen3_tied", "qwen3_untied", "qwen3_yarn", "granite"));
+                         ::testing::Values("qwen3_tied", "qwen3_untied", "qwen3_yarn", "granite",
+                                           "olmo_hybrid_tiny"));
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "cli/subcommands.h"
 #include "models/architecture.h"
 #include "models/checkpoint.h"
+#include "models/state_size.h"
 #include "models/tensor_check.h"
 
 namespace hlm {
@@ -16,7 +17,11 @@ namespace {
 struct InspectOptions {
   std::string model_dir;
   bool json = false;
+  int64_t context = 4096;
+  int64_t bytes_per_element = 2;
 };
+
+double mib(int64_t elements, int64_t bytes) { return static_cast<double>(elements * bytes) / (1024.0 * 1024.0); }
 
 char layer_letter(const std::string& kind) { return kind == "full_attention" ? 'A' : 'R'; }
 
@@ -44,6 +49,20 @@ int run_inspect(const InspectOptions& o) {
   }
   const std::vector<std::string>& unused = resolved.unused;
 
+  const StateSizes m = state_sizes(c, o.context, o.bytes_per_element);
+  const nlohmann::json memory = {
+      {"context", m.context},
+      {"bytes_per_element", m.bytes_per_element},
+      {"full_attention", {{"layers", m.full_attention_layers},
+                          {"kv_elements_per_token", m.kv_elements_per_token},
+                          {"kv_elements_at_context", m.kv_elements_at_context},
+                          {"kv_bytes_at_context", m.kv_elements_at_context * m.bytes_per_element}}},
+      {"linear_attention", {{"layers", m.linear_attention_layers},
+                            {"state_elements", m.recurrent_state_elements},
+                            {"state_bytes", m.recurrent_state_elements * m.bytes_per_element},
+                            {"conv_state_elements", m.conv_state_elements}}},
+      {"model_bytes_at_context", m.model_elements_at_context * m.bytes_per_element}};
+
   const ArchitectureSpec& arch = architecture_spec(c.architecture);
   nlohmann::json j = {{"model_dir", o.model_dir},
                       {"model_type", c.model_type},
@@ -64,6 +83,7 @@ int run_inspect(const InspectOptions& o) {
                       {"parameters_by_group", params_by_group},
                       {"checkpoint_bytes", checkpoint.total_bytes()},
                       {"unused_tensors", unused},
+                      {"memory", memory},
                       {"unknown_config_keys", c.unknown_keys},
                       {"tensors", tensors}};
   if (o.json) {
@@ -79,11 +99,31 @@ int run_inspect(const InspectOptions& o) {
               static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
               static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
               c.tie_word_embeddings ? "tied" : "untied");
-  std::printf("rope         %s, theta %g\n", c.rope.rope_type.c_str(), c.rope.rope_theta);
+  if (c.use_rope) {
+    std::printf("rope         %s, theta %g\n", c.rope.rope_type.c_str(), c.rope.rope_theta);
+  } else {
+    std::printf("rope         none (rope_parameters is null)\n");
+  }
+  if (c.linear)
+    std::printf("gdn          %lld k-heads x %lld, %lld v-heads x %lld, conv %lld, beta %s\n",
+                static_cast<long long>(c.linear->num_key_heads), static_cast<long long>(c.linear->key_head_dim),
+                static_cast<long long>(c.linear->num_value_heads), static_cast<long long>(c.linear->value_head_dim),
+                static_cast<long long>(c.linear->conv_kernel_dim),
+                c.linear->allow_neg_eigval ? "2*sigmoid (negative eigenvalues)" : "sigmoid");
   std::printf("parameters   %lld\n", static_cast<long long>(total_params));
   for (const auto& [group, n] : params_by_group)
-    std::printf("  %-10s %12lld  (%.1f%%)\n", group.c_str(), static_cast<long long>(n),
+    std::printf("  %-17s %12lld  (%.1f%%)\n", group.c_str(), static_cast<long long>(n),
                 100.0 * static_cast<double>(n) / static_cast<double>(total_params));
+  std::printf("memory at context %lld, %lld bytes/element (Olmo Hybrid Table 1 arithmetic)\n",
+              static_cast<long long>(m.context), static_cast<long long>(m.bytes_per_element));
+  std::printf("  full attention    %lld layers: KV %lld elements/token, %.3f MiB/layer at context\n",
+              static_cast<long long>(m.full_attention_layers), static_cast<long long>(m.kv_elements_per_token),
+              mib(m.kv_elements_at_context, m.bytes_per_element));
+  if (m.linear_attention_layers > 0)
+    std::printf("  linear attention  %lld layers: state %lld elements, %.3f MiB/layer (constant; +%lld conv)\n",
+                static_cast<long long>(m.linear_attention_layers), static_cast<long long>(m.recurrent_state_elements),
+                mib(m.recurrent_state_elements, m.bytes_per_element), static_cast<long long>(m.conv_state_elements));
+  std::printf("  whole model       %.3f MiB at context\n", mib(m.model_elements_at_context, m.bytes_per_element));
   std::printf("tensors (%zu)\n", tensors.size());
   for (const auto& t : tensors) {
     std::string shape;
@@ -103,9 +143,17 @@ void add_inspect_command(CLI::App& app, std::function<int()>& action) {
   cmd->footer(
       "Examples:\n"
       "  hybridlm inspect tests/golden/qwen3_tied\n"
-      "  hybridlm inspect ~/models/Qwen3-0.6B --json | jq .parameters_by_group");
+      "  hybridlm inspect ~/models/Qwen3-0.6B --json | jq .parameters_by_group\n"
+      "  hybridlm inspect tests/golden/olmo_hybrid_tiny --context 32768 --bytes-per-element 4");
   cmd->add_option("model_dir", options->model_dir, "HF model directory (config.json + safetensors)")->required();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of text");
+  cmd->add_option("--context", options->context, "Context length for the KV-cache vs recurrent-state figures")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--bytes-per-element", options->bytes_per_element,
+                  "Bytes per cached element (2 = fp16/bf16 as in Olmo Hybrid's Table 1, 4 = fp32)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([options, &action] { action = [options] { return run_inspect(*options); }; });
 }
 

@@ -27,6 +27,12 @@ GdnDims gdn_dims(const ModelConfig& config);
 class Model {
  public:
   static Model load(const std::filesystem::path& dir);
+  // A model with freshly drawn weights (counter-based RNG: independent of thread count): matrices ~ N(0, 0.02),
+  // norm weights 1, GDN A_log = log U(a_log_min, a_log_max), dt_bias = softplus⁻¹(dt) with log dt ~
+  // U(log dt_min, log dt_max) floored at dt_init_floor. For tests and from-scratch pretraining.
+  static Model create(const ModelConfig& config, uint64_t seed);
+  // Writes config.json and model.safetensors (f32, canonical HF names) into dir, each file atomically.
+  void save(const std::filesystem::path& dir) const;
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }

@@ -1,0 +1,26 @@
+#include "models/state_size.h"
+
+#include <algorithm>
+
+namespace hlm {
+
+StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_element) {
+  StateSizes s;
+  s.context = context;
+  s.bytes_per_element = bytes_per_element;
+  s.full_attention_layers = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::FullAttention);
+  s.linear_attention_layers = c.num_hidden_layers - s.full_attention_layers;
+  s.kv_elements_per_token = 2 * c.num_key_value_heads * c.head_dim;
+  s.kv_elements_at_context = s.kv_elements_per_token * context;
+  if (c.linear) {
+    const LinearAttentionConfig& l = *c.linear;
+    s.recurrent_state_elements = l.num_value_heads * l.key_head_dim * l.value_head_dim;
+    s.conv_state_elements =
+        (2 * l.num_key_heads * l.key_head_dim + l.num_value_heads * l.value_head_dim) * (l.conv_kernel_dim - 1);
+  }
+  s.model_elements_at_context = s.full_attention_layers * s.kv_elements_at_context +
+                                s.linear_attention_layers * (s.recurrent_state_elements + s.conv_state_elements);
+  return s;
+}
+
+}  // namespace hlm

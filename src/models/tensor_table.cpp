@@ -1,5 +1,6 @@
 #include "models/tensor_table.h"
 
+#include <algorithm>
 #include <array>
 
 #include "models/architecture.h"
@@ -135,6 +136,13 @@ std::string tensor_alias(const TensorRow& row, int layer) {
 }
 
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config) {
+  // Ordered as a reader expects: rows before the first per-layer row, then layer by layer, then the rest.
+  const auto first_layer_row = std::find_if(kTensorTable.begin(), kTensorTable.end(),
+                                            [](const TensorRow& r) { return r.per_layer; }) - kTensorTable.begin();
+  const auto order = [&](const TensorSpec& s) -> int64_t {
+    if (s.layer >= 0) return s.layer;
+    return s.row - kTensorTable.data() < first_layer_row ? -1 : config.num_hidden_layers;
+  };
   std::vector<TensorSpec> out;
   for (const TensorRow& row : kTensorTable) {
     const int layers = row.per_layer ? static_cast<int>(config.num_hidden_layers) : 1;
@@ -144,6 +152,7 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& config) {
       out.push_back({tensor_name(row, i), std::string(row.group), row.shape(config), &row, layer});
     }
   }
+  std::stable_sort(out.begin(), out.end(), [&](const TensorSpec& a, const TensorSpec& b) { return order(a) < order(b); });
   return out;
 }
 

@@ -4,9 +4,11 @@
 
 namespace hlm {
 
-static const std::array<SubcommandEntry, 2> kSubcommands{{
+static const std::array<SubcommandEntry, 4> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
+    {"convert", add_convert_command},
+    {"placements", add_placements_command},
 }};
 
 std::span<const SubcommandEntry> subcommand_table() { return kSubcommands; }

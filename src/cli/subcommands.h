@@ -17,5 +17,7 @@ std::span<const SubcommandEntry> subcommand_table();
 
 void add_inspect_command(CLI::App& app, std::function<int()>& action);
 void add_run_command(CLI::App& app, std::function<int()>& action);
+void add_convert_command(CLI::App& app, std::function<int()>& action);
+void add_placements_command(CLI::App& app, std::function<int()>& action);
 
 }  // namespace hlm

@@ -1,38 +1,235 @@
+// Full-attention layer: the f32 entry points (shape checks, tensor -> pointer views, gradient helpers) and the layer
+// math templated on the scalar type (float for the engine, double for gradient checks). Backward, walking the
+// forward (recomputed) in reverse:
+//   do = d_out Wo;  dWo += d_outᵀ o;  dbo += Σ d_out                       (matmul_backward)
+//   (dq, dk, dv) = attention_backward(do)                                  (softmax recomputed per query block)
+//   dq, dk ← rope_backward (transposed rotation);  then rmsnorm_backward → dq̃, dk̃, dq_norm, dk_norm
+//   dx = dq̃ Wq + dk̃ Wk + dv Wv (first overwrites);  dWp += dpᵀ x;  dbp += Σ dp
 #include "layers/attention_layer.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
 #include "ops/attention/attention.h"
+#include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
 
 namespace hlm {
 
-void attention_layer_forward(float* out, const float* x, const AttentionWeights& w, const AttentionDims& dims,
-                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena) {
-  const int64_t T = batch.total_tokens();
-  const int64_t D = dims.head_dim;
-  const Arena::Mark mark = arena.mark();
-  float* q = static_cast<float*>(arena.allocate(sizeof(float) * T * dims.q_heads * D));   // [T, Hq, D]
-  float* k = static_cast<float*>(arena.allocate(sizeof(float) * T * dims.kv_heads * D));  // [T, Hkv, D]
-  float* v = static_cast<float*>(arena.allocate(sizeof(float) * T * dims.kv_heads * D));  // [T, Hkv, D]
-  float* mixed = static_cast<float*>(arena.allocate(sizeof(float) * T * dims.q_heads * D));
-  linear_forward(q, x, w.q_proj, T);
-  linear_forward(k, x, w.k_proj, T);
-  linear_forward(v, x, w.v_proj, T);
-  // q/k norm: the weight's length says whether it normalises each head (D) or the whole projection (H·D).
-  const auto qk_norm = [&](float* x, const Tensor& weight, int64_t heads) {
-    const int64_t width = weight.numel() == D ? D : heads * D;
-    HLM_CHECK(weight.numel() == width, "q/k norm of ", weight.numel(), " entries for ", heads, " heads of ", D);
-    rmsnorm_forward(x, x, weight.f32(), T * heads * D / width, width, dims.norm_eps);
-  };
-  if (w.q_norm.defined()) qk_norm(q, w.q_norm, dims.q_heads);
-  if (w.k_norm.defined()) qk_norm(k, w.k_norm, dims.kv_heads);
-  if (rope != nullptr) {
-    rope_forward(q, positions, T, dims.q_heads, *rope);
-    rope_forward(k, positions, T, dims.kv_heads, *rope);
+namespace {
+
+template <typename T>
+T* scratch(Arena& arena, int64_t n) {
+  return static_cast<T*>(arena.allocate(sizeof(T) * static_cast<size_t>(std::max<int64_t>(n, 1))));
+}
+
+// Rows and width of a q/k norm over `heads` heads: per head (width D) or the whole projection (width H·D).
+struct NormRows {
+  int64_t rows, width;
+};
+NormRows norm_rows(int64_t norm_size, int64_t tokens, int64_t heads, int64_t D) {
+  HLM_CHECK(norm_size == D || norm_size == heads * D, "q/k norm of ", norm_size, " entries for ", heads,
+            " heads of ", D);
+  return {tokens * heads * D / norm_size, norm_size};
+}
+
+// Forward intermediates (token-major): projections before the norm (q̃, k̃), q and k as attention reads them (after
+// norm and rope), v, and the attention output o. q_lin == q (k_lin == k) when not kept apart.
+template <typename T>
+struct Activations {
+  T *q_lin, *k_lin, *q, *k, *v, *o;
+};
+
+// keep_pre_norm: the backward needs q̃ / k̃ apart from q / k when they are normalised; otherwise they share storage.
+template <typename T>
+Activations<T> forward_activations(const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                                   const RopeTable* rope, const AttentionBatchView& b, bool keep_pre_norm,
+                                   Arena& arena) {
+  const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
+  Activations<T> a{};
+  a.q = scratch<T>(arena, n * Cq);
+  a.k = scratch<T>(arena, n * Ckv);
+  a.v = scratch<T>(arena, n * Ckv);
+  a.o = scratch<T>(arena, n * Cq);
+  a.q_lin = keep_pre_norm && w.q_norm != nullptr ? scratch<T>(arena, n * Cq) : a.q;
+  a.k_lin = keep_pre_norm && w.k_norm != nullptr ? scratch<T>(arena, n * Ckv) : a.k;
+  matmul_forward<T>(a.q_lin, x, w.q_proj, w.q_bias, n, Cq, b.hidden);
+  matmul_forward<T>(a.k_lin, x, w.k_proj, w.k_bias, n, Ckv, b.hidden);
+  matmul_forward<T>(a.v, x, w.v_proj, w.v_bias, n, Ckv, b.hidden);
+  if (a.q_lin != a.q) std::copy(a.q_lin, a.q_lin + n * Cq, a.q);
+  if (a.k_lin != a.k) std::copy(a.k_lin, a.k_lin + n * Ckv, a.k);
+  if (w.q_norm != nullptr) {
+    const NormRows r = norm_rows(w.q_norm_size, n, d.q_heads, D);
+    rmsnorm_forward<T>(a.q, a.q, w.q_norm, r.rows, r.width, d.norm_eps);
   }
-  const AttentionShape shape{T, dims.q_heads, dims.kv_heads, D};
-  attention_forward(mixed, q, k, v, batch.cu_seqlens.data(), batch.num_sequences(), shape, dims.scale);
-  linear_forward(out, mixed, w.o_proj, T);
+  if (w.k_norm != nullptr) {
+    const NormRows r = norm_rows(w.k_norm_size, n, d.kv_heads, D);
+    rmsnorm_forward<T>(a.k, a.k, w.k_norm, r.rows, r.width, d.norm_eps);
+  }
+  if (rope != nullptr) {
+    HLM_CHECK(rope->head_dim == D, "rope table head_dim ", rope->head_dim, " != attention head_dim ", D);
+    rope_forward<T>(a.q, b.positions, n, d.q_heads, *rope);
+    rope_forward<T>(a.k, b.positions, n, d.kv_heads, *rope);
+  }
+  const AttentionShape shape{n, d.q_heads, d.kv_heads, D};
+  attention_forward<T>(a.o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
+  return a;
+}
+
+void check_tensor(const Tensor& t, Shape expect, const char* name) {
+  HLM_CHECK_INPUT(t.dtype() == DType::F32 && t.is_contiguous(), "attention tensor ", name, " must be contiguous f32");
+  HLM_CHECK_INPUT(t.shape() == expect, "attention tensor ", name, " has shape ", t.shape().str(), ", expected ",
+                  expect.str());
+}
+
+// Fills a pointer set from a tensor set through the two tables (undefined -> nullptr), checking the names agree.
+template <class P, class S>
+AttentionParamPtrs<P> ptrs_from(S& set) {
+  AttentionParamPtrs<P> p{};
+  const auto tensors = attention_param_tensors(set);
+  const auto fields = attention_param_ptr_fields(p);
+  for (size_t i = 0; i < kAttentionParamCount; ++i) {
+    HLM_CHECK(std::strcmp(tensors[i].first, fields[i].first) == 0, "attention parameter tables disagree at ", i);
+    const Tensor& t = *tensors[i].second;
+    HLM_CHECK_INPUT(!t.defined() || (t.dtype() == DType::F32 && t.is_contiguous()), "attention tensor ",
+                    tensors[i].first, " must be contiguous f32");
+    *fields[i].second = t.defined() ? static_cast<P>(t.raw()) : nullptr;
+  }
+  p.q_norm_size = set.q_norm.defined() ? set.q_norm.numel() : 0;
+  p.k_norm_size = set.k_norm.defined() ? set.k_norm.numel() : 0;
+  return p;
+}
+
+AttentionBatchView batch_view(const TokenBatch& batch, int64_t hidden, const int32_t* positions) {
+  batch.validate();
+  return {batch.total_tokens(), hidden, batch.cu_seqlens.data(), batch.num_sequences(), positions};
+}
+
+}  // namespace
+
+AttentionGrads attention_grads_like(const AttentionWeights& w) {
+  AttentionGrads g;
+  const auto src = attention_param_tensors(w);
+  const auto dst = attention_param_tensors(g);
+  for (size_t i = 0; i < kAttentionParamCount; ++i)
+    if (src[i].second->defined()) *dst[i].second = Tensor::zeros(src[i].second->shape());
+  return g;
+}
+
+void attention_check_weights(const AttentionWeights& w, const AttentionDims& d) {
+  HLM_CHECK_INPUT(d.q_heads > 0 && d.kv_heads > 0 && d.head_dim > 0 && d.q_heads % d.kv_heads == 0,
+                  "bad attention dims: ", d.q_heads, " q heads, ", d.kv_heads, " kv heads, head_dim ", d.head_dim);
+  HLM_CHECK_INPUT(w.q_proj.weight.defined() && w.q_proj.weight.rank() == 2, "attention q_proj.weight is missing");
+  const int64_t hidden = w.q_proj.in_features(), Cq = d.q_heads * d.head_dim, Ckv = d.kv_heads * d.head_dim;
+  const struct {
+    const Linear& l;
+    int64_t out, in;
+    const char *weight, *bias;
+  } linears[] = {{w.q_proj, Cq, hidden, "q_proj.weight", "q_proj.bias"},
+                 {w.k_proj, Ckv, hidden, "k_proj.weight", "k_proj.bias"},
+                 {w.v_proj, Ckv, hidden, "v_proj.weight", "v_proj.bias"},
+                 {w.o_proj, hidden, Cq, "o_proj.weight", "o_proj.bias"}};
+  for (const auto& p : linears) {
+    HLM_CHECK_INPUT(p.l.weight.defined(), "attention tensor ", p.weight, " is missing");
+    check_tensor(p.l.weight, {p.out, p.in}, p.weight);
+    if (p.l.bias.defined()) check_tensor(p.l.bias, {p.out}, p.bias);
+  }
+  const struct {
+    const Tensor& t;
+    int64_t heads;
+    const char* name;
+  } norms[] = {{w.q_norm, d.q_heads, "q_norm.weight"}, {w.k_norm, d.kv_heads, "k_norm.weight"}};
+  for (const auto& n : norms)
+    if (n.t.defined())
+      HLM_CHECK_INPUT(n.t.numel() == d.head_dim || n.t.numel() == n.heads * d.head_dim, "attention tensor ", n.name,
+                      " has ", n.t.numel(), " entries, expected ", d.head_dim, " or ", n.heads * d.head_dim);
+}
+
+AttentionParamPtrs<const float*> attention_param_ptrs(const AttentionWeights& w) {
+  return ptrs_from<const float*>(w);
+}
+AttentionParamPtrs<float*> attention_param_ptrs(AttentionGrads& g) { return ptrs_from<float*>(g); }
+
+template <typename T>
+void attention_layer_forward_ref(T* out, const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                                 const RopeTable* rope, const AttentionBatchView& b, Arena& arena) {
+  HLM_CHECK(out != x, "attention forward: out may not alias x");
+  const Arena::Mark mark = arena.mark();
+  const Activations<T> a = forward_activations(x, w, d, rope, b, /*keep_pre_norm=*/false, arena);
+  matmul_forward<T>(out, a.o, w.o_proj, w.o_bias, b.tokens, b.hidden, d.q_heads * d.head_dim);
   arena.release(mark);
 }
+
+template <typename T>
+void attention_layer_backward_ref(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const T* x,
+                                  const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                                  const RopeTable* rope, const AttentionBatchView& b, Arena& arena) {
+  HLM_CHECK(dx != x && dx != d_out, "attention backward: dx may not alias x or d_out");
+  HLM_CHECK((w.q_norm == nullptr || g.q_norm != nullptr) && (w.k_norm == nullptr || g.k_norm != nullptr),
+            "attention backward: missing q/k norm gradient");
+  const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
+  const Arena::Mark mark = arena.mark();
+  const Activations<T> a = forward_activations(x, w, d, rope, b, /*keep_pre_norm=*/true, arena);
+
+  T* d_o = scratch<T>(arena, n * Cq);  // [n, Hq·D]
+  matmul_backward<T>(d_o, g.o_proj, g.o_bias, d_out, a.o, w.o_proj, n, b.hidden, Cq);
+  T *dq = scratch<T>(arena, n * Cq), *dk = scratch<T>(arena, n * Ckv), *dv = scratch<T>(arena, n * Ckv);
+  const AttentionShape shape{n, d.q_heads, d.kv_heads, D};
+  attention_backward<T>(dq, dk, dv, d_o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
+  if (rope != nullptr) {
+    rope_backward<T>(dq, b.positions, n, d.q_heads, *rope);
+    rope_backward<T>(dk, b.positions, n, d.kv_heads, *rope);
+  }
+  if (w.q_norm != nullptr) {  // in place: dq -> dq̃
+    const NormRows r = norm_rows(w.q_norm_size, n, d.q_heads, D);
+    rmsnorm_backward<T>(dq, g.q_norm, dq, a.q_lin, w.q_norm, r.rows, r.width, d.norm_eps);
+  }
+  if (w.k_norm != nullptr) {
+    const NormRows r = norm_rows(w.k_norm_size, n, d.kv_heads, D);
+    rmsnorm_backward<T>(dk, g.k_norm, dk, a.k_lin, w.k_norm, r.rows, r.width, d.norm_eps);
+  }
+  matmul_backward<T>(dx, g.q_proj, g.q_bias, dq, x, w.q_proj, n, Cq, b.hidden, /*accumulate_dx=*/false);
+  matmul_backward<T>(dx, g.k_proj, g.k_bias, dk, x, w.k_proj, n, Ckv, b.hidden, /*accumulate_dx=*/true);
+  matmul_backward<T>(dx, g.v_proj, g.v_bias, dv, x, w.v_proj, n, Ckv, b.hidden, /*accumulate_dx=*/true);
+  arena.release(mark);
+}
+
+void attention_layer_forward(float* out, const float* x, const AttentionWeights& w, const AttentionDims& dims,
+                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena) {
+  attention_check_weights(w, dims);
+  attention_layer_forward_ref<float>(out, x, attention_param_ptrs(w), dims, rope,
+                                     batch_view(batch, w.q_proj.in_features(), positions), arena);
+}
+
+void attention_layer_backward(float* dx, AttentionGrads& grads, const float* d_out, const float* x,
+                              const AttentionWeights& w, const AttentionDims& dims, const RopeTable* rope,
+                              const TokenBatch& batch, const int32_t* positions, Arena& arena) {
+  attention_check_weights(w, dims);
+  const auto want = attention_param_tensors(w);
+  const auto have = attention_param_tensors(grads);
+  for (size_t i = 0; i < kAttentionParamCount; ++i) {
+    HLM_CHECK_INPUT(want[i].second->defined() == have[i].second->defined(), "attention gradient ", have[i].first,
+                    want[i].second->defined() ? " is missing" : " is defined but the weight is not");
+    if (want[i].second->defined()) check_tensor(*have[i].second, want[i].second->shape(), have[i].first);
+  }
+  attention_layer_backward_ref<float>(dx, attention_param_ptrs(grads), d_out, x, attention_param_ptrs(w), dims, rope,
+                                      batch_view(batch, w.q_proj.in_features(), positions), arena);
+}
+
+template void attention_layer_forward_ref<float>(float*, const float*, const AttentionParamPtrs<const float*>&,
+                                                 const AttentionDims&, const RopeTable*, const AttentionBatchView&,
+                                                 Arena&);
+template void attention_layer_forward_ref<double>(double*, const double*, const AttentionParamPtrs<const double*>&,
+                                                  const AttentionDims&, const RopeTable*, const AttentionBatchView&,
+                                                  Arena&);
+template void attention_layer_backward_ref<float>(float*, const AttentionParamPtrs<float*>&, const float*,
+                                                  const float*, const AttentionParamPtrs<const float*>&,
+                                                  const AttentionDims&, const RopeTable*, const AttentionBatchView&,
+                                                  Arena&);
+template void attention_layer_backward_ref<double>(double*, const AttentionParamPtrs<double*>&, const double*,
+                                                   const double*, const AttentionParamPtrs<const double*>&,
+                                                   const AttentionDims&, const RopeTable*,
+                                                   const AttentionBatchView&, Arena&);
 
 }  // namespace hlm

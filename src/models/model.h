@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -31,12 +32,27 @@ class Model {
   // norm weights 1, GDN A_log = log U(a_log_min, a_log_max), dt_bias = softplus⁻¹(dt) with log dt ~
   // U(log dt_min, log dt_max) floored at dt_init_floor. For tests and from-scratch pretraining.
   static Model create(const ModelConfig& config, uint64_t seed);
+  // A model from a config and weights already in tensor-table layout (runtime shapes), e.g. a converted student
+  // (models/convert.h). The caller has checked the shapes; tied configs get lm_head = embed_tokens.
+  static Model from_weights(ModelConfig config, DecoderWeights weights) {
+    Model m;
+    m.config_ = std::move(config);
+    m.weights_ = std::move(weights);
+    if (m.config_.tie_word_embeddings) m.weights_.lm_head.weight = m.weights_.embed_tokens;
+    if (m.config_.use_rope)
+      m.rope_ = rope_table_build(m.config_.rope, m.config_.head_dim, m.config_.max_position_embeddings);
+    return m;
+  }
   // Writes config.json and model.safetensors (f32, canonical HF names) into dir, each file atomically.
   void save(const std::filesystem::path& dir) const;
 
   const ModelConfig& config() const { return config_; }
   const DecoderWeights& weights() const { return weights_; }
   const std::filesystem::path& dir() const { return dir_; }
+  const RopeTable& rope() const { return rope_; }
+  DecoderWeights& mutable_weights() { return weights_; }
+  // Scratch memory of this model's passes (forward resets it; model_backward reuses it).
+  Arena& arena() { return arena_; }
   // Checkpoint tensors that the tensor table does not name (reported by the CLI, never silently dropped).
   const std::vector<std::string>& unused_tensors() const { return unused_tensors_; }
 

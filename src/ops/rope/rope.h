@@ -51,4 +51,15 @@ RopeTable rope_table_build(const RopeParams& params, int64_t head_dim, int64_t m
 // for a negative position or one >= table.max_position (when set).
 void rope_forward(float* x, const int32_t* positions, int64_t T, int64_t H, const RopeTable& table);
 
+// Templated forward (T = float: the entry point above, bit-identical; T = double: gradient checks, same float angle
+// pos · inv_freq, cos/sin and attention_scaling in double).
+template <typename T>
+void rope_forward(T* x, const int32_t* positions, int64_t n, int64_t H, const RopeTable& table);
+
+// Backward, in place on d [T, H, D] (the gradient w.r.t. the rotated x on entry, w.r.t. the unrotated x on exit):
+// the forward is linear, x' = M x with M = attention_scaling · rotation per pair, so dx = Mᵀ dx' — the transposed
+// (inverse-angle) rotation, scaled by attention_scaling. Needs only positions and the table. Dims >= R pass through.
+template <typename T>
+void rope_backward(T* d, const int32_t* positions, int64_t n, int64_t H, const RopeTable& table);
+
 }  // namespace hlm

@@ -1,5 +1,5 @@
 // RoPE reference: frequency tables as HF transformers 5.x builds them (modeling_rope_utils.py and the models'
-// compute_default_rope_parameters) and the rotate_half application of apply_rotary_pos_emb.
+// compute_default_rope_parameters), the rotate_half application of apply_rotary_pos_emb and its transpose (backward).
 //
 // HF's tensor ops run in float32 with Python scalars cast to float32 first; each helper below names the HF
 // expression it replays. Python-level scalar math (correction ranges, mscale, wavelength bounds) stays in double,
@@ -161,40 +161,80 @@ RopeTable rope_table_build(const RopeParams& params, int64_t head_dim, int64_t m
   return table;
 }
 
-void rope_forward(float* x, const int32_t* positions, int64_t T, int64_t H, const RopeTable& table) {
-  const int64_t D = table.head_dim;
-  const int64_t half = table.rotary_dim / 2;
-  HLM_CHECK(static_cast<int64_t>(table.inv_freq.size()) == half && table.rotary_dim <= D, "rope: bad table");
-  for (int64_t t = 0; t < T; ++t) {
+namespace {
+
+void rope_check(const int32_t* positions, int64_t n, const RopeTable& table) {
+  HLM_CHECK(static_cast<int64_t>(table.inv_freq.size()) == table.rotary_dim / 2 && table.rotary_dim <= table.head_dim,
+            "rope: bad table");
+  for (int64_t t = 0; t < n; ++t) {
     HLM_CHECK_INPUT(positions[t] >= 0, "rope: negative position ", positions[t], " at token ", t);
     HLM_CHECK_INPUT(table.max_position == 0 || positions[t] < table.max_position, "rope: position ", positions[t],
                     " >= ", table.max_position, " needs the dynamic-NTK recompute, which is not supported");
   }
-#pragma omp parallel for if (T * H * D > 32768)
-  for (int64_t t = 0; t < T; ++t) {
-    // HF: freqs = position.float() @ inv_freq (one float product), cos/sin in float32, then × attention_scaling.
-    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
-    const auto pos = static_cast<float>(positions[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = pos * table.inv_freq[static_cast<size_t>(i)];
-      cos_t[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle))) * table.attention_scaling;
-      sin_t[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle))) * table.attention_scaling;
-    }
+}
+
+// cos/sin of token position `pos` for every rotary pair, times attention_scaling.
+// HF: freqs = position.float() @ inv_freq (one float product), cos/sin in float32, then × attention_scaling.
+template <typename T>
+void rope_cos_sin(std::vector<T>& cos_t, std::vector<T>& sin_t, int32_t position, const RopeTable& table) {
+  const size_t half = table.inv_freq.size();
+  cos_t.resize(half);
+  sin_t.resize(half);
+  const auto pos = static_cast<float>(position);
+  for (size_t i = 0; i < half; ++i) {
+    const float angle = pos * table.inv_freq[i];
+    cos_t[i] = static_cast<T>(std::cos(static_cast<double>(angle))) * static_cast<T>(table.attention_scaling);
+    sin_t[i] = static_cast<T>(std::sin(static_cast<double>(angle))) * static_cast<T>(table.attention_scaling);
+  }
+}
+
+// Rotates every head of every token: (x1, x2) -> (x1·c − x2·s·sign, x2·c + x1·s·sign); sign = +1 forward (rotate
+// by +angle), −1 backward (the transpose).
+template <typename T>
+void rope_apply(T* x, const int32_t* positions, int64_t n, int64_t H, const RopeTable& table, bool transpose) {
+  rope_check(positions, n, table);
+  const int64_t D = table.head_dim;
+  const int64_t half = table.rotary_dim / 2;
+#pragma omp parallel for if (n * H * D > 32768)
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<T> cos_t, sin_t;
+    rope_cos_sin(cos_t, sin_t, positions[t], table);
     for (int64_t h = 0; h < H; ++h) {
-      float* v = x + (t * H + h) * D;
+      T* v = x + (t * H + h) * D;
       for (int64_t i = 0; i < half; ++i) {
         // q·cos + rotate_half(q)·sin, rotate_half(q) = cat(-q2, q1): two products, one sum, each rounded.
-        const float x1 = v[i];
-        const float x2 = v[i + half];
-        const float c = cos_t[static_cast<size_t>(i)];
-        const float s = sin_t[static_cast<size_t>(i)];
-        const float lo_a = x1 * c, lo_b = -x2 * s;
-        const float hi_a = x2 * c, hi_b = x1 * s;
+        const T x1 = v[i];
+        const T x2 = v[i + half];
+        const T c = cos_t[static_cast<size_t>(i)];
+        const T s = transpose ? -sin_t[static_cast<size_t>(i)] : sin_t[static_cast<size_t>(i)];
+        const T lo_a = x1 * c, lo_b = -x2 * s;
+        const T hi_a = x2 * c, hi_b = x1 * s;
         v[i] = lo_a + lo_b;
         v[i + half] = hi_a + hi_b;
       }
     }
   }
 }
+
+}  // namespace
+
+template <typename T>
+void rope_forward(T* x, const int32_t* positions, int64_t n, int64_t H, const RopeTable& table) {
+  rope_apply(x, positions, n, H, table, false);
+}
+
+template <typename T>
+void rope_backward(T* d, const int32_t* positions, int64_t n, int64_t H, const RopeTable& table) {
+  rope_apply(d, positions, n, H, table, true);
+}
+
+void rope_forward(float* x, const int32_t* positions, int64_t T, int64_t H, const RopeTable& table) {
+  rope_forward<float>(x, positions, T, H, table);
+}
+
+template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, const RopeTable&);
+template void rope_forward<double>(double*, const int32_t*, int64_t, int64_t, const RopeTable&);
+template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, const RopeTable&);
+template void rope_backward<double>(double*, const int32_t*, int64_t, int64_t, const RopeTable&);
 
 }  // namespace hlm

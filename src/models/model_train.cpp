@@ -1,0 +1,169 @@
+// Forward-with-trace and backward of the decoder (see model_train.h). The backward walks the layers in reverse:
+//   pre-norm block   mid = in + m·mixer(norm_in(in));  out = mid + m·mlp(norm_post(mid))
+//   post-norm block  mid = in + norm_post(mixer(in));  out = mid + norm_ff(mlp(mid))
+// d_in = d_mid + (mixer branch)ᵀ d_mid;  d_mid = d_out + (mlp branch)ᵀ d_out.
+#include "models/model_train.h"
+
+#include "layers/attention_layer.h"
+#include "layers/gdn_layer.h"
+#include "layers/mlp_layer.h"
+#include "models/architecture.h"
+#include "models/tensor_table.h"
+#include "ops/embedding/embedding.h"
+#include "ops/residual/residual.h"
+#include "ops/rmsnorm/rmsnorm.h"
+
+namespace hlm {
+
+DecoderWeights zero_grads_like(const ModelConfig& config) {
+  DecoderWeights g;
+  g.layers.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (const TensorSpec& spec : expected_tensors(config)) {
+    const Shape shape = spec.row->runtime_shape ? spec.row->runtime_shape(config) : spec.shape;
+    spec.row->slot(g, spec.layer) = Tensor::zeros(shape);
+  }
+  if (config.tie_word_embeddings) g.lm_head.weight = g.embed_tokens;
+  return g;
+}
+
+std::vector<NamedParameter> named_parameters(const ModelConfig& config, DecoderWeights& weights,
+                                             DecoderWeights& grads) {
+  std::vector<NamedParameter> out;
+  for (const TensorSpec& spec : expected_tensors(config))
+    out.push_back({spec.name, spec.group, spec.row->slot(weights, spec.layer), spec.row->slot(grads, spec.layer)});
+  return out;
+}
+
+ForwardTrace model_forward_train(Model& model, const TokenBatch& batch) {
+  ForwardTrace trace;
+  model.forward(batch, {}, [&](CapturePoint point, int, const Tensor& value) {
+    switch (point) {
+      case CapturePoint::AttnIn: trace.layer_in.push_back(value.clone()); break;
+      case CapturePoint::AttnOut: trace.mixer_out.push_back(value.clone()); break;
+      case CapturePoint::FinalHidden: trace.final_hidden = value.clone(); break;
+      default: break;
+    }
+  });
+  return trace;
+}
+
+namespace {
+
+// Shallow views of a layer's gradient tensors typed as the layer backwards expect (Tensor copies share storage, so
+// the backwards' += lands in `grads`).
+template <class Grads, class Weights>
+Grads as_grads(const Weights& w) {
+  Grads g;
+  static_cast<Weights&>(g) = w;
+  return g;
+}
+
+}  // namespace
+
+void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& trace, const Tensor& d_final_hidden,
+                    DecoderWeights& grads) {
+  const ModelConfig& c = model.config();
+  const DecoderWeights& w = model.weights();
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
+  const int64_t T = batch.total_tokens(), H = c.hidden_size, L = c.num_hidden_layers;
+  const int64_t n = T * H;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const std::vector<int32_t> positions = batch.positions();
+  const AttentionDims attention_dims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
+                                     eps};
+  const RopeTable* rope = c.use_rope ? &model.rope() : nullptr;
+  HLM_CHECK(static_cast<int64_t>(trace.layer_in.size()) == L && static_cast<int64_t>(trace.mixer_out.size()) == L,
+            "forward trace does not match the model");
+  Arena& arena = model.arena();
+  arena.reset();
+
+  Tensor d_hidden = arena.tensor({T, H});   // gradient w.r.t. the residual stream at the current point
+  Tensor normed = arena.tensor({T, H});
+  Tensor branch = arena.tensor({T, H});
+  Tensor d_branch = arena.tensor({T, H});
+  Tensor d_normed = arena.tensor({T, H});
+  Tensor stream = arena.tensor({T, H});
+
+  const auto run_mlp_branch_output = [&](int i, const Tensor& mid, Tensor& out_stream) {
+    // out = mid + branch(mid), as the forward computed it.
+    const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(i)];
+    const bool post_norm = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention && spec.attention_post_norm;
+    std::copy_n(mid.f32(), n, out_stream.f32());
+    if (post_norm) {
+      mlp_layer_forward(branch.f32(), mid.f32(), lw.mlp, T, arena);
+      rmsnorm_forward(normed.f32(), branch.f32(), lw.post_feedforward_layernorm.f32(), T, H, eps);
+      residual_add_forward(out_stream.f32(), normed.f32(), 1.0f, n);
+    } else {
+      rmsnorm_forward(normed.f32(), mid.f32(), lw.post_attention_layernorm.f32(), T, H, eps);
+      mlp_layer_forward(branch.f32(), normed.f32(), lw.mlp, T, arena);
+      residual_add_forward(out_stream.f32(), branch.f32(), hyper.residual_multiplier, n);
+    }
+  };
+
+  // Final norm: its input (the last layer's output) is not kept; rerun the last MLP branch to rebuild it.
+  run_mlp_branch_output(static_cast<int>(L - 1), trace.mixer_out[static_cast<size_t>(L - 1)], stream);
+  rmsnorm_backward(d_hidden.f32(), grads.norm.f32(), d_final_hidden.f32(), stream.f32(), w.norm.f32(), T, H, eps);
+
+  for (int i = static_cast<int>(L) - 1; i >= 0; --i) {
+    const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(i)];
+    DecoderLayerWeights& lg = grads.layers[static_cast<size_t>(i)];
+    const bool full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
+    const bool post_norm = full_attention && spec.attention_post_norm;
+    const Tensor& in = trace.layer_in[static_cast<size_t>(i)];
+    const Tensor& mid = trace.mixer_out[static_cast<size_t>(i)];
+    MlpGrads mlp_grads = as_grads<MlpGrads>(lg.mlp);
+
+    // MLP branch: d_mid = d_out + branchᵀ(d_out).
+    if (post_norm) {
+      mlp_layer_forward(branch.f32(), mid.f32(), lw.mlp, T, arena);
+      rmsnorm_backward(d_branch.f32(), lg.post_feedforward_layernorm.f32(), d_hidden.f32(), branch.f32(),
+                       lw.post_feedforward_layernorm.f32(), T, H, eps);
+      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), mid.f32(), lw.mlp, T, arena);
+      residual_add_forward(d_hidden.f32(), d_normed.f32(), 1.0f, n);
+    } else {
+      rmsnorm_forward(normed.f32(), mid.f32(), lw.post_attention_layernorm.f32(), T, H, eps);
+      for (int64_t j = 0; j < n; ++j) d_branch.f32()[j] = hyper.residual_multiplier * d_hidden.f32()[j];
+      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), normed.f32(), lw.mlp, T, arena);
+      rmsnorm_backward(d_branch.f32(), lg.post_attention_layernorm.f32(), d_normed.f32(), mid.f32(),
+                       lw.post_attention_layernorm.f32(), T, H, eps);
+      residual_add_forward(d_hidden.f32(), d_branch.f32(), 1.0f, n);
+    }
+
+    // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
+    const auto mixer_backward = [&](float* dx, const float* d_out, const float* x) {
+      if (full_attention) {
+        AttentionGrads g = as_grads<AttentionGrads>(lg.self_attn);
+        attention_layer_backward(dx, g, d_out, x, lw.self_attn, attention_dims, rope, batch, positions.data(), arena);
+      } else {
+        GdnGrads g = as_grads<GdnGrads>(lg.linear_attn);
+        gdn_layer_backward(dx, g, d_out, x, lw.linear_attn, gdn_dims(c), batch, nullptr, arena);
+      }
+    };
+    const auto mixer_forward = [&](float* out, const float* x) {
+      if (full_attention) {
+        attention_layer_forward(out, x, lw.self_attn, attention_dims, rope, batch, positions.data(), arena);
+      } else {
+        gdn_layer_forward(out, x, lw.linear_attn, gdn_dims(c), batch, nullptr, arena);
+      }
+    };
+    if (post_norm) {
+      mixer_forward(branch.f32(), in.f32());
+      rmsnorm_backward(d_branch.f32(), lg.post_attention_layernorm.f32(), d_hidden.f32(), branch.f32(),
+                       lw.post_attention_layernorm.f32(), T, H, eps);
+      mixer_backward(d_normed.f32(), d_branch.f32(), in.f32());
+      residual_add_forward(d_hidden.f32(), d_normed.f32(), 1.0f, n);
+    } else {
+      rmsnorm_forward(normed.f32(), in.f32(), lw.input_layernorm.f32(), T, H, eps);
+      for (int64_t j = 0; j < n; ++j) d_branch.f32()[j] = hyper.residual_multiplier * d_hidden.f32()[j];
+      mixer_backward(d_normed.f32(), d_branch.f32(), normed.f32());
+      rmsnorm_backward(d_branch.f32(), lg.input_layernorm.f32(), d_normed.f32(), in.f32(), lw.input_layernorm.f32(),
+                       T, H, eps);
+      residual_add_forward(d_hidden.f32(), d_branch.f32(), 1.0f, n);
+    }
+  }
+  embedding_backward(grads.embed_tokens.f32(), d_hidden.f32(), batch.ids.data(), T, c.vocab_size, H,
+                     hyper.embedding_multiplier);
+}
+
+}  // namespace hlm

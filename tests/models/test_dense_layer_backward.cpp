@@ -23,11 +23,15 @@
 
 #include "layers/attention_layer.h"
 #include "layers/mlp_layer.h"
+#include "support/finite_diff.h"
 #include "support/random.h"
 
 using namespace hlm;
 
 namespace {
+
+using test::dot;
+using test::fd_check;
 
 constexpr double kTolFloatVsDouble = 3e-6;
 
@@ -39,32 +43,6 @@ std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.en
 void fill_random(Tensor& t, uint64_t stream, float sd, float mean = 0.0f) {
   const auto v = test::random_vector(static_cast<size_t>(t.numel()), stream, sd, 31);
   for (size_t i = 0; i < v.size(); ++i) t.f32()[i] = mean + v[i];
-}
-
-void fd_check(const std::function<double()>& loss, std::vector<double>& x, const std::vector<double>& analytic,
-              const std::string& name) {
-  ASSERT_EQ(x.size(), analytic.size()) << name;
-  const double eps = 1e-6;
-  double max_grad = 1.0, max_err = 0.0;
-  for (double a : analytic) max_grad = std::max(max_grad, std::abs(a));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + eps;
-    const double lp = loss();
-    x[i] = saved - eps;
-    const double lm = loss();
-    x[i] = saved;
-    const double fd = (lp - lm) / (2 * eps);
-    max_err = std::max(max_err, std::abs(fd - analytic[i]));
-    EXPECT_NEAR(analytic[i], fd, 1e-7 * max_grad) << name << "[" << i << "]";
-  }
-  std::printf("  d%-16s max |fd - analytic| = %.2e (max |grad| %.3f)\n", name.c_str(), max_err, max_grad);
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
 }
 
 // max |float − double| / max |double|.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "layers/gdn_layer.h"
+#include "support/finite_diff.h"
 #include "support/random.h"
 
 using namespace hlm;
@@ -136,21 +137,7 @@ DoubleLayer make_double_layer(const GdnDims& d, int64_t hidden, std::vector<int6
 }
 
 void fd_check(DoubleLayer& L, std::vector<double>& x, const std::vector<double>& analytic, const std::string& name) {
-  const double eps = 1e-6;
-  double max_grad = 1.0, max_err = 0.0;
-  for (double a : analytic) max_grad = std::max(max_grad, std::abs(a));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + eps;
-    const double lp = L.loss();
-    x[i] = saved - eps;
-    const double lm = L.loss();
-    x[i] = saved;
-    const double fd = (lp - lm) / (2 * eps);
-    max_err = std::max(max_err, std::abs(fd - analytic[i]));
-    EXPECT_NEAR(analytic[i], fd, 1e-7 * max_grad) << name << "[" << i << "]";
-  }
-  std::printf("  d%-16s max |fd - analytic| = %.2e (max |grad| %.3f)\n", name.c_str(), max_err, max_grad);
+  test::fd_check([&] { return L.loss(); }, x, analytic, name);
 }
 
 // A bigger configuration for the float tests: D = 16, Hk = 2, Hv = 4, dk = 4, dv = 3, K = 4.

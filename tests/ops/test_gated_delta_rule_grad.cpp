@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/gated_delta_rule/gated_delta_rule.h"
+#include "support/finite_diff.h"
 #include "support/random.h"
 
 using namespace hlm;
@@ -77,22 +78,7 @@ TinyProblem make_tiny(std::vector<int64_t> cu, int64_t dk, int64_t dv, double be
 
 // Checks every element of one input against central differences; returns the max abs deviation.
 double check_input(TinyProblem& p, std::vector<double>& x, const std::vector<double>& analytic, const char* name) {
-  const double eps = 1e-6;
-  double max_grad = 1.0, max_err = 0.0;
-  for (double a : analytic) max_grad = std::max(max_grad, std::abs(a));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + eps;
-    const double lp = p.loss();
-    x[i] = saved - eps;
-    const double lm = p.loss();
-    x[i] = saved;
-    const double fd = (lp - lm) / (2 * eps);
-    max_err = std::max(max_err, std::abs(fd - analytic[i]));
-    EXPECT_NEAR(analytic[i], fd, 1e-7 * max_grad) << name << "[" << i << "]";
-  }
-  std::printf("  d%-5s max |fd - analytic| = %.2e (max |grad| %.2f)\n", name, max_err, max_grad);
-  return max_err;
+  return test::fd_check([&] { return p.loss(); }, x, analytic, name);
 }
 
 void run_fd_check(TinyProblem p) {

@@ -19,44 +19,18 @@
 #include "ops/gated_rmsnorm/gated_rmsnorm.h"
 #include "ops/gdn_gate/gdn_gate.h"
 #include "ops/l2norm/l2norm.h"
+#include "support/finite_diff.h"
 #include "support/random.h"
 
 using namespace hlm;
 
 namespace {
 
+using test::dot;
+using test::fd_check;
+
 std::vector<double> randn(size_t n, uint64_t stream, double sd = 1.0, double mean = 0.0) {
-  const auto f = test::random_vector(n, stream, 1.0f, 4242);
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = mean + sd * f[i];
-  return out;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Central differences of loss() with respect to every element of x, against `analytic`.
-void fd_check(const std::function<double()>& loss, std::vector<double>& x, const std::vector<double>& analytic,
-              const char* name) {
-  ASSERT_EQ(x.size(), analytic.size()) << name;
-  const double eps = 1e-6;
-  double max_grad = 1.0, max_err = 0.0;
-  for (double a : analytic) max_grad = std::max(max_grad, std::abs(a));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + eps;
-    const double lp = loss();
-    x[i] = saved - eps;
-    const double lm = loss();
-    x[i] = saved;
-    const double fd = (lp - lm) / (2 * eps);
-    max_err = std::max(max_err, std::abs(fd - analytic[i]));
-    EXPECT_NEAR(analytic[i], fd, 1e-7 * max_grad) << name << "[" << i << "]";
-  }
-  std::printf("  d%-8s max |fd - analytic| = %.2e (max |grad| %.2f)\n", name, max_err, max_grad);
+  return test::random_doubles(n, stream, sd, mean, 4242);
 }
 
 // Runs f with 1 and with 3 OpenMP threads; the results must be bitwise equal.

@@ -4,11 +4,16 @@
 
 namespace hlm {
 
-static const std::array<SubcommandEntry, 4> kSubcommands{{
+static const std::array<SubcommandEntry, 9> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
     {"placements", add_placements_command},
+    {"corpus", add_corpus_command},
+    {"pretrain", add_pretrain_command},
+    {"distill", add_distill_command},
+    {"eval", add_eval_command},
+    {"compare", add_compare_command},
 }};
 
 std::span<const SubcommandEntry> subcommand_table() { return kSubcommands; }

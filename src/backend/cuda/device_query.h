@@ -1,5 +1,6 @@
-// CUDA device query: lists the visible GPUs. Returns an empty list (never throws) when no driver or GPU is present,
-// so CPU-only machines with nvcc installed still run every command.
+// CUDA device query: lists the visible GPUs and says whether this build's kernels can run on device 0. Returns an
+// empty list / false (never throws) when no driver or GPU is present, so CPU-only machines with nvcc installed still
+// run every command and the CUDA tests skip cleanly.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,5 +16,11 @@ struct CudaDeviceInfo {
 };
 
 std::vector<CudaDeviceInfo> cuda_devices();
+
+// True when a driver and a GPU are present and a kernel of this build (compiled for CMAKE_CUDA_ARCHITECTURES,
+// sm_90a by default) can run on device 0. Never throws; the first call probes, later calls return the cached answer.
+bool cuda_available();
+// Why cuda_available() is false ("no CUDA driver", "no kernel image for sm_80 ...", ...); empty when it is true.
+std::string cuda_unavailable_reason();
 
 }  // namespace hlm

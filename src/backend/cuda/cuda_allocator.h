@@ -1,0 +1,108 @@
+// Caching device allocator: cudaMalloc'ed blocks are kept on per-size-class free lists when freed and handed out
+// again, so steady-state training/inference steps do no cudaMalloc/cudaFree (both synchronize the device).
+// Never managed memory (see the device README: oversubscribed managed memory can hang the GPU).
+//
+// Size classes: requests are rounded up to a multiple of 512 B and of a quarter of their power of two (classes 2^k,
+// 1.25·2^k, 1.5·2^k, 1.75·2^k above 2 KiB), so at most 25% (or 511 B) of a block is unused, and a freed block serves
+// every later request of the same class.
+// Blocks are never split or merged (no fragmentation bookkeeping); release_cached() returns idle blocks to the driver.
+//
+// Stream semantics: there is one stream per context (cuda_context.h). A block freed after work was queued on that
+// stream may be handed out again at once: work queued later on the same stream runs after the earlier work, so reuse
+// is safe. Using a block from another stream needs that stream to be synchronized before the free.
+//
+// Out of memory: the allocator frees every cached block and retries once, then throws hlm::Error with its stats.
+// Thread-safe (one mutex). Device: the device that is current when allocate() first calls cudaMalloc; a context sets
+// its device before use.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace hlm {
+
+struct CudaAllocatorStats {
+  size_t bytes_in_use = 0;         // sum of the size classes of live blocks
+  size_t bytes_requested = 0;      // sum of the requested sizes of live blocks (<= bytes_in_use)
+  size_t bytes_reserved = 0;       // sum of all blocks held from the driver (live + cached)
+  size_t peak_bytes_in_use = 0;
+  size_t peak_bytes_reserved = 0;
+  uint64_t num_allocs = 0;         // allocate() calls with bytes > 0
+  uint64_t num_cache_hits = 0;     // ... served from a free list
+  uint64_t num_device_mallocs = 0; // cudaMalloc calls that succeeded
+  uint64_t num_device_frees = 0;   // cudaFree calls (release_cached, out-of-memory retry)
+};
+
+class CudaAllocator {
+ public:
+  CudaAllocator() = default;
+  ~CudaAllocator();  // frees cached blocks; live blocks are left to the driver (process exit)
+  CudaAllocator(const CudaAllocator&) = delete;
+  CudaAllocator& operator=(const CudaAllocator&) = delete;
+
+  // A device block of at least `bytes` (256-byte aligned, as cudaMalloc gives); nullptr for bytes == 0.
+  void* allocate(size_t bytes);
+  // Returns a block from allocate() to its free list; nullptr is a no-op; an unknown pointer is an internal error.
+  void deallocate(void* ptr);
+  // cudaFree's every cached (idle) block.
+  void release_cached();
+  CudaAllocatorStats stats() const;
+
+  // The class a request of `bytes` is rounded to (>= bytes; 0 for 0).
+  static size_t size_class(size_t bytes);
+
+ private:
+  void release_cached_locked();
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_lists_;         // size class -> idle blocks
+  std::unordered_map<void*, std::pair<size_t, size_t>> live_;         // block -> (size class, requested)
+  CudaAllocatorStats stats_;
+};
+
+// A move-only owner of one allocator block.
+class CudaBuffer {
+ public:
+  CudaBuffer() = default;
+  CudaBuffer(CudaAllocator& allocator, size_t bytes)
+      : allocator_(&allocator), ptr_(allocator.allocate(bytes)), bytes_(bytes) {}
+  ~CudaBuffer() { reset(); }
+  CudaBuffer(CudaBuffer&& o) noexcept : allocator_(o.allocator_), ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      allocator_ = o.allocator_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+  void reset() {
+    if (ptr_ != nullptr) allocator_->deallocate(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  CudaAllocator* allocator_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace hlm

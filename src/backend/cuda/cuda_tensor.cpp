@@ -1,0 +1,58 @@
+#include "backend/cuda/cuda_tensor.h"
+
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_error.h"
+
+namespace hlm {
+
+CudaTensor CudaTensor::empty(CudaContext& ctx, Shape shape, DType dtype) {
+  CudaTensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.buffer_ = CudaBuffer(ctx.allocator(), t.nbytes());
+  return t;
+}
+
+void cuda_copy_to_device(CudaContext& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  HLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
+  ctx.synchronize();
+}
+
+void cuda_copy_to_host(CudaContext& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  HLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.synchronize();
+}
+
+CudaTensor cuda_upload(CudaContext& ctx, const Tensor& host) {
+  CudaTensor out = CudaTensor::empty(ctx, host.shape(), host.dtype());
+  cuda_copy(ctx, out, host);
+  return out;
+}
+
+Tensor cuda_download(CudaContext& ctx, const CudaTensor& device) {
+  Tensor out = Tensor::zeros(device.shape(), device.dtype());
+  cuda_copy(ctx, out, device);
+  return out;
+}
+
+void cuda_copy(CudaContext& ctx, CudaTensor& dst, const Tensor& src) {
+  HLM_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "cuda_copy: host ", src.shape().str(), " ",
+            dtype_name(src.dtype()), " vs device ", dst.shape().str(), " ", dtype_name(dst.dtype()));
+  if (src.is_contiguous()) {
+    cuda_copy_to_device(ctx, dst.raw(), src.raw(), dst.nbytes());
+  } else {
+    const Tensor c = src.contiguous();
+    cuda_copy_to_device(ctx, dst.raw(), c.raw(), dst.nbytes());
+  }
+}
+
+void cuda_copy(CudaContext& ctx, Tensor& dst, const CudaTensor& src) {
+  HLM_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "cuda_copy: device ", src.shape().str(), " ",
+            dtype_name(src.dtype()), " vs host ", dst.shape().str(), " ", dtype_name(dst.dtype()));
+  HLM_CHECK(dst.is_contiguous(), "cuda_copy: the host destination must be contiguous");
+  cuda_copy_to_host(ctx, dst.raw(), src.raw(), src.nbytes());
+}
+
+}  // namespace hlm

@@ -1,0 +1,250 @@
+// Linear product via cuBLASLt (contract: matmul.h, matmul_cuda.h).
+//
+// Row-major -> column-major: a row-major [r, c] matrix is a column-major [c, r] one, so
+//   forward  y[M,N]  = x · wᵀ  is  Dᵀ[N,M] = op_T(w as [K,N]) · op_N(x as [K,M])       (m=N, n=M, k=K)
+//   dx[M,K]          = dy · w  is  Dᵀ[K,M] = op_N(w as [K,N]) · op_N(dy as [N,M])      (m=K, n=M, k=N)
+//   dw[N,K]         += dyᵀ · x is  Dᵀ[K,N] = op_N(x as [K,M]) · op_T(dy as [N,M])      (m=K, n=N, k=M)
+// Degenerate shapes follow the CPU's gemm_safe: nothing to do for an empty output; an empty inner dimension gives
+// zeros (overwrite) or leaves the output (accumulate), then the bias is added.
+#include <algorithm>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "core/error.h"
+#include "ops/matmul/matmul_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+template <typename T>
+constexpr cudaDataType_t cuda_type();
+template <>
+constexpr cudaDataType_t cuda_type<float>() {
+  return CUDA_R_32F;
+}
+template <>
+constexpr cudaDataType_t cuda_type<__nv_bfloat16>() {
+  return CUDA_R_16BF;
+}
+
+// Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic needs it to skip algorithms that assume
+// more alignment than a pointer has (its default assumption is 256).
+uint32_t pointer_alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && (a % align) != 0) align /= 2;
+  return align;
+}
+
+struct LtGemm {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* A = nullptr;
+  int64_t lda = 0;
+  const void* B = nullptr;
+  int64_t ldb = 0;
+  cudaDataType_t ab_type = CUDA_R_32F;
+  void* D = nullptr;  // also C
+  int64_t ldd = 0;
+  cudaDataType_t d_type = CUDA_R_32F;
+  float beta = 0.0f;
+  const void* bias = nullptr;  // [m], type d_type
+};
+
+// RAII for the cuBLASLt descriptors of one call.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Column-major D[m, n] = op(A) · op(B) + beta · D (+ bias per row), fp32 compute and scale.
+void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
+  LtDescriptors desc;
+  HLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  HLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  HLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (g.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    HLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    HLM_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  }
+  // Stored shapes (before op): A is [m, k] or, transposed, [k, m]; B is [k, n] or [n, k].
+  HLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, g.ab_type, static_cast<uint64_t>(g.trans_a ? g.k : g.m),
+                                              static_cast<uint64_t>(g.trans_a ? g.m : g.k), g.lda));
+  HLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, g.ab_type, static_cast<uint64_t>(g.trans_b ? g.n : g.k),
+                                              static_cast<uint64_t>(g.trans_b ? g.k : g.n), g.ldb));
+  HLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, g.d_type, static_cast<uint64_t>(g.m),
+                                              static_cast<uint64_t>(g.n), g.ldd));
+
+  HLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
+  const uint64_t ws = lt.workspace_bytes;
+  HLM_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t align_a = pointer_alignment(g.A), align_b = pointer_alignment(g.B), align_d = pointer_alignment(g.D);
+  HLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                        &align_a, sizeof(align_a)));
+  HLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                        &align_b, sizeof(align_b)));
+  HLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                        &align_d, sizeof(align_d)));
+  HLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                        &align_d, sizeof(align_d)));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  HLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1,
+                                                  &result, &found));
+  HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
+            ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
+  const float alpha = 1.0f;
+  HLM_CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc.op, &alpha, g.A, desc.a, g.B, desc.b, &g.beta, g.D, desc.d, g.D,
+                                  desc.d, &result.algo, lt.workspace, lt.workspace_bytes, lt.stream));
+}
+
+// ---- Small kernels for the degenerate K = 0 / empty-inner cases and for dbias.
+
+template <typename T>
+__global__ void fill_zero_kernel(T* y, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = cuda::from_f32<T>(0.0f);
+}
+
+template <typename T>
+__global__ void add_bias_kernel(T* y, const T* bias, int64_t M, int64_t N) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = cuda::from_f32<T>(cuda::to_f32(y[i]) + cuda::to_f32(bias[i % N]));
+}
+
+template <typename T>
+struct DbiasTerm {
+  const T* dy;
+  int64_t N;
+  __device__ float operator()(int64_t r, int64_t c) const { return cuda::to_f32(dy[r * N + c]); }
+};
+
+void check_params(const MatmulCudaParams& p) {
+  HLM_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0, "matmul_cuda: negative shape M=", p.M, " N=", p.N, " K=", p.K);
+}
+
+template <typename T>
+void forward_impl(const CudaBlasLt& lt, T* y, const T* x, const T* w, const T* bias, const MatmulCudaParams& p,
+                  bool accumulate) {
+  check_params(p);
+  const int64_t M = p.M, N = p.N, K = p.K;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!accumulate) {
+      fill_zero_kernel<T><<<cuda::grid_blocks(M * N), cuda::kElementwiseThreads, 0, lt.stream>>>(y, M * N);
+      HLM_CUDA_CHECK_LAUNCH();
+    }
+    if (bias != nullptr) {
+      add_bias_kernel<T><<<cuda::grid_blocks(M * N), cuda::kElementwiseThreads, 0, lt.stream>>>(y, bias, M, N);
+      HLM_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  LtGemm g;
+  g.trans_a = true;  // w stored [K, N] column-major
+  g.trans_b = false;
+  g.m = N;
+  g.n = M;
+  g.k = K;
+  g.A = w;
+  g.lda = K;
+  g.B = x;
+  g.ldb = K;
+  g.ab_type = g.d_type = cuda_type<T>();
+  g.D = y;
+  g.ldd = N;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.bias = bias;
+  lt_gemm(lt, g);
+}
+
+template <typename T>
+void backward_impl(const CudaBlasLt& lt, T* dx, float* dw, float* dbias, const T* dy, const T* x, const T* w,
+                   const MatmulCudaParams& p, bool accumulate_dx) {
+  check_params(p);
+  const int64_t M = p.M, N = p.N, K = p.K;
+  if (dx != nullptr && M > 0 && K > 0) {
+    if (N == 0) {
+      if (!accumulate_dx) {
+        fill_zero_kernel<T><<<cuda::grid_blocks(M * K), cuda::kElementwiseThreads, 0, lt.stream>>>(dx, M * K);
+        HLM_CUDA_CHECK_LAUNCH();
+      }
+    } else {
+      LtGemm g;
+      g.m = K;
+      g.n = M;
+      g.k = N;
+      g.A = w;
+      g.lda = K;
+      g.B = dy;
+      g.ldb = N;
+      g.ab_type = g.d_type = cuda_type<T>();
+      g.D = dx;
+      g.ldd = K;
+      g.beta = accumulate_dx ? 1.0f : 0.0f;
+      lt_gemm(lt, g);
+    }
+  }
+  if (dw != nullptr && N > 0 && K > 0 && M > 0) {
+    LtGemm g;
+    g.trans_b = true;
+    g.m = K;
+    g.n = N;
+    g.k = M;
+    g.A = x;
+    g.lda = K;
+    g.B = dy;
+    g.ldb = N;
+    g.ab_type = cuda_type<T>();
+    g.d_type = CUDA_R_32F;
+    g.D = dw;
+    g.ldd = K;
+    g.beta = 1.0f;
+    lt_gemm(lt, g);
+  }
+  if (dbias != nullptr && N > 0) {
+    // After the products on the same stream, so the partials may reuse the cuBLASLt workspace.
+    const ColumnSumPlan plan = column_sum_plan(M, N, lt.workspace_bytes);
+    cuda::column_sum_accumulate(dbias, DbiasTerm<T>{dy, N}, M, N, plan, static_cast<float*>(lt.workspace), lt.stream);
+  }
+}
+
+}  // namespace
+
+void matmul_forward_cuda(const CudaBlasLt& lt, float* y, const float* x, const float* w, const float* bias,
+                         const MatmulCudaParams& p, bool accumulate) {
+  forward_impl(lt, y, x, w, bias, p, accumulate);
+}
+
+void matmul_forward_cuda(const CudaBlasLt& lt, __nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                         const __nv_bfloat16* bias, const MatmulCudaParams& p, bool accumulate) {
+  forward_impl(lt, y, x, w, bias, p, accumulate);
+}
+
+void matmul_backward_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                          const float* w, const MatmulCudaParams& p, bool accumulate_dx) {
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
+}
+
+void matmul_backward_cuda(const CudaBlasLt& lt, __nv_bfloat16* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
+                          const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
+                          bool accumulate_dx) {
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
+}
+
+}  // namespace hlm

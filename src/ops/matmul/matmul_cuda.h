@@ -1,0 +1,39 @@
+// Linear product on CUDA via cuBLASLt: launchers for the contract in matmul.h (HF layout y[M, N] = x[M, K] · w[N, K]ᵀ
+// + bias[N]; same overwrite/accumulate semantics and nullptr = not wanted), raw device pointers, queued on
+// lt.stream, using lt.workspace (CudaBlasLt from backend/cuda/cuda_context.h).
+//
+// Types: f32 (CUBLAS_COMPUTE_32F: true fp32 products and sums, never TF32), or bf16 storage with fp32 accumulation
+// (x, w, dy, y, dx, bias in bf16; the parameter gradients dw and dbias are fp32 master gradients).
+// Row-major operands are passed to column-major cuBLASLt as their transposes (y ᵀ = w · xᵀ); the bias is a
+// cuBLASLt epilogue (added in fp32 before the output is rounded).
+// dbias is a deterministic two-pass column sum (backend/cuda/column_sum.h) whose partials live in lt.workspace
+// (which is why every user of a workspace must stay on its stream). cuBLAS results are reproducible run to run on
+// the same GPU model and SM count (cuBLAS documentation), not across models.
+// Non-goals for now: cached descriptors/heuristics per shape (each call asks the heuristic), fp8, batched products.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+
+namespace hlm {
+
+struct MatmulCudaParams {
+  int64_t M = 0, N = 0, K = 0;
+};
+
+// y = x · wᵀ (+ bias), or y += x · wᵀ (+ bias) when `accumulate`. bias may be nullptr.
+void matmul_forward_cuda(const CudaBlasLt& lt, float* y, const float* x, const float* w, const float* bias,
+                         const MatmulCudaParams& p, bool accumulate = false);
+void matmul_forward_cuda(const CudaBlasLt& lt, __nv_bfloat16* y, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                         const __nv_bfloat16* bias, const MatmulCudaParams& p, bool accumulate = false);
+
+// dx = dy · w (OVERWRITTEN, ADDED when accumulate_dx), dw += dyᵀ · x, dbias += Σ_rows dy (both ACCUMULATED).
+void matmul_backward_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbias, const float* dy, const float* x,
+                          const float* w, const MatmulCudaParams& p, bool accumulate_dx = false);
+void matmul_backward_cuda(const CudaBlasLt& lt, __nv_bfloat16* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
+                          const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
+                          bool accumulate_dx = false);
+
+}  // namespace hlm

@@ -1,0 +1,21 @@
+// SwiGLU on CUDA: launchers for the contract in swiglu.h (same formulas and aliasing rules), f32, raw device
+// pointers, queued on `stream`.
+// Numerics: fp32 throughout (the CPU backward computes in double and rounds once). CUDA's expf is within 2 ulp; the
+// sigmoid complement 1 − σ(g) is computed as σ(−g) (no cancellation). Intermediates are fp32, so products such as
+// d_out · up that exceed 3.4e38 overflow to inf where the CPU's double does not.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace hlm {
+
+// out = silu(gate) ⊙ up; out may alias gate or up.
+void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
+
+// dgate = d_out · up · σ · (1 + gate · (1 − σ)), dup = d_out · silu(gate), both OVERWRITTEN; each may alias d_out,
+// gate or up (not each other).
+void swiglu_backward_cuda(float* dgate, float* dup, const float* d_out, const float* gate, const float* up, int64_t n,
+                          cudaStream_t stream);
+
+}  // namespace hlm

@@ -1,0 +1,242 @@
+// Training checkpoints: atomic directories, optimizer state as safetensors, trainer state as JSON (checkpoint_io.h).
+#include "train/checkpoint_io.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <sstream>
+
+#include "models/model.h"
+#include "models/safetensors.h"
+#include "models/tensor_table.h"
+#include "train/adamw.h"
+
+namespace hlm {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kOptimizerFormat = "hybridlm-adamw";
+constexpr const char* kStateFormat = "hybridlm-trainer-state";
+constexpr int kVersion = 1;
+
+// Removes a path on scope exit unless released.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(fs::path path) : path_(std::move(path)) {}
+  ~RemoveOnExit() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+// The step of a "checkpoint-<digits>" name, or -1.
+int64_t checkpoint_step_of(const fs::path& path) {
+  const std::string name = path.filename().string();
+  const std::string prefix = kCheckpointPrefix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stoll(digits);
+}
+
+template <typename T>
+T field(const json& j, const char* key, const std::string& source) {
+  HLM_CHECK_INPUT(j.contains(key), source, ": missing '", key, "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw_input_error(source, ": '", key, "' has the wrong type");
+  }
+}
+
+}  // namespace
+
+json trainer_state_to_json(const TrainerState& s) {
+  return {{"format", kStateFormat},
+          {"version", kVersion},
+          {"step", s.step},
+          {"tokens_seen", s.tokens_seen},
+          {"total_steps", s.total_steps},
+          {"warmup_steps", s.warmup_steps},
+          {"consecutive_bad", s.consecutive_bad},
+          {"skipped_steps", s.skipped_steps},
+          {"lr", s.lr},
+          {"cursor", s.cursor},
+          {"seeds", {{"data_seed", s.data_seed}, {"init_seed", s.init_seed}}},
+          {"rng", "counter-based (Philox): the data cursor and the seeds are the whole random state"},
+          {"elapsed_seconds", s.elapsed_seconds}};
+}
+
+TrainerState trainer_state_from_json(const json& j, const std::string& source) {
+  HLM_CHECK_INPUT(j.is_object() && j.value("format", "") == kStateFormat, source, ": not a hybridlm trainer state");
+  HLM_CHECK_INPUT(j.value("version", 0) == kVersion, source, ": unsupported trainer state version");
+  TrainerState s;
+  s.step = field<int64_t>(j, "step", source);
+  s.tokens_seen = field<int64_t>(j, "tokens_seen", source);
+  s.total_steps = field<int64_t>(j, "total_steps", source);
+  s.warmup_steps = field<int64_t>(j, "warmup_steps", source);
+  s.consecutive_bad = field<int64_t>(j, "consecutive_bad", source);
+  s.skipped_steps = field<std::vector<int64_t>>(j, "skipped_steps", source);
+  s.lr = field<std::map<std::string, double>>(j, "lr", source);
+  HLM_CHECK_INPUT(j.contains("cursor"), source, ": missing 'cursor'");
+  s.cursor = j["cursor"];
+  const json seeds = field<json>(j, "seeds", source);
+  s.data_seed = field<uint64_t>(seeds, "data_seed", source);
+  s.init_seed = field<uint64_t>(seeds, "init_seed", source);
+  s.elapsed_seconds = j.value("elapsed_seconds", 0.0);
+  HLM_CHECK_INPUT(s.step >= 0 && s.step <= s.total_steps && s.tokens_seen >= 0, source, ": inconsistent step ",
+                  s.step, " of ", s.total_steps);
+  return s;
+}
+
+json json_file_read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  HLM_CHECK_INPUT(in.good(), path.string(), ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw_input_error(path.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+void directory_write_atomic(const fs::path& dir, const std::function<void(const fs::path&)>& fill) {
+  static std::atomic<int> counter{0};
+  const fs::path target = fs::absolute(dir).lexically_normal();
+  const fs::path parent = target.parent_path();
+  const std::string tag = std::to_string(getpid()) + "-" + std::to_string(counter++);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  HLM_CHECK_INPUT(!ec, parent.string(), ": cannot create directory: ", ec.message());
+  const fs::path tmp = parent / ("." + target.filename().string() + ".tmp-" + tag);
+  fs::remove_all(tmp);
+  RemoveOnExit tmp_guard(tmp);
+  fs::create_directories(tmp);
+  fill(tmp);
+  const bool existed = fs::exists(target);
+  const fs::path old = parent / ("." + target.filename().string() + ".old-" + tag);
+  RemoveOnExit old_guard(existed ? old : fs::path());
+  if (existed) {
+    fs::rename(target, old, ec);
+    HLM_CHECK_INPUT(!ec, target.string(), ": cannot move the existing directory aside: ", ec.message());
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    if (existed) fs::rename(old, target);
+    throw_input_error(target.string(), ": cannot move the new directory into place: ", ec.message());
+  }
+  tmp_guard.release();
+}
+
+std::string checkpoint_dir_name(int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "%s%08lld", kCheckpointPrefix, static_cast<long long>(step));
+  return name;
+}
+
+std::vector<fs::path> checkpoint_list(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    const int64_t step = checkpoint_step_of(entry.path());
+    if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [step, path] : found) out.push_back(path);
+  return out;
+}
+
+fs::path checkpoint_find(const fs::path& path) {
+  HLM_CHECK_INPUT(fs::is_directory(path), path.string(), ": not a directory");
+  if (fs::exists(path / kCheckpointStateFile)) return path;
+  const std::vector<fs::path> all = checkpoint_list(path);
+  HLM_CHECK_INPUT(!all.empty(), path.string(), ": neither a checkpoint (no ", kCheckpointStateFile,
+                  ") nor a run directory with a ", kCheckpointPrefix, "* checkpoint");
+  return all.back();
+}
+
+fs::path checkpoint_save(const fs::path& run_dir, const Model& model, const AdamW& optimizer,
+                         const TrainerState& state, const json& train_config, const fs::path& metrics) {
+  const fs::path dir = run_dir / checkpoint_dir_name(state.step);
+  directory_write_atomic(dir, [&](const fs::path& tmp) {
+    model.save(tmp);
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (size_t i = 0; i < optimizer.params().size(); ++i) {
+      tensors.emplace_back("exp_avg." + optimizer.params()[i].name, optimizer.exp_avg(i));
+      tensors.emplace_back("exp_avg_sq." + optimizer.params()[i].name, optimizer.exp_avg_sq(i));
+    }
+    json groups = json::array();
+    for (const AdamWGroup& g : optimizer.groups())
+      groups.push_back({{"name", g.name}, {"peak_lr", g.peak_lr}, {"weight_decay", g.weight_decay}, {"lr", g.lr}});
+    safetensors_write(tmp / kCheckpointOptimizerFile, tensors,
+                      {{"format", kOptimizerFormat},
+                       {"version", std::to_string(kVersion)},
+                       {"step_count", std::to_string(optimizer.step_count())},
+                       {"groups", groups.dump()}});
+    file_write_atomic(tmp / kCheckpointStateFile, trainer_state_to_json(state).dump(2) + "\n");
+    file_write_atomic(tmp / kCheckpointConfigFile, train_config.dump(2) + "\n");
+    if (fs::exists(metrics)) fs::copy_file(metrics, tmp / kMetricsFile);
+  });
+  for (const fs::path& older : checkpoint_list(run_dir))
+    if (checkpoint_step_of(older) < state.step) fs::remove_all(older);
+  return dir;
+}
+
+CheckpointInfo checkpoint_read(const fs::path& dir) {
+  CheckpointInfo info;
+  info.dir = dir;
+  const fs::path state_file = dir / kCheckpointStateFile;
+  info.state = trainer_state_from_json(json_file_read(state_file), state_file.string());
+  info.train_config = json_file_read(dir / kCheckpointConfigFile);
+  HLM_CHECK_INPUT(fs::exists(dir / kCheckpointOptimizerFile), dir.string(), ": checkpoint lacks ",
+                  kCheckpointOptimizerFile);
+  return info;
+}
+
+void checkpoint_restore_optimizer(const fs::path& dir, AdamW& optimizer) {
+  const fs::path path = dir / kCheckpointOptimizerFile;
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  const auto& meta = file.metadata();
+  HLM_CHECK_INPUT(meta.count("format") && meta.at("format") == kOptimizerFormat && meta.count("step_count"),
+                  path.string(), ": not a hybridlm optimizer state");
+  HLM_CHECK_INPUT(file.entries().size() == 2 * optimizer.params().size(), path.string(), ": holds ",
+                  file.entries().size(), " tensors, the optimizer expects ", 2 * optimizer.params().size(),
+                  " (a different model?)");
+  for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    const std::string& name = optimizer.params()[i].name;
+    const Tensor m = file.tensor_f32("exp_avg." + name), v = file.tensor_f32("exp_avg_sq." + name);
+    try {
+      optimizer.set_state(i, m, v);
+    } catch (Error& e) {
+      e.add_context(path.string(), ": ", name);
+      throw;
+    }
+  }
+  optimizer.set_step_count(std::stoll(meta.at("step_count")));
+}
+
+Model model_load_trainable(const fs::path& dir) {
+  Model model = Model::load(dir);
+  const ModelConfig& config = model.config();
+  DecoderWeights& w = model.mutable_weights();
+  for (const TensorSpec& spec : expected_tensors(config)) {
+    Tensor& slot = spec.row->slot(w, spec.layer);
+    slot = slot.clone();
+  }
+  if (config.tie_word_embeddings) w.lm_head.weight = w.embed_tokens;
+  return model;
+}
+
+}  // namespace hlm

@@ -1,0 +1,365 @@
+// The training loop of pretrain and distill (contracts in trainer.h): setup and checks, steps, validation,
+// checkpoints, and the final test evaluation and model.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "data/data_stream.h"
+#include "models/model_train.h"
+#include "models/safetensors.h"
+#include "train/adamw.h"
+#include "train/checkpoint_io.h"
+#include "train/grad_utils.h"
+#include "train/lr_schedule.h"
+#include "train/trainer_batch.h"
+#include "train/trainer_log.h"
+#include "train/trainer_options.h"
+
+namespace hlm {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void warn_unknown_keys(const ModelConfig& c, const std::string& what) {
+  for (const std::string& key : c.unknown_keys)
+    std::fprintf(stderr, "hybridlm: warning: %s: config key '%s' is not used by hybridlm\n", what.c_str(),
+                 key.c_str());
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const TrainHooks& hooks);
+  TrainResult run();
+
+ private:
+  void check_out_dir() const;
+  void build_optimizer();
+  void prepare_out();
+  bool step_once();
+  void validate_now();
+  void checkpoint_now();
+  void finish();
+
+  TrainConfig cfg_;
+  TrainHooks hooks_;
+  TrainPlan plan_;
+  fs::path out_;
+  Corpus corpus_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  DataConfig data_;
+  std::optional<CheckpointInfo> resume_;
+  std::optional<Model> student_, teacher_;
+  DecoderWeights grads_;
+  std::unique_ptr<AdamW> optimizer_;
+  LrSchedule schedule_;
+  std::unique_ptr<TrainStream> stream_;
+  HeldOutSet valid_;
+  TrainerState state_;
+  std::unique_ptr<MetricsLog> metrics_;
+  TrainResult result_;
+  int64_t last_valid_step_ = -1, last_checkpoint_step_ = -1, steps_this_run_ = 0;
+  bool checkpoint_pending_ = false;
+  Clock::time_point start_ = Clock::now();
+  double elapsed_before_ = 0.0, step_seconds_ = 0.0;
+};
+
+Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks) : cfg_(config), hooks_(hooks) {
+  train_config_validate(cfg_);
+  plan_ = train_plan(cfg_);
+  out_ = fs::absolute(cfg_.out).lexically_normal();
+  HLM_CHECK_INPUT(!out_.filename().empty(), cfg_.out, ": not a usable output directory name");
+  if (!cfg_.resume.empty()) {
+    resume_ = checkpoint_read(checkpoint_find(cfg_.resume));
+    const TrainConfig saved = train_config_from_json(resume_->train_config, resume_->dir.string());
+    const std::vector<std::string> diff = train_config_fixed_differences(saved, cfg_);
+    std::string list;
+    for (const std::string& d : diff) list += "\n  " + d;
+    HLM_CHECK_INPUT(diff.empty(), "--resume ", resume_->dir.string(),
+                    ": settings that decide the trajectory differ from the checkpoint's:", list);
+    HLM_CHECK_INPUT(resume_->state.total_steps == plan_.total_steps, resume_->dir.string(), ": checkpoint plans ",
+                    resume_->state.total_steps, " steps, this configuration ", plan_.total_steps);
+    HLM_CHECK_INPUT(cfg_.stop_after_steps == 0 || cfg_.stop_after_steps > resume_->state.step,
+                    "--stop-after-steps ", cfg_.stop_after_steps, " is not after the checkpoint's step ",
+                    resume_->state.step);
+  }
+  check_out_dir();
+  HLM_CHECK_INPUT(fs::is_directory(cfg_.data), cfg_.data, ": not a corpus directory (does not exist)");
+  corpus_ = Corpus::open(cfg_.data);
+  tokenizer_ = tokenizer_load(cfg_.tokenizer);
+
+  if (resume_) {
+    student_.emplace(model_load_trainable(resume_->dir));
+  } else if (cfg_.job == TrainJob::Pretrain) {
+    const ModelConfig mc = load_model_config(cfg_.model_config);
+    warn_unknown_keys(mc, cfg_.model_config);
+    student_.emplace(Model::create(mc, cfg_.init_seed));
+  } else {
+    HLM_CHECK_INPUT(fs::is_directory(cfg_.student), cfg_.student, ": not a model directory (does not exist)");
+    student_.emplace(model_load_trainable(cfg_.student));
+  }
+  const int64_t V = student_->config().vocab_size;
+  HLM_CHECK_INPUT(tokenizer_->vocab_size() <= V, "tokenizer ", tokenizer_->name(), " has ",
+                  tokenizer_->vocab_size(), " tokens but the model's vocabulary is ", V);
+  if (cfg_.job == TrainJob::Distill) {
+    HLM_CHECK_INPUT(fs::is_directory(cfg_.teacher), cfg_.teacher, ": not a model directory (does not exist)");
+    teacher_.emplace(Model::load(cfg_.teacher));
+    HLM_CHECK_INPUT(teacher_->config().vocab_size == V, "teacher vocabulary (", teacher_->config().vocab_size,
+                    ") differs from the student's (", V, ")");
+  }
+
+  data_.seq_len = cfg_.seq_len;
+  data_.held_out_docs = cfg_.held_out_docs;
+  data_.anchor_share = cfg_.anchor_share;
+  data_.token_budget = cfg_.tokens;
+  data_.data_seed = cfg_.data_seed;
+  data_.eval_tokens_per_language = cfg_.eval_tokens;
+  stream_ = std::make_unique<TrainStream>(corpus_, *tokenizer_, data_);
+  valid_ = held_out_set(corpus_, *tokenizer_, data_, Split::Valid);
+  build_optimizer();
+
+  schedule_ = {plan_.total_steps, plan_.warmup_steps, cfg_.start_factor, cfg_.min_lr};
+  state_.total_steps = plan_.total_steps;
+  state_.warmup_steps = plan_.warmup_steps;
+  state_.data_seed = cfg_.data_seed;
+  state_.init_seed = cfg_.init_seed;
+  if (resume_) {
+    state_ = resume_->state;
+    HLM_CHECK_INPUT(state_.data_seed == cfg_.data_seed && state_.init_seed == cfg_.init_seed,
+                    resume_->dir.string(), ": seeds differ from the configuration's");
+    stream_->restore(stream_cursor_from_json(state_.cursor));
+    checkpoint_restore_optimizer(resume_->dir, *optimizer_);
+    elapsed_before_ = state_.elapsed_seconds;
+    if (fs::equivalent(resume_->dir.parent_path(), out_)) result_.last_checkpoint = resume_->dir;
+  }
+}
+
+// Fresh run: --out absent or empty. Resume: also the checkpoint's own run directory, when the checkpoint is its
+// newest and the run has not finished (no model/).
+void Trainer::check_out_dir() const {
+  if (!fs::exists(out_)) return;
+  HLM_CHECK_INPUT(fs::is_directory(out_), cfg_.out, ": --out exists and is not a directory");
+  if (fs::is_empty(out_)) return;
+  const bool own_run = resume_ && fs::equivalent(resume_->dir.parent_path(), out_);
+  HLM_CHECK_INPUT(own_run, cfg_.out, ": --out exists and is not empty (use a new directory",
+                  resume_ ? ", or the checkpoint's own run directory)" : ")");
+  const std::vector<fs::path> all = checkpoint_list(out_);
+  HLM_CHECK_INPUT(all.empty() || fs::equivalent(all.back(), resume_->dir), cfg_.out, ": holds a newer checkpoint (",
+                  all.empty() ? "" : all.back().filename().string(),
+                  ") than the one to resume; resume from it or use another --out");
+  HLM_CHECK_INPUT(!fs::exists(out_ / "model"), cfg_.out, ": the run has finished (model/ exists); use another --out");
+}
+
+void Trainer::build_optimizer() {
+  grads_ = zero_grads_like(student_->config());
+  std::vector<AdamWGroup> groups;
+  std::vector<AdamWParam> params;
+  for (const NamedParameter& p : named_parameters(student_->config(), student_->mutable_weights(), grads_)) {
+    const bool rec = p.name.find(".linear_attn.") != std::string::npos;
+    const bool decay = default_weight_decay(p.name);
+    const std::string name = std::string(rec ? "rec" : "rest") + (decay ? "" : "_no_decay");
+    int index = 0;
+    while (index < static_cast<int>(groups.size()) && groups[static_cast<size_t>(index)].name != name) ++index;
+    if (index == static_cast<int>(groups.size()))
+      groups.push_back({name, rec ? cfg_.lr_rec : cfg_.lr_rest, decay ? cfg_.weight_decay : 0.0, 0.0});
+    params.push_back({p.name, p.value, p.grad, index});
+  }
+  optimizer_ = std::make_unique<AdamW>(std::move(groups), std::move(params),
+                                       AdamWConfig{cfg_.beta1, cfg_.beta2, cfg_.adam_eps});
+}
+
+void Trainer::prepare_out() {
+  fs::create_directories(out_);
+  for (const auto& entry : fs::directory_iterator(out_)) {  // leftovers of an interrupted checkpoint write
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(std::string(".") + kCheckpointPrefix, 0) == 0) fs::remove_all(entry.path());
+  }
+  file_write_atomic(out_ / "config.json", train_config_to_json(cfg_).dump(2) + "\n");
+  std::string metrics;
+  if (resume_ && fs::exists(resume_->dir / kMetricsFile)) {
+    std::ifstream in(resume_->dir / kMetricsFile, std::ios::binary);
+    metrics.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  file_write_atomic(out_ / kMetricsFile, metrics);
+  metrics_ = std::make_unique<MetricsLog>(out_ / kMetricsFile);
+}
+
+TrainResult Trainer::run() {
+  prepare_out();
+  int64_t rec = 0, rest = 0;
+  for (const AdamWParam& p : optimizer_->params())
+    (p.name.find(".linear_attn.") != std::string::npos ? rec : rest) += p.param.numel();
+  std::printf("parameters   %lld (rec %lld, rest %lld); %s at step %lld of %lld\n",
+              static_cast<long long>(rec + rest), static_cast<long long>(rec), static_cast<long long>(rest),
+              resume_ ? "resuming" : "starting", static_cast<long long>(state_.step),
+              static_cast<long long>(plan_.total_steps));
+  std::fflush(stdout);
+  if (!resume_) validate_now();
+  while (state_.step < plan_.total_steps) {
+    if (!step_once()) break;
+    if (cfg_.eval_every_tokens > 0 && state_.tokens_seen / cfg_.eval_every_tokens >
+                                          (state_.tokens_seen - plan_.tokens_per_step) / cfg_.eval_every_tokens)
+      validate_now();
+    const bool due = cfg_.checkpoint_every_steps > 0 && state_.step % cfg_.checkpoint_every_steps == 0;
+    if ((due || checkpoint_pending_) && state_.consecutive_bad == 0) checkpoint_now();
+    else if (due) checkpoint_pending_ = true;
+    if (cfg_.stop_after_steps > 0 && state_.step >= cfg_.stop_after_steps && state_.step < plan_.total_steps) {
+      if (last_checkpoint_step_ != state_.step && state_.consecutive_bad == 0) checkpoint_now();
+      result_.status = TrainStatus::Stopped;
+      result_.message = str_cat("after step ", state_.step, " as asked (--stop-after-steps); resume with --resume ",
+                                result_.last_checkpoint.string());
+      break;
+    }
+  }
+  result_.step = state_.step;
+  result_.tokens_seen = state_.tokens_seen;
+  if (result_.status == TrainStatus::Completed || result_.status == TrainStatus::DataExhausted) finish();
+  metrics_->write({{"type", "end"},
+                   {"step", state_.step},
+                   {"tokens", state_.tokens_seen},
+                   {"status", result_.status == TrainStatus::Completed       ? "completed"
+                              : result_.status == TrainStatus::Stopped       ? "stopped"
+                              : result_.status == TrainStatus::DataExhausted ? "data_exhausted"
+                                                                             : "diverged"},
+                   {"message", result_.message}});
+  return result_;
+}
+
+bool Trainer::step_once() {
+  const int64_t s = state_.step + 1;
+  const Clock::time_point t0 = Clock::now();
+  const PackedBatch batch = stream_->next(cfg_.batch_rows);
+  if (batch.rows < cfg_.batch_rows) {
+    result_.status = TrainStatus::DataExhausted;
+    result_.message = str_cat("the training data ran out after step ", state_.step, " of ", plan_.total_steps,
+                              " (", state_.tokens_seen, " of ", cfg_.tokens, " tokens); finished there");
+    return false;
+  }
+  if (hooks_.on_step_begin) hooks_.on_step_begin(s, *student_);
+  const std::vector<Tensor> grads = optimizer_->grads();
+  grad_zero(grads);
+  const BatchLoss loss = train_batch_gradient(*student_, teacher_ ? &*teacher_ : nullptr, batch,
+                                              cfg_.micro_batch_rows, cfg_.tau, grads_, corpus_.languages().size());
+  if (hooks_.on_gradients) hooks_.on_gradients(s, grads);
+  const double norm = clip_grad_norm(grads, cfg_.clip);
+  const bool finite = std::isfinite(loss.loss) && std::isfinite(norm);
+  lr_schedule_apply(*optimizer_, schedule_, s);
+  if (finite) {
+    optimizer_->step();
+    state_.consecutive_bad = 0;
+  } else {
+    ++state_.consecutive_bad;
+    state_.skipped_steps.push_back(s);
+    result_.skipped_steps.push_back(s);
+  }
+  state_.step = s;
+  state_.tokens_seen += plan_.tokens_per_step;
+  result_.losses.push_back(loss.loss);
+  const double dt = seconds_since(t0);
+  step_seconds_ += dt;
+  ++steps_this_run_;
+
+  const double lr_rec = lr_schedule_at(schedule_, cfg_.lr_rec, s), lr_rest = lr_schedule_at(schedule_, cfg_.lr_rest, s);
+  json by_language = json::object();
+  for (size_t i = 0; i < loss.count_by_language.size(); ++i)
+    if (loss.count_by_language[i] > 0)
+      by_language[corpus_.languages()[i].code] =
+          loss.sum_by_language[i] / static_cast<double>(loss.count_by_language[i]);
+  const double tok_per_s = static_cast<double>(plan_.tokens_per_step) / std::max(dt, 1e-9);
+  metrics_->write({{"type", "step"},
+                   {"step", s},
+                   {"tokens", state_.tokens_seen},
+                   {"loss", std::isfinite(loss.loss) ? json(loss.loss) : json(nullptr)},
+                   {"grad_norm", std::isfinite(norm) ? json(norm) : json(nullptr)},
+                   {"lr", {{"rec", lr_rec}, {"rest", lr_rest}}},
+                   {"skipped", !finite},
+                   {"by_language", by_language},
+                   {"tokens_per_second", tok_per_s},
+                   {"elapsed_seconds", elapsed_before_ + seconds_since(start_)}});
+  if (!finite) {
+    std::fprintf(stderr, "step %lld: non-finite %s (loss %g, grad norm %g): update skipped (%lld in a row)\n",
+                 static_cast<long long>(s), std::isfinite(loss.loss) ? "gradient" : "loss", loss.loss, norm,
+                 static_cast<long long>(state_.consecutive_bad));
+  } else if (s % cfg_.log_every_steps == 0 || s == plan_.total_steps) {
+    const double per_step = step_seconds_ / static_cast<double>(steps_this_run_);
+    const ProgressFields f{s, plan_.total_steps, state_.tokens_seen, loss.loss, norm, lr_rec, lr_rest,
+                           static_cast<double>(plan_.tokens_per_step) / std::max(per_step, 1e-9),
+                           per_step * static_cast<double>(plan_.total_steps - s), cfg_.job == TrainJob::Distill};
+    std::fprintf(stderr, "%s\n", progress_line(f).c_str());
+  }
+  if (state_.consecutive_bad >= cfg_.max_bad_steps) {
+    std::string steps;
+    for (size_t i = state_.skipped_steps.size() - static_cast<size_t>(state_.consecutive_bad);
+         i < state_.skipped_steps.size(); ++i)
+      steps += (steps.empty() ? "" : ", ") + std::to_string(state_.skipped_steps[i]);
+    result_.status = TrainStatus::Diverged;
+    result_.message = str_cat(
+        "training stopped at step ", s, ": ", state_.consecutive_bad, " steps in a row had a non-finite loss or ",
+        "gradient norm (steps ", steps, "; their updates were skipped). ",
+        result_.last_checkpoint.empty() ? std::string("No checkpoint was written.")
+                                        : "The last good checkpoint is " + result_.last_checkpoint.string() + ".");
+    return false;
+  }
+  return true;
+}
+
+void Trainer::validate_now() {
+  const Clock::time_point t0 = Clock::now();
+  const EvalResult r = evaluate(*student_, teacher_ ? &*teacher_ : nullptr, valid_, cfg_.micro_batch_rows);
+  metrics_->write(metrics_valid_record(state_.step, state_.tokens_seen, r));
+  last_valid_step_ = state_.step;
+  std::fprintf(stderr, "valid step %lld: ce %.5f%s (%.1fs)\n", static_cast<long long>(state_.step), r.mean_ce,
+               r.mean_kl ? str_cat(", kl ", *r.mean_kl, ", ce gap ", *r.mean_ce_gap).c_str() : "",
+               seconds_since(t0));
+}
+
+void Trainer::checkpoint_now() {
+  state_.cursor = stream_cursor_to_json(stream_->cursor());
+  state_.lr.clear();
+  for (const AdamWGroup& g : optimizer_->groups()) state_.lr[g.name] = g.lr;
+  state_.elapsed_seconds = elapsed_before_ + seconds_since(start_);
+  result_.last_checkpoint =
+      checkpoint_save(out_, *student_, *optimizer_, state_, train_config_to_json(cfg_), metrics_->path());
+  last_checkpoint_step_ = state_.step;
+  checkpoint_pending_ = false;
+  metrics_->write({{"type", "checkpoint"},
+                   {"step", state_.step},
+                   {"tokens", state_.tokens_seen},
+                   {"path", result_.last_checkpoint.filename().string()}});
+}
+
+void Trainer::finish() {
+  if (last_valid_step_ != state_.step) validate_now();
+  const HeldOutSet test = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
+  EvalResult r = evaluate(*student_, teacher_ ? &*teacher_ : nullptr, test, cfg_.micro_batch_rows);
+  for (LanguageEval& l : r.languages) l.tier = corpus_.language(l.code).tier;
+  const json meta = {{"split", "test"},
+                     {"job", train_job_name(cfg_.job)},
+                     {"model", (out_ / "model").string()},
+                     {"teacher", cfg_.job == TrainJob::Distill ? json(cfg_.teacher) : json(nullptr)},
+                     {"data", cfg_.data},
+                     {"seq_len", cfg_.seq_len},
+                     {"step", state_.step},
+                     {"tokens_trained", state_.tokens_seen}};
+  file_write_atomic(out_ / "test.json", eval_result_to_json(r, meta).dump(2) + "\n");
+  directory_write_atomic(out_ / "model", [&](const fs::path& tmp) { student_->save(tmp); });
+  result_.test = std::move(r);
+}
+
+}  // namespace
+
+TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks) {
+  Trainer trainer(config, hooks);
+  return trainer.run();
+}
+
+}  // namespace hlm

@@ -1,0 +1,131 @@
+// The training loop of `hybridlm pretrain` and `hybridlm distill` (seed Algorithm 1, lines 18-27; App. C.2-C.5).
+//
+//   pretrain  CE on next tokens; the model comes from scratch (Model::create from an HF-style config JSON).
+//   distill   forward KL only (line 24): the frozen teacher runs forward to its final hidden states (no backward);
+//             lm_head_forward_kl gives the student's loss and LM-head gradient; model_backward does the rest.
+//
+// One optimisation step s = 1..S, S = ⌊N / (B·n)⌋ (line 19): B packed rows of n tokens from the data stream, split
+// into B/b micro-batches of b rows whose gradients add up. Per-token loss weights make the accumulated gradient the
+// full-batch mean: CE weighs each counted target 1/(targets in the B rows), KL weighs every token 1/(B·n). Then
+// g ← g·min(1, c/‖g‖) (line 25), lr of every group from Eq. 3 at step s, one AdamW update (line 26).
+// Parameter groups (Table C.3): "rec" = parameters of converted GDN layers (HF name contains ".linear_attn."), peak
+// η̂_rec; "rest" = everything else, peak η̂_rest; each split by default_weight_decay() into a decayed and a
+// "_no_decay" group (norms, biases, A_log). Pretrain uses one peak rate for both (--lr).
+//
+// Non-finite loss or gradient norm: the update is skipped (weights and AdamW state untouched, the step and its
+// tokens still count, the schedule moves on) and the step is reported; max_bad_steps in a row stop the run with a
+// clear message; no checkpoint is written while the streak lasts, so the last checkpoint is the last good state.
+//
+// Files under `out` (docs/training.md): config.json (the resolved TrainConfig), metrics.jsonl, checkpoint-<step>/
+// (only the newest is kept; see checkpoint_io.h), model/ (final weights, Model::save), test.json (final test eval).
+// Determinism: given the same config and thread count, a run is bit-reproducible, and resuming from a checkpoint
+// continues bit-identically (the data stream cursor, AdamW moments and step count, schedule position and streak are
+// all saved; nothing else draws random numbers).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/tensor.h"
+#include "train/eval.h"
+
+namespace hlm {
+
+class Model;
+
+enum class TrainJob { Pretrain, Distill };
+const char* train_job_name(TrainJob job);  // "pretrain" / "distill"
+
+struct TrainConfig {
+  TrainJob job = TrainJob::Distill;
+  // Inputs and outputs.
+  std::string model_config;        // pretrain: HF-style config JSON for Model::create
+  std::string teacher;             // distill: frozen teacher model directory
+  std::string student;             // distill: converted student directory (`hybridlm convert`)
+  std::string data;                // corpus directory (data/corpus.h)
+  std::string tokenizer = "bytes";
+  std::string out;                 // run directory
+  std::string resume;              // checkpoint directory, or a run directory (its newest checkpoint); "" = fresh
+  // Budget and batch (Algorithm 1: N, B × n; Table C.3: 1B tokens, 96 × 1024, micro-batch 2).
+  int64_t tokens = 0;              // N
+  int64_t seq_len = 1024;          // n
+  int64_t batch_rows = 96;         // B
+  int64_t micro_batch_rows = 2;    // b, B % b == 0
+  // Optimiser and schedule (Table C.3, Eq. 3).
+  double lr_rec = 7e-5;            // η̂_rec (pretrain: --lr sets both)
+  double lr_rest = 2e-5;           // η̂_rest
+  double min_lr = 1e-5;            // η_min
+  double warmup_fraction = 0.03;   // s_w = ⌊fraction · S⌋ ...
+  int64_t warmup_steps = -1;       // ... unless ≥ 0
+  double start_factor = 1e-3;      // ε
+  double weight_decay = 0.01;
+  double beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;
+  double clip = 1.0;               // c
+  double tau = 1.0;                // τ (distill)
+  // Data (data/data_stream.h, App. C.1).
+  uint64_t data_seed = 0;
+  uint64_t init_seed = 0;          // pretrain: Model::create seed
+  int64_t held_out_docs = 1000;    // validation and test documents per language
+  int64_t eval_tokens = 16 * 1024; // validation tokens per language (test: twice)
+  double anchor_share = 0.30;
+  // Cadence and reporting.
+  int64_t eval_every_tokens = 10'000'000;  // validation every this many training tokens (0: only at start and end)
+  int64_t checkpoint_every_steps = 500;    // 0: no periodic checkpoints
+  int64_t log_every_steps = 1;             // progress line to stderr
+  int64_t stop_after_steps = 0;            // > 0: stop after this step with a checkpoint (the schedule still spans S)
+  int64_t max_bad_steps = 3;               // consecutive non-finite steps that stop the run
+};
+
+// Defaults of each job (distill: Table C.3; pretrain: lr 1e-3 for both groups, the rest as distill).
+TrainConfig train_config_defaults(TrainJob job);
+nlohmann::json train_config_to_json(const TrainConfig& config);
+// Reads a config written by train_config_to_json (missing keys keep the job's defaults; unknown keys are an error).
+TrainConfig train_config_from_json(const nlohmann::json& json, const std::string& source);
+// Range and consistency checks of the numbers (input errors naming the option); paths are checked by train_run.
+void train_config_validate(const TrainConfig& config);
+
+// Derived quantities.
+struct TrainPlan {
+  int64_t tokens_per_step = 0;  // B·n
+  int64_t total_steps = 0;      // S
+  int64_t warmup_steps = 0;     // s_w
+  int64_t accumulation = 0;     // B / b
+};
+TrainPlan train_plan(const TrainConfig& config);
+// The resolved settings as aligned text lines (printed at start).
+std::string train_config_describe(const TrainConfig& config);
+
+// Test hooks (fault injection): called before each step's forward, and after its backward (before clipping).
+struct TrainHooks {
+  std::function<void(int64_t step, Model& student)> on_step_begin;
+  std::function<void(int64_t step, std::span<const Tensor> grads)> on_gradients;
+};
+
+enum class TrainStatus {
+  Completed,      // S steps, final validation, test.json and model/ written
+  Stopped,        // stop_after_steps reached; a checkpoint holds the state
+  DataExhausted,  // the stream ran out before S steps; finished as Completed otherwise (with a warning)
+  Diverged,       // max_bad_steps non-finite steps in a row; nothing written after the last good checkpoint
+};
+
+struct TrainResult {
+  TrainStatus status = TrainStatus::Completed;
+  int64_t step = 0;                          // steps taken (including skipped ones)
+  int64_t tokens_seen = 0;
+  std::vector<double> losses;                // the objective of each step run by this call (may be NaN/inf)
+  std::vector<int64_t> skipped_steps;        // by this call
+  std::filesystem::path last_checkpoint;     // empty when none exists
+  std::optional<EvalResult> test;            // Completed / DataExhausted
+  std::string message;                       // why it stopped (Diverged, DataExhausted, Stopped)
+};
+
+// Runs (or resumes) a job. Every input is checked before anything is written under config.out.
+TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks = {});
+
+}  // namespace hlm

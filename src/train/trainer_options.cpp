@@ -1,0 +1,203 @@
+// The TrainConfig table and what derives from it: JSON, resume rules, the command runner (trainer_options.h).
+#include "train/trainer_options.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "train/checkpoint_io.h"
+
+namespace hlm {
+
+namespace {
+
+using json = nlohmann::json;
+using C = TrainConfig;
+constexpr unsigned P = kTrainJobPretrain, D = kTrainJobDistill, B = kTrainJobBoth;
+
+// key, option, field, jobs, fixed, cli_only, required, help
+const std::array kOptions{
+    TrainOption{"model_config", "--model-config", &C::model_config, P, true, false, true,
+                "HF-style config.json of the model to create from scratch"},
+    TrainOption{"teacher", "--teacher", &C::teacher, D, true, false, true, "Frozen teacher model directory"},
+    TrainOption{"student", "--student", &C::student, D, true, false, true,
+                "Student model directory (from `hybridlm convert`)"},
+    TrainOption{"data", "--data", &C::data, B, true, false, true, "Corpus directory (corpus.json + *.jsonl.zst)"},
+    TrainOption{"tokenizer", "--tokenizer", &C::tokenizer, B, true, false, false, "Tokenizer: \"bytes\""},
+    TrainOption{"out", "--out", &C::out, B, false, false, true,
+                "Run directory (absent or empty; on resume also the checkpoint's own run directory)"},
+    TrainOption{"resume", "--resume", &C::resume, B, false, false, false,
+                "Continue from a checkpoint directory or a run directory's newest checkpoint"},
+    TrainOption{"tokens", "--tokens", &C::tokens, B, true, false, true, "Training token budget N"},
+    TrainOption{"seq_len", "--seq-len", &C::seq_len, B, true, false, false, "Tokens per packed row n"},
+    TrainOption{"batch_rows", "--batch", &C::batch_rows, B, true, false, false, "Rows per optimisation step B"},
+    TrainOption{"micro_batch_rows", "--micro-batch", &C::micro_batch_rows, B, true, false, false,
+                "Rows per forward/backward b (B % b == 0; gradients accumulate over B/b micro-batches)"},
+    TrainOption{"lr", "--lr", &C::lr_rest, P, true, true, false, "Peak learning rate (every parameter)"},
+    TrainOption{"lr_rec", "--lr-rec", &C::lr_rec, D, true, false, false,
+                "Peak learning rate of converted GDN layers (names containing .linear_attn.)"},
+    TrainOption{"lr_rest", "--lr-rest", &C::lr_rest, D, true, false, false,
+                "Peak learning rate of every other parameter"},
+    TrainOption{"min_lr", "--min-lr", &C::min_lr, B, true, false, false, "Cosine floor eta_min"},
+    TrainOption{"warmup_fraction", "--warmup-fraction", &C::warmup_fraction, B, true, false, false,
+                "Warmup steps as a fraction of S (s_w = floor(fraction * S))"},
+    TrainOption{"warmup_steps", "--warmup-steps", &C::warmup_steps, B, true, false, false,
+                "Warmup steps s_w (overrides --warmup-fraction when >= 0)"},
+    TrainOption{"start_factor", "--start-factor", &C::start_factor, B, true, false, false,
+                "Warmup start factor epsilon"},
+    TrainOption{"weight_decay", "--weight-decay", &C::weight_decay, B, true, false, false,
+                "AdamW decoupled weight decay (not on norms, biases, A_log)"},
+    TrainOption{"beta1", "--beta1", &C::beta1, B, true, false, false, "AdamW beta1"},
+    TrainOption{"beta2", "--beta2", &C::beta2, B, true, false, false, "AdamW beta2"},
+    TrainOption{"adam_eps", "--adam-eps", &C::adam_eps, B, true, false, false, "AdamW epsilon"},
+    TrainOption{"clip", "--clip", &C::clip, B, true, false, false, "Global gradient-norm clip c"},
+    TrainOption{"tau", "--tau", &C::tau, D, true, false, false, "Distillation temperature tau"},
+    TrainOption{"data_seed", "--data-seed", &C::data_seed, B, true, false, false,
+                "Data seed: training document order and language interleaving"},
+    TrainOption{"init_seed", "--seed", &C::init_seed, P, true, false, false, "Weight initialisation seed"},
+    TrainOption{"held_out_docs", "--held-out-docs", &C::held_out_docs, B, true, false, false,
+                "Validation and test documents per language (never trained on)"},
+    TrainOption{"eval_tokens", "--eval-tokens", &C::eval_tokens, B, true, false, false,
+                "Validation tokens per language (test: twice as many)"},
+    TrainOption{"anchor_share", "--anchor-share", &C::anchor_share, B, true, false, false,
+                "Share of the budget for anchor-tier languages"},
+    TrainOption{"eval_every_tokens", "--eval-every", &C::eval_every_tokens, B, false, false, false,
+                "Validate every this many training tokens (0: only at start and end)"},
+    TrainOption{"checkpoint_every_steps", "--checkpoint-every", &C::checkpoint_every_steps, B, false, false, false,
+                "Checkpoint every this many steps (0: never; the newest is kept)"},
+    TrainOption{"log_every_steps", "--log-every", &C::log_every_steps, B, false, false, false,
+                "Progress line to stderr every this many steps"},
+    TrainOption{"stop_after_steps", "--stop-after-steps", &C::stop_after_steps, B, false, false, false,
+                "Stop after this step with a checkpoint, to resume later (0: run to the end)"},
+    TrainOption{"max_bad_steps", "--max-bad-steps", &C::max_bad_steps, B, false, false, false,
+                "Consecutive non-finite steps (skipped) that stop the run"},
+};
+
+std::string value_text(const TrainConfig& c, const TrainField& field) {
+  return std::visit([&](auto member) { return json(c.*member).dump(); }, field);
+}
+
+}  // namespace
+
+std::span<const TrainOption> train_options() { return kOptions; }
+
+unsigned train_job_bit(TrainJob job) { return job == TrainJob::Pretrain ? kTrainJobPretrain : kTrainJobDistill; }
+
+json train_config_to_json(const TrainConfig& c) {
+  json j = {{"format", "hybridlm-train-config"}, {"version", 1}, {"job", train_job_name(c.job)}};
+  for (const TrainOption& o : kOptions) {
+    if (o.cli_only) continue;
+    std::visit([&](auto member) { j[o.key] = c.*member; }, o.field);
+  }
+  return j;
+}
+
+TrainConfig train_config_from_json(const json& j, const std::string& source) {
+  HLM_CHECK_INPUT(j.is_object() && j.value("format", "") == "hybridlm-train-config", source,
+                  ": not a hybridlm training config");
+  const std::string job = j.value("job", "");
+  HLM_CHECK_INPUT(job == "pretrain" || job == "distill", source, ": unknown job '", job, "'");
+  TrainConfig c = train_config_defaults(job == "pretrain" ? TrainJob::Pretrain : TrainJob::Distill);
+  for (const auto& [key, value] : j.items()) {
+    if (key == "format" || key == "version" || key == "job") continue;
+    const auto it = std::find_if(kOptions.begin(), kOptions.end(),
+                                 [&](const TrainOption& o) { return !o.cli_only && key == o.key; });
+    HLM_CHECK_INPUT(it != kOptions.end(), source, ": unknown setting '", key, "'");
+    std::visit(
+        [&](auto member) {
+          try {
+            value.get_to(c.*member);
+          } catch (const json::exception&) {
+            throw_input_error(source, ": '", key, "' has the wrong type");
+          }
+        },
+        it->field);
+  }
+  return c;
+}
+
+std::vector<std::string> train_config_fixed_differences(const TrainConfig& a, const TrainConfig& b) {
+  std::vector<std::string> out;
+  if (a.job != b.job) out.push_back(std::string("job: ") + train_job_name(a.job) + " vs " + train_job_name(b.job));
+  for (const TrainOption& o : kOptions) {
+    if (!o.fixed || o.cli_only) continue;
+    const std::string va = value_text(a, o.field), vb = value_text(b, o.field);
+    if (va != vb) out.push_back(std::string(o.key) + ": " + va + " vs " + vb);
+  }
+  return out;
+}
+
+TrainConfig train_config_resolve(TrainJob job, const TrainConfig& parsed, const std::vector<std::string>& given) {
+  const auto was_given = [&](const TrainOption& o) {
+    return std::find(given.begin(), given.end(), o.key) != given.end();
+  };
+  const unsigned bit = train_job_bit(job);
+  HLM_CHECK_INPUT(std::find(given.begin(), given.end(), "out") != given.end(), "--out is required");
+  if (parsed.resume.empty()) {
+    for (const TrainOption& o : kOptions)
+      HLM_CHECK_INPUT(!(o.jobs & bit) || !o.required || was_given(o), o.option, " is required (unless --resume)");
+    TrainConfig c = parsed;
+    c.job = job;
+    if (job == TrainJob::Pretrain) c.lr_rec = c.lr_rest;
+    return c;
+  }
+  const std::filesystem::path dir = checkpoint_find(parsed.resume);
+  const CheckpointInfo info = checkpoint_read(dir);
+  TrainConfig c = train_config_from_json(info.train_config, (dir / kCheckpointConfigFile).string());
+  HLM_CHECK_INPUT(c.job == job, "--resume ", dir.string(), ": the checkpoint is from a ", train_job_name(c.job),
+                  " run, not ", train_job_name(job));
+  c.stop_after_steps = 0;  // a stop request belongs to the invocation that made it
+  std::string conflicts;
+  for (const TrainOption& o : kOptions) {
+    if (!(o.jobs & bit) || !was_given(o)) continue;
+    const std::string saved = value_text(c, o.field), now = value_text(parsed, o.field);
+    if (o.fixed && saved != now) {
+      conflicts += str_cat("\n  ", o.option, ": checkpoint ", saved, ", command line ", now);
+    } else {
+      std::visit([&](auto member) { c.*member = parsed.*member; }, o.field);
+    }
+  }
+  HLM_CHECK_INPUT(conflicts.empty(), "--resume ", dir.string(),
+                  ": these settings decide the training trajectory and must match the checkpoint (leave them out to "
+                  "keep the checkpoint's values):",
+                  conflicts);
+  c.resume = dir.string();
+  return c;
+}
+
+int train_command_run(const TrainConfig& config) {
+  std::printf("%s", train_config_describe(config).c_str());
+  std::fflush(stdout);
+  const TrainResult r = train_run(config);
+  switch (r.status) {
+    case TrainStatus::Diverged:
+      std::fprintf(stderr, "hybridlm: error: %s\n", r.message.c_str());
+      return 1;
+    case TrainStatus::Stopped:
+      std::printf("stopped      %s\n", r.message.c_str());
+      return 0;
+    case TrainStatus::DataExhausted:
+      std::fprintf(stderr, "hybridlm: warning: %s\n", r.message.c_str());
+      [[fallthrough]];
+    case TrainStatus::Completed:
+      if (r.test) std::printf("test\n%s", eval_result_table(*r.test).c_str());
+      std::printf("wrote        %s/{config.json, metrics.jsonl, model/, test.json, %s}\n", config.out.c_str(),
+                  r.last_checkpoint.empty() ? "no checkpoint" : r.last_checkpoint.filename().c_str());
+      return 0;
+  }
+  return 1;
+}
+
+std::string train_command_footer() {
+  return "Writes into --out: config.json (resolved settings), metrics.jsonl (one JSON object per step and per\n"
+         "validation, per-language values), checkpoint-<step>/ (newest only: model + optimizer + trainer state +\n"
+         "data cursor, written atomically), model/ (final weights) and test.json (final test evaluation).\n"
+         "Resume: --resume CKPT|RUN --out DIR continues bit-identically. Settings that decide the trajectory\n"
+         "(model, data, budget, batch, optimiser, seeds) come from the checkpoint and may be repeated only with the\n"
+         "same value; --out, --eval-every, --checkpoint-every, --log-every, --stop-after-steps, --max-bad-steps may\n"
+         "change. See docs/training.md.\n";
+}
+
+}  // namespace hlm

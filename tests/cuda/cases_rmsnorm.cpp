@@ -1,0 +1,203 @@
+// RMSNorm: CUDA (src/ops/rmsnorm/rmsnorm.cu) vs the CPU reference (rmsnorm_ref.cpp), forward and backward, f32 and
+// bf16 storage. Cases: odd row lengths (1, 65, 127, 257, 1000, 4096), enough rows for a multi-chunk dweight sum
+// (300, 1000), and every input fill (large magnitudes, zeros, subnormals, NaN/±Inf).
+//
+// Tolerances (fp32; harness.h has the rules). T = rmsnorm_cuda_threads() threads per row; each sums ceil(D/T)
+// elements with FMA, then block_sum adds log2(32) + T/32 more roundings: L = ceil(D/T) + 5 + T/32 for Σx² (all terms
+// positive, so the relative error of the sum is at most L·u).
+//   r = 1/sqrt(Σ/D + eps): (L + 2)/2 from the sum, /D and +eps through the square root, +1 sqrt, +1 division:
+//       k_r = (L + 2)/2 + 2.
+//   forward out = w·(x·r): k = k_r + 2, mag = |out|.
+//   backward dx = r·(g − x·r·m), g = d_out·w, m = (Σ g·x)·r/D: the dot has L + 1 roundings relative to Σ|g||x|, so
+//       k = L + 2·k_r + 8 with mag = r·(|g| + |x|·r·Σ|g||x|/D) (the same expression on absolute values).
+//   dweight += Σ_rows d_out·x·r: terms carry k_r + 2, the two-pass column sum P = column_sum_path_length roundings:
+//       k = P + k_r + 3, mag = Σ_rows |d_out·x·r| + |dweight before|.
+// bf16: the flash-attention rule on out and dx (with the fp32 allowance k·u·mag above: with D = 1, dx = r·g·eps/(x² +
+// eps) is a cancellation the CPU does in double); dweight (fp32) by the fp32 rule on the bf16-rounded inputs.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/column_sum.h"
+#include "harness.h"
+#include "ops/rmsnorm/rmsnorm.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+
+using namespace hlm;
+using namespace hlm::cuda_test;
+
+namespace {
+
+struct RmsCase {
+  int64_t R, D;
+  Fill fill;
+};
+
+const std::vector<RmsCase> kCases = {
+    {1, 1, Fill::Normal},      {1, 65, Fill::Normal},   {3, 127, Fill::Normal},  {5, 1000, Fill::Normal},
+    {2, 4096, Fill::Normal},   {300, 257, Fill::Normal}, {1000, 65, Fill::Normal}, {4, 127, Fill::Large},
+    {3, 65, Fill::Zeros},      {3, 1000, Fill::Denormal}, {7, 127, Fill::Special}, {1, 1, Fill::Special},
+    {64, 4096, Fill::Large},
+};
+constexpr float kEps = 1e-6f;
+
+std::string name(const RmsCase& c, const char* what) {
+  return std::string("rmsnorm.") + what + " R=" + std::to_string(c.R) + " D=" + std::to_string(c.D) + " " +
+         fill_name(c.fill);
+}
+
+struct Bounds {
+  double k_fwd, k_dx, k_dw;
+};
+Bounds bounds(const RmsCase& c) {
+  const int T = rmsnorm_cuda_threads();
+  const double L = std::ceil(static_cast<double>(c.D) / T) + 5 + T / 32;
+  const double k_r = (L + 2) / 2 + 2;
+  const double P = static_cast<double>(column_sum_path_length(column_sum_plan(c.R, c.D, ~size_t{0} / 2)));
+  return {k_r + 2, L + 2 * k_r + 8, P + k_r + 3};
+}
+
+struct Inputs {
+  std::vector<float> x, w, dy, dw0;
+};
+Inputs make_inputs(const RmsCase& c, bool bf16) {
+  Inputs in{make_values(static_cast<size_t>(c.R * c.D), c.fill, 1), make_values(static_cast<size_t>(c.D), Fill::Normal, 2),
+            make_values(static_cast<size_t>(c.R * c.D), Fill::Normal, 3),
+            make_values(static_cast<size_t>(c.D), Fill::Normal, 4)};
+  if (bf16) {  // the values bf16 storage can hold (dw0 stays fp32: dweight is an fp32 master gradient)
+    in.x = round_bf16(in.x);
+    in.w = round_bf16(in.w);
+    in.dy = round_bf16(in.dy);
+  }
+  return in;
+}
+
+// Magnitudes of the backward outputs (see the header comment), in double.
+void backward_magnitudes(const RmsCase& c, const Inputs& in, std::vector<double>& mag_dx, std::vector<double>& mag_dw) {
+  const int64_t R = c.R, D = c.D;
+  mag_dx.assign(static_cast<size_t>(R * D), 0.0);
+  mag_dw.assign(static_cast<size_t>(D), 0.0);
+  for (int64_t d = 0; d < D; ++d) mag_dw[static_cast<size_t>(d)] = std::abs(static_cast<double>(in.dw0[static_cast<size_t>(d)]));
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0, gx = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double x = in.x[static_cast<size_t>(r * D + d)];
+      ss += x * x;
+      gx += std::abs(static_cast<double>(in.dy[static_cast<size_t>(r * D + d)]) * in.w[static_cast<size_t>(d)] * x);
+    }
+    const double ir = 1.0 / std::sqrt(ss / static_cast<double>(D) + kEps);
+    for (int64_t d = 0; d < D; ++d) {
+      const size_t i = static_cast<size_t>(r * D + d);
+      const double g = std::abs(static_cast<double>(in.dy[i]) * in.w[static_cast<size_t>(d)]);
+      mag_dx[i] = ir * (g + std::abs(static_cast<double>(in.x[i])) * ir * gx / static_cast<double>(D));
+      mag_dw[static_cast<size_t>(d)] += std::abs(static_cast<double>(in.dy[i]) * in.x[i]) * ir;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(RmsnormCuda, ForwardF32) {
+  HLM_REQUIRE_CUDA();
+  for (const RmsCase& c : kCases) {
+    const Inputs in = make_inputs(c, false);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    std::vector<float> cpu(n);
+    rmsnorm_forward(cpu.data(), in.x.data(), in.w.data(), c.R, c.D, kEps);
+    std::vector<double> ref(n);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w);
+    rmsnorm_forward<double>(ref.data(), x64.data(), w64.data(), c.R, c.D, kEps);
+
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "weight"), out(n * 4, "out");
+    rmsnorm_forward_cuda(out.as<float>(), x.as<float>(), w.as<float>(), {c.R, c.D, kEps}, ctx().stream());
+    const std::vector<float> gpu = out.download<float>();
+    EXPECT_TRUE(check_f32(name(c, "fwd f32"), gpu, cpu, ref, abs_of(ref), {bounds(c).k_fwd}));
+    EXPECT_TRUE(buffers_ok({&out}, {&x, &w})) << name(c, "fwd f32");
+
+    // In place (out aliases x) gives the same bits.
+    rmsnorm_forward_cuda(x.as<float>(), x.as<float>(), w.as<float>(), {c.R, c.D, kEps}, ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "fwd f32 in-place"), x.download<float>(), gpu));
+    EXPECT_TRUE(x.guards_intact());
+  }
+}
+
+TEST(RmsnormCuda, BackwardF32) {
+  HLM_REQUIRE_CUDA();
+  for (const RmsCase& c : kCases) {
+    const Inputs in = make_inputs(c, false);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    std::vector<float> dx_cpu(n), dw_cpu = in.dw0;
+    rmsnorm_backward<float>(dx_cpu.data(), dw_cpu.data(), in.dy.data(), in.x.data(), in.w.data(), c.R, c.D, kEps);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w), dy64 = to_f64(in.dy);
+    std::vector<double> dx_ref(n), dw_ref = to_f64(in.dw0);
+    rmsnorm_backward<double>(dx_ref.data(), dw_ref.data(), dy64.data(), x64.data(), w64.data(), c.R, c.D, kEps);
+    std::vector<double> mag_dx, mag_dw;
+    backward_magnitudes(c, in, mag_dx, mag_dw);
+
+    const RmsnormCudaParams p{c.R, c.D, kEps};
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "weight"),
+                 dy = DeviceBuffer::from(in.dy, "d_out"), dx(n * 4, "dx"), dw = DeviceBuffer::from(in.dw0, "dweight");
+    DeviceBuffer ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+    rmsnorm_backward_cuda(dx.as<float>(), dw.as<float>(), dy.as<float>(), x.as<float>(), w.as<float>(), p,
+                          ws.as<void>(), ws.bytes(), ctx().stream());
+    const Bounds b = bounds(c);
+    const std::vector<float> dx_gpu = dx.download<float>(), dw_gpu = dw.download<float>();
+    EXPECT_TRUE(check_f32(name(c, "bwd dx f32"), dx_gpu, dx_cpu, dx_ref, mag_dx, {b.k_dx}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dweight f32"), dw_gpu, dw_cpu, dw_ref, mag_dw, {b.k_dw}));
+    EXPECT_TRUE(buffers_ok({&dx, &dw, &ws}, {&x, &w, &dy})) << name(c, "bwd f32");
+
+    // dx aliasing d_out, dweight not wanted: same dx bits.
+    rmsnorm_backward_cuda(dy.as<float>(), nullptr, dy.as<float>(), x.as<float>(), w.as<float>(), p, ws.as<void>(),
+                          ws.bytes(), ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "bwd dx f32 in-place"), dy.download<float>(), dx_gpu));
+  }
+}
+
+TEST(RmsnormCuda, ForwardBf16) {
+  HLM_REQUIRE_CUDA();
+  for (const RmsCase& c : kCases) {
+    const Inputs in = make_inputs(c, true);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    std::vector<float> cpu32(n);
+    rmsnorm_forward(cpu32.data(), in.x.data(), in.w.data(), c.R, c.D, kEps);
+    std::vector<double> ref(n);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w);
+    rmsnorm_forward<double>(ref.data(), x64.data(), w64.data(), c.R, c.D, kEps);
+
+    DeviceBuffer x = DeviceBuffer::from(to_bf16(in.x), "x"), w = DeviceBuffer::from(to_bf16(in.w), "weight"),
+                 out(n * 2, "out");
+    rmsnorm_forward_cuda(out.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), {c.R, c.D, kEps},
+                         ctx().stream());
+    const std::vector<double> mag = abs_of(ref);
+    EXPECT_TRUE(check_bf16(name(c, "fwd bf16"), out.download<uint16_t>(), to_bf16(cpu32), ref, &mag, bounds(c).k_fwd));
+    EXPECT_TRUE(buffers_ok({&out}, {&x, &w})) << name(c, "fwd bf16");
+  }
+}
+
+TEST(RmsnormCuda, BackwardBf16) {
+  HLM_REQUIRE_CUDA();
+  for (const RmsCase& c : kCases) {
+    const Inputs in = make_inputs(c, true);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    std::vector<float> dx_cpu(n), dw_cpu = in.dw0;
+    rmsnorm_backward<float>(dx_cpu.data(), dw_cpu.data(), in.dy.data(), in.x.data(), in.w.data(), c.R, c.D, kEps);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w), dy64 = to_f64(in.dy);
+    std::vector<double> dx_ref(n), dw_ref = to_f64(in.dw0);
+    rmsnorm_backward<double>(dx_ref.data(), dw_ref.data(), dy64.data(), x64.data(), w64.data(), c.R, c.D, kEps);
+    std::vector<double> mag_dx, mag_dw;
+    backward_magnitudes(c, in, mag_dx, mag_dw);
+
+    const RmsnormCudaParams p{c.R, c.D, kEps};
+    DeviceBuffer x = DeviceBuffer::from(to_bf16(in.x), "x"), w = DeviceBuffer::from(to_bf16(in.w), "weight"),
+                 dy = DeviceBuffer::from(to_bf16(in.dy), "d_out"), dx(n * 2, "dx"),
+                 dw = DeviceBuffer::from(in.dw0, "dweight");
+    DeviceBuffer ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+    rmsnorm_backward_cuda(dx.as<__nv_bfloat16>(), dw.as<float>(), dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(),
+                          w.as<__nv_bfloat16>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+    EXPECT_TRUE(
+        check_bf16(name(c, "bwd dx bf16"), dx.download<uint16_t>(), to_bf16(dx_cpu), dx_ref, &mag_dx, bounds(c).k_dx));
+    EXPECT_TRUE(check_f32(name(c, "bwd dweight (bf16 inputs)"), dw.download<float>(), dw_cpu, dw_ref, mag_dw,
+                          {bounds(c).k_dw}));
+    EXPECT_TRUE(buffers_ok({&dx, &dw, &ws}, {&x, &w, &dy})) << name(c, "bwd bf16");
+  }
+}

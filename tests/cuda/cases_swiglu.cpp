@@ -1,0 +1,98 @@
+// SwiGLU: CUDA (src/ops/swiglu/swiglu.cu) vs the CPU reference (swiglu_ref.cpp), forward and backward, f32.
+// Cases: odd lengths (1, 65, 127, 1000, 4097, 2^20 + 3), every input fill, and a saturating gate (scale 30: |gate| up
+// to ~150, where exp(−gate) overflows fp32 on one side and σ rounds to 1 on the other).
+//
+// Tolerances (fp32 rule, harness.h). CUDA's expf is within 2 ulp (≤ 4u relative); the division and the products are
+// correctly rounded (nvcc's default -prec-div=true; no fast math).
+//   forward silu(g)·up = g / (1 + e^-g) · up: 4u (expf; its error reaches the sum with a factor ≤ 1) + 1u (1 + e)
+//       + 1u (division) + 1u (product) = 7u: k = 10, mag = |out|.
+//   backward σ and 1 − σ (= σ(−g), computed without cancellation) carry 6u each; t = 1 + g·(1 − σ) adds 1u relative
+//       to 1 + |g|(1 − σ); dgate = d_out·up·σ·t adds 3 products: ≈ 16u, k = 20, mag = |d_out·up·σ|·(1 + |g|(1 − σ));
+//       dup = d_out·g·σ: 6u + 2 products, k = 10, mag = |dup|.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "ops/swiglu/swiglu.h"
+#include "ops/swiglu/swiglu_cuda.h"
+
+using namespace hlm;
+using namespace hlm::cuda_test;
+
+namespace {
+
+struct SwigluCase {
+  int64_t n;
+  Fill fill;
+  float gate_scale = 3.0f;
+};
+
+const std::vector<SwigluCase> kCases = {
+    {1, Fill::Normal},     {65, Fill::Normal},       {127, Fill::Normal},     {1000, Fill::Normal},
+    {4097, Fill::Normal},  {(1 << 20) + 3, Fill::Normal}, {1000, Fill::Normal, 30.0f}, {1000, Fill::Large, 1.0f},
+    {127, Fill::Zeros},    {1000, Fill::Denormal},    {1000, Fill::Special},   {1, Fill::Special},
+};
+
+std::string name(const SwigluCase& c, const char* what) {
+  return std::string("swiglu.") + what + " n=" + std::to_string(c.n) + " " + fill_name(c.fill) +
+         " gate_scale=" + std::to_string(static_cast<int>(c.gate_scale));
+}
+
+}  // namespace
+
+TEST(SwigluCuda, Forward) {
+  HLM_REQUIRE_CUDA();
+  for (const SwigluCase& c : kCases) {
+    const auto n = static_cast<size_t>(c.n);
+    const auto gate = make_values(n, c.fill, 11, c.gate_scale), up = make_values(n, c.fill, 12);
+    std::vector<float> cpu(n);
+    swiglu_forward(cpu.data(), gate.data(), up.data(), c.n);
+    const auto g64 = to_f64(gate), u64 = to_f64(up);
+    std::vector<double> ref(n);
+    swiglu_forward<double>(ref.data(), g64.data(), u64.data(), c.n);
+
+    DeviceBuffer g = DeviceBuffer::from(gate, "gate"), u = DeviceBuffer::from(up, "up"), out(n * 4, "out");
+    swiglu_forward_cuda(out.as<float>(), g.as<float>(), u.as<float>(), c.n, ctx().stream());
+    const auto gpu = out.download<float>();
+    EXPECT_TRUE(check_f32(name(c, "fwd"), gpu, cpu, ref, abs_of(ref), {10}));
+    EXPECT_TRUE(buffers_ok({&out}, {&g, &u})) << name(c, "fwd");
+
+    // out aliasing gate: same bits.
+    swiglu_forward_cuda(g.as<float>(), g.as<float>(), u.as<float>(), c.n, ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "fwd in-place"), g.download<float>(), gpu));
+  }
+}
+
+TEST(SwigluCuda, Backward) {
+  HLM_REQUIRE_CUDA();
+  for (const SwigluCase& c : kCases) {
+    const auto n = static_cast<size_t>(c.n);
+    const auto gate = make_values(n, c.fill, 11, c.gate_scale), up = make_values(n, c.fill, 12),
+               dy = make_values(n, Fill::Normal, 13);
+    std::vector<float> dg_cpu(n), du_cpu(n);
+    swiglu_backward<float>(dg_cpu.data(), du_cpu.data(), dy.data(), gate.data(), up.data(), c.n);
+    const auto g64 = to_f64(gate), u64 = to_f64(up), dy64 = to_f64(dy);
+    std::vector<double> dg_ref(n), du_ref(n), mag_dg(n);
+    swiglu_backward<double>(dg_ref.data(), du_ref.data(), dy64.data(), g64.data(), u64.data(), c.n);
+    for (size_t i = 0; i < n; ++i) {
+      const double sig = 1.0 / (1.0 + std::exp(-g64[i])), one_minus = 1.0 / (1.0 + std::exp(g64[i]));
+      mag_dg[i] = std::abs(dy64[i] * u64[i] * sig) * (1.0 + std::abs(g64[i]) * one_minus);
+    }
+
+    DeviceBuffer g = DeviceBuffer::from(gate, "gate"), u = DeviceBuffer::from(up, "up"),
+                 d = DeviceBuffer::from(dy, "d_out"), dg(n * 4, "dgate"), du(n * 4, "dup");
+    swiglu_backward_cuda(dg.as<float>(), du.as<float>(), d.as<float>(), g.as<float>(), u.as<float>(), c.n,
+                         ctx().stream());
+    const auto dg_gpu = dg.download<float>(), du_gpu = du.download<float>();
+    EXPECT_TRUE(check_f32(name(c, "bwd dgate"), dg_gpu, dg_cpu, dg_ref, mag_dg, {20}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dup"), du_gpu, du_cpu, du_ref, abs_of(du_ref), {10}));
+    EXPECT_TRUE(buffers_ok({&dg, &du}, {&g, &u, &d})) << name(c, "bwd");
+
+    // dgate aliasing d_out and dup aliasing up (the contract allows both): same bits.
+    swiglu_backward_cuda(d.as<float>(), u.as<float>(), d.as<float>(), g.as<float>(), u.as<float>(), c.n,
+                         ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "bwd dgate aliasing d_out"), d.download<float>(), dg_gpu));
+    EXPECT_TRUE(check_exact(name(c, "bwd dup aliasing up"), u.download<float>(), du_gpu));
+  }
+}

@@ -1,0 +1,98 @@
+// `hybridlm corpus import|info` through the binary: JSONL and text inputs, tiers, and exit code 2 with a clear
+// message for every bad input.
+#include <gtest/gtest.h>
+
+#include "data_test_util.h"
+
+using namespace hlm;
+using test::run_hybridlm;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+}  // namespace
+
+TEST(CorpusCli, ImportJsonlAndTextThenInfo) {
+  test::ScratchDir scratch("cli");
+  const fs::path s = scratch.path();
+  write(s / "en.jsonl", "{\"text\": \"first\"}\n\n{\"text\": \"\"}\n{\"text\": \"second\\nline\", \"id\": 2}\n");
+  write(s / "fr.txt", "Bonjour\nle monde\n\n\n  \nDeuxième\r\ndocument\n");
+  write(s / "fr2.txt.zst", zstd_compress("troisième\n"));
+  const fs::path out = s / "corpus";
+  const std::string base = "corpus import --out " + out.string() + " --lang eng_Latn=" + (s / "en.jsonl").string();
+  auto r = run_hybridlm(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 empty documents skipped"), std::string::npos) << r.out;
+  r = run_hybridlm("corpus import --force --format text --out " + out.string() + " --lang fra_Latn=" +
+                   (s / "fr.txt").string() + " --lang fra_Latn=" + (s / "fr2.txt.zst").string() +
+                   " --tier fra_Latn=high");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Corpus corpus = Corpus::open(out);
+  ASSERT_EQ(corpus.languages().size(), 1u);
+  EXPECT_EQ(corpus.language("fra_Latn").tier, "high");
+  EXPECT_EQ(corpus.read_documents("fra_Latn").texts,
+            (std::vector<std::string>{"Bonjour\nle monde", "Deuxième\ndocument", "troisième"}));
+  r = run_hybridlm("corpus info " + out.string() + " --verify");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fra_Latn"), std::string::npos);
+  EXPECT_NE(r.out.find("high"), std::string::npos);
+  EXPECT_NE(r.out.find("verified"), std::string::npos);
+  r = run_hybridlm("corpus info " + out.string() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["languages"][0]["documents"], 3);
+
+  // Default tiers: eng_Latn is the anchor, the rest mid.
+  const fs::path two = s / "two";
+  r = run_hybridlm("corpus import --out " + two.string() + " --lang eng_Latn=" + (s / "en.jsonl").string() +
+                   " --lang hin_Deva=" + (s / "en.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Corpus::open(two).language("eng_Latn").tier, "anchor");
+  EXPECT_EQ(Corpus::open(two).language("hin_Deva").tier, "mid");
+}
+
+TEST(CorpusCli, BadInputsExitTwo) {
+  test::ScratchDir scratch("cli");
+  const fs::path s = scratch.path();
+  write(s / "ok.jsonl", "{\"text\": \"fine\"}\n");
+  write(s / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": oops}\n");
+  write(s / "notext.jsonl", "{\"body\": \"x\"}\n");
+  write(s / "utf8.txt", "ok\n\xfe\n");
+  const std::string out = " --out " + (s / "c").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"corpus import" + out + " --lang fra_Latn=" + (s / "missing.jsonl").string(), "no such file"},
+      {"corpus import" + out + " --lang fra_Latn", "expected CODE=VALUE"},
+      {"corpus import" + out + " --lang French=" + (s / "ok.jsonl").string(), "FineWeb-2 code"},
+      {"corpus import" + out + " --lang fra_Latn=" + (s / "ok.jsonl").string() + " --tier fra_Latn=top",
+       "unknown tier 'top'"},
+      {"corpus import" + out + " --lang fra_Latn=" + (s / "ok.jsonl").string() + " --tier deu_Latn=high",
+       "deu_Latn has no --lang"},
+      {"corpus import" + out + " --lang fra_Latn=" + (s / "bad.jsonl").string(), "bad.jsonl: line 2: invalid JSON"},
+      {"corpus import" + out + " --lang fra_Latn=" + (s / "notext.jsonl").string(), "missing \"text\""},
+      {"corpus import" + out + " --format text --lang fra_Latn=" + (s / "utf8.txt").string(),
+       "utf8.txt: line 2: invalid UTF-8"},
+      {"corpus import" + out + " --format csv --lang fra_Latn=" + (s / "ok.jsonl").string(), "--format"},
+      {"corpus info " + (s / "nope").string(), "no such corpus directory"},
+      {"corpus", "subcommand"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const auto r = run_hybridlm(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE((r.err + r.out).find(needle), std::string::npos) << args << "\nstderr: " << r.err;
+    EXPECT_FALSE(fs::exists(s / "c" / "corpus.json")) << args;
+  }
+  ASSERT_EQ(run_hybridlm("corpus import" + out + " --lang fra_Latn=" + (s / "ok.jsonl").string()).exit_code, 0);
+  const auto r = run_hybridlm("corpus import" + out + " --lang fra_Latn=" + (s / "ok.jsonl").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+}
+
+TEST(CorpusCli, HelpHasExamples) {
+  for (const char* args : {"corpus --help", "corpus import --help", "corpus info --help"}) {
+    const auto r = run_hybridlm(args);
+    EXPECT_EQ(r.exit_code, 0) << args;
+    EXPECT_NE(r.out.find("Examples:"), std::string::npos) << args << r.out;
+  }
+}

@@ -30,6 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Whether two paths name the same existing directory (false when either does not exist).
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
 void warn_unknown_keys(const ModelConfig& c, const std::string& what) {
   for (const std::string& key : c.unknown_keys)
     std::fprintf(stderr, "hybridlm: warning: %s: config key '%s' is not used by hybridlm\n", what.c_str(),
@@ -139,7 +145,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks) : cfg_(conf
     stream_->restore(stream_cursor_from_json(state_.cursor));
     checkpoint_restore_optimizer(resume_->dir, *optimizer_);
     elapsed_before_ = state_.elapsed_seconds;
-    if (fs::equivalent(resume_->dir.parent_path(), out_)) result_.last_checkpoint = resume_->dir;
+    if (same_directory(resume_->dir.parent_path(), out_)) result_.last_checkpoint = resume_->dir;
   }
 }
 
@@ -149,11 +155,11 @@ void Trainer::check_out_dir() const {
   if (!fs::exists(out_)) return;
   HLM_CHECK_INPUT(fs::is_directory(out_), cfg_.out, ": --out exists and is not a directory");
   if (fs::is_empty(out_)) return;
-  const bool own_run = resume_ && fs::equivalent(resume_->dir.parent_path(), out_);
+  const bool own_run = resume_ && same_directory(resume_->dir.parent_path(), out_);
   HLM_CHECK_INPUT(own_run, cfg_.out, ": --out exists and is not empty (use a new directory",
                   resume_ ? ", or the checkpoint's own run directory)" : ")");
   const std::vector<fs::path> all = checkpoint_list(out_);
-  HLM_CHECK_INPUT(all.empty() || fs::equivalent(all.back(), resume_->dir), cfg_.out, ": holds a newer checkpoint (",
+  HLM_CHECK_INPUT(all.empty() || same_directory(all.back(), resume_->dir), cfg_.out, ": holds a newer checkpoint (",
                   all.empty() ? "" : all.back().filename().string(),
                   ") than the one to resume; resume from it or use another --out");
   HLM_CHECK_INPUT(!fs::exists(out_ / "model"), cfg_.out, ": the run has finished (model/ exists); use another --out");
@@ -215,8 +221,10 @@ TrainResult Trainer::run() {
     if (cfg_.stop_after_steps > 0 && state_.step >= cfg_.stop_after_steps && state_.step < plan_.total_steps) {
       if (last_checkpoint_step_ != state_.step && state_.consecutive_bad == 0) checkpoint_now();
       result_.status = TrainStatus::Stopped;
-      result_.message = str_cat("after step ", state_.step, " as asked (--stop-after-steps); resume with --resume ",
-                                result_.last_checkpoint.string());
+      result_.message = str_cat("after step ", state_.step, " as asked (--stop-after-steps); ",
+                                result_.last_checkpoint.empty()
+                                    ? std::string("no checkpoint was written (the step was not finite)")
+                                    : "resume with --resume " + result_.last_checkpoint.string());
       break;
     }
   }

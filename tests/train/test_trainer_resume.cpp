@@ -147,10 +147,14 @@ TEST_F(TrainerResume, ThreeNonFiniteStepsStopWithTheLastGoodCheckpointIntact) {
   Model saved = Model::load(out / "checkpoint-00000004");
   for (float v : weights_of(saved)) ASSERT_TRUE(std::isfinite(v));
   EXPECT_EQ(checkpoint_read(out / "checkpoint-00000004").state.step, 4);
-  TrainConfig again = config("nan", 12);
+  TrainConfig again = config("nan_resumed", 12);  // into a new run directory: the metrics come along
   again.checkpoint_every_steps = 2;
   again.resume = (out / "checkpoint-00000004").string();
   const TrainResult resumed = train_run(again);
   EXPECT_EQ(resumed.status, TrainStatus::Completed) << resumed.message;
   EXPECT_TRUE(resumed.skipped_steps.empty());
+  const auto steps = test::read_metrics(scratch.path() / "nan_resumed" / "metrics.jsonl", "step");
+  ASSERT_EQ(steps.size(), 12u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i]["step"], i + 1);
+  EXPECT_EQ(checkpoint_list(out).size(), 1u);  // the old run directory is left as it was
 }

@@ -59,22 +59,22 @@ TEST(TrainerDistill, PretrainConvertDistillValidationKlGoesDown) {
   dis.student = student_dir.string();
   dis.batch_rows = 4;
   dis.micro_batch_rows = 2;
-  dis.tokens = 120 * 4 * 64;
+  dis.tokens = 240 * 4 * 64;
   dis.lr_rec = 5e-3;
   dis.lr_rest = 1e-3;
   dis.min_lr = 1e-4;
   dis.warmup_steps = 10;
-  dis.eval_every_tokens = 30 * 4 * 64;
-  dis.checkpoint_every_steps = 60;
+  dis.eval_every_tokens = 60 * 4 * 64;
+  dis.checkpoint_every_steps = 120;
   t0 = std::chrono::steady_clock::now();
   const TrainResult student_run = train_run(dis);
   const double distill_seconds = seconds_since(t0);
   ASSERT_EQ(student_run.status, TrainStatus::Completed) << student_run.message;
   const fs::path out = scratch.path() / "student_run";
   const auto valid = test::read_metrics(out / "metrics.jsonl", "valid");
-  ASSERT_EQ(valid.size(), 5u);  // steps 0, 30, 60, 90, 120
+  ASSERT_EQ(valid.size(), 5u);  // steps 0, 60, 120, 180, 240
   EXPECT_EQ(valid.front()["step"], 0);
-  EXPECT_EQ(valid.back()["step"], 120);
+  EXPECT_EQ(valid.back()["step"], 240);
   const double kl_first = valid.front()["mean"]["kl"], kl_last = valid.back()["mean"]["kl"];
   std::printf("distill: %lld steps in %.2fs, validation KL %.4f -> %.4f nats/token (CE gap %.4f -> %.4f), "
               "test KL %.4f\n",
@@ -86,11 +86,11 @@ TEST(TrainerDistill, PretrainConvertDistillValidationKlGoesDown) {
     EXPECT_LT(valid.back()["kl"][code].get<double>(), valid.front()["kl"][code].get<double>()) << code;
 
   // Files: config, metrics (one step record per step), newest checkpoint only, final model, test evaluation.
-  EXPECT_EQ(test::read_metrics(out / "metrics.jsonl", "step").size(), 120u);
+  EXPECT_EQ(test::read_metrics(out / "metrics.jsonl", "step").size(), 240u);
   EXPECT_TRUE(fs::exists(out / "config.json"));
-  EXPECT_TRUE(fs::exists(out / "checkpoint-00000120" / "optimizer.safetensors"));
-  EXPECT_FALSE(fs::exists(out / "checkpoint-00000060"));
-  EXPECT_EQ(student_run.last_checkpoint.filename(), "checkpoint-00000120");
+  EXPECT_TRUE(fs::exists(out / "checkpoint-00000240" / "optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-00000120"));
+  EXPECT_EQ(student_run.last_checkpoint.filename(), "checkpoint-00000240");
   const Model final_model = Model::load(out / "model");
   EXPECT_EQ(final_model.config().model_type, "qwen3_hybrid");
   const auto test_json = nlohmann::json::parse(test::read_text(out / "test.json"));

@@ -1,7 +1,7 @@
 # hybridlm front door. `make demo` and `make test` work on a fresh Debian 12 machine: both install missing
 # packages (scripts/install-deps.sh), configure and build with CMake + Ninja, then run.
 BUILD_DIR ?= build
-BUILD_TYPE ?= RelWithDebInfo
+BUILD_TYPE ?= Release
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=

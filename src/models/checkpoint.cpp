@@ -1,5 +1,6 @@
 // Single-file and sharded (HF index) checkpoints; contracts in checkpoint.h.
 #include "models/checkpoint.h"
+#include "models/json_file.h"
 
 #include <cstdio>
 #include <fstream>
@@ -16,18 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-json read_json_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  HLM_CHECK_INPUT(in.good(), path.string(), ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw_input_error(path.string(), ": not valid JSON: ", e.what());
-  }
-}
 
 // A shard name from the index must stay inside the model directory.
 bool is_plain_file_name(const std::string& name) {
@@ -82,7 +71,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   }
 
   const std::string isrc = index_path.string();
-  const json index = read_json_file(index_path);
+  const json index = json_file_read(index_path);
   HLM_CHECK_INPUT(index.is_object(), isrc, ": not a JSON object");
   HLM_CHECK_INPUT(index.contains("weight_map"), isrc, ": missing 'weight_map'");
   const json& weight_map = index["weight_map"];

@@ -98,18 +98,6 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   return s;
 }
 
-json json_file_read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  HLM_CHECK_INPUT(in.good(), path.string(), ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw_input_error(path.string(), ": not valid JSON: ", e.what());
-  }
-}
-
 void directory_write_atomic(const fs::path& dir, const std::function<void(const fs::path&)>& fill) {
   static std::atomic<int> counter{0};
   const fs::path target = fs::absolute(dir).lexically_normal();

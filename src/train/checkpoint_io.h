@@ -13,6 +13,7 @@
 // Only the newest checkpoint of a run is kept: older checkpoint-* directories are removed after the new one is in
 // place. Nothing here draws random numbers: the data stream is counter-based and its cursor is the whole RNG state.
 #pragma once
+#include "models/json_file.h"  // json_file_read
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -49,9 +50,6 @@ struct TrainerState {
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);
 TrainerState trainer_state_from_json(const nlohmann::json& json, const std::string& source);
-
-// Reads and parses a JSON file (input error naming the file).
-nlohmann::json json_file_read(const std::filesystem::path& path);
 
 // Replaces directory `dir` atomically: `fill` writes into a fresh temporary directory beside it, which is then
 // renamed to `dir` (an existing `dir` is moved aside first and removed afterwards). On any exception the temporary

@@ -24,6 +24,7 @@
 #include "ops/rope/rope.h"
 #include "ops/swiglu/swiglu.h"
 #include "support/finite_diff.h"
+#include "support/threads.h"
 #include "support/random.h"
 
 using namespace hlm;
@@ -51,18 +52,7 @@ double rel_err(const std::vector<float>& f, const std::vector<double>& d) {
   return diff / ref;
 }
 
-// Runs f with 1 and with 3 OpenMP threads; the results must be bitwise equal.
-template <typename F>
-void expect_thread_independent(F f, const char* what) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one = f();
-  omp_set_num_threads(3);
-  const std::vector<float> three = f();
-  omp_set_num_threads(saved);
-  ASSERT_EQ(one.size(), three.size());
-  EXPECT_TRUE(std::equal(one.begin(), one.end(), three.begin())) << what << " depends on the thread count";
-}
+using test::expect_thread_independent;
 
 }  // namespace
 

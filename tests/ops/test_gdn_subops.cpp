@@ -20,6 +20,7 @@
 #include "ops/gdn_gate/gdn_gate.h"
 #include "ops/l2norm/l2norm.h"
 #include "support/finite_diff.h"
+#include "support/threads.h"
 #include "support/random.h"
 
 using namespace hlm;
@@ -33,18 +34,7 @@ std::vector<double> randn(size_t n, uint64_t stream, double sd = 1.0, double mea
   return test::random_doubles(n, stream, sd, mean, 4242);
 }
 
-// Runs f with 1 and with 3 OpenMP threads; the results must be bitwise equal.
-template <typename F>
-void expect_thread_independent(F f, const char* what) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one = f();
-  omp_set_num_threads(3);
-  const std::vector<float> three = f();
-  omp_set_num_threads(saved);
-  ASSERT_EQ(one.size(), three.size());
-  EXPECT_TRUE(std::equal(one.begin(), one.end(), three.begin())) << what << " depends on the thread count";
-}
+using test::expect_thread_independent;
 
 std::vector<float> to_float(const std::vector<double>& x) { return {x.begin(), x.end()}; }
 

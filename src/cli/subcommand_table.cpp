@@ -4,16 +4,20 @@
 
 namespace hlm {
 
-static const std::array<SubcommandEntry, 9> kSubcommands{{
+static const std::array<SubcommandEntry, 13> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
     {"placements", add_placements_command},
     {"corpus", add_corpus_command},
+    {"tokenize", add_tokenize_command},
     {"pretrain", add_pretrain_command},
     {"distill", add_distill_command},
     {"eval", add_eval_command},
     {"compare", add_compare_command},
+    {"tokstats", add_tokstats_command},
+    {"align", add_align_command},
+    {"locality", add_locality_command},
 }};
 
 std::span<const SubcommandEntry> subcommand_table() { return kSubcommands; }

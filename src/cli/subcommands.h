@@ -20,9 +20,13 @@ void add_run_command(CLI::App& app, std::function<int()>& action);
 void add_convert_command(CLI::App& app, std::function<int()>& action);
 void add_placements_command(CLI::App& app, std::function<int()>& action);
 void add_corpus_command(CLI::App& app, std::function<int()>& action);
+void add_tokenize_command(CLI::App& app, std::function<int()>& action);
 void add_pretrain_command(CLI::App& app, std::function<int()>& action);
 void add_distill_command(CLI::App& app, std::function<int()>& action);
 void add_eval_command(CLI::App& app, std::function<int()>& action);
 void add_compare_command(CLI::App& app, std::function<int()>& action);
+void add_tokstats_command(CLI::App& app, std::function<int()>& action);
+void add_align_command(CLI::App& app, std::function<int()>& action);
+void add_locality_command(CLI::App& app, std::function<int()>& action);
 
 }  // namespace hlm

@@ -3,6 +3,7 @@
 // a "text" string) and compares the counts with corpus.json. Non-goals: deduplication, normalisation, filtering.
 #include "data/corpus.h"
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -129,6 +130,10 @@ Corpus Corpus::open(const fs::path& dir) {
     HLM_CHECK_INPUT(fs::is_regular_file(file), file.string(), ": listed in ", where, " but missing");
     corpus.languages_.push_back(std::move(lang));
   }
+  nlohmann::json provenance = nlohmann::json::object();
+  for (const char* key : {"packages", "source_bytes", "left_out"})
+    if (meta.contains(key)) provenance[key] = meta[key];
+  corpus.provenance_ = corpus_provenance_from_json(provenance, where);
   return corpus;
 }
 
@@ -189,7 +194,8 @@ CorpusDocuments Corpus::read_documents(const std::string& code) const {
 }
 
 void corpus_write(const fs::path& dir, const std::vector<CorpusLanguage>& languages,
-                  const std::vector<std::vector<std::string>>& docs, const std::vector<std::string>& sources) {
+                  const std::vector<std::vector<std::string>>& docs, const std::vector<std::string>& sources,
+                  const CorpusProvenance& provenance) {
   const std::string where = dir.string();
   HLM_CHECK_INPUT(languages.size() == docs.size(), where, ": ", languages.size(), " languages but ", docs.size(),
                   " document lists");
@@ -211,6 +217,18 @@ void corpus_write(const fs::path& dir, const std::vector<CorpusLanguage>& langua
       HLM_CHECK_INPUT(bad == std::string::npos, where, ": ", lang.code, " document ", d, ": invalid UTF-8 at byte ",
                       bad);
     }
+  }
+  for (const auto& [code, per_source] : provenance.source_bytes) {
+    HLM_CHECK_INPUT(codes.count(code), where, ": source_bytes names ", code,
+                    ", which is not among the languages written");
+    const size_t l = static_cast<size_t>(
+        std::find_if(listed.begin(), listed.end(), [&](const CorpusLanguage& x) { return x.code == code; }) -
+        listed.begin());
+    int64_t text_bytes = 0, listed_bytes = 0;
+    for (const std::string& d : docs[l]) text_bytes += static_cast<int64_t>(d.size());
+    for (const auto& [source, bytes] : per_source) listed_bytes += bytes;
+    HLM_CHECK_INPUT(listed_bytes == text_bytes, where, ": source_bytes of ", code, " sum to ", listed_bytes,
+                    " but its documents hold ", text_bytes, " text bytes");
   }
   fs::create_directories(dir);
   nlohmann::ordered_json meta_languages = nlohmann::ordered_json::array();
@@ -240,6 +258,7 @@ void corpus_write(const fs::path& dir, const std::vector<CorpusLanguage>& langua
   meta["version"] = kVersion;
   meta["languages"] = meta_languages;
   meta["sources"] = sources;
+  corpus_provenance_to_json(provenance, meta);
   file_write_atomic(dir / "corpus.json", meta.dump(2) + "\n");
 }
 

@@ -1,10 +1,11 @@
-// The built-in "bytes" tokenizer: id = UTF-8 byte value (0..255), so encode/decode are exact inverses on any byte
-// string and the vocabulary is 256. tokenizer.json files (byte-level BPE, SentencePiece BPE) are not read yet.
+// tokenizer_load: the built-in "bytes" tokenizer (id = UTF-8 byte value 0..255, so encode/decode are exact inverses
+// on any byte string and the vocabulary is 256) or an HF tokenizer.json file (data/tokenizer_json.h).
 #include "data/tokenizer.h"
 
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/tokenizer_json.h"
 
 namespace hlm {
 namespace {
@@ -36,9 +37,14 @@ std::unique_ptr<Tokenizer> tokenizer_load(const std::string& spec) {
   HLM_CHECK_INPUT(!spec.empty(), "tokenizer: empty name (use \"bytes\" or a tokenizer file)");
   HLM_CHECK_INPUT(std::filesystem::exists(spec), "tokenizer ", spec,
                   ": no such file (and not a built-in tokenizer; built-in: bytes)");
-  throw_input_error("tokenizer ", spec,
-                    ": only the built-in \"bytes\" tokenizer is supported so far (tokenizer.json support arrives with "
-                    "[data])");
+  std::filesystem::path path = spec;
+  if (std::filesystem::is_directory(path)) {  // a model or tokenizer folder: its tokenizer.json
+    path /= "tokenizer.json";
+    HLM_CHECK_INPUT(std::filesystem::exists(path), "tokenizer ", spec, ": a directory without tokenizer.json");
+  }
+  HLM_CHECK_INPUT(!spec.ends_with(".gz"), "tokenizer ", spec,
+                  ": gzip-compressed files are not read directly (gunzip it first)");
+  return tokenizer_json_load(path);
 }
 
 }  // namespace hlm

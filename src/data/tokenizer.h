@@ -1,5 +1,5 @@
-// Tokenizers behind one interface. Today: the built-in "bytes" tokenizer (each UTF-8 byte is one id, 0..255; the
-// vocabulary is 256). HF tokenizer.json (byte-level BPE, SentencePiece BPE) joins in the [data] issue.
+// Tokenizers behind one interface: the built-in "bytes" tokenizer (each UTF-8 byte is one id, 0..255; the
+// vocabulary is 256) and HF tokenizer.json files (byte-level BPE, SentencePiece-style BPE; data/tokenizer_json.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,7 +19,7 @@ class Tokenizer {
   virtual std::string name() const = 0;  // "bytes" or the file path
 };
 
-// "bytes" or a path to a tokenizer file (input error when unknown or unsupported).
+// "bytes" or a path to a tokenizer.json file (input error when missing, malformed or unsupported).
 std::unique_ptr<Tokenizer> tokenizer_load(const std::string& spec);
 
 }  // namespace hlm

@@ -161,17 +161,15 @@ void attention_layer_forward_ref(T* out, const T* x, const AttentionParamPtrs<co
   arena.release(mark);
 }
 
+namespace {
+
+// The backward after the forward's intermediates `a` (kept with keep_pre_norm).
 template <typename T>
-void attention_layer_backward_ref(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const T* x,
-                                  const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
-                                  const RopeTable* rope, const AttentionBatchView& b, Arena& arena) {
-  HLM_CHECK(dx != x && dx != d_out, "attention backward: dx may not alias x or d_out");
-  HLM_CHECK((w.q_norm == nullptr || g.q_norm != nullptr) && (w.k_norm == nullptr || g.k_norm != nullptr),
-            "attention backward: missing q/k norm gradient");
+void backward_from(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const T* x,
+                   const AttentionParamPtrs<const T*>& w, const AttentionDims& d, const RopeTable* rope,
+                   const AttentionBatchView& b, const Activations<T>& a, Arena& arena) {
   const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
   const Arena::Mark mark = arena.mark();
-  const Activations<T> a = forward_activations(x, w, d, rope, b, /*keep_pre_norm=*/true, arena);
-
   T* d_o = scratch<T>(arena, n * Cq);  // [n, Hq·D]
   matmul_backward<T>(d_o, g.o_proj, g.o_bias, d_out, a.o, w.o_proj, n, b.hidden, Cq);
   T *dq = scratch<T>(arena, n * Cq), *dk = scratch<T>(arena, n * Ckv), *dv = scratch<T>(arena, n * Ckv);
@@ -195,16 +193,53 @@ void attention_layer_backward_ref(T* dx, const AttentionParamPtrs<T*>& g, const 
   arena.release(mark);
 }
 
+// Stash layout (layers/layer_stash.h): buffers = the Activations fields in this order.
+enum StashSlot { kQLin, kKLin, kQ, kK, kV, kO, kStashSlots };
+
+std::vector<float*> to_stash(const Activations<float>& a) { return {a.q_lin, a.k_lin, a.q, a.k, a.v, a.o}; }
+Activations<float> from_stash(const LayerStash& s) {
+  HLM_CHECK(s.buffers.size() == kStashSlots, "attention backward: the stash was not filled by an attention forward");
+  return {s.buffers[kQLin], s.buffers[kKLin], s.buffers[kQ], s.buffers[kK], s.buffers[kV], s.buffers[kO]};
+}
+
+}  // namespace
+
+template <typename T>
+void attention_layer_backward_ref(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const T* x,
+                                  const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                                  const RopeTable* rope, const AttentionBatchView& b, Arena& arena) {
+  HLM_CHECK(dx != x && dx != d_out, "attention backward: dx may not alias x or d_out");
+  HLM_CHECK((w.q_norm == nullptr || g.q_norm != nullptr) && (w.k_norm == nullptr || g.k_norm != nullptr),
+            "attention backward: missing q/k norm gradient");
+  const Arena::Mark mark = arena.mark();
+  const Activations<T> a = forward_activations(x, w, d, rope, b, /*keep_pre_norm=*/true, arena);
+  backward_from<T>(dx, g, d_out, x, w, d, rope, b, a, arena);
+  arena.release(mark);
+}
+
 void attention_layer_forward(float* out, const float* x, const AttentionWeights& w, const AttentionDims& dims,
-                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena) {
+                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena,
+                             LayerStash* stash) {
   attention_check_weights(w, dims);
-  attention_layer_forward_ref<float>(out, x, attention_param_ptrs(w), dims, rope,
-                                     batch_view(batch, w.q_proj.in_features(), positions), arena);
+  const AttentionBatchView b = batch_view(batch, w.q_proj.in_features(), positions);
+  if (stash == nullptr) {
+    attention_layer_forward_ref<float>(out, x, attention_param_ptrs(w), dims, rope, b, arena);
+    return;
+  }
+  HLM_CHECK(stash->arena != nullptr, "attention forward: stash without an arena");
+  HLM_CHECK(out != x, "attention forward: out may not alias x");
+  const AttentionParamPtrs<const float*> p = attention_param_ptrs(w);
+  const Activations<float> a = forward_activations(x, p, dims, rope, b, /*keep_pre_norm=*/true, *stash->arena);
+  matmul_forward<float>(out, a.o, p.o_proj, p.o_bias, b.tokens, b.hidden, dims.q_heads * dims.head_dim);
+  stash->buffers = to_stash(a);
+  stash->output = scratch<float>(*stash->arena, b.tokens * b.hidden);
+  std::copy_n(out, b.tokens * b.hidden, stash->output);
 }
 
 void attention_layer_backward(float* dx, AttentionGrads& grads, const float* d_out, const float* x,
                               const AttentionWeights& w, const AttentionDims& dims, const RopeTable* rope,
-                              const TokenBatch& batch, const int32_t* positions, Arena& arena) {
+                              const TokenBatch& batch, const int32_t* positions, Arena& arena,
+                              const LayerStash* stash) {
   attention_check_weights(w, dims);
   const auto want = attention_param_tensors(w);
   const auto have = attention_param_tensors(grads);
@@ -213,8 +248,15 @@ void attention_layer_backward(float* dx, AttentionGrads& grads, const float* d_o
                     want[i].second->defined() ? " is missing" : " is defined but the weight is not");
     if (want[i].second->defined()) check_tensor(*have[i].second, want[i].second->shape(), have[i].first);
   }
-  attention_layer_backward_ref<float>(dx, attention_param_ptrs(grads), d_out, x, attention_param_ptrs(w), dims, rope,
-                                      batch_view(batch, w.q_proj.in_features(), positions), arena);
+  const AttentionBatchView b = batch_view(batch, w.q_proj.in_features(), positions);
+  if (stash == nullptr) {
+    attention_layer_backward_ref<float>(dx, attention_param_ptrs(grads), d_out, x, attention_param_ptrs(w), dims,
+                                        rope, b, arena);
+    return;
+  }
+  HLM_CHECK(dx != x && dx != d_out, "attention backward: dx may not alias x or d_out");
+  backward_from<float>(dx, attention_param_ptrs(grads), d_out, x, attention_param_ptrs(w), dims, rope, b,
+                       from_stash(*stash), arena);
 }
 
 template void attention_layer_forward_ref<float>(float*, const float*, const AttentionParamPtrs<const float*>&,
@@ -231,5 +273,10 @@ template void attention_layer_backward_ref<double>(double*, const AttentionParam
                                                    const double*, const AttentionParamPtrs<const double*>&,
                                                    const AttentionDims&, const RopeTable*,
                                                    const AttentionBatchView&, Arena&);
+
+AttentionQk attention_stash_qk(const LayerStash& stash) {
+  const Activations<float> a = from_stash(stash);
+  return {a.q, a.k};
+}
 
 }  // namespace hlm

@@ -8,7 +8,7 @@
 //   q = rope(rmsnorm(q̃) · q_norm), k = rope(rmsnorm(k̃) · k_norm)     (each step optional)
 //   o = causal GQA softmax attention(q, k, v, scale) [Hq·D];  out = o Woᵀ
 //
-// Backward: recomputes the forward (nothing is saved between the calls), then walks it in reverse with the op
+// Backward: recomputes the forward (or reads it from the LayerStash its forward filled), then walks it in reverse with the op
 // backwards (matmul, attention, rope, rmsnorm): dx is OVERWRITTEN, parameter gradients are ADDED into AttentionGrads
 // (so a trainer can sum micro-batches). Results do not depend on the OpenMP thread count.
 //
@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/arena.h"
+#include "layers/layer_stash.h"
 #include "layers/linear.h"
 #include "layers/token_batch.h"
 #include "ops/rope/rope.h"
@@ -69,15 +70,27 @@ auto attention_param_tensors(S& s) {
 // Checks every weight's shape against dims (input error naming the tensor on a mismatch).
 void attention_check_weights(const AttentionWeights& w, const AttentionDims& dims);
 
-// `positions` [T] from batch.positions().
+// `positions` [T] from batch.positions(). stash (optional, layers/layer_stash.h): keep q̃, k̃ (when normalised),
+// q, k (after norm and rope), v, o and a copy of out in stash->arena, so the backward need not recompute them.
 void attention_layer_forward(float* out, const float* x, const AttentionWeights& w, const AttentionDims& dims,
-                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena);
+                             const RopeTable* rope, const TokenBatch& batch, const int32_t* positions, Arena& arena,
+                             LayerStash* stash = nullptr);
 
 // dx [T, hidden] (overwritten) and grads (+=) from d_out [T, hidden]; the other arguments as in the forward. grads
-// must have the shapes of w (attention_grads_like). dx may not alias d_out or x.
+// must have the shapes of w (attention_grads_like). dx may not alias d_out or x. stash: the one the forward filled
+// (nullptr: recompute the forward).
 void attention_layer_backward(float* dx, AttentionGrads& grads, const float* d_out, const float* x,
                               const AttentionWeights& w, const AttentionDims& dims, const RopeTable* rope,
-                              const TokenBatch& batch, const int32_t* positions, Arena& arena);
+                              const TokenBatch& batch, const int32_t* positions, Arena& arena,
+                              const LayerStash* stash = nullptr);
+
+// q [T, Hq·D] and k [T, Hkv·D] as the softmax reads them (after q/k norm and RoPE), from a stash this layer's forward
+// filled; valid while the stash's arena is. For analysis (attention locality, analysis/locality.h).
+struct AttentionQk {
+  const float* q;
+  const float* k;
+};
+AttentionQk attention_stash_qk(const LayerStash& stash);
 
 // ---- Templated reference on raw pointers (T = float or double): the float entry points above call these. ----
 

@@ -110,23 +110,24 @@ GdnParamPtrs<const float*> gdn_param_ptrs(const GdnWeights& w) { return ptrs_fro
 GdnParamPtrs<float*> gdn_param_ptrs(GdnGrads& g) { return ptrs_from<float*>(g); }
 
 void gdn_layer_forward(float* out, const float* x, const GdnWeights& w, const GdnDims& dims, const TokenBatch& batch,
-                       GdnState* state, Arena& arena) {
+                       GdnState* state, Arena& arena, LayerStash* stash) {
   gdn_check_weights(w, dims);
   const GdnBatchView view = batch_view(batch, w.q_proj.in_features());
   GdnStatePtrs<float> sp;
   if (state) sp = state_ptrs<float>(*state, dims, view.n_seqs);
-  gdn_layer_forward_ref<float>(out, x, gdn_param_ptrs(w), dims, view, state ? &sp : nullptr, arena);
+  gdn_layer_forward_ref<float>(out, x, gdn_param_ptrs(w), dims, view, state ? &sp : nullptr, arena, stash);
 }
 
 void gdn_layer_backward(float* dx, GdnGrads& grads, const float* d_out, const float* x, const GdnWeights& w,
-                        const GdnDims& dims, const TokenBatch& batch, const GdnState* initial_state, Arena& arena) {
+                        const GdnDims& dims, const TokenBatch& batch, const GdnState* initial_state, Arena& arena,
+                        const LayerStash* stash) {
   gdn_check_weights(w, dims);
   gdn_check_weights(grads, dims);
   const GdnBatchView view = batch_view(batch, w.q_proj.in_features());
   GdnStatePtrs<const float> sp;
   if (initial_state) sp = state_ptrs<const float>(*initial_state, dims, view.n_seqs);
   gdn_layer_backward_ref<float>(dx, gdn_param_ptrs(grads), d_out, x, gdn_param_ptrs(w), dims, view,
-                                initial_state ? &sp : nullptr, arena);
+                                initial_state ? &sp : nullptr, arena, stash);
 }
 
 }  // namespace hlm

@@ -16,8 +16,9 @@
 // q̃, k̃, ṽ and the recurrent state, all fp32. When given to the forward it is the initial state and is overwritten
 // with the final state (in place). A fresh sequence starts from GdnState::zeros.
 //
-// Backward: recomputes the forward (nothing is saved between the calls: the projections are the only heavy part and
-// the gated delta rule backward recomputes its states anyway), then returns dx (overwritten) and ADDS the parameter
+// Backward: recomputes the forward (the projections are the only heavy part and the gated delta rule backward
+// recomputes its states anyway) unless given the LayerStash its forward filled (layers/layer_stash.h: the 15
+// intermediates of gdn_layer_ref.cpp, about 6·Ck + 5·Cv + 4·Hv floats per token), then returns dx (overwritten) and ADDS the parameter
 // gradients into GdnGrads (so a trainer can sum micro-batches). If the forward ran from a state, pass that initial
 // state (a copy taken before the forward, which overwrites it) to the backward; the state itself gets no gradient
 // (truncated backpropagation at call boundaries).
@@ -32,6 +33,7 @@
 
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "layers/layer_stash.h"
 #include "layers/linear.h"
 #include "layers/token_batch.h"
 
@@ -111,13 +113,16 @@ struct GdnState {
 
 // out [T, D] (overwritten) from x [T, D]. state: nullptr (zero initial state, final state discarded) or the state of
 // batch's N sequences, updated in place. out may not alias x.
+// stash (optional, training only: state must be nullptr): keep the intermediates for the backward.
 void gdn_layer_forward(float* out, const float* x, const GdnWeights& w, const GdnDims& dims, const TokenBatch& batch,
-                       GdnState* state, Arena& arena);
+                       GdnState* state, Arena& arena, LayerStash* stash = nullptr);
 
 // dx [T, D] (overwritten) and grads (+=) from d_out [T, D]. x, w, dims, batch as in the forward; initial_state is the
 // state the forward started from (nullptr = zeros). dx may not alias d_out or x; grads may not alias w.
+// stash: the one the forward filled (nullptr: recompute the forward).
 void gdn_layer_backward(float* dx, GdnGrads& grads, const float* d_out, const float* x, const GdnWeights& w,
-                        const GdnDims& dims, const TokenBatch& batch, const GdnState* initial_state, Arena& arena);
+                        const GdnDims& dims, const TokenBatch& batch, const GdnState* initial_state, Arena& arena,
+                        const LayerStash* stash = nullptr);
 
 // ---- Templated reference on raw pointers (T = float or double): the float entry points above call these. ----
 
@@ -162,11 +167,13 @@ struct GdnBatchView {
 
 template <typename T>
 void gdn_layer_forward_ref(T* out, const T* x, const GdnParamPtrs<const T*>& w, const GdnDims& dims,
-                           const GdnBatchView& batch, const GdnStatePtrs<T>* state, Arena& arena);
+                           const GdnBatchView& batch, const GdnStatePtrs<T>* state, Arena& arena,
+                           LayerStash* stash = nullptr);  // stash: T = float only
 
 template <typename T>
 void gdn_layer_backward_ref(T* dx, const GdnParamPtrs<T*>& grads, const T* d_out, const T* x,
                             const GdnParamPtrs<const T*>& w, const GdnDims& dims, const GdnBatchView& batch,
-                            const GdnStatePtrs<const T>* initial_state, Arena& arena);
+                            const GdnStatePtrs<const T>* initial_state, Arena& arena,
+                            const LayerStash* stash = nullptr);  // stash: T = float only
 
 }  // namespace hlm

@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
 #include "layers/gdn_layer.h"
@@ -84,6 +85,17 @@ Activations<T> allocate_activations(Arena& arena, const GdnDims& d, int64_t n) {
   return a;
 }
 
+// Stash layout (layers/layer_stash.h): buffers = the Activations fields in declaration order.
+constexpr size_t kStashSlots = 15;
+std::vector<float*> to_stash(const Activations<float>& a) {
+  return {a.qp, a.kp, a.vp, a.z, a.a, a.b, a.qc, a.kc, a.vc, a.qn, a.kn, a.g, a.beta, a.o, a.y};
+}
+Activations<float> from_stash(const LayerStash& s) {
+  HLM_CHECK(s.buffers.size() == kStashSlots, "GDN backward: the stash was not filled by a GDN forward");
+  const std::vector<float*>& p = s.buffers;
+  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14]};
+}
+
 GdnShape rule_shape(const GdnDims& d, int64_t n) { return {n, d.key_heads, d.value_heads, d.key_dim, d.value_dim}; }
 
 // Runs the forward up to the gated norm output `act.y`. conv_in / h0: initial states (nullptr = zeros); conv_out /
@@ -120,9 +132,24 @@ void check_batch(const GdnBatchView& b) {
 
 template <typename T>
 void gdn_layer_forward_ref(T* out, const T* x, const GdnParamPtrs<const T*>& w, const GdnDims& d,
-                           const GdnBatchView& b, const GdnStatePtrs<T>* state, Arena& arena) {
+                           const GdnBatchView& b, const GdnStatePtrs<T>* state, Arena& arena,
+                           LayerStash* stash) {
   check_batch(b);
   HLM_CHECK(out != x, "GDN forward: out may not alias x");
+  if constexpr (std::is_same_v<T, float>) {
+    if (stash != nullptr) {  // training without recomputation: the activations live in the stash's arena
+      HLM_CHECK(stash->arena != nullptr && state == nullptr, "GDN forward: a stash needs an arena and no state");
+      Activations<T> act = allocate_activations<T>(*stash->arena, d, b.tokens);
+      forward_activations(act, x, w, d, b, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr},
+                          static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+      project(out, act.y, w.o_proj, b.tokens, b.hidden, d.value_channels());
+      stash->buffers = to_stash(act);
+      stash->output = scratch<T>(*stash->arena, b.tokens * b.hidden);
+      std::copy(out, out + b.tokens * b.hidden, stash->output);
+      return;
+    }
+  }
+  HLM_CHECK(stash == nullptr, "GDN forward: stashes hold f32 activations");
   const Arena::Mark mark = arena.mark();
   Activations<T> act = allocate_activations<T>(arena, d, b.tokens);
   std::array<const T*, 3> conv_in{nullptr, nullptr, nullptr};
@@ -142,20 +169,18 @@ void gdn_layer_forward_ref(T* out, const T* x, const GdnParamPtrs<const T*>& w, 
   arena.release(mark);
 }
 
+namespace {
+
+// The backward after the forward's intermediates `act`; conv_in / init as the forward had them.
 template <typename T>
-void gdn_layer_backward_ref(T* dx, const GdnParamPtrs<T*>& gr, const T* d_out, const T* x,
-                            const GdnParamPtrs<const T*>& w, const GdnDims& d, const GdnBatchView& b,
-                            const GdnStatePtrs<const T>* init, Arena& arena) {
-  check_batch(b);
+void backward_from(T* dx, const GdnParamPtrs<T*>& gr, const T* d_out, const T* x, const GdnParamPtrs<const T*>& w,
+                   const GdnDims& d, const GdnBatchView& b, const GdnStatePtrs<const T>* init,
+                   const Activations<T>& act, Arena& arena) {
   const int64_t n = b.tokens, D = b.hidden, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
   const int64_t K = d.conv_kernel;
-  const Arena::Mark mark = arena.mark();
-  Activations<T> act = allocate_activations<T>(arena, d, n);
   const std::array<const T*, 3> conv_in = init ? std::array<const T*, 3>{init->q_conv, init->k_conv, init->v_conv}
                                                : std::array<const T*, 3>{nullptr, nullptr, nullptr};
-  forward_activations(act, x, w, d, b, conv_in, {nullptr, nullptr, nullptr}, init ? init->recurrent : nullptr,
-                      static_cast<T*>(nullptr));
-
+  const Arena::Mark mark = arena.mark();
   // Output projection and gated norm.
   T* dy = scratch<T>(arena, n * Cv);
   gemm_safe(false, false, n, Cv, D, d_out, w.o_proj, T(0), dy);     // dy [n, Cv] = d_out [n, D] · Wo [D, Cv]
@@ -214,15 +239,41 @@ void gdn_layer_backward_ref(T* dx, const GdnParamPtrs<T*>& gr, const T* d_out, c
   arena.release(mark);
 }
 
+
+}  // namespace
+
+template <typename T>
+void gdn_layer_backward_ref(T* dx, const GdnParamPtrs<T*>& gr, const T* d_out, const T* x,
+                            const GdnParamPtrs<const T*>& w, const GdnDims& d, const GdnBatchView& b,
+                            const GdnStatePtrs<const T>* init, Arena& arena, const LayerStash* stash) {
+  check_batch(b);
+  if constexpr (std::is_same_v<T, float>) {
+    if (stash != nullptr) {
+      backward_from(dx, gr, d_out, x, w, d, b, init, from_stash(*stash), arena);
+      return;
+    }
+  }
+  HLM_CHECK(stash == nullptr, "GDN backward: stashes hold f32 activations");
+  const Arena::Mark mark = arena.mark();
+  Activations<T> act = allocate_activations<T>(arena, d, b.tokens);
+  const std::array<const T*, 3> conv_in = init ? std::array<const T*, 3>{init->q_conv, init->k_conv, init->v_conv}
+                                               : std::array<const T*, 3>{nullptr, nullptr, nullptr};
+  forward_activations(act, x, w, d, b, conv_in, {nullptr, nullptr, nullptr}, init ? init->recurrent : nullptr,
+                      static_cast<T*>(nullptr));
+  backward_from(dx, gr, d_out, x, w, d, b, init, act, arena);
+  arena.release(mark);
+}
+
 template void gdn_layer_forward_ref<float>(float*, const float*, const GdnParamPtrs<const float*>&, const GdnDims&,
-                                           const GdnBatchView&, const GdnStatePtrs<float>*, Arena&);
+                                           const GdnBatchView&, const GdnStatePtrs<float>*, Arena&, LayerStash*);
 template void gdn_layer_forward_ref<double>(double*, const double*, const GdnParamPtrs<const double*>&,
-                                            const GdnDims&, const GdnBatchView&, const GdnStatePtrs<double>*, Arena&);
+                                            const GdnDims&, const GdnBatchView&, const GdnStatePtrs<double>*, Arena&,
+                                            LayerStash*);
 template void gdn_layer_backward_ref<float>(float*, const GdnParamPtrs<float*>&, const float*, const float*,
                                             const GdnParamPtrs<const float*>&, const GdnDims&, const GdnBatchView&,
-                                            const GdnStatePtrs<const float>*, Arena&);
+                                            const GdnStatePtrs<const float>*, Arena&, const LayerStash*);
 template void gdn_layer_backward_ref<double>(double*, const GdnParamPtrs<double*>&, const double*, const double*,
                                              const GdnParamPtrs<const double*>&, const GdnDims&, const GdnBatchView&,
-                                             const GdnStatePtrs<const double>*, Arena&);
+                                             const GdnStatePtrs<const double>*, Arena&, const LayerStash*);
 
 }  // namespace hlm

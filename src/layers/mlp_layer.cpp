@@ -82,6 +82,27 @@ void mlp_layer_forward_ref(T* out, const T* x, const MlpParamPtrs<const T*>& w, 
   arena.release(mark);
 }
 
+namespace {
+
+// The backward after the forward's intermediates: gate, up [n, F] and h = silu(gate) ⊙ up.
+template <typename T>
+void backward_from(T* dx, const MlpParamPtrs<T*>& g, const T* d_out, const T* x, const MlpParamPtrs<const T*>& w,
+                   const T* gate, const T* up, const T* h, int64_t n, int64_t hidden, int64_t F, Arena& arena) {
+  const Arena::Mark mark = arena.mark();
+  T* dh = scratch<T>(arena, n * F);  // dh, then dgate in place
+  T* dup = scratch<T>(arena, n * F);
+  matmul_backward<T>(dh, g.down_proj, g.down_bias, d_out, h, w.down_proj, n, hidden, F);
+  swiglu_backward<T>(dh, dup, dh, gate, up, n * F);
+  matmul_backward<T>(dx, g.gate_proj, g.gate_bias, dh, x, w.gate_proj, n, F, hidden, /*accumulate_dx=*/false);
+  matmul_backward<T>(dx, g.up_proj, g.up_bias, dup, x, w.up_proj, n, F, hidden, /*accumulate_dx=*/true);
+  arena.release(mark);
+}
+
+// Stash layout (layers/layer_stash.h): buffers = {gate, up, h}.
+enum StashSlot { kGate, kUp, kH, kStashSlots };
+
+}  // namespace
+
 template <typename T>
 void mlp_layer_backward_ref(T* dx, const MlpParamPtrs<T*>& g, const T* d_out, const T* x,
                             const MlpParamPtrs<const T*>& w, int64_t n, int64_t hidden, int64_t F, Arena& arena) {
@@ -90,25 +111,36 @@ void mlp_layer_backward_ref(T* dx, const MlpParamPtrs<T*>& g, const T* d_out, co
   T* gate = scratch<T>(arena, n * F);  // [n, F]
   T* up = scratch<T>(arena, n * F);    // [n, F]
   T* h = scratch<T>(arena, n * F);     // silu(gate) ⊙ up
-  T* dh = scratch<T>(arena, n * F);    // dh, then dgate in place
-  T* dup = scratch<T>(arena, n * F);
   matmul_forward<T>(gate, x, w.gate_proj, w.gate_bias, n, F, hidden);
   matmul_forward<T>(up, x, w.up_proj, w.up_bias, n, F, hidden);
   swiglu_forward<T>(h, gate, up, n * F);
-  matmul_backward<T>(dh, g.down_proj, g.down_bias, d_out, h, w.down_proj, n, hidden, F);
-  swiglu_backward<T>(dh, dup, dh, gate, up, n * F);
-  matmul_backward<T>(dx, g.gate_proj, g.gate_bias, dh, x, w.gate_proj, n, F, hidden, /*accumulate_dx=*/false);
-  matmul_backward<T>(dx, g.up_proj, g.up_bias, dup, x, w.up_proj, n, F, hidden, /*accumulate_dx=*/true);
+  backward_from<T>(dx, g, d_out, x, w, gate, up, h, n, hidden, F, arena);
   arena.release(mark);
 }
 
-void mlp_layer_forward(float* out, const float* x, const MlpWeights& w, int64_t T, Arena& arena) {
+void mlp_layer_forward(float* out, const float* x, const MlpWeights& w, int64_t T, Arena& arena,
+                       LayerStash* stash) {
   const auto [hidden, F] = check_weights(w);
-  mlp_layer_forward_ref<float>(out, x, mlp_param_ptrs(w), T, hidden, F, arena);
+  if (stash == nullptr) {
+    mlp_layer_forward_ref<float>(out, x, mlp_param_ptrs(w), T, hidden, F, arena);
+    return;
+  }
+  // The reference's operations in its order, with h kept apart from gate.
+  HLM_CHECK(stash->arena != nullptr, "mlp forward: stash without an arena");
+  const MlpParamPtrs<const float*> p = mlp_param_ptrs(w);
+  stash->buffers.assign(kStashSlots, nullptr);
+  for (float*& b : stash->buffers) b = scratch<float>(*stash->arena, T * F);
+  float *gate = stash->buffers[kGate], *up = stash->buffers[kUp], *h = stash->buffers[kH];
+  matmul_forward<float>(gate, x, p.gate_proj, p.gate_bias, T, F, hidden);
+  matmul_forward<float>(up, x, p.up_proj, p.up_bias, T, F, hidden);
+  swiglu_forward<float>(h, gate, up, T * F);
+  matmul_forward<float>(out, h, p.down_proj, p.down_bias, T, hidden, F);
+  stash->output = scratch<float>(*stash->arena, T * hidden);
+  std::copy_n(out, T * hidden, stash->output);
 }
 
 void mlp_layer_backward(float* dx, MlpGrads& grads, const float* d_out, const float* x, const MlpWeights& w,
-                        int64_t T, Arena& arena) {
+                        int64_t T, Arena& arena, const LayerStash* stash) {
   const auto [hidden, F] = check_weights(w);
   const auto want = mlp_param_tensors(w);
   const auto have = mlp_param_tensors(grads);
@@ -117,7 +149,14 @@ void mlp_layer_backward(float* dx, MlpGrads& grads, const float* d_out, const fl
                     want[i].second->defined() ? " is missing" : " is defined but the weight is not");
     if (want[i].second->defined()) check_tensor(*have[i].second, want[i].second->shape(), have[i].first);
   }
-  mlp_layer_backward_ref<float>(dx, mlp_param_ptrs(grads), d_out, x, mlp_param_ptrs(w), T, hidden, F, arena);
+  if (stash == nullptr) {
+    mlp_layer_backward_ref<float>(dx, mlp_param_ptrs(grads), d_out, x, mlp_param_ptrs(w), T, hidden, F, arena);
+    return;
+  }
+  HLM_CHECK(stash->buffers.size() == kStashSlots, "mlp backward: the stash was not filled by an mlp forward");
+  HLM_CHECK(dx != x && dx != d_out, "mlp backward: dx may not alias x or d_out");
+  backward_from<float>(dx, mlp_param_ptrs(grads), d_out, x, mlp_param_ptrs(w), stash->buffers[kGate],
+                       stash->buffers[kUp], stash->buffers[kH], T, hidden, F, arena);
 }
 
 template void mlp_layer_forward_ref<float>(float*, const float*, const MlpParamPtrs<const float*>&, int64_t, int64_t,

@@ -1,7 +1,8 @@
 // The SwiGLU MLP of Llama-family decoders (HF `mlp`): down_proj(silu(gate_proj(x)) ⊙ up_proj(x)). CPU reference,
 // forward and backward. x [T, hidden] (already normalised) -> out [T, hidden]; F = intermediate size.
 //
-// Backward: recomputes the forward (nothing saved), then
+// Backward: recomputes the forward (or, given the LayerStash its forward filled, reads gate, up and h from it:
+// 3·T·F floats kept; layers/layer_stash.h), then
 //   dh = d_out Wd; dWd += d_outᵀ h (h = silu(gate) ⊙ up);  (dgate, dup) = swiglu_backward(dh)
 //   dx = dgate Wg + dup Wu (OVERWRITTEN);  dWg += dgateᵀ x;  dWu += dupᵀ x;  biases += column sums
 // Parameter gradients are ADDED into MlpGrads. The templated *_ref entry points run the same code in double.
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "core/arena.h"
+#include "layers/layer_stash.h"
 #include "layers/linear.h"
 
 namespace hlm {
@@ -41,12 +43,14 @@ auto mlp_param_tensors(S& s) {
   }};
 }
 
-void mlp_layer_forward(float* out, const float* x, const MlpWeights& w, int64_t T, Arena& arena);
+// stash (optional): keep gate, up, h and a copy of out in stash->arena for the backward.
+void mlp_layer_forward(float* out, const float* x, const MlpWeights& w, int64_t T, Arena& arena,
+                       LayerStash* stash = nullptr);
 
 // dx [T, hidden] (overwritten) and grads (+=) from d_out [T, hidden]. grads must have the shapes of w
-// (mlp_grads_like). dx may not alias d_out or x.
+// (mlp_grads_like). dx may not alias d_out or x. stash: the one the forward filled (nullptr: recompute).
 void mlp_layer_backward(float* dx, MlpGrads& grads, const float* d_out, const float* x, const MlpWeights& w,
-                        int64_t T, Arena& arena);
+                        int64_t T, Arena& arena, const LayerStash* stash = nullptr);
 
 // ---- Templated reference on raw pointers (T = float or double): the float entry points above call these. ----
 

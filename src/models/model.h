@@ -9,6 +9,7 @@
 
 #include "core/arena.h"
 #include "layers/capture.h"
+#include "layers/layer_stash.h"
 #include "layers/token_batch.h"
 #include "models/decoder_weights.h"
 #include "models/hf_config.h"
@@ -17,9 +18,17 @@
 
 namespace hlm {
 
+// Kept activations of every layer (training without recomputation, layers/layer_stash.h): mixer[i] and mlp[i] are
+// filled by layer i's forward. Sized and given an arena by the caller (models/model_train.h does).
+struct ModelStash {
+  std::vector<LayerStash> mixer;
+  std::vector<LayerStash> mlp;
+};
+
 struct ForwardOptions {
   // Logits for every token ([T, V]) or only for the last token of each sequence ([N, V]).
   bool all_logits = false;
+  ModelStash* stash = nullptr;  // optional: keep each layer's intermediates for model_backward
 };
 
 // The GDN layer dimensions a config implies (hybrid architectures only).

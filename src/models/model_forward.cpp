@@ -48,6 +48,10 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
     if (capture) capture(point, layer, value);
   };
 
+  ModelStash* stash = options.stash;
+  HLM_CHECK(stash == nullptr || (static_cast<int64_t>(stash->mixer.size()) == c.num_hidden_layers &&
+                                 static_cast<int64_t>(stash->mlp.size()) == c.num_hidden_layers),
+            "forward: the stash is not sized for this model");
   arena_.reset();
   Tensor hidden = arena_.tensor({T, H});  // residual stream [T, H]
   Tensor normed = arena_.tensor({T, H});  // a norm's output [T, H]
@@ -59,11 +63,14 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
     const DecoderLayerWeights& layer = weights_.layers[static_cast<size_t>(i)];
     const bool full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
     const bool post_norm = full_attention && spec.attention_post_norm;
+    LayerStash* mixer_stash = stash ? &stash->mixer[static_cast<size_t>(i)] : nullptr;
+    LayerStash* mlp_stash = stash ? &stash->mlp[static_cast<size_t>(i)] : nullptr;
     const auto mixer = [&](float* out, const float* in) {
       if (full_attention) {
-        attention_layer_forward(out, in, layer.self_attn, attention_dims, rope, batch, positions.data(), arena_);
+        attention_layer_forward(out, in, layer.self_attn, attention_dims, rope, batch, positions.data(), arena_,
+                                mixer_stash);
       } else {
-        gdn_layer_forward(out, in, layer.linear_attn, gdn_dims(c), batch, nullptr, arena_);
+        gdn_layer_forward(out, in, layer.linear_attn, gdn_dims(c), batch, nullptr, arena_, mixer_stash);
       }
     };
     emit(CapturePoint::AttnIn, i, hidden);
@@ -73,7 +80,7 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       emit(CapturePoint::AttnDelta, i, delta);
       residual_add_forward(hidden.f32(), delta.f32(), 1.0f, T * H);
       emit(CapturePoint::AttnOut, i, hidden);
-      mlp_layer_forward(normed.f32(), hidden.f32(), layer.mlp, T, arena_);
+      mlp_layer_forward(normed.f32(), hidden.f32(), layer.mlp, T, arena_, mlp_stash);
       rmsnorm_forward(delta.f32(), normed.f32(), layer.post_feedforward_layernorm.f32(), T, H, eps);
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward(hidden.f32(), delta.f32(), 1.0f, T * H);
@@ -84,7 +91,7 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
       emit(CapturePoint::AttnOut, i, hidden);
       rmsnorm_forward(normed.f32(), hidden.f32(), layer.post_attention_layernorm.f32(), T, H, eps);
-      mlp_layer_forward(delta.f32(), normed.f32(), layer.mlp, T, arena_);
+      mlp_layer_forward(delta.f32(), normed.f32(), layer.mlp, T, arena_, mlp_stash);
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
     }

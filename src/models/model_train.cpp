@@ -34,12 +34,49 @@ std::vector<NamedParameter> named_parameters(const ModelConfig& config, DecoderW
   return out;
 }
 
-ForwardTrace model_forward_train(Model& model, const TokenBatch& batch) {
+Recompute recompute_from_name(const std::string& name) {
+  if (name == "layer") return Recompute::Layer;
+  if (name == "none") return Recompute::None;
+  HLM_CHECK_INPUT(false, "unknown recompute mode '", name, "' (expected layer or none)");
+  return Recompute::Layer;
+}
+
+const char* recompute_name(Recompute mode) { return mode == Recompute::Layer ? "layer" : "none"; }
+
+size_t ForwardTrace::kept_bytes() const {
+  size_t bytes = final_stream.nbytes() + final_hidden.nbytes();
+  for (const auto* list : {&layer_in, &mixer_out})
+    for (const Tensor& t : *list) bytes += t.nbytes();
+  if (stash_arena) bytes += stash_arena->bytes_in_use();
+  return bytes;
+}
+
+ForwardTrace model_forward_train(Model& model, const TokenBatch& batch, Recompute recompute) {
+  const ModelConfig& c = model.config();
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
+  const int last = static_cast<int>(c.num_hidden_layers) - 1;
   ForwardTrace trace;
-  model.forward(batch, {}, [&](CapturePoint point, int, const Tensor& value) {
+  ForwardOptions options;
+  if (recompute == Recompute::None) {
+    trace.stash_arena = std::make_shared<Arena>();
+    trace.stash.mixer.assign(static_cast<size_t>(c.num_hidden_layers), LayerStash{trace.stash_arena.get(), {}, {}});
+    trace.stash.mlp.assign(static_cast<size_t>(c.num_hidden_layers), LayerStash{trace.stash_arena.get(), {}, {}});
+    options.stash = &trace.stash;
+  }
+  model.forward(batch, options, [&](CapturePoint point, int layer, const Tensor& value) {
     switch (point) {
       case CapturePoint::AttnIn: trace.layer_in.push_back(value.clone()); break;
       case CapturePoint::AttnOut: trace.mixer_out.push_back(value.clone()); break;
+      case CapturePoint::MlpDelta:
+        if (layer == last) {  // the stream before the final norm, by the forward's own add (bit-identical)
+          const bool post_norm =
+              c.layer_kinds[static_cast<size_t>(last)] == LayerKind::FullAttention && spec.attention_post_norm;
+          trace.final_stream = trace.mixer_out.back().clone();
+          residual_add_forward(trace.final_stream.f32(), value.f32(), post_norm ? 1.0f : hyper.residual_multiplier,
+                               value.numel());
+        }
+        break;
       case CapturePoint::FinalHidden: trace.final_hidden = value.clone(); break;
       default: break;
     }
@@ -83,27 +120,14 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
   Tensor branch = arena.tensor({T, H});
   Tensor d_branch = arena.tensor({T, H});
   Tensor d_normed = arena.tensor({T, H});
-  Tensor stream = arena.tensor({T, H});
 
-  const auto run_mlp_branch_output = [&](int i, const Tensor& mid, Tensor& out_stream) {
-    // out = mid + branch(mid), as the forward computed it.
-    const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(i)];
-    const bool post_norm = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention && spec.attention_post_norm;
-    std::copy_n(mid.f32(), n, out_stream.f32());
-    if (post_norm) {
-      mlp_layer_forward(branch.f32(), mid.f32(), lw.mlp, T, arena);
-      rmsnorm_forward(normed.f32(), branch.f32(), lw.post_feedforward_layernorm.f32(), T, H, eps);
-      residual_add_forward(out_stream.f32(), normed.f32(), 1.0f, n);
-    } else {
-      rmsnorm_forward(normed.f32(), mid.f32(), lw.post_attention_layernorm.f32(), T, H, eps);
-      mlp_layer_forward(branch.f32(), normed.f32(), lw.mlp, T, arena);
-      residual_add_forward(out_stream.f32(), branch.f32(), hyper.residual_multiplier, n);
-    }
-  };
-
-  // Final norm: its input (the last layer's output) is not kept; rerun the last MLP branch to rebuild it.
-  run_mlp_branch_output(static_cast<int>(L - 1), trace.mixer_out[static_cast<size_t>(L - 1)], stream);
-  rmsnorm_backward(d_hidden.f32(), grads.norm.f32(), d_final_hidden.f32(), stream.f32(), w.norm.f32(), T, H, eps);
+  HLM_CHECK(trace.final_stream.defined(), "forward trace has no final stream");
+  const bool kept = !trace.stash.mixer.empty();
+  HLM_CHECK(!kept || (static_cast<int64_t>(trace.stash.mixer.size()) == L &&
+                      static_cast<int64_t>(trace.stash.mlp.size()) == L),
+            "forward trace stash does not match the model");
+  rmsnorm_backward(d_hidden.f32(), grads.norm.f32(), d_final_hidden.f32(), trace.final_stream.f32(), w.norm.f32(), T,
+                   H, eps);
 
   for (int i = static_cast<int>(L) - 1; i >= 0; --i) {
     const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(i)];
@@ -113,18 +137,27 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     const Tensor& in = trace.layer_in[static_cast<size_t>(i)];
     const Tensor& mid = trace.mixer_out[static_cast<size_t>(i)];
     MlpGrads mlp_grads = as_grads<MlpGrads>(lg.mlp);
+    const LayerStash* mixer_stash = kept ? &trace.stash.mixer[static_cast<size_t>(i)] : nullptr;
+    const LayerStash* mlp_stash = kept ? &trace.stash.mlp[static_cast<size_t>(i)] : nullptr;
+    // A branch's output before its post-norm: kept, or recomputed.
+    const auto branch_output = [&](const LayerStash* stash, const auto& recompute) -> const float* {
+      if (stash != nullptr) return stash->output;
+      recompute(branch.f32());
+      return branch.f32();
+    };
 
     // MLP branch: d_mid = d_out + branchᵀ(d_out).
     if (post_norm) {
-      mlp_layer_forward(branch.f32(), mid.f32(), lw.mlp, T, arena);
-      rmsnorm_backward(d_branch.f32(), lg.post_feedforward_layernorm.f32(), d_hidden.f32(), branch.f32(),
+      const float* mlp_out =
+          branch_output(mlp_stash, [&](float* out) { mlp_layer_forward(out, mid.f32(), lw.mlp, T, arena); });
+      rmsnorm_backward(d_branch.f32(), lg.post_feedforward_layernorm.f32(), d_hidden.f32(), mlp_out,
                        lw.post_feedforward_layernorm.f32(), T, H, eps);
-      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), mid.f32(), lw.mlp, T, arena);
+      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), mid.f32(), lw.mlp, T, arena, mlp_stash);
       residual_add_forward(d_hidden.f32(), d_normed.f32(), 1.0f, n);
     } else {
       rmsnorm_forward(normed.f32(), mid.f32(), lw.post_attention_layernorm.f32(), T, H, eps);
       for (int64_t j = 0; j < n; ++j) d_branch.f32()[j] = hyper.residual_multiplier * d_hidden.f32()[j];
-      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), normed.f32(), lw.mlp, T, arena);
+      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), normed.f32(), lw.mlp, T, arena, mlp_stash);
       rmsnorm_backward(d_branch.f32(), lg.post_attention_layernorm.f32(), d_normed.f32(), mid.f32(),
                        lw.post_attention_layernorm.f32(), T, H, eps);
       residual_add_forward(d_hidden.f32(), d_branch.f32(), 1.0f, n);
@@ -134,10 +167,11 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     const auto mixer_backward = [&](float* dx, const float* d_out, const float* x) {
       if (full_attention) {
         AttentionGrads g = as_grads<AttentionGrads>(lg.self_attn);
-        attention_layer_backward(dx, g, d_out, x, lw.self_attn, attention_dims, rope, batch, positions.data(), arena);
+        attention_layer_backward(dx, g, d_out, x, lw.self_attn, attention_dims, rope, batch, positions.data(), arena,
+                                 mixer_stash);
       } else {
         GdnGrads g = as_grads<GdnGrads>(lg.linear_attn);
-        gdn_layer_backward(dx, g, d_out, x, lw.linear_attn, gdn_dims(c), batch, nullptr, arena);
+        gdn_layer_backward(dx, g, d_out, x, lw.linear_attn, gdn_dims(c), batch, nullptr, arena, mixer_stash);
       }
     };
     const auto mixer_forward = [&](float* out, const float* x) {
@@ -148,8 +182,8 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
       }
     };
     if (post_norm) {
-      mixer_forward(branch.f32(), in.f32());
-      rmsnorm_backward(d_branch.f32(), lg.post_attention_layernorm.f32(), d_hidden.f32(), branch.f32(),
+      const float* mixer_out = branch_output(mixer_stash, [&](float* out) { mixer_forward(out, in.f32()); });
+      rmsnorm_backward(d_branch.f32(), lg.post_attention_layernorm.f32(), d_hidden.f32(), mixer_out,
                        lw.post_attention_layernorm.f32(), T, H, eps);
       mixer_backward(d_normed.f32(), d_branch.f32(), in.f32());
       residual_add_forward(d_hidden.f32(), d_normed.f32(), 1.0f, n);

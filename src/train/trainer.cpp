@@ -256,7 +256,8 @@ bool Trainer::step_once() {
   const std::vector<Tensor> grads = optimizer_->grads();
   grad_zero(grads);
   const BatchLoss loss = train_batch_gradient(*student_, teacher_ ? &*teacher_ : nullptr, batch,
-                                              cfg_.micro_batch_rows, cfg_.tau, grads_, corpus_.languages().size());
+                                              cfg_.micro_batch_rows, cfg_.tau, grads_, corpus_.languages().size(),
+                                              recompute_from_name(cfg_.recompute));
   if (hooks_.on_gradients) hooks_.on_gradients(s, grads);
   const double norm = clip_grad_norm(grads, cfg_.clip);
   const bool finite = std::isfinite(loss.loss) && std::isfinite(norm);
@@ -292,6 +293,7 @@ bool Trainer::step_once() {
                    {"skipped", !finite},
                    {"by_language", by_language},
                    {"tokens_per_second", tok_per_s},
+                   {"activation_bytes", loss.kept_bytes},
                    {"elapsed_seconds", elapsed_before_ + seconds_since(start_)}});
   if (!finite) {
     std::fprintf(stderr, "step %lld: non-finite %s (loss %g, grad norm %g): update skipped (%lld in a row)\n",

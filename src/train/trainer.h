@@ -80,6 +80,8 @@ struct TrainConfig {
   int64_t log_every_steps = 1;             // progress line to stderr
   int64_t stop_after_steps = 0;            // > 0: stop after this step with a checkpoint (the schedule still spans S)
   int64_t max_bad_steps = 3;               // consecutive non-finite steps that stop the run
+  std::string recompute = "layer";         // "layer": recompute inside each layer in the backward; "none": keep
+                                           // every layer's activations (more memory, less compute; same results)
 };
 
 // Defaults of each job (distill: Table C.3; pretrain: lr 1e-3 for both groups, the rest as distill).

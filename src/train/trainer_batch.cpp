@@ -44,7 +44,7 @@ LmHead<float> lm_head_of(const Model& model) {
 }
 
 BatchLoss train_batch_gradient(Model& student, Model* teacher, const PackedBatch& batch, int64_t micro_rows,
-                               double tau, DecoderWeights& grads, size_t num_languages) {
+                               double tau, DecoderWeights& grads, size_t num_languages, Recompute recompute) {
   HLM_CHECK(micro_rows > 0 && batch.rows % micro_rows == 0, "batch of ", batch.rows, " rows, micro-batch ",
             micro_rows);
   const int64_t H = student.config().hidden_size;
@@ -64,7 +64,8 @@ BatchLoss train_batch_gradient(Model& student, Model* teacher, const PackedBatch
     const int64_t N = micro.batch.total_tokens();
     Tensor teacher_hidden;
     if (teacher != nullptr) teacher_hidden = forward_final_hidden(*teacher, micro.batch);
-    const ForwardTrace trace = model_forward_train(student, micro.batch);
+    const ForwardTrace trace = model_forward_train(student, micro.batch, recompute);
+    out.kept_bytes = std::max(out.kept_bytes, trace.kept_bytes());
     Tensor d_hidden = Tensor::zeros({N, H});
     const LmHeadGrad<float> grad{d_hidden.f32(), grads.lm_head.weight.f32()};
     std::vector<float> weights(static_cast<size_t>(N), weight), per_token(static_cast<size_t>(N));

@@ -9,6 +9,7 @@
 
 #include "data/data_stream.h"
 #include "models/model.h"
+#include "models/model_train.h"
 #include "train/lm_head_loss.h"
 
 namespace hlm {
@@ -28,12 +29,15 @@ struct BatchLoss {
   std::vector<double> sum_by_language;        // Σ per-token values (CE, or KL without τ²) per corpus language
   std::vector<int64_t> count_by_language;     // tokens counted per corpus language
   int64_t counted = 0;                        // tokens with a loss term (CE: with a target; KL: all)
+  size_t kept_bytes = 0;                      // largest activation memory kept by one micro-batch's trace
 };
 
 // grads += ∇ loss over all rows of `batch`, processed `micro_rows` rows at a time. teacher == nullptr: CE against
 // batch.targets (pretrain); else forward KL at temperature tau to the teacher (distill). `num_languages` sizes the
 // per-language sums (language ids index the corpus languages). The caller zeroes grads.
+// recompute: per-layer activation recomputation (Layer) or kept activations (None); the gradients are the same.
 BatchLoss train_batch_gradient(Model& student, Model* teacher, const PackedBatch& batch, int64_t micro_rows,
-                               double tau, DecoderWeights& grads, size_t num_languages);
+                               double tau, DecoderWeights& grads, size_t num_languages,
+                               Recompute recompute = Recompute::Layer);
 
 }  // namespace hlm

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/model_train.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -63,6 +64,7 @@ void train_config_validate(const TrainConfig& c) {
   HLM_CHECK_INPUT(c.log_every_steps >= 1, "--log-every must be positive");
   HLM_CHECK_INPUT(c.stop_after_steps >= 0, "--stop-after-steps must be non-negative");
   HLM_CHECK_INPUT(c.max_bad_steps >= 1, "--max-bad-steps must be positive");
+  recompute_from_name(c.recompute);  // input error on an unknown mode
   HLM_CHECK_INPUT(!c.out.empty(), "--out is required");
   HLM_CHECK_INPUT(!c.data.empty(), "--data is required");
   if (c.job == TrainJob::Pretrain) {
@@ -111,6 +113,8 @@ std::string train_config_describe(const TrainConfig& c) {
                          c.checkpoint_every_steps, " steps; progress every ", c.log_every_steps, " steps"));
   if (c.stop_after_steps > 0) add("stop", str_cat("after step ", c.stop_after_steps, " (with a checkpoint)"));
   add("non-finite", str_cat("skip the update; stop after ", c.max_bad_steps, " in a row"));
+  add("activations", c.recompute == "none" ? "kept for the backward (--recompute none)"
+                                           : "recomputed inside each layer in the backward (--recompute layer)");
   return out;
 }
 

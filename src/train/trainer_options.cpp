@@ -73,6 +73,9 @@ const std::array kOptions{
                 "Stop after this step with a checkpoint, to resume later (0: run to the end)"},
     TrainOption{"max_bad_steps", "--max-bad-steps", &C::max_bad_steps, B, false, false, false,
                 "Consecutive non-finite steps (skipped) that stop the run"},
+    TrainOption{"recompute", "--recompute", &C::recompute, B, false, false, false,
+                "Activation recomputation: layer (keep layer inputs, recompute inside layers) or none (keep all; "
+                "more memory, ~1/4 less compute; identical results)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {

@@ -84,7 +84,8 @@ std::vector<double> abs_of(const std::vector<double>& v) {
 // ---- DeviceBuffer
 
 DeviceBuffer::DeviceBuffer(size_t bytes, std::string name)
-    : block_(ctx().allocator(), bytes + 2 * kGuardBytes), bytes_(bytes), name_(std::move(name)) {
+    : block_(ctx().allocator(), bytes + 2 * kGuardBytes), bytes_(bytes), name_(std::move(name)),
+      uploaded_(bytes, 0xFF) {  // until an upload, unchanged() means "still the poison": nothing was written
   auto* base = static_cast<char*>(block_.data());
   HLM_CUDA_CHECK(cudaMemsetAsync(base, kGuardByte, kGuardBytes, ctx().stream()));
   HLM_CUDA_CHECK(cudaMemsetAsync(base + kGuardBytes, 0xFF, bytes_, ctx().stream()));

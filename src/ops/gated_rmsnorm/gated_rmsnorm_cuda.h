@@ -1,0 +1,40 @@
+// Gated RMSNorm on CUDA: launchers for the contract in gated_rmsnorm.h (norm before the gate, plain weight w; same
+// formulas, aliasing rules and overwrite semantics), f32, raw device pointers, queued on `stream`, no
+// synchronization.
+// Numerics (the CPU reference accumulates in double): mean(x²) and Σ dy·w·silu(z)·x are fp32 block sums,
+// gated_rmsnorm_cuda_threads() threads per row, each summing every gated_rmsnorm_cuda_threads()-th element in order,
+// then block_sum (cuda_common.cuh): deterministic. silu(z) = z / (1 + e^-z) with expf (≤ 2 ulp); 1 − σ(z) is
+// computed as σ(−z). dw is the deterministic two-pass column sum (backend/cuda/column_sum.h). fp32 Σx² overflows
+// for |x| ≳ 1.8e19 / sqrt(dim) (the CPU's double does not).
+// Shapes: x, z, y, dy, dx, dz [rows, dim]; w, dw [dim].
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hlm {
+
+struct GatedRmsnormCudaParams {
+  int64_t rows = 0;
+  int64_t dim = 0;
+  float eps = 1e-5f;
+};
+
+// Threads per row (one block per row); the tests derive their tolerances from it.
+constexpr int gated_rmsnorm_cuda_threads() { return 128; }
+
+// y = x·(mean(x²) + eps)^-1/2 · w · silu(z); y may alias x or z.
+void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const float* w,
+                                const GatedRmsnormCudaParams& p, cudaStream_t stream);
+
+// Bytes of device scratch gated_rmsnorm_backward_cuda needs (per-row r and the dw partials).
+size_t gated_rmsnorm_backward_cuda_workspace_bytes(const GatedRmsnormCudaParams& p);
+
+// dx, dz OVERWRITTEN (may not alias inputs); dw [dim] OVERWRITTEN (nullptr = not wanted). `workspace` holds
+// gated_rmsnorm_backward_cuda_workspace_bytes(p) bytes, used only by work on `stream`.
+void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                 const float* w, const GatedRmsnormCudaParams& p, void* workspace,
+                                 size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace hlm

@@ -1,0 +1,439 @@
+// Chunked LM-head cross-entropy and forward KL on CUDA (contract: lm_head_loss_cuda.h, which follows
+// train/lm_head_loss.h). Host loop over row blocks and vocabulary chunks; per tile:
+//   matmul_forward_cuda (logits tile [R, C] = h_block · W_chunkᵀ)  ->  lse_update_kernel (one block per row)
+// then, per row block, row_finish_* (lse, per-token value); pass 2 recomputes each tile, *_dz_kernel turns it into dz
+// in place, and matmul_backward_cuda accumulates dh and dW. A final one-block kernel forms loss / mean / count.
+// Workspace (carve()): tiles, per-row statistics of one row block, per-token weights and values (fp64), the count.
+#include <cmath>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "core/error.h"
+#include "ops/lm_head_loss/lm_head_loss_cuda.h"
+#include "ops/log_softmax/block_reduce.cuh"
+#include "ops/matmul/matmul_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+constexpr int kThreads = lm_head_cuda_threads();
+
+// Running log Σ exp of one row over the chunks (the CPU's OnlineLse): max is an exact float value, sum in fp64.
+struct RowLse {
+  double* max;
+  double* sum;
+};
+
+// ---- Per-token preparation
+
+// Cross-entropy weights and count (one block): counted = 0 ≤ target < V; weight = token_weight or 1/count on counted
+// tokens, 0 otherwise. A target ≥ V sets the flag.
+__global__ void __launch_bounds__(kThreads) ce_prepare_kernel(double* weights, int64_t* count_out,
+                                                              const int32_t* targets, const float* token_weight,
+                                                              int64_t N, int64_t V, int* error_flag) {
+  __shared__ double smem[kThreads / 32];
+  double count = 0.0;  // exact: N < 2^53
+  for (int64_t t = threadIdx.x; t < N; t += kThreads) {
+    const int32_t target = targets[t];
+    if (target >= 0 && target < V) count += 1.0;
+    if (target >= V && error_flag != nullptr) atomicExch(error_flag, 1);
+  }
+  count = cuda::block_sum_f64<kThreads>(count, smem);
+  const double default_weight = count > 0 ? 1.0 / count : 0.0;
+  for (int64_t t = threadIdx.x; t < N; t += kThreads) {
+    const int32_t target = targets[t];
+    const bool counted = target >= 0 && target < V;
+    weights[t] = !counted ? 0.0 : (token_weight != nullptr ? static_cast<double>(token_weight[t]) : default_weight);
+  }
+  if (threadIdx.x == 0) *count_out = static_cast<int64_t>(count);
+}
+
+__global__ void kl_prepare_kernel(double* weights, int64_t* count_out, const float* token_weight, int64_t N) {
+  const double default_weight = 1.0 / static_cast<double>(N);
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < N;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    weights[t] = token_weight != nullptr ? static_cast<double>(token_weight[t]) : default_weight;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *count_out = N;
+}
+
+// ---- Pass 1
+
+__global__ void init_rows_kernel(double* max_a, double* sum_a, double* max_b, double* sum_b, double* aux, int64_t R) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < R;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    max_a[r] = -INFINITY;
+    sum_a[r] = 0.0;
+    if (max_b != nullptr) {
+      max_b[r] = -INFINITY;
+      sum_b[r] = 0.0;
+    }
+    aux[r] = 0.0;
+  }
+}
+
+// Folds row r of the logits tile (z = tile · scale, fp32) into the row's running (max, Σ exp). With `targets`, also
+// picks up the target logit into target_logit[r] when the target lies in this chunk [c0, c0 + C).
+__global__ void __launch_bounds__(kThreads) lse_update_kernel(RowLse acc, const float* tile, int64_t C, float scale,
+                                                              const int32_t* targets, int64_t r0, int64_t c0,
+                                                              double* target_logit) {
+  __shared__ float smem_f[kThreads / 32];
+  __shared__ double smem_d[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  const float* row = tile + r * C;
+  const double old_max = acc.max[r];  // read by every thread before the first barrier; thread 0 writes after the last
+  const double old_sum = acc.sum[r];
+  if (targets != nullptr && threadIdx.x == 0) {
+    const int64_t target = targets[r0 + r];
+    if (target >= c0 && target < c0 + C) target_logit[r] = static_cast<double>(__fmul_rn(row[target - c0], scale));
+  }
+  float local_max = -INFINITY;
+  bool has_nan = false;
+  for (int64_t v = threadIdx.x; v < C; v += kThreads) {
+    const float z = __fmul_rn(row[v], scale);
+    has_nan |= isnan(z);
+    local_max = fmaxf(local_max, z);
+  }
+  if (__syncthreads_or(has_nan)) {  // NaN anywhere makes the row's sum NaN (the CPU's OnlineLse)
+    if (threadIdx.x == 0) acc.sum[r] = cuda::quiet_nan();
+    return;
+  }
+  const float chunk_max = cuda::block_max_f32<kThreads>(local_max, smem_f);
+  if (chunk_max == -INFINITY) return;  // every term is exp(-inf) = 0
+  const float new_max = static_cast<double>(chunk_max) > old_max ? chunk_max : static_cast<float>(old_max);
+  float part = 0.0f;  // ≤ ceil(C / kThreads) terms, each ≤ 1
+  for (int64_t v = threadIdx.x; v < C; v += kThreads) part += expf(__fsub_rn(__fmul_rn(row[v], scale), new_max));
+  const double chunk_sum = cuda::block_sum_f64<kThreads>(static_cast<double>(part), smem_d);
+  if (threadIdx.x == 0) {
+    double sum = old_sum;
+    if (static_cast<double>(chunk_max) > old_max) sum *= exp(old_max - static_cast<double>(chunk_max));  // 0 at first
+    acc.sum[r] = sum + chunk_sum;
+    acc.max[r] = static_cast<double>(new_max);
+  }
+}
+
+// lse = max + log(sum) per row; cross-entropy value per token (0 when ignored, NaN for a target ≥ V).
+__global__ void ce_row_finish_kernel(float* ce, double* values, double* lse, const double* max, const double* sum,
+                                     const double* target_logit, const int32_t* targets, int64_t r0, int64_t R,
+                                     int64_t V) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < R;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    lse[r] = max[r] + log(sum[r]);
+    const int32_t target = targets[r0 + r];
+    const double value = target < 0 ? 0.0 : (target < V ? lse[r] - target_logit[r] : static_cast<double>(cuda::quiet_nan()));
+    ce[r0 + r] = static_cast<float>(value);
+    values[r0 + r] = value;
+  }
+}
+
+__global__ void lse_finish_kernel(double* lse, const double* max, const double* sum, int64_t R) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < R;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    lse[r] = max[r] + log(sum[r]);
+}
+
+// ---- Pass 2
+
+// dz = w · scale · (softmax − onehot) in place over the tile (w = 0: zeros, whatever the logits).
+__global__ void __launch_bounds__(kThreads) ce_dz_kernel(float* tile, int64_t C, float scale, double grad_scale,
+                                                         const double* lse, const double* weights,
+                                                         const int32_t* targets, int64_t r0, int64_t c0) {
+  const int64_t r = blockIdx.x;
+  float* row = tile + r * C;
+  const double w = weights[r0 + r] * grad_scale;
+  const int64_t target = targets[r0 + r];
+  for (int64_t v = threadIdx.x; v < C; v += kThreads) {
+    if (w == 0.0) {
+      row[v] = 0.0f;
+      continue;
+    }
+    const double p = exp(static_cast<double>(__fmul_rn(row[v], scale)) - lse[r]);
+    row[v] = static_cast<float>(w * (p - (c0 + v == target ? 1.0 : 0.0)));
+  }
+}
+
+// KL terms of row r over the chunk into kl_acc[r] (+=), and with `dz_scale` ≠ 0 the student tile becomes
+// dz = w · dz_scale · (p_S − p_T) in place (dz_scale = τ² / (τ · divisor_S)).
+__global__ void __launch_bounds__(kThreads) kl_chunk_kernel(float* tile_s, const float* tile_t, int64_t C,
+                                                            float scale_s, float scale_t, const double* lse_s,
+                                                            const double* lse_t, double* kl_acc,
+                                                            const double* weights, double dz_scale, bool write_dz,
+                                                            int64_t r0) {
+  __shared__ double smem[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  float* row_s = tile_s + r * C;
+  const float* row_t = tile_t + r * C;
+  const double w = write_dz ? weights[r0 + r] * dz_scale : 0.0;
+  double sum = 0.0;
+  for (int64_t v = threadIdx.x; v < C; v += kThreads) {
+    const double log_p_t = static_cast<double>(__fmul_rn(row_t[v], scale_t)) - lse_t[r];
+    const double log_p_s = static_cast<double>(__fmul_rn(row_s[v], scale_s)) - lse_s[r];
+    const double p_t = exp(log_p_t);
+    sum += p_t * (log_p_t - log_p_s);
+    if (write_dz) row_s[v] = static_cast<float>(w * (exp(log_p_s) - p_t));
+  }
+  sum = cuda::block_sum_f64<kThreads>(sum, smem);
+  if (threadIdx.x == 0) kl_acc[r] += sum;
+}
+
+__global__ void kl_row_finish_kernel(float* kl, double* values, const double* kl_acc, int64_t r0, int64_t R) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < R;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    kl[r0 + r] = static_cast<float>(kl_acc[r]);
+    values[r0 + r] = kl_acc[r];
+  }
+}
+
+// loss = factor · Σ_t w_t · value_t, mean = Σ_t value_t / count (0 when count is 0), in fixed-order fp64 (one block).
+__global__ void __launch_bounds__(kThreads) loss_finish_kernel(TokenLossCudaResult* result, const double* values,
+                                                               const double* weights, const int64_t* count,
+                                                               int64_t N, double factor) {
+  __shared__ double smem[kThreads / 32];
+  double loss = 0.0, sum = 0.0;
+  for (int64_t t = threadIdx.x; t < N; t += kThreads) {
+    loss += weights[t] * values[t];
+    sum += values[t];
+  }
+  loss = cuda::block_sum_f64<kThreads>(loss, smem);
+  sum = cuda::block_sum_f64<kThreads>(sum, smem);
+  if (threadIdx.x == 0) {
+    const int64_t n = *count;
+    result->loss = factor * loss;
+    result->mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
+    result->count = n;
+  }
+}
+
+// ---- Host side
+
+void check_head(const LmHeadCuda& head, const char* what) {
+  HLM_CHECK_INPUT(head.vocab > 0 && head.hidden > 0, what, " head needs V > 0 and H > 0, got V=", head.vocab,
+                  " H=", head.hidden);
+  HLM_CHECK_INPUT(head.weight != nullptr, what, " head weight is null");
+  HLM_CHECK_INPUT(std::isfinite(head.divisor) && head.divisor != 0.0, what,
+                  " logits divisor must be finite and non-zero, got ", head.divisor);
+}
+
+void check_chunking(const LmHeadCudaChunking& c) {
+  HLM_CHECK_INPUT(c.vocab_chunk > 0 && c.vocab_chunk <= INT32_MAX, "vocab_chunk must be in [1, INT_MAX], got ",
+                  c.vocab_chunk);
+  HLM_CHECK_INPUT(c.row_block > 0 && c.row_block <= INT32_MAX, "row_block must be in [1, INT_MAX], got ",
+                  c.row_block);
+}
+
+void check_grad(const LmHeadGradCuda* grad) {
+  if (grad != nullptr)
+    HLM_CHECK_INPUT(grad->d_hidden != nullptr && grad->d_weight != nullptr, "gradient outputs must both be set");
+}
+
+// Pieces of the workspace; carve(nullptr, ...) only sizes it.
+struct Workspace {
+  float* tile_a = nullptr;  // CE logits / KL student   [Rb, Cb]
+  float* tile_b = nullptr;  // KL teacher               [Rb, Cb]
+  double *max_a = nullptr, *sum_a = nullptr, *lse_a = nullptr;  // [Rb] each
+  double *max_b = nullptr, *sum_b = nullptr, *lse_b = nullptr;  // [Rb] each (KL teacher)
+  double* aux = nullptr;      // [Rb]: CE target logit, KL running Σ
+  double* weights = nullptr;  // [N]
+  double* values = nullptr;   // [N]
+  int64_t* count = nullptr;   // [1]
+  int64_t Rb = 0, Cb = 0;
+  size_t bytes = 0;
+};
+
+Workspace carve(void* base, int64_t N, int64_t V, const LmHeadCudaChunking& chunking, bool two_heads) {
+  Workspace ws;
+  ws.Rb = std::max<int64_t>(1, std::min(chunking.row_block, N));
+  ws.Cb = std::min(chunking.vocab_chunk, V);
+  const size_t tile = cuda::align_up_256(static_cast<size_t>(ws.Rb * ws.Cb) * sizeof(float));
+  const size_t rows = cuda::align_up_256(static_cast<size_t>(ws.Rb) * sizeof(double));
+  const size_t tokens = cuda::align_up_256(static_cast<size_t>(std::max<int64_t>(N, 1)) * sizeof(double));
+  size_t offset = 0;
+  auto* b = static_cast<char*>(base);
+  const auto take = [&](size_t bytes) -> char* {
+    char* p = b != nullptr ? b + offset : nullptr;
+    offset += bytes;
+    return p;
+  };
+  ws.tile_a = reinterpret_cast<float*>(take(tile));
+  if (two_heads) ws.tile_b = reinterpret_cast<float*>(take(tile));
+  ws.max_a = reinterpret_cast<double*>(take(rows));
+  ws.sum_a = reinterpret_cast<double*>(take(rows));
+  ws.lse_a = reinterpret_cast<double*>(take(rows));
+  if (two_heads) {
+    ws.max_b = reinterpret_cast<double*>(take(rows));
+    ws.sum_b = reinterpret_cast<double*>(take(rows));
+    ws.lse_b = reinterpret_cast<double*>(take(rows));
+  }
+  ws.aux = reinterpret_cast<double*>(take(rows));
+  ws.weights = reinterpret_cast<double*>(take(tokens));
+  ws.values = reinterpret_cast<double*>(take(tokens));
+  ws.count = reinterpret_cast<int64_t*>(take(256));
+  ws.bytes = offset;
+  return ws;
+}
+
+// Logits tile [R, C] (unscaled) of rows r0.. and vocabulary c0.. .
+void logits_tile(const CudaBlasLt& lt, float* tile, const float* hidden, const LmHeadCuda& head, int64_t r0,
+                 int64_t R, int64_t c0, int64_t C) {
+  const int64_t H = head.hidden;
+  matmul_forward_cuda(lt, tile, hidden + r0 * H, head.weight + c0 * H, nullptr, MatmulCudaParams{R, C, H});
+}
+
+// dh[r0 : r0+R] += dz · W_chunk, dW_chunk += dzᵀ · h[r0 : r0+R].
+void accumulate_tile_grad(const CudaBlasLt& lt, const LmHeadGradCuda& grad, const float* dz, const float* hidden,
+                          const LmHeadCuda& head, int64_t r0, int64_t R, int64_t c0, int64_t C) {
+  const int64_t H = head.hidden;
+  matmul_backward_cuda(lt, grad.d_hidden + r0 * H, grad.d_weight + c0 * H, nullptr, dz, hidden + r0 * H,
+                       head.weight + c0 * H, MatmulCudaParams{R, C, H}, /*accumulate_dx=*/true);
+}
+
+void lse_update(const CudaBlasLt& lt, RowLse acc, const float* tile, int64_t R, int64_t C, float scale,
+                const int32_t* targets, int64_t r0, int64_t c0, double* target_logit) {
+  lse_update_kernel<<<static_cast<unsigned>(R), kThreads, 0, lt.stream>>>(acc, tile, C, scale, targets, r0, c0,
+                                                                         target_logit);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void finish_loss(cudaStream_t stream, TokenLossCudaResult* result, const Workspace& ws, int64_t N, double factor) {
+  loss_finish_kernel<<<1, kThreads, 0, stream>>>(result, ws.values, ws.weights, ws.count, N, factor);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t lm_head_cross_entropy_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking) {
+  check_chunking(chunking);
+  return carve(nullptr, N, V, chunking, false).bytes;
+}
+
+size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking) {
+  check_chunking(chunking);
+  return carve(nullptr, N, V, chunking, true).bytes;
+}
+
+void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaResult* result, const float* hidden,
+                                int64_t N, const LmHeadCuda& head, const int32_t* targets, const float* token_weight,
+                                const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
+                                size_t workspace_bytes, int* error_flag) {
+  check_head(head, "LM");
+  check_chunking(chunking);
+  check_grad(grad);
+  HLM_CHECK_INPUT(N >= 0, "negative token count ", N);
+  HLM_CHECK(result != nullptr, "lm_head_cross_entropy_cuda: no result pointer");
+  const int64_t V = head.vocab, H = head.hidden;
+  cudaStream_t stream = lt.stream;
+  if (grad != nullptr && N > 0)
+    HLM_CUDA_CHECK(cudaMemsetAsync(grad->d_hidden, 0, static_cast<size_t>(N * H) * sizeof(float), stream));
+  if (N == 0) {
+    HLM_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(TokenLossCudaResult), stream));  // all-zero bits: 0.0, 0
+    return;
+  }
+  HLM_CHECK_INPUT(hidden != nullptr && targets != nullptr && ce != nullptr, "null input or output pointer");
+  const Workspace ws = carve(workspace, N, V, chunking, false);
+  HLM_CHECK(workspace != nullptr && workspace_bytes >= ws.bytes, "lm_head_cross_entropy_cuda: workspace of ",
+            workspace_bytes, " bytes, needs ", ws.bytes);
+  const double scale = 1.0 / head.divisor;
+  const float scale_f = static_cast<float>(scale);
+
+  ce_prepare_kernel<<<1, kThreads, 0, stream>>>(ws.weights, ws.count, targets, token_weight, N, V, error_flag);
+  HLM_CUDA_CHECK_LAUNCH();
+  for (int64_t r0 = 0; r0 < N; r0 += ws.Rb) {
+    const int64_t R = std::min(ws.Rb, N - r0);
+    init_rows_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.max_a, ws.sum_a, nullptr,
+                                                                                    nullptr, ws.aux, R);
+    HLM_CUDA_CHECK_LAUNCH();
+    // Pass 1: log-sum-exp and target logit of each row.
+    for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
+      const int64_t C = std::min(ws.Cb, V - c0);
+      logits_tile(lt, ws.tile_a, hidden, head, r0, R, c0, C);
+      lse_update(lt, {ws.max_a, ws.sum_a}, ws.tile_a, R, C, scale_f, targets, r0, c0, ws.aux);
+    }
+    ce_row_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(
+        ce, ws.values, ws.lse_a, ws.max_a, ws.sum_a, ws.aux, targets, r0, R, V);
+    HLM_CUDA_CHECK_LAUNCH();
+    if (grad == nullptr) continue;
+    // Pass 2: dz = w · (softmax − onehot) / divisor, chunk by chunk, into dh (+=) and dW (+=).
+    for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
+      const int64_t C = std::min(ws.Cb, V - c0);
+      logits_tile(lt, ws.tile_a, hidden, head, r0, R, c0, C);
+      ce_dz_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(ws.tile_a, C, scale_f, scale, ws.lse_a,
+                                                                     ws.weights, targets, r0, c0);
+      HLM_CUDA_CHECK_LAUNCH();
+      accumulate_tile_grad(lt, *grad, ws.tile_a, hidden, head, r0, R, c0, C);
+    }
+  }
+  finish_loss(stream, result, ws, N, 1.0);
+}
+
+void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResult* result,
+                             const float* hidden_teacher, const LmHeadCuda& teacher, const float* hidden_student,
+                             const LmHeadCuda& student, int64_t N, double tau, const float* token_weight,
+                             const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
+                             size_t workspace_bytes) {
+  check_head(teacher, "teacher");
+  check_head(student, "student");
+  check_chunking(chunking);
+  check_grad(grad);
+  HLM_CHECK_INPUT(teacher.vocab == student.vocab, "teacher and student vocabularies differ: ", teacher.vocab, " vs ",
+                  student.vocab);
+  HLM_CHECK_INPUT(std::isfinite(tau) && tau > 0.0, "temperature must be finite and positive, got ", tau);
+  HLM_CHECK_INPUT(N >= 0, "negative token count ", N);
+  HLM_CHECK(result != nullptr, "lm_head_forward_kl_cuda: no result pointer");
+  const int64_t V = student.vocab, H_S = student.hidden;
+  cudaStream_t stream = lt.stream;
+  if (grad != nullptr && N > 0)
+    HLM_CUDA_CHECK(cudaMemsetAsync(grad->d_hidden, 0, static_cast<size_t>(N * H_S) * sizeof(float), stream));
+  if (N == 0) {
+    HLM_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(TokenLossCudaResult), stream));
+    return;
+  }
+  HLM_CHECK_INPUT(hidden_teacher != nullptr && hidden_student != nullptr && kl != nullptr,
+                  "null input or output pointer");
+  const Workspace ws = carve(workspace, N, V, chunking, true);
+  HLM_CHECK(workspace != nullptr && workspace_bytes >= ws.bytes, "lm_head_forward_kl_cuda: workspace of ",
+            workspace_bytes, " bytes, needs ", ws.bytes);
+  const double scale_t = 1.0 / (teacher.divisor * tau), scale_s = 1.0 / (student.divisor * tau);
+  // d(τ² · KL)/d(z_S/τ) = τ² (p_S − p_T); the chain rule through z_S/τ = (h_S · W_Sᵀ) · scale_S adds scale_S.
+  const double dz_scale = tau * tau * scale_s;
+
+  kl_prepare_kernel<<<cuda::grid_blocks(N), cuda::kElementwiseThreads, 0, stream>>>(ws.weights, ws.count,
+                                                                                   token_weight, N);
+  HLM_CUDA_CHECK_LAUNCH();
+  for (int64_t r0 = 0; r0 < N; r0 += ws.Rb) {
+    const int64_t R = std::min(ws.Rb, N - r0);
+    // a = student, b = teacher; aux = the running KL of each row.
+    init_rows_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.max_a, ws.sum_a, ws.max_b,
+                                                                                    ws.sum_b, ws.aux, R);
+    HLM_CUDA_CHECK_LAUNCH();
+    // Pass 1: log-sum-exp of z/τ for teacher and student.
+    for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
+      const int64_t C = std::min(ws.Cb, V - c0);
+      logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
+      logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
+      lse_update(lt, {ws.max_b, ws.sum_b}, ws.tile_b, R, C, static_cast<float>(scale_t), nullptr, r0, c0, nullptr);
+      lse_update(lt, {ws.max_a, ws.sum_a}, ws.tile_a, R, C, static_cast<float>(scale_s), nullptr, r0, c0, nullptr);
+    }
+    lse_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.lse_a, ws.max_a, ws.sum_a,
+                                                                                     R);
+    HLM_CUDA_CHECK_LAUNCH();
+    lse_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.lse_b, ws.max_b, ws.sum_b,
+                                                                                     R);
+    HLM_CUDA_CHECK_LAUNCH();
+    // Pass 2: KL terms and, with gradients, dz for the student.
+    for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
+      const int64_t C = std::min(ws.Cb, V - c0);
+      logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
+      logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
+      kl_chunk_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
+          ws.tile_a, ws.tile_b, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a, ws.lse_b,
+          ws.aux, ws.weights, dz_scale, grad != nullptr, r0);
+      HLM_CUDA_CHECK_LAUNCH();
+      if (grad != nullptr) accumulate_tile_grad(lt, *grad, ws.tile_a, hidden_student, student, r0, R, c0, C);
+    }
+    kl_row_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(kl, ws.values, ws.aux, r0,
+                                                                                        R);
+    HLM_CUDA_CHECK_LAUNCH();
+  }
+  finish_loss(stream, result, ws, N, tau * tau);
+}
+
+}  // namespace hlm

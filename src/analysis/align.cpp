@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -95,6 +96,9 @@ std::vector<std::vector<double>> median_sigmas(Model& model, const Tokenizer& to
   return sigma;
 }
 
+// Token-state floats packed per kernel-norm batch (256 MiB): bounds the copy of a unit's states for long sentences.
+constexpr int64_t kBatchFloatBudget = int64_t{1} << 26;
+
 std::string format_double(double v) {
   if (!std::isfinite(v)) return "nan";
   char buf[32];
@@ -117,7 +121,7 @@ double AlignResult::mean_softcka(size_t point, int layer) const {
 }
 
 AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const ParallelSet& set, const AlignSettings& s,
-                          const AlignProgress& progress) {
+                          const AlignProgress& progress, KernelNormEngine* engine) {
   HLM_CHECK_INPUT(!s.langs.empty(), "align: no languages to compare with ", s.anchor);
   HLM_CHECK_INPUT(!s.points.empty(), "align: no capture points");
   for (const std::string& l : s.langs) HLM_CHECK_INPUT(l != s.anchor, "align: ", l, " is the anchor language");
@@ -131,8 +135,12 @@ AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const Parall
     if (progress) progress(line);
   };
 
+  std::unique_ptr<KernelNormEngine> cpu_engine;
+  if (!engine) cpu_engine = make_cpu_kernel_norm_engine(), engine = cpu_engine.get();
+
   AlignResult r;
   r.settings = s;
+  r.device = engine->name();
   r.layers = L;
   r.terms.assign(P, std::vector<std::vector<SoftCkaTerms>>(size_t(L), std::vector<SoftCkaTerms>(NL)));
   r.pairs.assign(NL, 0);
@@ -153,6 +161,9 @@ AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const Parall
 
   const size_t cells = P * size_t(L);
   const int64_t report_every = std::max<int64_t>(1, r.units / 20);
+  std::vector<float> batch_rows;
+  std::vector<KernelNormJob> jobs;
+  std::vector<double> norms;
   for (size_t u = 0; u < work.size(); ++u) {
     const UnitWork& w = work[u];
     std::vector<TokenizedSentence> sentences = tokenize_unit(tokenizer, w, s);
@@ -175,25 +186,50 @@ AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const Parall
     for (size_t i : langs_here) index[i] = run.size(), run.push_back(sentences[i + 1]);
     const SentenceStates states = run_unit(model, run, s.points);
 
+    // A cell's kept rows: the run's sentences one after another (start[k] = first row of sentence k in the cell).
+    std::vector<int64_t> start(run.size() + 1, 0);
+    for (size_t k = 0; k < run.size(); ++k) start[k + 1] = start[k] + static_cast<int64_t>(run[k].kept.size());
+    const int64_t cell_rows = start.back(), n1 = start[1];
+    const size_t cells_per_batch =
+        static_cast<size_t>(std::max<int64_t>(1, kBatchFloatBudget / std::max<int64_t>(1, cell_rows * H)));
+    for (size_t c0 = 0; c0 < cells; c0 += cells_per_batch) {
+      const size_t c1 = std::min(cells, c0 + cells_per_batch);
+      batch_rows.resize(static_cast<size_t>(int64_t(c1 - c0) * cell_rows * H));
 #pragma omp parallel
-    {
-      std::vector<float> anchor_rows, lang_rows;
+      {
+        std::vector<float> rows;
 #pragma omp for schedule(dynamic)
-      for (size_t cell = 0; cell < cells; ++cell) {
-        const size_t p = cell / size_t(L);
-        const int layer = static_cast<int>(cell % size_t(L));
-        const KernelSpec kernel{s.kernel, r.sigma[p][size_t(layer)]};
-        states.gather(p, layer, 0, run[0], anchor_rows);
-        const int64_t n1 = static_cast<int64_t>(run[0].kept.size());
-        const double h11 = centered_kernel_sq_norm(anchor_rows.data(), n1, anchor_rows.data(), n1, H, kernel);
+        for (size_t cell = c0; cell < c1; ++cell) {
+          float* dst = batch_rows.data() + int64_t(cell - c0) * cell_rows * H;
+          for (size_t k = 0; k < run.size(); ++k) {
+            states.gather(cell / size_t(L), static_cast<int>(cell % size_t(L)), k, run[k], rows);
+            std::copy(rows.begin(), rows.end(), dst + start[k] * H);
+          }
+        }
+      }
+      // Per cell: the anchor's h11 once, then h22 and h12 of each language (the order the sums below read them).
+      jobs.clear();
+      for (size_t cell = c0; cell < c1; ++cell) {
+        const double sigma = r.sigma[cell / size_t(L)][cell % size_t(L)];
+        const int64_t base = int64_t(cell - c0) * cell_rows;
+        jobs.push_back({base, n1, base, n1, sigma});
         for (size_t i : langs_here) {
-          states.gather(p, layer, index[i], run[index[i]], lang_rows);
-          const int64_t n2 = static_cast<int64_t>(run[index[i]].kept.size());
+          const int64_t row = base + start[index[i]], n2 = start[index[i] + 1] - start[index[i]];
+          jobs.push_back({row, n2, row, n2, sigma});
+          jobs.push_back({base, n1, row, n2, sigma});
+        }
+      }
+      norms.resize(jobs.size());
+      engine->run(batch_rows.data(), int64_t(c1 - c0) * cell_rows, H, s.kernel, jobs, norms);
+      size_t next = 0;
+      for (size_t cell = c0; cell < c1; ++cell) {
+        const double h11 = norms[next++];
+        for (size_t i : langs_here) {
           SoftCkaTerms t;
           t.h11 = h11;
-          t.h22 = centered_kernel_sq_norm(lang_rows.data(), n2, lang_rows.data(), n2, H, kernel);
-          t.h12 = centered_kernel_sq_norm(anchor_rows.data(), n1, lang_rows.data(), n2, H, kernel);
-          r.terms[p][size_t(layer)][w.langs[i]] += t;
+          t.h22 = norms[next++];
+          t.h12 = norms[next++];
+          r.terms[cell / size_t(L)][cell % size_t(L)][w.langs[i]] += t;
         }
       }
     }
@@ -246,6 +282,7 @@ void align_write_outputs(const std::filesystem::path& dir, const AlignResult& r,
   j["max_pairs"] = s.max_pairs;
   j["keep_special"] = s.keep_special;
   j["units"] = r.units;
+  j["device"] = r.device;
   for (size_t p = 0; p < s.points.size(); ++p) j["sigma"][std::string(capture_point_info(s.points[p]).name)] = r.sigma[p];
   for (size_t l = 0; l < s.langs.size(); ++l)
     j["counts"][s.langs[l]] = {{"pairs", r.pairs[l]},

@@ -9,7 +9,9 @@
 // language, kept tokens only; up to sigma_sample_tokens tokens).
 //
 // Pairs whose anchor or other sentence has no kept token are skipped and counted. Work: one forward per unit with
-// the anchor and all its languages packed; SoftCKA of the unit's (point, layer) cells in parallel (OpenMP).
+// the anchor and all its languages packed; the h11 / h22 / h12 of the unit's (point, layer) cells go to a kernel-norm
+// engine (analysis/softcka_batch.h) in batches: the CPU engine (OpenMP over jobs) unless another is given, e.g. the
+// CUDA one (`--device cuda`; the forward stays on the CPU).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "analysis/softcka.h"
+#include "analysis/softcka_batch.h"
 #include "data/parallel_set.h"
 #include "data/tokenizer.h"
 #include "layers/capture.h"
@@ -46,6 +49,7 @@ struct AlignResult {
   std::vector<int64_t> anchor_tokens, lang_tokens;            // [lang] kept tokens over the used pairs
   int64_t units = 0;                                          // units run through the model
   int64_t sigma_sample = 0;                                   // tokens in the median sample (0: σ given / linear)
+  std::string device;                                         // the kernel-norm engine that ran: "cpu", "cuda"
 
   double softcka(size_t point, int layer, size_t lang) const;
   double mean_softcka(size_t point, int layer) const;  // mean over the languages with a defined score
@@ -54,7 +58,8 @@ struct AlignResult {
 using AlignProgress = std::function<void(const std::string& line)>;
 
 AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const ParallelSet& set,
-                          const AlignSettings& settings, const AlignProgress& progress = {});
+                          const AlignSettings& settings, const AlignProgress& progress = {},
+                          KernelNormEngine* engine = nullptr);  // nullptr: the CPU engine
 
 // Writes softcka.csv (layer,point,lang,softcka; lang "mean" = average over languages), settings.json and one
 // softcka_<point>.svg per point (full-attention layers of a hybrid model as dotted lines) into dir (created).

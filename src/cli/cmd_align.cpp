@@ -7,6 +7,9 @@
 #include "analysis/align.h"
 #include "analysis/sentence_states.h"
 #include "cli/subcommands.h"
+#ifdef HLM_WITH_CUDA
+#include "analysis/cuda/softcka_cuda_engine.h"
+#endif
 
 namespace hlm {
 namespace {
@@ -15,13 +18,24 @@ namespace fs = std::filesystem;
 
 struct AlignCliOptions {
   std::string model, tokenizer, parallel, langs, points = "attn_in,attn_out,attn_delta,mlp_delta", kernel = "rbf",
-                                                  sigma = "median", anchor = "eng_Latn", out;
+                                                  sigma = "median", anchor = "eng_Latn", device = "cpu", out;
   int64_t max_pairs = 0, sigma_sample = 2048;
   bool keep_special = false;
 };
 
+// The engine for the SoftCKA kernel sums; the model forward runs on the CPU either way.
+std::unique_ptr<KernelNormEngine> make_engine(const std::string& device) {
+  if (device == "cpu") return make_cpu_kernel_norm_engine();
+#ifdef HLM_WITH_CUDA
+  return make_cuda_kernel_norm_engine();  // input error when no usable GPU
+#else
+  throw_input_error("--device cuda: this hybridlm was built without the CUDA backend (make build CUDA=ON)");
+#endif
+}
+
 int run_align(const AlignCliOptions& o) {
   HLM_CHECK_INPUT(fs::is_directory(o.model), o.model, ": not a model directory (does not exist)");
+  const std::unique_ptr<KernelNormEngine> engine = make_engine(o.device);
   AlignSettings s;
   s.anchor = o.anchor;
   s.langs = split_list(o.langs, "--langs");
@@ -44,13 +58,13 @@ int run_align(const AlignCliOptions& o) {
   const ParallelSet set = parallel_set_load(o.parallel);
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(o.tokenizer);
   Model model = Model::load(o.model);
-  std::printf("align: %s (%lld layers), %zu languages vs %s, %zu points, kernel %s, sigma %s\n", o.model.c_str(),
-              static_cast<long long>(model.config().num_hidden_layers), s.langs.size(), s.anchor.c_str(),
-              s.points.size(), o.kernel.c_str(), o.sigma.c_str());
+  std::printf("align: %s (%lld layers), %zu languages vs %s, %zu points, kernel %s, sigma %s, kernel sums on %s\n",
+              o.model.c_str(), static_cast<long long>(model.config().num_hidden_layers), s.langs.size(),
+              s.anchor.c_str(), s.points.size(), o.kernel.c_str(), o.sigma.c_str(), engine->name().c_str());
   std::fflush(stdout);
   const AlignResult r = align_softcka(model, *tokenizer, set, s, [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
-  });
+  }, engine.get());
   align_write_outputs(o.out, r, model.config(),
                       {{"model", o.model}, {"tokenizer", tokenizer->name()}, {"parallel", o.parallel}});
   for (size_t l = 0; l < s.langs.size(); ++l)
@@ -72,12 +86,16 @@ void add_align_command(CLI::App& app, std::function<int()>& action) {
       "bandwidth, double centring, squared Frobenius norms summed over the pairs before normalising. The parallel\n"
       "set is JSONL (optionally .zst): {\"id\": ..., \"eng_Latn\": ..., \"fra_Latn\": ...} per line.\n"
       "Outputs in --out: softcka.csv (layer,point,lang,softcka; lang \"mean\" = average over languages),\n"
-      "settings.json (sigma per point and layer, counts), softcka_<point>.svg (dotted: full-attention layers).\n"
+      "settings.json (sigma per point and layer, counts, device), softcka_<point>.svg (dotted: full-attention\n"
+      "layers). --device cuda computes the kernel sums on the GPU in fp64 (equal to the CPU path within the CPU's\n"
+      "fp32 dot-product rounding, docs/analysis.md).\n"
       "Examples:\n"
       "  hybridlm align --model tests/golden/olmo_hybrid_tiny --tokenizer bytes --parallel flores.jsonl \\\n"
       "      --langs fra_Latn,cmn_Hani --points attn_in,attn_out --out out/align\n"
       "  hybridlm align --model runs/student/model --tokenizer tok/tokenizer.json --parallel flores.jsonl.zst \\\n"
-      "      --langs fra_Latn --points attn_delta --kernel linear --max-pairs 200 --out out/align_linear");
+      "      --langs fra_Latn --points attn_delta --kernel linear --max-pairs 200 --out out/align_linear\n"
+      "  hybridlm align --model runs/student/model --tokenizer tok/tokenizer.json --parallel flores.jsonl.zst \\\n"
+      "      --langs fra_Latn,deu_Latn --points attn_in --device cuda --out out/align_gpu");
   cmd->add_option("--model", o->model, "Model directory")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "\"bytes\" or a tokenizer.json file")->required();
   cmd->add_option("--parallel", o->parallel, "Parallel set (JSONL or JSONL.zst)")->required();
@@ -91,6 +109,11 @@ void add_align_command(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--anchor", o->anchor, "The reference language")->capture_default_str();
   cmd->add_flag("--keep-special", o->keep_special, "Keep special tokens (dropped by default)");
+  cmd->add_option("--device", o->device,
+                  "Where the SoftCKA kernel sums run (the model forward stays on the CPU); cuda needs a CUDA build and "
+                  "a GPU")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory (created)")->required();
   cmd->callback([o, &action] { action = [o] { return run_align(*o); }; });
 }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/subcommands.h"
+#include "cli/train_device_cli.h"
 #include "train/trainer_options.h"
 
 namespace hlm {
@@ -22,7 +23,8 @@ void add_distill_command(CLI::App& app, std::function<int()>& action) {
               "  hybridlm convert --teacher runs/teacher/model --placement reverse_periodic --out students/rp\n"
               "  hybridlm distill --teacher runs/teacher/model --student students/rp --data corpus/ --tokenizer bytes \\\n"
               "      --tokens 2000000 --seq-len 256 --batch 16 --micro-batch 4 --lr-rec 1e-3 --lr-rest 3e-4 --out runs/rp\n"
-              "  hybridlm distill --resume runs/rp --out runs/rp                  # continue after a stop or crash");
+              "  hybridlm distill --resume runs/rp --out runs/rp                  # continue after a stop or crash\n"
+              "  hybridlm distill --resume runs/rp --out runs/rp --device cuda    # continue on GPU 0 (CUDA builds)");
   for (const TrainOption& o : train_options()) {
     if (!(o.jobs & kTrainJobDistill)) continue;
     std::visit([&](auto member) { cmd->add_option(o.option, (*config).*member, o.help)->capture_default_str(); },
@@ -33,7 +35,9 @@ void add_distill_command(CLI::App& app, std::function<int()>& action) {
     for (const TrainOption& o : train_options())
       if ((o.jobs & kTrainJobDistill) && cmd->count(o.option) > 0) given.push_back(o.key);
     action = [config, given] {
-      return train_command_run(train_config_resolve(TrainJob::Distill, *config, given));
+      const TrainConfig resolved = train_config_resolve(TrainJob::Distill, *config, given);
+      const std::unique_ptr<TrainDevice> device = train_device_for(resolved.device);
+      return train_command_run(resolved, device.get());
     };
   });
 }

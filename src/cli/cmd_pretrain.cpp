@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/subcommands.h"
+#include "cli/train_device_cli.h"
 #include "train/trainer_options.h"
 
 namespace hlm {
@@ -16,7 +17,9 @@ void add_pretrain_command(CLI::App& app, std::function<int()>& action) {
               "Examples:\n"
               "  hybridlm pretrain --model-config tiny_qwen3.json --data corpus/ --tokenizer bytes --out runs/teacher \\\n"
               "      --tokens 2000000 --seq-len 256 --batch 16 --micro-batch 4 --lr 3e-3 --eval-every 200000\n"
-              "  hybridlm pretrain --resume runs/teacher --out runs/teacher      # continue after a stop or crash");
+              "  hybridlm pretrain --resume runs/teacher --out runs/teacher      # continue after a stop or crash\n"
+              "  hybridlm pretrain --model-config tiny_qwen3.json --data corpus/ --out runs/t --tokens 2000000 \\\n"
+              "      --device cuda                                                # steps on GPU 0 (CUDA builds)");
   for (const TrainOption& o : train_options()) {
     if (!(o.jobs & kTrainJobPretrain)) continue;
     std::visit([&](auto member) { cmd->add_option(o.option, (*config).*member, o.help)->capture_default_str(); },
@@ -27,7 +30,9 @@ void add_pretrain_command(CLI::App& app, std::function<int()>& action) {
     for (const TrainOption& o : train_options())
       if ((o.jobs & kTrainJobPretrain) && cmd->count(o.option) > 0) given.push_back(o.key);
     action = [config, given] {
-      return train_command_run(train_config_resolve(TrainJob::Pretrain, *config, given));
+      const TrainConfig resolved = train_config_resolve(TrainJob::Pretrain, *config, given);
+      const std::unique_ptr<TrainDevice> device = train_device_for(resolved.device);
+      return train_command_run(resolved, device.get());
     };
   });
 }

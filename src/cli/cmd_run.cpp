@@ -1,7 +1,10 @@
-// `hybridlm run MODEL_DIR --ids 1,2,3 [--ids ...] [--top-k 5] [--dump OUT.safetensors --points a,b,...]`:
+// `hybridlm run MODEL_DIR --ids 1,2,3 [--ids ...] [--top-k 5] [--dump OUT.safetensors --points a,b,...]
+//  [--device cpu|cuda]`:
 // one forward pass over one or more token sequences, printing the top-k next tokens of each with log-probs, and
 // optionally dumping capture points as f32 tensors named "<point>.<layer>" ([T, hidden]) and "logits" ([T, vocab]).
 // With several sequences T is the total (sequences packed in order); the dump's metadata records cu_seqlens.
+// --device cuda runs the forward on the GPU (models/cuda/cuda_model.h; only in builds with the CUDA backend) and
+// downloads only the capture points being dumped.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -12,6 +15,11 @@
 #include "models/model.h"
 #include "models/safetensors.h"
 #include "ops/log_softmax/log_softmax.h"
+#ifdef HLM_WITH_CUDA
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/device_query.h"
+#include "models/cuda/cuda_model.h"
+#endif
 
 namespace hlm {
 namespace {
@@ -22,7 +30,22 @@ struct RunOptions {
   int top_k = 5;
   std::string dump;
   std::string points = "attn_in,attn_delta,attn_out,mlp_delta,logits";
+  std::string device = "cpu";
 };
+
+// The forward on the chosen device; `wanted` limits what the GPU downloads (the CPU computes everything anyway).
+Tensor forward_on(const std::string& device, Model& model, const TokenBatch& batch, const ForwardOptions& options,
+                  const Capture& capture, const std::function<bool(CapturePoint)>& wanted) {
+  if (device == "cpu") return model.forward(batch, options, capture);
+#ifdef HLM_WITH_CUDA
+  HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
+  CudaModel gpu = CudaModel::upload(model, cuda_context());
+  return gpu.forward(batch, options, capture, [&](CapturePoint p, int) { return wanted(p); });
+#else
+  (void)wanted;
+  throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -61,6 +84,7 @@ std::vector<const CapturePointInfo*> parse_points(const std::string& text) {
 int run_run(const RunOptions& o) {
   HLM_CHECK_INPUT(!o.ids.empty(), "--ids is required");
   HLM_CHECK_INPUT(o.top_k >= 1, "--top-k must be at least 1");
+  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device: '", o.device, "' is not a device (cpu or cuda)");
   TokenBatch batch;
   for (const std::string& seq : o.ids) batch.add_sequence(parse_ids(seq));
   const std::vector<const CapturePointInfo*> points = o.dump.empty() ? std::vector<const CapturePointInfo*>{}
@@ -87,7 +111,7 @@ int run_run(const RunOptions& o) {
     dumped.emplace_back(name, value.clone());
   };
   const bool all_logits = wanted(CapturePoint::Logits);
-  const Tensor logits = model.forward(batch, {.all_logits = all_logits}, capture);
+  const Tensor logits = forward_on(o.device, model, batch, {.all_logits = all_logits}, capture, wanted);
 
   // Next-token distribution of each sequence: the row of its last token.
   const int64_t V = model.config().vocab_size;
@@ -123,7 +147,8 @@ void add_run_command(CLI::App& app, std::function<int()>& action) {
       "Capture points: attn_in, attn_delta, attn_out, mlp_delta (per layer, [T, hidden]), final_hidden, logits.\n"
       "Examples:\n"
       "  hybridlm run tests/golden/qwen3_tied --ids 1,2,3 --top-k 5\n"
-      "  hybridlm run MODEL --ids 5,6,7 --ids 8,9 --dump out.safetensors --points attn_in,attn_out,logits");
+      "  hybridlm run MODEL --ids 5,6,7 --ids 8,9 --dump out.safetensors --points attn_in,attn_out,logits\n"
+      "  hybridlm run tests/golden/olmo_hybrid_tiny --ids 1,2,3 --device cuda   (builds with the CUDA backend)");
   cmd->add_option("model_dir", options->model_dir, "HF model directory (config.json + safetensors)")->required();
   cmd->add_option("--ids", options->ids, "Comma-separated token ids of one sequence; repeat for more sequences")
       ->required();
@@ -131,6 +156,9 @@ void add_run_command(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--dump", options->dump, "Write capture points to this .safetensors file (atomic)");
   cmd->add_option("--points", options->points, "Comma-separated capture points to dump")->capture_default_str();
+  cmd->add_option("--device", options->device,
+                  "Where the forward runs: cpu, or cuda (GPU 0, fp32; needs a build with the CUDA backend)")
+      ->capture_default_str();
   cmd->callback([options, &action] { action = [options] { return run_run(*options); }; });
 }
 

@@ -4,7 +4,9 @@
 
 namespace hlm {
 
-static const std::array<SubcommandEntry, 13> kSubcommands{{
+void add_study_command(CLI::App& app, std::function<int()>& action);  // cmd_study.cpp
+
+static const std::array<SubcommandEntry, 14> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
@@ -18,6 +20,7 @@ static const std::array<SubcommandEntry, 13> kSubcommands{{
     {"tokstats", add_tokstats_command},
     {"align", add_align_command},
     {"locality", add_locality_command},
+    {"study", add_study_command},
 }};
 
 std::span<const SubcommandEntry> subcommand_table() { return kSubcommands; }

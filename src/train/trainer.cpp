@@ -16,6 +16,7 @@
 #include "train/checkpoint_io.h"
 #include "train/grad_utils.h"
 #include "train/lr_schedule.h"
+#include "train/train_device.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_log.h"
 #include "train/trainer_options.h"
@@ -44,7 +45,7 @@ void warn_unknown_keys(const ModelConfig& c, const std::string& what) {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, const TrainHooks& hooks);
+  Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device);
   TrainResult run();
 
  private:
@@ -52,12 +53,14 @@ class Trainer {
   void build_optimizer();
   void prepare_out();
   bool step_once();
+  BatchLoss batch_step(const PackedBatch& batch, int64_t s, double* norm, bool* finite);
   void validate_now();
   void checkpoint_now();
   void finish();
 
   TrainConfig cfg_;
   TrainHooks hooks_;
+  TrainDevice* device_ = nullptr;  // null: steps on the CPU
   TrainPlan plan_;
   fs::path out_;
   Corpus corpus_;
@@ -79,8 +82,14 @@ class Trainer {
   double elapsed_before_ = 0.0, step_seconds_ = 0.0;
 };
 
-Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks) : cfg_(config), hooks_(hooks) {
+Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device)
+    : cfg_(config), hooks_(hooks), device_(device) {
   train_config_validate(cfg_);
+  HLM_CHECK_INPUT(cfg_.device == "cpu" || device_ != nullptr, "--device ", cfg_.device,
+                  ": this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+  if (cfg_.device == "cpu") device_ = nullptr;
+  HLM_CHECK(device_ == nullptr || (!hooks_.on_step_begin && !hooks_.on_gradients),
+            "train_run: test hooks see host state and are for CPU runs only");
   plan_ = train_plan(cfg_);
   out_ = fs::absolute(cfg_.out).lexically_normal();
   HLM_CHECK_INPUT(!out_.filename().empty(), cfg_.out, ": not a usable output directory name");
@@ -208,6 +217,10 @@ TrainResult Trainer::run() {
               static_cast<long long>(rec + rest), static_cast<long long>(rec), static_cast<long long>(rest),
               resume_ ? "resuming" : "starting", static_cast<long long>(state_.step),
               static_cast<long long>(plan_.total_steps));
+  if (device_ != nullptr) {
+    std::printf("%-12s %s\n", "accelerator", device_->describe().c_str());
+    device_->attach(*student_, teacher_ ? &*teacher_ : nullptr, *optimizer_);
+  }
   std::fflush(stdout);
   if (!resume_) validate_now();
   while (state_.step < plan_.total_steps) {
@@ -252,18 +265,10 @@ bool Trainer::step_once() {
                               " (", state_.tokens_seen, " of ", cfg_.tokens, " tokens); finished there");
     return false;
   }
-  if (hooks_.on_step_begin) hooks_.on_step_begin(s, *student_);
-  const std::vector<Tensor> grads = optimizer_->grads();
-  grad_zero(grads);
-  const BatchLoss loss = train_batch_gradient(*student_, teacher_ ? &*teacher_ : nullptr, batch,
-                                              cfg_.micro_batch_rows, cfg_.tau, grads_, corpus_.languages().size(),
-                                              recompute_from_name(cfg_.recompute));
-  if (hooks_.on_gradients) hooks_.on_gradients(s, grads);
-  const double norm = clip_grad_norm(grads, cfg_.clip);
-  const bool finite = std::isfinite(loss.loss) && std::isfinite(norm);
-  lr_schedule_apply(*optimizer_, schedule_, s);
+  double norm = 0.0;
+  bool finite = false;
+  const BatchLoss loss = batch_step(batch, s, &norm, &finite);
   if (finite) {
-    optimizer_->step();
     state_.consecutive_bad = 0;
   } else {
     ++state_.consecutive_bad;
@@ -322,7 +327,31 @@ bool Trainer::step_once() {
   return true;
 }
 
+// Gradient, clipping, schedule and (when loss and norm are finite) the AdamW update of step s, on the CPU or device.
+BatchLoss Trainer::batch_step(const PackedBatch& batch, int64_t s, double* norm, bool* finite) {
+  if (device_ != nullptr) {
+    lr_schedule_apply(*optimizer_, schedule_, s);  // the device reads each group's current lr
+    const BatchLoss loss =
+        device_->step(batch, cfg_.micro_batch_rows, cfg_.tau, cfg_.clip, norm, corpus_.languages().size());
+    *finite = std::isfinite(loss.loss) && std::isfinite(*norm);
+    return loss;
+  }
+  if (hooks_.on_step_begin) hooks_.on_step_begin(s, *student_);
+  const std::vector<Tensor> grads = optimizer_->grads();
+  grad_zero(grads);
+  const BatchLoss loss = train_batch_gradient(*student_, teacher_ ? &*teacher_ : nullptr, batch,
+                                              cfg_.micro_batch_rows, cfg_.tau, grads_, corpus_.languages().size(),
+                                              recompute_from_name(cfg_.recompute));
+  if (hooks_.on_gradients) hooks_.on_gradients(s, grads);
+  *norm = clip_grad_norm(grads, cfg_.clip);
+  *finite = std::isfinite(loss.loss) && std::isfinite(*norm);
+  lr_schedule_apply(*optimizer_, schedule_, s);
+  if (*finite) optimizer_->step();
+  return loss;
+}
+
 void Trainer::validate_now() {
+  if (device_ != nullptr) device_->sync_to_host();
   const Clock::time_point t0 = Clock::now();
   const EvalResult r = evaluate(*student_, teacher_ ? &*teacher_ : nullptr, valid_, cfg_.micro_batch_rows);
   metrics_->write(metrics_valid_record(state_.step, state_.tokens_seen, r));
@@ -333,6 +362,7 @@ void Trainer::validate_now() {
 }
 
 void Trainer::checkpoint_now() {
+  if (device_ != nullptr) device_->sync_to_host();
   state_.cursor = stream_cursor_to_json(stream_->cursor());
   state_.lr.clear();
   for (const AdamWGroup& g : optimizer_->groups()) state_.lr[g.name] = g.lr;
@@ -349,6 +379,7 @@ void Trainer::checkpoint_now() {
 
 void Trainer::finish() {
   if (last_valid_step_ != state_.step) validate_now();
+  if (device_ != nullptr) device_->sync_to_host();
   const HeldOutSet test = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
   EvalResult r = evaluate(*student_, teacher_ ? &*teacher_ : nullptr, test, cfg_.micro_batch_rows);
   for (LanguageEval& l : r.languages) l.tier = corpus_.language(l.code).tier;
@@ -367,8 +398,8 @@ void Trainer::finish() {
 
 }  // namespace
 
-TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks) {
-  Trainer trainer(config, hooks);
+TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device) {
+  Trainer trainer(config, hooks, device);
   return trainer.run();
 }
 

@@ -82,6 +82,7 @@ struct TrainConfig {
   int64_t max_bad_steps = 3;               // consecutive non-finite steps that stop the run
   std::string recompute = "layer";         // "layer": recompute inside each layer in the backward; "none": keep
                                            // every layer's activations (more memory, less compute; same results)
+  std::string device = "cpu";              // "cpu", or "cuda": steps run on a TrainDevice (train/train_device.h)
 };
 
 // Defaults of each job (distill: Table C.3; pretrain: lr 1e-3 for both groups, the rest as distill).
@@ -127,7 +128,12 @@ struct TrainResult {
   std::string message;                       // why it stopped (Diverged, DataExhausted, Stopped)
 };
 
+class TrainDevice;  // train/train_device.h
+
 // Runs (or resumes) a job. Every input is checked before anything is written under config.out.
-TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks = {});
+// config.device "cuda" needs `device` (the command line makes one in builds with the CUDA backend; an input error
+// otherwise); the steps then run there, and validation, checkpoints and the final test read the weights synced back
+// to the host. The hooks see host state, so they are for CPU runs only (an internal error with a device).
+TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks = {}, TrainDevice* device = nullptr);
 
 }  // namespace hlm

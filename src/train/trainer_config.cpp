@@ -65,6 +65,9 @@ void train_config_validate(const TrainConfig& c) {
   HLM_CHECK_INPUT(c.stop_after_steps >= 0, "--stop-after-steps must be non-negative");
   HLM_CHECK_INPUT(c.max_bad_steps >= 1, "--max-bad-steps must be positive");
   recompute_from_name(c.recompute);  // input error on an unknown mode
+  HLM_CHECK_INPUT(c.device == "cpu" || c.device == "cuda", "--device: '", c.device, "' is not a device (cpu or cuda)");
+  HLM_CHECK_INPUT(c.device == "cpu" || c.recompute == "layer",
+                  "--recompute none is not available with --device cuda (the GPU recomputes inside each layer)");
   HLM_CHECK_INPUT(!c.out.empty(), "--out is required");
   HLM_CHECK_INPUT(!c.data.empty(), "--data is required");
   if (c.job == TrainJob::Pretrain) {
@@ -115,6 +118,7 @@ std::string train_config_describe(const TrainConfig& c) {
   add("non-finite", str_cat("skip the update; stop after ", c.max_bad_steps, " in a row"));
   add("activations", c.recompute == "none" ? "kept for the backward (--recompute none)"
                                            : "recomputed inside each layer in the backward (--recompute layer)");
+  add("device", c.device == "cuda" ? "cuda (steps on GPU 0, fp32; validation and test on the CPU)" : "cpu");
   return out;
 }
 

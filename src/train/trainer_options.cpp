@@ -25,7 +25,8 @@ const std::array kOptions{
     TrainOption{"student", "--student", &C::student, D, true, false, true,
                 "Student model directory (from `hybridlm convert`)"},
     TrainOption{"data", "--data", &C::data, B, true, false, true, "Corpus directory (corpus.json + *.jsonl.zst)"},
-    TrainOption{"tokenizer", "--tokenizer", &C::tokenizer, B, true, false, false, "Tokenizer: \"bytes\""},
+    TrainOption{"tokenizer", "--tokenizer", &C::tokenizer, B, true, false, false,
+                "Tokenizer: \"bytes\" or an HF tokenizer.json (its vocabulary must fit the model's)"},
     TrainOption{"out", "--out", &C::out, B, false, false, true,
                 "Run directory (absent or empty; on resume also the checkpoint's own run directory)"},
     TrainOption{"resume", "--resume", &C::resume, B, false, false, false,
@@ -76,6 +77,8 @@ const std::array kOptions{
     TrainOption{"recompute", "--recompute", &C::recompute, B, false, false, false,
                 "Activation recomputation: layer (keep layer inputs, recompute inside layers) or none (keep all; "
                 "more memory, ~1/4 less compute; identical results)"},
+    TrainOption{"device", "--device", &C::device, B, false, false, false,
+                "Where the steps run: cpu, or cuda (GPU 0, fp32; needs a build with the CUDA backend)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {
@@ -170,10 +173,10 @@ TrainConfig train_config_resolve(TrainJob job, const TrainConfig& parsed, const 
   return c;
 }
 
-int train_command_run(const TrainConfig& config) {
+int train_command_run(const TrainConfig& config, TrainDevice* device) {
   std::printf("%s", train_config_describe(config).c_str());
   std::fflush(stdout);
-  const TrainResult r = train_run(config);
+  const TrainResult r = train_run(config, {}, device);
   switch (r.status) {
     case TrainStatus::Diverged:
       std::fprintf(stderr, "hybridlm: error: %s\n", r.message.c_str());

@@ -41,9 +41,9 @@ std::vector<std::string> train_config_fixed_differences(const TrainConfig& a, co
 // the checkpoint's train_config.json and applies the resume rule above (input error listing every conflict).
 TrainConfig train_config_resolve(TrainJob job, const TrainConfig& parsed, const std::vector<std::string>& given);
 
-// Prints the resolved settings, runs the job and turns its result into an exit code (0 done or stopped as asked,
-// 1 diverged), printing where the outputs are.
-int train_command_run(const TrainConfig& config);
+// Prints the resolved settings, runs the job (on `device` when config.device is not "cpu"; see train_run) and turns
+// its result into an exit code (0 done or stopped as asked, 1 diverged), printing where the outputs are.
+int train_command_run(const TrainConfig& config, TrainDevice* device = nullptr);
 
 // Help footer shared by pretrain and distill (files written, resume rules).
 std::string train_command_footer();

@@ -37,17 +37,18 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
 
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
-// Sum of `v` over the block (kThreads threads, a multiple of 32), returned to every thread. Deterministic: a fixed
-// xor-shuffle tree inside each warp (lane 0's value is used), then every thread adds the warp sums in warp order.
-// Error: log2(32) + kThreads/32 fp32 roundings after each thread's own partial. `smem` holds kThreads/32 floats.
-template <int kThreads>
-__device__ float block_sum(float v, float* smem) {
+// Sum of `v` over the block (kThreads threads, a multiple of 32), returned to every thread; T = float or double.
+// Deterministic: a fixed xor-shuffle tree inside each warp (lane 0's value is used), then every thread adds the warp
+// sums in warp order. Error: log2(32) + kThreads/32 roundings of T after each thread's own partial. `smem` holds
+// kThreads/32 values of T.
+template <int kThreads, typename T>
+__device__ T block_sum(T v, T* smem) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum: whole warps only");
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
   __syncthreads();
-  float total = 0.0f;
+  T total = T(0);
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) total += smem[w];
   __syncthreads();  // smem may be reused by the caller

@@ -1,0 +1,67 @@
+// `hybridlm study [--config study.json] [--out DIR] [--print-default-config]`: the placement study end to end
+// (study/study_run.h, docs/study.md). Without --config it runs the compiled-in demo study.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/subcommands.h"
+#include "core/error.h"
+#include "study/study_run.h"
+
+namespace hlm {
+namespace {
+
+struct StudyCliOptions {
+  std::string config;
+  std::string out = "out/study";
+  bool print_default = false;
+};
+
+int run_study(const StudyCliOptions& o) {
+  if (o.print_default) {
+    std::printf("%s\n", study_config_to_json(study_config_defaults()).dump(2).c_str());
+    return 0;
+  }
+  StudyConfig config = study_config_defaults();
+  if (!o.config.empty()) {
+    std::ifstream in(o.config);
+    HLM_CHECK_INPUT(in.good(), o.config, ": cannot read the study config");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw_input_error(o.config, ": not valid JSON (", e.what(), ")");
+    }
+    config = study_config_from_json(j, o.config);
+  }
+  const StudyResult r = study_run(config, o.out);
+  std::printf("study: %d stages run, %d skipped\nstudy: report at %s\n", r.stages_run, r.stages_skipped,
+              r.report.string().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_study_command(CLI::App& app, std::function<int()>& action) {
+  auto o = std::make_shared<StudyCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "study", "The placement study: teacher, five placements distilled alike, R, delta-bar, SoftCKA, HTML report");
+  cmd->footer(
+      "Stages (each skipped when its done marker is present; an interrupted training run resumes from its newest\n"
+      "checkpoint): teacher (pretrain, or teacher.dir), convert + distill per placement, align and locality per\n"
+      "model, report (report/report.html, self-contained, plus CSV/JSON). Without --config the compiled-in demo\n"
+      "study runs (the demo corpus of `make corpus-demo`); a config file names only the keys it changes\n"
+      "(docs/study.md lists them; --print-default-config prints them all with their defaults).\n"
+      "Examples:\n"
+      "  hybridlm study --out out/demo-study                  # the demo study\n"
+      "  hybridlm study --print-default-config > my_study.json\n"
+      "  hybridlm study --config my_study.json --out runs/study1");
+  cmd->add_option("--config", o->config, "Study config JSON (keys over the defaults)");
+  cmd->add_option("--out", o->out, "Output directory of the study")->capture_default_str();
+  cmd->add_flag("--print-default-config", o->print_default, "Print the compiled-in default config and exit");
+  cmd->callback([o, &action] { action = [o] { return run_study(*o); }; });
+}
+
+}  // namespace hlm

@@ -1,0 +1,22 @@
+// `--device` of pretrain and distill: name → TrainDevice (contract in train_device_cli.h).
+#include "cli/train_device_cli.h"
+
+#include "core/error.h"
+
+#ifdef HLM_WITH_CUDA
+#include "train/cuda/cuda_train_device.h"
+#endif
+
+namespace hlm {
+
+std::unique_ptr<TrainDevice> train_device_for(const std::string& name) {
+  HLM_CHECK_INPUT(name == "cpu" || name == "cuda", "--device: '", name, "' is not a device (cpu or cuda)");
+  if (name == "cpu") return nullptr;
+#ifdef HLM_WITH_CUDA
+  return std::make_unique<CudaTrainDevice>();  // input error when no usable GPU
+#else
+  throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+}
+
+}  // namespace hlm

@@ -1,0 +1,38 @@
+// The full-attention token mixer on CUDA: the forward of layers/attention_layer.h (same dataflow, same optional
+// q/k RMSNorm per head or over the whole projection, optional RoPE, causal GQA softmax attention, o_proj), fp32.
+//   q̃ = x Wqᵀ, k̃ = x Wkᵀ, v = x Wvᵀ (+ biases);  q = rope(rmsnorm(q̃)·q_norm), k = rope(rmsnorm(k̃)·k_norm)
+//   o = attention(q, k, v) [T, Hq·D];  out = o Woᵀ
+// x, out [T, hidden] are device pointers (out may not alias x). Scratch comes from ctx's caching allocator and is
+// released on return (safe: all work is on ctx's one stream). Queued, no synchronization.
+// Differences from the CPU: the ops' own (docs/cuda.md): fp32 norm sums, flash online softmax, cuBLASLt GEMMs.
+#pragma once
+#include "backend/cuda/cuda_context.h"
+#include "layers/attention_layer.h"
+#include "layers/cuda/cuda_linear.h"
+#include "layers/cuda/cuda_token_batch.h"
+#include "ops/rope/rope_cuda.h"
+
+namespace hlm {
+
+struct CudaAttentionWeights {
+  CudaLinear q_proj, k_proj, v_proj, o_proj;
+  CudaTensor q_norm, k_norm;  // [D] or [H·D]; numel 0 = no norm
+  int64_t q_norm_size = 0, k_norm_size = 0;
+};
+
+// Checks the host weights against dims (attention_check_weights) and uploads them.
+CudaAttentionWeights cuda_upload_attention(CudaContext& ctx, const AttentionWeights& w, const AttentionDims& dims);
+
+// rope: nullptr = no rotary embedding (OLMo-Hybrid). The table must cover batch.max_seqlen positions.
+void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
+                                  const AttentionDims& dims, const RopeCudaTable* rope, const CudaBatchView& batch);
+
+// The backward of layers/attention_layer.h with per-layer recomputation (attention_layer_cuda_backward.cpp): reruns
+// the forward keeping q̃, k̃ (before the q/k norms), q, k, v, o and the softmax's lse, then walks it back in the CPU's
+// order (o_proj, flash attention backward, rope, q/k norms, q/k/v projections). dx [T, hidden] OVERWRITTEN; grads
+// (same layout as w, device) ACCUMULATED (+=). dx may not alias d_out or x.
+void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
+                                   const float* x, const CudaAttentionWeights& w, const AttentionDims& dims,
+                                   const RopeCudaTable* rope, const CudaBatchView& batch);
+
+}  // namespace hlm

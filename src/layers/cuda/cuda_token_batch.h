@@ -1,0 +1,38 @@
+// A TokenBatch on the device: ids [T] int32, cu_seqlens [N+1] int64, positions [T] int32 and one int error flag that
+// the kernels set for a bad token id, position or cu_seqlens (they cannot throw; the caller reads the flag back).
+// Uploaded once per forward (the copies wait for the stream); the layers take the non-owning CudaBatchView.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "layers/token_batch.h"
+
+namespace hlm {
+
+// What the CUDA layers read of a batch: device pointers plus the host-side sizes the launchers need.
+struct CudaBatchView {
+  int64_t tokens = 0;      // T
+  int64_t n_seqs = 0;      // N
+  int64_t max_seqlen = 0;  // longest sequence (attention grid; rope table size)
+  const int32_t* ids = nullptr;         // [T]
+  const int64_t* cu_seqlens = nullptr;  // [N+1]
+  const int32_t* positions = nullptr;   // [T]
+  int* error_flag = nullptr;            // [1], 0 after upload
+};
+
+class CudaTokenBatch {
+ public:
+  // Validates the batch on the host (input error like the CPU forward), uploads it and clears the error flag.
+  static CudaTokenBatch upload(CudaContext& ctx, const TokenBatch& batch);
+
+  CudaBatchView view() const;
+  // Reads the error flag back (waits for the stream): true when a kernel flagged bad input.
+  bool error_flagged(CudaContext& ctx) const;
+
+ private:
+  int64_t tokens_ = 0, n_seqs_ = 0, max_seqlen_ = 0;
+  CudaTensor ids_, cu_seqlens_, positions_, error_flag_;
+};
+
+}  // namespace hlm

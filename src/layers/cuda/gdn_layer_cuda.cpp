@@ -1,0 +1,92 @@
+// Gated DeltaNet layer forward on CUDA, step for step as gdn_layer_ref.cpp's forward_activations + o_proj.
+#include "layers/cuda/gdn_layer_cuda.h"
+
+#include "core/error.h"
+#include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
+#include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
+#include "ops/gdn_gate/gdn_gate_cuda.h"
+#include "ops/l2norm/l2norm_cuda.h"
+
+namespace hlm {
+
+CudaGdnWeights cuda_upload_gdn(CudaContext& ctx, const GdnWeights& w, const GdnDims& dims) {
+  gdn_check_weights(w, dims);
+  HLM_CHECK_INPUT(dims.key_dim <= gated_delta_rule_cuda_max_dim() && dims.value_dim <= gated_delta_rule_cuda_max_dim(),
+                  "GDN head dims ", dims.key_dim, " / ", dims.value_dim, " exceed the CUDA limit of ",
+                  gated_delta_rule_cuda_max_dim());
+  HLM_CHECK_INPUT(dims.conv_kernel <= causal_conv1d_cuda_max_kernel(), "GDN conv kernel ", dims.conv_kernel,
+                  " exceeds the CUDA limit of ", causal_conv1d_cuda_max_kernel());
+  CudaGdnWeights d;
+  d.q_proj = cuda_upload_linear(ctx, w.q_proj, "linear_attn.q_proj");
+  d.k_proj = cuda_upload_linear(ctx, w.k_proj, "linear_attn.k_proj");
+  d.v_proj = cuda_upload_linear(ctx, w.v_proj, "linear_attn.v_proj");
+  d.g_proj = cuda_upload_linear(ctx, w.g_proj, "linear_attn.g_proj");
+  d.a_proj = cuda_upload_linear(ctx, w.a_proj, "linear_attn.a_proj");
+  d.b_proj = cuda_upload_linear(ctx, w.b_proj, "linear_attn.b_proj");
+  d.o_proj = cuda_upload_linear(ctx, w.o_proj, "linear_attn.o_proj");
+  d.q_conv = cuda_upload_f32(ctx, w.q_conv, "linear_attn.q_conv1d.weight");
+  d.k_conv = cuda_upload_f32(ctx, w.k_conv, "linear_attn.k_conv1d.weight");
+  d.v_conv = cuda_upload_f32(ctx, w.v_conv, "linear_attn.v_conv1d.weight");
+  d.A_log = cuda_upload_f32(ctx, w.A_log, "linear_attn.A_log");
+  d.dt_bias = cuda_upload_f32(ctx, w.dt_bias, "linear_attn.dt_bias");
+  d.o_norm = cuda_upload_f32(ctx, w.o_norm, "linear_attn.o_norm.weight");
+  return d;
+}
+
+void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
+                            const GdnDims& d, const CudaBatchView& b) {
+  HLM_CHECK(out != x, "GDN forward: out may not alias x");
+  const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
+  const cudaStream_t stream = ctx.stream();
+  // Projections (conv inputs), then the conv outputs; names as in gdn_layer_ref.cpp's Activations.
+  CudaTensor qp = CudaTensor::empty(ctx, {n, Ck}), kp = CudaTensor::empty(ctx, {n, Ck});
+  CudaTensor vp = CudaTensor::empty(ctx, {n, Cv}), z = CudaTensor::empty(ctx, {n, Cv});
+  CudaTensor a = CudaTensor::empty(ctx, {n, Hv}), bl = CudaTensor::empty(ctx, {n, Hv});
+  CudaTensor qc = CudaTensor::empty(ctx, {n, Ck}), kc = CudaTensor::empty(ctx, {n, Ck});
+  CudaTensor vc = CudaTensor::empty(ctx, {n, Cv});
+  CudaTensor g = CudaTensor::empty(ctx, {n, Hv}), beta = CudaTensor::empty(ctx, {n, Hv});
+  CudaTensor o = CudaTensor::empty(ctx, {n, Cv});
+  cuda_linear_forward(ctx, qp.data<float>(), x, w.q_proj, n);
+  cuda_linear_forward(ctx, kp.data<float>(), x, w.k_proj, n);
+  cuda_linear_forward(ctx, vp.data<float>(), x, w.v_proj, n);
+  cuda_linear_forward(ctx, z.data<float>(), x, w.g_proj, n);
+  cuda_linear_forward(ctx, a.data<float>(), x, w.a_proj, n);
+  cuda_linear_forward(ctx, bl.data<float>(), x, w.b_proj, n);
+
+  const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
+  causal_conv1d_forward_cuda(qc.data<float>(), nullptr, qp.data<float>(), w.q_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(kc.data<float>(), nullptr, kp.data<float>(), w.k_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(vc.data<float>(), nullptr, vp.data<float>(), w.v_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sv, stream);
+  // Per-head L2 norm of q and k, in place (the CPU writes qn, kn apart; same values).
+  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
+  l2norm_forward_cuda(qc.data<float>(), qc.data<float>(), l2, stream);
+  l2norm_forward_cuda(kc.data<float>(), kc.data<float>(), l2, stream);
+  gdn_gate_forward_cuda(g.data<float>(), beta.data<float>(), a.data<float>(), bl.data<float>(),
+                        w.A_log.data<float>(), w.dt_bias.data<float>(), {n, Hv, d.neg_eigval}, stream);
+
+  GdnInputs<float> in;
+  in.q = qc.data<float>();
+  in.k = kc.data<float>();
+  in.v = vc.data<float>();
+  in.g = g.data<float>();
+  in.beta = beta.data<float>();
+  in.h0 = nullptr;
+  in.cu_seqlens = b.cu_seqlens;
+  in.n_seqs = b.n_seqs;
+  GdnOutputs<float> outs;
+  outs.o = o.data<float>();
+  const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
+  // The CPU reference gets static_cast<float>(q_scale()) for T = float.
+  gated_delta_rule_forward_cuda(outs, in, shape, static_cast<float>(d.q_scale()), stream);
+
+  // Gated norm in place over o (y may alias x), then the output projection.
+  gated_rmsnorm_forward_cuda(o.data<float>(), o.data<float>(), z.data<float>(), w.o_norm.data<float>(),
+                             {n * Hv, d.value_dim, d.norm_eps}, stream);
+  cuda_linear_forward(ctx, out, o.data<float>(), w.o_proj, n);
+}
+
+}  // namespace hlm

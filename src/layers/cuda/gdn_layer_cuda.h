@@ -1,0 +1,37 @@
+// The Gated DeltaNet token mixer on CUDA: the forward of layers/gdn_layer.h (dataflow there), fp32, zero initial
+// state, final state discarded (prefill / analysis; decode state on the GPU is not done yet):
+//   q̃, k̃, ṽ, z, a, b = x W*ᵀ;  q, k, v = SiLU(causal conv(q̃, k̃, ṽ));  q, k ← per-head L2 norm
+//   g, β = gdn_gate(a, b);  o = gated delta rule(q, k, v, g, β, scale);  out = (rmsnorm(o)·o_norm·silu(z)) Woᵀ
+// x, out [T, hidden] device pointers (out may not alias x); scratch from ctx's allocator, released on return.
+// Queued on ctx's stream, no synchronization.
+#pragma once
+#include "backend/cuda/cuda_context.h"
+#include "layers/cuda/cuda_linear.h"
+#include "layers/cuda/cuda_token_batch.h"
+#include "layers/gdn_layer.h"
+
+namespace hlm {
+
+struct CudaGdnWeights {
+  CudaLinear q_proj, k_proj, v_proj, g_proj, a_proj, b_proj, o_proj;
+  CudaTensor q_conv, k_conv, v_conv;  // [C, K]
+  CudaTensor A_log, dt_bias;          // [Hv]
+  CudaTensor o_norm;                  // [dv]
+};
+
+// Checks the host weights against dims (gdn_check_weights) and uploads them.
+CudaGdnWeights cuda_upload_gdn(CudaContext& ctx, const GdnWeights& w, const GdnDims& dims);
+
+void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
+                            const GdnDims& dims, const CudaBatchView& batch);
+
+// The backward of layers/gdn_layer.h with per-layer recomputation and a zero initial state
+// (gdn_layer_cuda_backward.cpp): reruns the forward keeping every intermediate of gdn_layer_ref.cpp's Activations,
+// then walks it back in the CPU's order (o_proj, gated norm, gated delta rule, gate, L2 norms, convs, input
+// projections). Op-level weight gradients (o_norm, convs, A_log, dt_bias) are overwritten into scratch and added into
+// grads as the CPU does. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device) ACCUMULATED (+=). dx may not
+// alias d_out or x.
+void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out, const float* x,
+                             const CudaGdnWeights& w, const GdnDims& dims, const CudaBatchView& batch);
+
+}  // namespace hlm

@@ -1,0 +1,177 @@
+// Gated DeltaNet layer backward on CUDA, step for step as gdn_layer_ref.cpp's forward_activations + backward_from
+// (zero initial state: no conv or recurrent state gradients).
+#include <algorithm>
+
+#include "core/error.h"
+#include "layers/cuda/gdn_layer_cuda.h"
+#include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
+#include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
+#include "ops/gdn_gate/gdn_gate_cuda.h"
+#include "ops/l2norm/l2norm_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+// The forward's intermediates (names and shapes of gdn_layer_ref.cpp's Activations), device tensors.
+struct GdnActivations {
+  CudaTensor qp, kp, vp;  // q̃, k̃ [T, Ck], ṽ [T, Cv]: conv inputs
+  CudaTensor z, a, b;     // z [T, Cv], a and β logits [T, Hv]
+  CudaTensor qc, kc, vc;  // after conv + SiLU
+  CudaTensor qn, kn;      // per-head L2-normalised q, k [T, Ck]
+  CudaTensor g, beta;     // [T, Hv]
+  CudaTensor o;           // rule output [T, Cv]
+  CudaTensor y;           // gated-norm output [T, Cv]
+};
+
+// The gated delta rule's inputs: the forward's normalised q, k, conv'd v, gate and β (zero initial state).
+GdnInputs<float> rule_inputs(const GdnActivations& act, const CudaBatchView& b) {
+  GdnInputs<float> in;
+  in.q = act.qn.data<float>();
+  in.k = act.kn.data<float>();
+  in.v = act.vc.data<float>();
+  in.g = act.g.data<float>();
+  in.beta = act.beta.data<float>();
+  in.cu_seqlens = b.cu_seqlens;
+  in.n_seqs = b.n_seqs;
+  return in;
+}
+
+GdnActivations recompute_forward(CudaContext& ctx, const float* x, const CudaGdnWeights& w, const GdnDims& d,
+                                 const CudaBatchView& b) {
+  const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
+  const cudaStream_t stream = ctx.stream();
+  GdnActivations act;
+  for (CudaTensor* t : {&act.qp, &act.kp, &act.qc, &act.kc, &act.qn, &act.kn}) *t = CudaTensor::empty(ctx, {n, Ck});
+  for (CudaTensor* t : {&act.vp, &act.z, &act.vc, &act.o, &act.y}) *t = CudaTensor::empty(ctx, {n, Cv});
+  for (CudaTensor* t : {&act.a, &act.b, &act.g, &act.beta}) *t = CudaTensor::empty(ctx, {n, Hv});
+  cuda_linear_forward(ctx, act.qp.data<float>(), x, w.q_proj, n);
+  cuda_linear_forward(ctx, act.kp.data<float>(), x, w.k_proj, n);
+  cuda_linear_forward(ctx, act.vp.data<float>(), x, w.v_proj, n);
+  cuda_linear_forward(ctx, act.z.data<float>(), x, w.g_proj, n);
+  cuda_linear_forward(ctx, act.a.data<float>(), x, w.a_proj, n);
+  cuda_linear_forward(ctx, act.b.data<float>(), x, w.b_proj, n);
+  const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
+  causal_conv1d_forward_cuda(act.qc.data<float>(), nullptr, act.qp.data<float>(), w.q_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(act.kc.data<float>(), nullptr, act.kp.data<float>(), w.k_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(act.vc.data<float>(), nullptr, act.vp.data<float>(), w.v_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sv, stream);
+  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
+  l2norm_forward_cuda(act.qn.data<float>(), act.qc.data<float>(), l2, stream);
+  l2norm_forward_cuda(act.kn.data<float>(), act.kc.data<float>(), l2, stream);
+  gdn_gate_forward_cuda(act.g.data<float>(), act.beta.data<float>(), act.a.data<float>(), act.b.data<float>(),
+                        w.A_log.data<float>(), w.dt_bias.data<float>(), {n, Hv, d.neg_eigval}, stream);
+  const GdnInputs<float> in = rule_inputs(act, b);
+  GdnOutputs<float> out;
+  out.o = act.o.data<float>();
+  const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
+  gated_delta_rule_forward_cuda(out, in, shape, static_cast<float>(d.q_scale()), stream);
+  gated_rmsnorm_forward_cuda(act.y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
+                             {n * Hv, d.value_dim, d.norm_eps}, stream);
+  return act;
+}
+
+}  // namespace
+
+void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out, const float* x,
+                             const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
+  HLM_CHECK(dx != x && dx != d_out, "GDN backward: dx may not alias x or d_out");
+  const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
+  const int64_t K = d.conv_kernel;
+  const cudaStream_t stream = ctx.stream();
+  const GdnActivations act = recompute_forward(ctx, x, w, d, b);
+  // Op-level weight gradients are overwritten here, then added into gr (the CPU's dw_small + add_into).
+  CudaTensor dw_small = CudaTensor::empty(ctx, {std::max(std::max(Ck, Cv) * K, d.value_dim)});
+  float* dws = dw_small.data<float>();
+
+  // Output projection and gated norm.
+  CudaTensor dy = CudaTensor::empty(ctx, {n, Cv});
+  cuda_linear_backward(ctx, dy.data<float>(), gr.o_proj, d_out, act.y.data<float>(), w.o_proj, n, false);
+  CudaTensor d_o = CudaTensor::empty(ctx, {n, Cv}), dz = CudaTensor::empty(ctx, {n, Cv});
+  {
+    const GatedRmsnormCudaParams p{n * Hv, d.value_dim, d.norm_eps};
+    const size_t bytes = gated_rmsnorm_backward_cuda_workspace_bytes(p);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    gated_rmsnorm_backward_cuda(d_o.data<float>(), dz.data<float>(), dws, dy.data<float>(), act.o.data<float>(),
+                                act.z.data<float>(), w.o_norm.data<float>(), p, ws.raw(), bytes, stream);
+    cuda_add_into(ctx, gr.o_norm.data<float>(), dws, d.value_dim);
+  }
+
+  // Core recurrence (zero initial state: no dh0).
+  CudaTensor dqn = CudaTensor::empty(ctx, {n, Ck}), dkn = CudaTensor::empty(ctx, {n, Ck});
+  CudaTensor dvc = CudaTensor::empty(ctx, {n, Cv});
+  CudaTensor dg = CudaTensor::empty(ctx, {n, Hv}), dbeta = CudaTensor::empty(ctx, {n, Hv});
+  {
+    const GdnInputs<float> in = rule_inputs(act, b);
+    GdnInputGrads<float> grads;
+    grads.dq = dqn.data<float>();
+    grads.dk = dkn.data<float>();
+    grads.dv = dvc.data<float>();
+    grads.dg = dg.data<float>();
+    grads.dbeta = dbeta.data<float>();
+    GdnOutputGrads<float> dout;
+    dout.d_o = d_o.data<float>();
+    const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
+    const size_t bytes = gated_delta_rule_backward_cuda_workspace_bytes(shape, b.n_seqs);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    gated_delta_rule_backward_cuda(grads, dout, in, shape, static_cast<float>(d.q_scale()), ws.raw(), bytes, stream);
+  }
+
+  // Gate.
+  CudaTensor da = CudaTensor::empty(ctx, {n, Hv}), db = CudaTensor::empty(ctx, {n, Hv});
+  CudaTensor dA = CudaTensor::empty(ctx, {Hv}), ddt = CudaTensor::empty(ctx, {Hv});
+  {
+    const GdnGateCudaParams p{n, Hv, d.neg_eigval};
+    const size_t bytes = gdn_gate_backward_cuda_workspace_bytes(p);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    gdn_gate_backward_cuda(da.data<float>(), db.data<float>(), dA.data<float>(), ddt.data<float>(), dg.data<float>(),
+                           dbeta.data<float>(), act.a.data<float>(), act.b.data<float>(), w.A_log.data<float>(),
+                           w.dt_bias.data<float>(), p, ws.raw(), bytes, stream);
+    cuda_add_into(ctx, gr.A_log.data<float>(), dA.data<float>(), Hv);
+    cuda_add_into(ctx, gr.dt_bias.data<float>(), ddt.data<float>(), Hv);
+  }
+
+  // L2 norms (in place on the incoming gradients), then the convs back to the projections.
+  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
+  l2norm_backward_cuda(dqn.data<float>(), dqn.data<float>(), act.qc.data<float>(), l2, stream);
+  l2norm_backward_cuda(dkn.data<float>(), dkn.data<float>(), act.kc.data<float>(), l2, stream);
+  CudaTensor dqp = CudaTensor::empty(ctx, {n, Ck}), dkp = CudaTensor::empty(ctx, {n, Ck});
+  CudaTensor dvp = CudaTensor::empty(ctx, {n, Cv});
+  const struct {
+    float* dx;
+    const CudaTensor& dy;
+    const CudaTensor& x;
+    const CudaTensor& w;
+    CudaTensor& gw;
+    int64_t channels;
+  } convs[] = {{dqp.data<float>(), dqn, act.qp, w.q_conv, gr.q_conv, Ck},
+               {dkp.data<float>(), dkn, act.kp, w.k_conv, gr.k_conv, Ck},
+               {dvp.data<float>(), dvc, act.vp, w.v_conv, gr.v_conv, Cv}};
+  for (const auto& c : convs) {
+    const CausalConv1dCudaParams p{n, c.channels, K, b.n_seqs, true};
+    const size_t bytes = causal_conv1d_backward_cuda_workspace_bytes(p);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    causal_conv1d_backward_cuda(c.dx, dws, nullptr, c.dy.data<float>(), c.x.data<float>(), c.w.data<float>(),
+                                nullptr, b.cu_seqlens, p, ws.raw(), bytes, stream);
+    cuda_add_into(ctx, c.gw.data<float>(), dws, c.channels * K);
+  }
+
+  // Input projections: dx = Σ dp · Wp (the first overwrites), dWp += dpᵀ · x, in the CPU's order.
+  const struct {
+    const float* dp;
+    const CudaLinear& wp;
+    CudaLinear& gp;
+  } projs[] = {{dqp.data<float>(), w.q_proj, gr.q_proj}, {dkp.data<float>(), w.k_proj, gr.k_proj},
+               {dvp.data<float>(), w.v_proj, gr.v_proj}, {dz.data<float>(), w.g_proj, gr.g_proj},
+               {da.data<float>(), w.a_proj, gr.a_proj},  {db.data<float>(), w.b_proj, gr.b_proj}};
+  bool first = true;
+  for (const auto& p : projs) {
+    cuda_linear_backward(ctx, dx, p.gp, p.dp, x, p.wp, n, /*accumulate_dx=*/!first);
+    first = false;
+  }
+}
+
+}  // namespace hlm

@@ -1,0 +1,33 @@
+// SwiGLU MLP forward on CUDA, in the order of mlp_layer_forward_ref.
+#include "layers/cuda/mlp_layer_cuda.h"
+
+#include "core/error.h"
+#include "ops/swiglu/swiglu_cuda.h"
+
+namespace hlm {
+
+CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w) {
+  CudaMlpWeights d;
+  d.gate_proj = cuda_upload_linear(ctx, w.gate_proj, "mlp.gate_proj");
+  d.up_proj = cuda_upload_linear(ctx, w.up_proj, "mlp.up_proj");
+  d.down_proj = cuda_upload_linear(ctx, w.down_proj, "mlp.down_proj");
+  const int64_t F = d.gate_proj.out_features, hidden = d.gate_proj.in_features;
+  HLM_CHECK_INPUT(d.up_proj.out_features == F && d.up_proj.in_features == hidden && d.down_proj.out_features == hidden &&
+                      d.down_proj.in_features == F,
+                  "mlp projections disagree: gate [", F, ", ", hidden, "], up [", d.up_proj.out_features, ", ",
+                  d.up_proj.in_features, "], down [", d.down_proj.out_features, ", ", d.down_proj.in_features, "]");
+  return d;
+}
+
+void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w, int64_t tokens) {
+  HLM_CHECK(out != x, "mlp forward: out may not alias x");
+  const int64_t F = w.gate_proj.out_features;
+  CudaTensor gate = CudaTensor::empty(ctx, {tokens, F});
+  CudaTensor up = CudaTensor::empty(ctx, {tokens, F});
+  cuda_linear_forward(ctx, gate.data<float>(), x, w.gate_proj, tokens);
+  cuda_linear_forward(ctx, up.data<float>(), x, w.up_proj, tokens);
+  swiglu_forward_cuda(gate.data<float>(), gate.data<float>(), up.data<float>(), tokens * F, ctx.stream());
+  cuda_linear_forward(ctx, out, gate.data<float>(), w.down_proj, tokens);
+}
+
+}  // namespace hlm

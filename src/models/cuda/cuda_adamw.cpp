@@ -1,0 +1,66 @@
+// CudaAdamW: pairing by name, then norm → clip scale → fused AdamW per tensor (contract in cuda_adamw.h).
+#include "models/cuda/cuda_adamw.h"
+
+#include <cmath>
+
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "layers/cuda/cuda_linear.h"
+#include "ops/adamw/adamw_cuda.h"
+#include "ops/adamw/grad_norm_cuda.h"
+
+namespace hlm {
+
+CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1, double beta2, double eps)
+    : ctx_(&ctx), beta1_(beta1), beta2_(beta2), eps_(eps) {
+  std::vector<CudaModel::NamedTensor> w = weights.named_tensors();
+  std::vector<CudaModel::NamedTensor> g = grads.named_tensors();
+  HLM_CHECK(w.size() == g.size(), "CudaAdamW: ", w.size(), " weights but ", g.size(), " gradients");
+  for (size_t i = 0; i < w.size(); ++i) {
+    HLM_CHECK(w[i].name == g[i].name && w[i].tensor->shape() == g[i].tensor->shape(), "CudaAdamW: weight ",
+              w[i].name, " does not match gradient ", g[i].name);
+    params_.push_back({w[i].name, w[i].tensor, g[i].tensor, 0.0, 0.0});
+    for (std::vector<CudaTensor>* state : {&exp_avg_, &exp_avg_sq_}) {
+      state->push_back(CudaTensor::empty(ctx, w[i].tensor->shape()));
+      HLM_CUDA_CHECK(cudaMemsetAsync(state->back().raw(), 0, state->back().nbytes(), ctx.stream()));
+    }
+  }
+  norm_ = CudaTensor::empty(ctx, {1}, DType::I64);  // 8 bytes: one double
+  scale_ = CudaTensor::empty(ctx, {1});
+}
+
+void CudaAdamW::set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
+  HLM_CHECK(i < params_.size(), "CudaAdamW::set_state: parameter ", i, " of ", params_.size());
+  cuda_copy(*ctx_, exp_avg_[i], exp_avg);  // checks shape and dtype
+  cuda_copy(*ctx_, exp_avg_sq_[i], exp_avg_sq);
+}
+
+void CudaAdamW::set_step_count(int64_t step) {
+  HLM_CHECK(step >= 0, "CudaAdamW::set_step_count: negative step ", step);
+  step_ = step;
+}
+
+double CudaAdamW::step(double max_norm) {
+  CudaContext& ctx = *ctx_;
+  ctx.make_current();
+  std::vector<GradNormCudaTensor> list;
+  for (const CudaAdamWParam& p : params_) list.push_back({p.grad->data<float>(), p.grad->numel()});
+  const size_t bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
+  CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+  double* norm_device = static_cast<double*>(norm_.raw());
+  float* scale = max_norm > 0.0 ? scale_.data<float>() : nullptr;
+  grad_global_norm_cuda(norm_device, scale, list.data(), list.size(), max_norm, ws.raw(), bytes, ctx.stream());
+  double norm = 0.0;
+  cuda_copy_to_host(ctx, &norm, norm_device, sizeof(norm));  // waits: the step is skipped on a non-finite norm
+  if (!std::isfinite(norm)) return norm;
+  ++step_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const CudaAdamWParam& p = params_[i];
+    const AdamWCudaStep coeffs = adamw_cuda_step(p.lr, p.weight_decay, beta1_, beta2_, eps_, step_);
+    adamw_step_cuda(p.param->data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(), nullptr,
+                    p.grad->data<float>(), scale, p.param->numel(), coeffs, ctx.stream());
+  }
+  return norm;
+}
+
+}  // namespace hlm

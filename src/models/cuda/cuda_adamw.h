@@ -1,0 +1,59 @@
+// The optimizer step of training on the GPU: global gradient norm, clipping and AdamW over a CudaModel's tensors,
+// with fp32 master weights and fp32 state on the device. The device twin of the CPU trainer's
+//   norm = clip_grad_norm(grads, max_norm);  if (finite) AdamW::step();
+// (train/grad_utils.h, train/adamw.h), built from the kernels of ops/adamw (grad_norm_cuda.h, adamw_cuda.h).
+//
+// Parameters are paired by HF name (CudaModel::named_tensors): param i of the weights model gets grad i of the
+// gradient holder (CudaModel::zeros_like). Each carries its own lr and weight decay (the caller's groups and
+// schedule: set them before each step). State m, v is zero at construction (set_state for a resume).
+// Numerics: the norm in fp64 as the CPU; the clip scale min(1, c/‖g‖) in fp32 on the device and applied inside the
+// AdamW kernel (the CPU scales the gradients in fp32 first); each element updated in fp32 where the CPU uses double
+// (docs/cuda.md, adamw). The step waits for the norm (one 8-byte read) to decide whether to skip.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/cuda/cuda_model.h"
+
+namespace hlm {
+
+struct CudaAdamWParam {
+  std::string name;
+  CudaTensor* param = nullptr;       // f32, updated in place
+  const CudaTensor* grad = nullptr;  // f32, same shape, not modified
+  double lr = 0.0;                   // set per step (schedule)
+  double weight_decay = 0.0;
+};
+
+class CudaAdamW {
+ public:
+  // Pairs weights' and grads' tensors by name (same config; internal error otherwise), lr 0 and weight decay 0 until
+  // set. betas in [0, 1), eps ≥ 0.
+  CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1 = 0.9, double beta2 = 0.999,
+            double eps = 1e-8);
+
+  std::vector<CudaAdamWParam>& params() { return params_; }
+  int64_t step_count() const { return step_; }
+  // State of parameter i from the host (a resume, or a CPU optimizer's state; f32, the parameter's shape) and the
+  // step count the next step continues from.
+  void set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq);
+  void set_step_count(int64_t step);
+  // State of parameter i (device f32, the parameter's shape), e.g. to copy it back for a checkpoint.
+  const CudaTensor& exp_avg(size_t i) const { return exp_avg_[i]; }
+  const CudaTensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+
+  // Global norm of every gradient; when it is finite: clip scale min(1, max_norm / norm) (max_norm > 0) and one
+  // AdamW update of every parameter with its lr and weight decay, and the step count advances. When it is not
+  // finite nothing changes. Returns the norm before clipping (as clip_grad_norm).
+  double step(double max_norm);
+
+ private:
+  CudaContext* ctx_;
+  std::vector<CudaAdamWParam> params_;
+  std::vector<CudaTensor> exp_avg_, exp_avg_sq_;
+  CudaTensor norm_, scale_;  // device double [1], float [1]
+  double beta1_, beta2_, eps_;
+  int64_t step_ = 0;
+};
+
+}  // namespace hlm

@@ -1,0 +1,219 @@
+// CudaModel: upload and forward, read top to bottom beside models/model_forward.cpp (same order of operations).
+#include "models/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "models/architecture.h"
+#include "models/cuda/cuda_model_layer.h"
+#include "ops/embedding/embedding_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
+#include "ops/residual/residual_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+AttentionDims attention_dims(const ModelConfig& c, const DecoderHyper& hyper) {
+  return {c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
+          static_cast<float>(c.rms_norm_eps)};
+}
+
+CudaTensor upload_norm(CudaContext& ctx, const Tensor& t, int64_t hidden, const std::string& name) {
+  HLM_CHECK_INPUT(t.defined() && t.numel() == hidden, "tensor ", name, " must have ", hidden, " entries");
+  return cuda_upload_f32(ctx, t, name.c_str());
+}
+
+}  // namespace
+
+CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
+  CudaModel m;
+  m.ctx_ = &ctx;
+  m.config_ = model.config();
+  const ModelConfig& c = m.config_;
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
+  const DecoderWeights& w = model.weights();
+  const int64_t H = c.hidden_size;
+  ctx.make_current();
+  if (c.use_rope) m.rope_host_ = model.rope();
+  m.embed_tokens_ = cuda_upload_f32(ctx, w.embed_tokens, "model.embed_tokens.weight");
+  HLM_CHECK_INPUT(w.embed_tokens.shape() == Shape({c.vocab_size, H}), "model.embed_tokens.weight has shape ",
+                  w.embed_tokens.shape().str(), ", expected [", c.vocab_size, ", ", H, "]");
+  for (int i = 0; i < static_cast<int>(c.num_hidden_layers); ++i) {
+    const DecoderLayerWeights& lw = w.layers[static_cast<size_t>(i)];
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    auto layer = std::make_shared<Layer>();
+    layer->full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
+    const bool post_norm = layer->full_attention && spec.attention_post_norm;
+    if (layer->full_attention)
+      layer->self_attn = cuda_upload_attention(ctx, lw.self_attn, attention_dims(c, hyper));
+    else
+      layer->linear_attn = cuda_upload_gdn(ctx, lw.linear_attn, gdn_dims(c));
+    if (!post_norm) layer->input_layernorm = upload_norm(ctx, lw.input_layernorm, H, prefix + "input_layernorm");
+    layer->post_attention_layernorm =
+        upload_norm(ctx, lw.post_attention_layernorm, H, prefix + "post_attention_layernorm");
+    if (post_norm)
+      layer->post_feedforward_layernorm =
+          upload_norm(ctx, lw.post_feedforward_layernorm, H, prefix + "post_feedforward_layernorm");
+    layer->mlp = cuda_upload_mlp(ctx, lw.mlp);
+    m.layers_.push_back(std::move(layer));
+  }
+  m.norm_ = upload_norm(ctx, w.norm, H, "model.norm");
+  // A tied head shares the embedding's storage on the host; upload it once.
+  m.tied_head_ = w.lm_head.weight.defined() && w.lm_head.weight.raw() == w.embed_tokens.raw();
+  if (!m.tied_head_) {
+    HLM_CHECK_INPUT(w.lm_head.weight.defined() && w.lm_head.weight.shape() == Shape({c.vocab_size, H}),
+                    "lm_head.weight must have shape [", c.vocab_size, ", ", H, "]");
+    m.lm_head_ = cuda_upload_f32(ctx, w.lm_head.weight, "lm_head.weight");
+  }
+  return m;
+}
+
+const RopeCudaTable* CudaModel::rope_table(int64_t positions) {
+  if (!config_.use_rope) return nullptr;
+  if (rope_.num_positions < positions) {
+    // Grow geometrically so that a run of growing batches rebuilds the table a few times only; never past the
+    // table's own limit (dynamic rope), which rope_cuda_table_host enforces with the CPU's input error.
+    int64_t n = std::max<int64_t>(positions, std::min<int64_t>(2 * rope_.num_positions, int64_t{1} << 16));
+    if (rope_host_.max_position > 0) n = std::max(positions, std::min(n, rope_host_.max_position));
+    std::vector<float> cos, sin;
+    rope_cuda_table_host(cos, sin, rope_host_, n);
+    const int64_t half = rope_host_.rotary_dim / 2;
+    rope_cos_ = CudaTensor::empty(*ctx_, {n, half});
+    rope_sin_ = CudaTensor::empty(*ctx_, {n, half});
+    cuda_copy_to_device(*ctx_, rope_cos_.raw(), cos.data(), cos.size() * sizeof(float));
+    cuda_copy_to_device(*ctx_, rope_sin_.raw(), sin.data(), sin.size() * sizeof(float));
+    rope_ = {rope_cos_.data<float>(), rope_sin_.data<float>(), n, rope_host_.head_dim, rope_host_.rotary_dim};
+  }
+  return &rope_;
+}
+
+void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
+                            const DeviceEmit& emit) {
+  CudaContext& ctx = *ctx_;
+  const ModelConfig& c = config_;
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
+  const int64_t H = c.hidden_size, V = c.vocab_size, T = b.tokens;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const AttentionDims adims = attention_dims(c, hyper);
+  const cudaStream_t stream = ctx.stream();
+  hidden = CudaTensor::empty(ctx, {T, H});            // residual stream [T, H]
+  normed = CudaTensor::empty(ctx, {T, H});            // a norm's output [T, H]
+  CudaTensor delta = CudaTensor::empty(ctx, {T, H});  // a branch's output [T, H]
+  float *h = hidden.data<float>(), *nr = normed.data<float>(), *dl = delta.data<float>();
+  embedding_forward_cuda(h, embed_tokens_.data<float>(), b.ids, {T, V, H, hyper.embedding_multiplier}, b.error_flag,
+                         stream);
+  const RmsnormCudaParams row_norm{T, H, eps};
+
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+    const Layer& layer = *layers_[static_cast<size_t>(i)];
+    const bool post_norm = layer.full_attention && spec.attention_post_norm;
+    const auto mixer = [&](float* out, const float* in) {
+      if (layer.full_attention)
+        attention_layer_forward_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
+      else
+        gdn_layer_forward_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
+    };
+    emit(CapturePoint::AttnIn, i, hidden);
+    if (post_norm) {
+      mixer(nr, h);
+      rmsnorm_forward_cuda(dl, nr, layer.post_attention_layernorm.data<float>(), row_norm, stream);
+      emit(CapturePoint::AttnDelta, i, delta);
+      residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
+      emit(CapturePoint::AttnOut, i, hidden);
+      mlp_layer_forward_cuda(ctx, nr, h, layer.mlp, T);
+      rmsnorm_forward_cuda(dl, nr, layer.post_feedforward_layernorm.data<float>(), row_norm, stream);
+      emit(CapturePoint::MlpDelta, i, delta);
+      residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
+    } else {
+      rmsnorm_forward_cuda(nr, h, layer.input_layernorm.data<float>(), row_norm, stream);
+      mixer(dl, nr);
+      emit(CapturePoint::AttnDelta, i, delta);
+      residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
+      emit(CapturePoint::AttnOut, i, hidden);
+      rmsnorm_forward_cuda(nr, h, layer.post_attention_layernorm.data<float>(), row_norm, stream);
+      mlp_layer_forward_cuda(ctx, dl, nr, layer.mlp, T);
+      emit(CapturePoint::MlpDelta, i, delta);
+      residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
+    }
+  }
+  rmsnorm_forward_cuda(nr, h, norm_.data<float>(), row_norm, stream);
+}
+
+Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture,
+                          const CaptureWanted& wanted) {
+  HLM_CHECK_INPUT(options.stash == nullptr,
+                  "the CUDA forward keeps no stash (training uses CudaModel::forward_train)");
+  CudaContext& ctx = *ctx_;
+  ctx.make_current();
+  const ModelConfig& c = config_;
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const cudaStream_t stream = ctx.stream();
+
+  const CudaTokenBatch device_batch = CudaTokenBatch::upload(ctx, batch);  // validates like the CPU
+  const CudaBatchView b = device_batch.view();
+  const int64_t T = b.tokens;
+  const RopeCudaTable* rope = rope_table(b.max_seqlen);
+
+  // A kernel's error flag becomes the CPU's input error: the first bad token id names itself; otherwise a bad
+  // position or cu_seqlens (the host checked both, so this would be an engine bug).
+  const auto check_flag = [&] {
+    if (!device_batch.error_flagged(ctx)) return;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = batch.ids[static_cast<size_t>(t)];
+      HLM_CHECK_INPUT(id >= 0 && id < V, "token id ", id, " at position ", t, " is outside the vocabulary [0, ", V,
+                      ")");
+    }
+    throw_input_error("CUDA forward: a kernel flagged a bad position or cu_seqlens (", b.max_seqlen,
+                      " tokens in the longest sequence)");
+  };
+  const auto emit = [&](CapturePoint point, int layer, const CudaTensor& value) {
+    if (!capture || (wanted && !wanted(point, layer))) return;
+    check_flag();  // never hand out values computed from bad input
+    const Tensor host = cuda_download(ctx, value);
+    capture(point, layer, host);
+  };
+
+  CudaTensor hidden, normed;
+  run_decoder(b, rope, hidden, normed, emit);
+  float* nr = normed.data<float>();
+  emit(CapturePoint::FinalHidden, -1, normed);
+
+  // Rows that get logits: every token, or the last token of each sequence (gathered on the device).
+  const float* rows = nr;
+  int64_t n_rows = T;
+  CudaTensor gathered;
+  if (!options.all_logits) {
+    n_rows = batch.num_sequences();
+    gathered = CudaTensor::empty(ctx, {n_rows, H});
+    for (int64_t s = 0; s < n_rows; ++s) {
+      const int64_t last = batch.cu_seqlens[s + 1] - 1;
+      HLM_CHECK_INPUT(last >= batch.cu_seqlens[s], "sequence ", s, " is empty");
+      HLM_CUDA_CHECK(cudaMemcpyAsync(gathered.data<float>() + s * H, nr + last * H, sizeof(float) * H,
+                                     cudaMemcpyDeviceToDevice, stream));
+    }
+    rows = gathered.data<float>();
+  }
+  CudaTensor logits_device = CudaTensor::empty(ctx, {n_rows, V});
+  const float* head = tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>();
+  matmul_forward_cuda(ctx.blaslt(), logits_device.data<float>(), rows, head, nullptr, {n_rows, V, H});
+  check_flag();
+  Tensor logits = cuda_download(ctx, logits_device);
+  // The divisor is applied on the host after the download, exactly as the CPU forward does it (one f32 division).
+  if (hyper.logits_divisor != 1.0f) {
+    float* l = logits.f32();
+    for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= hyper.logits_divisor;
+  }
+  if (options.all_logits && capture && (!wanted || wanted(CapturePoint::Logits, -1)))
+    capture(CapturePoint::Logits, -1, logits);
+  return logits;
+}
+
+}  // namespace hlm

@@ -1,0 +1,102 @@
+// A Model on the GPU: its weights uploaded once (f32; CudaTensor carries the dtype, so bf16 copies can be added) and
+// the forward of Model::forward (models/model_forward.cpp) over a packed TokenBatch, for every architecture (qwen3,
+// granite, olmo_hybrid, qwen3_hybrid): the same dataflow, the same capture points, the same logits.
+//
+// Execution: everything is queued on the context's one stream; scratch comes from its caching allocator. The host
+// waits only to download what it must: a capture point the caller wants (then the value arrives as a host Tensor
+// [T, hidden] or [T, V], valid during the call, as on the CPU) and the logits.
+// Bad input: the batch is validated on the host (as the CPU does); a token id outside the vocabulary or a position
+// outside the rope table cannot throw in a kernel, so the kernels set an error flag, which is read back before any
+// capture is handed out and after the forward, and turned into the CPU's input error.
+// Numerics: the CUDA ops' (docs/cuda.md): fp32 storage and compute, cuBLASLt fp32 GEMMs, fp32 block sums in the norms,
+// flash attention, the fp32 token recurrence of the gated delta rule. Expect ~1e-6..1e-5 relative differences.
+// Training (models/cuda/cuda_model_train.{h,cpp}): forward_train keeps the residual streams like ForwardTrace, and
+// backward mirrors models/model_train.cpp's model_backward with per-layer recomputation; gradients live in a second
+// CudaModel of the same config (zeros_like), so every weight has its gradient in the same slot.
+// Non-goals for now: decode state, bf16 weights, a kept-activations (Recompute::None) mode on the GPU.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_context.h"
+#include "layers/capture.h"
+#include "layers/cuda/attention_layer_cuda.h"
+#include "layers/cuda/gdn_layer_cuda.h"
+#include "layers/cuda/mlp_layer_cuda.h"
+#include "models/model.h"
+
+namespace hlm {
+
+// Which capture points the caller wants downloaded (layer is -1 for final_hidden and logits). Empty = all of them
+// (when a Capture is given at all).
+using CaptureWanted = std::function<bool(CapturePoint point, int layer)>;
+
+struct CudaTrainTrace;  // models/cuda/cuda_model_train.h
+
+class CudaModel {
+ public:
+  // Uploads `model`'s weights to ctx's device (checks every tensor's shape first, input errors as the CPU). The host
+  // model is not kept: the CudaModel is self-contained.
+  static CudaModel upload(const Model& model, CudaContext& ctx);
+
+  const ModelConfig& config() const { return config_; }
+
+  // As Model::forward: logits for every token ([T, V]) or the last token of each sequence ([N, V]), host f32.
+  // options.stash must be null (training keeps its trace through forward_train instead).
+  Tensor forward(const TokenBatch& batch, const ForwardOptions& options = {}, const Capture& capture = {},
+                 const CaptureWanted& wanted = {});
+
+  // ---- Training (cuda_model_train.cpp) ----
+  // A gradient holder: every tensor of config's model, zero-filled, on ctx's device (a tied head shares the
+  // embedding, as zero_grads_like does on the host).
+  static CudaModel zeros_like(const ModelConfig& config, CudaContext& ctx);
+  // As model_forward_train (Recompute::Layer): the residual streams entering each layer, after each mixer add, before
+  // and after the final norm, all on the device, plus the uploaded batch.
+  CudaTrainTrace forward_train(const TokenBatch& batch);
+  // As model_backward: grads += d loss / d weights from d_final_hidden [T, hidden] (device). grads comes from
+  // zeros_like(config()); the LM head's own gradient comes from the loss, not from here.
+  void backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads);
+  // Every tensor to zero (queued on the stream).
+  void set_zero();
+  // Copies every tensor into the same slot of `host`, which must be shaped like this model (zero_grads_like(config())
+  // or the host weights).
+  void download_into(DecoderWeights& host) const;
+  // Every tensor once, by canonical HF name and tensor-table group, in named_parameters order (a tied head is the
+  // embedding, listed once). The pointers stay valid while this model lives.
+  struct NamedTensor {
+    std::string name;
+    std::string group;
+    CudaTensor* tensor;
+  };
+  std::vector<NamedTensor> named_tensors();
+  // The LM head's weight [V, hidden] (the embedding when tied).
+  float* lm_head_weight() const { return tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>(); }
+
+ private:
+  struct Layer;
+  using DeviceEmit = std::function<void(CapturePoint point, int layer, const CudaTensor& value)>;
+  // Embedding, every layer and the final norm over a device batch: `hidden` ends as the stream entering the final
+  // norm, `normed` as the final hidden states; emit sees each capture point's device value in forward order.
+  void run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
+                   const DeviceEmit& emit);
+  // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
+  template <class Self, class Fn>
+  static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);
+  // Makes the device cos/sin table cover positions [0, positions) (rebuilt only when it must grow).
+  const RopeCudaTable* rope_table(int64_t positions);
+
+  CudaContext* ctx_ = nullptr;
+  ModelConfig config_;
+  RopeTable rope_host_;
+  CudaTensor embed_tokens_;  // [V, hidden]
+  std::vector<std::shared_ptr<Layer>> layers_;
+  CudaTensor norm_;          // [hidden]
+  CudaTensor lm_head_;       // [V, hidden]; empty when tied (embed_tokens_ is the head)
+  bool tied_head_ = false;
+  CudaTensor rope_cos_, rope_sin_;
+  RopeCudaTable rope_{};
+};
+
+}  // namespace hlm

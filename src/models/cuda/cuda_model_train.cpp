@@ -1,0 +1,240 @@
+// CudaModel training: the gradient holder, forward with trace and the backward, read beside models/model_train.cpp
+// (same blocks, same order of operations):
+//   pre-norm block   mid = in + m·mixer(norm_in(in));  out = mid + m·mlp(norm_post(mid))
+//   post-norm block  mid = in + norm_post(mixer(in));  out = mid + norm_ff(mlp(mid))
+// d_in = d_mid + (mixer branch)ᵀ d_mid;  d_mid = d_out + (mlp branch)ᵀ d_out.
+#include "models/cuda/cuda_model_train.h"
+
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "models/architecture.h"
+#include "models/cuda/cuda_model_layer.h"
+#include "models/model_train.h"
+#include "ops/embedding/embedding_cuda.h"
+#include "ops/residual/residual_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+CudaTensor clone_device(CudaContext& ctx, const CudaTensor& t) {
+  CudaTensor c = CudaTensor::empty(ctx, t.shape(), t.dtype());
+  cuda_copy_device(ctx, c.raw(), t.raw(), t.nbytes());
+  return c;
+}
+
+// Visits a device linear and its host twin (the bias only where the layer has one).
+template <class Lin, class Fn>
+void visit_linear(Lin& d, Linear& h, const Fn& fn) {
+  fn(d.weight, h.weight);
+  if (d.has_bias) fn(d.bias, h.bias);
+}
+
+// rmsnorm_backward_cuda with its workspace: dx OVERWRITTEN (may alias d_out), dweight ACCUMULATED.
+void rmsnorm_backward(CudaContext& ctx, float* dx, float* dweight, const float* d_out, const float* x,
+                      const float* weight, const RmsnormCudaParams& p) {
+  const size_t bytes = rmsnorm_backward_cuda_workspace_bytes(p);
+  CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+  rmsnorm_backward_cuda(dx, dweight, d_out, x, weight, p, ws.raw(), bytes, ctx.stream());
+}
+
+// out = m · in over n floats: 0 + fmul(m, in), the CPU's single float product (0 + x is exact but for −0 → +0).
+void scale_into(CudaContext& ctx, float* out, const float* in, float m, int64_t n) {
+  HLM_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), ctx.stream()));
+  residual_add_forward_cuda(out, in, m, n, ctx.stream());
+}
+
+}  // namespace
+
+template <class Self, class Fn>
+void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) {
+  const ModelConfig& c = self.config_;
+  HLM_CHECK(static_cast<int64_t>(host.layers.size()) == c.num_hidden_layers, "host weights have ",
+            host.layers.size(), " layers, the model ", c.num_hidden_layers);
+  const bool attention_post_norm = architecture_spec(c.architecture).attention_post_norm;
+  fn(self.embed_tokens_, host.embed_tokens);
+  for (size_t i = 0; i < self.layers_.size(); ++i) {
+    auto& d = *self.layers_[i];
+    DecoderLayerWeights& h = host.layers[i];
+    // The norms a block has (upload's rule): input_layernorm in pre-norm blocks, post_feedforward in post-norm ones.
+    const bool post_norm = d.full_attention && attention_post_norm;
+    if (!post_norm) fn(d.input_layernorm, h.input_layernorm);
+    if (d.full_attention) {
+      auto& a = d.self_attn;
+      AttentionWeights& ha = h.self_attn;
+      visit_linear(a.q_proj, ha.q_proj, fn);
+      visit_linear(a.k_proj, ha.k_proj, fn);
+      visit_linear(a.v_proj, ha.v_proj, fn);
+      visit_linear(a.o_proj, ha.o_proj, fn);
+      if (a.q_norm_size > 0) fn(a.q_norm, ha.q_norm);
+      if (a.k_norm_size > 0) fn(a.k_norm, ha.k_norm);
+    } else {
+      auto& g = d.linear_attn;
+      GdnWeights& hg = h.linear_attn;
+      visit_linear(g.q_proj, hg.q_proj, fn);
+      visit_linear(g.k_proj, hg.k_proj, fn);
+      visit_linear(g.v_proj, hg.v_proj, fn);
+      visit_linear(g.g_proj, hg.g_proj, fn);
+      visit_linear(g.a_proj, hg.a_proj, fn);
+      visit_linear(g.b_proj, hg.b_proj, fn);
+      visit_linear(g.o_proj, hg.o_proj, fn);
+      fn(g.q_conv, hg.q_conv);
+      fn(g.k_conv, hg.k_conv);
+      fn(g.v_conv, hg.v_conv);
+      fn(g.A_log, hg.A_log);
+      fn(g.dt_bias, hg.dt_bias);
+      fn(g.o_norm, hg.o_norm);
+    }
+    fn(d.post_attention_layernorm, h.post_attention_layernorm);
+    visit_linear(d.mlp.gate_proj, h.mlp.gate_proj, fn);
+    visit_linear(d.mlp.up_proj, h.mlp.up_proj, fn);
+    visit_linear(d.mlp.down_proj, h.mlp.down_proj, fn);
+    if (post_norm) fn(d.post_feedforward_layernorm, h.post_feedforward_layernorm);
+  }
+  fn(self.norm_, host.norm);
+  if (!self.tied_head_) fn(self.lm_head_, host.lm_head.weight);
+}
+
+CudaModel CudaModel::zeros_like(const ModelConfig& config, CudaContext& ctx) {
+  // zero_grads_like ties the head to the embedding for tied configs, so upload keeps one tensor for both.
+  return upload(Model::from_weights(config, zero_grads_like(config)), ctx);
+}
+
+void CudaModel::set_zero() {
+  DecoderWeights unused;
+  unused.layers.resize(layers_.size());
+  for_each_tensor(*this, unused, [&](CudaTensor& d, Tensor&) {
+    if (d.nbytes() > 0) HLM_CUDA_CHECK(cudaMemsetAsync(d.raw(), 0, d.nbytes(), ctx_->stream()));
+  });
+}
+
+void CudaModel::download_into(DecoderWeights& host) const {
+  for_each_tensor(*this, host, [&](const CudaTensor& d, Tensor& h) {
+    HLM_CHECK(h.defined() && h.numel() == d.numel(), "download_into: host tensor of ", h.numel(),
+              " entries for a device tensor of ", d.numel());
+    Tensor flat = h.reshape(d.shape());
+    cuda_copy(*ctx_, flat, d);
+  });
+}
+
+std::vector<CudaModel::NamedTensor> CudaModel::named_tensors() {
+  // A host skeleton of the same layout maps each device tensor to its slot; named_parameters names the slots.
+  DecoderWeights skeleton = zero_grads_like(config_);
+  std::vector<std::pair<const void*, CudaTensor*>> by_slot;
+  for_each_tensor(*this, skeleton, [&](CudaTensor& d, Tensor& h) { by_slot.emplace_back(h.raw(), &d); });
+  std::vector<NamedTensor> out;
+  for (const NamedParameter& p : named_parameters(config_, skeleton, skeleton)) {
+    CudaTensor* found = nullptr;
+    for (const auto& [raw, device] : by_slot)
+      if (raw == p.value.raw()) found = device;
+    HLM_CHECK(found != nullptr, "CudaModel holds no tensor for ", p.name);
+    out.push_back({p.name, p.group, found});
+  }
+  HLM_CHECK(out.size() == by_slot.size(), "CudaModel: ", by_slot.size(), " tensors but ", out.size(), " names");
+  return out;
+}
+
+CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch) {
+  CudaContext& ctx = *ctx_;
+  ctx.make_current();
+  CudaTrainTrace trace{CudaTokenBatch::upload(ctx, batch), {}, {}, {}, {}};
+  const CudaBatchView b = trace.batch.view();
+  const RopeCudaTable* rope = rope_table(b.max_seqlen);
+  run_decoder(b, rope, trace.final_stream, trace.final_hidden, [&](CapturePoint point, int, const CudaTensor& v) {
+    if (point == CapturePoint::AttnIn) trace.layer_in.push_back(clone_device(ctx, v));
+    if (point == CapturePoint::AttnOut) trace.mixer_out.push_back(clone_device(ctx, v));
+  });
+  if (trace.batch.error_flagged(ctx)) {
+    for (int64_t t = 0; t < b.tokens; ++t) {
+      const int32_t id = batch.ids[static_cast<size_t>(t)];
+      HLM_CHECK_INPUT(id >= 0 && id < config_.vocab_size, "token id ", id, " at position ", t,
+                      " is outside the vocabulary [0, ", config_.vocab_size, ")");
+    }
+    throw_input_error("CUDA forward: a kernel flagged a bad position or cu_seqlens");
+  }
+  return trace;
+}
+
+void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads) {
+  CudaContext& ctx = *ctx_;
+  ctx.make_current();
+  const ModelConfig& c = config_;
+  const ArchitectureSpec& spec = architecture_spec(c.architecture);
+  const DecoderHyper hyper = spec.hyper(c);
+  const CudaBatchView b = trace.batch.view();
+  const int64_t T = b.tokens, H = c.hidden_size, L = c.num_hidden_layers, n = T * H;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const AttentionDims adims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale, eps};
+  const RopeCudaTable* rope = rope_table(b.max_seqlen);
+  const cudaStream_t stream = ctx.stream();
+  HLM_CHECK(static_cast<int64_t>(trace.layer_in.size()) == L && static_cast<int64_t>(trace.mixer_out.size()) == L,
+            "forward trace does not match the model");
+  HLM_CHECK(grads.layers_.size() == layers_.size() && grads.tied_head_ == tied_head_,
+            "gradient holder does not match the model");
+  const RmsnormCudaParams row_norm{T, H, eps};
+
+  CudaTensor d_hidden_t = CudaTensor::empty(ctx, {T, H});  // gradient w.r.t. the residual stream here
+  CudaTensor normed_t = CudaTensor::empty(ctx, {T, H});
+  CudaTensor branch_t = CudaTensor::empty(ctx, {T, H});
+  CudaTensor d_branch_t = CudaTensor::empty(ctx, {T, H});
+  CudaTensor d_normed_t = CudaTensor::empty(ctx, {T, H});
+  float *d_hidden = d_hidden_t.data<float>(), *normed = normed_t.data<float>(), *branch = branch_t.data<float>();
+  float *d_branch = d_branch_t.data<float>(), *d_normed = d_normed_t.data<float>();
+
+  rmsnorm_backward(ctx, d_hidden, grads.norm_.data<float>(), d_final_hidden, trace.final_stream.data<float>(),
+                   norm_.data<float>(), row_norm);
+
+  for (int i = static_cast<int>(L) - 1; i >= 0; --i) {
+    const Layer& lw = *layers_[static_cast<size_t>(i)];
+    Layer& lg = *grads.layers_[static_cast<size_t>(i)];
+    const bool post_norm = lw.full_attention && spec.attention_post_norm;
+    const float* in = trace.layer_in[static_cast<size_t>(i)].data<float>();
+    const float* mid = trace.mixer_out[static_cast<size_t>(i)].data<float>();
+
+    // MLP branch: d_mid = d_out + branchᵀ(d_out).
+    if (post_norm) {
+      mlp_layer_forward_cuda(ctx, branch, mid, lw.mlp, T);  // the branch output before its post-norm
+      rmsnorm_backward(ctx, d_branch, lg.post_feedforward_layernorm.data<float>(), d_hidden, branch,
+                       lw.post_feedforward_layernorm.data<float>(), row_norm);
+      mlp_layer_backward_cuda(ctx, d_normed, lg.mlp, d_branch, mid, lw.mlp, T);
+      residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
+    } else {
+      rmsnorm_forward_cuda(normed, mid, lw.post_attention_layernorm.data<float>(), row_norm, stream);
+      scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
+      mlp_layer_backward_cuda(ctx, d_normed, lg.mlp, d_branch, normed, lw.mlp, T);
+      rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_normed, mid,
+                       lw.post_attention_layernorm.data<float>(), row_norm);
+      residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);
+    }
+
+    // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
+    const auto mixer_backward = [&](float* dx, const float* d_out, const float* x) {
+      if (lw.full_attention)
+        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x, lw.self_attn, adims, rope, b);
+      else
+        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x, lw.linear_attn, gdn_dims(c), b);
+    };
+    if (post_norm) {
+      attention_layer_forward_cuda(ctx, branch, in, lw.self_attn, adims, rope, b);  // before its post-norm
+      rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_hidden, branch,
+                       lw.post_attention_layernorm.data<float>(), row_norm);
+      mixer_backward(d_normed, d_branch, in);
+      residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
+    } else {
+      rmsnorm_forward_cuda(normed, in, lw.input_layernorm.data<float>(), row_norm, stream);
+      scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
+      mixer_backward(d_normed, d_branch, normed);
+      rmsnorm_backward(ctx, d_branch, lg.input_layernorm.data<float>(), d_normed, in,
+                       lw.input_layernorm.data<float>(), row_norm);
+      residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);
+    }
+  }
+  const EmbeddingCudaParams ep{T, c.vocab_size, H, hyper.embedding_multiplier};
+  const size_t bytes = embedding_backward_cuda_workspace_bytes(ep);
+  CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+  embedding_backward_cuda(grads.embed_tokens_.data<float>(), d_hidden, b.ids, ep, ws.raw(), bytes, b.error_flag,
+                          stream);
+}
+
+}  // namespace hlm

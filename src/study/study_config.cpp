@@ -1,0 +1,305 @@
+// Reading, writing and checking the study settings (study_config.h). The trainer sections reuse the trainer's own
+// settings table through train_config_{to,from}_json, so every TrainConfig key is accepted with its own type check.
+#include "study/study_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "analysis/sentence_states.h"
+#include "core/error.h"
+#include "data/corpus.h"
+#include "data/parallel_set.h"
+#include "models/hf_config.h"
+#include "models/placements.h"
+
+namespace hlm {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Trainer keys the study sets itself (paths) or that belong to one invocation (stop_after_steps).
+const std::set<std::string> kStudyOwnedTrainKeys = {"model_config", "teacher", "student", "data",
+                                                    "tokenizer",    "out",     "resume",  "stop_after_steps"};
+
+// The demo teacher: a tiny Qwen3 (8 layers, hidden 64, bytes vocabulary, tied embeddings).
+json demo_teacher_model() {
+  return json::parse(R"({
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 256, "hidden_size": 64,
+    "intermediate_size": 192, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+    "attention_bias": false, "hidden_act": "silu", "dtype": "float32",
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}})");
+}
+
+// Expands layer_types when a model config leaves it out (every layer full attention).
+json with_layer_types(json model) {
+  if (model.is_object() && !model.contains("layer_types") && model.contains("num_hidden_layers") &&
+      model["num_hidden_layers"].is_number_integer())
+    model["layer_types"] = json(std::vector<std::string>(model["num_hidden_layers"].get<size_t>(), "full_attention"));
+  return model;
+}
+
+// Trainer section: defaults of the job, then the section's keys (study-owned keys refused).
+TrainConfig train_section(const TrainConfig& base, const json& section, const std::string& where) {
+  HLM_CHECK_INPUT(section.is_object(), where, ": must be an object of trainer settings");
+  json merged = train_config_to_json(base);
+  for (const auto& [key, value] : section.items()) {
+    if (key == "lr" && base.job == TrainJob::Pretrain) {  // pretrain's one peak rate (the CLI's --lr)
+      merged["lr_rec"] = merged["lr_rest"] = value;
+      continue;
+    }
+    HLM_CHECK_INPUT(!kStudyOwnedTrainKeys.count(key), where, ".", key, ": set by the study itself, not allowed here");
+    HLM_CHECK_INPUT(merged.contains(key) && key != "format" && key != "version" && key != "job", where,
+                    ": unknown setting '", key, "'");
+    merged[key] = value;
+  }
+  return train_config_from_json(merged, where);
+}
+
+json train_section_to_json(const TrainConfig& c) {
+  json j = train_config_to_json(c);
+  for (const char* key : {"format", "version", "job"}) j.erase(key);
+  for (const std::string& key : kStudyOwnedTrainKeys) j.erase(key);
+  return j;
+}
+
+// Reads `j[key]` into `out` when present, with an input error naming the key on a wrong type.
+template <typename T>
+void read_key(const json& j, const char* key, T& out, const std::string& where) {
+  if (!j.contains(key)) return;
+  try {
+    j.at(key).get_to(out);
+  } catch (const json::exception&) {
+    throw_input_error(where, ".", key, ": wrong type");
+  }
+}
+
+void check_keys(const json& j, const std::set<std::string>& known, const std::string& where) {
+  HLM_CHECK_INPUT(j.is_object(), where, ": must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (known.count(key)) continue;
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw_input_error(where, ": unknown key '", key, "' (known: ", list, ")");
+  }
+}
+
+}  // namespace
+
+StudyConfig study_config_defaults() {
+  StudyConfig c;
+  c.data = "data/corpus/demo";
+  c.parallel = "data/parallel-demo/chromium_nway.jsonl";
+  c.teacher_model = with_layer_types(demo_teacher_model());
+  // Teacher pretraining: long enough for a byte model to learn the scripts' byte patterns, short enough for 2 cores.
+  c.pretrain = train_config_defaults(TrainJob::Pretrain);
+  c.pretrain.tokens = 131072;
+  c.pretrain.seq_len = 128;
+  c.pretrain.batch_rows = 8;
+  c.pretrain.micro_batch_rows = 8;
+  c.pretrain.lr_rec = c.pretrain.lr_rest = 2e-3;
+  c.pretrain.min_lr = 3e-4;
+  c.pretrain.held_out_docs = 20;
+  c.pretrain.eval_tokens = 1024;
+  c.pretrain.eval_every_tokens = 0;
+  c.pretrain.checkpoint_every_steps = 32;
+  c.pretrain.log_every_steps = 16;
+  // Distillation: Table C.3's recipe (two peak rates, warmup, cosine, clip 1, τ = 1) scaled to a tiny budget; the
+  // peak rates are raised for the tiny model and budget (Table C.3's 7e-5 / 2e-5 are for a 4B model and 1B tokens).
+  c.distill = train_config_defaults(TrainJob::Distill);
+  c.distill.tokens = 40960;
+  c.distill.seq_len = 64;
+  c.distill.batch_rows = 4;
+  c.distill.micro_batch_rows = 4;
+  c.distill.lr_rec = 3e-3;
+  c.distill.lr_rest = 1e-3;
+  c.distill.min_lr = 1e-4;
+  c.distill.held_out_docs = 20;
+  c.distill.eval_tokens = 512;
+  c.distill.eval_every_tokens = 8192;
+  c.distill.checkpoint_every_steps = 40;
+  c.distill.log_every_steps = 40;
+  c.placements = {"standard_periodic", "reverse_periodic", "sandwich", "interleaved_sandwich", "endpoint_spread"};
+  c.align_langs = {};
+  c.max_pairs = 12;
+  c.sigma_sample = 1024;
+  c.locality_max_units = 6;
+  return c;
+}
+
+StudyConfig study_config_from_json(const json& j, const std::string& source) {
+  StudyConfig c = study_config_defaults();
+  check_keys(j, {"format", "version", "data", "tokenizer", "parallel", "teacher", "pretrain", "distill", "placements",
+                 "compare", "analysis"},
+             source);
+  if (j.contains("format"))
+    HLM_CHECK_INPUT(j["format"] == "hybridlm-study", source, ": format must be \"hybridlm-study\"");
+  read_key(j, "data", c.data, source);
+  read_key(j, "tokenizer", c.tokenizer, source);
+  read_key(j, "parallel", c.parallel, source);
+  if (j.contains("teacher")) {
+    const json& t = j["teacher"];
+    const std::string where = source + ": teacher";
+    check_keys(t, {"dir", "model_config"}, where);
+    HLM_CHECK_INPUT(!(t.contains("dir") && t.contains("model_config")), where,
+                    ": give either dir (an existing model) or model_config (pretrain one), not both");
+    read_key(t, "dir", c.teacher_dir, where);
+    if (t.contains("dir")) c.teacher_model = nullptr;
+    if (t.contains("model_config")) {
+      HLM_CHECK_INPUT(t["model_config"].is_object() || t["model_config"].is_string(), where,
+                      ".model_config: an HF-style config object or a path to one");
+      c.teacher_model = with_layer_types(t["model_config"]);
+    }
+  }
+  if (j.contains("pretrain")) c.pretrain = train_section(c.pretrain, j["pretrain"], source + ": pretrain");
+  if (j.contains("distill")) c.distill = train_section(c.distill, j["distill"], source + ": distill");
+  if (j.contains("placements")) {
+    const json& p = j["placements"];
+    const std::string where = source + ": placements";
+    check_keys(p, {"names", "full", "full_fraction", "convert_seed", "neg_eigval"}, where);
+    read_key(p, "names", c.placements, where);
+    read_key(p, "full", c.full, where);
+    read_key(p, "full_fraction", c.full_fraction, where);
+    read_key(p, "convert_seed", c.convert_seed, where);
+    read_key(p, "neg_eigval", c.neg_eigval, where);
+  }
+  if (j.contains("compare")) {
+    check_keys(j["compare"], {"exclude"}, source + ": compare");
+    read_key(j["compare"], "exclude", c.exclude, source + ": compare");
+  }
+  if (j.contains("analysis")) {
+    const json& a = j["analysis"];
+    const std::string where = source + ": analysis";
+    check_keys(a, {"anchor", "langs", "points", "max_pairs", "sigma_sample", "locality_k", "locality_max_units"},
+               where);
+    read_key(a, "anchor", c.anchor, where);
+    read_key(a, "langs", c.align_langs, where);
+    read_key(a, "points", c.align_points, where);
+    read_key(a, "max_pairs", c.max_pairs, where);
+    read_key(a, "sigma_sample", c.sigma_sample, where);
+    read_key(a, "locality_k", c.locality_k, where);
+    read_key(a, "locality_max_units", c.locality_max_units, where);
+  }
+  return c;
+}
+
+json study_config_to_json(const StudyConfig& c) {
+  json teacher = json::object();
+  if (!c.teacher_dir.empty()) teacher["dir"] = c.teacher_dir;
+  else teacher["model_config"] = c.teacher_model;
+  return {{"format", "hybridlm-study"},
+          {"version", 1},
+          {"data", c.data},
+          {"tokenizer", c.tokenizer},
+          {"parallel", c.parallel},
+          {"teacher", teacher},
+          {"pretrain", train_section_to_json(c.pretrain)},
+          {"distill", train_section_to_json(c.distill)},
+          {"placements",
+           {{"names", c.placements},
+            {"full", c.full},
+            {"full_fraction", c.full_fraction},
+            {"convert_seed", c.convert_seed},
+            {"neg_eigval", c.neg_eigval}}},
+          {"compare", {{"exclude", c.exclude}}},
+          {"analysis",
+           {{"anchor", c.anchor},
+            {"langs", c.align_langs},
+            {"points", c.align_points},
+            {"max_pairs", c.max_pairs},
+            {"sigma_sample", c.sigma_sample},
+            {"locality_k", c.locality_k},
+            {"locality_max_units", c.locality_max_units}}}};
+}
+
+int study_teacher_layers(const StudyConfig& c) {
+  if (!c.teacher_dir.empty()) {
+    HLM_CHECK_INPUT(fs::is_regular_file(fs::path(c.teacher_dir) / "config.json"), "teacher.dir ", c.teacher_dir,
+                    ": not a model directory (no config.json)");
+    return static_cast<int>(load_model_config(fs::path(c.teacher_dir) / "config.json").num_hidden_layers);
+  }
+  if (c.teacher_model.is_string()) {
+    const std::string path = c.teacher_model.get<std::string>();
+    HLM_CHECK_INPUT(fs::is_regular_file(path), "teacher.model_config ", path, ": no such file");
+    return static_cast<int>(load_model_config(path).num_hidden_layers);
+  }
+  return static_cast<int>(parse_model_config(c.teacher_model, "teacher.model_config").num_hidden_layers);
+}
+
+std::vector<StudyStudent> study_resolve_students(const StudyConfig& c, int layers) {
+  HLM_CHECK_INPUT(!c.placements.empty(), "placements.names: empty (the study needs at least ", kStudyBaseline, ")");
+  HLM_CHECK_INPUT(c.full >= 0 && c.full <= layers, "placements.full: ", c.full, " is not in [0, ", layers, "]");
+  const int full = c.full > 0 ? c.full : placement_full_from_fraction(c.full_fraction, layers);
+  std::vector<StudyStudent> students;
+  for (const std::string& spec : c.placements) {
+    StudyStudent s;
+    s.placement = spec;
+    const bool named = placement_from_name(spec).has_value();
+    // Custom lists keep their own length; named placements use F.
+    const ResolvedPlacement r = placement_resolve(spec, layers, named ? std::optional<int>(full) : std::nullopt);
+    s.full_layers = r.full_layers;
+    if (named) {
+      s.label = spec;
+    } else {
+      s.label = "custom";
+      for (size_t i = 0; i < r.full_layers.size(); ++i) s.label += (i ? "-" : "_") + std::to_string(r.full_layers[i]);
+    }
+    for (const StudyStudent& other : students)
+      HLM_CHECK_INPUT(other.label != s.label, "placements.names: '", spec, "' is listed twice");
+    students.push_back(std::move(s));
+  }
+  const auto base = std::find_if(students.begin(), students.end(),
+                                 [](const StudyStudent& s) { return s.label == kStudyBaseline; });
+  HLM_CHECK_INPUT(base != students.end(), "placements.names must include ", kStudyBaseline,
+                  " (the baseline of R and Figure 6)");
+  std::rotate(students.begin(), base, base + 1);
+  return students;
+}
+
+void study_config_validate(const StudyConfig& c) {
+  HLM_CHECK_INPUT(!c.data.empty(), "data: the corpus directory is required");
+  HLM_CHECK_INPUT(fs::is_regular_file(fs::path(c.data) / "corpus.json"), "data ", c.data,
+                  ": not a corpus directory (no corpus.json; `make corpus-demo` builds data/corpus/demo)");
+  HLM_CHECK_INPUT(c.tokenizer == "bytes" || fs::is_regular_file(c.tokenizer), "tokenizer ", c.tokenizer,
+                  ": not \"bytes\" and no such file");
+  if (!c.parallel.empty())
+    HLM_CHECK_INPUT(fs::is_regular_file(c.parallel), "parallel ", c.parallel,
+                    ": no such parallel set (`make corpus-demo` builds data/parallel-demo)");
+  const Corpus corpus = Corpus::open(c.data);
+  for (const std::string& code : c.exclude) {
+    bool found = false;
+    for (const CorpusLanguage& l : corpus.languages()) found = found || l.code == code;
+    HLM_CHECK_INPUT(found, "compare.exclude: ", code, " is not a language of the corpus ", c.data);
+  }
+  if (!c.parallel.empty() && !c.align_langs.empty()) {
+    const ParallelSet set = parallel_set_load(c.parallel);
+    for (const std::string& code : c.align_langs)
+      HLM_CHECK_INPUT(std::find(set.langs.begin(), set.langs.end(), code) != set.langs.end(), "analysis.langs: ",
+                      code, " is not a language of the parallel set ", c.parallel);
+  }
+  HLM_CHECK_INPUT(!c.teacher_dir.empty() || !c.teacher_model.is_null(),
+                  "teacher: give dir (an existing model) or model_config");
+  if (!c.teacher_dir.empty()) HLM_CHECK_INPUT(fs::is_directory(c.teacher_dir), "teacher.dir ", c.teacher_dir, ": no such directory");
+  study_resolve_students(c, study_teacher_layers(c));
+  // The trainer's own range checks, with placeholder paths (the study fills them in).
+  TrainConfig p = c.pretrain;
+  p.data = c.data, p.out = "-", p.model_config = "-";
+  if (c.teacher_dir.empty()) train_config_validate(p);
+  TrainConfig d = c.distill;
+  d.data = c.data, d.out = "-", d.teacher = "-", d.student = "-";
+  train_config_validate(d);
+  parse_layer_points([&] {
+    std::string list;
+    for (const std::string& p : c.align_points) list += (list.empty() ? "" : ",") + p;
+    return list;
+  }());
+  HLM_CHECK_INPUT(!c.align_points.empty(), "analysis.points: empty");
+  HLM_CHECK_INPUT(c.max_pairs >= 0 && c.locality_max_units >= 0 && c.sigma_sample >= 2,
+                  "analysis: max_pairs and locality_max_units must be >= 0, sigma_sample >= 2");
+  HLM_CHECK_INPUT(!c.locality_k.empty(), "analysis.locality_k: empty");
+  for (int64_t k : c.locality_k) HLM_CHECK_INPUT(k >= 1, "analysis.locality_k: windows must be positive, got ", k);
+}
+
+}  // namespace hlm

@@ -1,0 +1,70 @@
+// The settings of `hybridlm study` (docs/study.md): one JSON object, read over the compiled-in defaults (the demo
+// study, `--print-default-config`), so a config file names only what it changes. Sections:
+//   data / tokenizer / parallel    corpus directory, "bytes" or a tokenizer.json, parallel set for SoftCKA + locality
+//   teacher   {dir | model_config}  an existing dense qwen3 model directory, or an HF-style config (an object or a
+//                                   path to a JSON file) that the pretrain stage trains from scratch
+//   pretrain / distill              TrainConfig keys (train/trainer_options.h), over the job's defaults (distill:
+//                                   the seed's Table C.3); path keys and stop_after_steps are not allowed here
+//   placements {names, full, full_fraction, convert_seed, neg_eigval}   names from models/placements.h or "i,j,k"
+//   compare {exclude}               languages left out of R, δ̄ and the Figure 6 fractions
+//   analysis {anchor, langs, points, max_pairs, sigma_sample, locality_k, locality_max_units}
+// Unknown keys, wrong types and bad values are input errors naming the key. Relative paths are taken relative to the
+// current directory.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/trainer.h"
+
+namespace hlm {
+
+struct StudyConfig {
+  std::string data;                   // corpus directory (data/corpus.h)
+  std::string tokenizer = "bytes";
+  std::string parallel;               // parallel set; "" skips the align and locality stages
+  std::string teacher_dir;            // existing teacher model; "" = pretrain one from teacher_model
+  nlohmann::json teacher_model;       // HF-style config object, or a string: path to a config JSON
+  TrainConfig pretrain;               // job Pretrain; paths are filled in by the study
+  TrainConfig distill;                // job Distill; the same settings for every student
+  std::vector<std::string> placements;  // table names or custom lists "i,j,k"; must include standard_periodic
+  int full = 0;                       // F; 0 = round(full_fraction · L)
+  double full_fraction = 0.25;
+  uint64_t convert_seed = 0;
+  bool neg_eigval = false;
+  std::vector<std::string> exclude;   // languages left out of R, δ̄ and Figure 6
+  std::string anchor = "eng_Latn";
+  std::vector<std::string> align_langs;   // empty: every language of the parallel set but the anchor
+  std::vector<std::string> align_points = {"attn_out"};
+  int64_t max_pairs = 64;
+  int64_t sigma_sample = 2048;
+  std::vector<int64_t> locality_k = {1, 4, 16, 64};
+  int64_t locality_max_units = 32;
+};
+
+inline constexpr const char* kStudyBaseline = "standard_periodic";  // R = 1 and Figure 6's target
+
+StudyConfig study_config_defaults();  // the demo study
+// `json` over the defaults; input errors (naming `source` and the key) for unknown keys and wrong types.
+StudyConfig study_config_from_json(const nlohmann::json& json, const std::string& source);
+nlohmann::json study_config_to_json(const StudyConfig& config);  // every key, resolved (format hybridlm-study)
+
+// Checks values and inputs before any work: corpus and parallel set exist, teacher source, placements against the
+// teacher's layer count (returned through study_resolve_students), trainer settings (train_config_validate).
+void study_config_validate(const StudyConfig& config);
+
+// One student of the study: its label (placement name, or "custom_0-4-8") and full-attention layers.
+struct StudyStudent {
+  std::string label;
+  std::string placement;  // the config entry
+  std::vector<int> full_layers;
+};
+// Resolves the placements against the teacher's layer count (input errors: unknown name, bad list, duplicates,
+// no standard_periodic). The baseline comes first.
+std::vector<StudyStudent> study_resolve_students(const StudyConfig& config, int layers);
+// The teacher's layer count, from teacher_dir/config.json or teacher_model.
+int study_teacher_layers(const StudyConfig& config);
+
+}  // namespace hlm

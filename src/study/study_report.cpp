@@ -1,0 +1,347 @@
+// The study report (study_report.h): HTML with inline SVG built from analysis/svg_chart.h, plus CSV/JSON.
+#include "study/study_report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "analysis/svg_chart.h"
+#include "core/error.h"
+#include "models/safetensors.h"
+
+namespace hlm {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return "–";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string full_precision(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string join_ints(const std::vector<int>& v, const char* sep = ",") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Rows of a small CSV written by the analysis code (no quoting there: fields are codes and numbers).
+std::vector<std::vector<std::string>> read_csv(const fs::path& path) {
+  std::ifstream in(path);
+  HLM_CHECK_INPUT(in.good(), path.string(), ": cannot read");
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    rows.push_back(std::move(fields));
+  }
+  return rows;
+}
+
+// Charts carry a clipPath id ("plot"); ids must be unique in one HTML document, so each inlined chart gets its own.
+std::string inline_svg(const std::string& svg) {
+  static int counter = 0;
+  const std::string id = "plot" + std::to_string(++counter);
+  std::string out = svg;
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"id=\"plot\"", "id=\"" + id + "\""},
+                                 std::pair<std::string, std::string>{"url(#plot)", "url(#" + id + ")"}})
+    for (size_t pos = out.find(from); pos != std::string::npos; pos = out.find(from, pos + to.size()))
+      out.replace(pos, from.size(), to);
+  return out;
+}
+
+std::string share_text(const StudyReportRun& r) {
+  if (!r.reach_tokens) return "not reached";
+  return fixed(100.0 * *r.reach_tokens / static_cast<double>(r.total_tokens), 1) + " %";
+}
+
+// Table 3: one row per placement.
+std::string table3_html(const StudyReport& rep) {
+  std::ostringstream h;
+  h << "<table><tr><th>placement</th><th>full-attention layers</th><th>layout</th><th>relative D<sub>KL</sub> R ↓</th>"
+       "<th>L<sub>LM</sub> gap δ̄ ↓</th><th>test mean D<sub>KL</sub></th><th>tokens to reach SP's final gap</th></tr>\n";
+  for (size_t i = 0; i < rep.runs.size(); ++i) {
+    const StudyReportRun& r = rep.runs[i];
+    double kl = 0.0;
+    int n = 0;
+    for (size_t l = 0; l < rep.table.languages.size(); ++l)
+      if (!rep.table.excluded[l]) kl += rep.table.kl[l][i], ++n;
+    h << "<tr><td>" << html_escape(r.label) << "</td><td>" << join_ints(r.full_layers, ", ") << "</td><td><code>"
+      << r.layout << "</code>" << (r.same_as.empty() ? "" : " (= " + html_escape(r.same_as) + ")") << "</td><td>"
+      << fixed(rep.table.relative_kl[i], 3) << "</td><td>"
+      << fixed(rep.table.delta_bar[i], 3) << "</td><td>" << fixed(n ? kl / n : NAN, 4) << "</td><td>"
+      << share_text(r) << "</td></tr>\n";
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
+// Table C.4: per language a D_KL row and an L_LM-gap row, then R and δ̄.
+std::string table_c4_html(const CompareTable& t) {
+  std::ostringstream h;
+  h << "<table><tr><th>language</th><th>tier</th><th>metric</th>";
+  for (const std::string& label : t.labels) h << "<th>" << html_escape(label) << "</th>";
+  h << "</tr>\n";
+  for (size_t l = 0; l < t.languages.size(); ++l) {
+    const std::string name = html_escape(t.languages[l]) + (t.excluded[l] ? "<sup>†</sup>" : "");
+    for (int row = 0; row < 2; ++row) {
+      const auto& values = row == 0 ? t.kl[l] : t.ce_gap[l];
+      // The best (lowest) value of the row in bold, as the seed's tables do.
+      size_t best = 0;
+      for (size_t r = 1; r < values.size(); ++r)
+        if (values[r] < values[best]) best = r;
+      h << "<tr>";
+      if (row == 0) h << "<td rowspan=2>" << name << "</td><td rowspan=2>" << t.tiers[l] << "</td>";
+      h << "<td>" << (row == 0 ? "D<sub>KL</sub>" : "L<sub>LM</sub> gap") << "</td>";
+      for (size_t r = 0; r < values.size(); ++r)
+        h << "<td>" << (r == best ? "<b>" : "") << fixed(values[r], 3) << (r == best ? "</b>" : "") << "</td>";
+      h << "</tr>\n";
+    }
+  }
+  h << "<tr class=sum><td colspan=3>R</td>";
+  for (double v : t.relative_kl) h << "<td>" << fixed(v, 3) << "</td>";
+  h << "</tr>\n<tr class=sum><td colspan=3>δ̄</td>";
+  for (double v : t.delta_bar) h << "<td>" << fixed(v, 3) << "</td>";
+  h << "</tr>\n</table>\n";
+  return h.str();
+}
+
+std::string curves_svg(const StudyReport& rep, bool gap) {
+  LineChart c;
+  c.title = gap ? "Validation L_LM gap to the teacher (mean over languages)" : "Validation D_KL(teacher || student)";
+  c.x_label = "training tokens";
+  c.y_label = gap ? "L_LM gap (nats/token)" : "D_KL (nats/token)";
+  for (const StudyReportRun& r : rep.runs) {
+    ChartSeries s;
+    s.label = r.label;
+    for (const ValidationPoint& p : r.curve) {
+      s.x.push_back(static_cast<double>(p.tokens));
+      s.y.push_back(gap ? p.mean_ce_gap : p.mean_kl);
+    }
+    c.series.push_back(std::move(s));
+  }
+  if (gap && !rep.runs.empty()) {
+    const double end = static_cast<double>(rep.runs.front().total_tokens);
+    ChartSeries target;
+    target.label = "target: SP final gap";
+    target.x = {0.0, end};
+    target.y = {rep.target_gap, rep.target_gap};
+    c.series.push_back(std::move(target));
+    // Step 0 is the converted, untrained student: its gap dwarfs the rest, so the axis starts at the first
+    // validation after it when there is one.
+    double top = rep.target_gap;
+    for (const StudyReportRun& r : rep.runs)
+      for (size_t i = r.curve.size() > 1 ? 1 : 0; i < r.curve.size(); ++i) top = std::max(top, r.curve[i].mean_ce_gap);
+    c.y_max = top * 1.1;
+  }
+  return inline_svg(svg_line_chart(c));
+}
+
+struct AnalysisTables {
+  // softcka[model][point][layer] = mean over languages; locality[model][k][layer] = mean share over languages.
+  std::map<std::string, std::map<std::string, std::map<int, double>>> softcka;
+  std::map<std::string, std::map<int64_t, std::map<int, std::pair<double, int>>>> locality;
+  std::string softcka_csv = "model,layer,point,lang,softcka\n", locality_csv = "model,layer,lang,k,share\n";
+};
+
+AnalysisTables read_analysis(const StudyReport& rep) {
+  AnalysisTables a;
+  for (const StudyReportModel& m : rep.models) {
+    for (const auto& row : read_csv(m.align_dir / "softcka.csv")) {
+      if (row.size() != 4) continue;
+      a.softcka_csv += m.label + "," + row[0] + "," + row[1] + "," + row[2] + "," + row[3] + "\n";
+      if (row[2] == "mean") a.softcka[m.label][row[1]][std::stoi(row[0])] = std::strtod(row[3].c_str(), nullptr);
+    }
+    for (const auto& row : read_csv(m.locality_dir / "locality.csv")) {
+      if (row.size() != 5) continue;
+      a.locality_csv += m.label + "," + row[1] + "," + row[2] + "," + row[3] + "," + row[4] + "\n";
+      auto& cell = a.locality[m.label][std::stoll(row[3])][std::stoi(row[1])];
+      cell.first += std::strtod(row[4].c_str(), nullptr);
+      cell.second += 1;
+    }
+  }
+  return a;
+}
+
+std::string softcka_overview_svg(const StudyReport& rep, const AnalysisTables& a, const std::string& point) {
+  LineChart c;
+  c.title = "SoftCKA vs English at " + point + " (mean over languages), every model";
+  c.x_label = "layer";
+  c.y_label = "SoftCKA";
+  for (const StudyReportModel& m : rep.models) {
+    ChartSeries s;
+    s.label = m.label;
+    const auto it = a.softcka.find(m.label);
+    if (it == a.softcka.end() || !it->second.count(point)) continue;
+    for (const auto& [layer, v] : it->second.at(point)) s.x.push_back(layer), s.y.push_back(v);
+    c.series.push_back(std::move(s));
+  }
+  return inline_svg(svg_line_chart(c));
+}
+
+std::string locality_svg(const StudyReport& rep, const AnalysisTables& a, int64_t k) {
+  LineChart c;
+  c.title = "Attention share on the last " + std::to_string(k) + " tokens (full-attention layers, mean over languages)";
+  c.x_label = "layer";
+  c.y_label = "share";
+  c.y_min = 0.0;
+  c.y_max = 1.0;
+  for (const StudyReportModel& m : rep.models) {
+    const auto it = a.locality.find(m.label);
+    if (it == a.locality.end() || !it->second.count(k)) continue;
+    ChartSeries s;
+    s.label = m.label;
+    for (const auto& [layer, sum] : it->second.at(k)) s.x.push_back(layer), s.y.push_back(sum.first / sum.second);
+    c.series.push_back(std::move(s));
+  }
+  return inline_svg(svg_line_chart(c));
+}
+
+const char* kStyle = R"(<style>
+body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+tr.sum td { background: #f7f7f7; font-weight: bold; }
+pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.8em; }
+.charts svg { margin: 0.5em 0; display: block; } .note { color: #555; font-size: 0.9em; }
+</style>
+)";
+
+std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hybridlm placement study</title>\n" << kStyle
+    << "</head><body>\n<h1>Full-attention placement study</h1>\n";
+  const StudyReportRun& base = rep.runs.front();
+  h << "<p>Teacher <code>" << html_escape(rep.teacher) << "</code>, " << rep.runs.size()
+    << " students with the same full-attention budget (" << base.full_layers.size() << " of " << base.layout.size()
+    << " layers), distilled with identical data, seeds and settings (forward KL, τ = "
+    << rep.config["distill"].value("tau", 1.0) << ", " << base.total_tokens << " tokens each). Baseline: "
+    << html_escape(base.label) << ". Layout: A = full attention, R = Gated DeltaNet, layer 0 first.</p>\n";
+
+  h << "<h2>Test results (as seed Table 3)</h2>\n" << table3_html(rep);
+  h << "<p class=note>R = exp(mean over languages of log(D<sub>KL</sub> / D<sub>KL</sub> of " << html_escape(base.label)
+    << ")) (seed Eq. 5); δ̄ = mean over languages of L<sub>LM</sub>(student) − L<sub>LM</sub>(teacher) in nats (Eq. 4); "
+       "both on the test split. Last column (seed Figure 6): the share of the training tokens after which the mean "
+       "validation L<sub>LM</sub> gap first reaches "
+    << html_escape(base.label) << "'s final validation gap (" << fixed(rep.target_gap, 4)
+    << " nats), linearly interpolated between validation points.";
+  if (!rep.config["compare"]["exclude"].empty())
+    h << " Languages left out of every average: " << html_escape(rep.config["compare"]["exclude"].dump()) << ".";
+  h << "</p>\n";
+
+  h << "<h2>Validation curves</h2>\n<div class=charts>\n" << curves_svg(rep, true) << curves_svg(rep, false)
+    << "</div>\n";
+
+  h << "<h2>Per-language test results (as seed Table C.4)</h2>\n" << table_c4_html(rep.table)
+    << "<p class=note>Tier: E/H/M/L = English/high/mid/low sampling tier; † = left out of R and δ̄; bold = lowest in "
+       "the row.</p>\n";
+
+  if (!rep.models.empty()) {
+    h << "<h2>Cross-lingual alignment (SoftCKA)</h2>\n<div class=charts>\n";
+    for (const std::string& p : rep.align_points) h << softcka_overview_svg(rep, a, p);
+    h << "</div>\n<p class=note>Per model, one line per language; dotted vertical lines mark the full-attention "
+         "layers of hybrid students.</p>\n<div class=charts>\n";
+    for (const StudyReportModel& m : rep.models)
+      for (const std::string& p : rep.align_points) {
+        const fs::path svg = m.align_dir / ("softcka_" + p + ".svg");
+        h << "<h3>" << html_escape(m.label) << " · " << html_escape(p) << " · full attention: "
+          << (m.label == "teacher" ? std::string("every layer") : join_ints(m.full_layers, ", ")) << "</h3>\n";
+        if (fs::exists(svg)) h << inline_svg(read_text(svg)) << "\n";
+      }
+    h << "</div>\n<h2>Attention locality</h2>\n<div class=charts>\n";
+    for (int64_t k : rep.locality_k) h << locality_svg(rep, a, k);
+    h << "</div>\n";
+  }
+
+  h << "<h2>Versions</h2>\n<table>";
+  for (const auto& [what, value] : rep.versions)
+    h << "<tr><td>" << html_escape(what) << "</td><td>" << html_escape(value) << "</td></tr>";
+  h << "</table>\n<h2>Resolved config</h2>\n<pre>" << html_escape(rep.config.dump(2)) << "</pre>\n";
+  h << "<p class=note>Files beside this report: summary.csv, summary.json, compare.csv (Table C.4 at full precision), "
+       "curves.csv, softcka.csv, locality.csv.</p>\n</body></html>\n";
+  return h.str();
+}
+
+}  // namespace
+
+void study_write_report(const fs::path& dir, const StudyReport& rep) {
+  HLM_CHECK(!rep.runs.empty() && rep.runs.size() == rep.table.labels.size(), "study report: runs and table disagree");
+  const AnalysisTables analysis = read_analysis(rep);
+
+  std::ostringstream summary_csv, curves_csv;
+  summary_csv << "placement,full_layers,layout,R,delta_bar,reach_tokens,reach_share,total_tokens\n";
+  json summary = {{"format", "hybridlm-study-summary"},
+                  {"version", 1},
+                  {"baseline", rep.runs.front().label},
+                  {"target_gap", rep.target_gap},
+                  {"placements", json::array()}};
+  curves_csv << "placement,tokens,mean_kl,mean_ce_gap\n";
+  for (size_t i = 0; i < rep.runs.size(); ++i) {
+    const StudyReportRun& r = rep.runs[i];
+    const std::optional<double> share =
+        r.reach_tokens ? std::optional<double>(*r.reach_tokens / static_cast<double>(r.total_tokens)) : std::nullopt;
+    summary_csv << r.label << ",\"" << join_ints(r.full_layers) << "\"," << r.layout << ','
+                << full_precision(rep.table.relative_kl[i]) << ',' << full_precision(rep.table.delta_bar[i]) << ','
+                << (r.reach_tokens ? full_precision(*r.reach_tokens) : "") << ','
+                << (share ? full_precision(*share) : "") << ',' << r.total_tokens << '\n';
+    summary["placements"].push_back({{"label", r.label},
+                                     {"full_layers", r.full_layers},
+                                     {"layout", r.layout},
+                                     {"R", rep.table.relative_kl[i]},
+                                     {"delta_bar", rep.table.delta_bar[i]},
+                                     {"reach_tokens", r.reach_tokens ? json(*r.reach_tokens) : json(nullptr)},
+                                     {"reach_share", share ? json(*share) : json(nullptr)},
+                                     {"total_tokens", r.total_tokens}});
+    for (const ValidationPoint& p : r.curve)
+      curves_csv << r.label << ',' << p.tokens << ',' << full_precision(p.mean_kl) << ','
+                 << full_precision(p.mean_ce_gap) << '\n';
+  }
+  file_write_atomic(dir / "summary.csv", summary_csv.str());
+  file_write_atomic(dir / "summary.json", summary.dump(2) + "\n");
+  file_write_atomic(dir / "compare.csv", compare_table_csv(rep.table));
+  file_write_atomic(dir / "curves.csv", curves_csv.str());
+  if (!rep.models.empty()) {
+    file_write_atomic(dir / "softcka.csv", analysis.softcka_csv);
+    file_write_atomic(dir / "locality.csv", analysis.locality_csv);
+  }
+  file_write_atomic(dir / "report.html", report_html(rep, analysis));
+}
+
+}  // namespace hlm

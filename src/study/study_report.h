@@ -1,0 +1,55 @@
+// The study's one self-contained HTML report (inline SVG and CSS, no scripts, no external files) and the CSV/JSON
+// beside it, in `dir`:
+//   report.html   Table 3 (R, δ̄, Figure 6 token share per placement), Table C.4 (per language D_KL and L_LM gap),
+//                 validation curves (mean D_KL and L_LM gap against tokens, every placement in one plot, the
+//                 baseline's final gap as a dashed target), SoftCKA per model with its full-attention layers marked,
+//                 attention locality per window, the resolved config and versions;
+//   summary.csv / summary.json   one row per placement: layers, layout, R, δ̄, test mean D_KL, reach tokens, share;
+//   compare.csv   Table C.4 at full precision (train/compare.h); curves.csv: placement,tokens,mean_kl,mean_ce_gap;
+//   softcka.csv   model,layer,point,lang,softcka; locality.csv: model,layer,lang,k,share (every model).
+#pragma once
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "study/study_curves.h"
+#include "train/compare.h"
+
+namespace hlm {
+
+struct StudyReportRun {
+  std::string label;                 // placement name or custom_…
+  std::vector<int> full_layers;
+  std::string layout;                // "ARRR…"
+  std::string same_as;               // the placement whose run it shares (identical layers), else ""
+  std::vector<ValidationPoint> curve;
+  std::optional<double> reach_tokens;  // Figure 6: tokens to reach the baseline's final validation gap
+  int64_t total_tokens = 0;            // tokens seen at the end of the run
+};
+
+struct StudyReportModel {
+  std::string label;               // "teacher" or a student label
+  int layers = 0;
+  std::vector<int> full_layers;    // every layer for the teacher
+  std::filesystem::path align_dir;     // holds softcka.csv + softcka_<point>.svg; empty when not run
+  std::filesystem::path locality_dir;  // holds locality.csv; empty when not run
+};
+
+struct StudyReport {
+  nlohmann::json config;             // resolved (study_config_to_json)
+  std::string teacher;               // teacher model directory
+  CompareTable table;                // test results, baseline first
+  std::vector<StudyReportRun> runs;  // same order as table.labels
+  double target_gap = 0.0;           // the baseline's final validation gap
+  std::vector<StudyReportModel> models;  // teacher first
+  std::vector<std::string> align_points;
+  std::vector<int64_t> locality_k;
+  std::vector<std::pair<std::string, std::string>> versions;  // (what, value)
+};
+
+void study_write_report(const std::filesystem::path& dir, const StudyReport& report);
+
+}  // namespace hlm

@@ -1,0 +1,359 @@
+// The study's stages (study_run.h). Progress: one "study [stage] ..." line per stage on stdout; the trainer's step
+// lines and the analysis progress go to stderr.
+#include "study/study_run.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "analysis/align.h"
+#include "analysis/locality.h"
+#include "analysis/sentence_states.h"
+#include "core/error.h"
+#include "data/parallel_set.h"
+#include "data/tokenizer.h"
+#include "models/convert.h"
+#include "models/hf_config.h"
+#include "models/placements.h"
+#include "models/safetensors.h"
+#include "study/study_report.h"
+#include "study/study_stage.h"
+#include "train/checkpoint_io.h"
+#include "train/compare.h"
+
+#ifndef HLM_SOURCE_DIR
+#define HLM_SOURCE_DIR ""
+#endif
+#ifndef HLM_BUILD_TYPE
+#define HLM_BUILD_TYPE "unknown"
+#endif
+#ifndef HLM_VERSION
+#define HLM_VERSION "unknown"
+#endif
+
+namespace hlm {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class Progress {
+ public:
+  void line(const std::string& stage, const std::string& text) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::printf("study [%s] %s  (%.0f s)\n", stage.c_str(), text.c_str(), s);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+std::string command_output(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> versions() {
+  std::string git;
+  if (std::string(HLM_SOURCE_DIR).size() > 0)
+    git = command_output(std::string("git -C '") + HLM_SOURCE_DIR + "' describe --always --dirty --tags 2>/dev/null");
+  const std::time_t t = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return {{"hybridlm", HLM_VERSION},
+          {"git describe", git.empty() ? "(not available)" : git},
+          {"build type", HLM_BUILD_TYPE},
+          {"report date", date}};
+}
+
+// Runs (or resumes) one training job into `dir`: resumes from the newest checkpoint of an unfinished run, otherwise
+// starts over in an empty directory. Throws unless the run completed.
+void train_stage(TrainConfig config, const fs::path& dir) {
+  config.out = dir.string();
+  config.resume.clear();
+  if (fs::exists(dir) && !fs::exists(dir / "model") && !checkpoint_list(dir).empty()) {
+    config.resume = dir.string();
+  } else {
+    fs::remove_all(dir);
+  }
+  const TrainResult r = train_run(config);
+  if (r.status == TrainStatus::Diverged)
+    throw_internal_error(dir.string(), ": the training run diverged: ", r.message);
+  HLM_CHECK(r.status == TrainStatus::Completed || r.status == TrainStatus::DataExhausted, dir.string(),
+            ": the training run did not finish: ", r.message);
+}
+
+struct ModelStage {
+  std::string label;
+  fs::path dir;        // model directory
+  std::string stamp;   // of the stage that produced it
+  std::vector<int> full_layers;
+  int layers = 0;
+  std::string same_as;  // the student whose run this placement shares (identical layers), else ""
+};
+
+void to_stderr(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int i : v) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return s;
+}
+
+}  // namespace
+
+StudyResult study_run(const StudyConfig& config, const fs::path& out_arg) {
+  study_config_validate(config);
+  const fs::path out = fs::absolute(out_arg).lexically_normal();
+  const json resolved = study_config_to_json(config);
+  const int L = study_teacher_layers(config);
+  const std::vector<StudyStudent> students = study_resolve_students(config, L);
+  const std::set<std::string> excluded(config.exclude.begin(), config.exclude.end());
+
+  // The output directory belongs to one config: a rerun must resolve to the same settings.
+  const fs::path config_path = out / "study_config.json";
+  if (fs::exists(config_path)) {
+    std::ifstream in(config_path);
+    json saved;
+    try {
+      saved = json::parse(in);
+    } catch (const json::exception&) {
+      throw_input_error(config_path.string(), ": not JSON (delete it or use another --out)");
+    }
+    HLM_CHECK_INPUT(saved == resolved, out.string(),
+                    ": holds a study made with a different config (see its study_config.json); use another --out");
+  } else {
+    fs::create_directories(out);
+    file_write_atomic(config_path, resolved.dump(2) + "\n");
+  }
+  std::printf("study: resolved config (saved as %s)\n%s\n", config_path.string().c_str(), resolved.dump(2).c_str());
+  std::printf("study: %d teacher layers; students:", L);
+  for (const StudyStudent& s : students)
+    std::printf(" %s [%s]", s.label.c_str(), join_ints(s.full_layers).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+
+  Progress progress;
+  StudyResult result;
+  const auto skipped = [&](const std::string& stage, const std::string& what) {
+    progress.line(stage, "skipped (done): " + what);
+    ++result.stages_skipped;
+  };
+
+  // (a) Teacher.
+  ModelStage teacher;
+  teacher.label = "teacher";
+  teacher.layers = L;
+  if (!config.teacher_dir.empty()) {
+    teacher.dir = fs::absolute(config.teacher_dir).lexically_normal();
+    teacher.stamp = "dir:" + teacher.dir.string();
+    progress.line("teacher", "using " + teacher.dir.string());
+  } else {
+    const fs::path dir = out / "teacher";
+    teacher.dir = dir / "model";
+    const json inputs = json::object();
+    if (auto stamp = stage_done_stamp(dir, inputs)) {
+      teacher.stamp = *stamp;
+      skipped("teacher", dir.string());
+    } else {
+      TrainConfig p = config.pretrain;
+      p.data = config.data;
+      p.tokenizer = config.tokenizer;
+      if (config.teacher_model.is_string()) {
+        p.model_config = config.teacher_model.get<std::string>();
+      } else {
+        const fs::path model_config = out / "teacher_model_config.json";
+        file_write_atomic(model_config, config.teacher_model.dump(2) + "\n");
+        p.model_config = model_config.string();
+      }
+      progress.line("teacher", "pretraining " + std::to_string(p.tokens) + " tokens into " + dir.string());
+      train_stage(p, dir);
+      teacher.stamp = stage_mark_done(dir, "teacher", inputs);
+      progress.line("teacher", "done");
+      ++result.stages_run;
+    }
+  }
+  for (int i = 0; i < L; ++i) teacher.full_layers.push_back(i);
+
+  // (b) Students and (c, d) their distillation runs.
+  std::unique_ptr<Model> teacher_model;  // loaded only when a student must be converted
+  std::vector<ModelStage> runs;
+  for (const StudyStudent& s : students) {
+    // Placements that resolve to the same layers (small L) share one student: same data and seeds give the same run.
+    const auto same = std::find_if(runs.begin(), runs.end(),
+                                   [&](const ModelStage& r) { return r.full_layers == s.full_layers; });
+    if (same != runs.end()) {
+      ModelStage shared = *same;
+      shared.label = s.label;
+      shared.same_as = same->same_as.empty() ? same->label : same->same_as;
+      progress.line("distill", s.label + ": same layers as " + shared.same_as + ", shares its run");
+      runs.push_back(shared);
+      continue;
+    }
+    const fs::path student_dir = out / "students" / s.label;
+    const json convert_inputs = {{"teacher", teacher.stamp}, {"full_layers", s.full_layers}};
+    std::string student_stamp;
+    if (auto stamp = stage_done_stamp(student_dir, convert_inputs)) {
+      student_stamp = *stamp;
+      skipped("convert", s.label);
+    } else {
+      progress.line("convert", s.label + ": full attention in layers " + join_ints(s.full_layers) + " (" +
+                                   placement_layout(s.full_layers, L) + ")");
+      if (!teacher_model) teacher_model = std::make_unique<Model>(Model::load(teacher.dir));
+      fs::remove_all(student_dir);
+      const ConvertOptions options{.neg_eigval = config.neg_eigval, .seed = config.convert_seed};
+      convert_to_hybrid(*teacher_model, s.full_layers, options).save(student_dir);
+      student_stamp = stage_mark_done(student_dir, "convert", convert_inputs);
+      ++result.stages_run;
+    }
+
+    const fs::path run_dir = out / "runs" / s.label;
+    const json run_inputs = {{"student", student_stamp}};
+    ModelStage run;
+    run.label = s.label;
+    run.dir = run_dir / "model";
+    run.full_layers = s.full_layers;
+    run.layers = L;
+    if (auto stamp = stage_done_stamp(run_dir, run_inputs)) {
+      run.stamp = *stamp;
+      skipped("distill", s.label);
+    } else {
+      TrainConfig d = config.distill;
+      d.data = config.data;
+      d.tokenizer = config.tokenizer;
+      d.teacher = teacher.dir.string();
+      d.student = student_dir.string();
+      const bool resuming = fs::exists(run_dir) && !fs::exists(run_dir / "model") && !checkpoint_list(run_dir).empty();
+      progress.line("distill", s.label + (resuming ? ": resuming from its newest checkpoint" : ": " +
+                                              std::to_string(d.tokens) + " tokens"));
+      train_stage(d, run_dir);
+      run.stamp = stage_mark_done(run_dir, "distill", run_inputs);
+      progress.line("distill", s.label + " done");
+      ++result.stages_run;
+    }
+    runs.push_back(run);
+  }
+  teacher_model.reset();
+
+  // (f) SoftCKA and locality of the teacher and every student.
+  std::vector<ModelStage> analysed = {teacher};
+  for (const ModelStage& r : runs)
+    if (r.same_as.empty()) analysed.push_back(r);
+  std::vector<StudyReportModel> report_models;
+  if (!config.parallel.empty()) {
+    std::unique_ptr<ParallelSet> set;
+    std::unique_ptr<Tokenizer> tokenizer;
+    const auto load_inputs = [&] {
+      if (set) return;
+      set = std::make_unique<ParallelSet>(parallel_set_load(config.parallel));
+      tokenizer = tokenizer_load(config.tokenizer);
+    };
+    for (const ModelStage& m : analysed) {
+      StudyReportModel rm;
+      rm.label = m.label;
+      rm.layers = m.layers;
+      rm.full_layers = m.full_layers;
+      const json inputs = {{"model", m.stamp}};
+      rm.align_dir = out / "align" / m.label;
+      if (stage_done_stamp(rm.align_dir, inputs)) {
+        skipped("align", m.label);
+      } else {
+        load_inputs();
+        AlignSettings a;
+        a.anchor = config.anchor;
+        a.langs = config.align_langs;
+        if (a.langs.empty())
+          for (const std::string& lang : set->langs)
+            if (lang != config.anchor) a.langs.push_back(lang);
+        std::string points;
+        for (const std::string& p : config.align_points) points += (points.empty() ? "" : ",") + p;
+        a.points = parse_layer_points(points);
+        a.max_pairs = config.max_pairs;
+        a.sigma_sample_tokens = config.sigma_sample;
+        progress.line("align", m.label + ": SoftCKA, " + std::to_string(a.langs.size()) + " languages vs " +
+                                   a.anchor + ", up to " + std::to_string(a.max_pairs) + " pairs each");
+        Model model = Model::load(m.dir);
+        const AlignResult r = align_softcka(model, *tokenizer, *set, a, to_stderr);
+        fs::remove_all(rm.align_dir);
+        align_write_outputs(rm.align_dir, r, model.config(),
+                            {{"model", m.dir.string()}, {"tokenizer", tokenizer->name()}, {"parallel", config.parallel}});
+        stage_mark_done(rm.align_dir, "align", inputs);
+        ++result.stages_run;
+      }
+      rm.locality_dir = out / "locality" / m.label;
+      if (stage_done_stamp(rm.locality_dir, inputs)) {
+        skipped("locality", m.label);
+      } else {
+        load_inputs();
+        LocalitySettings ls;
+        ls.windows = config.locality_k;
+        ls.max_units = config.locality_max_units;
+        if (!config.align_langs.empty()) {  // the anchor and the SoftCKA languages; else every language of the set
+          ls.langs = {config.anchor};
+          ls.langs.insert(ls.langs.end(), config.align_langs.begin(), config.align_langs.end());
+        }
+        progress.line("locality", m.label + ": attention share on the last k tokens");
+        Model model = Model::load(m.dir);
+        const LocalityResult r = attention_locality(model, m.label, *tokenizer, *set, ls, to_stderr);
+        fs::remove_all(rm.locality_dir);
+        locality_write_outputs(rm.locality_dir, {r});
+        stage_mark_done(rm.locality_dir, "locality", inputs);
+        ++result.stages_run;
+      }
+      report_models.push_back(rm);
+    }
+  }
+
+  // (e, g) Comparison and report.
+  const fs::path report_dir = out / "report";
+  result.report = report_dir / "report.html";
+  if (result.stages_run == 0 && fs::exists(result.report)) {
+    skipped("report", result.report.string());
+    return result;
+  }
+  progress.line("report", "R, delta-bar, Figure 6 shares, tables and plots");
+  StudyReport report;
+  report.config = resolved;
+  report.teacher = teacher.dir.string();
+  std::vector<CompareRun> compare_runs_in;
+  for (const ModelStage& r : runs) {
+    compare_runs_in.push_back(compare_run_load(r.dir.parent_path(), r.label));
+    if (!r.same_as.empty()) compare_runs_in.back().source += " (as " + r.label + ")";  // a column of its own
+  }
+  report.table = compare_runs(compare_runs_in.front(), compare_runs_in, excluded);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    StudyReportRun rr;
+    rr.label = runs[i].label;
+    rr.full_layers = runs[i].full_layers;
+    rr.layout = placement_layout(runs[i].full_layers, L);
+    rr.same_as = runs[i].same_as;
+    rr.curve = study_read_curve(runs[i].dir.parent_path() / "metrics.jsonl", excluded);
+    rr.total_tokens = rr.curve.back().tokens;
+    report.runs.push_back(rr);
+  }
+  report.target_gap = report.runs.front().curve.back().mean_ce_gap;
+  for (StudyReportRun& rr : report.runs) rr.reach_tokens = study_tokens_to_reach(rr.curve, report.target_gap);
+  report.models = report_models;
+  report.align_points = config.align_points;
+  report.locality_k = config.locality_k;
+  report.versions = versions();
+  fs::remove_all(report_dir);
+  fs::create_directories(report_dir);
+  study_write_report(report_dir, report);
+  ++result.stages_run;
+  progress.line("report", "written: " + result.report.string());
+  return result;
+}
+
+}  // namespace hlm

@@ -1,0 +1,185 @@
+// CudaTrainDevice: upload, one optimisation step on GPU 0, and the copy back (contract in cuda_train_device.h).
+#include "train/cuda/cuda_train_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/device_query.h"
+#include "core/error.h"
+#include "layers/cuda/cuda_linear.h"
+#include "models/cuda/cuda_model_train.h"
+#include "ops/adamw/grad_norm_cuda.h"
+#include "ops/lm_head_loss/lm_head_loss_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+LmHeadCuda head_of(const CudaModel& m) {
+  const ModelConfig& c = m.config();
+  return {m.lm_head_weight(), c.vocab_size, c.hidden_size, c.logits_scaling};
+}
+
+}  // namespace
+
+CudaTrainDevice::CudaTrainDevice() {
+  HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
+  ctx_ = &cuda_context();
+}
+
+std::string CudaTrainDevice::describe() const {
+  const std::vector<CudaDeviceInfo> devices = cuda_devices();
+  const auto it = std::find_if(devices.begin(), devices.end(),
+                               [&](const CudaDeviceInfo& d) { return d.index == ctx_->device(); });
+  if (it == devices.end()) return str_cat("cuda:", ctx_->device());
+  char memory[32];
+  std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(it->total_memory_bytes) / 1073741824.0);
+  return str_cat("cuda:", it->index, " ", it->name, " (sm_", it->compute_major, it->compute_minor, ", ",
+                 it->multiprocessors, " SMs, ", memory, "); fp32 weights, gradients and AdamW state");
+}
+
+void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
+  ctx_->make_current();
+  host_student_ = &student;
+  host_optimizer_ = &optimizer;
+  optimizer_.reset();  // holds pointers into the models below
+  student_.reset();
+  grads_.reset();
+  teacher_.reset();
+  student_.emplace(CudaModel::upload(student, *ctx_));
+  grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
+  if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));
+  const AdamWConfig& ac = optimizer.config();
+  optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps);
+  // Pair the device's parameters with the host optimizer's by HF name; each gets the host state.
+  const std::vector<AdamWParam>& host = optimizer.params();
+  std::vector<CudaAdamWParam>& device = optimizer_->params();
+  HLM_CHECK(device.size() == host.size(), "CudaTrainDevice: ", device.size(), " device parameters, ", host.size(),
+            " in the host optimizer");
+  host_index_.clear();
+  for (size_t i = 0; i < device.size(); ++i) {
+    const auto it =
+        std::find_if(host.begin(), host.end(), [&](const AdamWParam& p) { return p.name == device[i].name; });
+    HLM_CHECK(it != host.end(), "CudaTrainDevice: the host optimizer has no parameter ", device[i].name);
+    const auto j = static_cast<size_t>(it - host.begin());
+    host_index_.push_back(j);
+    optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
+  }
+  optimizer_->set_step_count(optimizer.step_count());
+  ctx_->synchronize();
+}
+
+BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip,
+                                double* grad_norm, size_t num_languages) {
+  HLM_CHECK(optimizer_ != nullptr, "CudaTrainDevice::step before attach");
+  HLM_CHECK(micro_rows > 0 && batch.rows % micro_rows == 0, "batch of ", batch.rows, " rows, micro-batch ",
+            micro_rows);
+  ctx_->make_current();
+  BatchLoss out;
+  out.sum_by_language.assign(num_languages, 0.0);
+  out.count_by_language.assign(num_languages, 0);
+  // The loss weights of the whole batch, as train_batch_gradient.
+  out.counted = teacher_ ? batch.batch.total_tokens()
+                         : std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; });
+  const float weight = out.counted > 0 ? static_cast<float>(1.0 / static_cast<double>(out.counted)) : 0.0f;
+
+  grads_->set_zero();
+  for (int64_t r = 0; r < batch.rows; r += micro_rows) {
+    const PackedBatch micro = batch.rows == micro_rows ? batch : packed_batch_rows(batch, r, r + micro_rows);
+    micro_step(micro, weight, tau, num_languages, out);
+  }
+  // Each parameter's lr and weight decay from its host group (the trainer applied the schedule already).
+  const std::vector<AdamWGroup>& groups = host_optimizer_->groups();
+  const std::vector<AdamWParam>& host = host_optimizer_->params();
+  std::vector<CudaAdamWParam>& device = optimizer_->params();
+  for (size_t i = 0; i < device.size(); ++i) {
+    const AdamWGroup& g = groups[static_cast<size_t>(host[host_index_[i]].group)];
+    device[i].lr = g.lr;
+    device[i].weight_decay = g.weight_decay;
+  }
+  // CudaAdamW::step skips a non-finite norm itself; a non-finite loss with a finite norm must skip too (CPU rule).
+  *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : grad_norm_only();
+  return out;
+}
+
+void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages,
+                                 BatchLoss& out) {
+  CudaContext& ctx = *ctx_;
+  const ModelConfig& c = student_->config();
+  const int64_t N = micro.batch.total_tokens();
+  std::optional<CudaTrainTrace> teacher_trace;
+  if (teacher_) teacher_trace.emplace(teacher_->forward_train(micro.batch));
+  const CudaTrainTrace trace = student_->forward_train(micro.batch);
+  out.kept_bytes = std::max(out.kept_bytes, (trace.layer_in.size() + trace.mixer_out.size() + 2) *
+                                                trace.final_hidden.nbytes());
+
+  CudaTensor d_hidden = CudaTensor::empty(ctx, {N, c.hidden_size});
+  CudaTensor per_token = CudaTensor::empty(ctx, {N});
+  CudaTensor result = cuda_scratch_bytes(ctx, sizeof(TokenLossCudaResult));
+  const std::vector<float> host_weights(static_cast<size_t>(N), weight);
+  CudaTensor weights = CudaTensor::empty(ctx, {N});
+  cuda_copy_to_device(ctx, weights.raw(), host_weights.data(), host_weights.size() * sizeof(float));
+  const LmHeadGradCuda grad{d_hidden.data<float>(), grads_->lm_head_weight()};
+  auto* r = static_cast<TokenLossCudaResult*>(result.raw());
+  if (teacher_) {
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    lm_head_forward_kl_cuda(ctx.blaslt(), per_token.data<float>(), r, teacher_trace->final_hidden.data<float>(),
+                            head_of(*teacher_), trace.final_hidden.data<float>(), head_of(*student_), N, tau,
+                            weights.data<float>(), &grad, LmHeadCudaChunking{}, ws.raw(), bytes);
+  } else {
+    CudaTensor targets = CudaTensor::empty(ctx, {N}, DType::I32);
+    cuda_copy_to_device(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
+    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    lm_head_cross_entropy_cuda(ctx.blaslt(), per_token.data<float>(), r, trace.final_hidden.data<float>(), N,
+                               head_of(*student_), targets.data<int32_t>(), weights.data<float>(), &grad,
+                               LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
+  }
+  student_->backward(trace, d_hidden.data<float>(), *grads_);
+
+  // The loss record and the per-token values (waits for the stream; small: N floats).
+  TokenLossCudaResult loss;
+  cuda_copy_to_host(ctx, &loss, result.raw(), sizeof(loss));
+  std::vector<float> values(static_cast<size_t>(N));
+  cuda_copy_to_host(ctx, values.data(), per_token.raw(), values.size() * sizeof(float));
+  out.loss += loss.loss;
+  for (int64_t t = 0; t < N; ++t) {
+    if (!teacher_ && micro.targets[static_cast<size_t>(t)] < 0) continue;
+    const auto lang = static_cast<size_t>(micro.language[static_cast<size_t>(t)]);
+    HLM_CHECK(lang < num_languages, "token language ", lang, " outside the corpus's ", num_languages);
+    out.sum_by_language[lang] += values[static_cast<size_t>(t)];
+    ++out.count_by_language[lang];
+  }
+}
+
+double CudaTrainDevice::grad_norm_only() {
+  CudaContext& ctx = *ctx_;
+  std::vector<GradNormCudaTensor> list;
+  for (const CudaAdamWParam& p : optimizer_->params()) list.push_back({p.grad->data<float>(), p.grad->numel()});
+  const size_t bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
+  CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+  CudaTensor norm = CudaTensor::empty(ctx, {1}, DType::I64);  // 8 bytes: one double
+  grad_global_norm_cuda(static_cast<double*>(norm.raw()), nullptr, list.data(), list.size(), 0.0, ws.raw(), bytes,
+                        ctx.stream());
+  double value = 0.0;
+  cuda_copy_to_host(ctx, &value, norm.raw(), sizeof(value));
+  return value;
+}
+
+void CudaTrainDevice::sync_to_host() {
+  HLM_CHECK(optimizer_ != nullptr, "CudaTrainDevice::sync_to_host before attach");
+  ctx_->make_current();
+  student_->download_into(host_student_->mutable_weights());
+  for (size_t i = 0; i < host_index_.size(); ++i) {
+    const Tensor m = cuda_download(*ctx_, optimizer_->exp_avg(i));
+    const Tensor v = cuda_download(*ctx_, optimizer_->exp_avg_sq(i));
+    host_optimizer_->set_state(host_index_[i], m, v);
+  }
+  host_optimizer_->set_step_count(optimizer_->step_count());
+}
+
+}  // namespace hlm

@@ -1,0 +1,52 @@
+// The trainer's steps on GPU 0 (TrainDevice, train/train_device.h): `hybridlm pretrain|distill --device cuda`.
+// Holds on the device: the student (CudaModel, fp32 master weights), its gradients (CudaModel::zeros_like), the
+// frozen teacher (distill), and CudaAdamW's moments. One step mirrors train_batch_gradient + clip + AdamW::step:
+//   per micro-batch of b rows: upload the ids (and CE targets), teacher forward_train → final hidden (distill),
+//   student forward_train, lm_head_cross_entropy_cuda / lm_head_forward_kl_cuda with the full-batch loss weights
+//   (CE: 1/(targets counted in all B rows); KL: 1/(B·n)) accumulating the head gradient, CudaModel::backward;
+//   then CudaAdamW::step(clip) with each parameter's lr / weight decay copied from its host AdamW group.
+// The host waits once per micro-batch (the loss record and the per-token values, [b·n] floats, for the per-language
+// sums) and once for the norm. A non-finite loss skips the update as on the CPU (the norm is still measured).
+// Numerics: the CUDA ops' (docs/cuda.md); a step from the same state matches the CPU's to ~3e-7 (loss) / ~2e-5 (grad
+// norm) (tests/cuda_models/test_cuda_train_step.cpp); free-running trajectories drift apart slowly (AdamW amplifies
+// summation-order noise in near-zero gradients), while two GPU runs are bit-identical (no float atomics).
+// Non-goals for now: bf16 weights, kept activations (--recompute none), evaluation on the GPU (validation and test
+// run on the CPU after sync_to_host), multi-GPU.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/cuda/cuda_adamw.h"
+#include "models/cuda/cuda_model.h"
+#include "train/train_device.h"
+
+namespace hlm {
+
+class CudaTrainDevice final : public TrainDevice {
+ public:
+  // Uses cuda_context() (GPU 0); an input error when no usable GPU is present.
+  CudaTrainDevice();
+
+  std::string describe() const override;
+  void attach(Model& student, Model* teacher, AdamW& optimizer) override;
+  BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
+                 size_t num_languages) override;
+  void sync_to_host() override;
+
+ private:
+  // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`.
+  void micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages, BatchLoss& out);
+  // ‖g‖₂ over every gradient without an update (the step of a non-finite loss is skipped but still reports it).
+  double grad_norm_only();
+
+  CudaContext* ctx_ = nullptr;
+  Model* host_student_ = nullptr;
+  AdamW* host_optimizer_ = nullptr;
+  std::optional<CudaModel> student_, teacher_, grads_;
+  std::unique_ptr<CudaAdamW> optimizer_;
+  std::vector<size_t> host_index_;  // device optimizer parameter i ↔ host AdamW parameter host_index_[i]
+};
+
+}  // namespace hlm

@@ -1,0 +1,42 @@
+// Where the trainer's steps run when not on the CPU: an accelerator that holds the student (and teacher) weights, the
+// gradients and the AdamW state, and takes whole optimisation steps (train/trainer.h, `--device`). The host Model
+// and AdamW stay the trainer's record: validation, checkpoints, the final test and model/ read them, so the trainer
+// calls sync_to_host() before each of those. hlm_train is built without CUDA; the CUDA implementation lives in
+// train/cuda/cuda_train_device.h, and the command line (cli/train_device_cli.h) hands it to train_run.
+//
+// Contract of step(): the same math as the CPU step of trainer.cpp, i.e.
+//   zero grads; train_batch_gradient (micro-batches of micro_rows rows, loss weights 1/count over the whole batch,
+//   per-language sums of the per-token values); norm = ‖g‖₂; if loss and norm are finite: g ← g·min(1, clip/norm)
+//   and one AdamW update with each parameter's group lr and weight decay as they are NOW in the host AdamW (the
+//   trainer applies the schedule before calling step); else nothing changes (weights, moments, step count).
+// Numerics are the device's (summation order differs from the CPU); a device step is deterministic run to run.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "data/data_stream.h"
+#include "train/adamw.h"
+#include "train/trainer_batch.h"
+
+namespace hlm {
+
+class Model;
+
+class TrainDevice {
+ public:
+  virtual ~TrainDevice() = default;
+  // One line naming the device for the start of a run ("cuda:0 NVIDIA H200, 139.8 GiB").
+  virtual std::string describe() const = 0;
+  // Uploads the student's weights, the teacher's (distill; nullptr for pretrain) and the optimizer's state (m, v,
+  // step count), pairing parameters by HF name. The host objects must outlive the device's use of them.
+  virtual void attach(Model& student, Model* teacher, AdamW& optimizer) = 0;
+  // One optimisation step (contract above). Returns the loss record as train_batch_gradient does (kept_bytes: the
+  // device memory of one micro-batch's kept activations); *grad_norm receives the norm before clipping.
+  virtual BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
+                         size_t num_languages) = 0;
+  // Copies the student's weights and the AdamW state (m, v, step count) back into the attached host objects.
+  virtual void sync_to_host() = 0;
+};
+
+}  // namespace hlm

@@ -1,0 +1,78 @@
+// Shared pieces of the CUDA model tests: where the goldens and the binary are (overridable by environment, because
+// the GPU machine runs binaries built elsewhere, from another checkout path), a packed batch of odd-length sequences,
+// capture collection, and the relative comparison max |gpu − cpu| / max |cpu|.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "backend/cuda/device_query.h"
+#include "layers/capture.h"
+#include "layers/token_batch.h"
+
+namespace hlm::test {
+
+#define HLM_REQUIRE_CUDA_MODEL()                                                                     \
+  do {                                                                                               \
+    if (!::hlm::cuda_available()) GTEST_SKIP() << "CUDA unavailable: " << ::hlm::cuda_unavailable_reason(); \
+  } while (0)
+
+// $HLM_GOLDEN_DIR when set (GPU machine), else the source tree's tests/golden.
+inline std::filesystem::path cuda_golden_dir(const std::string& case_name) {
+  const char* env = std::getenv("HLM_GOLDEN_DIR");
+  return std::filesystem::path(env != nullptr && *env != '\0' ? env : HLM_GOLDEN_DIR) / case_name;
+}
+
+// $HLM_BINARY when set, else the hybridlm this build made.
+inline std::string cuda_test_binary() {
+  const char* env = std::getenv("HLM_BINARY");
+  return env != nullptr && *env != '\0' ? env : HLM_BINARY;
+}
+
+// Three sequences of odd lengths (7, 13, 5) with ids spread over [0, vocab): packed cu_seqlens {0, 7, 20, 25}.
+inline TokenBatch odd_length_batch(int64_t vocab) {
+  TokenBatch batch;
+  uint32_t state = 12345u;
+  for (int length : {7, 13, 5}) {
+    std::vector<int32_t> seq;
+    for (int t = 0; t < length; ++t) {
+      state = state * 1664525u + 1013904223u;  // LCG: deterministic ids without a dependency
+      seq.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
+    }
+    batch.add_sequence(seq);
+  }
+  return batch;
+}
+
+// Every capture point by name ("attn_in.0", ..., "final_hidden", "logits"), deep copies.
+using CaptureMap = std::map<std::string, Tensor>;
+
+inline Capture collect_into(CaptureMap& out) {
+  return [&out](CapturePoint point, int layer, const Tensor& value) {
+    const auto& info = capture_point_info(point);
+    const std::string name =
+        info.per_layer ? std::string(info.name) + "." + std::to_string(layer) : std::string(info.name);
+    out[name] = value.clone();
+  };
+}
+
+// max |gpu − cpu| / max |cpu| over all elements; +inf on a shape mismatch or a non-finite value on either side.
+inline double relative_max_diff(const Tensor& cpu, const Tensor& gpu) {
+  if (cpu.shape() != gpu.shape()) return INFINITY;
+  const float* a = cpu.f32();
+  const float* b = gpu.f32();
+  double max_diff = 0.0, max_ref = 0.0;
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    max_diff = std::max(max_diff, std::abs(double(b[i]) - double(a[i])));
+    max_ref = std::max(max_ref, std::abs(double(a[i])));
+  }
+  return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}
+
+}  // namespace hlm::test

@@ -22,20 +22,6 @@ constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", 
                                     "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", v);
@@ -131,6 +117,20 @@ Range y_range_of(const std::vector<ChartSeries>& series, std::optional<double> y
 }
 
 }  // namespace
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 std::string svg_line_chart(const LineChart& chart) {
   double x_lo = INFINITY, x_hi = -INFINITY;

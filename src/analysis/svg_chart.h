@@ -30,6 +30,9 @@ struct BarChart {
   std::optional<double> reference_y;    // dashed horizontal line (e.g. 1.0 = English)
 };
 
+// Text escaped for XML/HTML text and attribute values (&, <, >, ").
+std::string xml_escape(const std::string& text);
+
 std::string svg_line_chart(const LineChart& chart);  // self-contained SVG text, with a legend
 std::string svg_bar_chart(const BarChart& chart);
 

@@ -17,20 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string fixed(double v, int decimals) {
   if (!std::isfinite(v)) return "–";
   char buf[64];
@@ -102,8 +88,8 @@ std::string table3_html(const StudyReport& rep) {
     int n = 0;
     for (size_t l = 0; l < rep.table.languages.size(); ++l)
       if (!rep.table.excluded[l]) kl += rep.table.kl[l][i], ++n;
-    h << "<tr><td>" << html_escape(r.label) << "</td><td>" << join_ints(r.full_layers, ", ") << "</td><td><code>"
-      << r.layout << "</code>" << (r.same_as.empty() ? "" : " (= " + html_escape(r.same_as) + ")") << "</td><td>"
+    h << "<tr><td>" << xml_escape(r.label) << "</td><td>" << join_ints(r.full_layers, ", ") << "</td><td><code>"
+      << r.layout << "</code>" << (r.same_as.empty() ? "" : " (= " + xml_escape(r.same_as) + ")") << "</td><td>"
       << fixed(rep.table.relative_kl[i], 3) << "</td><td>"
       << fixed(rep.table.delta_bar[i], 3) << "</td><td>" << fixed(n ? kl / n : NAN, 4) << "</td><td>"
       << share_text(r) << "</td></tr>\n";
@@ -116,10 +102,10 @@ std::string table3_html(const StudyReport& rep) {
 std::string table_c4_html(const CompareTable& t) {
   std::ostringstream h;
   h << "<table><tr><th>language</th><th>tier</th><th>metric</th>";
-  for (const std::string& label : t.labels) h << "<th>" << html_escape(label) << "</th>";
+  for (const std::string& label : t.labels) h << "<th>" << xml_escape(label) << "</th>";
   h << "</tr>\n";
   for (size_t l = 0; l < t.languages.size(); ++l) {
-    const std::string name = html_escape(t.languages[l]) + (t.excluded[l] ? "<sup>†</sup>" : "");
+    const std::string name = xml_escape(t.languages[l]) + (t.excluded[l] ? "<sup>†</sup>" : "");
     for (int row = 0; row < 2; ++row) {
       const auto& values = row == 0 ? t.kl[l] : t.ce_gap[l];
       // The best (lowest) value of the row in bold, as the seed's tables do.
@@ -249,21 +235,21 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hybridlm placement study</title>\n" << kStyle
     << "</head><body>\n<h1>Full-attention placement study</h1>\n";
   const StudyReportRun& base = rep.runs.front();
-  h << "<p>Teacher <code>" << html_escape(rep.teacher) << "</code>, " << rep.runs.size()
+  h << "<p>Teacher <code>" << xml_escape(rep.teacher) << "</code>, " << rep.runs.size()
     << " students with the same full-attention budget (" << base.full_layers.size() << " of " << base.layout.size()
     << " layers), distilled with identical data, seeds and settings (forward KL, τ = "
     << rep.config["distill"].value("tau", 1.0) << ", " << base.total_tokens << " tokens each). Baseline: "
-    << html_escape(base.label) << ". Layout: A = full attention, R = Gated DeltaNet, layer 0 first.</p>\n";
+    << xml_escape(base.label) << ". Layout: A = full attention, R = Gated DeltaNet, layer 0 first.</p>\n";
 
   h << "<h2>Test results (as seed Table 3)</h2>\n" << table3_html(rep);
-  h << "<p class=note>R = exp(mean over languages of log(D<sub>KL</sub> / D<sub>KL</sub> of " << html_escape(base.label)
+  h << "<p class=note>R = exp(mean over languages of log(D<sub>KL</sub> / D<sub>KL</sub> of " << xml_escape(base.label)
     << ")) (seed Eq. 5); δ̄ = mean over languages of L<sub>LM</sub>(student) − L<sub>LM</sub>(teacher) in nats (Eq. 4); "
        "both on the test split. Last column (seed Figure 6): the share of the training tokens after which the mean "
        "validation L<sub>LM</sub> gap first reaches "
-    << html_escape(base.label) << "'s final validation gap (" << fixed(rep.target_gap, 4)
+    << xml_escape(base.label) << "'s final validation gap (" << fixed(rep.target_gap, 4)
     << " nats), linearly interpolated between validation points.";
   if (!rep.config["compare"]["exclude"].empty())
-    h << " Languages left out of every average: " << html_escape(rep.config["compare"]["exclude"].dump()) << ".";
+    h << " Languages left out of every average: " << xml_escape(rep.config["compare"]["exclude"].dump()) << ".";
   h << "</p>\n";
 
   h << "<h2>Validation curves</h2>\n<div class=charts>\n" << curves_svg(rep, true) << curves_svg(rep, false)
@@ -281,7 +267,7 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
     for (const StudyReportModel& m : rep.models)
       for (const std::string& p : rep.align_points) {
         const fs::path svg = m.align_dir / ("softcka_" + p + ".svg");
-        h << "<h3>" << html_escape(m.label) << " · " << html_escape(p) << " · full attention: "
+        h << "<h3>" << xml_escape(m.label) << " · " << xml_escape(p) << " · full attention: "
           << (m.label == "teacher" ? std::string("every layer") : join_ints(m.full_layers, ", ")) << "</h3>\n";
         if (fs::exists(svg)) h << inline_svg(read_text(svg)) << "\n";
       }
@@ -292,8 +278,8 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
 
   h << "<h2>Versions</h2>\n<table>";
   for (const auto& [what, value] : rep.versions)
-    h << "<tr><td>" << html_escape(what) << "</td><td>" << html_escape(value) << "</td></tr>";
-  h << "</table>\n<h2>Resolved config</h2>\n<pre>" << html_escape(rep.config.dump(2)) << "</pre>\n";
+    h << "<tr><td>" << xml_escape(what) << "</td><td>" << xml_escape(value) << "</td></tr>";
+  h << "</table>\n<h2>Resolved config</h2>\n<pre>" << xml_escape(rep.config.dump(2)) << "</pre>\n";
   h << "<p class=note>Files beside this report: summary.csv, summary.json, compare.csv (Table C.4 at full precision), "
        "curves.csv, softcka.csv, locality.csv.</p>\n</body></html>\n";
   return h.str();

@@ -1,0 +1,222 @@
+// CUDA kernel timings at the shapes of the [perf] issue, for comparison with the peer figures that
+// ../shared/bench/peer_probe.py prints in the same run (FLA chunk_gated_delta_rule, PyTorch SDPA):
+//   gdn  : gated delta rule forward and forward+backward, H = 32 heads (Hk = Hv), dk = dv = 128, fp32 (our kernels'
+//          only storage today), at B8×T1024, B2×T4096, B1×T16384 (B packed sequences of T tokens);
+//   attn : causal GQA attention forward and forward+backward, 32 q / 8 kv heads, D = 128, B8×T1024, bf16 and fp32.
+// Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
+// of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
+// measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
+// forward+backward: the backward counts 2.5×, the FlashAttention convention).
+// Usage: bench_cuda_kernels [gdn] [attn]   (both when none is given)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "backend/cuda/device_query.h"
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
+
+using namespace hlm;
+
+namespace {
+
+// Median milliseconds of `fn` over `iters` runs on `stream`, after `warmup` untimed runs.
+double time_ms(cudaStream_t stream, const std::function<void()>& fn, int warmup = 2, int iters = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t start, stop;
+  HLM_CUDA_CHECK(cudaEventCreate(&start));
+  HLM_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    HLM_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    HLM_CUDA_CHECK(cudaEventRecord(stop, stream));
+    HLM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0.0f;
+    HLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  HLM_CUDA_CHECK(cudaEventDestroy(start));
+  HLM_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::vector<float> normal(size_t n, uint64_t stream) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = rng_normal(1234, stream, i);
+  return v;
+}
+
+CudaTensor upload(CudaContext& ctx, const std::vector<float>& host, Shape shape) {
+  Tensor t = Tensor::zeros(shape);
+  std::memcpy(t.f32(), host.data(), host.size() * sizeof(float));
+  return cuda_upload(ctx, t);
+}
+
+CudaTensor upload_bf16(CudaContext& ctx, const std::vector<float>& host, Shape shape) {
+  Tensor t = Tensor::zeros(shape, DType::BF16);
+  auto* p = static_cast<uint16_t*>(t.raw());
+  for (size_t i = 0; i < host.size(); ++i) p[i] = f32_to_bf16(host[i]);
+  return cuda_upload(ctx, t);
+}
+
+std::vector<int64_t> packed(int64_t B, int64_t T) {
+  std::vector<int64_t> cu(static_cast<size_t>(B + 1));
+  for (int64_t b = 0; b <= B; ++b) cu[static_cast<size_t>(b)] = b * T;
+  return cu;
+}
+
+CudaTensor upload_i64(CudaContext& ctx, const std::vector<int64_t>& host) {
+  Tensor t = Tensor::zeros({static_cast<int64_t>(host.size())}, DType::I64);
+  std::memcpy(t.raw(), host.data(), host.size() * sizeof(int64_t));
+  return cuda_upload(ctx, t);
+}
+
+void bench_gdn(CudaContext& ctx) {
+  constexpr int64_t H = 32, D = 128;
+  const struct {
+    int64_t B, T;
+  } shapes[] = {{8, 1024}, {2, 4096}, {1, 16384}};
+  for (const auto& s : shapes) {
+    const int64_t N = s.B * s.T;
+    std::vector<float> q = normal(static_cast<size_t>(N * H * D), 1), k = normal(static_cast<size_t>(N * H * D), 2);
+    for (std::vector<float>* x : {&q, &k})
+      for (int64_t r = 0; r < N * H; ++r) {
+        double ss = 0.0;
+        for (int64_t d = 0; d < D; ++d) ss += double((*x)[r * D + d]) * (*x)[r * D + d];
+        const float inv = static_cast<float>(1.0 / std::sqrt(ss));
+        for (int64_t d = 0; d < D; ++d) (*x)[r * D + d] *= inv;
+      }
+    std::vector<float> g(static_cast<size_t>(N * H)), beta(g.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = -0.1f * rng_uniform(1234, 4, i);
+      beta[i] = 1.0f / (1.0f + std::exp(-rng_normal(1234, 5, i)));
+    }
+    const CudaTensor dq_ = upload(ctx, q, {N, H, D}), dk_ = upload(ctx, k, {N, H, D});
+    const CudaTensor dv_ = upload(ctx, normal(static_cast<size_t>(N * H * D), 3), {N, H, D});
+    const CudaTensor dg_ = upload(ctx, g, {N, H}), db_ = upload(ctx, beta, {N, H});
+    const CudaTensor cu = upload_i64(ctx, packed(s.B, s.T));
+    const CudaTensor d_o = upload(ctx, normal(static_cast<size_t>(N * H * D), 6), {N, H, D});
+    CudaTensor o = CudaTensor::empty(ctx, {N, H, D});
+    CudaTensor gq = CudaTensor::empty(ctx, {N, H, D}), gk = CudaTensor::empty(ctx, {N, H, D});
+    CudaTensor gv = CudaTensor::empty(ctx, {N, H, D}), gg = CudaTensor::empty(ctx, {N, H});
+    CudaTensor gb = CudaTensor::empty(ctx, {N, H});
+    const GdnShape shape{N, H, H, D, D};
+    GdnInputs<float> in;
+    in.q = dq_.data<float>();
+    in.k = dk_.data<float>();
+    in.v = dv_.data<float>();
+    in.g = dg_.data<float>();
+    in.beta = db_.data<float>();
+    in.cu_seqlens = cu.data<int64_t>();
+    in.n_seqs = s.B;
+    GdnOutputs<float> out;
+    out.o = o.data<float>();
+    GdnInputGrads<float> grads;
+    grads.dq = gq.data<float>();
+    grads.dk = gk.data<float>();
+    grads.dv = gv.data<float>();
+    grads.dg = gg.data<float>();
+    grads.dbeta = gb.data<float>();
+    GdnOutputGrads<float> dout;
+    dout.d_o = d_o.data<float>();
+    const size_t ws_bytes = gated_delta_rule_backward_cuda_workspace_bytes(shape, s.B);
+    CudaTensor ws = CudaTensor::empty(ctx, {static_cast<int64_t>((ws_bytes + 3) / 4)});
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    const auto fwd = [&] { gated_delta_rule_forward_cuda(out, in, shape, scale, ctx.stream()); };
+    const auto fb = [&] {
+      fwd();
+      gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws.raw(), ws_bytes, ctx.stream());
+    };
+    const double t_fwd = time_ms(ctx.stream(), fwd), t_fb = time_ms(ctx.stream(), fb);
+    std::printf("gdn_fwd      B%lld T%lld H%lld D%lld f32  %.3f ms\n", (long long)s.B, (long long)s.T, (long long)H,
+                (long long)D, t_fwd);
+    std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld f32  %.3f ms\n", (long long)s.B, (long long)s.T, (long long)H,
+                (long long)D, t_fb);
+  }
+}
+
+template <typename T>
+void bench_attention_dtype(CudaContext& ctx, const char* dtype_name, bool bf16) {
+  constexpr int64_t B = 8, S = 1024, Hq = 32, Hkv = 8, D = 128;
+  const int64_t N = B * S;
+  const auto up = [&](uint64_t stream, int64_t heads) {
+    const std::vector<float> host = normal(static_cast<size_t>(N * heads * D), stream);
+    return bf16 ? upload_bf16(ctx, host, {N, heads, D}) : upload(ctx, host, {N, heads, D});
+  };
+  const CudaTensor q = up(11, Hq), k = up(12, Hkv), v = up(13, Hkv), d_out = up(14, Hq);
+  const DType dt = bf16 ? DType::BF16 : DType::F32;
+  CudaTensor out = CudaTensor::empty(ctx, {N, Hq, D}, dt), lse = CudaTensor::empty(ctx, {N, Hq});
+  CudaTensor dq = CudaTensor::empty(ctx, {N, Hq, D}, dt), dk = CudaTensor::empty(ctx, {N, Hkv, D}, dt);
+  CudaTensor dv = CudaTensor::empty(ctx, {N, Hkv, D}, dt), flag = CudaTensor::empty(ctx, {1}, DType::I32);
+  HLM_CUDA_CHECK(cudaMemsetAsync(flag.raw(), 0, 4, ctx.stream()));
+  const CudaTensor cu = upload_i64(ctx, packed(B, S));
+  AttentionCudaParams p;
+  p.total_tokens = N;
+  p.q_heads = Hq;
+  p.kv_heads = Hkv;
+  p.head_dim = D;
+  p.n_seqs = B;
+  p.max_seqlen = S;
+  p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+  const size_t ws_bytes = attention_backward_cuda_workspace_bytes(p);
+  CudaTensor ws = CudaTensor::empty(ctx, {static_cast<int64_t>((ws_bytes + 3) / 4)});
+  int* f = flag.data<int>();
+  const auto fwd = [&] {
+    attention_forward_cuda(static_cast<T*>(out.raw()), lse.data<float>(), static_cast<const T*>(q.raw()),
+                           static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()), cu.data<int64_t>(), p, f,
+                           ctx.stream());
+  };
+  const auto fb = [&] {
+    fwd();
+    attention_backward_cuda(static_cast<T*>(dq.raw()), static_cast<T*>(dk.raw()), static_cast<T*>(dv.raw()),
+                            static_cast<const T*>(d_out.raw()), static_cast<const T*>(q.raw()),
+                            static_cast<const T*>(k.raw()), static_cast<const T*>(v.raw()),
+                            static_cast<const T*>(out.raw()), lse.data<float>(), cu.data<int64_t>(), p, ws.raw(),
+                            ws_bytes, f, ctx.stream());
+  };
+  const double t_fwd = time_ms(ctx.stream(), fwd), t_fb = time_ms(ctx.stream(), fb);
+  const double flops_fwd = 4.0 * double(B) * double(S) * double(S) / 2.0 * double(D) * double(Hq);
+  std::printf("attn_fwd     B%lld T%lld Hq%lld Hkv%lld D%lld %s  %.3f ms  %.1f TFLOP/s\n", (long long)B, (long long)S,
+              (long long)Hq, (long long)Hkv, (long long)D, dtype_name, t_fwd, flops_fwd / (t_fwd * 1e9));
+  std::printf("attn_fwd_bwd B%lld T%lld Hq%lld Hkv%lld D%lld %s  %.3f ms  %.1f TFLOP/s\n", (long long)B, (long long)S,
+              (long long)Hq, (long long)Hkv, (long long)D, dtype_name, t_fb, 3.5 * flops_fwd / (t_fb * 1e9));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda_available()) {
+    std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
+    return 2;
+  }
+  bool gdn = argc == 1, attn = argc == 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
+    else if (std::strcmp(argv[i], "attn") == 0) attn = true;
+    else {
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn]\n");
+      return 2;
+    }
+  }
+  CudaContext& ctx = cuda_context();
+  if (gdn) bench_gdn(ctx);
+  if (attn) {
+    bench_attention_dtype<__nv_bfloat16>(ctx, "bf16", true);
+    bench_attention_dtype<float>(ctx, "f32 ", false);
+  }
+  return 0;
+}

@@ -34,59 +34,60 @@ CudaGdnWeights cuda_upload_gdn(CudaContext& ctx, const GdnWeights& w, const GdnD
   return d;
 }
 
-void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
-                            const GdnDims& d, const CudaBatchView& b) {
-  HLM_CHECK(out != x, "GDN forward: out may not alias x");
-  const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
-  const cudaStream_t stream = ctx.stream();
-  // Projections (conv inputs), then the conv outputs; names as in gdn_layer_ref.cpp's Activations.
-  CudaTensor qp = CudaTensor::empty(ctx, {n, Ck}), kp = CudaTensor::empty(ctx, {n, Ck});
-  CudaTensor vp = CudaTensor::empty(ctx, {n, Cv}), z = CudaTensor::empty(ctx, {n, Cv});
-  CudaTensor a = CudaTensor::empty(ctx, {n, Hv}), bl = CudaTensor::empty(ctx, {n, Hv});
-  CudaTensor qc = CudaTensor::empty(ctx, {n, Ck}), kc = CudaTensor::empty(ctx, {n, Ck});
-  CudaTensor vc = CudaTensor::empty(ctx, {n, Cv});
-  CudaTensor g = CudaTensor::empty(ctx, {n, Hv}), beta = CudaTensor::empty(ctx, {n, Hv});
-  CudaTensor o = CudaTensor::empty(ctx, {n, Cv});
-  cuda_linear_forward(ctx, qp.data<float>(), x, w.q_proj, n);
-  cuda_linear_forward(ctx, kp.data<float>(), x, w.k_proj, n);
-  cuda_linear_forward(ctx, vp.data<float>(), x, w.v_proj, n);
-  cuda_linear_forward(ctx, z.data<float>(), x, w.g_proj, n);
-  cuda_linear_forward(ctx, a.data<float>(), x, w.a_proj, n);
-  cuda_linear_forward(ctx, bl.data<float>(), x, w.b_proj, n);
-
-  const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
-  causal_conv1d_forward_cuda(qc.data<float>(), nullptr, qp.data<float>(), w.q_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(kc.data<float>(), nullptr, kp.data<float>(), w.k_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(vc.data<float>(), nullptr, vp.data<float>(), w.v_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sv, stream);
-  // Per-head L2 norm of q and k, in place (the CPU writes qn, kn apart; same values).
-  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
-  l2norm_forward_cuda(qc.data<float>(), qc.data<float>(), l2, stream);
-  l2norm_forward_cuda(kc.data<float>(), kc.data<float>(), l2, stream);
-  gdn_gate_forward_cuda(g.data<float>(), beta.data<float>(), a.data<float>(), bl.data<float>(),
-                        w.A_log.data<float>(), w.dt_bias.data<float>(), {n, Hv, d.neg_eigval}, stream);
-
+GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaBatchView& b) {
   GdnInputs<float> in;
-  in.q = qc.data<float>();
-  in.k = kc.data<float>();
-  in.v = vc.data<float>();
-  in.g = g.data<float>();
-  in.beta = beta.data<float>();
+  in.q = act.qn.data<float>();
+  in.k = act.kn.data<float>();
+  in.v = act.vc.data<float>();
+  in.g = act.g.data<float>();
+  in.beta = act.beta.data<float>();
   in.h0 = nullptr;
   in.cu_seqlens = b.cu_seqlens;
   in.n_seqs = b.n_seqs;
-  GdnOutputs<float> outs;
-  outs.o = o.data<float>();
+  return in;
+}
+
+GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaGdnWeights& w,
+                                                const GdnDims& d, const CudaBatchView& b) {
+  const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
+  const cudaStream_t stream = ctx.stream();
+  GdnCudaActivations act;
+  for (CudaTensor* t : {&act.qp, &act.kp, &act.qc, &act.kc, &act.qn, &act.kn}) *t = CudaTensor::empty(ctx, {n, Ck});
+  for (CudaTensor* t : {&act.vp, &act.z, &act.vc, &act.o, &act.y}) *t = CudaTensor::empty(ctx, {n, Cv});
+  for (CudaTensor* t : {&act.a, &act.b, &act.g, &act.beta}) *t = CudaTensor::empty(ctx, {n, Hv});
+  cuda_linear_forward(ctx, act.qp.data<float>(), x, w.q_proj, n);
+  cuda_linear_forward(ctx, act.kp.data<float>(), x, w.k_proj, n);
+  cuda_linear_forward(ctx, act.vp.data<float>(), x, w.v_proj, n);
+  cuda_linear_forward(ctx, act.z.data<float>(), x, w.g_proj, n);
+  cuda_linear_forward(ctx, act.a.data<float>(), x, w.a_proj, n);
+  cuda_linear_forward(ctx, act.b.data<float>(), x, w.b_proj, n);
+  const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
+  causal_conv1d_forward_cuda(act.qc.data<float>(), nullptr, act.qp.data<float>(), w.q_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(act.kc.data<float>(), nullptr, act.kp.data<float>(), w.k_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(act.vc.data<float>(), nullptr, act.vp.data<float>(), w.v_conv.data<float>(), nullptr,
+                             b.cu_seqlens, sv, stream);
+  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
+  l2norm_forward_cuda(act.qn.data<float>(), act.qc.data<float>(), l2, stream);
+  l2norm_forward_cuda(act.kn.data<float>(), act.kc.data<float>(), l2, stream);
+  gdn_gate_forward_cuda(act.g.data<float>(), act.beta.data<float>(), act.a.data<float>(), act.b.data<float>(),
+                        w.A_log.data<float>(), w.dt_bias.data<float>(), {n, Hv, d.neg_eigval}, stream);
+  GdnOutputs<float> out;
+  out.o = act.o.data<float>();
   const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
   // The CPU reference gets static_cast<float>(q_scale()) for T = float.
-  gated_delta_rule_forward_cuda(outs, in, shape, static_cast<float>(d.q_scale()), stream);
-
-  // Gated norm in place over o (y may alias x), then the output projection.
-  gated_rmsnorm_forward_cuda(o.data<float>(), o.data<float>(), z.data<float>(), w.o_norm.data<float>(),
+  gated_delta_rule_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, static_cast<float>(d.q_scale()), stream);
+  gated_rmsnorm_forward_cuda(act.y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
                              {n * Hv, d.value_dim, d.norm_eps}, stream);
-  cuda_linear_forward(ctx, out, o.data<float>(), w.o_proj, n);
+  return act;
+}
+
+void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
+                            const GdnDims& d, const CudaBatchView& b) {
+  HLM_CHECK(out != x, "GDN forward: out may not alias x");
+  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
+  cuda_linear_forward(ctx, out, act.y.data<float>(), w.o_proj, b.tokens);
 }
 
 }  // namespace hlm

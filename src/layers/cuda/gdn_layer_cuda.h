@@ -9,6 +9,7 @@
 #include "layers/cuda/cuda_linear.h"
 #include "layers/cuda/cuda_token_batch.h"
 #include "layers/gdn_layer.h"
+#include "ops/gated_delta_rule/gated_delta_rule.h"
 
 namespace hlm {
 
@@ -22,6 +23,25 @@ struct CudaGdnWeights {
 // Checks the host weights against dims (gdn_check_weights) and uploads them.
 CudaGdnWeights cuda_upload_gdn(CudaContext& ctx, const GdnWeights& w, const GdnDims& dims);
 
+// The forward's intermediates (names and shapes of gdn_layer_ref.cpp's Activations), device tensors: what the
+// forward computes before its output projection, and what the backward needs.
+struct GdnCudaActivations {
+  CudaTensor qp, kp, vp;  // q̃, k̃ [T, Ck], ṽ [T, Cv]: conv inputs
+  CudaTensor z, a, b;     // z [T, Cv], a and β logits [T, Hv]
+  CudaTensor qc, kc, vc;  // after conv + SiLU
+  CudaTensor qn, kn;      // per-head L2-normalised q, k [T, Ck]
+  CudaTensor g, beta;     // [T, Hv]
+  CudaTensor o;           // rule output [T, Cv]
+  CudaTensor y;           // gated-norm output [T, Cv] (the output projection's input)
+};
+
+// Runs the forward up to y (zero initial state), keeping every intermediate.
+GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaGdnWeights& w,
+                                                const GdnDims& dims, const CudaBatchView& batch);
+// The gated delta rule's inputs from those intermediates (normalised q, k, conv'd v, g, β; zero initial state).
+GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaBatchView& batch);
+
+// out = y Woᵀ after gdn_forward_activations_cuda.
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& dims, const CudaBatchView& batch);
 

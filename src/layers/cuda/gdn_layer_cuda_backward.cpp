@@ -12,69 +12,6 @@
 
 namespace hlm {
 
-namespace {
-
-// The forward's intermediates (names and shapes of gdn_layer_ref.cpp's Activations), device tensors.
-struct GdnActivations {
-  CudaTensor qp, kp, vp;  // q̃, k̃ [T, Ck], ṽ [T, Cv]: conv inputs
-  CudaTensor z, a, b;     // z [T, Cv], a and β logits [T, Hv]
-  CudaTensor qc, kc, vc;  // after conv + SiLU
-  CudaTensor qn, kn;      // per-head L2-normalised q, k [T, Ck]
-  CudaTensor g, beta;     // [T, Hv]
-  CudaTensor o;           // rule output [T, Cv]
-  CudaTensor y;           // gated-norm output [T, Cv]
-};
-
-// The gated delta rule's inputs: the forward's normalised q, k, conv'd v, gate and β (zero initial state).
-GdnInputs<float> rule_inputs(const GdnActivations& act, const CudaBatchView& b) {
-  GdnInputs<float> in;
-  in.q = act.qn.data<float>();
-  in.k = act.kn.data<float>();
-  in.v = act.vc.data<float>();
-  in.g = act.g.data<float>();
-  in.beta = act.beta.data<float>();
-  in.cu_seqlens = b.cu_seqlens;
-  in.n_seqs = b.n_seqs;
-  return in;
-}
-
-GdnActivations recompute_forward(CudaContext& ctx, const float* x, const CudaGdnWeights& w, const GdnDims& d,
-                                 const CudaBatchView& b) {
-  const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
-  const cudaStream_t stream = ctx.stream();
-  GdnActivations act;
-  for (CudaTensor* t : {&act.qp, &act.kp, &act.qc, &act.kc, &act.qn, &act.kn}) *t = CudaTensor::empty(ctx, {n, Ck});
-  for (CudaTensor* t : {&act.vp, &act.z, &act.vc, &act.o, &act.y}) *t = CudaTensor::empty(ctx, {n, Cv});
-  for (CudaTensor* t : {&act.a, &act.b, &act.g, &act.beta}) *t = CudaTensor::empty(ctx, {n, Hv});
-  cuda_linear_forward(ctx, act.qp.data<float>(), x, w.q_proj, n);
-  cuda_linear_forward(ctx, act.kp.data<float>(), x, w.k_proj, n);
-  cuda_linear_forward(ctx, act.vp.data<float>(), x, w.v_proj, n);
-  cuda_linear_forward(ctx, act.z.data<float>(), x, w.g_proj, n);
-  cuda_linear_forward(ctx, act.a.data<float>(), x, w.a_proj, n);
-  cuda_linear_forward(ctx, act.b.data<float>(), x, w.b_proj, n);
-  const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
-  causal_conv1d_forward_cuda(act.qc.data<float>(), nullptr, act.qp.data<float>(), w.q_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(act.kc.data<float>(), nullptr, act.kp.data<float>(), w.k_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(act.vc.data<float>(), nullptr, act.vp.data<float>(), w.v_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sv, stream);
-  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
-  l2norm_forward_cuda(act.qn.data<float>(), act.qc.data<float>(), l2, stream);
-  l2norm_forward_cuda(act.kn.data<float>(), act.kc.data<float>(), l2, stream);
-  gdn_gate_forward_cuda(act.g.data<float>(), act.beta.data<float>(), act.a.data<float>(), act.b.data<float>(),
-                        w.A_log.data<float>(), w.dt_bias.data<float>(), {n, Hv, d.neg_eigval}, stream);
-  const GdnInputs<float> in = rule_inputs(act, b);
-  GdnOutputs<float> out;
-  out.o = act.o.data<float>();
-  const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
-  gated_delta_rule_forward_cuda(out, in, shape, static_cast<float>(d.q_scale()), stream);
-  gated_rmsnorm_forward_cuda(act.y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
-                             {n * Hv, d.value_dim, d.norm_eps}, stream);
-  return act;
-}
-
-}  // namespace
 
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
@@ -82,7 +19,7 @@ void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, co
   const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
   const int64_t K = d.conv_kernel;
   const cudaStream_t stream = ctx.stream();
-  const GdnActivations act = recompute_forward(ctx, x, w, d, b);
+  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
   // Op-level weight gradients are overwritten here, then added into gr (the CPU's dw_small + add_into).
   CudaTensor dw_small = CudaTensor::empty(ctx, {std::max(std::max(Ck, Cv) * K, d.value_dim)});
   float* dws = dw_small.data<float>();
@@ -105,7 +42,7 @@ void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, co
   CudaTensor dvc = CudaTensor::empty(ctx, {n, Cv});
   CudaTensor dg = CudaTensor::empty(ctx, {n, Hv}), dbeta = CudaTensor::empty(ctx, {n, Hv});
   {
-    const GdnInputs<float> in = rule_inputs(act, b);
+    const GdnInputs<float> in = gdn_rule_inputs_cuda(act, b);
     GdnInputGrads<float> grads;
     grads.dq = dqn.data<float>();
     grads.dk = dkn.data<float>();

@@ -25,45 +25,62 @@ CudaAttentionWeights cuda_upload_attention(CudaContext& ctx, const AttentionWeig
   return d;
 }
 
-namespace {
-
-// In-place RMSNorm of a [T, heads·D] projection: per head (norm_size D) or over the whole projection (H·D), as the
-// CPU's norm_rows.
-void qk_norm(CudaContext& ctx, float* x, const CudaTensor& weight, int64_t norm_size, int64_t tokens, int64_t heads,
-             int64_t D, float eps) {
+RmsnormCudaParams attention_qk_norm_params(int64_t norm_size, int64_t tokens, int64_t heads, int64_t D, float eps) {
   HLM_CHECK(norm_size == D || norm_size == heads * D, "q/k norm of ", norm_size, " entries for ", heads,
             " heads of ", D);
-  const RmsnormCudaParams p{tokens * heads * D / norm_size, norm_size, eps};
-  rmsnorm_forward_cuda(x, x, weight.data<float>(), p, ctx.stream());
+  return {tokens * heads * D / norm_size, norm_size, eps};
 }
 
-}  // namespace
-
-void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
-                                  const AttentionDims& d, const RopeCudaTable* rope, const CudaBatchView& b) {
-  HLM_CHECK(out != x, "attention forward: out may not alias x");
+AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, const float* x,
+                                                            const CudaAttentionWeights& w, const AttentionDims& d,
+                                                            const RopeCudaTable* rope, const CudaBatchView& b) {
+  const cudaStream_t stream = ctx.stream();
   const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
-  CudaTensor q = CudaTensor::empty(ctx, {n, Cq});
-  CudaTensor k = CudaTensor::empty(ctx, {n, Ckv});
-  CudaTensor v = CudaTensor::empty(ctx, {n, Ckv});
-  CudaTensor o = CudaTensor::empty(ctx, {n, Cq});
-  CudaTensor lse = CudaTensor::empty(ctx, {n, d.q_heads});  // kept by the flash kernel; unused in inference
-  cuda_linear_forward(ctx, q.data<float>(), x, w.q_proj, n);
-  cuda_linear_forward(ctx, k.data<float>(), x, w.k_proj, n);
-  cuda_linear_forward(ctx, v.data<float>(), x, w.v_proj, n);
-  if (w.q_norm_size > 0) qk_norm(ctx, q.data<float>(), w.q_norm, w.q_norm_size, n, d.q_heads, D, d.norm_eps);
-  if (w.k_norm_size > 0) qk_norm(ctx, k.data<float>(), w.k_norm, w.k_norm_size, n, d.kv_heads, D, d.norm_eps);
+  AttentionCudaActivations a;
+  a.q_lin = CudaTensor::empty(ctx, {n, Cq});
+  a.k_lin = CudaTensor::empty(ctx, {n, Ckv});
+  a.q = CudaTensor::empty(ctx, {n, Cq});
+  a.k = CudaTensor::empty(ctx, {n, Ckv});
+  a.v = CudaTensor::empty(ctx, {n, Ckv});
+  a.o = CudaTensor::empty(ctx, {n, Cq});
+  a.lse = CudaTensor::empty(ctx, {n, d.q_heads});
+  cuda_linear_forward(ctx, a.q_lin.data<float>(), x, w.q_proj, n);
+  cuda_linear_forward(ctx, a.k_lin.data<float>(), x, w.k_proj, n);
+  cuda_linear_forward(ctx, a.v.data<float>(), x, w.v_proj, n);
+  // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k.
+  const struct {
+    const CudaTensor& lin;
+    CudaTensor& out;
+    const CudaTensor& weight;
+    int64_t norm_size, heads;
+  } norms[] = {{a.q_lin, a.q, w.q_norm, w.q_norm_size, d.q_heads},
+               {a.k_lin, a.k, w.k_norm, w.k_norm_size, d.kv_heads}};
+  for (const auto& nm : norms) {
+    if (nm.norm_size > 0) {
+      rmsnorm_forward_cuda(nm.out.data<float>(), nm.lin.data<float>(), nm.weight.data<float>(),
+                           attention_qk_norm_params(nm.norm_size, n, nm.heads, D, d.norm_eps), stream);
+    } else {
+      cuda_copy_device(ctx, nm.out.raw(), nm.lin.raw(), nm.out.nbytes());
+    }
+  }
   if (rope != nullptr) {
     HLM_CHECK(rope->head_dim == D, "rope table head_dim ", rope->head_dim, " != attention head_dim ", D);
     HLM_CHECK(rope->num_positions >= b.max_seqlen, "rope table of ", rope->num_positions,
               " positions for sequences of ", b.max_seqlen);
-    rope_forward_cuda(q.data<float>(), b.positions, n, d.q_heads, *rope, b.error_flag, ctx.stream());
-    rope_forward_cuda(k.data<float>(), b.positions, n, d.kv_heads, *rope, b.error_flag, ctx.stream());
+    rope_forward_cuda(a.q.data<float>(), b.positions, n, d.q_heads, *rope, b.error_flag, stream);
+    rope_forward_cuda(a.k.data<float>(), b.positions, n, d.kv_heads, *rope, b.error_flag, stream);
   }
   const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale};
-  attention_forward_cuda(o.data<float>(), lse.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                         b.cu_seqlens, ap, b.error_flag, ctx.stream());
-  cuda_linear_forward(ctx, out, o.data<float>(), w.o_proj, n);
+  attention_forward_cuda(a.o.data<float>(), a.lse.data<float>(), a.q.data<float>(), a.k.data<float>(),
+                         a.v.data<float>(), b.cu_seqlens, ap, b.error_flag, stream);
+  return a;
+}
+
+void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
+                                  const AttentionDims& d, const RopeCudaTable* rope, const CudaBatchView& b) {
+  HLM_CHECK(out != x, "attention forward: out may not alias x");
+  const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
+  cuda_linear_forward(ctx, out, a.o.data<float>(), w.o_proj, b.tokens);
 }
 
 }  // namespace hlm

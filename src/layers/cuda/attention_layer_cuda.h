@@ -10,6 +10,7 @@
 #include "layers/attention_layer.h"
 #include "layers/cuda/cuda_linear.h"
 #include "layers/cuda/cuda_token_batch.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope_cuda.h"
 
 namespace hlm {
@@ -23,7 +24,27 @@ struct CudaAttentionWeights {
 // Checks the host weights against dims (attention_check_weights) and uploads them.
 CudaAttentionWeights cuda_upload_attention(CudaContext& ctx, const AttentionWeights& w, const AttentionDims& dims);
 
-// rope: nullptr = no rotary embedding (OLMo-Hybrid). The table must cover batch.max_seqlen positions.
+// The rows of a q/k RMSNorm over a [T, heads·D] projection: per head (norm_size D) or the whole projection
+// (heads·D), as the CPU's norm_rows (internal error otherwise).
+RmsnormCudaParams attention_qk_norm_params(int64_t norm_size, int64_t tokens, int64_t heads, int64_t head_dim,
+                                           float eps);
+
+// The forward's intermediates (attention_layer.cpp's Activations with keep_pre_norm, plus the softmax's lse):
+// what the forward computes before o_proj, and what the backward needs.
+struct AttentionCudaActivations {
+  CudaTensor q_lin, k_lin;  // q̃ [T, Hq·D], k̃ [T, Hkv·D]: the projections before the q/k norms
+  CudaTensor q, k, v;       // q, k after norm and rope; v
+  CudaTensor o;             // attention output [T, Hq·D] (o_proj's input)
+  CudaTensor lse;           // [T, Hq] fp32 log-sum-exp of each softmax row
+};
+
+// Runs the forward up to o, keeping every intermediate. rope: nullptr = no rotary embedding (OLMo-Hybrid); the
+// table must cover batch.max_seqlen positions.
+AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, const float* x,
+                                                            const CudaAttentionWeights& w, const AttentionDims& dims,
+                                                            const RopeCudaTable* rope, const CudaBatchView& batch);
+
+// out = o Woᵀ after attention_forward_activations_cuda.
 void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
                                   const AttentionDims& dims, const RopeCudaTable* rope, const CudaBatchView& batch);
 

@@ -51,15 +51,16 @@ std::vector<TokenizedSentence> tokenize_unit(const Tokenizer& tok, const UnitWor
 bool usable(const TokenizedSentence& s) { return !s.ids.empty() && !s.kept.empty(); }
 
 SentenceStates run_unit(Model& model, const std::vector<TokenizedSentence>& sentences,
-                        const std::vector<CapturePoint>& points) {
+                        const std::vector<CapturePoint>& points, const StatesForward& forward) {
   std::vector<const TokenizedSentence*> ptrs;
   for (const TokenizedSentence& s : sentences) ptrs.push_back(&s);
-  return forward_sentence_states(model, ptrs, points);
+  return forward_sentence_states(model, ptrs, points, forward);
 }
 
 // σ per (point, layer) by the median heuristic over a pooled token sample of the first units.
 std::vector<std::vector<double>> median_sigmas(Model& model, const Tokenizer& tok, const std::vector<UnitWork>& work,
-                                               const AlignSettings& s, int64_t layers, int64_t& sample_tokens) {
+                                               const AlignSettings& s, int64_t layers, const StatesForward& forward,
+                                               int64_t& sample_tokens) {
   const int64_t H = model.config().hidden_size;
   std::vector<std::vector<std::vector<float>>> sample(s.points.size(), std::vector<std::vector<float>>(size_t(layers)));
   sample_tokens = 0;
@@ -70,7 +71,7 @@ std::vector<std::vector<double>> median_sigmas(Model& model, const Tokenizer& to
     sentences.erase(std::remove_if(sentences.begin(), sentences.end(), [](const auto& x) { return !usable(x); }),
                     sentences.end());
     if (sentences.empty()) continue;
-    const SentenceStates states = run_unit(model, sentences, s.points);
+    const SentenceStates states = run_unit(model, sentences, s.points, forward);
     for (size_t i = 0; i < sentences.size() && sample_tokens < s.sigma_sample_tokens; ++i) {
       const int64_t take = std::min<int64_t>(static_cast<int64_t>(sentences[i].kept.size()),
                                              s.sigma_sample_tokens - sample_tokens);
@@ -121,7 +122,8 @@ double AlignResult::mean_softcka(size_t point, int layer) const {
 }
 
 AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const ParallelSet& set, const AlignSettings& s,
-                          const AlignProgress& progress, KernelNormEngine* engine) {
+                          const AlignProgress& progress, KernelNormEngine* engine, const StatesForward& forward,
+                          const std::string& forward_device) {
   HLM_CHECK_INPUT(!s.langs.empty(), "align: no languages to compare with ", s.anchor);
   HLM_CHECK_INPUT(!s.points.empty(), "align: no capture points");
   for (const std::string& l : s.langs) HLM_CHECK_INPUT(l != s.anchor, "align: ", l, " is the anchor language");
@@ -141,6 +143,7 @@ AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const Parall
   AlignResult r;
   r.settings = s;
   r.device = engine->name();
+  r.forward_device = forward ? forward_device : "cpu";
   r.layers = L;
   r.terms.assign(P, std::vector<std::vector<SoftCkaTerms>>(size_t(L), std::vector<SoftCkaTerms>(NL)));
   r.pairs.assign(NL, 0);
@@ -156,7 +159,7 @@ AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const Parall
     r.sigma.assign(P, std::vector<double>(size_t(L), *s.sigma));
   } else {
     say("align: estimating the median bandwidth per point and layer");
-    r.sigma = median_sigmas(model, tokenizer, work, s, L, r.sigma_sample);
+    r.sigma = median_sigmas(model, tokenizer, work, s, L, forward, r.sigma_sample);
   }
 
   const size_t cells = P * size_t(L);
@@ -184,7 +187,7 @@ AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const Parall
     std::vector<TokenizedSentence> run{sentences[0]};
     std::vector<size_t> index(w.langs.size(), 0);
     for (size_t i : langs_here) index[i] = run.size(), run.push_back(sentences[i + 1]);
-    const SentenceStates states = run_unit(model, run, s.points);
+    const SentenceStates states = run_unit(model, run, s.points, forward);
 
     // A cell's kept rows: the run's sentences one after another (start[k] = first row of sentence k in the cell).
     std::vector<int64_t> start(run.size() + 1, 0);
@@ -283,6 +286,7 @@ void align_write_outputs(const std::filesystem::path& dir, const AlignResult& r,
   j["keep_special"] = s.keep_special;
   j["units"] = r.units;
   j["device"] = r.device;
+  j["forward_device"] = r.forward_device;
   for (size_t p = 0; p < s.points.size(); ++p) j["sigma"][std::string(capture_point_info(s.points[p]).name)] = r.sigma[p];
   for (size_t l = 0; l < s.langs.size(); ++l)
     j["counts"][s.langs[l]] = {{"pairs", r.pairs[l]},

@@ -11,7 +11,8 @@
 // Pairs whose anchor or other sentence has no kept token are skipped and counted. Work: one forward per unit with
 // the anchor and all its languages packed; the h11 / h22 / h12 of the unit's (point, layer) cells go to a kernel-norm
 // engine (analysis/softcka_batch.h) in batches: the CPU engine (OpenMP over jobs) unless another is given, e.g. the
-// CUDA one (`--device cuda`; the forward stays on the CPU).
+// CUDA one. The forward that produces the states is the CPU's Model::forward unless a StatesForward is given
+// (analysis/sentence_states.h), e.g. the GPU's (analysis/cuda/cuda_states_forward.h); `--device cuda` uses both.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/sentence_states.h"
 #include "analysis/softcka.h"
 #include "analysis/softcka_batch.h"
 #include "data/parallel_set.h"
@@ -50,6 +52,7 @@ struct AlignResult {
   int64_t units = 0;                                          // units run through the model
   int64_t sigma_sample = 0;                                   // tokens in the median sample (0: σ given / linear)
   std::string device;                                         // the kernel-norm engine that ran: "cpu", "cuda"
+  std::string forward_device = "cpu";                         // where the model forward ran (the caller's word)
 
   double softcka(size_t point, int layer, size_t lang) const;
   double mean_softcka(size_t point, int layer) const;  // mean over the languages with a defined score
@@ -57,9 +60,11 @@ struct AlignResult {
 
 using AlignProgress = std::function<void(const std::string& line)>;
 
+// engine nullptr: the CPU engine; forward empty: Model::forward on the CPU (then forward_device says "cpu").
 AlignResult align_softcka(Model& model, const Tokenizer& tokenizer, const ParallelSet& set,
                           const AlignSettings& settings, const AlignProgress& progress = {},
-                          KernelNormEngine* engine = nullptr);  // nullptr: the CPU engine
+                          KernelNormEngine* engine = nullptr, const StatesForward& forward = {},
+                          const std::string& forward_device = "cpu");
 
 // Writes softcka.csv (layer,point,lang,softcka; lang "mean" = average over languages), settings.json and one
 // softcka_<point>.svg per point (full-attention layers of a hybrid model as dotted lines) into dir (created).

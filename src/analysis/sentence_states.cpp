@@ -27,7 +27,7 @@ void SentenceStates::gather(size_t p, int layer, size_t s, const TokenizedSenten
 }
 
 SentenceStates forward_sentence_states(Model& model, const std::vector<const TokenizedSentence*>& sentences,
-                                       const std::vector<CapturePoint>& points) {
+                                       const std::vector<CapturePoint>& points, const StatesForward& forward) {
   for (CapturePoint p : points)
     HLM_CHECK_INPUT(capture_point_info(p).per_layer, "capture point ", capture_point_info(p).name,
                     " is not a per-layer point");
@@ -47,7 +47,17 @@ SentenceStates forward_sentence_states(Model& model, const std::vector<const Tok
     const float* data = value.f32();
     states.values[static_cast<size_t>(it - points.begin())][static_cast<size_t>(layer)].assign(data, data + value.numel());
   };
-  model.forward(batch, {}, capture);
+  if (forward) {
+    forward(batch, points, capture);
+  } else {
+    model.forward(batch, {}, capture);
+  }
+  const auto expected = static_cast<size_t>(batch.total_tokens() * states.hidden);
+  for (size_t p = 0; p < points.size(); ++p)
+    for (size_t layer = 0; layer < states.values[p].size(); ++layer)
+      HLM_CHECK(states.values[p][layer].size() == expected, "forward_sentence_states: ",
+                capture_point_info(points[p]).name, " layer ", layer, " holds ", states.values[p][layer].size(),
+                " values, expected ", expected);
   return states;
 }
 

@@ -3,6 +3,7 @@
 // of chosen per-layer capture points.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,16 @@ struct SentenceStates {
   void gather(size_t p, int layer, size_t s, const TokenizedSentence& sentence, std::vector<float>& out) const;
 };
 
-// points must be per-layer points (input error otherwise); sentences must be non-empty.
+// The forward behind forward_sentence_states: one pass over a packed batch that calls `capture` with host values
+// [T, hidden] for (at least) every layer of the given per-layer points. Empty: the CPU's Model::forward. A device
+// brings its own (analysis/cuda/cuda_states_forward.h: CudaModel::forward, downloading only those points).
+using StatesForward =
+    std::function<void(const TokenBatch& batch, const std::vector<CapturePoint>& points, const Capture& capture)>;
+
+// points must be per-layer points (input error otherwise); sentences must be non-empty. Every (point, layer) must
+// have been captured with T·hidden values (internal error otherwise: a forward that skipped one).
 SentenceStates forward_sentence_states(Model& model, const std::vector<const TokenizedSentence*>& sentences,
-                                       const std::vector<CapturePoint>& points);
+                                       const std::vector<CapturePoint>& points, const StatesForward& forward = {});
 
 // "attn_in,attn_out" -> points (input error naming unknown or non-per-layer names and listing the known ones).
 std::vector<CapturePoint> parse_layer_points(const std::string& list);

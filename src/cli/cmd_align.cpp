@@ -1,6 +1,7 @@
 // `hybridlm align --model DIR --tokenizer FILE|bytes --parallel SET --langs L1,L2 --points P1,P2 --out DIR`:
 // SoftCKA per layer and capture point between English and each language of a parallel set (analysis/align.h),
-// plus the mean over languages; writes softcka.csv, settings.json and one SVG line plot per point.
+// plus the mean over languages; writes softcka.csv, settings.json and one SVG line plot per point. --device cuda runs
+// the model forward (analysis/cuda/cuda_states_forward.h) and the SoftCKA kernel sums on GPU 0.
 #include <cstdio>
 #include <memory>
 
@@ -8,6 +9,7 @@
 #include "analysis/sentence_states.h"
 #include "cli/subcommands.h"
 #ifdef HLM_WITH_CUDA
+#include "analysis/cuda/cuda_states_forward.h"
 #include "analysis/cuda/softcka_cuda_engine.h"
 #endif
 
@@ -23,12 +25,23 @@ struct AlignCliOptions {
   bool keep_special = false;
 };
 
-// The engine for the SoftCKA kernel sums; the model forward runs on the CPU either way.
+// The engine for the SoftCKA kernel sums.
 std::unique_ptr<KernelNormEngine> make_engine(const std::string& device) {
   if (device == "cpu") return make_cpu_kernel_norm_engine();
 #ifdef HLM_WITH_CUDA
   return make_cuda_kernel_norm_engine();  // input error when no usable GPU
 #else
+  throw_input_error("--device cuda: this hybridlm was built without the CUDA backend (make build CUDA=ON)");
+#endif
+}
+
+// The model forward behind the token states: empty (the CPU's Model::forward) or the GPU's.
+StatesForward make_states_forward(const std::string& device, const Model& model) {
+  if (device == "cpu") return {};
+#ifdef HLM_WITH_CUDA
+  return make_cuda_states_forward(model);  // input error when no usable GPU
+#else
+  (void)model;
   throw_input_error("--device cuda: this hybridlm was built without the CUDA backend (make build CUDA=ON)");
 #endif
 }
@@ -58,13 +71,15 @@ int run_align(const AlignCliOptions& o) {
   const ParallelSet set = parallel_set_load(o.parallel);
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(o.tokenizer);
   Model model = Model::load(o.model);
-  std::printf("align: %s (%lld layers), %zu languages vs %s, %zu points, kernel %s, sigma %s, kernel sums on %s\n",
+  const StatesForward forward = make_states_forward(o.device, model);
+  std::printf("align: %s (%lld layers), %zu languages vs %s, %zu points, kernel %s, sigma %s, forward and kernel "
+              "sums on %s\n",
               o.model.c_str(), static_cast<long long>(model.config().num_hidden_layers), s.langs.size(),
               s.anchor.c_str(), s.points.size(), o.kernel.c_str(), o.sigma.c_str(), engine->name().c_str());
   std::fflush(stdout);
-  const AlignResult r = align_softcka(model, *tokenizer, set, s, [](const std::string& line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }, engine.get());
+  const AlignResult r = align_softcka(
+      model, *tokenizer, set, s, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); },
+      engine.get(), forward, o.device);
   align_write_outputs(o.out, r, model.config(),
                       {{"model", o.model}, {"tokenizer", tokenizer->name()}, {"parallel", o.parallel}});
   for (size_t l = 0; l < s.langs.size(); ++l)
@@ -86,9 +101,10 @@ void add_align_command(CLI::App& app, std::function<int()>& action) {
       "bandwidth, double centring, squared Frobenius norms summed over the pairs before normalising. The parallel\n"
       "set is JSONL (optionally .zst): {\"id\": ..., \"eng_Latn\": ..., \"fra_Latn\": ...} per line.\n"
       "Outputs in --out: softcka.csv (layer,point,lang,softcka; lang \"mean\" = average over languages),\n"
-      "settings.json (sigma per point and layer, counts, device), softcka_<point>.svg (dotted: full-attention\n"
-      "layers). --device cuda computes the kernel sums on the GPU in fp64 (equal to the CPU path within the CPU's\n"
-      "fp32 dot-product rounding, docs/analysis.md).\n"
+      "settings.json (sigma per point and layer, counts, device, forward_device), softcka_<point>.svg (dotted:\n"
+      "full-attention layers). --device cuda runs the model forward on the GPU (fp32, CudaModel; only the wanted\n"
+      "points come back) and computes the kernel sums there in fp64; the CSV matches --device cpu within ~1e-5\n"
+      "(the forward's summation order, docs/analysis.md).\n"
       "Examples:\n"
       "  hybridlm align --model tests/golden/olmo_hybrid_tiny --tokenizer bytes --parallel flores.jsonl \\\n"
       "      --langs fra_Latn,cmn_Hani --points attn_in,attn_out --out out/align\n"
@@ -110,8 +126,7 @@ void add_align_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--anchor", o->anchor, "The reference language")->capture_default_str();
   cmd->add_flag("--keep-special", o->keep_special, "Keep special tokens (dropped by default)");
   cmd->add_option("--device", o->device,
-                  "Where the SoftCKA kernel sums run (the model forward stays on the CPU); cuda needs a CUDA build and "
-                  "a GPU")
+                  "Where the model forward and the SoftCKA kernel sums run; cuda needs a CUDA build and a GPU")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory (created)")->required();

@@ -1,7 +1,10 @@
-// `hybridlm eval --model DIR [--teacher DIR] --data CORPUS [--tokenizer bytes] --split valid|test [--out FILE]`:
+// `hybridlm eval --model DIR [--teacher DIR] --data CORPUS [--tokenizer bytes] --split valid|test [--out FILE]
+//  [--device cpu|cuda]`:
 // per-language held-out cross-entropy (and, with a teacher, forward KL at tau = 1 and the teacher's CE), in nats per
 // token (train/eval.h). The held-out rows are those of training (data/data_stream.h): pass the run's --seq-len,
 // --held-out-docs and --eval-tokens to score the same tokens. --out writes the JSON that `hybridlm compare` reads.
+// --device cuda runs the passes on GPU 0 (train/cuda/cuda_eval.h, the path of validation in `--device cuda` runs;
+// builds with the CUDA backend only); the JSON records the device in its meta.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +14,10 @@
 #include "models/model.h"
 #include "models/safetensors.h"
 #include "train/eval.h"
+#ifdef HLM_WITH_CUDA
+#include "backend/cuda/device_query.h"
+#include "train/cuda/cuda_eval.h"
+#endif
 
 namespace hlm {
 namespace {
@@ -18,11 +25,31 @@ namespace {
 namespace fs = std::filesystem;
 
 struct EvalOptions {
-  std::string model, teacher, data, tokenizer = "bytes", split, out;
+  std::string model, teacher, data, tokenizer = "bytes", split, out, device = "cpu";
   int64_t seq_len = 1024, held_out_docs = 1000, eval_tokens = 16 * 1024, rows = 8;
 };
 
+// The held-out evaluation on the chosen device (the same passes of `rows` rows either way).
+EvalResult evaluate_on(const std::string& device, Model& model, Model* teacher, const HeldOutSet& set, int64_t rows) {
+  if (device == "cpu") return evaluate(model, teacher, set, rows);
+#ifdef HLM_WITH_CUDA
+  return cuda_evaluate(model, teacher, set, rows);  // input error when no usable GPU
+#else
+  (void)model, (void)teacher, (void)set, (void)rows;
+  throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+}
+
 int run_eval(const EvalOptions& o) {
+  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device: '", o.device,
+                  "' is not a device (cpu or cuda)");
+  if (o.device == "cuda") {  // before anything is loaded
+#ifdef HLM_WITH_CUDA
+    HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
+#else
+    throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+  }
   HLM_CHECK_INPUT(o.seq_len >= 2, "--seq-len must be at least 2");
   HLM_CHECK_INPUT(o.held_out_docs >= 1 && o.rows >= 1, "--held-out-docs and --rows must be positive");
   HLM_CHECK_INPUT(o.eval_tokens >= o.seq_len, "--eval-tokens must hold at least one row of --seq-len tokens");
@@ -48,7 +75,7 @@ int run_eval(const EvalOptions& o) {
   data.held_out_docs = o.held_out_docs;
   data.eval_tokens_per_language = o.eval_tokens;
   const HeldOutSet set = held_out_set(corpus, *tokenizer, data, o.split == "test" ? Split::Test : Split::Valid);
-  EvalResult result = evaluate(model, teacher ? &*teacher : nullptr, set, o.rows);
+  EvalResult result = evaluate_on(o.device, model, teacher ? &*teacher : nullptr, set, o.rows);
   for (LanguageEval& l : result.languages) l.tier = corpus.language(l.code).tier;
 
   std::printf("model        %s\n", o.model.c_str());
@@ -56,6 +83,7 @@ int run_eval(const EvalOptions& o) {
   std::printf("data         %s, split %s: %lld held-out documents per language, rows of %lld tokens\n",
               o.data.c_str(), o.split.c_str(), static_cast<long long>(o.held_out_docs),
               static_cast<long long>(o.seq_len));
+  std::printf("device       %s\n", o.device.c_str());
   std::printf("unit         nats/token%s\n", teacher ? " (kl: D_KL(teacher || model), tau 1)" : "");
   std::printf("%s", eval_result_table(result).c_str());
   if (!o.out.empty()) {
@@ -66,7 +94,8 @@ int run_eval(const EvalOptions& o) {
                                  {"tokenizer", o.tokenizer},
                                  {"seq_len", o.seq_len},
                                  {"held_out_docs", o.held_out_docs},
-                                 {"eval_tokens", o.eval_tokens}};
+                                 {"eval_tokens", o.eval_tokens},
+                                 {"device", o.device}};
     file_write_atomic(o.out, eval_result_to_json(result, meta).dump(2) + "\n");
     std::printf("wrote        %s\n", o.out.c_str());
   }
@@ -81,10 +110,13 @@ void add_eval_command(CLI::App& app, std::function<int()>& action) {
   cmd->footer(
       "CE averages over the tokens that have a next-token target; KL (tau = 1) over every token of the language;\n"
       "the mean line averages the languages. Use the run's --seq-len/--held-out-docs/--eval-tokens to score the\n"
-      "same held-out tokens as training did.\n"
+      "same held-out tokens as training did. --device cuda runs the forward and the LM-head losses on GPU 0 (fp32;\n"
+      "CE within ~1e-6 and KL within ~1e-5 relative of the CPU's, docs/training.md); same table and JSON form.\n"
       "Examples:\n"
       "  hybridlm eval --model runs/rp/model --teacher runs/teacher/model --data corpus/ --split test --seq-len 256\n"
-      "  hybridlm eval --model runs/rp/checkpoint-00000500 --data corpus/ --split valid --out valid_500.json");
+      "  hybridlm eval --model runs/rp/checkpoint-00000500 --data corpus/ --split valid --out valid_500.json\n"
+      "  hybridlm eval --model runs/rp/model --teacher runs/teacher/model --data corpus/ --split test --seq-len 256 \\\n"
+      "      --rows 32 --device cuda   (builds with the CUDA backend)");
   cmd->add_option("--model", o->model, "Model directory (a run's model/ or checkpoint-*/ work too)")->required();
   cmd->add_option("--teacher", o->teacher, "Teacher model directory: adds KL and the teacher's CE");
   cmd->add_option("--data", o->data, "Corpus directory")->required();
@@ -97,6 +129,9 @@ void add_eval_command(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--rows", o->rows, "Rows per forward pass (memory)")->capture_default_str();
   cmd->add_option("--out", o->out, "Write the results as JSON (the form `hybridlm compare` reads)");
+  cmd->add_option("--device", o->device,
+                  "Where the evaluation runs: cpu, or cuda (GPU 0, fp32; needs a build with the CUDA backend)")
+      ->capture_default_str();
   cmd->callback([o, &action] { action = [o] { return run_eval(*o); }; });
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/subcommands.h"
+#include "cli/train_device_cli.h"
 #include "core/error.h"
 #include "study/study_run.h"
 
@@ -36,7 +37,9 @@ int run_study(const StudyCliOptions& o) {
     }
     config = study_config_from_json(j, o.config);
   }
-  const StudyResult r = study_run(config, o.out);
+  const StudyResult r = study_run(config, o.out, [](const std::string& device, const std::string& precision) {
+    return train_device_for(device, precision);
+  });
   std::printf("study: %d stages run, %d skipped\nstudy: report at %s\n", r.stages_run, r.stages_skipped,
               r.report.string().c_str());
   return 0;
@@ -57,7 +60,8 @@ void add_study_command(CLI::App& app, std::function<int()>& action) {
       "Examples:\n"
       "  hybridlm study --out out/demo-study                  # the demo study\n"
       "  hybridlm study --print-default-config > my_study.json\n"
-      "  hybridlm study --config my_study.json --out runs/study1");
+      "  hybridlm study --config my_study.json --out runs/study1\n"
+      "  hybridlm study --config configs/study-gpu.json --out runs/gpu   # pretrain/distill.device = cuda");
   cmd->add_option("--config", o->config, "Study config JSON (keys over the defaults)");
   cmd->add_option("--out", o->out, "Output directory of the study")->capture_default_str();
   cmd->add_flag("--print-default-config", o->print_default, "Print the compiled-in default config and exit");

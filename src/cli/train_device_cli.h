@@ -9,6 +9,7 @@
 
 namespace hlm {
 
-std::unique_ptr<TrainDevice> train_device_for(const std::string& name);
+// precision: "fp32", or "bf16" (the CUDA trainer's bf16 compute mode; an input error on the CPU).
+std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision = "fp32");
 
 }  // namespace hlm

@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, std::string>> versions() {
 
 // Runs (or resumes) one training job into `dir`: resumes from the newest checkpoint of an unfinished run, otherwise
 // starts over in an empty directory. Throws unless the run completed.
-void train_stage(TrainConfig config, const fs::path& dir) {
+void train_stage(TrainConfig config, const fs::path& dir, const StudyDeviceFactory& devices) {
   config.out = dir.string();
   config.resume.clear();
   if (fs::exists(dir) && !fs::exists(dir / "model") && !checkpoint_list(dir).empty()) {
@@ -87,7 +87,13 @@ void train_stage(TrainConfig config, const fs::path& dir) {
   } else {
     fs::remove_all(dir);
   }
-  const TrainResult r = train_run(config);
+  std::unique_ptr<TrainDevice> device;
+  if (config.device != "cpu") {
+    HLM_CHECK_INPUT(static_cast<bool>(devices), "study: device '", config.device,
+                    "' needs an accelerator, and this caller passed none");
+    device = devices(config.device, config.precision);
+  }
+  const TrainResult r = train_run(config, {}, device.get());
   if (r.status == TrainStatus::Diverged)
     throw_internal_error(dir.string(), ": the training run diverged: ", r.message);
   HLM_CHECK(r.status == TrainStatus::Completed || r.status == TrainStatus::DataExhausted, dir.string(),
@@ -113,7 +119,7 @@ std::string join_ints(const std::vector<int>& v) {
 
 }  // namespace
 
-StudyResult study_run(const StudyConfig& config, const fs::path& out_arg) {
+StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const StudyDeviceFactory& devices) {
   study_config_validate(config);
   const fs::path out = fs::absolute(out_arg).lexically_normal();
   const json resolved = study_config_to_json(config);
@@ -178,7 +184,7 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg) {
         p.model_config = model_config.string();
       }
       progress.line("teacher", "pretraining " + std::to_string(p.tokens) + " tokens into " + dir.string());
-      train_stage(p, dir);
+      train_stage(p, dir, devices);
       teacher.stamp = stage_mark_done(dir, "teacher", inputs);
       progress.line("teacher", "done");
       ++result.stages_run;
@@ -237,7 +243,7 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg) {
       const bool resuming = fs::exists(run_dir) && !fs::exists(run_dir / "model") && !checkpoint_list(run_dir).empty();
       progress.line("distill", s.label + (resuming ? ": resuming from its newest checkpoint" : ": " +
                                               std::to_string(d.tokens) + " tokens"));
-      train_stage(d, run_dir);
+      train_stage(d, run_dir, devices);
       run.stamp = stage_mark_done(run_dir, "distill", run_inputs);
       progress.line("distill", s.label + " done");
       ++result.stages_run;

@@ -11,8 +11,12 @@
 // interrupted training run resumes from its newest checkpoint, and the report is rewritten whenever a stage ran.
 #pragma once
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "study/study_config.h"
+#include "train/train_device.h"
 
 namespace hlm {
 
@@ -22,8 +26,14 @@ struct StudyResult {
   int stages_skipped = 0;
 };
 
-// Input errors (exit 2) for bad settings, missing inputs, or an output directory made with another config; internal
-// error when a training run diverges.
-StudyResult study_run(const StudyConfig& config, const std::filesystem::path& out);
+// The accelerator for a training stage whose `device` setting is not "cpu" (the CLI passes train_device_for of
+// cli/train_device_cli.h; hlm_study itself is built without CUDA). Called once per training stage.
+using StudyDeviceFactory =
+    std::function<std::unique_ptr<TrainDevice>(const std::string& device, const std::string& precision)>;
+
+// Input errors (exit 2) for bad settings, missing inputs, an output directory made with another config, or a
+// `device: cuda` training section without a factory; internal error when a training run diverges.
+StudyResult study_run(const StudyConfig& config, const std::filesystem::path& out,
+                      const StudyDeviceFactory& devices = {});
 
 }  // namespace hlm

@@ -1,6 +1,7 @@
 // Held-out evaluation and its JSON form (contracts in eval.h).
 #include "train/eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -16,35 +17,26 @@ namespace {
 constexpr const char* kEvalFormat = "hybridlm-eval";
 constexpr int kEvalVersion = 1;
 
-LanguageEval evaluate_language(Model& model, Model* teacher, const std::string& code, const PackedBatch& rows,
-                               int64_t rows_per_pass) {
+// One language's rows in passes of rows_per_pass rows; the sums of every language id add up to this language's.
+LanguageEval evaluate_language(const EvalPass& pass, bool with_teacher, const std::string& code,
+                               const PackedBatch& rows, int64_t rows_per_pass, size_t num_languages) {
+  EvalSums sums(num_languages);
+  for (int64_t r = 0; r < rows.rows; r += rows_per_pass)
+    pass(packed_batch_rows(rows, r, std::min(rows.rows, r + rows_per_pass)), sums);
   LanguageEval out;
   out.code = code;
   double ce_sum = 0.0, kl_sum = 0.0, teacher_ce_sum = 0.0;
-  for (int64_t r = 0; r < rows.rows; r += rows_per_pass) {
-    const PackedBatch part = packed_batch_rows(rows, r, std::min(rows.rows, r + rows_per_pass));
-    const int64_t N = part.batch.total_tokens();
-    std::vector<float> values(static_cast<size_t>(N));
-    const Tensor hidden = forward_final_hidden(model, part.batch);
-    const TokenLossResult ce = lm_head_cross_entropy(values.data(), hidden.f32(), N, lm_head_of(model),
-                                                     part.targets.data(), static_cast<const float*>(nullptr),
-                                                     static_cast<const LmHeadGrad<float>*>(nullptr));
-    for (float v : values) ce_sum += v;  // 0 for tokens without a target
-    out.ce_tokens += ce.count;
-    out.tokens += N;
-    if (teacher == nullptr) continue;
-    const Tensor teacher_hidden = forward_final_hidden(*teacher, part.batch);
-    lm_head_cross_entropy(values.data(), teacher_hidden.f32(), N, lm_head_of(*teacher), part.targets.data(),
-                          static_cast<const float*>(nullptr), static_cast<const LmHeadGrad<float>*>(nullptr));
-    for (float v : values) teacher_ce_sum += v;
-    lm_head_forward_kl(values.data(), teacher_hidden.f32(), lm_head_of(*teacher), hidden.f32(), lm_head_of(model), N,
-                       1.0, static_cast<const float*>(nullptr), static_cast<const LmHeadGrad<float>*>(nullptr));
-    for (float v : values) kl_sum += v;
+  for (size_t l = 0; l < num_languages; ++l) {  // one id is non-zero for a held-out set: x + 0 = x exactly
+    ce_sum += sums.ce[l];
+    kl_sum += sums.kl[l];
+    teacher_ce_sum += sums.teacher_ce[l];
+    out.ce_tokens += sums.ce_tokens[l];
+    out.tokens += sums.tokens[l];
   }
   HLM_CHECK_INPUT(out.tokens > 0 && out.ce_tokens > 0, "held-out set of ", code,
                   " has no tokens to evaluate (too few held-out documents for one row?)");
   out.ce = ce_sum / static_cast<double>(out.ce_tokens);
-  if (teacher != nullptr) {
+  if (with_teacher) {
     out.teacher_ce = teacher_ce_sum / static_cast<double>(out.ce_tokens);
     out.kl = kl_sum / static_cast<double>(out.tokens);
   }
@@ -59,17 +51,62 @@ std::optional<double> optional_number(const nlohmann::json& j, const char* key, 
 
 }  // namespace
 
+void eval_sums_count(const PackedBatch& batch, EvalSums& sums) {
+  const auto N = static_cast<size_t>(batch.batch.total_tokens());
+  HLM_CHECK(batch.targets.size() == N && batch.language.size() == N, "evaluation pass: ", N, " tokens but ",
+            batch.targets.size(), " targets and ", batch.language.size(), " language ids");
+  for (int16_t lang : batch.language)
+    HLM_CHECK(lang >= 0 && static_cast<size_t>(lang) < sums.num_languages(), "evaluation pass: token language ",
+              lang, " outside the ", sums.num_languages(), " of the sums");
+  for (size_t t = 0; t < N; ++t) {
+    const auto lang = static_cast<size_t>(batch.language[t]);
+    ++sums.tokens[lang];
+    if (batch.targets[t] >= 0) ++sums.ce_tokens[lang];
+  }
+}
+
+void eval_sums_add(std::vector<double>& sums, const float* values, const PackedBatch& batch) {
+  for (size_t t = 0; t < batch.language.size(); ++t) sums[static_cast<size_t>(batch.language[t])] += values[t];
+}
+
+void eval_pass_sums(Model& model, Model* teacher, const PackedBatch& part, EvalSums& sums) {
+  eval_sums_count(part, sums);
+  const int64_t N = part.batch.total_tokens();
+  std::vector<float> values(static_cast<size_t>(N));
+  const Tensor hidden = forward_final_hidden(model, part.batch);
+  lm_head_cross_entropy(values.data(), hidden.f32(), N, lm_head_of(model), part.targets.data(),
+                        static_cast<const float*>(nullptr), static_cast<const LmHeadGrad<float>*>(nullptr));
+  eval_sums_add(sums.ce, values.data(), part);  // 0 for tokens without a target
+  if (teacher == nullptr) return;
+  const Tensor teacher_hidden = forward_final_hidden(*teacher, part.batch);
+  lm_head_cross_entropy(values.data(), teacher_hidden.f32(), N, lm_head_of(*teacher), part.targets.data(),
+                        static_cast<const float*>(nullptr), static_cast<const LmHeadGrad<float>*>(nullptr));
+  eval_sums_add(sums.teacher_ce, values.data(), part);
+  lm_head_forward_kl(values.data(), teacher_hidden.f32(), lm_head_of(*teacher), hidden.f32(), lm_head_of(model), N,
+                     1.0, static_cast<const float*>(nullptr), static_cast<const LmHeadGrad<float>*>(nullptr));
+  eval_sums_add(sums.kl, values.data(), part);
+}
+
 EvalResult evaluate(Model& model, Model* teacher, const HeldOutSet& set, int64_t rows_per_pass) {
-  HLM_CHECK(rows_per_pass > 0, "rows_per_pass must be positive");
-  HLM_CHECK(set.languages.size() == set.per_language.size(), "held-out set: languages and rows differ");
   if (teacher != nullptr) {
     HLM_CHECK_INPUT(teacher->config().vocab_size == model.config().vocab_size, "teacher vocabulary (",
                     teacher->config().vocab_size, ") differs from the model's (", model.config().vocab_size, ")");
   }
+  return evaluate_with([&](const PackedBatch& part, EvalSums& sums) { eval_pass_sums(model, teacher, part, sums); },
+                       teacher != nullptr, set, rows_per_pass);
+}
+
+EvalResult evaluate_with(const EvalPass& pass, bool with_teacher, const HeldOutSet& set, int64_t rows_per_pass) {
+  HLM_CHECK(rows_per_pass > 0, "rows_per_pass must be positive");
+  HLM_CHECK(set.languages.size() == set.per_language.size(), "held-out set: languages and rows differ");
+  size_t num_languages = set.languages.size();
+  for (const PackedBatch& rows : set.per_language)
+    for (int16_t lang : rows.language)
+      if (lang >= 0) num_languages = std::max(num_languages, static_cast<size_t>(lang) + 1);
   EvalResult result;
   for (size_t i = 0; i < set.languages.size(); ++i)
-    result.languages.push_back(evaluate_language(model, teacher, set.languages[i], set.per_language[i],
-                                                 rows_per_pass));
+    result.languages.push_back(evaluate_language(pass, with_teacher, set.languages[i], set.per_language[i],
+                                                 rows_per_pass, num_languages));
   eval_result_update_means(result);
   return result;
 }

@@ -8,8 +8,13 @@
 // Aggregates: plain means over the languages of the set (the seed's averages over Λ; excluding a language such as
 // Mon is the caller's choice, see compare.h).
 // Memory: rows are evaluated `rows_per_pass` at a time; the LM head never materialises [N, V] (lm_head_loss.h).
+// Devices: the per-pass work is one function (EvalPass) that adds a packed batch's per-token values into per-language
+// sums (EvalSums); evaluate() uses the CPU's (eval_pass_sums), evaluate_with() any other, e.g. the GPU's
+// (TrainDevice::evaluate_pass during pretrain/distill --device cuda, train/cuda/cuda_eval.h for `eval --device cuda`).
+// Both add the values in token order into fp64, so results differ only by the per-token values themselves.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +25,7 @@ namespace hlm {
 
 class Model;
 struct HeldOutSet;
+struct PackedBatch;
 
 struct LanguageEval {
   std::string code;                  // "fra_Latn"
@@ -39,9 +45,42 @@ struct EvalResult {
   std::optional<double> mean_ce_gap;    // mean of ce − teacher_ce (Eq. 4 over these languages)
 };
 
+// Running sums of the per-token evaluation values, indexed by the tokens' language ids (PackedBatch::language), in
+// nats. ce and teacher_ce add 0 for a token without a target; kl (τ = 1, without τ²) adds every token. The teacher's
+// vectors stay zero without a teacher.
+struct EvalSums {
+  std::vector<double> ce, teacher_ce, kl;
+  std::vector<int64_t> ce_tokens;  // tokens with a target
+  std::vector<int64_t> tokens;     // every token
+  explicit EvalSums(size_t num_languages = 0)
+      : ce(num_languages), teacher_ce(num_languages), kl(num_languages), ce_tokens(num_languages),
+        tokens(num_languages) {}
+  size_t num_languages() const { return ce.size(); }
+};
+
+// One evaluation pass: adds `batch`'s per-token values into `sums`, token by token in batch order (every language id
+// must be < sums.num_languages(); internal error otherwise). Whether the teacher's values are added is the pass's
+// own (a teacher is there or not).
+using EvalPass = std::function<void(const PackedBatch& batch, EvalSums& sums)>;
+
+// Helpers of a pass. eval_sums_count checks the batch (targets and language ids for every token, ids inside the sums)
+// and counts its tokens per language; eval_sums_add adds per-token values [T] to `sums` by the tokens' language ids, in
+// token order (the order every pass uses, so CPU and device sums differ only by the values).
+void eval_sums_count(const PackedBatch& batch, EvalSums& sums);
+void eval_sums_add(std::vector<double>& sums, const float* values, const PackedBatch& batch);
+
+// The CPU pass: forward_final_hidden of `model` (and `teacher` when not null), then lm_head_cross_entropy and
+// lm_head_forward_kl at τ = 1 without gradients; a target ≥ V is an input error.
+void eval_pass_sums(Model& model, Model* teacher, const PackedBatch& batch, EvalSums& sums);
+
 // Evaluates `model` (and the KL to `teacher` when not null) on every language of `set`. Both models must share the
 // vocabulary. Deterministic; does not change either model's weights.
 EvalResult evaluate(Model& model, Model* teacher, const HeldOutSet& set, int64_t rows_per_pass = 8);
+
+// The same over any pass (a device's): each language's rows in passes of rows_per_pass rows, the pass's sums of all
+// language ids added up per language of `set` (its rows carry that language's id). with_teacher: whether the pass
+// adds the teacher's values (then kl and teacher_ce are reported).
+EvalResult evaluate_with(const EvalPass& pass, bool with_teacher, const HeldOutSet& set, int64_t rows_per_pass = 8);
 
 // Recomputes the means from the per-language values.
 void eval_result_update_means(EvalResult& result);

@@ -1,8 +1,9 @@
 // Where the trainer's steps run when not on the CPU: an accelerator that holds the student (and teacher) weights, the
-// gradients and the AdamW state, and takes whole optimisation steps (train/trainer.h, `--device`). The host Model
-// and AdamW stay the trainer's record: validation, checkpoints, the final test and model/ read them, so the trainer
-// calls sync_to_host() before each of those. hlm_train is built without CUDA; the CUDA implementation lives in
-// train/cuda/cuda_train_device.h, and the command line (cli/train_device_cli.h) hands it to train_run.
+// gradients and the AdamW state, and takes whole optimisation steps (train/trainer.h, `--device`). Validation and
+// the final test run on the device too (evaluate_pass, with its current weights). The host Model and AdamW stay the
+// trainer's record for checkpoints and model/, so the trainer calls sync_to_host() before each of those. hlm_train is
+// built without CUDA; the CUDA implementation lives in train/cuda/cuda_train_device.h, and the command line
+// (cli/train_device_cli.h) hands it to train_run.
 //
 // Contract of step(): the same math as the CPU step of trainer.cpp, i.e.
 //   zero grads; train_batch_gradient (micro-batches of micro_rows rows, loss weights 1/count over the whole batch,
@@ -10,6 +11,11 @@
 //   and one AdamW update with each parameter's group lr and weight decay as they are NOW in the host AdamW (the
 //   trainer applies the schedule before calling step); else nothing changes (weights, moments, step count).
 // Numerics are the device's (summation order differs from the CPU); a device step is deterministic run to run.
+//
+// Contract of evaluate_pass(): eval_pass_sums (train/eval.h) of the device's current student (and, when a teacher was
+// attached, the teacher's CE and KL(teacher ‖ student) at τ = 1): the same per-token values added in token order into
+// `sums` by the tokens' language ids. Reads the weights only: gradients, optimizer state and step count stay as they
+// are, so steps after it are those without it (bit for bit on a deterministic device).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +23,7 @@
 
 #include "data/data_stream.h"
 #include "train/adamw.h"
+#include "train/eval.h"
 #include "train/trainer_batch.h"
 
 namespace hlm {
@@ -35,6 +42,8 @@ class TrainDevice {
   // device memory of one micro-batch's kept activations); *grad_norm receives the norm before clipping.
   virtual BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
                          size_t num_languages) = 0;
+  // One evaluation pass (contract above; an EvalPass of train/eval.h). Call after attach.
+  virtual void evaluate_pass(const PackedBatch& batch, EvalSums& sums) = 0;
   // Copies the student's weights and the AdamW state (m, v, step count) back into the attached host objects.
   virtual void sync_to_host() = 0;
 };

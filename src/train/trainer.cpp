@@ -14,6 +14,7 @@
 #include "models/safetensors.h"
 #include "train/adamw.h"
 #include "train/checkpoint_io.h"
+#include "train/eval.h"
 #include "train/grad_utils.h"
 #include "train/lr_schedule.h"
 #include "train/train_device.h"
@@ -54,6 +55,7 @@ class Trainer {
   void prepare_out();
   bool step_once();
   BatchLoss batch_step(const PackedBatch& batch, int64_t s, double* norm, bool* finite);
+  EvalResult evaluate_set(const HeldOutSet& set);
   void validate_now();
   void checkpoint_now();
   void finish();
@@ -350,10 +352,18 @@ BatchLoss Trainer::batch_step(const PackedBatch& batch, int64_t s, double* norm,
   return loss;
 }
 
+// Validation and test: on the device with its current weights when there is one (no sync needed), else on the CPU;
+// passes of micro_batch_rows rows either way.
+EvalResult Trainer::evaluate_set(const HeldOutSet& set) {
+  if (device_ != nullptr)
+    return evaluate_with([this](const PackedBatch& batch, EvalSums& sums) { device_->evaluate_pass(batch, sums); },
+                         teacher_.has_value(), set, cfg_.micro_batch_rows);
+  return evaluate(*student_, teacher_ ? &*teacher_ : nullptr, set, cfg_.micro_batch_rows);
+}
+
 void Trainer::validate_now() {
-  if (device_ != nullptr) device_->sync_to_host();
   const Clock::time_point t0 = Clock::now();
-  const EvalResult r = evaluate(*student_, teacher_ ? &*teacher_ : nullptr, valid_, cfg_.micro_batch_rows);
+  const EvalResult r = evaluate_set(valid_);
   metrics_->write(metrics_valid_record(state_.step, state_.tokens_seen, r));
   last_valid_step_ = state_.step;
   std::fprintf(stderr, "valid step %lld: ce %.5f%s (%.1fs)\n", static_cast<long long>(state_.step), r.mean_ce,
@@ -379,15 +389,16 @@ void Trainer::checkpoint_now() {
 
 void Trainer::finish() {
   if (last_valid_step_ != state_.step) validate_now();
-  if (device_ != nullptr) device_->sync_to_host();
   const HeldOutSet test = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
-  EvalResult r = evaluate(*student_, teacher_ ? &*teacher_ : nullptr, test, cfg_.micro_batch_rows);
+  EvalResult r = evaluate_set(test);
+  if (device_ != nullptr) device_->sync_to_host();  // model/ below is written from the host model
   for (LanguageEval& l : r.languages) l.tier = corpus_.language(l.code).tier;
   const json meta = {{"split", "test"},
                      {"job", train_job_name(cfg_.job)},
                      {"model", (out_ / "model").string()},
                      {"teacher", cfg_.job == TrainJob::Distill ? json(cfg_.teacher) : json(nullptr)},
                      {"data", cfg_.data},
+                     {"device", cfg_.device},
                      {"seq_len", cfg_.seq_len},
                      {"step", state_.step},
                      {"tokens_trained", state_.tokens_seen}};

@@ -83,6 +83,8 @@ struct TrainConfig {
   std::string recompute = "layer";         // "layer": recompute inside each layer in the backward; "none": keep
                                            // every layer's activations (more memory, less compute; same results)
   std::string device = "cpu";              // "cpu", or "cuda": steps run on a TrainDevice (train/train_device.h)
+  std::string precision = "fp32";          // "fp32", or "bf16" (cuda only): bf16 tensor-core products with fp32
+                                           // results, fp32 master weights, optimizer state and activations
 };
 
 // Defaults of each job (distill: Table C.3; pretrain: lr 1e-3 for both groups, the rest as distill).
@@ -132,8 +134,8 @@ class TrainDevice;  // train/train_device.h
 
 // Runs (or resumes) a job. Every input is checked before anything is written under config.out.
 // config.device "cuda" needs `device` (the command line makes one in builds with the CUDA backend; an input error
-// otherwise); the steps then run there, and validation, checkpoints and the final test read the weights synced back
-// to the host. The hooks see host state, so they are for CPU runs only (an internal error with a device).
+// otherwise); the steps, validation and the final test then run there (TrainDevice::evaluate_pass), and checkpoints
+// and model/ read the weights synced back to the host. The hooks see host state, so they are for CPU runs only (an internal error with a device).
 TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks = {}, TrainDevice* device = nullptr);
 
 }  // namespace hlm

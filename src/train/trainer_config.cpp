@@ -66,6 +66,10 @@ void train_config_validate(const TrainConfig& c) {
   HLM_CHECK_INPUT(c.max_bad_steps >= 1, "--max-bad-steps must be positive");
   recompute_from_name(c.recompute);  // input error on an unknown mode
   HLM_CHECK_INPUT(c.device == "cpu" || c.device == "cuda", "--device: '", c.device, "' is not a device (cpu or cuda)");
+  HLM_CHECK_INPUT(c.precision == "fp32" || c.precision == "bf16", "--precision: '", c.precision,
+                  "' is not a precision (fp32 or bf16)");
+  HLM_CHECK_INPUT(c.precision == "fp32" || c.device == "cuda",
+                  "--precision bf16 needs --device cuda (the CPU trainer computes in fp32)");
   HLM_CHECK_INPUT(c.device == "cpu" || c.recompute == "layer",
                   "--recompute none is not available with --device cuda (the GPU recomputes inside each layer)");
   HLM_CHECK_INPUT(!c.out.empty(), "--out is required");
@@ -119,6 +123,8 @@ std::string train_config_describe(const TrainConfig& c) {
   add("activations", c.recompute == "none" ? "kept for the backward (--recompute none)"
                                            : "recomputed inside each layer in the backward (--recompute layer)");
   add("device", c.device == "cuda" ? "cuda (steps on GPU 0, fp32; validation and test on the CPU)" : "cpu");
+  add("precision", c.precision == "bf16" ? "bf16 products (tensor cores, fp32 results), fp32 master weights"
+                                         : "fp32");
   return out;
 }
 

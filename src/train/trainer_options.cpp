@@ -78,7 +78,10 @@ const std::array kOptions{
                 "Activation recomputation: layer (keep layer inputs, recompute inside layers) or none (keep all; "
                 "more memory, ~1/4 less compute; identical results)"},
     TrainOption{"device", "--device", &C::device, B, false, false, false,
-                "Where the steps run: cpu, or cuda (GPU 0, fp32; needs a build with the CUDA backend)"},
+                "Where the steps run: cpu, or cuda (GPU 0; needs a build with the CUDA backend)"},
+    TrainOption{"precision", "--precision", &C::precision, B, false, false, false,
+                "Products of the linears and the LM head: fp32, or bf16 (--device cuda: bf16 tensor cores with fp32 "
+                "results; master weights, optimizer state and activations stay fp32)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {

@@ -119,10 +119,11 @@ TEST(AlignDevice, CudaMatchesCpuOrFailsClearly) {
   const auto a = read_csv(scratch.path() / "cpu" / "softcka.csv"), b = read_csv(scratch.path() / "cuda" / "softcka.csv");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [key, value] : a) {
-    // The GPU sums in fp64 throughout; the CPU forms RBF dot products of the f32 states in fp32: at hidden 64 each
-    // D² moves by at most 2·64·2^-24·‖a‖‖b‖ ≈ 8e-6·‖a‖‖b‖, so K by that over 2σ² (σ² the median D², of the order of
-    // ‖a‖‖b‖ here): ≲ 4e-6 per entry at worst, far less on average; SoftCKA is a ratio of sums of such entries.
-    EXPECT_NEAR(b.at(key), value, 1e-5) << key;
+    // --device cuda runs the model forward on the GPU too, so the states differ by the forward's summation order
+    // (≤ ~5e-6 relative on the goldens) on top of the sums' rounding (the GPU sums in fp64, the CPU forms RBF dot
+    // products in fp32: ≲ 4e-6 per kernel entry at hidden 64): the bound of tests/cuda_models/
+    // test_cuda_eval_align_cli.cpp, 1e-4 absolute on values in [0, 1] (reasons there).
+    EXPECT_NEAR(b.at(key), value, 1e-4) << key;
   }
 }
 

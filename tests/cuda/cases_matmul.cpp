@@ -307,3 +307,48 @@ TEST(MatmulCuda, BackwardBf16) {
     EXPECT_TRUE(buffers_ok({&dx, &dw, &db}, {&x, &w, &dy})) << name(c, "bwd bf16");
   }
 }
+
+// Mixed precision (the model's bf16 compute mode): bf16 operands, fp32 results. With bf16-rounded inputs every
+// product is exact in fp32, so y, dx, dw and dbias follow the fp32 rule on those inputs, as the f32 path does.
+TEST(MatmulCuda, ForwardMixed) {
+  HLM_REQUIRE_CUDA();
+  note_reference();
+  for (const MatmulCase& c : kCases) {
+    if (c.fill == Fill::Denormal) continue;  // see the header comment (bf16 subnormal operands)
+    const Inputs in = make_inputs(c, true);
+    const Expected e = expected(c, in);
+    DeviceBuffer x = DeviceBuffer::from(to_bf16(in.x), "x"), w = DeviceBuffer::from(to_bf16(in.w), "w"),
+                 b = DeviceBuffer::from(in.bias, "bias"), y = DeviceBuffer::from(in.y0, "y");
+    if (!c.accumulate) y = DeviceBuffer(in.y0.size() * 4, "y");
+    matmul_forward_mixed_cuda(ctx().blaslt(), y.as<float>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                              c.bias ? b.as<float>() : nullptr, {c.M, c.N, c.K}, c.accumulate);
+    if (c.M * c.N > 0) {
+      EXPECT_TRUE(check_f32(name(c, "fwd mixed"), y.download<float>(), e.y, e.y64, e.mag_y, dot_tolerance(c, c.K)));
+    }
+    EXPECT_TRUE(buffers_ok({&y}, {&x, &w, &b})) << name(c, "fwd mixed");
+  }
+}
+
+TEST(MatmulCuda, BackwardMixed) {
+  HLM_REQUIRE_CUDA();
+  note_reference();
+  for (const MatmulCase& c : kCases) {
+    if (c.fill == Fill::Denormal) continue;
+    const Inputs in = make_inputs(c, true);
+    const Expected e = expected(c, in);
+    DeviceBuffer x = DeviceBuffer::from(to_bf16(in.x), "x"), w = DeviceBuffer::from(to_bf16(in.w), "w"),
+                 dy = DeviceBuffer::from(to_bf16(in.dy), "dy"), dx = DeviceBuffer::from(in.dx0, "dx"),
+                 dw = DeviceBuffer::from(in.dw0, "dw"), db = DeviceBuffer::from(in.dbias0, "dbias");
+    if (!c.accumulate) dx = DeviceBuffer(in.dx0.size() * 4, "dx");
+    matmul_backward_mixed_cuda(ctx().blaslt(), dx.as<float>(), dw.as<float>(), db.as<float>(),
+                               dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                               {c.M, c.N, c.K}, c.accumulate);
+    EXPECT_TRUE(
+        check_f32(name(c, "bwd dx mixed"), dx.download<float>(), e.dx, e.dx64, e.mag_dx, dot_tolerance(c, c.N)));
+    EXPECT_TRUE(
+        check_f32(name(c, "bwd dw mixed"), dw.download<float>(), e.dw, e.dw64, e.mag_dw, dot_tolerance(c, c.M)));
+    EXPECT_TRUE(check_f32(name(c, "bwd dbias mixed"), db.download<float>(), e.dbias, e.dbias64, e.mag_dbias,
+                          dbias_tolerance(c)));
+    EXPECT_TRUE(buffers_ok({&dx, &dw, &db}, {&x, &w, &dy})) << name(c, "bwd mixed");
+  }
+}

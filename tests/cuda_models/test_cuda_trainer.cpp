@@ -16,8 +16,11 @@
 //   (test_cuda_train_step.cpp), at lr 1e-3; the flips move weights by about lr, so this test keeps the peak rates at
 //   2e-3 (rec) and 1e-3 (rest) rather than the fixture's 3e-3 / 1e-3 (5× margin at 1e-3). A wrong loss weight, lr,
 //   decay or clip misses by far more within a few steps.
-// - Final validation and test KL / CE (kTrajectoryBound too): evaluated on the CPU from the synced weights, so they
-//   differ by the weights' drift only.
+// - Final validation and test KL / CE (kTrajectoryBound too): the GPU run evaluates on the GPU from its own weights
+//   (TrainDevice::evaluate_pass), so they differ by the weights' drift (and the evaluation's rounding, far smaller).
+// - Step-0 validation (before any step, the same weights on both sides), per language: CE and teacher CE within
+//   kEvalCeBound = 2e-5 relative, KL within kEvalKlBound = 2e-4 relative (the bounds of test_cuda_eval.cpp, reasons
+//   there): this is the GPU evaluation inside the trainer against the CPU's.
 // - GPU vs GPU (stop after 10 steps, resume for 10 in a fresh device, vs 20 straight): exactly equal losses,
 //   byte-identical model.safetensors and an equal test KL: the GPU step is deterministic (no float atomics) and a
 //   checkpoint holds the full fp32 state (weights, m, v, step count).
@@ -45,6 +48,8 @@ constexpr double kFirstStepBound = 1e-5;   // reasons in the header comment
 constexpr double kLanguageBound = 1e-4;
 constexpr double kNormBound = 1e-4;
 constexpr double kTrajectoryBound = 1e-2;
+constexpr double kEvalCeBound = 2e-5;
+constexpr double kEvalKlBound = 2e-4;
 constexpr int64_t kSteps = 20;
 
 // As test::run_hybridlm, but with the binary of cuda_test_binary() ($HLM_BINARY on the GPU machine).
@@ -118,7 +123,26 @@ class CudaTrainer : public ::testing::Test {
       ASSERT_TRUE(g[0]["by_language"].contains(code)) << code;
       EXPECT_LE(rel(g[0]["by_language"][code].get<double>(), value.get<double>()), kLanguageBound) << code;
     }
-    // Final validation and test evaluation (CPU evaluation of the synced weights).
+    // Step-0 validation: the same weights, evaluated on the CPU and (inside the GPU run) on the GPU.
+    const auto v0c = test::read_metrics(scratch.path() / "cpu" / "metrics.jsonl", "valid").front();
+    const auto v0g = test::read_metrics(scratch.path() / "gpu" / "metrics.jsonl", "valid").front();
+    ASSERT_EQ(v0c["step"], 0);
+    ASSERT_EQ(v0g["step"], 0);
+    double worst_eval = 0.0;
+    for (const char* key : {"ce", "teacher_ce", "kl"}) {
+      if (!v0c.contains(key)) continue;  // pretraining has no teacher
+      ASSERT_TRUE(v0g.contains(key)) << key;
+      ASSERT_EQ(v0g[key].size(), v0c[key].size()) << key;
+      for (const auto& [code, value] : v0c[key].items()) {
+        const double r = rel(v0g[key][code].get<double>(), value.get<double>());
+        EXPECT_LE(r, std::string(key) == "kl" ? kEvalKlBound : kEvalCeBound) << "step-0 valid " << key << " " << code;
+        worst_eval = std::max(worst_eval, r);
+      }
+    }
+    std::printf("[check] cuda_trainer %s step-0 validation on the GPU vs CPU: worst rel=%.3g (bounds ce %.0e, kl "
+                "%.0e)\n",
+                name, worst_eval, kEvalCeBound, kEvalKlBound);
+    // Final validation and test evaluation (each side on its own device, from its own weights).
     const auto vc = test::read_metrics(scratch.path() / "cpu" / "metrics.jsonl", "valid").back();
     const auto vg = test::read_metrics(scratch.path() / "gpu" / "metrics.jsonl", "valid").back();
     EXPECT_EQ(vg["step"], kSteps);
@@ -177,7 +201,7 @@ TEST_F(CudaTrainer, ResumeOnTheGpuIsBitIdentical) {
 }
 
 // The command line end to end: `hybridlm distill --device cuda` prints the GPU, records it in config.json and
-// trains (exit 0).
+// trains (exit 0); `eval --device cuda` of its model reproduces its test.json.
 TEST_F(CudaTrainer, DistillCommandRunsOnTheGpu) {
   HLM_REQUIRE_CUDA_MODEL();
   const fs::path out = scratch.path() / "cli";
@@ -192,6 +216,22 @@ TEST_F(CudaTrainer, DistillCommandRunsOnTheGpu) {
   const nlohmann::json config = nlohmann::json::parse(test::read_text(out / "config.json"));
   EXPECT_EQ(config["device"], "cuda");
   EXPECT_EQ(steps_of(out).size(), 4u);
+
+  // `eval --device cuda` of the saved model with the run's held-out settings and --rows = --micro-batch reproduces
+  // the run's test.json exactly: model/ holds the device's fp32 weights, and the GPU evaluation is deterministic.
+  const fs::path eval_json = scratch.path() / "cli_eval.json";
+  const test::RunResult eval =
+      run_cli("eval --model '" + (out / "model").string() + "' --teacher '" + (scratch.path() / "teacher").string() +
+              "' --data '" + (scratch.path() / "corpus").string() +
+              "' --split test --seq-len 64 --held-out-docs 20 --eval-tokens 256 --rows 2 --device cuda --out '" +
+              eval_json.string() + "'");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const nlohmann::json run_test = nlohmann::json::parse(test::read_text(out / "test.json"));
+  const nlohmann::json again = nlohmann::json::parse(test::read_text(eval_json));
+  ASSERT_EQ(again["languages"].size(), run_test["languages"].size());
+  for (size_t i = 0; i < run_test["languages"].size(); ++i)
+    for (const char* key : {"code", "tokens", "ce_tokens", "ce", "kl", "teacher_ce"})
+      EXPECT_EQ(again["languages"][i][key], run_test["languages"][i][key]) << key << " of language " << i;
 }
 
 // Input errors (exit 2), with or without a GPU: an unknown device; `--device cuda` where no GPU is usable.

@@ -3,6 +3,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
+#include "ops/cast/cast_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/residual/residual_cuda.h"
 
@@ -29,10 +30,38 @@ CudaLinear cuda_upload_linear(CudaContext& ctx, const Linear& host, const char* 
   return l;
 }
 
+CudaTensor cuda_round_bf16(CudaContext& ctx, const float* src, int64_t n) {
+  CudaTensor t = CudaTensor::empty(ctx, {n > 0 ? n : 1}, DType::BF16);
+  cast_f32_to_bf16_cuda(t.data<__nv_bfloat16>(), src, n, ctx.stream());
+  return t;
+}
+
+void cuda_linear_set_bf16(CudaContext& ctx, CudaLinear& layer, bool on) {
+  if (!on) {
+    layer.weight_bf16 = CudaTensor();
+    return;
+  }
+  if (layer.weight_bf16.raw() == nullptr || layer.weight_bf16.numel() != layer.weight.numel())
+    layer.weight_bf16 = CudaTensor::empty(ctx, layer.weight.shape(), DType::BF16);
+  cuda_linear_refresh_bf16(ctx, layer);
+}
+
+void cuda_linear_refresh_bf16(CudaContext& ctx, CudaLinear& layer) {
+  if (layer.weight_bf16.raw() == nullptr) return;
+  cast_f32_to_bf16_cuda(layer.weight_bf16.data<__nv_bfloat16>(), layer.weight.data<float>(), layer.weight.numel(),
+                        ctx.stream());
+}
+
 void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows) {
   const float* bias = layer.has_bias ? layer.bias.data<float>() : nullptr;
-  matmul_forward_cuda(ctx.blaslt(), y, x, layer.weight.data<float>(), bias,
-                      {rows, layer.out_features, layer.in_features});
+  const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
+  if (layer.weight_bf16.raw() != nullptr) {
+    const CudaTensor x16 = cuda_round_bf16(ctx, x, rows * layer.in_features);
+    matmul_forward_mixed_cuda(ctx.blaslt(), y, x16.data<__nv_bfloat16>(), layer.weight_bf16.data<__nv_bfloat16>(),
+                              bias, p);
+    return;
+  }
+  matmul_forward_cuda(ctx.blaslt(), y, x, layer.weight.data<float>(), bias, p);
 }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,
@@ -41,8 +70,16 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
                 grad.has_bias == layer.has_bias,
             "linear backward: the gradient holder does not match the layer");
   float* dbias = layer.has_bias ? grad.bias.data<float>() : nullptr;
-  matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x, layer.weight.data<float>(),
-                       {rows, layer.out_features, layer.in_features}, accumulate_dx);
+  const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
+  if (layer.weight_bf16.raw() != nullptr) {
+    const CudaTensor dy16 = cuda_round_bf16(ctx, dy, rows * layer.out_features);
+    const CudaTensor x16 = cuda_round_bf16(ctx, x, rows * layer.in_features);
+    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16.data<__nv_bfloat16>(),
+                               x16.data<__nv_bfloat16>(), layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    return;
+  }
+  matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x, layer.weight.data<float>(), p,
+                       accumulate_dx);
 }
 
 CudaTensor cuda_scratch_bytes(CudaContext& ctx, size_t bytes) {

@@ -13,7 +13,11 @@
 // Training (models/cuda/cuda_model_train.{h,cpp}): forward_train keeps the residual streams like ForwardTrace, and
 // backward mirrors models/model_train.cpp's model_backward with per-layer recomputation; gradients live in a second
 // CudaModel of the same config (zeros_like), so every weight has its gradient in the same slot.
-// Non-goals for now: decode state, bf16 weights, a kept-activations (Recompute::None) mode on the GPU.
+// bf16 compute mode (set_bf16_compute, cuda_model_precision.cpp): every linear and the LM head keep a bf16 copy of
+// their fp32 weight and run their products on bf16 tensor cores with fp32 results (layers/cuda/cuda_linear.h); norms,
+// attention, the gated delta rule, the losses, the activations between ops, the gradients and the master weights
+// stay fp32. After an optimizer step, refresh_bf16() re-rounds the copies.
+// Non-goals for now: decode state, a kept-activations (Recompute::None) mode on the GPU.
 #pragma once
 #include <functional>
 #include <memory>
@@ -26,6 +30,7 @@
 #include "layers/cuda/gdn_layer_cuda.h"
 #include "layers/cuda/mlp_layer_cuda.h"
 #include "models/model.h"
+#include "ops/lm_head_loss/lm_head_loss_cuda.h"
 
 namespace hlm {
 
@@ -74,6 +79,20 @@ class CudaModel {
   // The LM head's weight [V, hidden] (the embedding when tied).
   float* lm_head_weight() const { return tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>(); }
 
+  // ---- Precision (cuda_model_precision.cpp) ----
+  // Switches the bf16 compute mode on (allocates and fills the bf16 copies) or off (frees them). A gradient holder
+  // never needs it.
+  void set_bf16_compute(bool on);
+  bool bf16_compute() const { return bf16_compute_; }
+  // Re-rounds every bf16 copy from its fp32 weight (queued); nothing in the fp32 mode.
+  void refresh_bf16();
+  // The head for lm_head_loss_cuda over n rows of final hidden states (device): in the bf16 mode `hidden` is
+  // rounded into `scratch`, which the caller keeps until the loss call is queued.
+  LmHeadCuda lm_head_for(const float* hidden, int64_t n, CudaTensor& scratch) const;
+  // Bytes of device memory held: fp32 weights, and the bf16 copies.
+  size_t weight_bytes() const;
+  size_t bf16_copy_bytes() const;
+
  private:
   struct Layer;
   using DeviceEmit = std::function<void(CapturePoint point, int layer, const CudaTensor& value)>;
@@ -84,6 +103,9 @@ class CudaModel {
   // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
   template <class Self, class Fn>
   static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);
+  // Calls fn(CudaLinear&) for every linear of every layer (not the head).
+  template <class Fn>
+  void for_each_linear(const Fn& fn);
   // Makes the device cos/sin table cover positions [0, positions) (rebuilt only when it must grow).
   const RopeCudaTable* rope_table(int64_t positions);
 
@@ -95,6 +117,8 @@ class CudaModel {
   CudaTensor norm_;          // [hidden]
   CudaTensor lm_head_;       // [V, hidden]; empty when tied (embed_tokens_ is the head)
   bool tied_head_ = false;
+  CudaTensor lm_head_bf16_;  // [V, hidden] bf16 copy of the head (embedding when tied) in the bf16 mode
+  bool bf16_compute_ = false;
   CudaTensor rope_cos_, rope_sin_;
   RopeCudaTable rope_{};
 };

@@ -109,6 +109,14 @@ void CudaModel::set_zero() {
   });
 }
 
+size_t CudaModel::weight_bytes() const {
+  size_t bytes = 0;
+  DecoderWeights unused;
+  unused.layers.resize(layers_.size());
+  for_each_tensor(*this, unused, [&](const CudaTensor& d, Tensor&) { bytes += d.nbytes(); });
+  return bytes;
+}
+
 void CudaModel::download_into(DecoderWeights& host) const {
   for_each_tensor(*this, host, [&](const CudaTensor& d, Tensor& h) {
     HLM_CHECK(h.defined() && h.numel() == d.numel(), "download_into: host tensor of ", h.numel(),

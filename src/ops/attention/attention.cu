@@ -8,17 +8,24 @@
 //                 the query tiles at or after the key tile (dV += Pᵀ dO, dK += dSᵀ Q);
 //             (3) dq: one block per (sequence, query tile, query head), looping over key tiles (dQ += dS K).
 //             (2) and (3) both recompute P and dP; neither needs a float atomic.
-// Non-goals for now: tensor cores (mma/wgmma), 16-byte loads, fusing (2) and (3), splitting long rows over blocks.
+// bf16 storage with head dim 64 or 128 (16-byte aligned tensors) runs the tensor-core kernels of attention_tc.cu
+// instead (same split of the work, mma.sync); f32 and other head dims run the scalar kernels here.
+// Non-goals for now: wgmma, fusing (2) and (3), splitting long rows over blocks.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_tc.cuh"
 
 namespace hlm {
 
 namespace {
 
+using attention_detail::Dims;
+using attention_detail::seq_bounds;
+using attention_detail::SeqBounds;
 using cuda::from_f32;
 using cuda::quiet_nan;
 using cuda::to_f32;
@@ -50,28 +57,6 @@ constexpr size_t dkdv_smem_bytes() {
 template <int DMAX>
 constexpr size_t dq_smem_bytes() {
   return sizeof(float) * (static_cast<size_t>(2 * kTileQ + 2 * kTileK) * kRowStride<DMAX> + kTileQ * kScoreStride);
-}
-
-// Shapes as the kernels see them.
-struct Dims {
-  int64_t T, Hq, Hkv, group, n_seqs, max_seqlen, n_tiles;  // n_tiles: tiles per sequence, ceil(max_seqlen / 64)
-  int D;
-  float scale;
-};
-
-struct SeqBounds {
-  int64_t begin, len;
-  bool ok;
-};
-
-// Sequence `seq` of cu_seqlens, validated (see attention_cuda.h); a bad one raises the error flag.
-__device__ SeqBounds seq_bounds(const int64_t* cu_seqlens, int64_t seq, const Dims& dm, int* error_flag) {
-  const int64_t b = cu_seqlens[seq], e = cu_seqlens[seq + 1];
-  bool ok = b >= 0 && e >= b && e <= dm.T && e - b <= dm.max_seqlen;
-  if (seq == 0 && b != 0) ok = false;
-  if (seq == dm.n_seqs - 1 && e != dm.T) ok = false;
-  if (!ok && error_flag != nullptr && threadIdx.x == 0) atomicOr(error_flag, 1);
-  return {b, e - b, ok};
 }
 
 // dst[r][d] = src row (tok0 + r, head) as fp32 for r < n_rows, d < D; zero elsewhere (padding rows and dims).
@@ -385,6 +370,13 @@ void forward_impl(T* out, float* lse, const T* q, const T* k, const T* v, const 
                   const AttentionCudaParams& p, int* flag, cudaStream_t stream) {
   const Dims dm = make_dims(p, "attention_forward_cuda");
   if (nothing_to_do(dm)) return;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const void* tensors[] = {out, q, k, v};
+    if (attention_detail::tc_supported(dm, tensors, 4)) {
+      attention_detail::tc_forward(out, lse, q, k, v, cu, dm, flag, stream);
+      return;
+    }
+  }
   if (dm.D <= 64)
     forward_launch<T, 64>(out, lse, q, k, v, cu, dm, flag, stream);
   else
@@ -416,6 +408,13 @@ void backward_impl(T* dq, T* dk, T* dv, const T* d_out, const T* q, const T* k, 
   HLM_CHECK(workspace_bytes >= attention_backward_cuda_workspace_bytes(p), "attention_backward_cuda: workspace of ",
             workspace_bytes, " bytes, needs ", attention_backward_cuda_workspace_bytes(p));
   auto* dvec = static_cast<float*>(workspace);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const void* tensors[] = {dq, dk, dv, d_out, q, k, v, out};
+    if (attention_detail::tc_supported(dm, tensors, 8)) {
+      attention_detail::tc_backward(dq, dk, dv, d_out, q, k, v, out, lse, dvec, cu, dm, flag, stream);
+      return;
+    }
+  }
   const int64_t rows = dm.T * dm.Hq;
   attention_row_dot_kernel<T><<<cuda::grid_blocks(rows), cuda::kElementwiseThreads, 0, stream>>>(dvec, d_out, out,
                                                                                                    rows, dm.D);

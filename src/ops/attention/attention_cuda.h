@@ -24,6 +24,11 @@
 //     (every row of every sequence). dk/dv sum the query heads of their kv group in a fixed order. One difference
 //     from the CPU: with ±Inf in d_out, Dᵢ = dO·O can be ±Inf where the CPU's Σⱼ P dP is NaN (Infs of both signs), so
 //     dk may hold ±Inf where the CPU has NaN; NaN inputs propagate exactly as on the CPU.
+//   - bf16 storage with D = 64 or 128 (and 16-byte aligned tensors) runs tensor-core kernels (attention_tc.cu,
+//     mma.sync bf16 -> fp32): there the dots are the tensor cores' fp32 accumulations of exact products (not an
+//     FMA chain in order d = 0..D-1), and P and dS are rounded to bf16 before they multiply v, dO, q or k, as in
+//     FlashAttention (attention_tc.cu, kSplitP, says why and how to keep ~16 bits instead). The masking semantics
+//     above are kept: masked pairs are skipped, not multiplied by 0.
 //   - Deterministic: no float atomics. The forward and dq kernels own their query rows; the dk/dv kernel owns its key
 //     rows and walks the group's query heads and query tiles in order.
 //

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 #include "ops/log_softmax/block_reduce.cuh"
+#include "ops/cast/cast_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 
 namespace hlm {
@@ -209,6 +210,8 @@ void check_head(const LmHeadCuda& head, const char* what) {
   HLM_CHECK_INPUT(head.vocab > 0 && head.hidden > 0, what, " head needs V > 0 and H > 0, got V=", head.vocab,
                   " H=", head.hidden);
   HLM_CHECK_INPUT(head.weight != nullptr, what, " head weight is null");
+  HLM_CHECK((head.weight_bf16 == nullptr) == (head.hidden_bf16 == nullptr), what,
+            " head: weight_bf16 and hidden_bf16 must be set together");
   HLM_CHECK_INPUT(std::isfinite(head.divisor) && head.divisor != 0.0, what,
                   " logits divisor must be finite and non-zero, got ", head.divisor);
 }
@@ -231,6 +234,7 @@ struct Workspace {
   float* tile_b = nullptr;  // KL teacher               [Rb, Cb]
   double *max_a = nullptr, *sum_a = nullptr, *lse_a = nullptr;  // [Rb] each
   double *max_b = nullptr, *sum_b = nullptr, *lse_b = nullptr;  // [Rb] each (KL teacher)
+  __nv_bfloat16* dz16 = nullptr;  // [Rb, Cb]: dz rounded to bf16 (bf16 compute mode)
   double* aux = nullptr;      // [Rb]: CE target logit, KL running Σ
   double* weights = nullptr;  // [N]
   double* values = nullptr;   // [N]
@@ -255,6 +259,7 @@ Workspace carve(void* base, int64_t N, int64_t V, const LmHeadCudaChunking& chun
   };
   ws.tile_a = reinterpret_cast<float*>(take(tile));
   if (two_heads) ws.tile_b = reinterpret_cast<float*>(take(tile));
+  ws.dz16 = reinterpret_cast<__nv_bfloat16*>(take(cuda::align_up_256(static_cast<size_t>(ws.Rb * ws.Cb) * 2)));
   ws.max_a = reinterpret_cast<double*>(take(rows));
   ws.sum_a = reinterpret_cast<double*>(take(rows));
   ws.lse_a = reinterpret_cast<double*>(take(rows));
@@ -275,13 +280,26 @@ Workspace carve(void* base, int64_t N, int64_t V, const LmHeadCudaChunking& chun
 void logits_tile(const CudaBlasLt& lt, float* tile, const float* hidden, const LmHeadCuda& head, int64_t r0,
                  int64_t R, int64_t c0, int64_t C) {
   const int64_t H = head.hidden;
+  if (head.weight_bf16 != nullptr) {
+    matmul_forward_mixed_cuda(lt, tile, head.hidden_bf16 + r0 * H, head.weight_bf16 + c0 * H, nullptr,
+                              MatmulCudaParams{R, C, H});
+    return;
+  }
   matmul_forward_cuda(lt, tile, hidden + r0 * H, head.weight + c0 * H, nullptr, MatmulCudaParams{R, C, H});
 }
 
 // dh[r0 : r0+R] += dz · W_chunk, dW_chunk += dzᵀ · h[r0 : r0+R].
 void accumulate_tile_grad(const CudaBlasLt& lt, const LmHeadGradCuda& grad, const float* dz, const float* hidden,
-                          const LmHeadCuda& head, int64_t r0, int64_t R, int64_t c0, int64_t C) {
+                          const LmHeadCuda& head, int64_t r0, int64_t R, int64_t c0, int64_t C,
+                          __nv_bfloat16* dz16) {
   const int64_t H = head.hidden;
+  if (head.weight_bf16 != nullptr) {
+    cast_f32_to_bf16_cuda(dz16, dz, R * C, lt.stream);
+    matmul_backward_mixed_cuda(lt, grad.d_hidden + r0 * H, grad.d_weight + c0 * H, nullptr, dz16,
+                               head.hidden_bf16 + r0 * H, head.weight_bf16 + c0 * H, MatmulCudaParams{R, C, H},
+                               /*accumulate_dx=*/true);
+    return;
+  }
   matmul_backward_cuda(lt, grad.d_hidden + r0 * H, grad.d_weight + c0 * H, nullptr, dz, hidden + r0 * H,
                        head.weight + c0 * H, MatmulCudaParams{R, C, H}, /*accumulate_dx=*/true);
 }
@@ -358,7 +376,7 @@ void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaRe
       ce_dz_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(ws.tile_a, C, scale_f, scale, ws.lse_a,
                                                                      ws.weights, targets, r0, c0);
       HLM_CUDA_CHECK_LAUNCH();
-      accumulate_tile_grad(lt, *grad, ws.tile_a, hidden, head, r0, R, c0, C);
+      accumulate_tile_grad(lt, *grad, ws.tile_a, hidden, head, r0, R, c0, C, ws.dz16);
     }
   }
   finish_loss(stream, result, ws, N, 1.0);
@@ -427,7 +445,8 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
           ws.tile_a, ws.tile_b, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a, ws.lse_b,
           ws.aux, ws.weights, dz_scale, grad != nullptr, r0);
       HLM_CUDA_CHECK_LAUNCH();
-      if (grad != nullptr) accumulate_tile_grad(lt, *grad, ws.tile_a, hidden_student, student, r0, R, c0, C);
+      if (grad != nullptr)
+        accumulate_tile_grad(lt, *grad, ws.tile_a, hidden_student, student, r0, R, c0, C, ws.dz16);
     }
     kl_row_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(kl, ws.values, ws.aux, r0,
                                                                                         R);

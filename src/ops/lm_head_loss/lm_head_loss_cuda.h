@@ -21,9 +21,14 @@
 //   Deterministic run to run (no atomics; cuBLASLt reproducible on the same GPU model and SM count).
 // Bad targets: the CPU throws for a target ≥ V; a kernel cannot, so such a token sets *error_flag = 1 (nullable,
 // never cleared), gets CE = NaN (hence a NaN loss and mean), weight 0, and is not counted.
-// Non-goals for now: bf16 hidden/weight storage (matmul_backward_cuda's bf16 variant rounds dh to bf16 per chunk),
-// fusing the softmax into the GEMM epilogue, overlapping passes.
+// bf16 compute mode (the model's, layers/cuda/cuda_linear.h): when a head carries weight_bf16 and hidden_bf16 (the
+// caller's bf16 roundings of W and h), the logits tiles are bf16 tensor-core products with fp32 results
+// (matmul_forward_mixed_cuda) and the gradient products take dz rounded to bf16 (one more rounding per dz element;
+// dh and dW stay fp32, accumulated). Everything after the logits is unchanged.
+// Non-goals for now: fusing the softmax into the GEMM epilogue, overlapping passes.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -36,6 +41,9 @@ struct LmHeadCuda {
   int64_t vocab = 0;              // V
   int64_t hidden = 0;             // H
   double divisor = 1.0;           // logits = h · Wᵀ / divisor (Granite logits_scaling)
+  // bf16 compute mode: both set (W and this call's hidden states rounded to bf16, same layouts), or both null.
+  const __nv_bfloat16* weight_bf16 = nullptr;
+  const __nv_bfloat16* hidden_bf16 = nullptr;
 };
 
 struct LmHeadGradCuda {

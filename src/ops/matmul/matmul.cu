@@ -7,6 +7,9 @@
 // Degenerate shapes follow the CPU's gemm_safe: nothing to do for an empty output; an empty inner dimension gives
 // zeros (overwrite) or leaves the output (accumulate), then the bias is added.
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
@@ -100,15 +103,39 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
   HLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                         &align_d, sizeof(align_d)));
 
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  HLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1,
-                                                  &result, &found));
-  HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
-            ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
+  // The heuristic's answer depends only on the descriptors (shapes, types, ops, epilogue, alignments, workspace), so
+  // it is asked once per distinct key: a training step makes hundreds of GEMM calls of a few shapes, and each query
+  // costs tens of microseconds of host time. Same key, same algorithm: results stay reproducible.
+  using AlgoKey = std::tuple<const void*, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             bool, bool, uint32_t, uint32_t, uint32_t, uint64_t>;
+  static std::mutex cache_mutex;
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
+  const AlgoKey key{lt.handle, static_cast<int>(g.ab_type), static_cast<int>(g.d_type), g.trans_a, g.trans_b, g.m,
+                    g.n, g.k, g.lda, g.ldb, g.ldd, g.bias != nullptr, g.beta != 0.0f, align_a, align_b, align_d, ws};
+  cublasLtMatmulAlgo_t algo{};
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    const auto it = cache.find(key);
+    if (it != cache.end()) {
+      algo = it->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    HLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1,
+                                                    &result, &found));
+    HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
+              ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
+    algo = result.algo;
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    cache.emplace(key, algo);
+  }
   const float alpha = 1.0f;
   HLM_CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc.op, &alpha, g.A, desc.a, g.B, desc.b, &g.beta, g.D, desc.d, g.D,
-                                  desc.d, &result.algo, lt.workspace, lt.workspace_bytes, lt.stream));
+                                  desc.d, &algo, lt.workspace, lt.workspace_bytes, lt.stream));
 }
 
 // ---- Small kernels for the degenerate K = 0 / empty-inner cases and for dbias.
@@ -138,19 +165,20 @@ void check_params(const MatmulCudaParams& p) {
   HLM_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0, "matmul_cuda: negative shape M=", p.M, " N=", p.N, " K=", p.K);
 }
 
-template <typename T>
-void forward_impl(const CudaBlasLt& lt, T* y, const T* x, const T* w, const T* bias, const MatmulCudaParams& p,
+// TI: operand storage (x, w); TO: result and bias storage (y, bias). Products and sums are fp32 either way.
+template <typename TI, typename TO>
+void forward_impl(const CudaBlasLt& lt, TO* y, const TI* x, const TI* w, const TO* bias, const MatmulCudaParams& p,
                   bool accumulate) {
   check_params(p);
   const int64_t M = p.M, N = p.N, K = p.K;
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (!accumulate) {
-      fill_zero_kernel<T><<<cuda::grid_blocks(M * N), cuda::kElementwiseThreads, 0, lt.stream>>>(y, M * N);
+      fill_zero_kernel<TO><<<cuda::grid_blocks(M * N), cuda::kElementwiseThreads, 0, lt.stream>>>(y, M * N);
       HLM_CUDA_CHECK_LAUNCH();
     }
     if (bias != nullptr) {
-      add_bias_kernel<T><<<cuda::grid_blocks(M * N), cuda::kElementwiseThreads, 0, lt.stream>>>(y, bias, M, N);
+      add_bias_kernel<TO><<<cuda::grid_blocks(M * N), cuda::kElementwiseThreads, 0, lt.stream>>>(y, bias, M, N);
       HLM_CUDA_CHECK_LAUNCH();
     }
     return;
@@ -165,7 +193,8 @@ void forward_impl(const CudaBlasLt& lt, T* y, const T* x, const T* w, const T* b
   g.lda = K;
   g.B = x;
   g.ldb = K;
-  g.ab_type = g.d_type = cuda_type<T>();
+  g.ab_type = cuda_type<TI>();
+  g.d_type = cuda_type<TO>();
   g.D = y;
   g.ldd = N;
   g.beta = accumulate ? 1.0f : 0.0f;
@@ -173,15 +202,16 @@ void forward_impl(const CudaBlasLt& lt, T* y, const T* x, const T* w, const T* b
   lt_gemm(lt, g);
 }
 
-template <typename T>
-void backward_impl(const CudaBlasLt& lt, T* dx, float* dw, float* dbias, const T* dy, const T* x, const T* w,
+// TI: operand storage (dy, x, w); TO: dx storage. dw and dbias are fp32.
+template <typename TI, typename TO>
+void backward_impl(const CudaBlasLt& lt, TO* dx, float* dw, float* dbias, const TI* dy, const TI* x, const TI* w,
                    const MatmulCudaParams& p, bool accumulate_dx) {
   check_params(p);
   const int64_t M = p.M, N = p.N, K = p.K;
   if (dx != nullptr && M > 0 && K > 0) {
     if (N == 0) {
       if (!accumulate_dx) {
-        fill_zero_kernel<T><<<cuda::grid_blocks(M * K), cuda::kElementwiseThreads, 0, lt.stream>>>(dx, M * K);
+        fill_zero_kernel<TO><<<cuda::grid_blocks(M * K), cuda::kElementwiseThreads, 0, lt.stream>>>(dx, M * K);
         HLM_CUDA_CHECK_LAUNCH();
       }
     } else {
@@ -193,7 +223,8 @@ void backward_impl(const CudaBlasLt& lt, T* dx, float* dw, float* dbias, const T
       g.lda = K;
       g.B = dy;
       g.ldb = N;
-      g.ab_type = g.d_type = cuda_type<T>();
+      g.ab_type = cuda_type<TI>();
+      g.d_type = cuda_type<TO>();
       g.D = dx;
       g.ldd = K;
       g.beta = accumulate_dx ? 1.0f : 0.0f;
@@ -210,7 +241,7 @@ void backward_impl(const CudaBlasLt& lt, T* dx, float* dw, float* dbias, const T
     g.lda = K;
     g.B = dy;
     g.ldb = N;
-    g.ab_type = cuda_type<T>();
+    g.ab_type = cuda_type<TI>();
     g.d_type = CUDA_R_32F;
     g.D = dw;
     g.ldd = K;
@@ -220,7 +251,7 @@ void backward_impl(const CudaBlasLt& lt, T* dx, float* dw, float* dbias, const T
   if (dbias != nullptr && N > 0) {
     // After the products on the same stream, so the partials may reuse the cuBLASLt workspace.
     const ColumnSumPlan plan = column_sum_plan(M, N, lt.workspace_bytes);
-    cuda::column_sum_accumulate(dbias, DbiasTerm<T>{dy, N}, M, N, plan, static_cast<float*>(lt.workspace), lt.stream);
+    cuda::column_sum_accumulate(dbias, DbiasTerm<TI>{dy, N}, M, N, plan, static_cast<float*>(lt.workspace), lt.stream);
   }
 }
 
@@ -244,6 +275,17 @@ void matmul_backward_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbi
 void matmul_backward_cuda(const CudaBlasLt& lt, __nv_bfloat16* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
                           const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
                           bool accumulate_dx) {
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
+}
+
+void matmul_forward_mixed_cuda(const CudaBlasLt& lt, float* y, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                               const float* bias, const MatmulCudaParams& p, bool accumulate) {
+  forward_impl(lt, y, x, w, bias, p, accumulate);
+}
+
+void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
+                                const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
+                                bool accumulate_dx) {
   backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
 }
 

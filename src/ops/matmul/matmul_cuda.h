@@ -9,7 +9,9 @@
 // dbias is a deterministic two-pass column sum (backend/cuda/column_sum.h) whose partials live in lt.workspace
 // (which is why every user of a workspace must stay on its stream). cuBLAS results are reproducible run to run on
 // the same GPU model and SM count (cuBLAS documentation), not across models.
-// Non-goals for now: cached descriptors/heuristics per shape (each call asks the heuristic), fp8, batched products.
+// The heuristic's algorithm is cached per (handle, types, ops, shape, leading dims, epilogue, alignments, workspace):
+// asked once per distinct key, so repeated calls cost only the descriptor set-up and the launch.
+// Non-goals for now: cached descriptors, fp8, batched products.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -35,5 +37,15 @@ void matmul_backward_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbi
 void matmul_backward_cuda(const CudaBlasLt& lt, __nv_bfloat16* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
                           const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
                           bool accumulate_dx = false);
+
+// Mixed precision (the model's bf16 compute mode): bf16 operands, fp32 results. y [M, N] fp32 = x · wᵀ (+ fp32 bias)
+// with x, w bf16; dx fp32 = dy · w, dw += dyᵀ · x (fp32), dbias += Σ_rows dy, from bf16 dy, x, w. Products of two
+// bf16 values are exact in fp32, so the only roundings are the fp32 sums (as the f32 path) and the operands' bf16
+// roundings made by the caller.
+void matmul_forward_mixed_cuda(const CudaBlasLt& lt, float* y, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                               const float* bias, const MatmulCudaParams& p, bool accumulate = false);
+void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
+                                const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
+                                bool accumulate_dx = false);
 
 }  // namespace hlm

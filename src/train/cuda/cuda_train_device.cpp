@@ -13,19 +13,17 @@
 #include "models/cuda/cuda_model_train.h"
 #include "ops/adamw/grad_norm_cuda.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
+#include "train/cuda/cuda_eval.h"
 
 namespace hlm {
 
 namespace {
 
-LmHeadCuda head_of(const CudaModel& m) {
-  const ModelConfig& c = m.config();
-  return {m.lm_head_weight(), c.vocab_size, c.hidden_size, c.logits_scaling};
-}
+double gib(size_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
 
 }  // namespace
 
-CudaTrainDevice::CudaTrainDevice() {
+CudaTrainDevice::CudaTrainDevice(const CudaTrainDeviceOptions& options) : options_(options) {
   HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
   ctx_ = &cuda_context();
 }
@@ -38,7 +36,8 @@ std::string CudaTrainDevice::describe() const {
   char memory[32];
   std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(it->total_memory_bytes) / 1073741824.0);
   return str_cat("cuda:", it->index, " ", it->name, " (sm_", it->compute_major, it->compute_minor, ", ",
-                 it->multiprocessors, " SMs, ", memory, "); fp32 weights, gradients and AdamW state");
+                 it->multiprocessors, " SMs, ", memory, "); fp32 weights, gradients and AdamW state",
+                 options_.bf16 ? "; bf16 products (tensor cores, fp32 results)" : "; fp32 products");
 }
 
 void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
@@ -52,6 +51,8 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   student_.emplace(CudaModel::upload(student, *ctx_));
   grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
   if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));
+  student_->set_bf16_compute(options_.bf16);
+  if (teacher_) teacher_->set_bf16_compute(options_.bf16);
   const AdamWConfig& ac = optimizer.config();
   optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps);
   // Pair the device's parameters with the host optimizer's by HF name; each gets the host state.
@@ -70,6 +71,32 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   }
   optimizer_->set_step_count(optimizer.step_count());
   ctx_->synchronize();
+  activation_plan_printed_ = false;
+  print_static_plan();
+}
+
+void CudaTrainDevice::print_static_plan() const {
+  const size_t weights = student_->weight_bytes(), copies = student_->bf16_copy_bytes();
+  const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;
+  const size_t total = weights + copies + grads_->weight_bytes() + 2 * weights + teacher;
+  std::printf("%-12s student %.2f GiB fp32 weights + %.2f GiB bf16 copies, %.2f GiB gradients, %.2f GiB AdamW "
+              "m and v; teacher %.2f GiB; %.2f GiB before activations\n",
+              "memory plan", gib(weights), gib(copies), gib(grads_->weight_bytes()), gib(2 * weights), gib(teacher),
+              gib(total));
+  std::fflush(stdout);
+}
+
+void CudaTrainDevice::print_activation_plan(int64_t micro_tokens) const {
+  const ModelConfig& c = student_->config();
+  // Kept across the forward: the residual stream entering each layer and after each mixer add, plus the final
+  // norm's input and output (CudaTrainTrace), for the student and (without the backward) the teacher's final hidden.
+  const double kept = static_cast<double>(2 * c.num_hidden_layers + 2) * static_cast<double>(micro_tokens) *
+                      static_cast<double>(c.hidden_size) * 4.0;
+  const CudaAllocatorStats st = ctx_->allocator().stats();
+  std::printf("%-12s activations: %.2f GiB kept per micro-batch of %lld tokens (layer inputs; each layer recomputes "
+              "its own in the backward); peak device memory in use after the first step %.2f GiB\n",
+              "memory plan", kept / 1073741824.0, static_cast<long long>(micro_tokens), gib(st.peak_bytes_in_use));
+  std::fflush(stdout);
 }
 
 BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip,
@@ -102,6 +129,11 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   }
   // CudaAdamW::step skips a non-finite norm itself; a non-finite loss with a finite norm must skip too (CPU rule).
   *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : grad_norm_only();
+  student_->refresh_bf16();  // the bf16 copies follow the updated master weights (nothing in fp32 mode)
+  if (!activation_plan_printed_) {
+    activation_plan_printed_ = true;
+    print_activation_plan(batch.batch.total_tokens() / batch.rows * micro_rows);
+  }
   return out;
 }
 
@@ -123,12 +155,15 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   CudaTensor weights = CudaTensor::empty(ctx, {N});
   cuda_copy_to_device(ctx, weights.raw(), host_weights.data(), host_weights.size() * sizeof(float));
   const LmHeadGradCuda grad{d_hidden.data<float>(), grads_->lm_head_weight()};
+  CudaTensor student16, teacher16;  // bf16 roundings of the final hidden states (bf16 mode only)
+  const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result.raw());
   if (teacher_) {
     const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_forward_kl_cuda(ctx.blaslt(), per_token.data<float>(), r, teacher_trace->final_hidden.data<float>(),
-                            head_of(*teacher_), trace.final_hidden.data<float>(), head_of(*student_), N, tau,
+                            teacher_->lm_head_for(teacher_trace->final_hidden.data<float>(), N, teacher16),
+                            trace.final_hidden.data<float>(), student_head, N, tau,
                             weights.data<float>(), &grad, LmHeadCudaChunking{}, ws.raw(), bytes);
   } else {
     CudaTensor targets = CudaTensor::empty(ctx, {N}, DType::I32);
@@ -136,7 +171,7 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
     const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_cross_entropy_cuda(ctx.blaslt(), per_token.data<float>(), r, trace.final_hidden.data<float>(), N,
-                               head_of(*student_), targets.data<int32_t>(), weights.data<float>(), &grad,
+                               student_head, targets.data<int32_t>(), weights.data<float>(), &grad,
                                LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
   }
   student_->backward(trace, d_hidden.data<float>(), *grads_);
@@ -168,6 +203,11 @@ double CudaTrainDevice::grad_norm_only() {
   double value = 0.0;
   cuda_copy_to_host(ctx, &value, norm.raw(), sizeof(value));
   return value;
+}
+
+void CudaTrainDevice::evaluate_pass(const PackedBatch& batch, EvalSums& sums) {
+  HLM_CHECK(student_.has_value(), "CudaTrainDevice::evaluate_pass before attach");
+  cuda_eval_pass(*ctx_, *student_, teacher_ ? &*teacher_ : nullptr, batch, sums);
 }
 
 void CudaTrainDevice::sync_to_host() {

@@ -10,8 +10,9 @@
 // Numerics: the CUDA ops' (docs/cuda.md); a step from the same state matches the CPU's to ~3e-7 (loss) / ~2e-5 (grad
 // norm) (tests/cuda_models/test_cuda_train_step.cpp); free-running trajectories drift apart slowly (AdamW amplifies
 // summation-order noise in near-zero gradients), while two GPU runs are bit-identical (no float atomics).
-// Non-goals for now: bf16 weights, kept activations (--recompute none), evaluation on the GPU (validation and test
-// run on the CPU after sync_to_host), multi-GPU.
+// Evaluation (validation and the final test): evaluate_pass runs cuda_eval_pass (train/cuda/cuda_eval.h) on the
+// device's student and teacher, without touching the gradients or the optimizer.
+// Non-goals for now: bf16 weights, kept activations (--recompute none), multi-GPU.
 #pragma once
 #include <memory>
 #include <optional>
@@ -24,15 +25,23 @@
 
 namespace hlm {
 
+struct CudaTrainDeviceOptions {
+  // bf16 compute mode for the student and the teacher (models/cuda/cuda_model.h: bf16 products with fp32 results;
+  // master weights, gradients, AdamW state and activations fp32); the student's bf16 copies are re-rounded after
+  // every update.
+  bool bf16 = false;
+};
+
 class CudaTrainDevice final : public TrainDevice {
  public:
   // Uses cuda_context() (GPU 0); an input error when no usable GPU is present.
-  CudaTrainDevice();
+  explicit CudaTrainDevice(const CudaTrainDeviceOptions& options = {});
 
   std::string describe() const override;
   void attach(Model& student, Model* teacher, AdamW& optimizer) override;
   BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
                  size_t num_languages) override;
+  void evaluate_pass(const PackedBatch& batch, EvalSums& sums) override;
   void sync_to_host() override;
 
  private:
@@ -41,6 +50,12 @@ class CudaTrainDevice final : public TrainDevice {
   // ‖g‖₂ over every gradient without an update (the step of a non-finite loss is skipped but still reports it).
   double grad_norm_only();
 
+  // The memory plan: static part (weights, copies, gradients, AdamW state) at attach, activations at the first step.
+  void print_static_plan() const;
+  void print_activation_plan(int64_t micro_tokens) const;
+
+  CudaTrainDeviceOptions options_;
+  bool activation_plan_printed_ = false;
   CudaContext* ctx_ = nullptr;
   Model* host_student_ = nullptr;
   AdamW* host_optimizer_ = nullptr;

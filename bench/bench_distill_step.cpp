@@ -1,0 +1,158 @@
+// One distillation step of the [perf] issue's configuration on GPU 0, timed end to end through the trainer's own
+// device step (train/cuda/cuda_train_device.h: teacher forward, student forward, chunked LM-head forward KL,
+// student backward, global-norm clip, AdamW), for comparison with the peer figure that
+// ../shared/bench/peer_probe.py prints (HF transformers + FLA kernels, same shapes).
+//   teacher: qwen3, 28 layers, hidden 1024, 16 heads / 8 kv heads of 128, MLP 3072, vocab 151,936, tied embedding;
+//   student: the teacher converted with 3:1 GDN:attention (standard periodic placement) by Algorithm 1, which gives
+//            the student an untied head (models/convert.h);
+//   batch:   8 rows × 1024 tokens of random ids, one micro-batch, forward KL at τ = 1, clip 1, AdamW lr 1e-5.
+// Random weights (Model::create, seed 1); the figures do not depend on the values.
+// Prints per step: milliseconds (median of --steps timed steps after 2 warm-ups), tokens/s, the allocator's peak
+// bytes in use and cudaMemGetInfo's used bytes, and the host-side memory plan.
+// Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] [--layers L]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/cuda_context.h"
+#include "core/rng.h"
+#include "models/convert.h"
+#include "models/hf_config.h"
+#include "models/model.h"
+#include "models/model_train.h"
+#include "models/placements.h"
+#include "train/adamw.h"
+#include "train/cuda/cuda_train_device.h"
+
+using namespace hlm;
+
+namespace {
+
+struct Options {
+  std::string precision = "bf16";
+  int steps = 5;
+  int64_t rows = 8, seq = 1024;
+  int layers = 28;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--precision") o.precision = next();
+    else if (a == "--steps") o.steps = std::atoi(next().c_str());
+    else if (a == "--rows") o.rows = std::atoll(next().c_str());
+    else if (a == "--seq") o.seq = std::atoll(next().c_str());
+    else if (a == "--layers") o.layers = std::atoi(next().c_str());
+    else {
+      std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
+                           "[--layers L]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+ModelConfig teacher_config(int layers) {
+  const nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}},
+                            {"model_type", "qwen3"},
+                            {"num_hidden_layers", layers},
+                            {"hidden_size", 1024},
+                            {"num_attention_heads", 16},
+                            {"num_key_value_heads", 8},
+                            {"head_dim", 128},
+                            {"intermediate_size", 3072},
+                            {"vocab_size", 151936},
+                            {"max_position_embeddings", 4096},
+                            {"rms_norm_eps", 1e-6},
+                            {"rope_theta", 1000000.0},
+                            {"tie_word_embeddings", true}};
+  return parse_model_config(j, "bench teacher");
+}
+
+int64_t count_parameters(Model& m) {
+  DecoderWeights g = zero_grads_like(m.config());
+  int64_t n = 0;
+  for (const NamedParameter& p : named_parameters(m.config(), m.mutable_weights(), g)) n += p.value.numel();
+  return n;
+}
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelConfig tc = teacher_config(o.layers);
+  Model teacher = Model::create(tc, 1);
+  const int full = std::max(1, o.layers / 4);
+  const std::vector<int> full_layers = placement_layers(Placement::StandardPeriodic, o.layers, full);
+  Model student = convert_to_hybrid(teacher, full_layers, ConvertOptions{});
+  std::printf("setup: teacher %lld params, student %lld params, built on the host in %.1f s\n",
+              static_cast<long long>(count_parameters(teacher)), static_cast<long long>(count_parameters(student)),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  DecoderWeights grads = zero_grads_like(student.config());
+  std::vector<AdamWGroup> groups = {{"all", 1e-5, 0.01, 1e-5}};
+  std::vector<AdamWParam> params;
+  for (const NamedParameter& p : named_parameters(student.config(), student.mutable_weights(), grads))
+    params.push_back({p.name, p.value, p.grad, 0});
+  AdamW optimizer(std::move(groups), std::move(params));
+
+  CudaTrainDeviceOptions dev_options;
+  dev_options.bf16 = o.precision == "bf16";
+  CudaTrainDevice device(dev_options);
+  std::printf("device: %s, precision %s\n", device.describe().c_str(), o.precision.c_str());
+  device.attach(student, &teacher, optimizer);
+
+  PackedBatch batch;
+  for (int64_t r = 0; r < o.rows; ++r) {
+    std::vector<int32_t> ids(static_cast<size_t>(o.seq));
+    for (int64_t t = 0; t < o.seq; ++t)
+      ids[static_cast<size_t>(t)] =
+          std::min<int32_t>(151935, static_cast<int32_t>(151936.0f * rng_uniform(7, static_cast<uint64_t>(r),
+                                                                                  static_cast<uint64_t>(t))));
+    batch.batch.add_sequence(ids);
+  }
+  batch.targets.assign(static_cast<size_t>(o.rows * o.seq), -100);
+  batch.language.assign(static_cast<size_t>(o.rows * o.seq), 0);
+  batch.rows = o.rows;
+
+  std::vector<double> ms;
+  for (int s = 0; s < o.steps + 2; ++s) {
+    double norm = 0.0;
+    const auto a = std::chrono::steady_clock::now();
+    const BatchLoss loss = device.step(batch, o.rows, 1.0, 1.0, &norm, 1);
+    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+    std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s\n", s, t, loss.loss, norm, s < 2 ? " (warm-up)" : "");
+    if (s >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const double tokens = static_cast<double>(o.rows * o.seq);
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  const CudaAllocatorStats st = cuda_context().allocator().stats();
+  std::printf("distill_step precision=%s rows=%lld seq=%lld layers=%d: %.1f ms/step, %.0f tok/s, allocator peak "
+              "%.2f GiB in use (%.2f GiB reserved), device used %.2f GiB\n",
+              o.precision.c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.seq), o.layers, med,
+              tokens / (med / 1000.0), gib(st.peak_bytes_in_use), gib(st.peak_bytes_reserved),
+              gib(total_b - free_b));
+  return 0;
+}

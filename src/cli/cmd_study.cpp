@@ -11,6 +11,11 @@
 #include "core/error.h"
 #include "study/study_run.h"
 
+#ifdef HLM_WITH_CUDA
+#include "analysis/cuda/cuda_states_forward.h"
+#include "analysis/cuda/softcka_cuda_engine.h"
+#endif
+
 namespace hlm {
 namespace {
 
@@ -37,9 +42,18 @@ int run_study(const StudyCliOptions& o) {
     }
     config = study_config_from_json(j, o.config);
   }
-  const StudyResult r = study_run(config, o.out, [](const std::string& device, const std::string& precision) {
+  StudyDevices devices;
+  devices.train = [](const std::string& device, const std::string& precision) {
     return train_device_for(device, precision);
-  });
+  };
+#ifdef HLM_WITH_CUDA
+  devices.states_forward = [](const Model& model) { return make_cuda_states_forward(model); };
+  devices.kernel_engine = []() -> std::unique_ptr<KernelNormEngine> { return make_cuda_kernel_norm_engine(); };
+#else
+  HLM_CHECK_INPUT(config.analysis_device == "cpu",
+                  "analysis.device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+  const StudyResult r = study_run(config, o.out, devices);
   std::printf("study: %d stages run, %d skipped\nstudy: report at %s\n", r.stages_run, r.stages_skipped,
               r.report.string().c_str());
   return 0;

@@ -172,7 +172,7 @@ StudyConfig study_config_from_json(const json& j, const std::string& source) {
   if (j.contains("analysis")) {
     const json& a = j["analysis"];
     const std::string where = source + ": analysis";
-    check_keys(a, {"anchor", "langs", "points", "max_pairs", "sigma_sample", "locality_k", "locality_max_units"},
+    check_keys(a, {"anchor", "langs", "points", "max_pairs", "sigma_sample", "locality_k", "locality_max_units", "device"},
                where);
     read_key(a, "anchor", c.anchor, where);
     read_key(a, "langs", c.align_langs, where);
@@ -181,6 +181,7 @@ StudyConfig study_config_from_json(const json& j, const std::string& source) {
     read_key(a, "sigma_sample", c.sigma_sample, where);
     read_key(a, "locality_k", c.locality_k, where);
     read_key(a, "locality_max_units", c.locality_max_units, where);
+    read_key(a, "device", c.analysis_device, where);
   }
   return c;
 }
@@ -211,7 +212,8 @@ json study_config_to_json(const StudyConfig& c) {
             {"max_pairs", c.max_pairs},
             {"sigma_sample", c.sigma_sample},
             {"locality_k", c.locality_k},
-            {"locality_max_units", c.locality_max_units}}}};
+            {"locality_max_units", c.locality_max_units},
+            {"device", c.analysis_device}}}};
 }
 
 int study_teacher_layers(const StudyConfig& c) {
@@ -299,6 +301,8 @@ void study_config_validate(const StudyConfig& c) {
   HLM_CHECK_INPUT(c.max_pairs >= 0 && c.locality_max_units >= 0 && c.sigma_sample >= 2,
                   "analysis: max_pairs and locality_max_units must be >= 0, sigma_sample >= 2");
   HLM_CHECK_INPUT(!c.locality_k.empty(), "analysis.locality_k: empty");
+  HLM_CHECK_INPUT(c.analysis_device == "cpu" || c.analysis_device == "cuda", "analysis.device: '",
+                  c.analysis_device, "' is not a device (cpu or cuda)");
   for (int64_t k : c.locality_k) HLM_CHECK_INPUT(k >= 1, "analysis.locality_k: windows must be positive, got ", k);
 }
 

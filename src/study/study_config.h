@@ -7,7 +7,7 @@
 //                                   the seed's Table C.3); path keys and stop_after_steps are not allowed here
 //   placements {names, full, full_fraction, convert_seed, neg_eigval}   names from models/placements.h or "i,j,k"
 //   compare {exclude}               languages left out of R, δ̄ and the Figure 6 fractions
-//   analysis {anchor, langs, points, max_pairs, sigma_sample, locality_k, locality_max_units}
+//   analysis {anchor, langs, points, max_pairs, sigma_sample, locality_k, locality_max_units, device}
 // Unknown keys, wrong types and bad values are input errors naming the key. Relative paths are taken relative to the
 // current directory.
 #pragma once
@@ -42,6 +42,7 @@ struct StudyConfig {
   int64_t sigma_sample = 2048;
   std::vector<int64_t> locality_k = {1, 4, 16, 64};
   int64_t locality_max_units = 32;
+  std::string analysis_device = "cpu";  // "cpu", or "cuda": the align stage's model forward and SoftCKA sums on GPU 0
 };
 
 inline constexpr const char* kStudyBaseline = "standard_periodic";  // R = 1 and Figure 6's target

@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, std::string>> versions() {
 
 // Runs (or resumes) one training job into `dir`: resumes from the newest checkpoint of an unfinished run, otherwise
 // starts over in an empty directory. Throws unless the run completed.
-void train_stage(TrainConfig config, const fs::path& dir, const StudyDeviceFactory& devices) {
+void train_stage(TrainConfig config, const fs::path& dir, const StudyDevices& devices) {
   config.out = dir.string();
   config.resume.clear();
   if (fs::exists(dir) && !fs::exists(dir / "model") && !checkpoint_list(dir).empty()) {
@@ -89,9 +89,9 @@ void train_stage(TrainConfig config, const fs::path& dir, const StudyDeviceFacto
   }
   std::unique_ptr<TrainDevice> device;
   if (config.device != "cpu") {
-    HLM_CHECK_INPUT(static_cast<bool>(devices), "study: device '", config.device,
+    HLM_CHECK_INPUT(static_cast<bool>(devices.train), "study: device '", config.device,
                     "' needs an accelerator, and this caller passed none");
-    device = devices(config.device, config.precision);
+    device = devices.train(config.device, config.precision);
   }
   const TrainResult r = train_run(config, {}, device.get());
   if (r.status == TrainStatus::Diverged)
@@ -119,7 +119,7 @@ std::string join_ints(const std::vector<int>& v) {
 
 }  // namespace
 
-StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const StudyDeviceFactory& devices) {
+StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const StudyDevices& devices) {
   study_config_validate(config);
   const fs::path out = fs::absolute(out_arg).lexically_normal();
   const json resolved = study_config_to_json(config);
@@ -290,7 +290,13 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
         progress.line("align", m.label + ": SoftCKA, " + std::to_string(a.langs.size()) + " languages vs " +
                                    a.anchor + ", up to " + std::to_string(a.max_pairs) + " pairs each");
         Model model = Model::load(m.dir);
-        const AlignResult r = align_softcka(model, *tokenizer, *set, a, to_stderr);
+        const bool on_gpu = config.analysis_device != "cpu";
+        HLM_CHECK_INPUT(!on_gpu || (devices.states_forward && devices.kernel_engine), "study: analysis.device '",
+                        config.analysis_device, "' needs an accelerator, and this caller passed none");
+        const std::unique_ptr<KernelNormEngine> engine = on_gpu ? devices.kernel_engine() : nullptr;
+        const AlignResult r = align_softcka(model, *tokenizer, *set, a, to_stderr, engine.get(),
+                                            on_gpu ? devices.states_forward(model) : StatesForward{},
+                                            config.analysis_device);
         fs::remove_all(rm.align_dir);
         align_write_outputs(rm.align_dir, r, model.config(),
                             {{"model", m.dir.string()}, {"tokenizer", tokenizer->name()}, {"parallel", config.parallel}});

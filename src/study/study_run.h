@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include "analysis/sentence_states.h"
+#include "analysis/softcka_batch.h"
 #include "study/study_config.h"
 #include "train/train_device.h"
 
@@ -26,14 +28,17 @@ struct StudyResult {
   int stages_skipped = 0;
 };
 
-// The accelerator for a training stage whose `device` setting is not "cpu" (the CLI passes train_device_for of
-// cli/train_device_cli.h; hlm_study itself is built without CUDA). Called once per training stage.
-using StudyDeviceFactory =
-    std::function<std::unique_ptr<TrainDevice>(const std::string& device, const std::string& precision)>;
+// The accelerators of the stages whose device is not "cpu" (the CLI passes the CUDA ones; hlm_study itself is built
+// without CUDA): a TrainDevice per training stage (cli/train_device_cli.h's train_device_for), and for the align stage
+// with analysis.device "cuda" the model forward and the SoftCKA kernel-norm engine (analysis/cuda/).
+struct StudyDevices {
+  std::function<std::unique_ptr<TrainDevice>(const std::string& device, const std::string& precision)> train;
+  std::function<StatesForward(const Model& model)> states_forward;
+  std::function<std::unique_ptr<KernelNormEngine>()> kernel_engine;
+};
 
 // Input errors (exit 2) for bad settings, missing inputs, an output directory made with another config, or a
 // `device: cuda` training section without a factory; internal error when a training run diverges.
-StudyResult study_run(const StudyConfig& config, const std::filesystem::path& out,
-                      const StudyDeviceFactory& devices = {});
+StudyResult study_run(const StudyConfig& config, const std::filesystem::path& out, const StudyDevices& devices = {});
 
 }  // namespace hlm

@@ -50,3 +50,18 @@ TEST(CastCuda, F32ToBf16) {
     EXPECT_TRUE(buffers_ok({&d}, {&s})) << what;
   }
 }
+
+TEST(CastCuda, Bf16ToF32IsExact) {
+  HLM_REQUIRE_CUDA();
+  // Every bf16 bit pattern once (NaNs, infinities, subnormals, both zeros), then an odd length.
+  std::vector<uint16_t> src(65536 + 3);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i * 40503u);
+  for (size_t i = 0; i < 65536; ++i) src[i] = static_cast<uint16_t>(i);
+  std::vector<float> cpu(src.size());
+  cast_bf16_to_f32(cpu.data(), src.data(), static_cast<int64_t>(src.size()));
+  DeviceBuffer s = DeviceBuffer::from(src, "src"), d = DeviceBuffer(src.size() * 4, "dst");
+  cast_bf16_to_f32_cuda(d.as<float>(), s.as<__nv_bfloat16>(), static_cast<int64_t>(src.size()), ctx().stream());
+  const std::vector<float> gpu = d.download<float>();
+  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * 4), 0) << "cast.bf16_to_f32";
+  EXPECT_TRUE(buffers_ok({&d}, {&s})) << "cast.bf16_to_f32";
+}

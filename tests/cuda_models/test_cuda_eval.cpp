@@ -35,6 +35,7 @@
 #include "support/run_binary.h"
 #include "train/adamw.h"
 #include "train/cuda/cuda_eval.h"
+#include "train/checkpoint_io.h"
 #include "train/cuda/cuda_train_device.h"
 #include "train/eval.h"
 #include "train/grad_utils.h"
@@ -168,9 +169,10 @@ class CudaEvalTrainer : public ::testing::Test {
     data.eval_tokens_per_language = 256;
     return held_out_set(corpus, *tokenizer, data, split);
   }
-  // Loads the job's student (distill: the converted student; pretrain: a fresh tiny qwen3) and teacher.
+  // Loads the job's student (distill: the converted student, writable as the trainer loads it: Model::load maps the
+  // safetensors read-only, and sync_to_host writes into the weights; pretrain: a fresh tiny qwen3) and teacher.
   Model student(TrainJob job) const {
-    if (job == TrainJob::Distill) return Model::load(scratch.path() / "student");
+    if (job == TrainJob::Distill) return model_load_trainable(scratch.path() / "student");
     return Model::create(load_model_config(scratch.path() / "tiny_qwen3.json"), 11);
   }
   void compare_evaluation(TrainJob job) {

@@ -234,6 +234,57 @@ TEST_F(CudaTrainer, DistillCommandRunsOnTheGpu) {
       EXPECT_EQ(again["languages"][i][key], run_test["languages"][i][key]) << key << " of language " << i;
 }
 
+// The bf16 compute mode (CudaTrainDeviceOptions::bf16, `--precision bf16`) against the fp32 GPU run of the same
+// config, step by step. Both start from the same weights; bf16 rounds the operands of every linear, the attention
+// and the LM head (2^-9 relative each), so the losses differ by a small relative amount that the shared optimizer
+// trajectory keeps small over 20 steps. Bounds: pretraining CE (~5.5 nats, errors relative to the value):
+// kBf16CeBound = 1e-2 per step; distillation KL (a small difference of two nearly equal distributions, so its
+// relative error is larger): kBf16KlBound = 0.1 relative + 1e-4 nats. Either mode silently computing in fp32 is
+// caught by requiring some step to differ (a bf16 run that equals the fp32 run bit for bit is not bf16). Both runs
+// must learn (last loss below the first).
+constexpr double kBf16CeBound = 1e-2, kBf16KlBound = 0.1, kBf16KlFloor = 1e-4;
+
+TEST_F(CudaTrainer, Bf16TracksFp32) {
+  HLM_REQUIRE_CUDA_MODEL();
+  for (TrainJob job : {TrainJob::Pretrain, TrainJob::Distill}) {
+    const char* name = job == TrainJob::Distill ? "distill" : "pretrain";
+    TrainConfig fp32 = config(job, std::string(name) + "_fp32", "cuda");
+    TrainConfig bf16 = config(job, std::string(name) + "_bf16", "cuda");
+    bf16.precision = "bf16";
+    CudaTrainDevice fp32_device, bf16_device(CudaTrainDeviceOptions{.bf16 = true});
+    ASSERT_EQ(train_run(fp32, {}, &fp32_device).status, TrainStatus::Completed);
+    ASSERT_EQ(train_run(bf16, {}, &bf16_device).status, TrainStatus::Completed);
+    const std::vector<nlohmann::json> a = steps_of(scratch.path() / (std::string(name) + "_fp32")),
+                                      b = steps_of(scratch.path() / (std::string(name) + "_bf16"));
+    ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(b.size(), a.size());
+    double worst = 0.0;
+    bool differs = false;
+    for (size_t s = 0; s < a.size(); ++s) {
+      ASSERT_FALSE(b[s]["loss"].is_null()) << name << " step " << s + 1 << " not finite in bf16";
+      const double la = a[s]["loss"].get<double>(), lb = b[s]["loss"].get<double>();
+      differs = differs || la != lb;
+      const double err = std::abs(lb - la);
+      if (job == TrainJob::Pretrain) {
+        EXPECT_LE(err, kBf16CeBound * std::abs(la)) << name << " step " << s + 1 << ": fp32 " << la << " bf16 " << lb;
+        worst = std::max(worst, err / std::abs(la));
+      } else {
+        EXPECT_LE(err, kBf16KlBound * std::abs(la) + kBf16KlFloor)
+            << name << " step " << s + 1 << ": fp32 " << la << " bf16 " << lb;
+        worst = std::max(worst, err / std::max(std::abs(la), 1e-30));
+      }
+    }
+    EXPECT_TRUE(differs) << name << ": the bf16 run equals the fp32 run bit for bit";
+    EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>()) << name << ": bf16 did not learn";
+    const nlohmann::json cfg = nlohmann::json::parse(test::read_text(scratch.path() / (std::string(name) + "_bf16") /
+                                                                     "config.json"));
+    EXPECT_EQ(cfg["precision"], "bf16");
+    std::printf("[check] bf16 vs fp32 %s, %lld steps: worst relative loss difference %.3g (first %.6g vs %.6g)\n",
+                name, static_cast<long long>(kSteps), worst, a.front()["loss"].get<double>(),
+                b.front()["loss"].get<double>());
+  }
+}
+
 // Input errors (exit 2), with or without a GPU: an unknown device; `--device cuda` where no GPU is usable.
 TEST_F(CudaTrainer, DeviceErrorsAreInputErrors) {
   const std::string common = " --teacher '" + (scratch.path() / "teacher").string() + "' --student '" +

@@ -182,6 +182,12 @@ TEST_F(StudyTest, ConfigErrorsExitTwo) {
   json wrong_type = base_config_;
   wrong_type["analysis"]["max_pairs"] = "many";
   expect_input_error(wrong_type, "max_pairs: wrong type");
+  json analysis_device = base_config_;
+  analysis_device["analysis"]["device"] = "tpu";
+  expect_input_error(analysis_device, "analysis.device: 'tpu' is not a device");
+  json precision = base_config_;
+  precision["distill"]["precision"] = "bf16";  // with the CPU trainer
+  expect_input_error(precision, "--precision bf16 needs --device cuda");
 }
 
 TEST(StudyCurves, ReachInterpolatesBetweenValidationPoints) {

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/cast/cast_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
@@ -71,6 +72,17 @@ AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, co
     rope_forward_cuda(a.k.data<float>(), b.positions, n, d.kv_heads, *rope, b.error_flag, stream);
   }
   const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale};
+  if (w.bf16_compute) {
+    a.q16 = cuda_round_bf16(ctx, a.q.data<float>(), n * Cq);
+    a.k16 = cuda_round_bf16(ctx, a.k.data<float>(), n * Ckv);
+    a.v16 = cuda_round_bf16(ctx, a.v.data<float>(), n * Ckv);
+    a.o16 = CudaTensor::empty(ctx, {n > 0 ? n * Cq : 1}, DType::BF16);
+    attention_forward_cuda(a.o16.data<__nv_bfloat16>(), a.lse.data<float>(), a.q16.data<__nv_bfloat16>(),
+                           a.k16.data<__nv_bfloat16>(), a.v16.data<__nv_bfloat16>(), b.cu_seqlens, ap, b.error_flag,
+                           stream);
+    cast_bf16_to_f32_cuda(a.o.data<float>(), a.o16.data<__nv_bfloat16>(), n * Cq, stream);
+    return a;
+  }
   attention_forward_cuda(a.o.data<float>(), a.lse.data<float>(), a.q.data<float>(), a.k.data<float>(),
                          a.v.data<float>(), b.cu_seqlens, ap, b.error_flag, stream);
   return a;

@@ -19,6 +19,10 @@ struct CudaAttentionWeights {
   CudaLinear q_proj, k_proj, v_proj, o_proj;
   CudaTensor q_norm, k_norm;  // [D] or [H·D]; numel 0 = no norm
   int64_t q_norm_size = 0, k_norm_size = 0;
+  // bf16 compute mode (models/cuda/cuda_model.h): q, k, v are rounded to bf16 and the softmax attention runs on the
+  // tensor-core bf16 kernels (fp32 softmax statistics and accumulation, bf16 out); out and the gradients are widened
+  // back to fp32 exactly.
+  bool bf16_compute = false;
 };
 
 // Checks the host weights against dims (attention_check_weights) and uploads them.
@@ -36,6 +40,7 @@ struct AttentionCudaActivations {
   CudaTensor q, k, v;       // q, k after norm and rope; v
   CudaTensor o;             // attention output [T, Hq·D] (o_proj's input)
   CudaTensor lse;           // [T, Hq] fp32 log-sum-exp of each softmax row
+  CudaTensor q16, k16, v16, o16;  // bf16 compute mode: the kernel's bf16 operands and output (else empty)
 };
 
 // Runs the forward up to o, keeping every intermediate. rope: nullptr = no rotary embedding (OLMo-Hybrid); the

@@ -2,6 +2,7 @@
 // followed by its backward_from.
 #include "core/error.h"
 #include "layers/cuda/attention_layer_cuda.h"
+#include "ops/cast/cast_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
@@ -39,9 +40,23 @@ void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWei
   {
     const size_t bytes = attention_backward_cuda_workspace_bytes(ap);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    if (w.bf16_compute) {
+      const CudaTensor d_o16 = cuda_round_bf16(ctx, d_o.data<float>(), n * Cq);
+      const int64_t nq = n > 0 ? n * Cq : 1, nkv = n > 0 ? n * Ckv : 1;
+      CudaTensor dq16 = CudaTensor::empty(ctx, {nq}, DType::BF16), dk16 = CudaTensor::empty(ctx, {nkv}, DType::BF16),
+                 dv16 = CudaTensor::empty(ctx, {nkv}, DType::BF16);
+      attention_backward_cuda(dq16.data<__nv_bfloat16>(), dk16.data<__nv_bfloat16>(), dv16.data<__nv_bfloat16>(),
+                              d_o16.data<__nv_bfloat16>(), a.q16.data<__nv_bfloat16>(), a.k16.data<__nv_bfloat16>(),
+                              a.v16.data<__nv_bfloat16>(), a.o16.data<__nv_bfloat16>(), a.lse.data<float>(),
+                              b.cu_seqlens, ap, ws.raw(), bytes, b.error_flag, stream);
+      cast_bf16_to_f32_cuda(dq.data<float>(), dq16.data<__nv_bfloat16>(), n * Cq, stream);
+      cast_bf16_to_f32_cuda(dk.data<float>(), dk16.data<__nv_bfloat16>(), n * Ckv, stream);
+      cast_bf16_to_f32_cuda(dv.data<float>(), dv16.data<__nv_bfloat16>(), n * Ckv, stream);
+    } else {
     attention_backward_cuda(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_o.data<float>(),
                             a.q.data<float>(), a.k.data<float>(), a.v.data<float>(), a.o.data<float>(),
                             a.lse.data<float>(), b.cu_seqlens, ap, ws.raw(), bytes, b.error_flag, stream);
+    }
   }
   if (rope != nullptr) {
     rope_backward_cuda(dq.data<float>(), b.positions, n, d.q_heads, *rope, b.error_flag, stream);

@@ -36,7 +36,20 @@ __global__ void cast_kernel_vec4(__nv_bfloat16* dst, const float* src, int64_t n
   }
 }
 
+__global__ void widen_kernel(float* dst, const __nv_bfloat16* src, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(src)[i]) << 16);
+}
+
 }  // namespace
+
+void cast_bf16_to_f32_cuda(float* dst, const __nv_bfloat16* src, int64_t n, cudaStream_t stream) {
+  HLM_CHECK(n >= 0, "cast_bf16_to_f32_cuda: negative length ", n);
+  if (n == 0) return;
+  widen_kernel<<<cuda::grid_blocks(n), cuda::kElementwiseThreads, 0, stream>>>(dst, src, n);
+  HLM_CUDA_CHECK_LAUNCH();
+}
 
 void cast_f32_to_bf16_cuda(__nv_bfloat16* dst, const float* src, int64_t n, cudaStream_t stream) {
   HLM_CHECK(n >= 0, "cast_f32_to_bf16_cuda: negative length ", n);

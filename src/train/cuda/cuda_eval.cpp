@@ -17,11 +17,6 @@ namespace hlm {
 
 namespace {
 
-LmHeadCuda head_of(const CudaModel& m) {
-  const ModelConfig& c = m.config();
-  return {m.lm_head_weight(), c.vocab_size, c.hidden_size, c.logits_scaling};
-}
-
 // The final hidden states [N, hidden] of one forward on the device; the rest of the trace is released at return.
 CudaTensor final_hidden_of(CudaModel& model, const TokenBatch& batch) {
   CudaTrainTrace trace = model.forward_train(batch);
@@ -35,8 +30,10 @@ void cross_entropy(CudaContext& ctx, CudaTensor& ce, const CudaTensor& hidden, c
   const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, model.config().vocab_size);
   CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
   CudaTensor result = cuda_scratch_bytes(ctx, sizeof(TokenLossCudaResult));
+  CudaTensor hidden16;  // the bf16 rounding of hidden in the bf16 compute mode
   lm_head_cross_entropy_cuda(ctx.blaslt(), ce.data<float>(), static_cast<TokenLossCudaResult*>(result.raw()),
-                             hidden.data<float>(), N, head_of(model), targets.data<int32_t>(), nullptr, nullptr,
+                             hidden.data<float>(), N, model.lm_head_for(hidden.data<float>(), N, hidden16),
+                             targets.data<int32_t>(), nullptr, nullptr,
                              LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
 }
 
@@ -79,9 +76,11 @@ void cuda_eval_pass(CudaContext& ctx, CudaModel& model, CudaModel* teacher, cons
     const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, V);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     CudaTensor result = cuda_scratch_bytes(ctx, sizeof(TokenLossCudaResult));
+    CudaTensor teacher16, student16;
     lm_head_forward_kl_cuda(ctx.blaslt(), values.data<float>(), static_cast<TokenLossCudaResult*>(result.raw()),
-                            teacher_hidden.data<float>(), head_of(*teacher), hidden.data<float>(), head_of(model), N,
-                            1.0, nullptr, nullptr, LmHeadCudaChunking{}, ws.raw(), bytes);
+                            teacher_hidden.data<float>(), teacher->lm_head_for(teacher_hidden.data<float>(), N, teacher16),
+                            hidden.data<float>(), model.lm_head_for(hidden.data<float>(), N, student16), N, 1.0,
+                            nullptr, nullptr, LmHeadCudaChunking{}, ws.raw(), bytes);
     add_values(ctx, sums.kl, values, batch, host);
   }
 }

@@ -9,7 +9,9 @@
 // order into fp64, as the CPU pass does, so the two differ only by the per-token values.
 // Numerics: the CUDA forward (≤ ~5e-6 relative to the CPU's hidden states on the goldens) and the CUDA LM-head losses
 // (fp32 logits, fp64 after them, docs/cuda.md); expect per-language CE within ~1e-6 relative of the CPU's and KL
-// within ~1e-5 (a small difference of two nearly equal distributions). Deterministic run to run.
+// within ~1e-5 (a small difference of two nearly equal distributions). Deterministic run to run. A model in bf16
+// compute mode (CudaModel::set_bf16_compute, `--device cuda` training with bf16) runs its layers' and its LM head's
+// products in bf16 as in training (CudaModel::lm_head_for); the bounds above are for fp32.
 // Memory: one model's forward_train trace at a time (2·L + 2 tensors of [N, hidden]), then both final hidden
 // states, the LM-head workspace ([row_block, vocab_chunk] tiles, two for the KL) and [N] per-token values.
 // Bad input: a token id outside the vocabulary is the forward's input error; a target ≥ V is an input error too

@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_error.h"
@@ -20,6 +24,39 @@ namespace hlm {
 namespace {
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
+
+// HLM_PROFILE_STEP=1: each micro-batch prints the GPU milliseconds of its phases (CUDA events on the stream; adds no
+// host wait until the end of the micro-batch). For finding where a step's time goes; off by default.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(cudaStream_t stream) : stream_(stream), on_(std::getenv("HLM_PROFILE_STEP") != nullptr) {}
+  ~PhaseTimer() {
+    for (auto& [name, e] : marks_) cudaEventDestroy(e);
+  }
+  void mark(const char* name) {
+    if (!on_) return;
+    cudaEvent_t e;
+    HLM_CUDA_CHECK(cudaEventCreate(&e));
+    HLM_CUDA_CHECK(cudaEventRecord(e, stream_));
+    marks_.emplace_back(name, e);
+  }
+  void print() {
+    if (!on_ || marks_.empty()) return;
+    HLM_CUDA_CHECK(cudaEventSynchronize(marks_.back().second));
+    std::string line = "profile     ";
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0.0f;
+      HLM_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
+      line += str_cat(" ", marks_[i].first, " ", ms, " ms;");
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool on_;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+};
 
 }  // namespace
 
@@ -128,8 +165,13 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
     device[i].weight_decay = g.weight_decay;
   }
   // CudaAdamW::step skips a non-finite norm itself; a non-finite loss with a finite norm must skip too (CPU rule).
+  PhaseTimer timer(ctx_->stream());
+  timer.mark("start");
   *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : grad_norm_only();
+  timer.mark("adamw");
   student_->refresh_bf16();  // the bf16 copies follow the updated master weights (nothing in fp32 mode)
+  timer.mark("refresh_bf16");
+  timer.print();
   if (!activation_plan_printed_) {
     activation_plan_printed_ = true;
     print_activation_plan(batch.batch.total_tokens() / batch.rows * micro_rows);
@@ -142,9 +184,13 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = student_->config();
   const int64_t N = micro.batch.total_tokens();
+  PhaseTimer timer(ctx.stream());
+  timer.mark("start");
   std::optional<CudaTrainTrace> teacher_trace;
   if (teacher_) teacher_trace.emplace(teacher_->forward_train(micro.batch));
+  timer.mark("teacher_forward");
   const CudaTrainTrace trace = student_->forward_train(micro.batch);
+  timer.mark("student_forward");
   out.kept_bytes = std::max(out.kept_bytes, (trace.layer_in.size() + trace.mixer_out.size() + 2) *
                                                 trace.final_hidden.nbytes());
 
@@ -174,7 +220,10 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
                                student_head, targets.data<int32_t>(), weights.data<float>(), &grad,
                                LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
   }
+  timer.mark("loss");
   student_->backward(trace, d_hidden.data<float>(), *grads_);
+  timer.mark("student_backward");
+  timer.print();
 
   // The loss record and the per-token values (waits for the stream; small: N floats).
   TokenLossCudaResult loss;

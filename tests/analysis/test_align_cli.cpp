@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/align_fixture.h"
 #include "support/golden.h"
 #include "support/run_binary.h"
 
@@ -18,52 +19,11 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_hybridlm;
 
-// Sentences shorter than 64 bytes, so that window 64 covers every visible token in the locality test.
-const char* kUnits[][3] = {
-    {"The cat sleeps.", "Le chat dort.", "Die Katze schläft."},
-    {"It rains today.", "Il pleut aujourd'hui.", "Heute regnet es."},
-    {"We read books.", "Nous lisons des livres.", "Wir lesen Bücher."},
-    {"Where is the sea?", "Où est la mer ?", "Wo ist das Meer?"},
-    {"Music is joy.", "La musique est une joie.", "Musik ist Freude."},
-};
-
-fs::path write_parallel_set(const fs::path& dir) {
-  const fs::path path = dir / "set.jsonl";
-  std::ofstream out(path);
-  for (size_t u = 0; u < std::size(kUnits); ++u) {
-    nlohmann::ordered_json j;
-    j["id"] = "u" + std::to_string(u);
-    j["eng_Latn"] = kUnits[u][0];
-    j["fra_Latn"] = kUnits[u][1];
-    if (u != 2) j["deu_Latn"] = kUnits[u][2];  // one unit without German: 4 German pairs
-    j["xxx_Latn"] = kUnits[u][0];
-    out << j.dump() << "\n";
-  }
-  return path;
-}
-
-// softcka.csv -> {"layer/point/lang": value}
-std::map<std::string, double> read_csv(const fs::path& path, std::string& header) {
-  std::istringstream in(test::read_text(path));
-  std::getline(in, header);
-  std::map<std::string, double> rows;
-  for (std::string line; std::getline(in, line);) {
-    std::string layer, point, lang, value;
-    std::istringstream row(line);
-    std::getline(row, layer, ',');
-    std::getline(row, point, ',');
-    std::getline(row, lang, ',');
-    std::getline(row, value, ',');
-    rows[layer + "/" + point + "/" + lang] = value == "nan" ? NAN : std::stod(value);
-  }
-  return rows;
-}
-
 class AlignCli : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(AlignCli, WritesSoftCkaForEveryLayerAndPoint) {
   test::ScratchDir scratch("align");
-  const fs::path set = write_parallel_set(scratch.path());
+  const fs::path set = test::write_tiny_parallel_set(scratch.path());
   fs::path model = test::golden_dir(GetParam());
   if (GetParam() == "qwen3_hybrid") {  // the converted student: layer 1 keeps attention, layer 0 becomes GDN
     model = scratch.path() / "student";
@@ -91,7 +51,7 @@ TEST_P(AlignCli, WritesSoftCkaForEveryLayerAndPoint) {
   }
 
   std::string header;
-  const auto rows = read_csv(out / "softcka.csv", header);
+  const auto rows = test::read_softcka_csv(out / "softcka.csv", &header);
   EXPECT_EQ(header, "layer,point,lang,softcka");
   EXPECT_EQ(rows.size(), size_t(layers) * 4 * 4);  // layers × points × (3 languages + mean)
   // Tolerance 1e-7: the same sentence at another place in the packed batch gets states that differ in fp32 rounding
@@ -118,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, AlignCli,
 
 TEST(AlignCli, HybridPlotMarksFullAttentionLayersAndLinearKernelRuns) {
   test::ScratchDir scratch("align");
-  const fs::path set = write_parallel_set(scratch.path()), out = scratch.path() / "align";
+  const fs::path set = test::write_tiny_parallel_set(scratch.path()), out = scratch.path() / "align";
   const auto r = run_hybridlm("align --model " + test::golden_dir("olmo_hybrid_tiny").string() +
                               " --tokenizer bytes --parallel " + set.string() +
                               " --langs fra_Latn --points attn_delta --kernel linear --max-pairs 3 --out " + out.string());
@@ -136,7 +96,7 @@ TEST(AlignCli, HybridPlotMarksFullAttentionLayersAndLinearKernelRuns) {
 
 TEST(AlignCli, BadInputExitsTwo) {
   test::ScratchDir scratch("align");
-  const fs::path set = write_parallel_set(scratch.path());
+  const fs::path set = test::write_tiny_parallel_set(scratch.path());
   const std::string base = "align --model " + test::golden_dir("olmo_hybrid_tiny").string() +
                            " --tokenizer bytes --parallel " + set.string() + " --out " + (scratch.path() / "o").string();
   const struct {
@@ -156,7 +116,7 @@ TEST(AlignCli, BadInputExitsTwo) {
 
 TEST(LocalityCli, SharesPerFullAttentionLayerForSeveralModels) {
   test::ScratchDir scratch("locality");
-  const fs::path set = write_parallel_set(scratch.path()), out = scratch.path() / "loc";
+  const fs::path set = test::write_tiny_parallel_set(scratch.path()), out = scratch.path() / "loc";
   const std::string hybrid = test::golden_dir("olmo_hybrid_tiny").string(), dense = test::golden_dir("qwen3_tied").string();
   const auto r = run_hybridlm("locality --model " + hybrid + " --model " + dense + " --tokenizer bytes --data " +
                               set.string() + " --langs eng_Latn,fra_Latn --k 1,4,64 --out " + out.string());

@@ -11,9 +11,12 @@
 #include <map>
 #include <string>
 
+#include <sys/wait.h>
+
 #include "backend/cuda/device_query.h"
 #include "layers/capture.h"
 #include "layers/token_batch.h"
+#include "support/run_binary.h"
 
 namespace hlm::test {
 
@@ -32,6 +35,16 @@ inline std::filesystem::path cuda_golden_dir(const std::string& case_name) {
 inline std::string cuda_test_binary() {
   const char* env = std::getenv("HLM_BINARY");
   return env != nullptr && *env != '\0' ? env : HLM_BINARY;
+}
+
+// As test::run_hybridlm (support/run_binary.h), but with the binary of cuda_test_binary(): `args` after the
+// binary name, stdout and stderr captured.
+inline RunResult run_cli(const std::string& args) {
+  ScratchDir io("cuda-cli-io");
+  const std::filesystem::path out = io.path() / "out", err = io.path() / "err";
+  const std::string cmd = cuda_test_binary() + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_text(out), read_text(err)};
 }
 
 // Three sequences of odd lengths (7, 13, 5) with ids spread over [0, vocab): packed cu_seqlens {0, 7, 20, 25}.

@@ -31,6 +31,7 @@
 
 #include "backend/cuda/device_query.h"
 #include "cuda_models/cuda_model_support.h"
+#include "support/align_fixture.h"
 #include "support/run_binary.h"
 #include "train/test_trainer_fixture.h"
 
@@ -45,14 +46,6 @@ constexpr double kKlFloor = 1e-7;
 constexpr double kSigmaBound = 1e-4;  // reasons in the header comment
 constexpr double kSoftCkaBound = 1e-4;
 
-test::RunResult run_cli(const std::string& args) {
-  test::ScratchDir io("cuda-cli-io");
-  const fs::path out = io.path() / "out", err = io.path() / "err";
-  const std::string cmd = test::cuda_test_binary() + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), test::read_text(out),
-          test::read_text(err)};
-}
 
 double rel(double gpu, double cpu) { return std::abs(gpu - cpu) / std::max(std::abs(cpu), 1e-30); }
 
@@ -79,8 +72,8 @@ TEST_F(CudaEvalCli, CudaMatchesCpu) {
   HLM_REQUIRE_CUDA_MODEL();
   for (const std::string split : {"valid", "test"}) {
     const fs::path cpu_json = scratch.path() / (split + "_cpu.json"), gpu_json = scratch.path() / (split + "_gpu.json");
-    const test::RunResult cpu = run_cli(eval_args(split, cpu_json, "cpu"));
-    const test::RunResult gpu = run_cli(eval_args(split, gpu_json, "cuda"));
+    const test::RunResult cpu = test::run_cli(eval_args(split, cpu_json, "cpu"));
+    const test::RunResult gpu = test::run_cli(eval_args(split, gpu_json, "cuda"));
     ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
     ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
     EXPECT_NE(gpu.out.find("device       cuda"), std::string::npos) << gpu.out;
@@ -117,69 +110,26 @@ TEST_F(CudaEvalCli, CudaMatchesCpu) {
 // Input errors (exit 2), with or without a GPU: an unknown device; `--device cuda` where no GPU is usable.
 TEST_F(CudaEvalCli, DeviceErrorsAreInputErrors) {
   const fs::path out = scratch.path() / "bad.json";
-  const test::RunResult bad = run_cli(eval_args("valid", out, "tpu"));
+  const test::RunResult bad = test::run_cli(eval_args("valid", out, "tpu"));
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--device"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(out));
   if (cuda_available()) return;
-  const test::RunResult none = run_cli(eval_args("valid", out, "cuda"));
+  const test::RunResult none = test::run_cli(eval_args("valid", out, "cuda"));
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_NE(none.err.find("no usable GPU"), std::string::npos) << none.err;
 }
 
 namespace {
 
-// The parallel set of tests/analysis/test_align_cli.cpp: 5 units, German missing from one, xxx_Latn = English.
-const char* kUnits[][3] = {
-    {"The cat sleeps.", "Le chat dort.", "Die Katze schläft."},
-    {"It rains today.", "Il pleut aujourd'hui.", "Heute regnet es."},
-    {"We read books.", "Nous lisons des livres.", "Wir lesen Bücher."},
-    {"Where is the sea?", "Où est la mer ?", "Wo ist das Meer?"},
-    {"Music is joy.", "La musique est une joie.", "Musik ist Freude."},
-};
-
-fs::path write_parallel_set(const fs::path& dir) {
-  const fs::path path = dir / "set.jsonl";
-  std::ofstream out(path);
-  for (size_t u = 0; u < std::size(kUnits); ++u) {
-    nlohmann::ordered_json j;
-    j["id"] = "u" + std::to_string(u);
-    j["eng_Latn"] = kUnits[u][0];
-    j["fra_Latn"] = kUnits[u][1];
-    if (u != 2) j["deu_Latn"] = kUnits[u][2];
-    j["xxx_Latn"] = kUnits[u][0];
-    out << j.dump() << "\n";
-  }
-  return path;
-}
-
-// softcka.csv -> {"layer/point/lang": value}, in file order of keys kept separately.
-std::map<std::string, double> read_softcka_csv(const fs::path& path) {
-  std::istringstream in(test::read_text(path));
-  std::string header;
-  std::getline(in, header);
-  EXPECT_EQ(header, "layer,point,lang,softcka");
-  std::map<std::string, double> rows;
-  for (std::string line; std::getline(in, line);) {
-    std::string layer, point, lang, value;
-    std::istringstream row(line);
-    std::getline(row, layer, ',');
-    std::getline(row, point, ',');
-    std::getline(row, lang, ',');
-    std::getline(row, value, ',');
-    rows[layer + "/" + point + "/" + lang] = value == "nan" ? NAN : std::stod(value);
-  }
-  return rows;
-}
-
 // Runs align on cpu and cuda for `model` and compares σ and the CSV (bounds in the header comment).
 void expect_align_match(const fs::path& model, const std::string& label, const fs::path& dir) {
-  const fs::path set = write_parallel_set(dir);
+  const fs::path set = test::write_tiny_parallel_set(dir);
   const std::string common = "align --model " + quoted(model) + " --tokenizer bytes --parallel " + quoted(set) +
                              " --langs fra_Latn,deu_Latn,xxx_Latn --points attn_in,attn_out,attn_delta,mlp_delta";
   const fs::path cpu_out = dir / "cpu", gpu_out = dir / "gpu";
-  const test::RunResult cpu = run_cli(common + " --device cpu --out " + quoted(cpu_out));
-  const test::RunResult gpu = run_cli(common + " --device cuda --out " + quoted(gpu_out));
+  const test::RunResult cpu = test::run_cli(common + " --device cpu --out " + quoted(cpu_out));
+  const test::RunResult gpu = test::run_cli(common + " --device cuda --out " + quoted(gpu_out));
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err << cpu.out;
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err << gpu.out;
 
@@ -201,8 +151,11 @@ void expect_align_match(const fs::path& model, const std::string& label, const f
     }
   }
 
-  const std::map<std::string, double> c = read_softcka_csv(cpu_out / "softcka.csv");
-  const std::map<std::string, double> g = read_softcka_csv(gpu_out / "softcka.csv");
+  std::string cpu_header, gpu_header;
+  const std::map<std::string, double> c = test::read_softcka_csv(cpu_out / "softcka.csv", &cpu_header);
+  const std::map<std::string, double> g = test::read_softcka_csv(gpu_out / "softcka.csv", &gpu_header);
+  EXPECT_EQ(cpu_header, "layer,point,lang,softcka");
+  EXPECT_EQ(gpu_header, cpu_header);
   ASSERT_EQ(g.size(), c.size());
   const int layers = sc["layers"].get<int>();
   ASSERT_EQ(c.size(), static_cast<size_t>(layers) * 4u * 4u);  // 4 points × (3 languages + mean) per layer
@@ -237,7 +190,7 @@ TEST(CudaAlignCli, CudaMatchesCpuOnConvertedStudent) {
   HLM_REQUIRE_CUDA_MODEL();
   test::ScratchDir scratch("cuda-align");
   const fs::path student = scratch.path() / "student";
-  const test::RunResult c = run_cli("convert --teacher " + quoted(test::cuda_golden_dir("qwen3_tied")) +
+  const test::RunResult c = test::run_cli("convert --teacher " + quoted(test::cuda_golden_dir("qwen3_tied")) +
                                     " --placement 1 --out " + quoted(student));
   ASSERT_EQ(c.exit_code, 0) << c.err;
   expect_align_match(student, "qwen3_tied -> qwen3_hybrid", scratch.path());
@@ -246,15 +199,15 @@ TEST(CudaAlignCli, CudaMatchesCpuOnConvertedStudent) {
 // Input errors (exit 2), with or without a GPU: an unknown device; `--device cuda` where no GPU is usable.
 TEST(CudaAlignCli, DeviceErrorsAreInputErrors) {
   test::ScratchDir scratch("cuda-align");
-  const fs::path set = write_parallel_set(scratch.path());
+  const fs::path set = test::write_tiny_parallel_set(scratch.path());
   const std::string common = "align --model " + quoted(test::cuda_golden_dir("olmo_hybrid_tiny")) +
                              " --tokenizer bytes --parallel " + quoted(set) + " --langs fra_Latn --out " +
                              quoted(scratch.path() / "out");
-  const test::RunResult bad = run_cli(common + " --device tpu");
+  const test::RunResult bad = test::run_cli(common + " --device tpu");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--device"), std::string::npos) << bad.err;
   if (cuda_available()) return;
-  const test::RunResult none = run_cli(common + " --device cuda");
+  const test::RunResult none = test::run_cli(common + " --device cuda");
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_NE(none.err.find("no usable GPU"), std::string::npos) << none.err;
 }

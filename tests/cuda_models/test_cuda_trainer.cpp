@@ -52,15 +52,6 @@ constexpr double kEvalCeBound = 2e-5;
 constexpr double kEvalKlBound = 2e-4;
 constexpr int64_t kSteps = 20;
 
-// As test::run_hybridlm, but with the binary of cuda_test_binary() ($HLM_BINARY on the GPU machine).
-test::RunResult run_cli(const std::string& args) {
-  test::ScratchDir io("cuda-trainer-io");
-  const fs::path out = io.path() / "out", err = io.path() / "err";
-  const std::string cmd = test::cuda_test_binary() + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), test::read_text(out),
-          test::read_text(err)};
-}
 
 double rel(double gpu, double cpu) { return std::abs(gpu - cpu) / std::max(std::abs(cpu), 1e-30); }
 
@@ -210,7 +201,7 @@ TEST_F(CudaTrainer, DistillCommandRunsOnTheGpu) {
                            (scratch.path() / "corpus").string() + "' --out '" + out.string() +
                            "' --tokens 1024 --seq-len 64 --batch 4 --micro-batch 2 --held-out-docs 20 "
                            "--eval-tokens 256 --device cuda";
-  const test::RunResult r = run_cli(args);
+  const test::RunResult r = test::run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("accelerator  cuda:0"), std::string::npos) << r.out;  // the GPU's name and memory follow
   const nlohmann::json config = nlohmann::json::parse(test::read_text(out / "config.json"));
@@ -221,7 +212,7 @@ TEST_F(CudaTrainer, DistillCommandRunsOnTheGpu) {
   // the run's test.json exactly: model/ holds the device's fp32 weights, and the GPU evaluation is deterministic.
   const fs::path eval_json = scratch.path() / "cli_eval.json";
   const test::RunResult eval =
-      run_cli("eval --model '" + (out / "model").string() + "' --teacher '" + (scratch.path() / "teacher").string() +
+      test::run_cli("eval --model '" + (out / "model").string() + "' --teacher '" + (scratch.path() / "teacher").string() +
               "' --data '" + (scratch.path() / "corpus").string() +
               "' --split test --seq-len 64 --held-out-docs 20 --eval-tokens 256 --rows 2 --device cuda --out '" +
               eval_json.string() + "'");
@@ -291,14 +282,14 @@ TEST_F(CudaTrainer, DeviceErrorsAreInputErrors) {
                              (scratch.path() / "student").string() + "' --data '" +
                              (scratch.path() / "corpus").string() + "' --tokens 1024 --seq-len 64 --batch 4";
   const test::RunResult bad =
-      run_cli("distill" + common + " --out '" +
+      test::run_cli("distill" + common + " --out '" +
                                                                (scratch.path() / "bad").string() + "' --device tpu");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--device"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(scratch.path() / "bad"));
   if (cuda_available()) return;
   const test::RunResult none =
-      run_cli("distill" + common + " --out '" +
+      test::run_cli("distill" + common + " --out '" +
                                                                (scratch.path() / "none").string() + "' --device cuda");
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_NE(none.err.find("no usable GPU"), std::string::npos) << none.err;

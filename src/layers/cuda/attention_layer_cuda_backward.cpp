@@ -53,9 +53,9 @@ void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWei
       cast_bf16_to_f32_cuda(dk.data<float>(), dk16.data<__nv_bfloat16>(), n * Ckv, stream);
       cast_bf16_to_f32_cuda(dv.data<float>(), dv16.data<__nv_bfloat16>(), n * Ckv, stream);
     } else {
-    attention_backward_cuda(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_o.data<float>(),
-                            a.q.data<float>(), a.k.data<float>(), a.v.data<float>(), a.o.data<float>(),
-                            a.lse.data<float>(), b.cu_seqlens, ap, ws.raw(), bytes, b.error_flag, stream);
+      attention_backward_cuda(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_o.data<float>(),
+                              a.q.data<float>(), a.k.data<float>(), a.v.data<float>(), a.o.data<float>(),
+                              a.lse.data<float>(), b.cu_seqlens, ap, ws.raw(), bytes, b.error_flag, stream);
     }
   }
   if (rope != nullptr) {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run_suites.sh: the CUDA test suites and the benchmarks from binaries built HERE and carried, in one device call
+# (the device image cannot build the full project: it lacks the Debian -dev packages; tools/device/run_cuda_tests.sh
+# builds only the op tests there).
+#
+# Here, first:
+#   cmake --build build --target hybridlm test_cuda_ops test_cuda_models bench_cuda_kernels bench_distill_step
+#   bash tools/device/pack_binaries.sh out/carry/bins.tgz build/hybridlm build/tests/cuda/test_cuda_ops \
+#       build/tests/test_cuda_models build/bench/bench_cuda_kernels build/bench/bench_distill_step
+# Then, with the device tool (carry out/carry, and .anchors for the peer section; see ../shared/bench/README.md):
+#   bash tools/device/run_suites.sh [tests] [bench] [peer]        (all three when none is given)
+# Sections:
+#   tests  test_cuda_ops, test_cuda_models (HLM_GOLDEN_DIR / HLM_BINARY point at this checkout and the carried binary)
+#   bench  bench_cuda_kernels (gdn, attn, decode) and bench_distill_step --precision bf16
+#   peer   python3 .anchors/peer_probe.py env sdpa fla, then the best peer distillation step (WITH_FLA=1 STRONG=1
+#          hf_distill), in separate processes
+# Logs go to $OUT (at most 8 files come back): tests_ops.log, tests_models.log, bench.log, peer.log,
+# peer_distill.log. Each section prints its summary lines; a section's failure does not stop the next one.
+# Exit status: 0 when every test that ran passed, 1 otherwise.
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/out/suites}"
+mkdir -p "$OUT" /tmp/hlm
+[ -f out/carry/bins.tgz ] || { echo "run_suites: out/carry/bins.tgz is missing (see the header)" >&2; exit 2; }
+tar xzf out/carry/bins.tgz -C /tmp/hlm && export LD_LIBRARY_PATH=/tmp/hlm/lib
+B=/tmp/hlm/bin
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(tests bench peer)
+status=0
+for section in "${sections[@]}"; do
+  SECONDS=0
+  case "$section" in
+    tests)
+      timeout 200 "$B/test_cuda_ops" >"$OUT/tests_ops.log" 2>&1 || status=1
+      grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]| FAIL$" "$OUT/tests_ops.log" | tail -20
+      HLM_GOLDEN_DIR="$ROOT/tests/golden" HLM_BINARY="$B/hybridlm" timeout 300 "$B/test_cuda_models" \
+        >"$OUT/tests_models.log" 2>&1 || status=1
+      grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/tests_models.log" | tail -20 ;;
+    bench)
+      { timeout 120 "$B/bench_cuda_kernels"; timeout 120 "$B/bench_distill_step" --precision bf16 --steps 3; } \
+        >"$OUT/bench.log" 2>&1
+      grep -vE "^step |^memory plan|^setup|^device" "$OUT/bench.log" ;;
+    peer)
+      [ -f .anchors/peer_probe.py ] || { echo "peer: .anchors/peer_probe.py not carried"; continue; }
+      PYTHONUNBUFFERED=1 timeout 200 python3 .anchors/peer_probe.py env sdpa fla >"$OUT/peer.log" 2>&1
+      grep -v "^ " "$OUT/peer.log" | cut -c1-300 | tail -12
+      PYTHONUNBUFFERED=1 WITH_FLA=1 STRONG=1 timeout 240 python3 .anchors/peer_probe.py hf_distill \
+        >"$OUT/peer_distill.log" 2>&1
+      tail -3 "$OUT/peer_distill.log" | cut -c1-300 ;;
+    *) echo "run_suites: unknown section '$section' (tests, bench, peer)" >&2; exit 2 ;;
+  esac
+  echo "== $section: ${SECONDS}s"
+done
+exit $status

@@ -86,9 +86,10 @@ ModelConfig teacher_config(int layers) {
 }
 
 int64_t count_parameters(Model& m) {
-  DecoderWeights g = zero_grads_like(m.config());
+  // The weights stand in for the gradient slots too: only the shapes are read (no zero-filled copy of the model).
+  DecoderWeights& w = m.mutable_weights();
   int64_t n = 0;
-  for (const NamedParameter& p : named_parameters(m.config(), m.mutable_weights(), g)) n += p.value.numel();
+  for (const NamedParameter& p : named_parameters(m.config(), w, w)) n += p.value.numel();
   return n;
 }
 

@@ -9,7 +9,8 @@
 
 namespace hlm {
 
-// precision: "fp32", or "bf16" (the CUDA trainer's bf16 compute mode; an input error on the CPU).
+// precision: "bf16" turns on the CUDA trainer's bf16 compute mode; its values and its pairing with the device are
+// checked with the rest of the settings (train_config_validate).
 std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision = "fp32");
 
 }  // namespace hlm

@@ -1,9 +1,28 @@
 // CudaModel's per-layer weights (private to models/cuda: cuda_model.cpp uploads and runs them, cuda_model_train.cpp
 // differentiates them). The slots mirror models/decoder_weights.h's DecoderLayerWeights.
 #pragma once
+#include <utility>
+
 #include "models/cuda/cuda_model.h"
 
 namespace hlm {
+
+// The projections of each block kind: the device slot and its host twin, in the tensor table's order. One list for
+// for_each_tensor (download, names, zeroing) and for_each_linear (the bf16 copies).
+inline constexpr std::pair<CudaLinear CudaAttentionWeights::*, Linear AttentionWeights::*> kAttentionLinears[] = {
+    {&CudaAttentionWeights::q_proj, &AttentionWeights::q_proj},
+    {&CudaAttentionWeights::k_proj, &AttentionWeights::k_proj},
+    {&CudaAttentionWeights::v_proj, &AttentionWeights::v_proj},
+    {&CudaAttentionWeights::o_proj, &AttentionWeights::o_proj}};
+inline constexpr std::pair<CudaLinear CudaGdnWeights::*, Linear GdnWeights::*> kGdnLinears[] = {
+    {&CudaGdnWeights::q_proj, &GdnWeights::q_proj}, {&CudaGdnWeights::k_proj, &GdnWeights::k_proj},
+    {&CudaGdnWeights::v_proj, &GdnWeights::v_proj}, {&CudaGdnWeights::g_proj, &GdnWeights::g_proj},
+    {&CudaGdnWeights::a_proj, &GdnWeights::a_proj}, {&CudaGdnWeights::b_proj, &GdnWeights::b_proj},
+    {&CudaGdnWeights::o_proj, &GdnWeights::o_proj}};
+inline constexpr std::pair<CudaLinear CudaMlpWeights::*, Linear MlpWeights::*> kMlpLinears[] = {
+    {&CudaMlpWeights::gate_proj, &MlpWeights::gate_proj},
+    {&CudaMlpWeights::up_proj, &MlpWeights::up_proj},
+    {&CudaMlpWeights::down_proj, &MlpWeights::down_proj}};
 
 struct CudaModel::Layer {
   bool full_attention = false;

@@ -13,12 +13,11 @@ void CudaModel::for_each_linear(const Fn& fn) {
   for (auto& layer : layers_) {
     Layer& d = *layer;
     if (d.full_attention) {
-      for (CudaLinear* l : {&d.self_attn.q_proj, &d.self_attn.k_proj, &d.self_attn.v_proj, &d.self_attn.o_proj}) fn(*l);
+      for (const auto& slots : kAttentionLinears) fn(d.self_attn.*slots.first);
     } else {
-      CudaGdnWeights& g = d.linear_attn;
-      for (CudaLinear* l : {&g.q_proj, &g.k_proj, &g.v_proj, &g.g_proj, &g.a_proj, &g.b_proj, &g.o_proj}) fn(*l);
+      for (const auto& slots : kGdnLinears) fn(d.linear_attn.*slots.first);
     }
-    for (CudaLinear* l : {&d.mlp.gate_proj, &d.mlp.up_proj, &d.mlp.down_proj}) fn(*l);
+    for (const auto& slots : kMlpLinears) fn(d.mlp.*slots.first);
   }
 }
 

@@ -63,22 +63,13 @@ void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) 
     if (d.full_attention) {
       auto& a = d.self_attn;
       AttentionWeights& ha = h.self_attn;
-      visit_linear(a.q_proj, ha.q_proj, fn);
-      visit_linear(a.k_proj, ha.k_proj, fn);
-      visit_linear(a.v_proj, ha.v_proj, fn);
-      visit_linear(a.o_proj, ha.o_proj, fn);
+      for (const auto& [dev, host_slot] : kAttentionLinears) visit_linear(a.*dev, ha.*host_slot, fn);
       if (a.q_norm_size > 0) fn(a.q_norm, ha.q_norm);
       if (a.k_norm_size > 0) fn(a.k_norm, ha.k_norm);
     } else {
       auto& g = d.linear_attn;
       GdnWeights& hg = h.linear_attn;
-      visit_linear(g.q_proj, hg.q_proj, fn);
-      visit_linear(g.k_proj, hg.k_proj, fn);
-      visit_linear(g.v_proj, hg.v_proj, fn);
-      visit_linear(g.g_proj, hg.g_proj, fn);
-      visit_linear(g.a_proj, hg.a_proj, fn);
-      visit_linear(g.b_proj, hg.b_proj, fn);
-      visit_linear(g.o_proj, hg.o_proj, fn);
+      for (const auto& [dev, host_slot] : kGdnLinears) visit_linear(g.*dev, hg.*host_slot, fn);
       fn(g.q_conv, hg.q_conv);
       fn(g.k_conv, hg.k_conv);
       fn(g.v_conv, hg.v_conv);
@@ -87,9 +78,7 @@ void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) 
       fn(g.o_norm, hg.o_norm);
     }
     fn(d.post_attention_layernorm, h.post_attention_layernorm);
-    visit_linear(d.mlp.gate_proj, h.mlp.gate_proj, fn);
-    visit_linear(d.mlp.up_proj, h.mlp.up_proj, fn);
-    visit_linear(d.mlp.down_proj, h.mlp.down_proj, fn);
+    for (const auto& [dev, host_slot] : kMlpLinears) visit_linear(d.mlp.*dev, h.mlp.*host_slot, fn);
     if (post_norm) fn(d.post_feedforward_layernorm, h.post_feedforward_layernorm);
   }
   fn(self.norm_, host.norm);

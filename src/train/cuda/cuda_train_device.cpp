@@ -29,7 +29,7 @@ double gib(size_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
 // host wait until the end of the micro-batch). For finding where a step's time goes; off by default.
 class PhaseTimer {
  public:
-  explicit PhaseTimer(cudaStream_t stream) : stream_(stream), on_(std::getenv("HLM_PROFILE_STEP") != nullptr) {}
+  explicit PhaseTimer(cudaStream_t stream) : stream_(stream), on_(enabled()) {}
   ~PhaseTimer() {
     for (auto& [name, e] : marks_) cudaEventDestroy(e);
   }
@@ -53,6 +53,10 @@ class PhaseTimer {
   }
 
  private:
+  static bool enabled() {
+    static const bool on = std::getenv("HLM_PROFILE_STEP") != nullptr;
+    return on;
+  }
   cudaStream_t stream_;
   bool on_;
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
@@ -114,25 +118,21 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
 
 void CudaTrainDevice::print_static_plan() const {
   const size_t weights = student_->weight_bytes(), copies = student_->bf16_copy_bytes();
+  const size_t grads = grads_->weight_bytes(), moments = 2 * weights;  // AdamW m and v are fp32 like the weights
   const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;
-  const size_t total = weights + copies + grads_->weight_bytes() + 2 * weights + teacher;
+  const size_t total = weights + copies + grads + moments + teacher;
   std::printf("%-12s student %.2f GiB fp32 weights + %.2f GiB bf16 copies, %.2f GiB gradients, %.2f GiB AdamW "
               "m and v; teacher %.2f GiB; %.2f GiB before activations\n",
-              "memory plan", gib(weights), gib(copies), gib(grads_->weight_bytes()), gib(2 * weights), gib(teacher),
-              gib(total));
+              "memory plan", gib(weights), gib(copies), gib(grads), gib(moments), gib(teacher), gib(total));
   std::fflush(stdout);
 }
 
-void CudaTrainDevice::print_activation_plan(int64_t micro_tokens) const {
-  const ModelConfig& c = student_->config();
-  // Kept across the forward: the residual stream entering each layer and after each mixer add, plus the final
-  // norm's input and output (CudaTrainTrace), for the student and (without the backward) the teacher's final hidden.
-  const double kept = static_cast<double>(2 * c.num_hidden_layers + 2) * static_cast<double>(micro_tokens) *
-                      static_cast<double>(c.hidden_size) * 4.0;
+void CudaTrainDevice::print_activation_plan(size_t kept_bytes, int64_t micro_tokens) const {
+  // kept_bytes: the step's own record (BatchLoss::kept_bytes, the trace micro_step keeps), not a second estimate.
   const CudaAllocatorStats st = ctx_->allocator().stats();
   std::printf("%-12s activations: %.2f GiB kept per micro-batch of %lld tokens (layer inputs; each layer recomputes "
               "its own in the backward); peak device memory in use after the first step %.2f GiB\n",
-              "memory plan", kept / 1073741824.0, static_cast<long long>(micro_tokens), gib(st.peak_bytes_in_use));
+              "memory plan", gib(kept_bytes), static_cast<long long>(micro_tokens), gib(st.peak_bytes_in_use));
   std::fflush(stdout);
 }
 
@@ -174,7 +174,7 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   timer.print();
   if (!activation_plan_printed_) {
     activation_plan_printed_ = true;
-    print_activation_plan(batch.batch.total_tokens() / batch.rows * micro_rows);
+    print_activation_plan(out.kept_bytes, batch.batch.total_tokens() / batch.rows * micro_rows);
   }
   return out;
 }

@@ -52,7 +52,7 @@ class CudaTrainDevice final : public TrainDevice {
 
   // The memory plan: static part (weights, copies, gradients, AdamW state) at attach, activations at the first step.
   void print_static_plan() const;
-  void print_activation_plan(int64_t micro_tokens) const;
+  void print_activation_plan(size_t kept_bytes, int64_t micro_tokens) const;
 
   CudaTrainDeviceOptions options_;
   bool activation_plan_printed_ = false;

@@ -1,7 +1,8 @@
 // CUDA kernel timings at the shapes of the [perf] issue, for comparison with the peer figures that
 // ../shared/bench/peer_probe.py prints in the same run (FLA chunk_gated_delta_rule, PyTorch SDPA):
-//   gdn  : gated delta rule forward and forward+backward, H = 32 heads (Hk = Hv), dk = dv = 128, fp32 (our kernels'
-//          only storage today), at B8×T1024, B2×T4096, B1×T16384 (B packed sequences of T tokens);
+//   gdn  : gated delta rule forward and forward+backward, H = 32 heads (Hk = Hv), dk = dv = 128, fp32 storage, at
+//          B8×T1024, B2×T4096, B1×T16384 (B packed sequences of T tokens): the fp32 token recurrence
+//          (gated_delta_rule_cuda.h) and the chunked tensor-core form (gated_delta_rule_chunked_cuda.h, bf16 operands);
 //   attn : causal GQA attention forward and forward+backward, 32 q / 8 kv heads, D = 128, B8×T1024, bf16 and fp32;
 //   decode: one gated delta rule decode step (gated_delta_rule_decode_cuda.h), B = 64 sequences, H = 32 heads
 //          (Hk = Hv), dk = dv = 128, fp32 state updated in place (128 MiB read + 128 MiB written per step). Prints
@@ -32,6 +33,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
 
@@ -149,10 +151,26 @@ void bench_gdn(CudaContext& ctx) {
       gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws.raw(), ws_bytes, ctx.stream());
     };
     const double t_fwd = time_ms(ctx.stream(), fwd), t_fb = time_ms(ctx.stream(), fb);
-    std::printf("gdn_fwd      B%lld T%lld H%lld D%lld f32  %.3f ms\n", (long long)s.B, (long long)s.T, (long long)H,
-                (long long)D, t_fwd);
-    std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld f32  %.3f ms\n", (long long)s.B, (long long)s.T, (long long)H,
-                (long long)D, t_fb);
+    std::printf("gdn_fwd      B%lld T%lld H%lld D%lld f32 recurrent  %.3f ms\n", (long long)s.B, (long long)s.T,
+                (long long)H, (long long)D, t_fwd);
+    std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld f32 recurrent  %.3f ms\n", (long long)s.B, (long long)s.T,
+                (long long)H, (long long)D, t_fb);
+    ws = CudaTensor();
+    // The chunked tensor-core form (bf16 operands, fp32 state), same inputs.
+    const size_t cws_bytes = gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, s.B);
+    CudaTensor cws = CudaTensor::empty(ctx, {static_cast<int64_t>((cws_bytes + 3) / 4)});
+    const auto cfwd = [&] {
+      gated_delta_rule_chunked_forward_cuda(out, in, shape, scale, cws.raw(), cws_bytes, ctx.stream());
+    };
+    const auto cfb = [&] {
+      cfwd();
+      gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, cws.raw(), cws_bytes, ctx.stream());
+    };
+    const double c_fwd = time_ms(ctx.stream(), cfwd), c_fb = time_ms(ctx.stream(), cfb);
+    std::printf("gdn_fwd      B%lld T%lld H%lld D%lld chunked-tc  %.3f ms\n", (long long)s.B, (long long)s.T,
+                (long long)H, (long long)D, c_fwd);
+    std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld chunked-tc  %.3f ms\n", (long long)s.B, (long long)s.T,
+                (long long)H, (long long)D, c_fb);
   }
 }
 

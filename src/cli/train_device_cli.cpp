@@ -4,17 +4,20 @@
 #include "core/error.h"
 
 #ifdef HLM_WITH_CUDA
+#include "models/model_train.h"
 #include "train/cuda/cuda_train_device.h"
 #endif
 
 namespace hlm {
 
-std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision) {
+std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision,
+                                              const std::string& recompute) {
   HLM_CHECK_INPUT(name == "cpu" || name == "cuda", "--device: '", name, "' is not a device (cpu or cuda)");
   if (name == "cpu") return nullptr;
 #ifdef HLM_WITH_CUDA
   // An input error when no usable GPU is present.
-  return std::make_unique<CudaTrainDevice>(CudaTrainDeviceOptions{.bf16 = precision == "bf16"});
+  return std::make_unique<CudaTrainDevice>(
+      CudaTrainDeviceOptions{.bf16 = precision == "bf16", .recompute = recompute_from_name(recompute)});
 #else
   throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
 #endif

@@ -9,8 +9,10 @@
 
 namespace hlm {
 
-// precision: "bf16" turns on the CUDA trainer's bf16 compute mode; its values and its pairing with the device are
-// checked with the rest of the settings (train_config_validate).
-std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision = "fp32");
+// precision: "bf16" turns on the CUDA trainer's bf16 compute mode; recompute: "none" keeps every layer's activations
+// on the GPU (TrainConfig::recompute). Their values and their pairing with the device are checked with the rest of
+// the settings (train_config_validate).
+std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision = "fp32",
+                                              const std::string& recompute = "layer");
 
 }  // namespace hlm

@@ -70,8 +70,6 @@ void train_config_validate(const TrainConfig& c) {
                   "' is not a precision (fp32 or bf16)");
   HLM_CHECK_INPUT(c.precision == "fp32" || c.device == "cuda",
                   "--precision bf16 needs --device cuda (the CPU trainer computes in fp32)");
-  HLM_CHECK_INPUT(c.device == "cpu" || c.recompute == "layer",
-                  "--recompute none is not available with --device cuda (the GPU recomputes inside each layer)");
   HLM_CHECK_INPUT(!c.out.empty(), "--out is required");
   HLM_CHECK_INPUT(!c.data.empty(), "--data is required");
   if (c.job == TrainJob::Pretrain) {

@@ -8,13 +8,17 @@
 #   bash tools/device/pack_binaries.sh out/carry/bins.tgz build/hybridlm build/tests/cuda/test_cuda_ops \
 #       build/tests/test_cuda_models build/bench/bench_cuda_kernels build/bench/bench_distill_step
 # Then, with the device tool (carry out/carry, and .anchors for the peer section; see ../shared/bench/README.md):
-#   bash tools/device/run_suites.sh [tests] [bench] [peer]        (all three when none is given)
+#   bash tools/device/run_suites.sh [tests] [sanitize] [bench] [peer]   (tests, bench, peer when none is given)
 # Sections:
-#   tests  test_cuda_ops, test_cuda_models (HLM_GOLDEN_DIR / HLM_BINARY point at this checkout and the carried binary)
+#   tests     test_cuda_ops, test_cuda_models (HLM_GOLDEN_DIR / HLM_BINARY point at this checkout and the carried
+#             binary)
+#   sanitize  compute-sanitizer on the carried test_cuda_ops: memcheck on every test but the deliberate out-of-memory
+#             one, racecheck and synccheck on the kernels that share memory inside a block (HLM_RACECHECK overrides
+#             that filter); prints each tool's ERROR SUMMARY line, log in sanitizer.log
 #   bench  bench_cuda_kernels (gdn, attn, decode) and bench_distill_step --precision bf16
 #   peer   python3 .anchors/peer_probe.py env sdpa fla, then the best peer distillation step (WITH_FLA=1 STRONG=1
 #          hf_distill), in separate processes
-# Logs go to $OUT (at most 8 files come back): tests_ops.log, tests_models.log, bench.log, peer.log,
+# Logs go to $OUT (at most 8 files come back): tests_ops.log, tests_models.log, sanitizer.log, bench.log, peer.log,
 # peer_distill.log. Each section prints its summary lines; a section's failure does not stop the next one.
 # Exit status: 0 when every test that ran passed, 1 otherwise.
 set -u
@@ -37,6 +41,25 @@ for section in "${sections[@]}"; do
       HLM_GOLDEN_DIR="$ROOT/tests/golden" HLM_BINARY="$B/hybridlm" timeout 300 "$B/test_cuda_models" \
         >"$OUT/tests_models.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/tests_models.log" | tail -20 ;;
+    sanitize)
+      # racecheck is slow (AttentionCuda.BackwardF32 alone takes ~260 s under it), so that test is left to memcheck
+      # and synccheck; each tool gets its own timeout and its own summary line.
+      san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+      shared="Attention*:GatedDeltaRule*:Cast*:Rmsnorm*:L2norm*:GatedRmsnorm*:LogSoftmax*:LmHeadLoss*"
+      race="${HLM_RACECHECK:-$shared-AttentionCuda.BackwardF32}"
+      : >"$OUT/sanitizer.log"
+      for tool in memcheck racecheck synccheck; do
+        case "$tool" in memcheck) filter="*-CudaAllocator.OutOfMemory*" ;; racecheck) filter="$race" ;;
+          *) filter="$shared" ;; esac
+        log="$(mktemp)"
+        timeout 400 "$san" --tool "$tool" --error-exitcode 9 "$B/test_cuda_ops" --gtest_filter="$filter" \
+          >"$log" 2>&1 || status=1
+        { echo "### $tool ($filter)"; cat "$log"; } >>"$OUT/sanitizer.log"
+        echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 || true)" \
+          "$(grep -cE '^\[       OK' "$log") tests OK, $(grep -cE '^\[  FAILED  \]' "$log") failed" \
+          "$(grep -qE '^\[  PASSED' "$log" || echo '(did not finish)')"
+        rm -f "$log"
+      done ;;
     bench)
       { timeout 120 "$B/bench_cuda_kernels"; timeout 120 "$B/bench_distill_step" --precision bf16 --steps 3; } \
         >"$OUT/bench.log" 2>&1

@@ -1,4 +1,5 @@
-// Full-attention layer forward on CUDA, step for step as attention_layer.cpp's forward_activations + o_proj.
+// Full-attention layer forward on CUDA, step for step as attention_layer.cpp's forward_activations + o_proj (plain,
+// or handing the intermediates back for kept activations).
 #include "layers/cuda/attention_layer_cuda.h"
 
 #include "core/error.h"
@@ -88,11 +89,18 @@ AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, co
   return a;
 }
 
+AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x,
+                                                           const CudaAttentionWeights& w, const AttentionDims& d,
+                                                           const RopeCudaTable* rope, const CudaBatchView& b) {
+  HLM_CHECK(out != x, "attention forward: out may not alias x");
+  AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
+  cuda_linear_forward(ctx, out, a.o.data<float>(), w.o_proj, b.tokens);
+  return a;
+}
+
 void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
                                   const AttentionDims& d, const RopeCudaTable* rope, const CudaBatchView& b) {
-  HLM_CHECK(out != x, "attention forward: out may not alias x");
-  const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
-  cuda_linear_forward(ctx, out, a.o.data<float>(), w.o_proj, b.tokens);
+  attention_layer_forward_keep_cuda(ctx, out, x, w, d, rope, b);  // the intermediates go back to the allocator
 }
 
 }  // namespace hlm

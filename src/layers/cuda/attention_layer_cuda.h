@@ -52,13 +52,24 @@ AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, co
 // out = o Woᵀ after attention_forward_activations_cuda.
 void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
                                   const AttentionDims& dims, const RopeCudaTable* rope, const CudaBatchView& batch);
+// The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
+// tensors the recomputing backward would rebuild from x, bf16 operands included in the bf16 compute mode.
+AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x,
+                                                           const CudaAttentionWeights& w, const AttentionDims& dims,
+                                                           const RopeCudaTable* rope, const CudaBatchView& batch);
 
-// The backward of layers/attention_layer.h with per-layer recomputation (attention_layer_cuda_backward.cpp): reruns
-// the forward keeping q̃, k̃ (before the q/k norms), q, k, v, o and the softmax's lse, then walks it back in the CPU's
-// order (o_proj, flash attention backward, rope, q/k norms, q/k/v projections). dx [T, hidden] OVERWRITTEN; grads
-// (same layout as w, device) ACCUMULATED (+=). dx may not alias d_out or x.
+// The backward of layers/attention_layer.h with per-layer recomputation (attention_layer_cuda_backward.cpp):
+// attention_forward_activations_cuda (q̃, k̃ before the q/k norms, q, k, v, o and the softmax's lse) then
+// attention_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device) ACCUMULATED (+=).
+// dx may not alias d_out or x.
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
                                    const float* x, const CudaAttentionWeights& w, const AttentionDims& dims,
                                    const RopeCudaTable* rope, const CudaBatchView& batch);
+// The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, flash attention
+// backward, rope, q/k norms, q/k/v projections. Same contract as attention_layer_backward_cuda; act is only read.
+void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
+                                        const float* x, const AttentionCudaActivations& act,
+                                        const CudaAttentionWeights& w, const AttentionDims& dims,
+                                        const RopeCudaTable* rope, const CudaBatchView& batch);
 
 }  // namespace hlm

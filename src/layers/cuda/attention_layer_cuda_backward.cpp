@@ -1,5 +1,5 @@
 // Full-attention layer backward on CUDA, step for step as attention_layer.cpp's forward_activations (keep_pre_norm)
-// followed by its backward_from.
+// followed by its backward_from: the recomputing entry point, and the walk back from given activations.
 #include "core/error.h"
 #include "layers/cuda/attention_layer_cuda.h"
 #include "ops/cast/cast_cuda.h"
@@ -24,13 +24,22 @@ void qk_norm_backward(CudaContext& ctx, float* d, float* dweight, const float* l
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
                                    const float* x, const CudaAttentionWeights& w, const AttentionDims& d,
                                    const RopeCudaTable* rope, const CudaBatchView& b) {
+  const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
+  attention_layer_backward_from_cuda(ctx, dx, g, d_out, x, a, w, d, rope, b);
+}
+
+void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
+                                        const float* x, const AttentionCudaActivations& a,
+                                        const CudaAttentionWeights& w, const AttentionDims& d,
+                                        const RopeCudaTable* rope, const CudaBatchView& b) {
   HLM_CHECK(dx != x && dx != d_out, "attention backward: dx may not alias x or d_out");
   HLM_CHECK(g.q_norm_size == w.q_norm_size && g.k_norm_size == w.k_norm_size,
             "attention backward: the gradient holder's q/k norms do not match the weights");
   const cudaStream_t stream = ctx.stream();
   const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
+  HLM_CHECK(a.o.numel() == n * Cq && a.lse.numel() == n * d.q_heads && (!w.bf16_compute || a.o16.numel() > 0),
+            "attention backward: the activations do not match the batch or the compute mode");
 
-  const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
   const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale};
 
   CudaTensor d_o = CudaTensor::empty(ctx, {n, Cq});

@@ -1,8 +1,10 @@
-// Gated DeltaNet layer forward on CUDA, step for step as gdn_layer_ref.cpp's forward_activations + o_proj.
+// Gated DeltaNet layer forward on CUDA, step for step as gdn_layer_ref.cpp's forward_activations + o_proj (plain, or
+// handing the intermediates back for kept activations).
 #include "layers/cuda/gdn_layer_cuda.h"
 
 #include "core/error.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 #include "ops/gdn_gate/gdn_gate_cuda.h"
@@ -77,17 +79,30 @@ GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const float* x
   out.o = act.o.data<float>();
   const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
   // The CPU reference gets static_cast<float>(q_scale()) for T = float.
-  gated_delta_rule_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, static_cast<float>(d.q_scale()), stream);
+  const float scale = static_cast<float>(d.q_scale());
+  if (w.bf16_compute) {
+    const size_t bytes = gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, b.n_seqs);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    gated_delta_rule_chunked_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, ws.raw(), bytes, stream);
+  } else {
+    gated_delta_rule_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, stream);
+  }
   gated_rmsnorm_forward_cuda(act.y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
                              {n * Hv, d.value_dim, d.norm_eps}, stream);
   return act;
 }
 
+GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
+                                               const GdnDims& d, const CudaBatchView& b) {
+  HLM_CHECK(out != x, "GDN forward: out may not alias x");
+  GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
+  cuda_linear_forward(ctx, out, act.y.data<float>(), w.o_proj, b.tokens);
+  return act;
+}
+
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& d, const CudaBatchView& b) {
-  HLM_CHECK(out != x, "GDN forward: out may not alias x");
-  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
-  cuda_linear_forward(ctx, out, act.y.data<float>(), w.o_proj, b.tokens);
+  gdn_layer_forward_keep_cuda(ctx, out, x, w, d, b);  // the intermediates go back to the allocator
 }
 
 }  // namespace hlm

@@ -18,6 +18,10 @@ struct CudaGdnWeights {
   CudaTensor q_conv, k_conv, v_conv;  // [C, K]
   CudaTensor A_log, dt_bias;          // [Hv]
   CudaTensor o_norm;                  // [dv]
+  // bf16 compute mode (models/cuda/cuda_model.h): the gated delta rule runs in the chunked tensor-core form
+  // (ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h: bf16 operands, fp32 state and accumulation) instead of the
+  // fp32 token recurrence; inputs, outputs and gradients stay fp32.
+  bool bf16_compute = false;
 };
 
 // Checks the host weights against dims (gdn_check_weights) and uploads them.
@@ -44,14 +48,23 @@ GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaB
 // out = y Woᵀ after gdn_forward_activations_cuda.
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& dims, const CudaBatchView& batch);
+// The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
+// tensors the recomputing backward would rebuild from x.
+GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
+                                               const GdnDims& dims, const CudaBatchView& batch);
 
 // The backward of layers/gdn_layer.h with per-layer recomputation and a zero initial state
-// (gdn_layer_cuda_backward.cpp): reruns the forward keeping every intermediate of gdn_layer_ref.cpp's Activations,
-// then walks it back in the CPU's order (o_proj, gated norm, gated delta rule, gate, L2 norms, convs, input
-// projections). Op-level weight gradients (o_norm, convs, A_log, dt_bias) are overwritten into scratch and added into
-// grads as the CPU does. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device) ACCUMULATED (+=). dx may not
-// alias d_out or x.
+// (gdn_layer_cuda_backward.cpp): gdn_forward_activations_cuda (every intermediate of gdn_layer_ref.cpp's
+// Activations) then gdn_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device)
+// ACCUMULATED (+=). dx may not alias d_out or x.
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& dims, const CudaBatchView& batch);
+// The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, gated norm, gated
+// delta rule, gate, L2 norms, convs, input projections. Op-level weight gradients (o_norm, convs, A_log, dt_bias) are
+// overwritten into scratch and added into grads as the CPU does. Same contract as gdn_layer_backward_cuda; act is
+// only read.
+void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out,
+                                  const float* x, const GdnCudaActivations& act, const CudaGdnWeights& w,
+                                  const GdnDims& dims, const CudaBatchView& batch);
 
 }  // namespace hlm

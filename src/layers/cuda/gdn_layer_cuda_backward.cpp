@@ -1,10 +1,12 @@
 // Gated DeltaNet layer backward on CUDA, step for step as gdn_layer_ref.cpp's forward_activations + backward_from
-// (zero initial state: no conv or recurrent state gradients).
+// (zero initial state: no conv or recurrent state gradients): the recomputing entry point, and the walk back from
+// given activations.
 #include <algorithm>
 
 #include "core/error.h"
 #include "layers/cuda/gdn_layer_cuda.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 #include "ops/gdn_gate/gdn_gate_cuda.h"
@@ -12,14 +14,21 @@
 
 namespace hlm {
 
-
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
+  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
+  gdn_layer_backward_from_cuda(ctx, dx, gr, d_out, x, act, w, d, b);
+}
+
+void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out,
+                                  const float* x, const GdnCudaActivations& act, const CudaGdnWeights& w,
+                                  const GdnDims& d, const CudaBatchView& b) {
   HLM_CHECK(dx != x && dx != d_out, "GDN backward: dx may not alias x or d_out");
   const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
   const int64_t K = d.conv_kernel;
   const cudaStream_t stream = ctx.stream();
-  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
+  HLM_CHECK(act.y.numel() == n * Cv && act.qn.numel() == n * Ck && act.g.numel() == n * Hv,
+            "GDN backward: the activations do not match the batch");
   // Op-level weight gradients are overwritten here, then added into gr (the CPU's dw_small + add_into).
   CudaTensor dw_small = CudaTensor::empty(ctx, {std::max(std::max(Ck, Cv) * K, d.value_dim)});
   float* dws = dw_small.data<float>();
@@ -52,9 +61,14 @@ void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, co
     GdnOutputGrads<float> dout;
     dout.d_o = d_o.data<float>();
     const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
-    const size_t bytes = gated_delta_rule_backward_cuda_workspace_bytes(shape, b.n_seqs);
+    const float scale = static_cast<float>(d.q_scale());
+    const size_t bytes = w.bf16_compute ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, b.n_seqs)
+                                        : gated_delta_rule_backward_cuda_workspace_bytes(shape, b.n_seqs);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    gated_delta_rule_backward_cuda(grads, dout, in, shape, static_cast<float>(d.q_scale()), ws.raw(), bytes, stream);
+    if (w.bf16_compute)
+      gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, ws.raw(), bytes, stream);
+    else
+      gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws.raw(), bytes, stream);
   }
 
   // Gate.

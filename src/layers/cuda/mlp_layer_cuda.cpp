@@ -1,4 +1,5 @@
-// SwiGLU MLP forward on CUDA, in the order of mlp_layer_forward_ref.
+// SwiGLU MLP forward on CUDA, in the order of mlp_layer_forward_ref: lean (h in gate's storage), or keeping gate, up
+// and h for the backward.
 #include "layers/cuda/mlp_layer_cuda.h"
 
 #include "core/error.h"
@@ -28,6 +29,25 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
   cuda_linear_forward(ctx, up.data<float>(), x, w.up_proj, tokens);
   swiglu_forward_cuda(gate.data<float>(), gate.data<float>(), up.data<float>(), tokens * F, ctx.stream());
   cuda_linear_forward(ctx, out, gate.data<float>(), w.down_proj, tokens);
+}
+
+MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaMlpWeights& w,
+                                                int64_t tokens) {
+  const int64_t F = w.gate_proj.out_features;
+  MlpCudaActivations a{CudaTensor::empty(ctx, {tokens, F}), CudaTensor::empty(ctx, {tokens, F}),
+                       CudaTensor::empty(ctx, {tokens, F})};
+  cuda_linear_forward(ctx, a.gate.data<float>(), x, w.gate_proj, tokens);
+  cuda_linear_forward(ctx, a.up.data<float>(), x, w.up_proj, tokens);
+  swiglu_forward_cuda(a.h.data<float>(), a.gate.data<float>(), a.up.data<float>(), tokens * F, ctx.stream());
+  return a;
+}
+
+MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w,
+                                               int64_t tokens) {
+  HLM_CHECK(out != x, "mlp forward: out may not alias x");
+  MlpCudaActivations a = mlp_forward_activations_cuda(ctx, x, w, tokens);
+  cuda_linear_forward(ctx, out, a.h.data<float>(), w.down_proj, tokens);
+  return a;
 }
 
 }  // namespace hlm

@@ -1,6 +1,6 @@
 // The SwiGLU MLP on CUDA: the forward of layers/mlp_layer.h, out = down_proj(silu(gate_proj(x)) ⊙ up_proj(x)), fp32.
 // x, out [T, hidden] device pointers (out may not alias x); scratch gate, up [T, F] from ctx's allocator, released on
-// return. Queued on ctx's stream, no synchronization.
+// return (h is computed in gate's storage). Queued on ctx's stream, no synchronization.
 #pragma once
 #include "backend/cuda/cuda_context.h"
 #include "layers/cuda/cuda_linear.h"
@@ -17,10 +17,30 @@ CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w);
 
 void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w, int64_t tokens);
 
-// The backward of layers/mlp_layer.h with per-layer recomputation (mlp_layer_cuda_backward.cpp): recomputes gate, up
-// and h = silu(gate) ⊙ up from x, then dx [T, hidden] OVERWRITTEN and grads (same layout as w, device) ACCUMULATED
-// (+=), in the CPU's order. dx may not alias d_out or x.
+// The forward's intermediates, device tensors [T, F] each: what the backward needs.
+struct MlpCudaActivations {
+  CudaTensor gate, up;  // x gate_projᵀ, x up_projᵀ
+  CudaTensor h;         // silu(gate) ⊙ up (down_proj's input)
+};
+
+// Runs the forward up to h, keeping gate, up and h. swiglu is elementwise, so h has the bits of the in-place h that
+// mlp_layer_forward_cuda computes inside gate's storage.
+MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaMlpWeights& w,
+                                                int64_t tokens);
+// out = h down_projᵀ after mlp_forward_activations_cuda, handing the intermediates back (kept activations,
+// models/cuda/cuda_model_train.h). The same out as mlp_layer_forward_cuda, bit for bit; 3·T·F floats kept.
+MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w,
+                                               int64_t tokens);
+
+// The backward of layers/mlp_layer.h with per-layer recomputation (mlp_layer_cuda_backward.cpp):
+// mlp_forward_activations_cuda then mlp_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN and grads (same layout
+// as w, device) ACCUMULATED (+=), in the CPU's order. dx may not alias d_out or x.
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out, const float* x,
                              const CudaMlpWeights& w, int64_t tokens);
+// The walk back from given activations `act` (of this x and w): down_proj, swiglu, gate/up projections. Same contract
+// as mlp_layer_backward_cuda; act is only read.
+void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out,
+                                  const float* x, const MlpCudaActivations& act, const CudaMlpWeights& w,
+                                  int64_t tokens);
 
 }  // namespace hlm

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "models/architecture.h"
 #include "models/cuda/cuda_model_layer.h"
+#include "models/cuda/cuda_model_train.h"
 #include "ops/embedding/embedding_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/residual/residual_cuda.h"
@@ -93,7 +94,7 @@ const RopeCudaTable* CudaModel::rope_table(int64_t positions) {
 }
 
 void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
-                            const DeviceEmit& emit) {
+                            const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = config_;
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
@@ -109,35 +110,62 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   embedding_forward_cuda(h, embed_tokens_.data<float>(), b.ids, {T, V, H, hyper.embedding_multiplier}, b.error_flag,
                          stream);
   const RmsnormCudaParams row_norm{T, H, eps};
+  if (kept != nullptr) {
+    kept->clear();
+    kept->resize(layers_.size());
+  }
+  // Copy of a [T, H] buffer into a kept slot (exact); nothing without kept activations.
+  const auto keep_copy = [&](CudaTensor CudaKeptLayer::*slot, int layer, const CudaTensor& from) {
+    if (kept == nullptr) return;
+    CudaTensor& to = (*kept)[static_cast<size_t>(layer)].*slot;
+    to = CudaTensor::empty(ctx, from.shape());
+    cuda_copy_device(ctx, to.raw(), from.raw(), from.nbytes());
+  };
 
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     const bool post_norm = layer.full_attention && spec.attention_post_norm;
+    CudaKeptLayer* keep = kept != nullptr ? &(*kept)[static_cast<size_t>(i)] : nullptr;
+    // The layer forwards: the plain ones, or the ones handing their intermediates to `keep` (same bits).
     const auto mixer = [&](float* out, const float* in) {
-      if (layer.full_attention)
+      if (layer.full_attention && keep != nullptr)
+        keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
+      else if (layer.full_attention)
         attention_layer_forward_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
+      else if (keep != nullptr)
+        keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
       else
         gdn_layer_forward_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
+    };
+    const auto mlp = [&](float* out, const float* in) {
+      if (keep != nullptr)
+        keep->mlp = mlp_layer_forward_keep_cuda(ctx, out, in, layer.mlp, T);
+      else
+        mlp_layer_forward_cuda(ctx, out, in, layer.mlp, T);
     };
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
       mixer(nr, h);
+      keep_copy(&CudaKeptLayer::mixer_branch, i, normed);
       rmsnorm_forward_cuda(dl, nr, layer.post_attention_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::AttnDelta, i, delta);
       residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
       emit(CapturePoint::AttnOut, i, hidden);
-      mlp_layer_forward_cuda(ctx, nr, h, layer.mlp, T);
+      mlp(nr, h);
+      keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
       rmsnorm_forward_cuda(dl, nr, layer.post_feedforward_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
     } else {
       rmsnorm_forward_cuda(nr, h, layer.input_layernorm.data<float>(), row_norm, stream);
+      keep_copy(&CudaKeptLayer::mixer_in, i, normed);
       mixer(dl, nr);
       emit(CapturePoint::AttnDelta, i, delta);
       residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
       emit(CapturePoint::AttnOut, i, hidden);
       rmsnorm_forward_cuda(nr, h, layer.post_attention_layernorm.data<float>(), row_norm, stream);
-      mlp_layer_forward_cuda(ctx, dl, nr, layer.mlp, T);
+      keep_copy(&CudaKeptLayer::mlp_in, i, normed);
+      mlp(dl, nr);
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
     }

@@ -10,14 +10,15 @@
 // capture is handed out and after the forward, and turned into the CPU's input error.
 // Numerics: the CUDA ops' (docs/cuda.md): fp32 storage and compute, cuBLASLt fp32 GEMMs, fp32 block sums in the norms,
 // flash attention, the fp32 token recurrence of the gated delta rule. Expect ~1e-6..1e-5 relative differences.
-// Training (models/cuda/cuda_model_train.{h,cpp}): forward_train keeps the residual streams like ForwardTrace, and
-// backward mirrors models/model_train.cpp's model_backward with per-layer recomputation; gradients live in a second
-// CudaModel of the same config (zeros_like), so every weight has its gradient in the same slot.
+// Training (models/cuda/cuda_model_train.{h,cpp}): forward_train keeps the residual streams like ForwardTrace (and,
+// under Recompute::None, every layer's intermediates), and backward mirrors models/model_train.cpp's model_backward
+// with per-layer recomputation or from the kept intermediates (bit-identical gradients either way); gradients live
+// in a second CudaModel of the same config (zeros_like), so every weight has its gradient in the same slot.
 // bf16 compute mode (set_bf16_compute, cuda_model_precision.cpp): every linear and the LM head keep a bf16 copy of
 // their fp32 weight and run their products on bf16 tensor cores with fp32 results (layers/cuda/cuda_linear.h); norms,
 // attention, the gated delta rule, the losses, the activations between ops, the gradients and the master weights
 // stay fp32. After an optimizer step, refresh_bf16() re-rounds the copies.
-// Non-goals for now: decode state, a kept-activations (Recompute::None) mode on the GPU.
+// Non-goals for now: decode state.
 #pragma once
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "layers/cuda/gdn_layer_cuda.h"
 #include "layers/cuda/mlp_layer_cuda.h"
 #include "models/model.h"
+#include "models/model_train.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 
 namespace hlm {
@@ -39,6 +41,7 @@ namespace hlm {
 using CaptureWanted = std::function<bool(CapturePoint point, int layer)>;
 
 struct CudaTrainTrace;  // models/cuda/cuda_model_train.h
+struct CudaKeptLayer;   // models/cuda/cuda_model_train.h
 
 class CudaModel {
  public:
@@ -57,11 +60,13 @@ class CudaModel {
   // A gradient holder: every tensor of config's model, zero-filled, on ctx's device (a tied head shares the
   // embedding, as zero_grads_like does on the host).
   static CudaModel zeros_like(const ModelConfig& config, CudaContext& ctx);
-  // As model_forward_train (Recompute::Layer): the residual streams entering each layer, after each mixer add, before
-  // and after the final norm, all on the device, plus the uploaded batch.
-  CudaTrainTrace forward_train(const TokenBatch& batch);
+  // As model_forward_train: the residual streams entering each layer, after each mixer add, before and after the
+  // final norm, all on the device, plus the uploaded batch; under Recompute::None also every layer's intermediates
+  // (CudaKeptLayer in cuda_model_train.h).
+  CudaTrainTrace forward_train(const TokenBatch& batch, Recompute recompute = Recompute::Layer);
   // As model_backward: grads += d loss / d weights from d_final_hidden [T, hidden] (device). grads comes from
-  // zeros_like(config()); the LM head's own gradient comes from the loss, not from here.
+  // zeros_like(config()); the LM head's own gradient comes from the loss, not from here. Reads the trace's kept
+  // intermediates where it has them, recomputes them otherwise: the same gradients to the bit.
   void backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads);
   // Every tensor to zero (queued on the stream).
   void set_zero();
@@ -97,9 +102,10 @@ class CudaModel {
   struct Layer;
   using DeviceEmit = std::function<void(CapturePoint point, int layer, const CudaTensor& value)>;
   // Embedding, every layer and the final norm over a device batch: `hidden` ends as the stream entering the final
-  // norm, `normed` as the final hidden states; emit sees each capture point's device value in forward order.
+  // norm, `normed` as the final hidden states; emit sees each capture point's device value in forward order. kept:
+  // nullptr, or gets one CudaKeptLayer per layer (Recompute::None).
   void run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
-                   const DeviceEmit& emit);
+                   const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept = nullptr);
   // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
   template <class Self, class Fn>
   static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);

@@ -25,7 +25,10 @@ void CudaModel::set_bf16_compute(bool on) {
   bf16_compute_ = on;
   for_each_linear([&](CudaLinear& l) { cuda_linear_set_bf16(*ctx_, l, on); });
   for (auto& layer : layers_)
-    if (layer->full_attention) layer->self_attn.bf16_compute = on;
+    if (layer->full_attention)
+      layer->self_attn.bf16_compute = on;
+    else
+      layer->linear_attn.bf16_compute = on;
   if (!on) {
     lm_head_bf16_ = CudaTensor();
     return;

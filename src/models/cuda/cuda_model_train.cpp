@@ -3,7 +3,11 @@
 //   pre-norm block   mid = in + m·mixer(norm_in(in));  out = mid + m·mlp(norm_post(mid))
 //   post-norm block  mid = in + norm_post(mixer(in));  out = mid + norm_ff(mlp(mid))
 // d_in = d_mid + (mixer branch)ᵀ d_mid;  d_mid = d_out + (mlp branch)ᵀ d_out.
+// Each branch's inputs (normed stream, branch output before a post-norm, the layer's activations) come from the
+// trace's CudaKeptLayer under Recompute::None, and are recomputed at the same point of the walk otherwise.
 #include "models/cuda/cuda_model_train.h"
+
+#include <initializer_list>
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
@@ -45,7 +49,31 @@ void scale_into(CudaContext& ctx, float* out, const float* in, float m, int64_t 
   residual_add_forward_cuda(out, in, m, n, ctx.stream());
 }
 
+// Device bytes of a struct's tensors, listed once per struct.
+size_t sum_bytes(std::initializer_list<const CudaTensor*> tensors) {
+  size_t bytes = 0;
+  for (const CudaTensor* t : tensors) bytes += t->nbytes();
+  return bytes;
+}
+
 }  // namespace
+
+size_t CudaKeptLayer::bytes() const {
+  const AttentionCudaActivations& a = attention;
+  const GdnCudaActivations& g = gdn;
+  return sum_bytes({&mixer_in, &mixer_branch, &mlp_in, &mlp_branch, &mlp.gate, &mlp.up, &mlp.h}) +
+         sum_bytes({&a.q_lin, &a.k_lin, &a.q, &a.k, &a.v, &a.o, &a.lse, &a.q16, &a.k16, &a.v16, &a.o16}) +
+         sum_bytes({&g.qp, &g.kp, &g.vp, &g.z, &g.a, &g.b, &g.qc, &g.kc, &g.vc, &g.qn, &g.kn, &g.g, &g.beta, &g.o,
+                    &g.y});
+}
+
+size_t CudaTrainTrace::kept_bytes() const {
+  size_t bytes = final_stream.nbytes() + final_hidden.nbytes();
+  for (const CudaTensor& t : layer_in) bytes += t.nbytes();
+  for (const CudaTensor& t : mixer_out) bytes += t.nbytes();
+  for (const CudaKeptLayer& k : kept) bytes += k.bytes();
+  return bytes;
+}
 
 template <class Self, class Fn>
 void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) {
@@ -132,16 +160,19 @@ std::vector<CudaModel::NamedTensor> CudaModel::named_tensors() {
   return out;
 }
 
-CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch) {
+CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch, Recompute recompute) {
   CudaContext& ctx = *ctx_;
   ctx.make_current();
-  CudaTrainTrace trace{CudaTokenBatch::upload(ctx, batch), {}, {}, {}, {}};
+  CudaTrainTrace trace{CudaTokenBatch::upload(ctx, batch), {}, {}, {}, {}, {}};
   const CudaBatchView b = trace.batch.view();
   const RopeCudaTable* rope = rope_table(b.max_seqlen);
-  run_decoder(b, rope, trace.final_stream, trace.final_hidden, [&](CapturePoint point, int, const CudaTensor& v) {
-    if (point == CapturePoint::AttnIn) trace.layer_in.push_back(clone_device(ctx, v));
-    if (point == CapturePoint::AttnOut) trace.mixer_out.push_back(clone_device(ctx, v));
-  });
+  run_decoder(
+      b, rope, trace.final_stream, trace.final_hidden,
+      [&](CapturePoint point, int, const CudaTensor& v) {
+        if (point == CapturePoint::AttnIn) trace.layer_in.push_back(clone_device(ctx, v));
+        if (point == CapturePoint::AttnOut) trace.mixer_out.push_back(clone_device(ctx, v));
+      },
+      recompute == Recompute::None ? &trace.kept : nullptr);
   if (trace.batch.error_flagged(ctx)) {
     for (int64_t t = 0; t < b.tokens; ++t) {
       const int32_t id = batch.ids[static_cast<size_t>(t)];
@@ -165,7 +196,8 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
   const AttentionDims adims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale, eps};
   const RopeCudaTable* rope = rope_table(b.max_seqlen);
   const cudaStream_t stream = ctx.stream();
-  HLM_CHECK(static_cast<int64_t>(trace.layer_in.size()) == L && static_cast<int64_t>(trace.mixer_out.size()) == L,
+  HLM_CHECK(static_cast<int64_t>(trace.layer_in.size()) == L && static_cast<int64_t>(trace.mixer_out.size()) == L &&
+                (trace.kept.empty() || static_cast<int64_t>(trace.kept.size()) == L),
             "forward trace does not match the model");
   HLM_CHECK(grads.layers_.size() == layers_.size() && grads.tied_head_ == tied_head_,
             "gradient holder does not match the model");
@@ -189,17 +221,38 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
     const float* in = trace.layer_in[static_cast<size_t>(i)].data<float>();
     const float* mid = trace.mixer_out[static_cast<size_t>(i)].data<float>();
 
+    const CudaKeptLayer* kept = trace.kept.empty() ? nullptr : &trace.kept[static_cast<size_t>(i)];
+    // A kept [T, hidden] tensor, or `scratch` after `recompute` wrote it there.
+    const auto kept_or = [&](CudaTensor CudaKeptLayer::*slot, float* scratch, const auto& recompute) -> const float* {
+      if (kept == nullptr) {
+        recompute();
+        return scratch;
+      }
+      HLM_CHECK((kept->*slot).numel() == n, "layer ", i, ": the trace kept no [T, hidden] tensor for this block");
+      return (kept->*slot).data<float>();
+    };
+
     // MLP branch: d_mid = d_out + branchᵀ(d_out).
+    const auto mlp_backward = [&](float* dx, const float* d_out, const float* x) {
+      if (kept != nullptr)
+        mlp_layer_backward_from_cuda(ctx, dx, lg.mlp, d_out, x, kept->mlp, lw.mlp, T);
+      else
+        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x, lw.mlp, T);
+    };
     if (post_norm) {
-      mlp_layer_forward_cuda(ctx, branch, mid, lw.mlp, T);  // the branch output before its post-norm
-      rmsnorm_backward(ctx, d_branch, lg.post_feedforward_layernorm.data<float>(), d_hidden, branch,
+      const float* mlp_out = kept_or(&CudaKeptLayer::mlp_branch, branch, [&] {
+        mlp_layer_forward_cuda(ctx, branch, mid, lw.mlp, T);  // the branch output before its post-norm
+      });
+      rmsnorm_backward(ctx, d_branch, lg.post_feedforward_layernorm.data<float>(), d_hidden, mlp_out,
                        lw.post_feedforward_layernorm.data<float>(), row_norm);
-      mlp_layer_backward_cuda(ctx, d_normed, lg.mlp, d_branch, mid, lw.mlp, T);
+      mlp_backward(d_normed, d_branch, mid);
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
     } else {
-      rmsnorm_forward_cuda(normed, mid, lw.post_attention_layernorm.data<float>(), row_norm, stream);
+      const float* mlp_in = kept_or(&CudaKeptLayer::mlp_in, normed, [&] {
+        rmsnorm_forward_cuda(normed, mid, lw.post_attention_layernorm.data<float>(), row_norm, stream);
+      });
       scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
-      mlp_layer_backward_cuda(ctx, d_normed, lg.mlp, d_branch, normed, lw.mlp, T);
+      mlp_backward(d_normed, d_branch, mlp_in);
       rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_normed, mid,
                        lw.post_attention_layernorm.data<float>(), row_norm);
       residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);
@@ -207,21 +260,30 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
 
     // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
     const auto mixer_backward = [&](float* dx, const float* d_out, const float* x) {
-      if (lw.full_attention)
+      if (lw.full_attention && kept != nullptr)
+        attention_layer_backward_from_cuda(ctx, dx, lg.self_attn, d_out, x, kept->attention, lw.self_attn, adims,
+                                           rope, b);
+      else if (lw.full_attention)
         attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x, lw.self_attn, adims, rope, b);
+      else if (kept != nullptr)
+        gdn_layer_backward_from_cuda(ctx, dx, lg.linear_attn, d_out, x, kept->gdn, lw.linear_attn, gdn_dims(c), b);
       else
         gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x, lw.linear_attn, gdn_dims(c), b);
     };
     if (post_norm) {
-      attention_layer_forward_cuda(ctx, branch, in, lw.self_attn, adims, rope, b);  // before its post-norm
-      rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_hidden, branch,
+      const float* mixer_out = kept_or(&CudaKeptLayer::mixer_branch, branch, [&] {
+        attention_layer_forward_cuda(ctx, branch, in, lw.self_attn, adims, rope, b);  // before its post-norm
+      });
+      rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_hidden, mixer_out,
                        lw.post_attention_layernorm.data<float>(), row_norm);
       mixer_backward(d_normed, d_branch, in);
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
     } else {
-      rmsnorm_forward_cuda(normed, in, lw.input_layernorm.data<float>(), row_norm, stream);
+      const float* mixer_in = kept_or(&CudaKeptLayer::mixer_in, normed, [&] {
+        rmsnorm_forward_cuda(normed, in, lw.input_layernorm.data<float>(), row_norm, stream);
+      });
       scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
-      mixer_backward(d_normed, d_branch, normed);
+      mixer_backward(d_normed, d_branch, mixer_in);
       rmsnorm_backward(ctx, d_branch, lg.input_layernorm.data<float>(), d_normed, in,
                        lw.input_layernorm.data<float>(), row_norm);
       residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);

@@ -78,7 +78,8 @@ std::string CudaTrainDevice::describe() const {
   std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(it->total_memory_bytes) / 1073741824.0);
   return str_cat("cuda:", it->index, " ", it->name, " (sm_", it->compute_major, it->compute_minor, ", ",
                  it->multiprocessors, " SMs, ", memory, "); fp32 weights, gradients and AdamW state",
-                 options_.bf16 ? "; bf16 products (tensor cores, fp32 results)" : "; fp32 products");
+                 options_.bf16 ? "; bf16 products (tensor cores, fp32 results)" : "; fp32 products",
+                 options_.recompute == Recompute::None ? "; kept activations" : "");
 }
 
 void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
@@ -130,9 +131,12 @@ void CudaTrainDevice::print_static_plan() const {
 void CudaTrainDevice::print_activation_plan(size_t kept_bytes, int64_t micro_tokens) const {
   // kept_bytes: the step's own record (BatchLoss::kept_bytes, the trace micro_step keeps), not a second estimate.
   const CudaAllocatorStats st = ctx_->allocator().stats();
-  std::printf("%-12s activations: %.2f GiB kept per micro-batch of %lld tokens (layer inputs; each layer recomputes "
-              "its own in the backward); peak device memory in use after the first step %.2f GiB\n",
-              "memory plan", gib(kept_bytes), static_cast<long long>(micro_tokens), gib(st.peak_bytes_in_use));
+  const char* what = options_.recompute == Recompute::None
+                         ? "layer inputs and every layer's intermediates; --recompute none"
+                         : "layer inputs; each layer recomputes its own in the backward";
+  std::printf("%-12s activations: %.2f GiB kept per micro-batch of %lld tokens (%s); peak device memory in use after "
+              "the first step %.2f GiB\n",
+              "memory plan", gib(kept_bytes), static_cast<long long>(micro_tokens), what, gib(st.peak_bytes_in_use));
   std::fflush(stdout);
 }
 
@@ -189,10 +193,9 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   std::optional<CudaTrainTrace> teacher_trace;
   if (teacher_) teacher_trace.emplace(teacher_->forward_train(micro.batch));
   timer.mark("teacher_forward");
-  const CudaTrainTrace trace = student_->forward_train(micro.batch);
+  const CudaTrainTrace trace = student_->forward_train(micro.batch, options_.recompute);
   timer.mark("student_forward");
-  out.kept_bytes = std::max(out.kept_bytes, (trace.layer_in.size() + trace.mixer_out.size() + 2) *
-                                                trace.final_hidden.nbytes());
+  out.kept_bytes = std::max(out.kept_bytes, trace.kept_bytes());
 
   CudaTensor d_hidden = CudaTensor::empty(ctx, {N, c.hidden_size});
   CudaTensor per_token = CudaTensor::empty(ctx, {N});

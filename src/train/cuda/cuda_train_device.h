@@ -12,7 +12,10 @@
 // summation-order noise in near-zero gradients), while two GPU runs are bit-identical (no float atomics).
 // Evaluation (validation and the final test): evaluate_pass runs cuda_eval_pass (train/cuda/cuda_eval.h) on the
 // device's student and teacher, without touching the gradients or the optimizer.
-// Non-goals for now: bf16 weights, kept activations (--recompute none), multi-GPU.
+// Activations (--recompute): the student's forward_train keeps the layer inputs only (layer: each layer recomputes its
+// own in the backward) or every layer's intermediates too (none); the gradients are bit-identical either way
+// (models/cuda/cuda_model_train.h). The teacher keeps layer inputs only (it has no backward).
+// Non-goals for now: bf16 weights, multi-GPU.
 #pragma once
 #include <memory>
 #include <optional>
@@ -21,6 +24,7 @@
 
 #include "models/cuda/cuda_adamw.h"
 #include "models/cuda/cuda_model.h"
+#include "models/model_train.h"
 #include "train/train_device.h"
 
 namespace hlm {
@@ -30,6 +34,8 @@ struct CudaTrainDeviceOptions {
   // master weights, gradients, AdamW state and activations fp32); the student's bf16 copies are re-rounded after
   // every update.
   bool bf16 = false;
+  // The student's activations (--recompute): Layer recomputes inside each layer, None keeps every intermediate.
+  Recompute recompute = Recompute::Layer;
 };
 
 class CudaTrainDevice final : public TrainDevice {

@@ -1,0 +1,500 @@
+// Chunked gated delta rule on CUDA, backward: dU_loc, dstate (reverse sequential pass), dqk, wy and gva kernels and
+// the backward launcher (contract and design: gated_delta_rule_chunked_cuda.h). The formulas are those of the CPU
+// chunked backward (gated_delta_rule_chunked_backward.cpp, letters (a)-(h) there); per chunk, with D = dL/dM leaving it:
+//   dU = scale·Aᵀ dO + diag(e^{γ_c − γ}) K Dᵀ                       (A = Q Kᵀ ⊙ Γ, lower incl. diagonal)
+//   D_prev = e^{γ_c} D + scale·dOᵀ diag(e^γ) Q − dUᵀ W
+//   dq = scale·diag(e^γ) dO M0 + Pm K,   dk = Pmᵀ Q + diag(e^{γ_c − γ}) U D + WY part   (Pm = scale·dO Uᵀ ⊙ Γ)
+//   dW = −dU M0;  X = Rᵀ dW;  Y = Rᵀ dU;  dv = diag(β) Y;  E = −(X Wᵀ + Y Ũᵀ) strictly below the diagonal
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
+#include "ops/gated_delta_rule/gdn_chunked_tiles.cuh"
+
+namespace hlm {
+namespace gdn_chunked {
+
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;          // per-chunk kernels
+constexpr int kPassThreads = 128, kPassWarps = kPassThreads / 32;  // the reverse state pass
+static_assert(kC * kBV % (kBatch * kPassThreads) == 0, "dstate pass: whole load batches");
+
+// The backward's scratch after the forward's (Carver order is the layout).
+struct BackwardScratch {
+  bf16* dstates;  // [max_chunks, Hv, dv, dk] D leaving each chunk
+  float* dU;      // [T, Hv, dv]  scale·Aᵀ dO, then the full dU
+  bf16* dW;       // [T, Hv, dk]
+  float* dkp;     // [T, Hv, dk]  output/state part of dk, then (Hv > Hk) the full per-v-head dk
+  float* dgp;     // [T, Hv]      output/state part of dγ
+  float* dqv;     // [T, Hv, dk]  per-v-head dq (Hv > Hk only)
+};
+
+BackwardScratch carve_backward(Carver& c, const Problem& p, const ForwardScratch& fs) {
+  BackwardScratch s{};
+  s.dstates = c.take<bf16>(static_cast<size_t>(fs.max_chunks * p.Hv * p.dv * p.dk));
+  s.dU = c.take<float>(static_cast<size_t>(p.T * p.Hv * p.dv));
+  s.dW = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dk));
+  s.dkp = c.take<float>(static_cast<size_t>(p.T * p.Hv * p.dk));
+  s.dgp = c.take<float>(static_cast<size_t>(p.T * p.Hv));
+  s.dqv = c.take<float>(p.group() > 1 ? static_cast<size_t>(p.T * p.Hv * p.dk) : 0);
+  return s;
+}
+
+struct Grads {
+  float *dq, *dk, *dv, *dg, *dbeta, *dh0;
+  const float *d_o, *d_hT;
+};
+
+// ---- dU_loc: per (chunk, v-head), dU = scale·(Q Kᵀ ⊙ Γ)ᵀ dO
+
+constexpr size_t kLocSmem = 3 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kC * kLdDf) +
+                            smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kThreads) du_local_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
+                                                            Grads gr) {
+  const ChunkInfo info = fs.table[blockIdx.x];
+  if (info.len == 0) return;
+  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
+  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
+  const int64_t t0 = info.t0;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Qb = sc.take<bf16>(kC * kLdD);
+  bf16* Kb = sc.take<bf16>(kC * kLdD);
+  bf16* dOb = sc.take<bf16>(kC * kLdD);
+  float* F = sc.take<float>(kC * kLdDf);
+  bf16* Ab = sc.take<bf16>(kC * kLdC);
+  float* gam = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+  load_tile_bf16<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, p.Hk * p.dk, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, p.Hk * p.dk, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(dOb, kLdD, gr.d_o + (t0 * p.Hv + h) * p.dv, p.Hv * p.dv, len, dv, NoScale{});
+  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kWarps>(F, kLdCf, Qb, kLdD, Kb, kLdD);  // Q Kᵀ
+  __syncthreads();
+  decayed_causal_bf16(Ab, F, gam, len, p.scale);
+  __syncthreads();
+  block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Ab, kLdC, dOb, kLdD);  // scale·Aᵀ dO
+  __syncthreads();
+  for (int idx = tid; idx < len * dv; idx += kThreads) {
+    const int i = idx / dv, a = idx % dv;
+    bs.dU[((t0 + i) * p.Hv + h) * p.dv + a] = F[i * kLdDf + a];
+  }
+}
+
+// ---- dstate: per (sequence, v-head, kBV state rows), reverse over the sequence's chunks
+
+constexpr size_t kPassSmem = 3 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
+                             smem_piece<bf16>(kBV * kLdD) + smem_piece<float>(kC * kLdVf) +
+                             2 * smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
+                                                              Grads gr) {
+  const int64_t seq = blockIdx.x / p.Hv;
+  const int h = static_cast<int>(blockIdx.x % p.Hv), hk = h / static_cast<int>(p.group());
+  const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
+  const int dk = static_cast<int>(p.dk);
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Kb = sc.take<bf16>(kC * kLdD);  // e^{γ_c − γ_i} k_i
+  bf16* Qb = sc.take<bf16>(kC * kLdD);  // scale·e^{γ_i} q_i
+  bf16* Wb = sc.take<bf16>(kC * kLdD);
+  float* Df = sc.take<float>(kBV * kLdDf);
+  bf16* Db = sc.take<bf16>(kBV * kLdD);
+  float* Pf = sc.take<float>(kC * kLdVf);  // K̃ Dᵀ
+  bf16* dOb = sc.take<bf16>(kC * kLdV);
+  bf16* nUb = sc.take<bf16>(kC * kLdV);  // −dU
+  float* gam = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk;
+
+  StateTile D;
+  D.init(gr.d_hT ? gr.d_hT + state_off : nullptr, p.dk, rows, dk, Df);
+  const int64_t first = fs.seq_first[seq];
+  for (int64_t ci = fs.seq_first[seq + 1] - 1; ci >= first; --ci) {
+    const ChunkInfo info = fs.table[ci];
+    const int len = info.len;
+    const int64_t t0 = info.t0;
+    D.store(Df);
+    if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+    __syncthreads();
+    bf16* Dout = bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk;
+    for (int idx = tid; idx < kBV * kD; idx += kPassThreads) {
+      const int r = idx / kD, d = idx % kD;
+      const bf16 x = __float2bfloat16_rn(Df[r * kLdDf + d]);
+      Db[r * kLdD + d] = x;
+      if (r < rows && d < dk) Dout[r * p.dk + d] = x;
+    }
+    const float gc = gam[len - 1];
+    load_tile_bf16<kC, kD>(Kb, kLdD, fs.Kd + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
+    load_tile_bf16<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, p.Hk * p.dk, len, dk,
+                           [&](int i) { return p.scale * expf(gam[i]); });
+    load_tile_bf16<kC, kD>(Wb, kLdD, fs.W + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
+    load_tile_bf16<kC, kBV>(dOb, kLdV, gr.d_o + (t0 * p.Hv + h) * p.dv + a0, p.Hv * p.dv, len, rows, NoScale{});
+    __syncthreads();
+    block_mma<kC, kBV, kD, false, true, false, kPassWarps>(Pf, kLdVf, Kb, kLdD, Db, kLdD);  // K̃ Dᵀ
+    __syncthreads();
+    float* dU0 = bs.dU + (t0 * p.Hv + h) * p.dv + a0;
+    for (int base = tid; base < kC * kBV; base += kBatch * kPassThreads) {  // dU = dU_loc + K̃ Dᵀ (loads batched)
+      float loc[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = (base + u * kPassThreads) / kBV, c = (base + u * kPassThreads) % kBV;
+        loc[u] = (i < len && c < rows) ? dU0[i * p.Hv * p.dv + c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = (base + u * kPassThreads) / kBV, c = (base + u * kPassThreads) % kBV;
+        const bool valid = i < len && c < rows;
+        const float du = valid ? loc[u] + Pf[i * kLdVf + c] : 0.0f;
+        if (valid) dU0[i * p.Hv * p.dv + c] = du;
+        nUb[i * kLdV + c] = __float2bfloat16_rn(-du);
+      }
+    }
+    const float decay = expf(gc);
+    __syncthreads();
+    D.scale(decay);                  // D ← e^{γ_c} D
+    D.add_tn(dOb, kLdV, Qb, kLdD);   //   + scale·dOᵀ diag(e^γ) Q
+    D.add_tn(nUb, kLdV, Wb, kLdD);   //   − dUᵀ W
+  }
+  if (gr.dh0) D.write(gr.dh0 + state_off, p.dk, rows, dk, Df);
+}
+
+// ---- dqk: per (chunk, v-head), dq, the output/state parts of dk and dγ, dW
+
+constexpr size_t kDqkSmem = 6 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kD * kLdD) +
+                            smem_piece<float>(kC * kLdDf) + smem_piece<float>(kC * kLdCf) +
+                            smem_piece<bf16>(kC * kLdC) + 6 * smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
+  const int64_t ci = blockIdx.x;
+  const ChunkInfo info = fs.table[ci];
+  if (info.len == 0) return;
+  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
+  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
+  const int64_t t0 = info.t0;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Qb = sc.take<bf16>(kC * kLdD);
+  bf16* Kb = sc.take<bf16>(kC * kLdD);
+  bf16* dOb = sc.take<bf16>(kC * kLdD);
+  bf16* Ub = sc.take<bf16>(kC * kLdD);
+  bf16* Ud = sc.take<bf16>(kC * kLdD);  // diag(e^{γ_c − γ}) U
+  bf16* dUb = sc.take<bf16>(kC * kLdD);
+  bf16* Sb = sc.take<bf16>(kD * kLdD);  // M0 [dv][dk], then D
+  float* F = sc.take<float>(kC * kLdDf);
+  float* QK = sc.take<float>(kC * kLdCf);
+  bf16* Pb = sc.take<bf16>(kC * kLdC);  // Pm
+  float* gam = sc.take<float>(kC);
+  float* rs = sc.take<float>(kC);   // Σ_j Pm_ij QK_ij
+  float* cs = sc.take<float>(kC);   // Σ_i Pm_ij QK_ij
+  float* dgo = sc.take<float>(kC);  // q_i · dq_i (output term)
+  float* Bs = sc.take<float>(kC);   // state-path term B_i
+  float* red = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  const float* q0 = p.q + (t0 * p.Hk + hk) * p.dk;
+  const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
+  const int64_t qst = p.Hk * p.dk, vst = p.Hv * p.dv, v_off = (t0 * p.Hv + h) * p.dv;
+
+  if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+  load_tile_bf16<kC, kD>(Qb, kLdD, q0, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Kb, kLdD, k0, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(dOb, kLdD, gr.d_o + v_off, vst, len, dv, NoScale{});
+  __syncthreads();  // gam
+  const float gc = gam[len - 1];
+  for_tile<kC, kD>(fs.U + v_off, vst, len, dv, [&](int i, int d, const float* v, int n) {  // U and diag(e^{γ_c−γ}) U
+    const float dec = i < len ? expf(gc - gam[i]) : 0.0f;
+    for (int e = 0; e < n; ++e) {
+      Ub[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
+      Ud[i * kLdD + d + e] = __float2bfloat16_rn(dec * v[e]);
+    }
+  });
+  load_tile_bf16<kC, kD>(dUb, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
+  const bf16* M0 = fs.states + (ci * p.Hv + h) * p.dv * p.dk;
+  load_tile_bf16<kD, kD>(Sb, kLdD, M0, p.dk, dv, dk, NoScale{});
+  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kWarps>(QK, kLdCf, Qb, kLdD, Kb, kLdD);  // Q Kᵀ
+  block_mma<kC, kC, kD, false, true, false, kWarps>(F, kLdCf, dOb, kLdD, Ub, kLdD);  // dO Uᵀ
+  __syncthreads();
+  // Pm = scale·(dO Uᵀ) ⊙ Γ (fp32 in F, bf16 in Pb); its Γ exponents feed dγ through Pm ⊙ QK.
+  for (int idx = tid; idx < kC * kC; idx += kThreads) {
+    const int i = idx / kC, j = idx % kC;
+    const float pm = (j <= i && i < len) ? p.scale * F[i * kLdCf + j] * expf(gam[i] - gam[j]) : 0.0f;
+    F[i * kLdCf + j] = pm;
+    Pb[i * kLdC + j] = __float2bfloat16_rn(pm);
+  }
+  __syncthreads();
+  if (tid < kC) {
+    float acc = 0.0f;
+    for (int j = 0; j < kC; ++j) acc += F[tid * kLdCf + j] * QK[tid * kLdCf + j];
+    rs[tid] = acc;
+  } else if (tid < 2 * kC) {
+    const int j = tid - kC;
+    float acc = 0.0f;
+    for (int i = 0; i < kC; ++i) acc += F[i * kLdCf + j] * QK[i * kLdCf + j];
+    cs[j] = acc;
+  }
+  __syncthreads();
+  // dW = −dU M0.
+  block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, dUb, kLdD, Sb, kLdD);
+  __syncthreads();
+  for (int idx = tid; idx < len * dk; idx += kThreads) {
+    const int i = idx / dk, d = idx % dk;
+    bs.dW[((t0 + i) * p.Hv + h) * p.dk + d] = __float2bfloat16_rn(-F[i * kLdDf + d]);
+  }
+  __syncthreads();
+  // dq = scale·diag(e^γ) dO M0 + Pm K; dγ_i gets q_i · (first term).
+  block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, dOb, kLdD, Sb, kLdD);
+  __syncthreads();
+  for (int idx = tid; idx < kC * kD; idx += kThreads) F[(idx / kD) * kLdDf + idx % kD] *= p.scale * expf(gam[idx / kD]);
+  __syncthreads();
+  row_dots64<kWarps>(dgo, F, kLdDf, [&](int i) { return q0 + i * qst; }, len, dk);
+  __syncthreads();
+  block_mma<kC, kD, kC, false, false, true, kWarps>(F, kLdDf, Pb, kLdC, Kb, kLdD);
+  __syncthreads();
+  float* dq_dst = p.group() > 1 ? bs.dqv + (t0 * p.Hv + h) * p.dk : gr.dq + (t0 * p.Hk + hk) * p.dk;
+  const int64_t dq_st = p.group() > 1 ? p.Hv * p.dk : p.Hk * p.dk;
+  for (int idx = tid; idx < len * dk; idx += kThreads) {
+    const int i = idx / dk, d = idx % dk;
+    dq_dst[i * dq_st + d] = F[i * kLdDf + d];
+  }
+  // ⟨M0, D⟩ while Sb turns from M0 into D.
+  const bf16* Dg = bs.dstates + (ci * p.Hv + h) * p.dv * p.dk;
+  float md = 0.0f;
+  for_tile<kD, kD>(Dg, p.dk, dv, dk, [&](int r, int d, const bf16* v, int n) {
+    for (int e = 0; e < n; ++e) {
+      md += static_cast<float>(Sb[r * kLdD + d + e]) * static_cast<float>(v[e]);
+      Sb[r * kLdD + d + e] = v[e];
+    }
+  });
+  md = cuda::block_sum<kThreads>(md, red);  // barriers inside
+  // dk = diag(e^{γ_c − γ}) U D + Pmᵀ Q; the state term gives B_i = k_i · (first term).
+  block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, Ud, kLdD, Sb, kLdD);
+  __syncthreads();
+  row_dots64<kWarps>(Bs, F, kLdDf, [&](int i) { return k0 + i * qst; }, len, dk);
+  __syncthreads();
+  block_mma<kC, kD, kC, true, false, true, kWarps>(F, kLdDf, Pb, kLdC, Qb, kLdD);
+  __syncthreads();
+  for (int idx = tid; idx < len * dk; idx += kThreads) {
+    const int i = idx / dk, d = idx % dk;
+    bs.dkp[((t0 + i) * p.Hv + h) * p.dk + d] = F[i * kLdDf + d];
+  }
+  if (tid < len) {
+    float dgi = rs[tid] - cs[tid] + dgo[tid] - Bs[tid];
+    if (tid == len - 1) {
+      float sumB = 0.0f;
+      for (int m = 0; m < len; ++m) sumB += Bs[m];
+      dgi += sumB + expf(gc) * md;
+    }
+    bs.dgp[(t0 + tid) * p.Hv + h] = dgi;
+  }
+}
+
+// ---- wy: per (chunk, v-head), the WY backward, dv, dβ, dk, dg
+
+constexpr size_t kWySmem = 6 * smem_piece<bf16>(kC * kLdD) + 2 * smem_piece<float>(kC * kLdCf) +
+                           smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC * kLdDf) + smem_piece<float>(1024) +
+                           8 * smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
+  const ChunkInfo info = fs.table[blockIdx.x];
+  if (info.len == 0) return;
+  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
+  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
+  const int64_t t0 = info.t0;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Kb = sc.take<bf16>(kC * kLdD);
+  bf16* Vb = sc.take<bf16>(kC * kLdD);   // β v, then X
+  bf16* Utb = sc.take<bf16>(kC * kLdD);  // Ũ
+  bf16* Wb = sc.take<bf16>(kC * kLdD);
+  bf16* dUb = sc.take<bf16>(kC * kLdD);  // dU, then Y
+  bf16* dWb = sc.take<bf16>(kC * kLdD);
+  float* KK = sc.take<float>(kC * kLdCf);
+  float* Rf = sc.take<float>(kC * kLdCf);  // L, R, then X Wᵀ + Y Ũᵀ
+  bf16* Rb = sc.take<bf16>(kC * kLdC);     // R, then diag(β) (E ⊙ Γ)
+  float* F = sc.take<float>(kC * kLdDf);
+  float* tmp = sc.take<float>(1024);
+  float* gam = sc.take<float>(kC);
+  float* beta = sc.take<float>(kC);
+  float* yv = sc.take<float>(kC);
+  float* xk = sc.take<float>(kC);
+  float* rowE = sc.take<float>(kC);  // Σ_j EG_ij KK_ij
+  float* colE = sc.take<float>(kC);  // Σ_i β_i EG_ij KK_ij
+  float* dgl = sc.take<float>(kC);   // dγ of the chunk
+  float* dgs = sc.take<float>(kC);   // its suffix sums
+  const int tid = static_cast<int>(threadIdx.x);
+  const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
+  const float* v0 = p.v + (t0 * p.Hv + h) * p.dv;
+  const int64_t kst = p.Hk * p.dk, vst = p.Hv * p.dv, v_off = (t0 * p.Hv + h) * p.dv,
+                w_off = (t0 * p.Hv + h) * p.dk, wst = p.Hv * p.dk;
+
+  if (tid < kC) {
+    gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+    beta[tid] = tid < len ? p.beta[(t0 + tid) * p.Hv + h] : 0.0f;
+  }
+  load_tile_bf16<kC, kD>(Kb, kLdD, k0, kst, len, dk, NoScale{});
+  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kWarps>(KK, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
+  __syncthreads();
+  for (int idx = tid; idx < kC * kC; idx += kThreads) {
+    const int i = idx / kC, j = idx % kC;
+    Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * KK[i * kLdCf + j] : 0.0f;
+  }
+  load_tile_bf16<kC, kD>(Vb, kLdD, v0, vst, len, dv, [&](int i) { return beta[i]; });
+  load_tile_bf16<kC, kD>(Wb, kLdD, fs.W + w_off, wst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(dUb, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
+  load_tile_bf16<kC, kD>(dWb, kLdD, bs.dW + w_off, wst, len, dk, NoScale{});
+  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside
+  for (int idx = tid; idx < kC * kC; idx += kThreads)
+    Rb[(idx / kC) * kLdC + idx % kC] = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
+  __syncthreads();
+  block_mma<kC, kD, kC, false, false, false, kWarps>(F, kLdDf, Rb, kLdC, Vb, kLdD);  // Ũ = R diag(β) V
+  __syncthreads();
+  for (int idx = tid; idx < kC * kD; idx += kThreads)
+    Utb[(idx / kD) * kLdD + idx % kD] = __float2bfloat16_rn(F[(idx / kD) * kLdDf + idx % kD]);
+  __syncthreads();
+  // Y = Rᵀ dU: dv = diag(β) Y, y_i · v_i; Y kept as bf16 in dUb.
+  block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Rb, kLdC, dUb, kLdD);
+  __syncthreads();
+  for (int idx = tid; idx < kC * kD; idx += kThreads) {
+    const int i = idx / kD, a = idx % kD;
+    const float y = F[i * kLdDf + a];
+    if (i < len && a < dv) gr.dv[v_off + i * vst + a] = beta[i] * y;
+    dUb[i * kLdD + a] = __float2bfloat16_rn(y);
+  }
+  row_dots64<kWarps>(yv, F, kLdDf, [&](int i) { return v0 + i * vst; }, len, dv);
+  __syncthreads();
+  // X = Rᵀ dW: x_i · k_i, X kept as bf16 in Vb, F ← diag(β e^γ) X (the first WY term of dk).
+  block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Rb, kLdC, dWb, kLdD);
+  __syncthreads();
+  row_dots64<kWarps>(xk, F, kLdDf, [&](int i) { return k0 + i * kst; }, len, dk);
+  for (int idx = tid; idx < kC * kD; idx += kThreads) Vb[(idx / kD) * kLdD + idx % kD] = __float2bfloat16_rn(F[(idx / kD) * kLdDf + idx % kD]);
+  __syncthreads();
+  for (int idx = tid; idx < kC * kD; idx += kThreads) {
+    const int i = idx / kD;
+    F[i * kLdDf + idx % kD] *= i < len ? beta[i] * expf(gam[i]) : 0.0f;
+  }
+  // E' = X Wᵀ + Y Ũᵀ (E = −E').
+  block_mma<kC, kC, kD, false, true, false, kWarps>(Rf, kLdCf, Vb, kLdD, Wb, kLdD);
+  block_mma<kC, kC, kD, false, true, true, kWarps>(Rf, kLdCf, dUb, kLdD, Utb, kLdD);
+  __syncthreads();
+  // EG = E ⊙ Γ strictly below the diagonal; Rb ← diag(β) EG; through L_ij = β_i Γ_ij KK_ij: dβ, dγ.
+  for (int idx = tid; idx < kC * kC; idx += kThreads) {
+    const int i = idx / kC, j = idx % kC;
+    const float eg = (j < i && i < len) ? -Rf[i * kLdCf + j] * expf(gam[i] - gam[j]) : 0.0f;
+    Rf[i * kLdCf + j] = eg * KK[i * kLdCf + j];  // EG ⊙ KK
+    Rb[i * kLdC + j] = __float2bfloat16_rn(beta[i] * eg);
+  }
+  __syncthreads();
+  if (tid < kC) {
+    float acc = 0.0f;
+    for (int j = 0; j < kC; ++j) acc += Rf[tid * kLdCf + j];
+    rowE[tid] = acc;
+  } else if (tid < 2 * kC) {
+    const int j = tid - kC;
+    float acc = 0.0f;
+    for (int i = 0; i < kC; ++i) acc += beta[i] * Rf[i * kLdCf + j];
+    colE[j] = acc;
+  }
+  // dk += diag(β) EG K + (diag(β) EG)ᵀ K (each warp accumulates its own tiles of F).
+  block_mma<kC, kD, kC, false, false, true, kWarps>(F, kLdDf, Rb, kLdC, Kb, kLdD);
+  block_mma<kC, kD, kC, true, false, true, kWarps>(F, kLdDf, Rb, kLdC, Kb, kLdD);
+  __syncthreads();
+  // dk out: + the output/state part; per k-head directly when Hv = Hk, else per v-head for the GVA sum.
+  const bool direct = p.group() == 1;
+  float* dk_dst = direct ? gr.dk + t0 * kst + hk * p.dk : bs.dkp + w_off;
+  const int64_t dk_st = direct ? kst : wst;
+  for_tile<kC, kD>(bs.dkp + w_off, wst, len, dk, [&](int i, int d, const float* v, int n) {
+    for (int e = 0; e < n; ++e)
+      if (i < len && d + e < dk) dk_dst[i * dk_st + d + e] = v[e] + F[i * kLdDf + d + e];
+  });
+  if (tid < len) {
+    const float ein = expf(gam[tid]);
+    gr.dbeta[(t0 + tid) * p.Hv + h] = yv[tid] + ein * xk[tid] + rowE[tid];
+    dgl[tid] = bs.dgp[(t0 + tid) * p.Hv + h] + beta[tid] * ein * xk[tid] + beta[tid] * rowE[tid] - colE[tid];
+  }
+  __syncthreads();
+  chunk_suffix_sum(dgs, dgl, len);  // dg_t = Σ_{i ≥ t} dγ_i (warp 0)
+  __syncthreads();                  // warp 1 reads rows 32..63
+  if (tid < len) gr.dg[(t0 + tid) * p.Hv + h] = dgs[tid];
+}
+
+// ---- gva: dq, dk [T, Hk, dk] = Σ over the group's v-heads in order
+
+__global__ void gva_kernel(float* out, const float* per_v, int64_t T, int64_t Hk, int64_t G, int64_t dk) {
+  const int64_t n = T * Hk * dk;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = i % dk, hk = (i / dk) % Hk, t = i / (dk * Hk);
+    const float* src = per_v + ((t * Hk + hk) * G) * dk + d;  // v-heads hk·G .. hk·G + G − 1
+    float acc = 0.0f;
+    for (int64_t g = 0; g < G; ++g) acc += src[g * dk];
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
+}  // namespace gdn_chunked
+
+size_t gated_delta_rule_chunked_backward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs) {
+  using namespace gdn_chunked;
+  Carver c;
+  Problem p{};
+  p.T = shape.total_tokens;
+  p.Hk = shape.k_heads;
+  p.Hv = shape.v_heads;
+  p.dk = shape.key_dim;
+  p.dv = shape.value_dim;
+  p.N = n_seqs;
+  const ForwardScratch fs = carve_forward(c, p);
+  carve_backward(c, p, fs);
+  return c.used;
+}
+
+void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
+                                            const GdnInputs<float>& in, const GdnShape& shape, float scale,
+                                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  using namespace gdn_chunked;
+  const Problem p = make_problem(in, shape, scale);
+  HLM_CHECK(p.T == 0 || (grads.dq && grads.dk && grads.dv && grads.dg && grads.dbeta && dout.d_o),
+            "chunked gated delta rule: missing gradient buffer");
+  const size_t need = gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, in.n_seqs);
+  HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
+            need);
+  Carver c{static_cast<char*>(workspace)};
+  const ForwardScratch fs = carve_forward(c, p);
+  const BackwardScratch bs = carve_backward(c, p, fs);
+  const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
+  launch_forward_passes(p, fs, nullptr, stream);
+  const dim3 chunks(static_cast<unsigned>(fs.max_chunks), static_cast<unsigned>(p.Hv));
+  set_smem(du_local_kernel, kLocSmem);
+  du_local_kernel<<<chunks, kThreads, kLocSmem, stream>>>(p, fs, bs, gr);
+  HLM_CUDA_CHECK_LAUNCH();
+  set_smem(dstate_kernel, kPassSmem);
+  dstate_kernel<<<dim3(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV)),
+                  kPassThreads, kPassSmem, stream>>>(p, fs, bs, gr);
+  HLM_CUDA_CHECK_LAUNCH();
+  set_smem(dqk_kernel, kDqkSmem);
+  dqk_kernel<<<chunks, kThreads, kDqkSmem, stream>>>(p, fs, bs, gr);
+  HLM_CUDA_CHECK_LAUNCH();
+  set_smem(wy_kernel, kWySmem);
+  wy_kernel<<<chunks, kThreads, kWySmem, stream>>>(p, fs, bs, gr);
+  HLM_CUDA_CHECK_LAUNCH();
+  if (p.group() > 1 && p.T > 0) {
+    const int64_t n = p.T * p.Hk * p.dk;
+    gva_kernel<<<cuda::grid_blocks(n), cuda::kElementwiseThreads, 0, stream>>>(grads.dq, bs.dqv, p.T, p.Hk,
+                                                                             p.group(), p.dk);
+    HLM_CUDA_CHECK_LAUNCH();
+    gva_kernel<<<cuda::grid_blocks(n), cuda::kElementwiseThreads, 0, stream>>>(grads.dk, bs.dkp, p.T, p.Hk,
+                                                                             p.group(), p.dk);
+    HLM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace hlm

@@ -1,0 +1,290 @@
+// Chunked gated delta rule on CUDA, forward: chunk table, prep, state pass and output kernels and the forward launcher
+// (contract and design: gated_delta_rule_chunked_cuda.h; tiles and helpers: gdn_chunked_tiles.cuh). Names follow the
+// CPU chunked reference (gated_delta_rule_chunk.h): γ chunk-local cumsum, Γ_ij = e^{γ_i − γ_j} (j ≤ i), L, R, W, Ũ, U.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
+#include "ops/gated_delta_rule/gdn_chunked_tiles.cuh"
+
+namespace hlm {
+namespace gdn_chunked {
+
+namespace {
+
+constexpr int kPrepThreads = 256, kPrepWarps = kPrepThreads / 32;
+constexpr int kStateThreads = 128, kStateWarps = kStateThreads / 32;
+static_assert(kC * kBV % (kBatch * kStateThreads) == 0, "state pass: whole load batches");
+constexpr int kOutThreads = 256, kOutWarps = kOutThreads / 32;
+
+// ---- prep: per (chunk, v-head), γ, R, W, Ũ
+
+constexpr size_t kPrepSmem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kC * kLdC) +
+                             smem_piece<float>(kC * kLdDf) + smem_piece<float>(kC * kLdCf) +
+                             smem_piece<float>(1024) + 2 * smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardScratch s) {
+  const ChunkInfo info = s.table[blockIdx.x];
+  if (info.len == 0) return;
+  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
+  const int64_t t0 = info.t0;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Kb = sc.take<bf16>(kC * kLdD);  // k rows
+  bf16* Xb = sc.take<bf16>(kC * kLdD);  // β e^γ k rows, then β v rows
+  bf16* Rb = sc.take<bf16>(kC * kLdC);
+  float* F = sc.take<float>(kC * kLdDf);  // GEMM results
+  float* Rf = sc.take<float>(kC * kLdCf);
+  float* tmp = sc.take<float>(1024);
+  float* gam = sc.take<float>(kC);
+  float* beta = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+
+  const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
+  const float* v0 = p.v + (t0 * p.Hv + h) * p.dv;
+  const int64_t kst = p.Hk * p.dk, vst = p.Hv * p.dv;
+  chunk_cumsum(gam, p.g + t0 * p.Hv + h, p.Hv, len);
+  if (tid < kC) beta[tid] = tid < len ? p.beta[(t0 + tid) * p.Hv + h] : 0.0f;
+  __syncthreads();
+  // One read of k: Kb = k, Xb = β e^γ k (for W), and the decayed keys e^{γ_c − γ_i} k_i (bf16, global) that the
+  // state pass and the backward's reverse pass multiply with.
+  const float gc = gam[len - 1];
+  bf16* Kd = s.Kd + (t0 * p.Hv + h) * p.dk;
+  const int64_t kdst = p.Hv * p.dk;
+  for_tile<kC, kD>(k0, kst, len, static_cast<int>(p.dk), [&](int i, int d, const float* v, int n) {
+    const float wx = i < len ? beta[i] * expf(gam[i]) : 0.0f, dec = i < len ? expf(gc - gam[i]) : 0.0f;
+    for (int e = 0; e < n; ++e) {
+      Kb[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
+      Xb[i * kLdD + d + e] = __float2bfloat16_rn(wx * v[e]);
+      if (i < len && d + e < p.dk) Kd[i * kdst + d + e] = __float2bfloat16_rn(dec * v[e]);
+    }
+  });
+  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kPrepWarps>(F, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
+  __syncthreads();
+  // L_ij = β_i Γ_ij (k_i·k_j) for j < i < len; exponents only for j < i (≤ 0 when g ≤ 0).
+  for (int idx = tid; idx < kC * kC; idx += kPrepThreads) {
+    const int i = idx / kC, j = idx % kC;
+    Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * F[i * kLdCf + j] : 0.0f;
+  }
+  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before and after
+  for (int idx = tid; idx < kC * kC; idx += kPrepThreads)
+    Rb[(idx / kC) * kLdC + idx % kC] = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
+  __syncthreads();
+  block_mma<kC, kD, kC, false, false, false, kPrepWarps>(F, kLdDf, Rb, kLdC, Xb, kLdD);  // W = R diag(βe^γ) K
+  __syncthreads();
+  for (int idx = tid; idx < len * p.dk; idx += kPrepThreads) {
+    const int i = idx / static_cast<int>(p.dk), d = idx % static_cast<int>(p.dk);
+    s.W[((t0 + i) * p.Hv + h) * p.dk + d] = __float2bfloat16_rn(F[i * kLdDf + d]);
+  }
+  load_tile_bf16<kC, kD>(Xb, kLdD, v0, vst, len, static_cast<int>(p.dv), [&](int i) { return beta[i]; });
+  __syncthreads();
+  block_mma<kC, kD, kC, false, false, false, kPrepWarps>(F, kLdDf, Rb, kLdC, Xb, kLdD);  // Ũ = R diag(β) V
+  __syncthreads();
+  for (int idx = tid; idx < len * p.dv; idx += kPrepThreads) {
+    const int i = idx / static_cast<int>(p.dv), a = idx % static_cast<int>(p.dv);
+    s.U[((t0 + i) * p.Hv + h) * p.dv + a] = F[i * kLdDf + a];
+  }
+  if (tid < len) s.gam[(t0 + tid) * p.Hv + h] = gam[tid];
+}
+
+// ---- state pass: per (sequence, v-head, kBV state rows), sequential over the sequence's chunks
+
+constexpr size_t kStateSmem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
+                              smem_piece<bf16>(kBV * kLdD) + smem_piece<float>(kC * kLdVf) +
+                              smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, ForwardScratch s, float* hT) {
+  const int64_t seq = blockIdx.x / p.Hv;
+  const int h = static_cast<int>(blockIdx.x % p.Hv);
+  const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
+  const int dk = static_cast<int>(p.dk);
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Wb = sc.take<bf16>(kC * kLdD);
+  bf16* Kb = sc.take<bf16>(kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
+  float* Sf = sc.take<float>(kBV * kLdDf);
+  bf16* Sb = sc.take<bf16>(kBV * kLdD);
+  float* Pf = sc.take<float>(kC * kLdVf);  // W M0ᵀ
+  bf16* Ub = sc.take<bf16>(kC * kLdV);
+  float* gam = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk;
+
+  StateTile S;
+  S.init(p.h0 ? p.h0 + state_off : nullptr, p.dk, rows, dk, Sf);
+  const int64_t first = s.seq_first[seq], last = s.seq_first[seq + 1];
+  for (int64_t ci = first; ci < last; ++ci) {
+    const ChunkInfo info = s.table[ci];
+    const int len = info.len;
+    const int64_t t0 = info.t0;
+    S.store(Sf);
+    if (tid < kC) gam[tid] = s.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+    __syncthreads();
+    // M0 → bf16 (operand and stored state); W and the decayed keys of the chunk.
+    bf16* M0 = s.states + ((ci * p.Hv + h) * p.dv + a0) * p.dk;
+    for (int idx = tid; idx < kBV * kD; idx += kStateThreads) {
+      const int r = idx / kD, d = idx % kD;
+      const bf16 x = __float2bfloat16_rn(Sf[r * kLdDf + d]);
+      Sb[r * kLdD + d] = x;
+      if (r < rows && d < dk) M0[r * p.dk + d] = x;
+    }
+    load_tile_bf16<kC, kD>(Wb, kLdD, s.W + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
+    const float gc = gam[len - 1];
+    load_tile_bf16<kC, kD>(Kb, kLdD, s.Kd + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
+    __syncthreads();
+    block_mma<kC, kBV, kD, false, true, false, kStateWarps>(Pf, kLdVf, Wb, kLdD, Sb, kLdD);  // W M0ᵀ
+    __syncthreads();
+    float* U0 = s.U + (t0 * p.Hv + h) * p.dv + a0;
+    for (int base = tid; base < kC * kBV; base += kBatch * kStateThreads) {  // U = Ũ − W M0ᵀ (loads batched)
+      float ut[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = (base + u * kStateThreads) / kBV, c = (base + u * kStateThreads) % kBV;
+        ut[u] = (i < len && c < rows) ? U0[i * p.Hv * p.dv + c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = (base + u * kStateThreads) / kBV, c = (base + u * kStateThreads) % kBV;
+        const bool valid = i < len && c < rows;
+        const float un = valid ? ut[u] - Pf[i * kLdVf + c] : 0.0f;
+        if (valid) U0[i * p.Hv * p.dv + c] = un;
+        Ub[i * kLdV + c] = __float2bfloat16_rn(un);
+      }
+    }
+    const float decay = expf(gc);
+    __syncthreads();
+    S.scale(decay);          // M ← e^{γ_c} M
+    S.add_tn(Ub, kLdV, Kb, kLdD);  //   + Uᵀ diag(e^{γ_c − γ}) K
+  }
+  if (hT) S.write(hT + state_off, p.dk, rows, dk, Sf);
+}
+
+// ---- output: per (chunk, v-head)
+
+constexpr size_t kOutSmem = 4 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kD * kLdD) +
+                            smem_piece<float>(kC * kLdDf) + smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC);
+
+__global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardScratch s, float* o) {
+  const int64_t ci = blockIdx.x;
+  const ChunkInfo info = s.table[ci];
+  if (info.len == 0) return;
+  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
+  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
+  const int64_t t0 = info.t0;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Qb = sc.take<bf16>(kC * kLdD);
+  bf16* Qs = sc.take<bf16>(kC * kLdD);  // diag(e^γ) q
+  bf16* Kb = sc.take<bf16>(kC * kLdD);
+  bf16* Ub = sc.take<bf16>(kC * kLdD);
+  bf16* Sb = sc.take<bf16>(kD * kLdD);  // M0 [dv][dk]
+  float* F = sc.take<float>(kC * kLdDf);
+  bf16* Ab = sc.take<bf16>(kC * kLdC);
+  float* gam = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  const float* q0 = p.q + (t0 * p.Hk + hk) * p.dk;
+  const int64_t qst = p.Hk * p.dk;
+
+  if (tid < kC) gam[tid] = s.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+  __syncthreads();  // gam
+  for_tile<kC, kD>(q0, qst, len, dk, [&](int i, int d, const float* v, int n) {  // q and diag(e^γ) q, one read
+    const float e_in = i < len ? expf(gam[i]) : 0.0f;
+    for (int e = 0; e < n; ++e) {
+      Qb[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
+      Qs[i * kLdD + d + e] = __float2bfloat16_rn(e_in * v[e]);
+    }
+  });
+  load_tile_bf16<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Ub, kLdD, s.U + (t0 * p.Hv + h) * p.dv, p.Hv * p.dv, len, dv, NoScale{});
+  load_tile_bf16<kD, kD>(Sb, kLdD, s.states + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk, NoScale{});
+  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kOutWarps>(F, kLdCf, Qb, kLdD, Kb, kLdD);  // Q Kᵀ
+  __syncthreads();
+  decayed_causal_bf16(Ab, F, gam, len, 1.0f);  // A = Q Kᵀ ⊙ Γ
+  __syncthreads();
+  block_mma<kC, kD, kD, false, true, false, kOutWarps>(F, kLdDf, Qs, kLdD, Sb, kLdD);  // diag(e^γ) Q M0ᵀ
+  block_mma<kC, kD, kC, false, false, true, kOutWarps>(F, kLdDf, Ab, kLdC, Ub, kLdD);  // + A U
+  __syncthreads();
+  for (int idx = tid; idx < len * dv; idx += kOutThreads) {
+    const int i = idx / dv, a = idx % dv;
+    o[((t0 + i) * p.Hv + h) * p.dv + a] = p.scale * F[i * kLdDf + a];
+  }
+}
+
+}  // namespace
+
+Problem make_problem(const GdnInputs<float>& in, const GdnShape& s, float scale) {
+  HLM_CHECK(s.k_heads > 0 && s.v_heads % s.k_heads == 0, "chunked gated delta rule: v_heads ", s.v_heads,
+            " is not a multiple of k_heads ", s.k_heads);
+  HLM_CHECK(s.key_dim >= 1 && s.key_dim <= kD && s.value_dim >= 1 && s.value_dim <= kD,
+            "chunked gated delta rule on CUDA: key_dim and value_dim must be in [1, ", kD, "], got ", s.key_dim,
+            " and ", s.value_dim);
+  HLM_CHECK(in.n_seqs >= 1 && in.cu_seqlens, "chunked gated delta rule: no sequences");
+  return {in.q, in.k, in.v, in.g, in.beta, in.h0, in.cu_seqlens, s.total_tokens, s.k_heads, s.v_heads,
+          s.key_dim, s.value_dim, in.n_seqs, scale};
+}
+
+ForwardScratch carve_forward(Carver& c, const Problem& p) {
+  ForwardScratch s{};
+  s.max_chunks = max_chunks(p.T, p.N);
+  s.table = c.take<ChunkInfo>(static_cast<size_t>(s.max_chunks));
+  s.seq_first = c.take<int64_t>(static_cast<size_t>(p.N + 1));
+  s.gam = c.take<float>(static_cast<size_t>(p.T * p.Hv));
+  s.W = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dk));
+  s.Kd = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dk));
+  s.U = c.take<float>(static_cast<size_t>(p.T * p.Hv * p.dv));
+  s.states = c.take<bf16>(static_cast<size_t>(s.max_chunks * p.Hv * p.dv * p.dk));
+  return s;
+}
+
+void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
+  chunk_table_kernel<<<1, 256, 0, stream>>>(p.cu, p.N, s.max_chunks, s.table, s.seq_first);
+  HLM_CUDA_CHECK_LAUNCH();
+  set_smem(prep_kernel, kPrepSmem);
+  prep_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kPrepThreads, kPrepSmem,
+                stream>>>(p, s);
+  HLM_CUDA_CHECK_LAUNCH();
+  set_smem(state_kernel, kStateSmem);
+  state_kernel<<<dim3(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV)),
+                 kStateThreads, kStateSmem, stream>>>(p, s, hT);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gdn_chunked
+
+size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs) {
+  gdn_chunked::Carver c;
+  gdn_chunked::Problem p{};
+  p.T = shape.total_tokens;
+  p.Hk = shape.k_heads;
+  p.Hv = shape.v_heads;
+  p.dk = shape.key_dim;
+  p.dv = shape.value_dim;
+  p.N = n_seqs;
+  gdn_chunked::carve_forward(c, p);
+  return c.used;
+}
+
+void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const GdnInputs<float>& in,
+                                           const GdnShape& shape, float scale, void* workspace,
+                                           size_t workspace_bytes, cudaStream_t stream) {
+  using namespace gdn_chunked;
+  const Problem p = make_problem(in, shape, scale);
+  HLM_CHECK(out.o != nullptr || p.T == 0, "chunked gated delta rule: output o missing");
+  const size_t need = gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, in.n_seqs);
+  HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
+            need);
+  Carver c{static_cast<char*>(workspace)};
+  const ForwardScratch s = carve_forward(c, p);
+  launch_forward_passes(p, s, out.hT, stream);
+  set_smem(output_kernel, kOutSmem);
+  output_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kOutThreads, kOutSmem,
+                  stream>>>(p, s, out.o);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hlm

@@ -30,6 +30,7 @@ struct BackwardScratch {
   float* dkp;     // [T, Hv, dk]  output/state part of dk, then (Hv > Hk) the full per-v-head dk
   float* dgp;     // [T, Hv]      output/state part of dγ
   float* dqv;     // [T, Hv, dk]  per-v-head dq (Hv > Hk only)
+  bf16* dOh;      // [T, Hv, dv]  dO in bf16 (written by dU_loc; operand of the reverse pass and dqk)
 };
 
 BackwardScratch carve_backward(Carver& c, const Problem& p, const ForwardScratch& fs) {
@@ -40,6 +41,7 @@ BackwardScratch carve_backward(Carver& c, const Problem& p, const ForwardScratch
   s.dkp = c.take<float>(static_cast<size_t>(p.T * p.Hv * p.dk));
   s.dgp = c.take<float>(static_cast<size_t>(p.T * p.Hv));
   s.dqv = c.take<float>(p.group() > 1 ? static_cast<size_t>(p.T * p.Hv * p.dk) : 0);
+  s.dOh = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dv));
   return s;
 }
 
@@ -72,7 +74,15 @@ __global__ void __launch_bounds__(kThreads) du_local_kernel(Problem p, ForwardSc
   if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
   load_tile_bf16<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, p.Hk * p.dk, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, p.Hk * p.dk, len, dk, NoScale{});
-  load_tile_bf16<kC, kD>(dOb, kLdD, gr.d_o + (t0 * p.Hv + h) * p.dv, p.Hv * p.dv, len, dv, NoScale{});
+  bf16* dOh = bs.dOh + (t0 * p.Hv + h) * p.dv;
+  const int64_t vst = p.Hv * p.dv;
+  for_tile<kC, kD>(gr.d_o + (t0 * p.Hv + h) * p.dv, vst, len, dv, [&](int i, int d, const float* v, int n) {
+    for (int e = 0; e < n; ++e) {
+      const bf16 x = __float2bfloat16_rn(v[e]);
+      dOb[i * kLdD + d + e] = x;
+      if (i < len && d + e < dv) dOh[i * vst + d + e] = x;
+    }
+  });
   __syncthreads();
   block_mma<kC, kC, kD, false, true, false, kWarps>(F, kLdCf, Qb, kLdD, Kb, kLdD);  // Q Kᵀ
   __syncthreads();
@@ -88,40 +98,60 @@ __global__ void __launch_bounds__(kThreads) du_local_kernel(Problem p, ForwardSc
 
 // ---- dstate: per (sequence, v-head, kBV state rows), reverse over the sequence's chunks
 
-constexpr size_t kPassSmem = 3 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
+constexpr size_t kPassSmem = 6 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
                              smem_piece<bf16>(kBV * kLdD) + smem_piece<float>(kC * kLdVf) +
-                             2 * smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+                             3 * smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
 
+// The decayed keys, Qd, W and the dO tile of chunk ci−1 are copied (cp.async) into the other buffer while chunk ci
+// is processed.
 __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
                                                               Grads gr) {
   const int64_t seq = blockIdx.x / p.Hv;
-  const int h = static_cast<int>(blockIdx.x % p.Hv), hk = h / static_cast<int>(p.group());
+  const int h = static_cast<int>(blockIdx.x % p.Hv);
   const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
   const int dk = static_cast<int>(p.dk);
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
-  bf16* Kb = sc.take<bf16>(kC * kLdD);  // e^{γ_c − γ_i} k_i
-  bf16* Qb = sc.take<bf16>(kC * kLdD);  // scale·e^{γ_i} q_i
-  bf16* Wb = sc.take<bf16>(kC * kLdD);
+  bf16* Kb2 = sc.take<bf16>(2 * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
+  bf16* Qb2 = sc.take<bf16>(2 * kC * kLdD);  // scale·e^{γ_i} q_i (Qd)
+  bf16* Wb2 = sc.take<bf16>(2 * kC * kLdD);
   float* Df = sc.take<float>(kBV * kLdDf);
   bf16* Db = sc.take<bf16>(kBV * kLdD);
   float* Pf = sc.take<float>(kC * kLdVf);  // K̃ Dᵀ
-  bf16* dOb = sc.take<bf16>(kC * kLdV);
+  bf16* dOb2 = sc.take<bf16>(2 * kC * kLdV);
   bf16* nUb = sc.take<bf16>(kC * kLdV);  // −dU
   float* gam = sc.take<float>(kC);
+  const auto Wb_ = [&](int b) { return Wb2 + b * kC * kLdD; };  // double buffer b
+  const auto Kb_ = [&](int b) { return Kb2 + b * kC * kLdD; };  // double buffer b
+  const auto Qb_ = [&](int b) { return Qb2 + b * kC * kLdD; };  // double buffer b
+  const auto dOb_ = [&](int b) { return dOb2 + b * kC * kLdV; };  // double buffer b
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk;
+  const auto issue = [&](int64_t ci, int buf) {
+    const ChunkInfo info = fs.table[ci];
+    const int64_t off = (info.t0 * p.Hv + h) * p.dk;
+    load_tile_async<kC, kD>(Kb_(buf), kLdD, fs.Kd + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kD>(Qb_(buf), kLdD, fs.Qd + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kD>(Wb_(buf), kLdD, fs.W + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kBV>(dOb_(buf), kLdV, bs.dOh + (info.t0 * p.Hv + h) * p.dv + a0, p.Hv * p.dv, info.len,
+                             rows);
+  };
 
   StateTile D;
   D.init(gr.d_hT ? gr.d_hT + state_off : nullptr, p.dk, rows, dk, Df);
-  const int64_t first = fs.seq_first[seq];
-  for (int64_t ci = fs.seq_first[seq + 1] - 1; ci >= first; --ci) {
+  const int64_t first = fs.seq_first[seq], last = fs.seq_first[seq + 1];
+  if (first < last) issue(last - 1, 0);
+  cp_async_commit();
+  for (int64_t ci = last - 1; ci >= first; --ci) {
+    const int buf = static_cast<int>((last - 1 - ci) & 1);
     const ChunkInfo info = fs.table[ci];
     const int len = info.len;
     const int64_t t0 = info.t0;
     D.store(Df);
     if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
-    __syncthreads();
+    __syncthreads();  // every warp is done with chunk ci+1 (its buffers are free again)
+    if (ci > first) issue(ci - 1, buf ^ 1);
+    cp_async_commit();
     bf16* Dout = bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk;
     for (int idx = tid; idx < kBV * kD; idx += kPassThreads) {
       const int r = idx / kD, d = idx % kD;
@@ -130,13 +160,9 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
       if (r < rows && d < dk) Dout[r * p.dk + d] = x;
     }
     const float gc = gam[len - 1];
-    load_tile_bf16<kC, kD>(Kb, kLdD, fs.Kd + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
-    load_tile_bf16<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, p.Hk * p.dk, len, dk,
-                           [&](int i) { return p.scale * expf(gam[i]); });
-    load_tile_bf16<kC, kD>(Wb, kLdD, fs.W + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
-    load_tile_bf16<kC, kBV>(dOb, kLdV, gr.d_o + (t0 * p.Hv + h) * p.dv + a0, p.Hv * p.dv, len, rows, NoScale{});
+    cp_async_wait<1>();  // chunk ci's copies have landed
     __syncthreads();
-    block_mma<kC, kBV, kD, false, true, false, kPassWarps>(Pf, kLdVf, Kb, kLdD, Db, kLdD);  // K̃ Dᵀ
+    block_mma<kC, kBV, kD, false, true, false, kPassWarps>(Pf, kLdVf, Kb_(buf), kLdD, Db, kLdD);  // K̃ Dᵀ
     __syncthreads();
     float* dU0 = bs.dU + (t0 * p.Hv + h) * p.dv + a0;
     for (int base = tid; base < kC * kBV; base += kBatch * kPassThreads) {  // dU = dU_loc + K̃ Dᵀ (loads batched)
@@ -157,10 +183,11 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     }
     const float decay = expf(gc);
     __syncthreads();
-    D.scale(decay);                  // D ← e^{γ_c} D
-    D.add_tn(dOb, kLdV, Qb, kLdD);   //   + scale·dOᵀ diag(e^γ) Q
-    D.add_tn(nUb, kLdV, Wb, kLdD);   //   − dUᵀ W
+    D.scale(decay);                            // D ← e^{γ_c} D
+    D.add_tn(dOb_(buf), kLdV, Qb_(buf), kLdD);  //   + scale·dOᵀ diag(e^γ) Q
+    D.add_tn(nUb, kLdV, Wb_(buf), kLdD);        //   − dUᵀ W
   }
+  cp_async_wait<0>();
   if (gr.dh0) D.write(gr.dh0 + state_off, p.dk, rows, dk, Df);
 }
 
@@ -203,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch
   if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
   load_tile_bf16<kC, kD>(Qb, kLdD, q0, qst, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(Kb, kLdD, k0, qst, len, dk, NoScale{});
-  load_tile_bf16<kC, kD>(dOb, kLdD, gr.d_o + v_off, vst, len, dv, NoScale{});
+  load_tile_bf16<kC, kD>(dOb, kLdD, bs.dOh + v_off, vst, len, dv, NoScale{});
   __syncthreads();  // gam
   const float gc = gam[len - 1];
   for_tile<kC, kD>(fs.U + v_off, vst, len, dv, [&](int i, int d, const float* v, int n) {  // U and diag(e^{γ_c−γ}) U
@@ -297,8 +324,7 @@ __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch
 // ---- wy: per (chunk, v-head), the WY backward, dv, dβ, dk, dg
 
 constexpr size_t kWySmem = 6 * smem_piece<bf16>(kC * kLdD) + 2 * smem_piece<float>(kC * kLdCf) +
-                           smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC * kLdDf) + smem_piece<float>(1024) +
-                           8 * smem_piece<float>(kC);
+                           smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC * kLdDf) + 8 * smem_piece<float>(kC);
 
 __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkInfo info = fs.table[blockIdx.x];
@@ -309,16 +335,15 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Kb = sc.take<bf16>(kC * kLdD);
-  bf16* Vb = sc.take<bf16>(kC * kLdD);   // β v, then X
+  bf16* Xb = sc.take<bf16>(kC * kLdD);
   bf16* Utb = sc.take<bf16>(kC * kLdD);  // Ũ
   bf16* Wb = sc.take<bf16>(kC * kLdD);
   bf16* dUb = sc.take<bf16>(kC * kLdD);  // dU, then Y
   bf16* dWb = sc.take<bf16>(kC * kLdD);
   float* KK = sc.take<float>(kC * kLdCf);
-  float* Rf = sc.take<float>(kC * kLdCf);  // L, R, then X Wᵀ + Y Ũᵀ
+  float* Ef = sc.take<float>(kC * kLdCf);  // X Wᵀ + Y Ũᵀ, then (E ⊙ Γ) ⊙ KK
   bf16* Rb = sc.take<bf16>(kC * kLdC);     // R, then diag(β) (E ⊙ Γ)
   float* F = sc.take<float>(kC * kLdDf);
-  float* tmp = sc.take<float>(1024);
   float* gam = sc.take<float>(kC);
   float* beta = sc.take<float>(kC);
   float* yv = sc.take<float>(kC);
@@ -337,27 +362,16 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
     gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
     beta[tid] = tid < len ? p.beta[(t0 + tid) * p.Hv + h] : 0.0f;
   }
+  // K (for K Kᵀ and the dk products); R and Ũ as prep stored them for this chunk; W, dU, dW.
   load_tile_bf16<kC, kD>(Kb, kLdD, k0, kst, len, dk, NoScale{});
-  __syncthreads();
-  block_mma<kC, kC, kD, false, true, false, kWarps>(KK, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
-  __syncthreads();
-  for (int idx = tid; idx < kC * kC; idx += kThreads) {
-    const int i = idx / kC, j = idx % kC;
-    Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * KK[i * kLdCf + j] : 0.0f;
-  }
-  load_tile_bf16<kC, kD>(Vb, kLdD, v0, vst, len, dv, [&](int i) { return beta[i]; });
+  load_tile_bf16<kC, kC>(Rb, kLdC, fs.R + (static_cast<int64_t>(blockIdx.x) * p.Hv + h) * kC * kC, kC, kC, kC,
+                         NoScale{});
+  load_tile_bf16<kC, kD>(Utb, kLdD, fs.Ut + v_off, vst, len, dv, NoScale{});
   load_tile_bf16<kC, kD>(Wb, kLdD, fs.W + w_off, wst, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(dUb, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
   load_tile_bf16<kC, kD>(dWb, kLdD, bs.dW + w_off, wst, len, dk, NoScale{});
-  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside
-  for (int idx = tid; idx < kC * kC; idx += kThreads)
-    Rb[(idx / kC) * kLdC + idx % kC] = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
   __syncthreads();
-  block_mma<kC, kD, kC, false, false, false, kWarps>(F, kLdDf, Rb, kLdC, Vb, kLdD);  // Ũ = R diag(β) V
-  __syncthreads();
-  for (int idx = tid; idx < kC * kD; idx += kThreads)
-    Utb[(idx / kD) * kLdD + idx % kD] = __float2bfloat16_rn(F[(idx / kD) * kLdDf + idx % kD]);
-  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kWarps>(KK, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
   // Y = Rᵀ dU: dv = diag(β) Y, y_i · v_i; Y kept as bf16 in dUb.
   block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Rb, kLdC, dUb, kLdD);
   __syncthreads();
@@ -369,36 +383,36 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
   }
   row_dots64<kWarps>(yv, F, kLdDf, [&](int i) { return v0 + i * vst; }, len, dv);
   __syncthreads();
-  // X = Rᵀ dW: x_i · k_i, X kept as bf16 in Vb, F ← diag(β e^γ) X (the first WY term of dk).
+  // X = Rᵀ dW: x_i · k_i, X kept as bf16 in Xb, F ← diag(β e^γ) X (the first WY term of dk).
   block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Rb, kLdC, dWb, kLdD);
   __syncthreads();
   row_dots64<kWarps>(xk, F, kLdDf, [&](int i) { return k0 + i * kst; }, len, dk);
-  for (int idx = tid; idx < kC * kD; idx += kThreads) Vb[(idx / kD) * kLdD + idx % kD] = __float2bfloat16_rn(F[(idx / kD) * kLdDf + idx % kD]);
+  for (int idx = tid; idx < kC * kD; idx += kThreads) Xb[(idx / kD) * kLdD + idx % kD] = __float2bfloat16_rn(F[(idx / kD) * kLdDf + idx % kD]);
   __syncthreads();
   for (int idx = tid; idx < kC * kD; idx += kThreads) {
     const int i = idx / kD;
     F[i * kLdDf + idx % kD] *= i < len ? beta[i] * expf(gam[i]) : 0.0f;
   }
   // E' = X Wᵀ + Y Ũᵀ (E = −E').
-  block_mma<kC, kC, kD, false, true, false, kWarps>(Rf, kLdCf, Vb, kLdD, Wb, kLdD);
-  block_mma<kC, kC, kD, false, true, true, kWarps>(Rf, kLdCf, dUb, kLdD, Utb, kLdD);
+  block_mma<kC, kC, kD, false, true, false, kWarps>(Ef, kLdCf, Xb, kLdD, Wb, kLdD);
+  block_mma<kC, kC, kD, false, true, true, kWarps>(Ef, kLdCf, dUb, kLdD, Utb, kLdD);
   __syncthreads();
   // EG = E ⊙ Γ strictly below the diagonal; Rb ← diag(β) EG; through L_ij = β_i Γ_ij KK_ij: dβ, dγ.
   for (int idx = tid; idx < kC * kC; idx += kThreads) {
     const int i = idx / kC, j = idx % kC;
-    const float eg = (j < i && i < len) ? -Rf[i * kLdCf + j] * expf(gam[i] - gam[j]) : 0.0f;
-    Rf[i * kLdCf + j] = eg * KK[i * kLdCf + j];  // EG ⊙ KK
+    const float eg = (j < i && i < len) ? -Ef[i * kLdCf + j] * expf(gam[i] - gam[j]) : 0.0f;
+    Ef[i * kLdCf + j] = eg * KK[i * kLdCf + j];  // EG ⊙ KK
     Rb[i * kLdC + j] = __float2bfloat16_rn(beta[i] * eg);
   }
   __syncthreads();
   if (tid < kC) {
     float acc = 0.0f;
-    for (int j = 0; j < kC; ++j) acc += Rf[tid * kLdCf + j];
+    for (int j = 0; j < kC; ++j) acc += Ef[tid * kLdCf + j];
     rowE[tid] = acc;
   } else if (tid < 2 * kC) {
     const int j = tid - kC;
     float acc = 0.0f;
-    for (int i = 0; i < kC; ++i) acc += beta[i] * Rf[i * kLdCf + j];
+    for (int i = 0; i < kC; ++i) acc += beta[i] * Ef[i * kLdCf + j];
     colE[j] = acc;
   }
   // dk += diag(β) EG K + (diag(β) EG)ᵀ K (each warp accumulates its own tiles of F).
@@ -452,7 +466,7 @@ size_t gated_delta_rule_chunked_backward_cuda_workspace_bytes(const GdnShape& sh
   p.dk = shape.key_dim;
   p.dv = shape.value_dim;
   p.N = n_seqs;
-  const ForwardScratch fs = carve_forward(c, p);
+  const ForwardScratch fs = carve_forward(c, p, true);
   carve_backward(c, p, fs);
   return c.used;
 }
@@ -468,7 +482,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
             need);
   Carver c{static_cast<char*>(workspace)};
-  const ForwardScratch fs = carve_forward(c, p);
+  const ForwardScratch fs = carve_forward(c, p, true);
   const BackwardScratch bs = carve_backward(c, p, fs);
   const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
   launch_forward_passes(p, fs, nullptr, stream);

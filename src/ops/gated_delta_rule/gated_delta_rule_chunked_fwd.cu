@@ -71,8 +71,21 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
     Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * F[i * kLdCf + j] : 0.0f;
   }
   invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before and after
-  for (int idx = tid; idx < kC * kC; idx += kPrepThreads)
-    Rb[(idx / kC) * kLdC + idx % kC] = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
+  bf16* R_out = s.R ? s.R + (static_cast<int64_t>(blockIdx.x) * p.Hv + h) * kC * kC : nullptr;
+  for (int idx = tid; idx < kC * kC; idx += kPrepThreads) {
+    const bf16 r = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
+    Rb[(idx / kC) * kLdC + idx % kC] = r;
+    if (R_out) R_out[idx] = r;
+  }
+  if (s.Qd) {  // backward: Qd = scale·e^γ q, the reverse state pass's operand
+    bf16* Qd = s.Qd + (t0 * p.Hv + h) * p.dk;
+    const float* q0 = p.q + (t0 * p.Hk + hk) * p.dk;
+    for_tile<kC, kD>(q0, kst, len, static_cast<int>(p.dk), [&](int i, int d, const float* v, int n) {
+      const float sc_in = i < len ? p.scale * expf(gam[i]) : 0.0f;
+      for (int e = 0; e < n; ++e)
+        if (i < len && d + e < p.dk) Qd[i * kdst + d + e] = __float2bfloat16_rn(sc_in * v[e]);
+    });
+  }
   __syncthreads();
   block_mma<kC, kD, kC, false, false, false, kPrepWarps>(F, kLdDf, Rb, kLdC, Xb, kLdD);  // W = R diag(βe^γ) K
   __syncthreads();
@@ -86,17 +99,20 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
   __syncthreads();
   for (int idx = tid; idx < len * p.dv; idx += kPrepThreads) {
     const int i = idx / static_cast<int>(p.dv), a = idx % static_cast<int>(p.dv);
-    s.U[((t0 + i) * p.Hv + h) * p.dv + a] = F[i * kLdDf + a];
+    const int64_t slot = ((t0 + i) * p.Hv + h) * p.dv + a;
+    s.U[slot] = F[i * kLdDf + a];
+    if (s.Ut) s.Ut[slot] = __float2bfloat16_rn(F[i * kLdDf + a]);
   }
   if (tid < len) s.gam[(t0 + tid) * p.Hv + h] = gam[tid];
 }
 
 // ---- state pass: per (sequence, v-head, kBV state rows), sequential over the sequence's chunks
 
-constexpr size_t kStateSmem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
+constexpr size_t kStateSmem = 4 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
                               smem_piece<bf16>(kBV * kLdD) + smem_piece<float>(kC * kLdVf) +
                               smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
 
+// W and the decayed keys of chunk ci+1 are copied (cp.async) into the other buffer while chunk ci is processed.
 __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, ForwardScratch s, float* hT) {
   const int64_t seq = blockIdx.x / p.Hv;
   const int h = static_cast<int>(blockIdx.x % p.Hv);
@@ -104,27 +120,40 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
   const int dk = static_cast<int>(p.dk);
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
-  bf16* Wb = sc.take<bf16>(kC * kLdD);
-  bf16* Kb = sc.take<bf16>(kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
+  bf16* Wb2 = sc.take<bf16>(2 * kC * kLdD);
+  bf16* Kb2 = sc.take<bf16>(2 * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
   float* Sf = sc.take<float>(kBV * kLdDf);
   bf16* Sb = sc.take<bf16>(kBV * kLdD);
   float* Pf = sc.take<float>(kC * kLdVf);  // W M0ᵀ
   bf16* Ub = sc.take<bf16>(kC * kLdV);
   float* gam = sc.take<float>(kC);
+  const auto Wb_ = [&](int b) { return Wb2 + b * kC * kLdD; };  // double buffer b
+  const auto Kb_ = [&](int b) { return Kb2 + b * kC * kLdD; };  // double buffer b
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk;
+  const auto issue = [&](int64_t ci, int buf) {
+    const ChunkInfo info = s.table[ci];
+    const int64_t off = (info.t0 * p.Hv + h) * p.dk;
+    load_tile_async<kC, kD>(Wb_(buf), kLdD, s.W + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kD>(Kb_(buf), kLdD, s.Kd + off, p.Hv * p.dk, info.len, dk);
+  };
 
   StateTile S;
   S.init(p.h0 ? p.h0 + state_off : nullptr, p.dk, rows, dk, Sf);
   const int64_t first = s.seq_first[seq], last = s.seq_first[seq + 1];
+  if (first < last) issue(first, 0);
+  cp_async_commit();
   for (int64_t ci = first; ci < last; ++ci) {
+    const int buf = static_cast<int>((ci - first) & 1);
     const ChunkInfo info = s.table[ci];
     const int len = info.len;
     const int64_t t0 = info.t0;
     S.store(Sf);
     if (tid < kC) gam[tid] = s.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
-    __syncthreads();
-    // M0 → bf16 (operand and stored state); W and the decayed keys of the chunk.
+    __syncthreads();  // every warp is done with chunk ci−1 (its buffers are free again)
+    if (ci + 1 < last) issue(ci + 1, buf ^ 1);
+    cp_async_commit();
+    // M0 → bf16 (operand and stored state).
     bf16* M0 = s.states + ((ci * p.Hv + h) * p.dv + a0) * p.dk;
     for (int idx = tid; idx < kBV * kD; idx += kStateThreads) {
       const int r = idx / kD, d = idx % kD;
@@ -132,11 +161,10 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
       Sb[r * kLdD + d] = x;
       if (r < rows && d < dk) M0[r * p.dk + d] = x;
     }
-    load_tile_bf16<kC, kD>(Wb, kLdD, s.W + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
     const float gc = gam[len - 1];
-    load_tile_bf16<kC, kD>(Kb, kLdD, s.Kd + (t0 * p.Hv + h) * p.dk, p.Hv * p.dk, len, dk, NoScale{});
+    cp_async_wait<1>();  // chunk ci's copies (all but the newest group) have landed
     __syncthreads();
-    block_mma<kC, kBV, kD, false, true, false, kStateWarps>(Pf, kLdVf, Wb, kLdD, Sb, kLdD);  // W M0ᵀ
+    block_mma<kC, kBV, kD, false, true, false, kStateWarps>(Pf, kLdVf, Wb_(buf), kLdD, Sb, kLdD);  // W M0ᵀ
     __syncthreads();
     float* U0 = s.U + (t0 * p.Hv + h) * p.dv + a0;
     for (int base = tid; base < kC * kBV; base += kBatch * kStateThreads) {  // U = Ũ − W M0ᵀ (loads batched)
@@ -157,9 +185,10 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
     }
     const float decay = expf(gc);
     __syncthreads();
-    S.scale(decay);          // M ← e^{γ_c} M
-    S.add_tn(Ub, kLdV, Kb, kLdD);  //   + Uᵀ diag(e^{γ_c − γ}) K
+    S.scale(decay);                     // M ← e^{γ_c} M
+    S.add_tn(Ub, kLdV, Kb_(buf), kLdD);  //   + Uᵀ diag(e^{γ_c − γ}) K
   }
+  cp_async_wait<0>();
   if (hT) S.write(hT + state_off, p.dk, rows, dk, Sf);
 }
 
@@ -228,7 +257,7 @@ Problem make_problem(const GdnInputs<float>& in, const GdnShape& s, float scale)
           s.key_dim, s.value_dim, in.n_seqs, scale};
 }
 
-ForwardScratch carve_forward(Carver& c, const Problem& p) {
+ForwardScratch carve_forward(Carver& c, const Problem& p, bool for_backward) {
   ForwardScratch s{};
   s.max_chunks = max_chunks(p.T, p.N);
   s.table = c.take<ChunkInfo>(static_cast<size_t>(s.max_chunks));
@@ -238,6 +267,11 @@ ForwardScratch carve_forward(Carver& c, const Problem& p) {
   s.Kd = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dk));
   s.U = c.take<float>(static_cast<size_t>(p.T * p.Hv * p.dv));
   s.states = c.take<bf16>(static_cast<size_t>(s.max_chunks * p.Hv * p.dv * p.dk));
+  if (for_backward) {
+    s.R = c.take<bf16>(static_cast<size_t>(s.max_chunks * p.Hv * kC * kC));
+    s.Ut = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dv));
+    s.Qd = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dk));
+  }
   return s;
 }
 
@@ -265,7 +299,7 @@ size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& sha
   p.dk = shape.key_dim;
   p.dv = shape.value_dim;
   p.N = n_seqs;
-  gdn_chunked::carve_forward(c, p);
+  gdn_chunked::carve_forward(c, p, false);
   return c.used;
 }
 
@@ -279,7 +313,7 @@ void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const G
   HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
             need);
   Carver c{static_cast<char*>(workspace)};
-  const ForwardScratch s = carve_forward(c, p);
+  const ForwardScratch s = carve_forward(c, p, false);
   launch_forward_passes(p, s, out.hT, stream);
   set_smem(output_kernel, kOutSmem);
   output_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kOutThreads, kOutSmem,

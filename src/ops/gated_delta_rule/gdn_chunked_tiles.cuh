@@ -179,6 +179,36 @@ struct NoScale {
   __device__ float operator()(int) const { return 1.0f; }
 };
 
+// ---- Asynchronous copies (cp.async, no registers held): for the sequential passes' double buffering
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// dst [kRows][kCols] bf16 (zeros beyond len rows / width columns) = src rows (bf16, row stride `stride`), copied with
+// cp.async when vector_ok (the caller commits and waits), else synchronously (the wait is then a no-op).
+template <int kRows, int kCols>
+__device__ __forceinline__ void load_tile_async(bf16* dst, int ld, const bf16* src, int64_t stride, int len,
+                                                int width) {
+  if (!vector_ok(src, stride, width)) {
+    load_tile_bf16<kRows, kCols>(dst, ld, src, stride, len, width, NoScale{});
+    return;
+  }
+  constexpr int V = 8, kPerRow = kCols / V;
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRows * kPerRow; idx += static_cast<int>(blockDim.x)) {
+    const int i = idx / kPerRow, d = (idx % kPerRow) * V;
+    const bool valid = i < len && d < width;
+    cp_async16(dst + i * ld + d, valid ? src + i * stride + d : src, valid);
+  }
+}
+
 // ---- Block GEMM on tensor cores
 
 // C[M×N] (fp32, row-major, ldc) = (kAccumulate ? C : 0) + op(A)[M×K] · op(B)[K×N], bf16 operands in shared memory.
@@ -430,10 +460,15 @@ struct ForwardScratch {
   bf16* Kd;  // [T, Hv, dk] e^{γ_c − γ_i} k_i (γ_c: the chunk's last γ)
   float* U;
   bf16* states;
+  // Carved for the backward only (null otherwise), written by prep: R per chunk [max_chunks, Hv, 64, 64], Ũ
+  // [T, Hv, dv] and Qd = scale·e^{γ_i} q_i [T, Hv, dk], all bf16 (the operands the backward's kernels multiply with).
+  bf16* R;
+  bf16* Ut;
+  bf16* Qd;
 };
 
 Problem make_problem(const GdnInputs<float>& in, const GdnShape& shape, float scale);
-ForwardScratch carve_forward(Carver& c, const Problem& p);
+ForwardScratch carve_forward(Carver& c, const Problem& p, bool for_backward);
 // table, prep and the state pass (hT nullable): everything the output kernel and the backward build on.
 void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream);
 

@@ -20,7 +20,6 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;          // per-chunk kernels
 constexpr int kPassThreads = 128, kPassWarps = kPassThreads / 32;  // the reverse state pass
-static_assert(kC * kBV % (kBatch * kPassThreads) == 0, "dstate pass: whole load batches");
 
 // The backward's scratch after the forward's (Carver order is the layout).
 struct BackwardScratch {
@@ -57,11 +56,10 @@ constexpr size_t kLocSmem = 3 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(
 
 __global__ void __launch_bounds__(kThreads) du_local_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
                                                             Grads gr) {
-  const ChunkInfo info = fs.table[blockIdx.x];
-  if (info.len == 0) return;
-  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
-  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
-  const int64_t t0 = info.t0;
+  const ChunkHead c = chunk_head(p, fs.table);
+  if (c.len == 0) return;
+  const int64_t t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Qb = sc.take<bf16>(kC * kLdD);
@@ -152,35 +150,14 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     __syncthreads();  // every warp is done with chunk ci+1 (its buffers are free again)
     if (ci > first) issue(ci - 1, buf ^ 1);
     cp_async_commit();
-    bf16* Dout = bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk;
-    for (int idx = tid; idx < kBV * kD; idx += kPassThreads) {
-      const int r = idx / kD, d = idx % kD;
-      const bf16 x = __float2bfloat16_rn(Df[r * kLdDf + d]);
-      Db[r * kLdD + d] = x;
-      if (r < rows && d < dk) Dout[r * p.dk + d] = x;
-    }
+    state_to_bf16(Db, Df, bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk, p.dk, rows, dk);  // D leaving ci
     const float gc = gam[len - 1];
     cp_async_wait<1>();  // chunk ci's copies have landed
     __syncthreads();
     block_mma<kC, kBV, kD, false, true, false, kPassWarps>(Pf, kLdVf, Kb_(buf), kLdD, Db, kLdD);  // K̃ Dᵀ
     __syncthreads();
-    float* dU0 = bs.dU + (t0 * p.Hv + h) * p.dv + a0;
-    for (int base = tid; base < kC * kBV; base += kBatch * kPassThreads) {  // dU = dU_loc + K̃ Dᵀ (loads batched)
-      float loc[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = (base + u * kPassThreads) / kBV, c = (base + u * kPassThreads) % kBV;
-        loc[u] = (i < len && c < rows) ? dU0[i * p.Hv * p.dv + c] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = (base + u * kPassThreads) / kBV, c = (base + u * kPassThreads) % kBV;
-        const bool valid = i < len && c < rows;
-        const float du = valid ? loc[u] + Pf[i * kLdVf + c] : 0.0f;
-        if (valid) dU0[i * p.Hv * p.dv + c] = du;
-        nUb[i * kLdV + c] = __float2bfloat16_rn(-du);
-      }
-    }
+    // dU = dU_loc + K̃ Dᵀ in place; nUb = bf16(−dU).
+    update_tile<kPassThreads>(bs.dU + (t0 * p.Hv + h) * p.dv + a0, p.Hv * p.dv, Pf, 1.0f, nUb, -1.0f, len, rows);
     const float decay = expf(gc);
     __syncthreads();
     D.scale(decay);                            // D ← e^{γ_c} D
@@ -198,12 +175,10 @@ constexpr size_t kDqkSmem = 6 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(k
                             smem_piece<bf16>(kC * kLdC) + 6 * smem_piece<float>(kC);
 
 __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
-  const int64_t ci = blockIdx.x;
-  const ChunkInfo info = fs.table[ci];
-  if (info.len == 0) return;
-  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
-  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
-  const int64_t t0 = info.t0;
+  const ChunkHead c = chunk_head(p, fs.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Qb = sc.take<bf16>(kC * kLdD);
@@ -327,11 +302,10 @@ constexpr size_t kWySmem = 6 * smem_piece<bf16>(kC * kLdD) + 2 * smem_piece<floa
                            smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC * kLdDf) + 8 * smem_piece<float>(kC);
 
 __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
-  const ChunkInfo info = fs.table[blockIdx.x];
-  if (info.len == 0) return;
-  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
-  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
-  const int64_t t0 = info.t0;
+  const ChunkHead c = chunk_head(p, fs.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Kb = sc.take<bf16>(kC * kLdD);
@@ -364,7 +338,7 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
   }
   // K (for K Kᵀ and the dk products); R and Ũ as prep stored them for this chunk; W, dU, dW.
   load_tile_bf16<kC, kD>(Kb, kLdD, k0, kst, len, dk, NoScale{});
-  load_tile_bf16<kC, kC>(Rb, kLdC, fs.R + (static_cast<int64_t>(blockIdx.x) * p.Hv + h) * kC * kC, kC, kC, kC,
+  load_tile_bf16<kC, kC>(Rb, kLdC, fs.R + (ci * p.Hv + h) * kC * kC, kC, kC, kC,
                          NoScale{});
   load_tile_bf16<kC, kD>(Utb, kLdD, fs.Ut + v_off, vst, len, dv, NoScale{});
   load_tile_bf16<kC, kD>(Wb, kLdD, fs.W + w_off, wst, len, dk, NoScale{});

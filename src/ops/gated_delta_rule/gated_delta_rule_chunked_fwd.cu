@@ -17,7 +17,6 @@ namespace {
 
 constexpr int kPrepThreads = 256, kPrepWarps = kPrepThreads / 32;
 constexpr int kStateThreads = 128, kStateWarps = kStateThreads / 32;
-static_assert(kC * kBV % (kBatch * kStateThreads) == 0, "state pass: whole load batches");
 constexpr int kOutThreads = 256, kOutWarps = kOutThreads / 32;
 
 // ---- prep: per (chunk, v-head), γ, R, W, Ũ
@@ -27,10 +26,10 @@ constexpr size_t kPrepSmem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(
                              smem_piece<float>(1024) + 2 * smem_piece<float>(kC);
 
 __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardScratch s) {
-  const ChunkInfo info = s.table[blockIdx.x];
-  if (info.len == 0) return;
-  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
-  const int64_t t0 = info.t0;
+  const ChunkHead c = chunk_head(p, s.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Kb = sc.take<bf16>(kC * kLdD);  // k rows
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
   const float gc = gam[len - 1];
   bf16* Kd = s.Kd + (t0 * p.Hv + h) * p.dk;
   const int64_t kdst = p.Hv * p.dk;
-  for_tile<kC, kD>(k0, kst, len, static_cast<int>(p.dk), [&](int i, int d, const float* v, int n) {
+  for_tile<kC, kD>(k0, kst, len, dk, [&](int i, int d, const float* v, int n) {
     const float wx = i < len ? beta[i] * expf(gam[i]) : 0.0f, dec = i < len ? expf(gc - gam[i]) : 0.0f;
     for (int e = 0; e < n; ++e) {
       Kb[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
@@ -71,7 +70,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
     Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * F[i * kLdCf + j] : 0.0f;
   }
   invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before and after
-  bf16* R_out = s.R ? s.R + (static_cast<int64_t>(blockIdx.x) * p.Hv + h) * kC * kC : nullptr;
+  bf16* R_out = s.R ? s.R + (ci * p.Hv + h) * kC * kC : nullptr;
   for (int idx = tid; idx < kC * kC; idx += kPrepThreads) {
     const bf16 r = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
     Rb[(idx / kC) * kLdC + idx % kC] = r;
@@ -80,7 +79,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
   if (s.Qd) {  // backward: Qd = scale·e^γ q, the reverse state pass's operand
     bf16* Qd = s.Qd + (t0 * p.Hv + h) * p.dk;
     const float* q0 = p.q + (t0 * p.Hk + hk) * p.dk;
-    for_tile<kC, kD>(q0, kst, len, static_cast<int>(p.dk), [&](int i, int d, const float* v, int n) {
+    for_tile<kC, kD>(q0, kst, len, dk, [&](int i, int d, const float* v, int n) {
       const float sc_in = i < len ? p.scale * expf(gam[i]) : 0.0f;
       for (int e = 0; e < n; ++e)
         if (i < len && d + e < p.dk) Qd[i * kdst + d + e] = __float2bfloat16_rn(sc_in * v[e]);
@@ -90,15 +89,15 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
   block_mma<kC, kD, kC, false, false, false, kPrepWarps>(F, kLdDf, Rb, kLdC, Xb, kLdD);  // W = R diag(βe^γ) K
   __syncthreads();
   for (int idx = tid; idx < len * p.dk; idx += kPrepThreads) {
-    const int i = idx / static_cast<int>(p.dk), d = idx % static_cast<int>(p.dk);
+    const int i = idx / dk, d = idx % dk;
     s.W[((t0 + i) * p.Hv + h) * p.dk + d] = __float2bfloat16_rn(F[i * kLdDf + d]);
   }
-  load_tile_bf16<kC, kD>(Xb, kLdD, v0, vst, len, static_cast<int>(p.dv), [&](int i) { return beta[i]; });
+  load_tile_bf16<kC, kD>(Xb, kLdD, v0, vst, len, dv, [&](int i) { return beta[i]; });
   __syncthreads();
   block_mma<kC, kD, kC, false, false, false, kPrepWarps>(F, kLdDf, Rb, kLdC, Xb, kLdD);  // Ũ = R diag(β) V
   __syncthreads();
   for (int idx = tid; idx < len * p.dv; idx += kPrepThreads) {
-    const int i = idx / static_cast<int>(p.dv), a = idx % static_cast<int>(p.dv);
+    const int i = idx / dv, a = idx % dv;
     const int64_t slot = ((t0 + i) * p.Hv + h) * p.dv + a;
     s.U[slot] = F[i * kLdDf + a];
     if (s.Ut) s.Ut[slot] = __float2bfloat16_rn(F[i * kLdDf + a]);
@@ -153,36 +152,14 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
     __syncthreads();  // every warp is done with chunk ci−1 (its buffers are free again)
     if (ci + 1 < last) issue(ci + 1, buf ^ 1);
     cp_async_commit();
-    // M0 → bf16 (operand and stored state).
-    bf16* M0 = s.states + ((ci * p.Hv + h) * p.dv + a0) * p.dk;
-    for (int idx = tid; idx < kBV * kD; idx += kStateThreads) {
-      const int r = idx / kD, d = idx % kD;
-      const bf16 x = __float2bfloat16_rn(Sf[r * kLdDf + d]);
-      Sb[r * kLdD + d] = x;
-      if (r < rows && d < dk) M0[r * p.dk + d] = x;
-    }
+    state_to_bf16(Sb, Sf, s.states + ((ci * p.Hv + h) * p.dv + a0) * p.dk, p.dk, rows, dk);  // M0
     const float gc = gam[len - 1];
     cp_async_wait<1>();  // chunk ci's copies (all but the newest group) have landed
     __syncthreads();
     block_mma<kC, kBV, kD, false, true, false, kStateWarps>(Pf, kLdVf, Wb_(buf), kLdD, Sb, kLdD);  // W M0ᵀ
     __syncthreads();
-    float* U0 = s.U + (t0 * p.Hv + h) * p.dv + a0;
-    for (int base = tid; base < kC * kBV; base += kBatch * kStateThreads) {  // U = Ũ − W M0ᵀ (loads batched)
-      float ut[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = (base + u * kStateThreads) / kBV, c = (base + u * kStateThreads) % kBV;
-        ut[u] = (i < len && c < rows) ? U0[i * p.Hv * p.dv + c] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int i = (base + u * kStateThreads) / kBV, c = (base + u * kStateThreads) % kBV;
-        const bool valid = i < len && c < rows;
-        const float un = valid ? ut[u] - Pf[i * kLdVf + c] : 0.0f;
-        if (valid) U0[i * p.Hv * p.dv + c] = un;
-        Ub[i * kLdV + c] = __float2bfloat16_rn(un);
-      }
-    }
+    // U = Ũ − W M0ᵀ in place of Ũ; Ub = bf16(U).
+    update_tile<kStateThreads>(s.U + (t0 * p.Hv + h) * p.dv + a0, p.Hv * p.dv, Pf, -1.0f, Ub, 1.0f, len, rows);
     const float decay = expf(gc);
     __syncthreads();
     S.scale(decay);                     // M ← e^{γ_c} M
@@ -198,12 +175,10 @@ constexpr size_t kOutSmem = 4 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(k
                             smem_piece<float>(kC * kLdDf) + smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC);
 
 __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardScratch s, float* o) {
-  const int64_t ci = blockIdx.x;
-  const ChunkInfo info = s.table[ci];
-  if (info.len == 0) return;
-  const int h = static_cast<int>(blockIdx.y), hk = h / static_cast<int>(p.group()), len = info.len;
-  const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
-  const int64_t t0 = info.t0;
+  const ChunkHead c = chunk_head(p, s.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Qb = sc.take<bf16>(kC * kLdD);

@@ -334,6 +334,41 @@ __device__ __forceinline__ void decayed_causal_bf16(bf16* Ab, const float* QK, c
   }
 }
 
+// Sb = bf16(Sf) over the kBV × 128 state tile; its valid part (r < rows, d < dk) also to out (row stride ld).
+__device__ __forceinline__ void state_to_bf16(bf16* Sb, const float* Sf, bf16* out, int64_t ld, int rows, int dk) {
+  for (int idx = threadIdx.x; idx < kBV * kD; idx += blockDim.x) {
+    const int r = idx / kD, d = idx % kD;
+    const bf16 x = __float2bfloat16_rn(Sf[r * kLdDf + d]);
+    Sb[r * kLdD + d] = x;
+    if (r < rows && d < dk) out[r * ld + d] = x;
+  }
+}
+
+// In place over the chunk's [len][rows] part of a global [64][kBV] tile (row stride ld): x ← x + p_sign · P (P fp32
+// [64][kLdVf] in shared memory); opb = bf16(op_sign · x) for the whole [64][kBV] tile, zeros outside. Loads batched.
+template <int kThreads>
+__device__ __forceinline__ void update_tile(float* x, int64_t ld, const float* P, float p_sign, bf16* opb,
+                                            float op_sign, int len, int rows) {
+  static_assert(kC * kBV % (kBatch * kThreads) == 0, "whole load batches");
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int base = tid; base < kC * kBV; base += kBatch * kThreads) {
+    float cur[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = (base + u * kThreads) / kBV, c = (base + u * kThreads) % kBV;
+      cur[u] = (i < len && c < rows) ? x[i * ld + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = (base + u * kThreads) / kBV, c = (base + u * kThreads) % kBV;
+      const bool valid = i < len && c < rows;
+      const float nx = valid ? cur[u] + p_sign * P[i * kLdVf + c] : 0.0f;
+      if (valid) x[i * ld + c] = nx;
+      opb[i * kLdV + c] = __float2bfloat16_rn(op_sign * nx);
+    }
+  }
+}
+
 // y[i] = Σ_{len > m ≥ i} x[m] for i < len (reverse inclusive scan by warp 0, 2 rows per lane); no barrier inside.
 __device__ __forceinline__ void chunk_suffix_sum(float* y, const float* x, int len) {
   if (threadIdx.x >= 32) return;
@@ -468,6 +503,18 @@ struct ForwardScratch {
 };
 
 Problem make_problem(const GdnInputs<float>& in, const GdnShape& shape, float scale);
+
+// What a per-chunk kernel's block works on (grid: x = chunk slot, y = v-head): len = 0 marks an unused slot.
+struct ChunkHead {
+  int64_t ci, t0;
+  int len, h, hk, dk, dv;
+};
+__device__ inline ChunkHead chunk_head(const Problem& p, const ChunkInfo* table) {
+  const int64_t ci = blockIdx.x;
+  const ChunkInfo info = table[ci];
+  const int h = static_cast<int>(blockIdx.y);
+  return {ci, info.t0, info.len, h, h / static_cast<int>(p.group()), static_cast<int>(p.dk), static_cast<int>(p.dv)};
+}
 ForwardScratch carve_forward(Carver& c, const Problem& p, bool for_backward);
 // table, prep and the state pass (hT nullable): everything the output kernel and the backward build on.
 void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream);

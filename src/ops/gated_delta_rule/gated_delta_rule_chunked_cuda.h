@@ -7,16 +7,19 @@
 // Forward kernels (gated_delta_rule_chunked_fwd.cu):
 //   table   chunk table from cu_seqlens (chunks never straddle sequences; the last one may be partial)
 //   prep    per (chunk, v-head): γ (chunk-local cumsum), K Kᵀ, L, R = (I + L)^-1 (fp32 blocked substitution),
-//           W = R diag(βe^γ) K → bf16, Ũ = R diag(β) V → fp32
-//   state   per (sequence, v-head, 32 state rows), sequential over chunks, state in fp32 wmma accumulators:
-//           store M0 (bf16), U = Ũ − W M0ᵀ (fp32, in place of Ũ), M ← e^{γ_c} M + Uᵀ diag(e^{γ_c − γ}) K
+//           W = R diag(βe^γ) K → bf16, Ũ = R diag(β) V → fp32, the decayed keys e^{γ_c − γ} K → bf16; for the
+//           backward also R, Ũ and scale·e^γ Q in bf16
+//   state   per (sequence, v-head, 32 state rows), sequential over chunks, state in fp32 wmma accumulators, the next
+//           chunk's W and decayed keys copied by cp.async meanwhile: store M0 (bf16), U = Ũ − W M0ᵀ (fp32, in place
+//           of Ũ), M ← e^{γ_c} M + Uᵀ diag(e^{γ_c − γ}) K
 //   output  per (chunk, v-head): O = scale · (diag(e^γ) Q M0ᵀ + (Q Kᵀ ⊙ Γ) U)
 // Backward kernels (gated_delta_rule_chunked_bwd.cu), after rerunning prep and state:
-//   dU_loc  per (chunk, v-head): scale · (Q Kᵀ ⊙ Γ)ᵀ dO
-//   dstate  per (sequence, v-head, 32 state rows), reverse over chunks, D = dL/dM in fp32 accumulators: store D
-//           leaving the chunk (bf16), dU = dU_loc + diag(e^{γ_c − γ}) K Dᵀ, D ← e^{γ_c} D + scale·dOᵀ diag(e^γ) Q − dUᵀ W
+//   dU_loc  per (chunk, v-head): scale · (Q Kᵀ ⊙ Γ)ᵀ dO; dO copied to bf16
+//   dstate  per (sequence, v-head, 32 state rows), reverse over chunks, D = dL/dM in fp32 accumulators, the previous
+//           chunk's tiles copied by cp.async meanwhile: store D leaving the chunk (bf16),
+//           dU = dU_loc + diag(e^{γ_c − γ}) K Dᵀ, D ← e^{γ_c} D + scale·dOᵀ diag(e^γ) Q − dUᵀ W
 //   dqk     per (chunk, v-head): dq (complete), the output/state parts of dk and dγ, dW = −dU M0
-//   wy      per (chunk, v-head): recomputes R and Ũ; X = Rᵀ dW, Y = Rᵀ dU; dv, dβ, the WY parts of dk and dγ, dg
+//   wy      per (chunk, v-head): X = Rᵀ dW, Y = Rᵀ dU; dv, dβ, the WY parts of dk and dγ, dg
 //   gva     dq, dk summed over the v-heads of each k-head in order (only when Hv > Hk)
 // Deterministic: no atomics; every sum has a fixed order.
 //
@@ -38,8 +41,8 @@ namespace hlm {
 
 constexpr int64_t gated_delta_rule_chunked_cuda_max_dim() { return 128; }
 
-// Scratch of the forward: chunk table, γ [T, Hv], W [T, Hv, dk] bf16, U [T, Hv, dv] fp32, per-chunk states
-// [T/64 + N + 1, Hv, dv, dk] bf16. At T = 8192 (8 × 1024), N = 8, Hv = 32, dk = dv = 128: ≈ 350 MB.
+// Scratch of the forward: chunk table, γ [T, Hv], W and the decayed keys [T, Hv, dk] bf16, U [T, Hv, dv] fp32,
+// per-chunk states [T/64 + N + 1, Hv, dv, dk] bf16. At T = 8192 (8 × 1024), N = 8, Hv = 32, dk = dv = 128: ≈ 413 MB.
 size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs);
 // o [T, Hv, dv] and hT (nullable) OVERWRITTEN; h0 nullable (zeros). No output may alias an input. `workspace` holds
 // the bytes above, used only by work on `stream`.
@@ -47,9 +50,9 @@ void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const G
                                            const GdnShape& shape, float scale, void* workspace,
                                            size_t workspace_bytes, cudaStream_t stream);
 
-// Scratch of the backward: the forward's plus per-chunk D (bf16), dU [T, Hv, dv] fp32, dW [T, Hv, dk] bf16, dk
-// partials [T, Hv, dk] fp32, dγ partials [T, Hv] and, when Hv > Hk, dq per v-head [T, Hv, dk]. ≈ 0.9 GB at the shape
-// above.
+// Scratch of the backward: the forward's plus R per chunk, Ũ, scale·e^γ Q and dO in bf16, per-chunk D (bf16),
+// dU [T, Hv, dv] fp32, dW [T, Hv, dk] bf16, dk partials [T, Hv, dk] fp32, dγ partials [T, Hv] and, when Hv > Hk, dq
+// per v-head [T, Hv, dk] fp32. ≈ 1.13 GB at the shape above (Hv = Hk).
 size_t gated_delta_rule_chunked_backward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs);
 // dq, dk [T, Hk, dk] (summed over each GVA group in v-head order), dv, dg, dbeta, dh0 (nullable) OVERWRITTEN;
 // dout.d_hT nullable (zero). No output may alias an input.

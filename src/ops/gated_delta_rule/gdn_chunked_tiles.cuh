@@ -1,6 +1,8 @@
 // Private device helpers of the chunked gated delta rule on CUDA (gated_delta_rule_chunked_fwd.cu / _bwd.cu):
-// the chunk table, tile loaders into shared memory, a block-wide bf16 tensor-core GEMM (wmma 16×16×16, fp32
-// accumulate), the chunk-local cumulative decay and the fp32 unit-lower-triangular inverse.
+// the chunk table and scratch layout, tile loaders into shared memory (batched vector loads, cp.async copies), a
+// block-wide bf16 tensor-core GEMM (wmma 16×16×16, fp32 accumulate), the 32×128 state tile held in accumulator
+// fragments by the sequential passes (StateTile) and their per-chunk tile updates, the chunk-local cumulative decay
+// and its suffix sums, the decayed causal mask, the fp32 unit-lower-triangular inverse and row dot products.
 //
 // Tiles: a chunk is kC = 64 token rows; head dims are zero-padded to kD = 128 columns in shared memory, so padded
 // rows (≥ the chunk's valid length) and columns (≥ dk or dv) are exact zeros and stay inert through every product.

@@ -65,62 +65,24 @@ Bounds bounds(const GdnCase& c) {
 TEST(GatedDeltaRuleCuda, ForwardF32) {
   HLM_REQUIRE_CUDA();
   for (const GdnCase& c : kCases) {
-    const Problem p = make_problem(c);
-    const Result<float> cpu = run_reference<float>(c, p);
-    const Result<double> ref = run_reference<double>(c, p);
-    const Mags mag = magnitudes(c, p);
     const Bounds b = bounds(c);
-
-    const DeviceProblem dev(c, p);
-    DeviceBuffer o(p.v.size() * 4, "o"), hT(c.with_state ? p.state_size() * 4 : 0, "hT");
-    gated_delta_rule_forward_cuda({o.as<float>(), c.with_state ? hT.as<float>() : nullptr}, dev.inputs(c, p), p.s,
-                                  p.scale, ctx().stream());
-    EXPECT_TRUE(check_f32(name(c, "fwd o"), o.download<float>(), cpu.o, ref.o, mag.o, {b.o}));
-    if (c.with_state) {
-      EXPECT_TRUE(check_f32(name(c, "fwd hT"), hT.download<float>(), cpu.hT, ref.hT, mag.hT, {b.state}));
-    }
-    EXPECT_TRUE(buffers_ok({&o, &hT}, {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.cu})) << name(c, "fwd");
+    check_forward_case("", c, {b.o, b.state, b.qk, b.grad, b.dg}, 0,
+                       [](const GdnOutputs<float>& out, const GdnInputs<float>& in, const GdnShape& s, float scale,
+                          void*, size_t) { gated_delta_rule_forward_cuda(out, in, s, scale, ctx().stream()); });
   }
 }
 
 TEST(GatedDeltaRuleCuda, BackwardF32) {
   HLM_REQUIRE_CUDA();
   for (const GdnCase& c : kCases) {
-    const Problem p = make_problem(c);
-    const Result<float> cpu = run_reference<float>(c, p);
-    const Result<double> ref = run_reference<double>(c, p);
-    const Mags mag = magnitudes(c, p);
     const Bounds b = bounds(c);
-
-    const DeviceProblem dev(c, p);
-    const size_t nqk = p.q.size() * 4, nv = p.v.size() * 4, ng = p.g.size() * 4;
-    DeviceBuffer dq(nqk, "dq"), dk(nqk, "dk"), dv(nv, "dv"), dg(ng, "dg"), dbeta(ng, "dbeta"),
-        dh0(c.with_state ? p.state_size() * 4 : 0, "dh0");
-    DeviceBuffer ws(gated_delta_rule_backward_cuda_workspace_bytes(p.s, p.N), "workspace");
-    const GdnInputGrads<float> grads{dq.as<float>(), dk.as<float>(),    dv.as<float>(),
-                                     dg.as<float>(), dbeta.as<float>(), c.with_state ? dh0.as<float>() : nullptr};
-    const GdnOutputGrads<float> dout{dev.d_o.as<float>(), c.with_state ? dev.d_hT.as<float>() : nullptr};
-    gated_delta_rule_backward_cuda(grads, dout, dev.inputs(c, p), p.s, p.scale, ws.as<void>(), ws.bytes(),
-                                   ctx().stream());
-    const std::vector<float> dq_gpu = dq.download<float>(), dk_gpu = dk.download<float>(),
-                             dg_gpu = dg.download<float>();
-    EXPECT_TRUE(check_f32(name(c, "bwd dq"), dq_gpu, cpu.dq, ref.dq, mag.dq, {b.qk}));
-    EXPECT_TRUE(check_f32(name(c, "bwd dk"), dk_gpu, cpu.dk, ref.dk, mag.dk, {b.qk}));
-    EXPECT_TRUE(check_f32(name(c, "bwd dv"), dv.download<float>(), cpu.dv, ref.dv, mag.dv, {b.grad}));
-    EXPECT_TRUE(check_f32(name(c, "bwd dbeta"), dbeta.download<float>(), cpu.dbeta, ref.dbeta, mag.dbeta, {b.grad}));
-    EXPECT_TRUE(check_f32(name(c, "bwd dg"), dg_gpu, cpu.dg, ref.dg, mag.dg, {b.dg}));
-    if (c.with_state) {
-      EXPECT_TRUE(check_f32(name(c, "bwd dh0"), dh0.download<float>(), cpu.dh0, ref.dh0, mag.dh0, {b.state}));
-    }
-    EXPECT_TRUE(buffers_ok({&dq, &dk, &dv, &dg, &dbeta, &dh0, &ws},
-                           {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.d_o, &dev.d_hT, &dev.cu}))
-        << name(c, "bwd");
-
-    // Run again: bit-identical (fixed reduction orders, no atomics).
-    gated_delta_rule_backward_cuda(grads, dout, dev.inputs(c, p), p.s, p.scale, ws.as<void>(), ws.bytes(),
-                                   ctx().stream());
-    EXPECT_TRUE(check_exact(name(c, "bwd dq rerun"), dq.download<float>(), dq_gpu));
-    EXPECT_TRUE(check_exact(name(c, "bwd dk rerun"), dk.download<float>(), dk_gpu));
-    EXPECT_TRUE(check_exact(name(c, "bwd dg rerun"), dg.download<float>(), dg_gpu));
+    const GdnShape shape = make_problem(c).s;
+    const int64_t n_seqs = static_cast<int64_t>(c.cu.size()) - 1;
+    check_backward_case("", c, {b.o, b.state, b.qk, b.grad, b.dg},
+                        gated_delta_rule_backward_cuda_workspace_bytes(shape, n_seqs),
+                        [](const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
+                           const GdnInputs<float>& in, const GdnShape& s, float scale, void* ws, size_t bytes) {
+                          gated_delta_rule_backward_cuda(grads, dout, in, s, scale, ws, bytes, ctx().stream());
+                        });
   }
 }

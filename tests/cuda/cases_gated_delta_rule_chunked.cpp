@@ -45,72 +45,39 @@ double chunked_k(const GdnCase& c) {
   return 16.0 * (std::sqrt(n_chunks) + 1.0) * kBf16InF32Units;
 }
 
-std::string chunked_name(const GdnCase& c, const char* what) { return "chunked " + name(c, what); }
+// One k for every output: the chain above does not distinguish them.
+GdnTolerances chunked_tolerances(const GdnCase& c) {
+  const double k = chunked_k(c);
+  return {k, k, k, k, k};
+}
 
 }  // namespace
 
 TEST(GatedDeltaRuleChunkedCuda, ForwardBf16TensorCores) {
   HLM_REQUIRE_CUDA();
   for (const GdnCase& c : chunked_cases()) {
-    const Problem p = make_problem(c);
-    const Result<float> cpu = run_reference<float>(c, p);
-    const Result<double> ref = run_reference<double>(c, p);
-    const Mags mag = magnitudes(c, p);
-    const double k = chunked_k(c);
-
-    const DeviceProblem dev(c, p);
-    DeviceBuffer o(p.v.size() * 4, "o"), hT(c.with_state ? p.state_size() * 4 : 0, "hT");
-    DeviceBuffer ws(gated_delta_rule_chunked_forward_cuda_workspace_bytes(p.s, p.N), "workspace");
-    gated_delta_rule_chunked_forward_cuda({o.as<float>(), c.with_state ? hT.as<float>() : nullptr},
-                                          dev.inputs(c, p), p.s, p.scale, ws.as<void>(), ws.bytes(),
-                                          ctx().stream());
-    EXPECT_TRUE(check_f32(chunked_name(c, "fwd o"), o.download<float>(), cpu.o, ref.o, mag.o, {k}));
-    if (c.with_state) {
-      EXPECT_TRUE(check_f32(chunked_name(c, "fwd hT"), hT.download<float>(), cpu.hT, ref.hT, mag.hT, {k}));
-    }
-    EXPECT_TRUE(buffers_ok({&o, &hT, &ws}, {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.cu}))
-        << chunked_name(c, "fwd");
+    const GdnShape shape = make_problem(c).s;
+    const int64_t n_seqs = static_cast<int64_t>(c.cu.size()) - 1;
+    check_forward_case("chunked ", c, chunked_tolerances(c),
+                       gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, n_seqs),
+                       [](const GdnOutputs<float>& out, const GdnInputs<float>& in, const GdnShape& s, float scale,
+                          void* ws, size_t bytes) {
+                         gated_delta_rule_chunked_forward_cuda(out, in, s, scale, ws, bytes, ctx().stream());
+                       });
   }
 }
 
 TEST(GatedDeltaRuleChunkedCuda, BackwardBf16TensorCores) {
   HLM_REQUIRE_CUDA();
   for (const GdnCase& c : chunked_cases()) {
-    const Problem p = make_problem(c);
-    const Result<float> cpu = run_reference<float>(c, p);
-    const Result<double> ref = run_reference<double>(c, p);
-    const Mags mag = magnitudes(c, p);
-    const double k = chunked_k(c);
-
-    const DeviceProblem dev(c, p);
-    const size_t nqk = p.q.size() * 4, nv = p.v.size() * 4, ng = p.g.size() * 4;
-    DeviceBuffer dq(nqk, "dq"), dk(nqk, "dk"), dv(nv, "dv"), dg(ng, "dg"), dbeta(ng, "dbeta"),
-        dh0(c.with_state ? p.state_size() * 4 : 0, "dh0");
-    DeviceBuffer ws(gated_delta_rule_chunked_backward_cuda_workspace_bytes(p.s, p.N), "workspace");
-    const GdnInputGrads<float> grads{dq.as<float>(), dk.as<float>(),    dv.as<float>(),
-                                     dg.as<float>(), dbeta.as<float>(), c.with_state ? dh0.as<float>() : nullptr};
-    const GdnOutputGrads<float> dout{dev.d_o.as<float>(), c.with_state ? dev.d_hT.as<float>() : nullptr};
-    gated_delta_rule_chunked_backward_cuda(grads, dout, dev.inputs(c, p), p.s, p.scale, ws.as<void>(), ws.bytes(),
-                                           ctx().stream());
-    const std::vector<float> dq_gpu = dq.download<float>(), dk_gpu = dk.download<float>(),
-                             dg_gpu = dg.download<float>();
-    EXPECT_TRUE(check_f32(chunked_name(c, "bwd dq"), dq_gpu, cpu.dq, ref.dq, mag.dq, {k}));
-    EXPECT_TRUE(check_f32(chunked_name(c, "bwd dk"), dk_gpu, cpu.dk, ref.dk, mag.dk, {k}));
-    EXPECT_TRUE(check_f32(chunked_name(c, "bwd dv"), dv.download<float>(), cpu.dv, ref.dv, mag.dv, {k}));
-    EXPECT_TRUE(
-        check_f32(chunked_name(c, "bwd dbeta"), dbeta.download<float>(), cpu.dbeta, ref.dbeta, mag.dbeta, {k}));
-    EXPECT_TRUE(check_f32(chunked_name(c, "bwd dg"), dg_gpu, cpu.dg, ref.dg, mag.dg, {k}));
-    if (c.with_state) {
-      EXPECT_TRUE(check_f32(chunked_name(c, "bwd dh0"), dh0.download<float>(), cpu.dh0, ref.dh0, mag.dh0, {k}));
-    }
-    EXPECT_TRUE(buffers_ok({&dq, &dk, &dv, &dg, &dbeta, &dh0, &ws},
-                           {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.d_o, &dev.d_hT, &dev.cu}))
-        << chunked_name(c, "bwd");
-
-    gated_delta_rule_chunked_backward_cuda(grads, dout, dev.inputs(c, p), p.s, p.scale, ws.as<void>(), ws.bytes(),
-                                           ctx().stream());
-    EXPECT_TRUE(check_exact(chunked_name(c, "bwd dq rerun"), dq.download<float>(), dq_gpu));
-    EXPECT_TRUE(check_exact(chunked_name(c, "bwd dk rerun"), dk.download<float>(), dk_gpu));
-    EXPECT_TRUE(check_exact(chunked_name(c, "bwd dg rerun"), dg.download<float>(), dg_gpu));
+    const GdnShape shape = make_problem(c).s;
+    const int64_t n_seqs = static_cast<int64_t>(c.cu.size()) - 1;
+    check_backward_case("chunked ", c, chunked_tolerances(c),
+                        gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, n_seqs),
+                        [](const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
+                           const GdnInputs<float>& in, const GdnShape& s, float scale, void* ws, size_t bytes) {
+                          gated_delta_rule_chunked_backward_cuda(grads, dout, in, s, scale, ws, bytes,
+                                                                 ctx().stream());
+                        });
   }
 }

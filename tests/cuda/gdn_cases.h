@@ -1,7 +1,8 @@
 // Shared cases of the gated delta rule CUDA tests (cases_gated_delta_rule.cpp: the fp32 recurrence;
 // cases_gated_delta_rule_chunked.cpp: the chunked tensor-core form): the case list, problem generation, the CPU
 // reference runs (recurrent, float and double), the magnitude model of the fp32 test's header comment and device
-// copies of the inputs.
+// copies of the inputs, and the two case runners both tests use (forward and backward checks against the CPU, guard
+// bytes, a bit-identical backward rerun) with each implementation's launcher and tolerances.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -273,5 +274,78 @@ struct DeviceProblem {
   }
 };
 
+
+// Per-output k (harness units of u = 2^-24) of one implementation on one case.
+struct GdnTolerances {
+  double o, state, qk, grad, dg;  // o; hT and dh0; dq and dk; dv and dbeta; dg
+};
+
+// The CPU side of a case: its problem, the float and double references and the magnitudes.
+struct ReferenceRun {
+  Problem p;
+  Result<float> cpu;
+  Result<double> ref;
+  Mags mag;
+  explicit ReferenceRun(const GdnCase& c)
+      : p(make_problem(c)), cpu(run_reference<float>(c, p)), ref(run_reference<double>(c, p)), mag(magnitudes(c, p)) {}
+};
+
+// launch(outputs, inputs, shape, scale, workspace, workspace_bytes) queues the GPU forward; o (and hT with state) are
+// checked against the references, then the guards of outputs and inputs. `label` prefixes every check name.
+template <typename Launch>
+void check_forward_case(const std::string& label, const GdnCase& c, const GdnTolerances& tol, size_t ws_bytes,
+                        Launch launch) {
+  const ReferenceRun r(c);
+  const Problem& p = r.p;
+  const DeviceProblem dev(c, p);
+  DeviceBuffer o(p.v.size() * 4, "o"), hT(c.with_state ? p.state_size() * 4 : 0, "hT"), ws(ws_bytes, "workspace");
+  launch(GdnOutputs<float>{o.as<float>(), c.with_state ? hT.as<float>() : nullptr}, dev.inputs(c, p), p.s, p.scale,
+         ws.as<void>(), ws.bytes());
+  EXPECT_TRUE(check_f32(label + name(c, "fwd o"), o.download<float>(), r.cpu.o, r.ref.o, r.mag.o, {tol.o}));
+  if (c.with_state) {
+    EXPECT_TRUE(check_f32(label + name(c, "fwd hT"), hT.download<float>(), r.cpu.hT, r.ref.hT, r.mag.hT, {tol.state}));
+  }
+  EXPECT_TRUE(buffers_ok({&o, &hT, &ws}, {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.cu}))
+      << label << name(c, "fwd");
+}
+
+// launch(grads, output_grads, inputs, shape, scale, workspace, workspace_bytes) queues the GPU backward; every gradient
+// is checked against the references, then the guards; a second run must give bit-identical dq, dk, dg (fixed
+// reduction orders, no atomics).
+template <typename Launch>
+void check_backward_case(const std::string& label, const GdnCase& c, const GdnTolerances& tol, size_t ws_bytes,
+                         Launch launch) {
+  const ReferenceRun r(c);
+  const Problem& p = r.p;
+  const DeviceProblem dev(c, p);
+  const size_t nqk = p.q.size() * 4, nv = p.v.size() * 4, ng = p.g.size() * 4;
+  DeviceBuffer dq(nqk, "dq"), dk(nqk, "dk"), dv(nv, "dv"), dg(ng, "dg"), dbeta(ng, "dbeta"),
+      dh0(c.with_state ? p.state_size() * 4 : 0, "dh0"), ws(ws_bytes, "workspace");
+  const GdnInputGrads<float> grads{dq.as<float>(), dk.as<float>(),    dv.as<float>(),
+                                   dg.as<float>(), dbeta.as<float>(), c.with_state ? dh0.as<float>() : nullptr};
+  const GdnOutputGrads<float> dout{dev.d_o.as<float>(), c.with_state ? dev.d_hT.as<float>() : nullptr};
+  const auto run = [&] { launch(grads, dout, dev.inputs(c, p), p.s, p.scale, ws.as<void>(), ws.bytes()); };
+  run();
+  const std::vector<float> dq_gpu = dq.download<float>(), dk_gpu = dk.download<float>(), dg_gpu = dg.download<float>();
+  const Result<float>& cpu = r.cpu;
+  const Result<double>& ref = r.ref;
+  const Mags& mag = r.mag;
+  EXPECT_TRUE(check_f32(label + name(c, "bwd dq"), dq_gpu, cpu.dq, ref.dq, mag.dq, {tol.qk}));
+  EXPECT_TRUE(check_f32(label + name(c, "bwd dk"), dk_gpu, cpu.dk, ref.dk, mag.dk, {tol.qk}));
+  EXPECT_TRUE(check_f32(label + name(c, "bwd dv"), dv.download<float>(), cpu.dv, ref.dv, mag.dv, {tol.grad}));
+  EXPECT_TRUE(
+      check_f32(label + name(c, "bwd dbeta"), dbeta.download<float>(), cpu.dbeta, ref.dbeta, mag.dbeta, {tol.grad}));
+  EXPECT_TRUE(check_f32(label + name(c, "bwd dg"), dg_gpu, cpu.dg, ref.dg, mag.dg, {tol.dg}));
+  if (c.with_state) {
+    EXPECT_TRUE(check_f32(label + name(c, "bwd dh0"), dh0.download<float>(), cpu.dh0, ref.dh0, mag.dh0, {tol.state}));
+  }
+  EXPECT_TRUE(buffers_ok({&dq, &dk, &dv, &dg, &dbeta, &dh0, &ws},
+                         {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.d_o, &dev.d_hT, &dev.cu}))
+      << label << name(c, "bwd");
+  run();
+  EXPECT_TRUE(check_exact(label + name(c, "bwd dq rerun"), dq.download<float>(), dq_gpu));
+  EXPECT_TRUE(check_exact(label + name(c, "bwd dk rerun"), dk.download<float>(), dk_gpu));
+  EXPECT_TRUE(check_exact(label + name(c, "bwd dg rerun"), dg.download<float>(), dg_gpu));
+}
 
 }  // namespace hlm::cuda_test::gdn

@@ -9,11 +9,15 @@
 //          ms per step for a single launch (median of 20) and for 20 back-to-back launches (median of 10 batches,
 //          divided by 20), with the achieved bandwidth counting the state read + write plus q, k, v, o, g, β, and its
 //          share of the H200's 4.27 TB/s. Peer: FLA's fused recurrent decode, 0.155-0.166 ms at this shape.
+//   lmhead: the chunked LM head + forward KL with the student gradient (lm_head_loss_cuda.h) at the distillation
+//          step's shape: N = 8192 tokens, H = 1024, V = 151,936, teacher and student heads, bf16 compute mode; one line
+//          per chunking (row block × vocabulary chunk) with ms and the TFLOP/s of its six logits-sized products
+//          (two passes × two heads + dh + dW, 6·2·N·V·H flops).
 // Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
-// Usage: bench_cuda_kernels [gdn] [attn] [decode]   (all when none is given)
+// Usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead]   (all when none is given)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -36,6 +40,7 @@
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
+#include "ops/lm_head_loss/lm_head_loss_cuda.h"
 
 using namespace hlm;
 
@@ -271,6 +276,42 @@ void bench_decode(CudaContext& ctx) {
   }
 }
 
+
+// Chunked LM head + forward KL with the student gradient, bf16 compute mode, at the distillation step's shape.
+void bench_lm_head_kl(CudaContext& ctx) {
+  const int64_t N = 8192, H = 1024, V = 151936;
+  const std::vector<float> w_host = normal(static_cast<size_t>(V * H), 41);
+  std::vector<float> h_host = normal(static_cast<size_t>(N * H), 42);
+  for (float& x : h_host) x *= 0.05f;  // logits of a few units, as a trained model's
+  std::vector<float> ht_host = normal(static_cast<size_t>(N * H), 44);
+  for (float& x : ht_host) x *= 0.05f;
+  // One weight matrix for both heads (the timing does not depend on the values; the hidden states differ).
+  const CudaTensor w_s = upload(ctx, w_host, {V, H}), w_t = upload(ctx, w_host, {V, H});
+  const CudaTensor h_s = upload(ctx, h_host, {N, H}), h_t = upload(ctx, ht_host, {N, H});
+  const CudaTensor w_s16 = upload_bf16(ctx, w_host, {V, H}), w_t16 = upload_bf16(ctx, w_host, {V, H});
+  const CudaTensor h_s16 = upload_bf16(ctx, h_host, {N, H}), h_t16 = upload_bf16(ctx, ht_host, {N, H});
+  CudaTensor kl = CudaTensor::empty(ctx, {N}), dh = CudaTensor::empty(ctx, {N, H}), dw = CudaTensor::empty(ctx, {V, H});
+  CudaTensor result = CudaTensor::empty(ctx, {static_cast<int64_t>(sizeof(TokenLossCudaResult) / 4) + 1}, DType::I32);
+  LmHeadCuda teacher{w_t.data<float>(), V, H, 1.0, w_t16.data<__nv_bfloat16>(), h_t16.data<__nv_bfloat16>()};
+  LmHeadCuda student{w_s.data<float>(), V, H, 1.0, w_s16.data<__nv_bfloat16>(), h_s16.data<__nv_bfloat16>()};
+  const LmHeadGradCuda grad{dh.data<float>(), dw.data<float>()};
+  const double flops = 6.0 * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(H);
+  const LmHeadCudaChunking chunkings[] = {{4096, 1024}, {4096, 2048}, {4096, 4096}, {4096, 8192}, {8192, 4096},
+                                          {16384, 2048}, {2048, 8192}};
+  for (const LmHeadCudaChunking& c : chunkings) {
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, V, c);
+    CudaTensor ws = CudaTensor::empty(ctx, {static_cast<int64_t>(bytes / 4) + 1}, DType::I32);
+    const double ms = time_ms(ctx.stream(), [&] {
+      lm_head_forward_kl_cuda(ctx.blaslt(), kl.data<float>(), static_cast<TokenLossCudaResult*>(result.raw()),
+                              h_t.data<float>(), teacher, h_s.data<float>(), student, N, 1.0, nullptr, &grad, c,
+                              ws.raw(), bytes);
+    }, 1, 5);
+    std::printf("lm_head_kl   N%lld H%lld V%lld bf16 rows %5lld x vocab %5lld  %.3f ms  %.0f TFLOP/s  workspace %.0f MiB\n",
+                (long long)N, (long long)H, (long long)V, (long long)c.row_block, (long long)c.vocab_chunk, ms,
+                flops / (ms * 1e-3) / 1e12, static_cast<double>(bytes) / (1 << 20));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -278,13 +319,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
     return 2;
   }
-  bool gdn = argc == 1, attn = argc == 1, decode = argc == 1;
+  bool gdn = argc == 1, attn = argc == 1, decode = argc == 1, lmhead = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
     else if (std::strcmp(argv[i], "decode") == 0) decode = true;
+    else if (std::strcmp(argv[i], "lmhead") == 0) lmhead = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [decode]\n");
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead]\n");
       return 2;
     }
   }
@@ -295,5 +337,6 @@ int main(int argc, char** argv) {
     bench_attention_dtype<float>(ctx, "f32 ", false);
   }
   if (decode) bench_decode(ctx);
+  if (lmhead) bench_lm_head_kl(ctx);
   return 0;
 }

@@ -3,7 +3,8 @@
 // (gdn_cases.h: packed sequences of lengths 0, 1, 3, 17, 64, 65, 129, 200 — partial chunks, a chunk boundary at 64,
 // empty sequences —, GVA 2× and 3×, dims 7/5, 40/72, 64, 128, every gate regime, with and without h0/dhT) plus long
 // sequences (1000 and 700 + 400 tokens, dk = dv = 128) where the state crosses 11-16 chunks; and a rerun for
-// bit-identical gradients (no atomics).
+// bit-identical gradients (no atomics). KeptForwardScratch: a forward with keep_for_backward followed by a backward
+// with forward_kept gives the very bits of the plain forward and the plain (rerunning) backward.
 //
 // Tolerance: the magnitudes of the fp32 test (gdn_cases.h: SM, SD and the per-output mag) with bf16 in place of fp32
 // roundings. u_b = 2^-8 is bf16's unit roundoff; every GEMM operand is rounded once to bf16 (q, k, v, R, W, U, M0,
@@ -79,5 +80,61 @@ TEST(GatedDeltaRuleChunkedCuda, BackwardBf16TensorCores) {
                           gated_delta_rule_chunked_backward_cuda(grads, dout, in, s, scale, ws, bytes,
                                                                  ctx().stream());
                         });
+  }
+}
+
+// The recomputing layer's path: forward(keep_for_backward) then backward(forward_kept) on one workspace must give
+// exactly the plain forward's o and the plain backward's gradients (the skipped rerun computes the same bits).
+TEST(GatedDeltaRuleChunkedCuda, KeptForwardScratch) {
+  HLM_REQUIRE_CUDA();
+  const std::vector<GdnCase> all = chunked_cases();
+  for (const GdnCase& c : all) {
+    const Problem p = make_problem(c);
+    const DeviceProblem dev(c, p);
+    const GdnInputs<float> in = dev.inputs(c, p);
+    const int64_t n_seqs = static_cast<int64_t>(c.cu.size()) - 1;
+    const size_t fwd_bytes = gated_delta_rule_chunked_forward_cuda_workspace_bytes(p.s, n_seqs);
+    const size_t bwd_bytes = gated_delta_rule_chunked_backward_cuda_workspace_bytes(p.s, n_seqs);
+    const size_t nqk = p.q.size() * 4, nv = p.v.size() * 4, ng = p.g.size() * 4, ns = c.with_state ? p.state_size() * 4 : 0;
+    struct Run {
+      DeviceBuffer o, hT, dq, dk, dv, dg, dbeta, dh0, ws;
+    };
+    const auto make_run = [&](size_t ws_bytes) {
+      return Run{DeviceBuffer(nv, "o"),   DeviceBuffer(ns, "hT"), DeviceBuffer(nqk, "dq"),
+                 DeviceBuffer(nqk, "dk"), DeviceBuffer(nv, "dv"), DeviceBuffer(ng, "dg"),
+                 DeviceBuffer(ng, "dbeta"), DeviceBuffer(ns, "dh0"), DeviceBuffer(ws_bytes, "workspace")};
+    };
+    const auto outs = [&](Run& r) {
+      return GdnOutputs<float>{r.o.as<float>(), c.with_state ? r.hT.as<float>() : nullptr};
+    };
+    const auto grads = [&](Run& r) {
+      return GdnInputGrads<float>{r.dq.as<float>(), r.dk.as<float>(),    r.dv.as<float>(),
+                                  r.dg.as<float>(), r.dbeta.as<float>(), c.with_state ? r.dh0.as<float>() : nullptr};
+    };
+    const GdnOutputGrads<float> dout{dev.d_o.as<float>(), c.with_state ? dev.d_hT.as<float>() : nullptr};
+    Run plain = make_run(bwd_bytes), kept = make_run(bwd_bytes);
+    DeviceBuffer fwd_ws(fwd_bytes, "forward workspace");
+    gated_delta_rule_chunked_forward_cuda(outs(plain), in, p.s, p.scale, fwd_ws.as<void>(), fwd_ws.bytes(),
+                                          ctx().stream());
+    gated_delta_rule_chunked_backward_cuda(grads(plain), dout, in, p.s, p.scale, plain.ws.as<void>(), plain.ws.bytes(),
+                                           ctx().stream());
+    gated_delta_rule_chunked_forward_cuda(outs(kept), in, p.s, p.scale, kept.ws.as<void>(), kept.ws.bytes(),
+                                          ctx().stream(), /*keep_for_backward=*/true);
+    gated_delta_rule_chunked_backward_cuda(grads(kept), dout, in, p.s, p.scale, kept.ws.as<void>(), kept.ws.bytes(),
+                                           ctx().stream(), /*forward_kept=*/true);
+    const std::string label = "kept " + name(c, "");
+    EXPECT_TRUE(check_exact(label + "o", kept.o.download<float>(), plain.o.download<float>()));
+    if (c.with_state) {
+      EXPECT_TRUE(check_exact(label + "hT", kept.hT.download<float>(), plain.hT.download<float>()));
+      EXPECT_TRUE(check_exact(label + "dh0", kept.dh0.download<float>(), plain.dh0.download<float>()));
+    }
+    EXPECT_TRUE(check_exact(label + "dq", kept.dq.download<float>(), plain.dq.download<float>()));
+    EXPECT_TRUE(check_exact(label + "dk", kept.dk.download<float>(), plain.dk.download<float>()));
+    EXPECT_TRUE(check_exact(label + "dv", kept.dv.download<float>(), plain.dv.download<float>()));
+    EXPECT_TRUE(check_exact(label + "dg", kept.dg.download<float>(), plain.dg.download<float>()));
+    EXPECT_TRUE(check_exact(label + "dbeta", kept.dbeta.download<float>(), plain.dbeta.download<float>()));
+    EXPECT_TRUE(buffers_ok({&kept.o, &kept.hT, &kept.dq, &kept.dk, &kept.dv, &kept.dg, &kept.dbeta, &kept.dh0, &kept.ws},
+                           {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.d_o, &dev.d_hT, &dev.cu}))
+        << label;
   }
 }

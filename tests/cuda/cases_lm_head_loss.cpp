@@ -6,7 +6,8 @@
 // Cases: odd N, V not a multiple of the chunk, chunk > V and row block > N, one-row blocks, ignored targets (−100) and
 // a target in the last (partial) chunk, token weights, a Granite logits divisor, logits of ~±80 and beyond (std 30),
 // all-zero hidden states (uniform softmax), a NaN hidden row (NaN parity of the per-token values), τ = 1 and τ = 2,
-// forward only (no gradients), N = 0, and a target ≥ V (error flag).
+// forward only (no gradients), N = 0, and a target ≥ V (error flag); the KL cases again in the bf16 compute mode
+// (bf16-representable inputs, bf16 products, dz rounded to bf16: the extra terms are stated at run_kl_case).
 //
 // Tolerances (fp32 rule with k = 1 and mag = the derived bound in units of u; per row t of a head with scale
 // s = 1/(divisor·τ), z = s·h·Wᵀ, A_t = max_v |s|·Σ_k |h_tk|·|W_vk|, T = lm_head_cuda_threads(), Cb the chunk):
@@ -28,6 +29,8 @@
 //     + 2^-40·Σ_t|w_t·value_t| (fp64 sums in a different order); mean likewise with 1/count.
 // These are worst-case bounds (typical errors are ~sqrt of them); a dropped chunk, a wrong rescale, a missed target,
 // a wrong τ or divisor factor moves results by ≥ 1e-3 relative, far outside them.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -35,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "harness.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
@@ -126,7 +130,8 @@ struct HeadStats {
   std::vector<double> lse;     // [N]
   std::vector<double> e_z, e_lse;  // [N], in units of u
 };
-HeadStats head_stats(const HeadInputs& in, int64_t N, int64_t V, int64_t H, double s, int64_t chunk) {
+HeadStats head_stats(const HeadInputs& in, int64_t N, int64_t V, int64_t H, double s, int64_t chunk,
+                     double product_factor = 1.0) {
   const double T = lm_head_cuda_threads();
   HeadStats st;
   st.z.resize(static_cast<size_t>(N * V));
@@ -159,7 +164,7 @@ HeadStats head_stats(const HeadInputs& in, int64_t N, int64_t V, int64_t H, doub
       st.p[static_cast<size_t>(t * V + v)] = p;
       if (p > 0) spread += p * (zmax - z);
     }
-    st.e_z[static_cast<size_t>(t)] = (static_cast<double>(H) + 3) * amax;
+    st.e_z[static_cast<size_t>(t)] = (product_factor * static_cast<double>(H) + 3) * amax;
     st.e_lse[static_cast<size_t>(t)] = st.e_z[static_cast<size_t>(t)] + sum_terms + spread;
   }
   return st;
@@ -168,11 +173,12 @@ HeadStats head_stats(const HeadInputs& in, int64_t N, int64_t V, int64_t H, doub
 // mag of dh [N, H] and dW [V, H] from dz [N, V] and its error bound d [N, V] (header comment).
 void grad_magnitudes(const std::vector<double>& dz, const std::vector<double>& d, const HeadInputs& in,
                      const std::vector<float>& dW0, const LossCase& c, int64_t H, std::vector<double>& mag_dh,
-                     std::vector<double>& mag_dw) {
+                     std::vector<double>& mag_dw, double product_factor = 1.0) {
   const int64_t N = c.N, V = c.V;
   const int64_t Cb = std::min(c.vocab_chunk, V), Rb = std::min(c.row_block, N);
-  const double L_h = static_cast<double>(V + (V + Cb - 1) / Cb + 1);
-  const double L_w = static_cast<double>(N + (N + Rb - 1) / Rb + 1);
+  // product_factor (bf16 mode: 2) scales the products' own additions (tensor-core accumulation, ≤ 2u each).
+  const double L_h = product_factor * static_cast<double>(V) + static_cast<double>((V + Cb - 1) / Cb + 1);
+  const double L_w = product_factor * static_cast<double>(N) + static_cast<double>((N + Rb - 1) / Rb + 1);
   mag_dh.assign(static_cast<size_t>(N * H), 0.0);
   mag_dw.assign(static_cast<size_t>(V * H), 0.0);
   for (int64_t t = 0; t < N; ++t)
@@ -301,12 +307,33 @@ TEST(LmHeadLossCuda, CrossEntropy) {
   }
 }
 
-TEST(LmHeadLossCuda, ForwardKl) {
-  HLM_REQUIRE_CUDA();
-  for (const LossCase& c : kKlCases) {
+namespace {
+
+// Rounds every value to the nearest bf16 (the bf16 case's inputs: exactly representable, so the bf16 products see the
+// very values the fp32 and fp64 references see).
+void round_to_bf16(std::vector<float>& v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+}
+
+std::vector<uint16_t> bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+  return b;
+}
+
+// One KL case, fp32 or bf16 compute mode (lm_head_loss_cuda.h). The bf16 mode gets bf16-representable h and W, so its
+// only extra roundings are (a) the tensor-core products' fp32 accumulation, taken as ≤ 2u per addition (it need not
+// round to nearest: product_factor 2 in e_z), and (b) dz rounded to bf16 before the gradient products: |Δdz| gains
+// u_b·|dz|, u_b = 2^-8 = 2^16 u, which d carries into the dh and dW magnitudes.
+void run_kl_case(const LossCase& c, bool bf16) {
+  {
     const int64_t N = c.N, V = c.V, H_S = c.student.H, H_T = c.teacher.H;
     const double tau = c.tau;
-    const HeadInputs in_s = make_head(c, c.student, 111), in_t = make_head(c, c.teacher, 121);
+    HeadInputs in_s = make_head(c, c.student, 111), in_t = make_head(c, c.teacher, 121);
+    if (bf16)
+      for (std::vector<float>* v : {&in_s.h, &in_s.W, &in_t.h, &in_t.W}) round_to_bf16(*v);
+    const double product_factor = bf16 ? 2.0 : 1.0, dz_rounding = bf16 ? 65536.0 : 0.0;
+    const auto kname = [&](const char* what) { return name(c, what) + (bf16 ? " bf16" : ""); };
     const std::vector<float> weights = c.weights ? make_weights(N) : std::vector<float>{};
     const float* tw = c.weights ? weights.data() : nullptr;
     const std::vector<float> dW0 = make_values(static_cast<size_t>(V * H_S), Fill::Normal, 113, 0.01f);
@@ -330,8 +357,8 @@ TEST(LmHeadLossCuda, ForwardKl) {
                                                                 tau, c.weights ? tw64.data() : nullptr, &grad64);
 
     const double scale_s = 1.0 / (c.student.divisor * tau), scale_t = 1.0 / (c.teacher.divisor * tau);
-    const HeadStats ss = head_stats(in_s, N, V, H_S, scale_s, c.vocab_chunk);
-    const HeadStats st = head_stats(in_t, N, V, H_T, scale_t, c.vocab_chunk);
+    const HeadStats ss = head_stats(in_s, N, V, H_S, scale_s, c.vocab_chunk, product_factor);
+    const HeadStats st = head_stats(in_t, N, V, H_T, scale_t, c.vocab_chunk, product_factor);
     std::vector<double> mag_kl(static_cast<size_t>(N)), dz(static_cast<size_t>(N * V)), d(dz.size());
     double loss_bound = 0, mean_bound = 0, loss_abs = 0;
     for (int64_t t = 0; t < N; ++t) {
@@ -345,7 +372,7 @@ TEST(LmHeadLossCuda, ForwardKl) {
         if (st.p[tv] > 0) spread += st.p[tv] * std::abs(a - b);
         const double g = w * tau * tau * scale_s;
         dz[tv] = g * (ss.p[tv] - st.p[tv]);
-        d[tv] = std::abs(g) * (ss.p[tv] * beta + st.p[tv] * alpha) + std::abs(dz[tv]);
+        d[tv] = std::abs(g) * (ss.p[tv] * beta + st.p[tv] * alpha) + (1.0 + dz_rounding) * std::abs(dz[tv]);
       }
       const double e = alpha + beta + alpha * spread;
       mag_kl[ut] = e + std::abs(kl64[ut]);
@@ -362,30 +389,56 @@ TEST(LmHeadLossCuda, ForwardKl) {
                  result(sizeof(TokenLossCudaResult), "result");
     const LmHeadCudaChunking chunking{c.vocab_chunk, c.row_block};
     DeviceBuffer ws(lm_head_forward_kl_cuda_workspace_bytes(N, V, chunking), "workspace");
-    const LmHeadCuda teacher{dev_t.W.as<float>(), V, H_T, c.teacher.divisor},
+    LmHeadCuda teacher{dev_t.W.as<float>(), V, H_T, c.teacher.divisor},
         student{dev_s.W.as<float>(), V, H_S, c.student.divisor};
+    DeviceBuffer hs16 = DeviceBuffer::from(bf16 ? bf16_bits(in_s.h) : std::vector<uint16_t>{}, "hidden bf16"),
+                 Ws16 = DeviceBuffer::from(bf16 ? bf16_bits(in_s.W) : std::vector<uint16_t>{}, "weight bf16"),
+                 ht16 = DeviceBuffer::from(bf16 ? bf16_bits(in_t.h) : std::vector<uint16_t>{}, "teacher hidden bf16"),
+                 Wt16 = DeviceBuffer::from(bf16 ? bf16_bits(in_t.W) : std::vector<uint16_t>{}, "teacher weight bf16");
+    if (bf16) {
+      student.weight_bf16 = Ws16.as<__nv_bfloat16>();
+      student.hidden_bf16 = hs16.as<__nv_bfloat16>();
+      teacher.weight_bf16 = Wt16.as<__nv_bfloat16>();
+      teacher.hidden_bf16 = ht16.as<__nv_bfloat16>();
+    }
     const LmHeadGradCuda grad{dh.as<float>(), dW.as<float>()};
     lm_head_forward_kl_cuda(ctx().blaslt(), kl.as<float>(), result.as<TokenLossCudaResult>(), dev_t.h.as<float>(),
                             teacher, dev_s.h.as<float>(), student, N, tau, c.weights ? twb.as<float>() : nullptr,
                             c.grad ? &grad : nullptr, chunking, ws.as<void>(), ws.bytes());
 
-    EXPECT_TRUE(check_f32(name(c, "kl values"), kl.download<float>(), kl32, kl64, mag_kl, {1}));
+    EXPECT_TRUE(check_f32(kname("kl values"), kl.download<float>(), kl32, kl64, mag_kl, {1}));
     const TokenLossCudaResult r = result.download<TokenLossCudaResult>()[0];
-    EXPECT_EQ(r.count, N) << name(c, "kl count");
-    EXPECT_TRUE(check_scalar(name(c, "kl loss"), r.loss, r64.loss, loss_bound));
-    EXPECT_TRUE(check_scalar(name(c, "kl mean"), r.mean, r64.mean, mean_bound));
+    EXPECT_EQ(r.count, N) << kname("kl count");
+    EXPECT_TRUE(check_scalar(kname("kl loss"), r.loss, r64.loss, loss_bound));
+    EXPECT_TRUE(check_scalar(kname("kl mean"), r.mean, r64.mean, mean_bound));
     if (c.grad) {
       std::vector<double> mag_dh, mag_dw;
-      grad_magnitudes(dz, d, in_s, dW0, c, H_S, mag_dh, mag_dw);
-      EXPECT_TRUE(check_f32(name(c, "kl d_hidden"), dh.download<float>(), dh32, dh64, mag_dh, {1}));
-      EXPECT_TRUE(check_f32(name(c, "kl d_weight"), dW.download<float>(), dW32, dW64, mag_dw, {1}));
-      EXPECT_TRUE(buffers_ok({&kl, &dh, &dW, &result, &ws}, {&dev_s.h, &dev_s.W, &dev_t.h, &dev_t.W, &twb}))
-          << name(c, "kl");
+      grad_magnitudes(dz, d, in_s, dW0, c, H_S, mag_dh, mag_dw, product_factor);
+      EXPECT_TRUE(check_f32(kname("kl d_hidden"), dh.download<float>(), dh32, dh64, mag_dh, {1}));
+      EXPECT_TRUE(check_f32(kname("kl d_weight"), dW.download<float>(), dW32, dW64, mag_dw, {1}));
+      EXPECT_TRUE(buffers_ok({&kl, &dh, &dW, &result, &ws},
+                             {&dev_s.h, &dev_s.W, &dev_t.h, &dev_t.W, &twb, &hs16, &Ws16, &ht16, &Wt16}))
+          << kname("kl");
     } else {
-      EXPECT_TRUE(buffers_ok({&kl, &result, &ws}, {&dev_s.h, &dev_s.W, &dev_t.h, &dev_t.W, &twb, &dh, &dW}))
-          << name(c, "kl fwd");
+      EXPECT_TRUE(buffers_ok({&kl, &result, &ws},
+                             {&dev_s.h, &dev_s.W, &dev_t.h, &dev_t.W, &twb, &dh, &dW, &hs16, &Ws16, &ht16, &Wt16}))
+          << kname("kl fwd");
     }
   }
+}
+
+}  // namespace
+
+TEST(LmHeadLossCuda, ForwardKl) {
+  HLM_REQUIRE_CUDA();
+  for (const LossCase& c : kKlCases) run_kl_case(c, false);
+}
+
+// The bf16 compute mode (bf16 logits products, dz written straight to bf16 for the gradient products) on the same
+// cases.
+TEST(LmHeadLossCuda, ForwardKlBf16) {
+  HLM_REQUIRE_CUDA();
+  for (const LossCase& c : kKlCases) run_kl_case(c, true);
 }
 
 // A target ≥ V (the CPU throws) sets the flag; that token's CE is NaN, so are loss and mean; it is not counted.

@@ -447,7 +447,8 @@ size_t gated_delta_rule_chunked_backward_cuda_workspace_bytes(const GdnShape& sh
 
 void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
                                             const GdnInputs<float>& in, const GdnShape& shape, float scale,
-                                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                                            void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                            bool forward_kept) {
   using namespace gdn_chunked;
   const Problem p = make_problem(in, shape, scale);
   HLM_CHECK(p.T == 0 || (grads.dq && grads.dk && grads.dv && grads.dg && grads.dbeta && dout.d_o),
@@ -459,7 +460,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   const ForwardScratch fs = carve_forward(c, p, true);
   const BackwardScratch bs = carve_backward(c, p, fs);
   const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
-  launch_forward_passes(p, fs, nullptr, stream);
+  if (!forward_kept) launch_forward_passes(p, fs, nullptr, stream);  // else prep and state left it there
   const dim3 chunks(static_cast<unsigned>(fs.max_chunks), static_cast<unsigned>(p.Hv));
   set_smem(du_local_kernel, kLocSmem);
   du_local_kernel<<<chunks, kThreads, kLocSmem, stream>>>(p, fs, bs, gr);

@@ -13,7 +13,7 @@
 //           chunk's W and decayed keys copied by cp.async meanwhile: store M0 (bf16), U = Ũ − W M0ᵀ (fp32, in place
 //           of Ũ), M ← e^{γ_c} M + Uᵀ diag(e^{γ_c − γ}) K
 //   output  per (chunk, v-head): O = scale · (diag(e^γ) Q M0ᵀ + (Q Kᵀ ⊙ Γ) U)
-// Backward kernels (gated_delta_rule_chunked_bwd.cu), after rerunning prep and state:
+// Backward kernels (gated_delta_rule_chunked_bwd.cu), after rerunning prep and state (or finding them kept):
 //   dU_loc  per (chunk, v-head): scale · (Q Kᵀ ⊙ Γ)ᵀ dO; dO copied to bf16
 //   dstate  per (sequence, v-head, 32 state rows), reverse over chunks, D = dL/dM in fp32 accumulators, the previous
 //           chunk's tiles copied by cp.async meanwhile: store D leaving the chunk (bf16),
@@ -46,9 +46,14 @@ constexpr int64_t gated_delta_rule_chunked_cuda_max_dim() { return 128; }
 size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs);
 // o [T, Hv, dv] and hT (nullable) OVERWRITTEN; h0 nullable (zeros). No output may alias an input. `workspace` holds
 // the bytes above, used only by work on `stream`.
+// keep_for_backward: the workspace holds gated_delta_rule_chunked_backward_cuda_workspace_bytes instead, and the
+// forward leaves in it what the backward's rerun of prep and state would compute (the same kernels on the same
+// inputs, so the same bits); a backward with forward_kept on these inputs and this workspace then skips that rerun
+// (the recomputing layer backward: its forward runs right before its backward).
 void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const GdnInputs<float>& in,
                                            const GdnShape& shape, float scale, void* workspace,
-                                           size_t workspace_bytes, cudaStream_t stream);
+                                           size_t workspace_bytes, cudaStream_t stream,
+                                           bool keep_for_backward = false);
 
 // Scratch of the backward: the forward's plus R per chunk, Ũ, scale·e^γ Q and dO in bf16, per-chunk D (bf16),
 // dU [T, Hv, dv] fp32, dW [T, Hv, dk] bf16, dk partials [T, Hv, dk] fp32, dγ partials [T, Hv] and, when Hv > Hk, dq
@@ -56,8 +61,11 @@ void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const G
 size_t gated_delta_rule_chunked_backward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs);
 // dq, dk [T, Hk, dk] (summed over each GVA group in v-head order), dv, dg, dbeta, dh0 (nullable) OVERWRITTEN;
 // dout.d_hT nullable (zero). No output may alias an input.
+// forward_kept: the workspace comes from gated_delta_rule_chunked_forward_cuda with keep_for_backward on the same
+// inputs, shape and scale, untouched since; prep and state are then not rerun (results bit-identical either way).
 void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
                                             const GdnInputs<float>& in, const GdnShape& shape, float scale,
-                                            void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                                            void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                            bool forward_kept = false);
 
 }  // namespace hlm

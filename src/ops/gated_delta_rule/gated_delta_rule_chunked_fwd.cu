@@ -280,15 +280,18 @@ size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& sha
 
 void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const GdnInputs<float>& in,
                                            const GdnShape& shape, float scale, void* workspace,
-                                           size_t workspace_bytes, cudaStream_t stream) {
+                                           size_t workspace_bytes, cudaStream_t stream, bool keep_for_backward) {
   using namespace gdn_chunked;
   const Problem p = make_problem(in, shape, scale);
   HLM_CHECK(out.o != nullptr || p.T == 0, "chunked gated delta rule: output o missing");
-  const size_t need = gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, in.n_seqs);
+  const size_t need = keep_for_backward ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, in.n_seqs)
+                                        : gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, in.n_seqs);
   HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
-            need);
+            need, keep_for_backward ? " (kept for the backward)" : "");
   Carver c{static_cast<char*>(workspace)};
-  const ForwardScratch s = carve_forward(c, p, false);
+  // Kept for the backward: the backward's layout, whose forward part (carved first, identically) also takes R, Ũ
+  // and Qd, which prep fills when present.
+  const ForwardScratch s = carve_forward(c, p, keep_for_backward);
   launch_forward_passes(p, s, out.hT, stream);
   set_smem(output_kernel, kOutSmem);
   output_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kOutThreads, kOutSmem,

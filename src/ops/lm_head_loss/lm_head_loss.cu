@@ -2,7 +2,7 @@
 // train/lm_head_loss.h). Host loop over row blocks and vocabulary chunks; per tile:
 //   matmul_forward_cuda (logits tile [R, C] = h_block · W_chunkᵀ)  ->  lse_update_kernel (one block per row)
 // then, per row block, row_finish_* (lse, per-token value); pass 2 recomputes each tile, *_dz_kernel turns it into dz
-// in place, and matmul_backward_cuda accumulates dh and dW. A final one-block kernel forms loss / mean / count.
+// (in place, or straight into the bf16 dz operand in the bf16 mode), and matmul_backward_*_cuda accumulates dh and dW. A final one-block kernel forms loss / mean / count.
 // Workspace (carve()): tiles, per-row statistics of one row block, per-token weights and values (fp64), the count.
 #include <cmath>
 
@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 #include "ops/log_softmax/block_reduce.cuh"
-#include "ops/cast/cast_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 
 namespace hlm {
@@ -134,34 +133,47 @@ __global__ void lse_finish_kernel(double* lse, const double* max, const double* 
 
 // ---- Pass 2
 
-// dz = w · scale · (softmax − onehot) in place over the tile (w = 0: zeros, whatever the logits).
-__global__ void __launch_bounds__(kThreads) ce_dz_kernel(float* tile, int64_t C, float scale, double grad_scale,
-                                                         const double* lse, const double* weights,
+// Where a dz value goes: the fp32 tile in place (fp32 mode), or straight into the bf16 operand of the gradient
+// products (bf16 mode; dz16 non-null), rounded float first, then bf16 — the same two roundings as writing the fp32
+// tile and casting it (cast_f32_to_bf16_cuda), without the fp32 round trip through memory.
+__device__ __forceinline__ void store_dz(float* row, __nv_bfloat16* row16, int64_t v, float dz) {
+  if (row16 != nullptr)
+    row16[v] = __float2bfloat16_rn(dz);
+  else
+    row[v] = dz;
+}
+
+// dz = w · scale · (softmax − onehot) over the tile (w = 0: zeros, whatever the logits), into the tile in place or
+// into dz16 [R, C] (store_dz).
+__global__ void __launch_bounds__(kThreads) ce_dz_kernel(float* tile, __nv_bfloat16* dz16, int64_t C, float scale,
+                                                         double grad_scale, const double* lse, const double* weights,
                                                          const int32_t* targets, int64_t r0, int64_t c0) {
   const int64_t r = blockIdx.x;
   float* row = tile + r * C;
+  __nv_bfloat16* row16 = dz16 != nullptr ? dz16 + r * C : nullptr;
   const double w = weights[r0 + r] * grad_scale;
   const int64_t target = targets[r0 + r];
   for (int64_t v = threadIdx.x; v < C; v += kThreads) {
     if (w == 0.0) {
-      row[v] = 0.0f;
+      store_dz(row, row16, v, 0.0f);
       continue;
     }
     const double p = exp(static_cast<double>(__fmul_rn(row[v], scale)) - lse[r]);
-    row[v] = static_cast<float>(w * (p - (c0 + v == target ? 1.0 : 0.0)));
+    store_dz(row, row16, v, static_cast<float>(w * (p - (c0 + v == target ? 1.0 : 0.0))));
   }
 }
 
-// KL terms of row r over the chunk into kl_acc[r] (+=), and with `dz_scale` ≠ 0 the student tile becomes
-// dz = w · dz_scale · (p_S − p_T) in place (dz_scale = τ² / (τ · divisor_S)).
-__global__ void __launch_bounds__(kThreads) kl_chunk_kernel(float* tile_s, const float* tile_t, int64_t C,
-                                                            float scale_s, float scale_t, const double* lse_s,
-                                                            const double* lse_t, double* kl_acc,
+// KL terms of row r over the chunk into kl_acc[r] (+=), and with write_dz dz = w · dz_scale · (p_S − p_T)
+// (dz_scale = τ² / (τ · divisor_S)) into the student tile in place or into dz16 [R, C] (store_dz).
+__global__ void __launch_bounds__(kThreads) kl_chunk_kernel(float* tile_s, __nv_bfloat16* dz16, const float* tile_t,
+                                                            int64_t C, float scale_s, float scale_t,
+                                                            const double* lse_s, const double* lse_t, double* kl_acc,
                                                             const double* weights, double dz_scale, bool write_dz,
                                                             int64_t r0) {
   __shared__ double smem[kThreads / 32];
   const int64_t r = blockIdx.x;
   float* row_s = tile_s + r * C;
+  __nv_bfloat16* row16 = dz16 != nullptr ? dz16 + r * C : nullptr;
   const float* row_t = tile_t + r * C;
   const double w = write_dz ? weights[r0 + r] * dz_scale : 0.0;
   double sum = 0.0;
@@ -170,7 +182,7 @@ __global__ void __launch_bounds__(kThreads) kl_chunk_kernel(float* tile_s, const
     const double log_p_s = static_cast<double>(__fmul_rn(row_s[v], scale_s)) - lse_s[r];
     const double p_t = exp(log_p_t);
     sum += p_t * (log_p_t - log_p_s);
-    if (write_dz) row_s[v] = static_cast<float>(w * (exp(log_p_s) - p_t));
+    if (write_dz) store_dz(row_s, row16, v, static_cast<float>(w * (exp(log_p_s) - p_t)));
   }
   sum = cuda::block_sum_f64<kThreads>(sum, smem);
   if (threadIdx.x == 0) kl_acc[r] += sum;
@@ -288,13 +300,17 @@ void logits_tile(const CudaBlasLt& lt, float* tile, const float* hidden, const L
   matmul_forward_cuda(lt, tile, hidden + r0 * H, head.weight + c0 * H, nullptr, MatmulCudaParams{R, C, H});
 }
 
-// dh[r0 : r0+R] += dz · W_chunk, dW_chunk += dzᵀ · h[r0 : r0+R].
+// The bf16 destination of dz in the bf16 compute mode, else null (dz stays in the fp32 tile).
+__nv_bfloat16* dz16_for(const LmHeadCuda& head, const Workspace& ws) {
+  return head.weight_bf16 != nullptr ? ws.dz16 : nullptr;
+}
+
+// dh[r0 : r0+R] += dz · W_chunk, dW_chunk += dzᵀ · h[r0 : r0+R]; dz is the fp32 tile, or dz16 in the bf16 mode.
 void accumulate_tile_grad(const CudaBlasLt& lt, const LmHeadGradCuda& grad, const float* dz, const float* hidden,
                           const LmHeadCuda& head, int64_t r0, int64_t R, int64_t c0, int64_t C,
-                          __nv_bfloat16* dz16) {
+                          const __nv_bfloat16* dz16) {
   const int64_t H = head.hidden;
   if (head.weight_bf16 != nullptr) {
-    cast_f32_to_bf16_cuda(dz16, dz, R * C, lt.stream);
     matmul_backward_mixed_cuda(lt, grad.d_hidden + r0 * H, grad.d_weight + c0 * H, nullptr, dz16,
                                head.hidden_bf16 + r0 * H, head.weight_bf16 + c0 * H, MatmulCudaParams{R, C, H},
                                /*accumulate_dx=*/true);
@@ -373,8 +389,8 @@ void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaRe
     for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
       const int64_t C = std::min(ws.Cb, V - c0);
       logits_tile(lt, ws.tile_a, hidden, head, r0, R, c0, C);
-      ce_dz_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(ws.tile_a, C, scale_f, scale, ws.lse_a,
-                                                                     ws.weights, targets, r0, c0);
+      ce_dz_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(ws.tile_a, dz16_for(head, ws), C, scale_f,
+                                                                     scale, ws.lse_a, ws.weights, targets, r0, c0);
       HLM_CUDA_CHECK_LAUNCH();
       accumulate_tile_grad(lt, *grad, ws.tile_a, hidden, head, r0, R, c0, C, ws.dz16);
     }
@@ -442,7 +458,7 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
       logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
       logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
       kl_chunk_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
-          ws.tile_a, ws.tile_b, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a, ws.lse_b,
+          ws.tile_a, dz16_for(student, ws), ws.tile_b, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a, ws.lse_b,
           ws.aux, ws.weights, dz_scale, grad != nullptr, r0);
       HLM_CUDA_CHECK_LAUNCH();
       if (grad != nullptr)

@@ -81,7 +81,8 @@ const std::array kOptions{
                 "Where the steps run: cpu, or cuda (GPU 0; needs a build with the CUDA backend)"},
     TrainOption{"precision", "--precision", &C::precision, B, false, false, false,
                 "Products of the linears and the LM head: fp32, or bf16 (--device cuda: bf16 tensor cores with fp32 "
-                "results; master weights, optimizer state and activations stay fp32)"},
+                "results; master weights and optimizer state stay fp32, activations too unless only bf16 products "
+                "read them)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {

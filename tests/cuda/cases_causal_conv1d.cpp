@@ -1,8 +1,11 @@
 // Depthwise causal conv (+ SiLU): CUDA (src/ops/causal_conv1d/causal_conv1d.cu) vs the CPU reference
 // (causal_conv1d_ref.cpp), forward and backward, f32. Cases: packed sequences of lengths 1, 17, 64, 65, 200 (the conv
 // resets at every start), empty sequences and sequences shorter than K−1 (state_out then mixes the initial state and
-// the inputs), K = 1 (no state), 2 and 4, with and without an initial state and SiLU, two long sequences (a
-// multi-chunk dw column sum), every fill of x (large, ±0, subnormal, NaN/±Inf); state_out aliasing state_in.
+// the inputs), K = 1 (no state), 2 and 4 (the K ≤ 4 register window), 7 (the K ≤ 8 window), 13 and 64 (the 64-slot
+// window), with and without an initial state and SiLU, odd channel counts (33, 65: partial channel tiles), sequence
+// boundaries inside a run and inside a run's dx halo (the K−1 tokens past it), boundaries exactly at run starts, T not
+// a multiple of the run or tile length, T = 0 (N = 2 empty sequences; N = 0), a T above 32768 (runs longer than 32
+// tokens, 256 tiles), every fill of x (large, ±0, subnormal, NaN/±Inf); state_out aliasing state_in; dw == nullptr.
 //
 // Tolerances (fp32 rule, harness.h). expf ≤ 2 ulp (4u); the K-tap sums are FMA chains (K roundings relative to the
 // sum of |terms|). Magnitudes are computed by the double reference on absolute values (|x|, |w|, |state|, no SiLU):
@@ -12,13 +15,19 @@
 //   dpre = dy·σ(pre)·(1 + pre·σ(−pre)): pre's error passes with |silu''| ≤ 0.5, the two σ and four operations add
 //       16u: k_dpre = K + 16 relative to mag_dpre = |dy|·(0.5·mag_pre + σ(1 + |pre|σ(−pre))) (no SiLU: dpre = dy).
 //   dx, d_state_in = K-tap FMA chains of w·dpre: k = 2K + 16, mag = Σ |w|·mag_dpre.
-//   dw = Σ_t dpre·in: k = K + 17 + P (P = column_sum_path_length), mag = Σ_t mag_dpre·|in|.
+//   dw = Σ_t dpre·in, summed by the kernel as an FMA chain over each run of R tokens, then the runs_per_tile runs of a
+//       tile in order, then the tiles in order: at most P = R + runs_per_tile + tiles roundings in sequence
+//       (causal_conv1d_cuda_dw_path_length(T)); with dpre's K + 16 and one more for the product (the FMA makes it
+//       exact; kept as a margin): k = K + 17 + P, mag = Σ_t mag_dpre·|in|.
 //   state_out: copies, bit-identical.
+// Without SiLU (dpre = dy) every GPU operation is an fp32 FMA or addition in a documented order, so y, dx and dw are
+// also checked bit for bit against an fp32 emulation of the kernels' order (fma_emulation below): the window, halo,
+// sequence-boundary and dw-tiling logic must then be exact, not merely within tolerance.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "backend/cuda/column_sum.h"
 #include "harness.h"
 #include "ops/causal_conv1d/causal_conv1d.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
@@ -45,6 +54,26 @@ const std::vector<ConvCase> kCases = {
     {{0, 5, 70}, 9, 4, true, true, Fill::Zeros},
     {{0, 33, 40}, 9, 4, false, true, Fill::Denormal},
     {{0, 1000, 2001}, 33, 4, true, true, Fill::Normal},
+    // Run / tile structure (runs of 32 tokens, tiles of 4 runs while T ≤ 32768): boundaries at 5 (< K), 37, 38
+    // inside one run, T = 300 not a multiple of 32 or 128; K = 7 takes the 8-slot window.
+    {{0, 5, 37, 38, 300}, 33, 7, true, true, Fill::Normal},
+    {{0, 5, 37, 38, 300}, 33, 7, false, true, Fill::Normal},
+    {{0, 5, 37, 38, 300}, 33, 7, false, false, Fill::Normal},
+    // Boundaries exactly at run starts (no halo needed), and at 33, 66 (inside the dx halo of runs ending at 32, 64).
+    {{0, 32, 64, 96, 129}, 65, 4, false, true, Fill::Normal},
+    {{0, 33, 66, 200}, 65, 4, true, true, Fill::Normal},
+    {{0, 33, 66, 200}, 65, 4, false, false, Fill::Normal},
+    // K = 13 and K = 64: the 64-slot window; sequences shorter than K (10 and 3 tokens), an empty one.
+    {{0, 10, 10, 150}, 17, 13, true, true, Fill::Normal},
+    {{0, 10, 10, 150}, 17, 13, false, true, Fill::Normal},
+    {{0, 3, 100, 229}, 3, 64, false, true, Fill::Normal},
+    {{0, 3, 100, 229}, 3, 64, true, false, Fill::Normal},
+    // T = 0: two empty sequences (state copies, zero gradients) and no sequence at all.
+    {{0, 0, 0}, 5, 4, true, true, Fill::Normal},
+    {{0}, 5, 3, true, false, Fill::Normal},
+    // T = 50000 > 32768: runs of 49 tokens (not a multiple of the 8-token prefetch), 256 tiles.
+    {{0, 20000, 20001, 50000}, 5, 4, true, true, Fill::Normal},
+    {{0, 20000, 20001, 50000}, 5, 4, false, false, Fill::Normal},
 };
 
 std::string name(const ConvCase& c, const char* what) {
@@ -98,6 +127,66 @@ void pre_activations(const ConvCase& c, const Inputs& in, std::vector<double>& m
                                 c.cu.data(), N, shape_of(c), false);
 }
 
+
+// ---- fp32 emulation of the kernels' operation order (no SiLU: dpre = dy), bit-identical to the GPU.
+
+float input_f32(const ConvCase& c, const Inputs& in, int64_t p, int64_t start, int64_t s, int64_t ch) {
+  if (p >= start) return in.x[static_cast<size_t>(p * c.C + ch)];
+  if (!c.has_state) return 0.0f;
+  const int64_t Km1 = c.K - 1;
+  return in.state[static_cast<size_t>((s * c.C + ch) * Km1 + (Km1 + p - start))];
+}
+
+struct Emulated {
+  std::vector<float> y, dx, dw;
+};
+
+Emulated fma_emulation(const ConvCase& c, const Inputs& in) {
+  const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1, C = c.C, K = c.K;
+  Emulated e;
+  e.y.assign(static_cast<size_t>(T * C), 0.0f);
+  e.dx.assign(static_cast<size_t>(T * C), 0.0f);
+  e.dw.assign(static_cast<size_t>(C * K), 0.0f);
+  std::vector<int64_t> seq(static_cast<size_t>(T));
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t t = c.cu[s]; t < c.cu[s + 1]; ++t) seq[static_cast<size_t>(t)] = s;
+  const auto w = [&](int64_t ch, int64_t j) { return in.w[static_cast<size_t>(ch * K + j)]; };
+  const auto dy = [&](int64_t t, int64_t ch) { return in.dy[static_cast<size_t>(t * C + ch)]; };
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t s = seq[static_cast<size_t>(t)], start = c.cu[s], end = c.cu[s + 1];
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float pre = 0.0f, g = 0.0f;
+      for (int64_t j = 0; j < K; ++j) pre = std::fma(w(ch, j), input_f32(c, in, t - K + 1 + j, start, s, ch), pre);
+      for (int64_t j = 0; j < K; ++j)
+        if (t + K - 1 - j < end) g = std::fma(w(ch, j), dy(t + K - 1 - j, ch), g);
+      e.y[static_cast<size_t>(t * C + ch)] = pre;
+      e.dx[static_cast<size_t>(t * C + ch)] = g;
+    }
+  }
+  // dw: per run an FMA chain over its tokens, runs of a tile added in order, tiles added in order from 0.
+  const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(T);
+  const int64_t R = tiling.run_tokens, Y = causal_conv1d_cuda_runs_per_tile();
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int64_t j = 0; j < K; ++j) {
+      float total = 0.0f;
+      for (int64_t tile = 0; tile < tiling.tiles; ++tile) {
+        float part = 0.0f;
+        for (int64_t r = 0; r < Y; ++r) {
+          float run = 0.0f;
+          const int64_t t0 = (tile * Y + r) * R;
+          for (int64_t t = t0; t < std::min(t0 + R, T); ++t) {
+            const int64_t s = seq[static_cast<size_t>(t)];
+            run = std::fma(dy(t, ch), input_f32(c, in, t - K + 1 + j, c.cu[s], s, ch), run);
+          }
+          part = r == 0 ? run : part + run;
+        }
+        total += part;
+      }
+      e.dw[static_cast<size_t>(ch * K + j)] = total;
+    }
+  return e;
+}
+
 }  // namespace
 
 TEST(CausalConv1dCuda, ForwardF32) {
@@ -127,6 +216,9 @@ TEST(CausalConv1dCuda, ForwardF32) {
     causal_conv1d_forward_cuda(y.as<float>(), ns ? so.as<float>() : nullptr, x.as<float>(), w.as<float>(), st_dev,
                                cu.as<int64_t>(), params_of(c), ctx().stream());
     EXPECT_TRUE(check_f32(name(c, "fwd y"), y.download<float>(), y32, y64, mag, {k}));
+    if (!c.silu) {
+      EXPECT_TRUE(check_exact(name(c, "fwd y (fp32 FMA order)"), y.download<float>(), fma_emulation(c, in).y));
+    }
     if (ns) {
       EXPECT_TRUE(check_exact(name(c, "fwd state_out"), so.download<float>(), so32));
     }
@@ -171,8 +263,7 @@ TEST(CausalConv1dCuda, BackwardF32) {
     causal_conv1d_backward<double>(mag_dx.data(), mag_dw.data(), mag_ds.data(), mag_dpre.data(), ax.data(), aw.data(),
                                    c.has_state ? as.data() : nullptr, c.cu.data(), N, shape_of(c), false);
     const double K = static_cast<double>(c.K);
-    const double P = static_cast<double>(
-        column_sum_path_length(column_sum_plan(c.cu.back(), c.C * c.K, ~size_t{0} / 2)));
+    const double P = static_cast<double>(causal_conv1d_cuda_dw_path_length(c.cu.back()));
 
     const CausalConv1dCudaParams p = params_of(c);
     DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
@@ -188,6 +279,19 @@ TEST(CausalConv1dCuda, BackwardF32) {
     if (c.has_state && ns) {
       EXPECT_TRUE(check_f32(name(c, "bwd d_state_in"), ds.download<float>(), ds32, ds64, mag_ds, {2 * K + 16}));
     }
+    if (!c.silu) {
+      const Emulated e = fma_emulation(c, in);
+      EXPECT_TRUE(check_exact(name(c, "bwd dx (fp32 FMA order)"), dx.download<float>(), e.dx));
+      EXPECT_TRUE(check_exact(name(c, "bwd dw (fp32 FMA order)"), dw.download<float>(), e.dw));
+    }
     EXPECT_TRUE(buffers_ok({&dx, &dw, &ds, &ws}, {&x, &w, &cu, &dy, &st})) << name(c, "bwd");
+
+    // dw == nullptr (and no d_state_in): the same dx bits, dw's buffer untouched.
+    DeviceBuffer dx2(n * 4, "dx (no dw)"), dw2(nw * 4, "dw (not wanted)");
+    causal_conv1d_backward_cuda(dx2.as<float>(), nullptr, nullptr, dy.as<float>(), x.as<float>(), w.as<float>(),
+                                c.has_state ? st.as<float>() : nullptr, cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(),
+                                ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "bwd dx (no dw)"), dx2.download<float>(), dx.download<float>()));
+    EXPECT_TRUE(buffers_ok({&dx2, &ws}, {&x, &w, &cu, &dy, &st, &dw2})) << name(c, "bwd no dw");
   }
 }

@@ -1,10 +1,19 @@
 // Gated RMSNorm: CUDA (src/ops/gated_rmsnorm/gated_rmsnorm.cu) vs the CPU reference (gated_rmsnorm_ref.cpp), forward
-// and backward, f32. Cases: GDN value-head sizes (40, 64, 72, 128) and odd ones (1, 65, 1000), enough rows for a
-// multi-chunk dw sum (300, 1000), eps 1e-5 (OLMo) and 1e-6, every fill of x (large, ±0, subnormal, NaN/±Inf); z is
-// N(0, 3²), so the gate spans saturated and linear regions.
+// and backward, f32. Cases: both kernel paths (gated_rmsnorm_cuda.h): the warp-per-row path (D ≤
+// gated_rmsnorm_cuda_warp_max_dim(); float4 loads for the GDN value-head sizes 40, 64, 72, 128 and 100, 1000, 1024;
+// scalar for 1, 37, 65, 127, and for misaligned pointers) and the block-per-row path (1025, 1500); row counts that
+// are not multiples of the 8 rows of a warp-path block; enough rows for a multi-chunk dw sum (300, 1000, 1003);
+// eps 1e-5 (OLMo) and 1e-6; every fill of x (large, ±0, subnormal, NaN/±Inf); z is N(0, 3²), so the gate spans
+// saturated and linear regions; y aliasing x and z.
 //
-// Tolerances (fp32 rule, harness.h). T = gated_rmsnorm_cuda_threads(); each thread sums ceil(D/T) terms with FMA,
-// block_sum adds log2(32) + T/32: L = ceil(D/T) + 5 + T/32. expf ≤ 2 ulp (4u).
+// Tolerances (fp32 rule, harness.h). L = the longest chain of roundings in a row sum (the order
+// gated_rmsnorm_cuda.h states):
+//   warp path (D ≤ gated_rmsnorm_cuda_warp_max_dim()): a lane sums with FMA, in order, at most 4·ceil(D/128)
+//       terms when the pointers are 16-byte aligned and D % 4 == 0 (the float4 order), else ceil(D/32) (the scalar
+//       fallback); then the xor-shuffle tree adds log2(32) = 5: L = 4·ceil(D/128) + 5 or ceil(D/32) + 5.
+//   block path: T = gated_rmsnorm_cuda_threads(); each thread sums ceil(D/T) terms with FMA, block_sum adds
+//       log2(32) + T/32: L = ceil(D/T) + 5 + T/32.
+// expf ≤ 2 ulp (4u).
 //   r = 1/sqrt(Σx²/D + eps): (L + 2)/2 through the square root, +1 sqrt, +1 division: k_r = (L + 2)/2 + 2.
 //   silu(z) = z/(1 + e^-z) and σ(z): 4u + u + u = 6u each.
 //   forward y = ((x·r)·w)·silu(z): k_r + 3 products + 6: k = k_r + 9, mag = |y|.
@@ -15,6 +24,7 @@
 //       mag = r·(|gn| + |x|·r·r·Σ|gn·x|/D) (the same expression on absolute values).
 //   dw = Σ_rows dy·x·r·silu(z): terms carry k_r + 9, the column sum P = column_sum_path_length roundings:
 //       k = P + k_r + 9, mag = Σ_rows |term|.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -39,6 +49,11 @@ const std::vector<GrnCase> kCases = {
     {1, 1, Fill::Normal},      {3, 65, Fill::Normal},    {300, 128, Fill::Normal, 1e-6f}, {1000, 72, Fill::Normal},
     {5, 40, Fill::Normal},     {2, 1000, Fill::Normal},  {4, 127, Fill::Large},           {3, 65, Fill::Zeros},
     {3, 128, Fill::Denormal},  {7, 127, Fill::Special},  {1, 1, Fill::Special},
+    // warp path: row counts not multiples of 8, odd and vector-multiple lengths, the largest warp-path row
+    {1003, 128, Fill::Normal}, {301, 37, Fill::Normal},  {13, 100, Fill::Normal, 1e-6f}, {9, 1024, Fill::Normal},
+    {37, 128, Fill::Large},    {11, 128, Fill::Special}, {3, 128, Fill::Zeros},
+    // just past the warp path: one block per row
+    {5, 1025, Fill::Normal},   {3, 1500, Fill::Normal},  {3, 1025, Fill::Special},
 };
 
 std::string name(const GrnCase& c, const char* what) {
@@ -49,9 +64,19 @@ std::string name(const GrnCase& c, const char* what) {
 struct Bounds {
   double k_fwd, k_dz, k_dx, k_dw;
 };
-Bounds bounds(const GrnCase& c) {
+// Longest chain of roundings in a row sum (header comment); `aligned`: every pointer 16-byte aligned (DeviceBuffer
+// bodies are; the misaligned test offsets them).
+double sum_chain(int64_t D, bool aligned) {
+  if (D <= gated_rmsnorm_cuda_warp_max_dim()) {
+    if (aligned && D % 4 == 0) return static_cast<double>(4 * ((D + 127) / 128)) + 5;
+    return static_cast<double>((D + 31) / 32) + 5;
+  }
   const int T = gated_rmsnorm_cuda_threads();
-  const double L = std::ceil(static_cast<double>(c.D) / T) + 5 + T / 32;
+  return std::ceil(static_cast<double>(D) / T) + 5 + T / 32;
+}
+
+Bounds bounds(const GrnCase& c, bool aligned = true) {
+  const double L = sum_chain(c.D, aligned);
   const double k_r = (L + 2) / 2 + 2;
   const double P = static_cast<double>(column_sum_path_length(column_sum_plan(c.R, c.D, ~size_t{0} / 2)));
   return {k_r + 9, k_r + 19, L + 3 * k_r + 16, P + k_r + 9};
@@ -163,5 +188,58 @@ TEST(GatedRmsnormCuda, BackwardF32) {
                                 z.as<float>(), w.as<float>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
     EXPECT_TRUE(check_exact(name(c, "bwd dx (no dw)"), dx2.download<float>(), dx_gpu));
     EXPECT_TRUE(check_exact(name(c, "bwd dz (no dw)"), dz2.download<float>(), dz_gpu));
+  }
+}
+
+// Pointers one float past a 16-byte boundary: the warp path falls back to scalar loads (D is a multiple of 4, so only
+// the alignment rules the vectors out), with the scalar order's bounds; the element before each output stays
+// unwritten.
+TEST(GatedRmsnormCuda, MisalignedF32) {
+  HLM_REQUIRE_CUDA();
+  for (const GrnCase& c : {GrnCase{37, 128, Fill::Normal}, GrnCase{5, 1000, Fill::Normal}}) {
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), nd = static_cast<size_t>(c.D);
+    auto shifted = [](const std::vector<float>& v) {
+      std::vector<float> s(v.size() + 1, 0.0f);
+      std::copy(v.begin(), v.end(), s.begin() + 1);
+      return s;
+    };
+    auto body = [](const DeviceBuffer& b) {
+      std::vector<float> v = b.download<float>();
+      return std::vector<float>(v.begin() + 1, v.end());
+    };
+    auto first_unwritten = [](const DeviceBuffer& b) { return b.download_bytes()[0] == 0xFF; };
+    const GatedRmsnormCudaParams p{c.R, c.D, c.eps};
+    const Bounds b = bounds(c, /*aligned=*/false);
+    DeviceBuffer x = DeviceBuffer::from(shifted(in.x), "x+1"), z = DeviceBuffer::from(shifted(in.z), "z+1"),
+                 w = DeviceBuffer::from(shifted(in.w), "w+1"), dy = DeviceBuffer::from(shifted(in.dy), "dy+1"),
+                 y((n + 1) * 4, "y+1"), dx((n + 1) * 4, "dx+1"), dz((n + 1) * 4, "dz+1"), dw(nd * 4, "dw");
+    DeviceBuffer ws(gated_rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+    const auto x64 = to_f64(in.x), z64 = to_f64(in.z), w64 = to_f64(in.w), dy64 = to_f64(in.dy);
+
+    std::vector<float> cpu(n);
+    gated_rmsnorm_forward<float>(cpu.data(), in.x.data(), in.z.data(), in.w.data(), c.R, c.D, c.eps);
+    std::vector<double> ref(n);
+    gated_rmsnorm_forward<double>(ref.data(), x64.data(), z64.data(), w64.data(), c.R, c.D, c.eps);
+    gated_rmsnorm_forward_cuda(y.as<float>() + 1, x.as<float>() + 1, z.as<float>() + 1, w.as<float>() + 1, p,
+                               ctx().stream());
+    EXPECT_TRUE(check_f32(name(c, "fwd f32 misaligned"), body(y), cpu, ref, abs_of(ref), {b.k_fwd}));
+    EXPECT_TRUE(first_unwritten(y)) << name(c, "fwd f32 misaligned");
+
+    std::vector<float> dx32(n), dz32(n), dw32(nd);
+    gated_rmsnorm_backward<float>(dx32.data(), dz32.data(), dw32.data(), in.dy.data(), in.x.data(), in.z.data(),
+                                  in.w.data(), c.R, c.D, c.eps);
+    std::vector<double> dx64(n), dz64(n), dw64(nd);
+    gated_rmsnorm_backward<double>(dx64.data(), dz64.data(), dw64.data(), dy64.data(), x64.data(), z64.data(),
+                                   w64.data(), c.R, c.D, c.eps);
+    const Magnitudes mag = backward_magnitudes(c, in);
+    gated_rmsnorm_backward_cuda(dx.as<float>() + 1, dz.as<float>() + 1, dw.as<float>(), dy.as<float>() + 1,
+                                x.as<float>() + 1, z.as<float>() + 1, w.as<float>() + 1, p, ws.as<void>(), ws.bytes(),
+                                ctx().stream());
+    EXPECT_TRUE(check_f32(name(c, "bwd dx misaligned"), body(dx), dx32, dx64, mag.dx, {b.k_dx}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dz misaligned"), body(dz), dz32, dz64, mag.dz, {b.k_dz}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dw misaligned"), dw.download<float>(), dw32, dw64, mag.dw, {b.k_dw}));
+    EXPECT_TRUE(first_unwritten(dx) && first_unwritten(dz)) << name(c, "bwd misaligned");
+    EXPECT_TRUE(buffers_ok({&y, &dx, &dz, &dw, &ws}, {&x, &z, &w, &dy})) << name(c, "misaligned");
   }
 }

@@ -1,10 +1,19 @@
 // RMSNorm: CUDA (src/ops/rmsnorm/rmsnorm.cu) vs the CPU reference (rmsnorm_ref.cpp), forward and backward, f32 and
-// bf16 storage. Cases: odd row lengths (1, 65, 127, 257, 1000, 4096), enough rows for a multi-chunk dweight sum
-// (300, 1000), and every input fill (large magnitudes, zeros, subnormals, NaN/±Inf).
+// bf16 storage. Cases: both kernel paths (rmsnorm_cuda.h): the warp-per-row path (D ≤ rmsnorm_cuda_warp_max_dim(),
+// vectorized when D is a multiple of the vector: 100, 128, 1000, 1024; scalar: 1, 37, 65, 127, 257; and the scalar
+// fallback for misaligned pointers) and the block-per-row path (1025, 4096); row counts that are not multiples of the
+// 8 rows of a warp-path block (37, 301, 1003); enough rows for a multi-chunk dweight sum (300, 1000, 1003); every
+// input fill (large magnitudes, zeros, subnormals, NaN/±Inf); in place (out aliasing x; dx aliasing d_out, with and
+// without dweight, where the dweight sum must read d_out before dx overwrites it).
 //
-// Tolerances (fp32; harness.h has the rules). T = rmsnorm_cuda_threads() threads per row; each sums ceil(D/T)
-// elements with FMA, then block_sum adds log2(32) + T/32 more roundings: L = ceil(D/T) + 5 + T/32 for Σx² (all terms
-// positive, so the relative error of the sum is at most L·u).
+// Tolerances (fp32; harness.h has the rules). L = the longest chain of roundings in Σx² (the order rmsnorm_cuda.h
+// states; all terms positive, so the relative error of the sum is at most L·u):
+//   warp path (D ≤ rmsnorm_cuda_warp_max_dim()): a lane sums with FMA, in order, at most V·ceil(D/32V) terms when
+//       the pointers are 16-byte aligned and D % V == 0 (V = 16 bytes / element size: 4 f32, 8 bf16; the vectorized
+//       order), else ceil(D/32) (the scalar fallback); then the xor-shuffle tree adds log2(32) = 5:
+//       L = V·ceil(D/32V) + 5 or ceil(D/32) + 5.
+//   block path: T = rmsnorm_cuda_threads() threads per row; each sums ceil(D/T) elements with FMA, then block_sum
+//       adds log2(32) + T/32 more roundings: L = ceil(D/T) + 5 + T/32.
 //   r = 1/sqrt(Σ/D + eps): (L + 2)/2 from the sum, /D and +eps through the square root, +1 sqrt, +1 division:
 //       k_r = (L + 2)/2 + 2.
 //   forward out = w·(x·r): k = k_r + 2, mag = |out|.
@@ -14,6 +23,7 @@
 //       k = P + k_r + 3, mag = Σ_rows |d_out·x·r| + |dweight before|.
 // bf16: the flash-attention rule on out and dx (with the fp32 allowance k·u·mag above: with D = 1, dx = r·g·eps/(x² +
 // eps) is a cancellation the CPU does in double); dweight (fp32) by the fp32 rule on the bf16-rounded inputs.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -34,10 +44,15 @@ struct RmsCase {
 };
 
 const std::vector<RmsCase> kCases = {
-    {1, 1, Fill::Normal},      {1, 65, Fill::Normal},   {3, 127, Fill::Normal},  {5, 1000, Fill::Normal},
+    {1, 1, Fill::Normal},      {1, 65, Fill::Normal},    {3, 127, Fill::Normal},   {5, 1000, Fill::Normal},
     {2, 4096, Fill::Normal},   {300, 257, Fill::Normal}, {1000, 65, Fill::Normal}, {4, 127, Fill::Large},
     {3, 65, Fill::Zeros},      {3, 1000, Fill::Denormal}, {7, 127, Fill::Special}, {1, 1, Fill::Special},
     {64, 4096, Fill::Large},
+    // per-head q/k norm shapes on the warp path, row counts not multiples of 8, odd and vector-multiple lengths
+    {1003, 128, Fill::Normal}, {301, 37, Fill::Normal},  {13, 100, Fill::Normal},  {9, 1024, Fill::Normal},
+    {37, 128, Fill::Large},    {11, 128, Fill::Special}, {5, 128, Fill::Denormal}, {3, 128, Fill::Zeros},
+    // just past the warp path: one block per row
+    {5, 1025, Fill::Normal},   {3, 1025, Fill::Special},
 };
 constexpr float kEps = 1e-6f;
 
@@ -49,9 +64,20 @@ std::string name(const RmsCase& c, const char* what) {
 struct Bounds {
   double k_fwd, k_dx, k_dw;
 };
-Bounds bounds(const RmsCase& c) {
+// Longest chain of roundings in a row sum (header comment), for storage elements of `elem_bytes` bytes; `aligned`:
+// every pointer 16-byte aligned (DeviceBuffer bodies are; the misaligned test offsets them).
+double sum_chain(int64_t D, int64_t elem_bytes, bool aligned) {
+  if (D <= rmsnorm_cuda_warp_max_dim()) {
+    const int64_t V = 16 / elem_bytes;
+    if (aligned && D % V == 0) return static_cast<double>(V * ((D + 32 * V - 1) / (32 * V))) + 5;
+    return static_cast<double>((D + 31) / 32) + 5;
+  }
   const int T = rmsnorm_cuda_threads();
-  const double L = std::ceil(static_cast<double>(c.D) / T) + 5 + T / 32;
+  return std::ceil(static_cast<double>(D) / T) + 5 + T / 32;
+}
+
+Bounds bounds(const RmsCase& c, int64_t elem_bytes, bool aligned = true) {
+  const double L = sum_chain(c.D, elem_bytes, aligned);
   const double k_r = (L + 2) / 2 + 2;
   const double P = static_cast<double>(column_sum_path_length(column_sum_plan(c.R, c.D, ~size_t{0} / 2)));
   return {k_r + 2, L + 2 * k_r + 8, P + k_r + 3};
@@ -111,7 +137,7 @@ TEST(RmsnormCuda, ForwardF32) {
     DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "weight"), out(n * 4, "out");
     rmsnorm_forward_cuda(out.as<float>(), x.as<float>(), w.as<float>(), {c.R, c.D, kEps}, ctx().stream());
     const std::vector<float> gpu = out.download<float>();
-    EXPECT_TRUE(check_f32(name(c, "fwd f32"), gpu, cpu, ref, abs_of(ref), {bounds(c).k_fwd}));
+    EXPECT_TRUE(check_f32(name(c, "fwd f32"), gpu, cpu, ref, abs_of(ref), {bounds(c, 4).k_fwd}));
     EXPECT_TRUE(buffers_ok({&out}, {&x, &w})) << name(c, "fwd f32");
 
     // In place (out aliases x) gives the same bits.
@@ -140,7 +166,7 @@ TEST(RmsnormCuda, BackwardF32) {
     DeviceBuffer ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
     rmsnorm_backward_cuda(dx.as<float>(), dw.as<float>(), dy.as<float>(), x.as<float>(), w.as<float>(), p,
                           ws.as<void>(), ws.bytes(), ctx().stream());
-    const Bounds b = bounds(c);
+    const Bounds b = bounds(c, 4);
     const std::vector<float> dx_gpu = dx.download<float>(), dw_gpu = dw.download<float>();
     EXPECT_TRUE(check_f32(name(c, "bwd dx f32"), dx_gpu, dx_cpu, dx_ref, mag_dx, {b.k_dx}));
     EXPECT_TRUE(check_f32(name(c, "bwd dweight f32"), dw_gpu, dw_cpu, dw_ref, mag_dw, {b.k_dw}));
@@ -150,6 +176,64 @@ TEST(RmsnormCuda, BackwardF32) {
     rmsnorm_backward_cuda(dy.as<float>(), nullptr, dy.as<float>(), x.as<float>(), w.as<float>(), p, ws.as<void>(),
                           ws.bytes(), ctx().stream());
     EXPECT_TRUE(check_exact(name(c, "bwd dx f32 in-place"), dy.download<float>(), dx_gpu));
+
+    // dx aliasing d_out with dweight wanted: dweight must sum d_out before dx overwrites it; same bits for both.
+    DeviceBuffer dy2 = DeviceBuffer::from(in.dy, "d_out = dx"), dw2 = DeviceBuffer::from(in.dw0, "dweight (in place)");
+    rmsnorm_backward_cuda(dy2.as<float>(), dw2.as<float>(), dy2.as<float>(), x.as<float>(), w.as<float>(), p,
+                          ws.as<void>(), ws.bytes(), ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "bwd dx f32 in-place + dweight"), dy2.download<float>(), dx_gpu));
+    EXPECT_TRUE(check_exact(name(c, "bwd dweight f32 in-place"), dw2.download<float>(), dw_gpu));
+    EXPECT_TRUE(buffers_ok({&dy2, &dw2, &ws}, {&x, &w})) << name(c, "bwd f32 in-place");
+  }
+}
+
+// Pointers one float past a 16-byte boundary: the warp path falls back to scalar loads (D is a multiple of 4, so
+// only the alignment rules the vectors out), with the scalar order's bounds; the element before each output stays
+// unwritten.
+TEST(RmsnormCuda, MisalignedF32) {
+  HLM_REQUIRE_CUDA();
+  for (const RmsCase& c : {RmsCase{37, 128, Fill::Normal}, RmsCase{5, 1000, Fill::Normal}}) {
+    const Inputs in = make_inputs(c, false);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    auto shifted = [](const std::vector<float>& v) {
+      std::vector<float> s(v.size() + 1, 0.0f);
+      std::copy(v.begin(), v.end(), s.begin() + 1);
+      return s;
+    };
+    auto body = [](const DeviceBuffer& b) {
+      std::vector<float> v = b.download<float>();
+      return std::vector<float>(v.begin() + 1, v.end());
+    };
+    auto first_unwritten = [](const DeviceBuffer& b) { return b.download_bytes()[0] == 0xFF; };
+    const Bounds b = bounds(c, 4, /*aligned=*/false);
+    const RmsnormCudaParams p{c.R, c.D, kEps};
+    DeviceBuffer x = DeviceBuffer::from(shifted(in.x), "x+1"), w = DeviceBuffer::from(shifted(in.w), "weight+1"),
+                 dy = DeviceBuffer::from(shifted(in.dy), "d_out+1"), out((n + 1) * 4, "out+1"),
+                 dx((n + 1) * 4, "dx+1"), dw = DeviceBuffer::from(in.dw0, "dweight");
+    DeviceBuffer ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+
+    std::vector<float> cpu(n);
+    rmsnorm_forward(cpu.data(), in.x.data(), in.w.data(), c.R, c.D, kEps);
+    std::vector<double> ref(n);
+    const auto x64 = to_f64(in.x), w64 = to_f64(in.w), dy64 = to_f64(in.dy);
+    rmsnorm_forward<double>(ref.data(), x64.data(), w64.data(), c.R, c.D, kEps);
+    rmsnorm_forward_cuda(out.as<float>() + 1, x.as<float>() + 1, w.as<float>() + 1, p, ctx().stream());
+    EXPECT_TRUE(check_f32(name(c, "fwd f32 misaligned"), body(out), cpu, ref, abs_of(ref), {b.k_fwd}));
+    EXPECT_TRUE(first_unwritten(out)) << name(c, "fwd f32 misaligned");
+
+    std::vector<float> dx_cpu(n), dw_cpu = in.dw0;
+    rmsnorm_backward<float>(dx_cpu.data(), dw_cpu.data(), in.dy.data(), in.x.data(), in.w.data(), c.R, c.D, kEps);
+    std::vector<double> dx_ref(n), dw_ref = to_f64(in.dw0);
+    rmsnorm_backward<double>(dx_ref.data(), dw_ref.data(), dy64.data(), x64.data(), w64.data(), c.R, c.D, kEps);
+    std::vector<double> mag_dx, mag_dw;
+    backward_magnitudes(c, in, mag_dx, mag_dw);
+    rmsnorm_backward_cuda(dx.as<float>() + 1, dw.as<float>(), dy.as<float>() + 1, x.as<float>() + 1,
+                          w.as<float>() + 1, p, ws.as<void>(), ws.bytes(), ctx().stream());
+    EXPECT_TRUE(check_f32(name(c, "bwd dx f32 misaligned"), body(dx), dx_cpu, dx_ref, mag_dx, {b.k_dx}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dweight f32 misaligned"), dw.download<float>(), dw_cpu, dw_ref, mag_dw,
+                          {b.k_dw}));
+    EXPECT_TRUE(first_unwritten(dx)) << name(c, "bwd f32 misaligned");
+    EXPECT_TRUE(buffers_ok({&out, &dx, &dw, &ws}, {&x, &w, &dy})) << name(c, "misaligned f32");
   }
 }
 
@@ -169,7 +253,8 @@ TEST(RmsnormCuda, ForwardBf16) {
     rmsnorm_forward_cuda(out.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), {c.R, c.D, kEps},
                          ctx().stream());
     const std::vector<double> mag = abs_of(ref);
-    EXPECT_TRUE(check_bf16(name(c, "fwd bf16"), out.download<uint16_t>(), to_bf16(cpu32), ref, &mag, bounds(c).k_fwd));
+    EXPECT_TRUE(
+        check_bf16(name(c, "fwd bf16"), out.download<uint16_t>(), to_bf16(cpu32), ref, &mag, bounds(c, 2).k_fwd));
     EXPECT_TRUE(buffers_ok({&out}, {&x, &w})) << name(c, "fwd bf16");
   }
 }
@@ -194,10 +279,20 @@ TEST(RmsnormCuda, BackwardBf16) {
     DeviceBuffer ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
     rmsnorm_backward_cuda(dx.as<__nv_bfloat16>(), dw.as<float>(), dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(),
                           w.as<__nv_bfloat16>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+    const std::vector<uint16_t> dx_gpu = dx.download<uint16_t>();
+    const std::vector<float> dw_gpu = dw.download<float>();
+    EXPECT_TRUE(check_bf16(name(c, "bwd dx bf16"), dx_gpu, to_bf16(dx_cpu), dx_ref, &mag_dx, bounds(c, 2).k_dx));
     EXPECT_TRUE(
-        check_bf16(name(c, "bwd dx bf16"), dx.download<uint16_t>(), to_bf16(dx_cpu), dx_ref, &mag_dx, bounds(c).k_dx));
-    EXPECT_TRUE(check_f32(name(c, "bwd dweight (bf16 inputs)"), dw.download<float>(), dw_cpu, dw_ref, mag_dw,
-                          {bounds(c).k_dw}));
+        check_f32(name(c, "bwd dweight (bf16 inputs)"), dw_gpu, dw_cpu, dw_ref, mag_dw, {bounds(c, 2).k_dw}));
     EXPECT_TRUE(buffers_ok({&dx, &dw, &ws}, {&x, &w, &dy})) << name(c, "bwd bf16");
+
+    // dx aliasing d_out with dweight wanted: same bits for both.
+    DeviceBuffer dy2 = DeviceBuffer::from(to_bf16(in.dy), "d_out = dx"),
+                 dw2 = DeviceBuffer::from(in.dw0, "dweight (in place)");
+    rmsnorm_backward_cuda(dy2.as<__nv_bfloat16>(), dw2.as<float>(), dy2.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(),
+                          w.as<__nv_bfloat16>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+    EXPECT_TRUE(dy2.download<uint16_t>() == dx_gpu) << name(c, "bwd dx bf16 in-place + dweight") << ": bits differ";
+    EXPECT_TRUE(check_exact(name(c, "bwd dweight bf16 in-place"), dw2.download<float>(), dw_gpu));
+    EXPECT_TRUE(buffers_ok({&dy2, &dw2, &ws}, {&x, &w})) << name(c, "bwd bf16 in-place");
   }
 }

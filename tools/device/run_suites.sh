@@ -4,9 +4,11 @@
 # builds only the op tests there).
 #
 # Here, first:
-#   cmake --build build --target hybridlm test_cuda_ops test_cuda_models bench_cuda_kernels bench_distill_step
+#   cmake --build build --target hybridlm test_cuda_ops test_cuda_models bench_cuda_kernels bench_distill_step \
+#       bench_memory_ops
 #   bash tools/device/pack_binaries.sh out/carry/bins.tgz build/hybridlm build/tests/cuda/test_cuda_ops \
-#       build/tests/test_cuda_models build/bench/bench_cuda_kernels build/bench/bench_distill_step
+#       build/tests/test_cuda_models build/bench/bench_cuda_kernels build/bench/bench_distill_step \
+#       build/bench/bench_memory_ops
 # Then, with the device tool (carry out/carry, and .anchors for the peer section; see ../shared/bench/README.md):
 #   bash tools/device/run_suites.sh [tests] [sanitize] [bench] [peer]   (tests, bench, peer when none is given)
 # Sections:
@@ -15,7 +17,8 @@
 #   sanitize  compute-sanitizer on the carried test_cuda_ops: memcheck on every test but the deliberate out-of-memory
 #             one, racecheck and synccheck on the kernels that share memory inside a block (HLM_RACECHECK overrides
 #             that filter); prints each tool's ERROR SUMMARY line, log in sanitizer.log
-#   bench  bench_cuda_kernels (gdn, attn, decode) and bench_distill_step --precision bf16
+#   bench  bench_cuda_kernels (gdn, attn, decode, lmhead), bench_memory_ops (conv, norms) and bench_distill_step
+#          --precision bf16
 #   peer   python3 .anchors/peer_probe.py env sdpa fla, then the best peer distillation step (WITH_FLA=1 STRONG=1
 #          hf_distill), in separate processes
 # Logs go to $OUT (at most 8 files come back): tests_ops.log, tests_models.log, sanitizer.log, bench.log, peer.log,
@@ -61,8 +64,8 @@ for section in "${sections[@]}"; do
         rm -f "$log"
       done ;;
     bench)
-      { timeout 120 "$B/bench_cuda_kernels"; timeout 120 "$B/bench_distill_step" --precision bf16 --steps 3; } \
-        >"$OUT/bench.log" 2>&1
+      { timeout 150 "$B/bench_cuda_kernels"; timeout 60 "$B/bench_memory_ops";
+        timeout 120 "$B/bench_distill_step" --precision bf16 --steps 3; } >"$OUT/bench.log" 2>&1
       grep -vE "^step |^memory plan|^setup|^device" "$OUT/bench.log" ;;
     peer)
       [ -f .anchors/peer_probe.py ] || { echo "peer: .anchors/peer_probe.py not carried"; continue; }

@@ -5,6 +5,9 @@
 // x, out [T, hidden] are device pointers (out may not alias x). Scratch comes from ctx's caching allocator and is
 // released on return (safe: all work is on ctx's one stream). Queued, no synchronization.
 // Differences from the CPU: the ops' own (docs/cuda.md): fp32 norm sums, flash online softmax, cuBLASLt GEMMs.
+// bf16 compute mode (bf16_compute below and the linears' weight_bf16, layers/cuda/cuda_linear.h): x is rounded to
+// bf16 once per call and shared by q_proj, k_proj and v_proj (forward and backward); o_proj reads the kernel's bf16
+// out directly. Every result is BIT-IDENTICAL to rounding inside each projection (the rounding is deterministic).
 #pragma once
 #include "backend/cuda/cuda_context.h"
 #include "layers/attention_layer.h"
@@ -34,27 +37,33 @@ RmsnormCudaParams attention_qk_norm_params(int64_t norm_size, int64_t tokens, in
                                            float eps);
 
 // The forward's intermediates (attention_layer.cpp's Activations with keep_pre_norm, plus the softmax's lse):
-// what the forward computes before o_proj, and what the backward needs.
+// what the forward computes before o_proj, and what the backward needs. Each mode keeps only what its backward reads:
+//   fp32 mode: q_lin, k_lin, q, k, v, o, lse (q16 .. o16 empty);
+//   bf16 compute mode: q_lin, k_lin (fp32: the q/k norms' backward reads them), lse, and the attention kernel's bf16
+//     q16, k16, v16, o16 (its backward reads those; o_proj reads o16); q, k, v and o are empty.
 struct AttentionCudaActivations {
   CudaTensor q_lin, k_lin;  // q̃ [T, Hq·D], k̃ [T, Hkv·D]: the projections before the q/k norms
-  CudaTensor q, k, v;       // q, k after norm and rope; v
-  CudaTensor o;             // attention output [T, Hq·D] (o_proj's input)
+  CudaTensor q, k, v;       // q, k after norm and rope; v (fp32 mode only)
+  CudaTensor o;             // attention output [T, Hq·D] (o_proj's input; fp32 mode only)
   CudaTensor lse;           // [T, Hq] fp32 log-sum-exp of each softmax row
   CudaTensor q16, k16, v16, o16;  // bf16 compute mode: the kernel's bf16 operands and output (else empty)
 };
 
-// Runs the forward up to o, keeping every intermediate. rope: nullptr = no rotary embedding (OLMo-Hybrid); the
-// table must cover batch.max_seqlen positions.
-AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, const float* x,
+// Runs the forward up to o, keeping the intermediates above. rope: nullptr = no rotary embedding (OLMo-Hybrid); the
+// table must cover batch.max_seqlen positions. x: fp32, with its bf16 rounding if the caller has it (cuda_linear.h),
+// else rounded once here for the three projections.
+AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x,
                                                             const CudaAttentionWeights& w, const AttentionDims& dims,
                                                             const RopeCudaTable* rope, const CudaBatchView& batch);
+// o_proj's input held by `act`: o16 in the bf16 compute mode (the same bits as rounding the widened o), else o.
+CudaLinearInput attention_o_input(const AttentionCudaActivations& act);
 
 // out = o Woᵀ after attention_forward_activations_cuda.
 void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
                                   const AttentionDims& dims, const RopeCudaTable* rope, const CudaBatchView& batch);
 // The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
-// tensors the recomputing backward would rebuild from x, bf16 operands included in the bf16 compute mode.
-AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x,
+// tensors the recomputing backward would rebuild from x, bf16 operands in the bf16 compute mode.
+AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
                                                            const CudaAttentionWeights& w, const AttentionDims& dims,
                                                            const RopeCudaTable* rope, const CudaBatchView& batch);
 
@@ -67,8 +76,10 @@ void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWei
                                    const RopeCudaTable* rope, const CudaBatchView& batch);
 // The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, flash attention
 // backward, rope, q/k norms, q/k/v projections. Same contract as attention_layer_backward_cuda; act is only read.
+// x as in attention_forward_activations_cuda (in the bf16 mode its bf16 rounding alone is enough; it is rounded once
+// here otherwise).
 void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
-                                        const float* x, const AttentionCudaActivations& act,
+                                        const CudaLinearInput& x, const AttentionCudaActivations& act,
                                         const CudaAttentionWeights& w, const AttentionDims& dims,
                                         const RopeCudaTable* rope, const CudaBatchView& batch);
 

@@ -24,26 +24,34 @@ void qk_norm_backward(CudaContext& ctx, float* d, float* dweight, const float* l
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
                                    const float* x, const CudaAttentionWeights& w, const AttentionDims& d,
                                    const RopeCudaTable* rope, const CudaBatchView& b) {
-  const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
-  attention_layer_backward_from_cuda(ctx, dx, g, d_out, x, a, w, d, rope, b);
+  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.q_proj, b.tokens);
+  const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, in, w, d, rope, b);
+  attention_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, d, rope, b);
 }
 
 void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
-                                        const float* x, const AttentionCudaActivations& a,
+                                        const CudaLinearInput& x, const AttentionCudaActivations& a,
                                         const CudaAttentionWeights& w, const AttentionDims& d,
                                         const RopeCudaTable* rope, const CudaBatchView& b) {
-  HLM_CHECK(dx != x && dx != d_out, "attention backward: dx may not alias x or d_out");
+  HLM_CHECK(dx != x.f32 && static_cast<const void*>(dx) != static_cast<const void*>(x.bf16) && dx != d_out,
+            "attention backward: dx may not alias x or d_out");
   HLM_CHECK(g.q_norm_size == w.q_norm_size && g.k_norm_size == w.k_norm_size,
             "attention backward: the gradient holder's q/k norms do not match the weights");
   const cudaStream_t stream = ctx.stream();
   const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
-  HLM_CHECK(a.o.numel() == n * Cq && a.lse.numel() == n * d.q_heads && (!w.bf16_compute || a.o16.numel() > 0),
+  // The tensors this mode's backward reads (attention_forward_activations_cuda keeps exactly these).
+  const bool bf16_o_proj = cuda_linear_is_bf16(w.o_proj);
+  HLM_CHECK(a.lse.numel() == n * d.q_heads && (bf16_o_proj || a.o.numel() == n * Cq) &&
+                (w.bf16_compute ? a.q16.raw() != nullptr && a.k16.raw() != nullptr && a.v16.raw() != nullptr &&
+                                      a.o16.raw() != nullptr
+                                : a.q.numel() == n * Cq && a.k.numel() == n * Ckv && a.v.numel() == n * Ckv),
             "attention backward: the activations do not match the batch or the compute mode");
 
   const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale};
 
   CudaTensor d_o = CudaTensor::empty(ctx, {n, Cq});
-  cuda_linear_backward(ctx, d_o.data<float>(), g.o_proj, d_out, a.o.data<float>(), w.o_proj, n, false);
+  cuda_linear_backward(ctx, d_o.data<float>(), g.o_proj, d_out, attention_o_input(a), w.o_proj, n, false);
   CudaTensor dq = CudaTensor::empty(ctx, {n, Cq}), dk = CudaTensor::empty(ctx, {n, Ckv});
   CudaTensor dv = CudaTensor::empty(ctx, {n, Ckv});
   {
@@ -77,9 +85,11 @@ void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttenti
   if (w.k_norm_size > 0)
     qk_norm_backward(ctx, dk.data<float>(), g.k_norm.data<float>(), a.k_lin.data<float>(), w.k_norm.data<float>(),
                      attention_qk_norm_params(w.k_norm_size, n, d.kv_heads, D, d.norm_eps));
-  cuda_linear_backward(ctx, dx, g.q_proj, dq.data<float>(), x, w.q_proj, n, /*accumulate_dx=*/false);
-  cuda_linear_backward(ctx, dx, g.k_proj, dk.data<float>(), x, w.k_proj, n, /*accumulate_dx=*/true);
-  cuda_linear_backward(ctx, dx, g.v_proj, dv.data<float>(), x, w.v_proj, n, /*accumulate_dx=*/true);
+  CudaTensor x16;  // bf16 mode: x rounded once for q_proj, k_proj and v_proj (unless the caller has it)
+  const CudaLinearInput xin = cuda_linear_round_input(ctx, x16, x, w.q_proj, n);
+  cuda_linear_backward(ctx, dx, g.q_proj, dq.data<float>(), xin, w.q_proj, n, /*accumulate_dx=*/false);
+  cuda_linear_backward(ctx, dx, g.k_proj, dk.data<float>(), xin, w.k_proj, n, /*accumulate_dx=*/true);
+  cuda_linear_backward(ctx, dx, g.v_proj, dv.data<float>(), xin, w.v_proj, n, /*accumulate_dx=*/true);
 }
 
 }  // namespace hlm

@@ -36,6 +36,12 @@ CudaTensor cuda_round_bf16(CudaContext& ctx, const float* src, int64_t n) {
   return t;
 }
 
+CudaTensor cuda_round_bf16(CudaContext& ctx, const CudaTensor& src) {
+  CudaTensor t = CudaTensor::empty(ctx, src.shape(), DType::BF16);
+  if (src.numel() > 0) cast_f32_to_bf16_cuda(t.data<__nv_bfloat16>(), src.data<float>(), src.numel(), ctx.stream());
+  return t;
+}
+
 void cuda_linear_set_bf16(CudaContext& ctx, CudaLinear& layer, bool on) {
   if (!on) {
     layer.weight_bf16 = CudaTensor();
@@ -52,34 +58,64 @@ void cuda_linear_refresh_bf16(CudaContext& ctx, CudaLinear& layer) {
                         ctx.stream());
 }
 
-void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows) {
-  const float* bias = layer.has_bias ? layer.bias.data<float>() : nullptr;
-  const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
-  if (layer.weight_bf16.raw() != nullptr) {
-    const CudaTensor x16 = cuda_round_bf16(ctx, x, rows * layer.in_features);
-    matmul_forward_mixed_cuda(ctx.blaslt(), y, x16.data<__nv_bfloat16>(), layer.weight_bf16.data<__nv_bfloat16>(),
-                              bias, p);
-    return;
-  }
-  matmul_forward_cuda(ctx.blaslt(), y, x, layer.weight.data<float>(), bias, p);
+bool cuda_linear_is_bf16(const CudaLinear& layer) { return layer.weight_bf16.raw() != nullptr; }
+
+CudaLinearInput cuda_linear_input(const CudaTensor& f32, const CudaTensor& bf16) {
+  CudaLinearInput in;
+  if (f32.raw() != nullptr) in.f32 = f32.data<float>();
+  if (bf16.raw() != nullptr) in.bf16 = bf16.data<__nv_bfloat16>();
+  return in;
 }
 
-void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,
+CudaLinearInput cuda_linear_round_input(CudaContext& ctx, CudaTensor& rounded, const CudaLinearInput& x,
+                                        const CudaLinear& reader, int64_t rows) {
+  if (x.bf16 != nullptr || !cuda_linear_is_bf16(reader)) return x;
+  HLM_CHECK(x.f32 != nullptr || rows == 0, "linear input: neither an fp32 nor a bf16 tensor");
+  rounded = cuda_round_bf16(ctx, x.f32, rows * reader.in_features);
+  return {x.f32, rounded.data<__nv_bfloat16>()};
+}
+
+void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, const CudaLinear& layer, int64_t rows) {
+  const float* bias = layer.has_bias ? layer.bias.data<float>() : nullptr;
+  const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
+  if (cuda_linear_is_bf16(layer)) {
+    CudaTensor scratch;  // x rounded here when the caller did not
+    const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
+    matmul_forward_mixed_cuda(ctx.blaslt(), y, in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), bias, p);
+    return;
+  }
+  HLM_CHECK(x.f32 != nullptr || rows == 0, "linear forward: the fp32 mode needs an fp32 input");
+  matmul_forward_cuda(ctx.blaslt(), y, x.f32, layer.weight.data<float>(), bias, p);
+}
+
+void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows) {
+  cuda_linear_forward(ctx, y, CudaLinearInput{x, nullptr}, layer, rows);
+}
+
+void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const CudaLinearInput& x,
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx) {
   HLM_CHECK(grad.out_features == layer.out_features && grad.in_features == layer.in_features &&
                 grad.has_bias == layer.has_bias,
             "linear backward: the gradient holder does not match the layer");
   float* dbias = layer.has_bias ? grad.bias.data<float>() : nullptr;
   const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
-  if (layer.weight_bf16.raw() != nullptr) {
+  if (cuda_linear_is_bf16(layer)) {
+    // dy first, then x (when not given): the order of allocations and casts of the one-input form.
     const CudaTensor dy16 = cuda_round_bf16(ctx, dy, rows * layer.out_features);
-    const CudaTensor x16 = cuda_round_bf16(ctx, x, rows * layer.in_features);
-    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16.data<__nv_bfloat16>(),
-                               x16.data<__nv_bfloat16>(), layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    CudaTensor scratch;
+    const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
+    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16.data<__nv_bfloat16>(), in.bf16,
+                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
     return;
   }
-  matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x, layer.weight.data<float>(), p,
+  HLM_CHECK(x.f32 != nullptr || rows == 0, "linear backward: the fp32 mode needs an fp32 input");
+  matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x.f32, layer.weight.data<float>(), p,
                        accumulate_dx);
+}
+
+void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,
+                          const CudaLinear& layer, int64_t rows, bool accumulate_dx) {
+  cuda_linear_backward(ctx, dx, grad, dy, CudaLinearInput{x, nullptr}, layer, rows, accumulate_dx);
 }
 
 CudaTensor cuda_scratch_bytes(CudaContext& ctx, size_t bytes) {

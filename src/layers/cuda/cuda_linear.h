@@ -2,10 +2,17 @@
 // y [rows, out] = x [rows, in] · weightᵀ + bias through cuBLASLt with fp32 accumulation, in one of two modes:
 //   fp32 (weight_bf16 empty): matmul_forward_cuda, fp32 operands and products;
 //   bf16 compute (weight_bf16 holds the weight rounded to bf16, cuda_linear_refresh_bf16 after every update of the
-//     fp32 master weight): the input (forward), dy and x (backward) are rounded to bf16 in scratch and the products
-//     run on bf16 tensor cores with fp32 results (matmul_forward_mixed_cuda / matmul_backward_mixed_cuda). The
-//     activations between layers, the bias, the gradients and the master weights stay fp32.
+//     fp32 master weight): the products run on bf16 tensor cores with fp32 results (matmul_forward_mixed_cuda /
+//     matmul_backward_mixed_cuda) on x and dy rounded to bf16. dy is rounded in scratch by each call; x is read as
+//     a CudaLinearInput: its bf16 rounding when the caller has it (a layer rounds an x that feeds several
+//     projections once, cuda_linear_round_input, or keeps an activation that only GEMMs read in bf16 only), else
+//     rounded in scratch here. The rounding is deterministic (cast_f32_to_bf16_cuda, bit-identical to
+//     core/dtype.h), so a pre-rounded x gives the same bits as rounding inside the call. Which activations are bf16:
+//     docs/cuda.md (bf16 compute mode); everything else between ops, the bias, the gradients and the master weights
+//     stay fp32.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "backend/cuda/cuda_context.h"
@@ -36,13 +43,43 @@ void cuda_linear_refresh_bf16(CudaContext& ctx, CudaLinear& layer);
 
 // Rounds n floats into a new bf16 scratch tensor (cast_f32_to_bf16_cuda), queued on ctx's stream.
 CudaTensor cuda_round_bf16(CudaContext& ctx, const float* src, int64_t n);
+// Rounds a whole f32 tensor into a new bf16 tensor of the same shape (an activation kept in bf16 only).
+CudaTensor cuda_round_bf16(CudaContext& ctx, const CudaTensor& src);
+
+// A linear's input x [rows, in]: the fp32 tensor, its bf16 rounding, or both (nullptr = not held).
+//   fp32 mode: f32 is read (required unless rows == 0); bf16 is ignored.
+//   bf16 compute mode: bf16 is read when set; it MUST hold exactly x rounded by cast_f32_to_bf16_cuda (or written by
+//     a kernel that rounds the same way), so the products are bit-identical to rounding f32 inside the call. When
+//     bf16 is nullptr, f32 is rounded into scratch (one cast per call).
+struct CudaLinearInput {
+  const float* f32 = nullptr;
+  const __nv_bfloat16* bf16 = nullptr;
+};
+
+// Whether `layer` runs in the bf16 compute mode (weight_bf16 allocated).
+bool cuda_linear_is_bf16(const CudaLinear& layer);
+
+// The input held by an fp32 and/or a bf16 tensor (an empty tensor, e.g. the one not kept in the current mode,
+// gives nullptr).
+CudaLinearInput cuda_linear_input(const CudaTensor& f32, const CudaTensor& bf16);
+
+// Rounds a shared input once for all the linears that read it (`reader`: any of them; they run in one mode): x itself
+// when it already carries its bf16 rounding or `reader` runs in fp32 (`rounded` untouched); otherwise {x.f32, x.f32
+// rounded into `rounded`, a new bf16 scratch tensor [rows·in]}. Keep `rounded` alive while the result is used.
+CudaLinearInput cuda_linear_round_input(CudaContext& ctx, CudaTensor& rounded, const CudaLinearInput& x,
+                                        const CudaLinear& reader, int64_t rows);
 
 // y [rows, out] OVERWRITTEN from x [rows, in]; queued on ctx's stream.
+void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, const CudaLinear& layer, int64_t rows);
+// The same from an fp32 x (rounded in scratch in the bf16 compute mode).
 void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows);
 
 // The backward of cuda_linear_forward (matmul_backward_cuda): dx [rows, in] = dy · W, OVERWRITTEN (ADDED when
 // accumulate_dx; nullptr = not wanted); grad.weight += dyᵀ · x and grad.bias += Σ_rows dy (ACCUMULATED). grad has
-// the layout of `layer` (a device gradient holder uploaded like the weights).
+// the layout of `layer` (a device gradient holder uploaded like the weights). x as in the forward; dy is fp32 and is
+// rounded in scratch in the bf16 compute mode.
+void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const CudaLinearInput& x,
+                          const CudaLinear& layer, int64_t rows, bool accumulate_dx);
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx);
 

@@ -2,6 +2,8 @@
 // handing the intermediates back for kept activations).
 #include "layers/cuda/gdn_layer_cuda.h"
 
+#include <utility>
+
 #include "core/error.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
@@ -49,20 +51,24 @@ GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaB
   return in;
 }
 
-GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaGdnWeights& w,
-                                                const GdnDims& d, const CudaBatchView& b) {
+GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaGdnWeights& w,
+                                                const GdnDims& d, const CudaBatchView& b, bool keep_rule_scratch) {
   const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
   const cudaStream_t stream = ctx.stream();
   GdnCudaActivations act;
   for (CudaTensor* t : {&act.qp, &act.kp, &act.qc, &act.kc, &act.qn, &act.kn}) *t = CudaTensor::empty(ctx, {n, Ck});
-  for (CudaTensor* t : {&act.vp, &act.z, &act.vc, &act.o, &act.y}) *t = CudaTensor::empty(ctx, {n, Cv});
+  for (CudaTensor* t : {&act.vp, &act.z, &act.vc, &act.o}) *t = CudaTensor::empty(ctx, {n, Cv});
   for (CudaTensor* t : {&act.a, &act.b, &act.g, &act.beta}) *t = CudaTensor::empty(ctx, {n, Hv});
-  cuda_linear_forward(ctx, act.qp.data<float>(), x, w.q_proj, n);
-  cuda_linear_forward(ctx, act.kp.data<float>(), x, w.k_proj, n);
-  cuda_linear_forward(ctx, act.vp.data<float>(), x, w.v_proj, n);
-  cuda_linear_forward(ctx, act.z.data<float>(), x, w.g_proj, n);
-  cuda_linear_forward(ctx, act.a.data<float>(), x, w.a_proj, n);
-  cuda_linear_forward(ctx, act.b.data<float>(), x, w.b_proj, n);
+  {
+    CudaTensor x16;  // bf16 mode: x rounded once for the six projections (unless the caller has it)
+    const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.q_proj, n);
+    cuda_linear_forward(ctx, act.qp.data<float>(), in, w.q_proj, n);
+    cuda_linear_forward(ctx, act.kp.data<float>(), in, w.k_proj, n);
+    cuda_linear_forward(ctx, act.vp.data<float>(), in, w.v_proj, n);
+    cuda_linear_forward(ctx, act.z.data<float>(), in, w.g_proj, n);
+    cuda_linear_forward(ctx, act.a.data<float>(), in, w.a_proj, n);
+    cuda_linear_forward(ctx, act.b.data<float>(), in, w.b_proj, n);
+  }
   const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
   causal_conv1d_forward_cuda(act.qc.data<float>(), nullptr, act.qp.data<float>(), w.q_conv.data<float>(), nullptr,
                              b.cu_seqlens, sk, stream);
@@ -81,28 +87,39 @@ GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const float* x
   // The CPU reference gets static_cast<float>(q_scale()) for T = float.
   const float scale = static_cast<float>(d.q_scale());
   if (w.bf16_compute) {
-    const size_t bytes = gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, b.n_seqs);
+    const size_t bytes = keep_rule_scratch ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, b.n_seqs)
+                                           : gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, b.n_seqs);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    gated_delta_rule_chunked_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, ws.raw(), bytes, stream);
+    gated_delta_rule_chunked_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, ws.raw(), bytes, stream,
+                                          keep_rule_scratch);
+    if (keep_rule_scratch) act.rule_scratch = std::move(ws);
   } else {
     gated_delta_rule_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, stream);
   }
-  gated_rmsnorm_forward_cuda(act.y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
+  // y in fp32; in the bf16 mode only its rounding is kept, since o_proj (forward and backward) is its one reader and
+  // would round it anyway.
+  CudaTensor y = CudaTensor::empty(ctx, {n, Cv});
+  gated_rmsnorm_forward_cuda(y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
                              {n * Hv, d.value_dim, d.norm_eps}, stream);
+  if (cuda_linear_is_bf16(w.o_proj))
+    act.y16 = cuda_round_bf16(ctx, y);
+  else
+    act.y = std::move(y);
   return act;
 }
 
-GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
-                                               const GdnDims& d, const CudaBatchView& b) {
-  HLM_CHECK(out != x, "GDN forward: out may not alias x");
+GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
+                                               const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
+  HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
+            "GDN forward: out may not alias x");
   GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
-  cuda_linear_forward(ctx, out, act.y.data<float>(), w.o_proj, b.tokens);
+  cuda_linear_forward(ctx, out, cuda_linear_input(act.y, act.y16), w.o_proj, b.tokens);
   return act;
 }
 
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& d, const CudaBatchView& b) {
-  gdn_layer_forward_keep_cuda(ctx, out, x, w, d, b);  // the intermediates go back to the allocator
+  gdn_layer_forward_keep_cuda(ctx, out, {x, nullptr}, w, d, b);  // the intermediates go back to the allocator
 }
 
 }  // namespace hlm

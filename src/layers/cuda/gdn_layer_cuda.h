@@ -4,6 +4,10 @@
 //   g, β = gdn_gate(a, b);  o = gated delta rule(q, k, v, g, β, scale);  out = (rmsnorm(o)·o_norm·silu(z)) Woᵀ
 // x, out [T, hidden] device pointers (out may not alias x); scratch from ctx's allocator, released on return.
 // Queued on ctx's stream, no synchronization.
+// bf16 compute mode (the linears' weight_bf16, layers/cuda/cuda_linear.h): x is rounded to bf16 once per call and
+// shared by the six input projections (forward and backward); the kept y (o_proj's input) is bf16 only; every other
+// intermediate stays fp32 (the convs, L2 norms, gate, rule and gated norm backwards read them; docs/gdn.md §4).
+// Every result is BIT-IDENTICAL to rounding inside each projection (the rounding is deterministic).
 #pragma once
 #include "backend/cuda/cuda_context.h"
 #include "layers/cuda/cuda_linear.h"
@@ -20,7 +24,7 @@ struct CudaGdnWeights {
   CudaTensor o_norm;                  // [dv]
   // bf16 compute mode (models/cuda/cuda_model.h): the gated delta rule runs in the chunked tensor-core form
   // (ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h: bf16 operands, fp32 state and accumulation) instead of the
-  // fp32 token recurrence; inputs, outputs and gradients stay fp32.
+  // fp32 token recurrence; its inputs, outputs and gradients stay fp32.
   bool bf16_compute = false;
 };
 
@@ -36,12 +40,21 @@ struct GdnCudaActivations {
   CudaTensor qn, kn;      // per-head L2-normalised q, k [T, Ck]
   CudaTensor g, beta;     // [T, Hv]
   CudaTensor o;           // rule output [T, Cv]
-  CudaTensor y;           // gated-norm output [T, Cv] (the output projection's input)
+  CudaTensor y;           // gated-norm output [T, Cv] (the output projection's input): fp32 mode only (else empty)
+  CudaTensor y16;         // y rounded to bf16: bf16 compute mode only (else empty); the fp32 y is not kept
+  // bf16 mode with keep_rule_scratch: the chunked rule's workspace as its forward left it, in the backward's layout
+  // (gated_delta_rule_chunked_cuda.h, keep_for_backward); else empty.
+  CudaTensor rule_scratch;
 };
 
-// Runs the forward up to y (zero initial state), keeping every intermediate.
-GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaGdnWeights& w,
-                                                const GdnDims& dims, const CudaBatchView& batch);
+// Runs the forward up to y (zero initial state), keeping every intermediate (in the bf16 mode y is computed in fp32
+// scratch, rounded once and only the rounding kept). x: fp32, with its bf16 rounding if the caller has it
+// (cuda_linear.h), else rounded once here for the six projections.
+// keep_rule_scratch (bf16 mode; the recomputing backward, whose forward runs right before it): the chunked rule
+// runs with keep_for_backward into act.rule_scratch, so the backward does not rerun its prep and state passes.
+GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaGdnWeights& w,
+                                                const GdnDims& dims, const CudaBatchView& batch,
+                                                bool keep_rule_scratch = false);
 // The gated delta rule's inputs from those intermediates (normalised q, k, conv'd v, g, β; zero initial state).
 GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaBatchView& batch);
 
@@ -50,21 +63,23 @@ void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
                             const GdnDims& dims, const CudaBatchView& batch);
 // The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
 // tensors the recomputing backward would rebuild from x.
-GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
-                                               const GdnDims& dims, const CudaBatchView& batch);
+GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
+                                               const CudaGdnWeights& w, const GdnDims& dims,
+                                               const CudaBatchView& batch);
 
 // The backward of layers/gdn_layer.h with per-layer recomputation and a zero initial state
 // (gdn_layer_cuda_backward.cpp): gdn_forward_activations_cuda (every intermediate of gdn_layer_ref.cpp's
-// Activations) then gdn_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device)
+// Activations, and in the bf16 mode the chunked rule's scratch) then gdn_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device)
 // ACCUMULATED (+=). dx may not alias d_out or x.
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& dims, const CudaBatchView& batch);
 // The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, gated norm, gated
 // delta rule, gate, L2 norms, convs, input projections. Op-level weight gradients (o_norm, convs, A_log, dt_bias) are
 // overwritten into scratch and added into grads as the CPU does. Same contract as gdn_layer_backward_cuda; act is
-// only read.
+// only read. x as in gdn_forward_activations_cuda (in the bf16 mode its bf16 rounding alone is enough; it is rounded
+// once here otherwise).
 void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out,
-                                  const float* x, const GdnCudaActivations& act, const CudaGdnWeights& w,
+                                  const CudaLinearInput& x, const GdnCudaActivations& act, const CudaGdnWeights& w,
                                   const GdnDims& dims, const CudaBatchView& batch);
 
 }  // namespace hlm

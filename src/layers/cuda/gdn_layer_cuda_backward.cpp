@@ -16,26 +16,31 @@ namespace hlm {
 
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
-  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
-  gdn_layer_backward_from_cuda(ctx, dx, gr, d_out, x, act, w, d, b);
+  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.q_proj, b.tokens);
+  const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, in, w, d, b, /*keep_rule_scratch=*/true);
+  gdn_layer_backward_from_cuda(ctx, dx, gr, d_out, in, act, w, d, b);
 }
 
 void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out,
-                                  const float* x, const GdnCudaActivations& act, const CudaGdnWeights& w,
+                                  const CudaLinearInput& x, const GdnCudaActivations& act, const CudaGdnWeights& w,
                                   const GdnDims& d, const CudaBatchView& b) {
-  HLM_CHECK(dx != x && dx != d_out, "GDN backward: dx may not alias x or d_out");
+  HLM_CHECK(dx != x.f32 && static_cast<const void*>(dx) != static_cast<const void*>(x.bf16) && dx != d_out,
+            "GDN backward: dx may not alias x or d_out");
   const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
   const int64_t K = d.conv_kernel;
   const cudaStream_t stream = ctx.stream();
-  HLM_CHECK(act.y.numel() == n * Cv && act.qn.numel() == n * Ck && act.g.numel() == n * Hv,
-            "GDN backward: the activations do not match the batch");
+  HLM_CHECK((cuda_linear_is_bf16(w.o_proj) ? act.y16 : act.y).numel() == n * Cv && act.qn.numel() == n * Ck &&
+                act.g.numel() == n * Hv,
+            "GDN backward: the activations do not match the batch or the compute mode");
   // Op-level weight gradients are overwritten here, then added into gr (the CPU's dw_small + add_into).
   CudaTensor dw_small = CudaTensor::empty(ctx, {std::max(std::max(Ck, Cv) * K, d.value_dim)});
   float* dws = dw_small.data<float>();
 
   // Output projection and gated norm.
   CudaTensor dy = CudaTensor::empty(ctx, {n, Cv});
-  cuda_linear_backward(ctx, dy.data<float>(), gr.o_proj, d_out, act.y.data<float>(), w.o_proj, n, false);
+  cuda_linear_backward(ctx, dy.data<float>(), gr.o_proj, d_out, cuda_linear_input(act.y, act.y16), w.o_proj, n,
+                       false);
   CudaTensor d_o = CudaTensor::empty(ctx, {n, Cv}), dz = CudaTensor::empty(ctx, {n, Cv});
   {
     const GatedRmsnormCudaParams p{n * Hv, d.value_dim, d.norm_eps};
@@ -64,11 +69,15 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
     const float scale = static_cast<float>(d.q_scale());
     const size_t bytes = w.bf16_compute ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, b.n_seqs)
                                         : gated_delta_rule_backward_cuda_workspace_bytes(shape, b.n_seqs);
-    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    // The recomputed forward's scratch (bf16 mode) already holds prep's and the state pass's results.
+    const bool forward_kept = w.bf16_compute && act.rule_scratch.raw() != nullptr;
+    HLM_CHECK(!forward_kept || act.rule_scratch.nbytes() >= bytes, "GDN backward: the kept rule scratch is too small");
+    CudaTensor fresh = forward_kept ? CudaTensor() : cuda_scratch_bytes(ctx, bytes);
+    void* ws = forward_kept ? act.rule_scratch.raw() : fresh.raw();
     if (w.bf16_compute)
-      gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, ws.raw(), bytes, stream);
+      gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, ws, bytes, stream, forward_kept);
     else
-      gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws.raw(), bytes, stream);
+      gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws, bytes, stream);
   }
 
   // Gate.
@@ -110,7 +119,10 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
     cuda_add_into(ctx, c.gw.data<float>(), dws, c.channels * K);
   }
 
-  // Input projections: dx = Σ dp · Wp (the first overwrites), dWp += dpᵀ · x, in the CPU's order.
+  // Input projections: dx = Σ dp · Wp (the first overwrites), dWp += dpᵀ · x, in the CPU's order; in the bf16 mode
+  // all six read one rounding of x.
+  CudaTensor x16;
+  const CudaLinearInput xin = cuda_linear_round_input(ctx, x16, x, w.q_proj, n);
   const struct {
     const float* dp;
     const CudaLinear& wp;
@@ -120,7 +132,7 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
                {da.data<float>(), w.a_proj, gr.a_proj},  {db.data<float>(), w.b_proj, gr.b_proj}};
   bool first = true;
   for (const auto& p : projs) {
-    cuda_linear_backward(ctx, dx, p.gp, p.dp, x, p.wp, n, /*accumulate_dx=*/!first);
+    cuda_linear_backward(ctx, dx, p.gp, p.dp, xin, p.wp, n, /*accumulate_dx=*/!first);
     first = false;
   }
 }

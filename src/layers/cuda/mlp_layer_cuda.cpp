@@ -2,6 +2,8 @@
 // and h for the backward.
 #include "layers/cuda/mlp_layer_cuda.h"
 
+#include <utility>
+
 #include "core/error.h"
 #include "ops/swiglu/swiglu_cuda.h"
 
@@ -23,30 +25,41 @@ CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w) {
 void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w, int64_t tokens) {
   HLM_CHECK(out != x, "mlp forward: out may not alias x");
   const int64_t F = w.gate_proj.out_features;
+  CudaTensor x16;  // bf16 mode: x rounded once for gate_proj and up_proj
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.gate_proj, tokens);
   CudaTensor gate = CudaTensor::empty(ctx, {tokens, F});
   CudaTensor up = CudaTensor::empty(ctx, {tokens, F});
-  cuda_linear_forward(ctx, gate.data<float>(), x, w.gate_proj, tokens);
-  cuda_linear_forward(ctx, up.data<float>(), x, w.up_proj, tokens);
+  cuda_linear_forward(ctx, gate.data<float>(), in, w.gate_proj, tokens);
+  cuda_linear_forward(ctx, up.data<float>(), in, w.up_proj, tokens);
   swiglu_forward_cuda(gate.data<float>(), gate.data<float>(), up.data<float>(), tokens * F, ctx.stream());
   cuda_linear_forward(ctx, out, gate.data<float>(), w.down_proj, tokens);
 }
 
-MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaMlpWeights& w,
+MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaMlpWeights& w,
                                                 int64_t tokens) {
   const int64_t F = w.gate_proj.out_features;
-  MlpCudaActivations a{CudaTensor::empty(ctx, {tokens, F}), CudaTensor::empty(ctx, {tokens, F}),
-                       CudaTensor::empty(ctx, {tokens, F})};
-  cuda_linear_forward(ctx, a.gate.data<float>(), x, w.gate_proj, tokens);
-  cuda_linear_forward(ctx, a.up.data<float>(), x, w.up_proj, tokens);
-  swiglu_forward_cuda(a.h.data<float>(), a.gate.data<float>(), a.up.data<float>(), tokens * F, ctx.stream());
+  CudaTensor x16;
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, tokens);
+  MlpCudaActivations a{CudaTensor::empty(ctx, {tokens, F}), CudaTensor::empty(ctx, {tokens, F}), {}, {}};
+  cuda_linear_forward(ctx, a.gate.data<float>(), in, w.gate_proj, tokens);
+  cuda_linear_forward(ctx, a.up.data<float>(), in, w.up_proj, tokens);
+  // h in fp32 (the bits the in-place forward computes); in the bf16 mode only its rounding is kept, since down_proj
+  // (forward and backward) is its one reader and would round it anyway.
+  CudaTensor h = CudaTensor::empty(ctx, {tokens, F});
+  swiglu_forward_cuda(h.data<float>(), a.gate.data<float>(), a.up.data<float>(), tokens * F, ctx.stream());
+  if (cuda_linear_is_bf16(w.down_proj))
+    a.h16 = cuda_round_bf16(ctx, h);
+  else
+    a.h = std::move(h);
   return a;
 }
 
-MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w,
-                                               int64_t tokens) {
-  HLM_CHECK(out != x, "mlp forward: out may not alias x");
+MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
+                                               const CudaMlpWeights& w, int64_t tokens) {
+  HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
+            "mlp forward: out may not alias x");
   MlpCudaActivations a = mlp_forward_activations_cuda(ctx, x, w, tokens);
-  cuda_linear_forward(ctx, out, a.h.data<float>(), w.down_proj, tokens);
+  cuda_linear_forward(ctx, out, cuda_linear_input(a.h, a.h16), w.down_proj, tokens);
   return a;
 }
 

@@ -1,6 +1,10 @@
 // The SwiGLU MLP on CUDA: the forward of layers/mlp_layer.h, out = down_proj(silu(gate_proj(x)) ⊙ up_proj(x)), fp32.
 // x, out [T, hidden] device pointers (out may not alias x); scratch gate, up [T, F] from ctx's allocator, released on
 // return (h is computed in gate's storage). Queued on ctx's stream, no synchronization.
+// bf16 compute mode (the linears' weight_bf16, layers/cuda/cuda_linear.h): x is rounded to bf16 once per call and
+// shared by gate_proj and up_proj (forward and backward); the kept h is bf16 only (down_proj is its one reader);
+// gate and up stay fp32 (swiglu's backward reads them). Every result is BIT-IDENTICAL to rounding inside each
+// projection (the rounding is deterministic), so the modes' numbers did not change with the sharing.
 #pragma once
 #include "backend/cuda/cuda_context.h"
 #include "layers/cuda/cuda_linear.h"
@@ -19,18 +23,22 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
 
 // The forward's intermediates, device tensors [T, F] each: what the backward needs.
 struct MlpCudaActivations {
-  CudaTensor gate, up;  // x gate_projᵀ, x up_projᵀ
-  CudaTensor h;         // silu(gate) ⊙ up (down_proj's input)
+  CudaTensor gate, up;  // x gate_projᵀ, x up_projᵀ, fp32
+  CudaTensor h;         // silu(gate) ⊙ up (down_proj's input), fp32: fp32 mode only (else empty)
+  CudaTensor h16;       // h rounded to bf16: bf16 compute mode only (else empty); the fp32 h is not kept
 };
 
-// Runs the forward up to h, keeping gate, up and h. swiglu is elementwise, so h has the bits of the in-place h that
-// mlp_layer_forward_cuda computes inside gate's storage.
-MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const float* x, const CudaMlpWeights& w,
+// Runs the forward up to h, keeping gate, up and h (fp32 mode) or h16 (bf16 mode: h is computed in fp32 scratch,
+// rounded once, and the scratch released). swiglu is elementwise, so h has the bits of the in-place h that
+// mlp_layer_forward_cuda computes inside gate's storage. x: fp32, with its bf16 rounding if the caller has it
+// (cuda_linear.h), else rounded once here for both projections.
+MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaMlpWeights& w,
                                                 int64_t tokens);
 // out = h down_projᵀ after mlp_forward_activations_cuda, handing the intermediates back (kept activations,
-// models/cuda/cuda_model_train.h). The same out as mlp_layer_forward_cuda, bit for bit; 3·T·F floats kept.
-MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w,
-                                               int64_t tokens);
+// models/cuda/cuda_model_train.h). The same out as mlp_layer_forward_cuda, bit for bit; kept: 3·T·F floats (fp32
+// mode) or 2·T·F floats + T·F bf16 (bf16 mode).
+MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
+                                               const CudaMlpWeights& w, int64_t tokens);
 
 // The backward of layers/mlp_layer.h with per-layer recomputation (mlp_layer_cuda_backward.cpp):
 // mlp_forward_activations_cuda then mlp_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN and grads (same layout
@@ -38,9 +46,10 @@ MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, con
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out, const float* x,
                              const CudaMlpWeights& w, int64_t tokens);
 // The walk back from given activations `act` (of this x and w): down_proj, swiglu, gate/up projections. Same contract
-// as mlp_layer_backward_cuda; act is only read.
+// as mlp_layer_backward_cuda; act is only read. x as in mlp_forward_activations_cuda (in the bf16 mode its bf16
+// rounding alone is enough; it is rounded once here otherwise).
 void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out,
-                                  const float* x, const MlpCudaActivations& act, const CudaMlpWeights& w,
+                                  const CudaLinearInput& x, const MlpCudaActivations& act, const CudaMlpWeights& w,
                                   int64_t tokens);
 
 }  // namespace hlm

@@ -8,22 +8,30 @@ namespace hlm {
 
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, const float* d_out, const float* x,
                              const CudaMlpWeights& w, int64_t tokens) {
-  const MlpCudaActivations a = mlp_forward_activations_cuda(ctx, x, w, tokens);
-  mlp_layer_backward_from_cuda(ctx, dx, g, d_out, x, a, w, tokens);
+  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.gate_proj, tokens);
+  const MlpCudaActivations a = mlp_forward_activations_cuda(ctx, in, w, tokens);
+  mlp_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, tokens);
 }
 
 void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, const float* d_out,
-                                  const float* x, const MlpCudaActivations& a, const CudaMlpWeights& w,
+                                  const CudaLinearInput& x, const MlpCudaActivations& a, const CudaMlpWeights& w,
                                   int64_t tokens) {
-  HLM_CHECK(dx != x && dx != d_out, "mlp backward: dx may not alias x or d_out");
+  HLM_CHECK(dx != x.f32 && static_cast<const void*>(dx) != static_cast<const void*>(x.bf16) && dx != d_out,
+            "mlp backward: dx may not alias x or d_out");
   const int64_t n = tokens, F = w.gate_proj.out_features;
-  HLM_CHECK(a.h.numel() == n * F, "mlp backward: the activations do not match the batch");
+  const bool bf16_h = cuda_linear_is_bf16(w.down_proj);
+  HLM_CHECK((bf16_h ? a.h16 : a.h).numel() == n * F && a.gate.numel() == n * F,
+            "mlp backward: the activations do not match the batch or the compute mode");
   CudaTensor dh = CudaTensor::empty(ctx, {n, F}), dup = CudaTensor::empty(ctx, {n, F});  // dh, then dgate in place
-  cuda_linear_backward(ctx, dh.data<float>(), g.down_proj, d_out, a.h.data<float>(), w.down_proj, n, false);
+  cuda_linear_backward(ctx, dh.data<float>(), g.down_proj, d_out, cuda_linear_input(a.h, a.h16), w.down_proj, n,
+                       false);
   swiglu_backward_cuda(dh.data<float>(), dup.data<float>(), dh.data<float>(), a.gate.data<float>(),
                        a.up.data<float>(), n * F, ctx.stream());
-  cuda_linear_backward(ctx, dx, g.gate_proj, dh.data<float>(), x, w.gate_proj, n, /*accumulate_dx=*/false);
-  cuda_linear_backward(ctx, dx, g.up_proj, dup.data<float>(), x, w.up_proj, n, /*accumulate_dx=*/true);
+  CudaTensor x16;  // bf16 mode: x rounded once for gate_proj and up_proj (unless the caller has it)
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, n);
+  cuda_linear_backward(ctx, dx, g.gate_proj, dh.data<float>(), in, w.gate_proj, n, /*accumulate_dx=*/false);
+  cuda_linear_backward(ctx, dx, g.up_proj, dup.data<float>(), in, w.up_proj, n, /*accumulate_dx=*/true);
 }
 
 }  // namespace hlm

@@ -121,51 +121,65 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     to = CudaTensor::empty(ctx, from.shape());
     cuda_copy_device(ctx, to.raw(), from.raw(), from.nbytes());
   };
+  // A pre-norm branch's input `from` (read only by the branch's input projections), kept for the backward: an fp32
+  // copy in `slot`, or in the bf16 mode only its bf16 rounding in `slot16`, which the branch's forward then reads
+  // instead of rounding `from` again (the same bits). Without kept activations: `from` alone.
+  const auto keep_input = [&](CudaTensor CudaKeptLayer::*slot, CudaTensor CudaKeptLayer::*slot16, int layer,
+                              const CudaTensor& from) -> CudaLinearInput {
+    CudaLinearInput in{from.data<float>(), nullptr};
+    if (kept == nullptr) return in;
+    if (!bf16_compute_) {
+      keep_copy(slot, layer, from);
+      return in;
+    }
+    CudaTensor& to = (*kept)[static_cast<size_t>(layer)].*slot16;
+    to = cuda_round_bf16(ctx, from);
+    in.bf16 = to.data<__nv_bfloat16>();
+    return in;
+  };
 
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     const bool post_norm = layer.full_attention && spec.attention_post_norm;
     CudaKeptLayer* keep = kept != nullptr ? &(*kept)[static_cast<size_t>(i)] : nullptr;
     // The layer forwards: the plain ones, or the ones handing their intermediates to `keep` (same bits).
-    const auto mixer = [&](float* out, const float* in) {
+    const auto mixer = [&](float* out, const CudaLinearInput& in) {
       if (layer.full_attention && keep != nullptr)
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
       else if (layer.full_attention)
-        attention_layer_forward_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
+        attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, adims, rope, b);
       else if (keep != nullptr)
         keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
       else
-        gdn_layer_forward_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
+        gdn_layer_forward_cuda(ctx, out, in.f32, layer.linear_attn, gdn_dims(c), b);
     };
-    const auto mlp = [&](float* out, const float* in) {
+    const auto mlp = [&](float* out, const CudaLinearInput& in) {
       if (keep != nullptr)
         keep->mlp = mlp_layer_forward_keep_cuda(ctx, out, in, layer.mlp, T);
       else
-        mlp_layer_forward_cuda(ctx, out, in, layer.mlp, T);
+        mlp_layer_forward_cuda(ctx, out, in.f32, layer.mlp, T);
     };
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
-      mixer(nr, h);
+      mixer(nr, {h, nullptr});
       keep_copy(&CudaKeptLayer::mixer_branch, i, normed);
       rmsnorm_forward_cuda(dl, nr, layer.post_attention_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::AttnDelta, i, delta);
       residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
       emit(CapturePoint::AttnOut, i, hidden);
-      mlp(nr, h);
+      mlp(nr, {h, nullptr});
       keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
       rmsnorm_forward_cuda(dl, nr, layer.post_feedforward_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
     } else {
       rmsnorm_forward_cuda(nr, h, layer.input_layernorm.data<float>(), row_norm, stream);
-      keep_copy(&CudaKeptLayer::mixer_in, i, normed);
-      mixer(dl, nr);
+      mixer(dl, keep_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i, normed));
       emit(CapturePoint::AttnDelta, i, delta);
       residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
       emit(CapturePoint::AttnOut, i, hidden);
       rmsnorm_forward_cuda(nr, h, layer.post_attention_layernorm.data<float>(), row_norm, stream);
-      keep_copy(&CudaKeptLayer::mlp_in, i, normed);
-      mlp(dl, nr);
+      mlp(dl, keep_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i, normed));
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
     }

@@ -15,9 +15,11 @@
 // with per-layer recomputation or from the kept intermediates (bit-identical gradients either way); gradients live
 // in a second CudaModel of the same config (zeros_like), so every weight has its gradient in the same slot.
 // bf16 compute mode (set_bf16_compute, cuda_model_precision.cpp): every linear and the LM head keep a bf16 copy of
-// their fp32 weight and run their products on bf16 tensor cores with fp32 results (layers/cuda/cuda_linear.h); norms,
-// attention, the gated delta rule, the losses, the activations between ops, the gradients and the master weights
-// stay fp32. After an optimizer step, refresh_bf16() re-rounds the copies.
+// their fp32 weight and run their products on bf16 tensor cores with fp32 results (layers/cuda/cuda_linear.h);
+// attention and the gated delta rule run their bf16 kernels. An activation whose only readers are bf16 products is
+// rounded once and, where kept, kept in bf16 only (docs/cuda.md lists them); norms, the losses, the other activations
+// between ops, the gradients and the master weights stay fp32. After an optimizer step, refresh_bf16() re-rounds the
+// copies.
 // Non-goals for now: decode state.
 #pragma once
 #include <functional>
@@ -64,6 +66,9 @@ class CudaModel {
   // final norm, all on the device, plus the uploaded batch; under Recompute::None also every layer's intermediates
   // (CudaKeptLayer in cuda_model_train.h).
   CudaTrainTrace forward_train(const TokenBatch& batch, Recompute recompute = Recompute::Layer);
+  // The final hidden states [T, hidden] (device) of forward_train, keeping nothing else: a frozen teacher's forward
+  // and evaluation (no backward follows, so no residual streams are cloned or held).
+  CudaTensor forward_final_hidden(const TokenBatch& batch);
   // As model_backward: grads += d loss / d weights from d_final_hidden [T, hidden] (device). grads comes from
   // zeros_like(config()); the LM head's own gradient comes from the loss, not from here. Reads the trace's kept
   // intermediates where it has them, recomputes them otherwise: the same gradients to the bit.

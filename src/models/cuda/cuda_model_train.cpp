@@ -49,10 +49,12 @@ void scale_into(CudaContext& ctx, float* out, const float* in, float m, int64_t 
   residual_add_forward_cuda(out, in, m, n, ctx.stream());
 }
 
-// Device bytes of a struct's tensors, listed once per struct.
+// Device bytes of a struct's tensors, listed once per struct. Only allocated tensors count: a default CudaTensor
+// (a field the mode does not keep) reports one element but holds no memory.
 size_t sum_bytes(std::initializer_list<const CudaTensor*> tensors) {
   size_t bytes = 0;
-  for (const CudaTensor* t : tensors) bytes += t->nbytes();
+  for (const CudaTensor* t : tensors)
+    if (t->raw() != nullptr) bytes += t->nbytes();
   return bytes;
 }
 
@@ -61,10 +63,11 @@ size_t sum_bytes(std::initializer_list<const CudaTensor*> tensors) {
 size_t CudaKeptLayer::bytes() const {
   const AttentionCudaActivations& a = attention;
   const GdnCudaActivations& g = gdn;
-  return sum_bytes({&mixer_in, &mixer_branch, &mlp_in, &mlp_branch, &mlp.gate, &mlp.up, &mlp.h}) +
+  return sum_bytes({&mixer_in, &mixer_branch, &mlp_in, &mlp_branch, &mixer_in16, &mlp_in16, &mlp.gate, &mlp.up,
+                    &mlp.h, &mlp.h16}) +
          sum_bytes({&a.q_lin, &a.k_lin, &a.q, &a.k, &a.v, &a.o, &a.lse, &a.q16, &a.k16, &a.v16, &a.o16}) +
          sum_bytes({&g.qp, &g.kp, &g.vp, &g.z, &g.a, &g.b, &g.qc, &g.kc, &g.vc, &g.qn, &g.kn, &g.g, &g.beta, &g.o,
-                    &g.y});
+                    &g.y, &g.y16});
 }
 
 size_t CudaTrainTrace::kept_bytes() const {
@@ -160,6 +163,22 @@ std::vector<CudaModel::NamedTensor> CudaModel::named_tensors() {
   return out;
 }
 
+namespace {
+
+// After a forward: a kernel's error flag becomes the CPU's input error (the bad token id named when there is one).
+void check_forward_flag(CudaContext& ctx, const CudaTokenBatch& device_batch, const TokenBatch& batch,
+                        int64_t vocab_size) {
+  if (!device_batch.error_flagged(ctx)) return;
+  for (size_t t = 0; t < batch.ids.size(); ++t) {
+    const int32_t id = batch.ids[t];
+    HLM_CHECK_INPUT(id >= 0 && id < vocab_size, "token id ", id, " at position ", t, " is outside the vocabulary [0, ",
+                    vocab_size, ")");
+  }
+  throw_input_error("CUDA forward: a kernel flagged a bad position or cu_seqlens");
+}
+
+}  // namespace
+
 CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch, Recompute recompute) {
   CudaContext& ctx = *ctx_;
   ctx.make_current();
@@ -173,15 +192,19 @@ CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch, Recompute recom
         if (point == CapturePoint::AttnOut) trace.mixer_out.push_back(clone_device(ctx, v));
       },
       recompute == Recompute::None ? &trace.kept : nullptr);
-  if (trace.batch.error_flagged(ctx)) {
-    for (int64_t t = 0; t < b.tokens; ++t) {
-      const int32_t id = batch.ids[static_cast<size_t>(t)];
-      HLM_CHECK_INPUT(id >= 0 && id < config_.vocab_size, "token id ", id, " at position ", t,
-                      " is outside the vocabulary [0, ", config_.vocab_size, ")");
-    }
-    throw_input_error("CUDA forward: a kernel flagged a bad position or cu_seqlens");
-  }
+  check_forward_flag(ctx, trace.batch, batch, config_.vocab_size);
   return trace;
+}
+
+CudaTensor CudaModel::forward_final_hidden(const TokenBatch& batch) {
+  CudaContext& ctx = *ctx_;
+  ctx.make_current();
+  const CudaTokenBatch device_batch = CudaTokenBatch::upload(ctx, batch);
+  const CudaBatchView b = device_batch.view();
+  CudaTensor stream, hidden;
+  run_decoder(b, rope_table(b.max_seqlen), stream, hidden, [](CapturePoint, int, const CudaTensor&) {});
+  check_forward_flag(ctx, device_batch, batch, config_.vocab_size);
+  return hidden;
 }
 
 void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads) {
@@ -232,12 +255,23 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       return (kept->*slot).data<float>();
     };
 
+    // A pre-norm branch's input: its kept bf16 rounding (bf16 mode: the branch's projections read nothing else), or
+    // the fp32 tensor as kept_or gives it.
+    const auto kept_input = [&](CudaTensor CudaKeptLayer::*slot, CudaTensor CudaKeptLayer::*slot16, float* scratch,
+                                const auto& recompute) -> CudaLinearInput {
+      if (kept != nullptr && (kept->*slot16).dtype() == DType::BF16) {
+        HLM_CHECK((kept->*slot16).numel() == n, "layer ", i, ": the trace kept no [T, hidden] tensor for this block");
+        return {nullptr, (kept->*slot16).data<__nv_bfloat16>()};
+      }
+      return {kept_or(slot, scratch, recompute), nullptr};
+    };
+
     // MLP branch: d_mid = d_out + branchᵀ(d_out).
-    const auto mlp_backward = [&](float* dx, const float* d_out, const float* x) {
+    const auto mlp_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x) {
       if (kept != nullptr)
         mlp_layer_backward_from_cuda(ctx, dx, lg.mlp, d_out, x, kept->mlp, lw.mlp, T);
       else
-        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x, lw.mlp, T);
+        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x.f32, lw.mlp, T);
     };
     if (post_norm) {
       const float* mlp_out = kept_or(&CudaKeptLayer::mlp_branch, branch, [&] {
@@ -245,10 +279,10 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       });
       rmsnorm_backward(ctx, d_branch, lg.post_feedforward_layernorm.data<float>(), d_hidden, mlp_out,
                        lw.post_feedforward_layernorm.data<float>(), row_norm);
-      mlp_backward(d_normed, d_branch, mid);
+      mlp_backward(d_normed, d_branch, {mid, nullptr});
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
     } else {
-      const float* mlp_in = kept_or(&CudaKeptLayer::mlp_in, normed, [&] {
+      const CudaLinearInput mlp_in = kept_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, normed, [&] {
         rmsnorm_forward_cuda(normed, mid, lw.post_attention_layernorm.data<float>(), row_norm, stream);
       });
       scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
@@ -259,16 +293,16 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
     }
 
     // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
-    const auto mixer_backward = [&](float* dx, const float* d_out, const float* x) {
+    const auto mixer_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x) {
       if (lw.full_attention && kept != nullptr)
         attention_layer_backward_from_cuda(ctx, dx, lg.self_attn, d_out, x, kept->attention, lw.self_attn, adims,
                                            rope, b);
       else if (lw.full_attention)
-        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x, lw.self_attn, adims, rope, b);
+        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x.f32, lw.self_attn, adims, rope, b);
       else if (kept != nullptr)
         gdn_layer_backward_from_cuda(ctx, dx, lg.linear_attn, d_out, x, kept->gdn, lw.linear_attn, gdn_dims(c), b);
       else
-        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x, lw.linear_attn, gdn_dims(c), b);
+        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x.f32, lw.linear_attn, gdn_dims(c), b);
     };
     if (post_norm) {
       const float* mixer_out = kept_or(&CudaKeptLayer::mixer_branch, branch, [&] {
@@ -276,10 +310,10 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       });
       rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_hidden, mixer_out,
                        lw.post_attention_layernorm.data<float>(), row_norm);
-      mixer_backward(d_normed, d_branch, in);
+      mixer_backward(d_normed, d_branch, {in, nullptr});
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
     } else {
-      const float* mixer_in = kept_or(&CudaKeptLayer::mixer_in, normed, [&] {
+      const CudaLinearInput mixer_in = kept_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, normed, [&] {
         rmsnorm_forward_cuda(normed, in, lw.input_layernorm.data<float>(), row_norm, stream);
       });
       scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);

@@ -26,21 +26,27 @@
 
 namespace hlm {
 
-// One layer's intermediates under Recompute::None: exactly what CudaModel::backward would otherwise recompute.
+// One layer's intermediates under Recompute::None: exactly what CudaModel::backward would otherwise recompute, each
+// in the dtype its readers need (fp32 unless only bf16 GEMMs read it, in the bf16 compute mode).
 // Which fields a layer fills depends on its block (models/cuda/cuda_model_train.cpp's block formulas):
 //   field          pre-norm block                              post-norm block (attention in post-norm archs)
 //   mixer_in       rmsnorm(in)·input_layernorm [T, hidden]     empty (the mixer reads the stream itself)
+//                  (fp32 mode; in the bf16 mode mixer_in16, its bf16 rounding: only the input projections read it)
 //   mixer_branch   empty                                       mixer output before post_attention_layernorm
 //   mlp_in         rmsnorm(mid)·post_attention_layernorm       empty (the MLP reads the stream itself)
+//                  (fp32 mode; in the bf16 mode mlp_in16, likewise)
 //   mlp_branch     empty                                       MLP output before post_feedforward_layernorm
 //   attention|gdn  the mixer's activations (layers/cuda/*_layer_cuda.h), the one of the layer's kind; the other empty
-//   mlp            the MLP's gate, up and h [T, F]
+//   mlp            the MLP's gate, up [T, F] fp32 and h [T, F] (fp32, or bf16 in the bf16 mode)
+// The rounded inputs hold the very bits the layer forwards would have rounded, so gradients stay bit-identical to
+// the recomputing mode.
 struct CudaKeptLayer {
   CudaTensor mixer_in, mixer_branch, mlp_in, mlp_branch;
+  CudaTensor mixer_in16, mlp_in16;  // bf16 compute mode, pre-norm blocks: the branch inputs rounded to bf16
   AttentionCudaActivations attention;
   GdnCudaActivations gdn;
   MlpCudaActivations mlp;
-  size_t bytes() const;  // device bytes of every tensor above
+  size_t bytes() const;  // device bytes of every allocated tensor above
 };
 
 struct CudaTrainTrace {

@@ -3,10 +3,17 @@
 // pointers (cu_seqlens too), queued on `stream`, no synchronization.
 // cu_seqlens must satisfy the contract (cu[0] = 0, non-decreasing, cu[N] = T); the kernels do not check it (the CPU
 // reference throws on a bad one; check on the host before uploading).
+// Kernels (causal_conv1d.cu): tiles of causal_conv1d_cuda_tile_channels() channels × causal_conv1d_cuda_runs_per_tile()
+// runs of R consecutive tokens (causal_conv1d_cuda_tiling); each thread walks one run of one channel with the last K
+// inputs in registers. The backward is one fused pass (dpre = dy·silu'(pre) stays in registers, dx and the dw
+// partials come from the same walk) plus a small kernel that adds the dw partials.
 // Numerics (the CPU reference accumulates in double): each pre-activation is a K-term fp32 FMA chain in tap order;
-// silu(p) = p / (1 + e^-p) with expf (≤ 2 ulp); silu'(p) = σ(p)·(1 + p·σ(−p)) (no 1 − σ cancellation). dw is the
-// deterministic two-pass column sum over tokens (backend/cuda/column_sum.h); state copies are exact.
-// Limits: kernel ≤ causal_conv1d_cuda_max_kernel() (GDN uses 4).
+// silu(p) = p / (1 + e^-p) with expf (≤ 2 ulp); silu'(p) = σ(p)·(1 + p·σ(−p)) (no 1 − σ cancellation); dx is a
+// K-term FMA chain in tap order. dw is deterministic (fixed order, no atomics): per (run, channel, tap) an FMA chain
+// over the run's R tokens in order, then the runs of a tile added in run order, then the tiles added in tile order;
+// its longest chain of fp32 roundings is causal_conv1d_cuda_dw_path_length(T). State copies are exact.
+// Limits: kernel ≤ causal_conv1d_cuda_max_kernel() (GDN uses 4; K ≤ 4 and K ≤ 8 have register-window fast paths,
+// larger K runs the same code with a 64-slot window, slower).
 // Shapes: x, y, dy, dx [T, C]; w, dw [C, K]; state_in, state_out, d_state_in [N, C, K-1]; cu_seqlens int64 [N+1].
 #pragma once
 #include <cuda_runtime_api.h>
@@ -26,12 +33,39 @@ struct CausalConv1dCudaParams {
 
 constexpr int64_t causal_conv1d_cuda_max_kernel() { return 64; }
 
+// Tiling of the token axis (the tests derive the dw tolerance from it): a block covers tile_channels() channels ×
+// runs_per_tile() runs of run_tokens consecutive tokens; run_tokens grows past 32 only to keep tiles ≤ 256 (which
+// bounds the dw partials and the serial sum of the finishing kernel).
+constexpr int64_t causal_conv1d_cuda_tile_channels() { return 64; }
+constexpr int64_t causal_conv1d_cuda_runs_per_tile() { return 4; }
+
+struct CausalConv1dCudaTiling {
+  int64_t run_tokens = 0;  // R: tokens one thread walks
+  int64_t tiles = 0;       // ceil(T / (R · runs_per_tile)): blocks along the token axis
+};
+
+constexpr CausalConv1dCudaTiling causal_conv1d_cuda_tiling(int64_t total_tokens) {
+  constexpr int64_t kMinRun = 32, kMaxTiles = 256, Y = causal_conv1d_cuda_runs_per_tile();
+  const int64_t need = (total_tokens + Y * kMaxTiles - 1) / (Y * kMaxTiles);
+  CausalConv1dCudaTiling t;
+  t.run_tokens = need > kMinRun ? need : kMinRun;
+  t.tiles = (total_tokens + t.run_tokens * Y - 1) / (t.run_tokens * Y);
+  return t;
+}
+
+// Longest chain of fp32 roundings behind one dw element: R FMAs over a run, runs_per_tile − 1 additions over the
+// runs of a tile, tiles − 1 additions over the tiles (counted as R + runs_per_tile + tiles, an upper bound).
+constexpr int64_t causal_conv1d_cuda_dw_path_length(int64_t total_tokens) {
+  const CausalConv1dCudaTiling t = causal_conv1d_cuda_tiling(total_tokens);
+  return t.run_tokens + causal_conv1d_cuda_runs_per_tile() + t.tiles;
+}
+
 // y = [silu](conv(x)); y may not alias x. state_out (nullable) receives each sequence's last K-1 raw inputs and may
 // alias state_in (nullable = zeros).
 void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, const float* w, const float* state_in,
                                 const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, cudaStream_t stream);
 
-// Bytes of device scratch causal_conv1d_backward_cuda needs (dpre [T, C] and the dw partials).
+// Bytes of device scratch causal_conv1d_backward_cuda needs: the dw partials, tiles · K · C floats (0 when T = 0).
 size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams& p);
 
 // dx OVERWRITTEN; dw [C, K] OVERWRITTEN (nullptr = not wanted); d_state_in OVERWRITTEN when both it and state_in are

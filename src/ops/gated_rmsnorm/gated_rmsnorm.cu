@@ -1,9 +1,18 @@
-// Gated RMSNorm CUDA kernels and launchers (contract: gated_rmsnorm.h, gated_rmsnorm_cuda.h).
-//   forward:  one block per row: block sum of x², then y = ((x·r)·w)·silu(z), r = 1/sqrt(mean + eps).
-//   backward: (1) one block per row: r, s = Σ_d gn·x (gn = dy·w·silu(z)), then dx = r·(gn − n·(s·r/D)) and
+// Gated RMSNorm CUDA kernels and launchers (contract: gated_rmsnorm.h, gated_rmsnorm_cuda.h). Two paths, chosen by
+// the row length D:
+//   D ≤ gated_rmsnorm_cuda_warp_max_dim() (the GDN value heads, dv = 64..256): one warp per row, kWarpRows rows per
+//     block. Each lane loads its slice of the row into registers (float4 when every pointer is 16-byte aligned and
+//     D % 4 == 0, else single floats), sums it in order, and a 5-level xor-shuffle tree gives every lane the row sums.
+//   longer rows: one block of gated_rmsnorm_cuda_threads() threads per row, scalar loads, block sums.
+//   forward:  r = 1/sqrt(mean(x²) + eps), then y = ((x·r)·w)·silu(z).
+//   backward: (1) one pass per row: r, s = Σ_d gn·x (gn = dy·w·silu(z)), then dx = r·(gn − n·(s·r/D)) and
 //             dz = dy·w·n·σ(z)·(1 + z·σ(−z)), n = x·r; r is stored for (2);
 //             (2) dw = Σ_rows dy·x·r·silu(z) by the two-pass column sum into a zeroed dw (the contract overwrites).
-// Non-goals for now: several rows per block for small dim, vectorized loads, a fused single-pass backward.
+// In the forward every read of x happens before the reduction and each thread reads z[i] and then writes y[i] only
+// for the elements it loaded, so y may alias x or z. Deterministic: fixed summation order, no atomics.
+// Non-goals for now: vectorized loads for rows longer than gated_rmsnorm_cuda_warp_max_dim(); dw inside pass (1).
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
@@ -13,10 +22,139 @@ namespace hlm {
 namespace {
 
 constexpr int kThreads = gated_rmsnorm_cuda_threads();
+constexpr int64_t kWarpMaxDim = gated_rmsnorm_cuda_warp_max_dim();
+constexpr int kWarpRows = 8;  // rows (warps) per block on the warp path
+constexpr int kWarpThreads = 32 * kWarpRows;
 constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
+static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// ---- Warp path helpers
+
+// Sum over the warp by a fixed xor-shuffle tree; every lane computes the same additions in the same order
+// (a + b = b + a in IEEE), so all lanes hold the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <int V>
+struct alignas(4 * V) Pack {
+  float e[V];
+};
+
+// A lane's slice of a row: P floats in P/V chunks of V; chunk j starts at element (32·j + lane)·V. With V > 1 the
+// launcher guarantees D % V == 0, so a chunk is wholly in the row or wholly past it.
+template <int V>
+__device__ __forceinline__ int64_t chunk_start(int lane, int j) {
+  return (static_cast<int64_t>(j) * 32 + lane) * V;
+}
+
+template <int V, int P>
+__device__ __forceinline__ void load_slice(float (&dst)[P], const float* row, int64_t D, int lane) {
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = chunk_start<V>(lane, j);
+    if (s < D) {
+      const Pack<V> p = *reinterpret_cast<const Pack<V>*>(row + s);
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[j * V + e] = p.e[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[j * V + e] = 0.0f;
+    }
+  }
+}
+
+template <int V, int P>
+__device__ __forceinline__ void store_slice(float* row, const float (&src)[P], int64_t D, int lane) {
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = chunk_start<V>(lane, j);
+    if (s < D) {
+      Pack<V> p;
+#pragma unroll
+      for (int e = 0; e < V; ++e) p.e[e] = src[j * V + e];
+      *reinterpret_cast<Pack<V>*>(row + s) = p;
+    }
+  }
+}
+
+template <int V, int P>
+__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kernel(float* y, const float* x,
+                                                                              const float* z, const float* w,
+                                                                              int64_t R, int64_t D, float eps) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float wv[P];
+  load_slice<V, P>(wv, w, D, lane);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
+       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
+    float xv[P], zv[P];
+    load_slice<V, P>(xv, x + r * D, D, lane);
+    load_slice<V, P>(zv, z + r * D, D, lane);
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < P / V; ++j)
+      if (chunk_start<V>(lane, j) < D) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) ss = fmaf(xv[j * V + e], xv[j * V + e], ss);
+      }
+    ss = warp_sum(ss);  // every read of this lane's x and z happened above: y may alias x or z
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+#pragma unroll
+    for (int i = 0; i < P; ++i) xv[i] = ((xv[i] * inv) * wv[i]) * silu(zv[i]);
+    store_slice<V, P>(y + r * D, xv, D, lane);
+  }
+}
+
+template <int V, int P>
+__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kernel(float* dx, float* dz, float* inv_out,
+                                                                               const float* dy, const float* x,
+                                                                               const float* z, const float* w,
+                                                                               int64_t R, int64_t D, float eps) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float wv[P];
+  load_slice<V, P>(wv, w, D, lane);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
+       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
+    float xv[P], zv[P], gv[P];
+    load_slice<V, P>(xv, x + r * D, D, lane);
+    load_slice<V, P>(zv, z + r * D, D, lane);
+    load_slice<V, P>(gv, dy + r * D, D, lane);
+    float ss = 0.0f, s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < P / V; ++j)
+      if (chunk_start<V>(lane, j) < D) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int i = j * V + e;
+          gv[i] = gv[i] * wv[i];  // dy·w
+          ss = fmaf(xv[i], xv[i], ss);
+          s = fmaf(gv[i] * silu(zv[i]), xv[i], s);
+        }
+      }
+    ss = warp_sum(ss);
+    s = warp_sum(s);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+    const float mean = s * inv / static_cast<float>(D);  // mean_d(gn · n)
+    if (lane == 0 && inv_out != nullptr) inv_out[r] = inv;
+    float dzv[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const float zi = zv[i], n = xv[i] * inv, dyw = gv[i];
+      const float sg = sigmoid(zi);
+      xv[i] = inv * (dyw * silu(zi) - n * mean);
+      dzv[i] = dyw * n * sg * (1.0f + zi * sigmoid(-zi));
+    }
+    store_slice<V, P>(dx + r * D, xv, D, lane);
+    store_slice<V, P>(dz + r * D, dzv, D, lane);
+  }
+}
+
+// ---- Block path (rows longer than kWarpMaxDim)
 
 __global__ void __launch_bounds__(kThreads) gated_rmsnorm_forward_kernel(float* y, const float* x, const float* z,
                                                                          const float* w, int64_t R, int64_t D,
@@ -72,11 +210,36 @@ struct DwTerm {
   }
 };
 
+// ---- Launch helpers
+
 void check_params(const GatedRmsnormCudaParams& p) {
   HLM_CHECK(p.rows >= 0 && p.dim > 0, "gated_rmsnorm_cuda: bad shape [", p.rows, ", ", p.dim, "]");
 }
 
 unsigned row_blocks(int64_t R) { return static_cast<unsigned>(std::min<int64_t>(R, kMaxRowBlocks)); }
+unsigned warp_row_blocks(int64_t R) {
+  return static_cast<unsigned>(std::min<int64_t>((R + kWarpRows - 1) / kWarpRows, kMaxRowBlocks));
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Calls f(std::integral_constant<int, V>, std::integral_constant<int, P>) with V the vector width (4 when `vec` and
+// D % 4 == 0, else 1) and P the smallest of 4, 8, 16, 32 holding the lane's V·ceil(D/(32V)) elements.
+template <typename F>
+void dispatch_warp(int64_t D, bool vec, F&& f) {
+  auto with_v = [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    const int64_t need = V * ((D + 32 * V - 1) / (32 * V));
+    if (need <= 4) return f(v, std::integral_constant<int, 4>{});
+    if (need <= 8) return f(v, std::integral_constant<int, 8>{});
+    if (need <= 16) return f(v, std::integral_constant<int, 16>{});
+    return f(v, std::integral_constant<int, 32>{});
+  };
+  if (vec && D % 4 == 0)
+    with_v(std::integral_constant<int, 4>{});
+  else
+    with_v(std::integral_constant<int, 1>{});
+}
 
 struct Workspace {
   float* inv;
@@ -103,7 +266,14 @@ void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const 
                                 const GatedRmsnormCudaParams& p, cudaStream_t stream) {
   check_params(p);
   if (p.rows == 0) return;
-  gated_rmsnorm_forward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
+  if (p.dim <= kWarpMaxDim) {
+    dispatch_warp(p.dim, aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w), [&](auto v, auto pl) {
+      gated_rmsnorm_forward_warp_kernel<decltype(v)::value, decltype(pl)::value>
+          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
+    });
+  } else {
+    gated_rmsnorm_forward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
+  }
   HLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -122,8 +292,16 @@ void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* d
   const Workspace ws = carve(workspace, p);
   HLM_CHECK(workspace_bytes >= ws.bytes, "gated_rmsnorm_backward_cuda: workspace of ", workspace_bytes,
             " bytes, needs ", ws.bytes);
-  gated_rmsnorm_backward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows,
-                                                                            p.dim, p.eps);
+  if (p.dim <= kWarpMaxDim) {
+    const bool vec = aligned16(dx) && aligned16(dz) && aligned16(dy) && aligned16(x) && aligned16(z) && aligned16(w);
+    dispatch_warp(p.dim, vec, [&](auto v, auto pl) {
+      gated_rmsnorm_backward_warp_kernel<decltype(v)::value, decltype(pl)::value>
+          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows, p.dim, p.eps);
+    });
+  } else {
+    gated_rmsnorm_backward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows,
+                                                                              p.dim, p.eps);
+  }
   HLM_CUDA_CHECK_LAUNCH();
   if (dw != nullptr)
     cuda::column_sum_accumulate(dw, DwTerm{dy, x, z, ws.inv, p.dim}, p.rows, p.dim, ws.plan, ws.partial, stream);

@@ -1,8 +1,14 @@
 // L2 normalisation on CUDA: launchers for the contract in l2norm.h (same formulas and aliasing rules), f32, raw
 // device pointers, queued on `stream`, no synchronization.
-// Numerics (the CPU reference accumulates in double): Σx² and Σx·dy are fp32 block sums, l2norm_cuda_threads()
-// threads per row, each summing every l2norm_cuda_threads()-th element in order, then block_sum
-// (cuda_common.cuh): deterministic. fp32 Σx² overflows for |x| ≳ 1.8e19 / sqrt(dim) (the CPU's double does not).
+// Numerics (the CPU reference accumulates in double): Σx² and Σx·dy are fp32 sums with FMA in a fixed order
+// (deterministic):
+//   dim ≤ l2norm_cuda_warp_max_dim(): one warp per row; lane l sums in order, in one accumulator, the elements of
+//     the float4 vectors l, l + 32, ... when every pointer is 16-byte aligned and dim % 4 == 0 (at most
+//     4·ceil(dim / 128) terms), else the elements l, l + 32, ... (ceil(dim / 32) terms); then a 5-level xor-shuffle
+//     tree.
+//   longer rows: one block of l2norm_cuda_threads() threads per row; thread t sums the elements t, t + T, ... in
+//     order (ceil(dim / T) terms), then block_sum (cuda_common.cuh: 5 + T/32 roundings).
+// fp32 Σx² overflows for |x| ≳ 1.8e19 / sqrt(dim) (the CPU's double does not).
 // Shapes: x, y, dy, dx [rows, dim].
 #pragma once
 #include <cuda_runtime_api.h>
@@ -17,7 +23,9 @@ struct L2normCudaParams {
   float eps = 1e-6f;  // kL2NormEps
 };
 
-// Threads per row (one block per row); the tests derive their tolerances from it.
+// Rows up to this length get one warp each (several rows per block); longer rows get a block of
+// l2norm_cuda_threads() threads. The tests derive their tolerances from both (summation order above).
+constexpr int64_t l2norm_cuda_warp_max_dim() { return 1024; }
 constexpr int l2norm_cuda_threads() { return 128; }
 
 // y = x · (Σx² + eps)^-1/2; y may alias x.

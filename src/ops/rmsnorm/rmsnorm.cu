@@ -1,9 +1,22 @@
-// RMSNorm CUDA kernels and launchers (contract: rmsnorm.h, rmsnorm_cuda.h).
-//   forward:  one block per row: block sum of x², then out = w · (x · r), r = 1 / sqrt(mean + eps).
-//   backward: (1) one block per row stores r and m = (Σ_d g·x) · r / D, g = d_out · w;
-//             (2) dweight += Σ_rows d_out · x · r by the two-pass column sum (before (3): dx may alias d_out);
-//             (3) elementwise dx = r · (g − x · r · m).
-// Non-goals for now: vectorized (16-byte) loads, several rows per block for small D, a fused single-pass backward.
+// RMSNorm CUDA kernels and launchers (contract: rmsnorm.h, rmsnorm_cuda.h). Two paths, chosen by the row length D:
+//   D ≤ rmsnorm_cuda_warp_max_dim() (per-head q/k norms, hidden sizes up to 1024): one warp per row, kWarpRows rows
+//     per block. Each lane loads its slice of the row into registers (16-byte vectors when every pointer is 16-byte
+//     aligned and D is a multiple of the vector, else single elements), sums it in order, and a 5-level xor-shuffle
+//     tree gives every lane the row sum; the lane then writes only the elements it loaded.
+//     forward:  out = w · (x · r), r = 1 / sqrt(mean(x²) + eps).
+//     backward: one fused pass stores r per row and writes dx = r · (g − x · r · m), g = d_out · w,
+//               m = (Σ_d g·x) · r / D; dweight += Σ_rows d_out · x · r by the two-pass column sum. When dx overlaps
+//               d_out and dweight is wanted, the column sum must read d_out first: a statistics-only pass (r), the
+//               column sum, then the full pass (same code, same bits).
+//   longer rows: one block of rmsnorm_cuda_threads() threads per row, scalar loads.
+//     forward:  block sum of x², then the same formula.
+//     backward: (1) one block per row stores r and m; (2) dweight by the column sum (before (3): dx may alias d_out);
+//               (3) elementwise dx.
+// Every read of a row happens before the reduction that precedes its writes, and each thread writes only elements it
+// read, so out may alias x and dx may alias d_out on both paths. Deterministic: fixed summation order, no atomics.
+// Non-goals for now: vectorized loads and a fused backward for rows longer than rmsnorm_cuda_warp_max_dim().
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -16,7 +29,129 @@ using cuda::block_sum;
 using cuda::from_f32;
 using cuda::to_f32;
 constexpr int kThreads = rmsnorm_cuda_threads();
+constexpr int64_t kWarpMaxDim = rmsnorm_cuda_warp_max_dim();
+constexpr int kWarpRows = 8;  // rows (warps) per block on the warp path
+constexpr int kWarpThreads = 32 * kWarpRows;
 constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
+static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
+
+// ---- Warp path helpers
+
+// Sum over the warp by a fixed xor-shuffle tree; every lane computes the same additions in the same order
+// (a + b = b + a in IEEE), so all lanes hold the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T e[V];
+};
+
+// A lane's slice of a row: P elements in P/V chunks of V; chunk j starts at element (32·j + lane)·V. With V > 1
+// the launcher guarantees D % V == 0, so a chunk is wholly in the row or wholly past it.
+template <int V>
+__device__ __forceinline__ int64_t chunk_start(int lane, int j) {
+  return (static_cast<int64_t>(j) * 32 + lane) * V;
+}
+
+template <typename T, int V, int P>
+__device__ __forceinline__ void load_slice(float (&dst)[P], const T* row, int64_t D, int lane) {
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = chunk_start<V>(lane, j);
+    if (s < D) {
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(row + s);
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[j * V + e] = to_f32(p.e[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[j * V + e] = 0.0f;
+    }
+  }
+}
+
+template <typename T, int V, int P>
+__device__ __forceinline__ void store_slice(T* row, const float (&src)[P], int64_t D, int lane) {
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = chunk_start<V>(lane, j);
+    if (s < D) {
+      Pack<T, V> p;
+#pragma unroll
+      for (int e = 0; e < V; ++e) p.e[e] = from_f32<T>(src[j * V + e]);
+      *reinterpret_cast<Pack<T, V>*>(row + s) = p;
+    }
+  }
+}
+
+template <typename T, int V, int P>
+__global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, const T* x, const T* w, int64_t R,
+                                                                        int64_t D, float eps) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float wv[P];
+  load_slice<T, V, P>(wv, w, D, lane);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
+       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
+    float xv[P];
+    load_slice<T, V, P>(xv, x + r * D, D, lane);
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < P / V; ++j)
+      if (chunk_start<V>(lane, j) < D) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) ss = fmaf(xv[j * V + e], xv[j * V + e], ss);
+      }
+    ss = warp_sum(ss);  // every read of this lane's elements happened above: out may alias x
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+    float ov[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) ov[i] = wv[i] * (xv[i] * inv);
+    store_slice<T, V, P>(out + r * D, ov, D, lane);
+  }
+}
+
+// Stores r per row (inv_out, nullptr = not wanted) and, when dx != nullptr, writes dx = r·(g − x·r·m).
+template <typename T, int V, int P>
+__global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* dx, float* inv_out, const T* d_out,
+                                                                         const T* x, const T* w, int64_t R, int64_t D,
+                                                                         float eps) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float wv[P];
+  load_slice<T, V, P>(wv, w, D, lane);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
+       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
+    float xv[P], gv[P];
+    load_slice<T, V, P>(xv, x + r * D, D, lane);
+    load_slice<T, V, P>(gv, d_out + r * D, D, lane);
+    float ss = 0.0f, gx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < P / V; ++j)
+      if (chunk_start<V>(lane, j) < D) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const int i = j * V + e;
+          gv[i] = gv[i] * wv[i];  // g = d_out · w
+          ss = fmaf(xv[i], xv[i], ss);
+          gx = fmaf(gv[i], xv[i], gx);
+        }
+      }
+    ss = warp_sum(ss);  // every read of this lane's elements happened above: dx may alias d_out
+    gx = warp_sum(gx);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+    if (inv_out != nullptr && lane == 0) inv_out[r] = inv;
+    if (dx == nullptr) continue;
+    const float mean_gn = gx * inv / static_cast<float>(D);
+    float dv[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) dv[i] = inv * (gv[i] - xv[i] * inv * mean_gn);
+    store_slice<T, V, P>(dx + r * D, dv, D, lane);
+  }
+}
+
+// ---- Block path (rows longer than kWarpMaxDim)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const T* x, const T* w, int64_t R, int64_t D,
@@ -27,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const
     float ss = 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += kThreads) {
       const float v = to_f32(xr[d]);
-      ss += v * v;
+      ss = fmaf(v, v, ss);
     }
     ss = block_sum<kThreads>(ss, smem);  // every read of the row happens before this barrier: out may alias x
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
@@ -48,8 +183,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_row_stats_kernel(float* inv_
     float ss = 0.0f, gx = 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += kThreads) {
       const float v = to_f32(xr[d]);
-      ss += v * v;
-      gx += (to_f32(gr[d]) * to_f32(w[d])) * v;
+      ss = fmaf(v, v, ss);
+      gx = fmaf(to_f32(gr[d]) * to_f32(w[d]), v, gx);
     }
     ss = block_sum<kThreads>(ss, smem);
     gx = block_sum<kThreads>(gx, smem);
@@ -85,17 +220,60 @@ struct DweightTerm {
   }
 };
 
+// ---- Launch helpers
+
 void check_params(const RmsnormCudaParams& p) {
   HLM_CHECK(p.rows >= 0 && p.dim >= 0, "rmsnorm_cuda: negative shape [", p.rows, ", ", p.dim, "]");
 }
 
 unsigned row_blocks(int64_t R) { return static_cast<unsigned>(std::min<int64_t>(R, kMaxRowBlocks)); }
+unsigned warp_row_blocks(int64_t R) {
+  return static_cast<unsigned>(std::min<int64_t>((R + kWarpRows - 1) / kWarpRows, kMaxRowBlocks));
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Calls f(std::integral_constant<int, V>, std::integral_constant<int, P>) with V the vector width (16/sizeof(T) when
+// `vec`, else 1) and P the smallest of 4, 8, 16, 32 (and ≥ V) holding the lane's V·ceil(D/(32V)) elements.
+template <typename T, typename F>
+void dispatch_warp(int64_t D, bool vec, F&& f) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  auto with_v = [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    const int64_t need = V * ((D + 32 * V - 1) / (32 * V));
+    if constexpr (V <= 4) {
+      if (need <= 4) return f(v, std::integral_constant<int, 4>{});
+    }
+    if (need <= 8) return f(v, std::integral_constant<int, 8>{});
+    if (need <= 16) return f(v, std::integral_constant<int, 16>{});
+    return f(v, std::integral_constant<int, 32>{});
+  };
+  if (vec && D % kVec == 0)
+    with_v(std::integral_constant<int, kVec>{});
+  else
+    with_v(std::integral_constant<int, 1>{});
+}
+
+// [a, a + n) and [b, b + n) share an element.
+template <typename T>
+bool overlaps(const T* a, const T* b, int64_t n) {
+  const auto ia = reinterpret_cast<uintptr_t>(a), ib = reinterpret_cast<uintptr_t>(b);
+  const auto bytes = static_cast<uintptr_t>(n) * sizeof(T);
+  return ia < ib + bytes && ib < ia + bytes;
+}
 
 template <typename T>
 void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
-  rmsnorm_forward_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
+  if (p.dim <= kWarpMaxDim) {
+    dispatch_warp<T>(p.dim, aligned16(out) && aligned16(x) && aligned16(w), [&](auto v, auto pl) {
+      rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
+          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
+    });
+  } else {
+    rmsnorm_forward_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
+  }
   HLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -107,7 +285,8 @@ struct Workspace {
   size_t bytes;
 };
 
-// Sizes the workspace and, when `base` is given, places the pieces in it: r [R], m [R], dweight partials.
+// Sizes the workspace and, when `base` is given, places the pieces in it: r [R], m [R] (block path), dweight
+// partials.
 Workspace carve(void* base, const RmsnormCudaParams& p) {
   Workspace ws{};
   const size_t row_bytes = cuda::align_up_256(static_cast<size_t>(p.rows) * sizeof(float));
@@ -122,6 +301,32 @@ Workspace carve(void* base, const RmsnormCudaParams& p) {
 }
 
 template <typename T>
+void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
+                   const Workspace& ws, cudaStream_t stream) {
+  const bool vec = aligned16(d_out) && aligned16(x) && aligned16(w) && (dx == nullptr || aligned16(dx));
+  auto pass = [&](T* dx_or_null) {
+    dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
+      rmsnorm_backward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
+          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(dx_or_null, ws.inv, d_out, x, w, p.rows, p.dim,
+                                                                 p.eps);
+    });
+    HLM_CUDA_CHECK_LAUNCH();
+  };
+  auto dweight_sum = [&] {
+    cuda::column_sum_accumulate(dweight, DweightTerm<T>{d_out, x, ws.inv, p.dim}, p.rows, p.dim, ws.plan, ws.partial,
+                                stream);
+  };
+  if (dweight != nullptr && dx != nullptr && overlaps(dx, d_out, p.rows * p.dim)) {
+    pass(nullptr);  // r only
+    dweight_sum();  // reads d_out before the next pass overwrites it
+    pass(dx);
+    return;
+  }
+  pass(dx);  // with dx == nullptr: r only
+  if (dweight != nullptr) dweight_sum();
+}
+
+template <typename T>
 void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   check_params(p);
@@ -130,6 +335,10 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
   const Workspace ws = carve(workspace, p);
   HLM_CHECK(workspace_bytes >= ws.bytes, "rmsnorm_backward_cuda: workspace of ",
             workspace_bytes, " bytes, needs ", ws.bytes);
+  if (p.dim <= kWarpMaxDim) {
+    backward_warp(dx, dweight, d_out, x, w, p, ws, stream);
+    return;
+  }
   rmsnorm_row_stats_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(ws.inv, ws.mean_gn, d_out, x, w, p.rows,
                                                                           p.dim, p.eps);
   HLM_CUDA_CHECK_LAUNCH();

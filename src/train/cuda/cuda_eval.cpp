@@ -18,10 +18,7 @@ namespace hlm {
 namespace {
 
 // The final hidden states [N, hidden] of one forward on the device; the rest of the trace is released at return.
-CudaTensor final_hidden_of(CudaModel& model, const TokenBatch& batch) {
-  CudaTrainTrace trace = model.forward_train(batch);
-  return std::move(trace.final_hidden);
-}
+
 
 // ce [N] ← per-token CE of `hidden` against `targets` (device, checked on the host), no weights, no gradient.
 void cross_entropy(CudaContext& ctx, CudaTensor& ce, const CudaTensor& hidden, const CudaModel& model,
@@ -66,11 +63,11 @@ void cuda_eval_pass(CudaContext& ctx, CudaModel& model, CudaModel* teacher, cons
   CudaTensor values = CudaTensor::empty(ctx, {N});
   std::vector<float> host;
 
-  const CudaTensor hidden = final_hidden_of(model, batch.batch);
+  const CudaTensor hidden = model.forward_final_hidden(batch.batch);
   cross_entropy(ctx, values, hidden, model, targets);
   add_values(ctx, sums.ce, values, batch, host);  // 0 for tokens without a target
   if (teacher != nullptr) {
-    const CudaTensor teacher_hidden = final_hidden_of(*teacher, batch.batch);
+    const CudaTensor teacher_hidden = teacher->forward_final_hidden(batch.batch);
     cross_entropy(ctx, values, teacher_hidden, *teacher, targets);
     add_values(ctx, sums.teacher_ce, values, batch, host);
     const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, V);

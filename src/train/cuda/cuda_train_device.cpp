@@ -190,8 +190,9 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   const int64_t N = micro.batch.total_tokens();
   PhaseTimer timer(ctx.stream());
   timer.mark("start");
-  std::optional<CudaTrainTrace> teacher_trace;
-  if (teacher_) teacher_trace.emplace(teacher_->forward_train(micro.batch));
+  // The teacher's final hidden states only (nothing else of its forward is held through the student's step).
+  CudaTensor teacher_hidden;
+  if (teacher_) teacher_hidden = teacher_->forward_final_hidden(micro.batch);
   timer.mark("teacher_forward");
   const CudaTrainTrace trace = student_->forward_train(micro.batch, options_.recompute);
   timer.mark("student_forward");
@@ -210,8 +211,8 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   if (teacher_) {
     const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    lm_head_forward_kl_cuda(ctx.blaslt(), per_token.data<float>(), r, teacher_trace->final_hidden.data<float>(),
-                            teacher_->lm_head_for(teacher_trace->final_hidden.data<float>(), N, teacher16),
+    lm_head_forward_kl_cuda(ctx.blaslt(), per_token.data<float>(), r, teacher_hidden.data<float>(),
+                            teacher_->lm_head_for(teacher_hidden.data<float>(), N, teacher16),
                             trace.final_hidden.data<float>(), student_head, N, tau,
                             weights.data<float>(), &grad, LmHeadCudaChunking{}, ws.raw(), bytes);
   } else {

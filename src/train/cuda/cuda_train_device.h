@@ -31,8 +31,8 @@ namespace hlm {
 
 struct CudaTrainDeviceOptions {
   // bf16 compute mode for the student and the teacher (models/cuda/cuda_model.h: bf16 products with fp32 results;
-  // master weights, gradients, AdamW state and activations fp32); the student's bf16 copies are re-rounded after
-  // every update.
+  // master weights, gradients and AdamW state fp32, activations fp32 except those only bf16 products read); the
+  // student's bf16 copies are re-rounded after every update.
   bool bf16 = false;
   // The student's activations (--recompute): Layer recomputes inside each layer, None keeps every intermediate.
   Recompute recompute = Recompute::Layer;

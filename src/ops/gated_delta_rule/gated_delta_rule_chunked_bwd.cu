@@ -96,33 +96,38 @@ __global__ void __launch_bounds__(kThreads) du_local_kernel(Problem p, ForwardSc
 
 // ---- dstate: per (sequence, v-head, kBV state rows), reverse over the sequence's chunks
 
-constexpr size_t kPassSmem = 6 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
-                             smem_piece<bf16>(kBV * kLdD) + smem_piece<float>(kC * kLdVf) +
-                             3 * smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+// kBufs = 2: the decayed keys, Qd, W and the dO tile of chunk ci−1 are copied (cp.async) into the other buffer while
+// chunk ci is processed; kBufs = 1: one buffer, filled at the top of each chunk (less shared memory, so more blocks
+// per SM overlap one another's copies instead).
+template <int kBufs>
+constexpr size_t dstate_smem() {
+  return 3 * kBufs * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) + smem_piece<bf16>(kBV * kLdD) +
+         smem_piece<float>(kC * kLdVf) + (kBufs + 1) * smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+}
 
-// The decayed keys, Qd, W and the dO tile of chunk ci−1 are copied (cp.async) into the other buffer while chunk ci
-// is processed.
+template <int kBufs>
 __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
                                                               Grads gr) {
+  static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
   const int64_t seq = blockIdx.x / p.Hv;
   const int h = static_cast<int>(blockIdx.x % p.Hv);
   const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
   const int dk = static_cast<int>(p.dk);
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
-  bf16* Kb2 = sc.take<bf16>(2 * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
-  bf16* Qb2 = sc.take<bf16>(2 * kC * kLdD);  // scale·e^{γ_i} q_i (Qd)
-  bf16* Wb2 = sc.take<bf16>(2 * kC * kLdD);
+  bf16* Kb2 = sc.take<bf16>(kBufs * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
+  bf16* Qb2 = sc.take<bf16>(kBufs * kC * kLdD);  // scale·e^{γ_i} q_i (Qd)
+  bf16* Wb2 = sc.take<bf16>(kBufs * kC * kLdD);
   float* Df = sc.take<float>(kBV * kLdDf);
   bf16* Db = sc.take<bf16>(kBV * kLdD);
   float* Pf = sc.take<float>(kC * kLdVf);  // K̃ Dᵀ
-  bf16* dOb2 = sc.take<bf16>(2 * kC * kLdV);
+  bf16* dOb2 = sc.take<bf16>(kBufs * kC * kLdV);
   bf16* nUb = sc.take<bf16>(kC * kLdV);  // −dU
   float* gam = sc.take<float>(kC);
-  const auto Wb_ = [&](int b) { return Wb2 + b * kC * kLdD; };  // double buffer b
-  const auto Kb_ = [&](int b) { return Kb2 + b * kC * kLdD; };  // double buffer b
-  const auto Qb_ = [&](int b) { return Qb2 + b * kC * kLdD; };  // double buffer b
-  const auto dOb_ = [&](int b) { return dOb2 + b * kC * kLdV; };  // double buffer b
+  const auto Wb_ = [&](int b) { return Wb2 + b * kC * kLdD; };    // buffer b
+  const auto Kb_ = [&](int b) { return Kb2 + b * kC * kLdD; };    // buffer b
+  const auto Qb_ = [&](int b) { return Qb2 + b * kC * kLdD; };    // buffer b
+  const auto dOb_ = [&](int b) { return dOb2 + b * kC * kLdV; };  // buffer b
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk;
   const auto issue = [&](int64_t ci, int buf) {
@@ -138,21 +143,24 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
   StateTile D;
   D.init(gr.d_hT ? gr.d_hT + state_off : nullptr, p.dk, rows, dk, Df);
   const int64_t first = fs.seq_first[seq], last = fs.seq_first[seq + 1];
-  if (first < last) issue(last - 1, 0);
+  if (kBufs == 2 && first < last) issue(last - 1, 0);
   cp_async_commit();
   for (int64_t ci = last - 1; ci >= first; --ci) {
-    const int buf = static_cast<int>((last - 1 - ci) & 1);
+    const int buf = kBufs == 2 ? static_cast<int>((last - 1 - ci) & 1) : 0;
     const ChunkInfo info = fs.table[ci];
     const int len = info.len;
     const int64_t t0 = info.t0;
     D.store(Df);
     if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
     __syncthreads();  // every warp is done with chunk ci+1 (its buffers are free again)
-    if (ci > first) issue(ci - 1, buf ^ 1);
+    if (kBufs == 1)
+      issue(ci, 0);
+    else if (ci > first)
+      issue(ci - 1, buf ^ 1);
     cp_async_commit();
     state_to_bf16(Db, Df, bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk, p.dk, rows, dk);  // D leaving ci
     const float gc = gam[len - 1];
-    cp_async_wait<1>();  // chunk ci's copies have landed
+    cp_async_wait<kBufs - 1>();  // chunk ci's copies have landed
     __syncthreads();
     block_mma<kC, kBV, kD, false, true, false, kPassWarps>(Pf, kLdVf, Kb_(buf), kLdD, Db, kLdD);  // K̃ Dᵀ
     __syncthreads();
@@ -465,9 +473,14 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   set_smem(du_local_kernel, kLocSmem);
   du_local_kernel<<<chunks, kThreads, kLocSmem, stream>>>(p, fs, bs, gr);
   HLM_CUDA_CHECK_LAUNCH();
-  set_smem(dstate_kernel, kPassSmem);
-  dstate_kernel<<<dim3(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV)),
-                  kPassThreads, kPassSmem, stream>>>(p, fs, bs, gr);
+  const dim3 pass_grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
+  if (state_pass_buffers(static_cast<int64_t>(pass_grid.x) * pass_grid.y) == 1) {
+    set_smem(dstate_kernel<1>, dstate_smem<1>());
+    dstate_kernel<1><<<pass_grid, kPassThreads, dstate_smem<1>(), stream>>>(p, fs, bs, gr);
+  } else {
+    set_smem(dstate_kernel<2>, dstate_smem<2>());
+    dstate_kernel<2><<<pass_grid, kPassThreads, dstate_smem<2>(), stream>>>(p, fs, bs, gr);
+  }
   HLM_CUDA_CHECK_LAUNCH();
   set_smem(dqk_kernel, kDqkSmem);
   dqk_kernel<<<chunks, kThreads, kDqkSmem, stream>>>(p, fs, bs, gr);

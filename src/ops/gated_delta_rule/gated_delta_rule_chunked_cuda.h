@@ -9,14 +9,15 @@
 //   prep    per (chunk, v-head): γ (chunk-local cumsum), K Kᵀ, L, R = (I + L)^-1 (fp32 blocked substitution),
 //           W = R diag(βe^γ) K → bf16, Ũ = R diag(β) V → fp32, the decayed keys e^{γ_c − γ} K → bf16; for the
 //           backward also R, Ũ and scale·e^γ Q in bf16
-//   state   per (sequence, v-head, 32 state rows), sequential over chunks, state in fp32 wmma accumulators, the next
-//           chunk's W and decayed keys copied by cp.async meanwhile: store M0 (bf16), U = Ũ − W M0ᵀ (fp32, in place
-//           of Ũ), M ← e^{γ_c} M + Uᵀ diag(e^{γ_c − γ}) K
+//   state   per (sequence, v-head, 32 state rows), sequential over chunks, state in fp32 wmma accumulators, the
+//           chunk's W and decayed keys copied by cp.async (prefetched a chunk ahead when the grid is under two
+//           blocks per SM; else one buffer, so more blocks share an SM): store M0 (bf16), U = Ũ − W M0ᵀ (fp32, in
+//           place of Ũ), M ← e^{γ_c} M + Uᵀ diag(e^{γ_c − γ}) K
 //   output  per (chunk, v-head): O = scale · (diag(e^γ) Q M0ᵀ + (Q Kᵀ ⊙ Γ) U)
 // Backward kernels (gated_delta_rule_chunked_bwd.cu), after rerunning prep and state (or finding them kept):
 //   dU_loc  per (chunk, v-head): scale · (Q Kᵀ ⊙ Γ)ᵀ dO; dO copied to bf16
-//   dstate  per (sequence, v-head, 32 state rows), reverse over chunks, D = dL/dM in fp32 accumulators, the previous
-//           chunk's tiles copied by cp.async meanwhile: store D leaving the chunk (bf16),
+//   dstate  per (sequence, v-head, 32 state rows), reverse over chunks, D = dL/dM in fp32 accumulators, the chunk's
+//           tiles copied by cp.async (prefetched as in the state pass): store D leaving the chunk (bf16),
 //           dU = dU_loc + diag(e^{γ_c − γ}) K Dᵀ, D ← e^{γ_c} D + scale·dOᵀ diag(e^γ) Q − dUᵀ W
 //   dqk     per (chunk, v-head): dq (complete), the output/state parts of dk and dγ, dW = −dU M0
 //   wy      per (chunk, v-head): X = Rᵀ dW, Y = Rᵀ dU; dv, dβ, the WY parts of dk and dγ, dg

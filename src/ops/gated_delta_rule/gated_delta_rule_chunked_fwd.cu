@@ -107,27 +107,33 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
 
 // ---- state pass: per (sequence, v-head, kBV state rows), sequential over the sequence's chunks
 
-constexpr size_t kStateSmem = 4 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) +
-                              smem_piece<bf16>(kBV * kLdD) + smem_piece<float>(kC * kLdVf) +
-                              smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+// kBufs = 2: W and the decayed keys of chunk ci+1 are copied (cp.async) into the other buffer while chunk ci is
+// processed; kBufs = 1: one buffer, filled at the top of each chunk (less shared memory, so more blocks per SM
+// overlap one another's copies instead).
+template <int kBufs>
+constexpr size_t state_smem() {
+  return 2 * kBufs * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kBV * kLdDf) + smem_piece<bf16>(kBV * kLdD) +
+         smem_piece<float>(kC * kLdVf) + smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+}
 
-// W and the decayed keys of chunk ci+1 are copied (cp.async) into the other buffer while chunk ci is processed.
+template <int kBufs>
 __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, ForwardScratch s, float* hT) {
+  static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
   const int64_t seq = blockIdx.x / p.Hv;
   const int h = static_cast<int>(blockIdx.x % p.Hv);
   const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
   const int dk = static_cast<int>(p.dk);
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
-  bf16* Wb2 = sc.take<bf16>(2 * kC * kLdD);
-  bf16* Kb2 = sc.take<bf16>(2 * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
+  bf16* Wb2 = sc.take<bf16>(kBufs * kC * kLdD);
+  bf16* Kb2 = sc.take<bf16>(kBufs * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
   float* Sf = sc.take<float>(kBV * kLdDf);
   bf16* Sb = sc.take<bf16>(kBV * kLdD);
   float* Pf = sc.take<float>(kC * kLdVf);  // W M0ᵀ
   bf16* Ub = sc.take<bf16>(kC * kLdV);
   float* gam = sc.take<float>(kC);
-  const auto Wb_ = [&](int b) { return Wb2 + b * kC * kLdD; };  // double buffer b
-  const auto Kb_ = [&](int b) { return Kb2 + b * kC * kLdD; };  // double buffer b
+  const auto Wb_ = [&](int b) { return Wb2 + b * kC * kLdD; };  // buffer b
+  const auto Kb_ = [&](int b) { return Kb2 + b * kC * kLdD; };  // buffer b
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk;
   const auto issue = [&](int64_t ci, int buf) {
@@ -140,21 +146,24 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
   StateTile S;
   S.init(p.h0 ? p.h0 + state_off : nullptr, p.dk, rows, dk, Sf);
   const int64_t first = s.seq_first[seq], last = s.seq_first[seq + 1];
-  if (first < last) issue(first, 0);
+  if (kBufs == 2 && first < last) issue(first, 0);
   cp_async_commit();
   for (int64_t ci = first; ci < last; ++ci) {
-    const int buf = static_cast<int>((ci - first) & 1);
+    const int buf = kBufs == 2 ? static_cast<int>((ci - first) & 1) : 0;
     const ChunkInfo info = s.table[ci];
     const int len = info.len;
     const int64_t t0 = info.t0;
     S.store(Sf);
     if (tid < kC) gam[tid] = s.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
     __syncthreads();  // every warp is done with chunk ci−1 (its buffers are free again)
-    if (ci + 1 < last) issue(ci + 1, buf ^ 1);
+    if (kBufs == 1)
+      issue(ci, 0);
+    else if (ci + 1 < last)
+      issue(ci + 1, buf ^ 1);
     cp_async_commit();
     state_to_bf16(Sb, Sf, s.states + ((ci * p.Hv + h) * p.dv + a0) * p.dk, p.dk, rows, dk);  // M0
     const float gc = gam[len - 1];
-    cp_async_wait<1>();  // chunk ci's copies (all but the newest group) have landed
+    cp_async_wait<kBufs - 1>();  // chunk ci's copies (all but the prefetch group) have landed
     __syncthreads();
     block_mma<kC, kBV, kD, false, true, false, kStateWarps>(Pf, kLdVf, Wb_(buf), kLdD, Sb, kLdD);  // W M0ᵀ
     __syncthreads();
@@ -257,9 +266,14 @@ void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT,
   prep_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kPrepThreads, kPrepSmem,
                 stream>>>(p, s);
   HLM_CUDA_CHECK_LAUNCH();
-  set_smem(state_kernel, kStateSmem);
-  state_kernel<<<dim3(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV)),
-                 kStateThreads, kStateSmem, stream>>>(p, s, hT);
+  const dim3 grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
+  if (state_pass_buffers(static_cast<int64_t>(grid.x) * grid.y) == 1) {
+    set_smem(state_kernel<1>, state_smem<1>());
+    state_kernel<1><<<grid, kStateThreads, state_smem<1>(), stream>>>(p, s, hT);
+  } else {
+    set_smem(state_kernel<2>, state_smem<2>());
+    state_kernel<2><<<grid, kStateThreads, state_smem<2>(), stream>>>(p, s, hT);
+  }
   HLM_CUDA_CHECK_LAUNCH();
 }
 

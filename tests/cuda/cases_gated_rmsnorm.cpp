@@ -2,7 +2,9 @@
 // and backward, f32. Cases: both kernel paths (gated_rmsnorm_cuda.h): the warp-per-row path (D ≤
 // gated_rmsnorm_cuda_warp_max_dim(); float4 loads for the GDN value-head sizes 40, 64, 72, 128 and 100, 1000, 1024;
 // scalar for 1, 37, 65, 127, and for misaligned pointers) and the block-per-row path (1025, 1500); row counts that
-// are not multiples of the 8 rows of a warp-path block; enough rows for a multi-chunk dw sum (300, 1000, 1003);
+// are not multiples of the 8 rows of a warp-path block; the fused dw sum's edges (gated_rmsnorm_cuda_dw_plan): one
+// row, fewer rows than the 8 warps of a group (1, 3, 5), a partial last group (13, 301, 1003), more groups than the
+// finish's 128 slices (4099 rows: 257 groups), more than 2 rows per warp (70001 rows: 3 per warp, 2917 groups);
 // eps 1e-5 (OLMo) and 1e-6; every fill of x (large, ±0, subnormal, NaN/±Inf); z is N(0, 3²), so the gate spans
 // saturated and linear regions; y aliasing x and z.
 //
@@ -22,14 +24,17 @@
 //   dx = r·(gn − n·m), gn = dy·w·silu(z) (8u), m = (Σ gn·x)·r/D: the dot carries L + 8 relative to Σ|gn·x|, m adds
 //       k_r + 2, n·m adds k_r + 2, the difference 1, ·r k_r + 1: k = L + 3·k_r + 16,
 //       mag = r·(|gn| + |x|·r·r·Σ|gn·x|/D) (the same expression on absolute values).
-//   dw = Σ_rows dy·x·r·silu(z): terms carry k_r + 9, the column sum P = column_sum_path_length roundings:
-//       k = P + k_r + 9, mag = Σ_rows |term|.
+//   dw = Σ_rows dy·x·r·silu(z): terms carry k_r + 9 (on the warp path the last product is fused into the lane's
+//       fma, which P counts too: conservative by one there), the sum P = gated_rmsnorm_cuda_dw_chain roundings
+//       (gated_rmsnorm_cuda.h; warp path: a lane's fmas over its rows + the block's adds of its warps + the finish
+//       slice's adds + the finish tree's levels, only additions of two non-empty operands counted, dw overwritten,
+//       e.g. 15 for 1003 × 128 and 39 for 70001 × 37, where the former column sum had 65 and 1085; block path:
+//       column_sum_path_length, unchanged): k = P + k_r + 9, mag = Σ_rows |term|.
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "backend/cuda/column_sum.h"
 #include "harness.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
@@ -54,6 +59,8 @@ const std::vector<GrnCase> kCases = {
     {37, 128, Fill::Large},    {11, 128, Fill::Special}, {3, 128, Fill::Zeros},
     // just past the warp path: one block per row
     {5, 1025, Fill::Normal},   {3, 1500, Fill::Normal},  {3, 1025, Fill::Special},
+    // fused dw: more groups than finish slices; more than 2 rows per warp
+    {4099, 64, Fill::Normal},  {70001, 37, Fill::Normal},
 };
 
 std::string name(const GrnCase& c, const char* what) {
@@ -78,7 +85,7 @@ double sum_chain(int64_t D, bool aligned) {
 Bounds bounds(const GrnCase& c, bool aligned = true) {
   const double L = sum_chain(c.D, aligned);
   const double k_r = (L + 2) / 2 + 2;
-  const double P = static_cast<double>(column_sum_path_length(column_sum_plan(c.R, c.D, ~size_t{0} / 2)));
+  const double P = static_cast<double>(gated_rmsnorm_cuda_dw_chain(c.R, c.D));
   return {k_r + 9, k_r + 19, L + 3 * k_r + 16, P + k_r + 9};
 }
 
@@ -123,6 +130,29 @@ Magnitudes backward_magnitudes(const GrnCase& c, const Inputs& in) {
 }
 
 }  // namespace
+
+// The fused dw plan (host only): every row in exactly one group, the caps hold, and the chain of the sizes the
+// bounds above rely on.
+TEST(GatedRmsnormCuda, DwPlan) {
+  const int64_t W = gated_rmsnorm_cuda_warp_rows();
+  for (int64_t D : {1, 37, 64, 128, 1000, 1024})
+    for (int64_t R : {1, 3, 8, 9, 16, 17, 1003, 4099, 70001, 131072, 1000000}) {
+      const GatedRmsnormCudaDwPlan p = gated_rmsnorm_cuda_dw_plan(R, D);
+      EXPECT_GE(p.rows_per_warp, 2);
+      EXPECT_GE(p.groups * W * p.rows_per_warp, R) << R << " x " << D;
+      EXPECT_LT((p.groups - 1) * W * p.rows_per_warp, R) << R << " x " << D;
+      EXPECT_LE(p.groups, 4096);
+      EXPECT_LE(p.groups * D, std::max<int64_t>(int64_t{1} << 20, 1024 * D));
+    }
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_plan(0, 128).groups, 0);
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_chain(1, 1), 1);                 // one fma, dw overwritten
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_chain(3, 65), 1 + 2);
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_chain(1003, 128), 2 + 7 + 6);     // 63 groups: tree of 6 levels
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_chain(4099, 64), 2 + 7 + 2 + 7);  // 257 groups: 3 per slice
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_chain(70001, 37), 3 + 7 + 22 + 7);
+  EXPECT_EQ(gated_rmsnorm_cuda_dw_chain(5, 1025),
+            column_sum_path_length(column_sum_plan(5, 1025, ~size_t{0} / 2)));  // block path
+}
 
 TEST(GatedRmsnormCuda, ForwardF32) {
   HLM_REQUIRE_CUDA();

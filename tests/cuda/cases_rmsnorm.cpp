@@ -2,9 +2,12 @@
 // bf16 storage. Cases: both kernel paths (rmsnorm_cuda.h): the warp-per-row path (D ≤ rmsnorm_cuda_warp_max_dim(),
 // vectorized when D is a multiple of the vector: 100, 128, 1000, 1024; scalar: 1, 37, 65, 127, 257; and the scalar
 // fallback for misaligned pointers) and the block-per-row path (1025, 4096); row counts that are not multiples of the
-// 8 rows of a warp-path block (37, 301, 1003); enough rows for a multi-chunk dweight sum (300, 1000, 1003); every
-// input fill (large magnitudes, zeros, subnormals, NaN/±Inf); in place (out aliasing x; dx aliasing d_out, with and
-// without dweight, where the dweight sum must read d_out before dx overwrites it).
+// 8 rows of a warp-path block (37, 301, 1003); the fused dweight sum's edges (rmsnorm_cuda_dweight_plan): one row,
+// fewer rows than the 8 warps of a group (1, 3, 5), a partial last group (13, 301, 1003), more groups than the
+// finish's 128 slices (2053 rows, D = 1024: 129 groups), more than 2 rows per warp (70001 rows: 3 per warp, 2917
+// groups); a multi-chunk column sum on the block path (64 × 4096: 2 chunks); every input fill (large magnitudes,
+// zeros, subnormals, NaN/±Inf); in place (out aliasing x; dx aliasing d_out, with and without dweight, where the
+// dweight partials must be taken from d_out before dx overwrites it).
 //
 // Tolerances (fp32; harness.h has the rules). L = the longest chain of roundings in Σx² (the order rmsnorm_cuda.h
 // states; all terms positive, so the relative error of the sum is at most L·u):
@@ -19,8 +22,13 @@
 //   forward out = w·(x·r): k = k_r + 2, mag = |out|.
 //   backward dx = r·(g − x·r·m), g = d_out·w, m = (Σ g·x)·r/D: the dot has L + 1 roundings relative to Σ|g||x|, so
 //       k = L + 2·k_r + 8 with mag = r·(|g| + |x|·r·Σ|g||x|/D) (the same expression on absolute values).
-//   dweight += Σ_rows d_out·x·r: terms carry k_r + 2, the two-pass column sum P = column_sum_path_length roundings:
-//       k = P + k_r + 3, mag = Σ_rows |d_out·x·r| + |dweight before|.
+//   dweight += Σ_rows d_out·x·r: terms carry k_r + 2 (the products d_out·x and ·r; on the warp path the second is
+//       fused into the lane's fma, which P counts too, so this is conservative by one there), the sum
+//       P = rmsnorm_cuda_dweight_chain roundings (rmsnorm_cuda.h; warp path: a lane's fmas over its rows + the
+//       block's adds of its warps + the finish slice's adds + the finish tree's levels + the add into dweight, only
+//       additions of two non-empty operands counted, e.g. 18 for 2053 × 1024, 50 for 131072 × 128, where the former
+//       column sum had 98 and 1153; block path: column_sum_path_length, unchanged): k = P + k_r + 3,
+//       mag = Σ_rows |d_out·x·r| + |dweight before|.
 // bf16: the flash-attention rule on out and dx (with the fp32 allowance k·u·mag above: with D = 1, dx = r·g·eps/(x² +
 // eps) is a cancellation the CPU does in double); dweight (fp32) by the fp32 rule on the bf16-rounded inputs.
 #include <algorithm>
@@ -28,7 +36,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/column_sum.h"
 #include "harness.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -53,6 +60,8 @@ const std::vector<RmsCase> kCases = {
     {37, 128, Fill::Large},    {11, 128, Fill::Special}, {5, 128, Fill::Denormal}, {3, 128, Fill::Zeros},
     // just past the warp path: one block per row
     {5, 1025, Fill::Normal},   {3, 1025, Fill::Special},
+    // fused dweight: more groups than finish slices; more than 2 rows per warp
+    {2053, 1024, Fill::Normal}, {70001, 37, Fill::Normal},
 };
 constexpr float kEps = 1e-6f;
 
@@ -79,7 +88,7 @@ double sum_chain(int64_t D, int64_t elem_bytes, bool aligned) {
 Bounds bounds(const RmsCase& c, int64_t elem_bytes, bool aligned = true) {
   const double L = sum_chain(c.D, elem_bytes, aligned);
   const double k_r = (L + 2) / 2 + 2;
-  const double P = static_cast<double>(column_sum_path_length(column_sum_plan(c.R, c.D, ~size_t{0} / 2)));
+  const double P = static_cast<double>(rmsnorm_cuda_dweight_chain(c.R, c.D));
   return {k_r + 2, L + 2 * k_r + 8, P + k_r + 3};
 }
 
@@ -122,6 +131,30 @@ void backward_magnitudes(const RmsCase& c, const Inputs& in, std::vector<double>
 }
 
 }  // namespace
+
+// The fused dweight plan (host only): every row in exactly one group, the caps hold, and the chain of the sizes the
+// bounds above rely on.
+TEST(RmsnormCuda, DweightPlan) {
+  const int64_t W = rmsnorm_cuda_warp_rows();
+  for (int64_t D : {1, 37, 128, 1000, 1024})
+    for (int64_t R : {1, 3, 8, 9, 16, 17, 1003, 2053, 70001, 131072, 1000000}) {
+      const RmsnormCudaDweightPlan p = rmsnorm_cuda_dweight_plan(R, D);
+      EXPECT_GE(p.rows_per_warp, 2);
+      EXPECT_GE(p.groups * W * p.rows_per_warp, R) << R << " x " << D;
+      EXPECT_LT((p.groups - 1) * W * p.rows_per_warp, R) << R << " x " << D;
+      EXPECT_LE(p.groups, 4096);
+      EXPECT_LE(p.groups * D, std::max<int64_t>(int64_t{1} << 20, 1024 * D));
+    }
+  EXPECT_EQ(rmsnorm_cuda_dweight_plan(0, 128).groups, 0);
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(1, 65), 2);      // one fma, one add into dweight
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(3, 127), 1 + 2 + 1);
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(13, 100), 2 + 7 + 1);
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(1003, 128), 2 + 7 + 6 + 1);        // 63 groups: tree of 6 levels
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(2053, 1024), 2 + 7 + 1 + 7 + 1);   // 129 groups: 2 per slice
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(131072, 128), 4 + 7 + 31 + 7 + 1); // 4096 groups of 32 rows
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4096),
+            column_sum_path_length(column_sum_plan(64, 4096, ~size_t{0} / 2)));  // block path
+}
 
 TEST(RmsnormCuda, ForwardF32) {
   HLM_REQUIRE_CUDA();

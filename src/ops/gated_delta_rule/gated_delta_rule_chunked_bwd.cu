@@ -178,9 +178,29 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
 
 // ---- dqk: per (chunk, v-head), dq, the output/state parts of dk and dγ, dW
 
-constexpr size_t kDqkSmem = 6 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kD * kLdD) +
-                            smem_piece<float>(kC * kLdDf) + smem_piece<float>(kC * kLdCf) +
-                            smem_piece<bf16>(kC * kLdC) + 6 * smem_piece<float>(kC);
+// Shared memory: five regions, each reused by tiles whose lifetimes do not overlap (two blocks fit on an SM). Phases:
+//   P1 QK = Q Kᵀ, dO Uᵀ   P2 Pm   P3 rs, cs   P4 dq = scale·diag(e^γ) dO M0 + Pm K   P5 dW = −dU M0
+//   P6 ⟨M0, D⟩, Sb ← D   P7 dk = diag(e^{γ_c − γ}) U D + Pmᵀ Q, dγ
+// (dW and dq are independent products, each computed exactly as before; only their order changed.)
+//   A  Kb (loaded first, last read by P4's Pm K)  →  Ud (written after that product's barrier; read in P7)
+//   B  dOb (first; last read by P4's dO M0)  →  dUb (written after that product's barrier; read in P5)
+//      →  Qb again (reloaded from q after P5's barrier; read in P7)
+//   C  Qb | Ub (first; last read in P1)  →  Sb: M0 (cp.async issued after P1's barrier; read in P4, P5, P6), then D
+//      (written in P6, in place, after P5's barrier; read in P7)
+//   D  QK | Pf = dO Uᵀ, then Pm fp32 (P1 .. P3)  →  F (first written in P4, after P3's barrier); past F's 64 × 132
+//      floats (the tail of Pf): dgo (P4 ..), red (P6), Bs (P7), all first written after P3's barrier
+//   P  Pb (Pm bf16, P2 .. P7); then gam, rs, cs.
+constexpr size_t kTileB = smem_piece<bf16>(kC * kLdD);   // 64 × 136 bf16: 17,408 B
+constexpr size_t kTileCf = smem_piece<float>(kC * kLdCf);  // 64 × 68 fp32: 17,408 B
+constexpr size_t kTileDf = smem_piece<float>(kC * kLdDf);  // 64 × 132 fp32: 33,792 B
+constexpr size_t kVec = smem_piece<float>(kC);
+constexpr size_t kDqkA = 0, kDqkB = kDqkA + kTileB, kDqkC = kDqkB + kTileB;
+constexpr size_t kDqkD = kDqkC + 2 * kTileB, kDqkP = kDqkD + 2 * kTileCf;
+constexpr size_t kDqkV = kDqkP + smem_piece<bf16>(kC * kLdC);
+constexpr size_t kDqkSmem = kDqkV + 3 * kVec;  // 114,432 B (was 201,216)
+static_assert(smem_piece<bf16>(kD * kLdD) <= 2 * kTileB, "dqk: M0 / D fit in Qb | Ub");
+static_assert(kTileDf + 3 * kVec <= 2 * kTileCf, "dqk: F, dgo, Bs, red fit in QK | Pf");
+static_assert(kDqkSmem <= 112 * 1024, "dqk: two blocks per SM");
 
 __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);
@@ -188,23 +208,24 @@ __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch
   const int64_t ci = c.ci, t0 = c.t0;
   const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
-  SmemCarver sc{smem};
-  bf16* Qb = sc.take<bf16>(kC * kLdD);
-  bf16* Kb = sc.take<bf16>(kC * kLdD);
-  bf16* dOb = sc.take<bf16>(kC * kLdD);
-  bf16* Ub = sc.take<bf16>(kC * kLdD);
-  bf16* Ud = sc.take<bf16>(kC * kLdD);  // diag(e^{γ_c − γ}) U
-  bf16* dUb = sc.take<bf16>(kC * kLdD);
-  bf16* Sb = sc.take<bf16>(kD * kLdD);  // M0 [dv][dk], then D
-  float* F = sc.take<float>(kC * kLdDf);
-  float* QK = sc.take<float>(kC * kLdCf);
-  bf16* Pb = sc.take<bf16>(kC * kLdC);  // Pm
-  float* gam = sc.take<float>(kC);
-  float* rs = sc.take<float>(kC);   // Σ_j Pm_ij QK_ij
-  float* cs = sc.take<float>(kC);   // Σ_i Pm_ij QK_ij
-  float* dgo = sc.take<float>(kC);  // q_i · dq_i (output term)
-  float* Bs = sc.take<float>(kC);   // state-path term B_i
-  float* red = sc.take<float>(kC);
+  bf16* Kb = reinterpret_cast<bf16*>(smem + kDqkA);
+  bf16* Ud = Kb;  // diag(e^{γ_c − γ}) U, after Kb
+  bf16* dOb = reinterpret_cast<bf16*>(smem + kDqkB);
+  bf16* dUb = dOb;  // after dOb
+  bf16* Qb2 = dOb;  // Q reloaded, after dUb
+  bf16* Qb = reinterpret_cast<bf16*>(smem + kDqkC);
+  bf16* Ub = reinterpret_cast<bf16*>(smem + kDqkC + kTileB);
+  bf16* Sb = reinterpret_cast<bf16*>(smem + kDqkC);  // M0 [dv][dk], then D; after Qb, Ub
+  float* QK = reinterpret_cast<float*>(smem + kDqkD);
+  float* Pf = reinterpret_cast<float*>(smem + kDqkD + kTileCf);  // dO Uᵀ, then Pm
+  float* F = reinterpret_cast<float*>(smem + kDqkD);               // after QK, Pf
+  float* dgo = reinterpret_cast<float*>(smem + kDqkD + kTileDf);   // q_i · dq_i (output term)
+  float* Bs = dgo + kC;                                            // state-path term B_i
+  float* red = Bs + kC;
+  bf16* Pb = reinterpret_cast<bf16*>(smem + kDqkP);  // Pm
+  float* gam = reinterpret_cast<float*>(smem + kDqkV);
+  float* rs = gam + kC;  // Σ_j Pm_ij QK_ij
+  float* cs = rs + kC;   // Σ_i Pm_ij QK_ij
   const int tid = static_cast<int>(threadIdx.x);
   const float* q0 = p.q + (t0 * p.Hk + hk) * p.dk;
   const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
@@ -214,63 +235,63 @@ __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch
   load_tile_bf16<kC, kD>(Qb, kLdD, q0, qst, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(Kb, kLdD, k0, qst, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(dOb, kLdD, bs.dOh + v_off, vst, len, dv, NoScale{});
-  __syncthreads();  // gam
+  load_tile_bf16<kC, kD>(Ub, kLdD, fs.U + v_off, vst, len, dv, NoScale{});
+  __syncthreads();  // gam, tiles
   const float gc = gam[len - 1];
-  for_tile<kC, kD>(fs.U + v_off, vst, len, dv, [&](int i, int d, const float* v, int n) {  // U and diag(e^{γ_c−γ}) U
-    const float dec = i < len ? expf(gc - gam[i]) : 0.0f;
-    for (int e = 0; e < n; ++e) {
-      Ub[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
-      Ud[i * kLdD + d + e] = __float2bfloat16_rn(dec * v[e]);
-    }
-  });
-  load_tile_bf16<kC, kD>(dUb, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
-  const bf16* M0 = fs.states + (ci * p.Hv + h) * p.dv * p.dk;
-  load_tile_bf16<kD, kD>(Sb, kLdD, M0, p.dk, dv, dk, NoScale{});
-  __syncthreads();
   block_mma<kC, kC, kD, false, true, false, kWarps>(QK, kLdCf, Qb, kLdD, Kb, kLdD);  // Q Kᵀ
-  block_mma<kC, kC, kD, false, true, false, kWarps>(F, kLdCf, dOb, kLdD, Ub, kLdD);  // dO Uᵀ
-  __syncthreads();
-  // Pm = scale·(dO Uᵀ) ⊙ Γ (fp32 in F, bf16 in Pb); its Γ exponents feed dγ through Pm ⊙ QK.
+  block_mma<kC, kC, kD, false, true, false, kWarps>(Pf, kLdCf, dOb, kLdD, Ub, kLdD);  // dO Uᵀ
+  __syncthreads();  // Qb, Ub read: region C takes M0 (bf16 copied as is)
+  const bf16* M0 = fs.states + (ci * p.Hv + h) * p.dv * p.dk;
+  load_tile_async<kD, kD>(Sb, kLdD, M0, p.dk, dv, dk);
+  cp_async_commit();
+  // Pm = scale·(dO Uᵀ) ⊙ Γ (fp32 in Pf, bf16 in Pb); its Γ exponents feed dγ through Pm ⊙ QK.
   for (int idx = tid; idx < kC * kC; idx += kThreads) {
     const int i = idx / kC, j = idx % kC;
-    const float pm = (j <= i && i < len) ? p.scale * F[i * kLdCf + j] * expf(gam[i] - gam[j]) : 0.0f;
-    F[i * kLdCf + j] = pm;
+    const float pm = (j <= i && i < len) ? p.scale * Pf[i * kLdCf + j] * expf(gam[i] - gam[j]) : 0.0f;
+    Pf[i * kLdCf + j] = pm;
     Pb[i * kLdC + j] = __float2bfloat16_rn(pm);
   }
   __syncthreads();
   if (tid < kC) {
     float acc = 0.0f;
-    for (int j = 0; j < kC; ++j) acc += F[tid * kLdCf + j] * QK[tid * kLdCf + j];
+    for (int j = 0; j < kC; ++j) acc += Pf[tid * kLdCf + j] * QK[tid * kLdCf + j];
     rs[tid] = acc;
   } else if (tid < 2 * kC) {
     const int j = tid - kC;
     float acc = 0.0f;
-    for (int i = 0; i < kC; ++i) acc += F[i * kLdCf + j] * QK[i * kLdCf + j];
+    for (int i = 0; i < kC; ++i) acc += Pf[i * kLdCf + j] * QK[i * kLdCf + j];
     cs[j] = acc;
   }
-  __syncthreads();
-  // dW = −dU M0.
-  block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, dUb, kLdD, Sb, kLdD);
-  __syncthreads();
-  for (int idx = tid; idx < len * dk; idx += kThreads) {
-    const int i = idx / dk, d = idx % dk;
-    bs.dW[((t0 + i) * p.Hv + h) * p.dk + d] = __float2bfloat16_rn(-F[i * kLdDf + d]);
-  }
-  __syncthreads();
+  cp_async_wait<0>();
+  __syncthreads();  // QK, Pf read: region D takes F; M0 landed
   // dq = scale·diag(e^γ) dO M0 + Pm K; dγ_i gets q_i · (first term).
   block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, dOb, kLdD, Sb, kLdD);
-  __syncthreads();
+  __syncthreads();  // dOb read: region B takes dU
+  load_tile_bf16<kC, kD>(dUb, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
   for (int idx = tid; idx < kC * kD; idx += kThreads) F[(idx / kD) * kLdDf + idx % kD] *= p.scale * expf(gam[idx / kD]);
   __syncthreads();
   row_dots64<kWarps>(dgo, F, kLdDf, [&](int i) { return q0 + i * qst; }, len, dk);
   __syncthreads();
   block_mma<kC, kD, kC, false, false, true, kWarps>(F, kLdDf, Pb, kLdC, Kb, kLdD);
-  __syncthreads();
+  __syncthreads();  // Kb read: region A takes diag(e^{γ_c − γ}) U
+  for_tile<kC, kD>(fs.U + v_off, vst, len, dv, [&](int i, int d, const float* v, int n) {
+    const float dec = i < len ? expf(gc - gam[i]) : 0.0f;
+    for (int e = 0; e < n; ++e) Ud[i * kLdD + d + e] = __float2bfloat16_rn(dec * v[e]);
+  });
   float* dq_dst = p.group() > 1 ? bs.dqv + (t0 * p.Hv + h) * p.dk : gr.dq + (t0 * p.Hk + hk) * p.dk;
   const int64_t dq_st = p.group() > 1 ? p.Hv * p.dk : p.Hk * p.dk;
   for (int idx = tid; idx < len * dk; idx += kThreads) {
     const int i = idx / dk, d = idx % dk;
     dq_dst[i * dq_st + d] = F[i * kLdDf + d];
+  }
+  __syncthreads();  // F read; dUb, Ud written
+  // dW = −dU M0.
+  block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, dUb, kLdD, Sb, kLdD);
+  __syncthreads();  // dUb and M0 read: region B takes Q again, Sb turns into D
+  load_tile_bf16<kC, kD>(Qb2, kLdD, q0, qst, len, dk, NoScale{});
+  for (int idx = tid; idx < len * dk; idx += kThreads) {
+    const int i = idx / dk, d = idx % dk;
+    bs.dW[((t0 + i) * p.Hv + h) * p.dk + d] = __float2bfloat16_rn(-F[i * kLdDf + d]);
   }
   // ⟨M0, D⟩ while Sb turns from M0 into D.
   const bf16* Dg = bs.dstates + (ci * p.Hv + h) * p.dv * p.dk;
@@ -281,13 +302,13 @@ __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch
       Sb[r * kLdD + d + e] = v[e];
     }
   });
-  md = cuda::block_sum<kThreads>(md, red);  // barriers inside
+  md = cuda::block_sum<kThreads>(md, red);  // barriers inside: F read (dW), Qb2 and D written
   // dk = diag(e^{γ_c − γ}) U D + Pmᵀ Q; the state term gives B_i = k_i · (first term).
   block_mma<kC, kD, kD, false, false, false, kWarps>(F, kLdDf, Ud, kLdD, Sb, kLdD);
   __syncthreads();
   row_dots64<kWarps>(Bs, F, kLdDf, [&](int i) { return k0 + i * qst; }, len, dk);
   __syncthreads();
-  block_mma<kC, kD, kC, true, false, true, kWarps>(F, kLdDf, Pb, kLdC, Qb, kLdD);
+  block_mma<kC, kD, kC, true, false, true, kWarps>(F, kLdDf, Pb, kLdC, Qb2, kLdD);
   __syncthreads();
   for (int idx = tid; idx < len * dk; idx += kThreads) {
     const int i = idx / dk, d = idx % dk;
@@ -306,8 +327,24 @@ __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch
 
 // ---- wy: per (chunk, v-head), the WY backward, dv, dβ, dk, dg
 
-constexpr size_t kWySmem = 6 * smem_piece<bf16>(kC * kLdD) + 2 * smem_piece<float>(kC * kLdCf) +
-                           smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC * kLdDf) + 8 * smem_piece<float>(kC);
+// Shared memory: regions reused by tiles whose lifetimes do not overlap (two blocks fit on an SM). Phases:
+//   P1 Y = Rᵀ dU (dv, y·v)   P2 X = Rᵀ dW (x·k, Xb, F ← diag(βe^γ) X)   P3 E' = X Wᵀ   P4 E' += Y Ũᵀ   P5 K Kᵀ
+//   P6 EG (Ef, Rb)   P7 rowE, colE; F += diag(β) EG K + (diag(β) EG)ᵀ K   P8 dk, dβ, dγ, dg
+// (K Kᵀ is an independent product computed exactly as before, now after P4; E' accumulates in the same order.)
+//   R   Rb: R (loaded first; last read in P2)  →  diag(β) EG (written in P6)
+//   S1  dUb (first; read in P1)  →  Y in place (after P1's barrier; last read in P4)  →  KK (P5, after P4's barrier)
+//   S2  dWb (first; read in P2)  →  Xb in place (after P2's product barrier; last read in P3)  →  Kb (loaded from k
+//       after P3's barrier; read in P5 and P7)
+//   S3  Wb (first; last read in P3)  →  Ũ (cp.async after P3's barrier; read in P4)  →  rowE, colE, dgl, dgs (P7, P8;
+//       written after P4's barrier)
+//   S4  Ef (P3 .. P7)
+//   F   Y (P1), then X (P2 ..) accumulating dk;  then gam, beta, yv, xk.
+constexpr size_t kWyR = 0, kWyS1 = kWyR + smem_piece<bf16>(kC * kLdC), kWyS2 = kWyS1 + kTileB;
+constexpr size_t kWyS3 = kWyS2 + kTileB, kWyS4 = kWyS3 + kTileB, kWyF = kWyS4 + kTileCf;
+constexpr size_t kWyV = kWyF + kTileDf;
+constexpr size_t kWySmem = kWyV + 4 * kVec;  // 113,664 B (was 184,320)
+static_assert(kTileCf <= kTileB && 4 * kVec <= kTileB, "wy: KK fits in S1, the row sums in S3");
+static_assert(kWySmem <= 112 * 1024, "wy: two blocks per SM");
 
 __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);
@@ -315,25 +352,24 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
   const int64_t ci = c.ci, t0 = c.t0;
   const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
-  SmemCarver sc{smem};
-  bf16* Kb = sc.take<bf16>(kC * kLdD);
-  bf16* Xb = sc.take<bf16>(kC * kLdD);
-  bf16* Utb = sc.take<bf16>(kC * kLdD);  // Ũ
-  bf16* Wb = sc.take<bf16>(kC * kLdD);
-  bf16* dUb = sc.take<bf16>(kC * kLdD);  // dU, then Y
-  bf16* dWb = sc.take<bf16>(kC * kLdD);
-  float* KK = sc.take<float>(kC * kLdCf);
-  float* Ef = sc.take<float>(kC * kLdCf);  // X Wᵀ + Y Ũᵀ, then (E ⊙ Γ) ⊙ KK
-  bf16* Rb = sc.take<bf16>(kC * kLdC);     // R, then diag(β) (E ⊙ Γ)
-  float* F = sc.take<float>(kC * kLdDf);
-  float* gam = sc.take<float>(kC);
-  float* beta = sc.take<float>(kC);
-  float* yv = sc.take<float>(kC);
-  float* xk = sc.take<float>(kC);
-  float* rowE = sc.take<float>(kC);  // Σ_j EG_ij KK_ij
-  float* colE = sc.take<float>(kC);  // Σ_i β_i EG_ij KK_ij
-  float* dgl = sc.take<float>(kC);   // dγ of the chunk
-  float* dgs = sc.take<float>(kC);   // its suffix sums
+  bf16* Rb = reinterpret_cast<bf16*>(smem + kWyR);    // R, then diag(β) (E ⊙ Γ)
+  bf16* dUb = reinterpret_cast<bf16*>(smem + kWyS1);  // dU, then Y
+  float* KK = reinterpret_cast<float*>(smem + kWyS1);  // after Y
+  bf16* dWb = reinterpret_cast<bf16*>(smem + kWyS2);
+  bf16* Xb = dWb;                                       // after dW
+  bf16* Kb = dWb;                                       // after X
+  bf16* Wb = reinterpret_cast<bf16*>(smem + kWyS3);
+  bf16* Utb = Wb;                                       // Ũ, after W
+  float* rowE = reinterpret_cast<float*>(smem + kWyS3);  // Σ_j EG_ij KK_ij; after Ũ
+  float* colE = rowE + kC;                               // Σ_i β_i EG_ij KK_ij
+  float* dgl = colE + kC;                                // dγ of the chunk
+  float* dgs = dgl + kC;                                 // its suffix sums
+  float* Ef = reinterpret_cast<float*>(smem + kWyS4);  // X Wᵀ + Y Ũᵀ, then (E ⊙ Γ) ⊙ KK
+  float* F = reinterpret_cast<float*>(smem + kWyF);
+  float* gam = reinterpret_cast<float*>(smem + kWyV);
+  float* beta = gam + kC;
+  float* yv = beta + kC;
+  float* xk = yv + kC;
   const int tid = static_cast<int>(threadIdx.x);
   const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
   const float* v0 = p.v + (t0 * p.Hv + h) * p.dv;
@@ -344,16 +380,13 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
     gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
     beta[tid] = tid < len ? p.beta[(t0 + tid) * p.Hv + h] : 0.0f;
   }
-  // K (for K Kᵀ and the dk products); R and Ũ as prep stored them for this chunk; W, dU, dW.
-  load_tile_bf16<kC, kD>(Kb, kLdD, k0, kst, len, dk, NoScale{});
+  // R as prep stored it for this chunk; W, dU, dW (Ũ and K come once W and X are read).
   load_tile_bf16<kC, kC>(Rb, kLdC, fs.R + (ci * p.Hv + h) * kC * kC, kC, kC, kC,
                          NoScale{});
-  load_tile_bf16<kC, kD>(Utb, kLdD, fs.Ut + v_off, vst, len, dv, NoScale{});
   load_tile_bf16<kC, kD>(Wb, kLdD, fs.W + w_off, wst, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(dUb, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
   load_tile_bf16<kC, kD>(dWb, kLdD, bs.dW + w_off, wst, len, dk, NoScale{});
   __syncthreads();
-  block_mma<kC, kC, kD, false, true, false, kWarps>(KK, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
   // Y = Rᵀ dU: dv = diag(β) Y, y_i · v_i; Y kept as bf16 in dUb.
   block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Rb, kLdC, dUb, kLdD);
   __syncthreads();
@@ -365,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
   }
   row_dots64<kWarps>(yv, F, kLdDf, [&](int i) { return v0 + i * vst; }, len, dv);
   __syncthreads();
-  // X = Rᵀ dW: x_i · k_i, X kept as bf16 in Xb, F ← diag(β e^γ) X (the first WY term of dk).
+  // X = Rᵀ dW: x_i · k_i, X kept as bf16 in Xb (in place of dW), F ← diag(β e^γ) X (the first WY term of dk).
   block_mma<kC, kD, kC, true, false, false, kWarps>(F, kLdDf, Rb, kLdC, dWb, kLdD);
   __syncthreads();
   row_dots64<kWarps>(xk, F, kLdDf, [&](int i) { return k0 + i * kst; }, len, dk);
@@ -377,7 +410,15 @@ __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch 
   }
   // E' = X Wᵀ + Y Ũᵀ (E = −E').
   block_mma<kC, kC, kD, false, true, false, kWarps>(Ef, kLdCf, Xb, kLdD, Wb, kLdD);
+  __syncthreads();  // Xb, Wb read: Ũ (bf16 copied as is) takes Wb's place, K (for K Kᵀ and the dk products) Xb's
+  load_tile_async<kC, kD>(Utb, kLdD, fs.Ut + v_off, vst, len, dv);
+  cp_async_commit();
+  load_tile_bf16<kC, kD>(Kb, kLdD, k0, kst, len, dk, NoScale{});
+  cp_async_wait<0>();
+  __syncthreads();
   block_mma<kC, kC, kD, false, true, true, kWarps>(Ef, kLdCf, dUb, kLdD, Utb, kLdD);
+  __syncthreads();  // Y, Ũ read: K Kᵀ takes Y's place
+  block_mma<kC, kC, kD, false, true, false, kWarps>(KK, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
   __syncthreads();
   // EG = E ⊙ Γ strictly below the diagonal; Rb ← diag(β) EG; through L_ij = β_i Γ_ij KK_ij: dβ, dγ.
   for (int idx = tid; idx < kC * kC; idx += kThreads) {

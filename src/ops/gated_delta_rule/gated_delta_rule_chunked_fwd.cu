@@ -21,9 +21,21 @@ constexpr int kOutThreads = 256, kOutWarps = kOutThreads / 32;
 
 // ---- prep: per (chunk, v-head), γ, R, W, Ũ
 
-constexpr size_t kPrepSmem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kC * kLdC) +
-                             smem_piece<float>(kC * kLdDf) + smem_piece<float>(kC * kLdCf) +
-                             smem_piece<float>(1024) + 2 * smem_piece<float>(kC);
+// Shared memory (61,952 B, so three blocks share an SM): Xb, Rb, gam and beta have regions of their own; the other
+// five buffers share two 17,408 B regions P0, P1 by lifetime (phases in kernel order; "|" marks the barrier between
+// the last read of a region's old contents and the first write of its new):
+//   P0       Kb (k, bf16 [64][kLdD]): the k load → K Kᵀ | (barrier after K Kᵀ) Rf (fp32 [64][kLdCf]): L → the inverse
+//            → bf16(R)
+//   P1       KK = K Kᵀ (fp32 [64][kLdCf]): K Kᵀ → L | (invert_unit_lower64's first barrier) its tmp (1024 floats)
+//   P0 ∪ P1  | (barrier before the W product: Rf read by bf16(R); tmp read before the inverse's last barrier)
+//            F (fp32 [64][kLdDf]): W, then Ũ
+constexpr size_t kPrepPiece = smem_piece<bf16>(kC * kLdD);
+static_assert(smem_piece<float>(kC * kLdCf) <= kPrepPiece && smem_piece<float>(1024) <= kPrepPiece &&
+                  smem_piece<float>(kC * kLdDf) <= 2 * kPrepPiece,
+              "prep: Rf, KK and tmp fit one region, F two");
+constexpr size_t kPrepSmem = 2 * kPrepPiece + smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kC * kLdC) +
+                             2 * smem_piece<float>(kC);
+static_assert(3 * (kPrepSmem + 1024) <= 228 * 1024, "prep: three blocks per SM (H200: 228 KB, 1 KB per block)");
 
 __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardScratch s) {
   const ChunkHead c = chunk_head(p, s.table);
@@ -32,12 +44,15 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
   const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
-  bf16* Kb = sc.take<bf16>(kC * kLdD);  // k rows
-  bf16* Xb = sc.take<bf16>(kC * kLdD);  // β e^γ k rows, then β v rows
+  char* P0 = sc.take<char>(kPrepPiece);
+  char* P1 = sc.take<char>(kPrepPiece);
+  bf16* Kb = reinterpret_cast<bf16*>(P0);    // k rows (P0, until K Kᵀ)
+  float* Rf = reinterpret_cast<float*>(P0);  // L, then R (P0, from L to bf16(R))
+  float* KK = reinterpret_cast<float*>(P1);  // K Kᵀ (P1, until L)
+  float* tmp = reinterpret_cast<float*>(P1);  // invert_unit_lower64's scratch (P1)
+  float* F = reinterpret_cast<float*>(P0);   // W, then Ũ (P0 ∪ P1, from the W product)
+  bf16* Xb = sc.take<bf16>(kC * kLdD);       // β e^γ k rows, then β v rows
   bf16* Rb = sc.take<bf16>(kC * kLdC);
-  float* F = sc.take<float>(kC * kLdDf);  // GEMM results
-  float* Rf = sc.take<float>(kC * kLdCf);
-  float* tmp = sc.take<float>(1024);
   float* gam = sc.take<float>(kC);
   float* beta = sc.take<float>(kC);
   const int tid = static_cast<int>(threadIdx.x);
@@ -62,14 +77,14 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
     }
   });
   __syncthreads();
-  block_mma<kC, kC, kD, false, true, false, kPrepWarps>(F, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
-  __syncthreads();
+  block_mma<kC, kC, kD, false, true, false, kPrepWarps>(KK, kLdCf, Kb, kLdD, Kb, kLdD);  // K Kᵀ
+  __syncthreads();  // Kb's last read: Rf may overwrite it
   // L_ij = β_i Γ_ij (k_i·k_j) for j < i < len; exponents only for j < i (≤ 0 when g ≤ 0).
   for (int idx = tid; idx < kC * kC; idx += kPrepThreads) {
     const int i = idx / kC, j = idx % kC;
-    Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * F[i * kLdCf + j] : 0.0f;
+    Rf[i * kLdCf + j] = (j < i && i < len) ? beta[i] * expf(gam[i] - gam[j]) * KK[i * kLdCf + j] : 0.0f;
   }
-  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before and after
+  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before (KK's last read: tmp may overwrite it) and after
   bf16* R_out = s.R ? s.R + (ci * p.Hv + h) * kC * kC : nullptr;
   for (int idx = tid; idx < kC * kC; idx += kPrepThreads) {
     const bf16 r = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
@@ -85,7 +100,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardSc
         if (i < len && d + e < p.dk) Qd[i * kdst + d + e] = __float2bfloat16_rn(sc_in * v[e]);
     });
   }
-  __syncthreads();
+  __syncthreads();  // Rf's last read (tmp's was before the inverse's last barrier): F may overwrite both
   block_mma<kC, kD, kC, false, false, false, kPrepWarps>(F, kLdDf, Rb, kLdC, Xb, kLdD);  // W = R diag(βe^γ) K
   __syncthreads();
   for (int idx = tid; idx < len * p.dk; idx += kPrepThreads) {
@@ -180,8 +195,16 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
 
 // ---- output: per (chunk, v-head)
 
-constexpr size_t kOutSmem = 4 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kD * kLdD) +
+// Shared memory (112,896 B, so two blocks share an SM): Qs, Ub, Ab and gam have regions of their own; the rest is
+// shared by lifetime (phases in kernel order; "|" marks the barrier between the last read of a region's old
+// contents and the first write of its new):
+//   S  Qb, Kb (bf16 [64][kLdD] each, one after the other): the loads → Q Kᵀ | (barrier after Q Kᵀ) Sb = M0 (bf16
+//      [128][kLdD]), copied by cp.async while the mask is computed, landed by the barrier after the mask → M0ᵀ product
+//   F  Q Kᵀ (fp32 [64][kLdCf]): Q Kᵀ → the mask | (barrier after the mask) the output (fp32 [64][kLdDf]) → o
+static_assert(2 * kC * kLdD == kD * kLdD, "output: Qb and Kb fill Sb's region");
+constexpr size_t kOutSmem = smem_piece<bf16>(kD * kLdD) + 2 * smem_piece<bf16>(kC * kLdD) +
                             smem_piece<float>(kC * kLdDf) + smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC);
+static_assert(2 * (kOutSmem + 1024) <= 228 * 1024, "output: two blocks per SM (H200: 228 KB, 1 KB per block)");
 
 __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardScratch s, float* o) {
   const ChunkHead c = chunk_head(p, s.table);
@@ -190,12 +213,12 @@ __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardS
   const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
-  bf16* Qb = sc.take<bf16>(kC * kLdD);
+  bf16* Sb = sc.take<bf16>(kD * kLdD);  // M0 [dv][dk] (region S, from after Q Kᵀ)
+  bf16* Qb = Sb;                        // q (region S, until Q Kᵀ)
+  bf16* Kb = Sb + kC * kLdD;            // k (region S, until Q Kᵀ)
   bf16* Qs = sc.take<bf16>(kC * kLdD);  // diag(e^γ) q
-  bf16* Kb = sc.take<bf16>(kC * kLdD);
   bf16* Ub = sc.take<bf16>(kC * kLdD);
-  bf16* Sb = sc.take<bf16>(kD * kLdD);  // M0 [dv][dk]
-  float* F = sc.take<float>(kC * kLdDf);
+  float* F = sc.take<float>(kC * kLdDf);  // Q Kᵀ, then the output
   bf16* Ab = sc.take<bf16>(kC * kLdC);
   float* gam = sc.take<float>(kC);
   const int tid = static_cast<int>(threadIdx.x);
@@ -213,12 +236,15 @@ __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardS
   });
   load_tile_bf16<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
   load_tile_bf16<kC, kD>(Ub, kLdD, s.U + (t0 * p.Hv + h) * p.dv, p.Hv * p.dv, len, dv, NoScale{});
-  load_tile_bf16<kD, kD>(Sb, kLdD, s.states + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk, NoScale{});
   __syncthreads();
   block_mma<kC, kC, kD, false, true, false, kOutWarps>(F, kLdCf, Qb, kLdD, Kb, kLdD);  // Q Kᵀ
-  __syncthreads();
+  __syncthreads();  // Qb's and Kb's last read: M0 may overwrite them
+  // M0 (bf16 in global: the copy gives the bits a load through fp32 gave, NaN payloads aside), landing during the mask.
+  load_tile_async<kD, kD>(Sb, kLdD, s.states + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk);
+  cp_async_commit();
   decayed_causal_bf16(Ab, F, gam, len, 1.0f);  // A = Q Kᵀ ⊙ Γ
-  __syncthreads();
+  cp_async_wait<0>();
+  __syncthreads();  // M0 landed; Q Kᵀ's last read: the output may overwrite it
   block_mma<kC, kD, kD, false, true, false, kOutWarps>(F, kLdDf, Qs, kLdD, Sb, kLdD);  // diag(e^γ) Q M0ᵀ
   block_mma<kC, kD, kC, false, false, true, kOutWarps>(F, kLdDf, Ab, kLdC, Ub, kLdD);  // + A U
   __syncthreads();

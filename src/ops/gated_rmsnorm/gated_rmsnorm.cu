@@ -5,12 +5,20 @@
 //     D % 4 == 0, else single floats), sums it in order, and a 5-level xor-shuffle tree gives every lane the row sums.
 //   longer rows: one block of gated_rmsnorm_cuda_threads() threads per row, scalar loads, block sums.
 //   forward:  r = 1/sqrt(mean(x²) + eps), then y = ((x·r)·w)·silu(z).
-//   backward: (1) one pass per row: r, s = Σ_d gn·x (gn = dy·w·silu(z)), then dx = r·(gn − n·(s·r/D)) and
-//             dz = dy·w·n·σ(z)·(1 + z·σ(−z)), n = x·r; r is stored for (2);
-//             (2) dw = Σ_rows dy·x·r·silu(z) by the two-pass column sum into a zeroed dw (the contract overwrites).
+//   backward, per row: r, s = Σ_d gn·x (gn = dy·w·silu(z)), then dx = r·(gn − n·(s·r/D)) and
+//             dz = dy·w·n·σ(z)·(1 + z·σ(−z)), n = x·r.
+//     warp path: one fused pass over row-groups (gated_rmsnorm_cuda_dw_plan: block g takes kWarpRows · rows_per_warp
+//             consecutive rows, warp k the group's rows k, k + kWarpRows, ...); each lane also adds
+//             fma((dy·x)·r, silu(z), acc) for its columns from the registers; after its rows the block adds its
+//             warps' accumulators in warp order through shared memory and writes one partial row [groups, D] to the
+//             workspace; the finish kernel (dw_finish_kernel) sums each column's partial rows in a fixed order and
+//             writes dw (the contract overwrites).
+//     block path: the row kernel stores r per row; then dw = Σ_rows dy·x·r·silu(z) by the two-pass column sum into a
+//             zeroed dw.
 // In the forward every read of x happens before the reduction and each thread reads z[i] and then writes y[i] only
-// for the elements it loaded, so y may alias x or z. Deterministic: fixed summation order, no atomics.
-// Non-goals for now: vectorized loads for rows longer than gated_rmsnorm_cuda_warp_max_dim(); dw inside pass (1).
+// for the elements it loaded, so y may alias x or z. Deterministic: fixed summation order, no atomics; the kernels
+// that write dx and dz are the same whether dw is wanted or not (a runtime branch), so they have the same bits either
+// way. Non-goals for now: vectorized loads and a fused dw for rows longer than gated_rmsnorm_cuda_warp_max_dim().
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -23,7 +31,9 @@ namespace {
 
 constexpr int kThreads = gated_rmsnorm_cuda_threads();
 constexpr int64_t kWarpMaxDim = gated_rmsnorm_cuda_warp_max_dim();
-constexpr int kWarpRows = 8;  // rows (warps) per block on the warp path
+constexpr int kWarpRows = gated_rmsnorm_cuda_warp_rows();  // rows (warps) per block on the warp path
+constexpr int kFinishSlices = gated_rmsnorm_cuda_dw_finish_slices();
+constexpr int kFinishCols = 8;  // columns per finish block: 8 floats = one 32-byte sector per partial row
 constexpr int kWarpThreads = 32 * kWarpRows;
 constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
@@ -110,17 +120,25 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kerne
   }
 }
 
+// Backward over the row-group blockIdx.x (rows [g·kWarpRows·rows_per_warp, (g + 1)·kWarpRows·rows_per_warp) ∩ [0,
+// R)): writes dx, dz, and, when dw_partial != nullptr, the group's dw partial row dw_partial[g, :] = Σ_warps (in warp
+// order) Σ_rows of the warp (in row order) dy·x·r·silu(z).
 template <int V, int P>
-__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kernel(float* dx, float* dz, float* inv_out,
-                                                                               const float* dy, const float* x,
-                                                                               const float* z, const float* w,
-                                                                               int64_t R, int64_t D, float eps) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  float wv[P];
+__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kernel(float* dx, float* dz,
+                                                                               float* dw_partial, const float* dy,
+                                                                               const float* x, const float* z,
+                                                                               const float* w, int64_t R, int64_t D,
+                                                                               int64_t rows_per_warp, float eps) {
+  __shared__ float red[kWarpRows][32 * P];  // the warps' dw accumulators, by column
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  float wv[P], acc[P];
   load_slice<V, P>(wv, w, D, lane);
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
-       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
-    float xv[P], zv[P], gv[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) acc[i] = 0.0f;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWarpRows * rows_per_warp;
+  const int64_t r1 = r0 + kWarpRows * rows_per_warp < R ? r0 + kWarpRows * rows_per_warp : R;
+  for (int64_t r = r0 + warp; r < r1; r += kWarpRows) {
+    float xv[P], zv[P], gv[P];  // gv: dy as loaded (dy·w is formed where it is used)
     load_slice<V, P>(xv, x + r * D, D, lane);
     load_slice<V, P>(zv, z + r * D, D, lane);
     load_slice<V, P>(gv, dy + r * D, D, lane);
@@ -131,20 +149,22 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kern
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const int i = j * V + e;
-          gv[i] = gv[i] * wv[i];  // dy·w
           ss = fmaf(xv[i], xv[i], ss);
-          s = fmaf(gv[i] * silu(zv[i]), xv[i], s);
+          s = fmaf((gv[i] * wv[i]) * silu(zv[i]), xv[i], s);
         }
       }
     ss = warp_sum(ss);
     s = warp_sum(s);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
     const float mean = s * inv / static_cast<float>(D);  // mean_d(gn · n)
-    if (lane == 0 && inv_out != nullptr) inv_out[r] = inv;
+    if (dw_partial != nullptr) {
+#pragma unroll
+      for (int i = 0; i < P; ++i) acc[i] = fmaf((gv[i] * xv[i]) * inv, silu(zv[i]), acc[i]);
+    }
     float dzv[P];
 #pragma unroll
     for (int i = 0; i < P; ++i) {
-      const float zi = zv[i], n = xv[i] * inv, dyw = gv[i];
+      const float zi = zv[i], n = xv[i] * inv, dyw = gv[i] * wv[i];
       const float sg = sigmoid(zi);
       xv[i] = inv * (dyw * silu(zi) - n * mean);
       dzv[i] = dyw * n * sg * (1.0f + zi * sigmoid(-zi));
@@ -152,6 +172,43 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kern
     store_slice<V, P>(dx + r * D, xv, D, lane);
     store_slice<V, P>(dz + r * D, dzv, D, lane);
   }
+  if (dw_partial == nullptr) return;  // the same for every thread of the grid
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t c = chunk_start<V>(lane, j);
+    if (c < D) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) red[warp][c + e] = acc[j * V + e];
+    }
+  }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < D; d += kWarpThreads) {
+    float sum = red[0][d];
+#pragma unroll
+    for (int k = 1; k < kWarpRows; ++k) sum += red[k][d];  // warp order; a warp without rows adds an exact 0
+    dw_partial[static_cast<int64_t>(blockIdx.x) * D + d] = sum;
+  }
+}
+
+// dw[d] = Σ_g partial[g, d]: kFinishCols columns × kFinishSlices slices per block; slice s adds the partial rows
+// s, s + S, ... in order, then a halving tree over the slices (slice s += slice s + o for s < o, o = S/2, ..., 1);
+// dw is overwritten.
+__global__ void __launch_bounds__(kFinishCols* kFinishSlices) dw_finish_kernel(float* dw, const float* partial,
+                                                                               int64_t groups, int64_t D) {
+  __shared__ float sm[kFinishSlices][kFinishCols];
+  const int c = static_cast<int>(threadIdx.x % kFinishCols), s = static_cast<int>(threadIdx.x / kFinishCols);
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kFinishCols + c;
+  float acc = 0.0f;
+  if (col < D)
+    for (int64_t g = s; g < groups; g += kFinishSlices) acc += partial[g * D + col];
+  sm[s][c] = acc;
+  __syncthreads();
+#pragma unroll
+  for (int o = kFinishSlices / 2; o > 0; o >>= 1) {
+    if (s < o) sm[s][c] += sm[s + o][c];
+    __syncthreads();
+  }
+  if (s == 0 && col < D) dw[col] = sm[0][c];
 }
 
 // ---- Block path (rows longer than kWarpMaxDim)
@@ -242,15 +299,23 @@ void dispatch_warp(int64_t D, bool vec, F&& f) {
 }
 
 struct Workspace {
-  float* inv;
-  float* partial;
+  float* inv;      // block path: r [rows]
+  float* partial;  // warp path: dw partial rows [groups, dim]; block path: the column sum's partials
+  GatedRmsnormCudaDwPlan warp_plan;
   ColumnSumPlan plan;
   size_t bytes;
 };
 
-// Sizes the workspace and, when `base` is given, places the pieces in it: r [rows], dw partials.
+// Sizes the workspace and, when `base` is given, places the pieces in it. Warp path: the dw partial rows. Block path:
+// r [rows], the column sum's partials.
 Workspace carve(void* base, const GatedRmsnormCudaParams& p) {
   Workspace ws{};
+  if (p.dim <= kWarpMaxDim) {
+    ws.warp_plan = gated_rmsnorm_cuda_dw_plan(p.rows, p.dim);
+    ws.bytes = static_cast<size_t>(ws.warp_plan.groups * p.dim) * sizeof(float);
+    ws.partial = static_cast<float*>(base);
+    return ws;
+  }
   const size_t row_bytes = cuda::align_up_256(static_cast<size_t>(p.rows) * sizeof(float));
   ws.plan = column_sum_plan(p.rows, p.dim, ~size_t{0} / 2);
   ws.bytes = row_bytes + ws.plan.scratch_bytes;
@@ -286,22 +351,32 @@ void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* d
                                  const float* w, const GatedRmsnormCudaParams& p, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream) {
   check_params(p);
-  if (dw != nullptr) HLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(p.dim) * sizeof(float), stream));
-  if (p.rows == 0) return;
+  if (p.rows == 0) {
+    if (dw != nullptr) HLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(p.dim) * sizeof(float), stream));
+    return;
+  }
   HLM_CHECK(workspace != nullptr, "gated_rmsnorm_backward_cuda: no workspace");
   const Workspace ws = carve(workspace, p);
   HLM_CHECK(workspace_bytes >= ws.bytes, "gated_rmsnorm_backward_cuda: workspace of ", workspace_bytes,
             " bytes, needs ", ws.bytes);
   if (p.dim <= kWarpMaxDim) {
     const bool vec = aligned16(dx) && aligned16(dz) && aligned16(dy) && aligned16(x) && aligned16(z) && aligned16(w);
+    float* partial = dw != nullptr ? ws.partial : nullptr;
     dispatch_warp(p.dim, vec, [&](auto v, auto pl) {
       gated_rmsnorm_backward_warp_kernel<decltype(v)::value, decltype(pl)::value>
-          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows, p.dim, p.eps);
+          <<<static_cast<unsigned>(ws.warp_plan.groups), kWarpThreads, 0, stream>>>(
+              dx, dz, partial, dy, x, z, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps);
     });
-  } else {
-    gated_rmsnorm_backward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows,
-                                                                              p.dim, p.eps);
+    HLM_CUDA_CHECK_LAUNCH();
+    if (dw == nullptr) return;
+    dw_finish_kernel<<<static_cast<unsigned>((p.dim + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishSlices, 0,
+                       stream>>>(dw, ws.partial, ws.warp_plan.groups, p.dim);
+    HLM_CUDA_CHECK_LAUNCH();
+    return;
   }
+  if (dw != nullptr) HLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(p.dim) * sizeof(float), stream));
+  gated_rmsnorm_backward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows,
+                                                                            p.dim, p.eps);
   HLM_CUDA_CHECK_LAUNCH();
   if (dw != nullptr)
     cuda::column_sum_accumulate(dw, DwTerm{dy, x, z, ws.inv, p.dim}, p.rows, p.dim, ws.plan, ws.partial, stream);

@@ -9,15 +9,26 @@
 //     tree.
 //   longer rows: one block of gated_rmsnorm_cuda_threads() threads per row; thread t sums the elements t, t + T, ...
 //     in order (ceil(dim / T) terms), then block_sum (cuda_common.cuh: 5 + T/32 roundings).
-// silu(z) = z / (1 + e^-z) with expf (≤ 2 ulp); 1 − σ(z) is computed as σ(−z). dw is the deterministic two-pass
-// column sum (backend/cuda/column_sum.h). fp32 Σx² overflows for |x| ≳ 1.8e19 / sqrt(dim) (the CPU's double does
-// not).
+// silu(z) = z / (1 + e^-z) with expf (≤ 2 ulp); 1 − σ(z) is computed as σ(−z). fp32 Σx² overflows for
+// |x| ≳ 1.8e19 / sqrt(dim) (the CPU's double does not).
+// dw = Σ_rows dy · x · r · silu(z), fp32, deterministic (fixed order, no atomics):
+//   dim ≤ gated_rmsnorm_cuda_warp_max_dim(): fused into the backward pass (plan: gated_rmsnorm_cuda_dw_plan). The
+//     rows are cut into `groups` row-groups of W · rows_per_warp consecutive rows (W = gated_rmsnorm_cuda_warp_rows()),
+//     one block each; warp k of a group takes the group's rows k, k + W, ... and each lane adds, in that row order,
+//     fma((dy · x) · r, silu(z), acc) for its columns; the block adds its W warp partials in warp order (shared
+//     memory) into one partial row; a finish kernel then gives each column S = gated_rmsnorm_cuda_dw_finish_slices()
+//     slices (slice s adds partial rows s, s + S, ... in order) and a fixed halving tree over the slices, and writes
+//     the total. Longest chain of roundings: gated_rmsnorm_cuda_dw_chain.
+//   longer rows: the two-pass column sum (backend/cuda/column_sum.h) of ((dy · x) · r) · silu(z) into a zeroed dw.
 // Shapes: x, z, y, dy, dx, dz [rows, dim]; w, dw [dim].
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+
+#include "backend/cuda/column_sum.h"
 
 namespace hlm {
 
@@ -31,12 +42,51 @@ struct GatedRmsnormCudaParams {
 // gated_rmsnorm_cuda_threads() threads. The tests derive their tolerances from both (summation order above).
 constexpr int64_t gated_rmsnorm_cuda_warp_max_dim() { return 1024; }
 constexpr int gated_rmsnorm_cuda_threads() { return 128; }
+constexpr int gated_rmsnorm_cuda_warp_rows() { return 8; }  // W: warps (rows in flight) per block on the warp path
+
+// Warp-path backward: how the rows are cut for the fused dw sum (see above). A pure function of (rows, dim), so
+// results are bit-identical run to run and independent of the GPU model. rows_per_warp ≥ 2 keeps the partial rows'
+// traffic (write + read of groups · dim floats) ≤ 1/40 of the pass's own (x, z, dy read, dx, dz written); groups ≤
+// clamp(2^20 / dim, 1024, 4096) bounds the workspace (≤ 4096 · dim floats, ≤ 4 MiB for dim ≥ 256) and the finish
+// pass, and leaves many blocks per SM for the hardware to balance.
+struct GatedRmsnormCudaDwPlan {
+  int64_t rows_per_warp = 0;  // rows one warp sums into its lanes' partials, in row order
+  int64_t groups = 0;         // blocks = partial rows; group g holds rows [g·W·rows_per_warp, (g + 1)·W·rows_per_warp)
+};
+constexpr int gated_rmsnorm_cuda_dw_finish_slices() { return 128; }  // S
+constexpr GatedRmsnormCudaDwPlan gated_rmsnorm_cuda_dw_plan(int64_t rows, int64_t dim) {
+  if (rows <= 0 || dim <= 0) return {};
+  const int64_t W = gated_rmsnorm_cuda_warp_rows();
+  const int64_t max_groups = std::clamp<int64_t>((int64_t{1} << 20) / dim, 1024, 4096);
+  const int64_t rows_per_warp = std::max<int64_t>(2, (rows + W * max_groups - 1) / (W * max_groups));
+  return {rows_per_warp, (rows + W * rows_per_warp - 1) / (W * rows_per_warp)};
+}
+
+// Longest chain of fp32 roundings behind one dw element (the term's own products not counted, except the fma of the
+// first row, which is counted as an add), for the tests' tolerance. Additions of an exact zero (a warp, slice or tree
+// operand that received no rows) round nothing and are not counted.
+//   warp path: a lane's fmas (≤ min(rows_per_warp, ceil(rows / W))), the block's adds of its warps (min(W, rows) − 1),
+//     a finish slice's adds (ceil(groups / S) − 1), the tree levels that add two non-empty operands
+//     (ceil(log2(min(groups, S)))); dw is overwritten (no final add).
+//   longer rows: column_sum_path_length (its final add is onto the zeroed dw, counted there).
+constexpr int64_t gated_rmsnorm_cuda_dw_chain(int64_t rows, int64_t dim) {
+  if (dim > gated_rmsnorm_cuda_warp_max_dim())
+    return column_sum_path_length(column_sum_plan(rows, dim, ~size_t{0} / 2));
+  if (rows <= 0 || dim <= 0) return 0;
+  const int64_t W = gated_rmsnorm_cuda_warp_rows(), S = gated_rmsnorm_cuda_dw_finish_slices();
+  const GatedRmsnormCudaDwPlan plan = gated_rmsnorm_cuda_dw_plan(rows, dim);
+  int64_t tree = 0;
+  while ((int64_t{1} << tree) < std::min(plan.groups, S)) ++tree;
+  return std::min(plan.rows_per_warp, (rows + W - 1) / W) + (std::min(W, rows) - 1) + ((plan.groups + S - 1) / S - 1) +
+         tree;
+}
 
 // y = x·(mean(x²) + eps)^-1/2 · w · silu(z); y may alias x or z.
 void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const float* w,
                                 const GatedRmsnormCudaParams& p, cudaStream_t stream);
 
-// Bytes of device scratch gated_rmsnorm_backward_cuda needs (per-row r and the dw partials).
+// Bytes of device scratch gated_rmsnorm_backward_cuda needs: dim ≤ gated_rmsnorm_cuda_warp_max_dim(): the dw
+// partial rows (groups · dim floats); longer rows: per-row r and the column sum's partials.
 size_t gated_rmsnorm_backward_cuda_workspace_bytes(const GatedRmsnormCudaParams& p);
 
 // dx, dz OVERWRITTEN (may not alias inputs); dw [dim] OVERWRITTEN (nullptr = not wanted). `workspace` holds

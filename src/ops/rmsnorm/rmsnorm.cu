@@ -4,17 +4,22 @@
 //     aligned and D is a multiple of the vector, else single elements), sums it in order, and a 5-level xor-shuffle
 //     tree gives every lane the row sum; the lane then writes only the elements it loaded.
 //     forward:  out = w · (x · r), r = 1 / sqrt(mean(x²) + eps).
-//     backward: one fused pass stores r per row and writes dx = r · (g − x · r · m), g = d_out · w,
-//               m = (Σ_d g·x) · r / D; dweight += Σ_rows d_out · x · r by the two-pass column sum. When dx overlaps
-//               d_out and dweight is wanted, the column sum must read d_out first: a statistics-only pass (r), the
-//               column sum, then the full pass (same code, same bits).
+//     backward: one fused pass over row-groups (rmsnorm_cuda_dweight_plan: block g takes kWarpRows · rows_per_warp
+//               consecutive rows, warp k the group's rows k, k + kWarpRows, ...). Per row: r, m = (Σ_d g·x) · r / D
+//               with g = d_out · w; each lane adds fma(d_out · x, r, acc) for its columns from the registers (before
+//               dx is written, so dx may alias d_out with no extra pass); then dx = r · (g − x · r · m). After its
+//               rows the block adds its warps' accumulators in warp order through shared memory and writes one
+//               partial row [groups, D] to the workspace; the finish kernel (dweight_finish_kernel) sums each
+//               column's partial rows in a fixed order and adds the total into dweight.
 //   longer rows: one block of rmsnorm_cuda_threads() threads per row, scalar loads.
 //     forward:  block sum of x², then the same formula.
 //     backward: (1) one block per row stores r and m; (2) dweight by the column sum (before (3): dx may alias d_out);
 //               (3) elementwise dx.
 // Every read of a row happens before the reduction that precedes its writes, and each thread writes only elements it
-// read, so out may alias x and dx may alias d_out on both paths. Deterministic: fixed summation order, no atomics.
-// Non-goals for now: vectorized loads and a fused backward for rows longer than rmsnorm_cuda_warp_max_dim().
+// read, so out may alias x and dx may alias d_out on both paths. Deterministic: fixed summation order, no atomics;
+// the kernels that write dx are the same whether dweight is wanted or not (a runtime branch), so dx has the same
+// bits either way. Non-goals for now: vectorized loads and a fused backward for rows longer than
+// rmsnorm_cuda_warp_max_dim().
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -30,7 +35,9 @@ using cuda::from_f32;
 using cuda::to_f32;
 constexpr int kThreads = rmsnorm_cuda_threads();
 constexpr int64_t kWarpMaxDim = rmsnorm_cuda_warp_max_dim();
-constexpr int kWarpRows = 8;  // rows (warps) per block on the warp path
+constexpr int kWarpRows = rmsnorm_cuda_warp_rows();  // rows (warps) per block on the warp path
+constexpr int kFinishSlices = rmsnorm_cuda_dweight_finish_slices();
+constexpr int kFinishCols = 8;  // columns per finish block: 8 floats = one 32-byte sector per partial row
 constexpr int kWarpThreads = 32 * kWarpRows;
 constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
@@ -113,17 +120,24 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
   }
 }
 
-// Stores r per row (inv_out, nullptr = not wanted) and, when dx != nullptr, writes dx = r·(g − x·r·m).
+// Backward over the row-group blockIdx.x (rows [g·kWarpRows·rows_per_warp, (g + 1)·kWarpRows·rows_per_warp) ∩ [0,
+// R)): writes dx = r·(g − x·r·m) when dx != nullptr, and, when dw_partial != nullptr, the group's dweight partial
+// row dw_partial[g, :] = Σ_warps (in warp order) Σ_rows of the warp (in row order) d_out·x·r.
 template <typename T, int V, int P>
-__global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* dx, float* inv_out, const T* d_out,
-                                                                         const T* x, const T* w, int64_t R, int64_t D,
-                                                                         float eps) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  float wv[P];
+__global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* dx, float* dw_partial,
+                                                                         const T* d_out, const T* x, const T* w,
+                                                                         int64_t R, int64_t D,
+                                                                         int64_t rows_per_warp, float eps) {
+  __shared__ float red[kWarpRows][32 * P];  // the warps' dweight accumulators, by column
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  float wv[P], acc[P];
   load_slice<T, V, P>(wv, w, D, lane);
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
-       r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
-    float xv[P], gv[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) acc[i] = 0.0f;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWarpRows * rows_per_warp;
+  const int64_t r1 = r0 + kWarpRows * rows_per_warp < R ? r0 + kWarpRows * rows_per_warp : R;
+  for (int64_t r = r0 + warp; r < r1; r += kWarpRows) {
+    float xv[P], gv[P];  // gv: d_out as loaded (g = d_out·w is formed where it is used)
     load_slice<T, V, P>(xv, x + r * D, D, lane);
     load_slice<T, V, P>(gv, d_out + r * D, D, lane);
     float ss = 0.0f, gx = 0.0f;
@@ -133,22 +147,62 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           const int i = j * V + e;
-          gv[i] = gv[i] * wv[i];  // g = d_out · w
           ss = fmaf(xv[i], xv[i], ss);
-          gx = fmaf(gv[i], xv[i], gx);
+          gx = fmaf(gv[i] * wv[i], xv[i], gx);  // g = d_out · w
         }
       }
     ss = warp_sum(ss);  // every read of this lane's elements happened above: dx may alias d_out
     gx = warp_sum(gx);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-    if (inv_out != nullptr && lane == 0) inv_out[r] = inv;
+    if (dw_partial != nullptr) {
+#pragma unroll
+      for (int i = 0; i < P; ++i) acc[i] = fmaf(gv[i] * xv[i], inv, acc[i]);  // from registers, before dx is written
+    }
     if (dx == nullptr) continue;
     const float mean_gn = gx * inv / static_cast<float>(D);
     float dv[P];
 #pragma unroll
-    for (int i = 0; i < P; ++i) dv[i] = inv * (gv[i] - xv[i] * inv * mean_gn);
+    for (int i = 0; i < P; ++i) dv[i] = inv * (gv[i] * wv[i] - xv[i] * inv * mean_gn);
     store_slice<T, V, P>(dx + r * D, dv, D, lane);
   }
+  if (dw_partial == nullptr) return;  // the same for every thread of the grid
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = chunk_start<V>(lane, j);
+    if (s < D) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) red[warp][s + e] = acc[j * V + e];
+    }
+  }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < D; d += kWarpThreads) {
+    float sum = red[0][d];
+#pragma unroll
+    for (int k = 1; k < kWarpRows; ++k) sum += red[k][d];  // warp order; a warp without rows adds an exact 0
+    dw_partial[static_cast<int64_t>(blockIdx.x) * D + d] = sum;
+  }
+}
+
+// dweight[d] += Σ_g partial[g, d]: kFinishCols columns × kFinishSlices slices per block; slice s adds the partial rows
+// s, s + S, ... in order, then a halving tree over the slices (slice s += slice s + o for s < o, o = S/2, ..., 1);
+// dweight += the total.
+__global__ void __launch_bounds__(kFinishCols* kFinishSlices) dweight_finish_kernel(float* dweight,
+                                                                                    const float* partial,
+                                                                                    int64_t groups, int64_t D) {
+  __shared__ float sm[kFinishSlices][kFinishCols];
+  const int c = static_cast<int>(threadIdx.x % kFinishCols), s = static_cast<int>(threadIdx.x / kFinishCols);
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kFinishCols + c;
+  float acc = 0.0f;
+  if (col < D)
+    for (int64_t g = s; g < groups; g += kFinishSlices) acc += partial[g * D + col];
+  sm[s][c] = acc;
+  __syncthreads();
+#pragma unroll
+  for (int o = kFinishSlices / 2; o > 0; o >>= 1) {
+    if (s < o) sm[s][c] += sm[s + o][c];
+    __syncthreads();
+  }
+  if (s == 0 && col < D) dweight[col] += sm[0][c];
 }
 
 // ---- Block path (rows longer than kWarpMaxDim)
@@ -254,14 +308,6 @@ void dispatch_warp(int64_t D, bool vec, F&& f) {
     with_v(std::integral_constant<int, 1>{});
 }
 
-// [a, a + n) and [b, b + n) share an element.
-template <typename T>
-bool overlaps(const T* a, const T* b, int64_t n) {
-  const auto ia = reinterpret_cast<uintptr_t>(a), ib = reinterpret_cast<uintptr_t>(b);
-  const auto bytes = static_cast<uintptr_t>(n) * sizeof(T);
-  return ia < ib + bytes && ib < ia + bytes;
-}
-
 template <typename T>
 void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream) {
   check_params(p);
@@ -278,17 +324,24 @@ void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cu
 }
 
 struct Workspace {
-  float* inv;
-  float* mean_gn;
-  float* partial;
+  float* inv;      // block path: r [R]
+  float* mean_gn;  // block path: m [R]
+  float* partial;  // warp path: dweight partial rows [groups, D]; block path: the column sum's partials
+  RmsnormCudaDweightPlan warp_plan;
   ColumnSumPlan plan;
   size_t bytes;
 };
 
-// Sizes the workspace and, when `base` is given, places the pieces in it: r [R], m [R] (block path), dweight
-// partials.
+// Sizes the workspace and, when `base` is given, places the pieces in it. Warp path: the dweight partial rows. Block
+// path: r [R], m [R], the column sum's partials.
 Workspace carve(void* base, const RmsnormCudaParams& p) {
   Workspace ws{};
+  if (p.dim <= kWarpMaxDim) {
+    ws.warp_plan = rmsnorm_cuda_dweight_plan(p.rows, p.dim);
+    ws.bytes = static_cast<size_t>(ws.warp_plan.groups * p.dim) * sizeof(float);
+    ws.partial = static_cast<float*>(base);
+    return ws;
+  }
   const size_t row_bytes = cuda::align_up_256(static_cast<size_t>(p.rows) * sizeof(float));
   ws.plan = column_sum_plan(p.rows, p.dim, ~size_t{0} / 2);
   ws.bytes = 2 * row_bytes + ws.plan.scratch_bytes;
@@ -303,27 +356,19 @@ Workspace carve(void* base, const RmsnormCudaParams& p) {
 template <typename T>
 void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
                    const Workspace& ws, cudaStream_t stream) {
+  if (dx == nullptr && dweight == nullptr) return;
   const bool vec = aligned16(d_out) && aligned16(x) && aligned16(w) && (dx == nullptr || aligned16(dx));
-  auto pass = [&](T* dx_or_null) {
-    dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
-      rmsnorm_backward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
-          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(dx_or_null, ws.inv, d_out, x, w, p.rows, p.dim,
-                                                                 p.eps);
-    });
-    HLM_CUDA_CHECK_LAUNCH();
-  };
-  auto dweight_sum = [&] {
-    cuda::column_sum_accumulate(dweight, DweightTerm<T>{d_out, x, ws.inv, p.dim}, p.rows, p.dim, ws.plan, ws.partial,
-                                stream);
-  };
-  if (dweight != nullptr && dx != nullptr && overlaps(dx, d_out, p.rows * p.dim)) {
-    pass(nullptr);  // r only
-    dweight_sum();  // reads d_out before the next pass overwrites it
-    pass(dx);
-    return;
-  }
-  pass(dx);  // with dx == nullptr: r only
-  if (dweight != nullptr) dweight_sum();
+  float* partial = dweight != nullptr ? ws.partial : nullptr;
+  dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
+    rmsnorm_backward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
+        <<<static_cast<unsigned>(ws.warp_plan.groups), kWarpThreads, 0, stream>>>(
+            dx, partial, d_out, x, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps);
+  });
+  HLM_CUDA_CHECK_LAUNCH();
+  if (dweight == nullptr) return;
+  dweight_finish_kernel<<<static_cast<unsigned>((p.dim + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishSlices,
+                          0, stream>>>(dweight, ws.partial, ws.warp_plan.groups, p.dim);
+  HLM_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>

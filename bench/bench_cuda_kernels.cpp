@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_query.h"
+#include "bench_timing.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "ops/attention/attention_cuda.h"
@@ -43,60 +44,19 @@
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 
 using namespace hlm;
+using namespace hlm::bench;  // median_ms, normal, upload, upload_bf16, upload_i64
 
 namespace {
 
 // Median milliseconds of `fn` over `iters` runs on `stream`, after `warmup` untimed runs.
 double time_ms(cudaStream_t stream, const std::function<void()>& fn, int warmup = 2, int iters = 10) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  HLM_CUDA_CHECK(cudaEventCreate(&start));
-  HLM_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) {
-    HLM_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    HLM_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HLM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0.0f;
-    HLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  HLM_CUDA_CHECK(cudaEventDestroy(start));
-  HLM_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-std::vector<float> normal(size_t n, uint64_t stream) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = rng_normal(1234, stream, i);
-  return v;
-}
-
-CudaTensor upload(CudaContext& ctx, const std::vector<float>& host, Shape shape) {
-  Tensor t = Tensor::zeros(shape);
-  std::memcpy(t.f32(), host.data(), host.size() * sizeof(float));
-  return cuda_upload(ctx, t);
-}
-
-CudaTensor upload_bf16(CudaContext& ctx, const std::vector<float>& host, Shape shape) {
-  Tensor t = Tensor::zeros(shape, DType::BF16);
-  auto* p = static_cast<uint16_t*>(t.raw());
-  for (size_t i = 0; i < host.size(); ++i) p[i] = f32_to_bf16(host[i]);
-  return cuda_upload(ctx, t);
+  return median_ms(stream, fn, warmup, iters);
 }
 
 std::vector<int64_t> packed(int64_t B, int64_t T) {
   std::vector<int64_t> cu(static_cast<size_t>(B + 1));
   for (int64_t b = 0; b <= B; ++b) cu[static_cast<size_t>(b)] = b * T;
   return cu;
-}
-
-CudaTensor upload_i64(CudaContext& ctx, const std::vector<int64_t>& host) {
-  Tensor t = Tensor::zeros({static_cast<int64_t>(host.size())}, DType::I64);
-  std::memcpy(t.raw(), host.data(), host.size() * sizeof(int64_t));
-  return cuda_upload(ctx, t);
 }
 
 void bench_gdn(CudaContext& ctx) {

@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_query.h"
+#include "bench_timing.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
@@ -41,6 +42,7 @@
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 using namespace hlm;
+using namespace hlm::bench;  // median_ms, normal, upload, upload_i64
 
 namespace {
 
@@ -51,43 +53,7 @@ constexpr size_t kFlushBytes = size_t{256} << 20;  // > the H200's 50 MiB L2
 // before each timed run.
 double time_us(cudaStream_t stream, const std::function<void()>& fn, const std::function<void()>& flush,
                int warmup = 3, int iters = 20) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  HLM_CUDA_CHECK(cudaEventCreate(&start));
-  HLM_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    flush();
-    HLM_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    HLM_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HLM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    HLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(1000.0 * ms);
-  }
-  HLM_CUDA_CHECK(cudaEventDestroy(start));
-  HLM_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
-std::vector<float> normal(size_t n, uint64_t stream) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = rng_normal(1234, stream, i);
-  return v;
-}
-
-CudaTensor upload(CudaContext& ctx, const std::vector<float>& host, Shape shape) {
-  Tensor t = Tensor::zeros(shape);
-  std::memcpy(t.f32(), host.data(), host.size() * sizeof(float));
-  return cuda_upload(ctx, t);
-}
-
-CudaTensor upload_i64(CudaContext& ctx, const std::vector<int64_t>& host) {
-  Tensor t = Tensor::zeros({static_cast<int64_t>(host.size())}, DType::I64);
-  std::memcpy(t.raw(), host.data(), host.size() * sizeof(int64_t));
-  return cuda_upload(ctx, t);
+  return 1000.0 * median_ms(stream, fn, warmup, iters, flush);
 }
 
 CudaTensor scratch(CudaContext& ctx, size_t bytes) {

@@ -229,20 +229,12 @@ TEST(GatedRmsnormCuda, MisalignedF32) {
   for (const GrnCase& c : {GrnCase{37, 128, Fill::Normal}, GrnCase{5, 1000, Fill::Normal}}) {
     const Inputs in = make_inputs(c);
     const size_t n = in.x.size(), nd = static_cast<size_t>(c.D);
-    auto shifted = [](const std::vector<float>& v) {
-      std::vector<float> s(v.size() + 1, 0.0f);
-      std::copy(v.begin(), v.end(), s.begin() + 1);
-      return s;
-    };
-    auto body = [](const DeviceBuffer& b) {
-      std::vector<float> v = b.download<float>();
-      return std::vector<float>(v.begin() + 1, v.end());
-    };
-    auto first_unwritten = [](const DeviceBuffer& b) { return b.download_bytes()[0] == 0xFF; };
     const GatedRmsnormCudaParams p{c.R, c.D, c.eps};
     const Bounds b = bounds(c, /*aligned=*/false);
-    DeviceBuffer x = DeviceBuffer::from(shifted(in.x), "x+1"), z = DeviceBuffer::from(shifted(in.z), "z+1"),
-                 w = DeviceBuffer::from(shifted(in.w), "w+1"), dy = DeviceBuffer::from(shifted(in.dy), "dy+1"),
+    DeviceBuffer x = DeviceBuffer::from(shifted_by_one(in.x), "x+1"),
+                 z = DeviceBuffer::from(shifted_by_one(in.z), "z+1"),
+                 w = DeviceBuffer::from(shifted_by_one(in.w), "w+1"),
+                 dy = DeviceBuffer::from(shifted_by_one(in.dy), "dy+1"),
                  y((n + 1) * 4, "y+1"), dx((n + 1) * 4, "dx+1"), dz((n + 1) * 4, "dz+1"), dw(nd * 4, "dw");
     DeviceBuffer ws(gated_rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
     const auto x64 = to_f64(in.x), z64 = to_f64(in.z), w64 = to_f64(in.w), dy64 = to_f64(in.dy);
@@ -253,7 +245,7 @@ TEST(GatedRmsnormCuda, MisalignedF32) {
     gated_rmsnorm_forward<double>(ref.data(), x64.data(), z64.data(), w64.data(), c.R, c.D, c.eps);
     gated_rmsnorm_forward_cuda(y.as<float>() + 1, x.as<float>() + 1, z.as<float>() + 1, w.as<float>() + 1, p,
                                ctx().stream());
-    EXPECT_TRUE(check_f32(name(c, "fwd f32 misaligned"), body(y), cpu, ref, abs_of(ref), {b.k_fwd}));
+    EXPECT_TRUE(check_f32(name(c, "fwd f32 misaligned"), body_after_one(y), cpu, ref, abs_of(ref), {b.k_fwd}));
     EXPECT_TRUE(first_unwritten(y)) << name(c, "fwd f32 misaligned");
 
     std::vector<float> dx32(n), dz32(n), dw32(nd);
@@ -266,8 +258,8 @@ TEST(GatedRmsnormCuda, MisalignedF32) {
     gated_rmsnorm_backward_cuda(dx.as<float>() + 1, dz.as<float>() + 1, dw.as<float>(), dy.as<float>() + 1,
                                 x.as<float>() + 1, z.as<float>() + 1, w.as<float>() + 1, p, ws.as<void>(), ws.bytes(),
                                 ctx().stream());
-    EXPECT_TRUE(check_f32(name(c, "bwd dx misaligned"), body(dx), dx32, dx64, mag.dx, {b.k_dx}));
-    EXPECT_TRUE(check_f32(name(c, "bwd dz misaligned"), body(dz), dz32, dz64, mag.dz, {b.k_dz}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dx misaligned"), body_after_one(dx), dx32, dx64, mag.dx, {b.k_dx}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dz misaligned"), body_after_one(dz), dz32, dz64, mag.dz, {b.k_dz}));
     EXPECT_TRUE(check_f32(name(c, "bwd dw misaligned"), dw.download<float>(), dw32, dw64, mag.dw, {b.k_dw}));
     EXPECT_TRUE(first_unwritten(dx) && first_unwritten(dz)) << name(c, "bwd misaligned");
     EXPECT_TRUE(buffers_ok({&y, &dx, &dz, &dw, &ws}, {&x, &z, &w, &dy})) << name(c, "misaligned");

@@ -149,17 +149,8 @@ TEST(L2normCuda, MisalignedF32) {
   for (const L2Case& c : {L2Case{37, 128, Fill::Normal}, L2Case{5, 1000, Fill::Normal}}) {
     const size_t n = static_cast<size_t>(c.R * c.D);
     const std::vector<float> xh = make_values(n, c.fill, 14), dyh = make_values(n, Fill::Normal, 15);
-    auto shifted = [](const std::vector<float>& v) {
-      std::vector<float> s(v.size() + 1, 0.0f);
-      std::copy(v.begin(), v.end(), s.begin() + 1);
-      return s;
-    };
-    auto body = [](const DeviceBuffer& b) {
-      std::vector<float> v = b.download<float>();
-      return std::vector<float>(v.begin() + 1, v.end());
-    };
-    auto first_unwritten = [](const DeviceBuffer& b) { return b.download_bytes()[0] == 0xFF; };
-    DeviceBuffer x = DeviceBuffer::from(shifted(xh), "x+1"), dy = DeviceBuffer::from(shifted(dyh), "dy+1"),
+    DeviceBuffer x = DeviceBuffer::from(shifted_by_one(xh), "x+1"),
+                 dy = DeviceBuffer::from(shifted_by_one(dyh), "dy+1"),
                  y((n + 1) * 4, "y+1"), dx((n + 1) * 4, "dx+1");
     const auto x64 = to_f64(xh), dy64 = to_f64(dyh);
 
@@ -169,14 +160,14 @@ TEST(L2normCuda, MisalignedF32) {
     l2norm_forward<double>(ref.data(), x64.data(), c.R, c.D);
     l2norm_forward_cuda(y.as<float>() + 1, x.as<float>() + 1, {c.R, c.D, kEps}, ctx().stream());
     EXPECT_TRUE(
-        check_f32(name(c, "fwd f32 misaligned"), body(y), cpu, ref, abs_of(ref), {bounds(c, false).k_fwd}));
+        check_f32(name(c, "fwd f32 misaligned"), body_after_one(y), cpu, ref, abs_of(ref), {bounds(c, false).k_fwd}));
     EXPECT_TRUE(first_unwritten(y)) << name(c, "fwd f32 misaligned");
 
     l2norm_backward<float>(cpu.data(), dyh.data(), xh.data(), c.R, c.D);
     l2norm_backward<double>(ref.data(), dy64.data(), x64.data(), c.R, c.D);
     l2norm_backward_cuda(dx.as<float>() + 1, dy.as<float>() + 1, x.as<float>() + 1, {c.R, c.D, kEps},
                          ctx().stream());
-    EXPECT_TRUE(check_f32(name(c, "bwd dx f32 misaligned"), body(dx), cpu, ref, dx_magnitude(c, xh, dyh),
+    EXPECT_TRUE(check_f32(name(c, "bwd dx f32 misaligned"), body_after_one(dx), cpu, ref, dx_magnitude(c, xh, dyh),
                           {bounds(c, false).k_dx}));
     EXPECT_TRUE(first_unwritten(dx)) << name(c, "bwd f32 misaligned");
     EXPECT_TRUE(buffers_ok({&y, &dx}, {&x, &dy})) << name(c, "misaligned f32");

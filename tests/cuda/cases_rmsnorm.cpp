@@ -228,20 +228,11 @@ TEST(RmsnormCuda, MisalignedF32) {
   for (const RmsCase& c : {RmsCase{37, 128, Fill::Normal}, RmsCase{5, 1000, Fill::Normal}}) {
     const Inputs in = make_inputs(c, false);
     const size_t n = static_cast<size_t>(c.R * c.D);
-    auto shifted = [](const std::vector<float>& v) {
-      std::vector<float> s(v.size() + 1, 0.0f);
-      std::copy(v.begin(), v.end(), s.begin() + 1);
-      return s;
-    };
-    auto body = [](const DeviceBuffer& b) {
-      std::vector<float> v = b.download<float>();
-      return std::vector<float>(v.begin() + 1, v.end());
-    };
-    auto first_unwritten = [](const DeviceBuffer& b) { return b.download_bytes()[0] == 0xFF; };
     const Bounds b = bounds(c, 4, /*aligned=*/false);
     const RmsnormCudaParams p{c.R, c.D, kEps};
-    DeviceBuffer x = DeviceBuffer::from(shifted(in.x), "x+1"), w = DeviceBuffer::from(shifted(in.w), "weight+1"),
-                 dy = DeviceBuffer::from(shifted(in.dy), "d_out+1"), out((n + 1) * 4, "out+1"),
+    DeviceBuffer x = DeviceBuffer::from(shifted_by_one(in.x), "x+1"),
+                 w = DeviceBuffer::from(shifted_by_one(in.w), "weight+1"),
+                 dy = DeviceBuffer::from(shifted_by_one(in.dy), "d_out+1"), out((n + 1) * 4, "out+1"),
                  dx((n + 1) * 4, "dx+1"), dw = DeviceBuffer::from(in.dw0, "dweight");
     DeviceBuffer ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
 
@@ -251,7 +242,7 @@ TEST(RmsnormCuda, MisalignedF32) {
     const auto x64 = to_f64(in.x), w64 = to_f64(in.w), dy64 = to_f64(in.dy);
     rmsnorm_forward<double>(ref.data(), x64.data(), w64.data(), c.R, c.D, kEps);
     rmsnorm_forward_cuda(out.as<float>() + 1, x.as<float>() + 1, w.as<float>() + 1, p, ctx().stream());
-    EXPECT_TRUE(check_f32(name(c, "fwd f32 misaligned"), body(out), cpu, ref, abs_of(ref), {b.k_fwd}));
+    EXPECT_TRUE(check_f32(name(c, "fwd f32 misaligned"), body_after_one(out), cpu, ref, abs_of(ref), {b.k_fwd}));
     EXPECT_TRUE(first_unwritten(out)) << name(c, "fwd f32 misaligned");
 
     std::vector<float> dx_cpu(n), dw_cpu = in.dw0;
@@ -262,7 +253,7 @@ TEST(RmsnormCuda, MisalignedF32) {
     backward_magnitudes(c, in, mag_dx, mag_dw);
     rmsnorm_backward_cuda(dx.as<float>() + 1, dw.as<float>(), dy.as<float>() + 1, x.as<float>() + 1,
                           w.as<float>() + 1, p, ws.as<void>(), ws.bytes(), ctx().stream());
-    EXPECT_TRUE(check_f32(name(c, "bwd dx f32 misaligned"), body(dx), dx_cpu, dx_ref, mag_dx, {b.k_dx}));
+    EXPECT_TRUE(check_f32(name(c, "bwd dx f32 misaligned"), body_after_one(dx), dx_cpu, dx_ref, mag_dx, {b.k_dx}));
     EXPECT_TRUE(check_f32(name(c, "bwd dweight f32 misaligned"), dw.download<float>(), dw_cpu, dw_ref, mag_dw,
                           {b.k_dw}));
     EXPECT_TRUE(first_unwritten(dx)) << name(c, "bwd f32 misaligned");

@@ -29,6 +29,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -119,6 +120,21 @@ class DeviceBuffer {
 // Guards of every listed buffer, and unchanged() of the inputs.
 ::testing::AssertionResult buffers_ok(std::initializer_list<const DeviceBuffer*> outputs,
                                       std::initializer_list<const DeviceBuffer*> inputs);
+
+// Pointers one float past a 16-byte boundary (the warp-per-row kernels' scalar fallback): upload
+// shifted_by_one(v) (v after one 0) and pass as<float>() + 1; body_after_one gives a shifted buffer's data after its
+// first float; first_unwritten says that first float still holds the 0xFF poison (nothing was written before the
+// data).
+inline std::vector<float> shifted_by_one(const std::vector<float>& v) {
+  std::vector<float> s(v.size() + 1, 0.0f);
+  std::copy(v.begin(), v.end(), s.begin() + 1);
+  return s;
+}
+inline std::vector<float> body_after_one(const DeviceBuffer& b) {
+  std::vector<float> v = b.download<float>();
+  return std::vector<float>(v.begin() + 1, v.end());
+}
+inline bool first_unwritten(const DeviceBuffer& b) { return b.download_bytes()[0] == 0xFF; }
 
 // A zeroed device int for kernels' error flags.
 int read_flag(const DeviceBuffer& flag);

@@ -11,17 +11,17 @@
 //             consecutive rows, warp k the group's rows k, k + kWarpRows, ...); each lane also adds
 //             fma((dy·x)·r, silu(z), acc) for its columns from the registers; after its rows the block adds its
 //             warps' accumulators in warp order through shared memory and writes one partial row [groups, D] to the
-//             workspace; the finish kernel (dw_finish_kernel) sums each column's partial rows in a fixed order and
-//             writes dw (the contract overwrites).
+//             workspace; the finish kernel (cuda::partial_rows_finish_kernel) sums each column's partial rows in a
+//             fixed order and writes dw (the contract overwrites).
 //     block path: the row kernel stores r per row; then dw = Σ_rows dy·x·r·silu(z) by the two-pass column sum into a
 //             zeroed dw.
 // In the forward every read of x happens before the reduction and each thread reads z[i] and then writes y[i] only
 // for the elements it loaded, so y may alias x or z. Deterministic: fixed summation order, no atomics; the kernels
 // that write dx and dz are the same whether dw is wanted or not (a runtime branch), so they have the same bits either
 // way. Non-goals for now: vectorized loads and a fused dw for rows longer than gated_rmsnorm_cuda_warp_max_dim().
-#include <type_traits>
-
+// The warp path's shared helpers (slices, warp sum, partial rows, V/P dispatch): backend/cuda/warp_rows.cuh.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 
@@ -29,69 +29,23 @@ namespace hlm {
 
 namespace {
 
+using cuda::aligned16;
+using cuda::chunk_start;
+using cuda::load_slice;
+using cuda::row_blocks;
+using cuda::store_slice;
+using cuda::warp_sum;
 constexpr int kThreads = gated_rmsnorm_cuda_threads();
 constexpr int64_t kWarpMaxDim = gated_rmsnorm_cuda_warp_max_dim();
 constexpr int kWarpRows = gated_rmsnorm_cuda_warp_rows();  // rows (warps) per block on the warp path
 constexpr int kFinishSlices = gated_rmsnorm_cuda_dw_finish_slices();
-constexpr int kFinishCols = 8;  // columns per finish block: 8 floats = one 32-byte sector per partial row
 constexpr int kWarpThreads = 32 * kWarpRows;
-constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
-// ---- Warp path helpers
-
-// Sum over the warp by a fixed xor-shuffle tree; every lane computes the same additions in the same order
-// (a + b = b + a in IEEE), so all lanes hold the same bits.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <int V>
-struct alignas(4 * V) Pack {
-  float e[V];
-};
-
-// A lane's slice of a row: P floats in P/V chunks of V; chunk j starts at element (32·j + lane)·V. With V > 1 the
-// launcher guarantees D % V == 0, so a chunk is wholly in the row or wholly past it.
-template <int V>
-__device__ __forceinline__ int64_t chunk_start(int lane, int j) {
-  return (static_cast<int64_t>(j) * 32 + lane) * V;
-}
-
-template <int V, int P>
-__device__ __forceinline__ void load_slice(float (&dst)[P], const float* row, int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      const Pack<V> p = *reinterpret_cast<const Pack<V>*>(row + s);
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[j * V + e] = p.e[e];
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[j * V + e] = 0.0f;
-    }
-  }
-}
-
-template <int V, int P>
-__device__ __forceinline__ void store_slice(float* row, const float (&src)[P], int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      Pack<V> p;
-#pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = src[j * V + e];
-      *reinterpret_cast<Pack<V>*>(row + s) = p;
-    }
-  }
-}
+// ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
 template <int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kernel(float* y, const float* x,
@@ -105,13 +59,7 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kerne
     float xv[P], zv[P];
     load_slice<V, P>(xv, x + r * D, D, lane);
     load_slice<V, P>(zv, z + r * D, D, lane);
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P / V; ++j)
-      if (chunk_start<V>(lane, j) < D) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) ss = fmaf(xv[j * V + e], xv[j * V + e], ss);
-      }
+    float ss = cuda::slice_sum_squares<V, P>(xv, D, lane);
     ss = warp_sum(ss);  // every read of this lane's x and z happened above: y may alias x or z
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
 #pragma unroll
@@ -173,42 +121,7 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kern
     store_slice<V, P>(dz + r * D, dzv, D, lane);
   }
   if (dw_partial == nullptr) return;  // the same for every thread of the grid
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t c = chunk_start<V>(lane, j);
-    if (c < D) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) red[warp][c + e] = acc[j * V + e];
-    }
-  }
-  __syncthreads();
-  for (int64_t d = threadIdx.x; d < D; d += kWarpThreads) {
-    float sum = red[0][d];
-#pragma unroll
-    for (int k = 1; k < kWarpRows; ++k) sum += red[k][d];  // warp order; a warp without rows adds an exact 0
-    dw_partial[static_cast<int64_t>(blockIdx.x) * D + d] = sum;
-  }
-}
-
-// dw[d] = Σ_g partial[g, d]: kFinishCols columns × kFinishSlices slices per block; slice s adds the partial rows
-// s, s + S, ... in order, then a halving tree over the slices (slice s += slice s + o for s < o, o = S/2, ..., 1);
-// dw is overwritten.
-__global__ void __launch_bounds__(kFinishCols* kFinishSlices) dw_finish_kernel(float* dw, const float* partial,
-                                                                               int64_t groups, int64_t D) {
-  __shared__ float sm[kFinishSlices][kFinishCols];
-  const int c = static_cast<int>(threadIdx.x % kFinishCols), s = static_cast<int>(threadIdx.x / kFinishCols);
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kFinishCols + c;
-  float acc = 0.0f;
-  if (col < D)
-    for (int64_t g = s; g < groups; g += kFinishSlices) acc += partial[g * D + col];
-  sm[s][c] = acc;
-  __syncthreads();
-#pragma unroll
-  for (int o = kFinishSlices / 2; o > 0; o >>= 1) {
-    if (s < o) sm[s][c] += sm[s + o][c];
-    __syncthreads();
-  }
-  if (s == 0 && col < D) dw[col] = sm[0][c];
+  cuda::store_partial_row<kWarpRows, V>(dw_partial, red, acc, D, lane, warp);
 }
 
 // ---- Block path (rows longer than kWarpMaxDim)
@@ -273,30 +186,7 @@ void check_params(const GatedRmsnormCudaParams& p) {
   HLM_CHECK(p.rows >= 0 && p.dim > 0, "gated_rmsnorm_cuda: bad shape [", p.rows, ", ", p.dim, "]");
 }
 
-unsigned row_blocks(int64_t R) { return static_cast<unsigned>(std::min<int64_t>(R, kMaxRowBlocks)); }
-unsigned warp_row_blocks(int64_t R) {
-  return static_cast<unsigned>(std::min<int64_t>((R + kWarpRows - 1) / kWarpRows, kMaxRowBlocks));
-}
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// Calls f(std::integral_constant<int, V>, std::integral_constant<int, P>) with V the vector width (4 when `vec` and
-// D % 4 == 0, else 1) and P the smallest of 4, 8, 16, 32 holding the lane's V·ceil(D/(32V)) elements.
-template <typename F>
-void dispatch_warp(int64_t D, bool vec, F&& f) {
-  auto with_v = [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    const int64_t need = V * ((D + 32 * V - 1) / (32 * V));
-    if (need <= 4) return f(v, std::integral_constant<int, 4>{});
-    if (need <= 8) return f(v, std::integral_constant<int, 8>{});
-    if (need <= 16) return f(v, std::integral_constant<int, 16>{});
-    return f(v, std::integral_constant<int, 32>{});
-  };
-  if (vec && D % 4 == 0)
-    with_v(std::integral_constant<int, 4>{});
-  else
-    with_v(std::integral_constant<int, 1>{});
-}
+unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R); }
 
 struct Workspace {
   float* inv;      // block path: r [rows]
@@ -332,7 +222,8 @@ void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const 
   check_params(p);
   if (p.rows == 0) return;
   if (p.dim <= kWarpMaxDim) {
-    dispatch_warp(p.dim, aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w), [&](auto v, auto pl) {
+    const bool vec = aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w);
+    cuda::dispatch_warp<float>(p.dim, vec, [&](auto v, auto pl) {
       gated_rmsnorm_forward_warp_kernel<decltype(v)::value, decltype(pl)::value>
           <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
     });
@@ -362,16 +253,14 @@ void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* d
   if (p.dim <= kWarpMaxDim) {
     const bool vec = aligned16(dx) && aligned16(dz) && aligned16(dy) && aligned16(x) && aligned16(z) && aligned16(w);
     float* partial = dw != nullptr ? ws.partial : nullptr;
-    dispatch_warp(p.dim, vec, [&](auto v, auto pl) {
+    cuda::dispatch_warp<float>(p.dim, vec, [&](auto v, auto pl) {
       gated_rmsnorm_backward_warp_kernel<decltype(v)::value, decltype(pl)::value>
           <<<static_cast<unsigned>(ws.warp_plan.groups), kWarpThreads, 0, stream>>>(
               dx, dz, partial, dy, x, z, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps);
     });
     HLM_CUDA_CHECK_LAUNCH();
     if (dw == nullptr) return;
-    dw_finish_kernel<<<static_cast<unsigned>((p.dim + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishSlices, 0,
-                       stream>>>(dw, ws.partial, ws.warp_plan.groups, p.dim);
-    HLM_CUDA_CHECK_LAUNCH();
+    cuda::partial_rows_finish<kFinishSlices, /*kAccumulate=*/false>(dw, ws.partial, ws.warp_plan.groups, p.dim, stream);
     return;
   }
   if (dw != nullptr) HLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(p.dim) * sizeof(float), stream));

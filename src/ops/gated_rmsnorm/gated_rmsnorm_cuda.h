@@ -24,11 +24,11 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/column_sum.h"
+#include "backend/cuda/row_partials.h"
 
 namespace hlm {
 
@@ -44,41 +44,23 @@ constexpr int64_t gated_rmsnorm_cuda_warp_max_dim() { return 1024; }
 constexpr int gated_rmsnorm_cuda_threads() { return 128; }
 constexpr int gated_rmsnorm_cuda_warp_rows() { return 8; }  // W: warps (rows in flight) per block on the warp path
 
-// Warp-path backward: how the rows are cut for the fused dw sum (see above). A pure function of (rows, dim), so
-// results are bit-identical run to run and independent of the GPU model. rows_per_warp ≥ 2 keeps the partial rows'
-// traffic (write + read of groups · dim floats) ≤ 1/40 of the pass's own (x, z, dy read, dx, dz written); groups ≤
-// clamp(2^20 / dim, 1024, 4096) bounds the workspace (≤ 4096 · dim floats, ≤ 4 MiB for dim ≥ 256) and the finish
-// pass, and leaves many blocks per SM for the hardware to balance.
-struct GatedRmsnormCudaDwPlan {
-  int64_t rows_per_warp = 0;  // rows one warp sums into its lanes' partials, in row order
-  int64_t groups = 0;         // blocks = partial rows; group g holds rows [g·W·rows_per_warp, (g + 1)·W·rows_per_warp)
-};
+// Warp-path backward: how the rows are cut for the fused dw sum (see above; the shared plan and its bounds:
+// backend/cuda/row_partials.h). A pure function of (rows, dim), so results are bit-identical run to run and
+// independent of the GPU model. rows_per_warp ≥ 2 keeps the partial rows' traffic ≤ 1/40 of the pass's own (x, z, dy
+// read, dx, dz written).
+using GatedRmsnormCudaDwPlan = RowPartialsPlan;
 constexpr int gated_rmsnorm_cuda_dw_finish_slices() { return 128; }  // S
 constexpr GatedRmsnormCudaDwPlan gated_rmsnorm_cuda_dw_plan(int64_t rows, int64_t dim) {
-  if (rows <= 0 || dim <= 0) return {};
-  const int64_t W = gated_rmsnorm_cuda_warp_rows();
-  const int64_t max_groups = std::clamp<int64_t>((int64_t{1} << 20) / dim, 1024, 4096);
-  const int64_t rows_per_warp = std::max<int64_t>(2, (rows + W * max_groups - 1) / (W * max_groups));
-  return {rows_per_warp, (rows + W * rows_per_warp - 1) / (W * rows_per_warp)};
+  return row_partials_plan(rows, dim, gated_rmsnorm_cuda_warp_rows());
 }
 
-// Longest chain of fp32 roundings behind one dw element (the term's own products not counted, except the fma of the
-// first row, which is counted as an add), for the tests' tolerance. Additions of an exact zero (a warp, slice or tree
-// operand that received no rows) round nothing and are not counted.
-//   warp path: a lane's fmas (≤ min(rows_per_warp, ceil(rows / W))), the block's adds of its warps (min(W, rows) − 1),
-//     a finish slice's adds (ceil(groups / S) − 1), the tree levels that add two non-empty operands
-//     (ceil(log2(min(groups, S)))); dw is overwritten (no final add).
+// Longest chain of fp32 roundings behind one dw element, for the tests' tolerance.
+//   warp path: row_partials_chain; dw is overwritten (no final add).
 //   longer rows: column_sum_path_length (its final add is onto the zeroed dw, counted there).
 constexpr int64_t gated_rmsnorm_cuda_dw_chain(int64_t rows, int64_t dim) {
   if (dim > gated_rmsnorm_cuda_warp_max_dim())
     return column_sum_path_length(column_sum_plan(rows, dim, ~size_t{0} / 2));
-  if (rows <= 0 || dim <= 0) return 0;
-  const int64_t W = gated_rmsnorm_cuda_warp_rows(), S = gated_rmsnorm_cuda_dw_finish_slices();
-  const GatedRmsnormCudaDwPlan plan = gated_rmsnorm_cuda_dw_plan(rows, dim);
-  int64_t tree = 0;
-  while ((int64_t{1} << tree) < std::min(plan.groups, S)) ++tree;
-  return std::min(plan.rows_per_warp, (rows + W - 1) / W) + (std::min(W, rows) - 1) + ((plan.groups + S - 1) / S - 1) +
-         tree;
+  return row_partials_chain(rows, dim, gated_rmsnorm_cuda_warp_rows(), gated_rmsnorm_cuda_dw_finish_slices());
 }
 
 // y = x·(mean(x²) + eps)^-1/2 · w · silu(z); y may alias x or z.

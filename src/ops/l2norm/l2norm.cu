@@ -6,10 +6,10 @@
 //   longer rows: one block of l2norm_cuda_threads() threads per row, scalar loads, block sums.
 // Both then apply the elementwise formula. Every read of a row happens before the reduction that precedes its writes
 // and each thread writes only the elements it read, so y may alias x and dx may alias dy. Deterministic: fixed
-// summation order, no atomics.
-#include <type_traits>
-
+// summation order, no atomics. The warp path's shared helpers (slices, warp sum, V/P dispatch):
+// backend/cuda/warp_rows.cuh.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/l2norm/l2norm_cuda.h"
 
@@ -17,64 +17,19 @@ namespace hlm {
 
 namespace {
 
+using cuda::aligned16;
+using cuda::chunk_start;
+using cuda::load_slice;
+using cuda::row_blocks;
+using cuda::store_slice;
+using cuda::warp_sum;
 constexpr int kThreads = l2norm_cuda_threads();
 constexpr int64_t kWarpMaxDim = l2norm_cuda_warp_max_dim();
 constexpr int kWarpRows = 8;  // rows (warps) per block on the warp path
 constexpr int kWarpThreads = 32 * kWarpRows;
-constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
 
-// ---- Warp path helpers
-
-// Sum over the warp by a fixed xor-shuffle tree; every lane computes the same additions in the same order
-// (a + b = b + a in IEEE), so all lanes hold the same bits.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <int V>
-struct alignas(4 * V) Pack {
-  float e[V];
-};
-
-// A lane's slice of a row: P floats in P/V chunks of V; chunk j starts at element (32·j + lane)·V. With V > 1 the
-// launcher guarantees D % V == 0, so a chunk is wholly in the row or wholly past it.
-template <int V>
-__device__ __forceinline__ int64_t chunk_start(int lane, int j) {
-  return (static_cast<int64_t>(j) * 32 + lane) * V;
-}
-
-template <int V, int P>
-__device__ __forceinline__ void load_slice(float (&dst)[P], const float* row, int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      const Pack<V> p = *reinterpret_cast<const Pack<V>*>(row + s);
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[j * V + e] = p.e[e];
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[j * V + e] = 0.0f;
-    }
-  }
-}
-
-template <int V, int P>
-__device__ __forceinline__ void store_slice(float* row, const float (&src)[P], int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      Pack<V> p;
-#pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = src[j * V + e];
-      *reinterpret_cast<Pack<V>*>(row + s) = p;
-    }
-  }
-}
+// ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
 template <int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) l2norm_forward_warp_kernel(float* y, const float* x, int64_t R,
@@ -84,13 +39,7 @@ __global__ void __launch_bounds__(kWarpThreads) l2norm_forward_warp_kernel(float
        r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
     float xv[P];
     load_slice<V, P>(xv, x + r * D, D, lane);
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P / V; ++j)
-      if (chunk_start<V>(lane, j) < D) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) ss = fmaf(xv[j * V + e], xv[j * V + e], ss);
-      }
+    float ss = cuda::slice_sum_squares<V, P>(xv, D, lane);
     ss = warp_sum(ss);  // every read of this lane's elements happened above: y may alias x
     const float inv = 1.0f / sqrtf(ss + eps);
 #pragma unroll
@@ -177,30 +126,7 @@ void check_params(const L2normCudaParams& p) {
   HLM_CHECK(p.rows >= 0 && p.dim > 0 && p.eps >= 0.0f, "l2norm_cuda: bad shape [", p.rows, ", ", p.dim, "] or eps");
 }
 
-unsigned row_blocks(int64_t R) { return static_cast<unsigned>(std::min<int64_t>(R, kMaxRowBlocks)); }
-unsigned warp_row_blocks(int64_t R) {
-  return static_cast<unsigned>(std::min<int64_t>((R + kWarpRows - 1) / kWarpRows, kMaxRowBlocks));
-}
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// Calls f(std::integral_constant<int, V>, std::integral_constant<int, P>) with V the vector width (4 when `vec` and
-// D % 4 == 0, else 1) and P the smallest of 4, 8, 16, 32 holding the lane's V·ceil(D/(32V)) elements.
-template <typename F>
-void dispatch_warp(int64_t D, bool vec, F&& f) {
-  auto with_v = [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    const int64_t need = V * ((D + 32 * V - 1) / (32 * V));
-    if (need <= 4) return f(v, std::integral_constant<int, 4>{});
-    if (need <= 8) return f(v, std::integral_constant<int, 8>{});
-    if (need <= 16) return f(v, std::integral_constant<int, 16>{});
-    return f(v, std::integral_constant<int, 32>{});
-  };
-  if (vec && D % 4 == 0)
-    with_v(std::integral_constant<int, 4>{});
-  else
-    with_v(std::integral_constant<int, 1>{});
-}
+unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R); }
 
 }  // namespace
 
@@ -208,7 +134,7 @@ void l2norm_forward_cuda(float* y, const float* x, const L2normCudaParams& p, cu
   check_params(p);
   if (p.rows == 0) return;
   if (p.dim <= kWarpMaxDim) {
-    dispatch_warp(p.dim, aligned16(y) && aligned16(x), [&](auto v, auto pl) {
+    cuda::dispatch_warp<float>(p.dim, aligned16(y) && aligned16(x), [&](auto v, auto pl) {
       l2norm_forward_warp_kernel<decltype(v)::value, decltype(pl)::value>
           <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(y, x, p.rows, p.dim, p.eps);
     });
@@ -222,7 +148,7 @@ void l2norm_backward_cuda(float* dx, const float* dy, const float* x, const L2no
   check_params(p);
   if (p.rows == 0) return;
   if (p.dim <= kWarpMaxDim) {
-    dispatch_warp(p.dim, aligned16(dx) && aligned16(dy) && aligned16(x), [&](auto v, auto pl) {
+    cuda::dispatch_warp<float>(p.dim, aligned16(dx) && aligned16(dy) && aligned16(x), [&](auto v, auto pl) {
       l2norm_backward_warp_kernel<decltype(v)::value, decltype(pl)::value>
           <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(dx, dy, x, p.rows, p.dim, p.eps);
     });

@@ -9,8 +9,8 @@
 //               with g = d_out · w; each lane adds fma(d_out · x, r, acc) for its columns from the registers (before
 //               dx is written, so dx may alias d_out with no extra pass); then dx = r · (g − x · r · m). After its
 //               rows the block adds its warps' accumulators in warp order through shared memory and writes one
-//               partial row [groups, D] to the workspace; the finish kernel (dweight_finish_kernel) sums each
-//               column's partial rows in a fixed order and adds the total into dweight.
+//               partial row [groups, D] to the workspace; the finish kernel (cuda::partial_rows_finish_kernel) sums
+//               each column's partial rows in a fixed order and adds the total into dweight.
 //   longer rows: one block of rmsnorm_cuda_threads() threads per row, scalar loads.
 //     forward:  block sum of x², then the same formula.
 //     backward: (1) one block per row stores r and m; (2) dweight by the column sum (before (3): dx may alias d_out);
@@ -19,10 +19,10 @@
 // read, so out may alias x and dx may alias d_out on both paths. Deterministic: fixed summation order, no atomics;
 // the kernels that write dx are the same whether dweight is wanted or not (a runtime branch), so dx has the same
 // bits either way. Non-goals for now: vectorized loads and a fused backward for rows longer than
-// rmsnorm_cuda_warp_max_dim().
-#include <type_traits>
-
+// rmsnorm_cuda_warp_max_dim(). The warp path's shared helpers (slices, warp sum, partial rows, V/P dispatch):
+// backend/cuda/warp_rows.cuh.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
@@ -30,93 +30,42 @@ namespace hlm {
 
 namespace {
 
+using cuda::aligned16;
 using cuda::block_sum;
+using cuda::chunk_start;
+using cuda::dispatch_warp;
 using cuda::from_f32;
+using cuda::load_slice;
+using cuda::row_blocks;
+using cuda::store_slice;
 using cuda::to_f32;
+using cuda::warp_sum;
 constexpr int kThreads = rmsnorm_cuda_threads();
 constexpr int64_t kWarpMaxDim = rmsnorm_cuda_warp_max_dim();
 constexpr int kWarpRows = rmsnorm_cuda_warp_rows();  // rows (warps) per block on the warp path
 constexpr int kFinishSlices = rmsnorm_cuda_dweight_finish_slices();
-constexpr int kFinishCols = 8;  // columns per finish block: 8 floats = one 32-byte sector per partial row
 constexpr int kWarpThreads = 32 * kWarpRows;
-constexpr int64_t kMaxRowBlocks = 1 << 20;  // rows beyond this loop inside the grid
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
 
-// ---- Warp path helpers
-
-// Sum over the warp by a fixed xor-shuffle tree; every lane computes the same additions in the same order
-// (a + b = b + a in IEEE), so all lanes hold the same bits.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T e[V];
-};
-
-// A lane's slice of a row: P elements in P/V chunks of V; chunk j starts at element (32·j + lane)·V. With V > 1
-// the launcher guarantees D % V == 0, so a chunk is wholly in the row or wholly past it.
-template <int V>
-__device__ __forceinline__ int64_t chunk_start(int lane, int j) {
-  return (static_cast<int64_t>(j) * 32 + lane) * V;
-}
-
-template <typename T, int V, int P>
-__device__ __forceinline__ void load_slice(float (&dst)[P], const T* row, int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(row + s);
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[j * V + e] = to_f32(p.e[e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[j * V + e] = 0.0f;
-    }
-  }
-}
-
-template <typename T, int V, int P>
-__device__ __forceinline__ void store_slice(T* row, const float (&src)[P], int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      Pack<T, V> p;
-#pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = from_f32<T>(src[j * V + e]);
-      *reinterpret_cast<Pack<T, V>*>(row + s) = p;
-    }
-  }
-}
+// ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
 template <typename T, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, const T* x, const T* w, int64_t R,
                                                                         int64_t D, float eps) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   float wv[P];
-  load_slice<T, V, P>(wv, w, D, lane);
+  load_slice<V, P>(wv, w, D, lane);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
        r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
     float xv[P];
-    load_slice<T, V, P>(xv, x + r * D, D, lane);
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P / V; ++j)
-      if (chunk_start<V>(lane, j) < D) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) ss = fmaf(xv[j * V + e], xv[j * V + e], ss);
-      }
+    load_slice<V, P>(xv, x + r * D, D, lane);
+    float ss = cuda::slice_sum_squares<V, P>(xv, D, lane);
     ss = warp_sum(ss);  // every read of this lane's elements happened above: out may alias x
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
     float ov[P];
 #pragma unroll
     for (int i = 0; i < P; ++i) ov[i] = wv[i] * (xv[i] * inv);
-    store_slice<T, V, P>(out + r * D, ov, D, lane);
+    store_slice<V, P>(out + r * D, ov, D, lane);
   }
 }
 
@@ -131,15 +80,15 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
   __shared__ float red[kWarpRows][32 * P];  // the warps' dweight accumulators, by column
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   float wv[P], acc[P];
-  load_slice<T, V, P>(wv, w, D, lane);
+  load_slice<V, P>(wv, w, D, lane);
 #pragma unroll
   for (int i = 0; i < P; ++i) acc[i] = 0.0f;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWarpRows * rows_per_warp;
   const int64_t r1 = r0 + kWarpRows * rows_per_warp < R ? r0 + kWarpRows * rows_per_warp : R;
   for (int64_t r = r0 + warp; r < r1; r += kWarpRows) {
     float xv[P], gv[P];  // gv: d_out as loaded (g = d_out·w is formed where it is used)
-    load_slice<T, V, P>(xv, x + r * D, D, lane);
-    load_slice<T, V, P>(gv, d_out + r * D, D, lane);
+    load_slice<V, P>(xv, x + r * D, D, lane);
+    load_slice<V, P>(gv, d_out + r * D, D, lane);
     float ss = 0.0f, gx = 0.0f;
 #pragma unroll
     for (int j = 0; j < P / V; ++j)
@@ -163,46 +112,10 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
     float dv[P];
 #pragma unroll
     for (int i = 0; i < P; ++i) dv[i] = inv * (gv[i] * wv[i] - xv[i] * inv * mean_gn);
-    store_slice<T, V, P>(dx + r * D, dv, D, lane);
+    store_slice<V, P>(dx + r * D, dv, D, lane);
   }
   if (dw_partial == nullptr) return;  // the same for every thread of the grid
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) red[warp][s + e] = acc[j * V + e];
-    }
-  }
-  __syncthreads();
-  for (int64_t d = threadIdx.x; d < D; d += kWarpThreads) {
-    float sum = red[0][d];
-#pragma unroll
-    for (int k = 1; k < kWarpRows; ++k) sum += red[k][d];  // warp order; a warp without rows adds an exact 0
-    dw_partial[static_cast<int64_t>(blockIdx.x) * D + d] = sum;
-  }
-}
-
-// dweight[d] += Σ_g partial[g, d]: kFinishCols columns × kFinishSlices slices per block; slice s adds the partial rows
-// s, s + S, ... in order, then a halving tree over the slices (slice s += slice s + o for s < o, o = S/2, ..., 1);
-// dweight += the total.
-__global__ void __launch_bounds__(kFinishCols* kFinishSlices) dweight_finish_kernel(float* dweight,
-                                                                                    const float* partial,
-                                                                                    int64_t groups, int64_t D) {
-  __shared__ float sm[kFinishSlices][kFinishCols];
-  const int c = static_cast<int>(threadIdx.x % kFinishCols), s = static_cast<int>(threadIdx.x / kFinishCols);
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kFinishCols + c;
-  float acc = 0.0f;
-  if (col < D)
-    for (int64_t g = s; g < groups; g += kFinishSlices) acc += partial[g * D + col];
-  sm[s][c] = acc;
-  __syncthreads();
-#pragma unroll
-  for (int o = kFinishSlices / 2; o > 0; o >>= 1) {
-    if (s < o) sm[s][c] += sm[s + o][c];
-    __syncthreads();
-  }
-  if (s == 0 && col < D) dweight[col] += sm[0][c];
+  cuda::store_partial_row<kWarpRows, V>(dw_partial, red, acc, D, lane, warp);
 }
 
 // ---- Block path (rows longer than kWarpMaxDim)
@@ -280,33 +193,7 @@ void check_params(const RmsnormCudaParams& p) {
   HLM_CHECK(p.rows >= 0 && p.dim >= 0, "rmsnorm_cuda: negative shape [", p.rows, ", ", p.dim, "]");
 }
 
-unsigned row_blocks(int64_t R) { return static_cast<unsigned>(std::min<int64_t>(R, kMaxRowBlocks)); }
-unsigned warp_row_blocks(int64_t R) {
-  return static_cast<unsigned>(std::min<int64_t>((R + kWarpRows - 1) / kWarpRows, kMaxRowBlocks));
-}
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// Calls f(std::integral_constant<int, V>, std::integral_constant<int, P>) with V the vector width (16/sizeof(T) when
-// `vec`, else 1) and P the smallest of 4, 8, 16, 32 (and ≥ V) holding the lane's V·ceil(D/(32V)) elements.
-template <typename T, typename F>
-void dispatch_warp(int64_t D, bool vec, F&& f) {
-  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-  auto with_v = [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    const int64_t need = V * ((D + 32 * V - 1) / (32 * V));
-    if constexpr (V <= 4) {
-      if (need <= 4) return f(v, std::integral_constant<int, 4>{});
-    }
-    if (need <= 8) return f(v, std::integral_constant<int, 8>{});
-    if (need <= 16) return f(v, std::integral_constant<int, 16>{});
-    return f(v, std::integral_constant<int, 32>{});
-  };
-  if (vec && D % kVec == 0)
-    with_v(std::integral_constant<int, kVec>{});
-  else
-    with_v(std::integral_constant<int, 1>{});
-}
+unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R); }
 
 template <typename T>
 void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream) {
@@ -366,9 +253,8 @@ void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w
   });
   HLM_CUDA_CHECK_LAUNCH();
   if (dweight == nullptr) return;
-  dweight_finish_kernel<<<static_cast<unsigned>((p.dim + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishSlices,
-                          0, stream>>>(dweight, ws.partial, ws.warp_plan.groups, p.dim);
-  HLM_CUDA_CHECK_LAUNCH();
+  cuda::partial_rows_finish<kFinishSlices, /*kAccumulate=*/true>(dweight, ws.partial, ws.warp_plan.groups, p.dim,
+                                                                 stream);
 }
 
 template <typename T>

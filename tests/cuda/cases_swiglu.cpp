@@ -1,6 +1,7 @@
 // SwiGLU: CUDA (src/ops/swiglu/swiglu.cu) vs the CPU reference (swiglu_ref.cpp), forward and backward, f32.
 // Cases: odd lengths (1, 65, 127, 1000, 4097, 2^20 + 3), every input fill, and a saturating gate (scale 30: |gate| up
-// to ~150, where exp(−gate) overflows fp32 on one side and σ rounds to 1 on the other).
+// to ~150, where exp(−gate) overflows fp32 on one side and σ rounds to 1 on the other). The bf16-output forward must
+// give exactly the bits of rounding the fp32 output with core/dtype.h's f32_to_bf16.
 //
 // Tolerances (fp32 rule, harness.h). CUDA's expf is within 2 ulp (≤ 4u relative); the division and the products are
 // correctly rounded (nvcc's default -prec-div=true; no fast math).
@@ -9,10 +10,13 @@
 //   backward σ and 1 − σ (= σ(−g), computed without cancellation) carry 6u each; t = 1 + g·(1 − σ) adds 1u relative
 //       to 1 + |g|(1 − σ); dgate = d_out·up·σ·t adds 3 products: ≈ 16u, k = 20, mag = |d_out·up·σ|·(1 + |g|(1 − σ));
 //       dup = d_out·g·σ: 6u + 2 products, k = 10, mag = |dup|.
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "harness.h"
 #include "ops/swiglu/swiglu.h"
 #include "ops/swiglu/swiglu_cuda.h"
@@ -57,6 +61,15 @@ TEST(SwigluCuda, Forward) {
     const auto gpu = out.download<float>();
     EXPECT_TRUE(check_f32(name(c, "fwd"), gpu, cpu, ref, abs_of(ref), {10}));
     EXPECT_TRUE(buffers_ok({&out}, {&g, &u})) << name(c, "fwd");
+
+    // bf16 output: the bits of casting this fp32 output (core/dtype.h's rounding, NaN payloads included).
+    DeviceBuffer out16(n * 2, "out bf16");
+    swiglu_forward_bf16_cuda(out16.as<__nv_bfloat16>(), g.as<float>(), u.as<float>(), c.n, ctx().stream());
+    const auto bits = out16.download<uint16_t>();
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; ++i) mismatches += bits[i] != f32_to_bf16(gpu[i]) ? 1 : 0;
+    EXPECT_EQ(mismatches, 0u) << name(c, "fwd bf16 out vs cast of the fp32 out");
+    EXPECT_TRUE(buffers_ok({&out16}, {&g, &u})) << name(c, "fwd bf16");
 
     // out aliasing gate: same bits.
     swiglu_forward_cuda(g.as<float>(), g.as<float>(), u.as<float>(), c.n, ctx().stream());

@@ -2,8 +2,6 @@
 // and h for the backward.
 #include "layers/cuda/mlp_layer_cuda.h"
 
-#include <utility>
-
 #include "core/error.h"
 #include "ops/swiglu/swiglu_cuda.h"
 
@@ -31,6 +29,13 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
   CudaTensor up = CudaTensor::empty(ctx, {tokens, F});
   cuda_linear_forward(ctx, gate.data<float>(), in, w.gate_proj, tokens);
   cuda_linear_forward(ctx, up.data<float>(), in, w.up_proj, tokens);
+  if (cuda_linear_is_bf16(w.down_proj)) {  // h only as down_proj's bf16 operand (the bits it would round to)
+    CudaTensor h16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    swiglu_forward_bf16_cuda(h16.data<__nv_bfloat16>(), gate.data<float>(), up.data<float>(), tokens * F,
+                             ctx.stream());
+    cuda_linear_forward(ctx, out, CudaLinearInput{nullptr, h16.data<__nv_bfloat16>()}, w.down_proj, tokens);
+    return;
+  }
   swiglu_forward_cuda(gate.data<float>(), gate.data<float>(), up.data<float>(), tokens * F, ctx.stream());
   cuda_linear_forward(ctx, out, gate.data<float>(), w.down_proj, tokens);
 }
@@ -43,14 +48,16 @@ MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const CudaLine
   MlpCudaActivations a{CudaTensor::empty(ctx, {tokens, F}), CudaTensor::empty(ctx, {tokens, F}), {}, {}};
   cuda_linear_forward(ctx, a.gate.data<float>(), in, w.gate_proj, tokens);
   cuda_linear_forward(ctx, a.up.data<float>(), in, w.up_proj, tokens);
-  // h in fp32 (the bits the in-place forward computes); in the bf16 mode only its rounding is kept, since down_proj
-  // (forward and backward) is its one reader and would round it anyway.
-  CudaTensor h = CudaTensor::empty(ctx, {tokens, F});
-  swiglu_forward_cuda(h.data<float>(), a.gate.data<float>(), a.up.data<float>(), tokens * F, ctx.stream());
-  if (cuda_linear_is_bf16(w.down_proj))
-    a.h16 = cuda_round_bf16(ctx, h);
-  else
-    a.h = std::move(h);
+  // h in fp32; in the bf16 mode only its rounding, written directly (swiglu_forward_bf16_cuda: the same bits), since
+  // down_proj (forward and backward) is its one reader and would round it anyway.
+  if (cuda_linear_is_bf16(w.down_proj)) {
+    a.h16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    swiglu_forward_bf16_cuda(a.h16.data<__nv_bfloat16>(), a.gate.data<float>(), a.up.data<float>(), tokens * F,
+                             ctx.stream());
+  } else {
+    a.h = CudaTensor::empty(ctx, {tokens, F});
+    swiglu_forward_cuda(a.h.data<float>(), a.gate.data<float>(), a.up.data<float>(), tokens * F, ctx.stream());
+  }
   return a;
 }
 

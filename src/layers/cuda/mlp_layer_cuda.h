@@ -1,6 +1,6 @@
 // The SwiGLU MLP on CUDA: the forward of layers/mlp_layer.h, out = down_proj(silu(gate_proj(x)) ⊙ up_proj(x)), fp32.
 // x, out [T, hidden] device pointers (out may not alias x); scratch gate, up [T, F] from ctx's allocator, released on
-// return (h is computed in gate's storage). Queued on ctx's stream, no synchronization.
+// return (h is computed in gate's storage; in the bf16 mode only its bf16 rounding is written, to scratch). Queued on ctx's stream, no synchronization.
 // bf16 compute mode (the linears' weight_bf16, layers/cuda/cuda_linear.h): x is rounded to bf16 once per call and
 // shared by gate_proj and up_proj (forward and backward); the kept h is bf16 only (down_proj is its one reader);
 // gate and up stay fp32 (swiglu's backward reads them). Every result is BIT-IDENTICAL to rounding inside each
@@ -28,8 +28,8 @@ struct MlpCudaActivations {
   CudaTensor h16;       // h rounded to bf16: bf16 compute mode only (else empty); the fp32 h is not kept
 };
 
-// Runs the forward up to h, keeping gate, up and h (fp32 mode) or h16 (bf16 mode: h is computed in fp32 scratch,
-// rounded once, and the scratch released). swiglu is elementwise, so h has the bits of the in-place h that
+// Runs the forward up to h, keeping gate, up and h (fp32 mode) or h16 (bf16 mode: swiglu_forward_bf16_cuda writes
+// the rounding of the fp32 h directly). swiglu is elementwise, so h has the bits of the in-place h that
 // mlp_layer_forward_cuda computes inside gate's storage. x: fp32, with its bf16 rounding if the caller has it
 // (cuda_linear.h), else rounded once here for both projections.
 MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaMlpWeights& w,

@@ -1,23 +1,19 @@
 // Cast f32 → bf16 CUDA kernel and launcher (contract: cast.h, cast_cuda.h). Four elements per thread when both
-// pointers allow 16-byte / 8-byte accesses, else one. The rounding is core/dtype.h's bit formula, not
+// pointers allow 16-byte / 8-byte accesses, else one. The rounding (bf16_round.cuh) is core/dtype.h's bit formula, not
 // __float2bfloat16_rn: both round to nearest even, but the intrinsic turns every NaN into the canonical 0x7FFF while
 // the CPU keeps the sign and the high payload bits; the same formula keeps the two bit-identical.
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
+#include "ops/cast/bf16_round.cuh"
 #include "ops/cast/cast_cuda.h"
 
 namespace hlm {
 
 namespace {
 
-__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
-  uint32_t bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
+using cuda::f32_to_bf16_bits;
 
 __global__ void cast_kernel(__nv_bfloat16* dst, const float* src, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

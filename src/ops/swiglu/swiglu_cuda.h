@@ -4,6 +4,7 @@
 // sigmoid complement 1 − σ(g) is computed as σ(−g) (no cancellation). Intermediates are fp32, so products such as
 // d_out · up that exceed 3.4e38 overflow to inf where the CPU's double does not.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -12,6 +13,9 @@ namespace hlm {
 
 // out = silu(gate) ⊙ up; out may alias gate or up.
 void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
+// The same values rounded to bf16 (bf16 compute mode, where a bf16 product is their only reader): bit-identical to
+// swiglu_forward_cuda followed by cast_f32_to_bf16_cuda, without the fp32 round trip through memory.
+void swiglu_forward_bf16_cuda(__nv_bfloat16* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
 
 // dgate = d_out · up · σ · (1 + gate · (1 − σ)), dup = d_out · silu(gate), both OVERWRITTEN; each may alias d_out,
 // gate or up (not each other).

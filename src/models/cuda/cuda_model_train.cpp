@@ -201,8 +201,8 @@ CudaTensor CudaModel::forward_final_hidden(const TokenBatch& batch) {
   ctx.make_current();
   const CudaTokenBatch device_batch = CudaTokenBatch::upload(ctx, batch);
   const CudaBatchView b = device_batch.view();
-  CudaTensor stream, hidden;
-  run_decoder(b, rope_table(b.max_seqlen), stream, hidden, [](CapturePoint, int, const CudaTensor&) {});
+  CudaTensor residual, hidden;  // the stream entering the final norm (dropped), the final hidden states
+  run_decoder(b, rope_table(b.max_seqlen), residual, hidden, [](CapturePoint, int, const CudaTensor&) {});
   check_forward_flag(ctx, device_batch, batch, config_.vocab_size);
   return hidden;
 }

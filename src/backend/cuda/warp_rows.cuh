@@ -93,6 +93,17 @@ __device__ __forceinline__ float slice_sum_squares(const float (&v)[P], int64_t 
 // End of a fused backward block: the warps' accumulators `acc` (this lane's columns) go to `red`, and the block writes
 // its partial row partial[blockIdx.x, :] = Σ_warps (in warp order) red[warp, :]. Called by every thread of the block
 // (a barrier inside).
+// The rows of row-group g (row_partials.h): kWarpRows · rows_per_warp consecutive rows from g's first, clipped to R.
+// Warp k of the block then takes first + k, first + k + kWarpRows, ... below end.
+struct RowGroup {
+  int64_t first, end;
+};
+template <int kWarpRows>
+__device__ __forceinline__ RowGroup row_group(int64_t g, int64_t rows_per_warp, int64_t R) {
+  const int64_t first = g * kWarpRows * rows_per_warp, end = first + kWarpRows * rows_per_warp;
+  return {first, end < R ? end : R};
+}
+
 template <int kWarpRows, int V, int P>
 __device__ __forceinline__ void store_partial_row(float* partial, float (&red)[kWarpRows][32 * P],
                                                   const float (&acc)[P], int64_t D, int lane, int warp) {

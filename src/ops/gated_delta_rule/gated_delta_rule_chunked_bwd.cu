@@ -105,6 +105,8 @@ constexpr size_t dstate_smem() {
          smem_piece<float>(kC * kLdVf) + (kBufs + 1) * smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
 }
 
+static_assert(blocks_fit_per_sm(dstate_smem<1>(), 2), "reverse state pass, one buffer: two blocks per SM");
+
 template <int kBufs>
 __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
                                                               Grads gr) {
@@ -200,7 +202,7 @@ constexpr size_t kDqkV = kDqkP + smem_piece<bf16>(kC * kLdC);
 constexpr size_t kDqkSmem = kDqkV + 3 * kVec;  // 114,432 B (was 201,216)
 static_assert(smem_piece<bf16>(kD * kLdD) <= 2 * kTileB, "dqk: M0 / D fit in Qb | Ub");
 static_assert(kTileDf + 3 * kVec <= 2 * kTileCf, "dqk: F, dgo, Bs, red fit in QK | Pf");
-static_assert(kDqkSmem <= 112 * 1024, "dqk: two blocks per SM");
+static_assert(blocks_fit_per_sm(kDqkSmem, 2), "dqk: two blocks per SM");
 
 __global__ void __launch_bounds__(kThreads) dqk_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);
@@ -344,7 +346,7 @@ constexpr size_t kWyS3 = kWyS2 + kTileB, kWyS4 = kWyS3 + kTileB, kWyF = kWyS4 + 
 constexpr size_t kWyV = kWyF + kTileDf;
 constexpr size_t kWySmem = kWyV + 4 * kVec;  // 113,664 B (was 184,320)
 static_assert(kTileCf <= kTileB && 4 * kVec <= kTileB, "wy: KK fits in S1, the row sums in S3");
-static_assert(kWySmem <= 112 * 1024, "wy: two blocks per SM");
+static_assert(blocks_fit_per_sm(kWySmem, 2), "wy: two blocks per SM");
 
 __global__ void __launch_bounds__(kThreads) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);

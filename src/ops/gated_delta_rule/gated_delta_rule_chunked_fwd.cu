@@ -35,7 +35,7 @@ static_assert(smem_piece<float>(kC * kLdCf) <= kPrepPiece && smem_piece<float>(1
               "prep: Rf, KK and tmp fit one region, F two");
 constexpr size_t kPrepSmem = 2 * kPrepPiece + smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kC * kLdC) +
                              2 * smem_piece<float>(kC);
-static_assert(3 * (kPrepSmem + 1024) <= 228 * 1024, "prep: three blocks per SM (H200: 228 KB, 1 KB per block)");
+static_assert(blocks_fit_per_sm(kPrepSmem, 3), "prep: three blocks per SM");
 
 __global__ void __launch_bounds__(kPrepThreads) prep_kernel(Problem p, ForwardScratch s) {
   const ChunkHead c = chunk_head(p, s.table);
@@ -131,6 +131,8 @@ constexpr size_t state_smem() {
          smem_piece<float>(kC * kLdVf) + smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
 }
 
+static_assert(blocks_fit_per_sm(state_smem<1>(), 3), "state pass, one buffer: three blocks per SM");
+
 template <int kBufs>
 __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, ForwardScratch s, float* hT) {
   static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(kStateThreads) state_kernel(Problem p, Forward
 static_assert(2 * kC * kLdD == kD * kLdD, "output: Qb and Kb fill Sb's region");
 constexpr size_t kOutSmem = smem_piece<bf16>(kD * kLdD) + 2 * smem_piece<bf16>(kC * kLdD) +
                             smem_piece<float>(kC * kLdDf) + smem_piece<bf16>(kC * kLdC) + smem_piece<float>(kC);
-static_assert(2 * (kOutSmem + 1024) <= 228 * 1024, "output: two blocks per SM (H200: 228 KB, 1 KB per block)");
+static_assert(blocks_fit_per_sm(kOutSmem, 2), "output: two blocks per SM");
 
 __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardScratch s, float* o) {
   const ChunkHead c = chunk_head(p, s.table);

@@ -100,6 +100,12 @@ __global__ void chunk_table_kernel(const int64_t* cu, int64_t n_seqs, int64_t ma
   for (int64_t i = seq_first[n_seqs] + threadIdx.x; i < max_chunks; i += blockDim.x) table[i] = {0, 0, 0};
 }
 
+// Whether `blocks` blocks of `bytes` dynamic shared memory fit on one SM of the target (sm_90 / H200: 228 KB per SM,
+// 1 KB reserved per block): the size constants assert the blocks per SM their kernels' design counts on.
+constexpr bool blocks_fit_per_sm(size_t bytes, int blocks) {
+  return static_cast<size_t>(blocks) * (bytes + 1024) <= 228 * 1024;
+}
+
 // Dynamic shared memory above the 48 KB default must be opted into per kernel.
 template <typename Kernel>
 void set_smem(Kernel kernel, size_t bytes) {

@@ -83,9 +83,8 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
   load_slice<V, P>(wv, w, D, lane);
 #pragma unroll
   for (int i = 0; i < P; ++i) acc[i] = 0.0f;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kWarpRows * rows_per_warp;
-  const int64_t r1 = r0 + kWarpRows * rows_per_warp < R ? r0 + kWarpRows * rows_per_warp : R;
-  for (int64_t r = r0 + warp; r < r1; r += kWarpRows) {
+  const cuda::RowGroup rows = cuda::row_group<kWarpRows>(blockIdx.x, rows_per_warp, R);
+  for (int64_t r = rows.first + warp; r < rows.end; r += kWarpRows) {
     float xv[P], gv[P];  // gv: d_out as loaded (g = d_out·w is formed where it is used)
     load_slice<V, P>(xv, x + r * D, D, lane);
     load_slice<V, P>(gv, d_out + r * D, D, lane);

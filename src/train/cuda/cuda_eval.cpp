@@ -10,15 +10,11 @@
 #include "core/error.h"
 #include "data/data_stream.h"
 #include "layers/cuda/cuda_linear.h"
-#include "models/cuda/cuda_model_train.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 
 namespace hlm {
 
 namespace {
-
-// The final hidden states [N, hidden] of one forward on the device; the rest of the trace is released at return.
-
 
 // ce [N] ← per-token CE of `hidden` against `targets` (device, checked on the host), no weights, no gradient.
 void cross_entropy(CudaContext& ctx, CudaTensor& ce, const CudaTensor& hidden, const CudaModel& model,

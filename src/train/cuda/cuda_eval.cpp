@@ -2,7 +2,6 @@
 #include "train/cuda/cuda_eval.h"
 
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_tensor.h"

@@ -8,8 +8,10 @@
 //   batch:   8 rows × 1024 tokens of random ids, one micro-batch, forward KL at τ = 1, clip 1, AdamW lr 1e-5.
 // Random weights (Model::create, seed 1); the figures do not depend on the values.
 // Prints per step: milliseconds (median of --steps timed steps after 2 warm-ups), tokens/s, the allocator's peak
-// bytes in use and cudaMemGetInfo's used bytes, and the host-side memory plan.
+// bytes in use and cudaMemGetInfo's used bytes, and the host-side memory plan. The timed steps run between
+// cudaProfilerStart and cudaProfilerStop, the range the kernel tracer and ncu can be limited to (docs/profiling.md).
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] [--layers L]
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -138,9 +140,19 @@ int main(int argc, char** argv) {
   std::vector<double> ms;
   for (int s = 0; s < o.steps + 2; ++s) {
     double norm = 0.0;
+    // The timed steps form the profiler range (docs/profiling.md: HLM_TRACE_RANGE=profiler); a no-op otherwise.
+    // Synchronized first: the tracer counts work that starts inside the range.
+    if (s == 2) {
+      cudaDeviceSynchronize();
+      cudaProfilerStart();
+    }
     const auto a = std::chrono::steady_clock::now();
     const BatchLoss loss = device.step(batch, o.rows, 1.0, 1.0, &norm, 1);
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+    if (s == o.steps + 1) {
+      cudaDeviceSynchronize();
+      cudaProfilerStop();
+    }
     std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s\n", s, t, loss.loss, norm, s < 2 ? " (warm-up)" : "");
     if (s >= 2) ms.push_back(t);
   }

@@ -21,8 +21,12 @@
 #          --precision bf16
 #   peer   python3 .anchors/peer_probe.py env sdpa fla, then the best peer distillation step (WITH_FLA=1 STRONG=1
 #          hf_distill), in separate processes
+#   trace  bench_distill_step --precision bf16 --steps 3 under the CUPTI kernel tracer (docs/profiling.md; pack
+#          build/tools/profile/libhlm_kernel_trace.so too): per-kernel times and GPU idle time of the timed steps
+#   ncu    Nsight Compute (speed of light, occupancy, warp stalls, launch statistics) on one launch of each chunked GDN
+#          kernel at B8×T1024 H32 and of each tensor-core attention kernel (bench_cuda_kernels gdn / attn)
 # Logs go to $OUT (at most 8 files come back): tests_ops.log, tests_models.log, sanitizer.log, bench.log, peer.log,
-# peer_distill.log. Each section prints its summary lines; a section's failure does not stop the next one.
+# peer_distill.log, trace.txt (+ trace.tsv), ncu.txt. Each section prints its summary lines; a section's failure does not stop the next one.
 # Exit status: 0 when every test that ran passed, 1 otherwise.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -74,7 +78,29 @@ for section in "${sections[@]}"; do
       PYTHONUNBUFFERED=1 WITH_FLA=1 STRONG=1 timeout 240 python3 .anchors/peer_probe.py hf_distill \
         >"$OUT/peer_distill.log" 2>&1
       tail -3 "$OUT/peer_distill.log" | cut -c1-300 ;;
-    *) echo "run_suites: unknown section '$section' (tests, bench, peer)" >&2; exit 2 ;;
+    trace)
+      [ -f /tmp/hlm/lib/libhlm_kernel_trace.so ] || { echo "trace: libhlm_kernel_trace.so not packed"; continue; }
+      cupti="$(ls /usr/local/cuda/lib64/libcupti.so* /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* \
+        /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so* 2>/dev/null | head -1)"
+      [ -n "$cupti" ] || cupti="$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)"
+      echo "trace: CUPTI $cupti"
+      HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$OUT/trace.txt" HLM_TRACE_TSV="$OUT/trace.tsv" \
+        LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cupti")" LD_PRELOAD=/tmp/hlm/lib/libhlm_kernel_trace.so \
+        timeout 150 "$B/bench_distill_step" --precision bf16 --steps 3 2>&1 | grep -vE "^memory plan|^setup|^device"
+      head -45 "$OUT/trace.txt" | cut -c1-200 ;;
+    ncu)
+      ncu_="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+      sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis)
+      gdn='regex:^(prep|state|output|du_local|dstate|dqk|wy)_kernel$'
+      { timeout 200 "$ncu_" --clock-control none "${sections[@]}" -k "$gdn" --launch-count 60 \
+          "$B/bench_cuda_kernels" gdn
+        timeout 100 "$ncu_" --clock-control none "${sections[@]}" -k 'regex:^tc_forward_kernel' --launch-count 1 \
+          "$B/bench_cuda_kernels" attn
+        timeout 100 "$ncu_" --clock-control none "${sections[@]}" -k 'regex:^tc_(dkdv|dq)_kernel' --launch-count 2 \
+          "$B/bench_cuda_kernels" attn; } >"$OUT/ncu.txt" 2>&1
+      grep -E "^  [a-z_]+.*\(|Duration|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Shared Memory Configuration Size" "$OUT/ncu.txt" | head -80 ;;
+    *) echo "run_suites: unknown section '$section' (tests, sanitize, bench, peer, trace, ncu)" >&2; exit 2 ;;
   esac
   echo "== $section: ${SECONDS}s"
 done

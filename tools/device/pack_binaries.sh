@@ -2,7 +2,7 @@
 # pack_binaries.sh: packs programs built HERE (Debian bookworm, nvcc, sm_90a) for the GPU machine, whose image lacks
 # the Debian -dev/runtime packages the full build links against (OpenBLAS, zstd, PCRE2, ICU, GoogleTest).
 #
-# Usage: bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...
+# Usage: bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz-compressed)
 #   Writes OUT_TGZ holding bin/<program> (stripped) and lib/<the shared libraries they need>, except the C library
 #   family and the CUDA libraries (CUPTI included), which the GPU machine has. An argument ending in .so is a shared
 #   library of ours (e.g. build/tools/profile/libhlm_kernel_trace.so, docs/profiling.md): it goes to lib/ itself. Put OUT_TGZ under a git-ignored folder (out/carry/) and
@@ -34,5 +34,6 @@ for prog in "$@"; do
     esac
   done
 done
-tar czf "$out" -C "$stage" bin lib
+# .txz: xz (about 0.65× the gzip size, 1-2 minutes here): for carries near the device tool's 64 MiB limit.
+case "$out" in *.txz|*.tar.xz) tar cJf "$out" -C "$stage" bin lib ;; *) tar czf "$out" -C "$stage" bin lib ;; esac
 echo "pack_binaries: $(du -h "$out" | cut -f1) -> $out ($(ls "$stage/bin" | tr '\n' ' ')$(ls "$stage/lib" | grep '^libhlm' | tr '\n' ' '))"

@@ -33,8 +33,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-$ROOT/out/suites}"
 mkdir -p "$OUT" /tmp/hlm
-[ -f out/carry/bins.tgz ] || { echo "run_suites: out/carry/bins.tgz is missing (see the header)" >&2; exit 2; }
-tar xzf out/carry/bins.tgz -C /tmp/hlm && export LD_LIBRARY_PATH=/tmp/hlm/lib
+bins="$(ls out/carry/bins.tgz out/carry/bins.txz 2>/dev/null | head -1)"
+[ -n "$bins" ] || { echo "run_suites: out/carry/bins.tgz (or .txz) is missing (see the header)" >&2; exit 2; }
+tar xf "$bins" -C /tmp/hlm && export LD_LIBRARY_PATH=/tmp/hlm/lib
 B=/tmp/hlm/bin
 sections=("$@")
 [ ${#sections[@]} -eq 0 ] && sections=(tests bench peer)

@@ -5,6 +5,9 @@
 // Cases: odd sizes (1, 65, 127, 257, 1000, 4097, 2^20 + 3), steps 1 … 1000 (bias corrections), with and without
 // weight decay, every gradient fill (large ~1e15, zeros, subnormals, NaN/±Inf), the bf16 parameter copy, clipping
 // over several tensors (scale < 1 and scale = 1), and non-finite norms (the step is skipped).
+// The multi-tensor launcher (adamw_multi_step_cuda) is compared BIT FOR BIT with one adamw_step_cuda per tensor
+// (aligned and unaligned tensors in shared buffers, per-tensor scalars, with/without clip scale and bf16 copies, NaN and
+// Inf scales, empty tensors and lists), and nothing outside the tensors may change.
 //
 // Tolerances (fp32 rule, k = 1 with mag the derived bound in units of u·1; c_g = 2 when a clip scale is applied: the
 // f32 scale and the product g·s are two roundings where the CPU has one):
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "harness.h"
 #include "ops/adamw/adamw_cuda.h"
 #include "ops/adamw/grad_norm_cuda.h"
@@ -295,4 +299,211 @@ TEST(AdamWCuda, GlobalNormEdgeCases) {
   std::cout << "[check] grad_norm large: gpu " << norm_gpu << " cpu " << norm_cpu << " bound " << bound << "\n";
   EXPECT_LE(std::abs(norm_gpu - norm_cpu), bound);
   EXPECT_TRUE(buffers_ok({&norm, &ws}, {&g}));
+}
+
+// ---- Multi-tensor launcher (adamw_multi_step_cuda) vs one adamw_step_cuda per tensor, BIT FOR BIT.
+// All tensors of a list live in one guarded buffer per array (param, m, v, grad, bf16 copy) at offsets with gaps
+// between them; the gaps hold known values that must survive. Layouts: "aligned" (every tensor 16-byte aligned: the
+// float4 path) and "mixed" (odd tensors one float past alignment: the scalar path; some bf16 copies 4-byte but not
+// 8-byte aligned, so f32-aligned tensors take the scalar path too). Sizes around the chunk (kAdamWMultiChunk = 8192)
+// and odd tails; every tensor has its own lr, weight decay and step number.
+
+namespace {
+
+const std::vector<int64_t> kMultiSizes = {0, 1, 3, 1000, 4097, 8192, 8193, 0, 65537, (1 << 20) + 3, 5};
+
+struct MultiLayout {
+  std::vector<int64_t> f32_off, bf16_off;  // element offsets of each tensor
+  int64_t f32_total = 0, bf16_total = 0;
+};
+
+int64_t round_up4(int64_t x) { return (x + 3) / 4 * 4; }
+
+MultiLayout multi_layout(const std::vector<int64_t>& sizes, bool mixed) {
+  MultiLayout l;
+  int64_t f = 4, b = 4;  // a leading gap
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t fs = mixed && i % 2 == 1 ? 1 : 0;  // one float past 16-byte alignment
+    const int64_t bs = mixed && i % 4 == 2 ? 2 : 0;  // two bf16 past 8-byte alignment (f32 stays aligned)
+    l.f32_off.push_back(f + fs);
+    l.bf16_off.push_back(b + bs);
+    f = round_up4(f + fs + sizes[i]) + 4;  // a gap of at least 4 elements
+    b = round_up4(b + bs + sizes[i]) + 4;
+  }
+  l.f32_total = f;
+  l.bf16_total = b;
+  return l;
+}
+
+// Per-tensor scalars: lr, weight decay and step number differ.
+AdamWCudaStep multi_coeffs(size_t i) {
+  const double lr = 1e-3 * (1.0 + 0.37 * static_cast<double>(i));
+  const double wd = i % 3 == 0 ? 0.0 : 0.01 * static_cast<double>(i);
+  return adamw_cuda_step(lr, wd, kBeta1, kBeta2, kEps, 1 + static_cast<int64_t>(i % 5) * 7);
+}
+
+struct MultiBuffers {
+  DeviceBuffer p, m, v, g, copy;
+};
+
+// Whole-buffer inputs: random values everywhere (gaps included); moments positive for v; tensor 4's gradient has
+// NaN/±Inf, tensor 6's subnormals. The bf16 buffer stays at its 0xFF poison.
+MultiBuffers multi_buffers(const MultiLayout& l, const std::vector<int64_t>& sizes) {
+  const size_t n = static_cast<size_t>(l.f32_total);
+  std::vector<float> p = make_values(n, Fill::Normal, 301), m = make_values(n, Fill::Normal, 302, 0.1f),
+                     v = make_values(n, Fill::Normal, 303, 0.1f), g = make_values(n, Fill::Normal, 304);
+  for (float& x : v) x *= x;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Fill fill = i == 4 ? Fill::Special : i == 6 ? Fill::Denormal : Fill::Normal;
+    if (fill == Fill::Normal || sizes[i] == 0) continue;
+    const std::vector<float> special = make_values(static_cast<size_t>(sizes[i]), fill, 305 + i);
+    std::copy(special.begin(), special.end(), g.begin() + l.f32_off[i]);
+  }
+  return {DeviceBuffer::from(p, "param"), DeviceBuffer::from(m, "exp_avg"), DeviceBuffer::from(v, "exp_avg_sq"),
+          DeviceBuffer::from(g, "grad"), DeviceBuffer(static_cast<size_t>(l.bf16_total) * 2, "param_bf16")};
+}
+
+std::vector<AdamWCudaTensor> multi_list(const MultiLayout& l, const std::vector<int64_t>& sizes, MultiBuffers& b,
+                                        bool bf16) {
+  std::vector<AdamWCudaTensor> list;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    AdamWCudaTensor t;
+    t.param = b.p.as<float>() + l.f32_off[i];
+    t.exp_avg = b.m.as<float>() + l.f32_off[i];
+    t.exp_avg_sq = b.v.as<float>() + l.f32_off[i];
+    t.grad = b.g.as<float>() + l.f32_off[i];
+    t.param_bf16 = bf16 && i % 3 != 1 ? b.copy.as<__nv_bfloat16>() + l.bf16_off[i] : nullptr;  // some without
+    t.n = sizes[i];
+    t.step = multi_coeffs(i);
+    list.push_back(t);
+  }
+  return list;
+}
+
+// Byte-for-byte equality of two downloads, reporting the first differing element (of `elem` bytes).
+::testing::AssertionResult same_bytes(const std::string& what, const std::vector<uint8_t>& a,
+                                      const std::vector<uint8_t>& b, size_t elem) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i + elem <= a.size() && i + elem <= b.size(); i += elem)
+    if (std::memcmp(&a[i], &b[i], elem) != 0 && bad++ == 0) first = i / elem;
+  std::cout << "[check] " << what << ": " << a.size() / elem << " elements, bit-exact, mismatches=" << bad << "\n";
+  if (bad == 0 && a.size() == b.size()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " elements differ (first at element " << first
+                                       << ")";
+}
+
+// The bytes outside every tensor (`elem`-byte elements, tensors at `off` of `sizes`) still equal `before`.
+::testing::AssertionResult gaps_unchanged(const std::string& what, const std::vector<uint8_t>& after,
+                                          const std::vector<uint8_t>& before, const std::vector<int64_t>& off,
+                                          const std::vector<int64_t>& sizes, const std::vector<bool>& written,
+                                          size_t elem) {
+  std::vector<bool> inside(after.size() / elem, false);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (written[i])
+      for (int64_t k = 0; k < sizes[i]; ++k) inside[static_cast<size_t>(off[i] + k)] = true;
+  size_t bad = 0;
+  for (size_t e = 0; e < inside.size(); ++e)
+    if (!inside[e] && std::memcmp(&after[e * elem], &before[e * elem], elem) != 0) ++bad;
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " elements outside the tensors were written";
+}
+
+}  // namespace
+
+TEST(AdamWCuda, MultiTensorMatchesPerTensorLaunches) {
+  HLM_REQUIRE_CUDA();
+  const std::vector<int64_t>& sizes = kMultiSizes;
+  struct Config {
+    bool mixed, bf16;
+    float scale;  // 0: no grad_scale (nullptr)
+  };
+  const Config configs[] = {{false, true, 0.0f}, {true, true, 0.0f},   {false, true, 0.37f},
+                            {true, false, 0.37f}, {false, false, 1.0f}, {true, true, 0.61f}};
+  for (const Config& c : configs) {
+    const std::string what = std::string("adamw.multi ") + (c.mixed ? "mixed" : "aligned") +
+                             (c.bf16 ? " bf16" : "") + (c.scale > 0 ? " scale=" + std::to_string(c.scale) : "");
+    const MultiLayout l = multi_layout(sizes, c.mixed);
+    MultiBuffers multi = multi_buffers(l, sizes), ref = multi_buffers(l, sizes);
+    DeviceBuffer scale = DeviceBuffer::from(std::vector<float>{c.scale}, "grad_scale");
+    const float* s = c.scale > 0 ? scale.as<float>() : nullptr;
+
+    const std::vector<AdamWCudaTensor> list = multi_list(l, sizes, multi, c.bf16);
+    const size_t bytes = adamw_multi_step_cuda_workspace_bytes(list.size());
+    DeviceBuffer ws(bytes, "workspace");
+    std::vector<unsigned char> staging(bytes);
+    adamw_multi_step_cuda(list.data(), list.size(), s, ws.as<void>(), ws.bytes(), staging.data(), ctx().stream());
+    for (const AdamWCudaTensor& t : multi_list(l, sizes, ref, c.bf16))
+      adamw_step_cuda(t.param, t.exp_avg, t.exp_avg_sq, t.param_bf16, t.grad, s, t.n, t.step, ctx().stream());
+
+    EXPECT_TRUE(same_bytes(what + " param", multi.p.download_bytes(), ref.p.download_bytes(), 4));
+    EXPECT_TRUE(same_bytes(what + " exp_avg", multi.m.download_bytes(), ref.m.download_bytes(), 4));
+    EXPECT_TRUE(same_bytes(what + " exp_avg_sq", multi.v.download_bytes(), ref.v.download_bytes(), 4));
+    EXPECT_TRUE(same_bytes(what + " bf16 copy", multi.copy.download_bytes(), ref.copy.download_bytes(), 2));
+    EXPECT_TRUE(buffers_ok({&multi.p, &multi.m, &multi.v, &multi.copy, &ws}, {&multi.g, &scale})) << what;
+
+    // Outside the tensors nothing changed: the f32 gaps hold their uploads, the bf16 gaps (and the copies of the
+    // tensors without one) the 0xFF poison. Inside, something was written (a nonempty tensor's param changed).
+    const std::vector<bool> all(sizes.size(), true);
+    std::vector<bool> with_copy(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) with_copy[i] = list[i].param_bf16 != nullptr;
+    const MultiBuffers fresh = multi_buffers(l, sizes);
+    const std::vector<uint8_t> p_after = multi.p.download_bytes(), p_before = fresh.p.download_bytes();
+    EXPECT_TRUE(gaps_unchanged(what + " param", p_after, p_before, l.f32_off, sizes, all, 4));
+    EXPECT_TRUE(gaps_unchanged(what + " exp_avg", multi.m.download_bytes(), fresh.m.download_bytes(), l.f32_off,
+                               sizes, all, 4));
+    EXPECT_TRUE(gaps_unchanged(what + " exp_avg_sq", multi.v.download_bytes(), fresh.v.download_bytes(), l.f32_off,
+                               sizes, all, 4));
+    EXPECT_TRUE(gaps_unchanged(what + " bf16 copy", multi.copy.download_bytes(), fresh.copy.download_bytes(),
+                               l.bf16_off, sizes, with_copy, 2));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] == 0) continue;
+      const size_t last = static_cast<size_t>(l.f32_off[i] + sizes[i] - 1) * 4;
+      EXPECT_NE(std::memcmp(&p_after[last], &p_before[last], 4), 0) << what << ": tensor " << i << " not updated";
+    }
+    // The copies are the updated fp32 parameters rounded as core/dtype.h (refresh_bf16's bits, NaN included).
+    if (c.bf16) {
+      const std::vector<uint16_t> copy = multi.copy.download<uint16_t>();
+      const std::vector<float> p = multi.p.download<float>();
+      size_t bad = 0;
+      for (size_t i = 0; i < sizes.size(); ++i)
+        if (with_copy[i])
+          for (int64_t k = 0; k < sizes[i]; ++k)
+            bad += copy[static_cast<size_t>(l.bf16_off[i] + k)] != f32_to_bf16(p[static_cast<size_t>(l.f32_off[i] + k)]);
+      EXPECT_EQ(bad, 0u) << what << ": bf16 copies differ from core/dtype.h's rounding of the fp32 result";
+    }
+  }
+}
+
+// A non-finite grad_scale (NaN, +Inf): nothing is written, as adamw_step_cuda.
+TEST(AdamWCuda, MultiTensorNonFiniteScaleWritesNothing) {
+  HLM_REQUIRE_CUDA();
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const std::string what = std::string("adamw.multi skip scale=") + (std::isnan(bad) ? "nan" : "inf");
+    const MultiLayout l = multi_layout(kMultiSizes, true);
+    MultiBuffers b = multi_buffers(l, kMultiSizes);
+    DeviceBuffer scale = DeviceBuffer::from(std::vector<float>{bad}, "grad_scale");
+    const std::vector<AdamWCudaTensor> list = multi_list(l, kMultiSizes, b, true);
+    const size_t bytes = adamw_multi_step_cuda_workspace_bytes(list.size());
+    DeviceBuffer ws(bytes, "workspace");
+    std::vector<unsigned char> staging(bytes);
+    adamw_multi_step_cuda(list.data(), list.size(), scale.as<float>(), ws.as<void>(), ws.bytes(), staging.data(),
+                          ctx().stream());
+    EXPECT_TRUE(buffers_ok({&ws}, {&b.p, &b.m, &b.v, &b.g, &b.copy, &scale})) << what;  // all untouched
+    std::cout << "[check] " << what << ": param, m, v and bf16 copies untouched\n";
+  }
+}
+
+// Empty lists and lists of empty tensors queue nothing (no workspace is touched; null pointers are fine).
+TEST(AdamWCuda, MultiTensorEmpty) {
+  HLM_REQUIRE_CUDA();
+  EXPECT_GT(adamw_multi_step_cuda_workspace_bytes(0), 0u);
+  adamw_multi_step_cuda(nullptr, 0, nullptr, nullptr, 0, nullptr, ctx().stream());
+  const std::vector<AdamWCudaTensor> empties(3);  // n = 0, null pointers
+  const size_t bytes = adamw_multi_step_cuda_workspace_bytes(empties.size());
+  DeviceBuffer ws(bytes, "workspace");
+  std::vector<unsigned char> staging(bytes);
+  adamw_multi_step_cuda(empties.data(), empties.size(), nullptr, ws.as<void>(), ws.bytes(), staging.data(),
+                        ctx().stream());
+  EXPECT_TRUE(buffers_ok({}, {&ws})) << "adamw.multi empty: the workspace was written";
+  ctx().synchronize();
 }

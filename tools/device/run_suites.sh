@@ -85,9 +85,11 @@ for section in "${sections[@]}"; do
         /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so* 2>/dev/null | head -1)"
       [ -n "$cupti" ] || cupti="$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)"
       echo "trace: CUPTI $cupti"
-      HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$OUT/trace.txt" HLM_TRACE_TSV="$OUT/trace.tsv" \
-        LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cupti")" LD_PRELOAD=/tmp/hlm/lib/libhlm_kernel_trace.so \
-        timeout 150 "$B/bench_distill_step" --precision bf16 --steps 3 2>&1 | grep -vE "^memory plan|^setup|^device"
+      # LD_PRELOAD through env, so that only the bench (not the timeout wrapper) loads the tracer.
+      HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$OUT/trace.txt" HLM_TRACE_TSV="$OUT/trace.tsv" HLM_PROFILE_STEP=1 \
+        timeout 150 env LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cupti")" \
+        LD_PRELOAD=/tmp/hlm/lib/libhlm_kernel_trace.so "$B/bench_distill_step" --precision bf16 --steps 3 2>&1 |
+        grep -vE "^memory plan|^setup|^device"
       head -45 "$OUT/trace.txt" | cut -c1-200 ;;
     ncu)
       ncu_="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"

@@ -9,6 +9,7 @@
 // Not a goal: per-stream or per-device breakdowns, API (host) times, NVTX. Links against libcupti only.
 #include <cupti.h>  // defines: cuptiActivity*, cuptiSubscribe, cuptiGetTimestamp, CUpti_ActivityKernel10, ...
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,9 @@ struct TracerState {
   uint64_t dropped = 0;
   bool enabled = false;
   bool reported = false;  // a report was written (profiler mode: at some cudaProfilerStop)
+  // CUPTI asked for a buffer, i.e. this process used CUDA. A process that never did (a wrapper such as `timeout`
+  // inheriting LD_PRELOAD) writes no report, so it cannot overwrite its child's report at HLM_TRACE_OUT.
+  std::atomic<bool> cuda_seen{false};
   uint32_t memset_id = 0;
   CUpti_SubscriberHandle subscriber = nullptr;
 };
@@ -76,6 +80,7 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   // still alive. The one registered by the constructor stays as a fallback; at_exit runs once.
   static std::once_flag late_exit_hook;
   std::call_once(late_exit_hook, [] { std::atexit(at_exit); });
+  state().cuda_seen = true;
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
   *max_records = 0;  // as many as fit
@@ -180,7 +185,7 @@ void at_exit() {
   static std::once_flag once;
   bool first = false;
   std::call_once(once, [&] { first = true; });
-  if (!first || !st.enabled) return;
+  if (!first || !st.enabled || !st.cuda_seen) return;
   if (st.mode == RangeMode::profiler) {
     if (!st.reported) {
       std::fprintf(stderr, "hlm_kernel_trace: HLM_TRACE_RANGE=profiler but no cudaProfilerStart/Stop range closed; "

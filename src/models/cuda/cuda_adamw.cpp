@@ -1,6 +1,7 @@
-// CudaAdamW: pairing by name, then norm → clip scale → fused AdamW per tensor (contract in cuda_adamw.h).
+// CudaAdamW: pairing by name, then norm → clip scale → one fused multi-tensor AdamW launch (contract in cuda_adamw.h).
 #include "models/cuda/cuda_adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_error.h"
@@ -27,6 +28,22 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
   }
   norm_ = CudaTensor::empty(ctx, {1}, DType::I64);  // 8 bytes: one double
   scale_ = CudaTensor::empty(ctx, {1});
+  bf16_.assign(params_.size(), nullptr);
+  const size_t table_bytes = adamw_multi_step_cuda_workspace_bytes(params_.size());
+  table_ = cuda_scratch_bytes(ctx, table_bytes);
+  staging_.resize(table_bytes);
+}
+
+void CudaAdamW::set_bf16_copies(const std::vector<CudaModel::Bf16Copy>& copies) {
+  bf16_.assign(params_.size(), nullptr);
+  for (const CudaModel::Bf16Copy& c : copies) {
+    const auto it = std::find_if(params_.begin(), params_.end(),
+                                 [&](const CudaAdamWParam& p) { return p.param == c.weight; });
+    HLM_CHECK(it != params_.end() && c.copy != nullptr, "CudaAdamW::set_bf16_copies: a bf16 copy of a tensor that is "
+              "not a parameter");
+    bf16_[static_cast<size_t>(it - params_.begin())] = c.copy;
+  }
+  writes_bf16_ = true;
 }
 
 void CudaAdamW::set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
@@ -54,12 +71,26 @@ double CudaAdamW::step(double max_norm) {
   cuda_copy_to_host(ctx, &norm, norm_device, sizeof(norm));  // waits: the step is skipped on a non-finite norm
   if (!std::isfinite(norm)) return norm;
   ++step_;
+  std::vector<AdamWCudaTensor> tensors(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const CudaAdamWParam& p = params_[i];
-    const AdamWCudaStep coeffs = adamw_cuda_step(p.lr, p.weight_decay, beta1_, beta2_, eps_, step_);
-    adamw_step_cuda(p.param->data<float>(), exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(), nullptr,
-                    p.grad->data<float>(), scale, p.param->numel(), coeffs, ctx.stream());
+    AdamWCudaTensor& t = tensors[i];
+    t.param = p.param->data<float>();
+    t.exp_avg = exp_avg_[i].data<float>();
+    t.exp_avg_sq = exp_avg_sq_[i].data<float>();
+    t.grad = p.grad->data<float>();
+    t.n = p.param->numel();
+    t.step = adamw_cuda_step(p.lr, p.weight_decay, beta1_, beta2_, eps_, step_);
+    const CudaTensor* copy = bf16_[i];
+    if (copy != nullptr && copy->raw() != nullptr) {  // an empty slot: the fp32 mode, no copy
+      HLM_CHECK(copy->dtype() == DType::BF16 && copy->numel() == t.n, "CudaAdamW: the bf16 copy of ", p.name,
+                " does not match its parameter");
+      t.param_bf16 = copy->data<__nv_bfloat16>();
+    }
   }
+  // The staging buffer is pageable and the stream already waited for the norm: reusing it next step is safe.
+  adamw_multi_step_cuda(tensors.data(), tensors.size(), scale, table_.raw(), staging_.size(), staging_.data(),
+                        ctx.stream());
   return norm;
 }
 

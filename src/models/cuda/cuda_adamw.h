@@ -8,7 +8,10 @@
 // schedule: set them before each step). State m, v is zero at construction (set_state for a resume).
 // Numerics: the norm in fp64 as the CPU; the clip scale min(1, c/‖g‖) in fp32 on the device and applied inside the
 // AdamW kernel (the CPU scales the gradients in fp32 first); each element updated in fp32 where the CPU uses double
-// (docs/cuda.md, adamw). The step waits for the norm (one 8-byte read) to decide whether to skip.
+// (docs/cuda.md, adamw). The step waits for the norm (one 8-byte read) to decide whether to skip, then updates every
+// parameter in ONE launch (adamw_multi_step_cuda), bit-identical to one adamw_step_cuda per parameter.
+// bf16 copies (mixed precision): after set_bf16_copies the same launch also writes each registered parameter's bf16
+// copy from the updated fp32 value, with the bits CudaModel::refresh_bf16 would give, so no refresh pass is needed.
 #pragma once
 #include <string>
 #include <vector>
@@ -42,6 +45,13 @@ class CudaAdamW {
   const CudaTensor& exp_avg(size_t i) const { return exp_avg_[i]; }
   const CudaTensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
 
+  // Registers the bf16 copies of the weights model (CudaModel::bf16_copies()): from now on every step also writes the
+  // copy each slot holds at that time (nothing while a slot is empty, i.e. in the fp32 mode). Every listed weight must
+  // be one of the parameters with the same element count (internal error otherwise); a later call replaces the list.
+  void set_bf16_copies(const std::vector<CudaModel::Bf16Copy>& copies);
+  // Whether set_bf16_copies was called (then a step leaves the registered copies up to date).
+  bool writes_bf16_copies() const { return writes_bf16_; }
+
   // Global norm of every gradient; when it is finite: clip scale min(1, max_norm / norm) (max_norm > 0) and one
   // AdamW update of every parameter with its lr and weight decay, and the step count advances. When it is not
   // finite nothing changes. Returns the norm before clipping (as clip_grad_norm).
@@ -51,6 +61,10 @@ class CudaAdamW {
   CudaContext* ctx_;
   std::vector<CudaAdamWParam> params_;
   std::vector<CudaTensor> exp_avg_, exp_avg_sq_;
+  std::vector<CudaTensor*> bf16_;        // per parameter: the slot of its bf16 copy, or nullptr
+  bool writes_bf16_ = false;
+  CudaTensor table_;                     // device workspace of adamw_multi_step_cuda (the list's table)
+  std::vector<unsigned char> staging_;   // its host staging buffer (pageable: see adamw_multi_step_cuda)
   CudaTensor norm_, scale_;  // device double [1], float [1]
   double beta1_, beta2_, eps_;
   int64_t step_ = 0;

@@ -18,8 +18,8 @@
 // their fp32 weight and run their products on bf16 tensor cores with fp32 results (layers/cuda/cuda_linear.h);
 // attention and the gated delta rule run their bf16 kernels. An activation whose only readers are bf16 products is
 // rounded once and, where kept, kept in bf16 only (docs/cuda.md lists them); norms, the losses, the other activations
-// between ops, the gradients and the master weights stay fp32. After an optimizer step, refresh_bf16() re-rounds the
-// copies.
+// between ops, the gradients and the master weights stay fp32. After an update of the fp32 weights the copies must be
+// re-rounded: refresh_bf16(), or by the optimizer in the same pass (CudaAdamW::set_bf16_copies with bf16_copies()).
 // Non-goals for now: decode state.
 #pragma once
 #include <functional>
@@ -96,6 +96,15 @@ class CudaModel {
   bool bf16_compute() const { return bf16_compute_; }
   // Re-rounds every bf16 copy from its fp32 weight (queued); nothing in the fp32 mode.
   void refresh_bf16();
+  // Every fp32 weight that has a bf16 copy in the bf16 mode (each linear's weight; the LM head's, which is the
+  // embedding when tied) with the slot of its copy. The slot holds the copy (bf16, the weight's shape) while the bf16
+  // mode is on and is empty (raw() == nullptr) otherwise; set_bf16_compute refills the same slots, so the pointers
+  // stay valid while this model lives. A writer of the copies must give refresh_bf16's bits (cast_f32_to_bf16_cuda).
+  struct Bf16Copy {
+    const CudaTensor* weight;
+    CudaTensor* copy;
+  };
+  std::vector<Bf16Copy> bf16_copies();
   // The head for lm_head_loss_cuda over n rows of final hidden states (device): in the bf16 mode `hidden` is
   // rounded into `scratch`, which the caller keeps until the loss call is queued.
   LmHeadCuda lm_head_for(const float* hidden, int64_t n, CudaTensor& scratch) const;

@@ -45,6 +45,13 @@ void CudaModel::refresh_bf16() {
   cast_f32_to_bf16_cuda(lm_head_bf16_.data<__nv_bfloat16>(), head.data<float>(), head.numel(), ctx_->stream());
 }
 
+std::vector<CudaModel::Bf16Copy> CudaModel::bf16_copies() {
+  std::vector<Bf16Copy> out;
+  for_each_linear([&](CudaLinear& l) { out.push_back({&l.weight, &l.weight_bf16}); });
+  out.push_back({tied_head_ ? &embed_tokens_ : &lm_head_, &lm_head_bf16_});
+  return out;
+}
+
 LmHeadCuda CudaModel::lm_head_for(const float* hidden, int64_t n, CudaTensor& scratch) const {
   LmHeadCuda head{lm_head_weight(), config_.vocab_size, config_.hidden_size, config_.logits_scaling};
   if (!bf16_compute_) return head;

@@ -10,6 +10,10 @@
 //            loaded; in the diagonal tile a warp skips the key chunks (16 keys) after its rows.
 //   dk/dv:   one block per (sequence, key tile, kv head); loops over the group's query heads and then the query tiles
 //            at or after the key tile, in order: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q (fp32 registers).
+//            Per query tile, a warp computes Sᵀ and dPᵀ (16 keys × 16 queries each) for a group of kGroup query
+//            chunks in one pass over the head dim, so each K / V fragment read serves the whole group; then per
+//            chunk, in order, P and dS and the dV / dK mma. The per-accumulator mma order is the one-chunk order.
+//            kGroup is 1 for now (larger groups spill at D = 128 and were slower; see kGroup).
 //   dq:      one block per (sequence, query tile, query head); loops over key tiles: S, dP, dQ += dS K.
 //   Dᵢ = rowsum(dO ∘ O): one warp per row. No float atomics: every output element is owned by one thread.
 //
@@ -476,6 +480,13 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int S = kStride<D>;
   constexpr int kSteps = D / 16;
   constexpr int kDTiles = D / 8;
+  // Query chunks per Sᵀ / dPᵀ pass (below). ptxas -v, sm_90a, nvcc 13: D = 64 (K / V in registers) kGroup 2: 172
+  // registers, no spills (kGroup 4: 245); D = 128 kGroup 4: 255 registers, 8 bytes of spill stores (kGroup 2: 20;
+  // kGroup 1: 253, none, but 4 ldmatrix per 4 mma of Sᵀ / dPᵀ). Measured on the H200 (2026-11-30, B8 T1024 32/8
+  // heads): D = 128 with kGroup 4 made the dk/dv kernel slower (1.30 ms, 569k local-memory spill requests; forward +
+  // backward 2.549 -> 2.685 ms), so D = 128 keeps one chunk per pass; so does D = 64 until a bench measures its
+  // variant (K / V in registers, kGroup 2: 2 blocks per SM instead of 3).
+  constexpr int kGroup = 1;
   // Block order: tile rank-major over the sequences, the first key tiles (most query tiles to visit) first.
   const int64_t seq = blockIdx.x % dm.n_seqs, k0 = (blockIdx.x / dm.n_seqs) * kTile, kvh = blockIdx.y;
   const SeqBounds sb = seq_bounds(cu_seqlens, seq, dm, error_flag);
@@ -491,9 +502,10 @@ __global__ void __launch_bounds__(kThreads)
   float* dvec_s = lse_s + 2 * kTile;                               // [2][64]
 
   // Work item `it` = (query head kvh·group + it / n_qtiles, query tile k0 + 64·(it % n_qtiles)), in this order.
-  const int64_t n_qtiles = (len - k0 + kTile - 1) / kTile;
-  const int64_t n_items = dm.group * n_qtiles;
-  const auto stage_item = [&](int64_t it, int buf) {
+  // (32-bit counts: no 64-bit division per item while dk and dv fill the registers.)
+  const int n_qtiles = static_cast<int>((len - k0 + kTile - 1) / kTile);
+  const int n_items = static_cast<int>(dm.group) * n_qtiles;
+  const auto stage_item = [&](int it, int buf) {
     const int64_t h = kvh * dm.group + it / n_qtiles, q0 = k0 + (it % n_qtiles) * kTile;
     stage_tile<D>(q_s + buf * kTile * S, q, begin + q0, len - q0, dm.Hq, h);
     stage_tile<D>(do_s + buf * kTile * S, d_out, begin + q0, len - q0, dm.Hq, h);
@@ -506,7 +518,7 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-  const int64_t key_pos[2] = {k0 + 16 * warp + lane / 4, k0 + 16 * warp + lane / 4 + 8};  // rows g, g+8
+  const int key_r[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};  // rows g, g+8 (relative to k0)
   float dk_acc[kDTiles][4], dv_acc[kDTiles][4];
 #pragma unroll
   for (int i = 0; i < kDTiles; ++i) {
@@ -514,86 +526,147 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.0f;
   }
 
-  for (int64_t it = 0; it < n_items; ++it) {
+  // kKVRegs: the warp's K and V A fragments (16 keys × D) stay in registers for the whole block (32 registers at
+  // D = 64; D = 128 has no room: dk and dv already hold 128) instead of being read once per k-step of a chunk group.
+  // Off: D = 64 could, but the variant is not measured yet (kGroup comment above).
+  constexpr bool kKVRegs = false;
+  uint32_t kf[kKVRegs ? kSteps : 1][4], vf[kKVRegs ? kSteps : 1][4];
+
+  for (int it = 0; it < n_items; ++it) {
     cp_async_wait_all();
     __syncthreads();  // item it has landed; every warp is done with item it - 1's buffers
+    if constexpr (kKVRegs) {
+      if (it == 0) {  // k_s and v_s landed with item 0 and never change
+#pragma unroll
+        for (int ks = 0; ks < kSteps; ++ks) {
+          ldsm_x4(kf[ks], frag_a<S>(k_s, 16 * warp, 16 * ks, lane));
+          ldsm_x4(vf[ks], frag_a<S>(v_s, 16 * warp, 16 * ks, lane));
+        }
+      }
+    }
     if (it + 1 < n_items) {
-      stage_item(it + 1, static_cast<int>((it + 1) & 1));
+      stage_item(it + 1, (it + 1) & 1);
       cp_async_commit();
     }
-    const int buf = static_cast<int>(it & 1);
+    const int buf = it & 1;
     const bf16* qb = q_s + buf * kTile * S;
     const bf16* dob = do_s + buf * kTile * S;
     const float* lse_b = lse_s + buf * kTile;
     const float* dvec_b = dvec_s + buf * kTile;
     const int64_t q0 = k0 + (it % n_qtiles) * kTile;
     const bool diag = q0 == k0;
+    // Visibility in 32-bit tile-relative terms: key k0 + kr sees query q0 + qi iff kr <= q_rel + qi, and the query
+    // is in the sequence iff qi < n_q.
+    const int q_rel = static_cast<int>(q0 - k0), n_q = static_cast<int>(len - q0 < kTile ? len - q0 : kTile);
     // Query chunks (16 queries) that see some of this warp's keys: on the diagonal, chunks from the warp's own on.
     const int c_first = diag ? warp : 0;
     // The partially masked block (diagonal, chunk == warp) multiplies P = dS = 0 by its Q and dO rows.
     const bool diag_scalar =
         diag && (rows16_nonfinite<D>(qb, 16 * warp, lane) || rows16_nonfinite<D>(dob, 16 * warp, lane));
 
+    // Query chunks (16 queries) in groups of kGroup: one pass over the k-steps computes Sᵀ and dPᵀ of the group's
+    // live chunks (from c_first on, before the sequence end), so each K / V fragment feeds up to 2·kGroup mma; then
+    // each live chunk of the group, in increasing order, turns them into P and dS and adds its dV and dK terms.
+    // Every accumulator gets the same mma sequence as with one chunk per pass: Sᵀ / dPᵀ tiles k-steps 0, 1, ...
+    // from 0; dV / dK chunk after chunk.
 #pragma unroll 1
-    for (int c = 0; c < 4; ++c) {
-      if (c < c_first || q0 + 16 * c >= len) continue;  // warp-uniform
-      // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: 16 keys × 16 queries, tile nt holds queries q0 + 16c + 8nt .. +7.
-      float st[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      float dpt[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int c0 = 0; c0 < 4; c0 += kGroup) {
+      bool live[kGroup];
+      bool any_live = false;
 #pragma unroll
-      for (int ks = 0; ks < kSteps; ++ks) {
-        uint32_t a[4], b[4];
-        ldsm_x4(a, frag_a<S>(k_s, 16 * warp, 16 * ks, lane));
-        ldsm_x4(b, frag_b_nmajor<S>(qb, 16 * c, 16 * ks, lane));
-        mma_bf16(st[0], a, b[0], b[1]);
-        mma_bf16(st[1], a, b[2], b[3]);
-        ldsm_x4(a, frag_a<S>(v_s, 16 * warp, 16 * ks, lane));
-        ldsm_x4(b, frag_b_nmajor<S>(dob, 16 * c, 16 * ks, lane));
-        mma_bf16(dpt[0], a, b[0], b[1]);
-        mma_bf16(dpt[1], a, b[2], b[3]);
+      for (int j = 0; j < kGroup; ++j) {
+        live[j] = c0 + j >= c_first && q0 + 16 * (c0 + j) < len;  // warp-uniform
+        any_live |= live[j];
       }
-      // Pᵀ = exp(s - lse), dSᵀ = Pᵀ ⊙ (dPᵀ - Dᵢ), both 0 by selection where query i does not see key j (j > i, or
-      // i past the sequence end).
+      if (!any_live) continue;
+      // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: 16 keys × 16 queries per chunk c0 + j, tile nt holds queries q0 + 16(c0 + j) +
+      // 8nt .. +7; every tile gets its k-steps in increasing order.
+      float st[kGroup][2][4], dpt[kGroup][2][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int j = 0; j < kGroup; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = 16 * c + 8 * nt + 2 * t + (e & 1);  // query row in the tile
-          const int64_t i = q0 + qi;
-          const bool vis = key_pos[e >> 1] <= i && i < len;
-          const float p = expf(st[nt][e] * dm.scale - lse_b[qi]);
-          const float ds = p * (dpt[nt][e] - dvec_b[qi]);
-          st[nt][e] = vis ? p : 0.0f;
-          dpt[nt][e] = vis ? ds : 0.0f;
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) st[j][nt][e] = dpt[j][nt][e] = 0.0f;
         }
       }
-      if (diag_scalar && c == warp) {
-        // Scalar path: skip the masked queries instead of multiplying P = dS = 0 by a non-finite q or dO row.
-        const int64_t i0 = q0 + 16 * c;
-        const auto visible = [&](int ii, int half) { return key_pos[half] <= i0 + ii && i0 + ii < len; };
-        scalar_acc_16<D>(dv_acc, st[0], st[1], dob + 16 * c * S, lane, visible);
-        scalar_acc_16<D>(dk_acc, dpt[0], dpt[1], qb + 16 * c * S, lane, visible);
-        continue;
-      }
-      // dV += Pᵀ dO, dK += dSᵀ Q (k = the 16 queries of chunk c).
-      uint32_t p_hi[4], p_lo[4], ds_hi[4], ds_lo[4];
-      frag_a_from_acc(p_hi, p_lo, st[0], st[1]);
-      frag_a_from_acc(ds_hi, ds_lo, dpt[0], dpt[1]);
 #pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        uint32_t b[4];
-        ldsm_x4_trans(b, frag_b_kmajor<S>(dob, 16 * c, 16 * dp, lane));
-        mma_split(dv_acc[2 * dp], dv_acc[2 * dp + 1], p_hi, p_lo, b);
-        ldsm_x4_trans(b, frag_b_kmajor<S>(qb, 16 * c, 16 * dp, lane));
-        mma_split(dk_acc[2 * dp], dk_acc[2 * dp + 1], ds_hi, ds_lo, b);
+      for (int ks = 0; ks < kSteps; ++ks) {
+        uint32_t ka[4], va[4];
+        if constexpr (kKVRegs) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            ka[r] = kf[ks][r];
+            va[r] = vf[ks][r];
+          }
+        } else {
+          ldsm_x4(ka, frag_a<S>(k_s, 16 * warp, 16 * ks, lane));
+        }
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) {
+          if (!live[j]) continue;  // warp-uniform; its st / dpt stay unused
+          uint32_t b[4];
+          ldsm_x4(b, frag_b_nmajor<S>(qb, 16 * (c0 + j), 16 * ks, lane));
+          mma_bf16(st[j][0], ka, b[0], b[1]);
+          mma_bf16(st[j][1], ka, b[2], b[3]);
+        }
+        if constexpr (!kKVRegs) ldsm_x4(va, frag_a<S>(v_s, 16 * warp, 16 * ks, lane));
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) {
+          if (!live[j]) continue;  // warp-uniform; its st / dpt stay unused
+          uint32_t b[4];
+          ldsm_x4(b, frag_b_nmajor<S>(dob, 16 * (c0 + j), 16 * ks, lane));
+          mma_bf16(dpt[j][0], va, b[0], b[1]);
+          mma_bf16(dpt[j][1], va, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        if (!live[j]) continue;
+        const int c = c0 + j;
+        // Pᵀ = exp(s - lse), dSᵀ = Pᵀ ⊙ (dPᵀ - Dᵢ), both 0 by selection where query i does not see key j (j > i,
+        // or i past the sequence end).
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qi = 16 * c + 8 * nt + 2 * t + (e & 1);  // query row in the tile
+            const bool vis = key_r[e >> 1] <= q_rel + qi && qi < n_q;
+            const float p = expf(st[j][nt][e] * dm.scale - lse_b[qi]);
+            const float ds = p * (dpt[j][nt][e] - dvec_b[qi]);
+            st[j][nt][e] = vis ? p : 0.0f;
+            dpt[j][nt][e] = vis ? ds : 0.0f;
+          }
+        }
+        if (diag_scalar && c == warp) {
+          // Scalar path: skip the masked queries instead of multiplying P = dS = 0 by a non-finite q or dO row.
+          const int i0 = 16 * c;
+          const auto visible = [&](int ii, int half) { return key_r[half] <= q_rel + i0 + ii && i0 + ii < n_q; };
+          scalar_acc_16<D>(dv_acc, st[j][0], st[j][1], dob + 16 * c * S, lane, visible);
+          scalar_acc_16<D>(dk_acc, dpt[j][0], dpt[j][1], qb + 16 * c * S, lane, visible);
+          continue;
+        }
+        // dV += Pᵀ dO, dK += dSᵀ Q (k = the 16 queries of chunk c).
+        uint32_t p_hi[4], p_lo[4], ds_hi[4], ds_lo[4];
+        frag_a_from_acc(p_hi, p_lo, st[j][0], st[j][1]);
+        frag_a_from_acc(ds_hi, ds_lo, dpt[j][0], dpt[j][1]);
+#pragma unroll
+        for (int dp = 0; dp < kDTiles / 2; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_trans(b, frag_b_kmajor<S>(dob, 16 * c, 16 * dp, lane));
+          mma_split(dv_acc[2 * dp], dv_acc[2 * dp + 1], p_hi, p_lo, b);
+          ldsm_x4_trans(b, frag_b_kmajor<S>(qb, 16 * c, 16 * dp, lane));
+          mma_split(dk_acc[2 * dp], dk_acc[2 * dp + 1], ds_hi, ds_lo, b);
+        }
       }
     }
   }
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (key_pos[r] >= len) continue;
-    const int64_t row = (begin + key_pos[r]) * dm.Hkv + kvh;
+    const int64_t key_pos = k0 + key_r[r];
+    if (key_pos >= len) continue;
+    const int64_t row = (begin + key_pos) * dm.Hkv + kvh;
 #pragma unroll
     for (int i = 0; i < kDTiles; ++i) {
       *reinterpret_cast<__nv_bfloat162*>(dk + row * D + 8 * i + 2 * t) = __halves2bfloat162(

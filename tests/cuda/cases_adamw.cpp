@@ -8,6 +8,8 @@
 // The multi-tensor launcher (adamw_multi_step_cuda) is compared BIT FOR BIT with one adamw_step_cuda per tensor
 // (aligned and unaligned tensors in shared buffers, per-tensor scalars, with/without clip scale and bf16 copies, NaN and
 // Inf scales, empty tensors and lists), and nothing outside the tensors may change.
+// The one-launch global norm is compared BIT FOR BIT (slots, norm, clip scale) with a host emulation of its defining
+// per-tensor order (exact: same fp64 operations in the same order), and each tensor's slots with a one-tensor list.
 //
 // Tolerances (fp32 rule, k = 1 with mag the derived bound in units of u·1; c_g = 2 when a clip scale is applied: the
 // f32 scale and the product g·s are two roundings where the CPU has one):
@@ -215,8 +217,9 @@ TEST(AdamWCuda, GlobalNormClipAndStepOverManyTensors) {
     }
     DeviceBuffer norm(8, "norm"), scale(4, "clip_scale");
     DeviceBuffer ws(grad_norm_cuda_workspace_bytes(table.data(), table.size()), "workspace");
+    std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(table.size()));
     grad_global_norm_cuda(norm.as<double>(), scale.as<float>(), table.data(), table.size(), max_norm, ws.as<void>(),
-                          ws.bytes(), ctx().stream());
+                          ws.bytes(), staging.data(), ctx().stream());
     const AdamWCudaStep s = adamw_cuda_step(lr, wd, kBeta1, kBeta2, kEps, step);
     for (size_t i = 0; i < in.size(); ++i)
       adamw_step_cuda(p[i].as<float>(), m[i].as<float>(), v[i].as<float>(), nullptr, g[i].as<float>(),
@@ -261,8 +264,9 @@ TEST(AdamWCuda, NonFiniteNormSkipsTheStep) {
                  copy(s.p.size() * 2, "param_bf16"), norm(8, "norm"), scale(4, "clip_scale");
     const GradNormCudaTensor table[] = {{g.as<float>(), 1000}};
     DeviceBuffer ws(grad_norm_cuda_workspace_bytes(table, 1), "workspace");
+    std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(1));
     grad_global_norm_cuda(norm.as<double>(), scale.as<float>(), table, 1, 1.0, ws.as<void>(), ws.bytes(),
-                          ctx().stream());
+                          staging.data(), ctx().stream());
     adamw_step_cuda(p.as<float>(), m.as<float>(), v.as<float>(), copy.as<__nv_bfloat16>(), g.as<float>(),
                     scale.as<float>(), 1000, adamw_cuda_step(1e-3, 0.01, kBeta1, kBeta2, kEps, 2), ctx().stream());
     const double norm_gpu = norm.download<double>()[0];
@@ -282,10 +286,18 @@ TEST(AdamWCuda, NonFiniteNormSkipsTheStep) {
 TEST(AdamWCuda, GlobalNormEdgeCases) {
   HLM_REQUIRE_CUDA();
   {
-    DeviceBuffer norm(8, "norm"), ws(grad_norm_cuda_workspace_bytes(nullptr, 0), "workspace");
-    const GradNormCudaTensor empty[] = {{nullptr, 0}};
-    grad_global_norm_cuda(norm.as<double>(), nullptr, empty, 1, 0.0, ws.as<void>(), ws.bytes(), ctx().stream());
+    DeviceBuffer norm(8, "norm"), scale(4, "clip_scale"), ws(grad_norm_cuda_workspace_bytes(nullptr, 0), "workspace");
+    std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(0));
+    grad_global_norm_cuda(norm.as<double>(), scale.as<float>(), nullptr, 0, 1.0, ws.as<void>(), ws.bytes(),
+                          staging.data(), ctx().stream());
     EXPECT_EQ(norm.download<double>()[0], 0.0);
+    EXPECT_EQ(scale.download<float>()[0], 1.0f);
+    const GradNormCudaTensor empty[] = {{nullptr, 0}, {nullptr, 0}};
+    DeviceBuffer norm2(8, "norm"), ws2(grad_norm_cuda_workspace_bytes(empty, 2), "workspace");
+    staging.assign(grad_norm_cuda_staging_bytes(2), 0);
+    grad_global_norm_cuda(norm2.as<double>(), nullptr, empty, 2, 0.0, ws2.as<void>(), ws2.bytes(), staging.data(),
+                          ctx().stream());
+    EXPECT_EQ(norm2.download<double>()[0], 0.0);
   }
   const std::vector<float> big = make_values(4097, Fill::Large, 95);
   std::vector<Tensor> grads = {host_tensor(big)};
@@ -293,7 +305,9 @@ TEST(AdamWCuda, GlobalNormEdgeCases) {
   DeviceBuffer g = DeviceBuffer::from(big, "grad"), norm(8, "norm");
   const GradNormCudaTensor table[] = {{g.as<float>(), 4097}};
   DeviceBuffer ws(grad_norm_cuda_workspace_bytes(table, 1), "workspace");
-  grad_global_norm_cuda(norm.as<double>(), nullptr, table, 1, 0.0, ws.as<void>(), ws.bytes(), ctx().stream());
+  std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(1));
+  grad_global_norm_cuda(norm.as<double>(), nullptr, table, 1, 0.0, ws.as<void>(), ws.bytes(), staging.data(),
+                        ctx().stream());
   const double norm_gpu = norm.download<double>()[0];
   const double bound = 2.0 * (4097 + 64) * 0x1p-53 * norm_cpu;
   std::cout << "[check] grad_norm large: gpu " << norm_gpu << " cpu " << norm_cpu << " bound " << bound << "\n";
@@ -305,12 +319,12 @@ TEST(AdamWCuda, GlobalNormEdgeCases) {
 // All tensors of a list live in one guarded buffer per array (param, m, v, grad, bf16 copy) at offsets with gaps
 // between them; the gaps hold known values that must survive. Layouts: "aligned" (every tensor 16-byte aligned: the
 // float4 path) and "mixed" (odd tensors one float past alignment: the scalar path; some bf16 copies 4-byte but not
-// 8-byte aligned, so f32-aligned tensors take the scalar path too). Sizes around the chunk (kAdamWMultiChunk = 8192)
+// 8-byte aligned, so f32-aligned tensors take the scalar path too). Sizes around the chunk (kAdamWMultiChunk = 16384)
 // and odd tails; every tensor has its own lr, weight decay and step number.
 
 namespace {
 
-const std::vector<int64_t> kMultiSizes = {0, 1, 3, 1000, 4097, 8192, 8193, 0, 65537, (1 << 20) + 3, 5};
+const std::vector<int64_t> kMultiSizes = {0, 1, 3, 1000, 4097, 8192, 16384, 16385, 0, 65537, (1 << 20) + 3, 5};
 
 struct MultiLayout {
   std::vector<int64_t> f32_off, bf16_off;  // element offsets of each tensor
@@ -506,4 +520,129 @@ TEST(AdamWCuda, MultiTensorEmpty) {
                         ctx().stream());
   EXPECT_TRUE(buffers_ok({}, {&ws})) << "adamw.multi empty: the workspace was written";
   ctx().synchronize();
+}
+
+// ---- The one-launch gradient norm BIT FOR BIT against its defining order (grad_norm_cuda.h): the earlier launcher
+// ran pass 1 once per tensor into consecutive slots; that order is emulated exactly on the host here (every square is
+// exact in fp64 and every fp64 addition is IEEE-rounded on both sides, in the same order and the same tree), so
+// the slots, the norm and the clip scale must match to the bit. Also each tensor's slots must equal those of a
+// one-tensor list (the block → (tensor, piece) mapping). Sizes: empty tensors (also first and last), tails, two
+// tensors at the 1024-block cap (16–17 and 35–36 grid-stride steps per thread: across the 8-step unroll), and 120
+// small tensors (a multi-round block → tensor search).
+
+namespace {
+
+constexpr int kNormThreads = 256;  // grad_norm.cu's pass-1 and finish block
+constexpr int64_t kNormBlockElements = 16 * kNormThreads, kNormMaxBlocks = 1024;
+
+int64_t norm_blocks(int64_t n) {
+  return n <= 0 ? 0 : std::min((n + kNormBlockElements - 1) / kNormBlockElements, kNormMaxBlocks);
+}
+
+// cuda::block_sum<256, double>: in each warp an xor butterfly (offsets 16 … 1, lane l adds lane l ^ offset), lane 0's
+// value per warp; then 0 + warp 0 + warp 1 + … + warp 7.
+double emulate_block_sum(const std::vector<double>& v) {
+  double total = 0.0;
+  for (int w = 0; w < kNormThreads / 32; ++w) {
+    double lane[32], next[32];
+    for (int l = 0; l < 32; ++l) lane[l] = v[static_cast<size_t>(w * 32 + l)];
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ offset];
+      std::memcpy(lane, next, sizeof(lane));
+    }
+    total += lane[0];
+  }
+  return total;
+}
+
+// Pass 1 of one tensor: block j's slot, thread k summing x[i]² for i = j·256 + k, + B·256, ...
+void emulate_sum_squares(const std::vector<float>& x, std::vector<double>& slots) {
+  const int64_t n = static_cast<int64_t>(x.size()), blocks = norm_blocks(n), stride = blocks * kNormThreads;
+  std::vector<double> acc(kNormThreads);
+  for (int64_t j = 0; j < blocks; ++j) {
+    for (int k = 0; k < kNormThreads; ++k) {
+      double a = 0.0;
+      for (int64_t i = j * kNormThreads + k; i < n; i += stride) {
+        const double d = x[static_cast<size_t>(i)];
+        a += d * d;
+      }
+      acc[static_cast<size_t>(k)] = a;
+    }
+    slots.push_back(emulate_block_sum(acc));
+  }
+}
+
+// Pass 2: thread k sums slots k, k + 256, ... in order, then the block tree.
+double emulate_finish(const std::vector<double>& slots) {
+  std::vector<double> acc(kNormThreads, 0.0);
+  for (size_t s = 0; s < slots.size(); ++s) acc[s % kNormThreads] += slots[s];
+  return std::sqrt(emulate_block_sum(acc));
+}
+
+}  // namespace
+
+TEST(AdamWCuda, GlobalNormOneLaunchMatchesPerTensorOrder) {
+  HLM_REQUIRE_CUDA();
+  // 4194309 and 9175047: 1024 blocks (the cap), 16–17 and 35–36 grid-stride steps per thread.
+  std::vector<int64_t> sizes = {0, 1, 3, 4097, 0, 255, 257, 4096, 65537, (1 << 20) + 3, 4194309, 9175047, 70001};
+  for (int64_t i = 0; i < 120; ++i) sizes.push_back(i % 11 == 0 ? 0 : (i * 977 + 13) % 9001);
+  sizes.push_back(0);
+  std::vector<std::vector<float>> values;
+  std::vector<DeviceBuffer> g;
+  std::vector<GradNormCudaTensor> table;
+  std::vector<double> want_slots;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Fill fill = i == 3 ? Fill::Large : i == 7 ? Fill::Denormal : Fill::Normal;
+    values.push_back(make_values(static_cast<size_t>(sizes[i]), fill, 600 + i));
+    g.push_back(DeviceBuffer::from(values.back(), "grad"));
+    table.push_back({sizes[i] > 0 ? g.back().as<float>() : nullptr, sizes[i]});
+    emulate_sum_squares(values.back(), want_slots);
+  }
+  const double want_norm = emulate_finish(want_slots);
+  const double max_norm = 0.37 * want_norm;  // clipped: an inexact scale
+  const float want_scale = static_cast<float>(max_norm / want_norm);
+
+  const size_t count = table.size(), table_bytes = grad_norm_cuda_staging_bytes(count);
+  DeviceBuffer norm(8, "norm"), scale(4, "clip_scale");
+  DeviceBuffer ws(grad_norm_cuda_workspace_bytes(table.data(), count), "workspace");
+  std::vector<unsigned char> staging(table_bytes);
+  grad_global_norm_cuda(norm.as<double>(), scale.as<float>(), table.data(), count, max_norm, ws.as<void>(),
+                        ws.bytes(), staging.data(), ctx().stream());
+  staging.assign(staging.size(), 0xAB);  // pageable staging: reusable once the call returned
+
+  const std::vector<uint8_t> ws_bytes = ws.download_bytes();
+  ASSERT_EQ(ws_bytes.size(), table_bytes + want_slots.size() * sizeof(double));
+  const std::vector<uint8_t> want_bytes(reinterpret_cast<const uint8_t*>(want_slots.data()),
+                                        reinterpret_cast<const uint8_t*>(want_slots.data() + want_slots.size()));
+  EXPECT_TRUE(same_bytes("grad_norm.one-launch slots vs emulated per-tensor order",
+                         std::vector<uint8_t>(ws_bytes.begin() + static_cast<std::ptrdiff_t>(table_bytes),
+                                              ws_bytes.end()),
+                         want_bytes, sizeof(double)));
+  const double got_norm = norm.download<double>()[0];
+  const float got_scale = scale.download<float>()[0];
+  std::cout << "[check] grad_norm.one-launch " << count << " tensors, " << want_slots.size()
+            << " slots: norm gpu " << got_norm << " emulated " << want_norm << ", scale gpu " << got_scale
+            << " emulated " << want_scale << "\n";
+  EXPECT_EQ(std::memcmp(&got_norm, &want_norm, sizeof(double)), 0) << "norm bits differ";
+  EXPECT_EQ(std::memcmp(&got_scale, &want_scale, sizeof(float)), 0) << "clip scale bits differ";
+  EXPECT_TRUE(buffers_ok({&norm, &scale, &ws}, {})) << "grad_norm.one-launch";
+  for (const DeviceBuffer& b : g) EXPECT_TRUE(buffers_ok({}, {&b})) << "grad_norm.one-launch: a gradient changed";
+
+  // Each tensor alone (a one-tensor list): its slots are the same bits as its range of the list's slots.
+  size_t first = 0, bad = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t blocks = static_cast<size_t>(norm_blocks(sizes[i]));
+    DeviceBuffer one_norm(8, "norm"), one_ws(grad_norm_cuda_workspace_bytes(&table[i], 1), "workspace");
+    std::vector<unsigned char> one_staging(grad_norm_cuda_staging_bytes(1));
+    grad_global_norm_cuda(one_norm.as<double>(), nullptr, &table[i], 1, 0.0, one_ws.as<void>(), one_ws.bytes(),
+                          one_staging.data(), ctx().stream());
+    const std::vector<uint8_t> one = one_ws.download_bytes();
+    const size_t off = grad_norm_cuda_staging_bytes(1);
+    if (blocks > 0 &&
+        std::memcmp(one.data() + off, ws_bytes.data() + table_bytes + first * sizeof(double), blocks * 8) != 0)
+      ++bad;
+    first += blocks;
+  }
+  std::cout << "[check] grad_norm.one-launch vs one-tensor lists: " << count << " tensors, mismatches=" << bad << "\n";
+  EXPECT_EQ(bad, 0u) << "a tensor's slots differ between the list and a one-tensor list";
 }

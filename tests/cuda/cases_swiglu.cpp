@@ -1,7 +1,11 @@
 // SwiGLU: CUDA (src/ops/swiglu/swiglu.cu) vs the CPU reference (swiglu_ref.cpp), forward and backward, f32.
-// Cases: odd lengths (1, 65, 127, 1000, 4097, 2^20 + 3), every input fill, and a saturating gate (scale 30: |gate| up
-// to ~150, where exp(−gate) overflows fp32 on one side and σ rounds to 1 on the other). The bf16-output forward must
-// give exactly the bits of rounding the fp32 output with core/dtype.h's f32_to_bf16.
+// Cases: odd lengths (1, 65, 127, 1000, 1026, 4097, 2^20 + 3), every input fill, and a saturating gate (scale 30:
+// |gate| up to ~150, where exp(−gate) overflows fp32 on one side and σ rounds to 1 on the other). The bf16-output
+// forward must give exactly the bits of rounding the fp32 output with core/dtype.h's f32_to_bf16.
+// Paths: the kernels take float4 for the first 4·⌊n/4⌋ elements when every pointer is 16-byte aligned (the harness's
+// buffers are) and a scalar loop for the n % 4 rest (n = 1: scalar only; 1000: vector only; 65, 127, 1026, 4097,
+// 2^20 + 3: both, Special's Inf at n − 1 in the rest). Each case runs again on pointers one float past the boundary
+// (shifted_by_one: every element on the scalar path) and must give the aligned run's bits, for all three kernels.
 //
 // Tolerances (fp32 rule, harness.h). CUDA's expf is within 2 ulp (≤ 4u relative); the division and the products are
 // correctly rounded (nvcc's default -prec-div=true; no fast math).
@@ -36,6 +40,7 @@ const std::vector<SwigluCase> kCases = {
     {1, Fill::Normal},     {65, Fill::Normal},       {127, Fill::Normal},     {1000, Fill::Normal},
     {4097, Fill::Normal},  {(1 << 20) + 3, Fill::Normal}, {1000, Fill::Normal, 30.0f}, {1000, Fill::Large, 1.0f},
     {127, Fill::Zeros},    {1000, Fill::Denormal},    {1000, Fill::Special},   {1, Fill::Special},
+    {1026, Fill::Special}, {1026, Fill::Normal, 30.0f},
 };
 
 std::string name(const SwigluCase& c, const char* what) {
@@ -71,6 +76,21 @@ TEST(SwigluCuda, Forward) {
     EXPECT_EQ(mismatches, 0u) << name(c, "fwd bf16 out vs cast of the fp32 out");
     EXPECT_TRUE(buffers_ok({&out16}, {&g, &u})) << name(c, "fwd bf16");
 
+    // Misaligned pointers (one element past the boundary): the scalar path for every element, the same bits.
+    DeviceBuffer gs = DeviceBuffer::from(shifted_by_one(gate), "gate+1"),
+                 us = DeviceBuffer::from(shifted_by_one(up), "up+1"), outs((n + 1) * 4, "out+1"),
+                 out16s((n + 1) * 2, "out bf16+1");
+    swiglu_forward_cuda(outs.as<float>() + 1, gs.as<float>() + 1, us.as<float>() + 1, c.n, ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "fwd misaligned vs aligned"), body_after_one(outs), gpu));
+    EXPECT_TRUE(first_unwritten(outs)) << name(c, "fwd misaligned");
+    swiglu_forward_bf16_cuda(out16s.as<__nv_bfloat16>() + 1, gs.as<float>() + 1, us.as<float>() + 1, c.n,
+                             ctx().stream());
+    const auto bits_s = out16s.download<uint16_t>();
+    size_t mismatches_s = bits_s[0] != 0xFFFFu ? 1 : 0;  // nothing written before the data
+    for (size_t i = 0; i < n; ++i) mismatches_s += bits_s[i + 1] != bits[i] ? 1 : 0;
+    EXPECT_EQ(mismatches_s, 0u) << name(c, "fwd bf16 misaligned vs aligned");
+    EXPECT_TRUE(buffers_ok({&outs, &out16s}, {&gs, &us})) << name(c, "fwd misaligned");
+
     // out aliasing gate: same bits.
     swiglu_forward_cuda(g.as<float>(), g.as<float>(), u.as<float>(), c.n, ctx().stream());
     EXPECT_TRUE(check_exact(name(c, "fwd in-place"), g.download<float>(), gpu));
@@ -101,6 +121,18 @@ TEST(SwigluCuda, Backward) {
     EXPECT_TRUE(check_f32(name(c, "bwd dgate"), dg_gpu, dg_cpu, dg_ref, mag_dg, {20}));
     EXPECT_TRUE(check_f32(name(c, "bwd dup"), du_gpu, du_cpu, du_ref, abs_of(du_ref), {10}));
     EXPECT_TRUE(buffers_ok({&dg, &du}, {&g, &u, &d})) << name(c, "bwd");
+
+    // Misaligned pointers (one element past the boundary): the scalar path for every element, the same bits.
+    DeviceBuffer gs = DeviceBuffer::from(shifted_by_one(gate), "gate+1"),
+                 us = DeviceBuffer::from(shifted_by_one(up), "up+1"),
+                 ds = DeviceBuffer::from(shifted_by_one(dy), "d_out+1"), dgs((n + 1) * 4, "dgate+1"),
+                 dus((n + 1) * 4, "dup+1");
+    swiglu_backward_cuda(dgs.as<float>() + 1, dus.as<float>() + 1, ds.as<float>() + 1, gs.as<float>() + 1,
+                         us.as<float>() + 1, c.n, ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "bwd dgate misaligned vs aligned"), body_after_one(dgs), dg_gpu));
+    EXPECT_TRUE(check_exact(name(c, "bwd dup misaligned vs aligned"), body_after_one(dus), du_gpu));
+    EXPECT_TRUE(first_unwritten(dgs) && first_unwritten(dus)) << name(c, "bwd misaligned");
+    EXPECT_TRUE(buffers_ok({&dgs, &dus}, {&gs, &us, &ds})) << name(c, "bwd misaligned");
 
     // dgate aliasing d_out and dup aliasing up (the contract allows both): same bits.
     swiglu_backward_cuda(d.as<float>(), u.as<float>(), d.as<float>(), g.as<float>(), u.as<float>(), c.n,

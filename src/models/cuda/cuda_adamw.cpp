@@ -66,7 +66,9 @@ double CudaAdamW::step(double max_norm) {
   CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
   double* norm_device = static_cast<double*>(norm_.raw());
   float* scale = max_norm > 0.0 ? scale_.data<float>() : nullptr;
-  grad_global_norm_cuda(norm_device, scale, list.data(), list.size(), max_norm, ws.raw(), bytes, ctx.stream());
+  std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(list.size()));  // pageable: free once queued
+  grad_global_norm_cuda(norm_device, scale, list.data(), list.size(), max_norm, ws.raw(), bytes, staging.data(),
+                        ctx.stream());
   double norm = 0.0;
   cuda_copy_to_host(ctx, &norm, norm_device, sizeof(norm));  // waits: the step is skipped on a non-finite norm
   if (!std::isfinite(norm)) return norm;

@@ -54,7 +54,7 @@ void adamw_step_cuda(float* param, float* exp_avg, float* exp_avg_sq, __nv_bfloa
 // copy 8-byte aligned) is read and written as float4; otherwise element by element (same arithmetic either way).
 // The table (first_block and a copy of the list) lives in the caller's device workspace; the launcher writes it into
 // the caller's host staging buffer and copies it with cudaMemcpyAsync on `stream` before the kernel.
-inline constexpr int64_t kAdamWMultiChunk = 8192;
+inline constexpr int64_t kAdamWMultiChunk = 16384;
 
 // One entry of the list: a contiguous f32 tensor of n elements and its step scalars (lr and weight decay differ per
 // tensor). param_bf16: [n] bf16 copy written with the update, or nullptr (none). n = 0: nothing (pointers unused).

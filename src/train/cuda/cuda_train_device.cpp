@@ -255,8 +255,9 @@ double CudaTrainDevice::grad_norm_only() {
   const size_t bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
   CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
   CudaTensor norm = CudaTensor::empty(ctx, {1}, DType::I64);  // 8 bytes: one double
+  std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(list.size()));  // pageable: free once queued
   grad_global_norm_cuda(static_cast<double*>(norm.raw()), nullptr, list.data(), list.size(), 0.0, ws.raw(), bytes,
-                        ctx.stream());
+                        staging.data(), ctx.stream());
   double value = 0.0;
   cuda_copy_to_host(ctx, &value, norm.raw(), sizeof(value));
   return value;

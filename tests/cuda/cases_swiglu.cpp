@@ -1,7 +1,7 @@
 // SwiGLU: CUDA (src/ops/swiglu/swiglu.cu) vs the CPU reference (swiglu_ref.cpp), forward and backward, f32.
 // Cases: odd lengths (1, 65, 127, 1000, 1026, 4097, 2^20 + 3), every input fill, and a saturating gate (scale 30:
 // |gate| up to ~150, where exp(−gate) overflows fp32 on one side and σ rounds to 1 on the other). The bf16-output
-// forward must give exactly the bits of rounding the fp32 output with core/dtype.h's f32_to_bf16.
+// forward and backward must give exactly the bits of rounding the fp32 outputs with core/dtype.h's f32_to_bf16.
 // Paths: the kernels take float4 for the first 4·⌊n/4⌋ elements when every pointer is 16-byte aligned (the harness's
 // buffers are) and a scalar loop for the n % 4 rest (n = 1: scalar only; 1000: vector only; 65, 127, 1026, 4097,
 // 2^20 + 3: both, Special's Inf at n − 1 in the rest). Each case runs again on pointers one float past the boundary
@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,26 @@ TEST(SwigluCuda, Backward) {
     EXPECT_TRUE(check_exact(name(c, "bwd dup misaligned vs aligned"), body_after_one(dus), du_gpu));
     EXPECT_TRUE(first_unwritten(dgs) && first_unwritten(dus)) << name(c, "bwd misaligned");
     EXPECT_TRUE(buffers_ok({&dgs, &dus}, {&gs, &us, &ds})) << name(c, "bwd misaligned");
+
+    // bf16 outputs: the bits of casting the fp32 dgate and dup (core/dtype.h's rounding), aligned (vector path) and
+    // one element past the boundary (scalar path for every element).
+    DeviceBuffer dg16(n * 2, "dgate bf16"), du16(n * 2, "dup bf16"), dg16s((n + 1) * 2, "dgate bf16+1"),
+        du16s((n + 1) * 2, "dup bf16+1");
+    swiglu_backward_bf16_cuda(dg16.as<__nv_bfloat16>(), du16.as<__nv_bfloat16>(), d.as<float>(), g.as<float>(),
+                              u.as<float>(), c.n, ctx().stream());
+    swiglu_backward_bf16_cuda(dg16s.as<__nv_bfloat16>() + 1, du16s.as<__nv_bfloat16>() + 1, ds.as<float>() + 1,
+                              gs.as<float>() + 1, us.as<float>() + 1, c.n, ctx().stream());
+    const auto dg_bits = dg16.download<uint16_t>(), du_bits = du16.download<uint16_t>();
+    const auto dg_bits_s = dg16s.download<uint16_t>(), du_bits_s = du16s.download<uint16_t>();
+    size_t bf16_mismatches = dg_bits_s[0] != 0xFFFFu || du_bits_s[0] != 0xFFFFu ? 1 : 0;  // nothing before the data
+    for (size_t i = 0; i < n; ++i) {
+      bf16_mismatches += dg_bits[i] != f32_to_bf16(dg_gpu[i]) || du_bits[i] != f32_to_bf16(du_gpu[i]) ? 1 : 0;
+      bf16_mismatches += dg_bits_s[i + 1] != dg_bits[i] || du_bits_s[i + 1] != du_bits[i] ? 1 : 0;
+    }
+    std::cout << "[check] " << name(c, "bwd bf16 out vs cast of the fp32 out") << ": n=" << n
+              << " exact, mismatches=" << bf16_mismatches << "\n";
+    EXPECT_EQ(bf16_mismatches, 0u) << name(c, "bwd bf16 out vs cast of the fp32 out (aligned and misaligned)");
+    EXPECT_TRUE(buffers_ok({&dg16, &du16, &dg16s, &du16s}, {&g, &u, &d, &gs, &us, &ds})) << name(c, "bwd bf16");
 
     // dgate aliasing d_out and dup aliasing up (the contract allows both): same bits.
     swiglu_backward_cuda(d.as<float>(), u.as<float>(), d.as<float>(), g.as<float>(), u.as<float>(), c.n,

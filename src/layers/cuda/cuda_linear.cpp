@@ -102,15 +102,26 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
   if (cuda_linear_is_bf16(layer)) {
     // dy first, then x (when not given): the order of allocations and casts of the one-input form.
     const CudaTensor dy16 = cuda_round_bf16(ctx, dy, rows * layer.out_features);
-    CudaTensor scratch;
-    const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
-    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16.data<__nv_bfloat16>(), in.bf16,
-                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    cuda_linear_backward_bf16_dy(ctx, dx, grad, dy16.data<__nv_bfloat16>(), x, layer, rows, accumulate_dx);
     return;
   }
   HLM_CHECK(x.f32 != nullptr || rows == 0, "linear backward: the fp32 mode needs an fp32 input");
   matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x.f32, layer.weight.data<float>(), p,
                        accumulate_dx);
+}
+
+void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad, const __nv_bfloat16* dy16,
+                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows, bool accumulate_dx) {
+  HLM_CHECK(cuda_linear_is_bf16(layer), "linear backward: a bf16 dy needs the bf16 compute mode");
+  HLM_CHECK(grad.out_features == layer.out_features && grad.in_features == layer.in_features &&
+                grad.has_bias == layer.has_bias,
+            "linear backward: the gradient holder does not match the layer");
+  float* dbias = layer.has_bias ? grad.bias.data<float>() : nullptr;
+  const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
+  CudaTensor scratch;
+  const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
+  matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
+                             layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
 }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,

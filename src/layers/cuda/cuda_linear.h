@@ -82,6 +82,11 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx);
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx);
+// The same in the bf16 compute mode with dy given as its bf16 rounding (its producer wrote the rounding instead of the
+// fp32 values, e.g. swiglu_backward_bf16_cuda): the products of cuda_linear_backward on the fp32 dy that rounds to
+// dy16, so bit-identical to it. `layer` must be in the bf16 mode (internal error otherwise).
+void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad, const __nv_bfloat16* dy16,
+                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows, bool accumulate_dx);
 
 // Device scratch of `bytes` bytes from ctx's allocator (released when the tensor goes; safe on ctx's one stream).
 CudaTensor cuda_scratch_bytes(CudaContext& ctx, size_t bytes);

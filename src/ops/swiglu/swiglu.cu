@@ -163,6 +163,45 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
   }
 }
 
+// The same dgate and dup rounded to bf16 as cast_f32_to_bf16_cuda rounds them (bf16_round.cuh): the bf16 mode's
+// gate_proj / up_proj backward reads only these roundings (their dy), so the fp32 values never reach memory.
+__global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
+    swiglu_backward_bf16_kernel(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out, const float* gate,
+                                const float* up, int64_t n_vec, int64_t n) {
+  const int64_t vec_stride = grid_threads() * kBackwardUnroll;
+  for (int64_t base = vector_start<kBackwardUnroll>(); base < n_vec; base += vec_stride) {
+    float4 dy[kBackwardUnroll], g[kBackwardUnroll], u[kBackwardUnroll];
+#pragma unroll
+    for (int k = 0; k < kBackwardUnroll; ++k) {
+      const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
+      if (j < n_vec) {
+        dy[k] = reinterpret_cast<const float4*>(d_out)[j];
+        g[k] = reinterpret_cast<const float4*>(gate)[j];
+        u[k] = reinterpret_cast<const float4*>(up)[j];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBackwardUnroll; ++k) {
+      const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
+      if (j < n_vec) {
+        float4 dg, du;
+        swiglu_backward_value(dy[k].x, g[k].x, u[k].x, dg.x, du.x);
+        swiglu_backward_value(dy[k].y, g[k].y, u[k].y, dg.y, du.y);
+        swiglu_backward_value(dy[k].z, g[k].z, u[k].z, dg.z, du.z);
+        swiglu_backward_value(dy[k].w, g[k].w, u[k].w, dg.w, du.w);
+        reinterpret_cast<uint2*>(dgate)[j] = make_uint2(pack_bf16x2(dg.x, dg.y), pack_bf16x2(dg.z, dg.w));
+        reinterpret_cast<uint2*>(dup)[j] = make_uint2(pack_bf16x2(du.x, du.y), pack_bf16x2(du.z, du.w));
+      }
+    }
+  }
+  for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
+    float dg, du;
+    swiglu_backward_value(d_out[i], gate[i], up[i], dg, du);
+    reinterpret_cast<uint16_t*>(dgate)[i] = cuda::f32_to_bf16_bits(dg);
+    reinterpret_cast<uint16_t*>(dup)[i] = cuda::f32_to_bf16_bits(du);
+  }
+}
+
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Blocks for n elements of which the first 4·n_vec go as float4, kUnroll per thread: enough threads for the vector
@@ -202,6 +241,18 @@ void swiglu_backward_cuda(float* dgate, float* dup, const float* d_out, const fl
   const bool vec = aligned(dgate, 16) && aligned(dup, 16) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16);
   const int64_t n_vec = vec ? n / 4 : 0;
   swiglu_backward_kernel<<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+      dgate, dup, d_out, gate, up, n_vec, n);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward_bf16_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out, const float* gate,
+                               const float* up, int64_t n, cudaStream_t stream) {
+  HLM_CHECK(n >= 0, "swiglu_backward_bf16_cuda: negative length ", n);
+  HLM_CHECK(dgate != dup || n == 0, "swiglu_backward_bf16_cuda: dgate and dup may not alias");
+  if (n == 0) return;
+  const int64_t n_vec =
+      aligned(dgate, 8) && aligned(dup, 8) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
+  swiglu_backward_bf16_kernel<<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       dgate, dup, d_out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
 }

@@ -21,5 +21,10 @@ void swiglu_forward_bf16_cuda(__nv_bfloat16* out, const float* gate, const float
 // gate or up (not each other).
 void swiglu_backward_cuda(float* dgate, float* dup, const float* d_out, const float* gate, const float* up, int64_t n,
                           cudaStream_t stream);
+// The same dgate and dup rounded to bf16 (bf16 compute mode, where the gate_proj / up_proj backward products are their
+// only readers): bit-identical to swiglu_backward_cuda followed by cast_f32_to_bf16_cuda of each. The outputs may not
+// alias the inputs (different element sizes) or each other.
+void swiglu_backward_bf16_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out, const float* gate,
+                               const float* up, int64_t n, cudaStream_t stream);
 
 }  // namespace hlm

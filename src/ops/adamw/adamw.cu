@@ -74,14 +74,8 @@ __global__ void __launch_bounds__(kMultiThreads, kMultiMinBlocks)
   const float scale = grad_scale != nullptr ? *grad_scale : 1.0f;
   if (!isfinite(scale)) return;  // non-finite global norm: the step is skipped
   const bool scaled = grad_scale != nullptr;
-  __shared__ int tensor_of_block;
   const int64_t b = blockIdx.x;
-  if (threadIdx.x < 32) {
-    const int t = find_tensor(first_block, count, b);
-    if (threadIdx.x == 0) tensor_of_block = t;
-  }
-  __syncthreads();
-  const int t = tensor_of_block;
+  const int t = block_tensor(first_block, count);
   const AdamWCudaTensor& e = list[t];
   const AdamWCudaStep s = e.step;
   const int64_t begin = (b - first_block[t]) * kAdamWMultiChunk;

@@ -41,14 +41,8 @@ size_t list_offset(size_t count) { return ((count + 1) * sizeof(int64_t) + 15) /
 __global__ void __launch_bounds__(kThreads) sum_squares_kernel(double* partial, const int64_t* first_block,
                                                                const GradNormCudaTensor* list, int count) {
   __shared__ double smem[kThreads / 32];
-  __shared__ int tensor_of_block;
   const int64_t b = blockIdx.x;
-  if (threadIdx.x < 32) {
-    const int t = find_tensor(first_block, count, b);
-    if (threadIdx.x == 0) tensor_of_block = t;
-  }
-  __syncthreads();
-  const int t = tensor_of_block;
+  const int t = block_tensor(first_block, count);
   const float* const x = list[t].grad;
   const int64_t n = list[t].numel;
   const int64_t first = first_block[t];

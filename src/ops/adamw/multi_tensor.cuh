@@ -29,4 +29,16 @@ __device__ __forceinline__ int find_tensor(const int64_t* first_block, int count
   return lo;
 }
 
+// The tensor of this block (blockIdx.x), found by warp 0 and shared with the block through shared memory: call from
+// every thread of the block (it contains a barrier).
+__device__ __forceinline__ int block_tensor(const int64_t* first_block, int count) {
+  __shared__ int tensor_of_block;
+  if (threadIdx.x < 32) {
+    const int t = find_tensor(first_block, count, blockIdx.x);
+    if (threadIdx.x == 0) tensor_of_block = t;
+  }
+  __syncthreads();
+  return tensor_of_block;
+}
+
 }  // namespace hlm

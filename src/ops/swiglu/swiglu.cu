@@ -68,8 +68,28 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(cuda::f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(hi)) << 16);
 }
 
+// Stores of the fp32 result (Out = float) or of its bf16 rounding as cast_f32_to_bf16_cuda rounds (Out = bf16,
+// bf16_round.cuh): four values at float4 index j (bf16: one 8-byte store, element 4j in the low half of .x, where the
+// scalar path's uint16 stores would place it), or one value at element i.
+template <typename Out>
+__device__ __forceinline__ void store4(Out* out, int64_t j, float4 v) {
+  if constexpr (sizeof(Out) == 4)
+    reinterpret_cast<float4*>(out)[j] = v;
+  else
+    reinterpret_cast<uint2*>(out)[j] = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+}
+template <typename Out>
+__device__ __forceinline__ void store1(Out* out, int64_t i, float v) {
+  if constexpr (sizeof(Out) == 4)
+    out[i] = v;
+  else
+    reinterpret_cast<uint16_t*>(out)[i] = cuda::f32_to_bf16_bits(v);
+}
+
+// out = silu(gate) · up as fp32 (Out = float) or its bf16 rounding (Out = __nv_bfloat16).
+template <typename Out>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_forward_kernel(float* out, const float* gate, const float* up, int64_t n_vec, int64_t n) {
+    swiglu_forward_kernel(Out* out, const float* gate, const float* up, int64_t n_vec, int64_t n) {
   const int64_t vec_stride = grid_threads() * kForwardUnroll;
   for (int64_t base = vector_start<kForwardUnroll>(); base < n_vec; base += vec_stride) {
     float4 g[kForwardUnroll], u[kForwardUnroll];
@@ -85,49 +105,22 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
     for (int k = 0; k < kForwardUnroll; ++k) {
       const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
       if (j < n_vec) {
-        reinterpret_cast<float4*>(out)[j] =
-            make_float4(swiglu_forward_value(g[k].x, u[k].x), swiglu_forward_value(g[k].y, u[k].y),
-                        swiglu_forward_value(g[k].z, u[k].z), swiglu_forward_value(g[k].w, u[k].w));
+        store4(out, j,
+               make_float4(swiglu_forward_value(g[k].x, u[k].x), swiglu_forward_value(g[k].y, u[k].y),
+                           swiglu_forward_value(g[k].z, u[k].z), swiglu_forward_value(g[k].w, u[k].w)));
       }
     }
   }
   for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
-    out[i] = swiglu_forward_value(gate[i], up[i]);
+    store1(out, i, swiglu_forward_value(gate[i], up[i]));
   }
 }
 
-// The same value, rounded to bf16 as cast_f32_to_bf16_cuda rounds (bf16_round.cuh).
+// dgate and dup as fp32 (Out = float) or their bf16 roundings (Out = __nv_bfloat16: the bf16 mode's gate_proj /
+// up_proj backward reads only these, so the fp32 values never reach memory).
+template <typename Out>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_forward_bf16_kernel(__nv_bfloat16* out, const float* gate, const float* up, int64_t n_vec, int64_t n) {
-  const int64_t vec_stride = grid_threads() * kForwardUnroll;
-  for (int64_t base = vector_start<kForwardUnroll>(); base < n_vec; base += vec_stride) {
-    float4 g[kForwardUnroll], u[kForwardUnroll];
-#pragma unroll
-    for (int k = 0; k < kForwardUnroll; ++k) {
-      const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
-      if (j < n_vec) {
-        g[k] = reinterpret_cast<const float4*>(gate)[j];
-        u[k] = reinterpret_cast<const float4*>(up)[j];
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kForwardUnroll; ++k) {
-      const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
-      if (j < n_vec) {
-        // Element 4j in the low half of .x (little-endian), as the scalar path's uint16 stores would place it.
-        reinterpret_cast<uint2*>(out)[j] =
-            make_uint2(pack_bf16x2(swiglu_forward_value(g[k].x, u[k].x), swiglu_forward_value(g[k].y, u[k].y)),
-                       pack_bf16x2(swiglu_forward_value(g[k].z, u[k].z), swiglu_forward_value(g[k].w, u[k].w)));
-      }
-    }
-  }
-  for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
-    reinterpret_cast<uint16_t*>(out)[i] = cuda::f32_to_bf16_bits(swiglu_forward_value(gate[i], up[i]));
-  }
-}
-
-__global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_backward_kernel(float* dgate, float* dup, const float* d_out, const float* gate, const float* up,
+    swiglu_backward_kernel(Out* dgate, Out* dup, const float* d_out, const float* gate, const float* up,
                            int64_t n_vec, int64_t n) {
   const int64_t vec_stride = grid_threads() * kBackwardUnroll;
   for (int64_t base = vector_start<kBackwardUnroll>(); base < n_vec; base += vec_stride) {
@@ -150,55 +143,16 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
         swiglu_backward_value(dy[k].y, g[k].y, u[k].y, dg.y, du.y);
         swiglu_backward_value(dy[k].z, g[k].z, u[k].z, dg.z, du.z);
         swiglu_backward_value(dy[k].w, g[k].w, u[k].w, dg.w, du.w);
-        reinterpret_cast<float4*>(dgate)[j] = dg;
-        reinterpret_cast<float4*>(dup)[j] = du;
+        store4(dgate, j, dg);
+        store4(dup, j, du);
       }
     }
   }
   for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
     float dg, du;
     swiglu_backward_value(d_out[i], gate[i], up[i], dg, du);
-    dgate[i] = dg;
-    dup[i] = du;
-  }
-}
-
-// The same dgate and dup rounded to bf16 as cast_f32_to_bf16_cuda rounds them (bf16_round.cuh): the bf16 mode's
-// gate_proj / up_proj backward reads only these roundings (their dy), so the fp32 values never reach memory.
-__global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_backward_bf16_kernel(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out, const float* gate,
-                                const float* up, int64_t n_vec, int64_t n) {
-  const int64_t vec_stride = grid_threads() * kBackwardUnroll;
-  for (int64_t base = vector_start<kBackwardUnroll>(); base < n_vec; base += vec_stride) {
-    float4 dy[kBackwardUnroll], g[kBackwardUnroll], u[kBackwardUnroll];
-#pragma unroll
-    for (int k = 0; k < kBackwardUnroll; ++k) {
-      const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
-      if (j < n_vec) {
-        dy[k] = reinterpret_cast<const float4*>(d_out)[j];
-        g[k] = reinterpret_cast<const float4*>(gate)[j];
-        u[k] = reinterpret_cast<const float4*>(up)[j];
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kBackwardUnroll; ++k) {
-      const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
-      if (j < n_vec) {
-        float4 dg, du;
-        swiglu_backward_value(dy[k].x, g[k].x, u[k].x, dg.x, du.x);
-        swiglu_backward_value(dy[k].y, g[k].y, u[k].y, dg.y, du.y);
-        swiglu_backward_value(dy[k].z, g[k].z, u[k].z, dg.z, du.z);
-        swiglu_backward_value(dy[k].w, g[k].w, u[k].w, dg.w, du.w);
-        reinterpret_cast<uint2*>(dgate)[j] = make_uint2(pack_bf16x2(dg.x, dg.y), pack_bf16x2(dg.z, dg.w));
-        reinterpret_cast<uint2*>(dup)[j] = make_uint2(pack_bf16x2(du.x, du.y), pack_bf16x2(du.z, du.w));
-      }
-    }
-  }
-  for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
-    float dg, du;
-    swiglu_backward_value(d_out[i], gate[i], up[i], dg, du);
-    reinterpret_cast<uint16_t*>(dgate)[i] = cuda::f32_to_bf16_bits(dg);
-    reinterpret_cast<uint16_t*>(dup)[i] = cuda::f32_to_bf16_bits(du);
+    store1(dgate, i, dg);
+    store1(dup, i, du);
   }
 }
 
@@ -218,7 +172,7 @@ void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t
   HLM_CHECK(n >= 0, "swiglu_forward_cuda: negative length ", n);
   if (n == 0) return;
   const int64_t n_vec = aligned(out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_forward_kernel<<<swiglu_grid<kForwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+  swiglu_forward_kernel<float><<<swiglu_grid<kForwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
 }
@@ -228,7 +182,8 @@ void swiglu_forward_bf16_cuda(__nv_bfloat16* out, const float* gate, const float
   HLM_CHECK(n >= 0, "swiglu_forward_bf16_cuda: negative length ", n);
   if (n == 0) return;
   const int64_t n_vec = aligned(out, 8) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_forward_bf16_kernel<<<swiglu_grid<kForwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+  swiglu_forward_kernel<__nv_bfloat16>
+      <<<swiglu_grid<kForwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
 }
@@ -240,7 +195,8 @@ void swiglu_backward_cuda(float* dgate, float* dup, const float* d_out, const fl
   if (n == 0) return;
   const bool vec = aligned(dgate, 16) && aligned(dup, 16) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16);
   const int64_t n_vec = vec ? n / 4 : 0;
-  swiglu_backward_kernel<<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+  swiglu_backward_kernel<float>
+      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       dgate, dup, d_out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
 }
@@ -252,7 +208,8 @@ void swiglu_backward_bf16_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const f
   if (n == 0) return;
   const int64_t n_vec =
       aligned(dgate, 8) && aligned(dup, 8) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_backward_bf16_kernel<<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+  swiglu_backward_kernel<__nv_bfloat16>
+      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       dgate, dup, d_out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
 }

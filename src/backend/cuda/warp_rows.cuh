@@ -2,7 +2,7 @@
 // gated_rmsnorm): one warp per row, a block of kWarpRows warps, each lane holding its slice of the row in registers.
 //   - warp_sum: a fixed 5-level xor-shuffle tree; every lane performs the same additions in the same order
 //     (a + b = b + a in IEEE), so every lane holds the same bits of the row sum.
-//   - Pack, chunk_start, load_slice, store_slice, slice_sum_squares: a lane's slice is P elements in P/V chunks of V
+//   - Pack, chunk_start, load_slice, store_slice, for_slice, slice_sum_squares: a lane's slice is P elements in P/V chunks of V
 //     consecutive elements; chunk j starts at element (32·j + lane)·V. Loads convert storage (f32, bf16) to fp32,
 //     stores round once. Vector accesses (V > 1) are valid only when the launcher guarantees that every pointer is
 //     16-byte aligned and D % V == 0 (dispatch_warp checks the latter; the caller passes the alignment as `vec`),
@@ -77,16 +77,23 @@ __device__ __forceinline__ void store_slice(T* row, const float (&src)[P], int64
   }
 }
 
-// The lane's Σ v² over the chunks inside the row, in order, one accumulator, with FMA.
-template <int V, int P>
-__device__ __forceinline__ float slice_sum_squares(const float (&v)[P], int64_t D, int lane) {
-  float ss = 0.0f;
+// f(i) for the slice index i of every element of the lane's chunks inside the row, in increasing i (fully unrolled,
+// so i is a compile-time constant and the slice arrays stay in registers): the skeleton of the per-row sums.
+template <int V, int P, typename F>
+__device__ __forceinline__ void for_slice(int64_t D, int lane, F&& f) {
 #pragma unroll
   for (int j = 0; j < P / V; ++j)
     if (chunk_start<V>(lane, j) < D) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) ss = fmaf(v[j * V + e], v[j * V + e], ss);
+      for (int e = 0; e < V; ++e) f(j * V + e);
     }
+}
+
+// The lane's Σ v² over the chunks inside the row, in order, one accumulator, with FMA.
+template <int V, int P>
+__device__ __forceinline__ float slice_sum_squares(const float (&v)[P], int64_t D, int lane) {
+  float ss = 0.0f;
+  for_slice<V, P>(D, lane, [&](int i) { ss = fmaf(v[i], v[i], ss); });
   return ss;
 }
 

@@ -30,7 +30,7 @@ namespace hlm {
 namespace {
 
 using cuda::aligned16;
-using cuda::chunk_start;
+using cuda::for_slice;
 using cuda::load_slice;
 using cuda::row_blocks;
 using cuda::store_slice;
@@ -90,16 +90,10 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kern
     load_slice<V, P>(zv, z + r * D, D, lane);
     load_slice<V, P>(gv, dy + r * D, D, lane);
     float ss = 0.0f, s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P / V; ++j)
-      if (chunk_start<V>(lane, j) < D) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int i = j * V + e;
-          ss = fmaf(xv[i], xv[i], ss);
-          s = fmaf((gv[i] * wv[i]) * silu(zv[i]), xv[i], s);
-        }
-      }
+    for_slice<V, P>(D, lane, [&](int i) {
+      ss = fmaf(xv[i], xv[i], ss);
+      s = fmaf((gv[i] * wv[i]) * silu(zv[i]), xv[i], s);
+    });
     ss = warp_sum(ss);
     s = warp_sum(s);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);

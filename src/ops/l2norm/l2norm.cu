@@ -18,7 +18,7 @@ namespace hlm {
 namespace {
 
 using cuda::aligned16;
-using cuda::chunk_start;
+using cuda::for_slice;
 using cuda::load_slice;
 using cuda::row_blocks;
 using cuda::store_slice;
@@ -59,16 +59,10 @@ __global__ void __launch_bounds__(kWarpThreads) l2norm_backward_warp_kernel(floa
     load_slice<V, P>(xv, x + r * D, D, lane);
     load_slice<V, P>(gv, dy + r * D, D, lane);
     float ss = 0.0f, xg = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P / V; ++j)
-      if (chunk_start<V>(lane, j) < D) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int i = j * V + e;
-          ss = fmaf(xv[i], xv[i], ss);
-          xg = fmaf(xv[i], gv[i], xg);
-        }
-      }
+    for_slice<V, P>(D, lane, [&](int i) {
+      ss = fmaf(xv[i], xv[i], ss);
+      xg = fmaf(xv[i], gv[i], xg);
+    });
     ss = warp_sum(ss);  // every read of this lane's elements happened above: dx may alias dy
     xg = warp_sum(xg);
     const float inv = 1.0f / sqrtf(ss + eps);

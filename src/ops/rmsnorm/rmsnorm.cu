@@ -32,7 +32,7 @@ namespace {
 
 using cuda::aligned16;
 using cuda::block_sum;
-using cuda::chunk_start;
+using cuda::for_slice;
 using cuda::dispatch_warp;
 using cuda::from_f32;
 using cuda::load_slice;
@@ -89,16 +89,10 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
     load_slice<V, P>(xv, x + r * D, D, lane);
     load_slice<V, P>(gv, d_out + r * D, D, lane);
     float ss = 0.0f, gx = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P / V; ++j)
-      if (chunk_start<V>(lane, j) < D) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const int i = j * V + e;
-          ss = fmaf(xv[i], xv[i], ss);
-          gx = fmaf(gv[i] * wv[i], xv[i], gx);  // g = d_out · w
-        }
-      }
+    for_slice<V, P>(D, lane, [&](int i) {
+      ss = fmaf(xv[i], xv[i], ss);
+      gx = fmaf(gv[i] * wv[i], xv[i], gx);  // g = d_out · w
+    });
     ss = warp_sum(ss);  // every read of this lane's elements happened above: dx may alias d_out
     gx = warp_sum(gx);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);

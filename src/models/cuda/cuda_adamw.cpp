@@ -57,7 +57,7 @@ void CudaAdamW::set_step_count(int64_t step) {
   step_ = step;
 }
 
-double CudaAdamW::step(double max_norm) {
+double CudaAdamW::global_norm(double max_norm) {
   CudaContext& ctx = *ctx_;
   ctx.make_current();
   std::vector<GradNormCudaTensor> list;
@@ -70,8 +70,16 @@ double CudaAdamW::step(double max_norm) {
   grad_global_norm_cuda(norm_device, scale, list.data(), list.size(), max_norm, ws.raw(), bytes, staging.data(),
                         ctx.stream());
   double norm = 0.0;
-  cuda_copy_to_host(ctx, &norm, norm_device, sizeof(norm));  // waits: the step is skipped on a non-finite norm
-  if (!std::isfinite(norm)) return norm;
+  cuda_copy_to_host(ctx, &norm, norm_device, sizeof(norm));  // waits for the stream
+  return norm;
+}
+
+double CudaAdamW::grad_norm() { return global_norm(0.0); }
+
+double CudaAdamW::step(double max_norm) {
+  CudaContext& ctx = *ctx_;
+  const double norm = global_norm(max_norm);  // the clip scale stays on the device for the update
+  if (!std::isfinite(norm)) return norm;      // the step is skipped
   ++step_;
   std::vector<AdamWCudaTensor> tensors(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -91,6 +99,7 @@ double CudaAdamW::step(double max_norm) {
     }
   }
   // The staging buffer is pageable and the stream already waited for the norm: reusing it next step is safe.
+  const float* scale = max_norm > 0.0 ? scale_.data<float>() : nullptr;  // written by global_norm
   adamw_multi_step_cuda(tensors.data(), tensors.size(), scale, table_.raw(), staging_.size(), staging_.data(),
                         ctx.stream());
   return norm;

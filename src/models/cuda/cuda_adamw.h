@@ -56,6 +56,8 @@ class CudaAdamW {
   // AdamW update of every parameter with its lr and weight decay, and the step count advances. When it is not
   // finite nothing changes. Returns the norm before clipping (as clip_grad_norm).
   double step(double max_norm);
+  // The global norm of every gradient alone (no clipping, no update), e.g. for a step skipped on a non-finite loss.
+  double grad_norm();
 
  private:
   CudaContext* ctx_;
@@ -68,6 +70,9 @@ class CudaAdamW {
   CudaTensor norm_, scale_;  // device double [1], float [1]
   double beta1_, beta2_, eps_;
   int64_t step_ = 0;
+
+  // Queues the norm (and with max_norm > 0 the clip scale into scale_) and waits for the norm.
+  double global_norm(double max_norm);
 };
 
 }  // namespace hlm

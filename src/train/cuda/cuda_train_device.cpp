@@ -15,7 +15,6 @@
 #include "core/error.h"
 #include "layers/cuda/cuda_linear.h"
 #include "models/cuda/cuda_model_train.h"
-#include "ops/adamw/grad_norm_cuda.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 #include "train/cuda/cuda_eval.h"
 
@@ -173,7 +172,7 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   // CudaAdamW::step skips a non-finite norm itself; a non-finite loss with a finite norm must skip too (CPU rule).
   PhaseTimer timer(ctx_->stream());
   timer.mark("start");
-  *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : grad_norm_only();
+  *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : optimizer_->grad_norm();
   timer.mark("adamw");
   // The bf16 copies follow the updated master weights: written by the AdamW launch itself (set_bf16_copies at
   // attach), so this mark measures ~0; a skipped step changed no weight. Nothing in fp32 mode.
@@ -248,20 +247,6 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   }
 }
 
-double CudaTrainDevice::grad_norm_only() {
-  CudaContext& ctx = *ctx_;
-  std::vector<GradNormCudaTensor> list;
-  for (const CudaAdamWParam& p : optimizer_->params()) list.push_back({p.grad->data<float>(), p.grad->numel()});
-  const size_t bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
-  CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-  CudaTensor norm = CudaTensor::empty(ctx, {1}, DType::I64);  // 8 bytes: one double
-  std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(list.size()));  // pageable: free once queued
-  grad_global_norm_cuda(static_cast<double*>(norm.raw()), nullptr, list.data(), list.size(), 0.0, ws.raw(), bytes,
-                        staging.data(), ctx.stream());
-  double value = 0.0;
-  cuda_copy_to_host(ctx, &value, norm.raw(), sizeof(value));
-  return value;
-}
 
 void CudaTrainDevice::evaluate_pass(const PackedBatch& batch, EvalSums& sums) {
   HLM_CHECK(student_.has_value(), "CudaTrainDevice::evaluate_pass before attach");

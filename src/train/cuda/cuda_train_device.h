@@ -53,8 +53,6 @@ class CudaTrainDevice final : public TrainDevice {
  private:
   // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`.
   void micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages, BatchLoss& out);
-  // ‖g‖₂ over every gradient without an update (the step of a non-finite loss is skipped but still reports it).
-  double grad_norm_only();
 
   // The memory plan: static part (weights, copies, gradients, AdamW state) at attach, activations at the first step.
   void print_static_plan() const;

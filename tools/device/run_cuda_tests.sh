@@ -13,7 +13,9 @@
 #   3. runs test_cuda_ops (every CUDA-vs-CPU case prints one "[check] ..." line with its worst error);
 #   4. unless HLM_SANITIZE=0, runs it again under compute-sanitizer (memcheck on every test but the deliberate
 #      out-of-memory one, racecheck on the kernels with shared memory);
-#   5. writes $OUT/summary.txt and prints it last.
+#   5. writes $OUT/summary.txt and prints it last: the counts of tests run / passed / failed / skipped / unfinished
+#      and the verdict of tools/device/gtest_counts.sh (FAIL when no test ran, any skipped -- a skip here always means
+#      "CUDA unavailable" -- failed or did not finish).
 #
 # Usage (device tool, one call; about 3-6 minutes on the 16-core H200 machine, most of it the build):
 #   bash tools/device/run_cuda_tests.sh
@@ -29,13 +31,14 @@
 # Files in $OUT (6, within the device tool's 8-file limit): env.txt, configure.log, build.log, test.log,
 # sanitizer.log, summary.txt.
 # Prints: the environment, "BUILD OK" or the build log's tail, the test output, the sanitizer's ERROR SUMMARY lines,
-# then the summary: counts of passed / failed / skipped tests, the failed tests' names, the fallbacks used, and
-# "RESULT: PASS" or "RESULT: FAIL".
-# Exit status: 0 when every test passed (skips allowed) and the sanitizer found nothing; 1 on test or sanitizer
-# failures; 2 when configuring or building failed.
+# then the summary: counts of run / passed / failed / skipped / unfinished tests, the failed tests' names, the
+# fallbacks used, and "RESULT: PASS" or "RESULT: FAIL".
+# Exit status: 0 when tests ran, every one passed (none skipped: this script is for the GPU machine) and the sanitizer
+# found nothing; 1 otherwise; 2 when configuring or building failed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+. "$ROOT/tools/device/gtest_counts.sh"
 OUT="${OUT:-$ROOT/out/cuda_tests}"
 BUILD="${HLM_BUILD_DIR:-/tmp/hlm-cuda-tests}"
 FILTER="${HLM_FILTER:-*}"
@@ -138,17 +141,17 @@ fi
 # ---- 5. summary
 {
   echo "test_cuda_ops: exit $TEST_RC after ${TEST_S} s"
-  echo "tests passed:  $(grep -cE '^\[       OK \] [^ ]+ \([0-9]+ ms\)' "$OUT/test.log")"
-  echo "tests failed:  $(grep -cE '^\[  FAILED  \] [^ ]+ \([0-9]+ ms\)' "$OUT/test.log")"
-  grep -E '^\[  FAILED  \] [^ ]+ \([0-9]+ ms\)' "$OUT/test.log" | sed 's/^/  /'
-  echo "tests skipped: $(grep -cE '^\[  SKIPPED \] [^ ]+ \([0-9]+ ms\)' "$OUT/test.log")"
+  TESTS_LINE="$(gtest_counts "$OUT/test.log" "$TEST_RC")"
+  TESTS_OK=$?
+  echo "tests: $TESTS_LINE"
+  grep -E '^\[  FAILED  \] [^ ]+.* \([0-9]+ ms\)$' "$OUT/test.log" | sed 's/^/  /'
   echo "checks: $(grep -c '^\[check\]' "$OUT/test.log") lines, $(grep '^\[check\]' "$OUT/test.log" | grep -c ' FAIL') failing"
   grep '^\[check\].* FAIL' "$OUT/test.log" | head -20 | sed 's/^/  /'
   grep -E '^\[note\]|^\[info\]|CUDA unavailable' "$OUT/test.log" | sort -u | sed 's/^/  /'
   echo "fallbacks: $(grep -E 'GoogleTest stand-in|OpenBLAS matmul reference' "$OUT/configure.log" | sed 's/^-- //' | tr '\n' ';')"
   echo "sanitizer: $SAN_NOTE"
-  if [ "$TEST_RC" -eq 0 ] && [ "$SAN_RC" -eq 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
+  if [ "$TESTS_OK" -eq 0 ] && [ "$SAN_RC" -eq 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
 } >"$SUMMARY"
 say "summary ($SUMMARY)"
 cat "$SUMMARY"
-[ "$TEST_RC" -eq 0 ] && [ "$SAN_RC" -eq 0 ]
+grep -q "^RESULT: PASS" "$SUMMARY"

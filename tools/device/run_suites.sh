@@ -27,10 +27,14 @@
 #          kernel at B8×T1024 H32 and of each tensor-core attention kernel (bench_cuda_kernels gdn / attn)
 # Logs go to $OUT (at most 8 files come back): tests_ops.log, tests_models.log, sanitizer.log, bench.log, peer.log,
 # peer_distill.log, trace.txt (+ trace.tsv), ncu.txt. Each section prints its summary lines; a section's failure does not stop the next one.
-# Exit status: 0 when every test that ran passed, 1 otherwise.
+# The tests and sanitize sections print, per program, the counts of tests run / passed / failed / skipped / unfinished
+# and a verdict (tools/device/gtest_counts.sh): FAIL when no test ran or any skipped (here a skip always means "CUDA
+# unavailable"), failed or did not finish, or the program exited non-zero.
+# Exit status: 0 when every test section's verdict is PASS, 1 otherwise.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+. "$ROOT/tools/device/gtest_counts.sh"
 OUT="${OUT:-$ROOT/out/suites}"
 mkdir -p "$OUT" /tmp/hlm
 bins="$(ls out/carry/bins.tgz out/carry/bins.txz 2>/dev/null | head -1)"
@@ -44,11 +48,17 @@ for section in "${sections[@]}"; do
   SECONDS=0
   case "$section" in
     tests)
-      timeout 200 "$B/test_cuda_ops" >"$OUT/tests_ops.log" 2>&1 || status=1
-      grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]| FAIL$" "$OUT/tests_ops.log" | tail -20
+      timeout 200 "$B/test_cuda_ops" >"$OUT/tests_ops.log" 2>&1
+      rc=$?
+      grep -E "^\[  FAILED  \] .* ms\)$| FAIL$" "$OUT/tests_ops.log" | tail -20
+      verdict="$(gtest_counts "$OUT/tests_ops.log" "$rc")" || status=1
+      echo "test_cuda_ops: $verdict"
       HLM_GOLDEN_DIR="$ROOT/tests/golden" HLM_BINARY="$B/hybridlm" timeout 300 "$B/test_cuda_models" \
-        >"$OUT/tests_models.log" 2>&1 || status=1
-      grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$OUT/tests_models.log" | tail -20 ;;
+        >"$OUT/tests_models.log" 2>&1
+      rc=$?
+      grep -E "^\[  FAILED  \] .* ms\)$" "$OUT/tests_models.log" | tail -20
+      verdict="$(gtest_counts "$OUT/tests_models.log" "$rc")" || status=1
+      echo "test_cuda_models: $verdict" ;;
     sanitize)
       # racecheck is slow (AttentionCuda.BackwardF32 alone takes ~260 s under it), so that test is left to memcheck
       # and synccheck; each tool gets its own timeout and its own summary line.
@@ -61,11 +71,11 @@ for section in "${sections[@]}"; do
           *) filter="$shared" ;; esac
         log="$(mktemp)"
         timeout 400 "$san" --tool "$tool" --error-exitcode 9 "$B/test_cuda_ops" --gtest_filter="$filter" \
-          >"$log" 2>&1 || status=1
+          >"$log" 2>&1
+        rc=$?
         { echo "### $tool ($filter)"; cat "$log"; } >>"$OUT/sanitizer.log"
-        echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 || true)" \
-          "$(grep -cE '^\[       OK' "$log") tests OK, $(grep -cE '^\[  FAILED  \]' "$log") failed" \
-          "$(grep -qE '^\[  PASSED' "$log" || echo '(did not finish)')"
+        verdict="$(gtest_counts "$log" "$rc")" || status=1
+        echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 || true); $verdict"
         rm -f "$log"
       done ;;
     bench)

@@ -94,7 +94,8 @@ const RopeCudaTable* CudaModel::rope_table(int64_t positions) {
 }
 
 void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
-                            const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept) {
+                            const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept,
+                            const MixerOverride* mixer_override) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = config_;
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
@@ -144,7 +145,9 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     CudaKeptLayer* keep = kept != nullptr ? &(*kept)[static_cast<size_t>(i)] : nullptr;
     // The layer forwards: the plain ones, or the ones handing their intermediates to `keep` (same bits).
     const auto mixer = [&](float* out, const CudaLinearInput& in) {
-      if (layer.full_attention && keep != nullptr)
+      if (mixer_override != nullptr)
+        (*mixer_override)(i, out, in.f32);  // no kept activations here: in.f32 is set
+      else if (layer.full_attention && keep != nullptr)
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
       else if (layer.full_attention)
         attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, adims, rope, b);
@@ -256,6 +259,25 @@ Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options
   if (options.all_logits && capture && (!wanted || wanted(CapturePoint::Logits, -1)))
     capture(CapturePoint::Logits, -1, logits);
   return logits;
+}
+
+CudaTensor CudaModel::final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer) {
+  ctx_->make_current();
+  CudaTensor hidden, normed;
+  run_decoder(b, nullptr, hidden, normed, [](CapturePoint, int, const CudaTensor&) {}, nullptr, &mixer);
+  return normed;
+}
+
+const CudaAttentionWeights& CudaModel::attention_weights(int layer) const {
+  const Layer& l = *layers_.at(static_cast<size_t>(layer));
+  HLM_CHECK(l.full_attention, "layer ", layer, " is not a full-attention layer");
+  return l.self_attn;
+}
+
+const CudaGdnWeights& CudaModel::gdn_weights(int layer) const {
+  const Layer& l = *layers_.at(static_cast<size_t>(layer));
+  HLM_CHECK(!l.full_attention, "layer ", layer, " is not a GDN layer");
+  return l.linear_attn;
 }
 
 }  // namespace hlm

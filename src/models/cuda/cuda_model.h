@@ -20,7 +20,8 @@
 // rounded once and, where kept, kept in bf16 only (docs/cuda.md lists them); norms, the losses, the other activations
 // between ops, the gradients and the master weights stay fp32. After an update of the fp32 weights the copies must be
 // re-rounded: refresh_bf16(), or by the optimizer in the same pass (CudaAdamW::set_bf16_copies with bf16_copies()).
-// Non-goals for now: decode state.
+// Decode state (paged KV cache, GDN conv and recurrent state) lives in the inference engine (infer/cuda/), which runs
+// this decoder with its own stateful mixers (final_hidden_with_mixer).
 #pragma once
 #include <functional>
 #include <memory>
@@ -89,6 +90,20 @@ class CudaModel {
   // The LM head's weight [V, hidden] (the embedding when tied).
   float* lm_head_weight() const { return tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>(); }
 
+  // ---- Inference (infer/cuda/cuda_engine.cpp: paged KV cache and GDN state) ----
+  // A replacement token mixer: out [T, hidden] ← the stateful mixer of layer `layer` over in [T, hidden] (device
+  // fp32; for a post-norm block `in` is the residual stream, as for forward's own mixer).
+  using MixerOverride = std::function<void(int layer, float* out, const float* in)>;
+  // The final hidden states [T, hidden] (device) of forward's decoder over the device batch `b` with every token
+  // mixer replaced by `mixer`: the embedding, norms, MLPs, residual adds and multipliers are forward's own.
+  CudaTensor final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer);
+  // Layer `layer`'s mixer weights (internal error when the layer is of the other kind).
+  const CudaAttentionWeights& attention_weights(int layer) const;
+  const CudaGdnWeights& gdn_weights(int layer) const;
+  // The device cos/sin table covering positions [0, positions) (nullptr when the model has no rope).
+  const RopeCudaTable* rope_for_positions(int64_t positions) { return rope_table(positions); }
+  CudaContext& context() const { return *ctx_; }
+
   // ---- Precision (cuda_model_precision.cpp) ----
   // Switches the bf16 compute mode on (allocates and fills the bf16 copies) or off (frees them). A gradient holder
   // never needs it.
@@ -118,8 +133,10 @@ class CudaModel {
   // Embedding, every layer and the final norm over a device batch: `hidden` ends as the stream entering the final
   // norm, `normed` as the final hidden states; emit sees each capture point's device value in forward order. kept:
   // nullptr, or gets one CudaKeptLayer per layer (Recompute::None).
+  // mixer_override: nullptr, or the inference engine's stateful mixers (final_hidden_with_mixer).
   void run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
-                   const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept = nullptr);
+                   const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept = nullptr,
+                   const MixerOverride* mixer_override = nullptr);
   // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
   template <class Self, class Fn>
   static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);

@@ -1,0 +1,456 @@
+// Attention over a paged KV cache: CUDA kernels and launchers (contract: attention_cache.h, attention_cache_cuda.h).
+//   write:   one thread per cached float, rows scattered to their slots.
+//   chunk:   one block (256 threads, 4 per query row) per (sequence, 64-query tile, query head): q tile in shared
+//            memory; per 64-key tile of the sequence's context the key rows are located through the block table once
+//            (row offsets in shared memory), K and V staged, scores, running max and sum, P V in registers
+//            (attention.cu's forward kernel with paged loads and the causal offset context − n_q).
+//   decode:  flash decoding (header comment of attention_cache_cuda.h): grid (sequence, head group, key split), 128
+//            threads = 16 key streams of 8 lanes; each lane holds every 8th dim of q, of the key/value row it loads
+//            and of its stream's output, so one K/V row load (8 lanes × 4 bytes per 32-byte sector) serves up to 4
+//            query heads. Streams merge in shared memory, splits in decode_merge_kernel.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "core/error.h"
+#include "ops/attention/attention_cache_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+using cuda::quiet_nan;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Shapes as the kernels see them.
+struct CacheDims {
+  int64_t T, N, Hq, Hkv, group, num_blocks, block_size, max_blocks, max_q, max_ctx;
+  int64_t n_tiles;  // chunk path: query tiles per sequence
+  int D;
+  float scale;
+};
+
+struct SeqView {
+  int64_t begin, nq, ctx;
+  const int32_t* table;
+  bool ok;
+};
+
+// Sequence `seq`'s rows, context and block table, validated (header of attention_cache_cuda.h); a bad one raises
+// the flag when `flag` is given.
+__device__ SeqView seq_view(const int64_t* cu, const int64_t* context_lens, const int32_t* tables, int64_t seq,
+                            const CacheDims& dm, int* flag) {
+  const int64_t b = cu[seq], e = cu[seq + 1], c = context_lens[seq];
+  bool ok = b >= 0 && e >= b && e <= dm.T && e - b <= dm.max_q && c >= e - b && c <= dm.max_ctx &&
+            (c + dm.block_size - 1) / dm.block_size <= dm.max_blocks;
+  if (seq == 0 && b != 0) ok = false;
+  if (seq == dm.N - 1 && e != dm.T) ok = false;
+  if (!ok && flag != nullptr && threadIdx.x == 0) atomicOr(flag, 1);
+  return {b, e - b, c, tables + seq * dm.max_blocks, ok};
+}
+
+// Float offset of key position p's row for kv head kvh in the cache, or −1 (flag raised) for a bad block id.
+__device__ __forceinline__ int64_t key_row(const int32_t* table, int64_t p, int64_t kvh, const CacheDims& dm,
+                                           int* flag) {
+  const int64_t block = table[p / dm.block_size];
+  if (block < 0 || block >= dm.num_blocks) {
+    if (flag != nullptr) atomicOr(flag, 1);
+    return -1;
+  }
+  return ((block * dm.block_size + p % dm.block_size) * dm.Hkv + kvh) * dm.D;
+}
+
+// ---- write
+
+__global__ void cache_write_kernel(float* k_cache, float* v_cache, const float* k, const float* v,
+                                   const int64_t* slot_mapping, int64_t tokens, int64_t row, int64_t slots,
+                                   int* flag) {
+  const int64_t n = tokens * row;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / row, s = slot_mapping[t];
+    if (s < 0 || s >= slots) {
+      if (flag != nullptr && i % row == 0) atomicOr(flag, 1);
+      continue;
+    }
+    k_cache[s * row + i % row] = k[i];
+    v_cache[s * row + i % row] = v[i];
+  }
+}
+
+// ---- chunk path
+
+constexpr int kThreads = 256;
+constexpr int kRowThreads = 4;
+constexpr int kTile = 64;  // queries per block and keys per step
+static_assert(kThreads == kTile * kRowThreads, "one row per 4 threads");
+constexpr int kPerThread = kTile / kRowThreads;
+constexpr int kScoreStride = kTile + 1;
+
+template <int DMAX>
+inline constexpr int kRowStride = DMAX + 1;
+
+template <int DMAX>
+constexpr size_t chunk_smem_bytes() {
+  return sizeof(float) * (static_cast<size_t>(3 * kTile) * kRowStride<DMAX> + kTile * kScoreStride) +
+         sizeof(int64_t) * kTile;
+}
+
+__device__ __forceinline__ float row_dot(const float* a, const float* b, int D) {
+  float acc = 0.0f;
+  for (int d = 0; d < D; ++d) acc = fmaf(a[d], b[d], acc);
+  return acc;
+}
+__device__ __forceinline__ float row_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
+}
+__device__ __forceinline__ float row_sum(float v) {
+  v += __shfl_xor_sync(kFullMask, v, 1);
+  return v + __shfl_xor_sync(kFullMask, v, 2);
+}
+
+template <int DMAX>
+__global__ void __launch_bounds__(kThreads)
+    cache_chunk_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
+                       const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
+                       int* flag) {
+  constexpr int S = kRowStride<DMAX>;
+  constexpr int kOwn = DMAX / kRowThreads;
+  const int64_t seq = blockIdx.x / dm.n_tiles, q0 = (blockIdx.x % dm.n_tiles) * kTile, h = blockIdx.y;
+  const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, flag);
+  if (!sv.ok || q0 >= sv.nq) return;  // uniform over the block
+  const int64_t kvh = h / dm.group, start = sv.ctx - sv.nq;  // start: absolute position of the chunk's query 0
+
+  extern __shared__ float smem[];
+  float* q_s = smem;            // [kTile][S]
+  float* k_s = q_s + kTile * S;  // [kTile][S]
+  float* v_s = k_s + kTile * S;  // [kTile][S]
+  float* p_s = v_s + kTile * S;  // [kTile][kScoreStride]
+  auto* row_s = reinterpret_cast<int64_t*>(p_s + kTile * kScoreStride);  // [kTile] cache offsets of the key tile
+
+  const int64_t q_rows = sv.nq - q0;
+  for (int idx = threadIdx.x; idx < kTile * DMAX; idx += kThreads) {
+    const int r = idx / DMAX, d = idx % DMAX;
+    q_s[r * S + d] = r < q_rows && d < dm.D ? q[((sv.begin + q0 + r) * dm.Hq + h) * dm.D + d] : 0.0f;
+  }
+  const int r = threadIdx.x / kRowThreads, sub = threadIdx.x % kRowThreads;
+  const bool row_valid = r < q_rows;
+  const int64_t qpos = start + q0 + r;  // absolute position of this row's query
+  float o[kOwn];
+#pragma unroll
+  for (int c = 0; c < kOwn; ++c) o[c] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+
+  const int64_t last = start + q0 + kTile < sv.ctx ? start + q0 + kTile : sv.ctx;  // keys the last row sees
+  for (int64_t k0 = 0; k0 < last; k0 += kTile) {
+    const int64_t n_rows = last - k0 < kTile ? last - k0 : kTile;
+    __syncthreads();  // the previous tile's reads of k_s, v_s, p_s, row_s are done
+    if (threadIdx.x < n_rows) row_s[threadIdx.x] = key_row(sv.table, k0 + threadIdx.x, kvh, dm, flag);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTile * DMAX; idx += kThreads) {
+      const int j = idx / DMAX, d = idx % DMAX;
+      const int64_t off = j < n_rows && d < dm.D ? row_s[j] : -1;
+      k_s[j * S + d] = off >= 0 ? k_cache[off + d] : 0.0f;
+      v_s[j * S + d] = off >= 0 ? v_cache[off + d] : 0.0f;
+    }
+    __syncthreads();
+    const int64_t vis = row_valid ? qpos + 1 - k0 : 0;
+    const int n_vis = static_cast<int>(vis < 0 ? 0 : (vis > kTile ? kTile : vis));
+    float s[kPerThread];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kPerThread; ++c) {
+      const int j = sub + kRowThreads * c;
+      s[c] = j < n_vis ? row_dot(q_s + r * S, k_s + j * S, dm.D) * dm.scale : 0.0f;
+      if (j < n_vis) tile_max = fmaxf(tile_max, s[c]);
+    }
+    const float m_new = fmaxf(m, row_max(tile_max));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all −Inf so far: keep l, O at 0 (attention.cu)
+    const float alpha = expf(m - m_use);
+    float e_sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerThread; ++c) {
+      const int j = sub + kRowThreads * c;
+      const float e = j < n_vis ? expf(s[c] - m_use) : 0.0f;
+      p_s[r * kScoreStride + j] = e;
+      e_sum += e;
+    }
+    l = fmaf(alpha, l, row_sum(e_sum));
+    m = m_new;
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < kOwn; ++c) o[c] *= alpha;
+    for (int j = 0; j < n_vis; ++j) {
+      const float pj = p_s[r * kScoreStride + j];
+      const float* vj = v_s + j * S + sub;
+#pragma unroll
+      for (int c = 0; c < kOwn; ++c) o[c] = fmaf(pj, vj[kRowThreads * c], o[c]);
+    }
+  }
+  if (!row_valid) return;
+  const int64_t row = (sv.begin + q0 + r) * dm.Hq + h;
+  const bool no_finite_max = m == -INFINITY;
+  const float inv_l = 1.0f / l;
+#pragma unroll
+  for (int c = 0; c < kOwn; ++c) {
+    const int d = sub + kRowThreads * c;
+    if (d < dm.D) out[row * dm.D + d] = no_finite_max ? quiet_nan() : o[c] * inv_l;
+  }
+}
+
+// ---- decode path
+
+constexpr int kDecodeThreads = 128;
+constexpr int kKeyLanes = 8;                                     // lanes sharing one key row
+constexpr int kStreams = kDecodeThreads / kKeyLanes;             // key rows in flight per block
+constexpr int64_t kMinSplitKeys = 256;                           // fewer keys per split: merging costs more
+constexpr int64_t kMaxSplits = 64;
+
+// part: [N, Hq, splits, D + 2] = unnormalised O (D floats), running max, running sum of the split.
+template <int DMAX, int HPB>
+__global__ void __launch_bounds__(kDecodeThreads)
+    cache_decode_kernel(float* part, const float* q, const float* k_cache, const float* v_cache,
+                        const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
+                        int64_t splits, int64_t split_len, int* flag) {
+  constexpr int DPL = DMAX / kKeyLanes;  // dims per lane
+  const int64_t seq = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * HPB, split = blockIdx.z;
+  const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
+  if (!sv.ok || sv.nq == 0) return;  // no query: nothing to write (row sv.begin is another sequence's)
+  const int64_t kvh = h0 / dm.group;
+  const int lane = threadIdx.x & 31, l8 = lane & (kKeyLanes - 1);
+  const int stream = threadIdx.x / kKeyLanes;
+  const int64_t kb = split * split_len, ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
+
+  float qr[HPB][DPL], o[HPB][DPL], m[HPB], l[HPB];
+#pragma unroll
+  for (int hh = 0; hh < HPB; ++hh) {
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < DPL; ++c) {
+      const int d = l8 + kKeyLanes * c;
+      qr[hh][c] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + hh) * dm.D + d] : 0.0f;
+      o[hh][c] = 0.0f;
+    }
+  }
+  for (int64_t j0 = kb; j0 < ke; j0 += kStreams) {
+    const int64_t j = j0 + stream;
+    const int64_t off = j < ke ? key_row(sv.table, j, kvh, dm, l8 == 0 ? flag : nullptr) : -1;
+    const bool valid = off >= 0;  // uniform over the 8 lanes of the stream
+    float kr[DPL], vr[DPL];
+#pragma unroll
+    for (int c = 0; c < DPL; ++c) {
+      const int d = l8 + kKeyLanes * c;
+      kr[c] = valid && d < dm.D ? k_cache[off + d] : 0.0f;
+      vr[c] = valid && d < dm.D ? v_cache[off + d] : 0.0f;
+    }
+#pragma unroll
+    for (int hh = 0; hh < HPB; ++hh) {
+      float s = 0.0f;
+#pragma unroll
+      for (int c = 0; c < DPL; ++c) s = fmaf(qr[hh][c], kr[c], s);
+      s += __shfl_xor_sync(kFullMask, s, 1);
+      s += __shfl_xor_sync(kFullMask, s, 2);
+      s += __shfl_xor_sync(kFullMask, s, 4);
+      s *= dm.scale;
+      if (!valid) continue;  // skipped, never multiplied by 0
+      const float m_new = fmaxf(m[hh], s);  // fmaxf skips NaN, like the CPU's std::max
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = expf(m[hh] - m_use), e = expf(s - m_use);
+      l[hh] = fmaf(alpha, l[hh], e);
+      m[hh] = m_new;
+#pragma unroll
+      for (int c = 0; c < DPL; ++c) o[hh][c] = fmaf(e, vr[c], o[hh][c] * alpha);
+    }
+  }
+  // Merge the streams: M = max of the streams' maxima, each stream weighted by exp(m_stream − M).
+  __shared__ float o_s[kStreams][HPB][DMAX];
+  __shared__ float m_s[kStreams][HPB], l_s[kStreams][HPB];
+#pragma unroll
+  for (int hh = 0; hh < HPB; ++hh) {
+#pragma unroll
+    for (int c = 0; c < DPL; ++c) o_s[stream][hh][l8 + kKeyLanes * c] = o[hh][c];
+    if (l8 == 0) {
+      m_s[stream][hh] = m[hh];
+      l_s[stream][hh] = l[hh];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < HPB * dm.D; idx += kDecodeThreads) {
+    const int hh = idx / dm.D, d = idx % dm.D;
+    float mx = -INFINITY;
+    for (int g = 0; g < kStreams; ++g) mx = fmaxf(mx, m_s[g][hh]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, acc = 0.0f;
+    for (int g = 0; g < kStreams; ++g) {
+      const float w = expf(m_s[g][hh] - m_use);
+      sum = fmaf(l_s[g][hh], w, sum);
+      acc = fmaf(o_s[g][hh][d], w, acc);
+    }
+    float* dst = part + ((seq * dm.Hq + h0 + hh) * splits + split) * (dm.D + 2);
+    dst[d] = acc;
+    if (d == 0) {
+      dst[dm.D] = mx;
+      dst[dm.D + 1] = sum;
+    }
+  }
+}
+
+// out row (seq, h) from the splits' partial results.
+__global__ void cache_decode_merge_kernel(float* out, const float* part, const int32_t* tables,
+                                          const int64_t* context_lens, const int64_t* cu, CacheDims dm,
+                                          int64_t splits) {
+  const int64_t seq = blockIdx.x, h = blockIdx.y;
+  const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, nullptr);
+  if (!sv.ok || sv.nq == 0) return;
+  const float* p = part + (seq * dm.Hq + h) * splits * (dm.D + 2);
+  float mx = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * (dm.D + 2) + dm.D]);
+  for (int d = threadIdx.x; d < dm.D; d += blockDim.x) {
+    float sum = 0.0f, acc = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float* ps = p + s * (dm.D + 2);
+      const float w = expf(ps[dm.D] - mx);
+      sum = fmaf(ps[dm.D + 1], w, sum);
+      acc = fmaf(ps[d], w, acc);
+    }
+    out[(sv.begin * dm.Hq + h) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
+  }
+}
+
+// ---- launchers
+
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxGridYZ = 65535;
+
+CacheDims make_dims(const AttentionCacheCudaParams& p, const char* who) {
+  HLM_CHECK(p.total_tokens >= 0 && p.n_seqs >= 0 && p.max_query_len >= 0 && p.max_context >= 0, who,
+            ": negative size");
+  HLM_CHECK(p.n_seqs > 0 || p.total_tokens == 0, who, ": ", p.total_tokens, " tokens but no sequences");
+  HLM_CHECK(p.q_heads > 0 && p.kv_heads > 0 && p.q_heads % p.kv_heads == 0, who, ": q heads ", p.q_heads,
+            " not a positive multiple of kv heads ", p.kv_heads);
+  HLM_CHECK_INPUT(p.head_dim >= 1 && p.head_dim <= attention_cache_cuda_max_head_dim(), who, ": head_dim ",
+                  p.head_dim, " is not supported on CUDA (1..", attention_cache_cuda_max_head_dim(), ")");
+  HLM_CHECK(p.num_blocks >= 0 && p.block_size > 0 && p.max_blocks >= 0, who, ": bad cache shape (", p.num_blocks,
+            " blocks of ", p.block_size, ", tables of ", p.max_blocks, ")");
+  HLM_CHECK(p.q_heads <= kMaxGridYZ, who, ": ", p.q_heads, " query heads exceed the grid's y limit");
+  const int64_t n_tiles = (p.max_query_len + kTile - 1) / kTile;
+  HLM_CHECK(n_tiles == 0 || p.n_seqs <= kMaxGridX / n_tiles, who, ": too many sequences for the grid");
+  return {p.total_tokens, p.n_seqs,       p.q_heads,    p.kv_heads,     p.q_heads / p.kv_heads,
+          p.num_blocks,   p.block_size,   p.max_blocks, p.max_query_len, p.max_context,
+          n_tiles,        static_cast<int>(p.head_dim), p.scale};
+}
+
+int heads_per_block(const AttentionCacheCudaParams& p) {
+  const int64_t group = p.q_heads / p.kv_heads;
+  for (int hpb = static_cast<int>(attention_cache_cuda_decode_heads_per_block()); hpb > 1; hpb /= 2)
+    if (group % hpb == 0) return hpb;
+  return 1;
+}
+
+bool decode_path(const AttentionCacheCudaParams& p) { return p.max_query_len == 1; }
+
+int64_t split_len(const AttentionCacheCudaParams& p, int64_t splits) {
+  const int64_t len = (p.max_context + splits - 1) / splits;
+  return (len + kStreams - 1) / kStreams * kStreams;
+}
+
+template <int DMAX>
+void chunk_launch(float* out, const float* q, const float* kc, const float* vc, const int32_t* tables,
+                  const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int* flag, cudaStream_t stream) {
+  constexpr size_t smem = chunk_smem_bytes<DMAX>();
+  HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_chunk_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(dm.N * dm.n_tiles), static_cast<unsigned>(dm.Hq));
+  cache_chunk_kernel<DMAX><<<grid, kThreads, smem, stream>>>(out, q, kc, vc, tables, ctx, cu, dm, flag);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+template <int DMAX, int HPB>
+void decode_launch(float* part, const float* q, const float* kc, const float* vc, const int32_t* tables,
+                   const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                   int* flag, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
+  cache_decode_kernel<DMAX, HPB>
+      <<<grid, kDecodeThreads, 0, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+template <int DMAX>
+void decode_dispatch(int hpb, float* part, const float* q, const float* kc, const float* vc, const int32_t* tables,
+                     const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                     int* flag, cudaStream_t stream) {
+  if (hpb == 4)
+    decode_launch<DMAX, 4>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+  else if (hpb == 2)
+    decode_launch<DMAX, 2>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+  else
+    decode_launch<DMAX, 1>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+}
+
+}  // namespace
+
+void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, const float* v,
+                                const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
+                                int* error_flag, cudaStream_t stream) {
+  HLM_CHECK(tokens >= 0 && p.kv_heads > 0 && p.head_dim > 0 && p.num_blocks >= 0 && p.block_size > 0,
+            "attention_cache_write_cuda: bad shape");
+  if (tokens == 0) return;
+  const int64_t row = p.kv_heads * p.head_dim;
+  cache_write_kernel<<<cuda::grid_blocks(tokens * row), cuda::kElementwiseThreads, 0, stream>>>(
+      k_cache, v_cache, k, v, slot_mapping, tokens, row, p.num_blocks * p.block_size, error_flag);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
+  if (!decode_path(p) || p.n_seqs <= 0 || p.max_context <= 0 || p.kv_heads <= 0 || p.q_heads <= 0) return 1;
+  int device = 0, sms = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&device));
+  HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t blocks = p.n_seqs * (p.q_heads / heads_per_block(p));
+  const int64_t want = (4 * static_cast<int64_t>(sms) + blocks - 1) / blocks;  // ~4 blocks per SM
+  const int64_t by_len = (p.max_context + kMinSplitKeys - 1) / kMinSplitKeys;
+  return std::clamp<int64_t>(std::min(want, by_len), 1, kMaxSplits);
+}
+
+size_t attention_cache_forward_cuda_workspace_bytes(const AttentionCacheCudaParams& p) {
+  if (!decode_path(p)) return 0;
+  return static_cast<size_t>(p.n_seqs * p.q_heads * attention_cache_cuda_decode_splits(p) * (p.head_dim + 2)) *
+         sizeof(float);
+}
+
+void attention_cache_forward_cuda(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                  const int32_t* block_tables, const int64_t* context_lens, const int64_t* cu_seqlens,
+                                  const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                  int* error_flag, cudaStream_t stream) {
+  const CacheDims dm = make_dims(p, "attention_cache_forward_cuda");
+  if (dm.T == 0 || dm.N == 0) return;
+  if (!decode_path(p)) {
+    if (dm.D <= 64)
+      chunk_launch<64>(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, error_flag, stream);
+    else
+      chunk_launch<128>(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, error_flag, stream);
+    return;
+  }
+  const int64_t splits = attention_cache_cuda_decode_splits(p);
+  HLM_CHECK(dm.N <= kMaxGridX && splits <= kMaxGridYZ, "attention_cache_forward_cuda: grid too large");
+  const size_t need = attention_cache_forward_cuda_workspace_bytes(p);
+  HLM_CHECK(workspace != nullptr && workspace_bytes >= need, "attention_cache_forward_cuda: workspace of ",
+            workspace_bytes, " bytes, needs ", need);
+  auto* part = static_cast<float*>(workspace);
+  const int64_t len = split_len(p, splits);
+  const int hpb = heads_per_block(p);
+  if (dm.D <= 64)
+    decode_dispatch<64>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
+                        error_flag, stream);
+  else
+    decode_dispatch<128>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
+                         error_flag, stream);
+  cache_decode_merge_kernel<<<dim3(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq)), 128, 0, stream>>>(
+      out, part, block_tables, context_lens, cu_seqlens, dm, splits);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hlm

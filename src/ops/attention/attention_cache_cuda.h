@@ -1,0 +1,77 @@
+// Attention over a PAGED KV cache on CUDA: launchers for the contract in attention_cache.h (cache layout
+// [num_blocks, block_size, Hkv, D], block tables, context_lens, packed queries with cu_seqlens, query head h reads kv
+// head h / (Hq / Hkv)), fp32 storage and compute, raw device pointers (every array ON THE DEVICE), queued on `stream`,
+// no synchronization, no allocation.
+//
+// attention_cache_write_cuda: k_cache/v_cache rows at slot_mapping[t] ← k/v row t (exact copies).
+// attention_cache_forward_cuda picks one of two kernels (attention_cache.cu says more):
+//   chunk path (some sequence has more than one new query): one block per (sequence, tile of 64 queries, query head)
+//     walks the sequence's cached keys through its block table in tiles of 64 with an online softmax (the kernel of
+//     attention.cu with paged key loads and the causal offset context − n_q);
+//   decode path (every sequence has exactly one new query, params.max_query_len == 1): flash decoding. One block per
+//     (sequence, group of up to 4 query heads of one kv head, key split) reads each cached K/V row of its split ONCE
+//     for all its query heads (8 lanes per key row, 16 key rows in flight per block), keeps an online softmax per
+//     8-lane key stream, merges the streams in shared memory and writes the split's (max, sum, unnormalised output)
+//     to the workspace; a second kernel merges the splits. The split count fills the GPU at small batch and drops to 1
+//     at large batch (attention_cache_cuda_decode_splits).
+//
+// Numerics against the CPU reference (which takes the row max first and sums in double): scores are fp32 FMA dots
+// (chunk path: in order d = 0..D−1; decode path: 8 lanes each over every 8th dim, then a 3-step xor-shuffle tree)
+// times scale; exp is expf; the softmax is online (running max, sum, rescaled output) and, in the decode path, merged
+// over streams and splits with exp(m_part − m) weights; out = O / l. Results agree with the CPU to rounding (the
+// tests state the bound). Deterministic: fixed reduction orders, no atomics on data.
+// Non-finite semantics as attention_cuda.h: keys outside a query's causal range are skipped (never multiplied by 0);
+// a row whose visible scores are all −Inf or contain NaN or +Inf gets NaN, as the CPU's exp(−Inf − −Inf) and NaN
+// propagation give.
+//
+// Bad metadata cannot throw from a kernel: a sequence whose cu_seqlens are inconsistent (cu[0] ≠ 0, decreasing,
+// past T, cu[N] ≠ T, more than max_query_len queries), whose context is shorter than its queries, longer than
+// max_context or than its block table, sets `*error_flag` (nullable) to 1 and its rows are left unwritten; a block
+// table entry outside [0, num_blocks) sets the flag (the outputs that would read it are then meaningless: the decode
+// path skips the key, the chunk path reads zeros); a write slot outside the pool sets the flag and is not written.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hlm {
+
+struct AttentionCacheCudaParams {
+  int64_t total_tokens = 0;   // T: packed query rows
+  int64_t n_seqs = 0;         // N
+  int64_t q_heads = 0;        // Hq, a multiple of kv_heads
+  int64_t kv_heads = 0;       // Hkv
+  int64_t head_dim = 0;       // D, 1..attention_cache_cuda_max_head_dim()
+  int64_t num_blocks = 0;     // KV blocks in the pool
+  int64_t block_size = 0;     // tokens per block
+  int64_t max_blocks = 0;     // row length of block_tables
+  int64_t max_query_len = 0;  // ≥ the longest cu_seqlens span (1 selects the decode path)
+  int64_t max_context = 0;    // ≥ the longest context_lens entry (sizes the decode splits)
+  float scale = 1.0f;
+};
+
+constexpr int64_t attention_cache_cuda_max_head_dim() { return 128; }
+// Query heads one decode block serves (all of one kv head's group when it has at most this many).
+constexpr int64_t attention_cache_cuda_decode_heads_per_block() { return 4; }
+
+// k_cache/v_cache [num_blocks · block_size, Hkv·D] rows slot_mapping[t] ← k/v [t] for t < tokens (int64 slots).
+void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, const float* v,
+                                const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
+                                int* error_flag, cudaStream_t stream);
+
+// Key splits the decode path uses for these params on the current device (1 when the batch fills the GPU).
+int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p);
+// Bytes of device scratch attention_cache_forward_cuda needs: 0 on the chunk path; on the decode path the splits'
+// partial results, N · Hq · splits · (D + 2) floats.
+size_t attention_cache_forward_cuda_workspace_bytes(const AttentionCacheCudaParams& p);
+
+// out [T, Hq, D] OVERWRITTEN from q [T, Hq, D] and the cache; block_tables int32 [N, max_blocks], context_lens
+// int64 [N], cu_seqlens int64 [N + 1]. `workspace` holds attention_cache_forward_cuda_workspace_bytes(p) bytes, used
+// only by work on `stream`. out may not alias q or the cache.
+void attention_cache_forward_cuda(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                  const int32_t* block_tables, const int64_t* context_lens, const int64_t* cu_seqlens,
+                                  const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                  int* error_flag, cudaStream_t stream);
+
+}  // namespace hlm

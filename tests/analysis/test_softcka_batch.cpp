@@ -1,6 +1,6 @@
 // Kernel-norm batches (analysis/softcka_batch.h): the CPU engine equals centered_kernel_sq_norm job by job (bits),
 // bad batches are input errors, and `hybridlm align --device` picks the engine: cpu gives the same CSV as before,
-// cuda without a CUDA build or GPU is a clear input error (exit 2); with a GPU, the CSV agrees with the CPU run.
+// cuda without a CUDA build is a clear input error (exit 2); the GPU comparison is in tests/cuda_models.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,7 +101,10 @@ std::map<std::string, double> read_csv(const fs::path& path) {
   return rows;
 }
 
-TEST(AlignDevice, CudaMatchesCpuOrFailsClearly) {
+// The CPU half of `align --device`: the CPU engine writes its CSV, and a build without the CUDA backend refuses
+// `--device cuda` with one clear input error. With the CUDA backend, the GPU half (CUDA CSV and sigma against the
+// CPU run, and the no-GPU error) is tests/cuda_models/test_cuda_eval_align_cli.cpp, label `cuda`, run on the GPU.
+TEST(AlignDevice, CpuWritesCsvAndCudaNeedsTheBackend) {
   test::ScratchDir scratch("align-device");
   const fs::path set = write_set(scratch.path());
   const std::string common = "align --model " + test::golden_dir("olmo_hybrid_tiny").string() +
@@ -110,21 +113,14 @@ TEST(AlignDevice, CudaMatchesCpuOrFailsClearly) {
   const auto cpu = test::run_hybridlm(common + (scratch.path() / "cpu").string() + " --device cpu");
   ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
   EXPECT_NE(test::read_text(scratch.path() / "cpu" / "settings.json").find("\"device\": \"cpu\""), std::string::npos);
+  const auto rows = read_csv(scratch.path() / "cpu" / "softcka.csv");
+  EXPECT_FALSE(rows.empty());
+  for (const auto& [key, value] : rows) EXPECT_TRUE(value >= -1e-9 && value <= 1.0 + 1e-9) << key << " = " << value;
+#ifndef HLM_WITH_CUDA
   const auto gpu = test::run_hybridlm(common + (scratch.path() / "cuda").string() + " --device cuda");
-  if (gpu.exit_code == 2) {  // a build without CUDA, or no usable GPU: one clear message
-    EXPECT_NE(gpu.err.find("--device cuda"), std::string::npos) << gpu.err;
-    GTEST_SKIP() << "no CUDA here: " << gpu.err;
-  }
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
-  const auto a = read_csv(scratch.path() / "cpu" / "softcka.csv"), b = read_csv(scratch.path() / "cuda" / "softcka.csv");
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [key, value] : a) {
-    // --device cuda runs the model forward on the GPU too, so the states differ by the forward's summation order
-    // (≤ ~5e-6 relative on the goldens) on top of the sums' rounding (the GPU sums in fp64, the CPU forms RBF dot
-    // products in fp32: ≲ 4e-6 per kernel entry at hidden 64): the bound of tests/cuda_models/
-    // test_cuda_eval_align_cli.cpp, 1e-4 absolute on values in [0, 1] (reasons there).
-    EXPECT_NEAR(b.at(key), value, 1e-4) << key;
-  }
+  EXPECT_EQ(gpu.exit_code, 2) << gpu.err;
+  EXPECT_NE(gpu.err.find("--device cuda"), std::string::npos) << gpu.err;
+#endif
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "models/safetensors.h"
 #include "support/golden.h"
+#include "support/help_examples.h"
 #include "support/random.h"
 #include "support/run_binary.h"
 
@@ -64,10 +65,25 @@ TEST(CliRun, PrintsTopKAndDumpsCapturePointsMatchingHF) {
   EXPECT_EQ(dumped.tensor("logits").dim(0), batch.total_tokens());
 }
 
-TEST(CliRun, HelpHasExamples) {
-  for (const char* cmd : {"run --help", "inspect --help"}) {
-    auto r = run_hybridlm(cmd);
-    EXPECT_EQ(r.exit_code, 0);
-    EXPECT_NE(r.out.find("Examples"), std::string::npos) << cmd;
+// Each help lists an option, and its first runnable example (tests/golden/ paths pointed at the goldens) runs.
+TEST(CliRun, HelpExamplesRun) {
+  const std::string goldens = std::string(HLM_GOLDEN_DIR) + "/";
+  struct Case {
+    const char* command;
+    const char* option;
+    size_t example;
+    const char* expect_out;  // in the example's output
+  };
+  for (const Case& c : {Case{"run", "--top-k", 0, "top-5"}, Case{"inspect", "--context", 2, "32768"}}) {
+    const auto help = run_hybridlm(std::string(c.command) + " --help");
+    EXPECT_EQ(help.exit_code, 0) << c.command;
+    EXPECT_NE(help.out.find(c.option), std::string::npos) << c.command << ": " << help.out;
+    const std::vector<std::string> examples = test::help_examples(help.out);
+    ASSERT_GT(examples.size(), c.example) << c.command << ": " << help.out;
+    const std::string example = test::replace_all(examples[c.example], "tests/golden/", goldens);
+    ASSERT_EQ(example.rfind(c.command, 0), 0u) << example;
+    const auto r = run_hybridlm(example);
+    EXPECT_EQ(r.exit_code, 0) << example << "\n" << r.err;
+    EXPECT_NE(r.out.find(c.expect_out), std::string::npos) << example << "\n" << r.out;
   }
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/golden.h"
+#include "support/help_examples.h"
 #include "support/run_binary.h"
 
 using namespace hlm;
@@ -144,8 +145,15 @@ TEST(CliPlacements, TextTableAndHelp) {
   const auto help = run_hybridlm("placements --help");
   EXPECT_EQ(help.exit_code, 0);
   for (const char* name : {"standard_periodic", "reverse_periodic", "sandwich", "interleaved_sandwich",
-                           "endpoint_spread", "halves up", "Examples"})
+                           "endpoint_spread", "halves up", "Examples", "--full-fraction"})
     EXPECT_NE(help.out.find(name), std::string::npos) << name;
+  // Its second example (40 layers at a quarter) runs: F = round(0.25 * 40) = 10.
+  const std::vector<std::string> examples = test::help_examples(help.out);
+  ASSERT_GE(examples.size(), 2u) << help.out;
+  EXPECT_EQ(examples[1], "placements --layers 40 --full-fraction 0.25");
+  const auto example = run_hybridlm(examples[1]);
+  EXPECT_EQ(example.exit_code, 0) << example.err;
+  EXPECT_NE(example.out.find("F = 10"), std::string::npos) << example.out;
 }
 
 TEST(CliPlacements, BadInputExitsTwo) {

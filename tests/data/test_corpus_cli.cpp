@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
+#include "support/help_examples.h"
 
 using namespace hlm;
 using test::run_hybridlm;
@@ -89,12 +90,34 @@ TEST(CorpusCli, BadInputsExitTwo) {
   EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
 }
 
-TEST(CorpusCli, HelpHasExamples) {
+TEST(CorpusCli, HelpExamplesRun) {
   for (const char* args : {"corpus --help", "corpus import --help", "corpus info --help"}) {
     const auto r = run_hybridlm(args);
     EXPECT_EQ(r.exit_code, 0) << args;
     EXPECT_NE(r.out.find("Examples:"), std::string::npos) << args << r.out;
   }
+  // The first import example and the first info example run on files written here (their relative paths made
+  // absolute); the import help lists --tier, which that example uses.
+  test::ScratchDir scratch("cli-help");
+  const fs::path s = scratch.path();
+  write(s / "en.jsonl", "{\"text\": \"one\"}\n");
+  write(s / "fr.jsonl", "{\"text\": \"un\"}\n{\"text\": \"deux\"}\n");
+  const auto import_help = run_hybridlm("corpus import --help");
+  EXPECT_NE(import_help.out.find("--tier"), std::string::npos) << import_help.out;
+  const std::vector<std::string> imports = test::help_examples(import_help.out);
+  ASSERT_FALSE(imports.empty()) << import_help.out;
+  std::string example = test::replace_all(imports[0], "--out corpus", "--out " + (s / "corpus").string());
+  example = test::replace_all(test::replace_all(example, "=en.jsonl", "=" + (s / "en.jsonl").string()), "=fr.jsonl",
+                              "=" + (s / "fr.jsonl").string());
+  const auto imported = run_hybridlm(example);
+  ASSERT_EQ(imported.exit_code, 0) << example << "\n" << imported.err;
+  const std::vector<std::string> infos = test::help_examples(run_hybridlm("corpus info --help").out);
+  ASSERT_FALSE(infos.empty());
+  ASSERT_EQ(infos[0], "corpus info corpus");
+  const auto info = run_hybridlm("corpus info " + (s / "corpus").string());
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("fra_Latn"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("high"), std::string::npos) << info.out;  // the example's --tier fra_Latn=high
 }
 
 TEST(CorpusCli, SourcesFileIsRecorded) {

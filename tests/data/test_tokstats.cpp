@@ -4,6 +4,7 @@
 
 #include "analysis/tokstats.h"
 #include "data_test_util.h"
+#include "support/help_examples.h"
 
 using namespace hlm;
 using test::expect_input_error;
@@ -106,5 +107,13 @@ TEST(TokStatsCli, WritesCsvMarkdownSvg) {
   }
   r = run_hybridlm("tokstats --help");
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.out.find("Examples:"), std::string::npos);
+  EXPECT_NE(r.out.find("--langs"), std::string::npos) << r.out;
+  // Its first example, on the set written here instead of data/parallel/udhr.jsonl.
+  const std::vector<std::string> examples = test::help_examples(r.out);
+  ASSERT_FALSE(examples.empty()) << r.out;
+  const std::string example = test::replace_all(examples[0], "data/parallel/udhr.jsonl", set.string());
+  ASSERT_NE(example, examples[0]) << "the first example no longer reads data/parallel/udhr.jsonl: " << examples[0];
+  const auto ran = run_hybridlm(example);
+  EXPECT_EQ(ran.exit_code, 0) << example << "\n" << ran.err;
+  EXPECT_NE(ran.out.find("| fra_Latn | 2 | 1.50 |"), std::string::npos) << ran.out;
 }

@@ -124,10 +124,12 @@ TEST(StateSizes, ReproduceOlmoHybridTable1) {
   const ModelConfig c = parse_model_config(j, "test");
   ASSERT_EQ(c.head_dim, 128);  // 4096 / 32, Table 1's d_h
   const StateSizes s = state_sizes(c, 4096, 2);
-  EXPECT_EQ(s.recurrent_state_elements, 552960);  // 0.55 M
-  EXPECT_NEAR(s.recurrent_state_elements * 2 / 1048576.0, 1.05, 0.005);
-  EXPECT_EQ(s.kv_elements_at_context, 8388608);  // 8.39 M
-  EXPECT_DOUBLE_EQ(s.kv_elements_at_context * 2 / 1048576.0, 16.0);
+  EXPECT_EQ(s.recurrent_state_elements, 552960);  // 0.55 M = 1.05 MiB at 2 bytes
+  EXPECT_EQ(s.kv_elements_per_token, 2 * 8 * 128);  // K and V of 8 heads of 128
+  EXPECT_EQ(s.kv_elements_at_context, 8388608);  // 8.39 M = 16.0 MiB at 2 bytes
+  // Short-conv state, which Table 1 leaves out: q, k (30 x 96 each) and v (30 x 192) channels x (kernel 4 - 1).
+  EXPECT_EQ(s.conv_state_elements, (2 * 30 * 96 + 30 * 192) * 3);
+  EXPECT_EQ(s.model_elements_at_context, 8388608 + 3 * (552960 + (2 * 30 * 96 + 30 * 192) * 3));
   EXPECT_EQ(s.full_attention_layers, 1);  // OLMo-Hybrid default: every 4th layer
   EXPECT_EQ(s.linear_attention_layers, 3);
 }

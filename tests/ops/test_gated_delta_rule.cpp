@@ -220,7 +220,19 @@ TEST(GatedDeltaRule, ChunkedMatchesRecurrentWithKeyDimOne) {
   // (cu 1 → 1) must give hT = h0 and dh0 = dhT.
   const Problem p = make_problem({0, 1, 1, 23, 50}, 1, 3, 1, 3, true, Regime::Normal, 30);
   const Result ref = run<double>(p);
-  for (int64_t C : {4, 16}) expect_close(run<float>(p, C), ref, "dk=1 C=" + std::to_string(C));
+  const size_t per_seq = p.state_size() / static_cast<size_t>(p.n_seqs()), first = per_seq;  // sequence 1 is empty
+  const auto expect_empty_passes_state = [&](const Result& r, const std::string& label) {
+    for (size_t i = first; i < first + per_seq; ++i) {
+      ASSERT_EQ(r.hT[i], static_cast<double>(p.h0[i])) << label << " hT " << i;
+      ASSERT_EQ(r.dh0[i], static_cast<double>(p.d_hT[i])) << label << " dh0 " << i;
+    }
+  };
+  expect_empty_passes_state(ref, "recurrent<double>");
+  for (int64_t C : {4, 16}) {
+    const Result got = run<float>(p, C);
+    expect_close(got, ref, "dk=1 C=" + std::to_string(C));
+    expect_empty_passes_state(got, "chunked C=" + std::to_string(C));
+  }
 }
 
 TEST(GatedDeltaRule, PrefillThenDecodeEqualsLongerPrefill) {

@@ -315,6 +315,18 @@ TEST(GatedDeltaRuleDecode, NaNStaysInItsSequence) {
 }
 
 TEST(GatedDeltaRuleDecode, EmptyBatchIsANoOp) {
-  const GdnDecodeShape s{0, 1, 1, 4, 4};
-  gated_delta_rule_decode<float>(nullptr, nullptr, {}, s, 1.0f);
+  // A real one-sequence step's buffers, called with batch 0: neither o nor the state (nor any input) may be touched.
+  Step<float> st = make_step<float>(1, 1, 1, 4, 4, 60);
+  st.o.assign(4, -7.0f);
+  const Step<float> before = st;
+  GdnDecodeShape empty = st.shape;
+  empty.batch = 0;
+  gated_delta_rule_decode<float>(st.o.data(), st.state.data(),
+                                 {st.q.data(), st.k.data(), st.v.data(), st.g.data(), st.beta.data()}, empty, 1.0f);
+  EXPECT_EQ(st.o, before.o);
+  EXPECT_EQ(st.state, before.state);
+  EXPECT_EQ(st.q, before.q);
+  EXPECT_EQ(st.v, before.v);
+  // Also accepted with no buffers at all (nothing to read or write).
+  gated_delta_rule_decode<float>(nullptr, nullptr, {}, empty, 1.0f);
 }

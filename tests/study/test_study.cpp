@@ -4,16 +4,20 @@
 // hand-made curves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "study/study_curves.h"
+#include "train/checkpoint_io.h"
 #include "train/test_trainer_fixture.h"
 
 namespace hlm {
@@ -21,6 +25,39 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// compare.csv (train/compare.h, Table C.4): the D_KL row of each language not excluded, and the R row.
+struct CompareCsv {
+  std::vector<std::string> labels;
+  std::vector<std::pair<std::string, std::vector<double>>> kl;
+  std::vector<double> r;
+};
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream in(line);
+  std::string cell;
+  while (std::getline(in, cell, ',')) out.push_back(cell);
+  return out;
+}
+
+CompareCsv read_compare_csv(const fs::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  CompareCsv t;
+  std::getline(in, line);
+  const std::vector<std::string> header = split_csv(line);  // language,tier,metric,<labels...>
+  t.labels.assign(header.begin() + std::min<size_t>(3, header.size()), header.end());
+  while (std::getline(in, line)) {
+    const std::vector<std::string> cells = split_csv(line);
+    if (cells.size() != 3 + t.labels.size()) continue;
+    std::vector<double> values;
+    for (size_t i = 3; i < cells.size(); ++i) values.push_back(std::stod(cells[i]));
+    if (cells[2] == "D_KL" && cells[0].find("(excluded)") == std::string::npos) t.kl.emplace_back(cells[0], values);
+    if (cells[0] == "mean" && cells[2] == "R") t.r = values;
+  }
+  return t;
+}
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
@@ -111,6 +148,22 @@ TEST_F(StudyTest, RunsEndToEndSkipsFinishedStagesAndRerunsOneStudent) {
   EXPECT_EQ(summary["placements"][0]["R"].get<double>(), 1.0);
   EXPECT_TRUE(std::isfinite(summary["placements"][1]["R"].get<double>()));
   EXPECT_TRUE(std::isfinite(summary["placements"][1]["delta_bar"].get<double>()));
+  // R of the other placement, recomputed from compare.csv's per-language D_KL rows (Eq. 5: the geometric mean of the
+  // per-language ratios to the baseline, excluded languages left out). compare.csv prints 9 significant digits
+  // (relative rounding <= 5e-9 per value), so the recomputation agrees within 1e-7 relative, not bit for bit.
+  const CompareCsv table = read_compare_csv(out / "report/compare.csv");
+  ASSERT_EQ(table.labels, (std::vector<std::string>{"standard_periodic", "reverse_periodic"}));
+  ASSERT_FALSE(table.kl.empty());
+  double log_sum = 0.0;
+  for (const auto& [lang, kl] : table.kl) {
+    ASSERT_EQ(kl.size(), 2u) << lang;
+    log_sum += std::log(kl[1] / kl[0]);
+  }
+  const double r_recomputed = std::exp(log_sum / static_cast<double>(table.kl.size()));
+  const double r_reported = summary["placements"][1]["R"].get<double>();
+  EXPECT_NEAR(r_reported, r_recomputed, 1e-7 * r_recomputed) << table.kl.size() << " languages";
+  EXPECT_NEAR(table.r[1], r_recomputed, 1e-7 * r_recomputed);
+  EXPECT_NE(r_reported, 1.0);  // a different placement distils to a different student
   // The baseline reaches its own final gap at the latest at its last validation.
   EXPECT_FALSE(summary["placements"][0]["reach_share"].is_null());
 
@@ -132,11 +185,12 @@ TEST_F(StudyTest, RunsEndToEndSkipsFinishedStagesAndRerunsOneStudent) {
   EXPECT_NE(third.output.find("4 stages run"), std::string::npos) << third.output;  // distill, align, locality, report
   EXPECT_TRUE(fs::exists(out / "runs/reverse_periodic/done.json"));
 
-  // An interrupted distillation (no marker, no final model, a checkpoint at step 6 of 8) resumes from its checkpoint
-  // and ends where the uninterrupted run ended (same thread count: bit-identical, docs/training.md).
+  // A distillation interrupted after its last step (no marker, no final model, only the final checkpoint at step 8,
+  // which the trainer writes before model/) resumes from that checkpoint, writes the model and evaluates it: the same
+  // test.json as before. Interruptions mid-run: tests/study/test_study_crash.cpp kills real study processes.
   const fs::path run = out / "runs/reverse_periodic";
   const json finished = json::parse(read_file(run / "test.json"));
-  ASSERT_TRUE(fs::exists(run / "checkpoint-00000006"));
+  ASSERT_EQ(checkpoint_list(run), std::vector<fs::path>{run / "checkpoint-00000008"});
   for (const char* f : {"done.json", "test.json", "model"}) fs::remove_all(run / f);
   const CommandResult fourth = run_study(config, out, dir_ / "fourth.log");
   ASSERT_EQ(fourth.code, 0) << fourth.output;

@@ -57,8 +57,23 @@ bool register_test(const char* suite, const char* name, std::function<Test*()> f
   return true;
 }
 
+std::vector<std::string>& traces() {
+  static std::vector<std::string> t;
+  return t;
+}
+
+void push_trace(const char* file, int line, const std::string& message) {
+  traces().push_back(std::string(file) + ":" + std::to_string(line) + ": " + message);
+}
+
+void pop_trace() { traces().pop_back(); }
+
 void report_failure(const char* file, int line, const std::string& text) {
   std::cout << file << ":" << line << ": Failure\n" << text << "\n";
+  if (!traces().empty()) {
+    std::cout << "Google Test trace:\n";
+    for (auto it = traces().rbegin(); it != traces().rend(); ++it) std::cout << *it << "\n";
+  }
   if (g_current != nullptr) g_current->failed = true;
 }
 

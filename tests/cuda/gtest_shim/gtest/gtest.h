@@ -2,11 +2,13 @@
 // machine's image has no Debian -dev packages). Only the standalone CUDA test build (tests/cuda/standalone) puts this
 // folder on the include path, and only when find_package(GTest) fails; everywhere else the real GoogleTest is used.
 //
-// Supported: TEST, EXPECT_/ASSERT_ {TRUE, FALSE, EQ, NE, LT, LE, GT, GE, THROW, NO_THROW}, FAIL, ADD_FAILURE,
-// GTEST_SKIP, SUCCEED, ::testing::AssertionResult / AssertionSuccess / AssertionFailure (with <<), streaming extra
+// Supported: TEST, EXPECT_/ASSERT_ {TRUE, FALSE, EQ, NE, LT, LE, GT, GE, NEAR, THROW, NO_THROW}, FAIL, ADD_FAILURE,
+// SCOPED_TRACE, GTEST_SKIP, SUCCEED, ::testing::AssertionResult / AssertionSuccess / AssertionFailure (with <<), streaming extra
 // messages with <<, --gtest_filter=POS[:POS...][-NEG[:NEG...]] with * and ? wildcards, --gtest_list_tests. Output
 // follows GoogleTest's lines ([ RUN      ], [       OK ], [  SKIPPED ], [  FAILED  ], [  PASSED  ]).
 // Not supported: fixtures (TEST_F), parameterized tests, death tests, XML output.
+// Kept honest by two builds (tests/cuda/CMakeLists.txt): the main CUDA build also compiles test_cuda_ops against this
+// stand-in (test_cuda_ops_shim, CI has nvcc), and shim_selftest.cpp checks that every macro fails when it should.
 #pragma once
 #include <exception>
 #include <functional>
@@ -104,11 +106,37 @@ std::string print(const T& v) {
   return os.str();
 }
 
+// SCOPED_TRACE: while the object lives, every failure also prints its file:line and message.
+void push_trace(const char* file, int line, const std::string& message);
+void pop_trace();
+class ScopedTrace {
+ public:
+  template <typename T>
+  ScopedTrace(const char* file, int line, const T& message) {
+    push_trace(file, line, print(message));
+  }
+  ~ScopedTrace() { pop_trace(); }
+  ScopedTrace(const ScopedTrace&) = delete;
+  ScopedTrace& operator=(const ScopedTrace&) = delete;
+};
+
 template <typename A, typename B>
 AssertionResult compare(bool ok, const char* op, const char* ea, const char* eb, const A& a, const B& b) {
   if (ok) return AssertionSuccess();
   AssertionResult r = AssertionFailure();
   r << "Expected: (" << ea << ") " << op << " (" << eb << "), actual: " << print(a) << " vs " << print(b);
+  return r;
+}
+
+// EXPECT_NEAR: |a - b| <= abs_error, as GoogleTest (equal values pass, infinities included; NaN always fails).
+inline AssertionResult near(const char* ea, const char* eb, const char* eabs, double a, double b, double abs_error) {
+  if (a == b) return AssertionSuccess();
+  const double diff = a > b ? a - b : b - a;
+  if (diff <= abs_error) return AssertionSuccess();
+  AssertionResult r = AssertionFailure();
+  r << "The difference between " << ea << " and " << eb << " is " << diff << ", which exceeds " << eabs << ", where\n"
+    << ea << " evaluates to " << a << ",\n" << eb << " evaluates to " << b << ", and\n" << eabs << " evaluates to "
+    << abs_error << ".";
   return r;
 }
 
@@ -180,6 +208,11 @@ int RunAllTests();
 #define ASSERT_GT(a, b) HLM_GTEST_CMP_(a, b, >, return)
 #define ASSERT_GE(a, b) HLM_GTEST_CMP_(a, b, >=, return)
 
+#define EXPECT_NEAR(a, b, abs_error) \
+  HLM_GTEST_CHECK_(::testing::internal::near(#a, #b, #abs_error, (a), (b), (abs_error)), )
+#define ASSERT_NEAR(a, b, abs_error) \
+  HLM_GTEST_CHECK_(::testing::internal::near(#a, #b, #abs_error, (a), (b), (abs_error)), return)
+
 #define HLM_GTEST_THROW_(stmt, exc, fatal_return)                                                  \
   HLM_GTEST_CHECK_(([&]() -> ::testing::AssertionResult {                                          \
                      try {                                                                         \
@@ -209,6 +242,11 @@ int RunAllTests();
                    fatal_return)
 #define EXPECT_NO_THROW(stmt) HLM_GTEST_NO_THROW_(stmt, )
 #define ASSERT_NO_THROW(stmt) HLM_GTEST_NO_THROW_(stmt, return)
+
+#define HLM_GTEST_CAT2_(a, b) a##b
+#define HLM_GTEST_CAT_(a, b) HLM_GTEST_CAT2_(a, b)
+#define SCOPED_TRACE(message) \
+  const ::testing::internal::ScopedTrace HLM_GTEST_CAT_(hlm_gtest_trace_, __LINE__)(__FILE__, __LINE__, (message))
 
 #define ADD_FAILURE() ::testing::internal::AssertHelper(__FILE__, __LINE__, "Failed") = ::testing::Message()
 #define FAIL() return ADD_FAILURE()

@@ -5,8 +5,9 @@
 namespace hlm {
 
 void add_study_command(CLI::App& app, std::function<int()>& action);  // cmd_study.cpp
+void add_synth_command(CLI::App& app, std::function<int()>& action);  // cmd_synth.cpp
 
-static const std::array<SubcommandEntry, 14> kSubcommands{{
+static const std::array<SubcommandEntry, 15> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
@@ -21,6 +22,7 @@ static const std::array<SubcommandEntry, 14> kSubcommands{{
     {"align", add_align_command},
     {"locality", add_locality_command},
     {"study", add_study_command},
+    {"synth", add_synth_command},
 }};
 
 std::span<const SubcommandEntry> subcommand_table() { return kSubcommands; }

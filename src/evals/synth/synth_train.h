@@ -1,0 +1,55 @@
+// Trains one (task, architecture) pair of the synthetic study from scratch on the CPU and evaluates it.
+//   Training: steps × batch_size items; each item's difficulty d is uniform in [train_min, train_max] (n swaps, or m
+//     bits for recall; state-based recall uses m = synth_state_based_recall_m(d)); the items of a step are packed
+//     into one TokenBatch (positions restart per item, attention never crosses items). Loss = mean cross-entropy at
+//     each item's last input position (target = its answer token) only: the final hidden rows of those positions are
+//     gathered into [B, hidden], fed to the chunked LM-head loss, and its gradient scattered back into a zero
+//     [T, hidden] d_final_hidden for model_backward. AdamW (β 0.9/0.999, eps 1e-8; no decay on norms, biases,
+//     A_log), global-norm clip, linear warmup + cosine decay (train/lr_schedule.h) stepped s = 1..steps.
+//   Evaluation: for every difficulty in eval_difficulties, eval_items fresh items (SynthSplit::Eval streams, never
+//     the training streams) in batches of eval_batch; accuracy = argmax of the last position's logits == answer
+//     token. For the pointer tasks also the accuracy on items whose queried pointer moved.
+// Deterministic for a fixed config and thread count (weights and data from the counter-based RNG).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evals/synth/synth_config.h"
+#include "evals/synth/synth_models.h"
+
+namespace hlm {
+
+struct SynthDifficultyResult {
+  int64_t difficulty = 0;      // n (or m for recall)
+  int64_t m = 0;               // bit-array size of the items (0 for state tracking)
+  int64_t items = 0;
+  double accuracy = 0.0;
+  int64_t moved_items = 0;     // pointer tasks only
+  double moved_accuracy = 0.0; // NaN when no item moved or the task has no pointers
+  bool in_training_range = false;
+};
+
+struct SynthPairResult {
+  std::string task, arch;
+  int64_t parameters = 0;
+  int64_t steps = 0;
+  int64_t train_tokens = 0;
+  double train_seconds = 0.0;
+  double tokens_per_second = 0.0;  // training tokens / training wall time
+  double final_loss = 0.0;         // mean answer CE over the last min(steps, log_every) steps
+  double eval_seconds = 0.0;
+  std::vector<SynthDifficultyResult> eval;
+};
+
+nlohmann::ordered_json synth_pair_result_to_json(const SynthPairResult& result);
+SynthPairResult synth_pair_result_from_json(const nlohmann::json& json, const std::string& source);
+
+using SynthLog = std::function<void(const std::string& line)>;
+
+SynthPairResult synth_train_and_eval(const SynthConfig& config, SynthTask task, SynthArch arch, const SynthLog& log);
+
+}  // namespace hlm

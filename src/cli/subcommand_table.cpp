@@ -5,9 +5,10 @@
 namespace hlm {
 
 void add_study_command(CLI::App& app, std::function<int()>& action);  // cmd_study.cpp
+void add_niah_command(CLI::App& app, std::function<int()>& action);   // cmd_niah.cpp
 void add_synth_command(CLI::App& app, std::function<int()>& action);  // cmd_synth.cpp
 
-static const std::array<SubcommandEntry, 15> kSubcommands{{
+static const std::array<SubcommandEntry, 16> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
@@ -23,6 +24,7 @@ static const std::array<SubcommandEntry, 15> kSubcommands{{
     {"locality", add_locality_command},
     {"study", add_study_command},
     {"synth", add_synth_command},
+    {"niah", add_niah_command},
 }};
 
 std::span<const SubcommandEntry> subcommand_table() { return kSubcommands; }

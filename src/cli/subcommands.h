@@ -28,5 +28,6 @@ void add_compare_command(CLI::App& app, std::function<int()>& action);
 void add_tokstats_command(CLI::App& app, std::function<int()>& action);
 void add_align_command(CLI::App& app, std::function<int()>& action);
 void add_locality_command(CLI::App& app, std::function<int()>& action);
+void add_generate_command(CLI::App& app, std::function<int()>& action);
 
 }  // namespace hlm

@@ -41,6 +41,32 @@ struct Activations {
   T *q_lin, *k_lin, *q, *k, *v, *o;
 };
 
+// q, k (after norm and rope at `positions`) and v of n tokens into a.q, a.k, a.v (a.q_lin / a.k_lin: the
+// projections before the norm, which may be the same buffers as a.q / a.k).
+template <typename T>
+void project_qkv(const Activations<T>& a, const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                 const RopeTable* rope, int64_t n, int64_t hidden, const int32_t* positions) {
+  const int64_t D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
+  matmul_forward<T>(a.q_lin, x, w.q_proj, w.q_bias, n, Cq, hidden);
+  matmul_forward<T>(a.k_lin, x, w.k_proj, w.k_bias, n, Ckv, hidden);
+  matmul_forward<T>(a.v, x, w.v_proj, w.v_bias, n, Ckv, hidden);
+  if (a.q_lin != a.q) std::copy(a.q_lin, a.q_lin + n * Cq, a.q);
+  if (a.k_lin != a.k) std::copy(a.k_lin, a.k_lin + n * Ckv, a.k);
+  if (w.q_norm != nullptr) {
+    const NormRows r = norm_rows(w.q_norm_size, n, d.q_heads, D);
+    rmsnorm_forward<T>(a.q, a.q, w.q_norm, r.rows, r.width, d.norm_eps);
+  }
+  if (w.k_norm != nullptr) {
+    const NormRows r = norm_rows(w.k_norm_size, n, d.kv_heads, D);
+    rmsnorm_forward<T>(a.k, a.k, w.k_norm, r.rows, r.width, d.norm_eps);
+  }
+  if (rope != nullptr) {
+    HLM_CHECK(rope->head_dim == D, "rope table head_dim ", rope->head_dim, " != attention head_dim ", D);
+    rope_forward<T>(a.q, positions, n, d.q_heads, *rope);
+    rope_forward<T>(a.k, positions, n, d.kv_heads, *rope);
+  }
+}
+
 // keep_pre_norm: the backward needs q̃ / k̃ apart from q / k when they are normalised; otherwise they share storage.
 template <typename T>
 Activations<T> forward_activations(const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
@@ -54,24 +80,7 @@ Activations<T> forward_activations(const T* x, const AttentionParamPtrs<const T*
   a.o = scratch<T>(arena, n * Cq);
   a.q_lin = keep_pre_norm && w.q_norm != nullptr ? scratch<T>(arena, n * Cq) : a.q;
   a.k_lin = keep_pre_norm && w.k_norm != nullptr ? scratch<T>(arena, n * Ckv) : a.k;
-  matmul_forward<T>(a.q_lin, x, w.q_proj, w.q_bias, n, Cq, b.hidden);
-  matmul_forward<T>(a.k_lin, x, w.k_proj, w.k_bias, n, Ckv, b.hidden);
-  matmul_forward<T>(a.v, x, w.v_proj, w.v_bias, n, Ckv, b.hidden);
-  if (a.q_lin != a.q) std::copy(a.q_lin, a.q_lin + n * Cq, a.q);
-  if (a.k_lin != a.k) std::copy(a.k_lin, a.k_lin + n * Ckv, a.k);
-  if (w.q_norm != nullptr) {
-    const NormRows r = norm_rows(w.q_norm_size, n, d.q_heads, D);
-    rmsnorm_forward<T>(a.q, a.q, w.q_norm, r.rows, r.width, d.norm_eps);
-  }
-  if (w.k_norm != nullptr) {
-    const NormRows r = norm_rows(w.k_norm_size, n, d.kv_heads, D);
-    rmsnorm_forward<T>(a.k, a.k, w.k_norm, r.rows, r.width, d.norm_eps);
-  }
-  if (rope != nullptr) {
-    HLM_CHECK(rope->head_dim == D, "rope table head_dim ", rope->head_dim, " != attention head_dim ", D);
-    rope_forward<T>(a.q, b.positions, n, d.q_heads, *rope);
-    rope_forward<T>(a.k, b.positions, n, d.kv_heads, *rope);
-  }
+  project_qkv(a, x, w, d, rope, n, b.hidden, b.positions);
   const AttentionShape shape{n, d.q_heads, d.kv_heads, D};
   attention_forward<T>(a.o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
   return a;
@@ -150,6 +159,18 @@ AttentionParamPtrs<const float*> attention_param_ptrs(const AttentionWeights& w)
   return ptrs_from<const float*>(w);
 }
 AttentionParamPtrs<float*> attention_param_ptrs(AttentionGrads& g) { return ptrs_from<float*>(g); }
+
+AttentionQkv attention_layer_project(const float* x, const AttentionWeights& w, const AttentionDims& dims,
+                                     const RopeTable* rope, int64_t tokens, int64_t hidden, const int32_t* positions,
+                                     Arena& arena) {
+  const int64_t Cq = dims.q_heads * dims.head_dim, Ckv = dims.kv_heads * dims.head_dim;
+  Activations<float> a{};
+  a.q = a.q_lin = scratch<float>(arena, tokens * Cq);
+  a.k = a.k_lin = scratch<float>(arena, tokens * Ckv);
+  a.v = scratch<float>(arena, tokens * Ckv);
+  project_qkv(a, x, attention_param_ptrs(w), dims, rope, tokens, hidden, positions);
+  return {a.q, a.k, a.v};
+}
 
 template <typename T>
 void attention_layer_forward_ref(T* out, const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,

@@ -92,6 +92,18 @@ struct AttentionQk {
 };
 AttentionQk attention_stash_qk(const LayerStash& stash);
 
+// q [T, Hq·D], k and v [T, Hkv·D] of `tokens` rows of x [T, hidden] as the softmax reads them: projected, q/k
+// normalised and rotated at `positions` (absolute positions; any values the rope table accepts). Scratch from `arena`
+// (valid until the caller releases it). For inference, where k and v go into a KV cache (infer/).
+struct AttentionQkv {
+  float* q;
+  float* k;
+  float* v;
+};
+AttentionQkv attention_layer_project(const float* x, const AttentionWeights& w, const AttentionDims& dims,
+                                     const RopeTable* rope, int64_t tokens, int64_t hidden, const int32_t* positions,
+                                     Arena& arena);
+
 // ---- Templated reference on raw pointers (T = float or double): the float entry points above call these. ----
 
 // Contiguous parameter pointers, P = const T* (weights) or T* (gradients); nullptr for an absent bias or norm.

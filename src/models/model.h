@@ -3,11 +3,13 @@
 // the tensor table against the shape config.json implies, and reports checkpoint tensors it does not use.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/arena.h"
+#include "layers/attention_layer.h"
 #include "layers/capture.h"
 #include "layers/layer_stash.h"
 #include "layers/token_batch.h"
@@ -25,10 +27,25 @@ struct ModelStash {
   std::vector<LayerStash> mlp;
 };
 
+// One token-mixer call of the forward, handed to a MixerHook: layer index and kind, the attention dims the forward
+// uses for this architecture, the mixer's input [T, H] (after the block's input norm; the residual stream in a
+// post-norm block) and its output [T, H] to overwrite. Scratch may come from Model::arena().
+struct MixerCall {
+  int layer;
+  LayerKind kind;
+  const AttentionDims& attention;
+  const float* in;
+  float* out;
+};
+// Replaces every layer's token mixer while the rest of the block (norms, MLP, residual multipliers) stays the
+// forward's own: inference runs attention over a KV cache and GDN from a carried state this way (infer/).
+using MixerHook = std::function<void(const MixerCall&)>;
+
 struct ForwardOptions {
   // Logits for every token ([T, V]) or only for the last token of each sequence ([N, V]).
   bool all_logits = false;
   ModelStash* stash = nullptr;  // optional: keep each layer's intermediates for model_backward
+  const MixerHook* mixer = nullptr;  // optional (no stash with it): replaces the layers' token mixers
 };
 
 // The GDN layer dimensions a config implies (hybrid architectures only).

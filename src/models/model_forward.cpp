@@ -52,6 +52,7 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
   HLM_CHECK(stash == nullptr || (static_cast<int64_t>(stash->mixer.size()) == c.num_hidden_layers &&
                                  static_cast<int64_t>(stash->mlp.size()) == c.num_hidden_layers),
             "forward: the stash is not sized for this model");
+  HLM_CHECK(stash == nullptr || options.mixer == nullptr, "forward: a mixer hook does not fill a stash");
   arena_.reset();
   Tensor hidden = arena_.tensor({T, H});  // residual stream [T, H]
   Tensor normed = arena_.tensor({T, H});  // a norm's output [T, H]
@@ -66,7 +67,9 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
     LayerStash* mixer_stash = stash ? &stash->mixer[static_cast<size_t>(i)] : nullptr;
     LayerStash* mlp_stash = stash ? &stash->mlp[static_cast<size_t>(i)] : nullptr;
     const auto mixer = [&](float* out, const float* in) {
-      if (full_attention) {
+      if (options.mixer != nullptr) {
+        (*options.mixer)(MixerCall{i, c.layer_kinds[static_cast<size_t>(i)], attention_dims, in, out});
+      } else if (full_attention) {
         attention_layer_forward(out, in, layer.self_attn, attention_dims, rope, batch, positions.data(), arena_,
                                 mixer_stash);
       } else {

@@ -1,0 +1,96 @@
+// Paged KV-cache bookkeeping (infer/kv_block_allocator.h) and the memory plan (infer/memory_plan.h): sequences of
+// different lengths hold ceil(L / block_size) blocks each (less than one block of waste), reservations keep a running
+// sequence from finding the pool empty, released blocks are reused, and plan sizes follow the model's shapes and
+// Table 1's arithmetic (models/state_size.h) in fp32.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "infer/kv_block_allocator.h"
+#include "infer/memory_plan.h"
+#include "infer_models.h"
+#include "models/state_size.h"
+
+using namespace hlm;
+
+TEST(KvBlockAllocator, DifferentLengthsWasteLessThanOneBlockEach) {
+  KvBlockAllocator a(/*num_blocks=*/20, /*block_size=*/4, /*max_sequences=*/3);
+  const std::vector<int64_t> lengths{1, 9, 16};
+  std::set<int64_t> slots_seen;
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(a.reserve(s, lengths[s] + 4));
+    std::vector<int64_t> slots(static_cast<size_t>(lengths[s]));
+    // Append in uneven pieces: the table must not depend on how tokens arrive.
+    int64_t done = 0;
+    for (int64_t piece = 1; done < lengths[s]; ++piece) {
+      const int64_t n = std::min(piece, lengths[s] - done);
+      a.append(s, n, slots.data() + done);
+      done += n;
+    }
+    EXPECT_EQ(a.length(s), lengths[s]);
+    EXPECT_EQ(static_cast<int64_t>(a.block_table(s).size()), (lengths[s] + 3) / 4);
+    for (int64_t p = 0; p < lengths[s]; ++p) {
+      EXPECT_EQ(slots[p], int64_t{a.block_table(s)[p / 4]} * 4 + p % 4);
+      EXPECT_TRUE(slots_seen.insert(slots[p]).second) << "token slot " << slots[p] << " given twice";
+    }
+  }
+  EXPECT_EQ(a.blocks_in_use(), 1 + 3 + 4);
+  const int64_t held = a.blocks_in_use() * 4, tokens = 1 + 9 + 16;
+  EXPECT_LT(held - tokens, 3 * 4);  // < one block per sequence
+}
+
+TEST(KvBlockAllocator, ReservationsAndReuse) {
+  KvBlockAllocator a(6, 4, 3);
+  ASSERT_TRUE(a.reserve(0, 12));   // 3 blocks promised
+  EXPECT_EQ(a.unpromised_blocks(), 3);
+  EXPECT_FALSE(a.reserve(1, 13));  // 4 blocks: only 3 unpromised
+  EXPECT_FALSE(a.active(1));
+  ASSERT_TRUE(a.reserve(1, 12));
+  EXPECT_FALSE(a.reserve(2, 1));   // pool fully promised although no block is taken yet
+  EXPECT_EQ(a.free_blocks(), 6);
+  std::vector<int64_t> slots(12);
+  a.append(0, 5, slots.data());
+  EXPECT_EQ(a.blocks_in_use(), 2);
+  EXPECT_THROW(a.append(0, 8, slots.data()), Error);  // past its reservation of 12
+  a.release(0);
+  EXPECT_EQ(a.blocks_in_use(), 0);
+  EXPECT_EQ(a.unpromised_blocks(), 3);
+  ASSERT_TRUE(a.reserve(0, 8));
+  a.append(0, 8, slots.data());
+  EXPECT_EQ(a.blocks_in_use(), 2);
+  a.release(0);
+  a.release(1);
+  EXPECT_EQ(a.unpromised_blocks(), 6);
+  EXPECT_THROW(a.release(1), Error);
+}
+
+TEST(MemoryPlan, SizesFollowTheModelAndTableOne) {
+  const ModelConfig c = parse_model_config(test::student_config_json(), "test");
+  const MemoryPlan shape = memory_plan_shape(c, 16);
+  EXPECT_EQ(shape.attention_layers, 2);
+  EXPECT_EQ(shape.gdn_layers, 2);
+  const StateSizes t1 = state_sizes(c, 16, 4);  // fp32
+  EXPECT_EQ(shape.kv_bytes_per_block, 2 * t1.kv_elements_at_context * 4);
+  EXPECT_EQ(shape.gdn_bytes_per_sequence, 2 * (t1.recurrent_state_elements + t1.conv_state_elements) * 4);
+}
+
+TEST(MemoryPlan, BudgetCutsSequencesThenBlocks) {
+  const ModelConfig c = parse_model_config(test::student_config_json(), "test");
+  const MemoryPlan shape = memory_plan_shape(c, 16);
+  MemoryRequest r;
+  r.max_sequences = 4;
+  r.kv_blocks = 40;
+  EXPECT_EQ(memory_plan_build(c, r).num_blocks, 40);  // no budget: what was asked
+  // Room for 2 slots with one block each but not for 3: slots cut to 2, the rest of the budget goes to blocks.
+  const int64_t one = shape.sequence_bytes(1);
+  r.budget_bytes = 3 * one - 1;
+  const MemoryPlan p = memory_plan_build(c, r);
+  EXPECT_EQ(p.max_sequences, 2);
+  EXPECT_EQ(p.num_blocks, (3 * one - 1 - 2 * shape.gdn_bytes_per_sequence) / shape.kv_bytes_per_block);
+  EXPECT_GE(p.num_blocks, 2);
+  EXPECT_LE(p.total_bytes(), *r.budget_bytes);
+  EXPECT_GT(p.total_bytes() + shape.kv_bytes_per_block, *r.budget_bytes);  // no whole block left unused
+  r.budget_bytes = shape.sequence_bytes(1) - 1;
+  EXPECT_THROW(memory_plan_build(c, r), Error);
+}

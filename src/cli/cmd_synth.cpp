@@ -4,14 +4,23 @@
 #include <memory>
 
 #include "cli/subcommands.h"
+#include "cli/train_device_cli.h"
 #include "core/error.h"
 #include "evals/synth/synth_run.h"
+
+#ifdef HLM_WITH_CUDA
+#include <cuda_profiler_api.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_context.h"
+#include "models/cuda/cuda_model.h"
+#endif
 
 namespace hlm {
 namespace {
 
 struct SynthCliOptions {
-  std::string config, out, device = "cpu";
+  std::string config, out, device = "cpu", precision = "fp32", profile_steps;
 };
 
 struct SynthGenCliOptions {
@@ -22,15 +31,87 @@ struct SynthGenCliOptions {
   bool no_undo = false;
 };
 
+#ifdef HLM_WITH_CUDA
+// A TrainDevice that brackets steps [first, last] (1-based, of each pair) with cudaProfilerStart/Stop, the range the
+// kernel tracer (docs/profiling.md) and ncu can be limited to; otherwise it forwards every call.
+class ProfiledTrainDevice final : public TrainDevice {
+ public:
+  ProfiledTrainDevice(std::unique_ptr<TrainDevice> inner, int64_t first, int64_t last)
+      : inner_(std::move(inner)), first_(first), last_(last) {}
+  std::string describe() const override { return inner_->describe(); }
+  size_t free_memory_bytes() const override { return inner_->free_memory_bytes(); }
+  void attach(Model& student, Model* teacher, AdamW& optimizer) override { inner_->attach(student, teacher, optimizer); }
+  BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
+                 size_t num_languages) override {
+    ++steps_;
+    if (steps_ == first_) {
+      cudaDeviceSynchronize();
+      cudaProfilerStart();
+    }
+    BatchLoss loss = inner_->step(batch, micro_rows, tau, clip, grad_norm, num_languages);
+    if (steps_ == last_) {
+      cudaDeviceSynchronize();
+      cudaProfilerStop();
+    }
+    return loss;
+  }
+  void evaluate_pass(const PackedBatch& batch, EvalSums& sums) override { inner_->evaluate_pass(batch, sums); }
+  void sync_to_host() override { inner_->sync_to_host(); }
+
+ private:
+  std::unique_ptr<TrainDevice> inner_;
+  int64_t first_, last_, steps_ = 0;
+};
+#endif
+
+// --device: the CPU loops, or the GPU trainer for the steps and the GPU forward for evaluation.
+SynthDevice synth_device_for(const SynthCliOptions& o) {
+  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device: '", o.device, "' is not a device (cpu or cuda)");
+  HLM_CHECK_INPUT(o.precision == "fp32" || o.precision == "bf16", "--precision: expected fp32 or bf16, got '",
+                  o.precision, "'");
+  HLM_CHECK_INPUT(o.device == "cuda" || (o.precision == "fp32" && o.profile_steps.empty()),
+                  "--precision bf16 and --profile-steps need --device cuda");
+  SynthDevice device;
+  if (o.device == "cpu") return device;
+  int64_t first = 0, last = -1;
+  if (!o.profile_steps.empty()) {
+    long long a = 0, b = 0;
+    char tail = 0;
+    HLM_CHECK_INPUT(std::sscanf(o.profile_steps.c_str(), "%lld:%lld%c", &a, &b, &tail) == 2 && 1 <= a && a <= b,
+                    "--profile-steps: expected FIRST:LAST with 1 <= FIRST <= LAST, got '", o.profile_steps, "'");
+    first = a;
+    last = b;
+  }
+#ifdef HLM_WITH_CUDA
+  device.name = "cuda (" + o.precision + ")";
+  const std::string precision = o.precision;
+  device.make_trainer = [precision, first, last]() -> std::unique_ptr<TrainDevice> {
+    std::unique_ptr<TrainDevice> inner = train_device_for("cuda", precision);
+    if (last < first) return inner;
+    return std::make_unique<ProfiledTrainDevice>(std::move(inner), first, last);
+  };
+  device.make_forward = [](const Model& model) -> std::function<Tensor(const TokenBatch&)> {
+    auto gpu = std::make_shared<CudaModel>(CudaModel::upload(model, cuda_context()));
+    return [gpu](const TokenBatch& batch) { return gpu->forward(batch); };
+  };
+#else
+  (void)first;
+  (void)last;
+  throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+  return device;
+}
+
 int run_synth(const SynthCliOptions& o) {
   HLM_CHECK_INPUT(!o.config.empty(), "synth: --config is required (or use `hybridlm synth gen`)");
   HLM_CHECK_INPUT(!o.out.empty(), "synth: --out is required");
   const SynthConfig config = synth_config_load(o.config);
+  SynthRunOptions run_options{o.out, synth_device_for(o)};
   std::printf("synth: resolved config (saved as %s/config.json):\n%s\n", o.out.c_str(),
               synth_config_to_json(config).dump(2).c_str());
   std::fflush(stdout);
   const std::vector<SynthPairResult> results =
-      synth_run(config, {o.out, o.device}, [](const std::string& line) {
+      synth_run(config, run_options, [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
       });
@@ -69,10 +150,19 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
       "  hybridlm synth --config configs/synth/table14.json --out runs/synth\n"
       "  echo '{\"tasks\":[\"recall\"],\"architectures\":[\"transformer\",\"gdn_neg\"],\"steps\":300}' > s.json\n"
       "  hybridlm synth --config s.json --out runs/synth_small\n"
+      "  hybridlm synth --config configs/synth/table14.json --out runs/synth_gpu --device cuda\n"
       "  hybridlm synth gen --task state_based_recall --n 8 --m 16 --count 3 --seed 1");
   cmd->add_option("--config", o->config, "Sweep config (JSON)");
   cmd->add_option("--out", o->out, "Output directory (created; reused to resume)");
-  cmd->add_option("--device", o->device, "cpu (cuda: not yet supported)")->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "cpu, or cuda (GPU 0: the GPU trainer's steps and the GPU forward for evaluation; needs a build "
+                  "with the CUDA backend)")
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precision, "fp32, or bf16 (--device cuda: bf16 products, fp32 master weights)")
+      ->capture_default_str();
+  cmd->add_option("--profile-steps", o->profile_steps,
+                  "FIRST:LAST (--device cuda): bracket these steps of each pair with cudaProfilerStart/Stop for the "
+                  "kernel tracer (docs/profiling.md)");
   cmd->callback([o, cmd, &action] {
     if (cmd->get_subcommands().empty()) action = [o] { return run_synth(*o); };
   });

@@ -25,11 +25,6 @@ nlohmann::ordered_json comparable(nlohmann::ordered_json j) {
 }  // namespace
 
 std::vector<SynthPairResult> synth_run(const SynthConfig& config, const SynthRunOptions& options, const SynthLog& log) {
-  HLM_CHECK_INPUT(options.device == "cpu" || options.device == "cuda", "--device: expected cpu or cuda, got '",
-                  options.device, "'");
-  HLM_CHECK_INPUT(options.device == "cpu",
-                  "--device cuda: not yet supported for `synth` (the GPU trainer has no answer-position-only loss "
-                  "yet); use --device cpu");
   fs::create_directories(options.out);
   const nlohmann::ordered_json resolved = synth_config_to_json(config);
   const fs::path config_path = options.out / "config.json";
@@ -63,11 +58,12 @@ std::vector<SynthPairResult> synth_run(const SynthConfig& config, const SynthRun
     fs::create_directories(pair_dir);
     file_write_atomic(pair_dir / "model_config.json",
                       synth_model_config_json(config, arch, task).dump(2) + "\n");
-    std::snprintf(head, sizeof head, "[%zu/%zu] %s/%s: training %lld steps x %lld items", i + 1, pairs.size(),
-                  synth_task_name(task), synth_arch_spec(arch).name, static_cast<long long>(config.steps),
-                  static_cast<long long>(config.batch_size));
+    std::snprintf(head, sizeof head, "[%zu/%zu] %s/%s: training %lld steps x %lld items on %s", i + 1,
+                  pairs.size(), synth_task_name(task), synth_arch_spec(arch).name,
+                  static_cast<long long>(config.steps), static_cast<long long>(config.batch_size),
+                  options.device.name.c_str());
     log(head);
-    SynthPairResult r = synth_train_and_eval(config, task, arch, log);
+    SynthPairResult r = synth_train_and_eval(config, task, arch, log, options.device);
     file_write_atomic(marker, synth_pair_result_to_json(r).dump(2) + "\n");
     results.push_back(std::move(r));
     ++trained;

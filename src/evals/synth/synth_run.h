@@ -16,7 +16,7 @@ namespace hlm {
 
 struct SynthRunOptions {
   std::filesystem::path out;
-  std::string device = "cpu";  // "cpu"; "cuda" is not supported yet (input error)
+  SynthDevice device;  // where pairs train and evaluate (synth_train.h); default: the CPU
 };
 
 // Runs the sweep; returns every pair's result (loaded from markers for skipped pairs). Progress goes to `log`.

@@ -60,6 +60,18 @@ PackedItems pack(const std::vector<SynthItem>& items) {
   return p;
 }
 
+// The step's items as a TrainDevice batch: one row (micro-batch = the whole batch, so sequences need not share a
+// length), CE targets only at each item's last input position.
+PackedBatch answer_batch(const PackedItems& packed) {
+  PackedBatch out;
+  out.batch = packed.batch;
+  out.rows = 1;
+  out.targets.assign(static_cast<size_t>(packed.batch.total_tokens()), -100);
+  out.language.assign(static_cast<size_t>(packed.batch.total_tokens()), 0);
+  for (size_t b = 0; b < packed.last.size(); ++b) out.targets[static_cast<size_t>(packed.last[b])] = packed.targets[b];
+  return out;
+}
+
 // Rows `rows` of src [T, H] gathered into [rows.size(), H].
 Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& rows) {
   const int64_t H = src.dim(1);
@@ -100,7 +112,8 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
-SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, SynthArch arch, const SynthLog& log) {
+SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, SynthArch arch, const SynthLog& log,
+                                     const SynthDevice& device) {
   const SynthVocab vocab{c.max_address};
   const ModelConfig mc = synth_model_config(c, arch, task);
   Model model = Model::create(mc, c.seed);
@@ -122,6 +135,8 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
   schedule.warmup_steps = lr_schedule_warmup_steps(c.steps, c.warmup_fraction);
   schedule.min_lr = c.min_lr;
 
+  std::unique_ptr<TrainDevice> trainer = device.make_trainer ? device.make_trainer() : nullptr;
+  if (trainer) trainer->attach(model, nullptr, optimizer);
   const int64_t H = mc.hidden_size;
   const LmHead<float> head{model.weights().lm_head.weight.f32(), mc.vocab_size, H, mc.logits_scaling};
   const auto t_train = Clock::now();
@@ -135,27 +150,33 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
     const PackedItems packed = pack(items);
     const int64_t T = packed.batch.total_tokens(), B = c.batch_size;
 
-    grad_zero(grad_list);
-    const ForwardTrace trace = model_forward_train(model, packed.batch);
-    const Tensor h = gather_rows(trace.final_hidden, packed.last);
-    Tensor dh = Tensor::zeros({B, H});
-    const LmHeadGrad<float> g{dh.f32(), grads.lm_head.weight.f32()};
-    std::vector<float> ce(static_cast<size_t>(B));
-    const TokenLossResult loss =
-        lm_head_cross_entropy<float>(ce.data(), h.f32(), B, head, packed.targets.data(), nullptr, &g);
-    const std::vector<bool> ok = head_correct(h, model, packed.targets);
-    Tensor d_final = Tensor::zeros({T, H});
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(d_final.f32() + packed.last[static_cast<size_t>(b)] * H, dh.f32() + b * H,
-                  static_cast<size_t>(H) * sizeof(float));
-    model_backward(model, packed.batch, trace, d_final, grads);
-    const double norm = clip_grad_norm(grad_list, c.clip);
+    // One step: {answer CE, answers right (NaN on a device: it reports the loss only), gradient norm}.
+    double loss = 0.0, correct = std::numeric_limits<double>::quiet_NaN(), norm = 0.0;
     lr_schedule_apply(optimizer, schedule, s);
-    if (std::isfinite(loss.loss) && std::isfinite(norm)) optimizer.step();
+    if (trainer) {
+      loss = trainer->step(answer_batch(packed), 1, 1.0, c.clip, &norm, 1).loss;
+    } else {
+      grad_zero(grad_list);
+      const ForwardTrace trace = model_forward_train(model, packed.batch);
+      const Tensor h = gather_rows(trace.final_hidden, packed.last);
+      Tensor dh = Tensor::zeros({B, H});
+      const LmHeadGrad<float> g{dh.f32(), grads.lm_head.weight.f32()};
+      std::vector<float> ce(static_cast<size_t>(B));
+      loss = lm_head_cross_entropy<float>(ce.data(), h.f32(), B, head, packed.targets.data(), nullptr, &g).loss;
+      const std::vector<bool> ok = head_correct(h, model, packed.targets);
+      correct = static_cast<double>(std::count(ok.begin(), ok.end(), true));
+      Tensor d_final = Tensor::zeros({T, H});
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(d_final.f32() + packed.last[static_cast<size_t>(b)] * H, dh.f32() + b * H,
+                    static_cast<size_t>(H) * sizeof(float));
+      model_backward(model, packed.batch, trace, d_final, grads);
+      norm = clip_grad_norm(grad_list, c.clip);
+      if (std::isfinite(loss) && std::isfinite(norm)) optimizer.step();
+    }
 
     result.train_tokens += T;
-    window_loss += loss.loss;
-    window_correct += static_cast<double>(std::count(ok.begin(), ok.end(), true));
+    window_loss += loss;
+    window_correct += correct;
     ++window_steps;
     window_items += B;
     if (s % c.log_every == 0 || s == c.steps) {
@@ -175,11 +196,15 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
       window_steps = window_items = 0;
     }
   }
+  if (trainer) trainer->sync_to_host();
   result.steps = c.steps;
   result.train_seconds = seconds_since(t_train);
   result.tokens_per_second = static_cast<double>(result.train_tokens) / std::max(result.train_seconds, 1e-9);
 
   const auto t_eval = Clock::now();
+  const std::function<Tensor(const TokenBatch&)> forward =
+      device.make_forward ? device.make_forward(model)
+                          : std::function<Tensor(const TokenBatch&)>([&model](const TokenBatch& b) { return model.forward(b); });
   for (int64_t d : c.eval_difficulties) {
     const auto [n, m] = item_size(c, task, d);
     SynthDifficultyResult r;
@@ -194,7 +219,7 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
         items.push_back(
             synth_generate(task, n, m, {c.seed, SynthSplit::Eval, static_cast<uint64_t>(i)}, vocab, c.gen_options()));
       const PackedItems packed = pack(items);
-      const Tensor logits = model.forward(packed.batch);  // [items, V]: last position of each sequence
+      const Tensor logits = forward(packed.batch);  // [items, V]: last position of each sequence
       for (size_t b = 0; b < items.size(); ++b) {
         const bool ok = argmax_row(logits.f32() + static_cast<int64_t>(b) * mc.vocab_size, mc.vocab_size) ==
                         packed.targets[b];

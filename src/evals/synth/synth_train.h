@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 
 #include "evals/synth/synth_config.h"
 #include "evals/synth/synth_models.h"
+#include "train/train_device.h"
 
 namespace hlm {
 
@@ -50,6 +52,20 @@ SynthPairResult synth_pair_result_from_json(const nlohmann::json& json, const st
 
 using SynthLog = std::function<void(const std::string& line)>;
 
-SynthPairResult synth_train_and_eval(const SynthConfig& config, SynthTask task, SynthArch arch, const SynthLog& log);
+// Where a pair trains and evaluates. Default (both factories empty): the CPU loop above. With make_trainer, each
+// step is one TrainDevice::step (train/train_device.h) over a PackedBatch of one row holding the step's items as
+// sequences, targets −100 except each item's last input position (its answer token): the device's CE weighs each
+// counted target 1/count, so the loss and gradient are the CPU loop's mean answer CE; the host AdamW carries the
+// groups' scheduled lr, the device holds weights and moments (sync_to_host before evaluation). The device reports
+// no per-step accuracy (the progress line shows loss only). With make_forward, evaluation runs the function it
+// returns for the trained host model (logits [N, V] of each sequence's last token, as Model::forward).
+struct SynthDevice {
+  std::string name = "cpu";
+  std::function<std::unique_ptr<TrainDevice>()> make_trainer;
+  std::function<std::function<Tensor(const TokenBatch&)>(const Model&)> make_forward;
+};
+
+SynthPairResult synth_train_and_eval(const SynthConfig& config, SynthTask task, SynthArch arch, const SynthLog& log,
+                                     const SynthDevice& device = {});
 
 }  // namespace hlm

@@ -5,10 +5,11 @@
 namespace hlm {
 
 void add_study_command(CLI::App& app, std::function<int()>& action);  // cmd_study.cpp
+void add_scaling_command(CLI::App& app, std::function<int()>& action);  // cmd_scaling.cpp
 void add_niah_command(CLI::App& app, std::function<int()>& action);   // cmd_niah.cpp
 void add_synth_command(CLI::App& app, std::function<int()>& action);  // cmd_synth.cpp
 
-static const std::array<SubcommandEntry, 17> kSubcommands{{
+static const std::array<SubcommandEntry, 18> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
@@ -23,6 +24,7 @@ static const std::array<SubcommandEntry, 17> kSubcommands{{
     {"align", add_align_command},
     {"locality", add_locality_command},
     {"study", add_study_command},
+    {"scaling", add_scaling_command},
     {"generate", add_generate_command},
     {"synth", add_synth_command},
     {"niah", add_niah_command},

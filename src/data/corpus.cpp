@@ -221,8 +221,9 @@ void corpus_write(const fs::path& dir, const std::vector<CorpusLanguage>& langua
   for (const auto& [code, per_source] : provenance.source_bytes) {
     HLM_CHECK_INPUT(codes.count(code), where, ": source_bytes names ", code,
                     ", which is not among the languages written");
+    const std::string& wanted = code;  // a structured binding cannot be captured by clang < 16 (the fuzz build)
     const size_t l = static_cast<size_t>(
-        std::find_if(listed.begin(), listed.end(), [&](const CorpusLanguage& x) { return x.code == code; }) -
+        std::find_if(listed.begin(), listed.end(), [&](const CorpusLanguage& x) { return x.code == wanted; }) -
         listed.begin());
     int64_t text_bytes = 0, listed_bytes = 0;
     for (const std::string& d : docs[l]) text_bytes += static_cast<int64_t>(d.size());

@@ -110,7 +110,9 @@ TrainConfig train_config_from_json(const json& j, const std::string& source) {
   const std::string job = j.value("job", "");
   HLM_CHECK_INPUT(job == "pretrain" || job == "distill", source, ": unknown job '", job, "'");
   TrainConfig c = train_config_defaults(job == "pretrain" ? TrainJob::Pretrain : TrainJob::Distill);
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {  // not a structured binding: clang < 16 cannot capture one (the fuzz build)
+    const std::string& key = item.key();
+    const json& value = item.value();
     if (key == "format" || key == "version" || key == "job") continue;
     const auto it = std::find_if(kOptions.begin(), kOptions.end(),
                                  [&](const TrainOption& o) { return !o.cli_only && key == o.key; });

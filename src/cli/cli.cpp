@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
+#include "models/finite_weights.h"
 
 namespace hlm {
 
@@ -14,6 +15,11 @@ int cli_main(int argc, char** argv) {
   CLI::App app{"hybridlm: load, run, convert, distill and analyze hybrid-attention language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "hybridlm 0.1.0");
+  // Global options: accepted before or after the subcommand (subcommands inherit fallthrough to this level).
+  bool allow_nonfinite = false;
+  app.add_flag("--allow-nonfinite-weights", allow_nonfinite,
+               "Load weights that hold NaN or infinity (warns instead of refusing; models/finite_weights.h)");
+  app.fallthrough();
   std::function<int()> action;
   for (const SubcommandEntry& entry : subcommand_table()) entry.add(app, action);
   try {
@@ -22,6 +28,7 @@ int cli_main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  set_allow_nonfinite_weights(allow_nonfinite);
   try {
     return action();
   } catch (const Error& e) {

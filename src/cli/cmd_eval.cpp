@@ -5,6 +5,8 @@
 // --held-out-docs and --eval-tokens to score the same tokens. --out writes the JSON that `hybridlm compare` reads.
 // --device cuda runs the passes on GPU 0 (train/cuda/cuda_eval.h, the path of validation in `--device cuda` runs;
 // builds with the CUDA backend only); the JSON records the device in its meta.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -61,12 +63,16 @@ int run_eval(const EvalOptions& o) {
     const fs::path parent = fs::absolute(o.out).parent_path();
     HLM_CHECK_INPUT(fs::is_directory(parent), "--out: directory ", parent.string(), " does not exist");
     HLM_CHECK_INPUT(!fs::is_directory(o.out), "--out ", o.out, " is a directory (expected a file name)");
+    HLM_CHECK_INPUT(::access(parent.c_str(), W_OK | X_OK) == 0, "--out: cannot write into ", parent.string());
   }
   const Corpus corpus = Corpus::open(o.data);
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(o.tokenizer);
   Model model = Model::load(o.model);
   std::optional<Model> teacher;
   if (!o.teacher.empty()) teacher.emplace(Model::load(o.teacher));
+  HLM_CHECK_INPUT(!teacher || teacher->config().vocab_size == model.config().vocab_size, "--teacher ", o.teacher,
+                  ": its vocabulary (", teacher ? teacher->config().vocab_size : 0, ") differs from the model's (",
+                  model.config().vocab_size, ")");
   HLM_CHECK_INPUT(tokenizer->vocab_size() <= model.config().vocab_size, "tokenizer ", tokenizer->name(), " has ",
                   tokenizer->vocab_size(), " tokens but the model's vocabulary is ", model.config().vocab_size);
 
@@ -74,7 +80,9 @@ int run_eval(const EvalOptions& o) {
   data.seq_len = o.seq_len;
   data.held_out_docs = o.held_out_docs;
   data.eval_tokens_per_language = o.eval_tokens;
-  const HeldOutSet set = held_out_set(corpus, *tokenizer, data, o.split == "test" ? Split::Test : Split::Valid);
+  const Split split = o.split == "test" ? Split::Test : Split::Valid;
+  const HeldOutSet set = held_out_set(corpus, *tokenizer, data, split);
+  held_out_check(set, split, data);  // every language needs a full row, before the first pass
   EvalResult result = evaluate_on(o.device, model, teacher ? &*teacher : nullptr, set, o.rows);
   for (LanguageEval& l : result.languages) l.tier = corpus.language(l.code).tier;
 

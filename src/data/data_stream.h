@@ -90,9 +90,15 @@ StreamCursor stream_cursor_from_json(const nlohmann::json& j);
 struct HeldOutSet {
   std::vector<std::string> languages;           // codes
   std::vector<PackedBatch> per_language;        // one PackedBatch per language (all its rows)
+  std::vector<int64_t> documents;               // per language: the split's documents
+  std::vector<int64_t> document_tokens;         // per language: their tokens read (up to the row limit)
 };
 
 enum class Split { Valid, Test };
 HeldOutSet held_out_set(const Corpus& corpus, const Tokenizer& tokenizer, const DataConfig& config, Split split);
+// Every language of `set` must have at least one full row with a next-token target (an evaluation needs one), else
+// an input error naming the language and split, what its documents held, and the settings to change (--seq-len,
+// --held-out-docs). Run it before training: an empty test split found after the last step loses the run.
+void held_out_check(const HeldOutSet& set, Split split, const DataConfig& config);
 
 }  // namespace hlm

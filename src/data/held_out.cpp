@@ -14,12 +14,14 @@ namespace hlm {
 namespace {
 
 PackedBatch pack_documents(const std::vector<std::string>& texts, const std::vector<int64_t>& order,
-                           const Tokenizer& tokenizer, int64_t seq_len, int64_t max_rows, int16_t lang) {
+                           const Tokenizer& tokenizer, int64_t seq_len, int64_t max_rows, int16_t lang,
+                           int64_t* tokens_read) {
   PackedBatch out;
   const int64_t limit = max_rows * seq_len;
   for (int64_t d : order) {
     if (out.batch.total_tokens() >= limit) break;
     const std::vector<int32_t> ids = tokenizer.encode(texts[static_cast<size_t>(d)]);
+    *tokens_read += static_cast<int64_t>(ids.size());
     for (size_t pos = 0; pos < ids.size() && out.batch.total_tokens() < limit;) {
       const int64_t room = seq_len - out.batch.total_tokens() % seq_len;
       const size_t take = std::min(static_cast<size_t>(room), ids.size() - pos);
@@ -41,6 +43,8 @@ HeldOutSet held_out_set(const Corpus& corpus, const Tokenizer& tokenizer, const 
   const auto n = static_cast<int64_t>(all.size());
   HeldOutSet set;
   set.per_language.resize(static_cast<size_t>(n));
+  set.documents.resize(static_cast<size_t>(n));
+  set.document_tokens.resize(static_cast<size_t>(n));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t l = 0; l < n; ++l) {
@@ -48,8 +52,10 @@ HeldOutSet held_out_set(const Corpus& corpus, const Tokenizer& tokenizer, const 
       const std::string& code = corpus.languages()[static_cast<size_t>(l)].code;
       const DocumentSplit s =
           split_documents(code, static_cast<int64_t>(all[l].texts.size()), config.held_out_docs);
-      set.per_language[l] = pack_documents(all[l].texts, split == Split::Test ? s.test : s.valid, tokenizer,
-                                           config.seq_len, max_rows, static_cast<int16_t>(l));
+      const std::vector<int64_t>& docs = split == Split::Test ? s.test : s.valid;
+      set.documents[l] = static_cast<int64_t>(docs.size());
+      set.per_language[l] = pack_documents(all[l].texts, docs, tokenizer, config.seq_len, max_rows,
+                                           static_cast<int16_t>(l), &set.document_tokens[l]);
     } catch (...) {
       errors[l] = std::current_exception();
     }
@@ -58,6 +64,23 @@ HeldOutSet held_out_set(const Corpus& corpus, const Tokenizer& tokenizer, const 
     if (e) std::rethrow_exception(e);
   for (const CorpusLanguage& lang : corpus.languages()) set.languages.push_back(lang.code);
   return set;
+}
+
+void held_out_check(const HeldOutSet& set, Split split, const DataConfig& config) {
+  const char* name = split == Split::Test ? "test" : "validation";
+  for (size_t l = 0; l < set.languages.size(); ++l) {
+    const PackedBatch& rows = set.per_language[l];
+    const bool has_target = std::any_of(rows.targets.begin(), rows.targets.end(), [](int32_t t) { return t >= 0; });
+    if (rows.rows > 0 && has_target) continue;
+    const int64_t docs = l < set.documents.size() ? set.documents[l] : 0;
+    const int64_t tokens = l < set.document_tokens.size() ? set.document_tokens[l] : 0;
+    throw_input_error(
+        "the ", name, " split of ", set.languages[l], " has no full row of --seq-len ", config.seq_len,
+        " tokens to evaluate: its ", docs, " held-out document(s) (--held-out-docs ", config.held_out_docs,
+        ") hold ", tokens, " token(s)",
+        docs == 0 ? " (the language has too few documents for this split)" : "",
+        "; use a larger --held-out-docs or a smaller --seq-len");
+  }
 }
 
 }  // namespace hlm

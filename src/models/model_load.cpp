@@ -1,4 +1,5 @@
-// Model::load: config.json -> expected tensors (tensor table) -> f32 weights, with shape checks.
+// Model::load: config.json -> expected tensors (tensor table) -> f32 weights, with shape and finiteness checks.
+#include "models/finite_weights.h"
 #include "models/model.h"
 #include "models/tensor_check.h"
 
@@ -16,6 +17,7 @@ Model Model::load(const std::filesystem::path& dir) {
   m.weights_.layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (const ResolvedTensor& t : resolved.tensors) {
     Tensor value = checkpoint.tensor_f32(t.stored_name);
+    check_finite_weights(value, checkpoint.file_of(t.stored_name).string(), t.stored_name);
     if (t.spec.row->runtime_shape != nullptr) value = value.reshape(t.spec.row->runtime_shape(c));
     t.spec.row->slot(m.weights_, t.spec.layer) = value;
   }

@@ -2,8 +2,12 @@
 // lines and the analysis progress go to stderr.
 #include "study/study_run.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <algorithm>
 #include <fstream>
@@ -77,12 +81,15 @@ std::vector<std::pair<std::string, std::string>> versions() {
           {"report date", date}};
 }
 
-// Runs (or resumes) one training job into `dir`: resumes from the newest checkpoint of an unfinished run, otherwise
-// starts over in an empty directory. Throws unless the run completed.
+// Runs (or resumes) one training job into `dir`: a run that finished (model/ and test.json; killed before its done
+// marker) is kept, an unfinished one resumes from its newest checkpoint (a damaged checkpoint is an input error
+// naming the file, never a silent restart), otherwise it starts over in an empty directory. Throws unless the run
+// completed; a run whose final evaluation failed keeps its model (the message says how to finish it).
 void train_stage(TrainConfig config, const fs::path& dir, const StudyDevices& devices) {
   config.out = dir.string();
   config.resume.clear();
-  if (fs::exists(dir) && !fs::exists(dir / "model") && !checkpoint_list(dir).empty()) {
+  if (fs::exists(dir / "model") && fs::exists(dir / "test.json")) return;
+  if (fs::exists(dir) && !checkpoint_list(dir).empty()) {
     config.resume = dir.string();
   } else {
     fs::remove_all(dir);
@@ -96,6 +103,7 @@ void train_stage(TrainConfig config, const fs::path& dir, const StudyDevices& de
   const TrainResult r = train_run(config, {}, device.get());
   if (r.status == TrainStatus::Diverged)
     throw_internal_error(dir.string(), ": the training run diverged: ", r.message);
+  if (r.status == TrainStatus::EvaluationFailed) throw_input_error(dir.string(), ": ", r.message);
   HLM_CHECK(r.status == TrainStatus::Completed || r.status == TrainStatus::DataExhausted, dir.string(),
             ": the training run did not finish: ", r.message);
 }
@@ -110,6 +118,32 @@ struct ModelStage {
 };
 
 void to_stderr(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+// Everything the stages can check before the first of them runs: --out usable, and each training stage's settings,
+// corpus, tokenizer and held-out rows (a distill setting that fails must not surface after the teacher's training).
+void study_preflight(const StudyConfig& config, const fs::path& out) {
+  fs::path existing = out;
+  while (!fs::exists(existing) && existing.has_parent_path() && existing.parent_path() != existing)
+    existing = existing.parent_path();
+  HLM_CHECK_INPUT(fs::is_directory(existing), "--out ", out.string(), ": ", existing.string(), " is not a directory");
+  HLM_CHECK_INPUT(::access(existing.c_str(), W_OK | X_OK) == 0, "--out ", out.string(), ": cannot write into ",
+                  existing.string(), " (", std::strerror(errno), ")");
+  const auto check = [&](TrainConfig c, const char* section) {
+    c.data = config.data;
+    c.tokenizer = config.tokenizer;
+    c.out = (out / "preflight").string();  // not created: the name only satisfies the setting checks
+    if (c.job == TrainJob::Pretrain && c.model_config.empty()) c.model_config = "teacher_model_config.json";
+    if (c.job == TrainJob::Distill) c.teacher = c.student = "model";
+    try {
+      train_check_data(c);
+    } catch (Error& e) {
+      e.add_context("study config, section '", section, "'");
+      throw;
+    }
+  };
+  if (config.teacher_dir.empty()) check(config.pretrain, "pretrain");
+  check(config.distill, "distill");
+}
 
 std::string join_ints(const std::vector<int>& v) {
   std::string s;
@@ -126,6 +160,7 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
   const int L = study_teacher_layers(config);
   const std::vector<StudyStudent> students = study_resolve_students(config, L);
   const std::set<std::string> excluded(config.exclude.begin(), config.exclude.end());
+  study_preflight(config, out);
 
   // The output directory belongs to one config: a rerun must resolve to the same settings.
   const fs::path config_path = out / "study_config.json";
@@ -240,7 +275,7 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
       d.tokenizer = config.tokenizer;
       d.teacher = teacher.dir.string();
       d.student = student_dir.string();
-      const bool resuming = fs::exists(run_dir) && !fs::exists(run_dir / "model") && !checkpoint_list(run_dir).empty();
+      const bool resuming = fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
       progress.line("distill", s.label + (resuming ? ": resuming from its newest checkpoint" : ": " +
                                               std::to_string(d.tokens) + " tokens"));
       train_stage(d, run_dir, devices);

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "models/safetensors.h"
+#include "train/fault_inject.h"
 
 namespace hlm {
 
@@ -33,6 +34,7 @@ std::string stage_mark_done(const std::filesystem::path& dir, const std::string&
   const std::string stamp = std::to_string(ns);
   const nlohmann::json j = {{"stage", stage}, {"inputs", inputs}, {"stamp", stamp}, {"finished", finished}};
   file_write_atomic(dir / kStageMarker, j.dump(2) + "\n");
+  fault_point("study.stage");
   return stamp;
 }
 

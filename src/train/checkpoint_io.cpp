@@ -1,10 +1,14 @@
 // Training checkpoints: atomic directories, optimizer state as safetensors, trainer state as JSON (checkpoint_io.h).
 #include "train/checkpoint_io.h"
 
+#include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -12,6 +16,8 @@
 #include "models/safetensors.h"
 #include "models/tensor_table.h"
 #include "train/adamw.h"
+#include "train/fault_inject.h"
+#include "train/file_digest.h"
 
 namespace hlm {
 
@@ -23,6 +29,32 @@ namespace {
 constexpr const char* kOptimizerFormat = "hybridlm-adamw";
 constexpr const char* kStateFormat = "hybridlm-trainer-state";
 constexpr int kVersion = 1;
+constexpr const char* kManifestFormat = "hybridlm-checkpoint-manifest";
+
+// fsync of a file or directory; best effort for directories (some file systems refuse it).
+void sync_path(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return;
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  HLM_CHECK_INPUT(rc == 0 || directory, path.string(), ": fsync failed: ", std::strerror(e));
+}
+
+// Every regular file of `dir` (not the manifest itself): name -> {bytes, digest}.
+json manifest_of(const fs::path& dir) {
+  json files = json::object();
+  std::vector<fs::path> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && entry.path().filename() != kCheckpointManifestFile) names.push_back(entry.path());
+  std::sort(names.begin(), names.end());
+  for (const fs::path& path : names) {
+    const FileDigest d = file_digest(path);
+    files[path.filename().string()] = {{"bytes", d.bytes}, {"digest", d.hex}};
+  }
+  return {{"format", kManifestFormat}, {"version", kVersion}, {"digest", "hybridlm file_digest (4x64-bit lanes)"},
+          {"files", files}};
+}
 
 // Removes a path on scope exit unless released.
 class RemoveOnExit {
@@ -111,19 +143,35 @@ void directory_write_atomic(const fs::path& dir, const std::function<void(const 
   RemoveOnExit tmp_guard(tmp);
   fs::create_directories(tmp);
   fill(tmp);
+  for (const auto& entry : fs::directory_iterator(tmp))
+    if (entry.is_regular_file()) sync_path(entry.path(), false);
+  sync_path(tmp, true);
   const bool existed = fs::exists(target);
-  const fs::path old = parent / ("." + target.filename().string() + ".old-" + tag);
-  RemoveOnExit old_guard(existed ? old : fs::path());
+  // One atomic swap: at every moment `target` names a whole directory (old, then new); tmp then holds the old one,
+  // which tmp_guard removes. File systems without RENAME_EXCHANGE (EINVAL) take the two-rename path below.
+  if (existed && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    sync_path(parent, true);
+    return;
+  }
+  HLM_CHECK_INPUT(!existed || errno == EINVAL || errno == ENOSYS, target.string(),
+                  ": cannot swap the new directory into place: ", std::strerror(errno));
   if (existed) {
+    const fs::path old = parent / ("." + target.filename().string() + ".old-" + tag);
+    RemoveOnExit old_guard(old);
     fs::rename(target, old, ec);
     HLM_CHECK_INPUT(!ec, target.string(), ": cannot move the existing directory aside: ", ec.message());
+    fs::rename(tmp, target, ec);
+    if (ec) {
+      fs::rename(old, target);
+      throw_input_error(target.string(), ": cannot move the new directory into place: ", ec.message());
+    }
+    tmp_guard.release();
+  } else {
+    fs::rename(tmp, target, ec);
+    HLM_CHECK_INPUT(!ec, target.string(), ": cannot move the new directory into place: ", ec.message());
+    tmp_guard.release();
   }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    if (existed) fs::rename(old, target);
-    throw_input_error(target.string(), ": cannot move the new directory into place: ", ec.message());
-  }
-  tmp_guard.release();
+  sync_path(parent, true);
 }
 
 std::string checkpoint_dir_name(int64_t step) {
@@ -151,7 +199,10 @@ fs::path checkpoint_find(const fs::path& path) {
   if (fs::exists(path / kCheckpointStateFile)) return path;
   const std::vector<fs::path> all = checkpoint_list(path);
   HLM_CHECK_INPUT(!all.empty(), path.string(), ": neither a checkpoint (no ", kCheckpointStateFile,
-                  ") nor a run directory with a ", kCheckpointPrefix, "* checkpoint");
+                  ") nor a run directory with a ", kCheckpointPrefix, "* checkpoint",
+                  fs::exists(path / "config.json")
+                      ? " (the run stopped before its first checkpoint: start it again into a new or emptied --out)"
+                      : "");
   return all.back();
 }
 
@@ -160,6 +211,7 @@ fs::path checkpoint_save(const fs::path& run_dir, const Model& model, const Adam
   const fs::path dir = run_dir / checkpoint_dir_name(state.step);
   directory_write_atomic(dir, [&](const fs::path& tmp) {
     model.save(tmp);
+    fault_point("checkpoint.model");
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (size_t i = 0; i < optimizer.params().size(); ++i) {
       tensors.emplace_back("exp_avg." + optimizer.params()[i].name, optimizer.exp_avg(i));
@@ -173,12 +225,21 @@ fs::path checkpoint_save(const fs::path& run_dir, const Model& model, const Adam
                        {"version", std::to_string(kVersion)},
                        {"step_count", std::to_string(optimizer.step_count())},
                        {"groups", groups.dump()}});
+    fault_point("checkpoint.optimizer");
     file_write_atomic(tmp / kCheckpointStateFile, trainer_state_to_json(state).dump(2) + "\n");
     file_write_atomic(tmp / kCheckpointConfigFile, train_config.dump(2) + "\n");
-    if (fs::exists(metrics)) fs::copy_file(metrics, tmp / kMetricsFile);
+    if (fs::exists(metrics)) {
+      std::error_code ec;
+      fs::copy_file(metrics, tmp / kMetricsFile, ec);
+      HLM_CHECK_INPUT(!ec, (tmp / kMetricsFile).string(), ": cannot copy the metrics: ", ec.message());
+    }
+    file_write_atomic(tmp / kCheckpointManifestFile, manifest_of(tmp).dump(2) + "\n");
+    fault_point("checkpoint.filled");
   });
+  fault_point("checkpoint.renamed");
   for (const fs::path& older : checkpoint_list(run_dir))
     if (checkpoint_step_of(older) < state.step) fs::remove_all(older);
+  fault_point("checkpoint.saved");
   return dir;
 }
 
@@ -191,6 +252,34 @@ CheckpointInfo checkpoint_read(const fs::path& dir) {
   HLM_CHECK_INPUT(fs::exists(dir / kCheckpointOptimizerFile), dir.string(), ": checkpoint lacks ",
                   kCheckpointOptimizerFile);
   return info;
+}
+
+void checkpoint_verify(const fs::path& dir) {
+  const fs::path manifest_path = dir / kCheckpointManifestFile;
+  if (!fs::exists(manifest_path)) {
+    std::fprintf(stderr, "hybridlm: warning: %s has no %s (written by an older hybridlm?): its files are not verified\n",
+                 dir.string().c_str(), kCheckpointManifestFile);
+    return;
+  }
+  const json manifest = json_file_read(manifest_path);
+  HLM_CHECK_INPUT(manifest.is_object() && manifest.value("format", "") == kManifestFormat && manifest.contains("files") &&
+                      manifest["files"].is_object(),
+                  manifest_path.string(), ": not a hybridlm checkpoint manifest");
+  const std::string advice = "; the checkpoint is damaged: resume from another copy or start the run over";
+  for (const auto& [name, want] : manifest["files"].items()) {
+    const fs::path path = dir / name;
+    HLM_CHECK_INPUT(name.find('/') == std::string::npos && want.is_object() && want.contains("bytes") &&
+                        want.contains("digest"),
+                    manifest_path.string(), ": malformed entry '", name, "'");
+    HLM_CHECK_INPUT(fs::is_regular_file(path), path.string(), ": missing (listed in ", kCheckpointManifestFile, ")",
+                    advice);
+    const auto bytes = want["bytes"].get<uint64_t>();
+    const uint64_t size = fs::file_size(path);
+    HLM_CHECK_INPUT(size == bytes, path.string(), ": ", size, " bytes, the manifest says ", bytes,
+                    size < bytes ? " (truncated)" : "", advice);
+    HLM_CHECK_INPUT(file_digest(path).hex == want["digest"].get<std::string>(), path.string(),
+                    ": content differs from the manifest's digest", advice);
+  }
 }
 
 void checkpoint_restore_optimizer(const fs::path& dir, AdamW& optimizer) {

@@ -9,9 +9,13 @@
 //                                      non-finite streak, data stream cursor, seeds
 //     train_config.json                the resolved TrainConfig (trainer.h)
 //     metrics.jsonl                    the run's metrics up to this step (a resumed run continues from this copy)
+//     manifest.json                    written last: every other file's size and content digest (file_digest.h);
+//                                      checkpoint_verify checks them before a resume, so a truncated or damaged
+//                                      checkpoint is an input error naming the file, never a silent restart
 //
 // Only the newest checkpoint of a run is kept: older checkpoint-* directories are removed after the new one is in
-// place. Nothing here draws random numbers: the data stream is counter-based and its cursor is the whole RNG state.
+// place. Files are fsync'ed before the rename; a kill at any moment leaves the newest complete checkpoint under its
+// name (plus hidden .checkpoint-*.tmp-* leftovers that the next run removes). Nothing here draws random numbers: the data stream is counter-based and its cursor is the whole RNG state.
 #pragma once
 #include "models/json_file.h"  // json_file_read
 #include <cstdint>
@@ -33,6 +37,7 @@ inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointStateFile = "trainer_state.json";
 inline constexpr const char* kCheckpointConfigFile = "train_config.json";
 inline constexpr const char* kMetricsFile = "metrics.jsonl";
+inline constexpr const char* kCheckpointManifestFile = "manifest.json";
 
 struct TrainerState {
   int64_t step = 0;            // steps taken, skipped ones included (the schedule position s)
@@ -52,8 +57,8 @@ nlohmann::json trainer_state_to_json(const TrainerState& state);
 TrainerState trainer_state_from_json(const nlohmann::json& json, const std::string& source);
 
 // Replaces directory `dir` atomically: `fill` writes into a fresh temporary directory beside it, which is then
-// renamed to `dir` (an existing `dir` is moved aside first and removed afterwards). On any exception the temporary
-// directory is removed and `dir` is left as it was.
+// renamed to `dir` (an existing `dir` is swapped with it in one atomic rename, then removed). On any exception the
+// temporary directory is removed and `dir` is left as it was; a kill at any moment leaves `dir` old or new, whole.
 void directory_write_atomic(const std::filesystem::path& dir,
                             const std::function<void(const std::filesystem::path& tmp)>& fill);
 
@@ -77,6 +82,9 @@ struct CheckpointInfo {
 };
 // Reads trainer_state.json and train_config.json of a checkpoint directory (weights and optimizer: see below).
 CheckpointInfo checkpoint_read(const std::filesystem::path& dir);
+// Checks every file of the checkpoint against its manifest.json (presence, size, digest): an input error naming the
+// first file that differs. A checkpoint without a manifest (written before manifests existed) passes with a warning.
+void checkpoint_verify(const std::filesystem::path& dir);
 // Loads optimizer.safetensors into `optimizer`: every parameter's moments (names and shapes must match exactly) and
 // the step count. Input error naming the file on any mismatch.
 void checkpoint_restore_optimizer(const std::filesystem::path& dir, AdamW& optimizer);

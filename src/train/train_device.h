@@ -35,6 +35,9 @@ class TrainDevice {
   virtual ~TrainDevice() = default;
   // One line naming the device for the start of a run ("cuda:0 NVIDIA H200, 139.8 GiB").
   virtual std::string describe() const = 0;
+  // Free device memory in bytes before attach: the trainer compares it with the floor of its memory plan
+  // (train_device_memory_floor, trainer.h) before anything is written. 0: unknown (no check).
+  virtual size_t free_memory_bytes() const { return 0; }
   // Uploads the student's weights, the teacher's (distill; nullptr for pretrain) and the optimizer's state (m, v,
   // step count), pairing parameters by HF name. The host objects must outlive the device's use of them.
   virtual void attach(Model& student, Model* teacher, AdamW& optimizer) = 0;

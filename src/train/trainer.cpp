@@ -2,19 +2,28 @@
 // checkpoints, and the final test evaluation and model.
 #include "train/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "data/data_stream.h"
 #include "models/model_train.h"
 #include "models/safetensors.h"
+#include "models/tensor_table.h"
 #include "train/adamw.h"
 #include "train/checkpoint_io.h"
 #include "train/eval.h"
+#include "train/fault_inject.h"
 #include "train/grad_utils.h"
 #include "train/lr_schedule.h"
 #include "train/train_device.h"
@@ -38,6 +47,60 @@ bool same_directory(const fs::path& a, const fs::path& b) {
   return fs::equivalent(a, b, ec) && !ec;
 }
 
+constexpr const char* kLockFile = ".hybridlm.lock";
+
+double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+// The flock of `dir`/.hybridlm.lock, held while this process trains into `dir` (released when the process ends, even
+// by SIGKILL). held_elsewhere() only probes: it creates nothing.
+class RunLock {
+ public:
+  RunLock() = default;
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+  ~RunLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  static bool held_elsewhere(const fs::path& dir) {
+    const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);
+    return held;
+  }
+  void acquire(const fs::path& dir, const std::string& option_value) {
+    const fs::path path = dir / kLockFile;
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    HLM_CHECK_INPUT(fd_ >= 0, path.string(), ": cannot create the lock file: ", std::strerror(errno));
+    HLM_CHECK_INPUT(::flock(fd_, LOCK_EX | LOCK_NB) == 0, "--out ", option_value,
+                    ": another hybridlm process is training into this directory (it holds ", path.string(),
+                    "); wait for it to end or use another --out");
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Whether `dir` holds nothing but a lock file left by an earlier process.
+bool empty_but_lock(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename() != kLockFile) return false;
+  return true;
+}
+
+// The nearest existing directory at or above `path` (where --out will be created).
+fs::path nearest_existing(fs::path path) {
+  std::error_code ec;
+  while (!fs::exists(path, ec) && path.has_parent_path() && path.parent_path() != path) path = path.parent_path();
+  return path;
+}
+
+int64_t parameter_count(const ModelConfig& config) {
+  int64_t n = 0;
+  for (const TensorSpec& spec : expected_tensors(config)) n += spec.shape.numel();
+  return n;
+}
+
 void warn_unknown_keys(const ModelConfig& c, const std::string& what) {
   for (const std::string& key : c.unknown_keys)
     std::fprintf(stderr, "hybridlm: warning: %s: config key '%s' is not used by hybridlm\n", what.c_str(),
@@ -51,6 +114,7 @@ class Trainer {
 
  private:
   void check_out_dir() const;
+  void check_disk_and_device() const;
   void build_optimizer();
   void prepare_out();
   bool step_once();
@@ -74,7 +138,8 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   LrSchedule schedule_;
   std::unique_ptr<TrainStream> stream_;
-  HeldOutSet valid_;
+  HeldOutSet valid_, test_;
+  RunLock lock_;
   TrainerState state_;
   std::unique_ptr<MetricsLog> metrics_;
   TrainResult result_;
@@ -115,6 +180,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   tokenizer_ = tokenizer_load(cfg_.tokenizer);
 
   if (resume_) {
+    checkpoint_verify(resume_->dir);  // a truncated or damaged file is an input error naming it
     student_.emplace(model_load_trainable(resume_->dir));
   } else if (cfg_.job == TrainJob::Pretrain) {
     const ModelConfig mc = load_model_config(cfg_.model_config);
@@ -130,8 +196,9 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   if (cfg_.job == TrainJob::Distill) {
     HLM_CHECK_INPUT(fs::is_directory(cfg_.teacher), cfg_.teacher, ": not a model directory (does not exist)");
     teacher_.emplace(Model::load(cfg_.teacher));
-    HLM_CHECK_INPUT(teacher_->config().vocab_size == V, "teacher vocabulary (", teacher_->config().vocab_size,
-                    ") differs from the student's (", V, ")");
+    HLM_CHECK_INPUT(teacher_->config().vocab_size == V, "--teacher ", cfg_.teacher, ": its vocabulary (",
+                    teacher_->config().vocab_size, ") differs from the student's (", V, ", ",
+                    resume_ ? resume_->dir.string() : cfg_.student, ")");
   }
 
   data_.seq_len = cfg_.seq_len;
@@ -142,6 +209,9 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   data_.eval_tokens_per_language = cfg_.eval_tokens;
   stream_ = std::make_unique<TrainStream>(corpus_, *tokenizer_, data_);
   valid_ = held_out_set(corpus_, *tokenizer_, data_, Split::Valid);
+  test_ = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
+  held_out_check(valid_, Split::Valid, data_);
+  held_out_check(test_, Split::Test, data_);
   build_optimizer();
 
   schedule_ = {plan_.total_steps, plan_.warmup_steps, cfg_.start_factor, cfg_.min_lr};
@@ -156,16 +226,31 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
     stream_->restore(stream_cursor_from_json(state_.cursor));
     checkpoint_restore_optimizer(resume_->dir, *optimizer_);
     elapsed_before_ = state_.elapsed_seconds;
-    if (same_directory(resume_->dir.parent_path(), out_)) result_.last_checkpoint = resume_->dir;
+    if (same_directory(resume_->dir.parent_path(), out_)) {
+      result_.last_checkpoint = resume_->dir;
+      last_checkpoint_step_ = state_.step;
+    }
   }
+  check_disk_and_device();
 }
 
 // Fresh run: --out absent or empty. Resume: also the checkpoint's own run directory, when the checkpoint is its
 // newest and the run has not finished (no model/).
 void Trainer::check_out_dir() const {
-  if (!fs::exists(out_)) return;
+  if (!fs::exists(out_)) {
+    const fs::path parent = nearest_existing(out_);
+    HLM_CHECK_INPUT(fs::is_directory(parent), "--out ", cfg_.out, ": ", parent.string(), " is not a directory");
+    HLM_CHECK_INPUT(::access(parent.c_str(), W_OK | X_OK) == 0, "--out ", cfg_.out, ": cannot create it in ",
+                    parent.string(), " (", std::strerror(errno), ")");
+    return;
+  }
   HLM_CHECK_INPUT(fs::is_directory(out_), cfg_.out, ": --out exists and is not a directory");
-  if (fs::is_empty(out_)) return;
+  HLM_CHECK_INPUT(!RunLock::held_elsewhere(out_), "--out ", cfg_.out,
+                  ": another hybridlm process is training into this directory (it holds ", (out_ / kLockFile).string(),
+                  "); wait for it to end or use another --out");
+  HLM_CHECK_INPUT(::access(out_.c_str(), W_OK | X_OK) == 0, "--out ", cfg_.out, ": not writable (",
+                  std::strerror(errno), ")");
+  if (empty_but_lock(out_)) return;
   const bool own_run = resume_ && same_directory(resume_->dir.parent_path(), out_);
   HLM_CHECK_INPUT(own_run, cfg_.out, ": --out exists and is not empty (use a new directory",
                   resume_ ? ", or the checkpoint's own run directory)" : ")");
@@ -173,7 +258,51 @@ void Trainer::check_out_dir() const {
   HLM_CHECK_INPUT(all.empty() || same_directory(all.back(), resume_->dir), cfg_.out, ": holds a newer checkpoint (",
                   all.empty() ? "" : all.back().filename().string(),
                   ") than the one to resume; resume from it or use another --out");
-  HLM_CHECK_INPUT(!fs::exists(out_ / "model"), cfg_.out, ": the run has finished (model/ exists); use another --out");
+  // model/ without test.json: trained to the end (its final checkpoint, written before model/, is the newest one),
+  // the final evaluation did not finish; resuming redoes only that.
+  HLM_CHECK_INPUT(!fs::exists(out_ / "test.json"), cfg_.out,
+                  ": the run has finished (test.json exists); use another --out");
+}
+
+// Free space for the files still to come, and the device's free memory against the plan's floor.
+void Trainer::check_disk_and_device() const {
+  int64_t parameters = 0;
+  for (const AdamWParam& p : optimizer_->params()) parameters += p.param.numel();
+  const int64_t steps_left = plan_.total_steps - state_.step;
+  const bool periodic = cfg_.checkpoint_every_steps > 0 && cfg_.checkpoint_every_steps < steps_left;
+  const TrainDiskPlan disk = train_disk_plan(parameters, periodic || cfg_.stop_after_steps > 0);
+  uint64_t needed = disk.peak_bytes;
+  if (resume_ && same_directory(resume_->dir.parent_path(), out_)) {
+    needed = fs::exists(out_ / "model") ? 0 : needed - std::min(needed, disk.checkpoint_bytes);  // already on disk
+  }
+  const fs::path where = nearest_existing(out_);
+  uint64_t free_bytes = 0;
+  if (hooks_.free_bytes) {
+    free_bytes = hooks_.free_bytes(where);
+  } else {
+    struct statvfs st{};
+    HLM_CHECK_INPUT(::statvfs(where.c_str(), &st) == 0, "--out ", cfg_.out, ": cannot query the free space of ",
+                    where.string(), " (", std::strerror(errno), ")");
+    free_bytes = static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
+  }
+  HLM_CHECK_INPUT(free_bytes >= needed, "--out ", cfg_.out, ": the file system of ", where.string(), " has ",
+                  str_cat(gib(free_bytes)), " GiB free, the run needs about ", gib(needed), " GiB (",
+                  disk.peak_bytes > disk.checkpoint_bytes + disk.model_bytes ? "two checkpoints" : "one checkpoint",
+                  " of ", gib(disk.checkpoint_bytes), " GiB and the final model of ", gib(disk.model_bytes),
+                  " GiB); free some space or choose another --out");
+  if (device_ == nullptr) return;
+  const uint64_t device_free = device_->free_memory_bytes();
+  if (device_free == 0) return;  // unknown
+  const ModelConfig& sc = student_->config();
+  const uint64_t floor = train_device_memory_floor(parameters, teacher_ ? parameter_count(teacher_->config()) : 0,
+                                                   sc.num_hidden_layers, sc.hidden_size,
+                                                   cfg_.micro_batch_rows * cfg_.seq_len);
+  HLM_CHECK_INPUT(floor <= device_free, "--device ", cfg_.device, ": the run needs at least ", gib(floor),
+                  " GiB of device memory (fp32 weights, gradients and AdamW moments of ", parameters,
+                  " parameters", teacher_ ? ", the teacher's weights" : "",
+                  ", the layer inputs of a micro-batch of --micro-batch ", cfg_.micro_batch_rows, " x --seq-len ",
+                  cfg_.seq_len, " tokens), the device has ", gib(device_free),
+                  " GiB free; use a smaller model, --micro-batch or --seq-len");
 }
 
 void Trainer::build_optimizer() {
@@ -196,9 +325,11 @@ void Trainer::build_optimizer() {
 
 void Trainer::prepare_out() {
   fs::create_directories(out_);
-  for (const auto& entry : fs::directory_iterator(out_)) {  // leftovers of an interrupted checkpoint write
+  lock_.acquire(out_, cfg_.out);
+  for (const auto& entry : fs::directory_iterator(out_)) {  // leftovers of an interrupted checkpoint or model write
     const std::string name = entry.path().filename().string();
-    if (name.rfind(std::string(".") + kCheckpointPrefix, 0) == 0) fs::remove_all(entry.path());
+    if (name.rfind(std::string(".") + kCheckpointPrefix, 0) == 0 || name.rfind(".model.", 0) == 0)
+      fs::remove_all(entry.path());
   }
   file_write_atomic(out_ / "config.json", train_config_to_json(cfg_).dump(2) + "\n");
   std::string metrics;
@@ -227,8 +358,10 @@ TrainResult Trainer::run() {
   if (!resume_) validate_now();
   while (state_.step < plan_.total_steps) {
     if (!step_once()) break;
-    if (cfg_.eval_every_tokens > 0 && state_.tokens_seen / cfg_.eval_every_tokens >
-                                          (state_.tokens_seen - plan_.tokens_per_step) / cfg_.eval_every_tokens)
+    // The last step's validation comes in finish(), after the final model is written.
+    if (cfg_.eval_every_tokens > 0 && state_.step < plan_.total_steps &&
+        state_.tokens_seen / cfg_.eval_every_tokens >
+            (state_.tokens_seen - plan_.tokens_per_step) / cfg_.eval_every_tokens)
       validate_now();
     const bool due = cfg_.checkpoint_every_steps > 0 && state_.step % cfg_.checkpoint_every_steps == 0;
     if ((due || checkpoint_pending_) && state_.consecutive_bad == 0) checkpoint_now();
@@ -246,13 +379,15 @@ TrainResult Trainer::run() {
   result_.step = state_.step;
   result_.tokens_seen = state_.tokens_seen;
   if (result_.status == TrainStatus::Completed || result_.status == TrainStatus::DataExhausted) finish();
+  const char* status = result_.status == TrainStatus::Completed          ? "completed"
+                       : result_.status == TrainStatus::Stopped          ? "stopped"
+                       : result_.status == TrainStatus::DataExhausted    ? "data_exhausted"
+                       : result_.status == TrainStatus::EvaluationFailed ? "evaluation_failed"
+                                                                         : "diverged";
   metrics_->write({{"type", "end"},
                    {"step", state_.step},
                    {"tokens", state_.tokens_seen},
-                   {"status", result_.status == TrainStatus::Completed       ? "completed"
-                              : result_.status == TrainStatus::Stopped       ? "stopped"
-                              : result_.status == TrainStatus::DataExhausted ? "data_exhausted"
-                                                                             : "diverged"},
+                   {"status", status},
                    {"message", result_.message}});
   return result_;
 }
@@ -270,6 +405,7 @@ bool Trainer::step_once() {
   double norm = 0.0;
   bool finite = false;
   const BatchLoss loss = batch_step(batch, s, &norm, &finite);
+  fault_point("train.step");
   if (finite) {
     state_.consecutive_bad = 0;
   } else {
@@ -377,8 +513,16 @@ void Trainer::checkpoint_now() {
   state_.lr.clear();
   for (const AdamWGroup& g : optimizer_->groups()) state_.lr[g.name] = g.lr;
   state_.elapsed_seconds = elapsed_before_ + seconds_since(start_);
-  result_.last_checkpoint =
-      checkpoint_save(out_, *student_, *optimizer_, state_, train_config_to_json(cfg_), metrics_->path());
+  try {
+    result_.last_checkpoint =
+        checkpoint_save(out_, *student_, *optimizer_, state_, train_config_to_json(cfg_), metrics_->path());
+  } catch (Error& e) {  // a full disk or an I/O error: the previous checkpoint is untouched (checkpoint_io.h)
+    e.add_context("writing ", checkpoint_dir_name(state_.step), " failed (",
+                  result_.last_checkpoint.empty() ? std::string("no earlier checkpoint exists")
+                                                  : result_.last_checkpoint.string() + " is intact: resume from it",
+                  ")");
+    throw;
+  }
   last_checkpoint_step_ = state_.step;
   checkpoint_pending_ = false;
   metrics_->write({{"type", "checkpoint"},
@@ -387,24 +531,47 @@ void Trainer::checkpoint_now() {
                    {"path", result_.last_checkpoint.filename().string()}});
 }
 
+// The final checkpoint and model/ first (a failed evaluation must not lose the run), then validation and test.
 void Trainer::finish() {
-  if (last_valid_step_ != state_.step) validate_now();
-  const HeldOutSet test = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
-  EvalResult r = evaluate_set(test);
-  if (device_ != nullptr) device_->sync_to_host();  // model/ below is written from the host model
-  for (LanguageEval& l : r.languages) l.tier = corpus_.language(l.code).tier;
-  const json meta = {{"split", "test"},
-                     {"job", train_job_name(cfg_.job)},
-                     {"model", (out_ / "model").string()},
-                     {"teacher", cfg_.job == TrainJob::Distill ? json(cfg_.teacher) : json(nullptr)},
-                     {"data", cfg_.data},
-                     {"device", cfg_.device},
-                     {"seq_len", cfg_.seq_len},
-                     {"step", state_.step},
-                     {"tokens_trained", state_.tokens_seen}};
-  file_write_atomic(out_ / "test.json", eval_result_to_json(r, meta).dump(2) + "\n");
-  directory_write_atomic(out_ / "model", [&](const fs::path& tmp) { student_->save(tmp); });
-  result_.test = std::move(r);
+  if (last_checkpoint_step_ != state_.step) {
+    checkpoint_now();  // syncs a device's weights to the host first
+  } else if (device_ != nullptr) {
+    device_->sync_to_host();
+  }
+  const fs::path model_dir = out_ / "model";
+  if (!fs::exists(model_dir))  // present only when resuming a run whose final evaluation did not finish
+    directory_write_atomic(model_dir, [&](const fs::path& tmp) { student_->save(tmp); });
+  fault_point("model.saved");
+  try {
+    if (hooks_.on_final_evaluation) hooks_.on_final_evaluation();
+    if (last_valid_step_ != state_.step) validate_now();
+    EvalResult r = evaluate_set(test_);
+    for (LanguageEval& l : r.languages) l.tier = corpus_.language(l.code).tier;
+    const json meta = {{"split", "test"},
+                       {"job", train_job_name(cfg_.job)},
+                       {"model", model_dir.string()},
+                       {"teacher", cfg_.job == TrainJob::Distill ? json(cfg_.teacher) : json(nullptr)},
+                       {"data", cfg_.data},
+                       {"device", cfg_.device},
+                       {"seq_len", cfg_.seq_len},
+                       {"step", state_.step},
+                       {"tokens_trained", state_.tokens_seen}};
+    file_write_atomic(out_ / "test.json", eval_result_to_json(r, meta).dump(2) + "\n");
+    result_.test = std::move(r);
+  } catch (const std::exception& e) {
+    result_.status = TrainStatus::EvaluationFailed;
+    std::string eval_cmd = "hybridlm eval --model " + model_dir.string();
+    if (cfg_.job == TrainJob::Distill) eval_cmd += " --teacher " + cfg_.teacher;
+    eval_cmd += str_cat(" --data ", cfg_.data, " --tokenizer ", cfg_.tokenizer, " --split test --seq-len ",
+                        cfg_.seq_len, " --held-out-docs ", cfg_.held_out_docs, " --eval-tokens ", cfg_.eval_tokens,
+                        " --out ", (out_ / "test.json").string());
+    result_.message = str_cat("training finished (step ", state_.step, " of ", plan_.total_steps,
+                              ") and the final model is written to ", model_dir.string(), " (checkpoint ",
+                              result_.last_checkpoint.string(), "), but the final evaluation failed: ", e.what(),
+                              "\nEvaluate the model later with\n  ", eval_cmd,
+                              "\nor redo the final evaluation with\n  hybridlm ", train_job_name(cfg_.job),
+                              " --resume ", out_.string(), " --out ", out_.string());
+  }
 }
 
 }  // namespace

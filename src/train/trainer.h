@@ -17,7 +17,14 @@
 // clear message; no checkpoint is written while the streak lasts, so the last checkpoint is the last good state.
 //
 // Files under `out` (docs/training.md): config.json (the resolved TrainConfig), metrics.jsonl, checkpoint-<step>/
-// (only the newest is kept; see checkpoint_io.h), model/ (final weights, Model::save), test.json (final test eval).
+// (only the newest is kept; see checkpoint_io.h), model/ (final weights, Model::save), test.json (final test eval),
+// .hybridlm.lock (flock held while a process trains into `out`: a second process given the same --out refuses).
+// Before anything is written (docs/reliability.md): the settings, the corpus and tokenizer (vocabulary within the
+// model's), the teacher (same vocabulary as the student), the validation AND test sets (a full row with a target in
+// every language), --out (usable, writable, not locked, free space for two checkpoints and the final model) and, on a
+// device, its free memory against the plan's lower bound. Any failure is one input error; nothing is written.
+// After the last step: the final checkpoint, then model/, then the final validation and the test evaluation; an
+// evaluation that fails leaves the model in place (TrainStatus::EvaluationFailed; `--resume` redoes only it).
 // Determinism: given the same config and thread count, a run is bit-reproducible, and resuming from a checkpoint
 // continues bit-identically (the data stream cursor, AdamW moments and step count, schedule position and streak are
 // all saved; nothing else draws random numbers).
@@ -110,13 +117,37 @@ std::string train_config_describe(const TrainConfig& config);
 struct TrainHooks {
   std::function<void(int64_t step, Model& student)> on_step_begin;
   std::function<void(int64_t step, std::span<const Tensor> grads)> on_gradients;
+  // Replaces the free-space query of --out's file system (statvfs) in the disk check.
+  std::function<uint64_t(const std::filesystem::path& dir)> free_bytes;
+  // Replaces the final test evaluation (a test of the EvaluationFailed path).
+  std::function<void()> on_final_evaluation;
 };
+
+// What --out must hold at the peak of a run: while a checkpoint is written the previous one still exists (two), and
+// the final model follows the final checkpoint. Checkpoints hold the fp32 model (4 bytes per parameter) and AdamW's
+// two fp32 moments (8 bytes per parameter).
+struct TrainDiskPlan {
+  uint64_t checkpoint_bytes = 0;  // one checkpoint
+  uint64_t model_bytes = 0;       // model/
+  uint64_t peak_bytes = 0;        // most bytes the run's files occupy at once
+};
+TrainDiskPlan train_disk_plan(int64_t parameters, bool periodic_checkpoints);
+
+// The device memory a step needs at least (fp32 student weights, gradients and AdamW moments, the teacher's fp32
+// weights, and the layer inputs kept over one micro-batch); bf16 copies and the working set of a layer come on top.
+uint64_t train_device_memory_floor(int64_t student_parameters, int64_t teacher_parameters, int64_t layers,
+                                   int64_t hidden, int64_t micro_batch_tokens);
+
+// Checks that need only the config: the settings, the corpus, the tokenizer, and the validation and test sets of
+// every language (held_out_check). Input errors. For callers that plan several runs (the study) before the first.
+void train_check_data(const TrainConfig& config);
 
 enum class TrainStatus {
   Completed,      // S steps, final validation, test.json and model/ written
   Stopped,        // stop_after_steps reached; a checkpoint holds the state
   DataExhausted,  // the stream ran out before S steps; finished as Completed otherwise (with a warning)
   Diverged,       // max_bad_steps non-finite steps in a row; nothing written after the last good checkpoint
+  EvaluationFailed,  // trained to the end; the final checkpoint and model/ are written, the final evaluation failed
 };
 
 struct TrainResult {
@@ -127,7 +158,7 @@ struct TrainResult {
   std::vector<int64_t> skipped_steps;        // by this call
   std::filesystem::path last_checkpoint;     // empty when none exists
   std::optional<EvalResult> test;            // Completed / DataExhausted
-  std::string message;                       // why it stopped (Diverged, DataExhausted, Stopped)
+  std::string message;                       // why it stopped (Diverged, DataExhausted, Stopped, EvaluationFailed)
 };
 
 class TrainDevice;  // train/train_device.h

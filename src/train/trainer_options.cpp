@@ -187,6 +187,9 @@ int train_command_run(const TrainConfig& config, TrainDevice* device) {
     case TrainStatus::Diverged:
       std::fprintf(stderr, "hybridlm: error: %s\n", r.message.c_str());
       return 1;
+    case TrainStatus::EvaluationFailed:
+      std::fprintf(stderr, "hybridlm: error: %s\n", r.message.c_str());
+      return 1;
     case TrainStatus::Stopped:
       std::printf("stopped      %s\n", r.message.c_str());
       return 0;
@@ -206,6 +209,9 @@ std::string train_command_footer() {
   return "Writes into --out: config.json (resolved settings), metrics.jsonl (one JSON object per step and per\n"
          "validation, per-language values), checkpoint-<step>/ (newest only: model + optimizer + trainer state +\n"
          "data cursor, written atomically), model/ (final weights) and test.json (final test evaluation).\n"
+         "Everything checkable is checked before the first step (settings, corpus, tokenizer, teacher, validation and\n"
+         "test rows of every language, --out writable and unlocked with room for two checkpoints and the model);\n"
+         "after the last step the final checkpoint and model/ are written before the final evaluation.\n"
          "Resume: --resume CKPT|RUN --out DIR continues bit-identically. Settings that decide the trajectory\n"
          "(model, data, budget, batch, optimiser, seeds) come from the checkpoint and may be repeated only with the\n"
          "same value; --out, --eval-every, --checkpoint-every, --log-every, --stop-after-steps, --max-bad-steps may\n"

@@ -68,6 +68,13 @@ CudaTrainDevice::CudaTrainDevice(const CudaTrainDeviceOptions& options) : option
   ctx_ = &cuda_context();
 }
 
+size_t CudaTrainDevice::free_memory_bytes() const {
+  ctx_->make_current();
+  size_t free = 0, total = 0;
+  HLM_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 std::string CudaTrainDevice::describe() const {
   const std::vector<CudaDeviceInfo> devices = cuda_devices();
   const auto it = std::find_if(devices.begin(), devices.end(),

@@ -44,6 +44,7 @@ class CudaTrainDevice final : public TrainDevice {
   explicit CudaTrainDevice(const CudaTrainDeviceOptions& options = {});
 
   std::string describe() const override;
+  size_t free_memory_bytes() const override;  // cudaMemGetInfo on GPU 0
   void attach(Model& student, Model* teacher, AdamW& optimizer) override;
   BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
                  size_t num_languages) override;

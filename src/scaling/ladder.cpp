@@ -107,20 +107,28 @@ std::string ratio_text(double r) {
   return buf;
 }
 
-// The final validation loss of a run: mean CE of the last "valid" record of its metrics.jsonl.
-double final_valid_loss(const fs::path& run_dir) {
+// The final validation of a run: mean CE of the last "valid" record of its metrics.jsonl and the training tokens
+// seen by then (fewer than planned when the corpus ran out).
+struct FinalValid {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+FinalValid final_valid(const fs::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
   HLM_CHECK_INPUT(in.good(), run_dir.string(), ": no metrics.jsonl");
-  double loss = std::nan("");
+  FinalValid v{std::nan(""), 0};
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const json r = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (r.is_object() && r.value("type", "") == "valid" && r.contains("mean") && r["mean"].contains("ce") &&
-        r["mean"]["ce"].is_number())
-      loss = r["mean"]["ce"].get<double>();
+        r["mean"]["ce"].is_number()) {
+      v.loss = r["mean"]["ce"].get<double>();
+      v.tokens = r.value("tokens", int64_t{0});
+    }
   }
-  HLM_CHECK_INPUT(std::isfinite(loss), run_dir.string(), ": metrics.jsonl has no finite validation loss");
-  return loss;
+  HLM_CHECK_INPUT(std::isfinite(v.loss) && v.tokens > 0, run_dir.string(),
+                  ": metrics.jsonl has no finite validation loss after training");
+  return v;
 }
 
 std::set<std::string> finished_runs(const fs::path& csv) {
@@ -393,16 +401,19 @@ LadderSummary ladder_run(const LadderConfig& config, const fs::path& out, TrainD
       if (result.status == TrainStatus::DataExhausted)
         say(tag + ": warning: the corpus ran out before the planned tokens (" + result.message + ")");
     }
-    const double loss = final_valid_loss(run_dir);
+    const FinalValid valid = final_valid(run_dir);
+    if (valid.tokens != run.tokens)
+      say(tag + ": trained " + std::to_string(valid.tokens) + " tokens of the " + std::to_string(run.tokens) +
+          " planned; D records what was trained");
     char line[512];
     std::snprintf(line, sizeof line, "%s,%lld,%lld,%.8g,%s,%s,%g,%lld,%.1f\n", run.arch.c_str(),
-                  static_cast<long long>(run.N), static_cast<long long>(run.tokens), loss, run.id.c_str(),
+                  static_cast<long long>(run.N), static_cast<long long>(valid.tokens), valid.loss, run.id.c_str(),
                   run.size.name.c_str(), run.tokens_per_param, static_cast<long long>(run.steps), seconds);
     std::ofstream f(summary.runs_csv, std::ios::app);
     f << line;
     HLM_CHECK_INPUT(f.good(), "--out: cannot append to ", summary.runs_csv.string());
     ++summary.trained;
-    say(tag + ": final validation loss " + std::to_string(loss));
+    say(tag + ": final validation loss " + std::to_string(valid.loss));
   }
 
   // The fits, over every architecture that has enough points.

@@ -7,7 +7,8 @@
 //   hybrid        qwen3_hybrid, GDN 3:1: layer i is full attention when i % 4 == 3, Gated DeltaNet otherwise
 //   gdn           qwen3_hybrid, every layer Gated DeltaNet
 // All untied (separate LM head), so the three differ only in their token mixers. N = non-embedding parameters
-// (every tensor but model.embed_tokens and lm_head), D = tokens trained = ⌈ratio·N / (B·n)⌉ steps × B·n.
+// (every tensor but model.embed_tokens and lm_head), D = tokens trained: ⌈ratio·N / (B·n)⌉ steps × B·n planned; runs.csv
+// records the tokens of the final validation record (fewer when the corpus ran out, with a warning).
 //
 // Config (JSON; keys other than these are errors):
 //   {"format": "hybridlm-scaling-ladder", "data": CORPUS_DIR, "tokenizer": "bytes" | tokenizer.json,

@@ -283,7 +283,7 @@ std::string compute_markdown(const ScalingAnalysis& analysis, const ScalingTable
   for (size_t i = 0; i < analysis.archs.size(); ++i) os << "---|---|---|";
   os << "\n";
   for (double c : analysis.options.flops) {
-    os << "| " << fmt(c, "%.0e") << " |";
+    os << "| " << fmt(c, "%.3g") << " |";
     for (const ComputeRow& r : t.compute) {
       if (r.flops != c) continue;
       os << " " << fmt(r.optimum.N / 1e9, "%.3g") << " | " << fmt(r.optimum.D / 1e9, "%.3g") << " | "

@@ -125,7 +125,7 @@ def torch_student(student_dir):
         vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
         num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
         num_key_value_heads=cfg["num_key_value_heads"], rms_norm_eps=cfg["rms_norm_eps"],
-        layer_types=["linear_attention"] * cfg["num_hidden_layers"],
+        layer_types=cfg["layer_types"],  # HF's config validation wants at least one attention layer, as here
         linear_num_key_heads=cfg["linear_num_key_heads"], linear_num_value_heads=cfg["linear_num_value_heads"],
         linear_key_head_dim=cfg["linear_key_head_dim"], linear_value_head_dim=cfg["linear_value_head_dim"],
         linear_conv_kernel_dim=cfg.get("linear_conv_kernel_dim", 4),

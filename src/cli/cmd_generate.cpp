@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unistd.h>
 
 #include "cli/subcommands.h"
 #include "core/error.h"
@@ -51,6 +52,11 @@ int64_t parse_bytes(const std::string& text) {
   HLM_CHECK_INPUT(end != text.c_str() && scale > 0 && std::isfinite(value) && value > 0 && value * scale < 9e18,
                   "--max-memory: '", text, "' is not a size (bytes, or a number with K, M or G)");
   return static_cast<int64_t>(value * scale);
+}
+
+int64_t half_physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 2 : int64_t{1} << 40;
 }
 
 // "1,2,3" or "[1, 2, 3]" -> ids (negative ids are kept: the engine refuses them with the request's message).
@@ -213,14 +219,21 @@ int run_generate(const GenerateCliOptions& o) {
   // Memory plan: the largest max_batch requests' worst cases at once, cut to --max-memory.
   std::vector<int64_t> blocks;
   const MemoryPlan shape = memory_plan_shape(c, o.block_size);
-  for (const Request& r : requests) blocks.push_back(shape.blocks_for(generate_max_tokens(c, r.gen)));
+  for (const Request& r : requests) {
+    const auto prompt = static_cast<int64_t>(r.gen.prompt.size());
+    if (prompt == 0 || (c.max_position_embeddings > 0 && prompt > c.max_position_embeddings)) continue;  // refused
+    blocks.push_back(shape.blocks_for(generate_max_tokens(c, r.gen)));
+  }
+  if (blocks.empty()) blocks.push_back(1);
   std::sort(blocks.rbegin(), blocks.rend());
   MemoryRequest mr;
   mr.block_size = o.block_size;
   mr.max_sequences = std::min<int64_t>(o.max_batch, static_cast<int64_t>(requests.size()));
   mr.kv_blocks = 0;
   for (int64_t i = 0; i < mr.max_sequences; ++i) mr.kv_blocks += blocks[static_cast<size_t>(i)];
-  if (!o.max_memory.empty()) mr.budget_bytes = parse_bytes(o.max_memory);
+  // Without --max-memory the plan is what the requests need, but at most half the machine's memory: a context that
+  // does not fit is then refused with a message instead of failing an allocation.
+  mr.budget_bytes = o.max_memory.empty() ? half_physical_memory() : parse_bytes(o.max_memory);
   const MemoryPlan plan = memory_plan_build(c, mr);
 #ifdef HLM_WITH_CUDA
   // --device cuda: the weights uploaded once, the state in device memory (infer/cuda/cuda_engine.h). Declared before
@@ -243,9 +256,9 @@ int run_generate(const GenerateCliOptions& o) {
   if (!batch_mode) {
     const std::string why = generate_refusal(*engine, gen[0]);
     HLM_CHECK_INPUT(why.empty(), "generate: ",
-                    why.find("memory plan") != std::string::npos && !o.max_memory.empty()
-                        ? why + " (--max-memory " + o.max_memory + ")"
-                        : why);
+                    why.find("memory plan") == std::string::npos ? why
+                    : o.max_memory.empty() ? why + " (capped at half the machine's memory; see --max-memory)"
+                                           : why + " (--max-memory " + o.max_memory + ")");
   }
 
   GenerateOptions go;
@@ -375,7 +388,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--seed", o->sampling.seed, "Seed of the counter-based sampler (default 0)");
   cmd->add_option("--stop", o->stop, "Stop when the text contains this string (repeatable)");
   cmd->add_option("--max-memory", o->max_memory, "Budget for the inference state, e.g. 512M or 2G (default: what "
-                                                  "the requests need)");
+                                                  "the requests need, at most half the machine's memory)");
   cmd->add_option("--block-size", o->block_size, "KV cache block size in tokens (default 16)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per prefill step (default 512)");
   cmd->add_option("--max-batch", o->max_batch, "Sequences decoded together at most (default 64)");

@@ -31,7 +31,9 @@ void scaling_options_validate(const ScalingOptions& options) {
 }
 
 Interval percentile_interval(std::vector<double> values, double lo_pct, double hi_pct) {
-  std::erase_if(values, [](double v) { return !std::isfinite(v); });
+  // NaN marks a failed or undefined resample and is dropped; ±inf (an unreachable target, an infinite savings factor)
+  // is a value and takes part, as in numpy.
+  std::erase_if(values, [](double v) { return std::isnan(v); });
   Interval iv;
   iv.count = static_cast<int>(values.size());
   if (values.empty()) {
@@ -43,7 +45,10 @@ Interval percentile_interval(std::vector<double> values, double lo_pct, double h
     const double pos = pct / 100.0 * static_cast<double>(values.size() - 1);
     const size_t i = static_cast<size_t>(std::floor(pos));
     const double frac = pos - static_cast<double>(i);
-    return i + 1 < values.size() ? values[i] + frac * (values[i + 1] - values[i]) : values[i];
+    if (i + 1 >= values.size() || frac == 0) return values[i];
+    const double a = values[i], b = values[i + 1];
+    if (std::isfinite(a) && std::isfinite(b)) return a + frac * (b - a);
+    return std::isinf(b) && b > 0 ? b : a;  // an infinite neighbour: the interpolation is that infinity
   };
   iv.low = at(lo_pct);
   iv.high = at(hi_pct);

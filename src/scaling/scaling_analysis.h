@@ -7,8 +7,8 @@
 //   factor D_ref / D_arch (Table 20).
 // Pairing: resample b of every architecture uses the same b (its own points, drawn with counter-based random numbers
 // from (seed, architecture name, b)), and derived quantities across architectures combine resample b with resample b.
-// Resamples whose fit fails (no finite start) are skipped; intervals come from the finite values only (the counts
-// are reported). Deterministic for a given seed, whatever the thread count.
+// Resamples whose fit fails (no finite start) are skipped; intervals come from the values that are not NaN (the counts
+// are reported; an infinite token need or savings factor counts as a value). Deterministic for a given seed, whatever the thread count.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -35,9 +35,9 @@ void scaling_options_validate(const ScalingOptions& options);
 
 struct Interval {
   double low = 0, high = 0;
-  int count = 0;  // finite values behind it (0: low = high = NaN)
+  int count = 0;  // values behind it, NaN excluded (0: low = high = NaN)
 };
-// 2.5 / 97.5 percentiles of the finite values (numpy's linear interpolation).
+// 2.5 / 97.5 percentiles (numpy's linear interpolation) of the values that are not NaN; ±inf takes part.
 Interval percentile_interval(std::vector<double> values, double lo_pct = 2.5, double hi_pct = 97.5);
 
 struct VariantFits {

@@ -6,7 +6,7 @@
 //   savings      per model size N and architecture: tokens needed for the target loss, and the paired savings factor
 //                D_ref / D_arch with its interval (Table 20)
 // Files under the output directory: fit.json, parameters.{csv,md}, compute_optimal.{csv,md}, token_savings.{csv,md},
-// fits.svg (observed losses and the fitted curves per model size, one panel file per architecture: fits_<arch>.svg),
+// fits_<arch>.svg (observed losses against D and the fitted L(N, ·) per model size, one file per architecture),
 // frontier.svg (observed losses against compute and each fitted compute-optimal frontier).
 #pragma once
 #include <filesystem>

@@ -2,8 +2,9 @@
 //   gen:   NIAH prompts for one language, task and length from the corpus's held-out text, sized with the
 //          evaluated model's tokenizer; one JSON object per line with --json.
 //   score: OneRULER's scoring of one response: prints "correct" or "wrong".
-//   run mode (--model ...): greedy generation needs the inference engine (src/infer); until it is wired this mode
-//          stops with an input error saying so.
+//   run mode (--model DIR ...): greedy generation of up to 30 tokens per prompt on the CPU inference engine
+//          (evals/niah/niah_run.h) for every (model, language, task, length); niah.csv, niah.md (Table 2 layout),
+//          niah_<lang>.svg (accuracy vs length), niah_items.jsonl and niah_config.json in --out.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,8 +17,20 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "analysis/svg_chart.h"
 #include "evals/niah/niah_generate.h"
+#include "evals/niah/niah_run.h"
 #include "evals/niah/niah_score.h"
+#include "infer/cpu_engine.h"
+#include "infer/eos.h"
+#include "models/model.h"
+#include "models/safetensors.h"
 
 namespace hlm {
 
@@ -41,9 +54,27 @@ struct NiahScoreOptions {
 
 struct NiahRunOptions {
   std::vector<std::string> models, langs, tasks, lengths;
-  std::string tokenizer, out, device = "cpu";
-  int64_t n = 0;
+  std::string tokenizer, out, device = "cpu", corpus = "data/corpus/demo", split = "both", max_memory;
+  int64_t n = 50, held_out_docs = 1000, max_batch = 4;
+  uint64_t seed = 0;
 };
+
+// "8G", "512M", "64K", "1000" (bytes; K/M/G are powers of 1024).
+int64_t parse_size(const std::string& text, const std::string& option) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  const double scale = unit.empty() ? 1.0 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
+                       : unit == "G" ? 1073741824.0 : 0.0;
+  HLM_CHECK_INPUT(end != text.c_str() && scale > 0 && std::isfinite(value) && value > 0 && value * scale < 9e18, option,
+                  " '", text, "': not a size (bytes, or a number with K, M or G)");
+  return static_cast<int64_t>(value * scale);
+}
+
+int64_t half_physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 2 : int64_t{1} << 40;
+}
 
 int run_gen(const NiahGenOptions& o) {
   const NiahLanguage& lang = niah_language(o.lang);
@@ -101,11 +132,128 @@ int run_score(const NiahScoreOptions& o) {
   return 0;
 }
 
+// One SVG per language: mean accuracy over tasks (%) against the haystack length, a line per model.
+void write_charts(const fs::path& dir, const std::vector<NiahCell>& cells) {
+  std::map<std::string, std::map<std::string, std::map<int64_t, std::pair<double, int>>>> acc;  // lang, model, length
+  for (const NiahCell& c : cells) {
+    if (c.status != "ok") continue;
+    auto& a = acc[c.lang][c.model][c.length];
+    a.first += 100.0 * c.accuracy();
+    a.second += 1;
+  }
+  for (const auto& [lang, models] : acc) {
+    LineChart chart;
+    chart.title = "NIAH accuracy, " + lang + " (mean over tasks; cells that ran)";
+    chart.x_label = "haystack tokens (thousands)";
+    chart.y_label = "accuracy (%)";
+    chart.y_min = 0;
+    chart.y_max = 100;
+    for (const auto& [model, per_length] : models) {
+      ChartSeries s;
+      s.label = model;
+      for (const auto& [length, sum] : per_length) {
+        s.x.push_back(static_cast<double>(length) / 1000.0);
+        s.y.push_back(sum.first / sum.second);
+      }
+      chart.series.push_back(std::move(s));
+    }
+    file_write_atomic(dir / ("niah_" + lang + ".svg"), svg_line_chart(chart));
+  }
+}
+
 int run_models(const NiahRunOptions& o) {
   HLM_CHECK_INPUT(!o.models.empty(), "hybridlm niah: give a subcommand (gen, score) or --model DIR for the run mode "
                                      "(see hybridlm niah --help)");
-  throw_input_error("hybridlm niah --model: running models needs hybridlm generate (src/infer), not yet wired; "
-                    "meanwhile `hybridlm niah gen` writes the prompts and `hybridlm niah score` scores responses");
+  HLM_CHECK_INPUT(o.device == "cpu", "--device ", o.device,
+                  ": the NIAH run mode uses the CPU inference engine only for now (the CUDA engine is not wired here)");
+  HLM_CHECK_INPUT(!o.tokenizer.empty(), "--tokenizer is required in the run mode (the evaluated model's tokenizer)");
+  HLM_CHECK_INPUT(!o.langs.empty() && !o.tasks.empty() && !o.lengths.empty(),
+                  "the run mode needs --langs, --tasks and --lengths");
+  HLM_CHECK_INPUT(o.n >= 1 && o.max_batch >= 1, "--n and --max-batch must be positive");
+  HLM_CHECK_INPUT(!o.out.empty(), "--out is required in the run mode");
+  std::vector<const NiahLanguage*> langs;
+  for (const std::string& l : o.langs) langs.push_back(&niah_language(l));
+  std::vector<const NiahTaskSpec*> tasks;
+  for (const std::string& t : o.tasks) tasks.push_back(&niah_task_from_name(t));
+  std::vector<int64_t> lengths;
+  for (const std::string& l : o.lengths) lengths.push_back(niah_parse_length(l, "--lengths"));
+  std::set<std::string> labels;
+  for (const std::string& m : o.models) {
+    HLM_CHECK_INPUT(fs::is_regular_file(fs::path(m) / "config.json"), "--model ", m,
+                    ": not a model directory (no config.json)");
+    HLM_CHECK_INPUT(labels.insert(fs::path(m).lexically_normal().filename().string()).second, "--model ", m,
+                    ": two models share the folder name '", fs::path(m).filename().string(), "'");
+  }
+  HLM_CHECK_INPUT(fs::is_regular_file(fs::path(o.corpus) / "corpus.json"), "--corpus ", o.corpus,
+                  ": not a corpus directory (no corpus.json; `make corpus-demo` builds data/corpus/demo)");
+  const Corpus corpus = Corpus::open(o.corpus);
+  const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(o.tokenizer);
+  NiahRunSettings settings;
+  settings.max_batch = o.max_batch;
+  settings.budget_bytes = o.max_memory.empty() ? half_physical_memory() : parse_size(o.max_memory, "--max-memory");
+
+  const fs::path out(o.out);
+  fs::create_directories(out);
+  const nlohmann::json config = {{"models", o.models},          {"tokenizer", o.tokenizer},
+                                 {"langs", o.langs},            {"tasks", o.tasks},
+                                 {"lengths", lengths},          {"n", o.n},
+                                 {"seed", o.seed},              {"corpus", o.corpus},
+                                 {"held_out_docs", o.held_out_docs}, {"split", o.split},
+                                 {"device", o.device},          {"max_batch", o.max_batch},
+                                 {"max_new_tokens", settings.max_new_tokens},
+                                 {"state_budget_bytes", *settings.budget_bytes},
+                                 {"decoding", "greedy"}};
+  std::fprintf(stderr, "niah: %s\n", config.dump().c_str());
+  file_write_atomic(out / "niah_config.json", config.dump(2) + "\n");
+
+  // Prompts depend on the language, task, length and seed only: made once, shared by every model.
+  std::map<std::string, std::vector<std::string>> sentences;
+  for (const NiahLanguage* l : langs)
+    sentences[std::string(l->code)] =
+        niah_held_out_sentences(corpus, std::string(l->code), o.held_out_docs, niah_split_from_name(o.split));
+
+  std::vector<NiahCell> cells;
+  std::string items_jsonl;
+  for (const std::string& model_dir : o.models) {
+    Model model = Model::load(model_dir);
+    const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
+    const std::string label = fs::path(model_dir).lexically_normal().filename().string();
+    const NiahEngineFactory make_engine = [&model](const MemoryPlan& plan) { return make_cpu_engine(model, plan); };
+    for (const NiahLanguage* l : langs) {
+      NiahGenerator gen(*l, sentences[std::string(l->code)], *tokenizer);
+      for (const NiahTaskSpec* t : tasks)
+        for (const int64_t length : lengths) {
+          std::vector<NiahSample> samples;
+          for (int64_t i = 0; i < o.n; ++i) samples.push_back(gen.generate(*t, length, o.seed, i));
+          std::vector<NiahItem> items;
+          NiahCell cell = niah_evaluate_cell(make_engine, model.config(), eos, *tokenizer, *l, *t, samples, settings,
+                                             &items);
+          cell.model = label;
+          std::fprintf(stderr, "niah: %s %s %s %lld: %s, %lld/%lld correct, %.1f s, peak state %.1f MiB%s%s\n",
+                       label.c_str(), cell.lang.c_str(), cell.task.c_str(), static_cast<long long>(length),
+                       cell.status.c_str(), static_cast<long long>(cell.correct), static_cast<long long>(cell.n),
+                       cell.seconds, static_cast<double>(cell.peak_state_bytes) / 1048576.0,
+                       cell.note.empty() ? "" : ": ", cell.note.c_str());
+          for (const NiahItem& it : items)
+            items_jsonl += nlohmann::json({{"model", label}, {"lang", cell.lang}, {"task", cell.task},
+                                           {"length", length}, {"index", it.index}, {"expected", it.expected},
+                                           {"response", it.response}, {"correct", it.correct},
+                                           {"prompt_tokens", it.prompt_tokens}, {"finish", it.finish}})
+                               .dump() +
+                           "\n";
+          cells.push_back(std::move(cell));
+          // Written after every cell, so an interrupted run keeps what it measured.
+          file_write_atomic(out / "niah.csv", niah_cells_csv(cells));
+          file_write_atomic(out / "niah_items.jsonl", items_jsonl);
+        }
+    }
+  }
+  const std::string markdown = niah_cells_markdown(cells);
+  file_write_atomic(out / "niah.md", "# NIAH (OneRULER tasks)\n\n" + markdown);
+  write_charts(out, cells);
+  std::printf("%s\nwrote %s/niah.{csv,md}, niah_items.jsonl, niah_config.json and niah_<lang>.svg\n",
+              markdown.c_str(), o.out.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -122,9 +270,9 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
       "      --length 8k --count 50 --corpus data/corpus/full --json > niah_cmn_multiquery_8k.jsonl\n"
       "  hybridlm niah score --task multivalue --lang eng_Latn --expected 1234567,2345678,3456789,4567890 \\\n"
       "      --response '<Answer> 1234567, 2345678, 3456789, 4567890 </Answer>'\n"
-      "Run mode (needs the inference engine, not yet wired):\n"
-      "  hybridlm niah --model DIR --tokenizer T --langs eng_Latn,rus_Cyrl --tasks single,none --lengths 1k,4k \\\n"
-      "      --n 50 --out out/niah");
+      "Run mode (greedy, up to 30 new tokens, CPU inference engine):\n"
+      "  hybridlm niah --model DIR --model DIR2 --tokenizer T --langs eng_Latn,rus_Cyrl --tasks single,none \\\n"
+      "      --lengths 1k,4k --n 50 --out out/niah");
 
   auto run = std::make_shared<NiahRunOptions>();
   cmd->add_option("--model", run->models, "Run mode: model directory (repeatable)");
@@ -132,9 +280,17 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--langs", run->langs, "Run mode: languages (comma-separated)")->delimiter(',');
   cmd->add_option("--tasks", run->tasks, "Run mode: tasks (comma-separated)")->delimiter(',');
   cmd->add_option("--lengths", run->lengths, "Run mode: haystack lengths, e.g. 1k,4k,16k")->delimiter(',');
-  cmd->add_option("--n", run->n, "Run mode: samples per (language, task, length)");
+  cmd->add_option("--n", run->n, "Run mode: samples per (language, task, length) (default 50)");
   cmd->add_option("--out", run->out, "Run mode: output folder");
-  cmd->add_option("--device", run->device, "Run mode: cpu or cuda");
+  cmd->add_option("--device", run->device, "Run mode: cpu (default; the CUDA engine is not wired here yet)");
+  cmd->add_option("--corpus", run->corpus, "Run mode: corpus directory (default data/corpus/demo)");
+  cmd->add_option("--held-out-docs", run->held_out_docs, "Run mode: held-out documents per split (default 1000)");
+  cmd->add_option("--split", run->split, "Run mode: valid, test or both (default both)");
+  cmd->add_option("--seed", run->seed, "Run mode: seed of the prompts (default 0)");
+  cmd->add_option("--max-batch", run->max_batch, "Run mode: sequences decoded together (default 4)");
+  cmd->add_option("--max-memory", run->max_memory,
+                  "Run mode: cap on the inference state (KV + GDN), e.g. 8G (default: half the machine's memory); "
+                  "a cell whose prompt does not fit is recorded as OOM");
 
   auto gen = std::make_shared<NiahGenOptions>();
   CLI::App* gen_cmd = cmd->add_subcommand("gen", "Write NIAH prompts from a corpus language's held-out text");

@@ -1,5 +1,5 @@
-// `hybridlm niah gen|score` and the run mode's not-yet-wired error, through the binary (fixture corpus from
-// niah_fixture.h; bytes tokenizer).
+// `hybridlm niah gen|score` and the run mode's input errors, through the binary (fixture corpus from niah_fixture.h;
+// bytes tokenizer). The run mode itself: test_niah_run.cpp.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -89,11 +89,19 @@ TEST(NiahCli, Score) {
   EXPECT_NE(r.err.find("--expected"), std::string::npos) << r.err;
 }
 
-TEST(NiahCli, RunModeSaysInferenceIsNotWired) {
-  const auto r = run_hybridlm("niah --model /nonexistent --tokenizer bytes --langs eng_Latn --tasks single "
-                              "--lengths 1k --n 2 --out /tmp/unused");
+TEST(NiahCli, RunModeInputErrors) {
+  auto r = run_hybridlm("niah --model /nonexistent --tokenizer bytes --langs eng_Latn --tasks single "
+                        "--lengths 1k --n 2 --out /tmp/unused");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("needs hybridlm generate (src/infer), not yet wired"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--model /nonexistent: not a model directory"), std::string::npos) << r.err;
+  r = run_hybridlm("niah --model " + std::string(HLM_GOLDEN_DIR) + "/qwen3_untied --langs eng_Latn --tasks single "
+                   "--lengths 1k --out /tmp/unused");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--tokenizer is required"), std::string::npos) << r.err;
+  r = run_hybridlm("niah --model " + std::string(HLM_GOLDEN_DIR) + "/qwen3_untied --tokenizer bytes --langs xx_Yyyy "
+                   "--tasks single --lengths 1k --out /tmp/unused");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no NIAH templates for language 'xx_Yyyy'"), std::string::npos) << r.err;
   const auto bare = run_hybridlm("niah");
   EXPECT_EQ(bare.exit_code, 2);
   EXPECT_NE(bare.err.find("give a subcommand"), std::string::npos) << bare.err;

@@ -1,0 +1,71 @@
+// Running a model on NIAH prompts (issue #21 item 3): greedy generation of up to 30 tokens per prompt through the
+// inference engine (infer/generate.h), responses decoded with the evaluated tokenizer and scored (niah_score.h).
+// One call evaluates one (model, language, task, length) cell on its samples; a cell that cannot run is recorded,
+// not raised:
+//   "oom":      the memory plan cannot hold even the cell's largest request (prompt + 30 tokens) within the budget,
+//               or an allocation failed (std::bad_alloc) while building the engine or generating;
+//   "too_long": a prompt is longer than the model's max_position_embeddings;
+//   "ok":       every sample ran; accuracy = correct / n.
+// Time is wall-clock over the generate call (prefill + decode of all n samples, batched); memory is the engine's
+// inference state (KV blocks in use + GDN states), its peak over steps, and the plan's reserved bytes (weights and
+// activations are not counted).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "evals/niah/niah_generate.h"
+#include "infer/inference_engine.h"
+
+namespace hlm {
+
+struct NiahRunSettings {
+  int64_t max_new_tokens = 30;  // OneRULER's NIAH budget
+  int64_t max_batch = 4;        // sequences decoded together
+  int64_t block_size = 16;      // KV block tokens
+  int64_t prefill_chunk = 512;
+  std::optional<int64_t> budget_bytes;  // cap on the plan's state bytes (nullopt: what the requests need)
+};
+
+struct NiahItem {
+  int64_t index = 0;
+  int64_t prompt_tokens = 0;
+  std::vector<std::string> expected;
+  std::string response;
+  bool correct = false;
+  std::string finish;  // infer's finish reason name
+};
+
+struct NiahCell {
+  std::string model, lang, task;
+  int64_t length = 0;
+  int64_t n = 0, correct = 0;
+  std::string status = "ok";  // ok, oom, too_long
+  std::string note;           // why a cell did not run
+  double seconds = 0, prefill_seconds = 0, decode_seconds = 0;
+  int64_t mean_prompt_tokens = 0, max_prompt_tokens = 0;
+  int64_t peak_state_bytes = 0, plan_bytes = 0;
+  double accuracy() const { return n > 0 && status == "ok" ? static_cast<double>(correct) / static_cast<double>(n) : 0; }
+};
+
+// Builds the engine for a plan (CPU: make_cpu_engine over a loaded Model; a device engine the same way).
+using NiahEngineFactory = std::function<std::unique_ptr<InferenceEngine>(const MemoryPlan&)>;
+
+// Evaluates one cell. `config`: the model's config (positions, shapes for the plan); `eos_ids`: infer/eos.h.
+NiahCell niah_evaluate_cell(const NiahEngineFactory& make_engine, const ModelConfig& config,
+                            const std::vector<int32_t>& eos_ids, const Tokenizer& tokenizer, const NiahLanguage& lang,
+                            const NiahTaskSpec& task, const std::vector<NiahSample>& samples,
+                            const NiahRunSettings& settings, std::vector<NiahItem>* items = nullptr);
+
+// niah.csv: one row per cell (header included).
+std::string niah_cells_csv(const std::vector<NiahCell>& cells);
+// The seed's Table 2 layout: one row per model; English accuracy (%) per length, then the mean over the other
+// languages per length; each cell is the mean over tasks (and languages) of the cells that ran, "(k not run)"
+// appended when k did not, "OOM" / "too long" / "not run" when none did. A second table gives every language.
+std::string niah_cells_markdown(const std::vector<NiahCell>& cells);
+
+}  // namespace hlm

@@ -85,6 +85,27 @@ TEST(ScalingCli, BadInputExitsWithTwo) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "o")) << "nothing is written on bad input";
 }
 
+TEST(ScalingCli, LadderPlanAndBadConfig) {
+  test::ScratchDir dir("scaling-ladder-cli");
+  const auto config = dir.path() / "ladder.json";
+  std::ofstream(config) << R"({"format": "hybridlm-scaling-ladder", "data": "corpus", "tokenizer": "bytes",
+    "sizes": [{"name": "a", "hidden_size": 16, "num_hidden_layers": 4, "num_attention_heads": 2,
+               "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 32}],
+    "tokens_per_param": [1, 2, 4], "train": {"seq_len": 32, "batch_rows": 2, "micro_batch_rows": 2}})";
+  test::RunResult r = test::run_hybridlm("scaling ladder --config " + config.string() + " --plan");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* run : {"transformer-a-tpp1", "hybrid-a-tpp2", "gdn-a-tpp4"})
+    EXPECT_NE(r.out.find(run), std::string::npos) << run << "\n" << r.out;
+  std::ofstream(config) << R"({"format": "hybridlm-scaling-ladder", "data": "corpus", "sizes": [],
+    "tokens_per_param": [1]})";
+  r = test::run_hybridlm("scaling ladder --config " + config.string() + " --out " + (dir.path() / "o").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("sizes must be a non-empty array"), std::string::npos) << r.err;
+  r = test::run_hybridlm("scaling ladder --config " + (dir.path() / "missing.json").string() + " --out x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--config: cannot open"), std::string::npos) << r.err;
+}
+
 TEST(ScalingCli, HelpHasExamples) {
   const test::RunResult fit = test::run_hybridlm("scaling fit --help");
   EXPECT_EQ(fit.exit_code, 0);

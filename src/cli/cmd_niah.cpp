@@ -132,6 +132,13 @@ int run_score(const NiahScoreOptions& o) {
   return 0;
 }
 
+// A model's label in the reports: its folder name ("runs/full/" -> "full").
+std::string model_label(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 // One SVG per language: mean accuracy over tasks (%) against the haystack length, a line per model.
 void write_charts(const fs::path& dir, const std::vector<NiahCell>& cells) {
   std::map<std::string, std::map<std::string, std::map<int64_t, std::pair<double, int>>>> acc;  // lang, model, length
@@ -181,8 +188,8 @@ int run_models(const NiahRunOptions& o) {
   for (const std::string& m : o.models) {
     HLM_CHECK_INPUT(fs::is_regular_file(fs::path(m) / "config.json"), "--model ", m,
                     ": not a model directory (no config.json)");
-    HLM_CHECK_INPUT(labels.insert(fs::path(m).lexically_normal().filename().string()).second, "--model ", m,
-                    ": two models share the folder name '", fs::path(m).filename().string(), "'");
+    HLM_CHECK_INPUT(labels.insert(model_label(m)).second, "--model ", m, ": two models share the folder name '",
+                    model_label(m), "' (their label in the reports)");
   }
   HLM_CHECK_INPUT(fs::is_regular_file(fs::path(o.corpus) / "corpus.json"), "--corpus ", o.corpus,
                   ": not a corpus directory (no corpus.json; `make corpus-demo` builds data/corpus/demo)");
@@ -206,7 +213,8 @@ int run_models(const NiahRunOptions& o) {
   std::fprintf(stderr, "niah: %s\n", config.dump().c_str());
   file_write_atomic(out / "niah_config.json", config.dump(2) + "\n");
 
-  // Prompts depend on the language, task, length and seed only: made once, shared by every model.
+  // Prompts depend on the language, task, length and seed only, so every model gets the same ones (they are made
+  // again per model: cheap next to generation).
   std::map<std::string, std::vector<std::string>> sentences;
   for (const NiahLanguage* l : langs)
     sentences[std::string(l->code)] =
@@ -217,7 +225,7 @@ int run_models(const NiahRunOptions& o) {
   for (const std::string& model_dir : o.models) {
     Model model = Model::load(model_dir);
     const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
-    const std::string label = fs::path(model_dir).lexically_normal().filename().string();
+    const std::string label = model_label(model_dir);
     const NiahEngineFactory make_engine = [&model](const MemoryPlan& plan) { return make_cpu_engine(model, plan); };
     for (const NiahLanguage* l : langs) {
       NiahGenerator gen(*l, sentences[std::string(l->code)], *tokenizer);

@@ -116,8 +116,15 @@ double fit_objective(const FitData& data, std::span<const double> theta, std::op
   double j = 0, ge = 0, ga = 0, galpha = 0, gb = 0, gbeta = 0;
   for (size_t i = 0; i < data.log_n.size(); ++i) {
     const double u1 = a - alpha * data.log_n[i], u2 = b - beta * data.log_d[i], u3 = e;
-    const double m = std::max({u1, u2, u3});
-    const double x1 = std::exp(u1 - m), x2 = std::exp(u2 - m), x3 = std::exp(u3 - m);
+    // Log-sum-exp around the largest term (its exponential is 1: two exp calls per point instead of three).
+    double m, x1, x2, x3;
+    if (u1 >= u2 && u1 >= u3) {
+      m = u1, x1 = 1, x2 = std::exp(u2 - m), x3 = std::exp(u3 - m);
+    } else if (u2 >= u3) {
+      m = u2, x2 = 1, x1 = std::exp(u1 - m), x3 = std::exp(u3 - m);
+    } else {
+      m = u3, x3 = 1, x1 = std::exp(u1 - m), x2 = std::exp(u2 - m);
+    }
     const double sum = x1 + x2 + x3;
     const double r = m + std::log(sum) - data.log_loss[i];
     const double w = data.weight[i];

@@ -161,6 +161,25 @@ bool has_checkpoint(const fs::path& run_dir) {
   return false;
 }
 
+// Why a ladder directory's saved config (ladder.json) and this one would train incomparable runs: the data, the
+// tokenizer, the GDN and RoPE settings, the trainer recipe (cadence of logging, checkpoints and validation aside)
+// and the shape of a size of the same name must agree. Architectures, sizes and ratios may be added; fit settings
+// may change (the fit reruns over runs.csv).
+std::vector<std::string> ladder_recipe_differences(const json& saved, const json& now) {
+  std::vector<std::string> diff;
+  for (const char* key : {"data", "tokenizer", "neg_eigval", "rope_theta"})
+    if (saved.value(key, json()) != now.value(key, json())) diff.push_back(key);
+  static const std::set<std::string> kFree = {"log_every_steps", "checkpoint_every_steps", "eval_every_tokens",
+                                              "recompute"};
+  const json saved_train = saved.value("train", json::object()), now_train = now.value("train", json::object());
+  for (const auto& [key, value] : now_train.items())
+    if (!kFree.count(key) && saved_train.value(key, json()) != value) diff.push_back("train." + key);
+  for (const json& s : saved.value("sizes", json::array()))
+    for (const json& n : now.value("sizes", json::array()))
+      if (s.value("name", "") == n.value("name", "") && s != n) diff.push_back("sizes." + n.value("name", ""));
+  return diff;
+}
+
 }  // namespace
 
 LadderConfig ladder_config_from_json(const json& j, const std::string& source) {
@@ -342,6 +361,18 @@ LadderSummary ladder_run(const LadderConfig& config, const fs::path& out, TrainD
   const auto say = [&](const std::string& s) {
     if (log) log(s);
   };
+  const json resolved = ladder_config_to_json(config);
+  if (fs::exists(out / "ladder.json")) {
+    std::ifstream in(out / "ladder.json");
+    const json saved = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    HLM_CHECK_INPUT(saved.is_object(), (out / "ladder.json").string(), ": not valid JSON");
+    const std::vector<std::string> diff = ladder_recipe_differences(saved, resolved);
+    std::string list;
+    for (const std::string& d : diff) list += (list.empty() ? "" : ", ") + d;
+    HLM_CHECK_INPUT(diff.empty(), "--out ", out.string(), ": its ladder.json trained with other settings (", list,
+                    "); runs.csv would mix recipes. Use a new --out (adding architectures, sizes or ratios and changing "
+                    "fit settings or logging cadence is fine)");
+  }
   std::error_code ec;
   fs::create_directories(out / "models", ec);
   HLM_CHECK_INPUT(!ec, "--out: cannot create ", (out / "models").string(), ": ", ec.message());
@@ -349,7 +380,7 @@ LadderSummary ladder_run(const LadderConfig& config, const fs::path& out, TrainD
   {
     std::ofstream f(out / "ladder.json");
     HLM_CHECK_INPUT(f.good(), "--out: cannot write ", (out / "ladder.json").string());
-    f << ladder_config_to_json(config).dump(2) << "\n";
+    f << resolved.dump(2) << "\n";
   }
   const int64_t vocab = tokenizer_load(config.tokenizer)->vocab_size();
   const std::vector<LadderRun> plan = ladder_plan(config, vocab);

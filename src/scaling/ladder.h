@@ -23,7 +23,10 @@
 //            "fixed_exponents"}}                                                                  (optional)
 // Layout under --out: ladder.json (the resolved config), models/<arch>-<size>.json, runs/<run>/ (the trainer's
 // run directory), runs.csv (arch,N,D,loss,run,size,tokens_per_param,steps,seconds), fit/ (scaling_report.h).
-// Resumable: a run already in runs.csv is skipped; a run directory with a checkpoint resumes from it; a run directory
+// Resumable: a ladder directory's ladder.json must describe the same recipe (data, tokenizer, GDN/RoPE settings,
+// trainer settings other than logging/checkpoint/validation cadence, and the shape of every size name already
+// there; an input error lists the differences); architectures, sizes and ratios may be added. A run already in
+// runs.csv is skipped; a run directory with a checkpoint resumes from it; a run directory
 // without one (a crash before the first checkpoint) is started again; a finished run (test.json) missing from
 // runs.csv is appended from its metrics.jsonl.
 #pragma once

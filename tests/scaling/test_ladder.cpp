@@ -142,6 +142,18 @@ TEST(Ladder, TinyCpuLadderRunsResumesAndFits) {
   EXPECT_EQ(again.skipped, 17);
   EXPECT_EQ(again.trained, 1);
   EXPECT_EQ(read_scaling_points(again.runs_csv).size(), 18u);
+
+  // Another recipe in the same directory is refused before anything runs.
+  json other = tiny_ladder_json((dir.path() / "corpus").string());
+  other["train"]["lr"] = 0.01;
+  other["sizes"][0]["hidden_size"] = 12;
+  try {
+    ladder_run(ladder_config_from_json(other, "other.json"), out, nullptr, {});
+    FAIL() << "expected an input error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("train.lr_rec, train.lr_rest, sizes.xs"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

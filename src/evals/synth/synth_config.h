@@ -1,6 +1,6 @@
 // Configuration of a synthetic expressivity sweep (`hybridlm synth --config synth.json`). One flat JSON object; the
-// schema is ONE table (kSynthConfigFields in synth_config.cpp: key, type, default, meaning), which drives parsing,
-// defaults, the resolved-config dump and the docs' field list (`hybridlm synth --help-config` prints it).
+// schema is ONE table (fields() in synth_config.cpp: key, type, meaning, reader, writer), which drives parsing,
+// defaults, the resolved-config dump and the field list that `hybridlm synth --help` prints.
 // Unknown keys, wrong types and out-of-range values are input errors naming the key (exit code 2).
 // Defaults = Olmo Hybrid Table 14's small models (4 layers, d_model 256, d_ff 1024, 4 heads of 64, max positions
 // 1024 for recall, 4096 for the other tasks); training ranges and budgets are our choices [I] (evals.md §1.2).

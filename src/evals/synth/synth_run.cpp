@@ -14,8 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The resolved config without the fields that only choose which pairs run.
-nlohmann::ordered_json comparable(nlohmann::ordered_json j) {
+// The resolved config without the fields that only choose which pairs run (unordered: key order is not content).
+nlohmann::json comparable(nlohmann::json j) {
   j.erase("tasks");
   j.erase("architectures");
   j.erase("log_every");
@@ -29,8 +29,7 @@ std::vector<SynthPairResult> synth_run(const SynthConfig& config, const SynthRun
   const nlohmann::ordered_json resolved = synth_config_to_json(config);
   const fs::path config_path = options.out / "config.json";
   if (fs::exists(config_path)) {
-    const nlohmann::ordered_json previous = nlohmann::ordered_json(json_file_read(config_path));
-    HLM_CHECK_INPUT(comparable(previous) == comparable(resolved), config_path.string(),
+    HLM_CHECK_INPUT(comparable(json_file_read(config_path)) == comparable(nlohmann::json(resolved)), config_path.string(),
                     ": holds results of a different config (only tasks, architectures and log_every may change "
                     "between resumed runs); use another --out");
   }

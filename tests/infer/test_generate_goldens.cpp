@@ -1,7 +1,6 @@
 // hybridlm's greedy generation against HF transformers `generate` (issue #18 item 3b): for each golden case
 // (tools/goldens/make_generate_goldens.py), every prompt's 40 new ids must equal HF's exactly. A missing golden FAILS
-// (open_golden throws with the regenerate hint). The converted student's case waits in
-// tests/infer/pending/test_generate_student_golden.cpp (not globbed into test_infer) until its golden is committed.
+// (open_golden throws with the regenerate hint). The converted student's case is test_generate_student_golden.cpp.
 // Exact equality is the issue's criterion; it holds as long as no greedy step has a near-tie between the top two
 // logits below the engines' fp32 differences (the script prints the ids; a failure names the first differing step).
 #include <gtest/gtest.h>

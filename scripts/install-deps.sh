@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian bookworm packages hybridlm builds against, only those that are missing.
 # Uses sudo when not root. The CUDA toolkit is optional and never installed here.
+# Arguments: extra packages a target needs besides these (make fuzz: clang, its libFuzzer runtime, its OpenMP).
 set -euo pipefail
 packages=(cmake ninja-build g++ make pkg-config python3
           libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev libcli11-dev libzstd-dev
-          googletest libgtest-dev libbenchmark-dev)
+          googletest libgtest-dev libbenchmark-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "models/architecture.h"
+#include "models/tensor_table.h"
 
 namespace hlm {
 namespace {
@@ -137,6 +138,23 @@ class KeyReader {
 
 int64_t positive(int64_t value, std::string_view key) {
   HLM_CHECK_INPUT(value > 0, "key '", key, "' must be > 0, got ", value);
+  return value;
+}
+
+// Resource limits (docs/reliability.md): a config.json asking for sizes beyond any real model is refused while it is
+// parsed, before anything (layer lists, rope tables, weights) is sized from it. Each limit is far above every
+// released model: the largest vocabularies are ~262k ids (Gemma 3), the widest matrices ~53k (Llama 3.1 405B's MLP),
+// the deepest stacks ~128 layers, the longest contexts ~10M positions.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;           // 16.8M ids
+constexpr int64_t kMaxWidth = int64_t{1} << 20;           // hidden, intermediate and head sizes
+constexpr int64_t kMaxHeads = int64_t{1} << 14;
+constexpr int64_t kMaxPositions = int64_t{1} << 31;
+constexpr int64_t kMaxConvKernel = int64_t{1} << 10;
+constexpr int64_t kMaxTensorElements = int64_t{1} << 40;  // one weight tensor (4 TiB in f32)
+
+int64_t bounded(int64_t value, std::string_view key, int64_t limit) {
+  HLM_CHECK_INPUT(value <= limit, "key '", key, "' is ", value, ", above the limit ", limit,
+                  " (larger than any real model; refused before allocating)");
   return value;
 }
 
@@ -300,20 +318,20 @@ void parse_linear(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   if (cls.hybrid == HybridKeys::None) return;
   LinearAttentionConfig l;
   const bool olmo = cls.hybrid == HybridKeys::OlmoHybrid;
-  const auto optional_int = [&](const char* key) -> std::optional<int64_t> {
+  const auto optional_int = [&](const char* key, int64_t limit) -> std::optional<int64_t> {
     const json* v = r.get(key);
     if (v == nullptr || v->is_null()) return std::nullopt;
-    return positive(as_int(*v, key), key);
+    return bounded(positive(as_int(*v, key), key), key, limit);
   };
-  l.num_key_heads = optional_int("linear_num_key_heads").value_or(c.num_attention_heads);
-  l.num_value_heads = optional_int("linear_num_value_heads").value_or(c.num_attention_heads);
+  l.num_key_heads = optional_int("linear_num_key_heads", kMaxHeads).value_or(c.num_attention_heads);
+  l.num_value_heads = optional_int("linear_num_value_heads", kMaxHeads).value_or(c.num_attention_heads);
   // OLMo-Hybrid: dk = int(0.75·hidden / key heads), dv = 2·dk; the student keeps the teacher's head_dim.
-  l.key_head_dim = optional_int("linear_key_head_dim")
+  l.key_head_dim = optional_int("linear_key_head_dim", kMaxWidth)
                        .value_or(olmo ? static_cast<int64_t>(0.75 * static_cast<double>(c.hidden_size) /
                                                              static_cast<double>(l.num_key_heads))
                                       : c.head_dim);
-  l.value_head_dim = optional_int("linear_value_head_dim").value_or(olmo ? 2 * l.key_head_dim : c.head_dim);
-  l.conv_kernel_dim = optional_int("linear_conv_kernel_dim").value_or(4);
+  l.value_head_dim = optional_int("linear_value_head_dim", kMaxWidth).value_or(olmo ? 2 * l.key_head_dim : c.head_dim);
+  l.conv_kernel_dim = optional_int("linear_conv_kernel_dim", kMaxConvKernel).value_or(4);
   l.allow_neg_eigval = r.bool_or("linear_allow_neg_eigval", olmo);
   l.norm_eps = olmo ? 1e-5 : c.rms_norm_eps;  // HF OLMo-Hybrid hard-codes its gated norm eps
   l.a_log_min = r.number_or("linear_a_log_min", 0.0);
@@ -336,10 +354,17 @@ ModelConfig parse_config_object(const json& j) {
   c.architecture = spec_for_model_type(c.model_type).architecture;
   const ConfigClass& cls = config_class(c.architecture);
 
-  for (auto [field, key] : {std::pair{&c.vocab_size, "vocab_size"}, {&c.hidden_size, "hidden_size"},
-                            {&c.intermediate_size, "intermediate_size"}, {&c.num_hidden_layers, "num_hidden_layers"},
-                            {&c.num_attention_heads, "num_attention_heads"}})
-    *field = positive(as_int(r.require(key), key), key);
+  struct SizeKey {
+    int64_t* field;
+    const char* key;
+    int64_t limit;
+  };
+  for (const SizeKey& k : {SizeKey{&c.vocab_size, "vocab_size", kMaxVocab},
+                           SizeKey{&c.hidden_size, "hidden_size", kMaxWidth},
+                           SizeKey{&c.intermediate_size, "intermediate_size", kMaxWidth},
+                           SizeKey{&c.num_hidden_layers, "num_hidden_layers", kModelMaxLayers},
+                           SizeKey{&c.num_attention_heads, "num_attention_heads", kMaxHeads}})
+    *k.field = bounded(positive(as_int(r.require(k.key), k.key), k.key), k.key, k.limit);
 
   // num_key_value_heads: absent -> the class default; null -> num_attention_heads (both classes' __post_init__).
   const json* kv = r.get("num_key_value_heads");
@@ -350,10 +375,12 @@ ModelConfig parse_config_object(const json& j) {
   HLM_CHECK_INPUT(c.num_attention_heads % c.num_key_value_heads == 0, "num_attention_heads (", c.num_attention_heads,
                   ") is not a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
   // Granite has no head_dim field; its modeling code takes getattr(config, "head_dim", hidden // heads).
-  c.head_dim = positive(r.int_or("head_dim", cls.head_dim.value_or(c.hidden_size / c.num_attention_heads)),
-                        "head_dim");
+  c.head_dim = bounded(positive(r.int_or("head_dim", cls.head_dim.value_or(c.hidden_size / c.num_attention_heads)),
+                                "head_dim"),
+                       "head_dim", kMaxWidth);
   c.max_position_embeddings =
-      positive(r.int_or("max_position_embeddings", cls.max_position_embeddings), "max_position_embeddings");
+      bounded(positive(r.int_or("max_position_embeddings", cls.max_position_embeddings), "max_position_embeddings"),
+              "max_position_embeddings", kMaxPositions);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   HLM_CHECK_INPUT(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0.0, "key 'rms_norm_eps' must be >= 0, got ",
                   c.rms_norm_eps);
@@ -384,6 +411,10 @@ ModelConfig parse_config_object(const json& j) {
     if (c.dtype.empty() && v != nullptr && !v->is_null()) c.dtype = as_string(*v, key);
   }
   parse_rope(r, c);
+  // Every size is bounded above, so these products cannot overflow; one weight matrix must stay below 2^40 elements.
+  for (const TensorSpec& t : expected_tensors(c))
+    HLM_CHECK_INPUT(t.shape.numel() <= kMaxTensorElements, "tensor ", t.name, " would hold ", t.shape.numel(),
+                    " elements ", t.shape.str(), ", above the limit 2^40 (refused before allocating)");
 
   std::vector<std::string> unread;
   r.collect_unread(unread);

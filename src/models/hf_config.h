@@ -80,6 +80,10 @@ struct ModelConfig {
   float attention_scale() const;  // attention_multiplier or head_dim^-1/2
 };
 
+// The most decoder layers a config may ask for (hf_config.cpp's resource limits; the deepest released models have
+// ~128): more is an input error before anything is sized from it.
+inline constexpr int64_t kModelMaxLayers = int64_t{1} << 12;
+
 // Parses config.json text/JSON. `source` names the file in error messages. The rope parameters come back standardised
 // (rope_theta, rope_type, original_max_position_embeddings resolved) and ready for rope_table_build.
 ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source);

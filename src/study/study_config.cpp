@@ -12,6 +12,7 @@
 #include "data/parallel_set.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
+#include "train/json_fits.h"
 
 namespace hlm {
 namespace {
@@ -35,8 +36,10 @@ json demo_teacher_model() {
 
 // Expands layer_types when a model config leaves it out (every layer full attention).
 json with_layer_types(json model) {
+  // Only within parse_model_config's layer limit: anything else is left for it to refuse, before any allocation.
   if (model.is_object() && !model.contains("layer_types") && model.contains("num_hidden_layers") &&
-      model["num_hidden_layers"].is_number_integer())
+      model["num_hidden_layers"].is_number_unsigned() &&
+      model["num_hidden_layers"].get<uint64_t>() <= static_cast<uint64_t>(kModelMaxLayers))
     model["layer_types"] = json(std::vector<std::string>(model["num_hidden_layers"].get<size_t>(), "full_attention"));
   return model;
 }
@@ -69,11 +72,8 @@ json train_section_to_json(const TrainConfig& c) {
 template <typename T>
 void read_key(const json& j, const char* key, T& out, const std::string& where) {
   if (!j.contains(key)) return;
-  try {
-    j.at(key).get_to(out);
-  } catch (const json::exception&) {
-    throw_input_error(where, ".", key, ": wrong type");
-  }
+  HLM_CHECK_INPUT(json_fits<T>(j.at(key)), where, ".", key, ": wrong type or out of range");
+  j.at(key).get_to(out);
 }
 
 void check_keys(const json& j, const std::set<std::string>& known, const std::string& where) {

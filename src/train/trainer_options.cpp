@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "train/checkpoint_io.h"
+#include "train/json_fits.h"
 
 namespace hlm {
 
@@ -105,9 +107,13 @@ json train_config_to_json(const TrainConfig& c) {
 }
 
 TrainConfig train_config_from_json(const json& j, const std::string& source) {
-  HLM_CHECK_INPUT(j.is_object() && j.value("format", "") == "hybridlm-train-config", source,
+  // A non-string "format" or "job" is a wrong config, not a JSON type error.
+  const auto text = [&](const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  };
+  HLM_CHECK_INPUT(j.is_object() && text("format") == "hybridlm-train-config", source,
                   ": not a hybridlm training config");
-  const std::string job = j.value("job", "");
+  const std::string job = text("job");
   HLM_CHECK_INPUT(job == "pretrain" || job == "distill", source, ": unknown job '", job, "'");
   TrainConfig c = train_config_defaults(job == "pretrain" ? TrainJob::Pretrain : TrainJob::Distill);
   for (const auto& item : j.items()) {  // not a structured binding: clang < 16 cannot capture one (the fuzz build)
@@ -119,11 +125,10 @@ TrainConfig train_config_from_json(const json& j, const std::string& source) {
     HLM_CHECK_INPUT(it != kOptions.end(), source, ": unknown setting '", key, "'");
     std::visit(
         [&](auto member) {
-          try {
-            value.get_to(c.*member);
-          } catch (const json::exception&) {
-            throw_input_error(source, ": '", key, "' has the wrong type");
-          }
+          // Checked first: nlohmann would cast 1e300 into an integer field (undefined) or -1 into an unsigned one.
+          using Field = std::remove_reference_t<decltype(c.*member)>;
+          HLM_CHECK_INPUT(json_fits<Field>(value), source, ": '", key, "' has the wrong type or is out of range");
+          value.get_to(c.*member);
         },
         it->field);
   }

@@ -1,0 +1,438 @@
+// The CUDA inference engine (contract: infer/inference_engine.h; design: cuda_engine.h). Read beside
+// infer/cpu_engine.cpp: the same bookkeeping (slots, KvBlockAllocator, step validation) and the same dataflow, with
+// the state in device pools.
+#include "infer/cuda/cuda_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "infer/kv_block_allocator.h"
+#include "models/architecture.h"
+#include "ops/attention/attention_cache_cuda.h"
+#include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
+#include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
+#include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
+#include "ops/gdn_gate/gdn_gate_cuda.h"
+#include "ops/l2norm/l2norm_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+#include "ops/rope/rope_cuda.h"
+#include "ops/state_rows/state_rows_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+// A step's host metadata packed into one device upload (sections 16-byte aligned).
+class MetaPack {
+ public:
+  template <typename T>
+  size_t add(const std::vector<T>& v) {
+    const size_t offset = (bytes_.size() + 15) / 16 * 16;
+    bytes_.resize(offset + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes_.data() + offset, v.data(), v.size() * sizeof(T));
+    return offset;
+  }
+  CudaTensor upload(CudaContext& ctx) const {
+    CudaTensor t = cuda_scratch_bytes(ctx, std::max<size_t>(bytes_.size(), 16));
+    cuda_copy_to_device(ctx, t.raw(), bytes_.data(), bytes_.size());
+    return t;
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+template <typename T>
+T* at(const CudaTensor& t, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.raw()) + offset);
+}
+
+CudaTensor zeros(CudaContext& ctx, const Shape& shape) {
+  CudaTensor t = CudaTensor::empty(ctx, shape);
+  HLM_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), ctx.stream()));
+  return t;
+}
+
+// The GDN state pools of one layer ([slots, ...] each): the unit of gather/scatter.
+struct GdnPool {
+  CudaTensor q_conv, k_conv, v_conv, recurrent;
+  std::vector<CudaTensor*> tensors() { return {&q_conv, &k_conv, &v_conv, &recurrent}; }
+  std::vector<const CudaTensor*> tensors() const { return {&q_conv, &k_conv, &v_conv, &recurrent}; }
+};
+
+class CudaEngine final : public InferenceEngine {
+ public:
+  CudaEngine(CudaModel& model, const MemoryPlan& plan)
+      : model_(model),
+        ctx_(model.context()),
+        plan_(plan),
+        blocks_(plan.num_blocks, plan.block_size, plan.max_sequences),
+        slot_used_(static_cast<size_t>(plan.max_sequences), false) {
+    const ModelConfig& c = model.config();
+    const DecoderHyper hyper = architecture_spec(c.architecture).hyper(c);
+    adims_ = {c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
+              static_cast<float>(c.rms_norm_eps)};
+    logits_divisor_ = hyper.logits_divisor;
+    ctx_.make_current();
+    layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (c.layer_kinds[i] == LayerKind::FullAttention) {
+        const Shape shape{plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
+        layers_[i].attention = true;
+        layers_[i].k_cache = zeros(ctx_, shape);
+        layers_[i].v_cache = zeros(ctx_, shape);
+      } else {
+        gdims_ = gdn_dims(c);
+        const int64_t S = plan.max_sequences, K1 = gdims_.conv_kernel - 1;
+        GdnPool& g = layers_[i].gdn;
+        g.q_conv = zeros(ctx_, {S, gdims_.key_channels(), K1});
+        g.k_conv = zeros(ctx_, {S, gdims_.key_channels(), K1});
+        g.v_conv = zeros(ctx_, {S, gdims_.value_channels(), K1});
+        g.recurrent = zeros(ctx_, {S, gdims_.value_heads, gdims_.value_dim, gdims_.key_dim});
+      }
+    }
+    ctx_.synchronize();
+  }
+
+  const ModelConfig& config() const override { return model_.config(); }
+  const MemoryPlan& plan() const override { return plan_; }
+  std::string device() const override { return "cuda:" + std::to_string(ctx_.device()); }
+
+  int open_sequence(int64_t max_tokens) override {
+    HLM_CHECK_INPUT(max_tokens > 0, "a sequence needs room for at least one token");
+    const auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
+    if (free_slot == slot_used_.end()) return -1;
+    const int slot = static_cast<int>(free_slot - slot_used_.begin());
+    if (!blocks_.reserve(slot, max_tokens)) return -1;
+    slot_used_[static_cast<size_t>(slot)] = true;
+    for (Layer& l : layers_)  // a fresh sequence starts from zero GDN state
+      if (!l.attention)
+        for (CudaTensor* t : l.gdn.tensors()) {
+          const size_t row = t->nbytes() / static_cast<size_t>(plan_.max_sequences);
+          HLM_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(t->raw()) + slot * row, 0, row, ctx_.stream()));
+        }
+    return slot;
+  }
+
+  void close_sequence(int slot) override {
+    check_slot(slot);
+    blocks_.release(slot);
+    slot_used_[static_cast<size_t>(slot)] = false;
+  }
+
+  int64_t sequence_length(int slot) const override {
+    check_slot(slot);
+    return blocks_.length(slot);
+  }
+
+  Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
+
+  StateUsage state_usage() const override {
+    StateUsage u;
+    u.kv_blocks_in_use = blocks_.blocks_in_use();
+    for (int slot = 0; slot < static_cast<int>(slot_used_.size()); ++slot)
+      if (slot_used_[static_cast<size_t>(slot)]) {
+        ++u.running_sequences;
+        u.tokens_held += blocks_.length(slot);
+      }
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const Layer& l = layers_[i];
+      LayerStateBytes b{model_.config().layer_kinds[i]};
+      if (l.attention) {
+        b.bytes_reserved = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
+        b.bytes_in_use = plan_.num_blocks > 0 ? b.bytes_reserved / plan_.num_blocks * u.kv_blocks_in_use : 0;
+      } else {
+        for (const CudaTensor* t : l.gdn.tensors()) b.bytes_reserved += static_cast<int64_t>(t->nbytes());
+        b.bytes_in_use = b.bytes_reserved / plan_.max_sequences * u.running_sequences;
+      }
+      u.layers.push_back(b);
+    }
+    return u;
+  }
+
+ private:
+  struct Layer {
+    bool attention = false;
+    CudaTensor k_cache, v_cache;  // attention: [num_blocks, block_size, Hkv, D]
+    GdnPool gdn;                  // GDN: [max_sequences, ...] per tensor
+  };
+  // What the mixers of one step read (device pointers into the metadata upload, host sizes).
+  struct StepView {
+    CudaBatchView batch;
+    const RopeCudaTable* rope = nullptr;
+    const int64_t* cache_slots = nullptr;  // [T]
+    const int32_t* tables = nullptr;       // [N, max_blocks]
+    const int64_t* context = nullptr;      // [N]
+    const int32_t* slot_ids = nullptr;     // [N]
+    int64_t first_slot = 0;                // consecutive slots: the batch's rows start at this pool row
+    bool consecutive = false;
+    int64_t max_blocks = 0, max_context = 0;
+    bool decode = false;  // one token per sequence
+  };
+
+  void check_slot(int slot) const {
+    HLM_CHECK(slot >= 0 && slot < plan_.max_sequences && slot_used_[static_cast<size_t>(slot)], "sequence slot ",
+              slot, " is not running");
+  }
+  void attention_mixer(int layer, float* out, const float* in, const StepView& s);
+  void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
+
+  CudaModel& model_;
+  CudaContext& ctx_;
+  MemoryPlan plan_;
+  KvBlockAllocator blocks_;
+  std::vector<bool> slot_used_;
+  AttentionDims adims_;
+  GdnDims gdims_;
+  float logits_divisor_ = 1.0f;
+  std::vector<Layer> layers_;
+};
+
+void CudaEngine::attention_mixer(int layer, float* out, const float* in, const StepView& s) {
+  const CudaAttentionWeights& w = model_.attention_weights(layer);
+  const AttentionDims& d = adims_;
+  const cudaStream_t stream = ctx_.stream();
+  const int64_t T = s.batch.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
+  CudaTensor q_lin = CudaTensor::empty(ctx_, {T, Cq}), k_lin = CudaTensor::empty(ctx_, {T, Ckv});
+  CudaTensor v = CudaTensor::empty(ctx_, {T, Ckv});
+  cuda_linear_forward(ctx_, q_lin.data<float>(), in, w.q_proj, T);
+  cuda_linear_forward(ctx_, k_lin.data<float>(), in, w.k_proj, T);
+  cuda_linear_forward(ctx_, v.data<float>(), in, w.v_proj, T);
+  // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions, in place.
+  CudaTensor q_n, k_n;
+  float* q = q_lin.data<float>();
+  float* k = k_lin.data<float>();
+  if (w.q_norm_size > 0) {
+    q_n = CudaTensor::empty(ctx_, {T, Cq});
+    rmsnorm_forward_cuda(q_n.data<float>(), q, w.q_norm.data<float>(),
+                         attention_qk_norm_params(w.q_norm_size, T, d.q_heads, D, d.norm_eps), stream);
+    q = q_n.data<float>();
+  }
+  if (w.k_norm_size > 0) {
+    k_n = CudaTensor::empty(ctx_, {T, Ckv});
+    rmsnorm_forward_cuda(k_n.data<float>(), k, w.k_norm.data<float>(),
+                         attention_qk_norm_params(w.k_norm_size, T, d.kv_heads, D, d.norm_eps), stream);
+    k = k_n.data<float>();
+  }
+  if (s.rope != nullptr) {
+    HLM_CHECK(s.rope->head_dim == D, "rope table head_dim ", s.rope->head_dim, " != attention head_dim ", D);
+    rope_forward_cuda(q, s.batch.positions, T, d.q_heads, *s.rope, s.batch.error_flag, stream);
+    rope_forward_cuda(k, s.batch.positions, T, d.kv_heads, *s.rope, s.batch.error_flag, stream);
+  }
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  AttentionCacheCudaParams p;
+  p.total_tokens = T;
+  p.n_seqs = s.batch.n_seqs;
+  p.q_heads = d.q_heads;
+  p.kv_heads = d.kv_heads;
+  p.head_dim = D;
+  p.num_blocks = plan_.num_blocks;
+  p.block_size = plan_.block_size;
+  p.max_blocks = s.max_blocks;
+  p.max_query_len = s.batch.max_seqlen;
+  p.max_context = s.max_context;
+  p.scale = d.scale;
+  attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), k, v.data<float>(), s.cache_slots, T,
+                             p, s.batch.error_flag, stream);
+  CudaTensor o = CudaTensor::empty(ctx_, {T, Cq});
+  const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
+  CudaTensor ws = cuda_scratch_bytes(ctx_, std::max<size_t>(ws_bytes, 16));
+  attention_cache_forward_cuda(o.data<float>(), q, l.k_cache.data<float>(), l.v_cache.data<float>(), s.tables,
+                               s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes, s.batch.error_flag, stream);
+  cuda_linear_forward(ctx_, out, o.data<float>(), w.o_proj, T);
+}
+
+void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepView& s) {
+  const CudaGdnWeights& w = model_.gdn_weights(layer);
+  const GdnDims& d = gdims_;
+  const cudaStream_t stream = ctx_.stream();
+  const int64_t T = s.batch.tokens, N = s.batch.n_seqs, Ck = d.key_channels(), Cv = d.value_channels();
+  const int64_t Hv = d.value_heads;
+  CudaTensor qp = CudaTensor::empty(ctx_, {T, Ck}), kp = CudaTensor::empty(ctx_, {T, Ck});
+  CudaTensor vp = CudaTensor::empty(ctx_, {T, Cv}), z = CudaTensor::empty(ctx_, {T, Cv});
+  CudaTensor a = CudaTensor::empty(ctx_, {T, Hv}), b = CudaTensor::empty(ctx_, {T, Hv});
+  cuda_linear_forward(ctx_, qp.data<float>(), in, w.q_proj, T);
+  cuda_linear_forward(ctx_, kp.data<float>(), in, w.k_proj, T);
+  cuda_linear_forward(ctx_, vp.data<float>(), in, w.v_proj, T);
+  cuda_linear_forward(ctx_, z.data<float>(), in, w.g_proj, T);
+  cuda_linear_forward(ctx_, a.data<float>(), in, w.a_proj, T);
+  cuda_linear_forward(ctx_, b.data<float>(), in, w.b_proj, T);
+
+  // The step's states in batch order: the pool rows themselves (consecutive slots) or gathered copies.
+  GdnPool& pool = layers_[static_cast<size_t>(layer)].gdn;
+  const std::vector<CudaTensor*> pools = pool.tensors();
+  std::vector<CudaTensor> gathered(pools.size());
+  std::vector<float*> state(pools.size());
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const int64_t row = pools[i]->numel() / plan_.max_sequences;
+    if (s.consecutive) {
+      state[i] = pools[i]->data<float>() + s.first_slot * row;
+    } else {
+      gathered[i] = CudaTensor::empty(ctx_, {N, row});
+      state_rows_copy_cuda(gathered[i].data<float>(), nullptr, pools[i]->data<float>(), s.slot_ids, N, row, stream);
+      state[i] = gathered[i].data<float>();
+    }
+  }
+  float *q_state = state[0], *k_state = state[1], *v_state = state[2], *h_state = state[3];
+
+  CudaTensor qc = CudaTensor::empty(ctx_, {T, Ck}), kc = CudaTensor::empty(ctx_, {T, Ck});
+  CudaTensor vc = CudaTensor::empty(ctx_, {T, Cv});
+  const CausalConv1dCudaParams sk{T, Ck, d.conv_kernel, N, true}, sv{T, Cv, d.conv_kernel, N, true};
+  // state_out may alias state_in (causal_conv1d_cuda.h): the conv state advances in place.
+  causal_conv1d_forward_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), q_state,
+                             s.batch.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), k_state,
+                             s.batch.cu_seqlens, sk, stream);
+  causal_conv1d_forward_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), v_state,
+                             s.batch.cu_seqlens, sv, stream);
+  // The conv outputs are no longer needed raw: normalise q, k into the projections' buffers.
+  const L2normCudaParams l2{T * d.key_heads, d.key_dim};
+  l2norm_forward_cuda(qp.data<float>(), qc.data<float>(), l2, stream);
+  l2norm_forward_cuda(kp.data<float>(), kc.data<float>(), l2, stream);
+  CudaTensor g = CudaTensor::empty(ctx_, {T, Hv}), beta = CudaTensor::empty(ctx_, {T, Hv});
+  gdn_gate_forward_cuda(g.data<float>(), beta.data<float>(), a.data<float>(), b.data<float>(), w.A_log.data<float>(),
+                        w.dt_bias.data<float>(), {T, Hv, d.neg_eigval}, stream);
+  CudaTensor o = CudaTensor::empty(ctx_, {T, Cv});
+  const float scale = static_cast<float>(d.q_scale());  // as the CPU reference gets it for T = float
+  if (s.decode) {
+    GdnDecodeInputs<float> din;
+    din.q = qp.data<float>();
+    din.k = kp.data<float>();
+    din.v = vc.data<float>();
+    din.g = g.data<float>();
+    din.beta = beta.data<float>();
+    gated_delta_rule_decode_cuda(o.data<float>(), h_state, din, {N, d.key_heads, Hv, d.key_dim, d.value_dim}, scale,
+                                 stream);
+  } else {
+    GdnInputs<float> rin;
+    rin.q = qp.data<float>();
+    rin.k = kp.data<float>();
+    rin.v = vc.data<float>();
+    rin.g = g.data<float>();
+    rin.beta = beta.data<float>();
+    rin.h0 = h_state;
+    rin.cu_seqlens = s.batch.cu_seqlens;
+    rin.n_seqs = N;
+    CudaTensor hT = CudaTensor::empty(ctx_, {N, Hv, d.value_dim, d.key_dim});  // hT may not alias h0
+    GdnOutputs<float> rout;
+    rout.o = o.data<float>();
+    rout.hT = hT.data<float>();
+    gated_delta_rule_forward_cuda(rout, rin, {T, d.key_heads, Hv, d.key_dim, d.value_dim}, scale, stream);
+    cuda_copy_device(ctx_, h_state, hT.raw(), hT.nbytes());
+  }
+  if (!s.consecutive)
+    for (size_t i = 0; i < pools.size(); ++i)
+      state_rows_copy_cuda(pools[i]->data<float>(), s.slot_ids, gathered[i].data<float>(), nullptr, N,
+                           pools[i]->numel() / plan_.max_sequences, stream);
+  CudaTensor y = CudaTensor::empty(ctx_, {T, Cv});
+  gated_rmsnorm_forward_cuda(y.data<float>(), o.data<float>(), z.data<float>(), w.o_norm.data<float>(),
+                             {T * Hv, d.value_dim, d.norm_eps}, stream);
+  cuda_linear_forward(ctx_, out, y.data<float>(), w.o_proj, T);
+}
+
+Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
+  tokens.validate();
+  const ModelConfig& c = model_.config();
+  const auto N = static_cast<int64_t>(slots.size());
+  HLM_CHECK(tokens.num_sequences() == N, "step: ", tokens.num_sequences(), " token sequences for ", N, " slots");
+  HLM_CHECK(N > 0, "step: no sequences");
+  for (const int32_t id : tokens.ids)
+    HLM_CHECK_INPUT(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary [0, ", c.vocab_size,
+                    ")");
+  for (int64_t n = 0; n < N; ++n) {
+    check_slot(slots[n]);
+    const int64_t len = tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
+    HLM_CHECK(len > 0, "step: sequence ", n, " has no new tokens");
+    HLM_CHECK(std::count(slots.begin(), slots.end(), slots[n]) == 1, "step: slot ", slots[n], " given twice");
+    HLM_CHECK(blocks_.length(slots[n]) + len <= blocks_.reserved_tokens(slots[n]), "step: slot ", slots[n],
+              " would grow past its reservation");
+  }
+  ctx_.make_current();
+  const int64_t T = tokens.total_tokens();
+  std::vector<int32_t> positions(static_cast<size_t>(T)), last_rows(static_cast<size_t>(N)),
+      slot_ids(slots.begin(), slots.end());
+  std::vector<int64_t> cache_slots(static_cast<size_t>(T)), context(static_cast<size_t>(N));
+  int64_t max_len = 0, max_context = 0, max_blocks = 1;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t begin = tokens.cu_seqlens[n], len = tokens.cu_seqlens[n + 1] - begin;
+    const int64_t start = blocks_.length(slots[n]);
+    for (int64_t i = 0; i < len; ++i) positions[begin + i] = static_cast<int32_t>(start + i);
+    blocks_.append(slots[n], len, cache_slots.data() + begin);
+    context[n] = start + len;
+    last_rows[n] = static_cast<int32_t>(begin + len - 1);
+    max_len = std::max(max_len, len);
+    max_context = std::max(max_context, context[n]);
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(blocks_.block_table(slots[n]).size()));
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(N * max_blocks), -1);
+  for (int64_t n = 0; n < N; ++n) {
+    const auto& t = blocks_.block_table(slots[n]);
+    std::copy(t.begin(), t.end(), tables.begin() + n * max_blocks);
+  }
+  MetaPack pack;
+  const size_t o_ids = pack.add(tokens.ids), o_cu = pack.add(tokens.cu_seqlens), o_pos = pack.add(positions);
+  const size_t o_slots = pack.add(cache_slots), o_tables = pack.add(tables), o_ctx = pack.add(context);
+  const size_t o_last = pack.add(last_rows), o_ids_slot = pack.add(slot_ids), o_flag = pack.add(std::vector<int>{0});
+  const CudaTensor meta = pack.upload(ctx_);
+
+  StepView s;
+  s.batch = {T, N, max_len, at<int32_t>(meta, o_ids), at<int64_t>(meta, o_cu), at<int32_t>(meta, o_pos),
+             at<int>(meta, o_flag)};
+  s.rope = model_.rope_for_positions(max_context);
+  s.cache_slots = at<int64_t>(meta, o_slots);
+  s.tables = at<int32_t>(meta, o_tables);
+  s.context = at<int64_t>(meta, o_ctx);
+  s.slot_ids = at<int32_t>(meta, o_ids_slot);
+  s.first_slot = slots[0];
+  s.consecutive = true;
+  for (int64_t n = 0; n < N; ++n) s.consecutive = s.consecutive && slots[n] == slots[0] + n;
+  s.max_blocks = max_blocks;
+  s.max_context = max_context;
+  s.decode = T == N;
+
+  const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
+    if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
+      attention_mixer(layer, out, in, s);
+    else
+      gdn_mixer(layer, out, in, s);
+  };
+  const CudaTensor hidden = model_.final_hidden_with_mixer(s.batch, mixer);
+  // The LM head on each sequence's last new token only.
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  CudaTensor rows = CudaTensor::empty(ctx_, {N, H});
+  state_rows_copy_cuda(rows.data<float>(), nullptr, hidden.data<float>(), at<int32_t>(meta, o_last), N, H,
+                       ctx_.stream());
+  CudaTensor logits_device = CudaTensor::empty(ctx_, {N, V});
+  matmul_forward_cuda(ctx_.blaslt(), logits_device.data<float>(), rows.data<float>(), model_.lm_head_weight(), nullptr,
+                      {N, V, H});
+  Tensor logits = cuda_download(ctx_, logits_device);
+  int flag = 0;
+  cuda_copy_to_host(ctx_, &flag, at<int>(meta, o_flag), sizeof(flag));
+  // The host checked ids, positions (reservations within the rope table come from generate's limits) and metadata.
+  HLM_CHECK(flag == 0, "CUDA inference step: a kernel flagged bad input (token id, position or KV-cache metadata; ",
+            "longest context ", max_context, ")");
+  if (logits_divisor_ != 1.0f) {  // on the host after the download, as the CPU forward does it
+    float* l = logits.f32();
+    for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= logits_divisor_;
+  }
+  return logits;
+}
+
+}  // namespace
+
+std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan) {
+  HLM_CHECK(plan.max_sequences > 0, "the memory plan has no sequence slots");
+  HLM_CHECK_INPUT(!model.bf16_compute(), "the CUDA inference engine runs the fp32 compute mode only");
+  const MemoryPlan shape = memory_plan_shape(model.config(), plan.block_size);
+  HLM_CHECK(shape.kv_bytes_per_block == plan.kv_bytes_per_block &&
+                shape.gdn_bytes_per_sequence == plan.gdn_bytes_per_sequence,
+            "the memory plan was made for another model");
+  return std::make_unique<CudaEngine>(model, plan);
+}
+
+}  // namespace hlm

@@ -1,0 +1,318 @@
+// Attention over a paged KV cache: CUDA (src/ops/attention/attention_cache.cu) vs the CPU reference
+// (attention_cache_ref.cpp) and a double reference computed here. Caches are filled with random values in every
+// block (unused blocks too), block tables are shuffled block ids (sequences interleave in the pool), block sizes 16,
+// 7 and 5 do not divide the lengths. Cases:
+//   write: a chunk's k/v rows scattered to their slots, bit-identical to the CPU;
+//   chunk path: several sequences with cached tokens before the chunk (0, 50, 129) and chunks of 1..129 queries
+//     mixed with one-query sequences, GQA groups 1, 2, 3, head dims 64, 128 and the padded 40;
+//   decode path (one query per sequence): contexts 1..5000 in one batch (split-K merges, empty splits for short
+//     sequences), groups 1, 2, 3, 4 (4, 2 and 1 query heads per block), head dims 40, 64, 128;
+//   non-finite: NaN/±Inf in the cache's k or v (NaN/Inf parity with the CPU), scale 1 (scores spread wider);
+//   bad metadata: a context shorter than its queries, a block id outside the pool, a write slot outside the pool
+//     raise the error flag (and the bad sequence's rows stay unwritten);
+//   every run is repeated: same bits (determinism); guards and unchanged inputs after each call.
+//
+// Tolerance (fp32 rule, harness.h, k = 1 with an absolute per-element bound passed as mag): for query row i with
+// visible keys j (n_i of them), A_ij = |scale|·Σ_d |q_id k_jd|, Amax_i = max_j A_ij, P the exact softmax and
+// M_id = Σ_j P_ij |v_jd|:
+//   scores: an fp32 FMA dot of D terms (any grouping: in order, or 8 lane sums and a 3-level tree) and ×scale:
+//     (D + 1)·u·A_ij; the subtractions of running maxima telescope to at most 2u·Amax_i over a row;
+//   each key's weight: expf (2 ulp = 4u) and at most one rescale per key in the decode streams (expf + product, 5u);
+//     O and l are FMA chains over the keys plus the stream and split merges (a weighted sum of ≤ 16 + 64 terms, each
+//     weight one expf): 2 more per key at most; 1/l and O·(1/l) round once each.
+//   The score errors enter out = Σ e v / Σ e twice (numerator and denominator):
+//     bound = u · M_id · (2(D + 3)·Amax_i + 2(11·n_i + 96) + 2).
+// A wrong key, head, block or position is an O(1) relative error; at n = 5000 this bound is ~7e-3 relative, at the
+// typical n ≤ 300 ≤ 5e-4, and the [check] lines print the real margin (~1e-6).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_error.h"
+#include "harness.h"
+#include "ops/attention/attention_cache.h"
+#include "ops/attention/attention_cache_cuda.h"
+
+using namespace hlm;
+using namespace hlm::cuda_test;
+
+namespace {
+
+struct CacheCase {
+  std::string name;
+  std::vector<int64_t> cached;   // tokens each sequence holds before the step
+  std::vector<int64_t> queries;  // new tokens (queries) of each sequence in the step
+  int64_t Hq, Hkv, D, block_size;
+  Fill fill_k = Fill::Normal, fill_v = Fill::Normal;
+  double scale = 0;  // 0: D^-1/2
+};
+
+// A pool with every sequence's blocks at shuffled ids, plus a few spare blocks.
+struct Layout {
+  PagedKvShape shape;
+  int64_t max_blocks = 0, T = 0, N = 0, max_q = 0, max_ctx = 0;
+  std::vector<int32_t> tables;
+  std::vector<int64_t> context, cu;
+};
+
+Layout make_layout(const CacheCase& c, uint64_t seed) {
+  Layout L;
+  L.N = static_cast<int64_t>(c.queries.size());
+  L.cu.assign(1, 0);
+  int64_t total_blocks = 0;
+  for (int64_t n = 0; n < L.N; ++n) {
+    const int64_t ctx = c.cached[n] + c.queries[n];
+    L.context.push_back(ctx);
+    L.cu.push_back(L.cu.back() + c.queries[n]);
+    const int64_t blocks = (ctx + c.block_size - 1) / c.block_size;
+    L.max_blocks = std::max(L.max_blocks, blocks);
+    L.max_q = std::max(L.max_q, c.queries[n]);
+    L.max_ctx = std::max(L.max_ctx, ctx);
+    total_blocks += blocks;
+  }
+  L.T = L.cu.back();
+  L.shape = {total_blocks + 3, c.block_size, c.Hkv, c.D};
+  std::vector<int32_t> ids(static_cast<size_t>(L.shape.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed));
+  L.tables.assign(static_cast<size_t>(std::max<int64_t>(L.N * L.max_blocks, 1)), -1);
+  size_t next = 0;
+  for (int64_t n = 0; n < L.N; ++n)
+    for (int64_t b = 0; b < (L.context[n] + c.block_size - 1) / c.block_size; ++b)
+      L.tables[n * L.max_blocks + b] = ids[next++];
+  return L;
+}
+
+AttentionCacheCudaParams params_of(const CacheCase& c, const Layout& L, float scale) {
+  AttentionCacheCudaParams p;
+  p.total_tokens = L.T;
+  p.n_seqs = L.N;
+  p.q_heads = c.Hq;
+  p.kv_heads = c.Hkv;
+  p.head_dim = c.D;
+  p.num_blocks = L.shape.num_blocks;
+  p.block_size = L.shape.block_size;
+  p.max_blocks = L.max_blocks;
+  p.max_query_len = L.max_q;
+  p.max_context = L.max_ctx;
+  p.scale = scale;
+  return p;
+}
+
+// Double reference and the per-element bound (header comment), over the same cache contents.
+void reference(const CacheCase& c, const Layout& L, const std::vector<float>& q, const std::vector<float>& kc,
+               const std::vector<float>& vc, float scale, std::vector<double>& ref, std::vector<double>& bound) {
+  const int64_t D = c.D, group = c.Hq / c.Hkv, row = c.Hkv * D;
+  ref.assign(static_cast<size_t>(L.T * c.Hq * D), 0.0);
+  bound.assign(ref.size(), 0.0);
+  for (int64_t n = 0; n < L.N; ++n) {
+    const int64_t nq = L.cu[n + 1] - L.cu[n];
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t t = L.cu[n] + i, pos = L.context[n] - nq + i, vis = pos + 1;
+      for (int64_t h = 0; h < c.Hq; ++h) {
+        const int64_t kvh = h / group;
+        std::vector<double> s(static_cast<size_t>(vis)), a(static_cast<size_t>(vis));
+        std::vector<int64_t> off(static_cast<size_t>(vis));
+        double mx = -INFINITY, amax = 0;
+        for (int64_t j = 0; j < vis; ++j) {
+          const int64_t blk = L.tables[n * L.max_blocks + j / c.block_size];
+          off[j] = (blk * c.block_size + j % c.block_size) * row + kvh * D;
+          double dot = 0, adot = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += static_cast<double>(q[(t * c.Hq + h) * D + d]) * kc[off[j] + d];
+            adot += std::fabs(static_cast<double>(q[(t * c.Hq + h) * D + d]) * kc[off[j] + d]);
+          }
+          s[j] = dot * scale;
+          a[j] = adot * std::fabs(scale);
+          if (!std::isnan(s[j])) mx = std::max(mx, s[j]);
+          amax = std::max(amax, a[j]);
+        }
+        double denom = 0;
+        for (int64_t j = 0; j < vis; ++j) {
+          s[j] = std::exp(s[j] - mx);
+          denom += s[j];
+        }
+        const double k_terms = 2.0 * (D + 3) * amax + 2.0 * (11.0 * vis + 96) + 2;
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0, m = 0;
+          for (int64_t j = 0; j < vis; ++j) {
+            const double p = s[j] / denom;
+            o += p * vc[off[j] + d];
+            m += p * std::fabs(static_cast<double>(vc[off[j] + d]));
+          }
+          ref[(t * c.Hq + h) * D + d] = o;
+          bound[(t * c.Hq + h) * D + d] = m * k_terms;  // ×u by the harness (k = 1)
+        }
+      }
+    }
+  }
+}
+
+void run_case(const CacheCase& c, uint64_t seed) {
+  SCOPED_TRACE(c.name);
+  const Layout L = make_layout(c, seed);
+  const float scale = c.scale != 0 ? static_cast<float>(c.scale) : static_cast<float>(1.0 / std::sqrt(double(c.D)));
+  const int64_t cache_n = L.shape.num_blocks * L.shape.block_size * L.shape.slot_elements();
+  std::vector<float> kc = make_values(static_cast<size_t>(cache_n), c.fill_k, seed + 1);
+  std::vector<float> vc = make_values(static_cast<size_t>(cache_n), c.fill_v, seed + 2);
+  const std::vector<float> q = make_values(static_cast<size_t>(L.T * c.Hq * c.D), Fill::Normal, seed + 3);
+  const AttentionCacheCudaParams p = params_of(c, L, scale);
+
+  // The step's own k/v rows go in through the write op (the engine's order: write, then attend).
+  std::vector<int64_t> slots(static_cast<size_t>(L.T));
+  for (int64_t n = 0; n < L.N; ++n)
+    for (int64_t t = L.cu[n]; t < L.cu[n + 1]; ++t) {
+      const int64_t pos = L.context[n] - (L.cu[n + 1] - L.cu[n]) + (t - L.cu[n]);
+      slots[t] = L.tables[n * L.max_blocks + pos / c.block_size] * c.block_size + pos % c.block_size;
+    }
+  const int64_t row = L.shape.slot_elements();
+  const std::vector<float> k_new = make_values(static_cast<size_t>(L.T * row), Fill::Normal, seed + 4);
+  const std::vector<float> v_new = make_values(static_cast<size_t>(L.T * row), Fill::Normal, seed + 5);
+  DeviceBuffer kc_d = DeviceBuffer::from(kc, "k_cache"), vc_d = DeviceBuffer::from(vc, "v_cache");
+  DeviceBuffer kn_d = DeviceBuffer::from(k_new, "k"), vn_d = DeviceBuffer::from(v_new, "v");
+  DeviceBuffer slots_d = DeviceBuffer::from(slots, "slots"), flag(sizeof(int), "flag");
+  HLM_CUDA_CHECK(cudaMemset(flag.as<int>(), 0, sizeof(int)));
+  attention_cache_write_cuda(kc_d.as<float>(), vc_d.as<float>(), kn_d.as<float>(), vn_d.as<float>(),
+                             slots_d.as<int64_t>(), L.T, p, flag.as<int>(), ctx().stream());
+  attention_cache_write(kc.data(), vc.data(), k_new.data(), v_new.data(), slots.data(), L.T, L.shape);
+  ctx().synchronize();
+  EXPECT_EQ(read_flag(flag), 0);
+  EXPECT_TRUE(check_exact("write k", kc_d.download<float>(), kc));
+  EXPECT_TRUE(check_exact("write v", vc_d.download<float>(), vc));
+  EXPECT_TRUE(buffers_ok({&kc_d, &vc_d}, {&kn_d, &vn_d, &slots_d}));
+  kc_d.upload(kc.data(), kc.size() * sizeof(float));  // from here on the cache is an input
+  vc_d.upload(vc.data(), vc.size() * sizeof(float));
+
+  std::vector<float> cpu(static_cast<size_t>(L.T * c.Hq * c.D));
+  attention_cache_forward(cpu.data(), q.data(), kc.data(), vc.data(), L.shape, L.tables.data(), L.max_blocks,
+                          L.context.data(), L.cu.data(), L.N, c.Hq, scale);
+  std::vector<double> ref, bound;
+  reference(c, L, q, kc, vc, scale, ref, bound);
+
+  DeviceBuffer q_d = DeviceBuffer::from(q, "q"), tables_d = DeviceBuffer::from(L.tables, "tables");
+  DeviceBuffer ctx_d = DeviceBuffer::from(L.context, "context"), cu_d = DeviceBuffer::from(L.cu, "cu");
+  const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
+  DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
+  std::vector<float> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    DeviceBuffer out(cpu.size() * sizeof(float), "out");
+    attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<float>(), vc_d.as<float>(),
+                                 tables_d.as<int32_t>(), ctx_d.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
+                                 ws_bytes, flag.as<int>(), ctx().stream());
+    ctx().synchronize();
+    EXPECT_EQ(read_flag(flag), 0);
+    const std::vector<float> gpu = out.download<float>();
+    EXPECT_TRUE(buffers_ok({&out, &ws}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
+    if (rep == 0) {
+      const std::string path = p.max_query_len == 1
+                                   ? "decode (" + std::to_string(attention_cache_cuda_decode_splits(p)) + " splits)"
+                                   : "chunk";
+      EXPECT_TRUE(check_f32(c.name + " " + path, gpu, cpu, ref, bound, {1}));
+      first = gpu;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first.data(), gpu.data(), gpu.size() * sizeof(float))) << "not deterministic";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(AttentionCacheCuda, ChunkPrefillAndMixed) {
+  HLM_REQUIRE_CUDA();
+  // Whole prompts through the cache (nothing cached), odd lengths, block size 7.
+  run_case({"prefill D128 g3 bs7", {0, 0, 0}, {1, 65, 129}, 6, 2, 128, 7}, 11);
+  // Chunks continuing cached sequences, mixed with one-query sequences (chunk path for all), D 64, group 2.
+  run_case({"chunk D64 g2 bs16", {0, 50, 129, 7}, {37, 70, 1, 1}, 4, 2, 64, 16}, 12);
+  // Padded head dim 40, group 1, block size 5.
+  run_case({"chunk D40 g1 bs5", {3, 0}, {64, 9}, 3, 3, 40, 5}, 13);
+}
+
+TEST(AttentionCacheCuda, DecodeBatchOfDifferentLengths) {
+  HLM_REQUIRE_CUDA();
+  run_case({"decode D128 g4 bs16", {0, 16, 299, 999, 2048}, {1, 1, 1, 1, 1}, 8, 2, 128, 16}, 21);
+  run_case({"decode D40 g3 bs5", {4, 130, 63}, {1, 1, 1}, 6, 2, 40, 5}, 22);
+  run_case({"decode D64 g2 bs16 long", {4999}, {1}, 4, 2, 64, 16}, 23);
+  run_case({"decode D128 g1 bs7", {0, 700, 33, 1}, {1, 1, 1, 1}, 4, 4, 128, 7}, 24);
+  // A large batch: one split per (sequence, head group).
+  std::vector<int64_t> cached, queries;
+  for (int i = 0; i < 64; ++i) {
+    cached.push_back(37 * i + 5);
+    queries.push_back(1);
+  }
+  run_case({"decode D128 g4 B64", cached, queries, 8, 2, 128, 16}, 25);
+}
+
+TEST(AttentionCacheCuda, NonFiniteAndScale) {
+  HLM_REQUIRE_CUDA();
+  for (const auto& [cached, queries, tag] :
+       {std::tuple{std::vector<int64_t>{40, 130, 0}, std::vector<int64_t>{1, 1, 1}, "decode"},
+        std::tuple{std::vector<int64_t>{40, 0}, std::vector<int64_t>{30, 90}, "chunk"}}) {
+    run_case({std::string(tag) + " special k", cached, queries, 4, 2, 64, 16, Fill::Special, Fill::Normal}, 31);
+    run_case({std::string(tag) + " special v", cached, queries, 4, 2, 64, 16, Fill::Normal, Fill::Special}, 32);
+    run_case({std::string(tag) + " scale 1", cached, queries, 4, 2, 64, 16, Fill::Normal, Fill::Normal, 1.0}, 33);
+    run_case({std::string(tag) + " zeros k", cached, queries, 4, 2, 64, 16, Fill::Zeros, Fill::Normal}, 34);
+  }
+}
+
+TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
+  HLM_REQUIRE_CUDA();
+  const CacheCase c{"bad", {10, 20}, {1, 1}, 2, 1, 64, 16};
+  for (const std::string what : {"short context decode", "short context chunk", "bad block", "bad slot"}) {
+    SCOPED_TRACE(what);
+    Layout L = make_layout(c, 41);
+    std::vector<int64_t> cu = L.cu;
+    AttentionCacheCudaParams p = params_of(c, L, 0.125f);
+    if (what == "short context chunk") {  // sequence 1 gets 3 queries in a context of 2
+      cu = {0, 1, 4};
+      L.context[1] = 2;
+      p.total_tokens = 4;
+      p.max_query_len = 3;
+    } else if (what == "short context decode") {
+      L.context[1] = 0;
+    } else if (what == "bad block") {
+      L.tables[1 * L.max_blocks] = static_cast<int32_t>(L.shape.num_blocks);  // one past the pool
+    }
+    const int64_t cache_n = L.shape.num_blocks * L.shape.block_size * L.shape.slot_elements();
+    DeviceBuffer kc = DeviceBuffer::from(make_values(static_cast<size_t>(cache_n), Fill::Normal, 1), "k_cache");
+    DeviceBuffer vc = DeviceBuffer::from(make_values(static_cast<size_t>(cache_n), Fill::Normal, 2), "v_cache");
+    DeviceBuffer q =
+        DeviceBuffer::from(make_values(static_cast<size_t>(p.total_tokens * c.Hq * c.D), Fill::Normal, 3), "q");
+    DeviceBuffer tables = DeviceBuffer::from(L.tables, "tables"), ctxs = DeviceBuffer::from(L.context, "ctx");
+    DeviceBuffer cu_d = DeviceBuffer::from(cu, "cu"), flag(sizeof(int), "flag");
+    HLM_CUDA_CHECK(cudaMemset(flag.as<int>(), 0, sizeof(int)));
+    DeviceBuffer out(static_cast<size_t>(p.total_tokens * c.Hq * c.D) * sizeof(float), "out");
+    if (what == "bad slot") {
+      const std::vector<int64_t> slots{0, L.shape.num_blocks * L.shape.block_size};
+      DeviceBuffer slots_d = DeviceBuffer::from(slots, "slots");
+      DeviceBuffer k = DeviceBuffer::from(make_values(static_cast<size_t>(2 * c.Hkv * c.D), Fill::Normal, 4), "k");
+      attention_cache_write_cuda(kc.as<float>(), vc.as<float>(), k.as<float>(), k.as<float>(), slots_d.as<int64_t>(),
+                                 2, p, flag.as<int>(), ctx().stream());
+      ctx().synchronize();
+      EXPECT_EQ(read_flag(flag), 1);
+      EXPECT_TRUE(buffers_ok({&kc, &vc}, {&k, &slots_d}));
+      continue;
+    }
+    const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
+    DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
+    attention_cache_forward_cuda(out.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
+                                 tables.as<int32_t>(), ctxs.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
+                                 ws_bytes, flag.as<int>(), ctx().stream());
+    ctx().synchronize();
+    EXPECT_EQ(read_flag(flag), 1);
+    EXPECT_TRUE(buffers_ok({&out, &ws}, {&q, &kc, &vc, &tables, &ctxs, &cu_d}));
+    if (what != "bad block") {  // the bad sequence's rows stay unwritten (0xFF poison), the good one's are written
+      const std::vector<uint8_t> bytes = out.download_bytes();
+      const size_t row_bytes = static_cast<size_t>(c.Hq * c.D) * sizeof(float);
+      EXPECT_TRUE(std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(row_bytes), bytes.end(),
+                              [](uint8_t b) { return b == 0xFF; }));
+      EXPECT_FALSE(std::all_of(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(row_bytes),
+                               [](uint8_t b) { return b == 0xFF; }));
+    }
+  }
+}

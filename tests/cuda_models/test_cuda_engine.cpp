@@ -1,0 +1,236 @@
+// The CUDA inference engine (infer/cuda/cuda_engine.h) against the CPU: for the four architectures (goldens qwen3
+// untied, granite, olmo_hybrid_tiny, and a random qwen3_hybrid student with GQA and Hk ≠ Hv, dk ≠ dv), a prompt
+// prefilled in one chunk, in chunks of 5, or token by token, then decoded token by token (teacher-forced), gives at
+// every step the logits of the CPU full forward's row at that position and of the CPU engine's same step; several
+// sequences of different lengths prefilled in one step and decoded together (consecutive slots: in-place state; slots
+// with a hole and in reverse order: gathered state) give each one's logits alone; and greedy `hybridlm generate
+// --device cuda --ids ... --json` generates the CPU's ids.
+//
+// Tolerance: max |gpu − cpu| over a row ≤ 2e-4 · (1 + max |cpu|). Both sides are fp32 with the same dataflow; the
+// sums run in different orders (cuBLASLt vs OpenBLAS, fp32 block sums in the norms, the online softmax of the paged
+// attention kernels vs the CPU's full max, the fp32 gated delta recurrence vs the CPU's double), which the CUDA model
+// forward test bounds at 1e-4 of max |cpu| for a full forward (tests/cuda_models/test_cuda_model_forward.cpp); the
+// engine's per-step projections over fewer rows add the CPU engine's own ~1e-6 (tests/infer/test_engine_parity.cpp),
+// so 2e-4 keeps the margin, while a wrong position, head, block, state row or sequence moves logits by O(1e-2..1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_context.h"
+#include "cuda_models/cuda_model_support.h"
+#include "infer/cpu_engine.h"
+#include "infer/cuda/cuda_engine.h"
+#include "models/cuda/cuda_model.h"
+#include "models/model.h"
+
+using namespace hlm;
+using namespace hlm::test;
+
+namespace {
+
+constexpr double kRelTol = 2e-4;  // header comment
+
+nlohmann::json student_config() {
+  return {{"model_type", "qwen3_hybrid"},
+          {"vocab_size", 96},
+          {"hidden_size", 40},
+          {"intermediate_size", 72},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 12},
+          {"max_position_embeddings", 256},
+          {"tie_word_embeddings", true},
+          {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+          {"linear_num_key_heads", 2},
+          {"linear_num_value_heads", 4},
+          {"linear_key_head_dim", 8},
+          {"linear_value_head_dim", 12},
+          {"linear_allow_neg_eigval", true}};
+}
+
+struct ModelCase {
+  std::string name;
+  bool golden;
+};
+const ModelCase kModels[] = {
+    {"qwen3_untied", true}, {"granite", true}, {"olmo_hybrid_tiny", true}, {"qwen3_hybrid_student", false}};
+
+Model make_model(const ModelCase& m) {
+  if (m.golden) return Model::load(cuda_golden_dir(m.name));
+  return Model::create(parse_model_config(student_config(), "test"), 11);
+}
+
+std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids;
+  uint32_t state = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
+  }
+  return ids;
+}
+
+double row_error(const float* a, const float* b, int64_t V) {
+  double diff = 0.0, scale = 0.0;
+  for (int64_t v = 0; v < V; ++v) {
+    diff = std::max(diff, std::abs(double(a[v]) - double(b[v])));
+    if (!std::isfinite(a[v])) diff = INFINITY;
+    scale = std::max(scale, std::abs(double(b[v])));
+  }
+  return diff / (1.0 + scale);
+}
+
+Tensor full_logits(Model& model, const std::vector<int32_t>& ids) {
+  TokenBatch b;
+  b.add_sequence(ids);
+  ForwardOptions o;
+  o.all_logits = true;
+  return model.forward(b, o);
+}
+
+MemoryPlan plan_for(const Model& model, int64_t sequences, int64_t tokens_each, int64_t block_size) {
+  MemoryRequest r;
+  r.max_sequences = sequences;
+  r.block_size = block_size;
+  r.kv_blocks = sequences * ((tokens_each + block_size - 1) / block_size);
+  return memory_plan_build(model.config(), r);
+}
+
+// Prefill [0, prompt) in chunks of `chunk`, then one token at a time; every step's logits against the full forward's
+// row and the CPU engine's same step. Returns the worst error against either.
+double prefill_then_decode(Model& model, CudaModel& gpu_model, const std::vector<int32_t>& ids, int64_t prompt,
+                           int64_t chunk, int64_t block_size) {
+  const Tensor expect = full_logits(model, ids);
+  const int64_t V = model.config().vocab_size, L = static_cast<int64_t>(ids.size());
+  const MemoryPlan plan = plan_for(model, 1, L, block_size);
+  auto gpu = make_cuda_engine(gpu_model, plan);
+  auto cpu = make_cpu_engine(model, plan);
+  const int gs = gpu->open_sequence(L), cs = cpu->open_sequence(L);
+  EXPECT_GE(gs, 0);
+  EXPECT_GE(cs, 0);
+  double worst = 0.0;
+  for (int64_t begin = 0; begin < L;) {
+    const int64_t end = begin < prompt ? std::min(prompt, begin + chunk) : begin + 1;
+    TokenBatch b;
+    b.add_sequence(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end));
+    const int gslot[] = {gs}, cslot[] = {cs};
+    const Tensor g = gpu->step(gslot, b), c = cpu->step(cslot, b);
+    EXPECT_EQ(g.shape(), Shape({1, V}));
+    const double e_full = row_error(g.f32(), expect.f32() + (end - 1) * V, V);
+    const double e_cpu = row_error(g.f32(), c.f32(), V);
+    EXPECT_LE(e_full, kRelTol) << "step ending at " << end;
+    EXPECT_LE(e_cpu, kRelTol) << "step ending at " << end;
+    worst = std::max({worst, e_full, e_cpu});
+    EXPECT_EQ(gpu->sequence_length(gs), end);
+    begin = end;
+  }
+  const StateUsage gu = gpu->state_usage(), cu = cpu->state_usage();
+  EXPECT_EQ(gu.bytes_in_use(), cu.bytes_in_use());
+  EXPECT_EQ(gu.bytes_reserved(), cu.bytes_reserved());
+  EXPECT_EQ(gu.bytes_reserved(), plan.total_bytes());
+  return worst;
+}
+
+}  // namespace
+
+TEST(CudaEngine, PrefillChunkingsAndDecodeMatchTheCpu) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  for (const ModelCase& m : kModels) {
+    SCOPED_TRACE(m.name);
+    Model model = make_model(m);
+    CudaModel gpu_model = CudaModel::upload(model, ctx);
+    const std::vector<int32_t> ids = ids_for(23, model.config().vocab_size, 7);
+    for (const auto& [chunk, block_size] : {std::pair<int64_t, int64_t>{17, 16}, {5, 4}, {1, 3}}) {
+      const double worst = prefill_then_decode(model, gpu_model, ids, 17, chunk, block_size);
+      std::printf("[engine] %s prefill chunk %lld block %lld: worst row error %.3g\n", m.name.c_str(),
+                  static_cast<long long>(chunk), static_cast<long long>(block_size), worst);
+    }
+  }
+}
+
+TEST(CudaEngine, BatchedDecodeOfDifferentLengths) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  for (const ModelCase& m : kModels) {
+    SCOPED_TRACE(m.name);
+    Model model = make_model(m);
+    CudaModel gpu_model = CudaModel::upload(model, ctx);
+    const int64_t V = model.config().vocab_size;
+    const std::vector<int64_t> prompts{5, 11, 17};
+    const int64_t decode_steps = 6;
+    std::vector<std::vector<int32_t>> seqs;
+    std::vector<Tensor> expect;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      seqs.push_back(ids_for(prompts[i] + decode_steps, V, 100 + static_cast<uint32_t>(i)));
+      expect.push_back(full_logits(model, seqs.back()));
+    }
+    for (const bool with_hole : {false, true}) {
+      SCOPED_TRACE(with_hole ? "slots with a hole, reversed order" : "consecutive slots");
+      auto gpu = make_cuda_engine(gpu_model, plan_for(model, 4, 32, 4));
+      std::vector<int> slots;
+      if (with_hole) {
+        const int hole = gpu->open_sequence(8);  // slot 0, closed again below: the sequences get 1, 2, 3
+        for (size_t i = 0; i < prompts.size(); ++i) slots.push_back(gpu->open_sequence(32));
+        gpu->close_sequence(hole);
+        std::reverse(slots.begin(), slots.end());
+      } else {
+        for (size_t i = 0; i < prompts.size(); ++i) slots.push_back(gpu->open_sequence(32));
+      }
+      // slots[i] serves sequence order[i]
+      std::vector<size_t> order(prompts.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = with_hole ? order.size() - 1 - i : i;
+      // One prefill step with every prompt, then decode steps with one token each.
+      double worst = 0.0;
+      for (int64_t step = -1; step < decode_steps; ++step) {
+        TokenBatch b;
+        for (size_t i = 0; i < slots.size(); ++i) {
+          const auto& s = seqs[order[i]];
+          const int64_t p = prompts[order[i]];
+          if (step < 0)
+            b.add_sequence(std::vector<int32_t>(s.begin(), s.begin() + p));
+          else
+            b.add_sequence(std::vector<int32_t>{s[static_cast<size_t>(p + step)]});
+        }
+        const Tensor g = gpu->step(slots, b);
+        ASSERT_EQ(g.shape(), Shape({static_cast<int64_t>(slots.size()), V}));
+        for (size_t i = 0; i < slots.size(); ++i) {
+          const int64_t pos = prompts[order[i]] + std::max<int64_t>(step, -1);  // the row of the last new token
+          const double e = row_error(g.f32() + i * V, expect[order[i]].f32() + pos * V, V);
+          EXPECT_LE(e, kRelTol) << "sequence " << order[i] << " step " << step;
+          worst = std::max(worst, e);
+        }
+      }
+      std::printf("[engine] %s batched decode (%s): worst row error %.3g\n", m.name.c_str(),
+                  with_hole ? "gathered state" : "in-place state", worst);
+    }
+  }
+}
+
+TEST(CudaEngine, GenerateCliGreedyIdsEqualTheCpu) {
+  HLM_REQUIRE_CUDA_MODEL();
+  for (const char* name : {"qwen3_untied", "olmo_hybrid_tiny"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = cuda_golden_dir(name).string();
+    const std::string args = "generate " + dir + " --ids 3,1,4,1,5,9,2,6 --max-new-tokens 12 --json";
+    const RunResult cpu = run_cli(args + " --device cpu");
+    const RunResult gpu = run_cli(args + " --device cuda");
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+    const auto ids_of = [](const std::string& out) {
+      const nlohmann::json j = nlohmann::json::parse(out);
+      if (j.contains("ids")) return j["ids"];
+      return j.at("results").at(0).at("ids");
+    };
+    const nlohmann::json cpu_ids = ids_of(cpu.out), gpu_ids = ids_of(gpu.out);
+    EXPECT_EQ(cpu_ids, gpu_ids);
+    EXPECT_FALSE(cpu_ids.empty());
+    std::printf("[engine] generate %s: %s\n", name, gpu_ids.dump().c_str());
+    EXPECT_NE(gpu.out.find("cuda:"), std::string::npos);  // the summary names the device
+  }
+}

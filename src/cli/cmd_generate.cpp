@@ -390,7 +390,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--max-memory", o->max_memory, "Budget for the inference state, e.g. 512M or 2G (default: what "
                                                   "the requests need, at most half the machine's memory)");
   cmd->add_option("--block-size", o->block_size, "KV cache block size in tokens (default 16)");
-  cmd->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per prefill step (default 512)");
+  cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Prompt tokens per prefill step, over the prompts admitted together (default 512)");
   cmd->add_option("--max-batch", o->max_batch, "Sequences decoded together at most (default 64)");
   cmd->add_flag("--state-report", o->state_report,
                 "Print the state bytes per layer at the peak, measured and by Table 1's arithmetic (stderr)");

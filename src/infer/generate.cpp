@@ -100,7 +100,8 @@ std::vector<GenerateResult> generate(InferenceEngine& engine, const std::vector<
 
   size_t next = 0;
   while (true) {
-    // Admit waiting requests while the plan has room for their worst case; prefill each, sample its first token.
+    // Admit waiting requests while the plan has room for their worst case (FIFO).
+    std::vector<Running> admitted;
     while (next < queue.size()) {
       const size_t r = queue[next];
       const GenerateRequest& req = requests[r];
@@ -109,31 +110,45 @@ std::vector<GenerateResult> generate(InferenceEngine& engine, const std::vector<
       if (slot < 0) break;
       ++next;
       const auto prompt = static_cast<int64_t>(req.prompt.size());
-      Tensor logits;
-      const Clock::time_point t0 = Clock::now();
-      for (int64_t begin = 0; begin < prompt; begin += options.prefill_chunk) {
-        const int64_t end = std::min(prompt, begin + options.prefill_chunk);
-        TokenBatch chunk;
-        chunk.add_sequence(std::vector<int32_t>(req.prompt.begin() + begin, req.prompt.begin() + end));
-        const int slots[1] = {slot};
-        logits = engine.step(slots, chunk);
-        note_usage();
+      admitted.push_back({r, slot, 0, std::min(req.max_new_tokens, max_tokens - prompt + 1)});
+    }
+    // Prefill the admitted prompts together: each step takes up to prefill_chunk prompt tokens, filling the
+    // sequences in order; a sequence whose prompt is complete samples its first token from that step's logits.
+    std::vector<int64_t> fed(admitted.size(), 0);
+    for (size_t first = 0; first < admitted.size();) {
+      TokenBatch batch;
+      std::vector<int> slots;
+      std::vector<size_t> members;
+      int64_t budget = options.prefill_chunk;
+      for (size_t i = first; i < admitted.size() && budget > 0; ++i) {
+        const std::vector<int32_t>& prompt = requests[admitted[i].request].prompt;
+        const int64_t n = std::min(budget, static_cast<int64_t>(prompt.size()) - fed[i]);
+        batch.add_sequence(std::vector<int32_t>(prompt.begin() + fed[i], prompt.begin() + fed[i] + n));
+        slots.push_back(admitted[i].slot);
+        members.push_back(i);
+        fed[i] += n;
+        budget -= n;
       }
+      const Clock::time_point t0 = Clock::now();
+      const Tensor logits = engine.step(slots, batch);
       stats.prefill_seconds += seconds_since(t0);
-      stats.prefill_tokens += prompt;
-      const int64_t allowed_new = std::min(req.max_new_tokens, max_tokens - prompt + 1);
-      const Running run{r, slot, 0, allowed_new};
-      const int32_t token = sample_token({logits.f32(), static_cast<size_t>(c.vocab_size)}, req.sampling, r, 0);
-      if (accept(run, token)) {
-        engine.close_sequence(slot);
-      } else {
-        running.push_back(run);
-        running.back().last = token;
+      stats.prefill_tokens += batch.total_tokens();
+      note_usage();
+      for (size_t k = 0; k < members.size(); ++k) {
+        Running run = admitted[members[k]];
+        const GenerateRequest& req = requests[run.request];
+        if (fed[members[k]] < static_cast<int64_t>(req.prompt.size())) continue;  // more prompt to come
+        first = members[k] + 1;
+        const float* row = logits.f32() + static_cast<int64_t>(k) * c.vocab_size;
+        run.last = sample_token({row, static_cast<size_t>(c.vocab_size)}, req.sampling, run.request, 0);
+        if (accept(run, run.last)) engine.close_sequence(run.slot);
+        else running.push_back(run);
       }
     }
     if (running.empty()) {
-      HLM_CHECK(next == queue.size(), "a request that fits the plan alone could not start on an empty engine");
-      break;
+      if (next == queue.size()) break;
+      HLM_CHECK(!admitted.empty(), "a request that fits the plan alone could not start on an empty engine");
+      continue;  // every admitted request finished at its first token: admit more
     }
     // One decode step over every running sequence.
     TokenBatch batch;

@@ -1,6 +1,7 @@
 // The generation loop over an InferenceEngine: requests (prompt ids, limits, sampling) are admitted while the memory
 // plan has a free sequence slot and enough unpromised KV blocks for the request's worst case (prompt + new tokens);
-// each admitted prompt is prefilled in chunks of `prefill_chunk` tokens, then all running sequences decode together,
+// the admitted prompts are prefilled together, `prefill_chunk` prompt tokens per step (filling the sequences in order),
+// then all running sequences decode together,
 // one token each per step (batched over different lengths). A finished sequence frees its slot and blocks at once,
 // so waiting requests start while others still decode (FIFO order). A request stops at an EOS id (the EOS token is
 // kept in its ids, as HF generate does), after max_new_tokens, when `on_token` returns false (e.g. a stop string),
@@ -46,7 +47,7 @@ struct GenerateStats {
 
 struct GenerateOptions {
   std::vector<int32_t> eos_ids;
-  int64_t prefill_chunk = 512;  // tokens of one prompt per prefill step
+  int64_t prefill_chunk = 512;  // prompt tokens per prefill step (over the admitted prompts, in order)
   // Called for every generated token (request index, id); returning false stops that request (FinishReason::Stop).
   std::function<bool(size_t request, int32_t token)> on_token;
 };

@@ -68,7 +68,7 @@ TEST_P(GenerateArch, GreedyIsTheFullForwardsArgmax) {
   }
 }
 
-TEST_P(GenerateArch, BatchEqualsEachAloneAndSlotLimitsDoNotMatter) {
+TEST_P(GenerateArch, BatchEqualsEachAloneWhateverTheSlotsAndPrefillChunk) {
   Model model = GetParam().make();
   const int64_t V = model.config().vocab_size;
   const std::vector<GenerateRequest> requests{request(random_ids(5, V, 31), 9),
@@ -81,11 +81,14 @@ TEST_P(GenerateArch, BatchEqualsEachAloneAndSlotLimitsDoNotMatter) {
     one[i] = requests[i];
     alone.push_back(run(model, one, 1)[i].ids);
   }
-  for (const int64_t slots : {4, 2, 1}) {
-    const std::vector<GenerateResult> together = run(model, requests, slots);
-    for (size_t i = 0; i < requests.size(); ++i)
-      EXPECT_EQ(together[i].ids, alone[i]) << "request " << i << " with " << slots << " slots";
-  }
+  for (const int64_t slots : {4, 2, 1})
+    for (const int64_t chunk : {512, 5}) {  // 5: prompts share prefill steps and span several
+      GenerateOptions options;
+      options.prefill_chunk = chunk;
+      const std::vector<GenerateResult> together = run(model, requests, slots, options);
+      for (size_t i = 0; i < requests.size(); ++i)
+        EXPECT_EQ(together[i].ids, alone[i]) << "request " << i << " with " << slots << " slots, chunk " << chunk;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GenerateArch, ::testing::ValuesIn(infer_model_cases()),

@@ -23,7 +23,7 @@
 //   The score errors enter out = Σ e v / Σ e twice (numerator and denominator):
 //     bound = u · M_id · (2(D + 3)·Amax_i + 2(11·n_i + 96) + 2).
 // A wrong key, head, block or position is an O(1) relative error; at n = 5000 this bound is ~7e-3 relative, at the
-// typical n ≤ 300 ≤ 5e-4, and the [check] lines print the real margin (~1e-6).
+// typical n ≤ 300 ~5e-4, and the [check] lines print the real margin (errors ≤ 7.3e-7 on the H200).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -19,7 +19,8 @@ namespace hlm::test {
 
 inline std::filesystem::path chinchilla_csv_path() {
   if (const char* env = std::getenv("HLM_CHINCHILLA_CSV")) return env;
-  return std::filesystem::path(__FILE__).parent_path() / "../../../shared/data/chinchilla/svg_extracted_data.csv";
+  // HLM_GOLDEN_DIR is <repo>/tests/golden (absolute; __FILE__ may be relative under ccache's base_dir).
+  return std::filesystem::path(HLM_GOLDEN_DIR) / "../../../shared/data/chinchilla/svg_extracted_data.csv";
 }
 
 // Empty when the file is absent.

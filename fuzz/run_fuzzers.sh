@@ -38,7 +38,7 @@ for t in "${targets[@]}"; do
   before=$(ls "$crashes" | wc -l)
   start=$(date +%s)
   # -timeout: one input taking longer is a hang (a finding); -max_len bounds the inputs the fuzzer makes up.
-  HLM_FUZZ_TMP="${TMPDIR:-/tmp}" nice -n "$NICE" "$prog" -max_total_time="$SECS" -rss_limit_mb="$RSS" -timeout=25 \
+  LSAN_OPTIONS="suppressions=$ROOT/tools/sanitize/lsan.supp" HLM_FUZZ_TMP="${TMPDIR:-/tmp}" nice -n "$NICE" "$prog" -max_total_time="$SECS" -rss_limit_mb="$RSS" -timeout=25 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$crashes/" "$corpus" >"$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))

@@ -361,7 +361,8 @@ int run_generate(const GenerateCliOptions& o) {
 
 void add_generate_command(CLI::App& app, std::function<int()>& action) {
   auto o = std::make_shared<GenerateCliOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text: chunked prefill, batched decode (KV cache + GDN state)");
+  CLI::App* cmd =
+      app.add_subcommand("generate", "Generate text: chunked prefill, batched decode (KV cache + GDN state)");
   cmd->footer(
       "Greedy at --temperature 0 (the default). Stops at an EOS id (config.json and generation_config.json), after\n"
       "--max-new-tokens, at a --stop string (kept in the text), or at max_position_embeddings. One request streams\n"

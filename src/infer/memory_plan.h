@@ -28,7 +28,9 @@ struct MemoryPlan {
   int64_t gdn_pool_bytes() const { return max_sequences * gdn_bytes_per_sequence; }
   int64_t total_bytes() const { return kv_pool_bytes() + gdn_pool_bytes(); }
   // State bytes one sequence of `tokens` tokens needs (its blocks and its GDN state).
-  int64_t sequence_bytes(int64_t tokens) const { return blocks_for(tokens) * kv_bytes_per_block + gdn_bytes_per_sequence; }
+  int64_t sequence_bytes(int64_t tokens) const {
+    return blocks_for(tokens) * kv_bytes_per_block + gdn_bytes_per_sequence;
+  }
 };
 
 struct MemoryRequest {
@@ -42,7 +44,8 @@ struct MemoryRequest {
 MemoryPlan memory_plan_shape(const ModelConfig& config, int64_t block_size = kDefaultKvBlockSize);
 
 // A plan for the request: max_sequences slots and the blocks wanted, cut down to the budget (first fewer sequence
-// slots, until each slot has its GDN state and one block, then fewer blocks). Input error, naming the budget, when not even one sequence with one block fits.
+// slots, until each slot has its GDN state and one block, then fewer blocks). Input error, naming the budget, when not
+// even one sequence with one block fits.
 MemoryPlan memory_plan_build(const ModelConfig& config, const MemoryRequest& request);
 
 }  // namespace hlm

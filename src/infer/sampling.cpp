@@ -32,7 +32,9 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, uin
   // Candidates by descending logit (ties: lower id first), cut to top_k.
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
-  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   const int64_t k = p.top_k > 0 ? std::min(p.top_k, V) : V;
   std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
   order.resize(static_cast<size_t>(k));

@@ -53,7 +53,8 @@ inline std::vector<InferModelCase> infer_model_cases() {
 inline std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t stream) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    ids[i] = std::min<int32_t>(static_cast<int32_t>(rng_uniform(99, stream, i) * vocab), static_cast<int32_t>(vocab - 1));
+    ids[i] =
+        std::min<int32_t>(static_cast<int32_t>(rng_uniform(99, stream, i) * vocab), static_cast<int32_t>(vocab - 1));
   return ids;
 }
 

@@ -34,7 +34,8 @@ void check_case(const Case& c) {
   std::vector<int64_t> cu{0};
   for (int64_t L : c.lengths) cu.push_back(cu.back() + L);
   const int64_t T = cu.back();
-  const std::vector<float> q = normal(T * c.Hq * c.D, 1), k = normal(T * c.Hkv * c.D, 2), v = normal(T * c.Hkv * c.D, 3);
+  const std::vector<float> q = normal(T * c.Hq * c.D, 1), k = normal(T * c.Hkv * c.D, 2),
+                           v = normal(T * c.Hkv * c.D, 3);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   std::vector<float> expect(static_cast<size_t>(T * c.Hq * c.D));
   attention_forward(expect.data(), q.data(), k.data(), v.data(), cu.data(), N, {T, c.Hq, c.Hkv, c.D}, scale);
@@ -52,7 +53,8 @@ void check_case(const Case& c) {
   std::vector<int32_t> tables(static_cast<size_t>(N * max_blocks), -1);
   size_t next = 0;
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t b = 0; b < (c.lengths[n] + c.block_size - 1) / c.block_size; ++b) tables[n * max_blocks + b] = pool[next++];
+    for (int64_t b = 0; b < (c.lengths[n] + c.block_size - 1) / c.block_size; ++b)
+      tables[n * max_blocks + b] = pool[next++];
   const PagedKvShape shape{num_blocks, c.block_size, c.Hkv, c.D};
   std::vector<float> k_cache(static_cast<size_t>(num_blocks * c.block_size * c.Hkv * c.D), NAN);
   std::vector<float> v_cache(k_cache.size(), NAN);  // unwritten slots are NaN: reading one would show

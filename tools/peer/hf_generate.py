@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""HF transformers `generate` timing: the serving peer of bench/bench_generate.cpp (issue #18 item 5).
+
+Runs on the GPU machine (PyTorch + transformers 5.x, no internet). A random-weight Qwen3ForCausalLM of a named shape
+(the same shapes as bench_generate's built-ins) generates greedily from B random prompts of L tokens, SDPA attention,
+HF's default dynamic KV cache. Per (dtype, L, B) it times, after one warm-up call:
+    prefill_s   generate(max_new_tokens=1): the prompt forward plus one token
+    decode      generate(max_new_tokens=N, min_new_tokens=N) minus the prefill call, over N - 1 decode steps
+and prints one JSON line each: shape, dtype, L, B, prefill_s, decode_ms_per_step, decode_tok_s (B tokens per step),
+peak_gib (torch.cuda.max_memory_allocated). EOS is disabled so every call makes exactly N tokens.
+
+    python3 tools/peer/hf_generate.py --shape qwen3_4b --contexts 1024 --batches 1,64 --new-tokens 16 \
+        --dtypes float32,bfloat16
+"""
+import argparse
+import json
+import time
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+# bench_generate's built-in dense shapes (bench/bench_generate.cpp header).
+SHAPES = {
+    "qwen3_4b": dict(num_hidden_layers=36, hidden_size=2560, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True),
+    "olmo3_7b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=32,
+                     head_dim=128, intermediate_size=11008, vocab_size=100278, tie_word_embeddings=False),
+}
+
+
+def timed(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="qwen3_4b", choices=sorted(SHAPES))
+    ap.add_argument("--contexts", default="1024")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, dtype_name)
+        cfg = Qwen3Config(**SHAPES[args.shape], max_position_embeddings=40960, rope_theta=1e6,
+                          attn_implementation="sdpa", dtype=dtype)
+        with torch.device("cuda"):
+            model = Qwen3ForCausalLM(cfg).to(dtype).eval()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+        for L in (int(x) for x in args.contexts.split(",")):
+            for B in (int(x) for x in args.batches.split(",")):
+                ids = torch.randint(1, cfg.vocab_size, (B, L), device="cuda")
+                mask = torch.ones_like(ids)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+
+                def gen(n):
+                    with torch.no_grad():
+                        return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                                              do_sample=False)
+                try:
+                    gen(2)  # warm-up
+                    prefill_s, _ = timed(lambda: gen(1))
+                    total_s, out = timed(lambda: gen(args.new_tokens))
+                except torch.cuda.OutOfMemoryError:
+                    print(json.dumps(dict(shape=args.shape, dtype=dtype_name, L=L, B=B, error="out of memory")),
+                          flush=True)
+                    continue
+                assert out.shape[1] == L + args.new_tokens
+                step_ms = (total_s - prefill_s) / (args.new_tokens - 1) * 1e3
+                print(json.dumps(dict(shape=args.shape, dtype=dtype_name, L=L, B=B, prefill_s=round(prefill_s, 4),
+                                      decode_ms_per_step=round(step_ms, 3),
+                                      decode_tok_s=round(B / step_ms * 1e3, 1),
+                                      peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2))), flush=True)
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

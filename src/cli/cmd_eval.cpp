@@ -122,7 +122,8 @@ void add_eval_command(CLI::App& app, std::function<int()>& action) {
       "CE within ~1e-6 and KL within ~1e-5 relative of the CPU's, docs/training.md); same table and JSON form.\n"
       "Examples:\n"
       "  hybridlm eval --model runs/rp/model --teacher runs/teacher/model --data corpus/ --split test --seq-len 256\n"
-      "  hybridlm eval --model runs/rp/checkpoint-00000500 --data corpus/ --split valid --out valid_500.json\n"
+      "  hybridlm eval --model runs/rp/checkpoint-00000500 --data corpus/ --split valid --seq-len 256 \\\n"
+      "      --out valid_500.json\n"
       "  hybridlm eval --model runs/rp/model --teacher runs/teacher/model --data corpus/ --split test --seq-len 256 \\\n"
       "      --rows 32 --device cuda   (builds with the CUDA backend)");
   cmd->add_option("--model", o->model, "Model directory (a run's model/ or checkpoint-*/ work too)")->required();

@@ -33,8 +33,9 @@ void check_finite_weights(const Tensor& value, const std::string& source, const 
   }
   if (first == n) return;
   const float v = p[first];
-  const std::string what = str_cat(source, ": tensor '", name, "' holds ", std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"),
-                                   " (first at element ", first, " of ", n, ")");
+  const char* kind = std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf");
+  const std::string what =
+      str_cat(source, ": tensor '", name, "' holds ", kind, " (first at element ", first, " of ", n, ")");
   if (allow_nonfinite_weights()) {
     std::fprintf(stderr, "hybridlm: warning: %s; loaded anyway (--allow-nonfinite-weights)\n", what.c_str());
     return;

@@ -275,7 +275,8 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
       d.tokenizer = config.tokenizer;
       d.teacher = teacher.dir.string();
       d.student = student_dir.string();
-      const bool resuming = fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
+      const bool resuming =
+          fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
       progress.line("distill", s.label + (resuming ? ": resuming from its newest checkpoint" : ": " +
                                               std::to_string(d.tokens) + " tokens"));
       train_stage(d, run_dir, devices);

@@ -257,13 +257,14 @@ CheckpointInfo checkpoint_read(const fs::path& dir) {
 void checkpoint_verify(const fs::path& dir) {
   const fs::path manifest_path = dir / kCheckpointManifestFile;
   if (!fs::exists(manifest_path)) {
-    std::fprintf(stderr, "hybridlm: warning: %s has no %s (written by an older hybridlm?): its files are not verified\n",
+    std::fprintf(stderr,
+                 "hybridlm: warning: %s has no %s (written by an older hybridlm?): its files are not verified\n",
                  dir.string().c_str(), kCheckpointManifestFile);
     return;
   }
   const json manifest = json_file_read(manifest_path);
-  HLM_CHECK_INPUT(manifest.is_object() && manifest.value("format", "") == kManifestFormat && manifest.contains("files") &&
-                      manifest["files"].is_object(),
+  HLM_CHECK_INPUT(manifest.is_object() && manifest.value("format", "") == kManifestFormat &&
+                      manifest.contains("files") && manifest["files"].is_object(),
                   manifest_path.string(), ": not a hybridlm checkpoint manifest");
   const std::string advice = "; the checkpoint is damaged: resume from another copy or start the run over";
   for (const auto& [name, want] : manifest["files"].items()) {

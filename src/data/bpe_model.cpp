@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "data/tokenizer_json_fields.h"
 #include "data/unicode_text.h"
 
@@ -55,8 +56,9 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where) : wher
   int32_t max_id = -1;
   for (const auto& [token, id_json] : vocab_it->items()) {
     HLM_CHECK_INPUT(id_json.is_number_integer() && id_json.get<int64_t>() >= 0 &&
-                        id_json.get<int64_t>() < (int64_t{1} << 31),
-                    where, ".vocab[\"", token, "\"]: expected a non-negative integer id, got ", id_json.dump());
+                        id_json.get<int64_t>() < kTokenizerMaxVocab,
+                    where, ".vocab[\"", token, "\"]: expected a non-negative integer id below 2^24 (the vocabulary ",
+                    "limit), got ", id_json.dump());
     const auto id = id_json.get<int32_t>();
     vocab_.emplace(token, id);
     max_id = std::max(max_id, id);

@@ -19,6 +19,10 @@ class Tokenizer {
   virtual std::string name() const = 0;  // "bytes" or the file path
 };
 
+// The largest vocabulary a tokenizer.json may declare (ids 0 .. 2^24 - 1; the largest real ones are ~262k ids):
+// a larger id is an input error before the id tables are sized from it (an id of 10^9 would ask for 32 GB).
+inline constexpr int64_t kTokenizerMaxVocab = int64_t{1} << 24;
+
 // "bytes" or a path to a tokenizer.json file (input error when missing, malformed or unsupported).
 std::unique_ptr<Tokenizer> tokenizer_load(const std::string& spec);
 

@@ -22,8 +22,8 @@ std::vector<AddedToken> read_added_tokens(const nlohmann::json& config, const st
     AddedToken a;
     const auto id = t.find("id");
     HLM_CHECK_INPUT(id != t.end() && id->is_number_integer() && id->get<int64_t>() >= 0 &&
-                        id->get<int64_t>() < (int64_t{1} << 31),
-                    at, ".id: expected a non-negative integer");
+                        id->get<int64_t>() < kTokenizerMaxVocab,
+                    at, ".id: expected a non-negative integer below 2^24 (the vocabulary limit)");
     a.id = id->get<int32_t>();
     a.content = json_string(t, "content", at);
     a.special = json_bool(t, "special", at, false);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "core/error.h"
 #include "models/hf_config.h"
 #include "models/json_file.h"
+#include "support/run_binary.h"
+#include "data/tokenizer.h"
 #include "study/study_config.h"
 #include "support/golden.h"
 #include "train/trainer.h"
@@ -119,4 +122,24 @@ TEST(ConfigLimits, StudyConfigNumbersMustFitTheirFields) {
   const StudyConfig c = study_config_from_json({{"teacher", {{"model_config", model}}}}, "study.json");
   EXPECT_FALSE(c.teacher_model.contains("layer_types"));
   expect_input_error([&] { study_teacher_layers(c); }, {"num_hidden_layers"});
+}
+
+TEST(ConfigLimits, TokenizerIdsAtOrAbove2To24AreRefused) {
+  // A vocabulary id of 10^9 would size the id tables at 10^9 entries (tens of GB) before anything else failed.
+  test::ScratchDir scratch("limits");
+  const json fixture = json_file_read(std::filesystem::path(HLM_GOLDEN_DIR) / "tokenizer/fixtures/tiny_byte_level.json");
+  const auto write = [&](const json& j) {
+    const std::filesystem::path path = scratch.path() / "tokenizer.json";
+    std::ofstream(path) << j.dump();
+    return path.string();
+  };
+  json vocab_id = fixture;
+  vocab_id["model"]["vocab"]["zz"] = 1000000000;
+  expect_input_error([&] { tokenizer_load(write(vocab_id)); }, {"vocab", "\"zz\"", "below 2^24"});
+  json added = fixture;
+  added["added_tokens"] = json::array({{{"id", kTokenizerMaxVocab}, {"content", "<x>"}, {"special", true}}});
+  expect_input_error([&] { tokenizer_load(write(added)); }, {"added_tokens[0]", "below 2^24"});
+  json largest = fixture;  // the last allowed id still loads
+  largest["model"]["vocab"]["zz"] = 70000;
+  EXPECT_EQ(tokenizer_load(write(largest))->vocab_size(), 70001);
 }

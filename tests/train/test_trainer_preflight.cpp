@@ -20,51 +20,17 @@
 #include <fstream>
 #include <limits>
 
-#include "data/data_split.h"
 #include "models/finite_weights.h"
 #include "support/run_binary.h"
 #include "train/checkpoint_io.h"
 #include "train/train_device.h"
+#include "train/alternating_corpus.h"
 #include "train/test_trainer_fixture.h"
 
 using namespace hlm;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Documents alternating long (~1500 bytes) and very short (~12 bytes) in file order. `short_split` picks which of
-// eng_Latn's two held-out documents (--held-out-docs 1: canonical positions 0 = validation, 1 = test) is the short
-// one; every other language keeps both held-out documents long.
-void write_alternating_corpus(const fs::path& dir, Split short_split, int docs_per_language = 40) {
-  const std::vector<CorpusLanguage> languages = {
-      {"eng_Latn", "", "anchor", 0}, {"fra_Latn", "", "high", 0}, {"deu_Latn", "", "mid", 0},
-      {"rus_Cyrl", "", "low", 0}};
-  const std::vector<std::string> phrase = {"the cat sat on the mat. ", "le chat dort sur le tapis. ",
-                                           "die katze schlaeft. ", "кошка спит на ковре. "};
-  std::vector<std::vector<std::string>> docs(languages.size());
-  for (size_t l = 0; l < languages.size(); ++l) {
-    const DocumentSplit split = split_documents(languages[l].code, docs_per_language, 1);
-    // Parity of the long documents: eng_Latn's chosen held-out document short, the other one long; elsewhere the
-    // test document long (so is the validation one unless it has the other parity: then it is made long too).
-    const int64_t target = l == 0 ? (short_split == Split::Test ? split.test[0] : split.valid[0]) : -1;
-    const int64_t long_parity = l == 0 ? 1 - target % 2 : split.test[0] % 2;
-    for (int d = 0; d < docs_per_language; ++d) {
-      const bool held_out_other = l != 0 && d == split.valid[0];
-      const bool long_doc = d % 2 == long_parity || held_out_other;
-      std::string text;
-      const int reps = long_doc ? 1500 / static_cast<int>(phrase[l].size()) + 1 : 1;
-      for (int r = 0; r < reps; ++r) text += phrase[l];
-      if (!long_doc) text = "short note. ";  // 12 bytes = 12 tokens of the bytes tokenizer
-      docs[l].push_back(text);
-    }
-    if (l == 0) {  // the intended case: one held-out document long, the other short
-      const int64_t other = short_split == Split::Test ? split.valid[0] : split.test[0];
-      EXPECT_GT(docs[l][static_cast<size_t>(other)].size(), 1000u);
-      EXPECT_LT(docs[l][static_cast<size_t>(target)].size(), 20u);
-    }
-  }
-  corpus_write(dir, languages, docs);
-}
 
 // A stand-in accelerator: reports its free memory; anything else is an error (the checks must stop the run first).
 class StubDevice final : public TrainDevice {
@@ -123,7 +89,7 @@ class TrainerPreflight : public ::testing::Test {
 TEST_F(TrainerPreflight, AlternatingLengthCorpusFailsBeforeTheFirstStepNotAfterTheLast) {
   for (const Split split : {Split::Test, Split::Valid}) {
     const fs::path corpus = dir() / (split == Split::Test ? "alt_test" : "alt_valid");
-    write_alternating_corpus(corpus, split);
+    test::write_alternating_corpus(corpus, split);
     // The settings: --held-out-docs 1 --eval-tokens 512 --seq-len 512 --checkpoint-every 0.
     TrainConfig c = pretrain(split == Split::Test ? "run_test" : "run_valid");
     c.data = corpus.string();
@@ -156,6 +122,17 @@ TEST_F(TrainerPreflight, TeacherWithAnotherVocabularyIsRefusedBeforeAnythingIsWr
   c.teacher = (dir() / "big_teacher").string();
   c.student = (dir() / "student").string();
   expect_input_error(c, {"--teacher " + c.teacher, "vocabulary (300) differs from the student's (256"});
+  EXPECT_FALSE(fs::exists(c.out));
+}
+
+TEST_F(TrainerPreflight, TokenizerLargerThanTheModelVocabularyIsRefused) {
+  std::string config = test::tiny_teacher_config_json();
+  config.replace(config.find("\"vocab_size\": 256"), 17, "\"vocab_size\": 100");
+  fs::create_directories(dir() / "small");
+  std::ofstream(dir() / "small" / "config.json") << config;
+  TrainConfig c = pretrain("small_vocab");
+  c.model_config = (dir() / "small" / "config.json").string();
+  expect_input_error(c, {"tokenizer bytes has 256 tokens but the model's vocabulary is 100"});
   EXPECT_FALSE(fs::exists(c.out));
 }
 

@@ -6,7 +6,8 @@
 // Points: "checkpoint.model" (model written into the temporary directory), "checkpoint.optimizer" (optimizer state
 // written), "checkpoint.filled" (every file written, before the rename), "checkpoint.renamed" (the new checkpoint in
 // place, older ones not yet removed), "checkpoint.saved" (older ones removed), "train.step" (after each step's
-// update), "model.saved" (final model/ in place), "study.stage" (a study stage marked done).
+// update), "model.saved" (final model/ in place), "train.final_evaluation" (its start, after model/), "study.stage"
+// (a study stage marked done).
 // Unset or naming another point, fault_point only compares a cached string. A malformed value is an input error.
 #pragma once
 #include <string_view>

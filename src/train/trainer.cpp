@@ -544,6 +544,7 @@ void Trainer::finish() {
   fault_point("model.saved");
   try {
     if (hooks_.on_final_evaluation) hooks_.on_final_evaluation();
+    fault_point("train.final_evaluation");
     if (last_valid_step_ != state_.step) validate_now();
     EvalResult r = evaluate_set(test_);
     for (LanguageEval& l : r.languages) l.tier = corpus_.language(l.code).tier;
@@ -564,7 +565,7 @@ void Trainer::finish() {
     if (cfg_.job == TrainJob::Distill) eval_cmd += " --teacher " + cfg_.teacher;
     eval_cmd += str_cat(" --data ", cfg_.data, " --tokenizer ", cfg_.tokenizer, " --split test --seq-len ",
                         cfg_.seq_len, " --held-out-docs ", cfg_.held_out_docs, " --eval-tokens ", cfg_.eval_tokens,
-                        " --out ", (out_ / "test.json").string());
+                        " --rows ", cfg_.micro_batch_rows, " --out ", (out_ / "test.json").string());
     result_.message = str_cat("training finished (step ", state_.step, " of ", plan_.total_steps,
                               ") and the final model is written to ", model_dir.string(), " (checkpoint ",
                               result_.last_checkpoint.string(), "), but the final evaluation failed: ", e.what(),

@@ -65,11 +65,11 @@ class StudyCrash : public ::testing::Test {
     config_ = {{"data", (dir_ / "corpus").string()},
                {"teacher", {{"model_config", json::parse(test::tiny_teacher_config_json(2))}}},
                {"pretrain",
-                {{"tokens", 6 * 4 * 64}, {"seq_len", 64}, {"batch_rows", 4}, {"micro_batch_rows", 2}, {"lr", 3e-3},
+                {{"tokens", 4 * 4 * 64}, {"seq_len", 64}, {"batch_rows", 4}, {"micro_batch_rows", 2}, {"lr", 3e-3},
                  {"held_out_docs", 10}, {"eval_tokens", 128}, {"eval_every_tokens", 0},
                  {"checkpoint_every_steps", 1}, {"log_every_steps", 1000}}},
                {"distill",
-                {{"tokens", 6 * 4 * 64}, {"seq_len", 64}, {"batch_rows", 4}, {"micro_batch_rows", 2},
+                {{"tokens", 4 * 4 * 64}, {"seq_len", 64}, {"batch_rows", 4}, {"micro_batch_rows", 2},
                  {"lr_rec", 3e-3}, {"lr_rest", 1e-3}, {"min_lr", 1e-4}, {"warmup_steps", 1}, {"held_out_docs", 10},
                  {"eval_tokens", 128}, {"eval_every_tokens", 2 * 4 * 64}, {"checkpoint_every_steps", 1},
                  {"log_every_steps", 1000}}},
@@ -98,11 +98,11 @@ json StudyCrash::config_;
 TEST_F(StudyCrash, KilledInAnyStageResumesToTheSameModels) {
   const std::vector<std::string> reference = models(dir_ / "reference");
   ASSERT_FALSE(reference[0].empty());
-  // Checkpoint writes count over the whole process: 6 in the teacher's run (one per step), then 6 per distillation.
+  // Checkpoint writes count over the whole process: 4 in the teacher's run (one per step), then 4 per distillation.
   const std::vector<std::pair<std::string, std::string>> trials = {
-      {"checkpoint.filled@3:kill", "teacher pretraining, inside its 3rd checkpoint write"},
+      {"checkpoint.filled@2:kill", "teacher pretraining, inside its 2nd checkpoint write"},
       {"study.stage@1:kill", "between stages, right after the teacher's done marker"},
-      {"checkpoint.renamed@9:kill", "first distillation, between its 3rd checkpoint's rename and the cleanup"},
+      {"checkpoint.renamed@6:kill", "first distillation, between its 2nd checkpoint's rename and the cleanup"},
       {"model.saved@3:kill", "second distillation, after its final model, before its test evaluation"},
   };
   for (size_t i = 0; i < trials.size(); ++i) {
@@ -119,12 +119,12 @@ TEST_F(StudyCrash, KilledInAnyStageResumesToTheSameModels) {
 
 TEST_F(StudyCrash, FailedStageKeepsEveryFinishedStage) {
   const fs::path out = dir_ / "failing";
-  // The 9th checkpoint write of the process (the first distillation's 3rd) fails as a full disk would.
-  const StudyExit failed = run_study(config_path_, out, "checkpoint.filled@9:fail");
+  // The 6th checkpoint write of the process (the first distillation's 2nd) fails as a full disk would.
+  const StudyExit failed = run_study(config_path_, out, "checkpoint.filled@6:fail");
   EXPECT_EQ(failed.code, 2) << failed.output;
   EXPECT_NE(failed.output.find("injected fault at checkpoint.filled"), std::string::npos) << failed.output;
   for (const char* kept : {"teacher/done.json", "teacher/model/model.safetensors", "teacher/test.json",
-                           "students/standard_periodic/done.json", "runs/standard_periodic/checkpoint-00000002"})
+                           "students/standard_periodic/done.json", "runs/standard_periodic/checkpoint-00000001"})
     EXPECT_TRUE(fs::exists(out / kept)) << kept;
   const std::string teacher = slurp(out / "teacher/model/model.safetensors");
   const StudyExit rerun = run_study(config_path_, out, "");

@@ -13,7 +13,7 @@ HLM_FUZZ_TARGET(study_config) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(input);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     hlm::throw_input_error("study.json: invalid JSON (", e.what(), ")");  // what cmd_study reports
   }
   const hlm::StudyConfig c = hlm::study_config_from_json(j, "study.json");

@@ -13,7 +13,7 @@ HLM_FUZZ_TARGET(train_config) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(input.substr(1));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     hlm::throw_input_error("train_config.json: invalid JSON (", e.what(), ")");
   }
   // The fuzzer rarely spells the two marker keys; fill them in when absent so it reaches the settings.

@@ -109,7 +109,7 @@ Corpus Corpus::open(const fs::path& dir) {
   json meta;
   try {
     meta = json::parse(read_whole(meta_path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw_input_error(where, ": invalid JSON (", e.what(), ")");
   }
   HLM_CHECK_INPUT(meta.is_object() && meta.value("format", json()).is_string() &&
@@ -163,7 +163,7 @@ CorpusDocuments Corpus::read_documents(const std::string& code) const {
         json doc;
         try {
           doc = json::parse(line);
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, or out_of_range (number overflow)
           throw_input_error(where, ": line ", n, ": invalid JSON (", e.what(), ")");
         }
         HLM_CHECK_INPUT(doc.is_object() && doc.contains("text") && doc["text"].is_string(), where, ": line ", n,

@@ -26,7 +26,7 @@ ParallelUnit parse_unit(std::string_view line, int64_t line_number, std::vector<
   nlohmann::ordered_json j;  // keeps the file's key order, so `langs` is truly first-seen order
   try {
     j = nlohmann::ordered_json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw_input_error("line ", line_number, ": bad JSON (", e.what(), ")");
   }
   HLM_CHECK_INPUT(j.is_object(), "line ", line_number, ": expected a JSON object");

@@ -450,7 +450,7 @@ ModelConfig load_model_config(const std::filesystem::path& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number overflow
     throw_input_error(file.string(), ": malformed JSON: ", e.what());
   }
   return parse_model_config(j, file.string());

@@ -5,24 +5,13 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "infer/kv_block_allocator.h"
+#include "infer/sequence_slots.h"
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
 #include "ops/attention/attention_cache.h"
 #include "ops/matmul/matmul.h"
 
 namespace hlm {
-
-int64_t StateUsage::bytes_in_use() const {
-  int64_t n = 0;
-  for (const auto& l : layers) n += l.bytes_in_use;
-  return n;
-}
-int64_t StateUsage::bytes_reserved() const {
-  int64_t n = 0;
-  for (const auto& l : layers) n += l.bytes_reserved;
-  return n;
-}
 
 namespace {
 
@@ -36,10 +25,7 @@ auto state_tensors(S& s) {
 class CpuEngine final : public InferenceEngine {
  public:
   CpuEngine(Model& model, const MemoryPlan& plan)
-      : model_(model),
-        plan_(plan),
-        blocks_(plan.num_blocks, plan.block_size, plan.max_sequences),
-        slot_used_(static_cast<size_t>(plan.max_sequences), false) {
+      : model_(model), plan_(plan), slots_(plan) {
     const ModelConfig& c = model.config();
     cache_shape_ = {plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
     layers_.resize(static_cast<size_t>(c.num_hidden_layers));
@@ -59,12 +45,8 @@ class CpuEngine final : public InferenceEngine {
   std::string device() const override { return "cpu"; }
 
   int open_sequence(int64_t max_tokens) override {
-    HLM_CHECK_INPUT(max_tokens > 0, "a sequence needs room for at least one token");
-    const auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
-    if (free_slot == slot_used_.end()) return -1;
-    const int slot = static_cast<int>(free_slot - slot_used_.begin());
-    if (!blocks_.reserve(slot, max_tokens)) return -1;
-    slot_used_[static_cast<size_t>(slot)] = true;
+    const int slot = slots_.open(max_tokens);
+    if (slot < 0) return -1;
     for (Layer& l : layers_)  // a fresh sequence starts from zero GDN state
       if (l.gdn.recurrent.defined())
         for (Tensor* t : state_tensors(l.gdn)) {
@@ -74,40 +56,21 @@ class CpuEngine final : public InferenceEngine {
     return slot;
   }
 
-  void close_sequence(int slot) override {
-    check_slot(slot);
-    blocks_.release(slot);
-    slot_used_[static_cast<size_t>(slot)] = false;
-  }
-
-  int64_t sequence_length(int slot) const override {
-    check_slot(slot);
-    return blocks_.length(slot);
-  }
+  void close_sequence(int slot) override { slots_.close(slot); }
+  int64_t sequence_length(int slot) const override { return slots_.length(slot); }
 
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 
   StateUsage state_usage() const override {
-    StateUsage u;
-    u.kv_blocks_in_use = blocks_.blocks_in_use();
-    for (int slot = 0; slot < static_cast<int>(slot_used_.size()); ++slot)
-      if (slot_used_[static_cast<size_t>(slot)]) {
-        ++u.running_sequences;
-        u.tokens_held += blocks_.length(slot);
-      }
+    StateUsage u = slots_.usage_counts();
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& l = layers_[i];
-      LayerStateBytes b{model_.config().layer_kinds[i]};
-      if (l.k_cache.defined()) {
-        b.bytes_reserved = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
-        b.bytes_in_use = plan_.num_blocks > 0 ? b.bytes_reserved / plan_.num_blocks * u.kv_blocks_in_use : 0;
-      } else {
-        int64_t bytes = 0;
+      int64_t bytes = 0;
+      if (l.k_cache.defined())
+        bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
+      else
         for (const Tensor* t : state_tensors(l.gdn)) bytes += static_cast<int64_t>(t->nbytes());
-        b.bytes_reserved = bytes;
-        b.bytes_in_use = bytes / plan_.max_sequences * u.running_sequences;
-      }
-      u.layers.push_back(b);
+      u.layers.push_back(slots_.layer_bytes(model_.config().layer_kinds[i], bytes, u));
     }
     return u;
   }
@@ -118,55 +81,17 @@ class CpuEngine final : public InferenceEngine {
     GdnState gdn;             // GDN: [max_sequences, ...] per tensor
   };
 
-  void check_slot(int slot) const {
-    HLM_CHECK(slot >= 0 && slot < plan_.max_sequences && slot_used_[static_cast<size_t>(slot)], "sequence slot ",
-              slot, " is not running");
-  }
-
   Model& model_;
   MemoryPlan plan_;
-  KvBlockAllocator blocks_;
-  std::vector<bool> slot_used_;
+  SequenceSlots slots_;
   PagedKvShape cache_shape_;
   std::vector<Layer> layers_;
 };
 
 Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
-  tokens.validate();
   const ModelConfig& c = model_.config();
-  const auto N = static_cast<int64_t>(slots.size());
-  HLM_CHECK(tokens.num_sequences() == N, "step: ", tokens.num_sequences(), " token sequences for ", N, " slots");
-  HLM_CHECK(N > 0, "step: no sequences");
-  for (const int32_t id : tokens.ids)
-    HLM_CHECK_INPUT(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary [0, ", c.vocab_size,
-                    ")");
-  for (int64_t n = 0; n < N; ++n) {
-    check_slot(slots[n]);
-    const int64_t len = tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
-    HLM_CHECK(len > 0, "step: sequence ", n, " has no new tokens");
-    HLM_CHECK(std::count(slots.begin(), slots.end(), slots[n]) == 1, "step: slot ", slots[n], " given twice");
-    HLM_CHECK(blocks_.length(slots[n]) + len <= blocks_.reserved_tokens(slots[n]), "step: slot ", slots[n],
-              " would grow past its reservation");
-  }
-  // Absolute positions and cache slots of the new tokens; block tables and contexts after the step.
-  const int64_t T = tokens.total_tokens();
-  std::vector<int32_t> positions(static_cast<size_t>(T));
-  std::vector<int64_t> cache_slots(static_cast<size_t>(T)), context(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t begin = tokens.cu_seqlens[n], len = tokens.cu_seqlens[n + 1] - begin;
-    const int64_t start = blocks_.length(slots[n]);
-    for (int64_t i = 0; i < len; ++i) positions[begin + i] = static_cast<int32_t>(start + i);
-    blocks_.append(slots[n], len, cache_slots.data() + begin);
-    context[n] = start + len;
-  }
-  int64_t max_blocks = 1;
-  for (int64_t n = 0; n < N; ++n)
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(blocks_.block_table(slots[n]).size()));
-  std::vector<int32_t> tables(static_cast<size_t>(N * max_blocks), -1);
-  for (int64_t n = 0; n < N; ++n) {
-    const auto& t = blocks_.block_table(slots[n]);
-    std::copy(t.begin(), t.end(), tables.begin() + n * max_blocks);
-  }
+  const StepPlan p = slots_.plan_step(slots, tokens, c.vocab_size);
+  const int64_t T = p.tokens, N = p.sequences;
   // GDN states of the step's sequences, in batch order.
   const GdnDims gdn = c.linear ? gdn_dims(c) : GdnDims{};
   std::vector<GdnState> batch_state(layers_.size());
@@ -194,11 +119,12 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     const AttentionDims& d = call.attention;
     const Arena::Mark mark = arena.mark();
     const AttentionQkv qkv =
-        attention_layer_project(call.in, w.self_attn, d, rope, T, c.hidden_size, positions.data(), arena);
-    attention_cache_write(layer.k_cache.f32(), layer.v_cache.f32(), qkv.k, qkv.v, cache_slots.data(), T, cache_shape_);
+        attention_layer_project(call.in, w.self_attn, d, rope, T, c.hidden_size, p.positions.data(), arena);
+    attention_cache_write(layer.k_cache.f32(), layer.v_cache.f32(), qkv.k, qkv.v, p.cache_slots.data(), T,
+                          cache_shape_);
     Tensor o = arena.tensor({T, d.q_heads * d.head_dim});
-    attention_cache_forward(o.f32(), qkv.q, layer.k_cache.f32(), layer.v_cache.f32(), cache_shape_, tables.data(),
-                            max_blocks, context.data(), tokens.cu_seqlens.data(), N, d.q_heads, d.scale);
+    attention_cache_forward(o.f32(), qkv.q, layer.k_cache.f32(), layer.v_cache.f32(), cache_shape_, p.tables.data(),
+                            p.max_blocks, p.context.data(), tokens.cu_seqlens.data(), N, d.q_heads, d.scale);
     const Linear& o_proj = w.self_attn.o_proj;
     matmul_forward(call.out, o.f32(), o_proj.weight.f32(), o_proj.bias.defined() ? o_proj.bias.f32() : nullptr, T,
                    c.hidden_size, d.q_heads * d.head_dim);

@@ -9,7 +9,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
-#include "infer/kv_block_allocator.h"
+#include "infer/sequence_slots.h"
 #include "models/architecture.h"
 #include "ops/attention/attention_cache_cuda.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
@@ -71,8 +71,7 @@ class CudaEngine final : public InferenceEngine {
       : model_(model),
         ctx_(model.context()),
         plan_(plan),
-        blocks_(plan.num_blocks, plan.block_size, plan.max_sequences),
-        slot_used_(static_cast<size_t>(plan.max_sequences), false) {
+        slots_(plan) {
     const ModelConfig& c = model.config();
     const DecoderHyper hyper = architecture_spec(c.architecture).hyper(c);
     adims_ = {c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
@@ -104,12 +103,8 @@ class CudaEngine final : public InferenceEngine {
   std::string device() const override { return "cuda:" + std::to_string(ctx_.device()); }
 
   int open_sequence(int64_t max_tokens) override {
-    HLM_CHECK_INPUT(max_tokens > 0, "a sequence needs room for at least one token");
-    const auto free_slot = std::find(slot_used_.begin(), slot_used_.end(), false);
-    if (free_slot == slot_used_.end()) return -1;
-    const int slot = static_cast<int>(free_slot - slot_used_.begin());
-    if (!blocks_.reserve(slot, max_tokens)) return -1;
-    slot_used_[static_cast<size_t>(slot)] = true;
+    const int slot = slots_.open(max_tokens);
+    if (slot < 0) return -1;
     for (Layer& l : layers_)  // a fresh sequence starts from zero GDN state
       if (!l.attention)
         for (CudaTensor* t : l.gdn.tensors()) {
@@ -119,38 +114,21 @@ class CudaEngine final : public InferenceEngine {
     return slot;
   }
 
-  void close_sequence(int slot) override {
-    check_slot(slot);
-    blocks_.release(slot);
-    slot_used_[static_cast<size_t>(slot)] = false;
-  }
-
-  int64_t sequence_length(int slot) const override {
-    check_slot(slot);
-    return blocks_.length(slot);
-  }
+  void close_sequence(int slot) override { slots_.close(slot); }
+  int64_t sequence_length(int slot) const override { return slots_.length(slot); }
 
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 
   StateUsage state_usage() const override {
-    StateUsage u;
-    u.kv_blocks_in_use = blocks_.blocks_in_use();
-    for (int slot = 0; slot < static_cast<int>(slot_used_.size()); ++slot)
-      if (slot_used_[static_cast<size_t>(slot)]) {
-        ++u.running_sequences;
-        u.tokens_held += blocks_.length(slot);
-      }
+    StateUsage u = slots_.usage_counts();
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Layer& l = layers_[i];
-      LayerStateBytes b{model_.config().layer_kinds[i]};
-      if (l.attention) {
-        b.bytes_reserved = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
-        b.bytes_in_use = plan_.num_blocks > 0 ? b.bytes_reserved / plan_.num_blocks * u.kv_blocks_in_use : 0;
-      } else {
-        for (const CudaTensor* t : l.gdn.tensors()) b.bytes_reserved += static_cast<int64_t>(t->nbytes());
-        b.bytes_in_use = b.bytes_reserved / plan_.max_sequences * u.running_sequences;
-      }
-      u.layers.push_back(b);
+      int64_t bytes = 0;
+      if (l.attention)
+        bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
+      else
+        for (const CudaTensor* t : l.gdn.tensors()) bytes += static_cast<int64_t>(t->nbytes());
+      u.layers.push_back(slots_.layer_bytes(model_.config().layer_kinds[i], bytes, u));
     }
     return u;
   }
@@ -175,18 +153,13 @@ class CudaEngine final : public InferenceEngine {
     bool decode = false;  // one token per sequence
   };
 
-  void check_slot(int slot) const {
-    HLM_CHECK(slot >= 0 && slot < plan_.max_sequences && slot_used_[static_cast<size_t>(slot)], "sequence slot ",
-              slot, " is not running");
-  }
   void attention_mixer(int layer, float* out, const float* in, const StepView& s);
   void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
 
   CudaModel& model_;
   CudaContext& ctx_;
   MemoryPlan plan_;
-  KvBlockAllocator blocks_;
-  std::vector<bool> slot_used_;
+  SequenceSlots slots_;
   AttentionDims adims_;
   GdnDims gdims_;
   float logits_divisor_ = 1.0f;
@@ -336,54 +309,21 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
 }
 
 Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
-  tokens.validate();
   const ModelConfig& c = model_.config();
-  const auto N = static_cast<int64_t>(slots.size());
-  HLM_CHECK(tokens.num_sequences() == N, "step: ", tokens.num_sequences(), " token sequences for ", N, " slots");
-  HLM_CHECK(N > 0, "step: no sequences");
-  for (const int32_t id : tokens.ids)
-    HLM_CHECK_INPUT(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary [0, ", c.vocab_size,
-                    ")");
-  for (int64_t n = 0; n < N; ++n) {
-    check_slot(slots[n]);
-    const int64_t len = tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
-    HLM_CHECK(len > 0, "step: sequence ", n, " has no new tokens");
-    HLM_CHECK(std::count(slots.begin(), slots.end(), slots[n]) == 1, "step: slot ", slots[n], " given twice");
-    HLM_CHECK(blocks_.length(slots[n]) + len <= blocks_.reserved_tokens(slots[n]), "step: slot ", slots[n],
-              " would grow past its reservation");
-  }
+  const StepPlan p = slots_.plan_step(slots, tokens, c.vocab_size);
+  const int64_t T = p.tokens, N = p.sequences;
   ctx_.make_current();
-  const int64_t T = tokens.total_tokens();
-  std::vector<int32_t> positions(static_cast<size_t>(T)), last_rows(static_cast<size_t>(N)),
-      slot_ids(slots.begin(), slots.end());
-  std::vector<int64_t> cache_slots(static_cast<size_t>(T)), context(static_cast<size_t>(N));
-  int64_t max_len = 0, max_context = 0, max_blocks = 1;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t begin = tokens.cu_seqlens[n], len = tokens.cu_seqlens[n + 1] - begin;
-    const int64_t start = blocks_.length(slots[n]);
-    for (int64_t i = 0; i < len; ++i) positions[begin + i] = static_cast<int32_t>(start + i);
-    blocks_.append(slots[n], len, cache_slots.data() + begin);
-    context[n] = start + len;
-    last_rows[n] = static_cast<int32_t>(begin + len - 1);
-    max_len = std::max(max_len, len);
-    max_context = std::max(max_context, context[n]);
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(blocks_.block_table(slots[n]).size()));
-  }
-  std::vector<int32_t> tables(static_cast<size_t>(N * max_blocks), -1);
-  for (int64_t n = 0; n < N; ++n) {
-    const auto& t = blocks_.block_table(slots[n]);
-    std::copy(t.begin(), t.end(), tables.begin() + n * max_blocks);
-  }
+  const std::vector<int32_t> slot_ids(slots.begin(), slots.end());
   MetaPack pack;
-  const size_t o_ids = pack.add(tokens.ids), o_cu = pack.add(tokens.cu_seqlens), o_pos = pack.add(positions);
-  const size_t o_slots = pack.add(cache_slots), o_tables = pack.add(tables), o_ctx = pack.add(context);
-  const size_t o_last = pack.add(last_rows), o_ids_slot = pack.add(slot_ids), o_flag = pack.add(std::vector<int>{0});
+  const size_t o_ids = pack.add(tokens.ids), o_cu = pack.add(tokens.cu_seqlens), o_pos = pack.add(p.positions);
+  const size_t o_slots = pack.add(p.cache_slots), o_tables = pack.add(p.tables), o_ctx = pack.add(p.context);
+  const size_t o_last = pack.add(p.last_rows), o_ids_slot = pack.add(slot_ids), o_flag = pack.add(std::vector<int>{0});
   const CudaTensor meta = pack.upload(ctx_);
 
   StepView s;
-  s.batch = {T, N, max_len, at<int32_t>(meta, o_ids), at<int64_t>(meta, o_cu), at<int32_t>(meta, o_pos),
+  s.batch = {T, N, p.max_len, at<int32_t>(meta, o_ids), at<int64_t>(meta, o_cu), at<int32_t>(meta, o_pos),
              at<int>(meta, o_flag)};
-  s.rope = model_.rope_for_positions(max_context);
+  s.rope = model_.rope_for_positions(p.max_context);
   s.cache_slots = at<int64_t>(meta, o_slots);
   s.tables = at<int32_t>(meta, o_tables);
   s.context = at<int64_t>(meta, o_ctx);
@@ -391,9 +331,9 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   s.first_slot = slots[0];
   s.consecutive = true;
   for (int64_t n = 0; n < N; ++n) s.consecutive = s.consecutive && slots[n] == slots[0] + n;
-  s.max_blocks = max_blocks;
-  s.max_context = max_context;
-  s.decode = T == N;
+  s.max_blocks = p.max_blocks;
+  s.max_context = p.max_context;
+  s.decode = p.decode();
 
   const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
@@ -415,7 +355,7 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   cuda_copy_to_host(ctx_, &flag, at<int>(meta, o_flag), sizeof(flag));
   // The host checked ids, positions (reservations within the rope table come from generate's limits) and metadata.
   HLM_CHECK(flag == 0, "CUDA inference step: a kernel flagged bad input (token id, position or KV-cache metadata; ",
-            "longest context ", max_context, ")");
+            "longest context ", p.max_context, ")");
   if (logits_divisor_ != 1.0f) {  // on the host after the download, as the CPU forward does it
     float* l = logits.f32();
     for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= logits_divisor_;

@@ -24,6 +24,7 @@
 #include "cuda_models/cuda_model_support.h"
 #include "infer/cpu_engine.h"
 #include "infer/cuda/cuda_engine.h"
+#include "infer/infer_models.h"  // the CPU inference tests' student config
 #include "models/cuda/cuda_model.h"
 #include "models/model.h"
 
@@ -34,25 +35,6 @@ namespace {
 
 constexpr double kRelTol = 2e-4;  // header comment
 
-nlohmann::json student_config() {
-  return {{"model_type", "qwen3_hybrid"},
-          {"vocab_size", 96},
-          {"hidden_size", 40},
-          {"intermediate_size", 72},
-          {"num_hidden_layers", 4},
-          {"num_attention_heads", 4},
-          {"num_key_value_heads", 2},
-          {"head_dim", 12},
-          {"max_position_embeddings", 256},
-          {"tie_word_embeddings", true},
-          {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-          {"linear_num_key_heads", 2},
-          {"linear_num_value_heads", 4},
-          {"linear_key_head_dim", 8},
-          {"linear_value_head_dim", 12},
-          {"linear_allow_neg_eigval", true}};
-}
-
 struct ModelCase {
   std::string name;
   bool golden;
@@ -62,7 +44,7 @@ const ModelCase kModels[] = {
 
 Model make_model(const ModelCase& m) {
   if (m.golden) return Model::load(cuda_golden_dir(m.name));
-  return Model::create(parse_model_config(student_config(), "test"), 11);
+  return Model::create(parse_model_config(student_config_json(), "test"), 11);
 }
 
 std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {

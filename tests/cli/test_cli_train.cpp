@@ -215,13 +215,16 @@ TEST_F(CliTrain, HelpExamplesAreAccepted) {
   expect_runs(test::replace_all(on_fixture(eval[1]), "checkpoint-00000500", "checkpoint-00000001") + sized);
   EXPECT_TRUE(fs::exists(dir() / "valid_500.json"));
 
-  // compare reads evaluations with KL: one of the distilled checkpoint against the teacher stands for both runs.
+  // compare reads evaluations with KL: one of the distilled checkpoint against the teacher, copied, stands for both
+  // runs (two files: compare keeps one column per distinct source, so one file for both would merge SP and RP).
   expect_runs("eval --model " + p("runs/rp/checkpoint-00000001") + " --teacher " + p("teacher") + " --data " +
               p("corpus") + " --split test --seq-len 64 --rows 2 --out " + p("kl.json") + sized);
+  fs::copy_file(dir() / "kl.json", dir() / "kl_rp.json");
   const std::vector<std::string> compare = examples_of("compare", "--baseline");
   ASSERT_GE(compare.size(), 2u);
-  std::string cmp = test::replace_all(test::replace_all(compare[1], "runs/sp", p("kl.json")), "runs/rp", p("kl.json"));
+  std::string cmp =
+      test::replace_all(test::replace_all(compare[1], "runs/sp", p("kl.json")), "runs/rp", p("kl_rp.json"));
   const auto table = expect_runs(on_fixture(cmp));
-  EXPECT_NE(table.out.find("| SP |"), std::string::npos) << table.out;  // the example's --labels SP,RP
+  EXPECT_NE(table.out.find("| SP | RP |"), std::string::npos) << table.out;  // the example's --labels SP,RP
   EXPECT_NE(table.out.find("rus_Cyrl†"), std::string::npos) << table.out;  // and its --exclude
 }

@@ -63,6 +63,7 @@ class StudyCrash : public ::testing::Test {
     test::write_tiny_corpus(dir_ / "corpus", 120);
     // No parallel set: the analysis stages are out of this test's scope (tests/study/test_study.cpp runs them).
     config_ = {{"data", (dir_ / "corpus").string()},
+               {"parallel", ""},  // no analysis stages (the default names the demo set, absent in a clean checkout)
                {"teacher", {{"model_config", json::parse(test::tiny_teacher_config_json(2))}}},
                {"pretrain",
                 {{"tokens", 4 * 4 * 64}, {"seq_len", 64}, {"batch_rows", 4}, {"micro_batch_rows", 2}, {"lr", 3e-3},

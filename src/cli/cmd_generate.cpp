@@ -15,6 +15,7 @@
 
 #include "cli/subcommands.h"
 #include "core/error.h"
+#include "models/json_file.h"
 #include "data/text_io.h"
 #include "data/tokenizer.h"
 #include "infer/cpu_engine.h"
@@ -112,18 +113,8 @@ struct Output {  // per request: decoded text so far and stop-string state
 };
 
 std::vector<Request> read_batch(const std::string& path, const Tokenizer* tok, const GenerateCliOptions& o) {
-  std::ifstream in(path, std::ios::binary);
-  HLM_CHECK_INPUT(in.good(), path, ": cannot open");
   std::vector<Request> requests;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw_input_error(path, ":", n, ": not valid JSON: ", e.what());
-    }
+  jsonl_file_for_each(path, [&](const nlohmann::json& row, int64_t n) {
     const bool has_prompt = row.is_object() && row.contains("prompt") && row["prompt"].is_string();
     const bool has_ids = row.is_object() && row.contains("ids") && row["ids"].is_array();
     HLM_CHECK_INPUT(has_prompt != has_ids, path, ":", n,
@@ -148,7 +139,7 @@ std::vector<Request> read_batch(const std::string& path, const Tokenizer* tok, c
       }
     }
     requests.push_back(std::move(r));
-  }
+  });
   HLM_CHECK_INPUT(!requests.empty(), path, ": no requests");
   return requests;
 }

@@ -8,6 +8,7 @@
 
 #include "cli/subcommands.h"
 #include "core/error.h"
+#include "models/json_file.h"
 #include "data/text_io.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_json.h"
@@ -71,23 +72,13 @@ std::string token_label(const Tokenizer& tok, int32_t id) {
 }
 
 int run_jsonl(const Tokenizer& tok, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HLM_CHECK_INPUT(in.good(), path, ": cannot open");
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw_input_error(path, ":", n, ": not valid JSON: ", e.what());
-    }
+  jsonl_file_for_each(path, [&](const nlohmann::json& row, int64_t n) {
     HLM_CHECK_INPUT(row.is_object() && row.contains("text") && row["text"].is_string(), path, ":", n,
                     ": expected an object with a string field \"text\"");
     nlohmann::json out = {{"id", row.contains("id") ? row["id"] : nlohmann::json(n)},
                           {"ids", tok.encode(row["text"].get<std::string>())}};
     std::cout << out.dump() << "\n";
-  }
+  });
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/json_file.h"
 
 namespace hlm {
 
@@ -13,13 +14,7 @@ std::vector<int32_t> eos_token_ids(const ModelConfig& config, const std::filesys
   for (const int64_t id : config.eos_token_ids) ids.push_back(static_cast<int32_t>(id));
   const std::filesystem::path path = model_dir / "generation_config.json";
   if (!model_dir.empty() && std::filesystem::exists(path)) {
-    std::ifstream in(path);
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw_input_error(path.string(), ": not valid JSON: ", e.what());
-    }
+    const nlohmann::json json = json_file_read(path);
     HLM_CHECK_INPUT(json.is_object(), path.string(), ": expected a JSON object");
     if (json.contains("eos_token_id") && !json["eos_token_id"].is_null()) {
       const nlohmann::json& eos = json["eos_token_id"];

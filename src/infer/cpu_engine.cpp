@@ -37,6 +37,12 @@ class CpuEngine final : public InferenceEngine {
       } else {
         layers_[i].gdn = GdnState::zeros(gdn_dims(c), plan.max_sequences);
       }
+      int64_t bytes = 0;
+      if (layers_[i].k_cache.defined())
+        bytes = static_cast<int64_t>(layers_[i].k_cache.nbytes() + layers_[i].v_cache.nbytes());
+      else
+        for (const Tensor* t : state_tensors(layers_[i].gdn)) bytes += static_cast<int64_t>(t->nbytes());
+      pool_bytes_.push_back(bytes);
     }
   }
 
@@ -62,17 +68,7 @@ class CpuEngine final : public InferenceEngine {
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 
   StateUsage state_usage() const override {
-    StateUsage u = slots_.usage_counts();
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const Layer& l = layers_[i];
-      int64_t bytes = 0;
-      if (l.k_cache.defined())
-        bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
-      else
-        for (const Tensor* t : state_tensors(l.gdn)) bytes += static_cast<int64_t>(t->nbytes());
-      u.layers.push_back(slots_.layer_bytes(model_.config().layer_kinds[i], bytes, u));
-    }
-    return u;
+    return slots_.usage(model_.config().layer_kinds, pool_bytes_);
   }
 
  private:
@@ -86,6 +82,7 @@ class CpuEngine final : public InferenceEngine {
   SequenceSlots slots_;
   PagedKvShape cache_shape_;
   std::vector<Layer> layers_;
+  std::vector<int64_t> pool_bytes_;  // per layer: its K+V pool or GDN state pools (fixed at construction)
 };
 
 Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {

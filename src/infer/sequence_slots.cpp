@@ -91,7 +91,9 @@ StepPlan SequenceSlots::plan_step(std::span<const int> slots, const TokenBatch& 
   return p;
 }
 
-StateUsage SequenceSlots::usage_counts() const {
+StateUsage SequenceSlots::usage(std::span<const LayerKind> kinds, std::span<const int64_t> reserved_bytes) const {
+  HLM_CHECK(kinds.size() == reserved_bytes.size(), "state usage: ", kinds.size(), " layers, ", reserved_bytes.size(),
+            " pool sizes");
   StateUsage u;
   u.kv_blocks_in_use = blocks_.blocks_in_use();
   for (int slot = 0; slot < static_cast<int>(used_.size()); ++slot)
@@ -99,17 +101,16 @@ StateUsage SequenceSlots::usage_counts() const {
       ++u.running_sequences;
       u.tokens_held += blocks_.length(slot);
     }
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    LayerStateBytes b{kinds[i]};
+    b.bytes_reserved = reserved_bytes[i];
+    if (kinds[i] == LayerKind::FullAttention)
+      b.bytes_in_use = plan_.num_blocks > 0 ? b.bytes_reserved / plan_.num_blocks * u.kv_blocks_in_use : 0;
+    else
+      b.bytes_in_use = b.bytes_reserved / plan_.max_sequences * u.running_sequences;
+    u.layers.push_back(b);
+  }
   return u;
-}
-
-LayerStateBytes SequenceSlots::layer_bytes(LayerKind kind, int64_t reserved_bytes, const StateUsage& counts) const {
-  LayerStateBytes b{kind};
-  b.bytes_reserved = reserved_bytes;
-  if (kind == LayerKind::FullAttention)
-    b.bytes_in_use = plan_.num_blocks > 0 ? reserved_bytes / plan_.num_blocks * counts.kv_blocks_in_use : 0;
-  else
-    b.bytes_in_use = reserved_bytes / plan_.max_sequences * counts.running_sequences;
-  return b;
 }
 
 }  // namespace hlm

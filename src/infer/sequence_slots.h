@@ -45,11 +45,10 @@ class SequenceSlots {
   // ids in [0, vocab_size): an input error otherwise), appends the tokens to the slots' blocks and returns the plan.
   StepPlan plan_step(std::span<const int> slots, const TokenBatch& tokens, int64_t vocab_size);
 
-  // StateUsage with the counts filled (blocks, running sequences, tokens held) and no layers yet.
-  StateUsage usage_counts() const;
-  // One layer's bytes: an attention layer's K+V pool or a GDN layer's state pools of `reserved_bytes` in all, in use
-  // in proportion to the blocks held (attention) or to the running sequences (GDN).
-  LayerStateBytes layer_bytes(LayerKind kind, int64_t reserved_bytes, const StateUsage& counts) const;
+  // The engine's state now: counts (blocks, running sequences, tokens held) and, per layer, its pools' bytes
+  // (`reserved_bytes[i]`: layer i's K+V pool or GDN state pools, fixed at the engine's construction), in use in
+  // proportion to the blocks held (attention) or to the running sequences (GDN).
+  StateUsage usage(std::span<const LayerKind> kinds, std::span<const int64_t> reserved_bytes) const;
 
  private:
   MemoryPlan plan_;

@@ -94,6 +94,13 @@ class CudaEngine final : public InferenceEngine {
         g.v_conv = zeros(ctx_, {S, gdims_.value_channels(), K1});
         g.recurrent = zeros(ctx_, {S, gdims_.value_heads, gdims_.value_dim, gdims_.key_dim});
       }
+      const Layer& l = layers_[i];
+      int64_t bytes = 0;
+      if (l.attention)
+        bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
+      else
+        for (const CudaTensor* t : l.gdn.tensors()) bytes += static_cast<int64_t>(t->nbytes());
+      pool_bytes_.push_back(bytes);
     }
     ctx_.synchronize();
   }
@@ -120,17 +127,7 @@ class CudaEngine final : public InferenceEngine {
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 
   StateUsage state_usage() const override {
-    StateUsage u = slots_.usage_counts();
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const Layer& l = layers_[i];
-      int64_t bytes = 0;
-      if (l.attention)
-        bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
-      else
-        for (const CudaTensor* t : l.gdn.tensors()) bytes += static_cast<int64_t>(t->nbytes());
-      u.layers.push_back(slots_.layer_bytes(model_.config().layer_kinds[i], bytes, u));
-    }
-    return u;
+    return slots_.usage(model_.config().layer_kinds, pool_bytes_);
   }
 
  private:
@@ -160,6 +157,7 @@ class CudaEngine final : public InferenceEngine {
   CudaContext& ctx_;
   MemoryPlan plan_;
   SequenceSlots slots_;
+  std::vector<int64_t> pool_bytes_;  // per layer: its K+V pool or GDN state pools (fixed at construction)
   AttentionDims adims_;
   GdnDims gdims_;
   float logits_divisor_ = 1.0f;

@@ -2,8 +2,8 @@
 //   gen:   NIAH prompts for one language, task and length from the corpus's held-out text, sized with the
 //          evaluated model's tokenizer; one JSON object per line with --json.
 //   score: OneRULER's scoring of one response: prints "correct" or "wrong".
-//   run mode (--model DIR ...): greedy generation of up to 30 tokens per prompt on the CPU inference engine
-//          (evals/niah/niah_run.h) for every (model, language, task, length); niah.csv, niah.md (Table 2 layout),
+//   run mode (--model DIR ...): greedy generation of up to 30 tokens per prompt on the CPU or CUDA inference
+//          engine (evals/niah/niah_run.h) for every (model, language, task, length); niah.csv, niah.md (Table 2 layout),
 //          niah_<lang>.svg (accuracy vs length), niah_items.jsonl and niah_config.json in --out.
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +31,12 @@
 #include "infer/eos.h"
 #include "models/model.h"
 #include "models/safetensors.h"
+#ifdef HLM_WITH_CUDA
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/device_query.h"
+#include "infer/cuda/cuda_engine.h"
+#include "models/cuda/cuda_model.h"
+#endif
 
 namespace hlm {
 
@@ -171,8 +177,14 @@ void write_charts(const fs::path& dir, const std::vector<NiahCell>& cells) {
 int run_models(const NiahRunOptions& o) {
   HLM_CHECK_INPUT(!o.models.empty(), "hybridlm niah: give a subcommand (gen, score) or --model DIR for the run mode "
                                      "(see hybridlm niah --help)");
-  HLM_CHECK_INPUT(o.device == "cpu", "--device ", o.device,
-                  ": the NIAH run mode uses the CPU inference engine only for now (the CUDA engine is not wired here)");
+  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
+  if (o.device == "cuda") {  // before anything is loaded
+#ifdef HLM_WITH_CUDA
+    HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
+#else
+    throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
+#endif
+  }
   HLM_CHECK_INPUT(!o.tokenizer.empty(), "--tokenizer is required in the run mode (the evaluated model's tokenizer)");
   HLM_CHECK_INPUT(!o.langs.empty() && !o.tasks.empty() && !o.lengths.empty(),
                   "the run mode needs --langs, --tasks and --lengths");
@@ -197,7 +209,10 @@ int run_models(const NiahRunOptions& o) {
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(o.tokenizer);
   NiahRunSettings settings;
   settings.max_batch = o.max_batch;
-  settings.budget_bytes = o.max_memory.empty() ? half_physical_memory() : parse_size(o.max_memory, "--max-memory");
+  // The state budget: --max-memory, else half the host's memory (CPU) or, on CUDA, 90 % of the device memory left
+  // free once the model's weights are uploaded (set per model below).
+  if (!o.max_memory.empty()) settings.budget_bytes = parse_size(o.max_memory, "--max-memory");
+  else if (o.device == "cpu") settings.budget_bytes = half_physical_memory();
 
   const fs::path out(o.out);
   fs::create_directories(out);
@@ -208,7 +223,8 @@ int run_models(const NiahRunOptions& o) {
                                  {"held_out_docs", o.held_out_docs}, {"split", o.split},
                                  {"device", o.device},          {"max_batch", o.max_batch},
                                  {"max_new_tokens", settings.max_new_tokens},
-                                 {"state_budget_bytes", *settings.budget_bytes},
+                                 {"state_budget_bytes", settings.budget_bytes ? nlohmann::json(*settings.budget_bytes)
+                                                                              : nlohmann::json("90% of free device memory")},
                                  {"decoding", "greedy"}};
   std::fprintf(stderr, "niah: %s\n", config.dump().c_str());
   file_write_atomic(out / "niah_config.json", config.dump(2) + "\n");
@@ -226,7 +242,23 @@ int run_models(const NiahRunOptions& o) {
     Model model = Model::load(model_dir);
     const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
     const std::string label = model_label(model_dir);
-    const NiahEngineFactory make_engine = [&model](const MemoryPlan& plan) { return make_cpu_engine(model, plan); };
+    NiahEngineFactory make_engine = [&model](const MemoryPlan& plan) { return make_cpu_engine(model, plan); };
+#ifdef HLM_WITH_CUDA
+    // --device cuda: the weights uploaded once per model; each cell's engine holds its state in device memory.
+    // Declared before the cells, so they outlive every engine.
+    std::unique_ptr<CudaContext> cuda_ctx;
+    std::unique_ptr<CudaModel> cuda_model;
+    NiahRunSettings model_settings = settings;
+    if (o.device == "cuda") {
+      cuda_ctx = std::make_unique<CudaContext>(0);
+      cuda_model = std::make_unique<CudaModel>(CudaModel::upload(model, *cuda_ctx));
+      if (!model_settings.budget_bytes)
+        model_settings.budget_bytes = static_cast<int64_t>(static_cast<double>(cuda_free_memory_bytes()) * 0.9);
+      make_engine = [&cuda_model](const MemoryPlan& plan) { return make_cuda_engine(*cuda_model, plan); };
+    }
+#else
+    const NiahRunSettings& model_settings = settings;
+#endif
     for (const NiahLanguage* l : langs) {
       NiahGenerator gen(*l, sentences[std::string(l->code)], *tokenizer);
       for (const NiahTaskSpec* t : tasks)
@@ -234,8 +266,8 @@ int run_models(const NiahRunOptions& o) {
           std::vector<NiahSample> samples;
           for (int64_t i = 0; i < o.n; ++i) samples.push_back(gen.generate(*t, length, o.seed, i));
           std::vector<NiahItem> items;
-          NiahCell cell = niah_evaluate_cell(make_engine, model.config(), eos, *tokenizer, *l, *t, samples, settings,
-                                             &items);
+          NiahCell cell = niah_evaluate_cell(make_engine, model.config(), eos, *tokenizer, *l, *t, samples,
+                                             model_settings, &items);
           cell.model = label;
           std::fprintf(stderr, "niah: %s %s %s %lld: %s, %lld/%lld correct, %.1f s, peak state %.1f MiB%s%s\n",
                        label.c_str(), cell.lang.c_str(), cell.task.c_str(), static_cast<long long>(length),
@@ -278,9 +310,11 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
       "      --length 8k --count 50 --corpus data/corpus/full --json > niah_cmn_multiquery_8k.jsonl\n"
       "  hybridlm niah score --task multivalue --lang eng_Latn --expected 1234567,2345678,3456789,4567890 \\\n"
       "      --response '<Answer> 1234567, 2345678, 3456789, 4567890 </Answer>'\n"
-      "Run mode (greedy, up to 30 new tokens, CPU inference engine):\n"
+      "Run mode (greedy, up to 30 new tokens, the CPU or CUDA inference engine):\n"
       "  hybridlm niah --model DIR --model DIR2 --tokenizer T --langs eng_Latn,rus_Cyrl --tasks single,none \\\n"
-      "      --lengths 1k,4k --n 50 --out out/niah");
+      "      --lengths 1k,4k --n 50 --out out/niah\n"
+      "  hybridlm niah --model DIR --tokenizer T --langs eng_Latn --tasks single --lengths 4k,16k,64k \\\n"
+      "      --n 20 --max-batch 8 --device cuda --out out/niah-gpu");
 
   auto run = std::make_shared<NiahRunOptions>();
   cmd->add_option("--model", run->models, "Run mode: model directory (repeatable)");
@@ -290,14 +324,15 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--lengths", run->lengths, "Run mode: haystack lengths, e.g. 1k,4k,16k")->delimiter(',');
   cmd->add_option("--n", run->n, "Run mode: samples per (language, task, length) (default 50)");
   cmd->add_option("--out", run->out, "Run mode: output folder");
-  cmd->add_option("--device", run->device, "Run mode: cpu (default; the CUDA engine is not wired here yet)");
+  cmd->add_option("--device", run->device, "Run mode: cpu (default) or cuda (the CUDA inference engine)");
   cmd->add_option("--corpus", run->corpus, "Run mode: corpus directory (default data/corpus/demo)");
   cmd->add_option("--held-out-docs", run->held_out_docs, "Run mode: held-out documents per split (default 1000)");
   cmd->add_option("--split", run->split, "Run mode: valid, test or both (default both)");
   cmd->add_option("--seed", run->seed, "Run mode: seed of the prompts (default 0)");
   cmd->add_option("--max-batch", run->max_batch, "Run mode: sequences decoded together (default 4)");
   cmd->add_option("--max-memory", run->max_memory,
-                  "Run mode: cap on the inference state (KV + GDN), e.g. 8G (default: half the machine's memory); "
+                  "Run mode: cap on the inference state (KV + GDN), e.g. 8G (default: half the machine's memory on cpu, "
+                  "90% of the device memory left after the weights on cuda); "
                   "a cell whose prompt does not fit is recorded as OOM");
 
   auto gen = std::make_shared<NiahGenOptions>();

@@ -218,8 +218,11 @@ TEST(NiahRun, CliWritesTheReports) {
   int lines = 0;
   for (std::string line; std::getline(items, line); ++lines) EXPECT_TRUE(nlohmann::json::parse(line).contains("response"));
   EXPECT_EQ(lines, 4) << "2 samples x 2 languages of the model that ran";
-  const auto cuda = hlm::test::run_hybridlm("niah --model " + golden_dir + "/olmo_hybrid_tiny --tokenizer bytes "
-                                            "--langs eng_Latn --tasks single --lengths 300 --out /tmp/x --device cuda");
-  EXPECT_EQ(cuda.exit_code, 2);
-  EXPECT_NE(cuda.err.find("CPU inference engine only"), std::string::npos) << cuda.err;
+  // A device name that is neither cpu nor cuda is refused before anything is loaded.
+  const auto bad = hlm::test::run_hybridlm("niah --model " + golden_dir + "/olmo_hybrid_tiny --tokenizer bytes "
+                                           "--langs eng_Latn --tasks single --lengths 300 --out " +
+                                           (dir.path() / "bad").string() + " --device tpu");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--device must be cpu or cuda"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "bad"));
 }

@@ -71,4 +71,13 @@ bool cuda_available() { return probe_result().empty(); }
 
 std::string cuda_unavailable_reason() { return probe_result(); }
 
+size_t cuda_free_memory_bytes() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free;
+}
+
 }  // namespace hlm

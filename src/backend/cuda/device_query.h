@@ -22,5 +22,7 @@ std::vector<CudaDeviceInfo> cuda_devices();
 bool cuda_available();
 // Why cuda_available() is false ("no CUDA driver", "no kernel image for sm_80 ...", ...); empty when it is true.
 std::string cuda_unavailable_reason();
+// Free bytes on the current device (cudaMemGetInfo); 0 when the query fails. Never throws.
+size_t cuda_free_memory_bytes();
 
 }  // namespace hlm

@@ -105,7 +105,11 @@ NiahCell niah_evaluate_cell(const NiahEngineFactory& make_engine, const ModelCon
     cell.note = "allocation failed (std::bad_alloc)";
     return cell;
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::Input || std::string(e.what()).find("memory") == std::string::npos) throw;
+    // A plan refused for memory (input), or a device allocation that failed (the CUDA allocator's internal error):
+    // both are the out-of-memory outcome of this cell; anything else is a real failure.
+    const std::string what = e.what();
+    const bool refused = e.kind() == ErrorKind::Input && what.find("memory") != std::string::npos;
+    if (!refused && what.find("CUDA out of memory") == std::string::npos) throw;
     cell.status = "oom";
     cell.note = e.what();
     return cell;

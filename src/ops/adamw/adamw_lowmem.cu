@@ -1,0 +1,185 @@
+// The low-memory AdamW step and block quantization on CUDA (contract: adamw_lowmem_cuda.h, arithmetic: adamw_lowmem.h).
+#include <mutex>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "ops/adamw/adamw_lowmem_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+static_assert(kQ8Block == 256, "one thread per element of a quantization block");
+constexpr int kThreads = static_cast<int>(kQ8Block);
+
+__constant__ float c_code_m[256];
+__constant__ float c_mid_m[255];
+__constant__ float c_code_v[256];
+__constant__ float c_mid_v[255];
+
+// The host tables, copied once per process (GPU 0 is the only device the trainer uses).
+void upload_tables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const Q8Codebook& m = q8_codebook_signed();
+    const Q8Codebook& v = q8_codebook_unsigned();
+    HLM_CUDA_CHECK(cudaMemcpyToSymbol(c_code_m, m.code.data(), sizeof(float) * 256));
+    HLM_CUDA_CHECK(cudaMemcpyToSymbol(c_mid_m, m.mid.data(), sizeof(float) * 255));
+    HLM_CUDA_CHECK(cudaMemcpyToSymbol(c_code_v, v.code.data(), sizeof(float) * 256));
+    HLM_CUDA_CHECK(cudaMemcpyToSymbol(c_mid_v, v.mid.data(), sizeof(float) * 255));
+  });
+}
+
+// Count of midpoints strictly below x over mid[0, used − 1) (q8_quantize_value).
+__device__ __forceinline__ uint8_t quantize_value(const float* mid, int used, float x) {
+  int lo = 0, hi = used - 1;
+  while (lo < hi) {
+    const int m = (lo + hi) >> 1;
+    if (mid[m] < x)
+      lo = m + 1;
+    else
+      hi = m;
+  }
+  return static_cast<uint8_t>(lo);
+}
+
+// Max of x over the block's threads (every thread gets it).
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float warp_max[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = x;
+  __syncthreads();
+  float a = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) a = fmaxf(a, warp_max[w]);
+  __syncthreads();  // warp_max is reused by the next call
+  return a;
+}
+
+__device__ __forceinline__ uint8_t quantize_in_block(bool is_signed, float x, float absmax) {
+  if (!(absmax > 0.0f)) return is_signed ? 127 : 0;
+  const float r = __fdiv_rn(x, absmax);
+  return is_signed ? quantize_value(c_mid_m, 255, r) : quantize_value(c_mid_v, 256, r);
+}
+
+__device__ __forceinline__ uint16_t bf16_stochastic(float x, uint32_t r) {
+  const uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7F800000u) == 0x7F800000u) {
+    if ((bits & 0x007FFFFFu) != 0) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+    return static_cast<uint16_t>(bits >> 16);
+  }
+  return static_cast<uint16_t>((bits + (r & 0xFFFFu)) >> 16);
+}
+
+__device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+template <bool Q8, bool Bf16>
+__global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaTensor t, const float* scale_ptr,
+                                                                AdamWLowmemStep s) {
+  const bool scaled = scale_ptr != nullptr;
+  const float scale = scaled ? *scale_ptr : 1.0f;
+  if (!isfinite(scale)) return;
+  const int64_t b = blockIdx.x;
+  const int64_t i = b * kQ8Block + threadIdx.x;
+  const bool live = i < t.n;
+  float m = 0.0f, v = 0.0f;
+  if (live) {
+    const float g = scaled ? __fmul_rn(t.grad[i], scale) : t.grad[i];
+    const float m0 = Q8 ? __fmul_rn(c_code_m[t.q_m[i]], t.absmax_m[b]) : t.exp_avg[i];
+    const float v0 = Q8 ? __fmul_rn(c_code_v[t.q_v[i]], t.absmax_v[b]) : t.exp_avg_sq[i];
+    m = __fadd_rn(__fmul_rn(s.beta1, m0), __fmul_rn(s.one_minus_beta1, g));
+    v = __fadd_rn(__fmul_rn(s.beta2, v0), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+    const float p0 = Bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
+    const float p = __fsub_rn(__fmul_rn(p0, s.decay), __fdiv_rn(__fmul_rn(s.step_size, m), denom));
+    if (Bf16)
+      t.param_bf16[i] =
+          bf16_stochastic(p, static_cast<uint32_t>(splitmix64_device(s.sr_base + static_cast<uint64_t>(i)) >> 48));
+    else
+      t.param_f32[i] = p;
+    if (!Q8) {
+      t.exp_avg[i] = m;
+      t.exp_avg_sq[i] = v;
+    }
+  }
+  if (Q8) {  // every thread of the block takes part in the reductions
+    const float am = block_max(live ? fabsf(m) : 0.0f);
+    const float av = block_max(live ? fabsf(v) : 0.0f);
+    if (threadIdx.x == 0) {
+      t.absmax_m[b] = am;
+      t.absmax_v[b] = av;
+    }
+    if (live) {
+      t.q_m[i] = quantize_in_block(true, m, am);
+      t.q_v[i] = quantize_in_block(false, v, av);
+    }
+  }
+}
+
+__global__ void q8_quantize_kernel(bool is_signed, const float* x, int64_t n, uint8_t* q, float* absmax) {
+  const int64_t b = blockIdx.x;
+  const int64_t i = b * kQ8Block + threadIdx.x;
+  const bool live = i < n;
+  const float xi = live ? x[i] : 0.0f;
+  const float a = block_max(fabsf(xi));
+  if (threadIdx.x == 0) absmax[b] = a;
+  if (live) q[i] = quantize_in_block(is_signed, xi, a);
+}
+
+__global__ void q8_dequantize_kernel(bool is_signed, const uint8_t* q, const float* absmax, int64_t n, float* x) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kQ8Block + threadIdx.x;
+  if (i >= n) return;
+  x[i] = __fmul_rn(is_signed ? c_code_m[q[i]] : c_code_v[q[i]], absmax[blockIdx.x]);
+}
+
+unsigned blocks_for(int64_t n) {
+  const int64_t b = q8_blocks(n);
+  HLM_CHECK(b <= 0x7FFFFFFF, "adamw_lowmem: ", n, " elements exceed one grid");
+  return static_cast<unsigned>(b);
+}
+
+}  // namespace
+
+void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, const AdamWLowmemStep& s,
+                            cudaStream_t stream) {
+  HLM_CHECK(t.n >= 0, "adamw_lowmem_step_cuda: negative size ", t.n);
+  if (t.n == 0) return;
+  const bool bf16 = t.param_bf16 != nullptr, q8 = t.q_m != nullptr;
+  HLM_CHECK(bf16 != (t.param_f32 != nullptr) && t.grad != nullptr &&
+                (q8 ? (t.q_v && t.absmax_m && t.absmax_v) : (t.exp_avg && t.exp_avg_sq)),
+            "adamw_lowmem_step_cuda: incomplete tensor storage");
+  upload_tables();
+  const unsigned grid = blocks_for(t.n);
+  if (q8 && bf16)
+    adamw_lowmem_kernel<true, true><<<grid, kThreads, 0, stream>>>(t, scale, s);
+  else if (q8)
+    adamw_lowmem_kernel<true, false><<<grid, kThreads, 0, stream>>>(t, scale, s);
+  else if (bf16)
+    adamw_lowmem_kernel<false, true><<<grid, kThreads, 0, stream>>>(t, scale, s);
+  else
+    adamw_lowmem_kernel<false, false><<<grid, kThreads, 0, stream>>>(t, scale, s);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void q8_quantize_cuda(bool is_signed, const float* x, int64_t n, uint8_t* q, float* absmax, cudaStream_t stream) {
+  if (n <= 0) return;
+  upload_tables();
+  q8_quantize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(is_signed, x, n, q, absmax);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void q8_dequantize_cuda(bool is_signed, const uint8_t* q, const float* absmax, int64_t n, float* x,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  upload_tables();
+  q8_dequantize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(is_signed, q, absmax, n, x);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hlm

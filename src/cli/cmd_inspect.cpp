@@ -42,11 +42,22 @@ int run_inspect(const InspectOptions& o) {
   for (const ResolvedTensor& t : resolved.tensors) {
     params_by_group[t.spec.group] += t.spec.shape.numel();
     total_params += t.spec.shape.numel();
-    tensors.push_back({{"name", t.stored_name},
-                       {"group", t.spec.group},
-                       {"dtype", std::string(dtype_name(t.entry->dtype))},
-                       {"shape", std::vector<int64_t>(t.entry->shape.dims().begin(), t.entry->shape.dims().end())}});
+    nlohmann::json row = {{"name", t.stored_name},
+                          {"group", t.spec.group},
+                          {"dtype", std::string(dtype_name(t.entry->dtype))},
+                          {"shape", std::vector<int64_t>(t.entry->shape.dims().begin(), t.entry->shape.dims().end())}};
+    // Stored cut at other boundaries than ours (e.g. transformers' equal-thirds olmo_hybrid conv): re-cut on load.
+    if (t.recut()) row["recut_from"] = t.sources;
+    tensors.push_back(std::move(row));
   }
+  // Routed experts: a token runs only k of the E experts of each MoE layer, so its active parameters leave out the
+  // other E - k experts' weights (router, attention, embeddings and dense layers always run).
+  int64_t moe_layers = 0, expert_params = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) moe_layers += c.moe_layer(i) ? 1 : 0;
+  if (moe_layers > 0) expert_params = 3 * c.hidden_size * c.moe->moe_intermediate_size;
+  const int64_t active_params =
+      moe_layers > 0 ? total_params - moe_layers * (c.moe->num_experts - c.moe->num_experts_per_tok) * expert_params
+                     : total_params;
   const std::vector<std::string>& unused = resolved.unused;
 
   const StateSizes m = state_sizes(c, o.context, o.bytes_per_element);
@@ -81,11 +92,19 @@ int run_inspect(const InspectOptions& o) {
                       {"rope_theta", c.rope.rope_theta},
                       {"parameters", total_params},
                       {"parameters_by_group", params_by_group},
+                      {"active_parameters_per_token", active_params},
                       {"checkpoint_bytes", checkpoint.total_bytes()},
                       {"unused_tensors", unused},
                       {"memory", memory},
                       {"unknown_config_keys", c.unknown_keys},
                       {"tensors", tensors}};
+  if (moe_layers > 0)
+    j["moe"] = {{"layers", moe_layers},
+                {"experts", c.moe->num_experts},
+                {"experts_per_token", c.moe->num_experts_per_tok},
+                {"expert_intermediate_size", c.moe->moe_intermediate_size},
+                {"norm_topk_prob", c.moe->norm_topk_prob},
+                {"parameters_per_expert", expert_params}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -110,7 +129,15 @@ int run_inspect(const InspectOptions& o) {
                 static_cast<long long>(c.linear->num_value_heads), static_cast<long long>(c.linear->value_head_dim),
                 static_cast<long long>(c.linear->conv_kernel_dim),
                 c.linear->allow_neg_eigval ? "2*sigmoid (negative eigenvalues)" : "sigmoid");
-  std::printf("parameters   %lld\n", static_cast<long long>(total_params));
+  if (moe_layers > 0)
+    std::printf("moe          %lld of %lld layers: %lld experts x %lld wide, top-%lld (%s)\n",
+                static_cast<long long>(moe_layers), static_cast<long long>(c.num_hidden_layers),
+                static_cast<long long>(c.moe->num_experts), static_cast<long long>(c.moe->moe_intermediate_size),
+                static_cast<long long>(c.moe->num_experts_per_tok),
+                c.moe->norm_topk_prob ? "weights renormalised over the k" : "softmax weights as they are");
+  std::printf("parameters   %lld", static_cast<long long>(total_params));
+  if (moe_layers > 0) std::printf("  (active per token %lld)", static_cast<long long>(active_params));
+  std::printf("\n");
   for (const auto& [group, n] : params_by_group)
     std::printf("  %-17s %12lld  (%.1f%%)\n", group.c_str(), static_cast<long long>(n),
                 100.0 * static_cast<double>(n) / static_cast<double>(total_params));

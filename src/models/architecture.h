@@ -33,6 +33,7 @@ extern const ArchitectureSpec kQwen3Spec;
 extern const ArchitectureSpec kGraniteSpec;
 extern const ArchitectureSpec kOlmoHybridSpec;
 extern const ArchitectureSpec kQwen3HybridSpec;
+extern const ArchitectureSpec kQwen3MoeSpec;
 
 const ArchitectureSpec& architecture_spec(Architecture architecture);
 std::span<const ArchitectureSpec* const> architecture_specs();

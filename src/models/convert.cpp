@@ -34,7 +34,7 @@ std::map<std::string, Tensor> named_tensors(const Model& model) {
   std::map<std::string, Tensor> out;
   // slot() is shared with loading; nothing is written through it here.
   DecoderWeights& w = const_cast<DecoderWeights&>(model.weights());
-  for (const TensorSpec& spec : expected_tensors(model.config())) out[spec.name] = spec.row->slot(w, spec.layer);
+  for (const TensorSpec& spec : expected_tensors(model.config())) out[spec.name] = tensor_slot(w, spec);
   return out;
 }
 
@@ -154,7 +154,7 @@ Model convert_to_hybrid(const Model& teacher, const std::vector<int>& full_layer
       w.layers[static_cast<size_t>(i)].linear_attn = convert_gdn_layer(teacher, t, i, dims, options.seed);
 
   for (const TensorSpec& spec : expected_tensors(s)) {
-    Tensor& slot = spec.row->slot(w, spec.layer);
+    Tensor& slot = tensor_slot(w, spec);
     if (const auto it = t.find(spec.name); it != t.end()) {
       slot = it->second.clone();  // line 7: M_S ← M_T (embeddings, norms, MLPs, retained attention)
     } else if (spec.name == "lm_head.weight") {

@@ -1,11 +1,13 @@
 // Weights of the decoders hybridlm runs (Qwen3, Granite, OLMo-Hybrid, hybrid students), all f32, named by HF
-// tensor names through the tensor table. A layer holds either self_attn or linear_attn, by its LayerKind.
+// tensor names through the tensor table. A layer holds either self_attn or linear_attn, by its LayerKind, and either
+// mlp or moe, by its FfnKind.
 #pragma once
 #include <vector>
 
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
 #include "layers/mlp_layer.h"
+#include "layers/moe_layer.h"
 
 namespace hlm {
 
@@ -14,7 +16,8 @@ struct DecoderLayerWeights {
   AttentionWeights self_attn;         // full_attention layers
   GdnWeights linear_attn;             // linear_attention layers
   Tensor post_attention_layernorm;    // [hidden]: pre-MLP norm, or post-mixer norm in post-norm blocks
-  MlpWeights mlp;
+  MlpWeights mlp;                     // dense FFN layers
+  MoeWeights moe;                     // routed-expert FFN layers (ModelConfig::moe_layer)
   Tensor post_feedforward_layernorm;  // [hidden]; post-norm blocks only
 };
 

@@ -41,17 +41,21 @@ struct ConfigClass {
   bool granite_scalars;  // reads mlp_bias, embedding/residual/attention multipliers, logits_scaling
   bool qwen3_sliding;    // reads use_sliding_window (sliding_window, max_window_layers are then irrelevant)
   HybridKeys hybrid;
+  bool moe_keys = false;  // reads Qwen3MoeConfig's expert keys
 };
 
-constexpr std::array<ConfigClass, 4> kConfigClasses{{
+constexpr std::array<ConfigClass, 5> kConfigClasses{{
     {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
-     HybridKeys::None},
+     HybridKeys::None, false},
     {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
-     HybridKeys::None},
+     HybridKeys::None, false},
     {Architecture::OlmoHybrid, "OlmoHybridForCausalLM", std::nullopt, std::nullopt, 65536, std::nullopt, 100257, false,
-     false, HybridKeys::OlmoHybrid},
+     false, HybridKeys::OlmoHybrid, false},
     {Architecture::Qwen3Hybrid, "Qwen3HybridForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, false,
-     HybridKeys::Student},
+     HybridKeys::Student, false},
+    // Qwen3MoeConfig has no head_dim field: its attention takes getattr(config, "head_dim", hidden // heads).
+    {Architecture::Qwen3Moe, "Qwen3MoeForCausalLM", 4, std::nullopt, 32768, std::nullopt, std::nullopt, false, true,
+     HybridKeys::None, /*moe_keys=*/true},
 }};
 
 const ConfigClass& config_class(Architecture architecture) {
@@ -313,6 +317,48 @@ void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   }
 }
 
+// Qwen3MoeConfig's expert keys and the per-layer FFN kinds they imply (every class: ffn_kinds sized to the layers).
+void parse_moe(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
+  c.ffn_kinds.assign(static_cast<size_t>(c.num_hidden_layers), FfnKind::Dense);
+  if (!cls.moe_keys) return;
+  MoeConfig m;
+  // Qwen3MoeConfig's attribute_map aliases num_experts to num_local_experts: a saved file may hold either name.
+  const json* local = r.get("num_local_experts");
+  const int64_t local_experts = local ? as_int(*local, "num_local_experts") : m.num_experts;
+  m.num_experts = bounded(r.int_or("num_experts", local_experts), "num_experts", kMaxHeads);
+  HLM_CHECK_INPUT(local == nullptr || local_experts == m.num_experts, "num_experts (", m.num_experts,
+                  ") and num_local_experts (", local_experts, ") disagree");
+  HLM_CHECK_INPUT(m.num_experts >= 0, "key 'num_experts' must be >= 0, got ", m.num_experts);
+  m.num_experts_per_tok = positive(r.int_or("num_experts_per_tok", m.num_experts_per_tok), "num_experts_per_tok");
+  m.moe_intermediate_size = bounded(positive(r.int_or("moe_intermediate_size", m.moe_intermediate_size),
+                                             "moe_intermediate_size"),
+                                    "moe_intermediate_size", kMaxWidth);
+  m.norm_topk_prob = r.bool_or("norm_topk_prob", m.norm_topk_prob);
+  m.decoder_sparse_step = positive(r.int_or("decoder_sparse_step", m.decoder_sparse_step), "decoder_sparse_step");
+  if (const json* v = r.get("mlp_only_layers"); v != nullptr && !v->is_null()) {
+    HLM_CHECK_INPUT(v->is_array(), "key 'mlp_only_layers' must be a list of layer indices, got ", json_desc(*v));
+    for (const json& i : *v) {
+      const int64_t layer = as_int(i, "mlp_only_layers[]");
+      HLM_CHECK_INPUT(layer >= 0 && layer < c.num_hidden_layers, "mlp_only_layers holds ", layer,
+                      ", not a layer index (num_hidden_layers is ", c.num_hidden_layers, ")");
+      m.mlp_only_layers.push_back(layer);
+    }
+  }
+  // Training-only keys (the auxiliary load-balancing loss): read so they are not reported as unknown.
+  (void)r.get("output_router_logits");
+  (void)r.get("router_aux_loss_coef");
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const bool dense_only =
+        std::find(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), i) != m.mlp_only_layers.end();
+    if (!dense_only && m.num_experts > 0 && (i + 1) % m.decoder_sparse_step == 0)
+      c.ffn_kinds[static_cast<size_t>(i)] = FfnKind::Moe;
+  }
+  if (c.has_moe_layers())
+    HLM_CHECK_INPUT(m.num_experts_per_tok <= m.num_experts, "num_experts_per_tok (", m.num_experts_per_tok,
+                    ") exceeds num_experts (", m.num_experts, ")");
+  c.moe = m;
+}
+
 // The linear_* keys of hybrid classes, with each class's defaults.
 void parse_linear(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   if (cls.hybrid == HybridKeys::None) return;
@@ -405,6 +451,7 @@ ModelConfig parse_config_object(const json& j) {
   }
   parse_layer_types(r, c, cls);
   parse_linear(r, c, cls);
+  parse_moe(r, c, cls);
   parse_token_ids(r, c, cls);
   for (const char* key : {"dtype", "torch_dtype"}) {
     const json* v = r.get(key);
@@ -425,6 +472,10 @@ ModelConfig parse_config_object(const json& j) {
 }
 
 }  // namespace
+
+bool ModelConfig::has_moe_layers() const {
+  return std::find(ffn_kinds.begin(), ffn_kinds.end(), FfnKind::Moe) != ffn_kinds.end();
+}
 
 float ModelConfig::attention_scale() const {
   // Python's head_dim ** -0.5 (a pow, not 1/sqrt), then the float32 cast where it meets a tensor.
@@ -514,6 +565,15 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     j["linear_dt_min"] = l.dt_min;
     j["linear_dt_max"] = l.dt_max;
     j["linear_dt_init_floor"] = l.dt_init_floor;
+  }
+  if (c.moe) {
+    const MoeConfig& m = *c.moe;
+    j["num_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.num_experts_per_tok;
+    j["moe_intermediate_size"] = m.moe_intermediate_size;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["decoder_sparse_step"] = m.decoder_sparse_step;
+    j["mlp_only_layers"] = m.mlp_only_layers;
   }
   if (!c.use_rope) j["rope_parameters"] = nullptr;
   return j;

@@ -20,10 +20,24 @@
 
 namespace hlm {
 
-enum class Architecture { Qwen3, Granite, OlmoHybrid, Qwen3Hybrid };
+enum class Architecture { Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe };
 
 // A layer's token mixer: softmax attention ("full_attention") or Gated DeltaNet ("linear_attention").
 enum class LayerKind { FullAttention, LinearAttention };
+
+// A layer's feed-forward block: the dense SwiGLU MLP, or routed experts (layers/moe_layer.h).
+enum class FfnKind { Dense, Moe };
+
+// Routed-expert (mixture-of-experts) FFN hyperparameters, keys named as in HF's qwen3_moe config. A layer i is MoE
+// iff i is not in mlp_only_layers, num_experts > 0 and (i + 1) % decoder_sparse_step == 0 (Qwen3MoeDecoderLayer).
+struct MoeConfig {
+  int64_t num_experts = 128;           // E
+  int64_t num_experts_per_tok = 8;     // k: experts each token is routed to
+  int64_t moe_intermediate_size = 768; // each expert's SwiGLU width
+  bool norm_topk_prob = false;         // divide the k chosen softmax probabilities by their sum
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;  // layers that stay dense (width intermediate_size)
+};
 
 // The GDN layers' hyperparameters, keys named as in HF's olmo_hybrid / qwen3_5 configs.
 struct LinearAttentionConfig {
@@ -69,6 +83,12 @@ struct ModelConfig {
   std::vector<LayerKind> layer_kinds;
   std::optional<LinearAttentionConfig> linear;  // present for hybrid architectures
   bool use_rope = true;  // false when rope_parameters is null (OLMo-Hybrid allows a NoPE model)
+  std::optional<MoeConfig> moe;  // present for MoE architectures
+  std::vector<FfnKind> ffn_kinds;  // per layer; empty means every layer dense
+  bool moe_layer(int64_t layer) const {
+    return !ffn_kinds.empty() && ffn_kinds[static_cast<size_t>(layer)] == FfnKind::Moe;
+  }
+  bool has_moe_layers() const;
 
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;       // the first one when config.json lists several

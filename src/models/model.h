@@ -16,6 +16,7 @@
 #include "models/decoder_weights.h"
 #include "models/hf_config.h"
 #include "layers/gdn_layer.h"
+#include "layers/moe_layer.h"
 #include "ops/rope/rope.h"
 
 namespace hlm {
@@ -46,10 +47,15 @@ struct ForwardOptions {
   bool all_logits = false;
   ModelStash* stash = nullptr;  // optional: keep each layer's intermediates for model_backward
   const MixerHook* mixer = nullptr;  // optional (no stash with it): replaces the layers' token mixers
+  // Optional: for each routed-expert layer, where to write its router distribution (softmax over all experts) of
+  // every token: called with (layer, T, E), returns a [T, E] buffer valid until the layer has run (or nullptr).
+  std::function<float*(int layer, int64_t T, int64_t E)> router_probs;
 };
 
 // The GDN layer dimensions a config implies (hybrid architectures only).
 GdnDims gdn_dims(const ModelConfig& config);
+// The routed-expert dimensions a config implies (MoE architectures only).
+MoeDims moe_dims(const ModelConfig& config);
 
 class Model {
  public:

@@ -56,7 +56,7 @@ Model Model::create(const ModelConfig& config, uint64_t seed) {
     Tensor t = Tensor::zeros(spec.shape);
     init_tensor(t, spec, config, seed);
     if (spec.row->runtime_shape != nullptr) t = t.reshape(spec.row->runtime_shape(config));
-    spec.row->slot(m.weights_, spec.layer) = t;
+    tensor_slot(m.weights_, spec) = t;
   }
   if (config.tie_word_embeddings) m.weights_.lm_head.weight = m.weights_.embed_tokens;
   if (config.use_rope) m.rope_ = rope_table_build(config.rope, config.head_dim, config.max_position_embeddings);
@@ -67,7 +67,7 @@ void Model::save(const std::filesystem::path& dir) const {
   std::vector<std::pair<std::string, Tensor>> tensors;
   DecoderWeights& w = const_cast<DecoderWeights&>(weights_);  // slot() is shared with loading; nothing is written
   for (const TensorSpec& spec : expected_tensors(config_))
-    tensors.emplace_back(spec.name, spec.row->slot(w, spec.layer).reshape(spec.shape));
+    tensors.emplace_back(spec.name, tensor_slot(w, spec).reshape(spec.shape));
   checkpoint_write(dir, tensors, {{"format", "pt"}, {"generator", "hybridlm"}});
   file_write_atomic(dir / "config.json", model_config_to_json(config_).dump(2) + "\n");
 }

@@ -3,12 +3,14 @@
 //   per layer, pre-norm block:  h += m_res·mixer(norm_in(h));  h += m_res·mlp(norm_post(h))
 //              post-norm block: h += norm_post(mixer(h));       h += norm_ff(mlp(h))        (OLMo-Hybrid attention)
 //   mixer = softmax attention (full_attention) or Gated DeltaNet (linear_attention)
+//   mlp   = dense SwiGLU or routed experts, by the layer's FfnKind
 //   logits = lm_head(norm(h)) / logits_scaling
 #include <algorithm>
 
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
 #include "layers/mlp_layer.h"
+#include "layers/moe_layer.h"
 #include "models/architecture.h"
 #include "models/model.h"
 #include "ops/embedding/embedding.h"
@@ -30,6 +32,11 @@ GdnDims gdn_dims(const ModelConfig& c) {
   d.neg_eigval = l.allow_neg_eigval;
   d.norm_eps = static_cast<float>(l.norm_eps);
   return d;
+}
+
+MoeDims moe_dims(const ModelConfig& c) {
+  HLM_CHECK(c.moe.has_value(), "model_type ", c.model_type, " has no expert config");
+  return {c.moe->num_experts, c.moe->num_experts_per_tok, c.moe->norm_topk_prob};
 }
 
 Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture) {
@@ -76,6 +83,14 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
         gdn_layer_forward(out, in, layer.linear_attn, gdn_dims(c), batch, nullptr, arena_, mixer_stash);
       }
     };
+    const auto ffn = [&](float* out, const float* in) {
+      if (c.moe_layer(i)) {  // keeps no activations: its backward recomputes (layers/moe_layer_backward.h)
+        float* probs = options.router_probs ? options.router_probs(i, T, c.moe->num_experts) : nullptr;
+        moe_layer_forward(out, in, layer.moe, moe_dims(c), T, arena_, probs);
+      } else {
+        mlp_layer_forward(out, in, layer.mlp, T, arena_, mlp_stash);
+      }
+    };
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
       mixer(normed.f32(), hidden.f32());
@@ -83,7 +98,7 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       emit(CapturePoint::AttnDelta, i, delta);
       residual_add_forward(hidden.f32(), delta.f32(), 1.0f, T * H);
       emit(CapturePoint::AttnOut, i, hidden);
-      mlp_layer_forward(normed.f32(), hidden.f32(), layer.mlp, T, arena_, mlp_stash);
+      ffn(normed.f32(), hidden.f32());
       rmsnorm_forward(delta.f32(), normed.f32(), layer.post_feedforward_layernorm.f32(), T, H, eps);
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward(hidden.f32(), delta.f32(), 1.0f, T * H);
@@ -94,7 +109,7 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
       emit(CapturePoint::AttnOut, i, hidden);
       rmsnorm_forward(normed.f32(), hidden.f32(), layer.post_attention_layernorm.f32(), T, H, eps);
-      mlp_layer_forward(delta.f32(), normed.f32(), layer.mlp, T, arena_, mlp_stash);
+      ffn(delta.f32(), normed.f32());
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
     }

@@ -16,10 +16,10 @@ Model Model::load(const std::filesystem::path& dir) {
 
   m.weights_.layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (const ResolvedTensor& t : resolved.tensors) {
-    Tensor value = checkpoint.tensor_f32(t.stored_name);
+    Tensor value = resolved_tensor_f32(checkpoint, t);
     check_finite_weights(value, checkpoint.file_of(t.stored_name).string(), t.stored_name);
     if (t.spec.row->runtime_shape != nullptr) value = value.reshape(t.spec.row->runtime_shape(c));
-    t.spec.row->slot(m.weights_, t.spec.layer) = value;
+    tensor_slot(m.weights_, t.spec) = value;
   }
   if (c.tie_word_embeddings) m.weights_.lm_head.weight = m.weights_.embed_tokens;
   m.unused_tensors_ = resolved.unused;

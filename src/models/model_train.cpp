@@ -7,6 +7,7 @@
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
 #include "layers/mlp_layer.h"
+#include "layers/moe_layer_backward.h"
 #include "models/architecture.h"
 #include "models/tensor_table.h"
 #include "ops/embedding/embedding.h"
@@ -20,7 +21,7 @@ DecoderWeights zero_grads_like(const ModelConfig& config) {
   g.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (const TensorSpec& spec : expected_tensors(config)) {
     const Shape shape = spec.row->runtime_shape ? spec.row->runtime_shape(config) : spec.shape;
-    spec.row->slot(g, spec.layer) = Tensor::zeros(shape);
+    tensor_slot(g, spec) = Tensor::zeros(shape);
   }
   if (config.tie_word_embeddings) g.lm_head.weight = g.embed_tokens;
   return g;
@@ -30,7 +31,7 @@ std::vector<NamedParameter> named_parameters(const ModelConfig& config, DecoderW
                                              DecoderWeights& grads) {
   std::vector<NamedParameter> out;
   for (const TensorSpec& spec : expected_tensors(config))
-    out.push_back({spec.name, spec.group, spec.row->slot(weights, spec.layer), spec.row->slot(grads, spec.layer)});
+    out.push_back({spec.name, spec.group, tensor_slot(weights, spec), tensor_slot(grads, spec)});
   return out;
 }
 
@@ -136,9 +137,26 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     const bool post_norm = full_attention && spec.attention_post_norm;
     const Tensor& in = trace.layer_in[static_cast<size_t>(i)];
     const Tensor& mid = trace.mixer_out[static_cast<size_t>(i)];
+    const bool moe = c.moe_layer(i);
     MlpGrads mlp_grads = as_grads<MlpGrads>(lg.mlp);
+    MoeGrads moe_grads = as_grads<MoeGrads>(lg.moe);
     const LayerStash* mixer_stash = kept ? &trace.stash.mixer[static_cast<size_t>(i)] : nullptr;
-    const LayerStash* mlp_stash = kept ? &trace.stash.mlp[static_cast<size_t>(i)] : nullptr;
+    // Routed-expert layers keep nothing in the forward: their backward recomputes.
+    const LayerStash* mlp_stash = kept && !moe ? &trace.stash.mlp[static_cast<size_t>(i)] : nullptr;
+    const auto ffn_forward = [&](float* out, const float* x) {
+      if (moe) {
+        moe_layer_forward(out, x, lw.moe, moe_dims(c), T, arena);
+      } else {
+        mlp_layer_forward(out, x, lw.mlp, T, arena);
+      }
+    };
+    const auto ffn_backward = [&](float* dx, const float* d_out, const float* x) {
+      if (moe) {
+        moe_layer_backward(dx, moe_grads, d_out, x, lw.moe, moe_dims(c), T, arena);
+      } else {
+        mlp_layer_backward(dx, mlp_grads, d_out, x, lw.mlp, T, arena, mlp_stash);
+      }
+    };
     // A branch's output before its post-norm: kept, or recomputed.
     const auto branch_output = [&](const LayerStash* stash, const auto& recompute) -> const float* {
       if (stash != nullptr) return stash->output;
@@ -149,15 +167,15 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     // MLP branch: d_mid = d_out + branchᵀ(d_out).
     if (post_norm) {
       const float* mlp_out =
-          branch_output(mlp_stash, [&](float* out) { mlp_layer_forward(out, mid.f32(), lw.mlp, T, arena); });
+          branch_output(mlp_stash, [&](float* out) { ffn_forward(out, mid.f32()); });
       rmsnorm_backward(d_branch.f32(), lg.post_feedforward_layernorm.f32(), d_hidden.f32(), mlp_out,
                        lw.post_feedforward_layernorm.f32(), T, H, eps);
-      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), mid.f32(), lw.mlp, T, arena, mlp_stash);
+      ffn_backward(d_normed.f32(), d_branch.f32(), mid.f32());
       residual_add_forward(d_hidden.f32(), d_normed.f32(), 1.0f, n);
     } else {
       rmsnorm_forward(normed.f32(), mid.f32(), lw.post_attention_layernorm.f32(), T, H, eps);
       for (int64_t j = 0; j < n; ++j) d_branch.f32()[j] = hyper.residual_multiplier * d_hidden.f32()[j];
-      mlp_layer_backward(d_normed.f32(), mlp_grads, d_branch.f32(), normed.f32(), lw.mlp, T, arena, mlp_stash);
+      ffn_backward(d_normed.f32(), d_branch.f32(), normed.f32());
       rmsnorm_backward(d_branch.f32(), lg.post_attention_layernorm.f32(), d_normed.f32(), mid.f32(),
                        lw.post_attention_layernorm.f32(), T, H, eps);
       residual_add_forward(d_hidden.f32(), d_branch.f32(), 1.0f, n);

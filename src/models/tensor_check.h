@@ -1,6 +1,9 @@
 // Matches a checkpoint against the tensors its config.json implies (tensor table): each expected tensor is found
 // under its name or alias and must have the implied shape; otherwise an input error naming the file and tensor.
-// Checkpoint tensors nobody expects are returned as `unused` so callers report them.
+// Exception, the fused rows of the table (TensorRow::fused): when every part is present under its own name and the
+// parts differ from the implied shapes only in where the fused tensor was cut (same trailing dims, same total rows),
+// each part is re-cut from the dim-0 concatenation of the stored parts. Checkpoint tensors nobody expects are
+// returned as `unused` so callers report them.
 #pragma once
 #include <string>
 #include <vector>
@@ -13,7 +16,12 @@ namespace hlm {
 struct ResolvedTensor {
   TensorSpec spec;
   std::string stored_name;  // spec.name or the row's alias, as found in the checkpoint
-  const SafetensorsEntry* entry;
+  const SafetensorsEntry* entry;  // the stored tensor of that name (its dtype and stored shape)
+  // Where the value comes from: rows [first_row, first_row + spec.shape[0]) of the dim-0 concatenation of `sources`
+  // (just {stored_name} from row 0, unless the checkpoint cut a fused tensor elsewhere).
+  std::vector<std::string> sources;
+  int64_t first_row = 0;
+  bool recut() const { return sources.size() != 1; }
 };
 
 struct ResolvedCheckpoint {
@@ -22,5 +30,8 @@ struct ResolvedCheckpoint {
 };
 
 ResolvedCheckpoint resolve_checkpoint(const ModelConfig& config, const Checkpoint& checkpoint);
+
+// The value of a resolved tensor as f32, in the checkpoint shape spec.shape (re-cut when needed).
+Tensor resolved_tensor_f32(const Checkpoint& checkpoint, const ResolvedTensor& t);
 
 }  // namespace hlm

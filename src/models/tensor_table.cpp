@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "core/error.h"
 #include "models/architecture.h"
 
 namespace hlm {
@@ -24,7 +25,11 @@ bool pre_norm_block(C c, int i) { return !post_norm_block(c, i); }
 bool always(C, int) { return true; }
 bool attention_bias(C c, int i) { return full(c, i) && c.attention_bias; }
 bool attention(C c, int i) { return full(c, i); }
-bool mlp_bias(C c, int) { return c.mlp_bias; }
+bool dense_ffn(C c, int i) { return !c.moe_layer(i); }
+bool mlp_bias(C c, int i) { return c.mlp_bias && dense_ffn(c, i); }
+bool moe_ffn(C c, int i) { return c.moe_layer(i); }
+int64_t experts(C c) { return c.moe->num_experts; }
+int64_t expert_width(C c) { return c.moe->moe_intermediate_size; }
 bool qk_norm(C c, int i) { return full(c, i) && architecture_spec(c.architecture).qk_norm != QkNorm::None; }
 bool untied(C c, int) { return !c.tie_word_embeddings; }
 int64_t norm_width(C c, int64_t whole) {
@@ -33,9 +38,22 @@ int64_t norm_width(C c, int64_t whole) {
 
 DecoderLayerWeights& L(DecoderWeights& w, int i) { return w.layers[static_cast<size_t>(i)]; }
 GdnWeights& G(DecoderWeights& w, int i) { return L(w, i).linear_attn; }
+// `slot` of expert rows: they are reached through tensor_slot (their tensors need the expert index too).
+Tensor& no_layer_slot(DecoderWeights&, int) {
+  throw_internal_error("an expert tensor was accessed by TensorRow::slot; use tensor_slot()");
+}
+MlpWeights& X(DecoderWeights& w, int i, int e) {  // expert e of layer i (the list grows as experts are filled in)
+  std::vector<MlpWeights>& list = L(w, i).moe.experts;
+  if (list.size() <= static_cast<size_t>(e)) list.resize(static_cast<size_t>(e) + 1);
+  return list[static_cast<size_t>(e)];
+}
+
+// The one depthwise conv of HF's GDN module over [q | k | v] (its in-memory name; checkpoints hold the three parts).
+constexpr std::string_view kGdnConv = "model.layers.{i}.linear_attn.conv1d.weight";
 
 #define SHAPE(...) [](C c) { return Shape{__VA_ARGS__}; }
 #define SLOT(expr) [](DecoderWeights & w, int i) -> Tensor& { return expr; }
+#define EXPERT_SLOT(proj) [](DecoderWeights & w, int i, int e) -> Tensor& { return X(w, i, e).proj.weight; }
 
 const std::array kTensorTable{
     TensorRow{"model.embed_tokens.weight", "embedding", false, SHAPE(c.vocab_size, c.hidden_size), always,
@@ -80,13 +98,13 @@ const std::array kTensorTable{
               SHAPE(c.hidden_size, gdn_v_width(c)), linear, SLOT(G(w, i).o_proj.weight)},
     TensorRow{"model.layers.{i}.linear_attn.q_conv1d.weight", "linear_attention", true,
               SHAPE(gdn_k_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).q_conv), {},
-              SHAPE(gdn_k_width(c), conv_kernel(c))},
+              SHAPE(gdn_k_width(c), conv_kernel(c)), kGdnConv},
     TensorRow{"model.layers.{i}.linear_attn.k_conv1d.weight", "linear_attention", true,
               SHAPE(gdn_k_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).k_conv), {},
-              SHAPE(gdn_k_width(c), conv_kernel(c))},
+              SHAPE(gdn_k_width(c), conv_kernel(c)), kGdnConv},
     TensorRow{"model.layers.{i}.linear_attn.v_conv1d.weight", "linear_attention", true,
               SHAPE(gdn_v_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).v_conv), {},
-              SHAPE(gdn_v_width(c), conv_kernel(c))},
+              SHAPE(gdn_v_width(c), conv_kernel(c)), kGdnConv},
     TensorRow{"model.layers.{i}.linear_attn.A_log", "linear_attention", true, SHAPE(gdn_heads(c)), linear,
               SLOT(G(w, i).A_log)},
     TensorRow{"model.layers.{i}.linear_attn.dt_bias", "linear_attention", true, SHAPE(gdn_heads(c)), linear,
@@ -97,17 +115,26 @@ const std::array kTensorTable{
     TensorRow{"model.layers.{i}.post_attention_layernorm.weight", "norm", true, SHAPE(c.hidden_size), always,
               SLOT(L(w, i).post_attention_layernorm), "model.layers.{i}.feedforward_layer_norm.weight"},
     TensorRow{"model.layers.{i}.mlp.gate_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size),
-              always, SLOT(L(w, i).mlp.gate_proj.weight)},
+              dense_ffn, SLOT(L(w, i).mlp.gate_proj.weight)},
     TensorRow{"model.layers.{i}.mlp.gate_proj.bias", "mlp", true, SHAPE(c.intermediate_size), mlp_bias,
               SLOT(L(w, i).mlp.gate_proj.bias)},
-    TensorRow{"model.layers.{i}.mlp.up_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size), always,
-              SLOT(L(w, i).mlp.up_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.up_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size),
+              dense_ffn, SLOT(L(w, i).mlp.up_proj.weight)},
     TensorRow{"model.layers.{i}.mlp.up_proj.bias", "mlp", true, SHAPE(c.intermediate_size), mlp_bias,
               SLOT(L(w, i).mlp.up_proj.bias)},
     TensorRow{"model.layers.{i}.mlp.down_proj.weight", "mlp", true, SHAPE(c.hidden_size, c.intermediate_size),
-              always, SLOT(L(w, i).mlp.down_proj.weight)},
+              dense_ffn, SLOT(L(w, i).mlp.down_proj.weight)},
     TensorRow{"model.layers.{i}.mlp.down_proj.bias", "mlp", true, SHAPE(c.hidden_size), mlp_bias,
               SLOT(L(w, i).mlp.down_proj.bias)},
+    // Routed experts (qwen3_moe; checkpoint layout: one tensor per expert, as transformers 5.x saves them).
+    TensorRow{"model.layers.{i}.mlp.gate.weight", "moe", true, SHAPE(experts(c), c.hidden_size), moe_ffn,
+              SLOT(L(w, i).moe.router.weight)},
+    TensorRow{"model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "moe", true,
+              SHAPE(expert_width(c), c.hidden_size), moe_ffn, no_layer_slot, {}, nullptr, {}, EXPERT_SLOT(gate_proj)},
+    TensorRow{"model.layers.{i}.mlp.experts.{e}.up_proj.weight", "moe", true,
+              SHAPE(expert_width(c), c.hidden_size), moe_ffn, no_layer_slot, {}, nullptr, {}, EXPERT_SLOT(up_proj)},
+    TensorRow{"model.layers.{i}.mlp.experts.{e}.down_proj.weight", "moe", true,
+              SHAPE(c.hidden_size, expert_width(c)), moe_ffn, no_layer_slot, {}, nullptr, {}, EXPERT_SLOT(down_proj)},
     TensorRow{"model.layers.{i}.post_feedforward_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
               post_norm_block, SLOT(L(w, i).post_feedforward_layernorm)},
     TensorRow{"model.norm.weight", "norm", false, SHAPE(c.hidden_size), always,
@@ -118,11 +145,14 @@ const std::array kTensorTable{
 
 #undef SHAPE
 #undef SLOT
+#undef EXPERT_SLOT
 
-std::string expand(std::string_view pattern, int layer) {
+std::string expand(std::string_view pattern, int layer, int expert = -1) {
   std::string name(pattern);
   const auto at = name.find("{i}");
   if (at != std::string::npos) name.replace(at, 3, std::to_string(layer));
+  const auto e = name.find("{e}");
+  if (e != std::string::npos) name.replace(e, 3, std::to_string(expert));
   return name;
 }
 
@@ -130,7 +160,12 @@ std::string expand(std::string_view pattern, int layer) {
 
 std::span<const TensorRow> tensor_table() { return kTensorTable; }
 
-std::string tensor_name(const TensorRow& row, int layer) { return expand(row.pattern, layer); }
+std::string tensor_name(const TensorRow& row, int layer, int expert) { return expand(row.pattern, layer, expert); }
+
+Tensor& tensor_slot(DecoderWeights& w, const TensorSpec& spec) {
+  return spec.row->expert_slot != nullptr ? spec.row->expert_slot(w, spec.layer, spec.expert)
+                                          : spec.row->slot(w, spec.layer);
+}
 std::string tensor_alias(const TensorRow& row, int layer) {
   return row.alias.empty() ? std::string() : expand(row.alias, layer);
 }
@@ -149,7 +184,12 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& config) {
     for (int i = 0; i < layers; ++i) {
       const int layer = row.per_layer ? i : -1;
       if (!row.present(config, layer)) continue;
-      out.push_back({tensor_name(row, i), std::string(row.group), row.shape(config), &row, layer});
+      if (row.expert_slot == nullptr) {
+        out.push_back({tensor_name(row, i), std::string(row.group), row.shape(config), &row, layer});
+        continue;
+      }
+      for (int e = 0; e < static_cast<int>(config.moe->num_experts); ++e)
+        out.push_back({tensor_name(row, i, e), std::string(row.group), row.shape(config), &row, layer, e});
     }
   }
   std::stable_sort(out.begin(), out.end(), [&](const TensorSpec& a, const TensorSpec& b) { return order(a) < order(b); });

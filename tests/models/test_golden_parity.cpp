@@ -5,7 +5,9 @@
 // sizes (K ≤ 128) stays around 1e-7–1e-6 relative.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "models/model.h"
 #include "support/golden.h"
@@ -21,10 +23,19 @@ constexpr double kMaxRelError = 1e-5;
 // following layers and the final RMSNorm, measured 9.6e-6 on olmo_hybrid_tiny. The [gdn] issue's bound is 1e-4.
 constexpr double kMaxRelErrorHybrid = 1e-4;
 
+// Cases whose golden script exists but whose files the coordinator has not generated and committed yet (GPU machine):
+// skipped, with the command, while their directory is absent. Once committed, delete the name here: from then on a
+// missing file fails like every other case.
+const std::set<std::string> kAwaitingGeneration = {"olmo_hybrid_dv2", "qwen3_moe_tiny", "qwen3_moe_step2"};
+
 class GoldenParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenParity, LogitsAndCapturePointsMatchHF) {
   const std::string case_name = GetParam();
+  if (kAwaitingGeneration.count(case_name) && !std::filesystem::exists(test::golden_dir(case_name)))
+    GTEST_SKIP() << case_name << " not generated yet: python3 tools/goldens/"
+                 << (case_name == "olmo_hybrid_dv2" ? "make_gdn_goldens.py" : "make_goldens.py")
+                 << " --out tests/golden --only " << case_name << " (GPU machine), then commit it";
   const SafetensorsFile golden = test::open_golden(case_name);
   Model model = Model::load(test::golden_dir(case_name));
   const TokenBatch batch = test::golden_batch(golden);
@@ -61,6 +72,7 @@ TEST_P(GoldenParity, LogitsAndCapturePointsMatchHF) {
 
 INSTANTIATE_TEST_SUITE_P(HF, GoldenParity,
                          ::testing::Values("qwen3_tied", "qwen3_untied", "qwen3_yarn", "granite",
-                                           "olmo_hybrid_tiny"));
+                                           "olmo_hybrid_tiny", "olmo_hybrid_dv2", "qwen3_moe_tiny",
+                                           "qwen3_moe_step2"));
 
 }  // namespace

@@ -4,6 +4,8 @@
     python3 tools/goldens/make_gdn_goldens.py --out tests/golden [--only CASE ...]
 
 Cases: olmo_hybrid_tiny (whole OlmoHybridForCausalLM, save_pretrained dir + per-layer captures),
+olmo_hybrid_dv2 (the same with linear_value_head_dim = 2 x linear_key_head_dim: the saved conv pieces are equal
+torch.chunk thirds, not [Dk, Dk, Dv]),
 qwen3_5_gdn and qwen3_5_gdn_grouped (Qwen3_5GatedDeltaNet alone, forward + backward).
 
 HF layout facts (read in transformers 5.17: models/olmo_hybrid/{modeling,configuration}_olmo_hybrid.py,
@@ -17,7 +19,7 @@ OLMo-Hybrid GDN module (model.layers.{i}.linear_attn.): q_proj, k_proj [Hk*dk, D
   h += post_feedforward_layernorm(mlp(h)); q_norm / k_norm are RMSNorms over the whole Hq*hd / Hkv*hd projection.
   save_pretrained (default save_original_format=True) reverts conversion_mapping["olmo_hybrid"] = Hub layout:
   conv1d.weight -> q_conv1d.weight [Hk*dk,1,K], k_conv1d.weight [Hk*dk,1,K], v_conv1d.weight [Hv*dv,1,K]
-  (torch.chunk into 3 EQUAL parts, so this script keeps Hk*dk == Hv*dv); input_layernorm -> attention_layer_norm;
+  (torch.chunk into 3 EQUAL parts: right only when Hk*dk == Hv*dv; olmo_hybrid_dv2 records the other case); input_layernorm -> attention_layer_norm;
   post_attention_layernorm -> feedforward_layer_norm in EVERY layer (attention layers too, although the Hub
   converter keeps post_attention_layernorm there). Saved names/shapes: printed, and metadata "saved_tensors".
 Qwen3.5 GDN (Qwen3_5GatedDeltaNet): in_proj_qkv [2*Hk*dk + Hv*dv, D] flat [q_all | k_all | v_all] (no per-k-head
@@ -115,7 +117,10 @@ def print_tensors(tensors):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def case_olmo_hybrid_tiny(out_dir):
+def case_olmo_hybrid_tiny(out_dir, case="olmo_hybrid_tiny", key_head_dim=16, value_head_dim=16):
+    """The whole model. With value_head_dim != key_head_dim (olmo_hybrid_dv2: d_v = 2 d_k, the real model's ratio),
+    save_pretrained cuts the fused conv1d into three EQUAL torch.chunk pieces whose boundaries are not [Dk, Dk, Dv]:
+    the golden directory then holds exactly that layout, which the C++ loader must re-cut (families.md section 7)."""
     from transformers import OlmoHybridConfig, OlmoHybridForCausalLM
     from transformers.models.olmo_hybrid import modeling_olmo_hybrid as mod
     from safetensors import safe_open
@@ -127,8 +132,8 @@ def case_olmo_hybrid_tiny(out_dir):
         num_key_value_heads=2, hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-6,
         pad_token_id=None, bos_token_id=None, eos_token_id=None, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, layer_types=layer_types,
-        linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_conv_kernel_dim=4, linear_allow_neg_eigval=True, use_cache=False, attn_implementation="eager")
+        linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=key_head_dim,
+        linear_value_head_dim=value_head_dim, linear_conv_kernel_dim=4, linear_allow_neg_eigval=True, use_cache=False, attn_implementation="eager")
     torch.manual_seed(SEED)
     config = OlmoHybridConfig(**cfg_kwargs)
     model = OlmoHybridForCausalLM(config).float().eval()
@@ -136,7 +141,9 @@ def case_olmo_hybrid_tiny(out_dir):
     assert list(model.config.layer_types) == layer_types, model.config.layer_types
     gdn0 = model.model.layers[0].linear_attn
     assert type(gdn0).__name__ == "OlmoHybridGatedDeltaNet" and gdn0.allow_neg_eigval is True
-    assert gdn0.key_dim == gdn0.value_dim, "save_pretrained splits conv1d into 3 equal chunks"
+    conv_dim = 2 * gdn0.key_dim + gdn0.value_dim
+    if key_head_dim == value_head_dim:
+        assert gdn0.key_dim == gdn0.value_dim, "save_pretrained splits conv1d into 3 equal chunks"
     assert model.model.rotary_emb is not None, "RoPE expected on (rope_theta set)"
     gen = torch.Generator().manual_seed(SEED)
     reinit_(model, gen)
@@ -195,6 +202,14 @@ def case_olmo_hybrid_tiny(out_dir):
     print(f"  saved {sorted(os.listdir(out_dir))}; tensors:")
     for k in sorted(saved):
         print(f"    {k:52s} {saved[k][0]:8s} {saved[k][1]}")
+    saved_conv_rows = [saved[f"model.layers.0.linear_attn.{p}_conv1d.weight"][1][0] for p in "qkv"]
+    exact_rows = [gdn0.key_dim, gdn0.key_dim, gdn0.value_dim]
+    print(f"  saved q/k/v_conv1d rows {saved_conv_rows}; [Dk, Dk, Dv] = {exact_rows}; fused conv {conv_dim}")
+    if sum(saved_conv_rows) != conv_dim:
+        raise RuntimeError("saved conv pieces do not add up to the fused conv")
+    if key_head_dim != value_head_dim and saved_conv_rows == exact_rows:
+        print("  NOTE: this transformers saves the conv cut at [Dk, Dk, Dv]; the golden no longer covers the "
+              "equal-chunk layout")
     if any(v[0] != "float32" for v in saved.values()):
         raise RuntimeError("saved weights are not all float32")
     reloaded = OlmoHybridForCausalLM.from_pretrained(out_dir, dtype=torch.float32, attn_implementation="eager").eval()
@@ -208,7 +223,8 @@ def case_olmo_hybrid_tiny(out_dir):
     for i in range(len(layer_types)):
         for key in ("attn_in", "attn_delta", "attn_out", "mlp_delta", "mixer_out"):
             tensors[f"{key}.{i}"] = run1[f"{key}.{i}"]
-    write_golden(out_dir, "olmo_hybrid_tiny", tensors, meta(
+    write_golden(out_dir, case, tensors, meta(
+        saved_conv_rows=saved_conv_rows, exact_conv_rows=exact_rows,
         hf_class="OlmoHybridForCausalLM", config_class="OlmoHybridConfig", gdn_class=type(gdn0).__name__,
         config_kwargs=cfg_kwargs, layer_types=layer_types,
         linear_allow_neg_eigval=True, beta_scale=2.0, gdn_o_norm_eps=gdn0.o_norm.variance_epsilon,
@@ -317,6 +333,7 @@ def gdn_module_case(out_dir, case, num_k_heads, num_v_heads):
 
 CASES = {
     "olmo_hybrid_tiny": case_olmo_hybrid_tiny,
+    "olmo_hybrid_dv2": lambda out: case_olmo_hybrid_tiny(out, "olmo_hybrid_dv2", key_head_dim=8, value_head_dim=16),
     "qwen3_5_gdn": lambda out: gdn_module_case(out, "qwen3_5_gdn", num_k_heads=4, num_v_heads=4),
     "qwen3_5_gdn_grouped": lambda out: gdn_module_case(out, "qwen3_5_gdn_grouped", num_k_heads=2, num_v_heads=4),
 }

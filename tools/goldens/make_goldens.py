@@ -15,7 +15,8 @@ golden.safetensors (see golden_io.py) holding:
     logits        [2, 19, 320]    after Granite's logits_scaling
 Everything runs on the CPU in float32, eager attention, fixed seeds: reruns give identical files. The golden is
 computed by a model loaded back from the saved directory (dtype float32), so the saved files are what is tested;
-qwen3_untied saves bfloat16 weights to exercise the bf16 -> f32 load path.
+qwen3_untied saves bfloat16 weights to exercise the bf16 -> f32 load path. qwen3_moe_* hold routed experts; for
+them mlp_delta.i is the whole MoE block's output (Σ over the chosen experts).
 Non-goals: GPU numerics, generation, padding/masking variants.
 """
 import argparse
@@ -55,6 +56,21 @@ CASES = {
                     rope_parameters={"rope_type": "yarn", "rope_theta": 10.0, "factor": 4.0,
                                      "original_max_position_embeddings": 16}),
     ),
+    # Routed experts (Qwen3-MoE): several experts, top-k > 1, GQA 4:2, dense layers by mlp_only_layers or by the
+    # sparse step. Router weights are drawn wider than the rest (ROUTER_STD) so the top-k choice is clear-cut: a
+    # near tie would let HF and hybridlm pick different experts on rounding alone.
+    "qwen3_moe_tiny": dict(
+        model_type="qwen3_moe", layers=4, save_dtype=torch.float32, seed=1005,
+        config=dict(head_dim=HEAD_DIM, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=3,
+                    moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0],
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    ),
+    "qwen3_moe_step2": dict(
+        model_type="qwen3_moe", layers=4, save_dtype=torch.float32, seed=1006,
+        config=dict(head_dim=HEAD_DIM, tie_word_embeddings=False, num_experts=6, num_experts_per_tok=2,
+                    moe_intermediate_size=24, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[],
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    ),
     "granite": dict(
         model_type="granite", layers=2, save_dtype=torch.float32, seed=1004,
         config=dict(tie_word_embeddings=False, mlp_bias=False, embedding_multiplier=6.0, residual_multiplier=0.3,
@@ -68,15 +84,23 @@ def model_classes(model_type):
     if model_type == "qwen3":
         from transformers import Qwen3Config, Qwen3ForCausalLM
         return Qwen3Config, Qwen3ForCausalLM
+    if model_type == "qwen3_moe":
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        return Qwen3MoeConfig, Qwen3MoeForCausalLM
     if model_type == "granite":
         from transformers import GraniteConfig, GraniteForCausalLM
         return GraniteConfig, GraniteForCausalLM
     raise ValueError(f"unknown model_type {model_type}")
 
 
+ROUTER_STD = 0.5
+
+
 def reinit_parameters(model, seed):
     """Every parameter redrawn so the goldens are sensitive to each: Linear/Embedding weights ~ N(0, 0.08),
-    biases ~ N(0, 0.05), RMSNorm weights = 1 + N(0, 0.1). Fails if a parameter is left untouched."""
+    biases ~ N(0, 0.05), RMSNorm weights = 1 + N(0, 0.1); MoE router weights ~ N(0, ROUTER_STD), stacked expert
+    weights (transformers 5.x *Experts: gate_up_proj, down_proj) ~ N(0, 0.08). Fails if a parameter is left
+    untouched."""
     gen = torch.Generator().manual_seed(seed)
     touched = set()
     with torch.no_grad():
@@ -85,12 +109,19 @@ def reinit_parameters(model, seed):
                 draws = {"weight": (0.0, 0.08), "bias": (0.0, 0.05)}
             elif type(module).__name__.endswith("RMSNorm"):
                 draws = {"weight": (1.0, 0.1)}
+            elif type(module).__name__.endswith("Router"):
+                draws = {"weight": (0.0, ROUTER_STD)}
+            elif type(module).__name__.endswith("Experts"):
+                draws = {"gate_up_proj": (0.0, 0.08), "down_proj": (0.0, 0.08)}
             else:
                 continue
             for pname, param in module.named_parameters(recurse=False):
                 if id(param) in touched:
                     continue  # a tied weight: drawn once, through its first owner
-                mean, std = draws[pname]
+                if module_name.endswith(".mlp.gate") and pname == "weight":
+                    mean, std = 0.0, ROUTER_STD  # an nn.Linear router (older transformers)
+                else:
+                    mean, std = draws[pname]
                 param.copy_(mean + std * torch.randn(param.shape, generator=gen, dtype=torch.float32))
                 touched.add(id(param))
     missed = [name for name, p in model.named_parameters() if id(p) not in touched]
@@ -115,6 +146,8 @@ def build_and_save(case, spec, case_dir):
         shutil.rmtree(case_dir)
     os.makedirs(case_dir)
     model.to(spec["save_dtype"]).save_pretrained(case_dir)
+    if spec["model_type"] == "qwen3_moe":
+        check_moe_checkpoint(model, case_dir)
     gen_config = os.path.join(case_dir, "generation_config.json")
     if os.path.exists(gen_config):
         os.remove(gen_config)
@@ -130,6 +163,28 @@ def build_and_save(case, spec, case_dir):
         if p.dtype != torch.float32:
             raise RuntimeError(f"{name} loaded as {p.dtype}")
     return loaded, size
+
+
+def check_moe_checkpoint(model, case_dir):
+    """hybridlm reads the on-disk expert layout, one tensor per expert (mlp.experts.{e}.{gate,up,down}_proj.weight,
+    mlp.gate.weight), which save_pretrained writes by reverting transformers 5.x's stacking: fail here, not in the C++
+    test, if this transformers saves otherwise. Prints which layers are MoE."""
+    from safetensors import safe_open
+    cfg = model.config
+    with safe_open(os.path.join(case_dir, "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    moe_layers = [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+    for i in moe_layers:
+        want = [f"model.layers.{i}.mlp.gate.weight"] + [
+            f"model.layers.{i}.mlp.experts.{e}.{p}.weight" for e in range(cfg.num_experts)
+            for p in ("gate_proj", "up_proj", "down_proj")]
+        missing = [n for n in want if n not in names]
+        if missing:
+            raise RuntimeError(f"saved checkpoint lacks per-expert tensors, e.g. {missing[:3]}; it holds "
+                               f"{sorted(n for n in names if f'layers.{i}.mlp' in n)[:6]}")
+    print(f"  MoE layers {moe_layers} of {cfg.num_hidden_layers}: {cfg.num_experts} experts, top-"
+          f"{cfg.num_experts_per_tok}, norm_topk_prob={cfg.norm_topk_prob}; per-expert tensors saved", flush=True)
+    return moe_layers
 
 
 def record(model, input_ids, attention_mask):
@@ -198,6 +253,22 @@ def check_structure(model, captured, logits, input_ids):
         raise RuntimeError(f"logits has shape {tuple(logits.shape)}")
 
 
+def topk_margins(model, captured):
+    """Per MoE layer, the smallest over tokens of p_(k) - p_(k+1) (sorted router softmax): the rounding slack
+    before another implementation could choose a different expert set."""
+    cfg = model.config
+    out = []
+    for i, layer in enumerate(model.model.layers):
+        if not hasattr(layer.mlp, "experts"):
+            continue
+        x = layer.post_attention_layernorm(captured[f"attn_out.{i}"]).reshape(-1, cfg.hidden_size)
+        p = torch.softmax(torch.nn.functional.linear(x, layer.mlp.gate.weight), dim=-1, dtype=torch.float32)
+        top = torch.sort(p, dim=-1, descending=True).values
+        k = cfg.num_experts_per_tok
+        out.append(round((top[:, k - 1] - top[:, k]).min().item(), 6) if k < cfg.num_experts else 1.0)
+    return out
+
+
 def run_case(case, spec, out_dir):
     case_dir = os.path.join(out_dir, case)
     model, size = build_and_save(case, spec, case_dir)
@@ -212,6 +283,11 @@ def run_case(case, spec, out_dir):
         raise RuntimeError(f"logits with hooks differ from a plain forward by {hook_vs_plain}")
     check_structure(model, captured, logits, input_ids)
     tensors = {"input_ids": input_ids, "logits": logits, **captured}
+    if spec["model_type"] == "qwen3_moe":
+        margins = topk_margins(model, captured)
+        print(f"  smallest gap between the k-th and (k+1)-th router probability per layer: {margins}", flush=True)
+        if min(margins) < 1e-4:
+            raise RuntimeError("a near tie in the router's top-k: pick another seed or a wider ROUTER_STD")
     write_golden(case_dir, case, tensors, extra_metadata={
         "model_type": spec["model_type"], "num_hidden_layers": spec["layers"],
         "saved_weights_dtype": str(spec["save_dtype"]).split(".")[-1], "seed": spec["seed"]})

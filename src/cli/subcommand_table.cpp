@@ -8,8 +8,9 @@ void add_study_command(CLI::App& app, std::function<int()>& action);  // cmd_stu
 void add_scaling_command(CLI::App& app, std::function<int()>& action);  // cmd_scaling.cpp
 void add_niah_command(CLI::App& app, std::function<int()>& action);   // cmd_niah.cpp
 void add_synth_command(CLI::App& app, std::function<int()>& action);  // cmd_synth.cpp
+void add_routing_command(CLI::App& app, std::function<int()>& action);  // cmd_routing.cpp
 
-static const std::array<SubcommandEntry, 18> kSubcommands{{
+static const std::array<SubcommandEntry, 19> kSubcommands{{
     {"inspect", add_inspect_command},
     {"run", add_run_command},
     {"convert", add_convert_command},
@@ -23,6 +24,7 @@ static const std::array<SubcommandEntry, 18> kSubcommands{{
     {"tokstats", add_tokstats_command},
     {"align", add_align_command},
     {"locality", add_locality_command},
+    {"routing", add_routing_command},
     {"study", add_study_command},
     {"scaling", add_scaling_command},
     {"generate", add_generate_command},

@@ -12,6 +12,7 @@
 # regressions), fuzz-crashes/<t>/ (inputs that broke the contract: copy each into fuzz/regressions/<t>/ once fixed),
 # fuzz-logs/<t>.log; one line per run is appended to fuzz-stats.tsv:
 #   date  target  seconds  executions  exec/s  corpus files  new crash files  exit status
+# and one to fuzz/ledger.tsv (the running total of all runs, committed), whose table in docs/reliability.md is rewritten.
 # Exit status: 0 when no target found anything, 1 otherwise.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,13 +45,18 @@ for t in "${targets[@]}"; do
   secs=$(( $(date +%s) - start ))
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
   rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
+  units=$(grep -oE 'stat::new_units_added: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
   new=$(( $(ls "$crashes" | wc -l) - before ))
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$secs" "${execs:-?}" "${rate:-?}" \
+  now="$(date -u +%FT%TZ)"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$now" "$t" "$secs" "${execs:-?}" "${rate:-?}" \
     "$(ls "$corpus" | wc -l)" "$new" "$rc" >>"$STATS"
+  # The running total of every run, here and on the GPU machine (fuzz/ledger.tsv, table in docs/reliability.md).
+  python3 "$ROOT/fuzz/ledger.py" add here "$t" "$secs" "${execs:-?}" "${units:-?}" "$new" "run_fuzzers $now"
   echo "fuzz_$t: ${secs}s, ${execs:-?} executions (${rate:-?}/s), exit $rc, new crash files: $new"
   if [ "$rc" -ne 0 ] || [ "$new" -gt 0 ]; then
     found=1
     grep -E "ERROR: |SUMMARY: |hybridlm fuzz finding|runtime error" "$log" | head -5 | sed 's/^/  /'
   fi
 done
+python3 "$ROOT/fuzz/ledger.py" doc
 exit $found

@@ -108,6 +108,18 @@ TEST(OlmoHybridConvLayout, EqualThirdsAsTransformersSavesLoadLikeExactCut) {
       for (int64_t j = 0; j < x->numel(); ++j) ASSERT_EQ(x->f32()[j], y->f32()[j]) << "layer " << i << " at " << j;
     }
   }
+  // `inspect` lists the stored pieces and says they were re-cut.
+  const auto inspect = test::run_hybridlm("inspect " + hf_dir.string() + " --json");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  bool listed = false;
+  const nlohmann::json report = nlohmann::json::parse(inspect.out);
+  for (const auto& t : report["tensors"])
+    if (t["name"] == "model.layers.0.linear_attn.q_conv1d.weight") {
+      EXPECT_EQ(t["shape"], nlohmann::json({thirds[0], 1, 4}));
+      EXPECT_EQ(t["recut_from"].size(), 3u);
+      listed = true;
+    }
+  EXPECT_TRUE(listed) << inspect.out;
   const Tensor la = exact.forward(batch(), {.all_logits = true});
   const Tensor lb = hf.forward(batch(), {.all_logits = true});
   ASSERT_EQ(la.numel(), lb.numel());

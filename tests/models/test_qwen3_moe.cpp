@@ -342,3 +342,27 @@ TEST(Qwen3Moe, InspectReportsExpertsAndActiveParameters) {
   EXPECT_EQ(j["moe"]["experts_per_token"], 3);
   EXPECT_EQ(j["model_type"], "qwen3_moe");
 }
+
+// `hybridlm generate` (CPU engine: KV cache, chunked prefill, one-token decode) on a qwen3_moe model: each greedy
+// token equals the argmax of a full forward over the prompt and the tokens before it (the expert FFN is per token,
+// so the cached decode must agree).
+TEST(Qwen3Moe, GreedyGenerateMatchesFullForward) {
+  const ModelConfig c = parse_model_config(moe_config(false), "test");
+  Model model = Model::create(c, 31);
+  test::ScratchDir scratch("qwen3-moe-generate");
+  model.save(scratch.path());
+  const auto r = test::run_hybridlm("generate " + scratch.path().string() +
+                                    " --tokenizer bytes --ids 5,17,110,3 --max-new-tokens 6 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto generated = nlohmann::json::parse(r.out)["ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(generated.size(), 6u) << r.out;
+  std::vector<int32_t> seq{5, 17, 110, 3};
+  for (int32_t next : generated) {
+    TokenBatch b;
+    b.add_sequence(seq);
+    const Tensor logits = model.forward(b);  // last token's logits [1, V]
+    const float* l = logits.f32();
+    EXPECT_EQ(next, static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l)) << "after " << seq.size();
+    seq.push_back(next);
+  }
+}

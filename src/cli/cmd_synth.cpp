@@ -7,6 +7,7 @@
 #include "cli/train_device_cli.h"
 #include "core/error.h"
 #include "evals/synth/synth_run.h"
+#include "models/json_file.h"
 
 #ifdef HLM_WITH_CUDA
 #include <cuda_profiler_api.h>
@@ -21,6 +22,7 @@ namespace {
 
 struct SynthCliOptions {
   std::string config, out, device = "cpu", precision = "fp32", profile_steps;
+  std::vector<std::string> tasks;  // replaces the config's `tasks` when given
 };
 
 struct SynthGenCliOptions {
@@ -28,7 +30,7 @@ struct SynthGenCliOptions {
   int64_t n = 0, m = 0, count = 1, max_address = SynthConfig{}.max_address;
   uint64_t seed = 0;
   int variables = kSynthVariables;
-  bool no_undo = false;
+  bool no_undo = false, swap_delimiter = false;
 };
 
 #ifdef HLM_WITH_CUDA
@@ -105,7 +107,9 @@ SynthDevice synth_device_for(const SynthCliOptions& o) {
 int run_synth(const SynthCliOptions& o) {
   HLM_CHECK_INPUT(!o.config.empty(), "synth: --config is required (or use `hybridlm synth gen`)");
   HLM_CHECK_INPUT(!o.out.empty(), "synth: --out is required");
-  const SynthConfig config = synth_config_load(o.config);
+  nlohmann::json config_json = json_file_read(o.config);
+  if (!o.tasks.empty() && config_json.is_object()) config_json["tasks"] = o.tasks;
+  const SynthConfig config = synth_config_parse(config_json, o.tasks.empty() ? o.config : o.config + " (with --tasks)");
   SynthRunOptions run_options{o.out, synth_device_for(o)};
   std::printf("synth: resolved config (saved as %s/config.json):\n%s\n", o.out.c_str(),
               synth_config_to_json(config).dump(2).c_str());
@@ -127,7 +131,7 @@ int run_synth_gen(const SynthGenCliOptions& o) {
   const SynthSplit split = o.split == "train" ? SynthSplit::Train : SynthSplit::Eval;
   for (int64_t i = 0; i < o.count; ++i) {
     const SynthItem item = synth_generate(task, o.n, o.m, {o.seed, split, static_cast<uint64_t>(i)}, vocab,
-                                          {o.no_undo, o.variables});
+                                          {o.no_undo, o.variables, o.swap_delimiter});
     std::printf("%s\n", synth_item_json(item).c_str());
   }
   return 0;
@@ -151,9 +155,14 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
       "  echo '{\"tasks\":[\"recall\"],\"architectures\":[\"transformer\",\"gdn_neg\"],\"steps\":300}' > s.json\n"
       "  hybridlm synth --config s.json --out runs/synth_small\n"
       "  hybridlm synth --config configs/synth/table14.json --out runs/synth_gpu --device cuda\n"
+      "  hybridlm synth --config configs/synth/table14-long.json --out runs/synth_long --device cuda --precision bf16\n"
       "  hybridlm synth gen --task state_based_recall --n 8 --m 16 --count 3 --seed 1");
   cmd->add_option("--config", o->config, "Sweep config (JSON)");
   cmd->add_option("--out", o->out, "Output directory (created; reused to resume)");
+  cmd->add_option("--tasks", o->tasks,
+                  "Comma-separated tasks replacing the config's `tasks` (e.g. one process per task, each with its own "
+                  "--out)")
+      ->delimiter(',');
   cmd->add_option("--device", o->device,
                   "cpu, or cuda (GPU 0: the GPU trainer's steps and the GPU forward for evaluation; needs a build "
                   "with the CUDA backend)")
@@ -177,7 +186,8 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
       "Examples:\n"
       "  hybridlm synth gen --task state_tracking --n 4 --count 2 --seed 7\n"
       "  hybridlm synth gen --task recall --m 16 --count 5\n"
-      "  hybridlm synth gen --task state_based_recall --n 8 --m 8 --count 3 --split eval");
+      "  hybridlm synth gen --task state_based_recall --n 8 --m 8 --count 3 --split eval\n"
+      "  hybridlm synth gen --task state_tracking --n 3 --count 1 --swap-delimiter");
   gen->add_option("--task", g->task, "state_tracking | recall | state_based_recall")->required();
   gen->add_option("--n", g->n, "Swaps (state_tracking, state_based_recall)")->capture_default_str();
   gen->add_option("--m", g->m, "Bit-array size (recall, state_based_recall)")->capture_default_str();
@@ -186,6 +196,7 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
   gen->add_option("--split", g->split, "train | eval (independent RNG streams)")->capture_default_str();
   gen->add_option("--max-address", g->max_address, "Address tokens 0..max_address-1")->capture_default_str();
   gen->add_flag("--no-undo", g->no_undo, "Forbid a swap repeating the previous swap's pair");
+  gen->add_flag("--swap-delimiter", g->swap_delimiter, "OPS before every swap pair, not only the first");
   gen->add_option("--variables", g->variables, "Pointer variables V in 2..5 (2: state tracking = parity)")
       ->capture_default_str();
   gen->callback([g, &action] { action = [g] { return run_synth_gen(*g); }; });

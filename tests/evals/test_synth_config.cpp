@@ -121,3 +121,22 @@ TEST(SynthConfig, ShippedTable14ConfigIsTheDefaults) {
   const SynthConfig shipped = synth_config_load(std::string(HLM_GOLDEN_DIR) + "/../../configs/synth/table14.json");
   EXPECT_EQ(nlohmann::json(synth_config_to_json(shipped)), nlohmann::json(synth_config_to_json(SynthConfig{})));
 }
+
+// The curriculum's largest training difficulty: from train_min up to train_max over the first share of the steps,
+// then train_max; off (0) means train_max from the first step. Out-of-range shares are input errors.
+TEST(SynthConfig, CurriculumRampsTheLargestDifficulty) {
+  SynthConfig c = synth_config_parse(
+      nlohmann::json::parse(R"({"train_min": 2, "train_max": 32, "steps": 1000, "curriculum": 0.5})"), "cfg.json");
+  EXPECT_EQ(synth_train_difficulty_max(c, 1), 3);    // 2 + ⌈30 · 1 / 500⌉
+  EXPECT_EQ(synth_train_difficulty_max(c, 250), 17); // halfway up the ramp
+  EXPECT_EQ(synth_train_difficulty_max(c, 499), 32);
+  EXPECT_EQ(synth_train_difficulty_max(c, 500), 32);
+  EXPECT_EQ(synth_train_difficulty_max(c, 1000), 32);
+  for (int64_t s = 2; s <= 1000; ++s)
+    EXPECT_GE(synth_train_difficulty_max(c, s), synth_train_difficulty_max(c, s - 1)) << s;
+  c.curriculum = 0.0;
+  EXPECT_EQ(synth_train_difficulty_max(c, 1), 32);
+  EXPECT_NE(error_of({{"curriculum", 1.5}}).find("curriculum"), std::string::npos);
+  EXPECT_NE(error_of({{"curriculum", -0.1}}).find("curriculum"), std::string::npos);
+  EXPECT_NE(error_of({{"swap_delimiter", 1}}).find("swap_delimiter"), std::string::npos);
+}

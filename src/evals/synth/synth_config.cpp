@@ -2,6 +2,7 @@
 #include "evals/synth/synth_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -81,6 +82,12 @@ const std::vector<Field>& fields() {
       field("no_undo", "bool", &SynthConfig::no_undo, "forbid a swap that repeats the previous swap's pair"),
       field("variables", "int", &SynthConfig::variables,
             "pointer variables V in 2..5 (paper: 5; 2 turns state tracking into parity of n)"),
+      field("swap_delimiter", "bool", &SynthConfig::swap_delimiter,
+            "OPS before every swap pair, not only the first (one swap per 'line', as the paper's program); "
+            "without it a model must count pair positions to read the swaps"),
+      field("curriculum", "number", &SynthConfig::curriculum,
+            "share of the steps over which the largest training difficulty grows linearly from train_min to "
+            "train_max (items uniform up to it); 0 = off"),
       field("steps", "int", &SynthConfig::steps, "optimizer steps per (task, architecture)"),
       field("batch_size", "int", &SynthConfig::batch_size, "items per step"),
       field("lr", "number", &SynthConfig::lr, "peak learning rate (AdamW)"),
@@ -132,6 +139,7 @@ void validate(const SynthConfig& c, const std::string& source) {
   HLM_CHECK_INPUT(c.lr > 0, at("lr"), ": must be > 0");
   HLM_CHECK_INPUT(c.min_lr >= 0 && c.min_lr <= c.lr, at("min_lr"), ": must be in [0, lr]");
   HLM_CHECK_INPUT(c.warmup_fraction >= 0 && c.warmup_fraction <= 1, at("warmup_fraction"), ": must be in [0, 1]");
+  HLM_CHECK_INPUT(c.curriculum >= 0 && c.curriculum <= 1, at("curriculum"), ": must be in [0, 1], got ", c.curriculum);
   HLM_CHECK_INPUT(c.weight_decay >= 0, at("weight_decay"), ": must be ≥ 0");
   HLM_CHECK_INPUT(c.clip > 0, at("clip"), ": must be > 0");
   positive(c.eval_items, "eval_items");
@@ -204,6 +212,13 @@ int64_t synth_state_based_recall_m(const SynthConfig& c, int64_t n) {
   return c.state_based_recall_m > 0 ? c.state_based_recall_m : std::max<int64_t>(n, c.variables);
 }
 
+int64_t synth_train_difficulty_max(const SynthConfig& c, int64_t step) {
+  const int64_t ramp = static_cast<int64_t>(std::ceil(c.curriculum * static_cast<double>(c.steps)));
+  if (ramp <= 0 || step >= ramp) return c.train_max;
+  const int64_t span = c.train_max - c.train_min;
+  return std::min(c.train_max, c.train_min + (span * std::max<int64_t>(step, 1) + ramp - 1) / ramp);
+}
+
 int64_t synth_max_sequence_length(const SynthConfig& c, SynthTask task) {
   int64_t longest = 0;
   std::vector<int64_t> ds = c.eval_difficulties;
@@ -213,7 +228,7 @@ int64_t synth_max_sequence_length(const SynthConfig& c, SynthTask task) {
     const int64_t m = task == SynthTask::Recall ? d
                       : task == SynthTask::StateBasedRecall ? synth_state_based_recall_m(c, d)
                                                             : 0;
-    longest = std::max(longest, synth_sequence_length(task, n, m, static_cast<int>(c.variables)));
+    longest = std::max(longest, synth_sequence_length(task, n, m, static_cast<int>(c.variables), c.swap_delimiter));
   }
   return longest;
 }

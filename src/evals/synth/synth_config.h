@@ -35,7 +35,12 @@ struct SynthConfig {
   int64_t state_based_recall_m = 0;            // 0: m = max(n, V) (the main sweep's m = n); else a fixed m
   bool no_undo = false;                        // forbid a swap repeating the previous swap's pair
   int64_t variables = 5;                       // pointer variables V (2..5); 2 makes state tracking parity
-  SynthGenOptions gen_options() const { return {no_undo, static_cast<int>(variables)}; }
+  bool swap_delimiter = false;                 // OPS before every swap pair (synth_task.h's encoding note)
+  SynthGenOptions gen_options() const { return {no_undo, static_cast<int>(variables), swap_delimiter}; }
+  // Curriculum: over the first `curriculum` share of the steps the largest training difficulty grows linearly from
+  // train_min to train_max (step s draws uniformly from [train_min, d_max(s)]); 0 = off (uniform over the whole range
+  // from the first step). See synth_train_difficulty_max().
+  double curriculum = 0.0;
   // Training.
   int64_t steps = 2000;
   int64_t batch_size = 64;   // items per step
@@ -63,6 +68,9 @@ std::string synth_config_fields_text();
 std::vector<std::string> synth_hybrid_layer_types(const SynthConfig& config);
 // The array size m of a state-based-recall item with n swaps (state_based_recall_m, or max(n, variables)).
 int64_t synth_state_based_recall_m(const SynthConfig& config, int64_t n);
+// The largest training difficulty at step s (1-based) under the curriculum: train_min + ⌈(train_max − train_min) ·
+// s / ⌈curriculum · steps⌉⌉, capped at train_max; train_max when the curriculum is off or over.
+int64_t synth_train_difficulty_max(const SynthConfig& config, int64_t step);
 // Input length of the longest item (training or evaluation) the config asks for, for `task`.
 int64_t synth_max_sequence_length(const SynthConfig& config, SynthTask task);
 

@@ -61,14 +61,16 @@ uint64_t item_stream(SynthTask task, int64_t n, int64_t m, const SynthItemKey& k
   return h;
 }
 
-void append_program(SynthItem& item, const SynthVocab& vocab) {
+void append_program(SynthItem& item, const SynthVocab& vocab, bool swap_delimiter) {
   item.tokens.push_back(SynthVocab::kInit);
   for (int v = 0; v < item.variables; ++v) {
     item.tokens.push_back(vocab.var(v));
     item.tokens.push_back(vocab.addr(item.init[static_cast<size_t>(v)]));
   }
   item.tokens.push_back(SynthVocab::kOps);
-  for (const auto& [x, y] : item.swaps) {
+  for (size_t s = 0; s < item.swaps.size(); ++s) {
+    const auto [x, y] = item.swaps[s];
+    if (swap_delimiter && s > 0) item.tokens.push_back(SynthVocab::kOps);
     item.tokens.push_back(vocab.var(x));
     item.tokens.push_back(vocab.var(y));
   }
@@ -99,11 +101,12 @@ int32_t SynthVocab::addr(int64_t i) const {
   return static_cast<int32_t>(kAddr0 + i);
 }
 
-int64_t synth_sequence_length(SynthTask task, int64_t n, int64_t m, int variables) {
+int64_t synth_sequence_length(SynthTask task, int64_t n, int64_t m, int variables, bool swap_delimiter) {
+  const int64_t delimiters = swap_delimiter ? std::max<int64_t>(n - 1, 0) : 0;  // OPS before pairs 2..n
   switch (task) {
-    case SynthTask::StateTracking: return 2 * n + 2 * variables + 4;
+    case SynthTask::StateTracking: return 2 * n + 2 * variables + 4 + delimiters;
     case SynthTask::Recall: return m + 2;
-    case SynthTask::StateBasedRecall: return m + 2 * n + 2 * variables + 4;
+    case SynthTask::StateBasedRecall: return m + 2 * n + 2 * variables + 4 + delimiters;
   }
   return 0;
 }
@@ -171,7 +174,7 @@ SynthItem synth_generate(SynthTask task, int64_t n, int64_t m, const SynthItemKe
   item.query = rng.below(V);
   const int64_t final_value = value[static_cast<size_t>(item.query)];
   item.moved = final_value != item.init[static_cast<size_t>(item.query)];
-  append_program(item, vocab);
+  append_program(item, vocab, options.swap_delimiter);
   if (task == SynthTask::StateTracking) {
     item.answer = final_value;
     item.answer_token = vocab.addr(final_value);
@@ -220,6 +223,7 @@ SynthItem synth_decode(SynthTask task, const std::vector<int32_t>& tokens, const
     }
     expect(SynthVocab::kOps, "OPS");
     while (pos < tokens.size() && tokens[pos] != SynthVocab::kQuery) {
+      if (!item.swaps.empty() && tokens[pos] == SynthVocab::kOps) ++pos;  // a swap delimiter
       const int x = as_var(take("a variable"));
       const int y = as_var(take("a variable"));
       item.swaps.emplace_back(x, y);

@@ -21,6 +21,10 @@
 //   state_tracking:      INIT (var addr)×V OPS (var var)×n QUERY var          length 2n + 2V + 4 (V = 5: 2n + 14)
 //   recall:              bit×m QUERY addr                                     length m + 2
 //   state_based_recall:  bit×m INIT (var addr)×V OPS (var var)×n QUERY var    length m + 2n + 2V + 4
+// With `swap_delimiter` (SynthGenOptions) every swap pair is preceded by OPS, not only the first: the program part
+// becomes INIT (var addr)×V (OPS var var)×n QUERY var (a lone OPS when n = 0), length 3n + 2V + 3 (n ≥ 1), like the
+// paper's one-swap-per-line program. Without it, which adjacent variable tokens form a pair is only known by counting
+// from OPS (a parity), so a model must first learn that count before it can even read the swaps.
 // Answer token: a bit token for the two recall tasks, the address token of the final pointer value (addr 0..4) for
 // state tracking. Loss and accuracy are taken only at the last input position (whose next token is the answer).
 #pragma once
@@ -80,6 +84,7 @@ struct SynthItemKey {
 struct SynthGenOptions {
   bool no_undo = false;            // forbid repeating the previous swap's pair
   int variables = kSynthVariables; // V in 2..5
+  bool swap_delimiter = false;     // OPS before every swap pair (encoding above)
 };
 
 // One item. n ≥ 0; m ≥ 1 for recall, m ≥ V for state-based recall; every address used must be < vocab.max_address.
@@ -87,13 +92,14 @@ struct SynthGenOptions {
 SynthItem synth_generate(SynthTask task, int64_t n, int64_t m, const SynthItemKey& key, const SynthVocab& vocab,
                          const SynthGenOptions& options = {});
 
-// Decodes `tokens` back into bits / init / swaps / query (inverse of the encoding; input error on malformed input).
-// The answer fields are left zero. Used by tests and by `synth gen --check`-style consumers.
+// Decodes `tokens` back into bits / init / swaps / query (inverse of the encoding, with or without swap delimiters;
+// input error on malformed input). The answer fields are left zero. Used by tests.
 SynthItem synth_decode(SynthTask task, const std::vector<int32_t>& tokens, const SynthVocab& vocab,
                        int variables = kSynthVariables);
 
 // Input length in tokens for (task, n, m).
-int64_t synth_sequence_length(SynthTask task, int64_t n, int64_t m, int variables = kSynthVariables);
+int64_t synth_sequence_length(SynthTask task, int64_t n, int64_t m, int variables = kSynthVariables,
+                              bool swap_delimiter = false);
 
 // The item as one JSON object (fields: task, n, m, bits (absent for state tracking), init, swaps, query, answer,
 // answer_token, moved (absent for recall), tokens), one line.

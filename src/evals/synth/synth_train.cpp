@@ -32,9 +32,10 @@ std::pair<int64_t, int64_t> item_size(const SynthConfig& c, SynthTask task, int6
   return {0, 0};
 }
 
-// Training item number i: its difficulty from its own counter, then the item from (task, n, m, Train, i).
-SynthItem training_item(const SynthConfig& c, SynthTask task, const SynthVocab& vocab, uint64_t i) {
-  const uint64_t span = static_cast<uint64_t>(c.train_max - c.train_min + 1);
+// Training item number i of step s: its difficulty from its own counter, uniform in [train_min, the curriculum's
+// maximum at s], then the item from (task, n, m, Train, i).
+SynthItem training_item(const SynthConfig& c, SynthTask task, const SynthVocab& vocab, int64_t s, uint64_t i) {
+  const uint64_t span = static_cast<uint64_t>(synth_train_difficulty_max(c, s) - c.train_min + 1);
   const uint64_t stream = rng_stream_id("synth/train_difficulty") + static_cast<uint64_t>(task);
   const uint32_t w = philox4x32(c.seed, stream, i)[0];
   const int64_t d = c.train_min + static_cast<int64_t>((static_cast<uint64_t>(w) * span) >> 32);
@@ -146,7 +147,7 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
     std::vector<SynthItem> items;
     items.reserve(static_cast<size_t>(c.batch_size));
     for (int64_t b = 0; b < c.batch_size; ++b)
-      items.push_back(training_item(c, task, vocab, static_cast<uint64_t>((s - 1) * c.batch_size + b)));
+      items.push_back(training_item(c, task, vocab, s, static_cast<uint64_t>((s - 1) * c.batch_size + b)));
     const PackedItems packed = pack(items);
     const int64_t T = packed.batch.total_tokens(), B = c.batch_size;
 

@@ -1,6 +1,6 @@
 // Trains one (task, architecture) pair of the synthetic study from scratch on the CPU and evaluates it.
-//   Training: steps × batch_size items; each item's difficulty d is uniform in [train_min, train_max] (n swaps, or m
-//     bits for recall; state-based recall uses m = synth_state_based_recall_m(d)); the items of a step are packed
+//   Training: steps × batch_size items; each item's difficulty d is uniform in [train_min, train_max], or with a
+//     curriculum in [train_min, synth_train_difficulty_max(step)] (n swaps, or m bits for recall; state-based recall uses m = synth_state_based_recall_m(d)); the items of a step are packed
 //     into one TokenBatch (positions restart per item, attention never crosses items). Loss = mean cross-entropy at
 //     each item's last input position (target = its answer token) only: the final hidden rows of those positions are
 //     gathered into [B, hidden], fed to the chunked LM-head loss, and its gradient scattered back into a zero

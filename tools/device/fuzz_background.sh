@@ -20,7 +20,8 @@
 #   meta.txt            the carry's meta.txt, this machine's nproc and load, SECONDS, start and end times
 # Merge it here with tools/device/fuzz_merge.py (corpora, crash inputs, the running total in docs/reliability.md).
 # Environment: FUZZ_RSS_MB (per-process memory limit, default 2048), FUZZ_NICE (default 19), FUZZ_WORK (scratch
-# directory, default /tmp/hlm-fuzz-bg), FUZZ_TARGETS (space-separated subset).
+# directory, default /tmp/hlm-fuzz-bg), FUZZ_TARGETS (space-separated subset), FUZZ_SITE (default device; `here` when
+# run on this machine, so that fuzz_merge.py counts the time as local).
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 SECONDS OUTDIR [CARRY_DIR]" >&2; exit 2; }
 SECS="$1" OUTDIR="$2"
@@ -33,7 +34,12 @@ done
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR="$(cd "$OUTDIR" && pwd)"
 rm -rf "$WORK" && mkdir -p "$WORK/pkg" "$WORK/res/new" "$WORK/res/crashes" "$WORK/res/logs" || exit 2
-tar xJf "$CARRY/bins.txz" -C "$WORK/pkg" && tar xJf "$CARRY/inputs.txz" -C "$WORK/pkg" ||
+# tar needs the xz program for .txz; where it is missing, Python's lzma module unpacks instead.
+unpack() {
+  if command -v xz >/dev/null; then tar xJf "$1" -C "$2"
+  else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; fi
+}
+unpack "$CARRY/bins.txz" "$WORK/pkg" && unpack "$CARRY/inputs.txz" "$WORK/pkg" ||
   { echo "fuzz_background: cannot unpack $CARRY" >&2; exit 2; }
 PKG="$WORK/pkg" RES="$WORK/res"
 start_utc="$(date -u +%FT%TZ)"
@@ -58,7 +64,7 @@ for t in "${targets[@]}"; do
 done
 [ ${#pid[@]} -gt 0 ] || { echo "fuzz_background: no fuzz program started" >&2; exit 2; }
 
-stop() { for t in "${!pid[@]}"; do kill -INT "${pid[$t]}" 2>/dev/null; done; }
+stop() { local k; for k in "${!pid[@]}"; do kill -INT "${pid[$k]}" 2>/dev/null; done; }
 trap stop TERM INT
 declare -A rc secs
 for t in "${!pid[@]}"; do
@@ -88,7 +94,8 @@ for t in "${targets[@]}"; do
 done
 {
   cat "$PKG/meta.txt"
-  echo "where $(hostname) nproc $(nproc) load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "site ${FUZZ_SITE:-device}"
+  echo "where $(uname -n) nproc $(nproc) load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "seconds $SECS"; echo "start $start_utc"; echo "end $(date -u +%FT%TZ)"
 } >"$RES/meta.txt"
 archive="$OUTDIR/fuzz-results-$(date -u +%Y%m%dT%H%M%SZ).tgz"

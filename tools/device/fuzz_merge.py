@@ -58,7 +58,8 @@ def merge_archive(archive):
             tar.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(tmp)
         tmp = pathlib.Path(tmp)
         meta = dict(l.split(" ", 1) for l in (tmp / "meta.txt").read_text().splitlines() if " " in l)
-        where = f"device ({meta.get('where', '?').split(' ')[0]})"
+        site = meta.get("site", "device")
+        where = site if site == "here" else f"{site} ({meta.get('where', '?').split(' ')[0]})"
         date = meta.get("end", "")
         print(f"{archive.name}: {meta.get('commit', '?')}, {meta.get('seconds', '?')} s budget, {meta.get('where', '')}")
         with (tmp / "stats.tsv").open(newline="") as f:

@@ -60,6 +60,7 @@ fi
 cp tools/sanitize/lsan.supp "$stage/"
 {
   echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src fuzz 2>/dev/null || echo '-dirty')"
+  echo "built $(date -u -r "$oldest" +%FT%TZ) (the oldest program's time; the commit below is the one at packing)"
   echo "packed $(date -u +%FT%TZ)"
   echo "targets ${targets[*]}"
 } >"$stage/meta.txt"

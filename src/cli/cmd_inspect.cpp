@@ -98,8 +98,11 @@ int run_inspect(const InspectOptions& o) {
                       {"memory", memory},
                       {"unknown_config_keys", c.unknown_keys},
                       {"tensors", tensors}};
+  std::string ffn_layout;  // D = dense MLP, M = routed experts
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) ffn_layout += c.moe_layer(i) ? 'M' : 'D';
   if (moe_layers > 0)
     j["moe"] = {{"layers", moe_layers},
+                {"ffn_layout", ffn_layout},
                 {"experts", c.moe->num_experts},
                 {"experts_per_token", c.moe->num_experts_per_tok},
                 {"expert_intermediate_size", c.moe->moe_intermediate_size},
@@ -130,8 +133,9 @@ int run_inspect(const InspectOptions& o) {
                 static_cast<long long>(c.linear->conv_kernel_dim),
                 c.linear->allow_neg_eigval ? "2*sigmoid (negative eigenvalues)" : "sigmoid");
   if (moe_layers > 0)
-    std::printf("moe          %lld of %lld layers: %lld experts x %lld wide, top-%lld (%s)\n",
-                static_cast<long long>(moe_layers), static_cast<long long>(c.num_hidden_layers),
+    std::printf("moe          %lld of %lld layers (ffn %s; D = dense, M = experts): %lld experts x %lld wide, "
+                "top-%lld (%s)\n",
+                static_cast<long long>(moe_layers), static_cast<long long>(c.num_hidden_layers), ffn_layout.c_str(),
                 static_cast<long long>(c.moe->num_experts), static_cast<long long>(c.moe->moe_intermediate_size),
                 static_cast<long long>(c.moe->num_experts_per_tok),
                 c.moe->norm_topk_prob ? "weights renormalised over the k" : "softmax weights as they are");

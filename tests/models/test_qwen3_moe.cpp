@@ -339,6 +339,7 @@ TEST(Qwen3Moe, InspectReportsExpertsAndActiveParameters) {
   EXPECT_EQ(j["active_parameters_per_token"], total - 2 * (6 - 3) * 3 * 16 * 32);
   EXPECT_EQ(j["parameters_by_group"]["moe"], 2 * (6 * 32 + 6 * 3 * 16 * 32));
   EXPECT_EQ(j["moe"]["layers"], 2);
+  EXPECT_EQ(j["moe"]["ffn_layout"], "DMDM");
   EXPECT_EQ(j["moe"]["experts_per_token"], 3);
   EXPECT_EQ(j["model_type"], "qwen3_moe");
 }

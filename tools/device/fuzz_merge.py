@@ -99,6 +99,9 @@ def promote():
         for p in sorted(d.iterdir()):
             if not p.name.startswith(("device-",) + FINDING_PREFIXES):
                 continue
+            known = ROOT / "fuzz" / "regressions" / d.name
+            if known.is_dir() and any(k.read_bytes() == p.read_bytes() for k in known.iterdir() if k.is_file()):
+                continue  # already a regression case (promoted or copied by hand before)
             ok, what = replay(d.name, p)
             if not ok:
                 print(f"{p.relative_to(ROOT)}: {what}; fix it first")

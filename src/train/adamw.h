@@ -9,14 +9,19 @@
 // used by step(), and a weight decay. The seed (Table C.3, Algorithm 1) uses two groups, "rec" (converted GDN layers,
 // η̂ = 7e-5) and "rest" (η̂ = 2e-5), β = (0.9, 0.999), eps = 1e-8, weight decay 0.01.
 // Which parameters get no weight decay: see default_weight_decay().
-// Non-goals: 8-bit / paged states (the seed used bitsandbytes 8-bit paged AdamW; we keep fp32 state), amsgrad,
-// sparse gradients, per-parameter step counts.
+// Low-memory storage (AdamWConfig::state, ::master; ops/adamw/adamw_lowmem.h, docs/training.md "Memory plans"):
+//   state Q8: m and v held as 8-bit block-wise codes with a per-block absmax; master Bf16Sr: every parameter is kept
+//   bf16-representable (rounded to nearest once at construction, then updated with seeded stochastic rounding; the
+//   tensors stay f32 on the host, their values bf16). With either, step() runs adamw_lowmem_step_ref (fp32 per
+//   operation, the CUDA kernel's bits) instead of the double-precision update; with neither, nothing changes.
+// Non-goals: paged states, amsgrad, sparse gradients, per-parameter step counts.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/adamw/adamw_lowmem.h"
 
 namespace hlm {
 
@@ -48,7 +53,11 @@ struct AdamWConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  AdamWStateFormat state = AdamWStateFormat::F32;  // moments: fp32 or 8-bit block-wise
+  MasterFormat master = MasterFormat::F32;         // master weights: fp32 or bf16 with stochastic rounding
+  uint64_t sr_seed = 0;                            // stochastic rounding stream (with the step count and the name)
 };
+
 
 class AdamW {
  public:
@@ -65,18 +74,25 @@ class AdamW {
   const AdamWConfig& config() const { return config_; }
   int64_t step_count() const { return step_; }
 
-  // State, for checkpoints: first and second moments of params()[i], and the step count.
-  const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
-  const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
-  void set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq);  // copies; shapes must match
+  // State, for checkpoints: first and second moments of params()[i] (f32; dequantized under Q8), and the step count.
+  Tensor exp_avg(size_t i) const;
+  Tensor exp_avg_sq(size_t i) const;
+  // Copies; shapes must match. Under Q8 the moments are quantized (a conversion from an fp32 state).
+  void set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq);
+  // The 8-bit moments themselves (state Q8 only; internal error otherwise): saved and restored bit for bit.
+  const AdamWQ8State& q8_state(size_t i) const;
+  void set_q8_state(size_t i, AdamWQ8State state);  // sizes must match the parameter
   void set_step_count(int64_t step);
 
  private:
   std::vector<AdamWGroup> groups_;
   std::vector<AdamWParam> params_;
   AdamWConfig config_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;  // state F32
+  std::vector<AdamWQ8State> q8_;              // state Q8
   int64_t step_ = 0;
+
+  void step_lowmem();
 };
 
 }  // namespace hlm

@@ -206,6 +206,38 @@ fs::path checkpoint_find(const fs::path& path) {
   return all.back();
 }
 
+namespace {
+
+// 8-bit codes in safetensors (which this project writes with F32/BF16/I32/I64 only): four codes per I32 element,
+// little-endian (code 4k in the low byte of element k), the last element zero-padded.
+Tensor pack_codes(const std::vector<uint8_t>& codes) {
+  Tensor t = Tensor::zeros({std::max<int64_t>(1, static_cast<int64_t>((codes.size() + 3) / 4))}, DType::I32);
+  std::memcpy(t.raw(), codes.data(), codes.size());  // x86-64 and the GPU hosts are little-endian
+  return t;
+}
+
+std::vector<uint8_t> unpack_codes(const Tensor& t, int64_t n) {
+  HLM_CHECK_INPUT(t.dtype() == DType::I32 && t.numel() == std::max<int64_t>(1, (n + 3) / 4),
+                  "8-bit codes of the wrong size or type (", t.numel(), " I32 for ", n, " elements)");
+  const Tensor c = t.contiguous();
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  std::memcpy(codes.data(), c.raw(), codes.size());
+  return codes;
+}
+
+Tensor f32_vector_tensor(const std::vector<float>& v) {
+  Tensor t = Tensor::zeros({static_cast<int64_t>(v.size())});
+  std::memcpy(t.f32(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+std::vector<float> f32_vector(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return std::vector<float>(c.f32(), c.f32() + c.numel());
+}
+
+}  // namespace
+
 fs::path checkpoint_save(const fs::path& run_dir, const Model& model, const AdamW& optimizer,
                          const TrainerState& state, const json& train_config, const fs::path& metrics) {
   const fs::path dir = run_dir / checkpoint_dir_name(state.step);
@@ -213,9 +245,19 @@ fs::path checkpoint_save(const fs::path& run_dir, const Model& model, const Adam
     model.save(tmp);
     fault_point("checkpoint.model");
     std::vector<std::pair<std::string, Tensor>> tensors;
+    const bool q8 = optimizer.config().state == AdamWStateFormat::Q8;
     for (size_t i = 0; i < optimizer.params().size(); ++i) {
-      tensors.emplace_back("exp_avg." + optimizer.params()[i].name, optimizer.exp_avg(i));
-      tensors.emplace_back("exp_avg_sq." + optimizer.params()[i].name, optimizer.exp_avg_sq(i));
+      const std::string& name = optimizer.params()[i].name;
+      if (q8) {  // the codes and block scales themselves: a resume continues bit for bit
+        const AdamWQ8State& q = optimizer.q8_state(i);
+        tensors.emplace_back("exp_avg.q8." + name, pack_codes(q.q_m));
+        tensors.emplace_back("exp_avg.absmax." + name, f32_vector_tensor(q.absmax_m));
+        tensors.emplace_back("exp_avg_sq.q8." + name, pack_codes(q.q_v));
+        tensors.emplace_back("exp_avg_sq.absmax." + name, f32_vector_tensor(q.absmax_v));
+      } else {
+        tensors.emplace_back("exp_avg." + name, optimizer.exp_avg(i));
+        tensors.emplace_back("exp_avg_sq." + name, optimizer.exp_avg_sq(i));
+      }
     }
     json groups = json::array();
     for (const AdamWGroup& g : optimizer.groups())
@@ -224,6 +266,8 @@ fs::path checkpoint_save(const fs::path& run_dir, const Model& model, const Adam
                       {{"format", kOptimizerFormat},
                        {"version", std::to_string(kVersion)},
                        {"step_count", std::to_string(optimizer.step_count())},
+                       {"state_format", adamw_state_format_name(optimizer.config().state)},
+                       {"master", master_format_name(optimizer.config().master)},
                        {"groups", groups.dump()}});
     fault_point("checkpoint.optimizer");
     file_write_atomic(tmp / kCheckpointStateFile, trainer_state_to_json(state).dump(2) + "\n");
@@ -289,14 +333,46 @@ void checkpoint_restore_optimizer(const fs::path& dir, AdamW& optimizer) {
   const auto& meta = file.metadata();
   HLM_CHECK_INPUT(meta.count("format") && meta.at("format") == kOptimizerFormat && meta.count("step_count"),
                   path.string(), ": not a hybridlm optimizer state");
-  HLM_CHECK_INPUT(file.entries().size() == 2 * optimizer.params().size(), path.string(), ": holds ",
-                  file.entries().size(), " tensors, the optimizer expects ", 2 * optimizer.params().size(),
+  // Written by an older hybridlm: no state_format, fp32 moments.
+  const std::string format = meta.count("state_format") ? meta.at("state_format") : "f32";
+  HLM_CHECK_INPUT(format == "f32" || format == "q8", path.string(), ": unknown optimizer state format '", format,
+                  "' (this hybridlm reads f32 and q8)");
+  const bool file_q8 = format == "q8", want_q8 = optimizer.config().state == AdamWStateFormat::Q8;
+  const size_t per_param = file_q8 ? 4 : 2;
+  HLM_CHECK_INPUT(file.entries().size() == per_param * optimizer.params().size(), path.string(), ": holds ",
+                  file.entries().size(), " tensors, the optimizer expects ", per_param * optimizer.params().size(),
                   " (a different model?)");
+  if (file_q8 != want_q8)  // a checkpoint of another memory plan: converted, said once
+    std::fprintf(stderr, "hybridlm: note: %s holds %s AdamW moments, this run keeps %s: %s\n", path.string().c_str(),
+                 format.c_str(), adamw_state_format_name(optimizer.config().state),
+                 file_q8 ? "dequantized exactly (the resumed steps continue from the same values in fp32)"
+                         : "quantized block-wise (8-bit; the first resumed step differs from an fp32 resume by the "
+                           "quantization error)");
   for (size_t i = 0; i < optimizer.params().size(); ++i) {
     const std::string& name = optimizer.params()[i].name;
-    const Tensor m = file.tensor_f32("exp_avg." + name), v = file.tensor_f32("exp_avg_sq." + name);
     try {
-      optimizer.set_state(i, m, v);
+      if (file_q8) {
+        const int64_t n = optimizer.params()[i].param.numel();
+        AdamWQ8State q;
+        q.q_m = unpack_codes(file.tensor("exp_avg.q8." + name), n);
+        q.q_v = unpack_codes(file.tensor("exp_avg_sq.q8." + name), n);
+        q.absmax_m = f32_vector(file.tensor_f32("exp_avg.absmax." + name));
+        q.absmax_v = f32_vector(file.tensor_f32("exp_avg_sq.absmax." + name));
+        HLM_CHECK_INPUT(q.absmax_m.size() == static_cast<size_t>(q8_blocks(n)) &&
+                            q.absmax_v.size() == static_cast<size_t>(q8_blocks(n)),
+                        "block scales of the wrong size");
+        if (want_q8) {
+          optimizer.set_q8_state(i, std::move(q));
+        } else {
+          Tensor m = Tensor::zeros(optimizer.params()[i].param.shape()), v = Tensor::zeros(m.shape());
+          q8_dequantize(q8_codebook_signed(), q.q_m.data(), q.absmax_m.data(), n, m.f32());
+          q8_dequantize(q8_codebook_unsigned(), q.q_v.data(), q.absmax_v.data(), n, v.f32());
+          optimizer.set_state(i, m, v);
+        }
+      } else {
+        const Tensor m = file.tensor_f32("exp_avg." + name), v = file.tensor_f32("exp_avg_sq." + name);
+        optimizer.set_state(i, m, v);
+      }
     } catch (Error& e) {
       e.add_context(path.string(), ": ", name);
       throw;

@@ -24,6 +24,7 @@
 #include "data/data_stream.h"
 #include "train/adamw.h"
 #include "train/eval.h"
+#include "train/memory_plan.h"
 #include "train/trainer_batch.h"
 
 namespace hlm {
@@ -38,6 +39,9 @@ class TrainDevice {
   // Free device memory in bytes before attach: the trainer compares it with the floor of its memory plan
   // (train_device_memory_floor, trainer.h) before anything is written. 0: unknown (no check).
   virtual size_t free_memory_bytes() const { return 0; }
+  // The memory plan the trainer chose (train/memory_plan.h), before attach: the device holds the teacher and the
+  // optimizer state as the plan says (the optimizer's own formats come with the AdamW given to attach).
+  virtual void set_memory_plan(const MemoryPlanOption& plan) { (void)plan; }
   // Uploads the student's weights, the teacher's (distill; nullptr for pretrain) and the optimizer's state (m, v,
   // step count), pairing parameters by HF name. The host objects must outlive the device's use of them.
   virtual void attach(Model& student, Model* teacher, AdamW& optimizer) = 0;

@@ -26,6 +26,7 @@
 #include "train/fault_inject.h"
 #include "train/grad_utils.h"
 #include "train/lr_schedule.h"
+#include "train/memory_plan.h"
 #include "train/train_device.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_log.h"
@@ -115,6 +116,7 @@ class Trainer {
  private:
   void check_out_dir() const;
   void check_disk_and_device() const;
+  void choose_memory_plan();
   void build_optimizer();
   void prepare_out();
   bool step_once();
@@ -136,6 +138,7 @@ class Trainer {
   std::optional<Model> student_, teacher_;
   DecoderWeights grads_;
   std::unique_ptr<AdamW> optimizer_;
+  MemoryPlanChoice memory_plan_;  // chosen before the optimizer is built (train/memory_plan.h)
   LrSchedule schedule_;
   std::unique_ptr<TrainStream> stream_;
   HeldOutSet valid_, test_;
@@ -212,6 +215,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   test_ = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
+  choose_memory_plan();
   build_optimizer();
 
   schedule_ = {plan_.total_steps, plan_.warmup_steps, cfg_.start_factor, cfg_.min_lr};
@@ -293,16 +297,29 @@ void Trainer::check_disk_and_device() const {
   if (device_ == nullptr) return;
   const uint64_t device_free = device_->free_memory_bytes();
   if (device_free == 0) return;  // unknown
-  const ModelConfig& sc = student_->config();
-  const uint64_t floor = train_device_memory_floor(parameters, teacher_ ? parameter_count(teacher_->config()) : 0,
-                                                   sc.num_hidden_layers, sc.hidden_size,
-                                                   cfg_.micro_batch_rows * cfg_.seq_len);
-  HLM_CHECK_INPUT(floor <= device_free, "--device ", cfg_.device, ": the run needs at least ", gib(floor),
-                  " GiB of device memory (fp32 weights, gradients and AdamW moments of ", parameters,
-                  " parameters", teacher_ ? ", the teacher's weights" : "",
-                  ", the layer inputs of a micro-batch of --micro-batch ", cfg_.micro_batch_rows, " x --seq-len ",
-                  cfg_.seq_len, " tokens), the device has ", gib(device_free),
-                  " GiB free; use a smaller model, --micro-batch or --seq-len");
+  // The plan's estimate against the free memory (auto already chose a plan that fits; a named one is checked here).
+  const uint64_t need = memory_plan_.estimate.total();
+  HLM_CHECK_INPUT(need <= device_free, "--device ", cfg_.device, " --memory-plan ", memory_plan_.plan->name,
+                  ": the run needs about ", gib(need), " GiB of device memory, the device has ", gib(device_free),
+                  " GiB free; use --memory-plan auto, a smaller model, --micro-batch or --seq-len");
+}
+
+// The memory plan (train/memory_plan.h): named by --memory-plan, or the first that fits the device's free memory.
+void Trainer::choose_memory_plan() {
+  MemoryPlanInputs in;
+  in.student = student_->config();
+  in.teacher = teacher_ ? &teacher_->config() : nullptr;
+  in.bf16 = cfg_.precision == "bf16";
+  in.micro_batch_tokens = cfg_.micro_batch_rows * cfg_.seq_len;
+  const uint64_t free_bytes = device_ != nullptr ? device_->free_memory_bytes() : 0;
+  memory_plan_ = memory_plan_choose(cfg_.memory_plan, in, device_ != nullptr, free_bytes);
+  HLM_CHECK_INPUT(memory_plan_.plan != nullptr, "--device ", cfg_.device, ": the run needs at least ",
+                  gib(memory_plan_.least_bytes), " GiB of device memory (the leanest memory plan's estimate for ",
+                  parameter_count(in.student), " student parameters",
+                  teacher_ ? " and the teacher" : "", ", a micro-batch of --micro-batch ", cfg_.micro_batch_rows,
+                  " x --seq-len ", cfg_.seq_len, " tokens), the device has ", gib(free_bytes), " GiB free: ",
+                  memory_plan_.reason, "\nuse a smaller model, --micro-batch or --seq-len");
+  if (device_ != nullptr) device_->set_memory_plan(*memory_plan_.plan);
 }
 
 void Trainer::build_optimizer() {
@@ -319,8 +336,11 @@ void Trainer::build_optimizer() {
       groups.push_back({name, rec ? cfg_.lr_rec : cfg_.lr_rest, decay ? cfg_.weight_decay : 0.0, 0.0});
     params.push_back({p.name, p.value, p.grad, index});
   }
-  optimizer_ = std::make_unique<AdamW>(std::move(groups), std::move(params),
-                                       AdamWConfig{cfg_.beta1, cfg_.beta2, cfg_.adam_eps});
+  AdamWConfig ac{cfg_.beta1, cfg_.beta2, cfg_.adam_eps};
+  ac.state = memory_plan_.plan->state;
+  ac.master = memory_plan_.plan->master;
+  ac.sr_seed = splitmix64(cfg_.init_seed) ^ cfg_.data_seed;  // the run's seeds: a resume draws the same bits
+  optimizer_ = std::make_unique<AdamW>(std::move(groups), std::move(params), ac);
 }
 
 void Trainer::prepare_out() {
@@ -350,6 +370,7 @@ TrainResult Trainer::run() {
               static_cast<long long>(rec + rest), static_cast<long long>(rec), static_cast<long long>(rest),
               resume_ ? "resuming" : "starting", static_cast<long long>(state_.step),
               static_cast<long long>(plan_.total_steps));
+  std::printf("%s\n", memory_plan_describe(memory_plan_).c_str());
   if (device_ != nullptr) {
     std::printf("%-12s %s\n", "accelerator", device_->describe().c_str());
     device_->attach(*student_, teacher_ ? &*teacher_ : nullptr, *optimizer_);

@@ -92,6 +92,8 @@ struct TrainConfig {
   std::string device = "cpu";              // "cpu", or "cuda": steps run on a TrainDevice (train/train_device.h)
   std::string precision = "fp32";          // "fp32", or "bf16" (cuda only): bf16 tensor-core products with fp32
                                            // results, fp32 master weights, optimizer state and activations
+  std::string memory_plan = "auto";        // train/memory_plan.h: auto, fp32, teacher-bf16, adam8, lean (may change
+                                           // on resume: the optimizer state is converted, see checkpoint_io.h)
 };
 
 // Defaults of each job (distill: Table C.3; pretrain: lr 1e-3 for both groups, the rest as distill).

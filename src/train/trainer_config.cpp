@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "models/model_train.h"
 #include "train/lr_schedule.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 namespace hlm {
@@ -65,6 +66,7 @@ void train_config_validate(const TrainConfig& c) {
   HLM_CHECK_INPUT(c.stop_after_steps >= 0, "--stop-after-steps must be non-negative");
   HLM_CHECK_INPUT(c.max_bad_steps >= 1, "--max-bad-steps must be positive");
   recompute_from_name(c.recompute);  // input error on an unknown mode
+  if (c.memory_plan != "auto") memory_plan_named(c.memory_plan);  // input error listing the plans
   HLM_CHECK_INPUT(c.device == "cpu" || c.device == "cuda", "--device: '", c.device, "' is not a device (cpu or cuda)");
   HLM_CHECK_INPUT(c.precision == "fp32" || c.precision == "bf16", "--precision: '", c.precision,
                   "' is not a precision (fp32 or bf16)");

@@ -85,6 +85,10 @@ const std::array kOptions{
                 "Products of the linears and the LM head: fp32, or bf16 (--device cuda: bf16 tensor cores with fp32 "
                 "results; master weights and optimizer state stay fp32, activations too unless only bf16 products "
                 "read them)"},
+    TrainOption{"memory_plan", "--memory-plan", &C::memory_plan, B, false, false, false,
+                "Memory plan (docs/training.md): auto (the first that fits the device's free memory), fp32, "
+                "teacher-bf16 (teacher held once in bf16), adam8 (+ 8-bit block-wise AdamW moments), lean (+ bf16 "
+                "master weights with stochastic rounding; CPU optimizer only for now)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {

@@ -1,0 +1,158 @@
+// The start-up memory plan (contract: memory_plan.h): the plan table, the byte arithmetic, the choice and its print.
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "models/tensor_table.h"
+
+namespace hlm {
+
+namespace {
+
+double gib(uint64_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
+
+std::string gib_str(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", gib(bytes));
+  return buf;
+}
+
+// Parameter counts of a config: all, the linears' weights (those with a bf16 copy in the bf16 mode), and the head's.
+struct ParamSplit {
+  uint64_t all = 0, linear = 0, head = 0;
+};
+
+ParamSplit split_params(const ModelConfig& c) {
+  ParamSplit s;
+  for (const TensorSpec& spec : expected_tensors(c)) {
+    const auto n = static_cast<uint64_t>(spec.shape.numel());
+    s.all += n;
+    const bool weight2d = spec.shape.rank() == 2 && spec.name.size() > 7 &&
+                          spec.name.compare(spec.name.size() - 7, 7, ".weight") == 0;
+    if (weight2d && spec.layer >= 0 && spec.name.find("_proj.") != std::string::npos) s.linear += n;
+  }
+  s.head = static_cast<uint64_t>(c.vocab_size) * static_cast<uint64_t>(c.hidden_size);  // the embedding when tied
+  return s;
+}
+
+}  // namespace
+
+const std::vector<MemoryPlanOption>& memory_plan_options() {
+  static const std::vector<MemoryPlanOption> plans = {
+      {"fp32", AdamWStateFormat::F32, MasterFormat::F32, false,
+       "fp32 master weights, gradients and AdamW moments; teacher fp32 (+ bf16 copies)"},
+      {"teacher-bf16", AdamWStateFormat::F32, MasterFormat::F32, true,
+       "as fp32, the frozen teacher's linears held once in bf16"},
+      {"adam8", AdamWStateFormat::Q8, MasterFormat::F32, true,
+       "teacher-bf16 + 8-bit block-wise AdamW moments"},
+      {"lean", AdamWStateFormat::Q8, MasterFormat::Bf16Sr, true,
+       "adam8 + bf16 master weights with stochastic rounding"},
+  };
+  return plans;
+}
+
+const MemoryPlanOption& memory_plan_named(const std::string& name) {
+  std::string names;
+  for (const MemoryPlanOption& p : memory_plan_options()) {
+    if (p.name == name) return p;
+    names += str_cat(names.empty() ? "" : ", ", p.name);
+  }
+  throw_input_error("--memory-plan: unknown plan '", name, "' (auto, ", names, ")");
+}
+
+MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPlanInputs& in) {
+  MemoryEstimate e;
+  const ParamSplit s = split_params(in.student);
+  const uint64_t copied = s.linear + s.head;  // tensors with a bf16 copy in the bf16 mode
+  if (plan.master == MasterFormat::Bf16Sr) {
+    e.student_weights = 2 * s.all;
+  } else {
+    e.student_weights = 4 * s.all;
+    e.student_copies = in.bf16 ? 2 * copied : 0;
+  }
+  e.gradients = 4 * s.all;
+  if (plan.state == AdamWStateFormat::Q8) {
+    e.optimizer = 2 * s.all;
+    for (const TensorSpec& spec : expected_tensors(in.student))
+      e.optimizer += 8 * static_cast<uint64_t>(q8_blocks(spec.shape.numel()));
+  } else {
+    e.optimizer = 8 * s.all;
+  }
+  if (in.teacher != nullptr) {
+    const ParamSplit t = split_params(*in.teacher);
+    const uint64_t t_copied = t.linear + t.head;
+    if (plan.teacher_bf16_only && in.bf16)
+      e.teacher = 2 * t.all;  // every weight in bf16 once (CudaModel::drop_fp32_weights; the norms' fp32 is ~0)
+    else
+      e.teacher = 4 * t.all + (in.bf16 ? 2 * t_copied : 0);
+  }
+  const ModelConfig& c = in.student;
+  const auto tokens = static_cast<uint64_t>(std::max<int64_t>(0, in.micro_batch_tokens));
+  const auto H = static_cast<uint64_t>(c.hidden_size), F = static_cast<uint64_t>(c.intermediate_size);
+  const auto L = static_cast<uint64_t>(c.num_hidden_layers);
+  // Kept: the stream entering each layer and the final norm (fp32), plus the teacher's final hidden states.
+  const uint64_t kept = 4 * (L + 1 + (in.teacher ? 1 : 0)) * H * tokens;
+  // Allowance: one layer recomputed in the backward (~10 H-wide and 3 F-wide fp32 intermediates per token, twice
+  // for their gradients) and the LM-head loss's chunk workspace (~1 GiB).
+  const uint64_t working = 2 * 4 * tokens * (10 * H + 3 * F) + (uint64_t{1} << 30);
+  e.activations = kept + working;
+  return e;
+}
+
+std::string memory_plan_unusable(const MemoryPlanOption& plan, const MemoryPlanInputs& in, bool on_device) {
+  if (plan.teacher_bf16_only && on_device && !in.bf16 && in.teacher != nullptr)
+    return "the teacher is held in bf16 only with --precision bf16";
+  if (plan.master == MasterFormat::Bf16Sr && on_device)
+    return "bf16 master weights are implemented in the CPU optimizer only (CudaModel keeps fp32 masters)";
+  return "";
+}
+
+MemoryPlanChoice memory_plan_choose(const std::string& requested, const MemoryPlanInputs& in, bool on_device,
+                                    uint64_t free_bytes) {
+  MemoryPlanChoice choice;
+  if (requested != "auto") {
+    const MemoryPlanOption& p = memory_plan_named(requested);
+    const std::string why = memory_plan_unusable(p, in, on_device);
+    HLM_CHECK_INPUT(why.empty(), "--memory-plan ", requested, ": ", why);
+    choice.plan = &p;
+    choice.estimate = memory_plan_estimate(p, in);
+    choice.reason = "named by --memory-plan";
+    return choice;
+  }
+  const uint64_t headroom = std::max<uint64_t>(free_bytes / 20, uint64_t{512} << 20);
+  const uint64_t budget = free_bytes > headroom ? free_bytes - headroom : 0;
+  std::string tried;
+  for (const MemoryPlanOption& p : memory_plan_options()) {
+    const std::string why = memory_plan_unusable(p, in, on_device);
+    const MemoryEstimate e = memory_plan_estimate(p, in);
+    if (why.empty() && (choice.least_bytes == 0 || e.total() < choice.least_bytes)) choice.least_bytes = e.total();
+    tried += str_cat("\n  ", p.name, ": ", why.empty() ? gib_str(e.total()) + " GiB" : "not usable (" + why + ")");
+    if (!why.empty()) continue;
+    if (free_bytes == 0 || e.total() <= budget) {
+      choice.plan = &p;
+      choice.estimate = e;
+      choice.reason = free_bytes == 0 ? "auto: the first plan (device memory unknown or not limiting)"
+                                      : str_cat("auto: the first plan whose estimate fits ", gib_str(budget),
+                                                " GiB (the device's ", gib_str(free_bytes),
+                                                " GiB free less 5% headroom)");
+      return choice;
+    }
+  }
+  // Nothing fits: no plan; the caller words the refusal (it knows the device and the batch options).
+  choice.reason = str_cat("no plan fits the device's ", gib_str(free_bytes), " GiB free (", gib_str(budget),
+                          " GiB after headroom); estimates:", tried);
+  return choice;
+}
+
+std::string memory_plan_describe(const MemoryPlanChoice& c) {
+  const MemoryEstimate& e = c.estimate;
+  return str_cat("memory plan  ", c.plan->name, " (", c.plan->what, "; ", c.reason, "): estimate ",
+                 gib_str(e.total()), " GiB = student weights ", gib_str(e.student_weights), " + bf16 copies ",
+                 gib_str(e.student_copies), " + gradients ", gib_str(e.gradients), " + AdamW ",
+                 adamw_state_format_name(c.plan->state), " ", gib_str(e.optimizer), " + teacher ", gib_str(e.teacher),
+                 " + activations ~", gib_str(e.activations));
+}
+
+}  // namespace hlm

@@ -1,0 +1,83 @@
+// The start-up memory plan of training (`--memory-plan`, issue #28): which memory-saving options a run uses, and the
+// device-memory estimate each choice is checked against. Pure arithmetic over the model configs (no device needed),
+// so it is testable on the CPU and printable for any shape (`hybridlm memory-plan`-style tables, docs/training.md).
+//
+// Plans, in order of the memory they save (auto takes the first that fits; the first is today's behaviour):
+//   fp32          fp32 master weights (+ bf16 copies of the linears and the head in --precision bf16), fp32 gradients,
+//                 fp32 AdamW m and v; the teacher fp32 (+ its bf16 copies)
+//   teacher-bf16  as fp32, but the frozen teacher is held ONCE, in bf16 (CudaModel::drop_fp32_weights: each fp32
+//                 weight freed once its bf16 copy is made; the embedding/head too): needs --precision bf16
+//   adam8         teacher-bf16 + 8-bit block-wise AdamW moments (ops/adamw/adamw_lowmem.h: 2 bytes per parameter
+//                 plus one fp32 scale per 256, instead of 8 bytes)
+//   lean          adam8 + bf16 master weights with stochastic rounding: every weight held in bf16 only (the linears'
+//                 bf16 copies ARE the masters; 2 bytes per parameter instead of 4 + 2)
+// Gradients stay fp32 in every plan: the update needs the global gradient norm (clipping) before any parameter moves,
+// and micro-batches add into the same gradients, so a layer's gradients cannot be released as the optimizer reaches
+// them without changing the math (docs/training.md "Memory plans").
+//
+// The estimate: exact bytes of weights, copies, gradients and optimizer state from the tensor shapes; activations as
+// the kept layer inputs of one micro-batch (exact) plus an allowance for one layer's working set and the LM-head loss
+// (a stated approximation; the run prints its measured peak after the first step).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/hf_config.h"
+#include "ops/adamw/adamw_lowmem.h"
+
+namespace hlm {
+
+struct MemoryPlanOption {
+  const char* name;
+  AdamWStateFormat state;
+  MasterFormat master;
+  bool teacher_bf16_only;
+  const char* what;  // one line for --help and the start-up print
+};
+// The plans above, in order (auto's order).
+const std::vector<MemoryPlanOption>& memory_plan_options();
+// The plan named `name` (input error naming --memory-plan and listing the names otherwise; "auto" is not a plan).
+const MemoryPlanOption& memory_plan_named(const std::string& name);
+
+struct MemoryPlanInputs {
+  ModelConfig student;
+  const ModelConfig* teacher = nullptr;  // distill; nullptr for pretrain
+  bool bf16 = false;                     // --precision bf16 (the linears' bf16 copies exist)
+  int64_t micro_batch_tokens = 0;        // b · n
+};
+
+struct MemoryEstimate {
+  uint64_t student_weights = 0;  // masters: fp32, or bf16 (lean)
+  uint64_t student_copies = 0;   // bf16 copies of the linears and the head (fp32 masters in --precision bf16)
+  uint64_t gradients = 0;        // fp32, every parameter
+  uint64_t optimizer = 0;        // m and v
+  uint64_t teacher = 0;
+  uint64_t activations = 0;      // kept layer inputs + working-set allowance (approximate)
+  uint64_t total() const {
+    return student_weights + student_copies + gradients + optimizer + teacher + activations;
+  }
+};
+MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPlanInputs& in);
+
+// Whether a plan can run with these inputs (teacher-bf16 and beyond need --precision bf16 on a device, and a
+// teacher for the teacher part to matter); "" when it can, else why not.
+std::string memory_plan_unusable(const MemoryPlanOption& plan, const MemoryPlanInputs& in, bool on_device);
+
+struct MemoryPlanChoice {
+  const MemoryPlanOption* plan = nullptr;
+  MemoryEstimate estimate;
+  std::string reason;       // why this plan (named, or the first that fits); without a plan: every estimate
+  uint64_t least_bytes = 0;  // auto: the smallest estimate among the usable plans
+};
+// `requested`: a plan name, or "auto". free_bytes: the device's free memory (0: unknown → auto takes the first usable
+// plan). Auto keeps 5% of the free memory (and at least 512 MiB) as headroom for fragmentation and the CUDA context.
+// Input error (naming --memory-plan) when a named plan is unusable. When auto finds none that fits, the choice has
+// no plan (plan == nullptr) and `reason` lists every plan's estimate against the free memory: the caller refuses.
+MemoryPlanChoice memory_plan_choose(const std::string& requested, const MemoryPlanInputs& in, bool on_device,
+                                    uint64_t free_bytes);
+
+// The start-up lines: the chosen plan, why, and its estimate broken down (GiB).
+std::string memory_plan_describe(const MemoryPlanChoice& choice);
+
+}  // namespace hlm

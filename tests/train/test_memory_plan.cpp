@@ -1,0 +1,201 @@
+// The start-up memory plan (src/train/memory_plan.h) and training under each plan on the CPU:
+// - the fp32 plan's arithmetic reproduces the memory the issue measured for the Qwen3-4B-shaped distillation
+//   (fp32 weights 19.1, bf16 copies 8.8, gradients 19.1, AdamW 38.2, teacher 22.5 GiB), and the estimates of every plan
+//   for that shape and for the Qwen3-1.7B shape are printed (the figures docs/training.md quotes);
+// - auto takes the first plan that fits, a named plan that cannot run and an auto with nothing that fits are input
+//   errors that list why;
+// - a run under adam8 and under lean stops and resumes bit for bit; a checkpoint of one plan resumes under another
+//   (converted) and the run completes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "models/convert.h"
+#include "models/hf_config.h"
+#include "models/placements.h"
+#include "support/run_binary.h"
+#include "train/memory_plan.h"
+#include "train/test_trainer_fixture.h"
+
+using namespace hlm;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+ModelConfig qwen3_shape(int layers, int hidden, int heads, int kv, int mlp) {
+  const nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"},
+                            {"num_hidden_layers", layers},           {"hidden_size", hidden},
+                            {"num_attention_heads", heads},          {"num_key_value_heads", kv},
+                            {"head_dim", 128},                       {"intermediate_size", mlp},
+                            {"vocab_size", 151936},                  {"max_position_embeddings", 4096},
+                            {"rms_norm_eps", 1e-6},                  {"rope_theta", 1000000.0},
+                            {"tie_word_embeddings", true}};
+  return parse_model_config(j, "test shape");
+}
+
+struct TargetShape {
+  const char* name;
+  ModelConfig teacher, student;
+};
+
+TargetShape shape(const char* name, int layers, int hidden, int heads, int kv, int mlp) {
+  TargetShape s{name, qwen3_shape(layers, hidden, heads, kv, mlp), {}};
+  s.student = convert_student_config(
+      s.teacher, placement_layers(Placement::StandardPeriodic, layers, std::max(1, layers / 4)), ConvertOptions{});
+  return s;
+}
+
+MemoryPlanInputs inputs(const TargetShape& s, int64_t micro_tokens) {
+  MemoryPlanInputs in;
+  in.student = s.student;
+  in.teacher = &s.teacher;
+  in.bf16 = true;
+  in.micro_batch_tokens = micro_tokens;
+  return in;
+}
+
+}  // namespace
+
+TEST(MemoryPlan, Fp32PlanReproducesTheMeasuredQwen3_4BFigures) {
+  const TargetShape s = shape("qwen3-4b", 36, 2560, 32, 8, 9728);
+  const MemoryEstimate e = memory_plan_estimate(memory_plan_named("fp32"), inputs(s, 2 * 1024));
+  // The issue's memory-plan line (CudaTrainDevice::print_static_plan on the H200), to 0.05 GiB (its 1 decimal).
+  EXPECT_NEAR(e.student_weights / kGiB, 19.1, 0.05);
+  EXPECT_NEAR(e.student_copies / kGiB, 8.8, 0.05);
+  EXPECT_NEAR(e.gradients / kGiB, 19.1, 0.05);
+  EXPECT_NEAR(e.optimizer / kGiB, 38.2, 0.05);
+  EXPECT_NEAR(e.teacher / kGiB, 22.5, 0.05);
+}
+
+TEST(MemoryPlan, EstimatesOfTheTwoTargets) {
+  // Printed for docs/training.md; the assertions are the savings each plan must bring, in bytes.
+  for (const TargetShape& s : {shape("qwen3-4b", 36, 2560, 32, 8, 9728), shape("qwen3-1.7b", 28, 2048, 16, 8, 6144)}) {
+    const MemoryPlanInputs in = inputs(s, 2 * 1024);  // micro-batch 2 x 1024 (the seed's)
+    uint64_t previous = 0;
+    for (const MemoryPlanOption& p : memory_plan_options()) {
+      MemoryPlanChoice c{&p, memory_plan_estimate(p, in), std::string("target ") + s.name};
+      std::printf("%s\n", memory_plan_describe(c).c_str());
+      if (previous != 0) EXPECT_LT(c.estimate.total(), previous) << p.name;
+      previous = c.estimate.total();
+    }
+    const MemoryEstimate f = memory_plan_estimate(memory_plan_named("fp32"), in);
+    const MemoryEstimate q = memory_plan_estimate(memory_plan_named("adam8"), in);
+    const MemoryEstimate l = memory_plan_estimate(memory_plan_named("lean"), in);
+    // 8-bit moments: 2 bytes + 8/256 per parameter instead of 8.
+    EXPECT_NEAR(static_cast<double>(q.optimizer) / f.optimizer, (2.0 + 8.0 / 256) / 8.0, 1e-3);
+    // Teacher in bf16 only: half of the fp32 bytes, none of the copies.
+    EXPECT_LT(q.teacher, f.teacher / 2);
+    // bf16 masters: 2 bytes per parameter, no separate copies.
+    EXPECT_EQ(l.student_copies, 0u);
+    EXPECT_EQ(l.student_weights * 2, f.student_weights);
+  }
+}
+
+TEST(MemoryPlan, AutoTakesTheFirstThatFitsAndRefusesClearly) {
+  const TargetShape s = shape("qwen3-1.7b", 28, 2048, 16, 8, 6144);
+  const MemoryPlanInputs in = inputs(s, 2 * 1024);
+  // Unknown free memory (or the CPU): the first plan.
+  EXPECT_STREQ(memory_plan_choose("auto", in, false, 0).plan->name, "fp32");
+  // Room for adam8 but not for teacher-bf16: adam8 (lean is CPU-only for now, so never chosen on a device).
+  const uint64_t adam8 = memory_plan_estimate(memory_plan_named("adam8"), in).total();
+  const MemoryPlanChoice c = memory_plan_choose("auto", in, true, adam8 + adam8 / 10);
+  EXPECT_STREQ(c.plan->name, "adam8");
+  EXPECT_NE(memory_plan_describe(c).find("adam8"), std::string::npos);
+  // Nothing fits: no plan, and the reason lists every plan's estimate (the trainer refuses with it).
+  const MemoryPlanChoice none = memory_plan_choose("auto", in, true, uint64_t{4} << 30);
+  EXPECT_EQ(none.plan, nullptr);
+  EXPECT_EQ(none.least_bytes, adam8);
+  EXPECT_NE(none.reason.find("no plan fits"), std::string::npos) << none.reason;
+  EXPECT_NE(none.reason.find("teacher-bf16:"), std::string::npos) << none.reason;
+  EXPECT_NE(none.reason.find("lean: not usable"), std::string::npos) << none.reason;
+  // A named plan that cannot run, and an unknown name.
+  MemoryPlanInputs fp32_products = in;
+  fp32_products.bf16 = false;
+  EXPECT_THROW(memory_plan_choose("teacher-bf16", fp32_products, true, 0), Error);
+  EXPECT_THROW(memory_plan_named("tiny"), Error);
+}
+
+namespace {
+
+class TrainerMemoryPlan : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::use_one_thread();
+    test::write_tiny_corpus(scratch.path() / "corpus", 200);
+    test::write_tiny_teacher_and_student(scratch.path());
+  }
+  TrainConfig config(const std::string& out, int64_t steps, const std::string& plan) const {
+    TrainConfig c = test::tiny_train_config(TrainJob::Distill, scratch.path() / "corpus", scratch.path() / out);
+    c.teacher = (scratch.path() / "teacher").string();
+    c.student = (scratch.path() / "student").string();
+    c.tokens = steps * c.batch_rows * c.seq_len;
+    c.eval_every_tokens = 0;
+    c.memory_plan = plan;
+    return c;
+  }
+  static std::string file_bytes(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  test::ScratchDir scratch{"trainer-memory-plan"};
+};
+
+}  // namespace
+
+TEST_F(TrainerMemoryPlan, StopAndResumeIsBitIdenticalUnderEachPlan) {
+  for (const std::string plan : {"adam8", "lean"}) {
+    SCOPED_TRACE(plan);
+    const TrainResult straight = train_run(config(plan + "-straight", 6, plan));
+    ASSERT_EQ(straight.status, TrainStatus::Completed) << straight.message;
+    TrainConfig first = config(plan + "-split", 6, plan);
+    first.stop_after_steps = 3;
+    const TrainResult half = train_run(first);
+    ASSERT_EQ(half.status, TrainStatus::Stopped);
+    TrainConfig second = config(plan + "-split", 6, plan);
+    second.resume = (scratch.path() / (plan + "-split")).string();
+    const TrainResult rest = train_run(second);
+    ASSERT_EQ(rest.status, TrainStatus::Completed) << rest.message;
+    std::vector<double> joined = half.losses;
+    joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+    ASSERT_EQ(joined.size(), straight.losses.size());
+    for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(joined[i], straight.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(file_bytes(scratch.path() / (plan + "-split") / "model" / "model.safetensors"),
+              file_bytes(scratch.path() / (plan + "-straight") / "model" / "model.safetensors"));
+  }
+}
+
+TEST_F(TrainerMemoryPlan, LowMemoryPlansTrackFp32) {
+  // 30 steps of the tiny distillation: the adam8 and lean losses stay within 5% of the fp32 plan's at every step
+  // (the same bound as the ops-level test's, for the same reasons; a broken quantizer or a biased rounding leaves it).
+  const TrainResult base = train_run(config("fp32", 30, "fp32"));
+  ASSERT_EQ(base.status, TrainStatus::Completed) << base.message;
+  ASSERT_LT(base.losses.back(), base.losses.front());
+  for (const std::string plan : {"adam8", "lean"}) {
+    const TrainResult r = train_run(config(plan, 30, plan));
+    ASSERT_EQ(r.status, TrainStatus::Completed) << r.message;
+    ASSERT_EQ(r.losses.size(), base.losses.size());
+    for (size_t i = 0; i < r.losses.size(); ++i)
+      EXPECT_NEAR(r.losses[i], base.losses[i], 0.05 * base.losses[i]) << plan << " step " << i + 1;
+  }
+}
+
+TEST_F(TrainerMemoryPlan, ACheckpointResumesUnderAnotherPlan) {
+  // fp32 → adam8 (moments quantized) and adam8 → fp32 (dequantized): both resume and complete; the fp32 → adam8
+  // checkpoint's moments, saved again as q8, hold the quantization of the fp32 ones.
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"fp32", "adam8"}, {"adam8", "fp32"},
+                                 {"fp32", "lean"}}) {
+    SCOPED_TRACE(from + " -> " + to);
+    const std::string out = from + "-to-" + to;
+    TrainConfig first = config(out, 4, from);
+    first.stop_after_steps = 2;
+    ASSERT_EQ(train_run(first).status, TrainStatus::Stopped);
+    TrainConfig second = config(out, 4, to);
+    second.resume = (scratch.path() / out).string();
+    const TrainResult rest = train_run(second);
+    ASSERT_EQ(rest.status, TrainStatus::Completed) << rest.message;
+    for (double l : rest.losses) EXPECT_TRUE(std::isfinite(l));
+  }
+}

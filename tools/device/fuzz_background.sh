@@ -17,7 +17,8 @@
 #   new/<target>/       the new corpus entries (libFuzzer's writable corpus, empty at start)
 #   crashes/<target>/   every artifact (crash-, leak-, timeout-, oom-, slow-unit- files)
 #   logs/<target>.log   each fuzzer's output (the first and last 300 lines when longer than 2000)
-#   meta.txt            the carry's meta.txt, this machine's nproc and load, SECONDS, start and end times
+#   meta.txt            the carry's meta.txt, this machine's nproc and load, SECONDS, start and end times, whether
+#                       LeakSanitizer could run (below)
 # Merge it here with tools/device/fuzz_merge.py (corpora, crash inputs, the running total in docs/reliability.md).
 # Environment: FUZZ_RSS_MB (per-process memory limit, default 2048), FUZZ_NICE (default 19), FUZZ_WORK (scratch
 # directory, default /tmp/hlm-fuzz-bg), FUZZ_TARGETS (space-separated subset), FUZZ_SITE (default device; `here` when
@@ -52,13 +53,20 @@ else for p in "$PKG"/bin/fuzz_*; do t="$(basename "$p")"; targets+=("${t#fuzz_}"
 declare -A pid started
 export LD_LIBRARY_PATH="$PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LSAN_OPTIONS="suppressions=$PKG/lsan.supp" HLM_FUZZ_SOURCE_DIR="$PKG/src"
+# LeakSanitizer stops the process's threads with ptrace to scan them; a sandbox that refuses that (the GPU machine runs
+# under gVisor) makes every fuzzer die at its first leak check. A short trial run decides; without it, leaks go
+# undetected there (ASan and UBSan still work) and meta.txt says so.
+leaks=1
+mkdir -p "$WORK/trial"
+HLM_FUZZ_TMP="$WORK/trial" "$PKG/bin/fuzz_${targets[0]}" -runs=500 -detect_leaks=1 "$WORK/trial" >"$WORK/trial.log" 2>&1
+grep -q "LeakSanitizer has encountered a fatal error" "$WORK/trial.log" && leaks=0
 for t in "${targets[@]}"; do
   prog="$PKG/bin/fuzz_$t"
   [ -x "$prog" ] || { echo "fuzz_background: no program fuzz_$t in the carry" >&2; continue; }
   mkdir -p "$RES/new/$t" "$RES/crashes/$t" "$WORK/tmp/$t" "$PKG/corpus/$t"
   # The first corpus directory is the writable one: it starts empty, so it holds exactly the new entries.
   HLM_FUZZ_TMP="$WORK/tmp/$t" nice -n "$NICE" "$prog" -max_total_time="$SECS" -rss_limit_mb="$RSS" -timeout=25 \
-    -max_len=65536 -print_final_stats=1 -artifact_prefix="$RES/crashes/$t/" "$RES/new/$t" "$PKG/corpus/$t" \
+    -max_len=65536 -detect_leaks=$leaks -print_final_stats=1 -artifact_prefix="$RES/crashes/$t/" "$RES/new/$t" "$PKG/corpus/$t" \
     >"$WORK/$t.log" 2>&1 &
   pid[$t]=$! started[$t]=$(date +%s)
 done
@@ -97,6 +105,7 @@ done
   echo "site ${FUZZ_SITE:-device}"
   echo "where $(uname -n) nproc $(nproc) load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "seconds $SECS"; echo "start $start_utc"; echo "end $(date -u +%FT%TZ)"
+  echo "leak_detection $leaks"
 } >"$RES/meta.txt"
 archive="$OUTDIR/fuzz-results-$(date -u +%Y%m%dT%H%M%SZ).tgz"
 tar czf "$archive" -C "$RES" stats.tsv meta.txt new crashes logs

@@ -62,6 +62,8 @@ def merge_archive(archive):
         where = site if site == "here" else f"{site} ({meta.get('where', '?').split(' ')[0]})"
         date = meta.get("end", "")
         print(f"{archive.name}: {meta.get('commit', '?')}, {meta.get('seconds', '?')} s budget, {meta.get('where', '')}")
+        if meta.get("leak_detection") == "0":
+            print("  LeakSanitizer could not run there: leaks were not checked in this run")
         with (tmp / "stats.tsv").open(newline="") as f:
             stats = list(csv.DictReader(f, delimiter="\t"))
         for s in stats:

@@ -10,7 +10,11 @@
 // Prints per step: milliseconds (median of --steps timed steps after 2 warm-ups), tokens/s, the allocator's peak
 // bytes in use and cudaMemGetInfo's used bytes, and the host-side memory plan. The timed steps run between
 // cudaProfilerStart and cudaProfilerStop, the range the kernel tracer and ncu can be limited to (docs/profiling.md).
-// Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] [--layers L]
+// --shape qwen3-4b / qwen3-1.7b: the teacher of that shape instead (36 layers, hidden 2560, 32 / 8 heads, MLP 9728;
+// 28 layers, hidden 2048, 16 / 8 heads, MLP 6144); --micro R: micro-batches of R rows (gradient accumulation);
+// --memory-plan fp32|teacher-bf16|adam8 (train/memory_plan.h): the plan's teacher and AdamW formats, and its estimate.
+// Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
+//                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -32,6 +36,7 @@
 #include "models/model_train.h"
 #include "models/placements.h"
 #include "train/adamw.h"
+#include "train/memory_plan.h"
 #include "train/cuda/cuda_train_device.h"
 
 using namespace hlm;
@@ -43,6 +48,8 @@ struct Options {
   int steps = 5;
   int64_t rows = 8, seq = 1024;
   int layers = 28;
+  int64_t micro = 0;  // 0: one micro-batch of all rows
+  std::string shape = "qwen3-0.6b", memory_plan = "fp32";
 };
 
 Options parse(int argc, char** argv) {
@@ -61,24 +68,40 @@ Options parse(int argc, char** argv) {
     else if (a == "--rows") o.rows = std::atoll(next().c_str());
     else if (a == "--seq") o.seq = std::atoll(next().c_str());
     else if (a == "--layers") o.layers = std::atoi(next().c_str());
+    else if (a == "--micro") o.micro = std::atoll(next().c_str());
+    else if (a == "--shape") o.shape = next();
+    else if (a == "--memory-plan") o.memory_plan = next();
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
-                           "[--layers L]\n");
+                           "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME]\n");
       std::exit(2);
     }
   }
   return o;
 }
 
-ModelConfig teacher_config(int layers) {
+ModelConfig teacher_config(int layers, const std::string& shape) {
+  struct Dims {
+    const char* name;
+    int layers, hidden, heads, kv, mlp;
+  };
+  const Dims table[] = {{"qwen3-0.6b", 0, 1024, 16, 8, 3072}, {"qwen3-1.7b", 28, 2048, 16, 8, 6144},
+                        {"qwen3-4b", 36, 2560, 32, 8, 9728}};
+  const Dims* d = nullptr;
+  for (const Dims& row : table)
+    if (shape == row.name) d = &row;
+  if (d == nullptr) {
+    std::fprintf(stderr, "--shape: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b)\n", shape.c_str());
+    std::exit(2);
+  }
   const nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}},
                             {"model_type", "qwen3"},
-                            {"num_hidden_layers", layers},
-                            {"hidden_size", 1024},
-                            {"num_attention_heads", 16},
-                            {"num_key_value_heads", 8},
+                            {"num_hidden_layers", d->layers > 0 ? d->layers : layers},
+                            {"hidden_size", d->hidden},
+                            {"num_attention_heads", d->heads},
+                            {"num_key_value_heads", d->kv},
                             {"head_dim", 128},
-                            {"intermediate_size", 3072},
+                            {"intermediate_size", d->mlp},
                             {"vocab_size", 151936},
                             {"max_position_embeddings", 4096},
                             {"rms_norm_eps", 1e-6},
@@ -102,10 +125,11 @@ double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const auto t0 = std::chrono::steady_clock::now();
-  const ModelConfig tc = teacher_config(o.layers);
+  const ModelConfig tc = teacher_config(o.layers, o.shape);
+  const int layers = static_cast<int>(tc.num_hidden_layers);
   Model teacher = Model::create(tc, 1);
-  const int full = std::max(1, o.layers / 4);
-  const std::vector<int> full_layers = placement_layers(Placement::StandardPeriodic, o.layers, full);
+  const int full = std::max(1, layers / 4);
+  const std::vector<int> full_layers = placement_layers(Placement::StandardPeriodic, layers, full);
   Model student = convert_to_hybrid(teacher, full_layers, ConvertOptions{});
   std::printf("setup: teacher %lld params, student %lld params, built on the host in %.1f s\n",
               static_cast<long long>(count_parameters(teacher)), static_cast<long long>(count_parameters(student)),
@@ -116,11 +140,19 @@ int main(int argc, char** argv) {
   std::vector<AdamWParam> params;
   for (const NamedParameter& p : named_parameters(student.config(), student.mutable_weights(), grads))
     params.push_back({p.name, p.value, p.grad, 0});
-  AdamW optimizer(std::move(groups), std::move(params));
+  const MemoryPlanOption& plan = memory_plan_named(o.memory_plan);
+  AdamWConfig adamw_config;
+  adamw_config.state = plan.state;
+  adamw_config.master = plan.master;
+  AdamW optimizer(std::move(groups), std::move(params), adamw_config);
+  const int64_t micro = o.micro > 0 ? o.micro : o.rows;
+  MemoryPlanInputs plan_in{student.config(), &teacher.config(), o.precision == "bf16", micro * o.seq};
+  std::printf("%s\n", memory_plan_describe({&plan, memory_plan_estimate(plan, plan_in), "--memory-plan"}).c_str());
 
   CudaTrainDeviceOptions dev_options;
   dev_options.bf16 = o.precision == "bf16";
   CudaTrainDevice device(dev_options);
+  device.set_memory_plan(plan);
   std::printf("device: %s, precision %s\n", device.describe().c_str(), o.precision.c_str());
   device.attach(student, &teacher, optimizer);
 
@@ -147,7 +179,7 @@ int main(int argc, char** argv) {
       cudaProfilerStart();
     }
     const auto a = std::chrono::steady_clock::now();
-    const BatchLoss loss = device.step(batch, o.rows, 1.0, 1.0, &norm, 1);
+    const BatchLoss loss = device.step(batch, micro, 1.0, 1.0, &norm, 1);
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
     if (s == o.steps + 1) {
       cudaDeviceSynchronize();
@@ -162,9 +194,10 @@ int main(int argc, char** argv) {
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
   const CudaAllocatorStats st = cuda_context().allocator().stats();
-  std::printf("distill_step precision=%s rows=%lld seq=%lld layers=%d: %.1f ms/step, %.0f tok/s, allocator peak "
-              "%.2f GiB in use (%.2f GiB reserved), device used %.2f GiB\n",
-              o.precision.c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.seq), o.layers, med,
+  std::printf("distill_step shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
+              "%.0f tok/s, allocator peak %.2f GiB in use (%.2f GiB reserved), device used %.2f GiB\n",
+              o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
+              static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
               tokens / (med / 1000.0), gib(st.peak_bytes_in_use), gib(st.peak_bytes_reserved),
               gib(total_b - free_b));
   return 0;

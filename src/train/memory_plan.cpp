@@ -84,7 +84,7 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
     const ParamSplit t = split_params(*in.teacher);
     const uint64_t t_copied = t.linear + t.head;
     if (plan.teacher_bf16_only && in.bf16)
-      e.teacher = 2 * t.all;  // every weight in bf16 once (CudaModel::drop_fp32_weights; the norms' fp32 is ~0)
+      e.teacher = 4 * (t.all - t.linear) + 2 * t_copied;  // linears bf16 only; embedding, norms fp32; head copy
     else
       e.teacher = 4 * t.all + (in.bf16 ? 2 * t_copied : 0);
   }

@@ -5,8 +5,9 @@
 // Plans, in order of the memory they save (auto takes the first that fits; the first is today's behaviour):
 //   fp32          fp32 master weights (+ bf16 copies of the linears and the head in --precision bf16), fp32 gradients,
 //                 fp32 AdamW m and v; the teacher fp32 (+ its bf16 copies)
-//   teacher-bf16  as fp32, but the frozen teacher is held ONCE, in bf16 (CudaModel::drop_fp32_weights: each fp32
-//                 weight freed once its bf16 copy is made; the embedding/head too): needs --precision bf16
+//   teacher-bf16  as fp32, but the frozen teacher's linears are held ONCE, in bf16 (their fp32 weights are freed
+//                 once the bf16 copies exist; the embedding and norms stay fp32, the head keeps its bf16 copy):
+//                 needs --precision bf16
 //   adam8         teacher-bf16 + 8-bit block-wise AdamW moments (ops/adamw/adamw_lowmem.h: 2 bytes per parameter
 //                 plus one fp32 scale per 256, instead of 8 bytes)
 //   lean          adam8 + bf16 master weights with stochastic rounding: every weight held in bf16 only (the linears'

@@ -8,12 +8,14 @@
 #include "core/error.h"
 #include "layers/cuda/cuda_linear.h"
 #include "ops/adamw/adamw_cuda.h"
+#include "ops/adamw/adamw_lowmem_cuda.h"
 #include "ops/adamw/grad_norm_cuda.h"
 
 namespace hlm {
 
-CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1, double beta2, double eps)
-    : ctx_(&ctx), beta1_(beta1), beta2_(beta2), eps_(eps) {
+CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1, double beta2, double eps,
+                     AdamWStateFormat state)
+    : ctx_(&ctx), state_(state), beta1_(beta1), beta2_(beta2), eps_(eps) {
   std::vector<CudaModel::NamedTensor> w = weights.named_tensors();
   std::vector<CudaModel::NamedTensor> g = grads.named_tensors();
   HLM_CHECK(w.size() == g.size(), "CudaAdamW: ", w.size(), " weights but ", g.size(), " gradients");
@@ -21,6 +23,17 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
     HLM_CHECK(w[i].name == g[i].name && w[i].tensor->shape() == g[i].tensor->shape(), "CudaAdamW: weight ",
               w[i].name, " does not match gradient ", g[i].name);
     params_.push_back({w[i].name, w[i].tensor, g[i].tensor, 0.0, 0.0});
+    if (state_ == AdamWStateFormat::Q8) {
+      const int64_t n = w[i].tensor->numel();
+      Q8Device q{cuda_scratch_bytes(ctx, static_cast<size_t>(n)), cuda_scratch_bytes(ctx, static_cast<size_t>(n)),
+                 CudaTensor::empty(ctx, {q8_blocks(n)}), CudaTensor::empty(ctx, {q8_blocks(n)})};
+      HLM_CUDA_CHECK(cudaMemsetAsync(q.q_m.raw(), q8_codebook_signed().zero, static_cast<size_t>(n), ctx.stream()));
+      HLM_CUDA_CHECK(cudaMemsetAsync(q.q_v.raw(), q8_codebook_unsigned().zero, static_cast<size_t>(n), ctx.stream()));
+      HLM_CUDA_CHECK(cudaMemsetAsync(q.absmax_m.raw(), 0, q.absmax_m.nbytes(), ctx.stream()));
+      HLM_CUDA_CHECK(cudaMemsetAsync(q.absmax_v.raw(), 0, q.absmax_v.nbytes(), ctx.stream()));
+      q8_.push_back(std::move(q));
+      continue;
+    }
     for (std::vector<CudaTensor>* state : {&exp_avg_, &exp_avg_sq_}) {
       state->push_back(CudaTensor::empty(ctx, w[i].tensor->shape()));
       HLM_CUDA_CHECK(cudaMemsetAsync(state->back().raw(), 0, state->back().nbytes(), ctx.stream()));
@@ -35,6 +48,7 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
 }
 
 void CudaAdamW::set_bf16_copies(const std::vector<CudaModel::Bf16Copy>& copies) {
+  if (state_ == AdamWStateFormat::Q8) return;  // the 8-bit kernel writes no copies: the caller refreshes them
   bf16_.assign(params_.size(), nullptr);
   for (const CudaModel::Bf16Copy& c : copies) {
     const auto it = std::find_if(params_.begin(), params_.end(),
@@ -48,8 +62,49 @@ void CudaAdamW::set_bf16_copies(const std::vector<CudaModel::Bf16Copy>& copies) 
 
 void CudaAdamW::set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
   HLM_CHECK(i < params_.size(), "CudaAdamW::set_state: parameter ", i, " of ", params_.size());
+  if (state_ == AdamWStateFormat::Q8) {  // upload the fp32 moments, quantize on the device (q8_quantize's bits)
+    CudaTensor m = CudaTensor::empty(*ctx_, params_[i].param->shape()), v = CudaTensor::empty(*ctx_, m.shape());
+    cuda_copy(*ctx_, m, exp_avg);
+    cuda_copy(*ctx_, v, exp_avg_sq);
+    Q8Device& q = q8_[i];
+    q8_quantize_cuda(true, m.data<float>(), m.numel(), static_cast<uint8_t*>(q.q_m.raw()), q.absmax_m.data<float>(),
+                     ctx_->stream());
+    q8_quantize_cuda(false, v.data<float>(), v.numel(), static_cast<uint8_t*>(q.q_v.raw()), q.absmax_v.data<float>(),
+                     ctx_->stream());
+    ctx_->synchronize();  // m and v are freed on return
+    return;
+  }
   cuda_copy(*ctx_, exp_avg_[i], exp_avg);  // checks shape and dtype
   cuda_copy(*ctx_, exp_avg_sq_[i], exp_avg_sq);
+}
+
+void CudaAdamW::set_q8_state(size_t i, const AdamWQ8State& host) {
+  HLM_CHECK(state_ == AdamWStateFormat::Q8 && i < q8_.size(), "CudaAdamW::set_q8_state: not an 8-bit state");
+  Q8Device& q = q8_[i];
+  const auto n = static_cast<size_t>(params_[i].param->numel());
+  HLM_CHECK(host.q_m.size() == n && host.q_v.size() == n && host.absmax_m.size() * 4 == q.absmax_m.nbytes() &&
+                host.absmax_v.size() * 4 == q.absmax_v.nbytes(),
+            "CudaAdamW::set_q8_state: sizes of ", params_[i].name);
+  cuda_copy_to_device(*ctx_, q.q_m.raw(), host.q_m.data(), n);
+  cuda_copy_to_device(*ctx_, q.q_v.raw(), host.q_v.data(), n);
+  cuda_copy_to_device(*ctx_, q.absmax_m.raw(), host.absmax_m.data(), q.absmax_m.nbytes());
+  cuda_copy_to_device(*ctx_, q.absmax_v.raw(), host.absmax_v.data(), q.absmax_v.nbytes());
+}
+
+AdamWQ8State CudaAdamW::q8_state(size_t i) const {
+  HLM_CHECK(state_ == AdamWStateFormat::Q8 && i < q8_.size(), "CudaAdamW::q8_state: not an 8-bit state");
+  const Q8Device& q = q8_[i];
+  const auto n = static_cast<size_t>(params_[i].param->numel());
+  AdamWQ8State host;
+  host.q_m.resize(n);
+  host.q_v.resize(n);
+  host.absmax_m.resize(q.absmax_m.nbytes() / 4);
+  host.absmax_v.resize(q.absmax_v.nbytes() / 4);
+  cuda_copy_to_host(*ctx_, host.q_m.data(), q.q_m.raw(), n);
+  cuda_copy_to_host(*ctx_, host.q_v.data(), q.q_v.raw(), n);
+  cuda_copy_to_host(*ctx_, host.absmax_m.data(), q.absmax_m.raw(), q.absmax_m.nbytes());
+  cuda_copy_to_host(*ctx_, host.absmax_v.data(), q.absmax_v.raw(), q.absmax_v.nbytes());
+  return host;
 }
 
 void CudaAdamW::set_step_count(int64_t step) {
@@ -81,6 +136,24 @@ double CudaAdamW::step(double max_norm) {
   const double norm = global_norm(max_norm);  // the clip scale stays on the device for the update
   if (!std::isfinite(norm)) return norm;      // the step is skipped
   ++step_;
+  if (state_ == AdamWStateFormat::Q8) {  // one launch per parameter (the block scales need whole blocks per CTA)
+    const float* scale = max_norm > 0.0 ? scale_.data<float>() : nullptr;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const CudaAdamWParam& p = params_[i];
+      Q8Device& q = q8_[i];
+      AdamWLowmemTensor t;
+      t.param_f32 = p.param->data<float>();
+      t.q_m = static_cast<uint8_t*>(q.q_m.raw());
+      t.q_v = static_cast<uint8_t*>(q.q_v.raw());
+      t.absmax_m = q.absmax_m.data<float>();
+      t.absmax_v = q.absmax_v.data<float>();
+      t.grad = p.grad->data<float>();
+      t.n = p.param->numel();
+      adamw_lowmem_step_cuda(t, scale, adamw_lowmem_step(p.lr, p.weight_decay, beta1_, beta2_, eps_, step_, 0),
+                             ctx.stream());
+    }
+    return norm;
+  }
   std::vector<AdamWCudaTensor> tensors(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const CudaAdamWParam& p = params_[i];

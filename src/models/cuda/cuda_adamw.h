@@ -12,11 +12,16 @@
 // parameter in ONE launch (adamw_multi_step_cuda), bit-identical to one adamw_step_cuda per parameter.
 // bf16 copies (mixed precision): after set_bf16_copies the same launch also writes each registered parameter's bf16
 // copy from the updated fp32 value, with the bits CudaModel::refresh_bf16 would give, so no refresh pass is needed.
+// 8-bit moments (state Q8, memory plan adam8; ops/adamw/adamw_lowmem.h): m and v held as block-wise codes and scales,
+// one adamw_lowmem_step_cuda launch per parameter after the norm; the bf16 copies are then re-rounded by the caller
+// (CudaModel::refresh_bf16: writes_bf16_copies() stays false). The host AdamW of the same format exchanges the codes
+// and scales byte for byte (set_q8_state / q8_state), so checkpoints and resumes are exact.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "models/cuda/cuda_model.h"
+#include "ops/adamw/adamw_lowmem.h"
 
 namespace hlm {
 
@@ -33,12 +38,16 @@ class CudaAdamW {
   // Pairs weights' and grads' tensors by name (same config; internal error otherwise), lr 0 and weight decay 0 until
   // set. betas in [0, 1), eps ≥ 0.
   CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1 = 0.9, double beta2 = 0.999,
-            double eps = 1e-8);
+            double eps = 1e-8, AdamWStateFormat state = AdamWStateFormat::F32);
+  AdamWStateFormat state_format() const { return state_; }
+  // 8-bit moments of parameter i (state Q8 only): from / to the host format, byte for byte (waits for the stream).
+  void set_q8_state(size_t i, const AdamWQ8State& q);
+  AdamWQ8State q8_state(size_t i) const;
 
   std::vector<CudaAdamWParam>& params() { return params_; }
   int64_t step_count() const { return step_; }
-  // State of parameter i from the host (a resume, or a CPU optimizer's state; f32, the parameter's shape) and the
-  // step count the next step continues from.
+  // State of parameter i from the host (a resume, or a CPU optimizer's state; f32, the parameter's shape; quantized
+  // on the device under Q8) and the step count the next step continues from.
   void set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq);
   void set_step_count(int64_t step);
   // State of parameter i (device f32, the parameter's shape), e.g. to copy it back for a checkpoint.
@@ -62,7 +71,12 @@ class CudaAdamW {
  private:
   CudaContext* ctx_;
   std::vector<CudaAdamWParam> params_;
-  std::vector<CudaTensor> exp_avg_, exp_avg_sq_;
+  std::vector<CudaTensor> exp_avg_, exp_avg_sq_;  // F32: per parameter
+  struct Q8Device {
+    CudaTensor q_m, q_v, absmax_m, absmax_v;  // codes (raw bytes) and block scales (f32)
+  };
+  std::vector<Q8Device> q8_;                    // Q8: per parameter
+  AdamWStateFormat state_ = AdamWStateFormat::F32;
   std::vector<CudaTensor*> bf16_;        // per parameter: the slot of its bf16 copy, or nullptr
   bool writes_bf16_ = false;
   CudaTensor table_;                     // device workspace of adamw_multi_step_cuda (the list's table)

@@ -100,9 +100,24 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
   if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));
   student_->set_bf16_compute(options_.bf16);
-  if (teacher_) teacher_->set_bf16_compute(options_.bf16);
+  if (teacher_) {
+    HLM_CHECK_INPUT(!teacher_bf16_only_ || options_.bf16, "--memory-plan: the teacher is held in bf16 only with "
+                    "--precision bf16");
+    teacher_->set_bf16_compute(options_.bf16);
+    // Teacher held once in bf16: every linear's fp32 weight is freed (the bf16 mode's forward reads only the bf16
+    // copies; the teacher has no backward and no update). The embedding stays fp32 (the lookup and, tied, the head
+    // of the fp32 path read it) beside the head's bf16 copy.
+    if (teacher_bf16_only_) {
+      for (const CudaModel::NamedTensor& t : teacher_->named_tensors())
+        if (t.name.find("_proj.weight") != std::string::npos) *t.tensor = CudaTensor();
+      ctx_->synchronize();
+      ctx_->allocator().release_cached();
+    }
+  }
   const AdamWConfig& ac = optimizer.config();
-  optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps);
+  HLM_CHECK_INPUT(ac.master == MasterFormat::F32, "--device cuda: bf16 master weights (--memory-plan lean) are not "
+                  "implemented on the GPU yet; use adam8");
+  optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps, ac.state);
   // Each step writes the student's bf16 copies with the update (nothing in fp32 mode): no refresh pass after it.
   optimizer_->set_bf16_copies(student_->bf16_copies());
   // Pair the device's parameters with the host optimizer's by HF name; each gets the host state.
@@ -117,7 +132,10 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
     HLM_CHECK(it != host.end(), "CudaTrainDevice: the host optimizer has no parameter ", device[i].name);
     const auto j = static_cast<size_t>(it - host.begin());
     host_index_.push_back(j);
-    optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
+    if (ac.state == AdamWStateFormat::Q8)
+      optimizer_->set_q8_state(i, optimizer.q8_state(j));  // byte for byte
+    else
+      optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
   }
   optimizer_->set_step_count(optimizer.step_count());
   ctx_->synchronize();
@@ -127,12 +145,20 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
 
 void CudaTrainDevice::print_static_plan() const {
   const size_t weights = student_->weight_bytes(), copies = student_->bf16_copy_bytes();
-  const size_t grads = grads_->weight_bytes(), moments = 2 * weights;  // AdamW m and v are fp32 like the weights
+  size_t moments = 2 * weights;  // AdamW m and v fp32 like the weights, or 8-bit codes + one f32 scale per block
+  if (optimizer_->state_format() == AdamWStateFormat::Q8) {
+    moments = 0;
+    for (const CudaAdamWParam& p : optimizer_->params())
+      moments += 2 * static_cast<size_t>(p.param->numel()) + 8 * static_cast<size_t>(q8_blocks(p.param->numel()));
+  }
+  const size_t grads = grads_->weight_bytes();
   const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;
   const size_t total = weights + copies + grads + moments + teacher;
   std::printf("%-12s student %.2f GiB fp32 weights + %.2f GiB bf16 copies, %.2f GiB gradients, %.2f GiB AdamW "
-              "m and v; teacher %.2f GiB; %.2f GiB before activations\n",
-              "memory plan", gib(weights), gib(copies), gib(grads), gib(moments), gib(teacher), gib(total));
+              "m and v (%s); teacher %.2f GiB%s; %.2f GiB before activations (device allocations)\n",
+              "memory plan", gib(weights), gib(copies), gib(grads), gib(moments),
+              adamw_state_format_name(optimizer_->state_format()), gib(teacher),
+              teacher_bf16_only_ ? " (bf16 only)" : "", gib(total));
   std::fflush(stdout);
 }
 
@@ -265,6 +291,10 @@ void CudaTrainDevice::sync_to_host() {
   ctx_->make_current();
   student_->download_into(host_student_->mutable_weights());
   for (size_t i = 0; i < host_index_.size(); ++i) {
+    if (optimizer_->state_format() == AdamWStateFormat::Q8) {
+      host_optimizer_->set_q8_state(host_index_[i], optimizer_->q8_state(i));
+      continue;
+    }
     const Tensor m = cuda_download(*ctx_, optimizer_->exp_avg(i));
     const Tensor v = cuda_download(*ctx_, optimizer_->exp_avg_sq(i));
     host_optimizer_->set_state(host_index_[i], m, v);

@@ -15,7 +15,10 @@
 // Activations (--recompute): the student's forward_train keeps the layer inputs only (layer: each layer recomputes its
 // own in the backward) or every layer's intermediates too (none); the gradients are bit-identical either way
 // (models/cuda/cuda_model_train.h). The teacher keeps layer inputs only (it has no backward).
-// Non-goals for now: bf16 weights, multi-GPU.
+// Memory plan (train/memory_plan.h, set_memory_plan before attach): adam8 keeps the AdamW moments 8-bit block-wise on
+// the device (CudaAdamW Q8, exchanged with the host AdamW of the same format byte for byte); teacher-bf16 and beyond
+// free the frozen teacher's fp32 linear weights once their bf16 copies exist (the embedding stays fp32).
+// Non-goals for now: bf16 master weights on the device (the lean plan is CPU-only), multi-GPU.
 #pragma once
 #include <memory>
 #include <optional>
@@ -45,6 +48,7 @@ class CudaTrainDevice final : public TrainDevice {
 
   std::string describe() const override;
   size_t free_memory_bytes() const override;  // cudaMemGetInfo on GPU 0
+  void set_memory_plan(const MemoryPlanOption& plan) override { teacher_bf16_only_ = plan.teacher_bf16_only; }
   void attach(Model& student, Model* teacher, AdamW& optimizer) override;
   BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
                  size_t num_languages) override;
@@ -61,6 +65,7 @@ class CudaTrainDevice final : public TrainDevice {
 
   CudaTrainDeviceOptions options_;
   bool activation_plan_printed_ = false;
+  bool teacher_bf16_only_ = false;
   CudaContext* ctx_ = nullptr;
   Model* host_student_ = nullptr;
   AdamW* host_optimizer_ = nullptr;

@@ -2,10 +2,17 @@
 # Installs the Debian bookworm packages hybridlm builds against, only those that are missing.
 # Uses sudo when not root. The CUDA toolkit is optional and never installed here.
 # Arguments: extra packages a target needs besides these (make fuzz: clang, its libFuzzer runtime, its OpenMP).
+# --demo (first argument): only what `make demo` builds (the hybridlm program, no tests, benches or MPI).
 set -euo pipefail
 packages=(cmake ninja-build g++ make pkg-config python3
-          libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev libcli11-dev libzstd-dev
-          googletest libgtest-dev libbenchmark-dev "$@")
+          libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev libcli11-dev libzstd-dev)
+if [ "${1:-}" = "--demo" ]; then
+  shift
+else
+  packages+=(googletest libgtest-dev libbenchmark-dev
+             libopenmpi-dev openmpi-bin)  # MPI: data-parallel training and its mpirun tests (docs/distributed.md)
+fi
+packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,11 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "data/data_stream.h"
+#include "dist/communicator.h"
 #include "models/model_train.h"
 #include "models/safetensors.h"
 #include "models/tensor_table.h"
 #include "train/adamw.h"
 #include "train/checkpoint_io.h"
+#include "train/data_parallel.h"
 #include "train/eval.h"
 #include "train/fault_inject.h"
 #include "train/grad_utils.h"
@@ -110,10 +112,14 @@ void warn_unknown_keys(const ModelConfig& c, const std::string& what) {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device);
+  Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device, Communicator* comm);
   TrainResult run();
 
  private:
+  bool writer() const { return comm_->rank() == 0; }  // the rank that checks --out and writes every file
+  void record(const json& j) {
+    if (metrics_) metrics_->write(j);
+  }
   void check_out_dir() const;
   void check_disk_and_device() const;
   void choose_memory_plan();
@@ -129,6 +135,9 @@ class Trainer {
   TrainConfig cfg_;
   TrainHooks hooks_;
   TrainDevice* device_ = nullptr;  // null: steps on the CPU
+  SingleCommunicator single_;
+  Communicator* comm_ = &single_;     // data parallel over comm_->size() ranks (train/data_parallel.h)
+  std::unique_ptr<DataParallel> dp_;  // only with several ranks
   TrainPlan plan_;
   fs::path out_;
   Corpus corpus_;
@@ -152,12 +161,22 @@ class Trainer {
   double elapsed_before_ = 0.0, step_seconds_ = 0.0;
 };
 
-Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device)
+Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device, Communicator* comm)
     : cfg_(config), hooks_(hooks), device_(device) {
+  if (comm != nullptr) comm_ = comm;
+  cfg_.world_size = comm_->size();
   train_config_validate(cfg_);
   HLM_CHECK_INPUT(cfg_.device == "cpu" || device_ != nullptr, "--device ", cfg_.device,
                   ": this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
   if (cfg_.device == "cpu") device_ = nullptr;
+  const int64_t W = comm_->size();
+  HLM_CHECK_INPUT(W == 1 || device_ == nullptr, "--device ", cfg_.device, ": training on ", W,
+                  " ranks runs on the CPU only in this version (the GPU trainer is not wired to the communicator)");
+  HLM_CHECK_INPUT(cfg_.zero_stage == 0 || cfg_.zero_stage == 1, "--zero-stage ", cfg_.zero_stage,
+                  ": must be 0 (replicated AdamW state) or 1 (sharded)");
+  HLM_CHECK_INPUT(cfg_.batch_rows % (W * cfg_.micro_batch_rows) == 0, "--batch ", cfg_.batch_rows,
+                  " must split into ", W, " ranks x whole micro-batches of --micro-batch ", cfg_.micro_batch_rows,
+                  " rows (a multiple of ", W * cfg_.micro_batch_rows, ")");
   HLM_CHECK(device_ == nullptr || (!hooks_.on_step_begin && !hooks_.on_gradients),
             "train_run: test hooks see host state and are for CPU runs only");
   plan_ = train_plan(cfg_);
@@ -166,6 +185,10 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   if (!cfg_.resume.empty()) {
     resume_ = checkpoint_read(checkpoint_find(cfg_.resume));
     const TrainConfig saved = train_config_from_json(resume_->train_config, resume_->dir.string());
+    HLM_CHECK_INPUT(saved.world_size == cfg_.world_size, "--resume ", resume_->dir.string(),
+                    ": the checkpoint was written by a run of ", saved.world_size, " rank(s), this run has ",
+                    cfg_.world_size, "; resume with the same number of ranks (mpirun -np / srun -n ",
+                    saved.world_size, "): the per-rank batch shares and the order of the gradient sums depend on it");
     const std::vector<std::string> diff = train_config_fixed_differences(saved, cfg_);
     std::string list;
     for (const std::string& d : diff) list += "\n  " + d;
@@ -177,7 +200,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
                     "--stop-after-steps ", cfg_.stop_after_steps, " is not after the checkpoint's step ",
                     resume_->state.step);
   }
-  check_out_dir();
+  if (writer()) check_out_dir();
   HLM_CHECK_INPUT(fs::is_directory(cfg_.data), cfg_.data, ": not a corpus directory (does not exist)");
   corpus_ = Corpus::open(cfg_.data);
   tokenizer_ = tokenizer_load(cfg_.tokenizer);
@@ -217,6 +240,9 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
   build_optimizer();
+  if (W > 1)
+    dp_ = std::make_unique<DataParallel>(*comm_, *optimizer_, static_cast<int>(cfg_.zero_stage),
+                                         bucket_elements_from_env());
 
   schedule_ = {plan_.total_steps, plan_.warmup_steps, cfg_.start_factor, cfg_.min_lr};
   state_.total_steps = plan_.total_steps;
@@ -228,14 +254,15 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
     HLM_CHECK_INPUT(state_.data_seed == cfg_.data_seed && state_.init_seed == cfg_.init_seed,
                     resume_->dir.string(), ": seeds differ from the configuration's");
     stream_->restore(stream_cursor_from_json(state_.cursor));
-    checkpoint_restore_optimizer(resume_->dir, *optimizer_);
+    if (dp_) dp_->restore_optimizer(resume_->dir, *optimizer_);
+    else checkpoint_restore_optimizer(resume_->dir, *optimizer_);
     elapsed_before_ = state_.elapsed_seconds;
     if (same_directory(resume_->dir.parent_path(), out_)) {
       result_.last_checkpoint = resume_->dir;
       last_checkpoint_step_ = state_.step;
     }
   }
-  check_disk_and_device();
+  if (writer()) check_disk_and_device();
 }
 
 // Fresh run: --out absent or empty. Resume: also the checkpoint's own run directory, when the checkpoint is its
@@ -362,7 +389,7 @@ void Trainer::prepare_out() {
 }
 
 TrainResult Trainer::run() {
-  prepare_out();
+  if (writer()) prepare_out();
   int64_t rec = 0, rest = 0;
   for (const AdamWParam& p : optimizer_->params())
     (p.name.find(".linear_attn.") != std::string::npos ? rec : rest) += p.param.numel();
@@ -405,7 +432,7 @@ TrainResult Trainer::run() {
                        : result_.status == TrainStatus::DataExhausted    ? "data_exhausted"
                        : result_.status == TrainStatus::EvaluationFailed ? "evaluation_failed"
                                                                          : "diverged";
-  metrics_->write({{"type", "end"},
+  record({{"type", "end"},
                    {"step", state_.step},
                    {"tokens", state_.tokens_seen},
                    {"status", status},
@@ -448,7 +475,7 @@ bool Trainer::step_once() {
       by_language[corpus_.languages()[i].code] =
           loss.sum_by_language[i] / static_cast<double>(loss.count_by_language[i]);
   const double tok_per_s = static_cast<double>(plan_.tokens_per_step) / std::max(dt, 1e-9);
-  metrics_->write({{"type", "step"},
+  record({{"type", "step"},
                    {"step", s},
                    {"tokens", state_.tokens_seen},
                    {"loss", std::isfinite(loss.loss) ? json(loss.loss) : json(nullptr)},
@@ -463,7 +490,7 @@ bool Trainer::step_once() {
     std::fprintf(stderr, "step %lld: non-finite %s (loss %g, grad norm %g): update skipped (%lld in a row)\n",
                  static_cast<long long>(s), std::isfinite(loss.loss) ? "gradient" : "loss", loss.loss, norm,
                  static_cast<long long>(state_.consecutive_bad));
-  } else if (s % cfg_.log_every_steps == 0 || s == plan_.total_steps) {
+  } else if (writer() && (s % cfg_.log_every_steps == 0 || s == plan_.total_steps)) {
     const double per_step = step_seconds_ / static_cast<double>(steps_this_run_);
     const ProgressFields f{s, plan_.total_steps, state_.tokens_seen, loss.loss, norm, lr_rec, lr_rest,
                            static_cast<double>(plan_.tokens_per_step) / std::max(per_step, 1e-9),
@@ -498,6 +525,23 @@ BatchLoss Trainer::batch_step(const PackedBatch& batch, int64_t s, double* norm,
   if (hooks_.on_step_begin) hooks_.on_step_begin(s, *student_);
   const std::vector<Tensor> grads = optimizer_->grads();
   grad_zero(grads);
+  if (dp_) {  // this rank's rows, weighted as part of the whole batch; sums over ranks (train/data_parallel.h)
+    const auto [first, last] = dp_->rows(batch.rows);
+    const int64_t counted =
+        teacher_ ? batch.batch.total_tokens()
+                 : std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; });
+    BatchLoss loss = train_batch_gradient(*student_, teacher_ ? &*teacher_ : nullptr,
+                                          packed_batch_rows(batch, first, last), cfg_.micro_batch_rows, cfg_.tau,
+                                          grads_, corpus_.languages().size(), recompute_from_name(cfg_.recompute),
+                                          counted);
+    if (hooks_.on_gradients) hooks_.on_gradients(s, grads);
+    dp_->reduce_loss(loss);
+    *norm = dp_->reduce_and_clip(cfg_.clip);
+    *finite = std::isfinite(loss.loss) && std::isfinite(*norm);
+    lr_schedule_apply(*optimizer_, schedule_, s);
+    if (*finite) dp_->step(*optimizer_);
+    return loss;
+  }
   const BatchLoss loss = train_batch_gradient(*student_, teacher_ ? &*teacher_ : nullptr, batch,
                                               cfg_.micro_batch_rows, cfg_.tau, grads_, corpus_.languages().size(),
                                               recompute_from_name(cfg_.recompute));
@@ -519,9 +563,13 @@ EvalResult Trainer::evaluate_set(const HeldOutSet& set) {
 }
 
 void Trainer::validate_now() {
+  if (!writer()) {  // rank 0 evaluates; the others go on to the next step's collectives and wait there
+    last_valid_step_ = state_.step;
+    return;
+  }
   const Clock::time_point t0 = Clock::now();
   const EvalResult r = evaluate_set(valid_);
-  metrics_->write(metrics_valid_record(state_.step, state_.tokens_seen, r));
+  record(metrics_valid_record(state_.step, state_.tokens_seen, r));
   last_valid_step_ = state_.step;
   std::fprintf(stderr, "valid step %lld: ce %.5f%s (%.1fs)\n", static_cast<long long>(state_.step), r.mean_ce,
                r.mean_kl ? str_cat(", kl ", *r.mean_kl, ", ce gap ", *r.mean_ce_gap).c_str() : "",
@@ -534,9 +582,15 @@ void Trainer::checkpoint_now() {
   state_.lr.clear();
   for (const AdamWGroup& g : optimizer_->groups()) state_.lr[g.name] = g.lr;
   state_.elapsed_seconds = elapsed_before_ + seconds_since(start_);
+  const AdamW* optimizer = dp_ ? dp_->optimizer_for_checkpoint(*optimizer_) : optimizer_.get();  // every rank
+  if (!writer()) {
+    last_checkpoint_step_ = state_.step;
+    checkpoint_pending_ = false;
+    return;
+  }
   try {
     result_.last_checkpoint =
-        checkpoint_save(out_, *student_, *optimizer_, state_, train_config_to_json(cfg_), metrics_->path());
+        checkpoint_save(out_, *student_, *optimizer, state_, train_config_to_json(cfg_), metrics_->path());
   } catch (Error& e) {  // a full disk or an I/O error: the previous checkpoint is untouched (checkpoint_io.h)
     e.add_context("writing ", checkpoint_dir_name(state_.step), " failed (",
                   result_.last_checkpoint.empty() ? std::string("no earlier checkpoint exists")
@@ -546,7 +600,7 @@ void Trainer::checkpoint_now() {
   }
   last_checkpoint_step_ = state_.step;
   checkpoint_pending_ = false;
-  metrics_->write({{"type", "checkpoint"},
+  record({{"type", "checkpoint"},
                    {"step", state_.step},
                    {"tokens", state_.tokens_seen},
                    {"path", result_.last_checkpoint.filename().string()}});
@@ -559,6 +613,7 @@ void Trainer::finish() {
   } else if (device_ != nullptr) {
     device_->sync_to_host();
   }
+  if (!writer()) return;
   const fs::path model_dir = out_ / "model";
   if (!fs::exists(model_dir))  // present only when resuming a run whose final evaluation did not finish
     directory_write_atomic(model_dir, [&](const fs::path& tmp) { student_->save(tmp); });
@@ -598,8 +653,8 @@ void Trainer::finish() {
 
 }  // namespace
 
-TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device) {
-  Trainer trainer(config, hooks, device);
+TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks, TrainDevice* device, Communicator* comm) {
+  Trainer trainer(config, hooks, device, comm);
   return trainer.run();
 }
 

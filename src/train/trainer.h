@@ -90,6 +90,10 @@ struct TrainConfig {
   std::string recompute = "layer";         // "layer": recompute inside each layer in the backward; "none": keep
                                            // every layer's activations (more memory, less compute; same results)
   std::string device = "cpu";              // "cpu", or "cuda": steps run on a TrainDevice (train/train_device.h)
+  // Data parallel (train/data_parallel.h, docs/distributed.md).
+  int64_t zero_stage = 1;                  // with several ranks: 1 shards AdamW's moments (ZeRO-1), 0 replicates
+  int64_t world_size = 1;                  // ranks of the run: set by train_run from its communicator, saved so
+                                           // that a resume with another number of ranks is refused
   std::string precision = "fp32";          // "fp32", or "bf16" (cuda only): bf16 tensor-core products with fp32
                                            // results, fp32 master weights, optimizer state and activations
   std::string memory_plan = "auto";        // train/memory_plan.h: auto, fp32, teacher-bf16, adam8, lean (may change
@@ -163,12 +167,16 @@ struct TrainResult {
   std::string message;                       // why it stopped (Diverged, DataExhausted, Stopped, EvaluationFailed)
 };
 
-class TrainDevice;  // train/train_device.h
+class TrainDevice;   // train/train_device.h
+class Communicator;  // dist/communicator.h
 
 // Runs (or resumes) a job. Every input is checked before anything is written under config.out.
 // config.device "cuda" needs `device` (the command line makes one in builds with the CUDA backend; an input error
 // otherwise); the steps, validation and the final test then run there (TrainDevice::evaluate_pass), and checkpoints
 // and model/ read the weights synced back to the host. The hooks see host state, so they are for CPU runs only (an internal error with a device).
-TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks = {}, TrainDevice* device = nullptr);
+// comm: the ranks of a data-parallel run (CPU only; nullptr = one process). Every rank calls train_run with the same
+// config; rank 0 checks --out and writes every file, all ranks read the inputs (a shared file system across nodes).
+TrainResult train_run(const TrainConfig& config, const TrainHooks& hooks = {}, TrainDevice* device = nullptr,
+                      Communicator* comm = nullptr);
 
 }  // namespace hlm

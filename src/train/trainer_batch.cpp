@@ -44,7 +44,8 @@ LmHead<float> lm_head_of(const Model& model) {
 }
 
 BatchLoss train_batch_gradient(Model& student, Model* teacher, const PackedBatch& batch, int64_t micro_rows,
-                               double tau, DecoderWeights& grads, size_t num_languages, Recompute recompute) {
+                               double tau, DecoderWeights& grads, size_t num_languages, Recompute recompute,
+                               int64_t weight_count) {
   HLM_CHECK(micro_rows > 0 && batch.rows % micro_rows == 0, "batch of ", batch.rows, " rows, micro-batch ",
             micro_rows);
   const int64_t H = student.config().hidden_size;
@@ -57,7 +58,8 @@ BatchLoss train_batch_gradient(Model& student, Model* teacher, const PackedBatch
   } else {
     out.counted = batch.batch.total_tokens();
   }
-  const float weight = out.counted > 0 ? static_cast<float>(1.0 / static_cast<double>(out.counted)) : 0.0f;
+  const int64_t whole = weight_count > 0 ? weight_count : out.counted;
+  const float weight = whole > 0 ? static_cast<float>(1.0 / static_cast<double>(whole)) : 0.0f;
 
   for (int64_t r = 0; r < batch.rows; r += micro_rows) {
     const PackedBatch micro = batch.rows == micro_rows ? batch : packed_batch_rows(batch, r, r + micro_rows);

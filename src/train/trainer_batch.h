@@ -36,8 +36,11 @@ struct BatchLoss {
 // batch.targets (pretrain); else forward KL at temperature tau to the teacher (distill). `num_languages` sizes the
 // per-language sums (language ids index the corpus languages). The caller zeroes grads.
 // recompute: per-layer activation recomputation (Layer) or kept activations (None); the gradients are the same.
+// weight_count > 0: the tokens with a loss term in the WHOLE batch that `batch` is a share of (data parallel: each
+// rank passes its rows and the global count, so the ranks' gradients and losses add up to the whole batch's mean);
+// 0: `batch` is the whole batch. BatchLoss::counted stays the count within `batch`.
 BatchLoss train_batch_gradient(Model& student, Model* teacher, const PackedBatch& batch, int64_t micro_rows,
                                double tau, DecoderWeights& grads, size_t num_languages,
-                               Recompute recompute = Recompute::Layer);
+                               Recompute recompute = Recompute::Layer, int64_t weight_count = 0);
 
 }  // namespace hlm

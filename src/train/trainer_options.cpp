@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "train/checkpoint_io.h"
 #include "train/json_fits.h"
 
@@ -81,6 +82,11 @@ const std::array kOptions{
                 "more memory, ~1/4 less compute; identical results)"},
     TrainOption{"device", "--device", &C::device, B, false, false, false,
                 "Where the steps run: cpu, or cuda (GPU 0; needs a build with the CUDA backend)"},
+    TrainOption{"zero_stage", "--zero-stage", &C::zero_stage, B, false, false, false,
+                "With several ranks (mpirun/srun, docs/distributed.md): 1 shards AdamW's moments over the ranks "
+                "(ZeRO-1), 0 keeps a whole copy on every rank"},
+    // Not an option: the number of ranks, from the launcher; fixed, so a resume on another number is refused.
+    TrainOption{"world_size", "", &C::world_size, 0u, true, false, false, "Ranks of the run"},
     TrainOption{"precision", "--precision", &C::precision, B, false, false, false,
                 "Products of the linears and the LM head: fp32, or bf16 (--device cuda: bf16 tensor cores with fp32 "
                 "results; master weights and optimizer state stay fp32, activations too unless only bf16 products "
@@ -188,10 +194,12 @@ TrainConfig train_config_resolve(TrainJob job, const TrainConfig& parsed, const 
   return c;
 }
 
-int train_command_run(const TrainConfig& config, TrainDevice* device) {
+namespace {
+
+int train_command_report(const TrainConfig& config, TrainDevice* device, Communicator& comm) {
   std::printf("%s", train_config_describe(config).c_str());
   std::fflush(stdout);
-  const TrainResult r = train_run(config, {}, device);
+  const TrainResult r = train_run(config, {}, device, &comm);
   switch (r.status) {
     case TrainStatus::Diverged:
       std::fprintf(stderr, "hybridlm: error: %s\n", r.message.c_str());
@@ -212,6 +220,26 @@ int train_command_run(const TrainConfig& config, TrainDevice* device) {
       return 0;
   }
   return 1;
+}
+
+}  // namespace
+
+int train_command_run(const TrainConfig& given, TrainDevice* device) {
+  // MPI starts here when a launcher started this process (dist/communicator.h); one process needs none.
+  const std::unique_ptr<Communicator> comm = make_host_communicator();
+  TrainConfig config = given;
+  config.world_size = comm->size();
+  if (comm->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) std::fclose(stdout);  // rank 0 reports
+  if (comm->size() == 1) return train_command_report(config, device, *comm);
+  // A failure on one rank ends every rank (the others would wait in a collective): abort with the message.
+  try {
+    return train_command_report(config, device, *comm);
+  } catch (const Error& e) {
+    comm->abort(str_cat("error: ", e.what()), e.exit_code());
+  } catch (const std::exception& e) {
+    comm->abort(str_cat("internal error: ", e.what()), 1);
+  }
+  return 1;  // not reached: abort() ends the process
 }
 
 std::string train_command_footer() {

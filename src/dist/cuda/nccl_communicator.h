@@ -1,0 +1,25 @@
+// NcclCommunicator: communicator.h over NCCL for DEVICE buffers (issue #25, docs/distributed.md).
+//
+// Bootstrap: `host` (an MpiCommunicator under mpirun/srun, or a SingleCommunicator for one rank) gives rank, size and
+// local rank; the device is local_rank % (visible devices); rank 0's ncclUniqueId is broadcast over `host`; the NCCL
+// communicator is created NON-BLOCKING (ncclConfig_t::blocking = 0), so that no NCCL call can block forever.
+// Reductions keep the rank-order contract: grouped ncclSend/ncclRecv deliver chunk r of every rank's buffer to rank
+// r (an all-to-all), a kernel adds the W pieces in rank order (rank_order_sum.h), and all_reduce_sum sends the
+// reduced chunks back to every rank (grouped ncclSend/ncclRecv, since chunks may differ by one element and
+// ncclAllGather needs equal counts). broadcast is ncclBroadcast, barrier an ncclAllReduce of one float.
+// Every collective is enqueued on this communicator's own stream and waited for: cudaStreamQuery and
+// ncclCommGetAsyncError are polled (50 µs sleeps) until the stream is done; an NCCL error (a peer died, a network
+// error) or the timeout (HYBRIDLM_COLLECTIVE_TIMEOUT, default 600 s) calls ncclCommAbort and then host.abort(), which
+// ends every rank with the message. Scratch: W chunk-sized pieces (grown on demand, device memory).
+// Built only with CUDA and MPI (CMake target hlm_dist_nccl); not yet used by the GPU trainer.
+#pragma once
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace hlm {
+
+// `host` must outlive the result. Input error when this process sees no CUDA device.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host);
+
+}  // namespace hlm

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -33,7 +34,7 @@ class NcclCommunicator final : public Communicator {
     cuda(cudaSetDevice(device_), "cudaSetDevice");
     cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ncclUniqueId id{};
-    if (host_.rank() == 0) nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (host_.rank() == 0) enqueue(ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_.broadcast(&id, sizeof id, 0);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns; wait() polls for completion and errors
@@ -77,6 +78,7 @@ class NcclCommunicator final : public Communicator {
     if (comm_ != nullptr) ncclCommAbort(comm_);  // frees peers blocked on us; never blocks
     comm_ = nullptr;
     host_.abort(message, exit_code);
+    std::_Exit(exit_code);  // not reached: host_.abort ends the process
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/cuda/nccl_communicator.h"
 
@@ -22,7 +23,7 @@ float value(int rank, size_t i) {
 
 }  // namespace
 
-int main() {
+int check() {
   const std::unique_ptr<Communicator> host = make_host_communicator();
   const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*host);
   const int W = nccl->size(), me = nccl->rank();
@@ -66,4 +67,13 @@ int main() {
   cudaFree(c);
   cudaFree(d);
   return failures == 0 ? 0 : 1;
+}
+
+int main() {
+  try {
+    return check();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "nccl_selfcheck: error: %s\n", e.what());
+    return e.exit_code();
+  }
 }

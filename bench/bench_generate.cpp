@@ -1,18 +1,38 @@
-// Serving benchmark of the CUDA inference engine (infer/cuda/cuda_engine.h) on GPU 0 with random weights: for each
-// model shape, context length L and batch B, B sequences of L random prompt tokens are prefilled together (chunks of
-// --prefill-chunk tokens of every sequence per step), then decoded together for --decode-steps steps (one token each,
-// greedy feeding of fixed random ids; the figures do not depend on the values). Reported per (model, L, B):
+// Serving benchmark of the CUDA inference engine (infer/cuda/cuda_engine.h) on GPU 0 with random weights, in the
+// engine's bf16 precision (default: weights held once in bf16, bf16 tensor-core GEMMs, bf16 KV cache, fp32 GDN state)
+// or fp32 (--precision fp32). For each model shape, context length L and batch B, B sequences of L random prompt
+// tokens are prefilled together (chunks of --prefill-chunk tokens of every sequence per step), then decoded together
+// for --decode-steps steps (one token each, greedy feeding of fixed random ids; the figures do not depend on the
+// values). Reported per (model, L, B):
 //   prefill seconds and tokens/s; decode seconds per step and tokens/s (B tokens per step);
-//   device memory: the caching allocator's peak bytes in use so far for this model (it cannot be reset: configs run
-//     in increasing L, then B, and the allocator's cache is emptied between them) and cudaMemGetInfo's used bytes;
+//   device memory: the caching allocator's peak bytes in use during this configuration (peaks reset after the
+//     weights and before each configuration, the allocator's cache emptied between them; the weights stay in use, so
+//     the peak includes them) and cudaMemGetInfo's used bytes;
 //   state bytes per layer measured from the engine's buffers (StateUsage after the last decode step, per sequence:
 //     KV blocks held by one attention layer, conv + recurrent state of one GDN layer) beside models/state_size.h's
-//     arithmetic at fp32 (4 bytes per element; the KV figure has no block rounding);
-//   the largest B that fits at L: (free device memory after the weights − the activation peak of the smallest-B run
-//     at this L, i.e. the allocator's peak after its prefill − weights − its state) / the plan's bytes per sequence
-//     (an estimate from measured figures, not a run; the running peak can only overstate the activations, so the
-//     estimate errs low).
-// Configurations that do not fit in free memory are recorded as skipped, not run.
+//     arithmetic (KV at the precision's element bytes, GDN state at 4; the KV figure has no block rounding);
+//   the largest B that fits at L on this GPU ("max concurrent sequences"): the largest B whose state pools, as the
+//     caching allocator sizes them (CudaAllocator::size_class of each layer's K, V and GDN pool for B sequences of
+//     L + decode-steps tokens), plus the activation peak of the smallest-B run at this L (its allocator peak −
+//     weights − its state pools) fit in the free device memory after the weights. Computed from measured memory;
+//     `--batches ...,max` then runs that B for real: its prompts prefilled in groups of the smallest B (the
+//     activation peak the estimate assumed), then decoded all together;
+//   Table 8's column, GPUs for 1,024 concurrent rollouts = ceil(1024 / largest B), from the same measured figures.
+// Configurations that do not fit in free memory are recorded as skipped, not run. An SVG (bench_generate.svg) draws,
+// per model, decode tokens/s (at the largest B measured at each L) and the largest B vs the context.
+//
+// --search-context: instead of the grid, for each model and each cap of --memory-caps (e.g. 48G,device), the longest
+// context one sequence can prefill (chunks of --prefill-chunk) with the device's total use within the cap:
+//   1. the activation peak of a prefill chunk is measured (a 2-chunk prefill: allocator peak − weights − state);
+//   2. the predicted use at L is weights + non-allocator device use (CUDA context, cuBLAS; measured once) + the
+//      plan's state bytes for L tokens + that activation peak + the rope table (2 · L · head_dim/2 floats); the
+//      largest L (a multiple of 1024) under the cap is found by bisection on this prediction;
+//   3. that L is then prefilled for real and its measured peak (allocator peak + non-allocator use) checked against
+//      the cap; if it is over, L is lowered by the overshoot's tokens and run again (at most 4 runs). Recorded: L,
+//      the measured peak, the prefill time, the runs tried.
+//   A prefill whose time, extrapolated from the measured prefills of --search-probe L (quadratic through 3 points:
+//   L/4, L/2, L), would exceed --search-time-limit seconds is not run: its L is then the prediction's and its time
+//   the extrapolation, both marked "predicted" in the output.
 // Built-in shapes (--models, comma-separated):
 //   olmo3_7b:        32 layers, hidden 4096, 32 q / 32 kv heads of 128, MLP 11008, vocab 100278, untied head, all
 //                    full attention; run as model type qwen3 (olmo_hybrid requires both layer kinds): pre-norm blocks
@@ -26,7 +46,11 @@
 // output). Weights: a fast counter-hash uniform fill (±0.02·√3) on the host, norms 1, valid A_log/dt_bias.
 // Output: --out DIR/bench_generate.json and .md (the Markdown table is printed too).
 // Usage: bench_generate [--models LIST] [--contexts 1024,4096,...] [--batches 1,4,...] [--decode-steps N]
-//                       [--prefill-chunk N] [--layers N] [--max-prefill-tokens N] [--out DIR] [--configs-only]
+//                       [--prefill-chunk N] [--layers N] [--max-prefill-tokens N] [--precision bf16|fp32]
+//                       (--batches may end with `max`: the largest B that fits, after the smaller ones)
+//                       [--out DIR] [--configs-only]
+//        bench_generate --search-context [--models LIST] [--memory-caps 48G,device] [--prefill-chunk N]
+//                       [--search-probe N] [--search-time-limit S] [--precision bf16|fp32] [--out DIR]
 // --max-prefill-tokens N skips (and records as skipped) the configurations whose B·L exceeds N. The JSON and
 // Markdown files are rewritten after every configuration, so a run cut short keeps what it measured.
 // --configs-only prints each shape's parsed config, parameter count and the plan's state bytes per sequence at each
@@ -39,6 +63,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -47,6 +72,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/svg_chart.h"
 #include "backend/cuda/cuda_context.h"
 #include "infer/cuda/cuda_engine.h"
 #include "infer/memory_plan.h"
@@ -61,6 +87,8 @@ using json = nlohmann::json;
 
 namespace {
 
+constexpr int64_t kMaxBatch = INT64_MAX;  // `--batches ...,max`: the largest B that fits (sorts last)
+
 struct Options {
   std::vector<std::string> models{"olmo3_7b", "olmo_hybrid_7b", "qwen3_4b", "qwen3_4b_hybrid"};
   std::vector<int64_t> contexts{1024, 4096, 16384, 32768};
@@ -69,6 +97,11 @@ struct Options {
   int64_t max_prefill_tokens = 0;  // > 0: skip configurations with B·L above it (GPU time)
   std::string out = "bench_generate_out";
   bool configs_only = false;  // print the parsed shapes and the plan's bytes, no GPU
+  std::string precision = "bf16";
+  bool search_context = false;
+  std::vector<std::string> memory_caps{"48G", "device"};
+  int64_t search_probe = 16384;       // the longest of the three timed probe prefills (L/4, L/2, L)
+  double search_time_limit = 480.0;   // seconds: longer predicted prefills are not run
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -92,7 +125,7 @@ Options parse(int argc, char** argv) {
     };
     const auto ints = [&](const std::string& v) {
       std::vector<int64_t> r;
-      for (const std::string& p : split(v)) r.push_back(std::atoll(p.c_str()));
+      for (const std::string& p : split(v)) r.push_back(p == "max" ? kMaxBatch : std::atoll(p.c_str()));
       return r;
     };
     if (a == "--models") o.models = split(next());
@@ -104,10 +137,23 @@ Options parse(int argc, char** argv) {
     else if (a == "--out") o.out = next();
     else if (a == "--configs-only") o.configs_only = true;
     else if (a == "--max-prefill-tokens") o.max_prefill_tokens = std::atoll(next().c_str());
+    else if (a == "--precision") o.precision = next();
+    else if (a == "--search-context") o.search_context = true;
+    else if (a == "--memory-caps") o.memory_caps = split(next());
+    else if (a == "--search-probe") o.search_probe = std::atoll(next().c_str());
+    else if (a == "--search-time-limit") o.search_time_limit = std::atof(next().c_str());
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench/bench_generate.cpp)\n", a.c_str());
       std::exit(2);
     }
+  }
+  if (o.precision != "bf16" && o.precision != "fp32") {
+    std::fprintf(stderr, "--precision must be bf16 or fp32, got '%s'\n", o.precision.c_str());
+    std::exit(2);
+  }
+  if (o.prefill_chunk <= 0 || o.decode_steps < 0 || o.search_probe < 1024) {
+    std::fprintf(stderr, "--prefill-chunk must be > 0, --decode-steps >= 0, --search-probe >= 1024\n");
+    std::exit(2);
   }
   std::sort(o.contexts.begin(), o.contexts.end());
   std::sort(o.batches.begin(), o.batches.end());
@@ -121,7 +167,7 @@ json layer_types(int64_t layers, int64_t period) {
   return t;
 }
 
-json model_json(const std::string& name, int64_t layers_override) {
+json model_json(const std::string& name, int64_t layers_override, int64_t max_positions = 65536) {
   const bool olmo = name.rfind("olmo", 0) == 0;
   const bool hybrid = name.find("hybrid") != std::string::npos;
   const int64_t layers = layers_override > 0 ? layers_override : (olmo ? 32 : 36);
@@ -150,7 +196,7 @@ json model_json(const std::string& name, int64_t layers_override) {
   }
   j["head_dim"] = 128;
   j["num_hidden_layers"] = layers;
-  j["max_position_embeddings"] = 65536;
+  j["max_position_embeddings"] = max_positions;
   j["rms_norm_eps"] = 1e-6;
   j["linear_key_head_dim"] = 128;
   j["linear_value_head_dim"] = 128;
@@ -224,11 +270,303 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t stream) {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
+json batches_json(const std::vector<int64_t>& batches) {
+  json j = json::array();
+  for (const int64_t b : batches) j.push_back(b == kMaxBatch ? json("max") : json(b));
+  return j;
+}
+
+int64_t kv_element_bytes(const Options& o) { return o.precision == "bf16" ? 2 : 4; }
+
+// Device bytes the engine's state pools take for `plan`, as the caching allocator sizes them (one K and one V pool
+// per attention layer, four GDN pools per GDN layer: cuda_engine.cpp).
+double pool_device_bytes(const ModelConfig& c, const MemoryPlan& plan) {
+  double bytes = 0;
+  const size_t kv = static_cast<size_t>(plan.num_blocks * plan.block_size * c.num_key_value_heads * c.head_dim *
+                                        plan.kv_element_bytes);
+  for (const LayerKind kind : c.layer_kinds) {
+    if (kind == LayerKind::FullAttention) {
+      bytes += 2.0 * double(CudaAllocator::size_class(kv));
+    } else {
+      const LinearAttentionConfig& l = *c.linear;
+      const int64_t S = plan.max_sequences, K1 = l.conv_kernel_dim - 1, f = 4;
+      const int64_t ck = l.num_key_heads * l.key_head_dim, cv = l.num_value_heads * l.value_head_dim;
+      for (const int64_t n : {S * ck * K1, S * ck * K1, S * cv * K1, S * l.num_value_heads * l.value_head_dim *
+                                                                          l.key_head_dim})
+        bytes += double(CudaAllocator::size_class(static_cast<size_t>(n * f)));
+    }
+  }
+  return bytes;
+}
+
+// Random weights on the device in the chosen precision; the allocator's cache emptied and its peaks reset, so later
+// peaks measure what runs on top of the weights. weights_held: the weights' device bytes.
+std::unique_ptr<CudaModel> load_model(const ModelConfig& config, CudaContext& ctx, const Options& o,
+                                      size_t& weights_held) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Model host = random_model(config);
+  const double fill_s = seconds_since(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  auto gpu = std::make_unique<CudaModel>(CudaModel::upload(host, ctx));
+  if (o.precision == "bf16") gpu->drop_fp32_weights();
+  ctx.synchronize();
+  ctx.allocator().release_cached();
+  ctx.allocator().reset_peaks();
+  weights_held = gpu->weight_bytes() + gpu->bf16_copy_bytes();
+  std::printf("   weights: %.2f GiB on the device (%s), host fill %.1f s, upload %.1f s\n", gib(double(weights_held)),
+              o.precision.c_str(), fill_s, seconds_since(t1));
+  return gpu;
+}
+
+MemoryPlan plan_for(const ModelConfig& config, const Options& o, int64_t sequences, int64_t tokens_each) {
+  const MemoryPlan shape = memory_plan_shape(config, kDefaultKvBlockSize, kv_element_bytes(o));
+  MemoryRequest req;
+  req.max_sequences = sequences;
+  req.kv_blocks = sequences * shape.blocks_for(tokens_each);
+  req.kv_element_bytes = kv_element_bytes(o);
+  return memory_plan_build(config, req);
+}
+
+// Prefills the engine's sequences `slots` with L tokens each (chunks of `chunk` tokens of every sequence per step).
+double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std::vector<std::vector<int32_t>>& prompts,
+               int64_t L, int64_t chunk) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t begin = 0; begin < L; begin += chunk) {
+    const int64_t end = std::min(L, begin + chunk);
+    TokenBatch batch;
+    for (size_t b = 0; b < slots.size(); ++b)
+      batch.add_sequence(std::vector<int32_t>(prompts[b].begin() + begin, prompts[b].begin() + end));
+    engine.step(slots, batch);  // returns after the logits download: the step is done
+  }
+  return seconds_since(t0);
+}
+
+// One sequence of L tokens prefilled alone: seconds and the allocator's peak during it (peaks reset first).
+struct SingleRun {
+  double seconds = 0;
+  size_t peak = 0;
+};
+SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
+  ctx.allocator().release_cached();
+  ctx.allocator().reset_peaks();
+  const ModelConfig& config = gpu.config();
+  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L));
+  const std::vector<int> slots{engine->open_sequence(L)};
+  const std::vector<std::vector<int32_t>> prompts{random_ids(L, config.vocab_size, 1)};
+  SingleRun r;
+  r.seconds = prefill(*engine, slots, prompts, L, o.prefill_chunk);
+  r.peak = ctx.allocator().stats().peak_bytes_in_use;
+  engine.reset();
+  ctx.allocator().release_cached();
+  return r;
+}
+
+// --search-context (header comment).
+void search_contexts(const Options& o) {
+  json rows = json::array();
+  std::ostringstream md;
+  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s | runs | how |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
+  const auto write = [&] {
+    const json doc = {{"bench", "bench_generate --search-context"},
+                      {"options",
+                       {{"models", o.models},
+                        {"memory_caps", o.memory_caps},
+                        {"prefill_chunk", o.prefill_chunk},
+                        {"precision", o.precision},
+                        {"search_probe", o.search_probe},
+                        {"search_time_limit", o.search_time_limit},
+                        {"layers_override", o.layers}}},
+                      {"results", rows}};
+    std::ofstream(std::filesystem::path(o.out) / "bench_generate_context.json") << doc.dump(2) << "\n";
+    std::ofstream(std::filesystem::path(o.out) / "bench_generate_context.md") << md.str();
+  };
+  for (const std::string& name : o.models) {
+    const ModelConfig config = parse_model_config(model_json(name, o.layers, int64_t{1} << 24), name);
+    std::printf("== %s (%lld layers): context search\n", name.c_str(), static_cast<long long>(config.num_hidden_layers));
+    std::fflush(stdout);
+    CudaContext ctx;
+    size_t weights = 0;
+    auto gpu = load_model(config, ctx, o, weights);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    // Device use outside the allocator (CUDA context, cuBLAS handles and workspace): counted against the cap.
+    const double outside = double(total_b - free_b) - double(ctx.allocator().stats().bytes_reserved);
+    // 1. activation peak of a chunk: a 2-chunk prefill.
+    const int64_t L2 = 2 * o.prefill_chunk;
+    const SingleRun two = prefill_one(*gpu, ctx, o, L2);
+    const double act = double(two.peak) - double(weights) - double(plan_for(config, o, 1, L2).total_bytes());
+    // Timed probes for the extrapolation: L/4, L/2, L of --search-probe.
+    std::vector<double> px, py;
+    for (const int64_t L : {o.search_probe / 4, o.search_probe / 2, o.search_probe}) {
+      const SingleRun r = prefill_one(*gpu, ctx, o, L);
+      px.push_back(double(L));
+      py.push_back(r.seconds);
+      std::printf("   probe L=%lld: prefill %.3f s\n", static_cast<long long>(L), r.seconds);
+    }
+    // t(L) = a + b L + c L² through the three probes (Lagrange form).
+    const auto predict_time = [&](double L) {
+      double t = 0;
+      for (int i = 0; i < 3; ++i) {
+        double w = py[i];
+        for (int j = 0; j < 3; ++j)
+          if (j != i) w *= (L - px[j]) / (px[i] - px[j]);
+        t += w;
+      }
+      return t;
+    };
+    const int64_t rope_bytes_per_token = config.head_dim * int64_t{4};  // cos and sin, head_dim/2 floats each
+    for (const std::string& cap_text : o.memory_caps) {
+      double cap = 0;
+      if (cap_text == "device") cap = double(total_b);
+      else cap = std::atof(cap_text.c_str()) * (cap_text.back() == 'G' ? double(1ull << 30) : 1.0);
+      json row = {{"model", name},
+                  {"precision", o.precision},
+                  {"cap", cap_text},
+                  {"cap_bytes", cap},
+                  {"device_total_bytes", total_b},
+                  {"weights_bytes", weights},
+                  {"outside_allocator_bytes", outside},
+                  {"chunk_activation_peak_bytes", act},
+                  {"prefill_chunk", o.prefill_chunk},
+                  {"probe_contexts", px},
+                  {"probe_seconds", py}};
+      const auto predicted_use = [&](int64_t L) {
+        return double(weights) + outside + double(plan_for(config, o, 1, L).total_bytes()) + act +
+               double(rope_bytes_per_token * L);
+      };
+      if (cap <= 0 || predicted_use(1024) > cap) {
+        row["error"] = "not even 1024 tokens fit under the cap";
+        rows.push_back(row);
+        write();
+        continue;
+      }
+      int64_t lo = 1, hi = int64_t{1} << 14;  // in units of 1024 tokens: lo fits, hi does not
+      while (predicted_use(hi * 1024) <= cap) hi *= 2;
+      while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        (predicted_use(mid * 1024) <= cap ? lo : hi) = mid;
+      }
+      int64_t L = lo * 1024;
+      row["predicted_longest"] = L;
+      row["predicted_use_bytes"] = predicted_use(L);
+      const double t_pred = predict_time(double(L));
+      row["predicted_prefill_seconds"] = t_pred;
+      std::string how;
+      json runs = json::array();
+      if (t_pred > o.search_time_limit) {
+        how = "predicted (memory from measured figures; time extrapolated, over --search-time-limit)";
+        row["longest_context"] = L;
+        row["prefill_seconds"] = t_pred;
+      } else {
+        for (int attempt = 0; attempt < 4; ++attempt) {
+          try {
+            const SingleRun r = prefill_one(*gpu, ctx, o, L);
+            const double use = double(r.peak) + outside;
+            runs.push_back({{"context", L}, {"seconds", r.seconds}, {"measured_peak_bytes", use}});
+            std::printf("   cap %s: L=%lld prefill %.1f s, peak %.2f GiB\n", cap_text.c_str(),
+                        static_cast<long long>(L), r.seconds, gib(use));
+            std::fflush(stdout);
+            if (use <= cap) {
+              how = "run";
+              row["longest_context"] = L;
+              row["prefill_seconds"] = r.seconds;
+              row["measured_peak_bytes"] = use;
+              break;
+            }
+            const double per_token = double(plan_for(config, o, 1, L).total_bytes()) / double(L);
+            L -= (static_cast<int64_t>((use - cap) / per_token) / 1024 + 1) * 1024;
+          } catch (const std::exception& e) {
+            runs.push_back({{"context", L}, {"error", e.what()}});
+            ctx.allocator().release_cached();
+            L -= std::max<int64_t>(1024, L / 20 / 1024 * 1024);
+          }
+          if (L <= 0) break;
+        }
+        if (how.empty()) how = "failed: no run fit under the cap";
+      }
+      row["how"] = how;
+      row["runs"] = runs;
+      rows.push_back(row);
+      char line[512];
+      std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %.1f | %zu | %s |\n", name.c_str(),
+                    o.precision.c_str(), cap_text.c_str(),
+                    row.contains("longest_context") ? std::to_string(row["longest_context"].get<int64_t>()).c_str()
+                                                    : "-",
+                    row.contains("measured_peak_bytes")
+                        ? std::to_string(gib(row["measured_peak_bytes"].get<double>())).substr(0, 6).c_str()
+                        : "-",
+                    row.contains("prefill_seconds") ? row["prefill_seconds"].get<double>() : -1.0, runs.size(),
+                    how.c_str());
+      md << line;
+      std::printf("   %s", line);
+      write();
+    }
+  }
+  write();
+  std::printf("\n%s", md.str().c_str());
+}
+
+// The SVG: decode tokens/s (at the largest B measured at each L) and the largest B that fits, vs the context.
+std::string serving_svg(const json& results, const std::vector<std::string>& models, const std::string& precision) {
+  LineChart speed, capacity;
+  speed.title = "Decode tokens/s at the largest measured batch (" + precision + ")";
+  speed.x_label = "context (K tokens)";
+  speed.y_label = "decode tokens/s";
+  capacity.title = "Max concurrent sequences on this GPU (from measured memory)";
+  capacity.x_label = "context (K tokens)";
+  capacity.y_label = "sequences";
+  for (const std::string& m : models) {
+    ChartSeries s;
+    s.label = m;
+    s.dash = m.find("hybrid") != std::string::npos ? "" : "6,4";  // full attention dashed
+    ChartSeries c = s;
+    std::map<int64_t, std::pair<int64_t, double>> best;  // L -> (B, tok/s) at the largest measured B
+    std::map<int64_t, int64_t> largest;
+    for (const json& r : results) {
+      if (r["model"] != m || !r.contains("decode_tokens_per_second")) continue;
+      const int64_t L = r["context"], B = r["batch"];
+      if (!best.count(L) || best[L].first < B) best[L] = {B, r["decode_tokens_per_second"].get<double>()};
+      if (r["largest_batch_estimate"].get<int64_t>() >= 0) largest[L] = r["largest_batch_estimate"];
+    }
+    for (const auto& [L, bt] : best) {
+      s.x.push_back(double(L) / 1024.0);
+      s.y.push_back(bt.second);
+    }
+    for (const auto& [L, b] : largest) {
+      c.x.push_back(double(L) / 1024.0);
+      c.y.push_back(double(b));
+    }
+    if (!s.x.empty()) speed.series.push_back(s);
+    if (!c.x.empty()) capacity.series.push_back(c);
+  }
+  if (speed.series.empty() || capacity.series.empty()) return "";
+  // Two charts stacked in one SVG (the second's clip-path id renamed so the two stay distinct).
+  std::string top = svg_line_chart(speed), bottom = svg_line_chart(capacity);
+  for (size_t at = bottom.find("\"plot\""); at != std::string::npos; at = bottom.find("\"plot\"", at))
+    bottom.replace(at, 6, "\"plot2\"");
+  for (size_t at = bottom.find("url(#plot)"); at != std::string::npos; at = bottom.find("url(#plot)", at))
+    bottom.replace(at, 10, "url(#plot2)");
+  const size_t h = top.find("height=\"");
+  const double height = std::atof(top.c_str() + h + 8);
+  const size_t w = top.find("width=\"");
+  const double width = std::atof(top.c_str() + w + 7);
+  bottom.insert(bottom.find("<svg ") + 5, "y=\"" + std::to_string(static_cast<int>(height)) + "\" ");
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << 2 * height << "\">\n"
+     << top << bottom << "</svg>\n";
+  return os.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   std::filesystem::create_directories(o.out);
+  if (o.search_context) {
+    search_contexts(o);
+    return 0;
+  }
   json results = json::array();
   std::ostringstream md;
   const auto write_outputs = [&] {
@@ -236,32 +574,36 @@ int main(int argc, char** argv) {
                       {"options",
                        {{"models", o.models},
                         {"contexts", o.contexts},
-                        {"batches", o.batches},
+                        {"batches", batches_json(o.batches)},
                         {"decode_steps", o.decode_steps},
                         {"prefill_chunk", o.prefill_chunk},
+                        {"precision", o.precision},
                         {"max_prefill_tokens", o.max_prefill_tokens},
                         {"layers_override", o.layers}}},
                       {"results", results}};
     std::ofstream(std::filesystem::path(o.out) / "bench_generate.json") << doc.dump(2) << "\n";
     std::ofstream(std::filesystem::path(o.out) / "bench_generate.md") << md.str();
+    const std::string svg = serving_svg(results, o.models, o.precision);
+    if (!svg.empty()) std::ofstream(std::filesystem::path(o.out) / "bench_generate.svg") << svg;
   };
-  md << "| model | layers | L | B | prefill s | prefill tok/s | decode ms/step | decode tok/s | peak alloc GiB | "
-        "device used GiB | KV/attn layer/seq MiB (plan arith.) | GDN/layer/seq MiB (arith.) | largest B (est.) |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md << "| model | precision | layers | L | B | prefill s | prefill tok/s | decode ms/step | decode tok/s | peak alloc GiB "
+        "| device used GiB | KV/attn layer/seq MiB (arith.) | GDN/layer/seq MiB (arith.) | largest B (measured mem.) "
+        "| GPUs for 1,024 rollouts |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const std::string& name : o.models) {
     const json cj = model_json(name, o.layers);
     const ModelConfig config = parse_model_config(cj, name);
+    const MemoryPlan shape = memory_plan_shape(config, kDefaultKvBlockSize, kv_element_bytes(o));
     if (o.configs_only) {
       int64_t params = 0;
       for (const TensorSpec& spec : expected_tensors(config)) params += spec.shape.numel();
-      const MemoryPlan shape = memory_plan_shape(config);
       std::printf("%s: %s, %lld layers (%lld attention, %lld GDN), %.3f B parameters (untied head counted)\n",
                   name.c_str(), config.model_type.c_str(), static_cast<long long>(config.num_hidden_layers),
                   static_cast<long long>(shape.attention_layers), static_cast<long long>(shape.gdn_layers),
                   double(params) / 1e9);
       for (const int64_t L : o.contexts)
-        std::printf("  L=%lld: state per sequence %.3f GiB (KV %.3f MiB/token/all layers, GDN %.3f MiB)\n",
-                    static_cast<long long>(L), gib(double(shape.sequence_bytes(L))),
+        std::printf("  L=%lld: state per sequence %.3f GiB (%s KV %.3f MiB/token/all layers, GDN %.3f MiB)\n",
+                    static_cast<long long>(L), gib(double(shape.sequence_bytes(L))), o.precision.c_str(),
                     double(shape.kv_bytes_per_block) / double(shape.block_size) / 1048576.0,
                     double(shape.gdn_bytes_per_sequence) / 1048576.0);
       continue;
@@ -270,31 +612,31 @@ int main(int argc, char** argv) {
                 static_cast<long long>(config.num_hidden_layers));
     std::fflush(stdout);
     CudaContext ctx;
-    std::unique_ptr<CudaModel> gpu;
-    {
-      const auto t0 = std::chrono::steady_clock::now();
-      const Model host = random_model(config);
-      const double fill_s = seconds_since(t0);
-      const auto t1 = std::chrono::steady_clock::now();
-      gpu = std::make_unique<CudaModel>(CudaModel::upload(host, ctx));
-      ctx.synchronize();
-      std::printf("   weights: %.2f GiB fp32, host fill %.1f s, upload %.1f s\n", gib(double(gpu->weight_bytes())),
-                  fill_s, seconds_since(t1));
-    }
+    size_t weights = 0;
+    std::unique_ptr<CudaModel> gpu = load_model(config, ctx, o, weights);
     const size_t weights_used = device_used_bytes();
     size_t free_after_weights = 0, total = 0;
     cudaMemGetInfo(&free_after_weights, &total);
-    const MemoryPlan shape = memory_plan_shape(config);
     for (const int64_t L : o.contexts) {
       double activation_peak_b1 = -1;
-      for (const int64_t B : o.batches) {
-        const int64_t tokens_each = L + o.decode_steps;
-        MemoryRequest req;
-        req.max_sequences = B;
-        req.kv_blocks = B * shape.blocks_for(tokens_each);
-        const MemoryPlan plan = memory_plan_build(config, req);
+      int64_t largest_b = -1;  // from the smallest-B run at this L
+      const int64_t tokens_each = L + o.decode_steps;
+      for (const int64_t B_opt : o.batches) {
+        const bool max_batch = B_opt == kMaxBatch;
+        const int64_t B = max_batch ? largest_b : B_opt;
+        if (B < 1) {
+          results.push_back({{"model", name}, {"context", L}, {"batch", "max"},
+                             {"skipped", "max: no largest-B estimate at this L (a smaller B must run first)"}});
+          continue;
+        }
+        // Prefill group: all B at once, or (max) groups of the smallest B, the activation peak the estimate assumed.
+        const int64_t group = max_batch ? std::max<int64_t>(1, o.batches.front() == kMaxBatch ? 1 : o.batches.front())
+                                        : B;
+        const MemoryPlan plan = plan_for(config, o, B, tokens_each);
         json row = {{"model", name},        {"layers", config.num_hidden_layers},
                     {"context", L},         {"batch", B},
+                    {"max_batch_run", max_batch}, {"prefill_group", group},
+                    {"precision", o.precision},
                     {"decode_steps", o.decode_steps}, {"prefill_chunk", o.prefill_chunk},
                     {"plan_state_bytes", plan.total_bytes()}};
         if (o.max_prefill_tokens > 0 && B * L > o.max_prefill_tokens) {
@@ -306,9 +648,9 @@ int main(int argc, char** argv) {
         cudaMemGetInfo(&free_now, &total);
         // Room for the state plus the prefill activations (~24 floats per token of hidden and MLP width, a
         // generous guess); otherwise skipped, not run.
-        const double act_guess = 24.0 * 4.0 * double(B * std::min(L, o.prefill_chunk)) *
+        const double act_guess = 24.0 * 4.0 * double(group * std::min(L, o.prefill_chunk)) *
                                  double(std::max(config.hidden_size, config.intermediate_size));
-        if (double(plan.total_bytes()) + act_guess > double(free_now)) {
+        if (!max_batch && double(plan.total_bytes()) + act_guess > double(free_now)) {
           row["skipped"] = "does not fit: state " + std::to_string(plan.total_bytes()) + " B + activations ~" +
                            std::to_string(static_cast<int64_t>(act_guess)) + " B > free " + std::to_string(free_now);
           std::printf("   L=%lld B=%lld: skipped (%s)\n", static_cast<long long>(L), static_cast<long long>(B),
@@ -317,6 +659,8 @@ int main(int argc, char** argv) {
           continue;
         }
         try {  // an out-of-memory (or any) failure is recorded and the next configuration runs
+          ctx.allocator().release_cached();
+          ctx.allocator().reset_peaks();
           auto engine = make_cuda_engine(*gpu, plan);
           std::vector<int> slots;
           std::vector<std::vector<int32_t>> prompts;
@@ -324,15 +668,13 @@ int main(int argc, char** argv) {
             slots.push_back(engine->open_sequence(tokens_each));
             prompts.push_back(random_ids(L + o.decode_steps, config.vocab_size, static_cast<uint64_t>(b + 1)));
           }
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int64_t begin = 0; begin < L; begin += o.prefill_chunk) {
-            const int64_t end = std::min(L, begin + o.prefill_chunk);
-            TokenBatch batch;
-            for (int64_t b = 0; b < B; ++b)
-              batch.add_sequence(std::vector<int32_t>(prompts[b].begin() + begin, prompts[b].begin() + end));
-            engine->step(slots, batch);  // returns after the logits download: the step is done
+          double prefill_s = 0;
+          for (int64_t g0 = 0; g0 < B; g0 += group) {
+            const int64_t g1 = std::min(B, g0 + group);
+            const std::vector<int> gs(slots.begin() + g0, slots.begin() + g1);
+            const std::vector<std::vector<int32_t>> gp(prompts.begin() + g0, prompts.begin() + g1);
+            prefill_s += prefill(*engine, gs, gp, L, o.prefill_chunk);
           }
-          const double prefill_s = seconds_since(t0);
           const size_t peak_after_prefill = ctx.allocator().stats().peak_bytes_in_use;
           std::vector<double> step_s;
           for (int64_t s = 0; s < o.decode_steps; ++s) {
@@ -356,26 +698,43 @@ int main(int argc, char** argv) {
             if (l.kind == LayerKind::FullAttention && kv_layer < 0) kv_layer = double(l.bytes_in_use) / double(B);
             if (l.kind != LayerKind::FullAttention && gdn_layer < 0) gdn_layer = double(l.bytes_in_use) / double(B);
           }
-          const StateSizes arith = state_sizes(config, tokens_each, 4);
-          const double kv_arith = double(arith.kv_elements_at_context) * 4.0;
-          const double gdn_arith = double(arith.recurrent_state_elements + arith.conv_state_elements) * 4.0;
-          if (B == o.batches.front())
-            activation_peak_b1 = double(peak_after_prefill) - double(gpu->weight_bytes()) - double(plan.total_bytes());
+          const StateSizes kv_arith_sizes = state_sizes(config, tokens_each, kv_element_bytes(o));
+          const double kv_arith = double(kv_arith_sizes.kv_elements_at_context) * double(kv_element_bytes(o));
+          const double gdn_arith =
+              double(kv_arith_sizes.recurrent_state_elements + kv_arith_sizes.conv_state_elements) * 4.0;
+          if (B_opt == o.batches.front()) {
+            activation_peak_b1 = double(peak_after_prefill) - double(weights) - pool_device_bytes(config, plan);
+            // The largest B whose pools and that activation peak fit in the free memory after the weights.
+            const auto fits = [&](int64_t b) {
+              return pool_device_bytes(config, plan_for(config, o, b, tokens_each)) + activation_peak_b1 <=
+                     double(free_after_weights);
+            };
+            int64_t lo = 0, hi = 1;
+            while (fits(hi)) {
+              lo = hi;
+              hi *= 2;
+            }
+            while (hi - lo > 1) {
+              const int64_t mid = (lo + hi) / 2;
+              (fits(mid) ? lo : hi) = mid;
+            }
+            largest_b = lo;
+          }
           const double seq_bytes = double(plan.sequence_bytes(tokens_each));
-          const int64_t largest_b =
-              activation_peak_b1 >= 0
-                  ? static_cast<int64_t>(std::floor((double(free_after_weights) - activation_peak_b1) / seq_bytes))
-                  : -1;
+          const int64_t gpus_1024 = largest_b > 0 ? (1024 + largest_b - 1) / largest_b : -1;
           row.update({{"prefill_seconds", prefill_s},
                       {"prefill_tokens_per_second", double(B * L) / prefill_s},
                       {"decode_seconds", decode_s},
                       {"decode_median_step_seconds", median_step},
-                      {"decode_tokens_per_second", double(B * o.decode_steps) / decode_s},
-                      {"allocator_peak_bytes_in_use_so_far", st.peak_bytes_in_use},
+                      {"decode_tokens_per_second", o.decode_steps > 0 ? double(B * o.decode_steps) / decode_s : 0.0},
+                      {"allocator_peak_bytes_in_use", st.peak_bytes_in_use},
                       {"allocator_peak_after_prefill", peak_after_prefill},
                       {"device_used_bytes", used},
                       {"weights_device_used_bytes", weights_used},
-                      {"weight_bytes", gpu->weight_bytes()},
+                      {"weight_bytes", weights},
+                      {"free_after_weights_bytes", free_after_weights},
+                      {"state_pool_device_bytes", pool_device_bytes(config, plan)},
+                      {"activation_peak_smallest_batch_bytes", activation_peak_b1},
                       {"state_bytes_in_use", u.bytes_in_use()},
                       {"state_bytes_reserved", u.bytes_reserved()},
                       {"kv_bytes_per_attention_layer_per_sequence_measured", kv_layer},
@@ -383,23 +742,25 @@ int main(int argc, char** argv) {
                       {"gdn_bytes_per_layer_per_sequence_measured", gdn_layer},
                       {"gdn_bytes_per_layer_per_sequence_arithmetic", gdn_arith},
                       {"sequence_bytes_plan", seq_bytes},
-                      {"largest_batch_estimate", largest_b}});
+                      {"largest_batch_estimate", largest_b},
+                      {"gpus_for_1024_rollouts", gpus_1024}});
           results.push_back(row);
+          const auto mib_pair = [](double measured, double arith) {
+            if (measured < 0) return std::string("-");
+            char b[64];
+            std::snprintf(b, sizeof b, "%.3f (%.3f)", measured / 1048576.0, arith / 1048576.0);
+            return std::string(b);
+          };
           char line[1024];
           std::snprintf(line, sizeof line,
-                        "| %s | %lld | %lld | %lld | %.3f | %.0f | %.2f | %.1f | %.2f | %.2f | %s | %s | %lld |\n",
-                        name.c_str(), static_cast<long long>(config.num_hidden_layers), static_cast<long long>(L),
-                        static_cast<long long>(B), prefill_s, double(B * L) / prefill_s, 1e3 * median_step,
-                        double(B * o.decode_steps) / decode_s, gib(double(st.peak_bytes_in_use)), gib(double(used)),
-                        kv_layer < 0 ? "-"
-                                     : (std::to_string(kv_layer / 1048576.0).substr(0, 7) + " (" +
-                                        std::to_string(kv_arith / 1048576.0).substr(0, 7) + ")")
-                                           .c_str(),
-                        gdn_layer < 0 ? "-"
-                                      : (std::to_string(gdn_layer / 1048576.0).substr(0, 7) + " (" +
-                                         std::to_string(gdn_arith / 1048576.0).substr(0, 7) + ")")
-                                            .c_str(),
-                        static_cast<long long>(largest_b));
+                        "| %s | %s | %lld | %lld | %lld | %.3f | %.0f | %.2f | %.1f | %.2f | %.2f | %s | %s | %lld | "
+                        "%lld |\n",
+                        name.c_str(), o.precision.c_str(), static_cast<long long>(config.num_hidden_layers),
+                        static_cast<long long>(L), static_cast<long long>(B), prefill_s, double(B * L) / prefill_s,
+                        1e3 * median_step, o.decode_steps > 0 ? double(B * o.decode_steps) / decode_s : 0.0,
+                        gib(double(st.peak_bytes_in_use)), gib(double(used)), mib_pair(kv_layer, kv_arith).c_str(),
+                        mib_pair(gdn_layer, gdn_arith).c_str(), static_cast<long long>(largest_b),
+                        static_cast<long long>(gpus_1024));
           md << line;
           std::printf("   %s", line);
           std::fflush(stdout);

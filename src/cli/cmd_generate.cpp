@@ -1,10 +1,14 @@
 // `hybridlm generate MODEL_DIR [--tokenizer FILE|bytes] (--prompt TEXT | --file F | --ids 1,2,3 | --batch F.jsonl)
 //  [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]... [--max-memory SIZE]
-//  [--block-size N] [--prefill-chunk N] [--max-batch N] [--state-report] [--device cpu|cuda] [--json]`:
+//  [--block-size N] [--prefill-chunk N] [--max-batch N] [--state-report] [--device cpu|cuda] [--precision fp32|bf16]
+//  [--json]`:
 // text generation with the inference engine (infer/): chunked prefill, then batched token-by-token decode over a paged
 // KV cache and GDN recurrent state. One request streams its text to stdout as it is produced (statistics to stderr);
 // --json prints one object at the end instead; --batch runs every JSONL line as a request, together, and prints one
 // JSON line per request in input order.
+// --precision: fp32 (the CPU's only one) or bf16 (CUDA's default: weights held once in bf16, bf16 tensor-core GEMMs
+// with fp32 accumulation, bf16 KV cache, fp32 GDN state; infer/cuda/cuda_engine.h). The default is bf16 on CUDA, as
+// the checkpoints are bf16 and HF serves them in bf16, fp32 on the CPU.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <fstream>
@@ -32,6 +36,7 @@ namespace {
 
 struct GenerateCliOptions {
   std::string model_dir, tokenizer, prompt, file, ids, batch, max_memory, device = "cpu";
+  std::string precision;  // "", fp32 or bf16 ("": bf16 on cuda, fp32 on cpu)
   int64_t max_new_tokens = 64, block_size = kDefaultKvBlockSize, prefill_chunk = 512, max_batch = 64;
   SamplingParams sampling;
   std::vector<std::string> stop;
@@ -164,6 +169,12 @@ int run_generate(const GenerateCliOptions& o) {
     throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
 #endif
   }
+  HLM_CHECK_INPUT(o.precision.empty() || o.precision == "fp32" || o.precision == "bf16",
+                  "--precision must be fp32 or bf16, got '", o.precision, "'");
+  const std::string precision = !o.precision.empty() ? o.precision : (o.device == "cuda" ? "bf16" : "fp32");
+  HLM_CHECK_INPUT(precision == "fp32" || o.device == "cuda",
+                  "--precision bf16 needs --device cuda (the CPU engine runs fp32 only)");
+  const int64_t kv_element_bytes = precision == "bf16" ? 2 : 4;
   HLM_CHECK_INPUT(o.sources_given == 1, "generate: give exactly one of --prompt, --file, --ids or --batch");
   HLM_CHECK_INPUT(o.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", o.max_new_tokens);
   HLM_CHECK_INPUT(o.block_size > 0, "--block-size must be positive, got ", o.block_size);
@@ -209,7 +220,7 @@ int run_generate(const GenerateCliOptions& o) {
   const ModelConfig& c = model.config();
   // Memory plan: the largest max_batch requests' worst cases at once, cut to --max-memory.
   std::vector<int64_t> blocks;
-  const MemoryPlan shape = memory_plan_shape(c, o.block_size);
+  const MemoryPlan shape = memory_plan_shape(c, o.block_size, kv_element_bytes);
   for (const Request& r : requests) {
     const auto prompt = static_cast<int64_t>(r.gen.prompt.size());
     if (prompt == 0 || (c.max_position_embeddings > 0 && prompt > c.max_position_embeddings)) continue;  // refused
@@ -219,6 +230,7 @@ int run_generate(const GenerateCliOptions& o) {
   std::sort(blocks.rbegin(), blocks.rend());
   MemoryRequest mr;
   mr.block_size = o.block_size;
+  mr.kv_element_bytes = kv_element_bytes;
   mr.max_sequences = std::min<int64_t>(o.max_batch, static_cast<int64_t>(requests.size()));
   mr.kv_blocks = 0;
   for (int64_t i = 0; i < mr.max_sequences; ++i) mr.kv_blocks += blocks[static_cast<size_t>(i)];
@@ -234,6 +246,7 @@ int run_generate(const GenerateCliOptions& o) {
   if (o.device == "cuda") {
     cuda_ctx = std::make_unique<CudaContext>(0);
     cuda_model = std::make_unique<CudaModel>(CudaModel::upload(model, *cuda_ctx));
+    if (precision == "bf16") cuda_model->drop_fp32_weights();  // weights held once, in bf16
   }
   std::unique_ptr<InferenceEngine> engine =
       cuda_model ? make_cuda_engine(*cuda_model, plan) : make_cpu_engine(model, plan);
@@ -296,6 +309,7 @@ int run_generate(const GenerateCliOptions& o) {
   };
   const nlohmann::json summary = {{"timings", timings_json(stats)},
                                   {"device", engine->device()},
+                                  {"precision", precision},
                                   {"memory_plan",
                                    {{"block_size", plan.block_size},
                                     {"num_blocks", plan.num_blocks},
@@ -360,11 +374,13 @@ void add_generate_command(CLI::App& app, std::function<int()>& action) {
       "its text to stdout and statistics to stderr; --json prints one object (ids = generated ids only). --batch\n"
       "reads JSONL ({\"prompt\": TEXT} or {\"ids\": [..]}, optional \"id\", \"max_new_tokens\") and decodes the\n"
       "requests together, printing one JSON line per request; a refused request gets an \"error\" and exit code 2.\n"
-      "--max-memory caps the inference state (KV blocks + GDN state, fp32; not the weights). docs/inference.md.\n"
+      "--max-memory caps the inference state (KV blocks + GDN state; not the weights). --precision: fp32 or bf16\n"
+      "(CUDA only; the default on CUDA: bf16 weights, GEMMs and KV cache, fp32 GDN state). docs/inference.md.\n"
       "Examples:\n"
       "  hybridlm generate models/qwen3-0.6b --prompt 'The capital of France is' --max-new-tokens 32\n"
       "  hybridlm generate runs/student --tokenizer bytes --prompt 'Once upon' --temperature 0.8 --top-p 0.9 --seed 1\n"
       "  hybridlm generate runs/student --ids 1,2,3 --max-new-tokens 8 --json\n"
+      "  hybridlm generate models/qwen3-0.6b --device cuda --precision fp32 --prompt 'Hello' --max-new-tokens 16\n"
       "  hybridlm generate runs/student --tokenizer bytes --batch prompts.jsonl --max-memory 256M --state-report");
   cmd->add_option("model_dir", o->model_dir, "HF model directory (config.json + safetensors)")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
@@ -388,6 +404,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_flag("--state-report", o->state_report,
                 "Print the state bytes per layer at the peak, measured and by Table 1's arithmetic (stderr)");
   cmd->add_option("--device", o->device, "cpu (default) or cuda (the CUDA inference engine)");
+  cmd->add_option("--precision", o->precision,
+                  "fp32 or bf16 (bf16: CUDA only, its default; fp32: the CPU's only precision)");
   cmd->add_flag("--json", o->json, "Print one JSON object (ids, text, finish_reason, timings, peak state)");
   cmd->callback([o, cmd, &action] {
     o->sources_given = 0;

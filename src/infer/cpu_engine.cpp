@@ -147,6 +147,8 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(Model& model, const MemoryPlan& plan) {
   HLM_CHECK(plan.max_sequences > 0, "the memory plan has no sequence slots");
+  HLM_CHECK_INPUT(plan.kv_element_bytes == 4, "the CPU inference engine keeps its KV cache in fp32 (a bf16 plan was ",
+                  "given: --precision bf16 is a CUDA precision)");
   const MemoryPlan shape = memory_plan_shape(model.config(), plan.block_size);
   HLM_CHECK(shape.kv_bytes_per_block == plan.kv_bytes_per_block &&
                 shape.gdn_bytes_per_sequence == plan.gdn_bytes_per_sequence,

@@ -6,16 +6,18 @@
 
 namespace hlm {
 
-MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size) {
+MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size, int64_t kv_element_bytes) {
   HLM_CHECK_INPUT(block_size > 0, "KV block size must be positive, got ", block_size);
+  HLM_CHECK(kv_element_bytes == 4 || kv_element_bytes == 2, "KV element bytes must be 4 or 2, got ", kv_element_bytes);
   MemoryPlan p;
   p.block_size = block_size;
+  p.kv_element_bytes = kv_element_bytes;
   for (const LayerKind kind : c.layer_kinds) {
     if (kind == LayerKind::FullAttention) ++p.attention_layers;
     else ++p.gdn_layers;
   }
   const auto f32 = static_cast<int64_t>(sizeof(float));
-  p.kv_bytes_per_block = p.attention_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * f32;
+  p.kv_bytes_per_block = p.attention_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * kv_element_bytes;
   if (p.gdn_layers > 0) {
     HLM_CHECK(c.linear.has_value(), "a config with linear-attention layers has no linear-attention keys");
     const LinearAttentionConfig& l = *c.linear;
@@ -29,7 +31,7 @@ MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size) {
 
 MemoryPlan memory_plan_build(const ModelConfig& c, const MemoryRequest& r) {
   HLM_CHECK_INPUT(r.max_sequences > 0, "the memory plan needs at least one sequence");
-  MemoryPlan p = memory_plan_shape(c, r.block_size);
+  MemoryPlan p = memory_plan_shape(c, r.block_size, r.kv_element_bytes);
   p.max_sequences = r.max_sequences;
   p.num_blocks = std::max<int64_t>(r.kv_blocks, 1);
   if (!r.budget_bytes) return p;

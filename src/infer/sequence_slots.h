@@ -38,6 +38,8 @@ class SequenceSlots {
   int open(int64_t max_tokens);
   void close(int slot);
   int64_t length(int slot) const;
+  // Tokens the running sequence in `slot` reserved (the most it can hold).
+  int64_t reserved_tokens(int slot) const { return blocks_.reserved_tokens(slot); }
   // Internal error unless `slot` is running.
   void check(int slot) const;
 

@@ -10,7 +10,13 @@
 //   non-finite: NaN/±Inf in the cache's k or v (NaN/Inf parity with the CPU), scale 1 (scores spread wider);
 //   bad metadata: a context shorter than its queries, a block id outside the pool, a write slot outside the pool
 //     raise the error flag (and the bad sequence's rows stay unwritten);
-//   every run is repeated: same bits (determinism); guards and unchanged inputs after each call.
+//   every run is repeated: same bits (determinism); guards and unchanged inputs after each call;
+//   bf16 cache (the CUDA engine's bf16 precision): the write rounds k/v to bf16 (bit-identical to the host rounding
+//     of the CPU-written fp32 cache); the fp32 kernels over the bf16 cache are checked like the fp32 ones on the
+//     rounded cache values (they widen exactly); the tensor-core chunk kernel (bf16 q and out, D 64 and 128) with the
+//     flash-attention rule check_bf16 against the CPU on the same bf16 q and cache, the bound above as its fp32
+//     allowance (attention_tc.cu's mma: exact bf16 products, fp32 sums, P as hi + lo bf16 ~ 2^-17 relative, far below
+//     the (D + 3)·u·Amax score term).
 //
 // Tolerance (fp32 rule, harness.h, k = 1 with an absolute per-element bound passed as mag): for query row i with
 // visible keys j (n_i of them), A_ij = |scale|·Σ_d |q_id k_jd|, Amax_i = max_j A_ij, P the exact softmax and
@@ -33,6 +39,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_error.h"
 #include "harness.h"
@@ -221,7 +229,99 @@ void run_case(const CacheCase& c, uint64_t seed) {
   }
 }
 
+// The bf16 cache: write, the fp32 kernels over it, and the tensor-core chunk kernel (header comment).
+void run_case_bf16(const CacheCase& c, uint64_t seed) {
+  SCOPED_TRACE(c.name + " bf16 cache");
+  const Layout L = make_layout(c, seed);
+  const float scale = c.scale != 0 ? static_cast<float>(c.scale) : static_cast<float>(1.0 / std::sqrt(double(c.D)));
+  const int64_t cache_n = L.shape.num_blocks * L.shape.block_size * L.shape.slot_elements();
+  std::vector<float> kc = round_bf16(make_values(static_cast<size_t>(cache_n), c.fill_k, seed + 1));
+  std::vector<float> vc = round_bf16(make_values(static_cast<size_t>(cache_n), c.fill_v, seed + 2));
+  const std::vector<float> q = make_values(static_cast<size_t>(L.T * c.Hq * c.D), Fill::Normal, seed + 3);
+  const AttentionCacheCudaParams p = params_of(c, L, scale);
+  std::vector<int64_t> slots(static_cast<size_t>(L.T));
+  for (int64_t n = 0; n < L.N; ++n)
+    for (int64_t t = L.cu[n]; t < L.cu[n + 1]; ++t) {
+      const int64_t pos = L.context[n] - (L.cu[n + 1] - L.cu[n]) + (t - L.cu[n]);
+      slots[t] = L.tables[n * L.max_blocks + pos / c.block_size] * c.block_size + pos % c.block_size;
+    }
+  const int64_t row = L.shape.slot_elements();
+  const std::vector<float> k_new = make_values(static_cast<size_t>(L.T * row), Fill::Normal, seed + 4);
+  const std::vector<float> v_new = make_values(static_cast<size_t>(L.T * row), Fill::Normal, seed + 5);
+  DeviceBuffer kc_d = DeviceBuffer::from(to_bf16(kc), "k_cache"), vc_d = DeviceBuffer::from(to_bf16(vc), "v_cache");
+  DeviceBuffer kn_d = DeviceBuffer::from(k_new, "k"), vn_d = DeviceBuffer::from(v_new, "v");
+  DeviceBuffer slots_d = DeviceBuffer::from(slots, "slots"), flag(sizeof(int), "flag");
+  HLM_CUDA_CHECK(cudaMemset(flag.as<int>(), 0, sizeof(int)));
+  attention_cache_write_cuda(kc_d.as<__nv_bfloat16>(), vc_d.as<__nv_bfloat16>(), kn_d.as<float>(), vn_d.as<float>(),
+                             slots_d.as<int64_t>(), L.T, p, flag.as<int>(), ctx().stream());
+  attention_cache_write(kc.data(), vc.data(), k_new.data(), v_new.data(), slots.data(), L.T, L.shape);
+  kc = round_bf16(kc);  // the cache holds the written rows rounded to bf16
+  vc = round_bf16(vc);
+  ctx().synchronize();
+  EXPECT_EQ(read_flag(flag), 0);
+  EXPECT_EQ(kc_d.download<uint16_t>(), to_bf16(kc)) << "bf16 write k";
+  EXPECT_EQ(vc_d.download<uint16_t>(), to_bf16(vc)) << "bf16 write v";
+  EXPECT_TRUE(buffers_ok({&kc_d, &vc_d}, {&kn_d, &vn_d, &slots_d}));
+
+  DeviceBuffer tables_d = DeviceBuffer::from(L.tables, "tables"), ctx_d = DeviceBuffer::from(L.context, "context");
+  DeviceBuffer cu_d = DeviceBuffer::from(L.cu, "cu");
+  {  // the fp32 kernels over the bf16 cache
+    std::vector<float> cpu(static_cast<size_t>(L.T * c.Hq * c.D));
+    attention_cache_forward(cpu.data(), q.data(), kc.data(), vc.data(), L.shape, L.tables.data(), L.max_blocks,
+                            L.context.data(), L.cu.data(), L.N, c.Hq, scale);
+    std::vector<double> ref, bound;
+    reference(c, L, q, kc, vc, scale, ref, bound);
+    DeviceBuffer q_d = DeviceBuffer::from(q, "q");
+    const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
+    DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace"), out(cpu.size() * sizeof(float), "out");
+    attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<__nv_bfloat16>(),
+                                 vc_d.as<__nv_bfloat16>(), tables_d.as<int32_t>(), ctx_d.as<int64_t>(),
+                                 cu_d.as<int64_t>(), p, ws.as<void>(), ws_bytes, flag.as<int>(), ctx().stream());
+    ctx().synchronize();
+    EXPECT_EQ(read_flag(flag), 0);
+    EXPECT_TRUE(check_f32(c.name + (p.max_query_len == 1 ? " decode" : " chunk") + " over a bf16 cache",
+                          out.download<float>(), cpu, ref, bound, {1}));
+    EXPECT_TRUE(buffers_ok({&out, &ws}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
+  }
+  if (p.max_query_len > 1 && attention_cache_tc_supported(p)) {  // the tensor-core chunk kernel
+    const std::vector<float> q16 = round_bf16(q);
+    std::vector<float> cpu(static_cast<size_t>(L.T * c.Hq * c.D));
+    attention_cache_forward(cpu.data(), q16.data(), kc.data(), vc.data(), L.shape, L.tables.data(), L.max_blocks,
+                            L.context.data(), L.cu.data(), L.N, c.Hq, scale);
+    std::vector<double> ref, bound;
+    reference(c, L, q16, kc, vc, scale, ref, bound);
+    DeviceBuffer q_d = DeviceBuffer::from(to_bf16(q16), "q bf16");
+    std::vector<uint16_t> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      DeviceBuffer out(cpu.size() * sizeof(uint16_t), "out bf16");
+      attention_cache_forward_tc_cuda(out.as<__nv_bfloat16>(), q_d.as<__nv_bfloat16>(), kc_d.as<__nv_bfloat16>(),
+                                      vc_d.as<__nv_bfloat16>(), tables_d.as<int32_t>(), ctx_d.as<int64_t>(),
+                                      cu_d.as<int64_t>(), p, flag.as<int>(), ctx().stream());
+      ctx().synchronize();
+      EXPECT_EQ(read_flag(flag), 0);
+      const std::vector<uint16_t> gpu = out.download<uint16_t>();
+      EXPECT_TRUE(buffers_ok({&out}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
+      if (rep == 0) {
+        EXPECT_TRUE(check_bf16(c.name + " tensor-core chunk", gpu, to_bf16(cpu), ref, &bound, 1));
+        first = gpu;
+      } else {
+        EXPECT_EQ(first, gpu) << "not deterministic";
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TEST(AttentionCacheCuda, Bf16CacheAndTensorCoreChunk) {
+  HLM_REQUIRE_CUDA();
+  run_case_bf16({"prefill D128 g3 bs7", {0, 0, 0}, {1, 65, 129}, 6, 2, 128, 7}, 51);
+  run_case_bf16({"chunk D64 g2 bs16", {0, 50, 129, 7}, {37, 70, 1, 1}, 4, 2, 64, 16}, 52);
+  // Offsets that are not multiples of 16 or 64, several query tiles, group 4.
+  run_case_bf16({"chunk D128 g4 bs16", {0, 75, 300}, {150, 64, 33}, 8, 2, 128, 16}, 53);
+  run_case_bf16({"chunk D40 g1 bs5 (scalar)", {3, 0}, {64, 9}, 3, 3, 40, 5}, 54);
+  run_case_bf16({"decode D128 g4 bs16", {0, 16, 299, 999}, {1, 1, 1, 1}, 8, 2, 128, 16}, 55);
+}
 
 TEST(AttentionCacheCuda, ChunkPrefillAndMixed) {
   HLM_REQUIRE_CUDA();

@@ -201,7 +201,7 @@ TEST(CudaEngine, GenerateCliGreedyIdsEqualTheCpu) {
     const std::string dir = cuda_golden_dir(name).string();
     const std::string args = "generate " + dir + " --ids 3,1,4,1,5,9,2,6 --max-new-tokens 12 --json";
     const RunResult cpu = run_cli(args + " --device cpu");
-    const RunResult gpu = run_cli(args + " --device cuda");
+    const RunResult gpu = run_cli(args + " --device cuda --precision fp32");  // bf16: test_cuda_engine_bf16.cpp
     ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
     ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
     const auto ids_of = [](const std::string& out) {

@@ -157,6 +157,8 @@ TEST(GenerateCli, BadInputIsAClearErrorWithExitCode2) {
   expect_input_error(m + " --ids 1,2 --max-memory 12x --json", "--max-memory");
   // "not supported yet" from generate; a build without CUDA refuses --device cuda earlier (cli.cpp): either names it.
   expect_input_error(m + " --ids 1,2 --device cuda --json", "--device cuda");
+  expect_input_error(m + " --ids 1,2 --precision bf16 --json", "--precision bf16 needs --device cuda");
+  expect_input_error(m + " --ids 1,2 --precision fp16 --json", "--precision must be fp32 or bf16");
   expect_input_error(m + " --ids 1,2 --temperature -1 --json", "--temperature");
   expect_input_error(m + " --ids 1,2 --top-p 1.5 --json", "--top-p");
   expect_input_error(m + " --ids 1,2", "needs a tokenizer");

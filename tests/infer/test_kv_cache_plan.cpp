@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "infer/cpu_engine.h"
 #include "infer/kv_block_allocator.h"
 #include "infer/memory_plan.h"
 #include "infer_models.h"
@@ -73,6 +74,30 @@ TEST(MemoryPlan, SizesFollowTheModelAndTableOne) {
   const StateSizes t1 = state_sizes(c, 16, 4);  // fp32
   EXPECT_EQ(shape.kv_bytes_per_block, 2 * t1.kv_elements_at_context * 4);
   EXPECT_EQ(shape.gdn_bytes_per_sequence, 2 * (t1.recurrent_state_elements + t1.conv_state_elements) * 4);
+}
+
+TEST(MemoryPlan, Bf16KvCacheHalvesTheKvBytesOnly) {
+  const ModelConfig c = parse_model_config(test::student_config_json(), "test");
+  const MemoryPlan f32 = memory_plan_shape(c, 16), b16 = memory_plan_shape(c, 16, 2);
+  EXPECT_EQ(f32.kv_element_bytes, 4);
+  EXPECT_EQ(b16.kv_element_bytes, 2);
+  EXPECT_EQ(2 * b16.kv_bytes_per_block, f32.kv_bytes_per_block);
+  EXPECT_EQ(b16.gdn_bytes_per_sequence, f32.gdn_bytes_per_sequence);  // GDN state stays fp32 (gdn.md)
+  MemoryRequest r;
+  r.max_sequences = 2;
+  r.kv_blocks = 10;
+  r.kv_element_bytes = 2;
+  const MemoryPlan p = memory_plan_build(c, r);
+  EXPECT_EQ(p.kv_element_bytes, 2);
+  EXPECT_EQ(p.kv_pool_bytes(), 10 * b16.kv_bytes_per_block);
+  // The CPU engine keeps an fp32 cache: a bf16 plan is refused with a message naming --precision.
+  Model model = Model::create(c, 3);
+  try {
+    make_cpu_engine(model, p);
+    ADD_FAILURE() << "a bf16 plan was accepted by the CPU engine";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--precision bf16"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MemoryPlan, BudgetCutsSequencesThenBlocks) {

@@ -91,6 +91,12 @@ void CudaAllocator::release_cached_locked() {
   }
 }
 
+void CudaAllocator::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+}
+
 CudaAllocatorStats CudaAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

@@ -50,6 +50,8 @@ class CudaAllocator {
   // cudaFree's every cached (idle) block.
   void release_cached();
   CudaAllocatorStats stats() const;
+  // Starts the peaks afresh from the current figures (a benchmark measuring one phase, e.g. after the weights).
+  void reset_peaks();
 
   // The class a request of `bytes` is rounded to (>= bytes; 0 for 0).
   static size_t size_class(size_t bytes);

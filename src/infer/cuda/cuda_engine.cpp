@@ -12,6 +12,7 @@
 #include "infer/sequence_slots.h"
 #include "models/architecture.h"
 #include "ops/attention/attention_cache_cuda.h"
+#include "ops/attention/attention_cuda.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
@@ -52,8 +53,8 @@ T* at(const CudaTensor& t, size_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(t.raw()) + offset);
 }
 
-CudaTensor zeros(CudaContext& ctx, const Shape& shape) {
-  CudaTensor t = CudaTensor::empty(ctx, shape);
+CudaTensor zeros(CudaContext& ctx, const Shape& shape, DType dtype = DType::F32) {
+  CudaTensor t = CudaTensor::empty(ctx, shape, dtype);
   HLM_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), ctx.stream()));
   return t;
 }
@@ -82,9 +83,10 @@ class CudaEngine final : public InferenceEngine {
     for (size_t i = 0; i < layers_.size(); ++i) {
       if (c.layer_kinds[i] == LayerKind::FullAttention) {
         const Shape shape{plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
+        const DType kv = plan.kv_element_bytes == 2 ? DType::BF16 : DType::F32;
         layers_[i].attention = true;
-        layers_[i].k_cache = zeros(ctx_, shape);
-        layers_[i].v_cache = zeros(ctx_, shape);
+        layers_[i].k_cache = zeros(ctx_, shape, kv);
+        layers_[i].v_cache = zeros(ctx_, shape, kv);
       } else {
         gdims_ = gdn_dims(c);
         const int64_t S = plan.max_sequences, K1 = gdims_.conv_kernel - 1;
@@ -148,6 +150,7 @@ class CudaEngine final : public InferenceEngine {
     bool consecutive = false;
     int64_t max_blocks = 0, max_context = 0;
     bool decode = false;  // one token per sequence
+    bool fresh = false;   // every sequence's context is its new tokens (a first prefill chunk): nothing cached before
   };
 
   void attention_mixer(int layer, float* out, const float* in, const StepView& s);
@@ -171,9 +174,11 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   const int64_t T = s.batch.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
   CudaTensor q_lin = CudaTensor::empty(ctx_, {T, Cq}), k_lin = CudaTensor::empty(ctx_, {T, Ckv});
   CudaTensor v = CudaTensor::empty(ctx_, {T, Ckv});
-  cuda_linear_forward(ctx_, q_lin.data<float>(), in, w.q_proj, T);
-  cuda_linear_forward(ctx_, k_lin.data<float>(), in, w.k_proj, T);
-  cuda_linear_forward(ctx_, v.data<float>(), in, w.v_proj, T);
+  CudaTensor in16;  // bf16 precision: `in` rounded once for the three projections
+  const CudaLinearInput x = cuda_linear_round_input(ctx_, in16, {in, nullptr}, w.q_proj, T);
+  cuda_linear_forward(ctx_, q_lin.data<float>(), x, w.q_proj, T);
+  cuda_linear_forward(ctx_, k_lin.data<float>(), x, w.k_proj, T);
+  cuda_linear_forward(ctx_, v.data<float>(), x, w.v_proj, T);
   // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions, in place.
   CudaTensor q_n, k_n;
   float* q = q_lin.data<float>();
@@ -208,13 +213,49 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   p.max_query_len = s.batch.max_seqlen;
   p.max_context = s.max_context;
   p.scale = d.scale;
-  attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), k, v.data<float>(), s.cache_slots, T,
-                             p, s.batch.error_flag, stream);
+  const bool bf16_cache = l.k_cache.dtype() == DType::BF16;
+  if (bf16_cache)
+    attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(), k, v.data<float>(),
+                               s.cache_slots, T, p, s.batch.error_flag, stream);
+  else
+    attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), k, v.data<float>(), s.cache_slots,
+                               T, p, s.batch.error_flag, stream);
+  if (s.fresh && !s.decode && cuda_linear_is_bf16(w.o_proj)) {
+    // bf16 precision, first prefill chunk: nothing is cached before the chunk, so attention over the cache is plain
+    // causal attention over the chunk's own rows, which the training forward's tensor-core kernel computes
+    // (attention_cuda.h: bf16 q/k/v, fp32 accumulation; the same k/v bits the cache holds). Its bf16 output feeds
+    // o_proj's bf16 GEMM directly.
+    const CudaTensor q16 = cuda_round_bf16(ctx_, q, T * Cq), k16 = cuda_round_bf16(ctx_, k, T * Ckv);
+    const CudaTensor v16 = cuda_round_bf16(ctx_, v);
+    CudaTensor o16 = CudaTensor::empty(ctx_, {T, Cq}, DType::BF16);
+    CudaTensor lse = CudaTensor::empty(ctx_, {T, d.q_heads});
+    const AttentionCudaParams ap{T, d.q_heads, d.kv_heads, D, s.batch.n_seqs, s.batch.max_seqlen, d.scale};
+    attention_forward_cuda(o16.data<__nv_bfloat16>(), lse.data<float>(), q16.data<__nv_bfloat16>(),
+                           k16.data<__nv_bfloat16>(), v16.data<__nv_bfloat16>(), s.batch.cu_seqlens, ap,
+                           s.batch.error_flag, stream);
+    cuda_linear_forward(ctx_, out, CudaLinearInput{nullptr, o16.data<__nv_bfloat16>()}, w.o_proj, T);
+    return;
+  }
+  if (!s.decode && bf16_cache && attention_cache_tc_supported(p) && cuda_linear_is_bf16(w.o_proj)) {
+    // bf16 precision, a later prefill chunk: the chunk's queries over the paged bf16 cache on tensor cores.
+    const CudaTensor q16 = cuda_round_bf16(ctx_, q, T * Cq);
+    CudaTensor o16 = CudaTensor::empty(ctx_, {T, Cq}, DType::BF16);
+    attention_cache_forward_tc_cuda(o16.data<__nv_bfloat16>(), q16.data<__nv_bfloat16>(),
+                                    l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(), s.tables,
+                                    s.context, s.batch.cu_seqlens, p, s.batch.error_flag, stream);
+    cuda_linear_forward(ctx_, out, CudaLinearInput{nullptr, o16.data<__nv_bfloat16>()}, w.o_proj, T);
+    return;
+  }
   CudaTensor o = CudaTensor::empty(ctx_, {T, Cq});
   const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
   CudaTensor ws = cuda_scratch_bytes(ctx_, std::max<size_t>(ws_bytes, 16));
-  attention_cache_forward_cuda(o.data<float>(), q, l.k_cache.data<float>(), l.v_cache.data<float>(), s.tables,
-                               s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes, s.batch.error_flag, stream);
+  if (bf16_cache)
+    attention_cache_forward_cuda(o.data<float>(), q, l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
+                                 s.tables, s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes, s.batch.error_flag,
+                                 stream);
+  else
+    attention_cache_forward_cuda(o.data<float>(), q, l.k_cache.data<float>(), l.v_cache.data<float>(), s.tables,
+                                 s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes, s.batch.error_flag, stream);
   cuda_linear_forward(ctx_, out, o.data<float>(), w.o_proj, T);
 }
 
@@ -227,12 +268,14 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
   CudaTensor qp = CudaTensor::empty(ctx_, {T, Ck}), kp = CudaTensor::empty(ctx_, {T, Ck});
   CudaTensor vp = CudaTensor::empty(ctx_, {T, Cv}), z = CudaTensor::empty(ctx_, {T, Cv});
   CudaTensor a = CudaTensor::empty(ctx_, {T, Hv}), b = CudaTensor::empty(ctx_, {T, Hv});
-  cuda_linear_forward(ctx_, qp.data<float>(), in, w.q_proj, T);
-  cuda_linear_forward(ctx_, kp.data<float>(), in, w.k_proj, T);
-  cuda_linear_forward(ctx_, vp.data<float>(), in, w.v_proj, T);
-  cuda_linear_forward(ctx_, z.data<float>(), in, w.g_proj, T);
-  cuda_linear_forward(ctx_, a.data<float>(), in, w.a_proj, T);
-  cuda_linear_forward(ctx_, b.data<float>(), in, w.b_proj, T);
+  CudaTensor in16;  // bf16 precision: `in` rounded once for the six projections
+  const CudaLinearInput x = cuda_linear_round_input(ctx_, in16, {in, nullptr}, w.q_proj, T);
+  cuda_linear_forward(ctx_, qp.data<float>(), x, w.q_proj, T);
+  cuda_linear_forward(ctx_, kp.data<float>(), x, w.k_proj, T);
+  cuda_linear_forward(ctx_, vp.data<float>(), x, w.v_proj, T);
+  cuda_linear_forward(ctx_, z.data<float>(), x, w.g_proj, T);
+  cuda_linear_forward(ctx_, a.data<float>(), x, w.a_proj, T);
+  cuda_linear_forward(ctx_, b.data<float>(), x, w.b_proj, T);
 
   // The step's states in batch order: the pool rows themselves (consecutive slots) or gathered copies.
   GdnPool& pool = layers_[static_cast<size_t>(layer)].gdn;
@@ -321,7 +364,12 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   StepView s;
   s.batch = {T, N, p.max_len, at<int32_t>(meta, o_ids), at<int64_t>(meta, o_cu), at<int32_t>(meta, o_pos),
              at<int>(meta, o_flag)};
-  s.rope = model_.rope_for_positions(p.max_context);
+  // The rope table covers the step's sequences' whole reservations at once: growing it chunk by chunk would rebuild
+  // it (host cos/sin + upload) at every step of a long prefill.
+  int64_t rope_positions = p.max_context;
+  for (const int slot : slots) rope_positions = std::max(rope_positions, slots_.reserved_tokens(slot));
+  if (c.max_position_embeddings > 0) rope_positions = std::min(rope_positions, c.max_position_embeddings);
+  s.rope = model_.rope_for_positions(std::max(rope_positions, p.max_context));
   s.cache_slots = at<int64_t>(meta, o_slots);
   s.tables = at<int32_t>(meta, o_tables);
   s.context = at<int64_t>(meta, o_ctx);
@@ -332,6 +380,8 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   s.max_blocks = p.max_blocks;
   s.max_context = p.max_context;
   s.decode = p.decode();
+  s.fresh = true;
+  for (int64_t n = 0; n < N; ++n) s.fresh = s.fresh && p.context[n] == tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
 
   const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
@@ -346,8 +396,14 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   state_rows_copy_cuda(rows.data<float>(), nullptr, hidden.data<float>(), at<int32_t>(meta, o_last), N, H,
                        ctx_.stream());
   CudaTensor logits_device = CudaTensor::empty(ctx_, {N, V});
-  matmul_forward_cuda(ctx_.blaslt(), logits_device.data<float>(), rows.data<float>(), model_.lm_head_weight(), nullptr,
-                      {N, V, H});
+  if (model_.bf16_compute()) {  // bf16 precision: the head on bf16 tensor cores, fp32 logits
+    const CudaTensor rows16 = cuda_round_bf16(ctx_, rows);
+    matmul_forward_mixed_cuda(ctx_.blaslt(), logits_device.data<float>(), rows16.data<__nv_bfloat16>(),
+                              model_.lm_head_weight_bf16(), nullptr, {N, V, H});
+  } else {
+    matmul_forward_cuda(ctx_.blaslt(), logits_device.data<float>(), rows.data<float>(), model_.lm_head_weight(),
+                        nullptr, {N, V, H});
+  }
   Tensor logits = cuda_download(ctx_, logits_device);
   int flag = 0;
   cuda_copy_to_host(ctx_, &flag, at<int>(meta, o_flag), sizeof(flag));
@@ -365,8 +421,7 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
 
 std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan) {
   HLM_CHECK(plan.max_sequences > 0, "the memory plan has no sequence slots");
-  HLM_CHECK_INPUT(!model.bf16_compute(), "the CUDA inference engine runs the fp32 compute mode only");
-  const MemoryPlan shape = memory_plan_shape(model.config(), plan.block_size);
+  const MemoryPlan shape = memory_plan_shape(model.config(), plan.block_size, plan.kv_element_bytes);
   HLM_CHECK(shape.kv_bytes_per_block == plan.kv_bytes_per_block &&
                 shape.gdn_bytes_per_sequence == plan.gdn_bytes_per_sequence,
             "the memory plan was made for another model");

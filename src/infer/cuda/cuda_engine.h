@@ -7,14 +7,24 @@
 //   GDN: the six projections, causal convs from and into the sequences' conv state, L2 norms, gate, the gated delta
 //     rule from h0 into hT (prefill chunks) or the one-token decode kernel on the state in place, gated RMSNorm,
 //     o_proj.
-// Then the LM head runs only on each sequence's last new token. State, all fp32 on the device, laid out by the
-// MemoryPlan: per attention layer K and V pools [num_blocks, block_size, Hkv, D] (block ids shared by all layers,
-// kept by a host KvBlockAllocator), per GDN layer conv states [slots, C, K−1] and recurrent states [slots, Hv, dv, dk].
+// Then the LM head runs only on each sequence's last new token. State on the device, laid out by the MemoryPlan: per
+// attention layer K and V pools [num_blocks, block_size, Hkv, D] in the plan's KV element type (fp32, or bf16 when
+// plan.kv_element_bytes == 2; block ids shared by all layers, kept by a host KvBlockAllocator), per GDN layer conv
+// states [slots, C, K−1] and recurrent states [slots, Hv, dv, dk], always fp32.
 // A step whose slots are consecutive (slot0, slot0+1, ...) works on the pools in place; other slot orders gather the
 // GDN rows into batch order and scatter them back (ops/state_rows/state_rows_cuda.h).
 // Host↔device traffic per step: one upload of the step's metadata (ids, positions, cu_seqlens, cache slots, block
 // tables, context lengths, last-token rows) and one download of the logits [N, V] (which waits for the step).
-// Numerics: the CUDA ops' (docs/cuda.md); fp32 compute mode only (a CudaModel in the bf16 compute mode is refused).
+// Precision: the model's compute mode and the plan's KV element type.
+//   fp32: fp32 weights, cuBLASLt fp32 GEMMs, fp32 KV cache, scalar fp32 attention kernels (docs/cuda.md numerics).
+//   bf16 (a CudaModel after drop_fp32_weights() or set_bf16_compute(true), and a plan with kv_element_bytes 2): every
+//     projection and the LM head on bf16 tensor cores with fp32 accumulation (layers/cuda/cuda_linear.h; a mixer's
+//     input is rounded once for all its projections), the KV cache in bf16 (k/v rounded as they are written, widened
+//     to fp32 as they are read); a first prefill chunk (nothing cached yet for any sequence of the step) runs the
+//     training forward's tensor-core flash attention on the chunk's bf16 q/k/v; later prefill chunks run the
+//     tensor-core paged chunk kernel (attention_cache_forward_tc_cuda; head dims 64 and 128, else the scalar one)
+//     over the bf16 cache; decode runs flash decoding over it (fp32 compute). Norms, RoPE, the
+//     causal convs, the gate, the gated delta rule and the GDN conv/recurrent state stay fp32 (gdn.md).
 // The CudaModel must outlive the engine; one step at a time.
 #pragma once
 #include <memory>

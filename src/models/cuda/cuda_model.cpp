@@ -108,8 +108,12 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   normed = CudaTensor::empty(ctx, {T, H});            // a norm's output [T, H]
   CudaTensor delta = CudaTensor::empty(ctx, {T, H});  // a branch's output [T, H]
   float *h = hidden.data<float>(), *nr = normed.data<float>(), *dl = delta.data<float>();
-  embedding_forward_cuda(h, embed_tokens_.data<float>(), b.ids, {T, V, H, hyper.embedding_multiplier}, b.error_flag,
-                         stream);
+  if (bf16_weights_only_)  // the embedding is held in bf16 only (drop_fp32_weights)
+    embedding_forward_cuda(h, tied_head_ ? lm_head_bf16_.data<__nv_bfloat16>() : embed_bf16_.data<__nv_bfloat16>(),
+                           b.ids, {T, V, H, hyper.embedding_multiplier}, b.error_flag, stream);
+  else
+    embedding_forward_cuda(h, embed_tokens_.data<float>(), b.ids, {T, V, H, hyper.embedding_multiplier},
+                           b.error_flag, stream);
   const RmsnormCudaParams row_norm{T, H, eps};
   if (kept != nullptr) {
     kept->clear();
@@ -247,8 +251,13 @@ Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options
     rows = gathered.data<float>();
   }
   CudaTensor logits_device = CudaTensor::empty(ctx, {n_rows, V});
-  const float* head = tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>();
-  matmul_forward_cuda(ctx.blaslt(), logits_device.data<float>(), rows, head, nullptr, {n_rows, V, H});
+  if (bf16_weights_only_) {  // the head is held in bf16 only: bf16 tensor cores on the rows rounded to bf16
+    const CudaTensor rows16 = cuda_round_bf16(ctx, rows, n_rows * H);
+    matmul_forward_mixed_cuda(ctx.blaslt(), logits_device.data<float>(), rows16.data<__nv_bfloat16>(),
+                              lm_head_bf16_.data<__nv_bfloat16>(), nullptr, {n_rows, V, H});
+  } else {
+    matmul_forward_cuda(ctx.blaslt(), logits_device.data<float>(), rows, lm_head_weight(), nullptr, {n_rows, V, H});
+  }
   check_flag();
   Tensor logits = cuda_download(ctx, logits_device);
   // The divisor is applied on the host after the download, exactly as the CPU forward does it (one f32 division).

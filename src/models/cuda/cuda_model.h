@@ -87,8 +87,8 @@ class CudaModel {
     CudaTensor* tensor;
   };
   std::vector<NamedTensor> named_tensors();
-  // The LM head's weight [V, hidden] (the embedding when tied).
-  float* lm_head_weight() const { return tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>(); }
+  // The LM head's weight [V, hidden] (the embedding when tied); internal error with bf16 weights only.
+  float* lm_head_weight() const;
 
   // ---- Inference (infer/cuda/cuda_engine.cpp: paged KV cache and GDN state) ----
   // A replacement token mixer: out [T, hidden] ← the stateful mixer of layer `layer` over in [T, hidden] (device
@@ -123,9 +123,22 @@ class CudaModel {
   // The head for lm_head_loss_cuda over n rows of final hidden states (device): in the bf16 mode `hidden` is
   // rounded into `scratch`, which the caller keeps until the loss call is queued.
   LmHeadCuda lm_head_for(const float* hidden, int64_t n, CudaTensor& scratch) const;
-  // Bytes of device memory held: fp32 weights, and the bf16 copies.
+  // Bytes of device memory held: fp32 weights (those still held), and the bf16 copies.
   size_t weight_bytes() const;
   size_t bf16_copy_bytes() const;
+
+  // ---- bf16 inference weights (cuda_model_precision.cpp) ----
+  // Inference only: switches the bf16 compute mode on and then FREES the fp32 copies of every linear's weight, of the
+  // LM head and of the embedding (the embedding is looked up from its bf16 rounding: the head's copy when tied, its
+  // own otherwise), so each of those weights is held once, in bf16, on the device. Norms, biases, convs and the GDN
+  // gate parameters stay fp32 (small). Tensor by tensor, so the device never holds much more than the fp32 model; the
+  // freed blocks are returned to the driver. Afterwards forward() and final_hidden_with_mixer() work (LM head on bf16
+  // tensor cores from the final hidden states rounded to bf16); training, download_into, refresh_bf16 and
+  // set_bf16_compute are refused (internal error: the fp32 weights are gone). Irreversible.
+  void drop_fp32_weights();
+  bool bf16_weights_only() const { return bf16_weights_only_; }
+  // The LM head's bf16 weight [V, hidden] (the bf16 compute mode; nullptr otherwise).
+  const __nv_bfloat16* lm_head_weight_bf16() const;
 
  private:
   struct Layer;
@@ -156,6 +169,8 @@ class CudaModel {
   bool tied_head_ = false;
   CudaTensor lm_head_bf16_;  // [V, hidden] bf16 copy of the head (embedding when tied) in the bf16 mode
   bool bf16_compute_ = false;
+  CudaTensor embed_bf16_;  // [V, hidden] bf16 embedding of an untied model after drop_fp32_weights
+  bool bf16_weights_only_ = false;
   CudaTensor rope_cos_, rope_sin_;
   RopeCudaTable rope_{};
 };

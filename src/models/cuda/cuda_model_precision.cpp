@@ -22,6 +22,7 @@ void CudaModel::for_each_linear(const Fn& fn) {
 }
 
 void CudaModel::set_bf16_compute(bool on) {
+  HLM_CHECK(!bf16_weights_only_, "set_bf16_compute: this model holds bf16 weights only (drop_fp32_weights)");
   bf16_compute_ = on;
   for_each_linear([&](CudaLinear& l) { cuda_linear_set_bf16(*ctx_, l, on); });
   for (auto& layer : layers_)
@@ -40,6 +41,7 @@ void CudaModel::set_bf16_compute(bool on) {
 
 void CudaModel::refresh_bf16() {
   if (!bf16_compute_) return;
+  HLM_CHECK(!bf16_weights_only_, "refresh_bf16: this model holds bf16 weights only (drop_fp32_weights)");
   for_each_linear([&](CudaLinear& l) { cuda_linear_refresh_bf16(*ctx_, l); });
   const CudaTensor& head = tied_head_ ? embed_tokens_ : lm_head_;
   cast_f32_to_bf16_cuda(lm_head_bf16_.data<__nv_bfloat16>(), head.data<float>(), head.numel(), ctx_->stream());
@@ -61,10 +63,49 @@ LmHeadCuda CudaModel::lm_head_for(const float* hidden, int64_t n, CudaTensor& sc
   return head;
 }
 
+float* CudaModel::lm_head_weight() const {
+  HLM_CHECK(!bf16_weights_only_, "lm_head_weight: this model holds its head in bf16 only (drop_fp32_weights)");
+  return tied_head_ ? embed_tokens_.data<float>() : lm_head_.data<float>();
+}
+
+const __nv_bfloat16* CudaModel::lm_head_weight_bf16() const {
+  return lm_head_bf16_.raw() != nullptr ? lm_head_bf16_.data<__nv_bfloat16>() : nullptr;
+}
+
+void CudaModel::drop_fp32_weights() {
+  if (bf16_weights_only_) return;
+  ctx_->make_current();
+  // Tensor by tensor: each linear's copy is made, then its fp32 weight freed (the stream orders the cast before any
+  // reuse of the freed block), so the peak stays near the fp32 model's bytes.
+  bf16_compute_ = true;
+  for (auto& layer : layers_)
+    if (layer->full_attention)
+      layer->self_attn.bf16_compute = true;
+    else
+      layer->linear_attn.bf16_compute = true;
+  for_each_linear([&](CudaLinear& l) {
+    cuda_linear_set_bf16(*ctx_, l, true);
+    l.weight = CudaTensor();
+  });
+  const CudaTensor& head = tied_head_ ? embed_tokens_ : lm_head_;
+  lm_head_bf16_ = CudaTensor::empty(*ctx_, head.shape(), DType::BF16);
+  cast_f32_to_bf16_cuda(lm_head_bf16_.data<__nv_bfloat16>(), head.data<float>(), head.numel(), ctx_->stream());
+  lm_head_ = CudaTensor();
+  if (!tied_head_) {
+    embed_bf16_ = CudaTensor::empty(*ctx_, embed_tokens_.shape(), DType::BF16);
+    cast_f32_to_bf16_cuda(embed_bf16_.data<__nv_bfloat16>(), embed_tokens_.data<float>(), embed_tokens_.numel(),
+                          ctx_->stream());
+  }
+  embed_tokens_ = CudaTensor();
+  bf16_weights_only_ = true;
+  ctx_->synchronize();
+  ctx_->allocator().release_cached();
+}
+
 size_t CudaModel::bf16_copy_bytes() const {
   // A default CudaTensor reports one element; only allocated copies count.
   const auto held = [](const CudaTensor& t) { return t.raw() != nullptr ? t.nbytes() : size_t{0}; };
-  size_t bytes = held(lm_head_bf16_);
+  size_t bytes = held(lm_head_bf16_) + held(embed_bf16_);
   const_cast<CudaModel*>(this)->for_each_linear([&](CudaLinear& l) { bytes += held(l.weight_bf16); });
   return bytes;
 }

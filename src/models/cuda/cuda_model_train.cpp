@@ -133,7 +133,8 @@ size_t CudaModel::weight_bytes() const {
   size_t bytes = 0;
   DecoderWeights unused;
   unused.layers.resize(layers_.size());
-  for_each_tensor(*this, unused, [&](const CudaTensor& d, Tensor&) { bytes += d.nbytes(); });
+  // A freed tensor (drop_fp32_weights) reports one element: only allocated tensors count.
+  for_each_tensor(*this, unused, [&](const CudaTensor& d, Tensor&) { bytes += d.raw() != nullptr ? d.nbytes() : 0; });
   return bytes;
 }
 

@@ -8,12 +8,17 @@
 //            threads = 16 key streams of 8 lanes; each lane holds every 8th dim of q, of the key/value row it loads
 //            and of its stream's output, so one K/V row load (8 lanes × 4 bytes per 32-byte sector) serves up to 4
 //            query heads. Streams merge in shared memory, splits in decode_merge_kernel.
+// Every kernel is a template over the cache's element type C (float, or __nv_bfloat16 for the bf16 cache): cached
+// values are widened to fp32 as they are loaded and everything after the load is the same fp32 code.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
 #include "ops/attention/attention_cache_cuda.h"
+#include "ops/attention/attention_tc.cuh"
 
 namespace hlm {
 
@@ -61,9 +66,20 @@ __device__ __forceinline__ int64_t key_row(const int32_t* table, int64_t p, int6
   return ((block * dm.block_size + p % dm.block_size) * dm.Hkv + kvh) * dm.D;
 }
 
+// Cache element <-> fp32 (the bf16 rounding is round-to-nearest-even, as cast_f32_to_bf16_cuda).
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename C>
+__device__ __forceinline__ C narrow(float x);
+template <>
+__device__ __forceinline__ float narrow<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
 // ---- write
 
-__global__ void cache_write_kernel(float* k_cache, float* v_cache, const float* k, const float* v,
+template <typename C>
+__global__ void cache_write_kernel(C* k_cache, C* v_cache, const float* k, const float* v,
                                    const int64_t* slot_mapping, int64_t tokens, int64_t row, int64_t slots,
                                    int* flag) {
   const int64_t n = tokens * row;
@@ -74,8 +90,8 @@ __global__ void cache_write_kernel(float* k_cache, float* v_cache, const float* 
       if (flag != nullptr && i % row == 0) atomicOr(flag, 1);
       continue;
     }
-    k_cache[s * row + i % row] = k[i];
-    v_cache[s * row + i % row] = v[i];
+    k_cache[s * row + i % row] = narrow<C>(k[i]);
+    v_cache[s * row + i % row] = narrow<C>(v[i]);
   }
 }
 
@@ -111,9 +127,9 @@ __device__ __forceinline__ float row_sum(float v) {
   return v + __shfl_xor_sync(kFullMask, v, 2);
 }
 
-template <int DMAX>
+template <int DMAX, typename C>
 __global__ void __launch_bounds__(kThreads)
-    cache_chunk_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
+    cache_chunk_kernel(float* out, const float* q, const C* k_cache, const C* v_cache,
                        const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
                        int* flag) {
   constexpr int S = kRowStride<DMAX>;
@@ -152,8 +168,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = threadIdx.x; idx < kTile * DMAX; idx += kThreads) {
       const int j = idx / DMAX, d = idx % DMAX;
       const int64_t off = j < n_rows && d < dm.D ? row_s[j] : -1;
-      k_s[j * S + d] = off >= 0 ? k_cache[off + d] : 0.0f;
-      v_s[j * S + d] = off >= 0 ? v_cache[off + d] : 0.0f;
+      k_s[j * S + d] = off >= 0 ? widen(k_cache[off + d]) : 0.0f;
+      v_s[j * S + d] = off >= 0 ? widen(v_cache[off + d]) : 0.0f;
     }
     __syncthreads();
     const int64_t vis = row_valid ? qpos + 1 - k0 : 0;
@@ -209,9 +225,9 @@ constexpr int64_t kMinSplitKeys = 256;                           // fewer keys p
 constexpr int64_t kMaxSplits = 64;
 
 // part: [N, Hq, splits, D + 2] = unnormalised O (D floats), running max, running sum of the split.
-template <int DMAX, int HPB>
+template <int DMAX, int HPB, typename C>
 __global__ void __launch_bounds__(kDecodeThreads)
-    cache_decode_kernel(float* part, const float* q, const float* k_cache, const float* v_cache,
+    cache_decode_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                         const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
                         int64_t splits, int64_t split_len, int* flag) {
   constexpr int DPL = DMAX / kKeyLanes;  // dims per lane
@@ -243,8 +259,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
     for (int c = 0; c < DPL; ++c) {
       const int d = l8 + kKeyLanes * c;
-      kr[c] = valid && d < dm.D ? k_cache[off + d] : 0.0f;
-      vr[c] = valid && d < dm.D ? v_cache[off + d] : 0.0f;
+      kr[c] = valid && d < dm.D ? widen(k_cache[off + d]) : 0.0f;
+      vr[c] = valid && d < dm.D ? widen(v_cache[off + d]) : 0.0f;
     }
 #pragma unroll
     for (int hh = 0; hh < HPB; ++hh) {
@@ -357,52 +373,57 @@ int64_t split_len(const AttentionCacheCudaParams& p, int64_t splits) {
   return (len + kStreams - 1) / kStreams * kStreams;
 }
 
-template <int DMAX>
-void chunk_launch(float* out, const float* q, const float* kc, const float* vc, const int32_t* tables,
+template <int DMAX, typename C>
+void chunk_launch(float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
                   const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int* flag, cudaStream_t stream) {
   constexpr size_t smem = chunk_smem_bytes<DMAX>();
-  HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_chunk_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_chunk_kernel<DMAX, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(dm.N * dm.n_tiles), static_cast<unsigned>(dm.Hq));
-  cache_chunk_kernel<DMAX><<<grid, kThreads, smem, stream>>>(out, q, kc, vc, tables, ctx, cu, dm, flag);
+  cache_chunk_kernel<DMAX, C><<<grid, kThreads, smem, stream>>>(out, q, kc, vc, tables, ctx, cu, dm, flag);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <int DMAX, int HPB>
-void decode_launch(float* part, const float* q, const float* kc, const float* vc, const int32_t* tables,
+template <int DMAX, int HPB, typename C>
+void decode_launch(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
                    const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
                    int* flag, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
-  cache_decode_kernel<DMAX, HPB>
+  cache_decode_kernel<DMAX, HPB, C>
       <<<grid, kDecodeThreads, 0, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <int DMAX>
-void decode_dispatch(int hpb, float* part, const float* q, const float* kc, const float* vc, const int32_t* tables,
+template <int DMAX, typename C>
+void decode_dispatch(int hpb, float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
                      const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
                      int* flag, cudaStream_t stream) {
   if (hpb == 4)
-    decode_launch<DMAX, 4>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    decode_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   else if (hpb == 2)
-    decode_launch<DMAX, 2>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    decode_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   else
-    decode_launch<DMAX, 1>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    decode_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
 }
 
-}  // namespace
-
-void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, const float* v,
-                                const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
-                                int* error_flag, cudaStream_t stream) {
+template <typename C>
+void cache_write(C* k_cache, C* v_cache, const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,
+                 const AttentionCacheCudaParams& p, int* error_flag, cudaStream_t stream) {
   HLM_CHECK(tokens >= 0 && p.kv_heads > 0 && p.head_dim > 0 && p.num_blocks >= 0 && p.block_size > 0,
             "attention_cache_write_cuda: bad shape");
   if (tokens == 0) return;
   const int64_t row = p.kv_heads * p.head_dim;
-  cache_write_kernel<<<cuda::grid_blocks(tokens * row), cuda::kElementwiseThreads, 0, stream>>>(
+  cache_write_kernel<C><<<cuda::grid_blocks(tokens * row), cuda::kElementwiseThreads, 0, stream>>>(
       k_cache, v_cache, k, v, slot_mapping, tokens, row, p.num_blocks * p.block_size, error_flag);
   HLM_CUDA_CHECK_LAUNCH();
 }
+
+template <typename C>
+void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cache, const int32_t* block_tables,
+                   const int64_t* context_lens, const int64_t* cu_seqlens, const AttentionCacheCudaParams& p,
+                   void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream);
+
+}  // namespace
 
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
   if (!decode_path(p) || p.n_seqs <= 0 || p.max_context <= 0 || p.kv_heads <= 0 || p.q_heads <= 0) return 1;
@@ -421,10 +442,12 @@ size_t attention_cache_forward_cuda_workspace_bytes(const AttentionCacheCudaPara
          sizeof(float);
 }
 
-void attention_cache_forward_cuda(float* out, const float* q, const float* k_cache, const float* v_cache,
-                                  const int32_t* block_tables, const int64_t* context_lens, const int64_t* cu_seqlens,
-                                  const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
-                                  int* error_flag, cudaStream_t stream) {
+namespace {
+
+template <typename C>
+void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cache, const int32_t* block_tables,
+                   const int64_t* context_lens, const int64_t* cu_seqlens, const AttentionCacheCudaParams& p,
+                   void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream) {
   const CacheDims dm = make_dims(p, "attention_cache_forward_cuda");
   if (dm.T == 0 || dm.N == 0) return;
   if (!decode_path(p)) {
@@ -451,6 +474,58 @@ void attention_cache_forward_cuda(float* out, const float* q, const float* k_cac
   cache_decode_merge_kernel<<<dim3(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq)), 128, 0, stream>>>(
       out, part, block_tables, context_lens, cu_seqlens, dm, splits);
   HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, const float* v,
+                                const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
+                                int* error_flag, cudaStream_t stream) {
+  cache_write(k_cache, v_cache, k, v, slot_mapping, tokens, p, error_flag, stream);
+}
+void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const float* k, const float* v,
+                                const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
+                                int* error_flag, cudaStream_t stream) {
+  cache_write(k_cache, v_cache, k, v, slot_mapping, tokens, p, error_flag, stream);
+}
+
+void attention_cache_forward_cuda(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                  const int32_t* block_tables, const int64_t* context_lens, const int64_t* cu_seqlens,
+                                  const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                  int* error_flag, cudaStream_t stream) {
+  cache_forward(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, p, workspace, workspace_bytes,
+                error_flag, stream);
+}
+bool attention_cache_tc_supported(const AttentionCacheCudaParams& p) {
+  return p.head_dim == 64 || p.head_dim == 128;
+}
+
+void attention_cache_forward_tc_cuda(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                                     const __nv_bfloat16* v_cache, const int32_t* block_tables,
+                                     const int64_t* context_lens, const int64_t* cu_seqlens,
+                                     const AttentionCacheCudaParams& p, int* error_flag, cudaStream_t stream) {
+  const CacheDims c = make_dims(p, "attention_cache_forward_tc_cuda");
+  HLM_CHECK(attention_cache_tc_supported(p), "attention_cache_forward_tc_cuda: head_dim ", p.head_dim,
+            " (64 or 128 only)");
+  for (const void* ptr : {static_cast<const void*>(out), static_cast<const void*>(q),
+                          static_cast<const void*>(k_cache), static_cast<const void*>(v_cache)})
+    HLM_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, "attention_cache_forward_tc_cuda: a tensor is not ",
+              "16-byte aligned");
+  if (c.T == 0 || c.N == 0) return;
+  const attention_detail::PagedDims dm{c.T,          c.N,          c.Hq,    c.Hkv,     c.group, c.num_blocks,
+                                       c.block_size, c.max_blocks, c.max_q, c.max_ctx, c.n_tiles, c.D,
+                                       c.scale};
+  attention_detail::tc_paged_forward(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, error_flag,
+                                     stream);
+}
+
+void attention_cache_forward_cuda(float* out, const float* q, const __nv_bfloat16* k_cache,
+                                  const __nv_bfloat16* v_cache, const int32_t* block_tables,
+                                  const int64_t* context_lens, const int64_t* cu_seqlens,
+                                  const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                  int* error_flag, cudaStream_t stream) {
+  cache_forward(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, p, workspace, workspace_bytes,
+                error_flag, stream);
 }
 
 }  // namespace hlm

@@ -1,7 +1,9 @@
 // Attention over a PAGED KV cache on CUDA: launchers for the contract in attention_cache.h (cache layout
 // [num_blocks, block_size, Hkv, D], block tables, context_lens, packed queries with cu_seqlens, query head h reads kv
-// head h / (Hq / Hkv)), fp32 storage and compute, raw device pointers (every array ON THE DEVICE), queued on `stream`,
-// no synchronization, no allocation.
+// head h / (Hq / Hkv)), raw device pointers (every array ON THE DEVICE), queued on `stream`, no synchronization, no
+// allocation. Queries, outputs and all compute are fp32; the cache is fp32 or bf16 (the bf16 overloads: the write
+// rounds k/v to nearest bf16, the readers widen each cached value to fp32 as it is loaded, so the bf16 path equals the
+// fp32 path run on a cache holding the rounded values).
 //
 // attention_cache_write_cuda: k_cache/v_cache rows at slot_mapping[t] ← k/v row t (exact copies).
 // attention_cache_forward_cuda picks one of two kernels (attention_cache.cu says more):
@@ -30,6 +32,7 @@
 // table entry outside [0, num_blocks) sets the flag (the outputs that would read it are then meaningless: the decode
 // path skips the key, the chunk path reads zeros); a write slot outside the pool sets the flag and is not written.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -59,6 +62,9 @@ constexpr int64_t attention_cache_cuda_decode_heads_per_block() { return 4; }
 void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, const float* v,
                                 const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
                                 int* error_flag, cudaStream_t stream);
+void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const float* k, const float* v,
+                                const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
+                                int* error_flag, cudaStream_t stream);
 
 // Key splits the decode path uses for these params on the current device (1 when the batch fills the GPU).
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p);
@@ -73,5 +79,23 @@ void attention_cache_forward_cuda(float* out, const float* q, const float* k_cac
                                   const int32_t* block_tables, const int64_t* context_lens, const int64_t* cu_seqlens,
                                   const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
                                   int* error_flag, cudaStream_t stream);
+void attention_cache_forward_cuda(float* out, const float* q, const __nv_bfloat16* k_cache,
+                                  const __nv_bfloat16* v_cache, const int32_t* block_tables,
+                                  const int64_t* context_lens, const int64_t* cu_seqlens,
+                                  const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                  int* error_flag, cudaStream_t stream);
+
+// Tensor-core chunk path (prefill chunks over a bf16 cache, head dims 64 and 128): bf16 q and out [T, Hq, D], one
+// block of 4 warps per (sequence, 64-query tile, query head) stages the sequence's cached K/V tiles through its block
+// table with cp.async and runs attention_tc.cu's mma.sync bf16 → fp32 flash forward with the causal offset
+// context − n_q (attention_tc.cu, tc_paged_forward_kernel). Numerics: those of attention_cuda.h's tensor-core path
+// (exact bf16 products, fp32 accumulation, P fed as hi + lo bf16), out rounded once to bf16. Metadata validation and
+// the error flag as above. One difference from the contract above: a non-finite v row of a NEW token can make the
+// earlier rows of its 16-key chunk NaN (the partially masked chunk goes through the mma as P = 0 · v).
+bool attention_cache_tc_supported(const AttentionCacheCudaParams& p);
+void attention_cache_forward_tc_cuda(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                                     const __nv_bfloat16* v_cache, const int32_t* block_tables,
+                                     const int64_t* context_lens, const int64_t* cu_seqlens,
+                                     const AttentionCacheCudaParams& p, int* error_flag, cudaStream_t stream);
 
 }  // namespace hlm

@@ -1,5 +1,6 @@
 // Tensor-core (mma.sync m16n8k16 bf16, fp32 accumulate) flash attention for bf16 storage, head dims 64 and 128:
-// forward, and the backward's dk/dv and dq kernels. Contract and semantics: attention_cuda.h; the launchers in
+// forward, and the backward's dk/dv and dq kernels; and the forward of a prefill chunk over a paged bf16 KV cache
+// (tc_paged_forward_kernel, attention_cache_cuda.h's tensor-core path). Contract and semantics: attention_cuda.h; the launchers in
 // attention.cu dispatch here (tc_supported) and keep the scalar kernels for f32 and other head dims.
 //
 // Layout: blocks of 4 warps; every tile is 64 rows (queries or keys) and each warp owns 16 of them. Tiles of q/k/v/dO
@@ -452,6 +453,186 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- Paged forward (attention over a paged bf16 KV cache, attention_cache_cuda.h's tensor-core chunk path)
+
+// Stages the cached K and V rows of key positions [k0, k0 + 64) of kv head kvh, found through the sequence's block
+// table, into [64][D + 8] shared tiles with cp.async; positions at or past kend, and rows whose block id is outside
+// the pool (error flag raised), become zeros.
+template <int D>
+__device__ void stage_paged(bf16* k_dst, bf16* v_dst, const bf16* k_cache, const bf16* v_cache,
+                            const int32_t* table, int64_t k0, int64_t kend, int64_t kvh, const PagedDims& dm,
+                            int* error_flag) {
+  constexpr int kChunks = D / 8;
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int64_t pos = k0 + r;
+    bool valid = pos < kend;
+    int64_t off = 0;
+    if (valid) {
+      const int64_t block = table[pos / dm.block_size];
+      valid = block >= 0 && block < dm.num_blocks;
+      if (!valid && error_flag != nullptr && c == 0) atomicOr(error_flag, 1);
+      off = ((block * dm.block_size + pos % dm.block_size) * dm.Hkv + kvh) * D + 8 * c;
+    }
+    cp_async16(k_dst + r * kStride<D> + 8 * c, valid ? k_cache + off : k_cache, valid);
+    cp_async16(v_dst + r * kStride<D> + 8 * c, valid ? v_cache + off : v_cache, valid);
+  }
+}
+
+// One block per (sequence, query tile, query head), longest rows first, as tc_forward_kernel; the chunk's queries sit
+// at absolute positions start .. ctx − 1 (start = ctx − n_q), so query row i sees keys j ≤ start + i. Key tiles past
+// the block's last query are never loaded; a warp skips the 16-key chunks past its own last row. Masked scores are
+// selected to −Inf before the softmax (P = 0), but unlike tc_forward_kernel a partially masked chunk always goes
+// through the mma: a non-finite v row of a new token can make the earlier rows of its 16-key chunk NaN (0 · Inf).
+// The cache holds the model's own k/v, finite unless the model already overflowed.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    tc_paged_forward_kernel(bf16* out, const bf16* q, const bf16* k_cache, const bf16* v_cache,
+                            const int32_t* tables, const int64_t* context_lens, const int64_t* cu, PagedDims dm,
+                            int* error_flag) {
+  constexpr int S = kStride<D>;
+  constexpr int kSteps = D / 16;
+  constexpr int kDTiles = D / 8;
+  const int64_t seq = blockIdx.x % dm.N;
+  const int64_t qtile = dm.n_tiles - 1 - blockIdx.x / dm.N;
+  const int64_t q0 = qtile * kTile, h = blockIdx.y;
+  // The sequence's rows and context, validated as attention_cache.cu's seq_view.
+  const int64_t b = cu[seq], e = cu[seq + 1], ctx = context_lens[seq];
+  bool ok = b >= 0 && e >= b && e <= dm.T && e - b <= dm.max_q && ctx >= e - b && ctx <= dm.max_ctx &&
+            (ctx + dm.block_size - 1) / dm.block_size <= dm.max_blocks;
+  if (seq == 0 && b != 0) ok = false;
+  if (seq == dm.N - 1 && e != dm.T) ok = false;
+  if (!ok) {
+    if (error_flag != nullptr && threadIdx.x == 0) atomicOr(error_flag, 1);
+    return;
+  }
+  const int64_t nq = e - b, start = ctx - nq;
+  if (q0 >= nq) return;  // uniform over the block
+  const int64_t kvh = h / dm.group;
+  const int32_t* table = tables + seq * dm.max_blocks;
+  const int64_t kend = start + q0 + kTile < ctx ? start + q0 + kTile : ctx;  // keys the tile's rows see: [0, kend)
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [64][S]
+  bf16* k_s = q_s + kTile * S;                     // [2][64][S]
+  bf16* v_s = k_s + 2 * kTile * S;                 // [2][64][S]
+  stage_tile<D>(q_s, q, b + q0, nq - q0, dm.Hq, h);
+  stage_paged<D>(k_s, v_s, k_cache, v_cache, table, 0, kend, kvh, dm, error_flag);
+  cp_async_commit();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+  const int64_t local[2] = {q0 + 16 * warp + lane / 4, q0 + 16 * warp + lane / 4 + 8};  // rows g, g+8 in the chunk
+  const int64_t row_pos[2] = {start + local[0], start + local[1]};                      // their absolute positions
+  const int64_t warp_last = start + q0 + 16 * warp + 15;  // the warp's last row's position
+  const int n_ktiles = static_cast<int>((kend + kTile - 1) / kTile);
+
+  uint32_t qf[kSteps][4];
+  float o[kDTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int kt = 0; kt < n_ktiles; ++kt) {
+    cp_async_wait_all();
+    __syncthreads();  // tile kt has landed for every thread; every warp is done with tile kt - 1's buffer
+    if (kt == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks) ldsm_x4(qf[ks], frag_a<S>(q_s, 16 * warp, 16 * ks, lane));
+    }
+    if (kt + 1 < n_ktiles) {
+      const int nb = (kt + 1) & 1;
+      stage_paged<D>(k_s + nb * kTile * S, v_s + nb * kTile * S, k_cache, v_cache, table,
+                     static_cast<int64_t>(kt + 1) * kTile, kend, kvh, dm, error_flag);
+      cp_async_commit();
+    }
+    const bf16* kb = k_s + (kt & 1) * kTile * S;
+    const bf16* vb = v_s + (kt & 1) * kTile * S;
+    const int64_t k0 = static_cast<int64_t>(kt) * kTile;
+    // 16-key chunks of this tile the warp's rows can see: those starting at or before its last row.
+    const int64_t seen = warp_last < k0 ? 0 : (warp_last - k0) / 16 + 1;
+    const int n_chunks = static_cast<int>(seen < 4 ? seen : 4);
+
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+      if (kc >= n_chunks) break;
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks) {
+        uint32_t bb[4];
+        ldsm_x4(bb, frag_b_nmajor<S>(kb, 16 * kc, 16 * ks, lane));
+        mma_bf16(s[2 * kc], qf[ks], bb[0], bb[1]);
+        mma_bf16(s[2 * kc + 1], qf[ks], bb[2], bb[3]);
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int64_t j = k0 + 8 * nt + 2 * t + (x & 1);
+        const bool vis = j <= row_pos[x >> 1] && j < kend;
+        s[nt][x] = vis ? s[nt][x] * dm.scale : -INFINITY;
+        mx[x >> 1] = fmaxf(mx[x >> 1], s[nt][x]);
+      }
+    }
+    float alpha[2], m_use[2], e_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = expf(m[r] - m_use[r]);
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        s[nt][x] = expf(s[nt][x] - m_use[x >> 1]);
+        e_sum[x >> 1] += s[nt][x];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = fmaf(alpha[r], l[r], quad_sum(e_sum[r]));
+#pragma unroll
+    for (int i = 0; i < kDTiles; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+      if (kc >= n_chunks) break;
+      uint32_t a_hi[4], a_lo[4];
+      frag_a_from_acc(a_hi, a_lo, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t bb[4];
+        ldsm_x4_trans(bb, frag_b_kmajor<S>(vb, 16 * kc, 16 * dp, lane));
+        mma_split(o[2 * dp], o[2 * dp + 1], a_hi, a_lo, bb);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (local[r] >= nq) continue;
+    const int64_t row = (b + local[r]) * dm.Hq + h;
+    const bool no_finite_max = m[r] == -INFINITY;
+    const float inv_l = 1.0f / l[r];
+    bf16* dst = out + row * D + 2 * t;
+#pragma unroll
+    for (int i = 0; i < kDTiles; ++i) {
+      const float x0 = no_finite_max ? cuda::quiet_nan() : o[i][2 * r] * inv_l;
+      const float x1 = no_finite_max ? cuda::quiet_nan() : o[i][2 * r + 1] * inv_l;
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * i) = __halves2bfloat162(__float2bfloat16_rn(x0),
+                                                                            __float2bfloat16_rn(x1));
+    }
+  }
+}
+
 // ---- Backward
 
 // dvec[r] = Σ_d d_out[r, d] · out[r, d] for rows r of [T · Hq]: one warp per row, D/32 fmas per lane then a xor tree.
@@ -841,6 +1022,16 @@ void backward_launch(bf16* dq, bf16* dk, bf16* dv, const bf16* d_out, const bf16
   HLM_CUDA_CHECK_LAUNCH();
 }
 
+template <int D>
+void paged_forward_launch(bf16* out, const bf16* q, const bf16* kc, const bf16* vc, const int32_t* tables,
+                          const int64_t* ctx, const int64_t* cu, const PagedDims& dm, int* flag, cudaStream_t stream) {
+  constexpr size_t smem = forward_smem_bytes<D>();
+  allow_smem(tc_paged_forward_kernel<D>, smem);
+  const dim3 grid(static_cast<unsigned>(dm.N * dm.n_tiles), static_cast<unsigned>(dm.Hq));
+  tc_paged_forward_kernel<D><<<grid, kThreads, smem, stream>>>(out, q, kc, vc, tables, ctx, cu, dm, flag);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool tc_supported(const Dims& dm, const void* const* tensors, int n_tensors) {
@@ -865,6 +1056,15 @@ void tc_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* d_out, const bf16* q,
     backward_launch<64>(dq, dk, dv, d_out, q, k, v, out, lse, dvec, cu_seqlens, dm, error_flag, stream);
   else
     backward_launch<128>(dq, dk, dv, d_out, q, k, v, out, lse, dvec, cu_seqlens, dm, error_flag, stream);
+}
+
+void tc_paged_forward(bf16* out, const bf16* q, const bf16* k_cache, const bf16* v_cache, const int32_t* tables,
+                      const int64_t* context_lens, const int64_t* cu_seqlens, const PagedDims& dm, int* error_flag,
+                      cudaStream_t stream) {
+  if (dm.D == 64)
+    paged_forward_launch<64>(out, q, k_cache, v_cache, tables, context_lens, cu_seqlens, dm, error_flag, stream);
+  else
+    paged_forward_launch<128>(out, q, k_cache, v_cache, tables, context_lens, cu_seqlens, dm, error_flag, stream);
 }
 
 }  // namespace hlm::attention_detail

@@ -47,4 +47,18 @@ void tc_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const 
                  const float* lse, float* dvec, const int64_t* cu_seqlens, const Dims& dm, int* error_flag,
                  cudaStream_t stream);
 
+// ---- Paged tensor-core forward (attention_cache.cu's bf16 chunk path): shapes as attention_cache.cu's CacheDims.
+struct PagedDims {
+  int64_t T, N, Hq, Hkv, group, num_blocks, block_size, max_blocks, max_q, max_ctx;
+  int64_t n_tiles;  // query tiles per sequence, ceil(max_q / 64)
+  int D;            // 64 or 128
+  float scale;
+};
+
+// out [T, Hq, D] bf16 OVERWRITTEN from q [T, Hq, D] bf16 and the bf16 cache [num_blocks, block_size, Hkv, D]
+// (attention_cache_cuda.h's contract; 16-byte aligned pointers).
+void tc_paged_forward(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                      const __nv_bfloat16* v_cache, const int32_t* tables, const int64_t* context_lens,
+                      const int64_t* cu_seqlens, const PagedDims& dm, int* error_flag, cudaStream_t stream);
+
 }  // namespace hlm::attention_detail

@@ -3,6 +3,8 @@
 //   backward: keys = id (V for a bad id), values = position; cub::DeviceRadixSort::SortPairs (stable); then one block
 //             per sorted position that starts a run of equal ids sums the run in fp64 in position order.
 // Non-goals for now: splitting very long runs (a padding id repeated 10^5 times is one block's serial work).
+#include <cuda_bf16.h>
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -15,7 +17,11 @@ namespace {
 
 constexpr int kRunThreads = 256;
 
-__global__ void embedding_forward_kernel(float* out, const float* table, const int32_t* ids, int64_t T, int64_t V,
+__device__ __forceinline__ float table_value(float x) { return x; }
+__device__ __forceinline__ float table_value(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename W>
+__global__ void embedding_forward_kernel(float* out, const W* table, const int32_t* ids, int64_t T, int64_t V,
                                          int64_t D, float multiplier, int* error_flag) {
   const int64_t n = T * D;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -27,7 +33,7 @@ __global__ void embedding_forward_kernel(float* out, const float* table, const i
       if (d == 0 && error_flag != nullptr) atomicOr(error_flag, 1);
       continue;
     }
-    out[i] = __fmul_rn(table[static_cast<int64_t>(id) * D + d], multiplier);
+    out[i] = __fmul_rn(table_value(table[static_cast<int64_t>(id) * D + d]), multiplier);
   }
 }
 
@@ -110,6 +116,15 @@ Workspace carve(void* base, const EmbeddingCudaParams& p) {
 }  // namespace
 
 void embedding_forward_cuda(float* out, const float* table, const int32_t* ids, const EmbeddingCudaParams& p,
+                            int* error_flag, cudaStream_t stream) {
+  check_params(p);
+  if (p.tokens == 0 || p.dim == 0) return;
+  embedding_forward_kernel<<<cuda::grid_blocks(p.tokens * p.dim), cuda::kElementwiseThreads, 0, stream>>>(
+      out, table, ids, p.tokens, p.vocab, p.dim, p.multiplier, error_flag);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward_cuda(float* out, const __nv_bfloat16* table, const int32_t* ids, const EmbeddingCudaParams& p,
                             int* error_flag, cudaStream_t stream) {
   check_params(p);
   if (p.tokens == 0 || p.dim == 0) return;

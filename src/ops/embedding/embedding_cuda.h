@@ -11,6 +11,7 @@
 // *error_flag = 1 (when error_flag is not nullptr; the flag is never cleared by these calls), the forward writes
 // NaN to that token's output row, and the backward skips that token. Callers check the flag when convenient.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -27,6 +28,9 @@ struct EmbeddingCudaParams {
 
 // out [T, D] from table [V, D] and ids [T] (int32).
 void embedding_forward_cuda(float* out, const float* table, const int32_t* ids, const EmbeddingCudaParams& p,
+                            int* error_flag, cudaStream_t stream);
+// The same from a bf16 table (inference with bf16 weights only): each entry widened to fp32, then times multiplier.
+void embedding_forward_cuda(float* out, const __nv_bfloat16* table, const int32_t* ids, const EmbeddingCudaParams& p,
                             int* error_flag, cudaStream_t stream);
 
 // Bytes of device scratch embedding_backward_cuda needs (sort keys/values and CUB's temporary storage). Asks CUB,

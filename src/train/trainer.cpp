@@ -239,6 +239,11 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
+  HLM_CHECK_INPUT(W == 1 || memory_plan_.plan == nullptr ||
+                      (memory_plan_.plan->state == AdamWStateFormat::F32 &&
+                       memory_plan_.plan->master == MasterFormat::F32),
+                  "--memory-plan ", memory_plan_.plan ? memory_plan_.plan->name : "", ": a run on ", W,
+                  " ranks uses the fp32 plan in this version (8-bit moments and bf16 master weights are not sharded)");
   build_optimizer();
   if (W > 1)
     dp_ = std::make_unique<DataParallel>(*comm_, *optimizer_, static_cast<int>(cfg_.zero_stage),

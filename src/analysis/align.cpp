@@ -305,7 +305,9 @@ void align_write_outputs(const std::filesystem::path& dir, const AlignResult& r,
     std::vector<double> xs;
     for (int layer = 0; layer < r.layers; ++layer) xs.push_back(layer);
     for (size_t l = 0; l <= s.langs.size(); ++l) {
-      ChartSeries series{l < s.langs.size() ? s.langs[l] : "mean", xs, {}};
+      ChartSeries series;
+      series.label = l < s.langs.size() ? s.langs[l] : "mean";
+      series.x = xs;
       for (int layer = 0; layer < r.layers; ++layer)
         series.y.push_back(l < s.langs.size() ? r.softcka(p, layer, l) : r.mean_softcka(p, layer));
       chart.series.push_back(std::move(series));

@@ -109,7 +109,8 @@ void locality_write_outputs(const std::filesystem::path& dir, const std::vector<
     chart.y_max = 1.0;
     for (const LocalityResult& r : results) {
       HLM_CHECK_INPUT(r.windows == results.front().windows, "locality: models were run with different windows");
-      ChartSeries series{r.model, {}, {}};
+      ChartSeries series;
+      series.label = r.model;
       for (size_t li = 0; li < r.layers.size(); ++li) {
         double mean = 0.0;
         for (size_t l = 0; l < r.langs.size(); ++l) mean += r.share[li][l][w] / static_cast<double>(r.langs.size());

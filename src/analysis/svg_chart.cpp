@@ -90,6 +90,10 @@ void draw_y_ticks(std::ostringstream& os, const Axis& y) {
   }
 }
 
+std::string dash_attribute(const ChartSeries& s) {
+  return s.dash.empty() ? std::string() : " stroke-dasharray=\"" + xml_escape(s.dash) + "\"";
+}
+
 void draw_legend(std::ostringstream& os, const std::vector<ChartSeries>& series, bool as_bars) {
   double py = kTop + 8;
   for (size_t s = 0; s < series.size(); ++s, py += 18) {
@@ -99,7 +103,7 @@ void draw_legend(std::ostringstream& os, const std::vector<ChartSeries>& series,
          << "\"/>\n";
     else
       os << "<line x1=\"" << kLegendX << "\" x2=\"" << kLegendX + 16 << "\" y1=\"" << num(py) << "\" y2=\"" << num(py)
-         << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>\n";
+         << "\" stroke=\"" << colour << "\" stroke-width=\"2\"" << dash_attribute(series[s]) << "/>\n";
     os << "<text x=\"" << kLegendX + 22 << "\" y=\"" << num(py + 4) << "\">" << xml_escape(series[s].label)
        << "</text>\n";
   }
@@ -168,8 +172,8 @@ std::string svg_line_chart(const LineChart& chart) {
     std::string points;
     auto flush = [&] {
       if (!points.empty())
-        os << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << points
-           << "\"/>\n";
+        os << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\"" << dash_attribute(ser)
+           << " points=\"" << points << "\"/>\n";
       points.clear();
     };
     for (size_t i = 0; i < ser.x.size(); ++i) {

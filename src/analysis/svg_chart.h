@@ -14,6 +14,7 @@ struct ChartSeries {
   std::string label;
   std::vector<double> x;  // line charts only
   std::vector<double> y;  // line: y[i] at x[i]; bar: y[c] for category c
+  std::string dash;       // line charts: SVG stroke-dasharray ("6,4"), "" = solid; keeps coinciding lines apart
 };
 
 struct LineChart {

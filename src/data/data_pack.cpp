@@ -28,6 +28,28 @@ void packed_drop_partial_row(PackedBatch& out, int64_t seq_len) {
   HLM_CHECK(cu.back() == keep, "a document piece crosses a row boundary");  // pieces never span two rows
 }
 
+void packed_join_rows(PackedBatch& out, int64_t seq_len) {
+  const int64_t total = out.batch.total_tokens();
+  HLM_CHECK(seq_len >= 1 && total % seq_len == 0, "packed_join_rows: ", total, " tokens are not whole rows of ",
+            seq_len);
+  std::vector<int64_t> rows{0};
+  for (int64_t r = seq_len; r <= total; r += seq_len) rows.push_back(r);
+  for (const int64_t end : out.batch.cu_seqlens)
+    if (end % seq_len != 0) out.targets[static_cast<size_t>(end - 1)] = out.batch.ids[static_cast<size_t>(end)];
+  out.batch.cu_seqlens = std::move(rows);
+}
+
+const char* data_packing_name(DataPacking packing) {
+  return packing == DataPacking::Continuous ? "continuous" : "reset";
+}
+
+DataPacking data_packing_from_name(const std::string& name, const std::string& option) {
+  if (name == "reset") return DataPacking::Reset;
+  if (name == "continuous") return DataPacking::Continuous;
+  throw_input_error(option, ": '", name, "' is not a packing (reset: sequences end at document boundaries; "
+                    "continuous: one sequence per row, across documents)");
+}
+
 std::vector<CorpusDocuments> corpus_read_all(const Corpus& corpus) {
   const auto n = static_cast<int64_t>(corpus.languages().size());
   std::vector<CorpusDocuments> docs(static_cast<size_t>(n));

@@ -16,6 +16,10 @@ void packed_append_piece(PackedBatch& out, std::span<const int32_t> piece, int16
 // Removes the tokens after the last full row of seq_len tokens (and the cu_seqlens entries inside them).
 void packed_drop_partial_row(PackedBatch& out, int64_t seq_len);
 
+// Packing "continuous" (data_stream.h): after packed_drop_partial_row, makes every row of seq_len tokens one
+// sequence and gives each document piece's last token inside a row the next piece's first token as its target.
+void packed_join_rows(PackedBatch& out, int64_t seq_len);
+
 // Every language's documents, in corpus order (OpenMP over languages; the first error in language order is thrown).
 std::vector<CorpusDocuments> corpus_read_all(const Corpus& corpus);
 

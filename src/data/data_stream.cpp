@@ -88,6 +88,7 @@ struct TrainStream::Impl {
       }
     }
     packed_drop_partial_row(out, seq_len);
+    if (config.packing == DataPacking::Continuous) packed_join_rows(out, seq_len);
     return out;
   }
 };

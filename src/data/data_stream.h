@@ -8,7 +8,11 @@
 // - packing: tokens of consecutive documents fill rows of exactly seq_len tokens; a document that does not fit
 //   continues in the next row; document boundaries inside a row are kept as sequence boundaries (cu_seqlens), so
 //   attention, GDN state and conv reset per document. Targets: the next token of the same document; the last token of
-//   a document piece has target −100 (ignored).
+//   a document piece has target −100 (ignored). That is packing "reset" (the default). Packing "continuous" (as
+//   HF-style packing: concatenated documents, one sequence per row) makes each row one sequence: attention, state and
+//   positions run across the documents of a row, and a document's last token in a row gets the next document's first
+//   token as its target; only the last token of a row has no target. Rows hold the same tokens in both modes, and
+//   held-out rows are packed with the same mode as training rows.
 // Everything is deterministic given (corpus, tokenizer, config, data seed) and independent of thread count.
 #pragma once
 #include <cstdint>
@@ -28,6 +32,11 @@ namespace hlm {
 inline constexpr uint64_t kSplitSeed = 0xC1'5EED'0000'0001ull;
 inline constexpr int32_t kIgnoreTarget = -100;  // target of a document piece's last token
 
+enum class DataPacking { Reset, Continuous };
+const char* data_packing_name(DataPacking packing);  // "reset" / "continuous"
+// "reset" / "continuous"; input error naming `option` otherwise.
+DataPacking data_packing_from_name(const std::string& name, const std::string& option);
+
 struct DataConfig {
   int64_t seq_len = 1024;          // tokens per packed row
   int64_t held_out_docs = 1000;    // M: validation and test documents per language
@@ -36,6 +45,7 @@ struct DataConfig {
   int64_t token_budget = 0;        // training tokens the quotas are computed for (0: no quotas, natural sizes)
   uint64_t data_seed = 0;
   int64_t eval_tokens_per_language = 16 * 1024;  // validation tokens per language (test: 2×), packed as training
+  DataPacking packing = DataPacking::Reset;       // sequence boundaries inside a row (see above)
 };
 
 // A packed batch: `batch` holds rows × seq_len tokens split at document boundaries.

@@ -14,8 +14,8 @@ namespace hlm {
 namespace {
 
 PackedBatch pack_documents(const std::vector<std::string>& texts, const std::vector<int64_t>& order,
-                           const Tokenizer& tokenizer, int64_t seq_len, int64_t max_rows, int16_t lang,
-                           int64_t* tokens_read) {
+                           const Tokenizer& tokenizer, int64_t seq_len, DataPacking packing, int64_t max_rows,
+                           int16_t lang, int64_t* tokens_read) {
   PackedBatch out;
   const int64_t limit = max_rows * seq_len;
   for (int64_t d : order) {
@@ -30,6 +30,7 @@ PackedBatch pack_documents(const std::vector<std::string>& texts, const std::vec
     }
   }
   packed_drop_partial_row(out, seq_len);
+  if (packing == DataPacking::Continuous) packed_join_rows(out, seq_len);
   return out;
 }
 
@@ -54,7 +55,7 @@ HeldOutSet held_out_set(const Corpus& corpus, const Tokenizer& tokenizer, const 
           split_documents(code, static_cast<int64_t>(all[l].texts.size()), config.held_out_docs);
       const std::vector<int64_t>& docs = split == Split::Test ? s.test : s.valid;
       set.documents[l] = static_cast<int64_t>(docs.size());
-      set.per_language[l] = pack_documents(all[l].texts, docs, tokenizer, config.seq_len, max_rows,
+      set.per_language[l] = pack_documents(all[l].texts, docs, tokenizer, config.seq_len, config.packing, max_rows,
                                            static_cast<int16_t>(l), &set.document_tokens[l]);
     } catch (...) {
       errors[l] = std::current_exception();

@@ -132,7 +132,7 @@ StudyConfig study_config_defaults() {
 StudyConfig study_config_from_json(const json& j, const std::string& source) {
   StudyConfig c = study_config_defaults();
   check_keys(j, {"format", "version", "data", "tokenizer", "parallel", "teacher", "pretrain", "distill", "placements",
-                 "compare", "analysis"},
+                 "compare", "replicates", "analysis"},
              source);
   if (j.contains("format"))
     HLM_CHECK_INPUT(j["format"] == "hybridlm-study", source, ": format must be \"hybridlm-study\"");
@@ -166,8 +166,15 @@ StudyConfig study_config_from_json(const json& j, const std::string& source) {
     read_key(p, "neg_eigval", c.neg_eigval, where);
   }
   if (j.contains("compare")) {
-    check_keys(j["compare"], {"exclude"}, source + ": compare");
+    check_keys(j["compare"], {"exclude", "exclude_mnw_Mymr"}, source + ": compare");
     read_key(j["compare"], "exclude", c.exclude, source + ": compare");
+    read_key(j["compare"], "exclude_mnw_Mymr", c.exclude_mnw_Mymr, source + ": compare");
+  }
+  if (j.contains("replicates")) {
+    const std::string where = source + ": replicates";
+    check_keys(j["replicates"], {"data_seeds", "placements"}, where);
+    read_key(j["replicates"], "data_seeds", c.data_seeds, where);
+    read_key(j["replicates"], "placements", c.replicate, where);
   }
   if (j.contains("analysis")) {
     const json& a = j["analysis"];
@@ -204,7 +211,8 @@ json study_config_to_json(const StudyConfig& c) {
             {"full_fraction", c.full_fraction},
             {"convert_seed", c.convert_seed},
             {"neg_eigval", c.neg_eigval}}},
-          {"compare", {{"exclude", c.exclude}}},
+          {"compare", {{"exclude", c.exclude}, {"exclude_mnw_Mymr", c.exclude_mnw_Mymr}}},
+          {"replicates", {{"data_seeds", c.data_seeds}, {"placements", c.replicate}}},
           {"analysis",
            {{"anchor", c.anchor},
             {"langs", c.align_langs},
@@ -214,6 +222,20 @@ json study_config_to_json(const StudyConfig& c) {
             {"locality_k", c.locality_k},
             {"locality_max_units", c.locality_max_units},
             {"device", c.analysis_device}}}};
+}
+
+std::set<std::string> study_excluded_languages(const StudyConfig& c) {
+  std::set<std::string> out(c.exclude.begin(), c.exclude.end());
+  if (c.exclude_mnw_Mymr) {
+    const Corpus corpus = Corpus::open(c.data);
+    for (const CorpusLanguage& l : corpus.languages())
+      if (l.code == kSeedExcludedLanguage) out.insert(l.code);
+  }
+  return out;
+}
+
+std::vector<uint64_t> study_data_seeds(const StudyConfig& c) {
+  return c.data_seeds.empty() ? std::vector<uint64_t>{c.distill.data_seed} : c.data_seeds;
 }
 
 int study_teacher_layers(const StudyConfig& c) {
@@ -285,6 +307,28 @@ void study_config_validate(const StudyConfig& c) {
                   "teacher: give dir (an existing model) or model_config");
   if (!c.teacher_dir.empty()) HLM_CHECK_INPUT(fs::is_directory(c.teacher_dir), "teacher.dir ", c.teacher_dir, ": no such directory");
   study_resolve_students(c, study_teacher_layers(c));
+  // Replicates: distinct seeds, the first being the one every placement runs with; replicated placements are
+  // entries of placements.names and include the baseline (R and the Figure 6 target of a seed need its run).
+  if (!c.data_seeds.empty())
+    HLM_CHECK_INPUT(c.data_seeds.front() == c.distill.data_seed, "replicates.data_seeds: the first seed (",
+                    c.data_seeds.front(), ") is the one every placement runs with and must equal distill.data_seed (",
+                    c.distill.data_seed, "); list ", c.distill.data_seed, " first");
+  for (size_t i = 0; i < c.data_seeds.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      HLM_CHECK_INPUT(c.data_seeds[i] != c.data_seeds[k], "replicates.data_seeds: ", c.data_seeds[i], " is listed twice");
+  if (!c.replicate.empty()) {
+    HLM_CHECK_INPUT(c.data_seeds.size() >= 2, "replicates.placements: needs at least two data_seeds, got ",
+                    c.data_seeds.size());
+    HLM_CHECK_INPUT(std::find(c.replicate.begin(), c.replicate.end(), kStudyBaseline) != c.replicate.end(),
+                    "replicates.placements must include ", kStudyBaseline, " (R and the Figure 6 target of each seed)");
+    for (size_t i = 0; i < c.replicate.size(); ++i) {
+      HLM_CHECK_INPUT(std::find(c.placements.begin(), c.placements.end(), c.replicate[i]) != c.placements.end(),
+                      "replicates.placements: '", c.replicate[i], "' is not an entry of placements.names");
+      for (size_t k = 0; k < i; ++k)
+        HLM_CHECK_INPUT(c.replicate[i] != c.replicate[k], "replicates.placements: '", c.replicate[i],
+                        "' is listed twice");
+    }
+  }
   // The trainer's own range checks, with placeholder paths (the study fills them in).
   TrainConfig p = c.pretrain;
   p.data = c.data, p.out = "-", p.model_config = "-";

@@ -6,12 +6,17 @@
 //   pretrain / distill              TrainConfig keys (train/trainer_options.h), over the job's defaults (distill:
 //                                   the seed's Table C.3); path keys and stop_after_steps are not allowed here
 //   placements {names, full, full_fraction, convert_seed, neg_eigval}   names from models/placements.h or "i,j,k"
-//   compare {exclude}               languages left out of R, δ̄ and the Figure 6 fractions
+//   compare {exclude, exclude_mnw_Mymr}  languages left out of R, δ̄, the mean D_KL, the curves and Figure 6; Mon
+//                                   (mnw_Mymr) is left out whenever the corpus has it, as the seed does, unless
+//                                   exclude_mnw_Mymr is false
+//   replicates {data_seeds, placements}  data seeds of the study (the first is distill.data_seed, every placement
+//                                   runs with it) and the placements that also run with each of the others
 //   analysis {anchor, langs, points, max_pairs, sigma_sample, locality_k, locality_max_units, device}
 // Unknown keys, wrong types and bad values are input errors naming the key. Relative paths are taken relative to the
 // current directory.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,9 +40,12 @@ struct StudyConfig {
   uint64_t convert_seed = 0;
   bool neg_eigval = false;
   std::vector<std::string> exclude;   // languages left out of R, δ̄ and Figure 6
+  bool exclude_mnw_Mymr = true;       // also leave out kSeedExcludedLanguage when the corpus has it
+  std::vector<uint64_t> data_seeds;   // empty: {distill.data_seed}; else data_seeds[0] == distill.data_seed
+  std::vector<std::string> replicate; // placements (entries of `placements`) run with every data seed
   std::string anchor = "eng_Latn";
   std::vector<std::string> align_langs;   // empty: every language of the parallel set but the anchor
-  std::vector<std::string> align_points = {"attn_out"};
+  std::vector<std::string> align_points = {"attn_in", "attn_out"};
   int64_t max_pairs = 64;
   int64_t sigma_sample = 2048;
   std::vector<int64_t> locality_k = {1, 4, 16, 64};
@@ -46,6 +54,7 @@ struct StudyConfig {
 };
 
 inline constexpr const char* kStudyBaseline = "standard_periodic";  // R = 1 and Figure 6's target
+inline constexpr const char* kSeedExcludedLanguage = "mnw_Mymr";    // Mon: the seed leaves it out of its averages
 
 StudyConfig study_config_defaults();  // the demo study
 // `json` over the defaults; input errors (naming `source` and the key) for unknown keys and wrong types.
@@ -55,6 +64,12 @@ nlohmann::json study_config_to_json(const StudyConfig& config);  // every key, r
 // Checks values and inputs before any work: corpus and parallel set exist, teacher source, placements against the
 // teacher's layer count (returned through study_resolve_students), trainer settings (train_config_validate).
 void study_config_validate(const StudyConfig& config);
+
+// The languages left out of every aggregate: compare.exclude, plus mnw_Mymr when the corpus has it and
+// exclude_mnw_Mymr is set (reads the corpus's corpus.json).
+std::set<std::string> study_excluded_languages(const StudyConfig& config);
+// The study's data seeds: data_seeds, or {distill.data_seed} when it is empty.
+std::vector<uint64_t> study_data_seeds(const StudyConfig& config);
 
 // One student of the study: its label (placement name, or "custom_0-4-8") and full-attention layers.
 struct StudyStudent {

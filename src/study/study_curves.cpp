@@ -43,16 +43,25 @@ std::vector<ValidationPoint> study_read_curve(const std::filesystem::path& path,
   return curve;
 }
 
-std::optional<double> study_tokens_to_reach(const std::vector<ValidationPoint>& curve, double target) {
-  for (size_t i = 0; i < curve.size(); ++i) {
+StudyReach study_reach(const std::vector<ValidationPoint>& curve, double target) {
+  StudyReach r;
+  for (size_t i = 0; i < curve.size() && !r.crossing; ++i) {
     if (!(curve[i].mean_ce_gap <= target)) continue;
-    if (i == 0) return static_cast<double>(curve[0].tokens);
+    if (i == 0) {
+      r.crossing = static_cast<double>(curve[0].tokens);
+      break;
+    }
     const ValidationPoint &a = curve[i - 1], &b = curve[i];
     // a is above the target and b at or below it, so b.gap < a.gap and the fraction lies in (0, 1].
     const double t = (a.mean_ce_gap - target) / (a.mean_ce_gap - b.mean_ce_gap);
-    return static_cast<double>(a.tokens) + t * static_cast<double>(b.tokens - a.tokens);
+    r.crossing = static_cast<double>(a.tokens) + t * static_cast<double>(b.tokens - a.tokens);
   }
-  return std::nullopt;
+  // The point after the last one above the target (a NaN gap counts as above).
+  size_t from = 0;
+  for (size_t i = 0; i < curve.size(); ++i)
+    if (!(curve[i].mean_ce_gap <= target)) from = i + 1;
+  if (from < curve.size()) r.reach = static_cast<double>(curve[from].tokens);
+  return r;
 }
 
 }  // namespace hlm

@@ -1,6 +1,7 @@
 // The study report (study_report.h): HTML with inline SVG built from analysis/svg_chart.h, plus CSV/JSON.
 #include "study/study_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -72,16 +73,31 @@ std::string inline_svg(const std::string& svg) {
   return out;
 }
 
-std::string share_text(const StudyReportRun& r) {
-  if (!r.reach_tokens) return "not reached";
-  return fixed(100.0 * *r.reach_tokens / static_cast<double>(r.total_tokens), 1) + " %";
+std::string share_text(std::optional<double> tokens, int64_t total) {
+  if (!tokens) return "not reached";
+  return fixed(100.0 * *tokens / static_cast<double>(total), 1) + " %";
+}
+
+// What each per-layer capture point holds (layers/capture.h), for the SoftCKA labels.
+std::string point_description(const std::string& point) {
+  if (point == "attn_in") return "residual stream entering layer i";
+  if (point == "attn_out") return "residual stream after layer i's token mixer and its residual add, before the MLP";
+  if (point == "attn_delta") return "token-mixer output of layer i before its residual add";
+  if (point == "mlp_delta") return "MLP output of layer i before its residual add";
+  return point;
+}
+
+std::string plain(const std::string& label, const std::string& same_as) {
+  return same_as.empty() ? label : label + " (= " + same_as + ")";
 }
 
 // Table 3: one row per placement.
 std::string table3_html(const StudyReport& rep) {
   std::ostringstream h;
-  h << "<table><tr><th>placement</th><th>full-attention layers</th><th>layout</th><th>relative D<sub>KL</sub> R ↓</th>"
-       "<th>L<sub>LM</sub> gap δ̄ ↓</th><th>test mean D<sub>KL</sub></th><th>tokens to reach SP's final gap</th></tr>\n";
+  h << "<table><tr><th>placement</th><th>full-attention layers</th><th>layout</th><th>R: geometric mean of "
+       "per-language D<sub>KL</sub> ratios to the baseline ↓</th><th>L<sub>LM</sub> gap δ̄ ↓</th><th>test mean "
+       "D<sub>KL</sub></th><th>tokens to reach the baseline's final gap (stays at or below)</th><th>first crossing"
+       "</th></tr>\n";
   for (size_t i = 0; i < rep.runs.size(); ++i) {
     const StudyReportRun& r = rep.runs[i];
     double kl = 0.0;
@@ -92,7 +108,8 @@ std::string table3_html(const StudyReport& rep) {
       << r.layout << "</code>" << (r.same_as.empty() ? "" : " (= " + xml_escape(r.same_as) + ")") << "</td><td>"
       << fixed(rep.table.relative_kl[i], 3) << "</td><td>"
       << fixed(rep.table.delta_bar[i], 3) << "</td><td>" << fixed(n ? kl / n : NAN, 4) << "</td><td>"
-      << share_text(r) << "</td></tr>\n";
+      << share_text(r.reach_tokens, r.total_tokens) << "</td><td>" << share_text(r.crossing_tokens, r.total_tokens)
+      << "</td></tr>\n";
   }
   h << "</table>\n";
   return h.str();
@@ -120,7 +137,7 @@ std::string table_c4_html(const CompareTable& t) {
       h << "</tr>\n";
     }
   }
-  h << "<tr class=sum><td colspan=3>R</td>";
+  h << "<tr class=sum><td colspan=3>R (geometric mean of per-language D<sub>KL</sub> ratios)</td>";
   for (double v : t.relative_kl) h << "<td>" << fixed(v, 3) << "</td>";
   h << "</tr>\n<tr class=sum><td colspan=3>δ̄</td>";
   for (double v : t.delta_bar) h << "<td>" << fixed(v, 3) << "</td>";
@@ -135,7 +152,9 @@ std::string curves_svg(const StudyReport& rep, bool gap) {
   c.y_label = gap ? "L_LM gap (nats/token)" : "D_KL (nats/token)";
   for (const StudyReportRun& r : rep.runs) {
     ChartSeries s;
-    s.label = r.label;
+    // A placement sharing another's run has the same curve: drawn dashed over it, so both stay visible.
+    s.label = plain(r.label, r.same_as);
+    if (!r.same_as.empty()) s.dash = "6,4";
     for (const ValidationPoint& p : r.curve) {
       s.x.push_back(static_cast<double>(p.tokens));
       s.y.push_back(gap ? p.mean_ce_gap : p.mean_kl);
@@ -145,7 +164,8 @@ std::string curves_svg(const StudyReport& rep, bool gap) {
   if (gap && !rep.runs.empty()) {
     const double end = static_cast<double>(rep.runs.front().total_tokens);
     ChartSeries target;
-    target.label = "target: SP final gap";
+    target.label = "target: " + rep.runs.front().label + " final gap";
+    target.dash = "2,3";
     target.x = {0.0, end};
     target.y = {rep.target_gap, rep.target_gap};
     c.series.push_back(std::move(target));
@@ -187,7 +207,7 @@ AnalysisTables read_analysis(const StudyReport& rep) {
 
 std::string softcka_overview_svg(const StudyReport& rep, const AnalysisTables& a, const std::string& point) {
   LineChart c;
-  c.title = "SoftCKA vs English at " + point + " (mean over languages), every model";
+  c.title = "SoftCKA vs English at " + point + " (" + point_description(point) + "), mean over languages";
   c.x_label = "layer";
   c.y_label = "SoftCKA";
   for (const StudyReportModel& m : rep.models) {
@@ -199,6 +219,135 @@ std::string softcka_overview_svg(const StudyReport& rep, const AnalysisTables& a
     c.series.push_back(std::move(s));
   }
   return inline_svg(svg_line_chart(c));
+}
+
+// SoftCKA at one capture point: one row per model, one column per layer (mean over languages).
+std::string softcka_table_html(const StudyReport& rep, const AnalysisTables& a, const std::string& point) {
+  int layers = 0;
+  for (const StudyReportModel& m : rep.models) layers = std::max(layers, m.layers);
+  std::ostringstream h;
+  h << "<table><caption>SoftCKA vs " << xml_escape(rep.config["analysis"].value("anchor", std::string("eng_Latn")))
+    << " at <b>" << xml_escape(point) << "</b> (" << xml_escape(point_description(point))
+    << "), mean over languages</caption>\n<tr><th>model</th>";
+  for (int l = 0; l < layers; ++l) h << "<th>" << l << "</th>";
+  h << "</tr>\n";
+  for (const StudyReportModel& m : rep.models) {
+    const auto it = a.softcka.find(m.label);
+    if (it == a.softcka.end() || !it->second.count(point)) continue;
+    const std::map<int, double>& row = it->second.at(point);
+    h << "<tr><td>" << xml_escape(m.label) << "</td>";
+    for (int l = 0; l < layers; ++l) {
+      const bool full = m.label != "teacher" &&
+                        std::find(m.full_layers.begin(), m.full_layers.end(), l) != m.full_layers.end();
+      const auto v = row.find(l);
+      h << "<td>" << (full ? "<u>" : "") << (v == row.end() ? "–" : fixed(v->second, 3)) << (full ? "</u>" : "")
+        << "</td>";
+    }
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
+std::string spread_cell(const SeedSpread& s, int decimals) {
+  if (s.n == 0) return "–";
+  return fixed(s.mean, decimals) + " [" + fixed(s.min, decimals) + ", " + fixed(s.max, decimals) + "]";
+}
+
+// Replicates over data seeds: per aggregate metric one table (a column per seed, then mean and range), the findings,
+// then per language the D_KL and L_LM gap as mean [min, max] per replicated placement.
+std::string replicates_html(const StudyReport& rep) {
+  const StudyReplicates& r = rep.replicates;
+  std::ostringstream h;
+  h << "<h2>Replicates over data seeds</h2>\n<p>Data seeds ";
+  for (size_t i = 0; i < r.data_seeds.size(); ++i) h << (i ? ", " : "") << r.data_seeds[i];
+  h << " (training documents reshuffled and languages interleaved anew; the same teacher, students and held-out "
+       "sets). Seed "
+    << r.data_seeds.front() << " is the run of the tables above. Replicated: ";
+  for (size_t i = 0; i < r.placements.size(); ++i)
+    h << (i ? ", " : "") << xml_escape(plain(r.placements[i].label, r.placements[i].same_as));
+  h << ". R and the Figure 6 target of each seed are against the baseline's run with the same seed.</p>\n";
+  for (ReplicateMetric m : kReplicateMetrics) {
+    const int decimals = m == ReplicateMetric::MeanKl ? 4 : 3;
+    const bool share = m == ReplicateMetric::ReachShare;
+    h << "<table><caption>" << xml_escape(replicate_metric_title(m)) << "</caption>\n<tr><th>placement</th>";
+    for (uint64_t seed : r.data_seeds) h << "<th>seed " << seed << "</th>";
+    h << "<th>mean</th><th>range [min, max]</th><th>seeds</th></tr>\n";
+    for (const StudyReplicated& p : r.placements) {
+      const std::vector<double> v = replicate_values(p, m);
+      const SeedSpread sp = seed_spread(v);
+      h << "<tr><td>" << xml_escape(plain(p.label, p.same_as)) << "</td>";
+      for (double x : v)
+        h << "<td>" << (std::isfinite(x) ? (share ? fixed(100.0 * x, 1) + " %" : fixed(x, decimals)) : "not reached")
+          << "</td>";
+      const auto f = [&](double x) { return share ? fixed(100.0 * x, 1) + " %" : fixed(x, decimals); };
+      h << "<td>" << (sp.n ? f(sp.mean) : "–") << "</td><td>"
+        << (sp.n ? "[" + f(sp.min) + ", " + f(sp.max) + "]" : "–") << "</td><td>" << sp.n << " of " << v.size()
+        << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+  h << "<h3>Differences against the seed-to-seed spread</h3>\n<p class=note>A difference exceeds the spread when "
+       "the placement's range over the seeds and the baseline's do not overlap (for R, a ratio to the same seed's "
+       "baseline: when its range excludes 1). With few seeds this is a rough screen, not a significance "
+       "test.</p>\n<ul>\n";
+  int per_language = 0;
+  for (const ReplicateFinding& f : replicate_findings(r)) {
+    if (f.metric.rfind("kl:", 0) == 0) {
+      ++per_language;
+      continue;
+    }
+    h << "<li>" << (f.exceeds ? "<b>" : "") << xml_escape(f.text) << (f.exceeds ? "</b>" : "") << "</li>\n";
+  }
+  h << "</ul>\n";
+  if (per_language > 0) {
+    h << "<p>Languages whose test D<sub>KL</sub> differs from the baseline's beyond the spread:</p>\n<ul>\n";
+    for (const ReplicateFinding& f : replicate_findings(r))
+      if (f.metric.rfind("kl:", 0) == 0) h << "<li>" << xml_escape(f.text) << "</li>\n";
+    h << "</ul>\n";
+  } else {
+    h << "<p>No language's test D<sub>KL</sub> differs from the baseline's beyond the spread.</p>\n";
+  }
+  h << "<table><caption>Per language over the seeds: mean [min, max]</caption>\n<tr><th>language</th><th>metric"
+       "</th>";
+  for (const StudyReplicated& p : r.placements) h << "<th>" << xml_escape(plain(p.label, p.same_as)) << "</th>";
+  h << "</tr>\n";
+  for (size_t l = 0; l < r.languages.size(); ++l)
+    for (int row = 0; row < 2; ++row) {
+      h << "<tr>";
+      if (row == 0)
+        h << "<td rowspan=2>" << xml_escape(r.languages[l]) << (r.excluded[l] ? "<sup>†</sup>" : "") << "</td>";
+      h << "<td>" << (row == 0 ? "D<sub>KL</sub>" : "L<sub>LM</sub> gap") << "</td>";
+      for (const StudyReplicated& p : r.placements) {
+        std::vector<double> v;
+        for (const StudySeedResult& sr : p.seeds) v.push_back(row == 0 ? sr.kl.at(l) : sr.ce_gap.at(l));
+        h << "<td>" << spread_cell(seed_spread(v), 3) << "</td>";
+      }
+      h << "</tr>\n";
+    }
+  h << "</table>\n";
+  // Validation curves of every seed: one colour per (placement, seed), later seeds dashed.
+  LineChart c;
+  c.title = "Validation L_LM gap per data seed (mean over languages)";
+  c.x_label = "training tokens";
+  c.y_label = "L_LM gap (nats/token)";
+  double top = 0.0;
+  for (const StudyReplicated& p : r.placements)
+    for (size_t k = 0; k < p.seeds.size(); ++k) {
+      ChartSeries sr;
+      sr.label = plain(p.label, p.same_as) + " seed " + std::to_string(p.seeds[k].seed);
+      if (k > 0) sr.dash = k == 1 ? "6,4" : "2,3";
+      const std::vector<ValidationPoint>& curve = p.seeds[k].curve;
+      for (size_t i = 0; i < curve.size(); ++i) {
+        sr.x.push_back(static_cast<double>(curve[i].tokens));
+        sr.y.push_back(curve[i].mean_ce_gap);
+        if (i > 0 || curve.size() == 1) top = std::max(top, curve[i].mean_ce_gap);
+      }
+      c.series.push_back(std::move(sr));
+    }
+  if (top > 0.0) c.y_max = top * 1.1;
+  h << "<div class=charts>\n" << inline_svg(svg_line_chart(c)) << "</div>\n";
+  return h.str();
 }
 
 std::string locality_svg(const StudyReport& rep, const AnalysisTables& a, int64_t k) {
@@ -223,6 +372,7 @@ const char* kStyle = R"(<style>
 body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+caption { text-align: left; font-weight: bold; padding: 4px 0; }
 th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
 tr.sum td { background: #f7f7f7; font-weight: bold; }
 pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.8em; }
@@ -242,32 +392,52 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
     << xml_escape(base.label) << ". Layout: A = full attention, R = Gated DeltaNet, layer 0 first.</p>\n";
 
   h << "<h2>Test results (as seed Table 3)</h2>\n" << table3_html(rep);
-  h << "<p class=note>R = exp(mean over languages of log(D<sub>KL</sub> / D<sub>KL</sub> of " << xml_escape(base.label)
+  h << "<p class=note>R is a geometric mean of per-language ratios: exp(mean over languages of log(D<sub>KL</sub> / "
+       "D<sub>KL</sub> of "
+    << xml_escape(base.label)
     << ")) (seed Eq. 5); δ̄ = mean over languages of L<sub>LM</sub>(student) − L<sub>LM</sub>(teacher) in nats (Eq. 4); "
-       "both on the test split. Last column (seed Figure 6): the share of the training tokens after which the mean "
-       "validation L<sub>LM</sub> gap first reaches "
+       "both on the test split. Tokens to reach (seed Figure 6), as a share of the training tokens: the first "
+       "validation point from which the mean validation L<sub>LM</sub> gap stays at or below "
     << xml_escape(base.label) << "'s final validation gap (" << fixed(rep.target_gap, 4)
-    << " nats), linearly interpolated between validation points.";
-  if (!rep.config["compare"]["exclude"].empty())
-    h << " Languages left out of every average: " << xml_escape(rep.config["compare"]["exclude"].dump()) << ".";
+    << " nats) to the end of the run; first crossing: where the gap first gets there, linearly interpolated between "
+       "validation points (earlier when the curve crosses back above the target later).";
+  {
+    std::string left_out;
+    for (size_t l = 0; l < rep.table.languages.size(); ++l)
+      if (rep.table.excluded[l]) left_out += (left_out.empty() ? "" : ", ") + rep.table.languages[l];
+    h << " Languages left out of every average: " << (left_out.empty() ? "none" : xml_escape(left_out));
+    if (rep.config["compare"].value("exclude_mnw_Mymr", true))
+      h << " (mnw_Mymr is left out whenever the corpus has it, as in the seed; compare.exclude_mnw_Mymr false keeps "
+           "it)";
+    h << ".";
+  }
   h << "</p>\n";
 
+  if (!rep.replicates.placements.empty()) h << replicates_html(rep);
+
   h << "<h2>Validation curves</h2>\n<div class=charts>\n" << curves_svg(rep, true) << curves_svg(rep, false)
-    << "</div>\n";
+    << "</div>\n<p class=note>A placement with the same full-attention layers as another shares its run: its line "
+       "is drawn dashed over the other's.</p>\n";
 
   h << "<h2>Per-language test results (as seed Table C.4)</h2>\n" << table_c4_html(rep.table)
     << "<p class=note>Tier: E/H/M/L = English/high/mid/low sampling tier; † = left out of R and δ̄; bold = lowest in "
        "the row.</p>\n";
 
   if (!rep.models.empty()) {
-    h << "<h2>Cross-lingual alignment (SoftCKA)</h2>\n<div class=charts>\n";
+    h << "<h2>Cross-lingual alignment (SoftCKA)</h2>\n<p class=note>Capture points: ";
+    for (size_t i = 0; i < rep.align_points.size(); ++i)
+      h << (i ? "; " : "") << "<b>" << xml_escape(rep.align_points[i]) << "</b> = "
+        << xml_escape(point_description(rep.align_points[i]));
+    h << ". Underlined: full-attention layers of a hybrid student.</p>\n";
+    for (const std::string& p : rep.align_points) h << softcka_table_html(rep, a, p);
+    h << "<div class=charts>\n";
     for (const std::string& p : rep.align_points) h << softcka_overview_svg(rep, a, p);
     h << "</div>\n<p class=note>Per model, one line per language; dotted vertical lines mark the full-attention "
          "layers of hybrid students.</p>\n<div class=charts>\n";
     for (const StudyReportModel& m : rep.models)
       for (const std::string& p : rep.align_points) {
         const fs::path svg = m.align_dir / ("softcka_" + p + ".svg");
-        h << "<h3>" << xml_escape(m.label) << " · " << xml_escape(p) << " · full attention: "
+        h << "<h3>" << xml_escape(m.label) << " · SoftCKA at " << xml_escape(p) << " · full attention: "
           << (m.label == "teacher" ? std::string("every layer") : join_ints(m.full_layers, ", ")) << "</h3>\n";
         if (fs::exists(svg)) h << inline_svg(read_text(svg)) << "\n";
       }
@@ -281,7 +451,8 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
     h << "<tr><td>" << xml_escape(what) << "</td><td>" << xml_escape(value) << "</td></tr>";
   h << "</table>\n<h2>Resolved config</h2>\n<pre>" << xml_escape(rep.config.dump(2)) << "</pre>\n";
   h << "<p class=note>Files beside this report: summary.csv, summary.json, compare.csv (Table C.4 at full precision), "
-       "curves.csv, softcka.csv, locality.csv.</p>\n</body></html>\n";
+       "curves.csv, "
+    << (rep.replicates.placements.empty() ? "" : "replicates.csv, ") << "softcka.csv, locality.csv.</p>\n</body></html>\n";
   return h.str();
 }
 
@@ -292,32 +463,49 @@ void study_write_report(const fs::path& dir, const StudyReport& rep) {
   const AnalysisTables analysis = read_analysis(rep);
 
   std::ostringstream summary_csv, curves_csv;
-  summary_csv << "placement,full_layers,layout,R,delta_bar,reach_tokens,reach_share,total_tokens\n";
+  summary_csv << "placement,full_layers,layout,R_geomean_kl_ratio,delta_bar,reach_tokens,reach_share,crossing_tokens,"
+                 "total_tokens\n";
   json summary = {{"format", "hybridlm-study-summary"},
                   {"version", 1},
                   {"baseline", rep.runs.front().label},
                   {"target_gap", rep.target_gap},
+                  {"definitions",
+                   {{"R", "geometric mean over languages of D_KL(teacher||student) / D_KL(teacher||baseline), test"},
+                    {"reach_tokens", "first validation point from which the mean L_LM gap stays <= target_gap"},
+                    {"crossing_tokens", "first crossing of target_gap, interpolated between validation points"}}},
                   {"placements", json::array()}};
-  curves_csv << "placement,tokens,mean_kl,mean_ce_gap\n";
+  curves_csv << "placement,seed,tokens,mean_kl,mean_ce_gap\n";
+  const uint64_t main_seed = rep.replicates.data_seeds.empty() ? 0 : rep.replicates.data_seeds.front();
   for (size_t i = 0; i < rep.runs.size(); ++i) {
     const StudyReportRun& r = rep.runs[i];
-    const std::optional<double> share =
-        r.reach_tokens ? std::optional<double>(*r.reach_tokens / static_cast<double>(r.total_tokens)) : std::nullopt;
+    // NaN when not reached (a plain double: GCC's -Wmaybe-uninitialized misreads an optional here).
+    const double share = r.reach_tokens ? *r.reach_tokens / static_cast<double>(r.total_tokens) : NAN;
     summary_csv << r.label << ",\"" << join_ints(r.full_layers) << "\"," << r.layout << ','
                 << full_precision(rep.table.relative_kl[i]) << ',' << full_precision(rep.table.delta_bar[i]) << ','
                 << (r.reach_tokens ? full_precision(*r.reach_tokens) : "") << ','
-                << (share ? full_precision(*share) : "") << ',' << r.total_tokens << '\n';
+                << (std::isfinite(share) ? full_precision(share) : "") << ','
+                << (r.crossing_tokens ? full_precision(*r.crossing_tokens) : "") << ',' << r.total_tokens << '\n';
     summary["placements"].push_back({{"label", r.label},
                                      {"full_layers", r.full_layers},
                                      {"layout", r.layout},
                                      {"R", rep.table.relative_kl[i]},
                                      {"delta_bar", rep.table.delta_bar[i]},
                                      {"reach_tokens", r.reach_tokens ? json(*r.reach_tokens) : json(nullptr)},
-                                     {"reach_share", share ? json(*share) : json(nullptr)},
+                                     {"reach_share", std::isfinite(share) ? json(share) : json(nullptr)},
+                                     {"crossing_tokens", r.crossing_tokens ? json(*r.crossing_tokens) : json(nullptr)},
                                      {"total_tokens", r.total_tokens}});
     for (const ValidationPoint& p : r.curve)
-      curves_csv << r.label << ',' << p.tokens << ',' << full_precision(p.mean_kl) << ','
+      curves_csv << r.label << ',' << main_seed << ',' << p.tokens << ',' << full_precision(p.mean_kl) << ','
                  << full_precision(p.mean_ce_gap) << '\n';
+  }
+  for (const StudyReplicated& p : rep.replicates.placements)
+    for (size_t k = 1; k < p.seeds.size(); ++k)  // seed 0's curves are above
+      for (const ValidationPoint& v : p.seeds[k].curve)
+        curves_csv << p.label << ',' << p.seeds[k].seed << ',' << v.tokens << ',' << full_precision(v.mean_kl) << ','
+                   << full_precision(v.mean_ce_gap) << '\n';
+  if (!rep.replicates.placements.empty()) {
+    summary["replicates"] = replicates_to_json(rep.replicates);
+    file_write_atomic(dir / "replicates.csv", replicates_csv(rep.replicates));
   }
   file_write_atomic(dir / "summary.csv", summary_csv.str());
   file_write_atomic(dir / "summary.json", summary.dump(2) + "\n");

@@ -1,11 +1,17 @@
 // The study's one self-contained HTML report (inline SVG and CSS, no scripts, no external files) and the CSV/JSON
 // beside it, in `dir`:
-//   report.html   Table 3 (R, δ̄, Figure 6 token share per placement), Table C.4 (per language D_KL and L_LM gap),
-//                 validation curves (mean D_KL and L_LM gap against tokens, every placement in one plot, the
-//                 baseline's final gap as a dashed target), SoftCKA per model with its full-attention layers marked,
-//                 attention locality per window, the resolved config and versions;
-//   summary.csv / summary.json   one row per placement: layers, layout, R, δ̄, test mean D_KL, reach tokens, share;
-//   compare.csv   Table C.4 at full precision (train/compare.h); curves.csv: placement,tokens,mean_kl,mean_ce_gap;
+//   report.html   Table 3 (R = geometric mean of per-language D_KL ratios, δ̄, tokens to reach the baseline's final
+//                 gap and the first crossing, per placement), replicates over data seeds (each metric per seed, mean
+//                 and range, per language and in aggregate, and which differences exceed the seed-to-seed spread),
+//                 Table C.4 (per language D_KL and L_LM gap), validation curves (mean D_KL and L_LM gap against
+//                 tokens, every placement in one plot, the baseline's final gap as the target; a placement sharing
+//                 another's run is drawn dashed), SoftCKA per capture point (table and plots, each labelled with its
+//                 point) and per model with its full-attention layers marked, attention locality per window, the
+//                 resolved config and versions;
+//   summary.csv / summary.json   one row per placement: layers, layout, R, δ̄, test mean D_KL, reach and crossing
+//                 tokens, share; summary.json also holds the replicates (study_replicates.h);
+//   compare.csv   Table C.4 at full precision (train/compare.h); curves.csv: placement,seed,tokens,mean_kl,mean_ce_gap;
+//   replicates.csv (when replicated): placement,seed,metric,language,value;
 //   softcka.csv   model,layer,point,lang,softcka; locality.csv: model,layer,lang,k,share (every model).
 #pragma once
 #include <filesystem>
@@ -16,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "study/study_curves.h"
+#include "study/study_replicates.h"
 #include "train/compare.h"
 
 namespace hlm {
@@ -26,7 +33,8 @@ struct StudyReportRun {
   std::string layout;                // "ARRR…"
   std::string same_as;               // the placement whose run it shares (identical layers), else ""
   std::vector<ValidationPoint> curve;
-  std::optional<double> reach_tokens;  // Figure 6: tokens to reach the baseline's final validation gap
+  std::optional<double> reach_tokens;     // Figure 6: first validation point from which the gap stays <= target
+  std::optional<double> crossing_tokens;  // the first crossing of the target (interpolated; study_curves.h)
   int64_t total_tokens = 0;            // tokens seen at the end of the run
 };
 
@@ -48,6 +56,7 @@ struct StudyReport {
   std::vector<std::string> align_points;
   std::vector<int64_t> locality_k;
   std::vector<std::pair<std::string, std::string>> versions;  // (what, value)
+  StudyReplicates replicates;        // empty placements: one data seed only
 };
 
 void study_write_report(const std::filesystem::path& dir, const StudyReport& report);

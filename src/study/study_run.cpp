@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 #include <algorithm>
+#include <optional>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -110,6 +112,8 @@ void train_stage(TrainConfig config, const fs::path& dir, const StudyDevices& de
 
 struct ModelStage {
   std::string label;
+  std::string student_dir;  // the converted student it was distilled from (runs only)
+  std::string student_stamp;
   fs::path dir;        // model directory
   std::string stamp;   // of the stage that produced it
   std::vector<int> full_layers;
@@ -159,7 +163,8 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
   const json resolved = study_config_to_json(config);
   const int L = study_teacher_layers(config);
   const std::vector<StudyStudent> students = study_resolve_students(config, L);
-  const std::set<std::string> excluded(config.exclude.begin(), config.exclude.end());
+  const std::set<std::string> excluded = study_excluded_languages(config);
+  const std::vector<uint64_t> seeds = study_data_seeds(config);
   study_preflight(config, out);
 
   // The output directory belongs to one config: a rerun must resolve to the same settings.
@@ -227,6 +232,42 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
   }
   for (int i = 0; i < L; ++i) teacher.full_layers.push_back(i);
 
+  // (c, d) One distillation run of a converted student with one data seed into `run_dir` (skipped when done).
+  const auto distill = [&](const std::string& label, const std::vector<int>& full_layers, const fs::path& student_dir,
+                           const std::string& student_stamp, uint64_t seed, const fs::path& run_dir) {
+    // The main seed's inputs stay as they were before replicates existed, so older studies still skip their runs.
+    json run_inputs = {{"student", student_stamp}};
+    if (seed != seeds.front()) run_inputs["data_seed"] = seed;
+    const std::string name = seed == seeds.front() ? label : label + " seed " + std::to_string(seed);
+    ModelStage run;
+    run.label = label;
+    run.dir = run_dir / "model";
+    run.full_layers = full_layers;
+    run.layers = L;
+    run.student_dir = student_dir.string();
+    run.student_stamp = student_stamp;
+    if (auto stamp = stage_done_stamp(run_dir, run_inputs)) {
+      run.stamp = *stamp;
+      skipped("distill", name);
+      return run;
+    }
+    TrainConfig d = config.distill;
+    d.data = config.data;
+    d.tokenizer = config.tokenizer;
+    d.teacher = teacher.dir.string();
+    d.student = student_dir.string();
+    d.data_seed = seed;
+    const bool resuming =
+        fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
+    progress.line("distill", name + (resuming ? ": resuming from its newest checkpoint" : ": " +
+                                         std::to_string(d.tokens) + " tokens"));
+    train_stage(d, run_dir, devices);
+    run.stamp = stage_mark_done(run_dir, "distill", run_inputs);
+    progress.line("distill", name + " done");
+    ++result.stages_run;
+    return run;
+  };
+
   // (b) Students and (c, d) their distillation runs.
   std::unique_ptr<Model> teacher_model;  // loaded only when a student must be converted
   std::vector<ModelStage> runs;
@@ -259,34 +300,35 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
       ++result.stages_run;
     }
 
-    const fs::path run_dir = out / "runs" / s.label;
-    const json run_inputs = {{"student", student_stamp}};
-    ModelStage run;
-    run.label = s.label;
-    run.dir = run_dir / "model";
-    run.full_layers = s.full_layers;
-    run.layers = L;
-    if (auto stamp = stage_done_stamp(run_dir, run_inputs)) {
-      run.stamp = *stamp;
-      skipped("distill", s.label);
-    } else {
-      TrainConfig d = config.distill;
-      d.data = config.data;
-      d.tokenizer = config.tokenizer;
-      d.teacher = teacher.dir.string();
-      d.student = student_dir.string();
-      const bool resuming =
-          fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
-      progress.line("distill", s.label + (resuming ? ": resuming from its newest checkpoint" : ": " +
-                                              std::to_string(d.tokens) + " tokens"));
-      train_stage(d, run_dir, devices);
-      run.stamp = stage_mark_done(run_dir, "distill", run_inputs);
-      progress.line("distill", s.label + " done");
-      ++result.stages_run;
-    }
-    runs.push_back(run);
+    runs.push_back(distill(s.label, s.full_layers, student_dir, student_stamp, seeds.front(), out / "runs" / s.label));
   }
   teacher_model.reset();
+
+  // Replicates: each placement of replicates.placements again with every other data seed, into runs/<label>.seed<k>
+  // (students are seed-independent). Placements with the same layers share one run per seed, as above.
+  // replicate_runs[p][k]: placement config.replicate order as resolved (baseline first), seed k.
+  std::vector<ModelStage> replicated;  // the main runs of the replicated placements, baseline first
+  std::vector<std::vector<ModelStage>> replicate_runs;
+  for (const ModelStage& r : runs)
+    if (std::find(config.replicate.begin(), config.replicate.end(), r.label) != config.replicate.end())
+      replicated.push_back(r);
+  for (const ModelStage& main_run : replicated) {
+    std::vector<ModelStage> per_seed = {main_run};
+    for (size_t k = 1; k < seeds.size(); ++k) {
+      std::optional<ModelStage> shared;
+      for (const std::vector<ModelStage>& earlier : replicate_runs)
+        if (earlier[k].full_layers == main_run.full_layers) shared = earlier[k];
+      if (shared) {
+        shared->same_as = shared->same_as.empty() ? shared->label : shared->same_as;
+        shared->label = main_run.label;
+        per_seed.push_back(*shared);
+        continue;
+      }
+      per_seed.push_back(distill(main_run.label, main_run.full_layers, main_run.student_dir, main_run.student_stamp,
+                                 seeds[k], out / "runs" / (main_run.label + ".seed" + std::to_string(seeds[k]))));
+    }
+    replicate_runs.push_back(std::move(per_seed));
+  }
 
   // (f) SoftCKA and locality of the teacher and every student.
   std::vector<ModelStage> analysed = {teacher};
@@ -391,7 +433,55 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
     report.runs.push_back(rr);
   }
   report.target_gap = report.runs.front().curve.back().mean_ce_gap;
-  for (StudyReportRun& rr : report.runs) rr.reach_tokens = study_tokens_to_reach(rr.curve, report.target_gap);
+  for (StudyReportRun& rr : report.runs) {
+    const StudyReach reach = study_reach(rr.curve, report.target_gap);
+    rr.reach_tokens = reach.reach;
+    rr.crossing_tokens = reach.crossing;
+  }
+  if (!replicate_runs.empty()) {
+    StudyReplicates& rep = report.replicates;
+    rep.data_seeds = seeds;
+    rep.languages = report.table.languages;
+    rep.excluded = report.table.excluded;
+    for (const std::vector<ModelStage>& per_seed : replicate_runs) {
+      StudyReplicated p;
+      p.label = per_seed.front().label;
+      if (per_seed.size() > 1) p.same_as = per_seed[1].same_as;
+      p.seeds.resize(seeds.size());
+      rep.placements.push_back(std::move(p));
+    }
+    for (size_t k = 0; k < seeds.size(); ++k) {
+      // Seed k's table: every replicated placement against the baseline's run with seed k (replicate_runs[0]).
+      std::vector<CompareRun> in;
+      for (const std::vector<ModelStage>& per_seed : replicate_runs) {
+        in.push_back(compare_run_load(per_seed[k].dir.parent_path(), per_seed[k].label));
+        in.back().source += " (seed " + std::to_string(seeds[k]) + ", as " + per_seed[k].label + ")";
+      }
+      const CompareTable t = compare_runs(in.front(), in, excluded);
+      HLM_CHECK(t.languages == rep.languages, "study: seed ", seeds[k], "'s evaluations have other languages");
+      double target = 0.0;
+      for (size_t p = 0; p < replicate_runs.size(); ++p) {
+        StudySeedResult& r = rep.placements[p].seeds[k];
+        r.seed = seeds[k];
+        r.relative_kl = t.relative_kl[p];
+        r.delta_bar = t.delta_bar[p];
+        double kl = 0.0;
+        int n = 0;
+        for (size_t l = 0; l < t.languages.size(); ++l) {
+          r.kl.push_back(t.kl[l][p]);
+          r.ce_gap.push_back(t.ce_gap[l][p]);
+          if (!t.excluded[l]) kl += t.kl[l][p], ++n;
+        }
+        r.mean_kl = n ? kl / n : NAN;
+        r.curve = study_read_curve(replicate_runs[p][k].dir.parent_path() / "metrics.jsonl", excluded);
+        r.total_tokens = r.curve.back().tokens;
+        if (p == 0) target = r.curve.back().mean_ce_gap;
+        const StudyReach reach = study_reach(r.curve, target);
+        r.reach_tokens = reach.reach;
+        r.crossing_tokens = reach.crossing;
+      }
+    }
+  }
   report.models = report_models;
   report.align_points = config.align_points;
   report.locality_k = config.locality_k;

@@ -81,6 +81,8 @@ struct TrainConfig {
   int64_t held_out_docs = 1000;    // validation and test documents per language
   int64_t eval_tokens = 16 * 1024; // validation tokens per language (test: twice)
   double anchor_share = 0.30;
+  std::string packing = "reset";   // "reset": sequences end at document boundaries; "continuous": one sequence per
+                                   // row across documents, as HF-style packing (data/data_stream.h)
   // Cadence and reporting.
   int64_t eval_every_tokens = 10'000'000;  // validation every this many training tokens (0: only at start and end)
   int64_t checkpoint_every_steps = 500;    // 0: no periodic checkpoints

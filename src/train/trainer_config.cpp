@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/data_stream.h"
 #include "models/model_train.h"
 #include "train/lr_schedule.h"
 #include "train/memory_plan.h"
@@ -66,6 +67,7 @@ void train_config_validate(const TrainConfig& c) {
   HLM_CHECK_INPUT(c.stop_after_steps >= 0, "--stop-after-steps must be non-negative");
   HLM_CHECK_INPUT(c.max_bad_steps >= 1, "--max-bad-steps must be positive");
   recompute_from_name(c.recompute);  // input error on an unknown mode
+  data_packing_from_name(c.packing, "--packing");
   if (c.memory_plan != "auto") memory_plan_named(c.memory_plan);  // input error listing the plans
   HLM_CHECK_INPUT(c.device == "cpu" || c.device == "cuda", "--device: '", c.device, "' is not a device (cpu or cuda)");
   HLM_CHECK_INPUT(c.precision == "fp32" || c.precision == "bf16", "--precision: '", c.precision,
@@ -98,7 +100,7 @@ std::string train_config_describe(const TrainConfig& c) {
     add("student", c.student);
   }
   add("data", c.data + " (tokenizer " + c.tokenizer + ", data seed " + std::to_string(c.data_seed) +
-                  str_cat(", anchor share ", c.anchor_share, ")"));
+                  str_cat(", anchor share ", c.anchor_share, ", packing ", c.packing, ")"));
   add("out", c.out);
   if (!c.resume.empty()) add("resume", c.resume);
   add("budget", str_cat("N = ", c.tokens, " tokens: S = ", p.total_steps, " steps of B x n = ", c.batch_rows, " x ",

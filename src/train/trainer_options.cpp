@@ -67,6 +67,9 @@ const std::array kOptions{
                 "Validation tokens per language (test: twice as many)"},
     TrainOption{"anchor_share", "--anchor-share", &C::anchor_share, B, true, false, false,
                 "Share of the budget for anchor-tier languages"},
+    TrainOption{"packing", "--packing", &C::packing, B, true, false, false,
+                "Packing of rows: reset (sequences end at document boundaries) or continuous (one sequence per row "
+                "across documents, as HF-style packing); held-out rows are packed alike"},
     TrainOption{"eval_every_tokens", "--eval-every", &C::eval_every_tokens, B, false, false, false,
                 "Validate every this many training tokens (0: only at start and end)"},
     TrainOption{"checkpoint_every_steps", "--checkpoint-every", &C::checkpoint_every_steps, B, false, false, false,

@@ -213,3 +213,42 @@ TEST(TrainStream, IndependentOfThreadCount) {
   omp_set_num_threads(saved);
   test::expect_same(runs[0], runs[1]);
 }
+
+// Packing "continuous" (HF-style): the same tokens in the same rows as "reset", one sequence per row, and every
+// token but a row's last predicts the next token of the row, across document boundaries; held-out rows alike.
+TEST(TrainStream, ContinuousPackingJoinsDocumentsWithinRows) {
+  const Corpus& corpus = shared_corpus();
+  DataConfig reset_config = small_config();
+  DataConfig continuous_config = reset_config;
+  continuous_config.packing = DataPacking::Continuous;
+  TrainStream reset(corpus, bytes_tokenizer(), reset_config);
+  TrainStream continuous(corpus, bytes_tokenizer(), continuous_config);
+  const int64_t n = reset_config.seq_len;
+  int64_t boundaries_inside_rows = 0;
+  for (int call = 0; call < 4; ++call) {
+    const PackedBatch a = reset.next(3), b = continuous.next(3);
+    ASSERT_EQ(a.rows, 3);
+    ASSERT_EQ(b.rows, a.rows);
+    EXPECT_EQ(b.batch.ids, a.batch.ids);
+    EXPECT_EQ(b.language, a.language);
+    ASSERT_EQ(b.batch.cu_seqlens, (std::vector<int64_t>{0, n, 2 * n, 3 * n}));
+    for (int64_t t = 0; t < b.batch.total_tokens(); ++t) {
+      const bool row_end = (t + 1) % n == 0;
+      EXPECT_EQ(b.targets[t], row_end ? kIgnoreTarget : b.batch.ids[t + 1]) << t;
+      if (!row_end && a.targets[t] == kIgnoreTarget) ++boundaries_inside_rows;  // a document ended inside the row
+      if (a.targets[t] != kIgnoreTarget) EXPECT_EQ(b.targets[t], a.targets[t]) << t;
+    }
+  }
+  EXPECT_GT(boundaries_inside_rows, 0);  // the synthetic documents are shorter than a row: the test saw joins
+
+  const HeldOutSet held_reset = held_out_set(corpus, bytes_tokenizer(), reset_config, Split::Valid);
+  const HeldOutSet held_cont = held_out_set(corpus, bytes_tokenizer(), continuous_config, Split::Valid);
+  ASSERT_EQ(held_cont.per_language.size(), held_reset.per_language.size());
+  for (size_t l = 0; l < held_cont.per_language.size(); ++l) {
+    const PackedBatch& h = held_cont.per_language[l];
+    EXPECT_EQ(h.batch.ids, held_reset.per_language[l].batch.ids);
+    EXPECT_EQ(h.batch.num_sequences(), h.rows);
+  }
+  EXPECT_EQ(data_packing_from_name("continuous", "x"), DataPacking::Continuous);
+  EXPECT_THROW(data_packing_from_name("hf", "--packing"), Error);
+}

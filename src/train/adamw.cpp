@@ -21,8 +21,8 @@ bool default_weight_decay(const std::string& hf_name) {
   return true;
 }
 
-AdamW::AdamW(std::vector<AdamWGroup> groups, std::vector<AdamWParam> params, AdamWConfig config)
-    : groups_(std::move(groups)), params_(std::move(params)), config_(config) {
+AdamW::AdamW(std::vector<AdamWGroup> groups, std::vector<AdamWParam> params, AdamWConfig config, bool with_state)
+    : groups_(std::move(groups)), params_(std::move(params)), config_(config), with_state_(with_state) {
   HLM_CHECK_INPUT(config_.beta1 >= 0.0 && config_.beta1 < 1.0 && config_.beta2 >= 0.0 && config_.beta2 < 1.0,
                   "AdamW betas must lie in [0, 1), got (", config_.beta1, ", ", config_.beta2, ")");
   HLM_CHECK_INPUT(config_.eps >= 0.0, "AdamW eps must be non-negative, got ", config_.eps);
@@ -37,6 +37,7 @@ AdamW::AdamW(std::vector<AdamWGroup> groups, std::vector<AdamWParam> params, Ada
                     "parameter '", p.name, "' and its gradient must be contiguous f32");
     HLM_CHECK_INPUT(p.param.shape() == p.grad.shape(), "parameter '", p.name, "' has shape ", p.param.shape().str(),
                     " but its gradient ", p.grad.shape().str());
+    if (!with_state_) continue;
     if (config_.state == AdamWStateFormat::Q8) {
       const auto n = static_cast<size_t>(p.param.numel()), blocks = static_cast<size_t>(q8_blocks(p.param.numel()));
       AdamWQ8State q;
@@ -93,7 +94,12 @@ void AdamW::step_lowmem() {
   }
 }
 
+void AdamW::check_state(const char* what) const {
+  HLM_CHECK(with_state_, "AdamW::", what, ": this optimizer was built without state");
+}
+
 void AdamW::step() {
+  check_state("step");
   ++step_;
   if (config_.state != AdamWStateFormat::F32 || config_.master != MasterFormat::F32) return step_lowmem();
   const double beta1 = config_.beta1, beta2 = config_.beta2, eps = config_.eps;
@@ -130,6 +136,7 @@ std::vector<Tensor> AdamW::grads() const {
 }
 
 Tensor AdamW::exp_avg(size_t i) const {
+  check_state("exp_avg");
   if (config_.state == AdamWStateFormat::F32) return exp_avg_[i];
   Tensor m = Tensor::zeros(params_[i].param.shape());
   q8_dequantize(q8_codebook_signed(), q8_[i].q_m.data(), q8_[i].absmax_m.data(), m.numel(), m.f32());
@@ -137,6 +144,7 @@ Tensor AdamW::exp_avg(size_t i) const {
 }
 
 Tensor AdamW::exp_avg_sq(size_t i) const {
+  check_state("exp_avg_sq");
   if (config_.state == AdamWStateFormat::F32) return exp_avg_sq_[i];
   Tensor v = Tensor::zeros(params_[i].param.shape());
   q8_dequantize(q8_codebook_unsigned(), q8_[i].q_v.data(), q8_[i].absmax_v.data(), v.numel(), v.f32());
@@ -158,6 +166,7 @@ void AdamW::set_q8_state(size_t i, AdamWQ8State state) {
 }
 
 void AdamW::set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
+  check_state("set_state");
   HLM_CHECK_INPUT(i < params_.size(), "optimizer state index ", i, " out of range");
   HLM_CHECK_INPUT(exp_avg.shape() == params_[i].param.shape() && exp_avg_sq.shape() == params_[i].param.shape(),
                   "optimizer state for '", params_[i].name, "' has the wrong shape");

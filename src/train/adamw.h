@@ -62,7 +62,10 @@ struct AdamWConfig {
 class AdamW {
  public:
   // Checks every parameter (f32, contiguous, grad of the same shape, valid group, unique name) and allocates state.
-  AdamW(std::vector<AdamWGroup> groups, std::vector<AdamWParam> params, AdamWConfig config = {});
+  // with_state false: no moments at all, a parameter and group table only (ZeRO-1 keeps the moments in a shard's own
+  // AdamW: train/data_parallel.h); step(), the state accessors and setters are then internal errors.
+  AdamW(std::vector<AdamWGroup> groups, std::vector<AdamWParam> params, AdamWConfig config = {},
+        bool with_state = true);
 
   // One update of every parameter with its group's current lr. Callers skip it when the gradient is non-finite.
   void step();
@@ -91,6 +94,8 @@ class AdamW {
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // state F32
   std::vector<AdamWQ8State> q8_;              // state Q8
   int64_t step_ = 0;
+  bool with_state_ = true;
+  void check_state(const char* what) const;
 
   void step_lowmem();
 };

@@ -38,8 +38,8 @@ size_t bucket_elements_from_env();  // default 4 Mi; input error when not a posi
 
 class DataParallel {
  public:
-  // `full`: the trainer's optimizer (parameters, groups, config). With zero_stage 1 its own moments are not used
-  // (an AdamW cannot yet be built without them: on the CPU they stay allocated, zero).
+  // `full`: the trainer's optimizer (parameters, groups, config). With zero_stage 1 it should hold no moments (built
+  // with with_state false, as the trainer does); this rank's shard optimizer holds them.
   DataParallel(Communicator& comm, const AdamW& full, int zero_stage, size_t bucket_elements);
 
   int zero_stage() const { return zero_stage_; }

@@ -233,7 +233,6 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   data_.token_budget = cfg_.tokens;
   data_.data_seed = cfg_.data_seed;
   data_.eval_tokens_per_language = cfg_.eval_tokens;
-  data_.packing = data_packing_from_name(cfg_.packing, "--packing");
   stream_ = std::make_unique<TrainStream>(corpus_, *tokenizer_, data_);
   valid_ = held_out_set(corpus_, *tokenizer_, data_, Split::Valid);
   test_ = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
@@ -373,7 +372,9 @@ void Trainer::build_optimizer() {
   ac.state = memory_plan_.plan->state;
   ac.master = memory_plan_.plan->master;
   ac.sr_seed = splitmix64(cfg_.init_seed) ^ cfg_.data_seed;  // the run's seeds: a resume draws the same bits
-  optimizer_ = std::make_unique<AdamW>(std::move(groups), std::move(params), ac);
+  // ZeRO-1 (several ranks, --zero-stage 1): the moments live in DataParallel's shard optimizer only.
+  const bool sharded = comm_->size() > 1 && cfg_.zero_stage == 1;
+  optimizer_ = std::make_unique<AdamW>(std::move(groups), std::move(params), ac, !sharded);
 }
 
 void Trainer::prepare_out() {

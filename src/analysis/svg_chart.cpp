@@ -97,7 +97,8 @@ std::string dash_attribute(const ChartSeries& s) {
 void draw_legend(std::ostringstream& os, const std::vector<ChartSeries>& series, bool as_bars) {
   double py = kTop + 8;
   for (size_t s = 0; s < series.size(); ++s, py += 18) {
-    const char* colour = kPalette[s % kPaletteSize];
+    const std::string colour =
+        as_bars || series[s].colour.empty() ? kPalette[s % kPaletteSize] : xml_escape(series[s].colour);
     if (as_bars)
       os << "<rect x=\"" << kLegendX << "\" y=\"" << num(py - 5) << "\" width=\"14\" height=\"10\" fill=\"" << colour
          << "\"/>\n";
@@ -168,7 +169,7 @@ std::string svg_line_chart(const LineChart& chart) {
      << "\" height=\"" << kBottom - kTop << "\"/></clipPath>\n<g clip-path=\"url(#plot)\">\n";
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const ChartSeries& ser = chart.series[s];
-    const char* colour = kPalette[s % kPaletteSize];
+    const std::string colour = ser.colour.empty() ? kPalette[s % kPaletteSize] : xml_escape(ser.colour);
     std::string points;
     auto flush = [&] {
       if (!points.empty())

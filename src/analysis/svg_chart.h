@@ -15,6 +15,7 @@ struct ChartSeries {
   std::vector<double> x;  // line charts only
   std::vector<double> y;  // line: y[i] at x[i]; bar: y[c] for category c
   std::string dash;       // line charts: SVG stroke-dasharray ("6,4"), "" = solid; keeps coinciding lines apart
+  std::string colour;     // line charts: SVG colour ("#1f77b4"); "" = the palette's colour of the series' index
 };
 
 struct LineChart {

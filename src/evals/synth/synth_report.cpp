@@ -2,6 +2,7 @@
 #include "evals/synth/synth_report.h"
 
 #include <cmath>
+#include <iterator>
 #include <cstdio>
 #include <sstream>
 
@@ -50,7 +51,7 @@ std::string task_csv(const SynthConfig& c, SynthTask task, const std::vector<Syn
     const SynthPairResult* r = find_pair(results, synth_task_name(task), synth_arch_spec(arch).name);
     if (r == nullptr) continue;
     for (const SynthDifficultyResult& e : r->eval) {
-      const std::optional<double> paper = synth_paper_accuracy(task, arch, e.difficulty);
+      const std::optional<double> paper = synth_paper_cell(c, task, arch, e.difficulty);
       os << r->task << ',' << r->arch << ',' << e.difficulty << ',' << e.m << ',' << (e.in_training_range ? 1 : 0)
          << ',' << e.items << ',' << fixed(e.accuracy, 6) << ',' << e.moved_items << ','
          << (std::isfinite(e.moved_accuracy) ? fixed(e.moved_accuracy, 6) : "") << ','
@@ -77,7 +78,10 @@ std::string wide_table(const SynthConfig& c, SynthTask task, const std::vector<S
     for (SynthArch a : archs) {
       const SynthDifficultyResult* e =
           find_difficulty(find_pair(results, synth_task_name(task), synth_arch_spec(a).name), d);
-      os << ' ' << (e == nullptr ? "–" : fixed(moved ? e->moved_accuracy : e->accuracy)) << " |";
+      os << ' ' << (e == nullptr ? "–" : fixed(moved ? e->moved_accuracy : e->accuracy));
+      if (!moved)
+        if (const std::optional<double> paper = synth_paper_cell(c, task, a, d)) os << " / " << fixed(*paper);
+      os << " |";
     }
     os << '\n';
   }
@@ -91,33 +95,54 @@ std::string task_markdown(const SynthConfig& c, SynthTask task, const std::vecto
   os << "Accuracy at the answer position on " << c.eval_items << " fresh held-out items per row; rows marked * lie in "
      << "the training range [" << c.train_min << ", " << c.train_max << "]. Chance: "
      << fixed(task == SynthTask::StateTracking ? 1.0 / static_cast<double>(c.variables) : 0.5, 2) << ".\n\n";
+  bool any_paper = false;
+  for (SynthArch a : config_archs(c))
+    for (int64_t d : c.eval_difficulties) any_paper = any_paper || synth_paper_cell(c, task, a, d).has_value();
+  if (any_paper)
+    os << "Cells with two values: ours / the paper's (" << synth_paper_table(task) << ", Merrill et al. 2026; "
+       << "its training recipe is not in the paper's text available to us; ours is this config's). The paper has "
+       << "rows 4, 8, 16, 32, 64, 128"
+       << (task == SynthTask::StateBasedRecall ? " with m = n (our n = 4 row uses m = 5: five distinct pointers)" : "")
+       << ".\n\n";
+  else
+    os << "Paper's values: none for this config's rows and settings (" << synth_paper_table(task)
+       << " has rows 4, 8, 16, 32, 64, 128 with 5 variables, and m = n for state-based recall).\n\n";
   os << wide_table(c, task, results, false) << '\n';
   if (task != SynthTask::Recall) {
     os << "Accuracy on items whose queried pointer moved (the shortcut \"initial value\" fails on them):\n\n"
        << wide_table(c, task, results, true) << '\n';
   }
-  bool any_paper = false;
-  for (SynthArch a : config_archs(c))
-    for (int64_t d : c.eval_difficulties) any_paper = any_paper || synth_paper_accuracy(task, a, d).has_value();
-  if (!any_paper)
-    os << "Paper's values: not available to us (../shared/docs/evals.md lists none; the paper's text was not "
-          "available), so no paper column is shown.\n\n";
   return os.str();
 }
 
 std::string task_svg(const SynthConfig& c, SynthTask task, const std::vector<SynthPairResult>& results) {
   LineChart chart;
   chart.title = std::string(synth_task_name(task)) + ": accuracy vs " + difficulty_name(task);
-  chart.x_label = std::string("log2 ") + difficulty_name(task) + " (dotted: end of training range)";
+  chart.x_label = std::string("log2 ") + difficulty_name(task) + " (dotted: end of training range; dashed: paper)";
   chart.y_label = "accuracy";
   chart.y_min = 0.0;
   chart.y_max = 1.0;
   if (c.train_max > 0) chart.marker_x.push_back(std::log2(static_cast<double>(c.train_max)));
+  // One colour per architecture (its column index): ours solid, the paper's dashed.
+  constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"};
+  std::vector<ChartSeries> paper_series;
   for (SynthArch a : config_archs(c)) {
+    const std::string colour = kColours[static_cast<size_t>(a) % std::size(kColours)];
+    ChartSeries paper;
+    paper.label = std::string(synth_arch_spec(a).label) + " (paper)";
+    paper.colour = colour;
+    paper.dash = "6,4";
+    for (int64_t d : c.eval_difficulties)
+      if (const std::optional<double> v = synth_paper_cell(c, task, a, d); v && d > 0) {
+        paper.x.push_back(std::log2(static_cast<double>(d)));
+        paper.y.push_back(*v);
+      }
+    if (!paper.x.empty()) paper_series.push_back(std::move(paper));
     const SynthPairResult* r = find_pair(results, synth_task_name(task), synth_arch_spec(a).name);
     if (r == nullptr) continue;
     ChartSeries s;
     s.label = synth_arch_spec(a).label;
+    s.colour = colour;
     for (const SynthDifficultyResult& e : r->eval) {
       if (e.difficulty <= 0) continue;
       s.x.push_back(std::log2(static_cast<double>(e.difficulty)));
@@ -125,14 +150,16 @@ std::string task_svg(const SynthConfig& c, SynthTask task, const std::vector<Syn
     }
     chart.series.push_back(std::move(s));
   }
+  for (ChartSeries& p : paper_series) chart.series.push_back(std::move(p));
   return svg_line_chart(chart);
 }
 
 }  // namespace
 
-std::optional<double> synth_paper_accuracy(SynthTask, SynthArch, int64_t) {
-  // No verified values (evals.md §1 lists none). Add them here, with their source, once checked against the PDF.
-  return std::nullopt;
+std::optional<double> synth_paper_cell(const SynthConfig& c, SynthTask task, SynthArch arch, int64_t difficulty) {
+  if (task != SynthTask::Recall && c.variables != kSynthVariables) return std::nullopt;  // the paper: 5 pointers
+  if (task == SynthTask::StateBasedRecall && c.state_based_recall_m != 0) return std::nullopt;  // the paper: m = n
+  return synth_paper_accuracy(task, arch, difficulty);
 }
 
 void synth_write_reports(const std::filesystem::path& dir, const SynthConfig& c,

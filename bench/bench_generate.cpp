@@ -25,7 +25,8 @@
 // context one sequence can prefill (chunks of --prefill-chunk) with the device's total use within the cap:
 //   1. the activation peak of a prefill chunk is measured (a 2-chunk prefill: allocator peak − weights − state);
 //   2. the predicted use at L is weights + non-allocator device use (CUDA context, cuBLAS; measured once) + the
-//      plan's state bytes for L tokens + that activation peak + the rope table (2 · L · head_dim/2 floats); the
+//      state pools for L tokens as the allocator sizes them + that activation peak + the rope table (2 · L ·
+//      head_dim/2 floats); the
 //      largest L (a multiple of 1024) under the cap is found by bisection on this prediction;
 //   3. that L is then prefilled for real and its measured peak (allocator peak + non-allocator use) checked against
 //      the cap; if it is over, L is lowered by the overshoot's tokens and run again (at most 4 runs). Recorded: L,
@@ -395,7 +396,7 @@ void search_contexts(const Options& o) {
     // 1. activation peak of a chunk: a 2-chunk prefill.
     const int64_t L2 = 2 * o.prefill_chunk;
     const SingleRun two = prefill_one(*gpu, ctx, o, L2);
-    const double act = double(two.peak) - double(weights) - double(plan_for(config, o, 1, L2).total_bytes());
+    const double act = double(two.peak) - double(weights) - pool_device_bytes(config, plan_for(config, o, 1, L2));
     // Timed probes for the extrapolation: L/4, L/2, L of --search-probe.
     std::vector<double> px, py;
     for (const int64_t L : {o.search_probe / 4, o.search_probe / 2, o.search_probe}) {
@@ -432,7 +433,7 @@ void search_contexts(const Options& o) {
                   {"probe_contexts", px},
                   {"probe_seconds", py}};
       const auto predicted_use = [&](int64_t L) {
-        return double(weights) + outside + double(plan_for(config, o, 1, L).total_bytes()) + act +
+        return double(weights) + outside + pool_device_bytes(config, plan_for(config, o, 1, L)) + act +
                double(rope_bytes_per_token * L);
       };
       if (cap <= 0 || predicted_use(1024) > cap) {
@@ -474,7 +475,7 @@ void search_contexts(const Options& o) {
               row["measured_peak_bytes"] = use;
               break;
             }
-            const double per_token = double(plan_for(config, o, 1, L).total_bytes()) / double(L);
+            const double per_token = pool_device_bytes(config, plan_for(config, o, 1, L)) / double(L);
             L -= (static_cast<int64_t>((use - cap) / per_token) / 1024 + 1) * 1024;
           } catch (const std::exception& e) {
             runs.push_back({{"context", L}, {"error", e.what()}});

@@ -262,6 +262,8 @@ void run_case_bf16(const CacheCase& c, uint64_t seed) {
   EXPECT_EQ(kc_d.download<uint16_t>(), to_bf16(kc)) << "bf16 write k";
   EXPECT_EQ(vc_d.download<uint16_t>(), to_bf16(vc)) << "bf16 write v";
   EXPECT_TRUE(buffers_ok({&kc_d, &vc_d}, {&kn_d, &vn_d, &slots_d}));
+  kc_d.upload(to_bf16(kc).data(), kc.size() * sizeof(uint16_t));  // from here on the cache is an input
+  vc_d.upload(to_bf16(vc).data(), vc.size() * sizeof(uint16_t));
 
   DeviceBuffer tables_d = DeviceBuffer::from(L.tables, "tables"), ctx_d = DeviceBuffer::from(L.context, "context");
   DeviceBuffer cu_d = DeviceBuffer::from(L.cu, "cu");

@@ -286,7 +286,10 @@ def run_case(case, spec, out_dir):
     if spec["model_type"] == "qwen3_moe":
         margins = topk_margins(model, captured)
         print(f"  smallest gap between the k-th and (k+1)-th router probability per layer: {margins}", flush=True)
-        if min(margins) < 1e-4:
+        # fp32 router probabilities of hybridlm and torch agree to ~1e-7 here (the captures agree to ~1e-6 relative), so
+        # a gap of 1e-5 leaves two orders of magnitude before rounding could flip an expert choice; 1e-4 refused every
+        # seed tried with 16 x 2 tokens per layer (smallest gaps 5e-5 .. 7e-4 on the H200, 2026-12-01).
+        if min(margins) < 1e-5:
             raise RuntimeError("a near tie in the router's top-k: pick another seed or a wider ROUTER_STD")
     write_golden(case_dir, case, tensors, extra_metadata={
         "model_type": spec["model_type"], "num_hidden_layers": spec["layers"],

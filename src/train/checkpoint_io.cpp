@@ -386,7 +386,7 @@ Model model_load_trainable(const fs::path& dir) {
   const ModelConfig& config = model.config();
   DecoderWeights& w = model.mutable_weights();
   for (const TensorSpec& spec : expected_tensors(config)) {
-    Tensor& slot = spec.row->slot(w, spec.layer);
+    Tensor& slot = tensor_slot(w, spec);  // per-expert tensors (MoE) are addressed through the spec, not the row
     slot = slot.clone();
   }
   if (config.tie_word_embeddings) w.lm_head.weight = w.embed_tokens;

@@ -18,6 +18,7 @@
 #include "models/model_train.h"
 #include "core/rng.h"
 #include "support/run_binary.h"
+#include "train/checkpoint_io.h"
 
 using namespace hlm;
 
@@ -215,6 +216,20 @@ TEST(Qwen3Moe, SaveLoadUsesPerExpertNamesAndIsExact) {
   EXPECT_TRUE(loaded.unused_tensors().empty());
   EXPECT_TRUE(loaded.config().moe->norm_topk_prob);
   EXPECT_EQ(loaded.config().ffn_kinds, c.ffn_kinds);
+  const Tensor a = created.forward(two_sequences(), {.all_logits = true});
+  const Tensor b = loaded.forward(two_sequences(), {.all_logits = true});
+  ASSERT_EQ(a.numel(), b.numel());
+  for (int64_t j = 0; j < a.numel(); ++j) ASSERT_EQ(a.f32()[j], b.f32()[j]) << j;
+}
+
+// Training starts from model_load_trainable (train/checkpoint_io.h), which walks every expected tensor: the per-expert
+// tensors are reached through their spec (tensor_slot), not the table row alone, and come back as private copies.
+TEST(Qwen3Moe, LoadTrainableReachesEveryExpertTensor) {
+  const ModelConfig c = parse_model_config(moe_config(false), "test");
+  Model created = Model::create(c, 23);
+  test::ScratchDir scratch("qwen3-moe-trainable");
+  created.save(scratch.path());
+  Model loaded = model_load_trainable(scratch.path());
   const Tensor a = created.forward(two_sequences(), {.all_logits = true});
   const Tensor b = loaded.forward(two_sequences(), {.all_logits = true});
   ASSERT_EQ(a.numel(), b.numel());

@@ -233,6 +233,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   data_.token_budget = cfg_.tokens;
   data_.data_seed = cfg_.data_seed;
   data_.eval_tokens_per_language = cfg_.eval_tokens;
+  data_.packing = data_packing_from_name(cfg_.packing, "--packing");
   stream_ = std::make_unique<TrainStream>(corpus_, *tokenizer_, data_);
   valid_ = held_out_set(corpus_, *tokenizer_, data_, Split::Valid);
   test_ = held_out_set(corpus_, *tokenizer_, data_, Split::Test);

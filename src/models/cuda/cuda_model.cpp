@@ -39,6 +39,9 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
   const DecoderHyper hyper = spec.hyper(c);
   const DecoderWeights& w = model.weights();
   const int64_t H = c.hidden_size;
+  // Routed-expert FFNs (qwen3_moe) run on the CPU only so far: refuse before anything is uploaded, naming the kind.
+  HLM_CHECK_INPUT(!c.has_moe_layers(), "the CUDA path does not run routed-expert (MoE) FFN layers yet (",
+                  c.model_type, "): use --device cpu");
   ctx.make_current();
   if (c.use_rope) m.rope_host_ = model.rope();
   m.embed_tokens_ = cuda_upload_f32(ctx, w.embed_tokens, "model.embed_tokens.weight");

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/device_option.h"
 #include "cli/subcommands.h"
 #include "data/data_stream.h"
 #include "models/model.h"
@@ -43,15 +44,7 @@ EvalResult evaluate_on(const std::string& device, Model& model, Model* teacher, 
 }
 
 int run_eval(const EvalOptions& o) {
-  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device: '", o.device,
-                  "' is not a device (cpu or cuda)");
-  if (o.device == "cuda") {  // before anything is loaded
-#ifdef HLM_WITH_CUDA
-    HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
-#else
-    throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
-#endif
-  }
+  check_device_option(o.device);  // before anything is loaded
   HLM_CHECK_INPUT(o.seq_len >= 2, "--seq-len must be at least 2");
   HLM_CHECK_INPUT(o.held_out_docs >= 1 && o.rows >= 1, "--held-out-docs and --rows must be positive");
   HLM_CHECK_INPUT(o.eval_tokens >= o.seq_len, "--eval-tokens must hold at least one row of --seq-len tokens");

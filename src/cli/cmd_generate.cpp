@@ -17,6 +17,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "cli/device_option.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "models/json_file.h"
@@ -161,14 +162,7 @@ nlohmann::json timings_json(const GenerateStats& s) {
 }
 
 int run_generate(const GenerateCliOptions& o) {
-  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
-  if (o.device == "cuda") {  // before anything is loaded
-#ifdef HLM_WITH_CUDA
-    HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
-#else
-    throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
-#endif
-  }
+  check_device_option(o.device);  // before anything is loaded
   HLM_CHECK_INPUT(o.precision.empty() || o.precision == "fp32" || o.precision == "bf16",
                   "--precision must be fp32 or bf16, got '", o.precision, "'");
   const std::string precision = !o.precision.empty() ? o.precision : (o.device == "cuda" ? "bf16" : "fp32");

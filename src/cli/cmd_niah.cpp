@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/device_option.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "data/corpus.h"
@@ -177,14 +178,7 @@ void write_charts(const fs::path& dir, const std::vector<NiahCell>& cells) {
 int run_models(const NiahRunOptions& o) {
   HLM_CHECK_INPUT(!o.models.empty(), "hybridlm niah: give a subcommand (gen, score) or --model DIR for the run mode "
                                      "(see hybridlm niah --help)");
-  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
-  if (o.device == "cuda") {  // before anything is loaded
-#ifdef HLM_WITH_CUDA
-    HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
-#else
-    throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
-#endif
-  }
+  check_device_option(o.device);  // before anything is loaded
   HLM_CHECK_INPUT(!o.tokenizer.empty(), "--tokenizer is required in the run mode (the evaluated model's tokenizer)");
   HLM_CHECK_INPUT(!o.langs.empty() && !o.tasks.empty() && !o.lengths.empty(),
                   "the run mode needs --langs, --tasks and --lengths");

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "cli/device_option.h"
 #include "cli/subcommands.h"
 #include "models/model.h"
 #include "models/safetensors.h"
@@ -84,7 +85,7 @@ std::vector<const CapturePointInfo*> parse_points(const std::string& text) {
 int run_run(const RunOptions& o) {
   HLM_CHECK_INPUT(!o.ids.empty(), "--ids is required");
   HLM_CHECK_INPUT(o.top_k >= 1, "--top-k must be at least 1");
-  HLM_CHECK_INPUT(o.device == "cpu" || o.device == "cuda", "--device: '", o.device, "' is not a device (cpu or cuda)");
+  check_device_option(o.device);  // before the model is loaded
   TokenBatch batch;
   for (const std::string& seq : o.ids) batch.add_sequence(parse_ids(seq));
   const std::vector<const CapturePointInfo*> points = o.dump.empty() ? std::vector<const CapturePointInfo*>{}

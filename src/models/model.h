@@ -49,7 +49,7 @@ struct ForwardOptions {
   const MixerHook* mixer = nullptr;  // optional (no stash with it): replaces the layers' token mixers
   // Optional: for each routed-expert layer, where to write its router distribution (softmax over all experts) of
   // every token: called with (layer, T, E), returns a [T, E] buffer valid until the layer has run (or nullptr).
-  std::function<float*(int layer, int64_t T, int64_t E)> router_probs;
+  std::function<float*(int layer, int64_t T, int64_t E)> router_probs = nullptr;
 };
 
 // The GDN layer dimensions a config implies (hybrid architectures only).

@@ -223,6 +223,6 @@ TEST(NiahRun, CliWritesTheReports) {
                                            "--langs eng_Latn --tasks single --lengths 300 --out " +
                                            (dir.path() / "bad").string() + " --device tpu");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("--device must be cpu or cuda"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--device: 'tpu' is not a device (cpu or cuda)"), std::string::npos) << bad.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "bad"));
 }

@@ -39,13 +39,7 @@ inline std::string cuda_test_binary() {
 
 // As test::run_hybridlm (support/run_binary.h), but with the binary of cuda_test_binary(): `args` after the
 // binary name, stdout and stderr captured.
-inline RunResult run_cli(const std::string& args) {
-  ScratchDir io("cuda-cli-io");
-  const std::filesystem::path out = io.path() / "out", err = io.path() / "err";
-  const std::string cmd = cuda_test_binary() + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_text(out), read_text(err)};
-}
+inline RunResult run_cli(const std::string& args) { return run_shell(cuda_test_binary() + " " + args); }
 
 // Three sequences of odd lengths (7, 13, 5) with ids spread over [0, vocab): packed cu_seqlens {0, 7, 20, 25}.
 inline TokenBatch odd_length_batch(int64_t vocab) {

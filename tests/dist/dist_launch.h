@@ -21,17 +21,4 @@ inline std::string mpirun_prefix() {
          "OPENBLAS_NUM_THREADS=1 timeout -k 5 120 mpirun --oversubscribe --bind-to none ";
 }
 
-// Runs a shell command line, capturing exit code, stdout and stderr.
-inline RunResult run_shell(const std::string& command) {
-  ScratchDir io("dist-io");
-  const auto out = io.path() / "out", err = io.path() / "err";
-  const std::string cmd = command + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_text(out);
-  r.err = read_text(err);
-  return r;
-}
-
 }  // namespace hlm::test

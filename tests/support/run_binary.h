@@ -44,11 +44,11 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-// `args` is appended to the binary path verbatim (quote paths yourself when needed).
-inline RunResult run_hybridlm(const std::string& args) {
+// Runs a shell command line, capturing its exit code (128 + signal when killed), stdout and stderr.
+inline RunResult run_shell(const std::string& command) {
   ScratchDir io("io");
   const auto out = io.path() / "out", err = io.path() / "err";
-  const std::string cmd = std::string(HLM_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const std::string cmd = command + " >" + out.string() + " 2>" + err.string();
   const int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -56,5 +56,8 @@ inline RunResult run_hybridlm(const std::string& args) {
   r.err = read_text(err);
   return r;
 }
+
+// `args` is appended to the binary path verbatim (quote paths yourself when needed).
+inline RunResult run_hybridlm(const std::string& args) { return run_shell(std::string(HLM_BINARY) + " " + args); }
 
 }  // namespace hlm::test

@@ -11,9 +11,11 @@
 namespace hlm {
 namespace {
 
-TEST(AttentionLocality, MatchesProbabilitiesOfTheAttentionForward) {
+// layer_window: the attention layer's own sliding window (0 = full causal attention), honoured by both sides.
+void check_against_forward(int64_t layer_window) {
   const std::vector<int64_t> cu_seqlens = {0, 7, 19};  // two sequences (7 and 12 tokens)
-  const AttentionShape s{19, 4, 2, 12};                 // GQA: 4 query heads over 2 kv heads; D = 12 ≥ longest seq
+  // GQA: 4 query heads over 2 kv heads; D = 12 ≥ longest seq
+  const AttentionShape s{19, 4, 2, 12, layer_window};
   const double scale = 0.4;
   const std::vector<float> q = test::random_vector(size_t(19 * 4 * 12), 1);
   const std::vector<float> k = test::random_vector(size_t(19 * 2 * 12), 2);
@@ -42,8 +44,17 @@ TEST(AttentionLocality, MatchesProbabilitiesOfTheAttentionForward) {
       if (pos == 0) {
         EXPECT_NEAR(mass[size_t(t) * 4 + 0], 1.0, 1e-12);  // the first token sees only itself
       }
+      if (layer_window > 0 && layer_window <= 8)  // the softmax never reaches past the layer's window
+        EXPECT_NEAR(mass[size_t(t) * 4 + 2], 1.0, 1e-12);
     }
   }
+}
+
+TEST(AttentionLocality, MatchesProbabilitiesOfTheAttentionForward) { check_against_forward(0); }
+
+TEST(AttentionLocality, SlidingWindowLayerMatchesItsWindowedForward) {
+  check_against_forward(4);  // shorter than both sequences
+  check_against_forward(2);
 }
 
 }  // namespace

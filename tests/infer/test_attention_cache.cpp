@@ -27,6 +27,10 @@ struct Case {
   int64_t Hq, Hkv, D, block_size;
   std::vector<int64_t> lengths;  // sequences
   std::vector<int64_t> chunk;    // chunk sizes cycled through while filling the cache
+  int64_t window = 0;            // sliding window (0 = full causal)
+  // With a window: before each step, block table entries wholly before the step's first window are set to -1 and
+  // their cache rows to NaN, as an engine that releases them would leave them; reading one would fail or show.
+  bool release = false;
 };
 
 void check_case(const Case& c) {
@@ -38,7 +42,8 @@ void check_case(const Case& c) {
                            v = normal(T * c.Hkv * c.D, 3);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   std::vector<float> expect(static_cast<size_t>(T * c.Hq * c.D));
-  attention_forward(expect.data(), q.data(), k.data(), v.data(), cu.data(), N, {T, c.Hq, c.Hkv, c.D}, scale);
+  attention_forward(expect.data(), q.data(), k.data(), v.data(), cu.data(), N, {T, c.Hq, c.Hkv, c.D, c.window},
+                    scale);
 
   // Each sequence gets its blocks from a shuffled pool.
   int64_t max_blocks = 0, num_blocks = 0;
@@ -79,6 +84,18 @@ void check_case(const Case& c) {
     }
     const int64_t Ts = step_cu.back();
     if (Ts == 0) break;
+    if (c.release)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t first_query = done[n] - (step_cu[n + 1] - step_cu[n]);
+        const int64_t keep_from = attention_window_begin(first_query, c.window) / c.block_size;
+        for (int64_t b = 0; b < keep_from; ++b) {
+          int32_t& entry = tables[n * max_blocks + b];
+          if (entry < 0) continue;
+          std::fill_n(k_cache.begin() + int64_t{entry} * c.block_size * row_kv, c.block_size * row_kv, NAN);
+          std::fill_n(v_cache.begin() + int64_t{entry} * c.block_size * row_kv, c.block_size * row_kv, NAN);
+          entry = -1;
+        }
+      }
     std::vector<float> qs(static_cast<size_t>(Ts * row_q)), ks(static_cast<size_t>(Ts * row_kv)), vs(ks.size());
     for (int64_t t = 0; t < Ts; ++t) {
       std::copy_n(q.data() + token_of[t] * row_q, row_q, qs.data() + t * row_q);
@@ -88,7 +105,7 @@ void check_case(const Case& c) {
     attention_cache_write(k_cache.data(), v_cache.data(), ks.data(), vs.data(), slots.data(), Ts, shape);
     std::vector<float> out(static_cast<size_t>(Ts * row_q));
     attention_cache_forward(out.data(), qs.data(), k_cache.data(), v_cache.data(), shape, tables.data(), max_blocks,
-                            context.data(), step_cu.data(), N, c.Hq, scale);
+                            context.data(), step_cu.data(), N, c.Hq, scale, c.window);
     for (int64_t t = 0; t < Ts; ++t) std::copy_n(out.data() + t * row_q, row_q, got.data() + token_of[t] * row_q);
   }
   for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(got[i], expect[i]) << "element " << i;
@@ -108,4 +125,19 @@ TEST(AttentionCache, ChunkedPrefillEqualsCausalAttention) {
 TEST(AttentionCache, TokenByTokenDecodeEqualsCausalAttention) {
   check_case({4, 1, 12, 16, {17, 40}, {1}});  // MQA, block of 16
   check_case({2, 2, 8, 1, {6, 3}, {1}});      // MHA, one-token blocks
+}
+
+TEST(AttentionCache, SlidingWindowEqualsWindowedAttention) {
+  // Windows shorter than the sequences: whole prefill, chunks, token-by-token decode; GQA 2:1.
+  check_case({4, 2, 16, 8, {19, 5, 33}, {64}, 5});
+  check_case({4, 2, 16, 8, {19, 5, 33}, {7, 3, 8}, 6});
+  check_case({4, 1, 12, 4, {17, 40}, {1}, 9});
+  check_case({2, 2, 8, 1, {6, 3}, {1}, 1});  // W = 1: each token sees only itself
+}
+
+TEST(AttentionCache, SlidingWindowNeverReadsReleasedBlocks) {
+  // Blocks wholly before each step's first window are dropped from the tables (−1) and poisoned (NaN): the results
+  // stay bit-identical, so a window layer may keep only its last `window` positions.
+  check_case({4, 2, 16, 4, {19, 5, 33}, {1}, 6, true});
+  check_case({4, 2, 16, 4, {19, 5, 33}, {3, 2}, 7, true});
 }

@@ -249,6 +249,28 @@ TEST(AttentionBackward, MatchesFiniteDifferencesPackedGqa) {
   }
 }
 
+TEST(AttentionBackward, SlidingWindowMatchesFiniteDifferences) {
+  // Window 2 and 3 over sequences of 3, 1 and 7 tokens (shorter than the longest), GQA 2:1, several query blocks.
+  for (int64_t window : {2, 3}) {
+    AttnProblem p = make_attn({0, 3, 4, 11}, {11, 4, 2, 3, window}, 40 + static_cast<uint64_t>(window));
+    for (int64_t block : {2, 64}) {
+      std::printf(" window=%ld query_block=%ld\n", static_cast<long>(window), static_cast<long>(block));
+      const auto loss = [&] {
+        std::vector<double> out(p.q.size());
+        attention_forward<double>(out.data(), p.q.data(), p.k.data(), p.v.data(), p.cu.data(), p.n_seqs(), p.s,
+                                  p.scale, block);
+        return dot(out, p.dy);
+      };
+      std::vector<double> dq(p.q.size(), 7.0), dk(p.k.size(), 7.0), dv(p.v.size(), 7.0);  // overwritten
+      attention_backward<double>(dq.data(), dk.data(), dv.data(), p.dy.data(), p.q.data(), p.k.data(), p.v.data(),
+                                 p.cu.data(), p.n_seqs(), p.s, p.scale, block);
+      fd_check(loss, p.q, dq, "q");
+      fd_check(loss, p.k, dk, "k");
+      fd_check(loss, p.v, dv, "v");
+    }
+  }
+}
+
 TEST(AttentionBackward, FloatMatchesDoubleAndThreadIndependent) {
   const AttnProblem p = make_attn({0, 37, 38, 101, 160}, {160, 6, 2, 16}, 30);
   std::vector<double> dq(p.q.size()), dk(p.k.size()), dv(p.v.size());

@@ -3,6 +3,7 @@
 // tiny sizes here (K <= 96 terms of magnitude ~1) f32 summation error stays below ~1e-5 relative.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -107,7 +108,7 @@ TEST(LogSoftmax, StableForLargeLogitsAndPropagatesNaN) {
   EXPECT_FALSE(std::isnan(out[0]));
 }
 
-// Naive causal GQA attention in double over the full score matrix of each sequence.
+// Naive causal GQA attention in double over the full score matrix of each sequence (keys t−W < j ≤ t with a window).
 static std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                           const std::vector<float>& v, const std::vector<int64_t>& cu,
                                           const AttentionShape& s, float scale) {
@@ -118,7 +119,8 @@ static std::vector<float> naive_attention(const std::vector<float>& q, const std
       for (int64_t h = 0; h < s.q_heads; ++h) {
         std::vector<double> p;
         double mx = -1e300;
-        for (int64_t j = cu[seq]; j <= t; ++j) {
+        const int64_t j0 = s.window > 0 ? std::max(cu[seq], t - s.window + 1) : cu[seq];  // window: t−W < j ≤ t
+        for (int64_t j = j0; j <= t; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += double(q[(t * s.q_heads + h) * D + d]) * k[(j * s.kv_heads + h / G) * D + d];
           p.push_back(dot * scale);
@@ -128,7 +130,7 @@ static std::vector<float> naive_attention(const std::vector<float>& q, const std
         for (auto& e : p) z += (e = std::exp(e - mx));
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
-          for (int64_t j = cu[seq]; j <= t; ++j) acc += p[j - cu[seq]] / z * v[(j * s.kv_heads + h / G) * D + d];
+          for (int64_t j = j0; j <= t; ++j) acc += p[j - j0] / z * v[(j * s.kv_heads + h / G) * D + d];
           out[(t * s.q_heads + h) * D + d] = static_cast<float>(acc);
         }
       }
@@ -145,6 +147,35 @@ TEST(Attention, MatchesNaiveForPackedSequencesAndAnyBlock) {
     std::vector<float> out(q.size());
     attention_forward(out.data(), q.data(), k.data(), v.data(), cu.data(), 3, s, scale, block);
     EXPECT_LT(max_rel_error(out.data(), expect.data(), out.size()), 1e-5) << "block " << block;
+  }
+}
+
+TEST(Attention, SlidingWindowMatchesNaiveMaskedAttention) {
+  // Windows shorter than, equal to and longer than the sequences; W = 1 sees only itself. GQA 6:2, odd lengths.
+  const std::vector<int64_t> cu{0, 13, 14, 47};
+  auto q = random_vector(47 * 6 * 12, 16), k = random_vector(47 * 2 * 12, 17), v = random_vector(47 * 2 * 12, 18);
+  const float scale = 1.0f / std::sqrt(12.0f);
+  std::vector<float> full(q.size());
+  attention_forward(full.data(), q.data(), k.data(), v.data(), cu.data(), 3, AttentionShape{47, 6, 2, 12}, scale);
+  for (int64_t window : {1, 3, 5, 33, 64}) {
+    const AttentionShape s{47, 6, 2, 12, window};
+    const auto expect = naive_attention(q, k, v, cu, s, scale);
+    for (int64_t block : {1, 5, 64}) {
+      std::vector<float> out(q.size());
+      attention_forward(out.data(), q.data(), k.data(), v.data(), cu.data(), 3, s, scale, block);
+      EXPECT_LT(max_rel_error(out.data(), expect.data(), out.size()), 1e-5) << "window " << window << " block " << block;
+    }
+    std::vector<float> out(q.size());
+    attention_forward(out.data(), q.data(), k.data(), v.data(), cu.data(), 3, s, scale);
+    if (window >= 33) {  // no sequence is longer than 33: the window changes nothing, bit for bit
+      EXPECT_EQ(out, full) << "window " << window;
+    } else {  // a window shorter than a sequence must change its later rows
+      EXPECT_GT(max_rel_error(out.data(), full.data(), out.size()), 1e-3) << "window " << window;
+    }
+    if (window == 1)  // only itself: out = v of its own kv head
+      for (int64_t t = 0; t < 47; ++t)
+        for (int64_t h = 0; h < 6; ++h)
+          for (int64_t d = 0; d < 12; ++d) EXPECT_FLOAT_EQ(out[(t * 6 + h) * 12 + d], v[(t * 2 + h / 3) * 12 + d]);
   }
 }
 

@@ -1,7 +1,9 @@
 // Causal grouped-query softmax attention over packed sequences: CPU reference, forward and backward.
 // Shapes (contiguous): q, out, d_out, dq [T, Hq, D], k, v, dk, dv [T, Hkv, D]; T is the total of all sequences,
 // sequence s spans tokens [cu_seqlens[s], cu_seqlens[s+1]). Query head h reads kv head h / (Hq / Hkv) (HF repeat_kv).
-// Token t attends to tokens of its own sequence at positions <= t. Scores are scaled by `scale` (HF: head_dim^-1/2,
+// Token t attends to tokens of its own sequence at positions <= t; with a sliding window W (shape.window > 0) only to
+// positions j with t − W < j <= t: W keys including itself (HF masking_utils sliding_window_overlay; OLMo-3 and
+// Cohere2 sliding_attention layers). Scores are scaled by `scale` (HF: head_dim^-1/2,
 // Granite: attention_multiplier). Exact softmax with the max subtracted (fp32 scores for T = float, the row sum in
 // double); queries are processed in blocks of `query_block` so scratch memory is O(query_block · T) per thread.
 //
@@ -24,7 +26,13 @@ struct AttentionShape {
   int64_t q_heads = 0;       // Hq
   int64_t kv_heads = 0;      // Hkv, divides Hq
   int64_t head_dim = 0;      // D
+  int64_t window = 0;        // sliding window W (keys t−W+1 .. t); 0 = unbounded causal attention
 };
+
+// First key position that query position `pos` sees under `window` (0 = unbounded): max(0, pos − W + 1).
+inline int64_t attention_window_begin(int64_t pos, int64_t window) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
 
 void attention_forward(float* out, const float* q, const float* k, const float* v, const int64_t* cu_seqlens,
                        int64_t n_seqs, const AttentionShape& shape, float scale, int64_t query_block = 64);

@@ -10,6 +10,9 @@
 // chunk is context_lens[n] tokens (cached before + this chunk), so its i-th query (of n_q = cu_seqlens[n+1] −
 // cu_seqlens[n]) sits at absolute position context_lens[n] − n_q + i and attends to the cached tokens 0 .. that
 // position: all earlier tokens plus the causal part of the chunk. Query head h reads kv head h / (Hq / Hkv).
+// window > 0 (a sliding-window layer): a query at position p attends only to positions p − window + 1 .. p (the
+// convention of attention.h); block table entries wholly before the chunk's first window are not read, so a caller
+// may release those blocks.
 //
 // Numerics: the operation order of attention_forward (ops/attention/attention.h) — fp32 scores scaled, max subtracted,
 // exp in fp32, row sum in double, p = e · (1/Σ), out = Σ_j p_j v_j in key order — so a prefill of a whole sequence
@@ -39,6 +42,6 @@ void attention_cache_write(float* k_cache, float* v_cache, const float* k, const
 void attention_cache_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
                              const PagedKvShape& cache, const int32_t* block_tables, int64_t max_blocks,
                              const int64_t* context_lens, const int64_t* cu_seqlens, int64_t n_seqs, int64_t q_heads,
-                             float scale);
+                             float scale, int64_t window = 0);
 
 }  // namespace hlm

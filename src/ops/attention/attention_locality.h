@@ -4,7 +4,9 @@
 // cu_seqlens [N+1], score scale `scale`; query head h reads kv head h / (Hq / Hkv).
 // Output recent_mass [T, n_windows] (overwritten): for the query at position t of its sequence and window w,
 //   recent_mass[t, w] = mean over the Hq heads of Σ_{j = max(0, t−w+1)}^{t} softmax_j(scale · q_t · k_j)
-// i.e. the share of mass on the last w keys including the query's own token (1 when t + 1 ≤ w).
+// i.e. the share of mass on the last w keys including the query's own token (1 when t + 1 ≤ w). A sliding-window
+// layer (shape.window = W > 0) has its softmax over keys max(0, t−W+1) .. t only, as the forward (attention.h): the
+// share is then 1 for every w ≥ W.
 // Computed one query row at a time (O(T) scratch per thread, never a T×T matrix); scores, max-subtracted exp and the
 // row sum in double. Threads split the queries; the result does not depend on the thread count.
 #pragma once

@@ -29,7 +29,8 @@ void attention_recent_mass(double* recent_mass, const float* q, const float* k, 
         for (int64_t h = 0; h < s.q_heads; ++h) {
           const float* qt = q + ((begin + t) * s.q_heads + h) * D;
           double max_score = -std::numeric_limits<double>::infinity();
-          for (int64_t j = 0; j <= t; ++j) {
+          const int64_t lo = attention_window_begin(t, s.window);  // the layer's own window: keys [lo, t]
+          for (int64_t j = lo; j <= t; ++j) {
             const float* kj = k + ((begin + j) * s.kv_heads + h / group) * D;
             double dot = 0.0;
             for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qt[d]) * kj[d];
@@ -37,14 +38,14 @@ void attention_recent_mass(double* recent_mass, const float* q, const float* k, 
             max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
           }
           double total = 0.0;
-          for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t j = lo; j <= t; ++j) {
             double& e = scores[static_cast<size_t>(j)];
             e = std::exp(e - max_score);  // unnormalised probability
             total += e;
           }
           for (int64_t w = 0; w < n_windows; ++w) {
             double recent = 0.0;
-            for (int64_t j = std::max<int64_t>(0, t - windows[w] + 1); j <= t; ++j)
+            for (int64_t j = std::max<int64_t>(lo, t - windows[w] + 1); j <= t; ++j)
               recent += scores[static_cast<size_t>(j)];
             out[w] += recent / total / static_cast<double>(s.q_heads);
           }

@@ -16,7 +16,7 @@ struct HeadView {
   int64_t seq_begin, h, kvh;
 };
 
-// Probabilities P [nq, q0+nq] (row i holds the q0+i+1 visible keys, the rest 0) of queries [q0, q0+nq) of a sequence:
+// Probabilities P [nq, q0+nq] (row i holds the keys in query q0+i's window, the rest 0) of queries [q0, q0+nq) of a sequence:
 // scores in T, max subtracted, exp in T, row sum in double, p = e · (1/Σ) — the forward's exact operation order.
 template <typename T>
 void attention_probs(std::vector<T>& probs, const T* q, const T* k, const HeadView& hv, int64_t q0, int64_t nq,
@@ -27,9 +27,9 @@ void attention_probs(std::vector<T>& probs, const T* q, const T* k, const HeadVi
   for (int64_t i = 0; i < nq; ++i) {
     const T* qi = q + ((hv.seq_begin + q0 + i) * s.q_heads + hv.h) * D;
     T* row = probs.data() + i * nk;
-    const int64_t visible = q0 + i + 1;
+    const int64_t visible = q0 + i + 1, lo = attention_window_begin(q0 + i, s.window);  // keys [lo, visible)
     T max_score = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = lo; j < visible; ++j) {
       const T* kj = k + ((hv.seq_begin + j) * s.kv_heads + hv.kvh) * D;
       T dot = T(0);
       for (int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
@@ -37,12 +37,12 @@ void attention_probs(std::vector<T>& probs, const T* q, const T* k, const HeadVi
       max_score = std::max(max_score, row[j]);
     }
     double denom = 0.0;
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = lo; j < visible; ++j) {
       row[j] = std::exp(row[j] - max_score);
       denom += row[j];
     }
     const T inv = static_cast<T>(1.0 / denom);
-    for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+    for (int64_t j = lo; j < visible; ++j) row[j] *= inv;
   }
 }
 
@@ -88,7 +88,7 @@ void attention_forward(T* out, const T* q, const T* k, const T* v, const int64_t
       for (int64_t i = 0; i < it.nq; ++i) {  // out = P · V
         T* oi = out + ((hv.seq_begin + it.q0 + i) * s.q_heads + it.h) * D;
         std::fill(oi, oi + D, T(0));
-        for (int64_t j = 0; j < it.q0 + i + 1; ++j) {
+        for (int64_t j = attention_window_begin(it.q0 + i, s.window); j < it.q0 + i + 1; ++j) {
           const T p = probs[static_cast<size_t>(i * nk + j)];
           const T* vj = v + ((hv.seq_begin + j) * s.kv_heads + hv.kvh) * D;
           for (int64_t d = 0; d < D; ++d) oi[d] += p * vj[d];
@@ -134,13 +134,14 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* q, const T
           attention_probs(probs, q, k, hv, q0, nq, s, scale_t);
           for (int64_t i = 0; i < nq; ++i) {
             const int64_t tq = begin + q0 + i, visible = q0 + i + 1;
+            const int64_t lo = attention_window_begin(q0 + i, s.window);  // keys outside [lo, visible) are masked
             const T* doi = d_out + (tq * Hq + h) * D;
             const T* qi = q + (tq * Hq + h) * D;
             const T* p = probs.data() + i * nk;
             // dP_ij = dO_i · v_j; rowsum(dO ⊙ O) = Σ_j P_ij dP_ij.
             ds_row.assign(static_cast<size_t>(visible), 0.0);
             double p_dp = 0.0;
-            for (int64_t j = 0; j < visible; ++j) {
+            for (int64_t j = lo; j < visible; ++j) {
               const T* vj = v + ((begin + j) * Hkv + kvh) * D;
               double dp = 0.0;
               for (int64_t d = 0; d < D; ++d) dp += static_cast<double>(doi[d]) * static_cast<double>(vj[d]);
@@ -148,7 +149,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* q, const T
               p_dp += static_cast<double>(p[j]) * dp;
             }
             std::fill(dqi.begin(), dqi.end(), 0.0);
-            for (int64_t j = 0; j < visible; ++j) {
+            for (int64_t j = lo; j < visible; ++j) {
               const double pj = static_cast<double>(p[j]);
               const double ds = pj * (ds_row[static_cast<size_t>(j)] - p_dp) * scale_d;  // scale · dS_ij
               const T* kj = k + ((begin + j) * Hkv + kvh) * D;

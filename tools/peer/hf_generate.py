@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """HF transformers `generate` timing: the serving peer of bench/bench_generate.cpp (issue #18 item 5).
 
-Runs on the GPU machine (PyTorch + transformers 5.x, no internet). A random-weight Qwen3ForCausalLM of a named shape
-(the same shapes as bench_generate's built-ins) generates greedily from B random prompts of L tokens, SDPA attention,
-HF's default dynamic KV cache. Per (dtype, L, B) it times, after one warm-up call:
+Runs on the GPU machine (PyTorch + transformers 5.x, no internet). A random-weight model of a named shape (the same
+shapes as bench_generate's built-ins) generates greedily from B random prompts of L tokens, SDPA attention, HF's
+default dynamic cache. Full-attention shapes are Qwen3ForCausalLM; the hybrid shapes (qwen3_4b_hybrid,
+olmo_hybrid_7b: every 4th layer full attention, the rest Gated DeltaNet with bench_generate's head counts) are
+Qwen3NextForCausalLM with dense MLPs (no experts) -- transformers' GDN hybrid whose fast path is FLA's kernels.
+Its attention layers carry Qwen3-Next's output gate (a q projection twice as wide) and partial rotary, so they do a
+little more work than ours. --with-fla puts .anchors (FLA's fla/ and the causal_conv1d stand-in, see
+../shared/bench/README.md) on the import path first; the JSON line's `gdn_kernel` names the module the GDN layers
+call (fla.* when FLA is used, transformers' torch fallback otherwise). Per (dtype, L, B) it times, after one warm-up call:
     prefill_s   generate(max_new_tokens=1): the prompt forward plus one token
     decode      generate(max_new_tokens=N, min_new_tokens=N) minus the prefill call, over N - 1 decode steps
 and prints one JSON line each: shape, dtype, L, B, prefill_s, decode_ms_per_step, decode_tok_s (B tokens per step),
@@ -17,6 +23,9 @@ import json
 import time
 
 import torch
+import os
+import sys
+
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 # bench_generate's built-in dense shapes (bench/bench_generate.cpp header).
@@ -26,6 +35,42 @@ SHAPES = {
     "olmo3_7b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=32,
                      head_dim=128, intermediate_size=11008, vocab_size=100278, tie_word_embeddings=False),
 }
+# The hybrids: the dense shape above plus GDN heads (key / value heads of 128, conv 4), 3 GDN : 1 attention.
+HYBRIDS = {
+    "qwen3_4b_hybrid": ("qwen3_4b", dict(linear_num_key_heads=16, linear_num_value_heads=32)),
+    "olmo_hybrid_7b": ("olmo3_7b", dict(linear_num_key_heads=32, linear_num_value_heads=32)),
+}
+
+
+def use_fla():
+    # FLA refuses its gated backward on Triton < 3.7.1 on Hopper; inference does not use it, the guard is lifted as
+    # peer_probe.py does so that the import succeeds.
+    sys.path.insert(0, os.path.join(os.getcwd(), ".anchors"))
+    import fla.ops.common.chunk_o as co
+    co.TRITON_ABOVE_3_7_1 = True
+
+
+def build_model(shape, dtype):
+    """(model, vocab_size, gdn_kernel) for a named shape, random weights on the GPU."""
+    if shape in SHAPES:
+        cfg = Qwen3Config(**SHAPES[shape], max_position_embeddings=40960, rope_theta=1e6,
+                          attn_implementation="sdpa", dtype=dtype)
+        with torch.device("cuda"):
+            return Qwen3ForCausalLM(cfg).to(dtype).eval(), cfg.vocab_size, None
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+    base, gdn = HYBRIDS[shape]
+    dense = dict(SHAPES[base])
+    layers = dense["num_hidden_layers"]
+    types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    cfg = Qwen3NextConfig(**dense, **gdn, linear_key_head_dim=128, linear_value_head_dim=128,
+                          linear_conv_kernel_dim=4, layer_types=types, mlp_only_layers=list(range(layers)),
+                          num_experts=0, max_position_embeddings=40960, rope_theta=1e6,
+                          attn_implementation="sdpa", dtype=dtype)
+    with torch.device("cuda"):
+        model = Qwen3NextForCausalLM(cfg).to(dtype).eval()
+    la = model.model.layers[0].linear_attn
+    kernel = getattr(getattr(la, "chunk_gated_delta_rule", None), "__module__", None)
+    return model, cfg.vocab_size, str(kernel)
 
 
 def timed(fn):
@@ -38,24 +83,24 @@ def timed(fn):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="qwen3_4b", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="qwen3_4b", choices=sorted(SHAPES) + sorted(HYBRIDS))
+    ap.add_argument("--with-fla", action="store_true", help="use FLA from .anchors for the GDN layers")
     ap.add_argument("--contexts", default="1024")
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args()
+    if args.with_fla:
+        use_fla()
     torch.manual_seed(0)
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
-        cfg = Qwen3Config(**SHAPES[args.shape], max_position_embeddings=40960, rope_theta=1e6,
-                          attn_implementation="sdpa", dtype=dtype)
-        with torch.device("cuda"):
-            model = Qwen3ForCausalLM(cfg).to(dtype).eval()
+        model, vocab_size, gdn_kernel = build_model(args.shape, dtype)
         model.generation_config.eos_token_id = None
         model.generation_config.pad_token_id = 0
         for L in (int(x) for x in args.contexts.split(",")):
             for B in (int(x) for x in args.batches.split(",")):
-                ids = torch.randint(1, cfg.vocab_size, (B, L), device="cuda")
+                ids = torch.randint(1, vocab_size, (B, L), device="cuda")
                 mask = torch.ones_like(ids)
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -77,7 +122,8 @@ def main():
                 print(json.dumps(dict(shape=args.shape, dtype=dtype_name, L=L, B=B, prefill_s=round(prefill_s, 4),
                                       decode_ms_per_step=round(step_ms, 3),
                                       decode_tok_s=round(B / step_ms * 1e3, 1),
-                                      peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2))), flush=True)
+                                      peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
+                                      gdn_kernel=gdn_kernel)), flush=True)
         del model
         torch.cuda.empty_cache()
 

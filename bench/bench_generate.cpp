@@ -48,6 +48,8 @@
 // Output: --out DIR/bench_generate.json and .md (the Markdown table is printed too).
 // Usage: bench_generate [--models LIST] [--contexts 1024,4096,...] [--batches 1,4,...] [--decode-steps N]
 //                       [--prefill-chunk N] [--layers N] [--max-prefill-tokens N] [--precision bf16|fp32]
+//                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
+//                       each (L, B) once per mode, on the same weights)
 //                       (--batches may end with `max`: the largest B that fits, after the smaller ones)
 //                       [--out DIR] [--configs-only]
 //        bench_generate --search-context [--models LIST] [--memory-caps 48G,device] [--prefill-chunk N]
@@ -99,6 +101,9 @@ struct Options {
   std::string out = "bench_generate_out";
   bool configs_only = false;  // print the parsed shapes and the plan's bytes, no GPU
   std::string precision = "bf16";
+  // --cuda-graphs on|off|off,on: decode steps as CUDA graphs (infer/cuda/cuda_engine.h); with both, each (L, B) runs
+  // once per mode on the same weights (before/after in one process).
+  std::vector<bool> graph_modes{true};
   bool search_context = false;
   std::vector<std::string> memory_caps{"48G", "device"};
   int64_t search_probe = 16384;       // the longest of the three timed probe prefills (L/4, L/2, L)
@@ -139,6 +144,17 @@ Options parse(int argc, char** argv) {
     else if (a == "--configs-only") o.configs_only = true;
     else if (a == "--max-prefill-tokens") o.max_prefill_tokens = std::atoll(next().c_str());
     else if (a == "--precision") o.precision = next();
+    else if (a == "--cuda-graphs") {
+      o.graph_modes.clear();
+      for (const std::string& v : split(next())) {
+        if (v != "on" && v != "off") {
+          std::fprintf(stderr, "--cuda-graphs takes on, off or a list of them, got '%s'\n", v.c_str());
+          std::exit(2);
+        }
+        o.graph_modes.push_back(v == "on");
+      }
+      if (o.graph_modes.empty()) o.graph_modes.push_back(true);
+    }
     else if (a == "--search-context") o.search_context = true;
     else if (a == "--memory-caps") o.memory_caps = split(next());
     else if (a == "--search-probe") o.search_probe = std::atoll(next().c_str());
@@ -279,6 +295,12 @@ json batches_json(const std::vector<int64_t>& batches) {
 
 int64_t kv_element_bytes(const Options& o) { return o.precision == "bf16" ? 2 : 4; }
 
+CudaEngineOptions engine_options(bool graphs) {
+  CudaEngineOptions e;
+  e.cuda_graphs = graphs;
+  return e;
+}
+
 // Device bytes the engine's state pools take for `plan`, as the caching allocator sizes them (one K and one V pool
 // per attention layer, four GDN pools per GDN layer: cuda_engine.cpp).
 double pool_device_bytes(const ModelConfig& c, const MemoryPlan& plan) {
@@ -351,7 +373,7 @@ SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
-  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L));
+  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
   const std::vector<int> slots{engine->open_sequence(L)};
   const std::vector<std::vector<int32_t>> prompts{random_ids(L, config.vocab_size, 1)};
   SingleRun r;
@@ -622,7 +644,10 @@ int main(int argc, char** argv) {
       double activation_peak_b1 = -1;
       int64_t largest_b = -1;  // from the smallest-B run at this L
       const int64_t tokens_each = L + o.decode_steps;
-      for (const int64_t B_opt : o.batches) {
+      std::vector<std::pair<int64_t, bool>> runs;  // (B, CUDA graphs)
+      for (const int64_t b : o.batches)
+        for (const bool g : o.graph_modes) runs.emplace_back(b, g);
+      for (const auto& [B_opt, graphs] : runs) {
         const bool max_batch = B_opt == kMaxBatch;
         const int64_t B = max_batch ? largest_b : B_opt;
         if (B < 1) {
@@ -637,7 +662,7 @@ int main(int argc, char** argv) {
         json row = {{"model", name},        {"layers", config.num_hidden_layers},
                     {"context", L},         {"batch", B},
                     {"max_batch_run", max_batch}, {"prefill_group", group},
-                    {"precision", o.precision},
+                    {"precision", o.precision}, {"cuda_graphs", graphs},
                     {"decode_steps", o.decode_steps}, {"prefill_chunk", o.prefill_chunk},
                     {"plan_state_bytes", plan.total_bytes()}};
         if (o.max_prefill_tokens > 0 && B * L > o.max_prefill_tokens) {
@@ -662,7 +687,7 @@ int main(int argc, char** argv) {
         try {  // an out-of-memory (or any) failure is recorded and the next configuration runs
           ctx.allocator().release_cached();
           ctx.allocator().reset_peaks();
-          auto engine = make_cuda_engine(*gpu, plan);
+          auto engine = make_cuda_engine(*gpu, plan, engine_options(graphs));
           std::vector<int> slots;
           std::vector<std::vector<int32_t>> prompts;
           for (int64_t b = 0; b < B; ++b) {
@@ -723,6 +748,10 @@ int main(int argc, char** argv) {
           }
           const double seq_bytes = double(plan.sequence_bytes(tokens_each));
           const int64_t gpus_1024 = largest_b > 0 ? (1024 + largest_b - 1) / largest_b : -1;
+          const CudaEngineGraphStats gstats = cuda_engine_graph_stats(*engine);
+          row.update({{"graph_captures", gstats.captures},
+                      {"graph_replays", gstats.replays},
+                      {"graph_failures", gstats.failures}});
           row.update({{"prefill_seconds", prefill_s},
                       {"prefill_tokens_per_second", double(B * L) / prefill_s},
                       {"decode_seconds", decode_s},
@@ -756,7 +785,8 @@ int main(int argc, char** argv) {
           std::snprintf(line, sizeof line,
                         "| %s | %s | %lld | %lld | %lld | %.3f | %.0f | %.2f | %.1f | %.2f | %.2f | %s | %s | %lld | "
                         "%lld |\n",
-                        name.c_str(), o.precision.c_str(), static_cast<long long>(config.num_hidden_layers),
+                        name.c_str(), (o.precision + (graphs ? "" : ", no graphs")).c_str(),
+                        static_cast<long long>(config.num_hidden_layers),
                         static_cast<long long>(L), static_cast<long long>(B), prefill_s, double(B * L) / prefill_s,
                         1e3 * median_step, o.decode_steps > 0 ? double(B * o.decode_steps) / decode_s : 0.0,
                         gib(double(st.peak_bytes_in_use)), gib(double(used)), mib_pair(kv_layer, kv_arith).c_str(),

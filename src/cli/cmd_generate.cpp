@@ -1,7 +1,7 @@
 // `hybridlm generate MODEL_DIR [--tokenizer FILE|bytes] (--prompt TEXT | --file F | --ids 1,2,3 | --batch F.jsonl)
 //  [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]... [--max-memory SIZE]
 //  [--block-size N] [--prefill-chunk N] [--max-batch N] [--state-report] [--device cpu|cuda] [--precision fp32|bf16]
-//  [--json]`:
+//  [--cuda-graphs on|off] [--json]`:
 // text generation with the inference engine (infer/): chunked prefill, then batched token-by-token decode over a paged
 // KV cache and GDN recurrent state. One request streams its text to stdout as it is produced (statistics to stderr);
 // --json prints one object at the end instead; --batch runs every JSONL line as a request, together, and prints one
@@ -38,6 +38,7 @@ namespace {
 struct GenerateCliOptions {
   std::string model_dir, tokenizer, prompt, file, ids, batch, max_memory, device = "cpu";
   std::string precision;  // "", fp32 or bf16 ("": bf16 on cuda, fp32 on cpu)
+  std::string cuda_graphs = "on";  // --cuda-graphs on|off (CUDA engine: decode steps as CUDA graphs)
   int64_t max_new_tokens = 64, block_size = kDefaultKvBlockSize, prefill_chunk = 512, max_batch = 64;
   SamplingParams sampling;
   std::vector<std::string> stop;
@@ -169,6 +170,8 @@ int run_generate(const GenerateCliOptions& o) {
   HLM_CHECK_INPUT(precision == "fp32" || o.device == "cuda",
                   "--precision bf16 needs --device cuda (the CPU engine runs fp32 only)");
   const int64_t kv_element_bytes = precision == "bf16" ? 2 : 4;
+  HLM_CHECK_INPUT(o.cuda_graphs == "on" || o.cuda_graphs == "off", "--cuda-graphs must be on or off, got '",
+                  o.cuda_graphs, "'");
   HLM_CHECK_INPUT(o.sources_given == 1, "generate: give exactly one of --prompt, --file, --ids or --batch");
   HLM_CHECK_INPUT(o.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", o.max_new_tokens);
   HLM_CHECK_INPUT(o.block_size > 0, "--block-size must be positive, got ", o.block_size);
@@ -242,8 +245,10 @@ int run_generate(const GenerateCliOptions& o) {
     cuda_model = std::make_unique<CudaModel>(CudaModel::upload(model, *cuda_ctx));
     if (precision == "bf16") cuda_model->drop_fp32_weights();  // weights held once, in bf16
   }
+  CudaEngineOptions engine_options = cuda_engine_default_options();
+  engine_options.cuda_graphs = engine_options.cuda_graphs && o.cuda_graphs == "on";
   std::unique_ptr<InferenceEngine> engine =
-      cuda_model ? make_cuda_engine(*cuda_model, plan) : make_cpu_engine(model, plan);
+      cuda_model ? make_cuda_engine(*cuda_model, plan, engine_options) : make_cpu_engine(model, plan);
 #else
   std::unique_ptr<InferenceEngine> engine = make_cpu_engine(model, plan);
 #endif
@@ -375,6 +380,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& action) {
       "  hybridlm generate runs/student --tokenizer bytes --prompt 'Once upon' --temperature 0.8 --top-p 0.9 --seed 1\n"
       "  hybridlm generate runs/student --ids 1,2,3 --max-new-tokens 8 --json\n"
       "  hybridlm generate models/qwen3-0.6b --device cuda --precision fp32 --prompt 'Hello' --max-new-tokens 16\n"
+      "  hybridlm generate models/qwen3-0.6b --device cuda --cuda-graphs off --prompt 'Hello' --max-new-tokens 16\n"
       "  hybridlm generate runs/student --tokenizer bytes --batch prompts.jsonl --max-memory 256M --state-report");
   cmd->add_option("model_dir", o->model_dir, "HF model directory (config.json + safetensors)")->required();
   cmd->add_option("--tokenizer", o->tokenizer,
@@ -400,6 +406,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--device", o->device, "cpu (default) or cuda (the CUDA inference engine)");
   cmd->add_option("--precision", o->precision,
                   "fp32 or bf16 (bf16: CUDA only, its default; fp32: the CPU's only precision)");
+  cmd->add_option("--cuda-graphs", o->cuda_graphs,
+                  "on (default) or off: --device cuda replays each decode step's shape as a CUDA graph "
+                  "(docs/inference.md); off runs every step eagerly (same results)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object (ids, text, finish_reason, timings, peak state)");
   cmd->callback([o, cmd, &action] {
     o->sources_given = 0;

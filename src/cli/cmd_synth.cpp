@@ -22,6 +22,7 @@ namespace {
 
 struct SynthCliOptions {
   std::string config, out, device = "cpu", precision = "fp32", profile_steps;
+  int64_t bucket_tokens = 128;     // --device cuda: pad each step's batch to a multiple of this many tokens (0: off)
   std::vector<std::string> tasks;  // replaces the config's `tasks` when given
 };
 
@@ -73,8 +74,10 @@ SynthDevice synth_device_for(const SynthCliOptions& o) {
                   o.precision, "'");
   HLM_CHECK_INPUT(o.device == "cuda" || (o.precision == "fp32" && o.profile_steps.empty()),
                   "--precision bf16 and --profile-steps need --device cuda");
+  HLM_CHECK_INPUT(o.bucket_tokens >= 0, "--bucket-tokens: must be >= 0, got ", o.bucket_tokens);
   SynthDevice device;
   if (o.device == "cpu") return device;
+  device.bucket_tokens = o.bucket_tokens;
   int64_t first = 0, last = -1;
   if (!o.profile_steps.empty()) {
     long long a = 0, b = 0;
@@ -168,6 +171,10 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
                   "with the CUDA backend)")
       ->capture_default_str();
   cmd->add_option("--precision", o->precision, "fp32, or bf16 (--device cuda: bf16 products, fp32 master weights)")
+      ->capture_default_str();
+  cmd->add_option("--bucket-tokens", o->bucket_tokens,
+                  "--device cuda: pad each training step's packed items with short pad sequences (no loss) to a "
+                  "multiple of N tokens, so steps repeat a few shapes (0: no padding; docs/synth.md)")
       ->capture_default_str();
   cmd->add_option("--profile-steps", o->profile_steps,
                   "FIRST:LAST (--device cuda): bracket these steps of each pair with cudaProfilerStart/Stop for the "

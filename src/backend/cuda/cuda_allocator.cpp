@@ -25,6 +25,9 @@ CudaAllocator::~CudaAllocator() {
   // Errors are ignored here: at process exit the CUDA runtime may already be unloading.
   for (auto& [cls, blocks] : free_lists_)
     for (void* p : blocks) cudaFree(p);
+  for (auto& [id, pool] : pools_)
+    for (auto& [cls, blocks] : pool.free_lists)
+      for (void* p : blocks) cudaFree(p);
 }
 
 void* CudaAllocator::allocate(size_t bytes) {
@@ -33,14 +36,16 @@ void* CudaAllocator::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.num_allocs;
   void* ptr = nullptr;
-  auto it = free_lists_.find(cls);
-  if (it != free_lists_.end() && !it->second.empty()) {
+  Pool* pool = active_pool_ != 0 ? &pools_.at(active_pool_) : nullptr;
+  FreeLists& lists = pool != nullptr ? pool->free_lists : free_lists_;
+  auto it = lists.find(cls);
+  if (it != lists.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
     ++stats_.num_cache_hits;
   } else {
     cudaError_t status = cudaMalloc(&ptr, cls);
-    if (status == cudaErrorMemoryAllocation) {
+    if (status == cudaErrorMemoryAllocation && pool == nullptr) {
       cudaGetLastError();  // clear it, give the cache back to the driver, and retry once
       release_cached_locked();
       status = cudaMalloc(&ptr, cls);
@@ -49,14 +54,15 @@ void* CudaAllocator::allocate(size_t bytes) {
       cudaGetLastError();
       throw_internal_error("CUDA out of memory: cannot allocate ", bytes, " bytes (class ", cls, "); allocator holds ",
                            stats_.bytes_reserved, " bytes, ", stats_.bytes_in_use, " in use, peak ",
-                           stats_.peak_bytes_in_use);
+                           stats_.peak_bytes_in_use, pool != nullptr ? " (inside a private pool)" : "");
     }
     HLM_CUDA_CHECK(status);
     ++stats_.num_device_mallocs;
     stats_.bytes_reserved += cls;
     stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+    if (pool != nullptr) pool->bytes += cls;
   }
-  live_.emplace(ptr, std::make_pair(cls, bytes));
+  live_.emplace(ptr, Live{cls, bytes, active_pool_});
   stats_.bytes_in_use += cls;
   stats_.bytes_requested += bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -68,11 +74,58 @@ void CudaAllocator::deallocate(void* ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   HLM_CHECK(it != live_.end(), "CudaAllocator::deallocate: pointer was not allocated here (or freed twice)");
-  const auto [cls, requested] = it->second;
+  const Live block = it->second;
   live_.erase(it);
-  stats_.bytes_in_use -= cls;
-  stats_.bytes_requested -= requested;
-  free_lists_[cls].push_back(ptr);
+  stats_.bytes_in_use -= block.cls;
+  stats_.bytes_requested -= block.requested;
+  // Inside a capture every freed block joins the active pool; a pool's block goes back to its pool while it exists.
+  uint64_t owner = active_pool_ != 0 ? active_pool_ : block.pool;
+  auto pool = pools_.find(owner);
+  if (pool == pools_.end()) {
+    free_lists_[block.cls].push_back(ptr);
+    return;
+  }
+  if (block.pool != owner) pool->second.bytes += block.cls;  // a general block adopted by the capture's pool
+  pool->second.free_lists[block.cls].push_back(ptr);
+}
+
+uint64_t CudaAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t id = next_pool_++;
+  pools_.emplace(id, Pool{});
+  return id;
+}
+
+void CudaAllocator::begin_pool(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  HLM_CHECK(active_pool_ == 0, "CudaAllocator::begin_pool: pool ", active_pool_, " is still active");
+  HLM_CHECK(pools_.count(id) == 1, "CudaAllocator::begin_pool: no pool ", id);
+  active_pool_ = id;
+}
+
+void CudaAllocator::end_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_pool_ = 0;
+}
+
+void CudaAllocator::release_pool(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (active_pool_ == id) active_pool_ = 0;
+  auto pool = pools_.find(id);
+  if (pool == pools_.end()) return;
+  for (auto& [cls, blocks] : pool->second.free_lists) {
+    std::vector<void*>& general = free_lists_[cls];
+    general.insert(general.end(), blocks.begin(), blocks.end());
+  }
+  for (auto& [ptr, block] : live_)
+    if (block.pool == id) block.pool = 0;
+  pools_.erase(pool);
+}
+
+size_t CudaAllocator::pool_bytes(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto pool = pools_.find(id);
+  return pool == pools_.end() ? 0 : pool->second.bytes;
 }
 
 void CudaAllocator::release_cached() {

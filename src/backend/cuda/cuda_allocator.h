@@ -14,6 +14,18 @@
 // Out of memory: the allocator frees every cached block and retries once, then throws hlm::Error with its stats.
 // Thread-safe (one mutex). Device: the device that is current when allocate() first calls cudaMalloc; a context sets
 // its device before use.
+//
+// Private pools (CUDA graphs, backend/cuda/cuda_graph.h): a graph replays kernels on the addresses it was captured
+// with, so a block a captured kernel touches must not be handed to anything else while the graph lives. Between
+// begin_pool(id) and end_pool(), every allocate() is served from pool `id` (its own free lists, else cudaMalloc) and
+// every deallocate() puts the block on pool `id`'s free lists, whoever allocated it (a general block freed inside
+// the capture may still be read by a captured kernel). A pool's blocks freed later go back to that pool, never to the
+// general lists, and are handed out only while that pool is active again. release_pool(id) ends the pool: its idle
+// blocks join the general free lists and its live blocks become general blocks (freed to the general lists). Within
+// one capture, reusing a pool block freed earlier in the same capture is safe for the same reason as on the stream:
+// the captured work is one chain on one stream, replayed in order. One active pool at a time. While a pool is
+// active an out-of-memory throws at once (no release of the cache: cudaFree inside a stream capture is not allowed).
+// release_cached() frees general idle blocks only.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -56,11 +68,30 @@ class CudaAllocator {
   // The class a request of `bytes` is rounded to (>= bytes; 0 for 0).
   static size_t size_class(size_t bytes);
 
+  // Private pools (header comment). create_pool returns a new id (> 0); begin_pool needs no other pool active.
+  uint64_t create_pool();
+  void begin_pool(uint64_t id);
+  void end_pool();
+  void release_pool(uint64_t id);
+  // Bytes of the blocks a pool holds (live and idle; for the memory reports).
+  size_t pool_bytes(uint64_t id) const;
+
  private:
+  using FreeLists = std::unordered_map<size_t, std::vector<void*>>;  // size class -> idle blocks
+  struct Live {
+    size_t cls = 0, requested = 0;
+    uint64_t pool = 0;  // 0: general
+  };
+  struct Pool {
+    FreeLists free_lists;
+    size_t bytes = 0;  // size classes of every block the pool holds
+  };
   void release_cached_locked();
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_lists_;         // size class -> idle blocks
-  std::unordered_map<void*, std::pair<size_t, size_t>> live_;         // block -> (size class, requested)
+  FreeLists free_lists_;                       // general idle blocks
+  std::unordered_map<void*, Live> live_;
+  std::unordered_map<uint64_t, Pool> pools_;
+  uint64_t next_pool_ = 1, active_pool_ = 0;
   CudaAllocatorStats stats_;
 };
 

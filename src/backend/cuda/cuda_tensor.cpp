@@ -1,5 +1,8 @@
 #include "backend/cuda/cuda_tensor.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_error.h"
 
@@ -17,6 +20,16 @@ void cuda_copy_to_device(CudaContext& ctx, void* dst, const void* src, size_t by
   if (bytes == 0) return;
   HLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
   ctx.synchronize();
+}
+
+void cuda_copy_to_device_async(CudaContext& ctx, void* dst, const void* src, size_t bytes) {
+  static const bool sync = [] {
+    const char* env = std::getenv("HLM_SYNC_UPLOADS");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  if (bytes == 0) return;
+  HLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
+  if (sync) ctx.synchronize();
 }
 
 void cuda_copy_to_host(CudaContext& ctx, void* dst, const void* src, size_t bytes) {

@@ -1,7 +1,7 @@
 // Device tensors and host<->device copies. A CudaTensor is a contiguous device buffer (from the context's caching
 // allocator) with a Shape and a DType, the device twin of a contiguous hlm::Tensor. Copies run on the context's
 // stream and wait for it (host tensors are pageable memory), so the host side may be reused when they return.
-// Non-goals: strided device views, pinned staging buffers, asynchronous copies (later, with the training loop).
+// Non-goals: strided device views, pinned staging buffers.
 #pragma once
 #include <cstddef>
 
@@ -47,6 +47,13 @@ void cuda_copy(CudaContext& ctx, CudaTensor& dst, const Tensor& src);
 void cuda_copy(CudaContext& ctx, Tensor& dst, const CudaTensor& src);
 // Raw byte copies on the context's stream, waited for.
 void cuda_copy_to_device(CudaContext& ctx, void* dst, const void* src, size_t bytes);
+// Host -> device on the context's stream WITHOUT waiting for the stream: `src` is pageable memory, which CUDA copies
+// (to its staging memory or to the device) before cudaMemcpyAsync returns (CUDA's API synchronization rules), so
+// `src` may be freed on return; `dst` is written in stream order (work queued later sees it). For the small per-step
+// uploads of training (token ids, cu_seqlens, loss weights): a wait per upload drains the GPU's queue, which then
+// idles while the host queues the next launches. HLM_SYNC_UPLOADS=1 makes it wait like cuda_copy_to_device (a
+// diagnostic for measuring the difference).
+void cuda_copy_to_device_async(CudaContext& ctx, void* dst, const void* src, size_t bytes);
 void cuda_copy_to_host(CudaContext& ctx, void* dst, const void* src, size_t bytes);
 
 }  // namespace hlm

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <limits>
 
 #include "core/rng.h"
@@ -72,6 +74,28 @@ PackedBatch answer_batch(const PackedItems& packed) {
   for (size_t b = 0; b < packed.last.size(); ++b) out.targets[static_cast<size_t>(packed.last[b])] = packed.targets[b];
   return out;
 }
+
+}  // namespace
+
+void synth_pad_batch(PackedBatch& batch, int64_t bucket) {
+  if (bucket <= 0) return;
+  int64_t missing = (bucket - batch.batch.total_tokens() % bucket) % bucket;
+  while (missing > 0) {
+    const int64_t piece = std::min<int64_t>(missing, 64);
+    batch.batch.add_sequence(std::vector<int32_t>(static_cast<size_t>(piece), SynthVocab::kPad));
+    batch.targets.insert(batch.targets.end(), static_cast<size_t>(piece), -100);
+    batch.language.insert(batch.language.end(), static_cast<size_t>(piece), 0);
+    missing -= piece;
+  }
+}
+
+namespace {
+
+// One training step's input: the items packed, and (device runs) the device batch.
+struct StepInput {
+  PackedItems packed;
+  PackedBatch device_batch;
+};
 
 // Rows `rows` of src [T, H] gathered into [rows.size(), H].
 Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& rows) {
@@ -143,19 +167,45 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
   const auto t_train = Clock::now();
   double window_loss = 0.0, window_correct = 0.0;
   int64_t window_steps = 0, window_items = 0;
-  for (int64_t s = 1; s <= c.steps; ++s) {
+  // The next step's items are generated (and packed) on a worker thread while this step runs: they depend only on
+  // the config and the step number, so the results are those of the serial loop.
+  const auto make_input = [&](int64_t step) {
+    StepInput in;
     std::vector<SynthItem> items;
     items.reserve(static_cast<size_t>(c.batch_size));
     for (int64_t b = 0; b < c.batch_size; ++b)
-      items.push_back(training_item(c, task, vocab, s, static_cast<uint64_t>((s - 1) * c.batch_size + b)));
-    const PackedItems packed = pack(items);
+      items.push_back(training_item(c, task, vocab, step, static_cast<uint64_t>((step - 1) * c.batch_size + b)));
+    in.packed = pack(items);
+    if (trainer) {
+      in.device_batch = answer_batch(in.packed);
+      synth_pad_batch(in.device_batch, device.bucket_tokens);
+    }
+    return in;
+  };
+  // HLM_SYNTH_HOST_TIMES=1: print the host's time per step waiting for the batch and inside the device step;
+  // HLM_SYNTH_PREFETCH=0: generate each step's items when it starts (diagnostics for docs/benchmarks.md).
+  const bool host_times = std::getenv("HLM_SYNTH_HOST_TIMES") != nullptr;
+  const char* prefetch_env = std::getenv("HLM_SYNTH_PREFETCH");
+  const std::launch policy =
+      prefetch_env != nullptr && std::strcmp(prefetch_env, "0") == 0 ? std::launch::deferred : std::launch::async;
+  double wait_seconds = 0.0, step_seconds = 0.0;
+  std::future<StepInput> next;
+  if (c.steps >= 1) next = std::async(policy, make_input, int64_t{1});
+  for (int64_t s = 1; s <= c.steps; ++s) {
+    const auto t_wait = Clock::now();
+    const StepInput input = next.get();
+    wait_seconds += seconds_since(t_wait);
+    if (s < c.steps) next = std::async(policy, make_input, s + 1);
+    const PackedItems& packed = input.packed;
     const int64_t T = packed.batch.total_tokens(), B = c.batch_size;
 
     // One step: {answer CE, answers right (NaN on a device: it reports the loss only), gradient norm}.
     double loss = 0.0, correct = std::numeric_limits<double>::quiet_NaN(), norm = 0.0;
     lr_schedule_apply(optimizer, schedule, s);
     if (trainer) {
-      loss = trainer->step(answer_batch(packed), 1, 1.0, c.clip, &norm, 1).loss;
+      const auto t_step = Clock::now();
+      loss = trainer->step(input.device_batch, 1, 1.0, c.clip, &norm, 1).loss;
+      step_seconds += seconds_since(t_step);
     } else {
       grad_zero(grad_list);
       const ForwardTrace trace = model_forward_train(model, packed.batch);
@@ -198,6 +248,14 @@ SynthPairResult synth_train_and_eval(const SynthConfig& c, SynthTask task, Synth
     }
   }
   if (trainer) trainer->sync_to_host();
+  if (host_times && c.steps > 0) {
+    char line[200];
+    std::snprintf(line, sizeof line, "  %s/%s host: %.3f ms/step waiting for the next batch, %.3f ms/step in the "
+                  "device step (of %.3f ms/step)", result.task.c_str(), result.arch.c_str(),
+                  1e3 * wait_seconds / static_cast<double>(c.steps), 1e3 * step_seconds / static_cast<double>(c.steps),
+                  1e3 * seconds_since(t_train) / static_cast<double>(c.steps));
+    log(line);
+  }
   result.steps = c.steps;
   result.train_seconds = seconds_since(t_train);
   result.tokens_per_second = static_cast<double>(result.train_tokens) / std::max(result.train_seconds, 1e-9);

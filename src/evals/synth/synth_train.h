@@ -59,11 +59,22 @@ using SynthLog = std::function<void(const std::string& line)>;
 // groups' scheduled lr, the device holds weights and moments (sync_to_host before evaluation). The device reports
 // no per-step accuracy (the progress line shows loss only). With make_forward, evaluation runs the function it
 // returns for the trained host model (logits [N, V] of each sequence's last token, as Model::forward).
+// bucket_tokens > 0 pads each device step's batch with short pad-token sequences (targets −100, so the loss and the
+// gradient are those of the items alone, up to summation order) to a multiple of that many tokens (fewer distinct
+// step shapes: the device's per-shape host work is then paid once per bucket).
 struct SynthDevice {
   std::string name = "cpu";
+  int64_t bucket_tokens = 0;
   std::function<std::unique_ptr<TrainDevice>()> make_trainer;
   std::function<std::function<Tensor(const TokenBatch&)>(const Model&)> make_forward;
 };
+
+// Pads a device batch with short sequences of the pad token (targets −100 and language 0: no loss and no gradient,
+// and packed sequences never mix) to a multiple of `bucket` tokens (nothing for bucket ≤ 0 or a batch already at a
+// multiple), so that the steps of a run repeat a few shapes: the device's per-shape host work (cuBLASLt's algorithm
+// choice for each new row count) is then paid once per bucket instead of at most steps. Pieces of at most 64 tokens
+// (no pad sequence longer than one chunk of the chunked GDN kernels, nor than the items at the Table 14 sizes).
+void synth_pad_batch(PackedBatch& batch, int64_t bucket);
 
 SynthPairResult synth_train_and_eval(const SynthConfig& config, SynthTask task, SynthArch arch, const SynthLog& log,
                                      const SynthDevice& device = {});

@@ -4,10 +4,15 @@
 #include "infer/cuda/cuda_engine.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_graph.h"
 #include "core/error.h"
 #include "infer/sequence_slots.h"
 #include "models/architecture.h"
@@ -43,10 +48,21 @@ class MetaPack {
     cuda_copy_to_device(ctx, t.raw(), bytes_.data(), bytes_.size());
     return t;
   }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
 
  private:
   std::vector<uint8_t> bytes_;
 };
+
+// Where each array of the step's metadata sits in the upload.
+struct MetaOffsets {
+  size_t ids = 0, cu = 0, pos = 0, slots = 0, tables = 0, ctx = 0, last = 0, slot_ids = 0, flag = 0;
+};
+
+// Decode graphs: contexts are bucketed to multiples of this many tokens (a new graph per bucket), and at most this
+// many graphs are kept (least recently used evicted).
+constexpr int64_t kDecodeContextBucket = 256;
+constexpr size_t kMaxDecodeGraphs = 8;
 
 template <typename T>
 T* at(const CudaTensor& t, size_t offset) {
@@ -68,10 +84,11 @@ struct GdnPool {
 
 class CudaEngine final : public InferenceEngine {
  public:
-  CudaEngine(CudaModel& model, const MemoryPlan& plan)
+  CudaEngine(CudaModel& model, const MemoryPlan& plan, const CudaEngineOptions& options)
       : model_(model),
         ctx_(model.context()),
         plan_(plan),
+        options_(options),
         slots_(plan) {
     const ModelConfig& c = model.config();
     const DecoderHyper hyper = architecture_spec(c.architecture).hyper(c);
@@ -131,6 +148,7 @@ class CudaEngine final : public InferenceEngine {
   StateUsage state_usage() const override {
     return slots_.usage(model_.config().layer_kinds, pool_bytes_);
   }
+  const CudaEngineGraphStats& graph_stats() const { return graph_stats_; }
 
  private:
   struct Layer {
@@ -152,6 +170,36 @@ class CudaEngine final : public InferenceEngine {
     bool decode = false;  // one token per sequence
     bool fresh = false;   // every sequence's context is its new tokens (a first prefill chunk): nothing cached before
   };
+  // The host-side values of a step (StepView without the device pointers).
+  struct StepShape {
+    int64_t tokens = 0, sequences = 0, max_len = 0;
+    const RopeCudaTable* rope = nullptr;
+    int64_t first_slot = 0;
+    bool consecutive = false;
+    int64_t max_blocks = 0, max_context = 0;
+    bool decode = false, fresh = false;
+  };
+  // What a captured decode step depends on besides the metadata's contents.
+  struct GraphKey {
+    int64_t sequences = 0, first_slot = 0, max_blocks = 0, max_context = 0;  // first_slot −1: slots not consecutive
+    const float* rope_cos = nullptr;
+    int64_t rope_positions = 0;
+    bool operator==(const GraphKey&) const = default;
+  };
+  struct DecodeGraph {
+    GraphKey key;
+    uint64_t last_used = 0;
+    CudaTensor meta;                    // the metadata buffer the graph reads (general block)
+    std::unique_ptr<CudaGraph> graph;   // destroyed after `logits` below (members go in reverse order)
+    CudaTensor logits;                  // [N, V], written by each replay (a block of the graph's pool)
+  };
+
+  // The device work of a step after its metadata upload `meta`: the decoder with the stateful mixers, then the LM head
+  // on each sequence's last new token; returns the logits [N, V] on the device. No host wait (capturable).
+  CudaTensor run_step(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh);
+  // The decode graph for this step's shape: a cached one, a new capture (the second step of a shape), or nullptr
+  // (run eagerly: the first step of a shape, or a shape whose capture failed).
+  DecodeGraph* decode_graph(const StepShape& sh, const MetaPack& pack, const MetaOffsets& o);
 
   void attention_mixer(int layer, float* out, const float* in, const StepView& s);
   void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
@@ -159,7 +207,12 @@ class CudaEngine final : public InferenceEngine {
   CudaModel& model_;
   CudaContext& ctx_;
   MemoryPlan plan_;
+  CudaEngineOptions options_;
   SequenceSlots slots_;
+  std::vector<DecodeGraph> graphs_;
+  std::vector<GraphKey> seen_, failed_;
+  uint64_t clock_ = 0;
+  CudaEngineGraphStats graph_stats_;
   std::vector<int64_t> pool_bytes_;  // per layer: its K+V pool or GDN state pools (fixed at construction)
   AttentionDims adims_;
   GdnDims gdims_;
@@ -351,37 +404,104 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
 
 Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   const ModelConfig& c = model_.config();
-  const StepPlan p = slots_.plan_step(slots, tokens, c.vocab_size);
+  StepPlan p = slots_.plan_step(slots, tokens, c.vocab_size);
   const int64_t T = p.tokens, N = p.sequences;
+  const bool decode = p.decode();
+  const int64_t longest = p.max_context;  // before bucketing: the rope table needs only the real positions
+  if (decode) {
+    // Decode steps see a bucketed longest context (a multiple of kDecodeContextBucket) and block-table rows as long
+    // as that bucket needs, so that one captured graph serves every step of a bucket; eager decode steps use the same
+    // values, so a replay equals them bit for bit (the flash-decoding split lengths follow max_context).
+    const int64_t ctx_bucket = (p.max_context + kDecodeContextBucket - 1) / kDecodeContextBucket * kDecodeContextBucket;
+    const int64_t blocks = std::max(p.max_blocks, (ctx_bucket + plan_.block_size - 1) / plan_.block_size);
+    if (blocks != p.max_blocks) {
+      std::vector<int32_t> tables(static_cast<size_t>(N * blocks), -1);
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(p.tables.begin() + n * p.max_blocks, p.max_blocks, tables.begin() + n * blocks);
+      p.tables = std::move(tables);
+      p.max_blocks = blocks;
+    }
+    p.max_context = ctx_bucket;
+  }
   ctx_.make_current();
   const std::vector<int32_t> slot_ids(slots.begin(), slots.end());
   MetaPack pack;
-  const size_t o_ids = pack.add(tokens.ids), o_cu = pack.add(tokens.cu_seqlens), o_pos = pack.add(p.positions);
-  const size_t o_slots = pack.add(p.cache_slots), o_tables = pack.add(p.tables), o_ctx = pack.add(p.context);
-  const size_t o_last = pack.add(p.last_rows), o_ids_slot = pack.add(slot_ids), o_flag = pack.add(std::vector<int>{0});
-  const CudaTensor meta = pack.upload(ctx_);
+  MetaOffsets o;
+  o.ids = pack.add(tokens.ids);
+  o.cu = pack.add(tokens.cu_seqlens);
+  o.pos = pack.add(p.positions);
+  o.slots = pack.add(p.cache_slots);
+  o.tables = pack.add(p.tables);
+  o.ctx = pack.add(p.context);
+  o.last = pack.add(p.last_rows);
+  o.slot_ids = pack.add(slot_ids);
+  o.flag = pack.add(std::vector<int>{0});
 
-  StepView s;
-  s.batch = {T, N, p.max_len, at<int32_t>(meta, o_ids), at<int64_t>(meta, o_cu), at<int32_t>(meta, o_pos),
-             at<int>(meta, o_flag)};
+  StepShape sh;
+  sh.tokens = T;
+  sh.sequences = N;
+  sh.max_len = p.max_len;
   // The rope table covers the step's sequences' whole reservations at once: growing it chunk by chunk would rebuild
   // it (host cos/sin + upload) at every step of a long prefill.
-  int64_t rope_positions = p.max_context;
+  int64_t rope_positions = longest;
   for (const int slot : slots) rope_positions = std::max(rope_positions, slots_.reserved_tokens(slot));
   if (c.max_position_embeddings > 0) rope_positions = std::min(rope_positions, c.max_position_embeddings);
-  s.rope = model_.rope_for_positions(std::max(rope_positions, p.max_context));
-  s.cache_slots = at<int64_t>(meta, o_slots);
-  s.tables = at<int32_t>(meta, o_tables);
-  s.context = at<int64_t>(meta, o_ctx);
-  s.slot_ids = at<int32_t>(meta, o_ids_slot);
-  s.first_slot = slots[0];
-  s.consecutive = true;
-  for (int64_t n = 0; n < N; ++n) s.consecutive = s.consecutive && slots[n] == slots[0] + n;
-  s.max_blocks = p.max_blocks;
-  s.max_context = p.max_context;
-  s.decode = p.decode();
-  s.fresh = true;
-  for (int64_t n = 0; n < N; ++n) s.fresh = s.fresh && p.context[n] == tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
+  sh.rope = model_.rope_for_positions(std::max(rope_positions, longest));
+  sh.first_slot = slots[0];
+  sh.consecutive = true;
+  for (int64_t n = 0; n < N; ++n) sh.consecutive = sh.consecutive && slots[n] == slots[0] + n;
+  sh.max_blocks = p.max_blocks;
+  sh.max_context = p.max_context;
+  sh.decode = decode;
+  sh.fresh = true;
+  for (int64_t n = 0; n < N; ++n)
+    sh.fresh = sh.fresh && p.context[n] == tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
+
+  Tensor logits;
+  int flag = 0;
+  DecodeGraph* graph = decode && options_.cuda_graphs ? decode_graph(sh, pack, o) : nullptr;
+  if (graph != nullptr) {
+    // New inputs into the graph's metadata buffer (pageable source: staged before cudaMemcpyAsync returns), replay.
+    HLM_CUDA_CHECK(cudaMemcpyAsync(graph->meta.raw(), pack.bytes().data(), pack.bytes().size(),
+                                   cudaMemcpyHostToDevice, ctx_.stream()));
+    graph->graph->launch();
+    ++graph_stats_.replays;
+    logits = cuda_download(ctx_, graph->logits);
+    cuda_copy_to_host(ctx_, &flag, at<int>(graph->meta, o.flag), sizeof(flag));
+  } else {
+    if (decode) ++graph_stats_.eager_decode_steps;
+    const CudaTensor meta = pack.upload(ctx_);
+    const CudaTensor logits_device = run_step(meta, o, sh);
+    logits = cuda_download(ctx_, logits_device);
+    cuda_copy_to_host(ctx_, &flag, at<int>(meta, o.flag), sizeof(flag));
+  }
+  // The host checked ids, positions (reservations within the rope table come from generate's limits) and metadata.
+  HLM_CHECK(flag == 0, "CUDA inference step: a kernel flagged bad input (token id, position or KV-cache metadata; ",
+            "longest context ", longest, ")");
+  if (logits_divisor_ != 1.0f) {  // on the host after the download, as the CPU forward does it
+    float* l = logits.f32();
+    for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= logits_divisor_;
+  }
+  return logits;
+}
+
+CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh) {
+  const ModelConfig& c = model_.config();
+  const int64_t T = sh.tokens, N = sh.sequences;
+  StepView s;
+  s.batch = {T, N, sh.max_len, at<int32_t>(meta, o.ids), at<int64_t>(meta, o.cu), at<int32_t>(meta, o.pos),
+             at<int>(meta, o.flag)};
+  s.rope = sh.rope;
+  s.cache_slots = at<int64_t>(meta, o.slots);
+  s.tables = at<int32_t>(meta, o.tables);
+  s.context = at<int64_t>(meta, o.ctx);
+  s.slot_ids = at<int32_t>(meta, o.slot_ids);
+  s.first_slot = sh.first_slot;
+  s.consecutive = sh.consecutive;
+  s.max_blocks = sh.max_blocks;
+  s.max_context = sh.max_context;
+  s.decode = sh.decode;
+  s.fresh = sh.fresh;
 
   const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
@@ -393,7 +513,7 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   // The LM head on each sequence's last new token only.
   const int64_t H = c.hidden_size, V = c.vocab_size;
   CudaTensor rows = CudaTensor::empty(ctx_, {N, H});
-  state_rows_copy_cuda(rows.data<float>(), nullptr, hidden.data<float>(), at<int32_t>(meta, o_last), N, H,
+  state_rows_copy_cuda(rows.data<float>(), nullptr, hidden.data<float>(), at<int32_t>(meta, o.last), N, H,
                        ctx_.stream());
   CudaTensor logits_device = CudaTensor::empty(ctx_, {N, V});
   if (model_.bf16_compute()) {  // bf16 precision: the head on bf16 tensor cores, fp32 logits
@@ -404,28 +524,75 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     matmul_forward_cuda(ctx_.blaslt(), logits_device.data<float>(), rows.data<float>(), model_.lm_head_weight(),
                         nullptr, {N, V, H});
   }
-  Tensor logits = cuda_download(ctx_, logits_device);
-  int flag = 0;
-  cuda_copy_to_host(ctx_, &flag, at<int>(meta, o_flag), sizeof(flag));
-  // The host checked ids, positions (reservations within the rope table come from generate's limits) and metadata.
-  HLM_CHECK(flag == 0, "CUDA inference step: a kernel flagged bad input (token id, position or KV-cache metadata; ",
-            "longest context ", p.max_context, ")");
-  if (logits_divisor_ != 1.0f) {  // on the host after the download, as the CPU forward does it
-    float* l = logits.f32();
-    for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= logits_divisor_;
+  return logits_device;
+}
+
+CudaEngine::DecodeGraph* CudaEngine::decode_graph(const StepShape& sh, const MetaPack& pack, const MetaOffsets& o) {
+  const GraphKey key{sh.sequences,
+                     sh.consecutive ? sh.first_slot : -1,
+                     sh.max_blocks,
+                     sh.max_context,
+                     sh.rope != nullptr ? sh.rope->cos : nullptr,
+                     sh.rope != nullptr ? sh.rope->num_positions : 0};
+  ++clock_;
+  for (DecodeGraph& g : graphs_)
+    if (g.key == key) {
+      g.last_used = clock_;
+      return &g;
+    }
+  if (std::find(failed_.begin(), failed_.end(), key) != failed_.end()) return nullptr;
+  // The first step of a shape runs eagerly (it loads lazily loaded kernels and fills cuBLASLt's algorithm cache);
+  // the second captures.
+  if (std::find(seen_.begin(), seen_.end(), key) == seen_.end()) {
+    if (seen_.size() >= 64) seen_.clear();
+    seen_.push_back(key);
+    return nullptr;
   }
-  return logits;
+  if (graphs_.size() >= kMaxDecodeGraphs) {  // evict the least recently used
+    auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                [](const DecodeGraph& a, const DecodeGraph& b) { return a.last_used < b.last_used; });
+    graphs_.erase(lru);
+  }
+  DecodeGraph g;
+  g.key = key;
+  g.last_used = clock_;
+  g.meta = pack.upload(ctx_);  // a general block the graph reads: owned by the entry, refilled before each replay
+  std::string why;
+  g.graph = CudaGraph::capture(ctx_, [&] { g.logits = run_step(g.meta, o, sh); }, &why);
+  if (g.graph == nullptr) {
+    failed_.push_back(key);
+    ++graph_stats_.failures;
+    std::fprintf(stderr, "note: CUDA graph capture of a decode step (batch %lld) failed, running it eagerly: %s\n",
+                 static_cast<long long>(sh.sequences), why.c_str());
+    return nullptr;
+  }
+  ++graph_stats_.captures;
+  graphs_.push_back(std::move(g));
+  return &graphs_.back();
 }
 
 }  // namespace
 
-std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan) {
+CudaEngineGraphStats cuda_engine_graph_stats(const InferenceEngine& engine) {
+  const auto* e = dynamic_cast<const CudaEngine*>(&engine);
+  return e != nullptr ? e->graph_stats() : CudaEngineGraphStats{};
+}
+
+CudaEngineOptions cuda_engine_default_options() {
+  CudaEngineOptions o;
+  const char* env = std::getenv("HLM_CUDA_GRAPHS");
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) o.cuda_graphs = false;
+  return o;
+}
+
+std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,
+                                                  const CudaEngineOptions& options) {
   HLM_CHECK(plan.max_sequences > 0, "the memory plan has no sequence slots");
   const MemoryPlan shape = memory_plan_shape(model.config(), plan.block_size, plan.kv_element_bytes);
   HLM_CHECK(shape.kv_bytes_per_block == plan.kv_bytes_per_block &&
                 shape.gdn_bytes_per_sequence == plan.gdn_bytes_per_sequence,
             "the memory plan was made for another model");
-  return std::make_unique<CudaEngine>(model, plan);
+  return std::make_unique<CudaEngine>(model, plan, options);
 }
 
 }  // namespace hlm

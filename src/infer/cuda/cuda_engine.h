@@ -25,6 +25,15 @@
 //     tensor-core paged chunk kernel (attention_cache_forward_tc_cuda; head dims 64 and 128, else the scalar one)
 //     over the bf16 cache; decode runs flash decoding over it (fp32 compute). Norms, RoPE, the
 //     causal convs, the gate, the gated delta rule and the GDN conv/recurrent state stay fp32 (gdn.md).
+// CUDA graphs (CudaEngineOptions::cuda_graphs, on by default; `--cuda-graphs on|off`, env HLM_CUDA_GRAPHS=off):
+// a decode step (one new token per sequence) is captured once per shape — (batch size, first slot when the slots are
+// consecutive, block-table row length, longest context rounded up to a multiple of 256 tokens, rope table) — and
+// replayed with one launch: its metadata goes into the graph's own device buffer before each replay, its scratch and
+// logits live in the graph's private allocator pool (backend/cuda/cuda_graph.h), the KV and GDN pools are the
+// engine's. The first step of a shape runs eagerly, the second captures; a failed capture leaves that shape eager
+// (a note on stderr). At most 8 graphs are kept (least recently used evicted). Decode steps use the bucketed longest
+// context and block-table rows whether or not a graph runs them, so replays equal eager steps bit for bit
+// (tests/cuda_models/test_cuda_engine_graphs.cpp). Prefill chunks always run eagerly.
 // The CudaModel must outlive the engine; one step at a time.
 #pragma once
 #include <memory>
@@ -34,6 +43,23 @@
 
 namespace hlm {
 
-std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan);
+struct CudaEngineOptions {
+  bool cuda_graphs = true;  // decode steps as CUDA graphs (above)
+};
+
+// The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off.
+CudaEngineOptions cuda_engine_default_options();
+
+std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,
+                                                  const CudaEngineOptions& options = cuda_engine_default_options());
+
+// What the engine's decode graphs did so far (all zero for an engine that is not a CUDA engine).
+struct CudaEngineGraphStats {
+  int64_t captures = 0;   // graphs captured (one per decode shape seen twice)
+  int64_t replays = 0;    // decode steps run as a graph replay
+  int64_t failures = 0;   // captures that failed (those shapes run eagerly)
+  int64_t eager_decode_steps = 0;
+};
+CudaEngineGraphStats cuda_engine_graph_stats(const InferenceEngine& engine);
 
 }  // namespace hlm

@@ -13,7 +13,7 @@ namespace {
 template <typename T>
 CudaTensor upload_vector(CudaContext& ctx, const std::vector<T>& values, DType dtype) {
   CudaTensor t = CudaTensor::empty(ctx, {static_cast<int64_t>(values.size())}, dtype);
-  cuda_copy_to_device(ctx, t.raw(), values.data(), values.size() * sizeof(T));
+  cuda_copy_to_device_async(ctx, t.raw(), values.data(), values.size() * sizeof(T));  // no wait (cuda_tensor.h)
   return t;
 }
 

@@ -1,6 +1,7 @@
 // A TokenBatch on the device: ids [T] int32, cu_seqlens [N+1] int64, positions [T] int32 and one int error flag that
 // the kernels set for a bad token id, position or cu_seqlens (they cannot throw; the caller reads the flag back).
-// Uploaded once per forward (the copies wait for the stream); the layers take the non-owning CudaBatchView.
+// Uploaded once per forward (the copies do not wait for the stream: cuda_copy_to_device_async); the layers take the
+// non-owning CudaBatchView.
 #pragma once
 #include <cstdint>
 

@@ -239,7 +239,7 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   CudaTensor result = cuda_scratch_bytes(ctx, sizeof(TokenLossCudaResult));
   const std::vector<float> host_weights(static_cast<size_t>(N), weight);
   CudaTensor weights = CudaTensor::empty(ctx, {N});
-  cuda_copy_to_device(ctx, weights.raw(), host_weights.data(), host_weights.size() * sizeof(float));
+  cuda_copy_to_device_async(ctx, weights.raw(), host_weights.data(), host_weights.size() * sizeof(float));
   const LmHeadGradCuda grad{d_hidden.data<float>(), grads_->lm_head_weight()};
   CudaTensor student16, teacher16;  // bf16 roundings of the final hidden states (bf16 mode only)
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
@@ -253,7 +253,7 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
                             weights.data<float>(), &grad, LmHeadCudaChunking{}, ws.raw(), bytes);
   } else {
     CudaTensor targets = CudaTensor::empty(ctx, {N}, DType::I32);
-    cuda_copy_to_device(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
+    cuda_copy_to_device_async(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
     const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_cross_entropy_cuda(ctx.blaslt(), per_token.data<float>(), r, trace.final_hidden.data<float>(), N,

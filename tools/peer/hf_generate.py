@@ -8,8 +8,9 @@ olmo_hybrid_7b: every 4th layer full attention, the rest Gated DeltaNet with ben
 Qwen3NextForCausalLM with dense MLPs (no experts) -- transformers' GDN hybrid whose fast path is FLA's kernels.
 Its attention layers carry Qwen3-Next's output gate (a q projection twice as wide) and partial rotary, so they do a
 little more work than ours. --with-fla puts .anchors (FLA's fla/ and the causal_conv1d stand-in, see
-../shared/bench/README.md) on the import path first; the JSON line's `gdn_kernel` names the module the GDN layers
-call (fla.* when FLA is used, transformers' torch fallback otherwise). Per (dtype, L, B) it times, after one warm-up call:
+../shared/bench/README.md) on the import path first and binds FLA's chunked and fused-recurrent gated delta rule and
+the Triton conv to every GDN layer; the JSON line's `gdn_kernel` lists each kernel attribute of a GDN layer with the
+module it comes from (fla.* when FLA is used, transformers' torch fallback otherwise). Per (dtype, L, B) it times, after one warm-up call:
     prefill_s   generate(max_new_tokens=1): the prompt forward plus one token
     decode      generate(max_new_tokens=N, min_new_tokens=N) minus the prefill call, over N - 1 decode steps
 and prints one JSON line each: shape, dtype, L, B, prefill_s, decode_ms_per_step, decode_tok_s (B tokens per step),
@@ -42,9 +43,15 @@ HYBRIDS = {
 }
 
 
+FLA_WANTED = False
+
+
 def use_fla():
     # FLA refuses its gated backward on Triton < 3.7.1 on Hopper; inference does not use it, the guard is lifted as
     # peer_probe.py does so that the import succeeds.
+    global FLA_WANTED
+    FLA_WANTED = True
+    torch.zeros(1, device="cuda")  # FLA picks its device backend at import: a CUDA context must exist first
     sys.path.insert(0, os.path.join(os.getcwd(), ".anchors"))
     import fla.ops.common.chunk_o as co
     co.TRITON_ABOVE_3_7_1 = True
@@ -68,9 +75,38 @@ def build_model(shape, dtype):
                           attn_implementation="sdpa", dtype=dtype)
     with torch.device("cuda"):
         model = Qwen3NextForCausalLM(cfg).to(dtype).eval()
-    la = model.model.layers[0].linear_attn
-    kernel = getattr(getattr(la, "chunk_gated_delta_rule", None), "__module__", None)
-    return model, cfg.vocab_size, str(kernel)
+    if FLA_WANTED:
+        bind_fla(model)
+    return model, cfg.vocab_size, gdn_kernels(model.model.layers[0].linear_attn)
+
+
+def gdn_kernels(layer):
+    """'attr=module' for each delta-rule / conv callable a GDN layer holds (which implementation runs)."""
+    names = sorted(n for n in dir(layer) if ("delta_rule" in n or "conv1d" in n) and not n.startswith("__"))
+    return ",".join(f"{n}={getattr(getattr(layer, n), '__module__', None) or type(getattr(layer, n)).__name__}"
+                    for n in names)
+
+
+def bind_fla(model):
+    """Points every GDN layer's kernel attributes at FLA (and the Triton conv stand-in), whatever transformers'
+    availability check decided at import: the chunked rule for prefill, the fused recurrent one for decode."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    import causal_conv1d
+    for layer in model.model.layers:
+        la = getattr(layer, "linear_attn", None)
+        if la is None:
+            continue
+        for n in dir(la):
+            if n.startswith("__"):
+                continue
+            if "chunk_gated_delta_rule" in n:
+                setattr(la, n, chunk_gated_delta_rule)
+            elif "recurrent_gated_delta_rule" in n:
+                setattr(la, n, fused_recurrent_gated_delta_rule)
+            elif n == "causal_conv1d_fn":
+                setattr(la, n, causal_conv1d.causal_conv1d_fn)
+            elif n == "causal_conv1d_update":
+                setattr(la, n, causal_conv1d.causal_conv1d_update)
 
 
 def timed(fn):

@@ -672,9 +672,14 @@ int main(int argc, char** argv) {
         }
         size_t free_now = 0;
         cudaMemGetInfo(&free_now, &total);
-        // Room for the state plus the prefill activations (~24 floats per token of hidden and MLP width, a
-        // generous guess); otherwise skipped, not run.
-        const double act_guess = 24.0 * 4.0 * double(group * std::min(L, o.prefill_chunk)) *
+        // Room for the state plus the prefill activations (a guess: 16 elements of the precision per token in flight
+        // and of the hidden/MLP width; measured on the H200: ~4.9 GiB of activations for 16 × 1K tokens of
+        // olmo_hybrid_7b in bf16, peak 22.11 GiB less 14.36 of weights and ~2.9 of state, the guess 5.4 GiB);
+        // otherwise skipped, not run. A configuration that passes the guess and still does not fit is caught as
+        // out-of-memory below and recorded. (Until 2026-12-01 the guess was 24 floats per token, which skipped
+        // 16 × 8K prompts of that model with a guess of 129 GiB of activations.)
+        const double element_bytes = o.precision == "bf16" ? 2.0 : 4.0;
+        const double act_guess = 16.0 * element_bytes * double(group * std::min(L, o.prefill_chunk)) *
                                  double(std::max(config.hidden_size, config.intermediate_size));
         if (!max_batch && double(plan.total_bytes()) + act_guess > double(free_now)) {
           row["skipped"] = "does not fit: state " + std::to_string(plan.total_bytes()) + " B + activations ~" +

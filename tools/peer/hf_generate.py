@@ -81,40 +81,49 @@ def build_model(shape, dtype):
 
 
 def gdn_kernels(layer):
-    """'attr=module' for each delta-rule / conv callable a GDN layer holds (which implementation runs)."""
-    names = sorted(n for n in dir(layer) if ("delta_rule" in n or "conv1d" in n) and not n.startswith("__"))
-    return ",".join(f"{n}={getattr(getattr(layer, n), '__module__', None) or type(getattr(layer, n)).__name__}"
-                    for n in names)
+    """'name=module' for each delta-rule / conv callable a GDN layer can reach (its attributes, then its modeling
+    module's globals): which implementation runs."""
+    import importlib
+    mod = importlib.import_module(type(layer).__module__)
+    found = {}
+    for owner, tag in ((layer, "attr"), (mod, "global")):
+        for n in dir(owner):
+            if ("delta_rule" in n or "conv1d" in n) and not n.startswith("__"):
+                v = getattr(owner, n)
+                if callable(v):
+                    found[f"{tag}:{n}"] = getattr(v, "__module__", None) or type(v).__name__
+    return ",".join(f"{k}={v}" for k, v in sorted(found.items()))
 
 
 def bind_fla(model):
-    """Points every GDN layer's kernel attributes at FLA (and the Triton conv stand-in), whatever transformers'
-    availability check decided at import: the chunked rule for prefill, the fused recurrent one for decode."""
+    """Points the GDN layers at FLA (and the Triton conv stand-in), whatever transformers' availability check decided
+    at import: the layers' kernel attributes where they have them, and the modeling module's globals the forward
+    reads (the FLA names and the torch fallbacks alike): the chunked rule for prefill, the fused recurrent one for
+    decode, the conv for both."""
+    import importlib
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     import causal_conv1d
-    for layer in model.model.layers:
-        la = getattr(layer, "linear_attn", None)
-        if la is None:
-            continue
-        for n in dir(la):
-            if n.startswith("__"):
-                continue
-            if "chunk_gated_delta_rule" in n:
-                setattr(la, n, chunk_gated_delta_rule)
-            elif "recurrent_gated_delta_rule" in n:
-                setattr(la, n, fused_recurrent_gated_delta_rule)
-            elif n == "causal_conv1d_fn":
-                setattr(la, n, causal_conv1d.causal_conv1d_fn)
-            elif n == "causal_conv1d_update":
-                setattr(la, n, causal_conv1d.causal_conv1d_update)
 
+    def target(name):
+        if "chunk_gated_delta_rule" in name:
+            return chunk_gated_delta_rule
+        if "recurrent_gated_delta_rule" in name:
+            return fused_recurrent_gated_delta_rule
+        if name.endswith("causal_conv1d_fn"):
+            return causal_conv1d.causal_conv1d_fn
+        if name.endswith("causal_conv1d_update"):
+            return causal_conv1d.causal_conv1d_update
+        return None
 
-def timed(fn):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0, out
+    layers = [layer.linear_attn for layer in model.model.layers if getattr(layer, "linear_attn", None) is not None]
+    mod = importlib.import_module(type(layers[0]).__module__)
+    for owner in [mod] + layers:
+        for n in list(vars(owner)):
+            fn = target(n)
+            if fn is not None and (owner is mod or callable(getattr(owner, n)) or getattr(owner, n) is None):
+                setattr(owner, n, fn)
+    if hasattr(mod, "is_fast_path_available"):
+        mod.is_fast_path_available = True
 
 
 def main():

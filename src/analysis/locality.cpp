@@ -32,8 +32,10 @@ LocalityResult attention_locality(Model& model, const std::string& label, const 
   for (const std::string& lang : r.langs)
     HLM_CHECK_INPUT(std::find(set.langs.begin(), set.langs.end(), lang) != set.langs.end(), set.path,
                     ": no text in language ", lang);
+  // Full-attention layers only: a sliding_attention layer's mass lies in its window by construction (OLMo-3).
   for (size_t i = 0; i < c.layer_kinds.size(); ++i)
-    if (c.layer_kinds[i] == LayerKind::FullAttention) r.layers.push_back(static_cast<int>(i));
+    if (c.layer_kinds[i] == LayerKind::FullAttention && c.attention_window(static_cast<int64_t>(i)) == 0)
+      r.layers.push_back(static_cast<int>(i));
   HLM_CHECK_INPUT(!r.layers.empty(), label, ": the model has no full-attention layer");
   const size_t NW = s.windows.size(), NL = r.langs.size();
   r.share.assign(r.layers.size(), std::vector<std::vector<double>>(NL, std::vector<double>(NW, 0.0)));
@@ -66,6 +68,7 @@ LocalityResult attention_locality(Model& model, const std::string& label, const 
       mass.resize(static_cast<size_t>(T) * NW);
       for (size_t li = 0; li < r.layers.size(); ++li) {
         const AttentionQk qk = attention_stash_qk(stash.mixer[static_cast<size_t>(r.layers[li])]);
+        shape.window = c.attention_window(r.layers[li]);  // the softmax the forward ran (0 for these layers)
         attention_recent_mass(mass.data(), qk.q, qk.k, batch.cu_seqlens.data(), 1, shape, scale, s.windows.data(),
                               static_cast<int64_t>(NW));
         for (int64_t t = 0; t < T; ++t)

@@ -23,7 +23,9 @@ struct InspectOptions {
 
 double mib(int64_t elements, int64_t bytes) { return static_cast<double>(elements * bytes) / (1024.0 * 1024.0); }
 
-char layer_letter(const std::string& kind) { return kind == "full_attention" ? 'A' : 'R'; }
+char layer_letter(const std::string& kind) {
+  return kind == "full_attention" ? 'A' : kind == "sliding_attention" ? 'S' : 'R';
+}
 
 int run_inspect(const InspectOptions& o) {
   HLM_CHECK_INPUT(std::filesystem::is_directory(o.model_dir), o.model_dir, ": not a model directory (does not exist)");
@@ -68,6 +70,10 @@ int run_inspect(const InspectOptions& o) {
                           {"kv_elements_per_token", m.kv_elements_per_token},
                           {"kv_elements_at_context", m.kv_elements_at_context},
                           {"kv_bytes_at_context", m.kv_elements_at_context * m.bytes_per_element}}},
+      {"sliding_attention", {{"layers", m.sliding_attention_layers},
+                             {"window", m.sliding_window},
+                             {"kv_elements_at_context", m.kv_elements_at_window},
+                             {"kv_bytes_at_context", m.kv_elements_at_window * m.bytes_per_element}}},
       {"linear_attention", {{"layers", m.linear_attention_layers},
                             {"state_elements", m.recurrent_state_elements},
                             {"state_bytes", m.recurrent_state_elements * m.bytes_per_element},
@@ -114,14 +120,17 @@ int run_inspect(const InspectOptions& o) {
   }
   std::printf("model        %s\n", o.model_dir.c_str());
   std::printf("architecture %s (%s)\n", c.model_type.c_str(), std::string(arch.description).c_str());
-  std::printf("layers       %lld  layout %s  (A = full attention, R = recurrent)\n",
+  std::printf("layers       %lld  layout %s  (A = full attention, S = sliding-window attention, R = recurrent)\n",
               static_cast<long long>(c.num_hidden_layers), layout.c_str());
   std::printf("dims         hidden %lld, ffn %lld, heads %lld q / %lld kv x %lld, vocab %lld, %s head\n",
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
               static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
               static_cast<long long>(c.head_dim), static_cast<long long>(c.vocab_size),
               c.tie_word_embeddings ? "tied" : "untied");
-  if (c.use_rope) {
+  if (c.use_rope && c.sliding_rope) {
+    std::printf("rope         full layers %s, theta %g; sliding layers %s, theta %g\n", c.rope.rope_type.c_str(),
+                c.rope.rope_theta, c.sliding_rope->rope_type.c_str(), c.sliding_rope->rope_theta);
+  } else if (c.use_rope) {
     std::printf("rope         %s, theta %g\n", c.rope.rope_type.c_str(), c.rope.rope_theta);
   } else {
     std::printf("rope         none (rope_parameters is null)\n");
@@ -150,6 +159,10 @@ int run_inspect(const InspectOptions& o) {
   std::printf("  full attention    %lld layers: KV %lld elements/token, %.3f MiB/layer at context\n",
               static_cast<long long>(m.full_attention_layers), static_cast<long long>(m.kv_elements_per_token),
               mib(m.kv_elements_at_context, m.bytes_per_element));
+  if (m.sliding_attention_layers > 0)
+    std::printf("  sliding window    %lld layers: KV of the last %lld tokens, %.3f MiB/layer (bounded by the window)\n",
+                static_cast<long long>(m.sliding_attention_layers), static_cast<long long>(m.sliding_window),
+                mib(m.kv_elements_at_window, m.bytes_per_element));
   if (m.linear_attention_layers > 0)
     std::printf("  linear attention  %lld layers: state %lld elements, %.3f MiB/layer (constant; +%lld conv)\n",
                 static_cast<long long>(m.linear_attention_layers), static_cast<long long>(m.recurrent_state_elements),

@@ -103,7 +103,6 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     }
   }
 
-  const RopeTable* rope = c.use_rope ? &model_.rope() : nullptr;
   const MixerHook mixer = [&](const MixerCall& call) {
     const DecoderLayerWeights& w = model_.weights().layers[static_cast<size_t>(call.layer)];
     Layer& layer = layers_[static_cast<size_t>(call.layer)];
@@ -113,7 +112,8 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
                         arena);
       return;
     }
-    const AttentionDims& d = call.attention;
+    const AttentionDims& d = call.attention;  // d.window: the layer's sliding window (0 = full)
+    const RopeTable* rope = model_.layer_rope(call.layer);
     const Arena::Mark mark = arena.mark();
     const AttentionQkv qkv =
         attention_layer_project(call.in, w.self_attn, d, rope, T, c.hidden_size, p.positions.data(), arena);
@@ -121,7 +121,8 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
                           cache_shape_);
     Tensor o = arena.tensor({T, d.q_heads * d.head_dim});
     attention_cache_forward(o.f32(), qkv.q, layer.k_cache.f32(), layer.v_cache.f32(), cache_shape_, p.tables.data(),
-                            p.max_blocks, p.context.data(), tokens.cu_seqlens.data(), N, d.q_heads, d.scale);
+                            p.max_blocks, p.context.data(), tokens.cu_seqlens.data(), N, d.q_heads, d.scale,
+                            d.window);
     const Linear& o_proj = w.self_attn.o_proj;
     matmul_forward(call.out, o.f32(), o_proj.weight.f32(), o_proj.bias.defined() ? o_proj.bias.f32() : nullptr, T,
                    c.hidden_size, d.q_heads * d.head_dim);

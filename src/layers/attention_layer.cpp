@@ -81,7 +81,7 @@ Activations<T> forward_activations(const T* x, const AttentionParamPtrs<const T*
   a.q_lin = keep_pre_norm && w.q_norm != nullptr ? scratch<T>(arena, n * Cq) : a.q;
   a.k_lin = keep_pre_norm && w.k_norm != nullptr ? scratch<T>(arena, n * Ckv) : a.k;
   project_qkv(a, x, w, d, rope, n, b.hidden, b.positions);
-  const AttentionShape shape{n, d.q_heads, d.kv_heads, D};
+  const AttentionShape shape{n, d.q_heads, d.kv_heads, D, d.window};
   attention_forward<T>(a.o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
   return a;
 }
@@ -194,7 +194,7 @@ void backward_from(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const
   T* d_o = scratch<T>(arena, n * Cq);  // [n, Hq·D]
   matmul_backward<T>(d_o, g.o_proj, g.o_bias, d_out, a.o, w.o_proj, n, b.hidden, Cq);
   T *dq = scratch<T>(arena, n * Cq), *dk = scratch<T>(arena, n * Ckv), *dv = scratch<T>(arena, n * Ckv);
-  const AttentionShape shape{n, d.q_heads, d.kv_heads, D};
+  const AttentionShape shape{n, d.q_heads, d.kv_heads, D, d.window};
   attention_backward<T>(dq, dk, dv, d_o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
   if (rope != nullptr) {
     rope_backward<T>(dq, b.positions, n, d.q_heads, *rope);

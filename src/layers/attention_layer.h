@@ -1,6 +1,7 @@
 // The full-attention token mixer (HF `self_attn`): q/k/v projections, optional RMSNorm of q and k — per head over
 // head_dim when the norm weight has D entries (Qwen3), over the whole projection when it has H·D (OLMo 2 / OLMo-Hybrid)
-// — then RoPE (skipped when `rope` is null), causal GQA softmax attention, o_proj. CPU reference, forward and backward.
+// — then RoPE (skipped when `rope` is null), causal GQA softmax attention (over the last dims.window keys when
+// that is > 0), o_proj. CPU reference, forward and backward.
 // Input x [T, hidden] is the already-normalised residual stream; output [T, hidden] is the block's delta.
 //
 // Dataflow (per token; projections may carry a bias):
@@ -49,6 +50,7 @@ struct AttentionDims {
   int64_t head_dim = 0;
   float scale = 0.0f;     // softmax scale
   float norm_eps = 1e-6f; // for q_norm/k_norm
+  int64_t window = 0;     // sliding window (HF sliding_attention layers: keys t−W+1 .. t); 0 = full causal
 };
 
 inline constexpr size_t kAttentionParamCount = 10;

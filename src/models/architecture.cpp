@@ -6,8 +6,8 @@
 
 namespace hlm {
 
-static const std::array<const ArchitectureSpec*, 5> kArchitectures{&kQwen3Spec, &kGraniteSpec, &kOlmoHybridSpec,
-                                                                    &kQwen3HybridSpec, &kQwen3MoeSpec};
+static const std::array<const ArchitectureSpec*, 7> kArchitectures{
+    &kQwen3Spec, &kGraniteSpec, &kOlmoHybridSpec, &kQwen3HybridSpec, &kQwen3MoeSpec, &kOlmo3Spec, &kCohere2Spec};
 
 std::span<const ArchitectureSpec* const> architecture_specs() { return kArchitectures; }
 

@@ -42,9 +42,18 @@ struct ConfigClass {
   bool qwen3_sliding;    // reads use_sliding_window (sliding_window, max_window_layers are then irrelevant)
   HybridKeys hybrid;
   bool moe_keys = false;  // reads Qwen3MoeConfig's expert keys
+  // Olmo3Config: layer_types may hold "sliding_attention" (default: every 4th layer full, the rest sliding), read
+  // with sliding_window (default 4096); rope_parameters may be given per layer type.
+  bool sliding_layers = false;
+  double rms_norm_eps = 1e-6;     // the class default of rms_norm_eps
+  double default_theta = 10000.0; // RotaryEmbeddingConfigMixin.default_theta (Olmo3Config: 5e5)
+  // Cohere2Config (Command R7B, Tiny Aya): head_dim is hidden // heads whatever the file says; the norm eps is
+  // layer_norm_eps (LayerNorm); logit_scale multiplies the logits; layer_types default from sliding_window_pattern;
+  // RoPE is interleaved and only on sliding layers (full layers are NoPE); embeddings tied by default.
+  bool cohere2_keys = false;
 };
 
-constexpr std::array<ConfigClass, 5> kConfigClasses{{
+constexpr std::array<ConfigClass, 7> kConfigClasses{{
     {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, false},
     {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
@@ -56,6 +65,15 @@ constexpr std::array<ConfigClass, 5> kConfigClasses{{
     // Qwen3MoeConfig has no head_dim field: its attention takes getattr(config, "head_dim", hidden // heads).
     {Architecture::Qwen3Moe, "Qwen3MoeForCausalLM", 4, std::nullopt, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, /*moe_keys=*/true},
+    {.architecture = Architecture::Olmo3, .hf_class = "Olmo3ForCausalLM", .num_key_value_heads = std::nullopt,
+     .head_dim = std::nullopt, .max_position_embeddings = 2048, .bos_token_id = std::nullopt, .eos_token_id = 50279,
+     .granite_scalars = false, .qwen3_sliding = false, .hybrid = HybridKeys::None, .sliding_layers = true,
+     .rms_norm_eps = 1e-5, .default_theta = 500000.0},
+    // Cohere2Config: head_dim forced to hidden // heads, num_key_value_heads defaults to the heads, bos 5, eos 255001.
+    {.architecture = Architecture::Cohere2, .hf_class = "Cohere2ForCausalLM", .num_key_value_heads = std::nullopt,
+     .head_dim = std::nullopt, .max_position_embeddings = 8192, .bos_token_id = 5, .eos_token_id = 255001,
+     .granite_scalars = false, .qwen3_sliding = false, .hybrid = HybridKeys::None, .sliding_layers = true,
+     .rms_norm_eps = 1e-5, .default_theta = 10000.0, .cohere2_keys = true},
 }};
 
 const ConfigClass& config_class(Architecture architecture) {
@@ -171,6 +189,8 @@ const ArchitectureSpec& spec_for_model_type(const std::string& model_type) {
   throw_input_error("unsupported model_type '", model_type, "' (supported: ", supported, ")");
 }
 
+void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix, ModelConfig& c, RopeParams& p);
+
 // The rope dict as RotaryEmbeddingConfigMixin.convert_rope_params_to_dict + standardize_rope_params leave it, then
 // the keys each rope_type's init function reads. Keys HF would warn about as unrecognised go to unknown_keys.
 void parse_rope(KeyReader& top, ModelConfig& c) {
@@ -193,24 +213,46 @@ void parse_rope(KeyReader& top, ModelConfig& c) {
                     json_desc(*parameters));
     dict = *parameters;
   }
-  // Per-layer-type form {"full_attention": {...}}: every layer here is full attention, so that entry is the dict.
+  // Per-layer-type form {"full_attention": {...}}: every layer here is full attention, so that entry is the dict;
+  // classes with sliding layers (Olmo3Config) also read {"sliding_attention": {...}} for those.
+  const bool sliding_class = config_class(c.architecture).sliding_layers;
   if (const auto it = dict.find("full_attention"); it != dict.end()) {
     HLM_CHECK_INPUT(it->is_object(), "key '", prefix, "full_attention' must be an object, got ", json_desc(*it));
     for (const auto& [key, value] : dict.items())
-      if (key != "full_attention") c.unknown_keys.push_back(prefix + key);
+      if (key != "full_attention" && !(sliding_class && key == "sliding_attention"))
+        c.unknown_keys.push_back(prefix + key);
+    if (const auto sit = dict.find("sliding_attention"); sliding_class && sit != dict.end()) {
+      HLM_CHECK_INPUT(sit->is_object(), "key '", prefix, "sliding_attention' must be an object, got ",
+                      json_desc(*sit));
+      RopeParams sliding;
+      parse_rope_dict(top, *sit, prefix + "sliding_attention.", c, sliding);
+      c.sliding_rope = sliding;
+    }
     prefix += "full_attention.";
     json inner = *it;
     dict = std::move(inner);
   }
+  parse_rope_dict(top, dict, prefix, c, c.rope);
+  if (sliding_class && !c.sliding_rope) {
+    // A flat dict or a legacy rope_scaling (Olmo3Config.convert_rope_params_to_dict): the scaling is merged into
+    // full_attention only; sliding layers keep default RoPE with the same θ.
+    RopeParams sliding;
+    sliding.rope_type = "default";
+    sliding.rope_theta = c.rope.rope_theta;
+    c.sliding_rope = sliding;
+  }
+}
+
+// One rope dict (standardised keys of RotaryEmbeddingConfigMixin) into p; `prefix` names its keys in messages.
+void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix, ModelConfig& c, RopeParams& p) {
   KeyReader r(dict, prefix);
-  RopeParams& p = c.rope;
 
   const json* type = r.get("rope_type");
   const json* legacy_type = r.get("type");
   p.rope_type = type ? as_string(*type, r.name("rope_type"))
                      : (legacy_type ? as_string(*legacy_type, r.name("type")) : std::string("default"));
   // rope_theta: the dict's, else the top-level 4.x key, else RotaryEmbeddingConfigMixin.default_theta.
-  const double top_theta = top.number_or("rope_theta", 10000.0);
+  const double top_theta = top.number_or("rope_theta", config_class(c.architecture).default_theta);
   p.rope_theta = r.number_or("rope_theta", top_theta);
   const double top_partial = top.number_or("partial_rotary_factor", 1.0);
   p.partial_rotary_factor = r.number_or("partial_rotary_factor", top_partial);
@@ -286,18 +328,28 @@ void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
   if (v == nullptr || v->is_null()) {
     HLM_CHECK_INPUT(cls.hybrid != HybridKeys::Student, "key 'layer_types' is required for model_type ", c.model_type);
+    if (cls.sliding_layers) {  // Olmo3Config / Cohere2Config.__post_init__: full iff (i + 1) % pattern == 0
+      const int64_t pattern =
+          cls.cohere2_keys ? positive(r.int_or("sliding_window_pattern", 4), "sliding_window_pattern") : 4;
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        if ((i + 1) % pattern != 0) c.layer_types[static_cast<size_t>(i)] = "sliding_attention";
+    }
     if (cls.hybrid == HybridKeys::OlmoHybrid) {
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         if (i % 4 != 3) c.layer_types[static_cast<size_t>(i)] = "linear_attention";
       if (c.num_hidden_layers < 4) c.layer_types.back() = "full_attention";
     }
   } else {
+    if (cls.cohere2_keys) (void)r.get("sliding_window_pattern");  // unused beside layer_types
     HLM_CHECK_INPUT(v->is_array(), "key 'layer_types' must be a list, got ", json_desc(*v));
     HLM_CHECK_INPUT(static_cast<int64_t>(v->size()) == c.num_hidden_layers, "layer_types has ", v->size(),
                     " entries but num_hidden_layers is ", c.num_hidden_layers);
     for (size_t i = 0; i < v->size(); ++i) {
       const std::string kind = as_string((*v)[i], "layer_types[]");
-      if (cls.hybrid == HybridKeys::None) {
+      if (cls.sliding_layers) {
+        HLM_CHECK_INPUT(kind == "full_attention" || kind == "sliding_attention", "layer_types[", i, "] is '", kind,
+                        "' (expected 'full_attention' or 'sliding_attention')");
+      } else if (cls.hybrid == HybridKeys::None) {
         HLM_CHECK_INPUT(kind == "full_attention", "layer_types[", i, "] is '", kind, "': model_type ", c.model_type,
                         " is dense, only 'full_attention' is supported");
       } else {
@@ -308,8 +360,18 @@ void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
     }
   }
   c.layer_kinds.clear();
-  for (const std::string& kind : c.layer_types)
-    c.layer_kinds.push_back(kind == "full_attention" ? LayerKind::FullAttention : LayerKind::LinearAttention);
+  for (const std::string& kind : c.layer_types)  // a sliding_attention layer's mixer is softmax attention
+    c.layer_kinds.push_back(kind == "linear_attention" ? LayerKind::LinearAttention : LayerKind::FullAttention);
+  if (cls.sliding_layers) {
+    // Olmo3Config: sliding_window (int or null, default 4096); used only by sliding_attention layers.
+    const json* w = r.get("sliding_window");
+    const bool any_sliding =
+        std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end();
+    c.sliding_window = (w == nullptr) ? 4096 : w->is_null() ? 0 : as_int(*w, "sliding_window");
+    HLM_CHECK_INPUT(!any_sliding || c.sliding_window > 0, "key 'sliding_window' must be a positive integer when ",
+                    "layer_types holds sliding_attention layers, got ", w ? json_desc(*w) : std::string("null"));
+    c.sliding_window = bounded(c.sliding_window, "sliding_window", kMaxPositions);
+  }
   if (cls.hybrid == HybridKeys::OlmoHybrid) {
     const auto full = std::count(c.layer_types.begin(), c.layer_types.end(), "full_attention");
     HLM_CHECK_INPUT(full > 0 && full < c.num_hidden_layers,
@@ -424,15 +486,22 @@ ModelConfig parse_config_object(const json& j) {
   c.head_dim = bounded(positive(r.int_or("head_dim", cls.head_dim.value_or(c.hidden_size / c.num_attention_heads)),
                                 "head_dim"),
                        "head_dim", kMaxWidth);
+  if (cls.cohere2_keys) c.head_dim = c.hidden_size / c.num_attention_heads;  // Cohere2Config.__post_init__ forces it
   c.max_position_embeddings =
       bounded(positive(r.int_or("max_position_embeddings", cls.max_position_embeddings), "max_position_embeddings"),
               "max_position_embeddings", kMaxPositions);
-  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = r.number_or(cls.cohere2_keys ? "layer_norm_eps" : "rms_norm_eps", cls.rms_norm_eps);
   HLM_CHECK_INPUT(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0.0, "key 'rms_norm_eps' must be >= 0, got ",
                   c.rms_norm_eps);
   if (const json* act = r.get("hidden_act")) c.hidden_act = as_string(*act, "hidden_act");
   HLM_CHECK_INPUT(c.hidden_act == "silu", "hidden_act '", c.hidden_act, "' is not supported (only 'silu')");
-  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", cls.cohere2_keys);  // Cohere2Config: tied by default
+  if (cls.cohere2_keys) {
+    c.logit_scale = r.number_or("logit_scale", 0.0625);
+    c.nope_full_layers = true;  // Cohere2Attention rotates only when the layer has a window
+    HLM_CHECK_INPUT(!r.bool_or("use_qk_norm", false), "use_qk_norm: true is not supported for model_type ",
+                    c.model_type);
+  }
   c.attention_bias = r.bool_or("attention_bias", false);
 
   if (cls.granite_scalars) {
@@ -458,6 +527,10 @@ ModelConfig parse_config_object(const json& j) {
     if (c.dtype.empty() && v != nullptr && !v->is_null()) c.dtype = as_string(*v, key);
   }
   parse_rope(r, c);
+  if (cls.cohere2_keys) {  // one rope (interleaved) for the sliding layers; full layers have none
+    c.rope.interleaved = true;
+    c.sliding_rope.reset();
+  }
   // Every size is bounded above, so these products cannot overflow; one weight matrix must stay below 2^40 elements.
   for (const TensorSpec& t : expected_tensors(c))
     HLM_CHECK_INPUT(t.shape.numel() <= kMaxTensorElements, "tensor ", t.name, " would hold ", t.shape.numel(),
@@ -524,22 +597,36 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"attention_bias", c.attention_bias},
             {"layer_types", c.layer_types}};
-  const RopeParams& p = c.rope;
-  json rope = {{"rope_type", p.rope_type}, {"rope_theta", p.rope_theta}};
-  if (p.rope_type != "default") rope["factor"] = p.factor;
-  if (p.original_max_position_embeddings) rope["original_max_position_embeddings"] = *p.original_max_position_embeddings;
-  if (p.rope_type == "yarn") {
-    rope["beta_fast"] = p.beta_fast;
-    rope["beta_slow"] = p.beta_slow;
-    rope["truncate"] = p.truncate;
-    if (p.attention_factor) rope["attention_factor"] = *p.attention_factor;
-    if (p.mscale) rope["mscale"] = *p.mscale;
-    if (p.mscale_all_dim) rope["mscale_all_dim"] = *p.mscale_all_dim;
-  } else if (p.rope_type == "llama3") {
-    rope["low_freq_factor"] = p.low_freq_factor;
-    rope["high_freq_factor"] = p.high_freq_factor;
-  }
+  const auto rope_json = [&](const RopeParams& p) {
+    json rope = {{"rope_type", p.rope_type}, {"rope_theta", p.rope_theta}};
+    if (p.rope_type != "default") rope["factor"] = p.factor;
+    if (p.original_max_position_embeddings)
+      rope["original_max_position_embeddings"] = *p.original_max_position_embeddings;
+    if (p.rope_type == "yarn") {
+      rope["beta_fast"] = p.beta_fast;
+      rope["beta_slow"] = p.beta_slow;
+      rope["truncate"] = p.truncate;
+      if (p.attention_factor) rope["attention_factor"] = *p.attention_factor;
+      if (p.mscale) rope["mscale"] = *p.mscale;
+      if (p.mscale_all_dim) rope["mscale_all_dim"] = *p.mscale_all_dim;
+    } else if (p.rope_type == "llama3") {
+      rope["low_freq_factor"] = p.low_freq_factor;
+      rope["high_freq_factor"] = p.high_freq_factor;
+    }
+    return rope;
+  };
+  const json rope = rope_json(c.rope);
   j["rope_parameters"] = rope;
+  if (cls.cohere2_keys) {  // Cohere2Config's names: LayerNorm eps, logit multiplier
+    j.erase("rms_norm_eps");
+    j["layer_norm_eps"] = c.rms_norm_eps;
+    j["logit_scale"] = c.logit_scale;
+  }
+  if (cls.sliding_layers) {  // Olmo3Config / Cohere2Config: the window and RoPE per layer type
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+    if (c.sliding_rope)
+      j["rope_parameters"] = {{"full_attention", rope}, {"sliding_attention", rope_json(*c.sliding_rope)}};
+  }
   if (cls.granite_scalars) {
     j["mlp_bias"] = c.mlp_bias;
     j["embedding_multiplier"] = c.embedding_multiplier;

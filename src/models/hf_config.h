@@ -20,9 +20,10 @@
 
 namespace hlm {
 
-enum class Architecture { Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe };
+enum class Architecture { Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Olmo3, Cohere2 };
 
-// A layer's token mixer: softmax attention ("full_attention") or Gated DeltaNet ("linear_attention").
+// A layer's token mixer: softmax attention ("full_attention", and "sliding_attention": the same mixer over the last
+// ModelConfig::sliding_window keys, see attention_window) or Gated DeltaNet ("linear_attention").
 enum class LayerKind { FullAttention, LinearAttention };
 
 // A layer's feed-forward block: the dense SwiGLU MLP, or routed experts (layers/moe_layer.h).
@@ -83,6 +84,19 @@ struct ModelConfig {
   std::vector<LayerKind> layer_kinds;
   std::optional<LinearAttentionConfig> linear;  // present for hybrid architectures
   bool use_rope = true;  // false when rope_parameters is null (OLMo-Hybrid allows a NoPE model)
+  // Sliding-window attention (OLMo-3): layer_types "sliding_attention" layers attend to the last sliding_window keys
+  // (the token itself and W−1 before it); 0 when the class has no such layers.
+  int64_t sliding_window = 0;
+  // RoPE of the sliding_attention layers when the config gives it per layer type (OLMo-3's rope_parameters
+  // {"full_attention": ..., "sliding_attention": ...}); `rope` is then the full_attention layers'.
+  std::optional<RopeParams> sliding_rope;
+  // Cohere2: full_attention layers use no positional encoding (RoPE only on sliding_attention layers).
+  bool nope_full_layers = false;
+  double logit_scale = 1.0;  // Cohere2: logits are multiplied by this
+  // The attention window of layer i: sliding_window for a "sliding_attention" layer, else 0 (unbounded).
+  int64_t attention_window(int64_t layer) const {
+    return layer_types[static_cast<size_t>(layer)] == "sliding_attention" ? sliding_window : 0;
+  }
   std::optional<MoeConfig> moe;  // present for MoE architectures
   std::vector<FfnKind> ffn_kinds;  // per layer; empty means every layer dense
   bool moe_layer(int64_t layer) const {

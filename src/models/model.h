@@ -71,8 +71,7 @@ class Model {
     m.config_ = std::move(config);
     m.weights_ = std::move(weights);
     if (m.config_.tie_word_embeddings) m.weights_.lm_head.weight = m.weights_.embed_tokens;
-    if (m.config_.use_rope)
-      m.rope_ = rope_table_build(m.config_.rope, m.config_.head_dim, m.config_.max_position_embeddings);
+    m.build_rope_tables();
     return m;
   }
   // Writes config.json and model.safetensors (f32, canonical HF names) into dir, each file atomically.
@@ -82,6 +81,26 @@ class Model {
   const DecoderWeights& weights() const { return weights_; }
   const std::filesystem::path& dir() const { return dir_; }
   const RopeTable& rope() const { return rope_; }
+  // The RoPE table attention layer `layer` uses: the sliding_attention layers' own table when the config gives one
+  // (OLMo-3), else rope(); nullptr for a NoPE model (use_rope false) or a NoPE full layer (Cohere2).
+  const RopeTable* layer_rope(int64_t layer) const {
+    const bool sliding = config_.attention_window(layer) > 0;
+    if (!config_.use_rope || (config_.nope_full_layers && !sliding)) return nullptr;
+    return config_.sliding_rope && sliding ? &rope_sliding_ : &rope_;
+  }
+  // The attention dims of layer `layer`: `base` with the layer's sliding window (ModelConfig::attention_window).
+  AttentionDims layer_attention_dims(const AttentionDims& base, int64_t layer) const {
+    AttentionDims d = base;
+    d.window = config_.attention_window(layer);
+    return d;
+  }
+  // Builds rope() (and the sliding layers' table) from the config; every constructor path calls it.
+  void build_rope_tables() {
+    const ModelConfig& c = config_;
+    if (c.use_rope) rope_ = rope_table_build(c.rope, c.head_dim, c.max_position_embeddings);
+    if (c.use_rope && c.sliding_rope)
+      rope_sliding_ = rope_table_build(*c.sliding_rope, c.head_dim, c.max_position_embeddings);
+  }
   DecoderWeights& mutable_weights() { return weights_; }
   // Scratch memory of this model's passes (forward resets it; model_backward reuses it).
   Arena& arena() { return arena_; }
@@ -95,6 +114,7 @@ class Model {
   ModelConfig config_;
   DecoderWeights weights_;
   RopeTable rope_;
+  RopeTable rope_sliding_;  // sliding_attention layers' RoPE (ModelConfig::sliding_rope); empty otherwise
   std::filesystem::path dir_;
   std::vector<std::string> unused_tensors_;
   Arena arena_;

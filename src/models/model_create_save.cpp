@@ -59,7 +59,7 @@ Model Model::create(const ModelConfig& config, uint64_t seed) {
     tensor_slot(m.weights_, spec) = t;
   }
   if (config.tie_word_embeddings) m.weights_.lm_head.weight = m.weights_.embed_tokens;
-  if (config.use_rope) m.rope_ = rope_table_build(config.rope, config.head_dim, config.max_position_embeddings);
+  m.build_rope_tables();
   return m;
 }
 

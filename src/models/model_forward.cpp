@@ -2,9 +2,11 @@
 //   h = embed(ids)·m_emb
 //   per layer, pre-norm block:  h += m_res·mixer(norm_in(h));  h += m_res·mlp(norm_post(h))
 //              post-norm block: h += norm_post(mixer(h));       h += norm_ff(mlp(h))        (OLMo-Hybrid attention)
+//              parallel block:  n = norm_in(h); h += mixer(n); h += mlp(n)                  (Cohere2)
+//   norms are RMSNorm, or LayerNorm without bias where the spec says so (Cohere2)
 //   mixer = softmax attention (full_attention) or Gated DeltaNet (linear_attention)
 //   mlp   = dense SwiGLU or routed experts, by the layer's FfnKind
-//   logits = lm_head(norm(h)) / logits_scaling
+//   logits = lm_head(norm(h)) / logits_scaling · logit_scale
 #include <algorithm>
 
 #include "layers/attention_layer.h"
@@ -14,6 +16,7 @@
 #include "models/architecture.h"
 #include "models/model.h"
 #include "ops/embedding/embedding.h"
+#include "ops/layernorm/layernorm.h"
 #include "ops/matmul/matmul.h"
 #include "ops/residual/residual.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -50,9 +53,15 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
   const std::vector<int32_t> positions = batch.positions();
   const AttentionDims attention_dims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
                                      eps};
-  const RopeTable* rope = c.use_rope ? &rope_ : nullptr;
   const auto emit = [&](CapturePoint point, int layer, const Tensor& value) {
     if (capture) capture(point, layer, value);
+  };
+  // A block's or the final norm over [T, H] rows: RMSNorm, or LayerNorm without bias (spec.layer_norm).
+  const auto norm_rows = [&](float* out, const float* in, const Tensor& weight) {
+    if (spec.layer_norm)
+      layernorm_forward<float>(out, in, weight.f32(), T, H, c.rms_norm_eps);
+    else
+      rmsnorm_forward(out, in, weight.f32(), T, H, eps);
   };
 
   ModelStash* stash = options.stash;
@@ -73,11 +82,13 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
     const bool post_norm = full_attention && spec.attention_post_norm;
     LayerStash* mixer_stash = stash ? &stash->mixer[static_cast<size_t>(i)] : nullptr;
     LayerStash* mlp_stash = stash ? &stash->mlp[static_cast<size_t>(i)] : nullptr;
+    const AttentionDims layer_dims = layer_attention_dims(attention_dims, i);  // with the layer's sliding window
+    const RopeTable* rope = layer_rope(i);
     const auto mixer = [&](float* out, const float* in) {
       if (options.mixer != nullptr) {
-        (*options.mixer)(MixerCall{i, c.layer_kinds[static_cast<size_t>(i)], attention_dims, in, out});
+        (*options.mixer)(MixerCall{i, c.layer_kinds[static_cast<size_t>(i)], layer_dims, in, out});
       } else if (full_attention) {
-        attention_layer_forward(out, in, layer.self_attn, attention_dims, rope, batch, positions.data(), arena_,
+        attention_layer_forward(out, in, layer.self_attn, layer_dims, rope, batch, positions.data(), arena_,
                                 mixer_stash);
       } else {
         gdn_layer_forward(out, in, layer.linear_attn, gdn_dims(c), batch, nullptr, arena_, mixer_stash);
@@ -92,7 +103,16 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       }
     };
     emit(CapturePoint::AttnIn, i, hidden);
-    if (post_norm) {
+    if (spec.parallel_block) {  // attn_out: h after the mixer's add, before the MLP's (HF adds h + a + m in that order)
+      norm_rows(normed.f32(), hidden.f32(), layer.input_layernorm);
+      mixer(delta.f32(), normed.f32());
+      emit(CapturePoint::AttnDelta, i, delta);
+      residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
+      emit(CapturePoint::AttnOut, i, hidden);
+      ffn(delta.f32(), normed.f32());
+      emit(CapturePoint::MlpDelta, i, delta);
+      residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
+    } else if (post_norm) {
       mixer(normed.f32(), hidden.f32());
       rmsnorm_forward(delta.f32(), normed.f32(), layer.post_attention_layernorm.f32(), T, H, eps);
       emit(CapturePoint::AttnDelta, i, delta);
@@ -114,7 +134,7 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       residual_add_forward(hidden.f32(), delta.f32(), hyper.residual_multiplier, T * H);
     }
   }
-  rmsnorm_forward(normed.f32(), hidden.f32(), weights_.norm.f32(), T, H, eps);
+  norm_rows(normed.f32(), hidden.f32(), weights_.norm);
   emit(CapturePoint::FinalHidden, -1, normed);
 
   // Rows that get logits: every token, or the last token of each sequence.
@@ -133,6 +153,10 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
   if (hyper.logits_divisor != 1.0f) {
     float* l = logits.f32();
     for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= hyper.logits_divisor;
+  }
+  if (hyper.logits_multiplier != 1.0f) {
+    float* l = logits.f32();
+    for (int64_t j = 0; j < logits.numel(); ++j) l[j] *= hyper.logits_multiplier;
   }
   if (options.all_logits) emit(CapturePoint::Logits, -1, logits);
   return logits;

@@ -23,7 +23,7 @@ Model Model::load(const std::filesystem::path& dir) {
   }
   if (c.tie_word_embeddings) m.weights_.lm_head.weight = m.weights_.embed_tokens;
   m.unused_tensors_ = resolved.unused;
-  if (c.use_rope) m.rope_ = rope_table_build(c.rope, c.head_dim, c.max_position_embeddings);
+  m.build_rope_tables();
   return m;
 }
 

@@ -56,6 +56,9 @@ ForwardTrace model_forward_train(Model& model, const TokenBatch& batch, Recomput
   const ModelConfig& c = model.config();
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
   const DecoderHyper hyper = spec.hyper(c);
+  // Parallel LayerNorm blocks (Cohere2) have a CPU forward (inference, analysis) but no backward here yet.
+  HLM_CHECK_INPUT(!spec.parallel_block && !spec.layer_norm, "training model_type ", c.model_type,
+                  " is not supported (parallel LayerNorm blocks have no backward yet); it runs forward only");
   const int last = static_cast<int>(c.num_hidden_layers) - 1;
   ForwardTrace trace;
   ForwardOptions options;
@@ -110,7 +113,6 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
   const std::vector<int32_t> positions = batch.positions();
   const AttentionDims attention_dims{c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,
                                      eps};
-  const RopeTable* rope = c.use_rope ? &model.rope() : nullptr;
   HLM_CHECK(static_cast<int64_t>(trace.layer_in.size()) == L && static_cast<int64_t>(trace.mixer_out.size()) == L,
             "forward trace does not match the model");
   Arena& arena = model.arena();
@@ -135,6 +137,8 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     DecoderLayerWeights& lg = grads.layers[static_cast<size_t>(i)];
     const bool full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
     const bool post_norm = full_attention && spec.attention_post_norm;
+    const AttentionDims layer_dims = model.layer_attention_dims(attention_dims, i);  // with its sliding window
+    const RopeTable* rope = model.layer_rope(i);
     const Tensor& in = trace.layer_in[static_cast<size_t>(i)];
     const Tensor& mid = trace.mixer_out[static_cast<size_t>(i)];
     const bool moe = c.moe_layer(i);
@@ -185,7 +189,7 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     const auto mixer_backward = [&](float* dx, const float* d_out, const float* x) {
       if (full_attention) {
         AttentionGrads g = as_grads<AttentionGrads>(lg.self_attn);
-        attention_layer_backward(dx, g, d_out, x, lw.self_attn, attention_dims, rope, batch, positions.data(), arena,
+        attention_layer_backward(dx, g, d_out, x, lw.self_attn, layer_dims, rope, batch, positions.data(), arena,
                                  mixer_stash);
       } else {
         GdnGrads g = as_grads<GdnGrads>(lg.linear_attn);
@@ -194,7 +198,7 @@ void model_backward(Model& model, const TokenBatch& batch, const ForwardTrace& t
     };
     const auto mixer_forward = [&](float* out, const float* x) {
       if (full_attention) {
-        attention_layer_forward(out, x, lw.self_attn, attention_dims, rope, batch, positions.data(), arena);
+        attention_layer_forward(out, x, lw.self_attn, layer_dims, rope, batch, positions.data(), arena);
       } else {
         gdn_layer_forward(out, x, lw.linear_attn, gdn_dims(c), batch, nullptr, arena);
       }

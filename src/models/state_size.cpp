@@ -8,10 +8,17 @@ StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_
   StateSizes s;
   s.context = context;
   s.bytes_per_element = bytes_per_element;
-  s.full_attention_layers = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::FullAttention);
-  s.linear_attention_layers = c.num_hidden_layers - s.full_attention_layers;
+  const int64_t attention_layers =
+      std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::FullAttention);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    if (c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention && c.attention_window(i) > 0)
+      ++s.sliding_attention_layers;
+  s.full_attention_layers = attention_layers - s.sliding_attention_layers;
+  s.linear_attention_layers = c.num_hidden_layers - attention_layers;
+  s.sliding_window = s.sliding_attention_layers > 0 ? c.sliding_window : 0;
   s.kv_elements_per_token = 2 * c.num_key_value_heads * c.head_dim;
   s.kv_elements_at_context = s.kv_elements_per_token * context;
+  s.kv_elements_at_window = s.kv_elements_per_token * std::min(context, s.sliding_window);
   if (c.linear) {
     const LinearAttentionConfig& l = *c.linear;
     s.recurrent_state_elements = l.num_value_heads * l.key_head_dim * l.value_head_dim;
@@ -19,6 +26,7 @@ StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_
         (2 * l.num_key_heads * l.key_head_dim + l.num_value_heads * l.value_head_dim) * (l.conv_kernel_dim - 1);
   }
   s.model_elements_at_context = s.full_attention_layers * s.kv_elements_at_context +
+                                s.sliding_attention_layers * s.kv_elements_at_window +
                                 s.linear_attention_layers * (s.recurrent_state_elements + s.conv_state_elements);
   return s;
 }

@@ -1,7 +1,9 @@
 // Inference memory per layer kind, the Olmo Hybrid paper's Table 1 arithmetic: a full-attention layer caches K and V
 // for every token (2·Hkv·D elements per token, growing with the context); a GDN layer keeps one matrix state per
 // value head (Hv·dk·dv elements, constant) plus the short-conv state ((2·Hk·dk + Hv·dv)·(K−1) elements, reported
-// apart, as Table 1 leaves it out). Bytes = elements × bytes_per_element (Table 1 uses fp16: 2).
+// apart, as Table 1 leaves it out); a sliding-window attention layer (OLMo-3 sliding_attention) needs K and V of its
+// last W tokens only: 2·Hkv·D·min(context, W) elements, bounded by the window. Bytes = elements × bytes_per_element
+// (Table 1 uses fp16: 2).
 #pragma once
 #include <cstdint>
 
@@ -12,13 +14,16 @@ namespace hlm {
 struct StateSizes {
   int64_t context = 0;
   int64_t bytes_per_element = 2;
-  int64_t full_attention_layers = 0;
+  int64_t full_attention_layers = 0;         // softmax attention over the whole context
+  int64_t sliding_attention_layers = 0;      // softmax attention over the last sliding_window tokens
+  int64_t sliding_window = 0;
   int64_t linear_attention_layers = 0;
   int64_t kv_elements_per_token = 0;         // per full-attention layer
   int64_t kv_elements_at_context = 0;        // per full-attention layer, × context
+  int64_t kv_elements_at_window = 0;         // per sliding layer, × min(context, window)
   int64_t recurrent_state_elements = 0;      // per GDN layer (matrix state)
   int64_t conv_state_elements = 0;           // per GDN layer
-  int64_t model_elements_at_context = 0;     // all layers: KV at context + GDN matrix and conv states
+  int64_t model_elements_at_context = 0;     // all layers: KV at context (window) + GDN matrix and conv states
 };
 
 StateSizes state_sizes(const ModelConfig& config, int64_t context, int64_t bytes_per_element);

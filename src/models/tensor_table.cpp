@@ -23,6 +23,8 @@ bool linear(C c, int i) { return !full(c, i); }
 bool post_norm_block(C c, int i) { return full(c, i) && architecture_spec(c.architecture).attention_post_norm; }
 bool pre_norm_block(C c, int i) { return !post_norm_block(c, i); }
 bool always(C, int) { return true; }
+// Every block but a parallel one (Cohere2: input_layernorm feeds attention and MLP) has a second norm.
+bool sequential_block(C c, int) { return !architecture_spec(c.architecture).parallel_block; }
 bool attention_bias(C c, int i) { return full(c, i) && c.attention_bias; }
 bool attention(C c, int i) { return full(c, i); }
 bool dense_ffn(C c, int i) { return !c.moe_layer(i); }
@@ -112,7 +114,8 @@ const std::array kTensorTable{
     TensorRow{"model.layers.{i}.linear_attn.o_norm.weight", "norm", true, SHAPE(c.linear->value_head_dim), linear,
               SLOT(G(w, i).o_norm)},
     // MLP and its norms.
-    TensorRow{"model.layers.{i}.post_attention_layernorm.weight", "norm", true, SHAPE(c.hidden_size), always,
+    TensorRow{"model.layers.{i}.post_attention_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
+              sequential_block,
               SLOT(L(w, i).post_attention_layernorm), "model.layers.{i}.feedforward_layer_norm.weight"},
     TensorRow{"model.layers.{i}.mlp.gate_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size),
               dense_ffn, SLOT(L(w, i).mlp.gate_proj.weight)},

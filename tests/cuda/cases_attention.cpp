@@ -58,6 +58,7 @@ struct AttnCase {
   Fill fill_q = Fill::Normal, fill_k = Fill::Normal, fill_v = Fill::Normal, fill_dout = Fill::Normal;
   double scale = 0;     // 0: D^-1/2
   bool masked = false;  // the first 70 keys of every sequence score -Inf (header comment)
+  int64_t window = 0;   // sliding window (keys i-W+1 .. i); the bounds below sum over those keys only
 };
 
 const std::vector<AttnCase> kCases = {
@@ -77,6 +78,12 @@ const std::vector<AttnCase> kCases = {
     {{65, 7}, 4, 1, 128, Fill::Normal, Fill::Normal, Fill::Special},
     {{65, 7}, 4, 1, 64, Fill::Normal, Fill::Normal, Fill::Normal, Fill::Special},
     {{129, 300}, 4, 1, 64, Fill::Normal, Fill::Normal, Fill::Normal, Fill::Normal, 0, true},
+    // Sliding windows (OLMo-3 sliding_attention): shorter than the sequences, across key-tile boundaries (70 > 64),
+    // a window of 1, GQA, D 64/128 (the tensor-core path refuses windows: bf16 runs the scalar kernels) and D 40.
+    {{300, 1, 7, 129}, 4, 1, 64, Fill::Normal, Fill::Normal, Fill::Normal, Fill::Normal, 0, false, 70},
+    {{129, 65}, 4, 2, 128, Fill::Normal, Fill::Normal, Fill::Normal, Fill::Normal, 0, false, 5},
+    {{200}, 2, 1, 40, Fill::Normal, Fill::Normal, Fill::Normal, Fill::Normal, 0, false, 64},
+    {{66, 3}, 2, 2, 64, Fill::Normal, Fill::Normal, Fill::Normal, Fill::Normal, 0, false, 1},
 };
 constexpr int64_t kMaskedKeys = 70;  // more than one key tile (64)
 
@@ -95,9 +102,9 @@ std::vector<int64_t> cu_seqlens_of(const AttnCase& c) {
 }
 AttentionCudaParams params_of(const AttnCase& c) {
   return {total(c), c.Hq, c.Hkv, c.D, static_cast<int64_t>(c.seqlens.size()),
-          *std::max_element(c.seqlens.begin(), c.seqlens.end()), scale_of(c)};
+          *std::max_element(c.seqlens.begin(), c.seqlens.end()), scale_of(c), c.window};
 }
-AttentionShape shape_of(const AttnCase& c) { return {total(c), c.Hq, c.Hkv, c.D}; }
+AttentionShape shape_of(const AttnCase& c) { return {total(c), c.Hq, c.Hkv, c.D, c.window}; }
 
 std::string name(const AttnCase& c, const std::string& what) {
   std::string s = "attention." + what + " seqs=";
@@ -109,6 +116,7 @@ std::string name(const AttnCase& c, const std::string& what) {
        fill_name(c.fill_q) + "/" + fill_name(c.fill_k) + "/" + fill_name(c.fill_v) + "/" + fill_name(c.fill_dout);
   if (c.scale != 0) s += " scale=" + std::to_string(c.scale);
   if (c.masked) s += " masked";
+  if (c.window > 0) s += " window=" + std::to_string(c.window);
   return s;
 }
 
@@ -177,6 +185,7 @@ Analysis analyze(const AttnCase& c, const Inputs& in, const std::vector<float>& 
       const int64_t kvh = h / group;
       for (int64_t i = 0; i < len; ++i) {
         const int64_t tq = begin + i, n = i + 1, tiles = (n + tile - 1) / tile;
+        const int64_t j0 = attention_window_begin(i, c.window);  // keys [j0, n); n and tiles stay (looser bounds)
         const float *qi = at(in.q, tq, Hq, h), *doi = at(in.dout, tq, Hq, h), *oi = at(o_in, tq, Hq, h);
         s.assign(n, 0);
         s_abs.assign(n, 0);
@@ -185,7 +194,7 @@ Analysis analyze(const AttnCase& c, const Inputs& in, const std::vector<float>& 
         s32.assign(n, 0);
         double amax = 0, m = -INFINITY;
         float m32 = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = j0; j < n; ++j) {
           const float *kj = at(in.k, begin + j, Hkv, kvh), *vj = at(in.v, begin + j, Hkv, kvh);
           double dot = 0, dot_abs = 0, g = 0, g_abs = 0;
           float dot32 = 0;
@@ -206,7 +215,7 @@ Analysis analyze(const AttnCase& c, const Inputs& in, const std::vector<float>& 
           m32 = m32 < s32[j] ? s32[j] : m32;
         }
         double sum = 0, sum32 = 0;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = j0; j < n; ++j) {
           sum += std::exp(s[j] - m);
           sum32 += std::exp(s32[j] - m32);
         }
@@ -222,7 +231,7 @@ Analysis analyze(const AttnCase& c, const Inputs& in, const std::vector<float>& 
         const double lse_in = static_cast<float>(lse);
         p.assign(n, 0);
         double d_exact = 0, d_in = 0, c_abs = 0;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = j0; j < n; ++j) {
           p[j] = std::exp(s[j] - lse);
           d_exact += p[j] * dp[j];
         }
@@ -235,7 +244,7 @@ Analysis analyze(const AttnCase& c, const Inputs& in, const std::vector<float>& 
         double* dq_b = a.dq_bound.data() + row * D;
         std::vector<double> dq_sum_e(static_cast<size_t>(D), 0), dq_sum_ds(static_cast<size_t>(D), 0),
             dq_exact(static_cast<size_t>(D), 0);
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = j0; j < n; ++j) {
           const int64_t tk = begin + j;
           const float *kj = at(in.k, tk, Hkv, kvh), *vj = at(in.v, tk, Hkv, kvh);
           const double eps = (Dd + 1) * u * s_abs[j] + std::abs(lse_in - lse) + u * std::abs(s[j] - lse) + 4 * u;

@@ -59,6 +59,7 @@ struct CacheCase {
   int64_t Hq, Hkv, D, block_size;
   Fill fill_k = Fill::Normal, fill_v = Fill::Normal;
   double scale = 0;  // 0: D^-1/2
+  int64_t window = 0;  // sliding window (attention_cache.h); 0 = full causal
 };
 
 // A pool with every sequence's blocks at shuffled ids, plus a few spare blocks.
@@ -110,6 +111,7 @@ AttentionCacheCudaParams params_of(const CacheCase& c, const Layout& L, float sc
   p.max_query_len = L.max_q;
   p.max_context = L.max_ctx;
   p.scale = scale;
+  p.window = c.window;
   return p;
 }
 
@@ -128,7 +130,9 @@ void reference(const CacheCase& c, const Layout& L, const std::vector<float>& q,
         std::vector<double> s(static_cast<size_t>(vis)), a(static_cast<size_t>(vis));
         std::vector<int64_t> off(static_cast<size_t>(vis));
         double mx = -INFINITY, amax = 0;
-        for (int64_t j = 0; j < vis; ++j) {
+        const int64_t j0 = attention_window_begin(pos, c.window);  // keys [j0, vis); others are masked (p = 0)
+        for (int64_t j = 0; j < j0; ++j) s[j] = -INFINITY, off[j] = 0;
+        for (int64_t j = j0; j < vis; ++j) {
           const int64_t blk = L.tables[n * L.max_blocks + j / c.block_size];
           off[j] = (blk * c.block_size + j % c.block_size) * row + kvh * D;
           double dot = 0, adot = 0;
@@ -199,7 +203,7 @@ void run_case(const CacheCase& c, uint64_t seed) {
 
   std::vector<float> cpu(static_cast<size_t>(L.T * c.Hq * c.D));
   attention_cache_forward(cpu.data(), q.data(), kc.data(), vc.data(), L.shape, L.tables.data(), L.max_blocks,
-                          L.context.data(), L.cu.data(), L.N, c.Hq, scale);
+                          L.context.data(), L.cu.data(), L.N, c.Hq, scale, c.window);
   std::vector<double> ref, bound;
   reference(c, L, q, kc, vc, scale, ref, bound);
 
@@ -270,7 +274,7 @@ void run_case_bf16(const CacheCase& c, uint64_t seed) {
   {  // the fp32 kernels over the bf16 cache
     std::vector<float> cpu(static_cast<size_t>(L.T * c.Hq * c.D));
     attention_cache_forward(cpu.data(), q.data(), kc.data(), vc.data(), L.shape, L.tables.data(), L.max_blocks,
-                            L.context.data(), L.cu.data(), L.N, c.Hq, scale);
+                            L.context.data(), L.cu.data(), L.N, c.Hq, scale, c.window);
     std::vector<double> ref, bound;
     reference(c, L, q, kc, vc, scale, ref, bound);
     DeviceBuffer q_d = DeviceBuffer::from(q, "q");
@@ -289,7 +293,7 @@ void run_case_bf16(const CacheCase& c, uint64_t seed) {
     const std::vector<float> q16 = round_bf16(q);
     std::vector<float> cpu(static_cast<size_t>(L.T * c.Hq * c.D));
     attention_cache_forward(cpu.data(), q16.data(), kc.data(), vc.data(), L.shape, L.tables.data(), L.max_blocks,
-                            L.context.data(), L.cu.data(), L.N, c.Hq, scale);
+                            L.context.data(), L.cu.data(), L.N, c.Hq, scale, c.window);
     std::vector<double> ref, bound;
     reference(c, L, q16, kc, vc, scale, ref, bound);
     DeviceBuffer q_d = DeviceBuffer::from(to_bf16(q16), "q bf16");
@@ -333,6 +337,18 @@ TEST(AttentionCacheCuda, ChunkPrefillAndMixed) {
   run_case({"chunk D64 g2 bs16", {0, 50, 129, 7}, {37, 70, 1, 1}, 4, 2, 64, 16}, 12);
   // Padded head dim 40, group 1, block size 5.
   run_case({"chunk D40 g1 bs5", {3, 0}, {64, 9}, 3, 3, 40, 5}, 13);
+}
+
+TEST(AttentionCacheCuda, SlidingWindowChunkAndDecode) {
+  HLM_REQUIRE_CUDA();
+  const Fill n = Fill::Normal;
+  // Chunks over cached sequences with windows shorter than the contexts (70 spans a key tile), and decode with
+  // several splits (long contexts) where whole splits fall before the window.
+  run_case({"window chunk D64 g2 bs16 W70", {0, 50, 129, 7}, {37, 70, 1, 1}, 4, 2, 64, 16, n, n, 0, 70}, 31);
+  run_case({"window chunk D40 g1 bs5 W5", {3, 0}, {64, 9}, 3, 3, 40, 5, n, n, 0, 5}, 32);
+  run_case({"window decode D128 g4 bs16 W100", {0, 16, 299, 999, 2048}, {1, 1, 1, 1, 1}, 8, 2, 128, 16, n, n, 0, 100},
+           33);
+  run_case({"window decode D64 g2 bs16 W1", {4999, 3}, {1, 1}, 4, 2, 64, 16, n, n, 0, 1}, 34);
 }
 
 TEST(AttentionCacheCuda, DecodeBatchOfDifferentLengths) {

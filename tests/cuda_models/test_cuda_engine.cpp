@@ -40,7 +40,8 @@ struct ModelCase {
   bool golden;
 };
 const ModelCase kModels[] = {
-    {"qwen3_untied", true}, {"granite", true}, {"olmo_hybrid_tiny", true}, {"qwen3_hybrid_student", false}};
+    {"qwen3_untied", true}, {"granite", true}, {"olmo_hybrid_tiny", true}, {"qwen3_hybrid_student", false},
+    {"olmo3_swa", true}};  // sliding windows (5) shorter than the prompts: windowed paged chunk and decode kernels
 
 Model make_model(const ModelCase& m) {
   if (m.golden) return Model::load(cuda_golden_dir(m.name));

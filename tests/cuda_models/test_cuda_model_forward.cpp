@@ -95,6 +95,23 @@ TEST(CudaModelForward, OlmoHybridPostNormAndGdn) {
   expect_golden_match("olmo_hybrid_tiny");
 }
 
+TEST(CudaModelForward, Olmo3SlidingWindowLayers) {
+  HLM_REQUIRE_CUDA_MODEL();
+  expect_golden_match("olmo3_swa");  // window 5 < the batch's sequences: the scalar windowed kernels
+}
+
+TEST(CudaModelForward, Olmo3PerLayerTypeRopeIsRefused) {
+  HLM_REQUIRE_CUDA_MODEL();
+  // YaRN on the full layers, default RoPE on the sliding ones: one RoPE table on CUDA, so upload refuses it.
+  const Model model = Model::load(cuda_golden_dir("olmo3_rope2"));
+  try {
+    (void)CudaModel::upload(model, cuda_context());
+    FAIL() << "olmo3_rope2 uploaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("per-layer-type RoPE"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaModelForward, ConvertedQwen3HybridStudent) {
   HLM_REQUIRE_CUDA_MODEL();
   const Model teacher = Model::load(cuda_golden_dir("qwen3_untied"));

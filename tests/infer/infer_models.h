@@ -39,6 +39,42 @@ inline nlohmann::json student_config_json() {
           {"linear_allow_neg_eigval", true}};
 }
 
+// OLMo-3 with sliding windows (3 < the test sequences) on layers 0, 1, 3 and a full layer 2, RoPE per layer type
+// (YaRN on the full layer, default with another theta on the sliding ones), GQA 2:1, head_dim 12 (q width 48 != 40).
+inline nlohmann::json olmo3_config_json() {
+  return {{"model_type", "olmo3"},
+          {"vocab_size", 96},
+          {"hidden_size", 40},
+          {"intermediate_size", 72},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 12},
+          {"max_position_embeddings", 256},
+          {"sliding_window", 3},
+          {"layer_types", {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention"}},
+          {"rope_parameters",
+           {{"full_attention",
+             {{"rope_type", "yarn"}, {"rope_theta", 100.0}, {"factor", 4.0}, {"original_max_position_embeddings", 16}}},
+            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 500.0}}}}}};
+}
+
+// Cohere2 (Tiny Aya's architecture): parallel LayerNorm blocks, window 3 on layers 0, 2, 3 (interleaved RoPE), a
+// NoPE full layer 1, GQA 2:1, tied embeddings, logits × 0.0625.
+inline nlohmann::json cohere2_config_json() {
+  return {{"model_type", "cohere2"},
+          {"vocab_size", 96},
+          {"hidden_size", 40},
+          {"intermediate_size", 72},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"max_position_embeddings", 256},
+          {"sliding_window", 3},
+          {"layer_types", {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention"}},
+          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000.0}}}};
+}
+
 inline std::vector<InferModelCase> infer_model_cases() {
   return {
       {"qwen3_untied", [] { return load_golden_model("qwen3_untied"); }},
@@ -46,6 +82,8 @@ inline std::vector<InferModelCase> infer_model_cases() {
       {"granite", [] { return load_golden_model("granite"); }},
       {"olmo_hybrid_tiny", [] { return load_golden_model("olmo_hybrid_tiny"); }},
       {"qwen3_hybrid_student", [] { return Model::create(parse_model_config(student_config_json(), "test"), 11); }},
+      {"olmo3_sliding", [] { return Model::create(parse_model_config(olmo3_config_json(), "test"), 12); }},
+      {"cohere2_sliding", [] { return Model::create(parse_model_config(cohere2_config_json(), "test"), 13); }},
   };
 }
 

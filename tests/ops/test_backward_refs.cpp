@@ -19,6 +19,7 @@
 
 #include "ops/attention/attention.h"
 #include "ops/embedding/embedding.h"
+#include "ops/layernorm/layernorm.h"
 #include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
@@ -112,6 +113,61 @@ TEST(RmsNormBackward, MatchesFiniteDifferences) {
   rmsnorm_backward<double>(inplace.data(), dw2.data(), inplace.data(), x.data(), w.data(), R, D, eps);
   for (size_t i = 0; i < dx.size(); ++i) EXPECT_EQ(inplace[i], dx[i]);
   for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw2[i], 2 * dw[i]);
+}
+
+TEST(LayerNormBackward, MatchesFiniteDifferences) {
+  const int64_t R = 3, D = 5;
+  const double eps = 1e-5;
+  auto x = randn(R * D, 7);
+  for (int64_t d = 0; d < D; ++d)  // a row of small variance around 2: eps matters
+    x[static_cast<size_t>(D + d)] = 2.0 + 3e-3 * x[static_cast<size_t>(D + d)];
+  auto w = randn(D, 8, 0.3, 1.0);
+  const auto dy = randn(R * D, 9);
+  const auto loss = [&] {
+    std::vector<double> out(x.size());
+    layernorm_forward<double>(out.data(), x.data(), w.data(), R, D, eps);
+    return dot(out, dy);
+  };
+  std::vector<double> dx(x.size()), dw(w.size(), 0.0);
+  layernorm_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), R, D, eps);
+  fd_check(loss, x, dx, "x");
+  fd_check(loss, w, dw, "weight");
+  std::vector<double> inplace = dy, dw2 = dw;  // dx may alias d_out; dweight accumulates
+  layernorm_backward<double>(inplace.data(), dw2.data(), inplace.data(), x.data(), w.data(), R, D, eps);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_EQ(inplace[i], dx[i]);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw2[i], 2 * dw[i]);
+  // The forward subtracts the mean: a row shifted by a constant gives the same output.
+  std::vector<double> out(x.size()), shifted_out(x.size()), shifted = x;
+  for (double& v : shifted) v += 5.0;
+  layernorm_forward<double>(out.data(), x.data(), w.data(), R, D, eps);
+  layernorm_forward<double>(shifted_out.data(), shifted.data(), w.data(), R, D, eps);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(shifted_out[i], out[i], 1e-9);
+}
+
+TEST(RopeBackward, InterleavedPairsMatchFiniteDifferencesAndEvenOddRotation) {
+  RopeParams params;
+  params.rope_theta = 100.0;
+  params.interleaved = true;
+  const RopeTable table = rope_table_build(params, 8, 64);
+  const int64_t n = 3, H = 2;
+  const std::vector<int32_t> pos{0, 5, 17};
+  auto x = randn(static_cast<size_t>(n * H * 8), 10);
+  const auto dy = randn(x.size(), 11);
+  const auto loss = [&] {
+    std::vector<double> y = x;
+    rope_forward<double>(y.data(), pos.data(), n, H, table);
+    return dot(y, dy);
+  };
+  std::vector<double> dx = dy;
+  rope_backward<double>(dx.data(), pos.data(), n, H, table);
+  fd_check(loss, x, dx, "x");
+  // Pair (2i, 2i+1) rotates by pos·inv_freq[i]: check dims 2, 3 of head 0 at position 5 (i = 1).
+  std::vector<double> y = x;
+  rope_forward<double>(y.data(), pos.data(), n, H, table);
+  const double angle = static_cast<double>(5.0f * table.inv_freq[1]);
+  const double* x1 = x.data() + 1 * H * 8;
+  EXPECT_NEAR(y[1 * H * 8 + 2], x1[2] * std::cos(angle) - x1[3] * std::sin(angle), 1e-12);
+  EXPECT_NEAR(y[1 * H * 8 + 3], x1[3] * std::cos(angle) + x1[2] * std::sin(angle), 1e-12);
 }
 
 TEST(RmsNormBackward, FloatMatchesDoubleAndThreadIndependent) {

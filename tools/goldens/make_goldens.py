@@ -16,7 +16,11 @@ golden.safetensors (see golden_io.py) holding:
 Everything runs on the CPU in float32, eager attention, fixed seeds: reruns give identical files. The golden is
 computed by a model loaded back from the saved directory (dtype float32), so the saved files are what is tested;
 qwen3_untied saves bfloat16 weights to exercise the bf16 -> f32 load path. qwen3_moe_* hold routed experts; for
-them mlp_delta.i is the whole MoE block's output (Σ over the chosen experts).
+them mlp_delta.i is the whole MoE block's output (Σ over the chosen experts). olmo3_* are post-norm (OLMo 2 blocks):
+there attn_delta.i = post_attention_layernorm(self_attn(h)), attn_out.i = the MLP's input (h after the attention
+add) and mlp_delta.i = post_feedforward_layernorm(mlp(h)); their sliding windows (5, 7) are shorter than SEQ.
+cohere2_swa is a parallel block (attention and MLP read one LayerNorm): attn_out.i is there attn_in.i + attn_delta.i
+(HF adds h + attn + mlp in that order and keeps no such tensor).
 Non-goals: GPU numerics, generation, padding/masking variants.
 """
 import argparse
@@ -71,6 +75,33 @@ CASES = {
                     moe_intermediate_size=24, norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[],
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
     ),
+    # OLMo-3: sliding-window attention layers (window 5 < SEQ 19) in the default 3:1 pattern (layers 0-2 sliding,
+    # 3 full), GQA 4:2, head_dim 24 so q/o are [96, 64] (unequal dims), the same default RoPE on both layer types.
+    "olmo3_swa": dict(
+        model_type="olmo3", layers=4, save_dtype=torch.float32, seed=1009, extra_head_dim=24,
+        config=dict(tie_word_embeddings=False, sliding_window=5,
+                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    ),
+    # OLMo-3 with an irregular layer pattern (S F S S F), window 7, and RoPE per layer type: YaRN on the full layers
+    # (small base, original max 16 < SEQ, as qwen3_yarn) and default RoPE with another theta on the sliding ones.
+    "olmo3_rope2": dict(
+        model_type="olmo3", layers=5, save_dtype=torch.float32, seed=1010,
+        config=dict(tie_word_embeddings=False, sliding_window=7, max_position_embeddings=64,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                 "full_attention"],
+                    rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 10.0, "factor": 4.0,
+                                                        "original_max_position_embeddings": 16},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 500.0}}),
+    ),
+    # Cohere2 (Command R7B; Tiny Aya names this architecture): parallel LayerNorm blocks, sliding window 5 < SEQ on
+    # layers 0-2 with interleaved RoPE, NoPE full layer 3, GQA 4:2, logits × 0.25, tied embeddings. head_dim is
+    # forced to hidden / heads by the config class, so q/o cannot be made unequal here.
+    "cohere2_swa": dict(
+        model_type="cohere2", layers=4, save_dtype=torch.float32, seed=1011,
+        config=dict(tie_word_embeddings=True, sliding_window=5, logit_scale=0.25, layer_norm_eps=1e-5,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    ),
     "granite": dict(
         model_type="granite", layers=2, save_dtype=torch.float32, seed=1004,
         config=dict(tie_word_embeddings=False, mlp_bias=False, embedding_multiplier=6.0, residual_multiplier=0.3,
@@ -87,6 +118,12 @@ def model_classes(model_type):
     if model_type == "qwen3_moe":
         from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
         return Qwen3MoeConfig, Qwen3MoeForCausalLM
+    if model_type == "cohere2":
+        from transformers import Cohere2Config, Cohere2ForCausalLM
+        return Cohere2Config, Cohere2ForCausalLM
+    if model_type == "olmo3":
+        from transformers import Olmo3Config, Olmo3ForCausalLM
+        return Olmo3Config, Olmo3ForCausalLM
     if model_type == "granite":
         from transformers import GraniteConfig, GraniteForCausalLM
         return GraniteConfig, GraniteForCausalLM
@@ -108,6 +145,8 @@ def reinit_parameters(model, seed):
             if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
                 draws = {"weight": (0.0, 0.08), "bias": (0.0, 0.05)}
             elif type(module).__name__.endswith("RMSNorm"):
+                draws = {"weight": (1.0, 0.1)}
+            elif type(module).__name__.endswith("LayerNorm"):  # Cohere2LayerNorm: a weight, no bias
                 draws = {"weight": (1.0, 0.1)}
             elif type(module).__name__.endswith("Router"):
                 draws = {"weight": (0.0, ROUTER_STD)}
@@ -131,12 +170,33 @@ def reinit_parameters(model, seed):
 
 def build_and_save(case, spec, case_dir):
     config_cls, model_cls = model_classes(spec["model_type"])
-    config = config_cls(
+    common = dict(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=spec["layers"],
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, rms_norm_eps=EPS, hidden_act="silu",
         attn_implementation="eager", **spec["config"])
+    # extra_head_dim: a config class without a head_dim field (Olmo3Config; its attention takes getattr(config,
+    # "head_dim", hidden // heads)). Tried as an extra attribute; if this transformers refuses or ignores it, the case
+    # falls back to hidden // heads (config.json then holds no head_dim, which is what hybridlm reads).
+    head_dim = spec.get("extra_head_dim")
+    config = None
+    if head_dim is not None:
+        try:
+            config = config_cls(head_dim=head_dim, **common)
+        except Exception as e:  # noqa: BLE001 (a strict dataclass may refuse an unknown field)
+            print(f"  {config_cls.__name__} refused head_dim={head_dim} ({type(e).__name__}: {e})", flush=True)
+    if config is None:
+        config = config_cls(**common)
     torch.manual_seed(spec["seed"])
     model = model_cls(config).eval()
+    if head_dim is not None and model.model.layers[0].self_attn.q_proj.out_features != HEADS * head_dim:
+        print(f"  head_dim={head_dim} was ignored; using hidden // heads", flush=True)
+        config = config_cls(**common)
+        torch.manual_seed(spec["seed"])
+        model = model_cls(config).eval()
+    if spec["model_type"] == "olmo3":
+        print(f"  layer_types {config.layer_types}, sliding_window {config.sliding_window}, rope_parameters "
+              f"{config.rope_parameters}, q_proj rows {model.model.layers[0].self_attn.q_proj.out_features}",
+              flush=True)
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     if tied != spec["config"]["tie_word_embeddings"]:
         raise RuntimeError(f"lm_head tied={tied}, expected {spec['config']['tie_word_embeddings']}")
@@ -206,6 +266,20 @@ def record(model, input_ids, attention_mask):
     for i, layer in enumerate(model.model.layers):
         handles.append(layer.register_forward_pre_hook(
             lambda m, a, k, i=i: put(f"attn_in.{i}", first_input(a, k)), with_kwargs=True))
+        if hasattr(layer, "post_feedforward_layernorm"):  # post-norm block (OLMo-3): the norms give the deltas
+            handles.append(layer.post_attention_layernorm.register_forward_hook(
+                lambda m, a, k, o, i=i: put(f"attn_delta.{i}", first_output(o)), with_kwargs=True))
+            handles.append(layer.mlp.register_forward_pre_hook(
+                lambda m, a, k, i=i: put(f"attn_out.{i}", first_input(a, k)), with_kwargs=True))
+            handles.append(layer.post_feedforward_layernorm.register_forward_hook(
+                lambda m, a, k, o, i=i: put(f"mlp_delta.{i}", first_output(o)), with_kwargs=True))
+            continue
+        if not hasattr(layer, "post_attention_layernorm"):  # parallel block (Cohere2): attn_out is computed below
+            handles.append(layer.self_attn.register_forward_hook(
+                lambda m, a, k, o, i=i: put(f"attn_delta.{i}", first_output(o)), with_kwargs=True))
+            handles.append(layer.mlp.register_forward_hook(
+                lambda m, a, k, o, i=i: put(f"mlp_delta.{i}", first_output(o)), with_kwargs=True))
+            continue
         handles.append(layer.self_attn.register_forward_hook(
             lambda m, a, k, o, i=i: put(f"attn_delta.{i}", first_output(o)), with_kwargs=True))
         handles.append(layer.post_attention_layernorm.register_forward_pre_hook(
@@ -219,6 +293,9 @@ def record(model, input_ids, attention_mask):
     finally:
         for h in handles:
             h.remove()
+    for i, layer in enumerate(model.model.layers):
+        if not hasattr(layer, "post_attention_layernorm"):
+            put(f"attn_out.{i}", captured[f"attn_in.{i}"] + captured[f"attn_delta.{i}"])
     return captured, logits.detach().clone()
 
 
@@ -228,6 +305,7 @@ def check_structure(model, captured, logits, input_ids):
     resid = float(getattr(cfg, "residual_multiplier", 1.0))
     emb = float(getattr(cfg, "embedding_multiplier", 1.0))
     scale = float(getattr(cfg, "logits_scaling", 1.0))
+    logit_mult = float(getattr(cfg, "logit_scale", 1.0))  # Cohere2 multiplies
     n = cfg.num_hidden_layers
     with torch.no_grad():
         checks = [("attn_in.0", captured["attn_in.0"], model.model.embed_tokens(input_ids) * emb)]
@@ -237,7 +315,7 @@ def check_structure(model, captured, logits, input_ids):
             if i + 1 < n:
                 checks.append((f"attn_in.{i + 1}", captured[f"attn_in.{i + 1}"],
                                captured[f"attn_out.{i}"] + captured[f"mlp_delta.{i}"] * resid))
-        checks.append(("logits", logits, model.lm_head(captured["final_hidden"]) / scale))
+        checks.append(("logits", logits, model.lm_head(captured["final_hidden"]) / scale * logit_mult))
     for name, got, want in checks:
         if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
             raise RuntimeError(f"structure check failed for {name}: max diff {(got - want).abs().max().item()}")

@@ -222,7 +222,8 @@ class CudaEngine final : public InferenceEngine {
 
 void CudaEngine::attention_mixer(int layer, float* out, const float* in, const StepView& s) {
   const CudaAttentionWeights& w = model_.attention_weights(layer);
-  const AttentionDims& d = adims_;
+  AttentionDims d = adims_;
+  d.window = model_.config().attention_window(layer);  // sliding_attention layers (0: full)
   const cudaStream_t stream = ctx_.stream();
   const int64_t T = s.batch.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
   CudaTensor q_lin = CudaTensor::empty(ctx_, {T, Cq}), k_lin = CudaTensor::empty(ctx_, {T, Ckv});
@@ -266,6 +267,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   p.max_query_len = s.batch.max_seqlen;
   p.max_context = s.max_context;
   p.scale = d.scale;
+  p.window = d.window;
   const bool bf16_cache = l.k_cache.dtype() == DType::BF16;
   if (bf16_cache)
     attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(), k, v.data<float>(),
@@ -282,7 +284,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
     const CudaTensor v16 = cuda_round_bf16(ctx_, v);
     CudaTensor o16 = CudaTensor::empty(ctx_, {T, Cq}, DType::BF16);
     CudaTensor lse = CudaTensor::empty(ctx_, {T, d.q_heads});
-    const AttentionCudaParams ap{T, d.q_heads, d.kv_heads, D, s.batch.n_seqs, s.batch.max_seqlen, d.scale};
+    const AttentionCudaParams ap{T, d.q_heads, d.kv_heads, D, s.batch.n_seqs, s.batch.max_seqlen, d.scale, d.window};
     attention_forward_cuda(o16.data<__nv_bfloat16>(), lse.data<float>(), q16.data<__nv_bfloat16>(),
                            k16.data<__nv_bfloat16>(), v16.data<__nv_bfloat16>(), s.batch.cu_seqlens, ap,
                            s.batch.error_flag, stream);

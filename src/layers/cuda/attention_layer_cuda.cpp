@@ -76,7 +76,7 @@ AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, co
     rope_forward_cuda(q.data<float>(), b.positions, n, d.q_heads, *rope, b.error_flag, stream);
     rope_forward_cuda(k.data<float>(), b.positions, n, d.kv_heads, *rope, b.error_flag, stream);
   }
-  const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale};
+  const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale, d.window};
   if (w.bf16_compute) {
     // The bf16 backward reads q16, k16, v16, o16 and lse, never the fp32 q, k, v: those go back to the allocator.
     a.q16 = cuda_round_bf16(ctx, q.data<float>(), n * Cq);

@@ -48,7 +48,7 @@ void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttenti
                                 : a.q.numel() == n * Cq && a.k.numel() == n * Ckv && a.v.numel() == n * Ckv),
             "attention backward: the activations do not match the batch or the compute mode");
 
-  const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale};
+  const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale, d.window};
 
   CudaTensor d_o = CudaTensor::empty(ctx, {n, Cq});
   cuda_linear_backward(ctx, d_o.data<float>(), g.o_proj, d_out, attention_o_input(a), w.o_proj, n, false);

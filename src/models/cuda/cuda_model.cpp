@@ -42,8 +42,20 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
   // Routed-expert FFNs (qwen3_moe) run on the CPU only so far: refuse before anything is uploaded, naming the kind.
   HLM_CHECK_INPUT(!c.has_moe_layers(), "the CUDA path does not run routed-expert (MoE) FFN layers yet (",
                   c.model_type, "): use --device cpu");
+  HLM_CHECK_INPUT(!spec.parallel_block && !spec.layer_norm && !c.rope.interleaved && !c.nope_full_layers,
+                  "the CUDA path does not run parallel LayerNorm blocks, interleaved RoPE or NoPE full layers yet (",
+                  c.model_type, "): use --device cpu");
   ctx.make_current();
   if (c.use_rope) m.rope_host_ = model.rope();
+  // One RoPE table serves every layer here: a model whose sliding_attention layers rotate differently (OLMo-3 with
+  // YaRN on its full layers) runs on the CPU only so far.
+  for (int64_t i = 0; c.use_rope && i < c.num_hidden_layers; ++i) {
+    const RopeTable* r = model.layer_rope(i);
+    HLM_CHECK_INPUT(r->inv_freq == model.rope().inv_freq && r->attention_scaling == model.rope().attention_scaling &&
+                        r->max_position == model.rope().max_position,
+                    "the CUDA path does not run per-layer-type RoPE yet (", c.model_type, ": the sliding_attention ",
+                    "layers' rope_parameters differ from the full_attention layers'): use --device cpu");
+  }
   m.embed_tokens_ = cuda_upload_f32(ctx, w.embed_tokens, "model.embed_tokens.weight");
   HLM_CHECK_INPUT(w.embed_tokens.shape() == Shape({c.vocab_size, H}), "model.embed_tokens.weight has shape ",
                   w.embed_tokens.shape().str(), ", expected [", c.vocab_size, ", ", H, "]");
@@ -149,15 +161,17 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     const bool post_norm = layer.full_attention && spec.attention_post_norm;
+    AttentionDims ldims = adims;
+    ldims.window = c.attention_window(i);  // sliding_attention layers
     CudaKeptLayer* keep = kept != nullptr ? &(*kept)[static_cast<size_t>(i)] : nullptr;
     // The layer forwards: the plain ones, or the ones handing their intermediates to `keep` (same bits).
     const auto mixer = [&](float* out, const CudaLinearInput& in) {
       if (mixer_override != nullptr)
         (*mixer_override)(i, out, in.f32);  // no kept activations here: in.f32 is set
       else if (layer.full_attention && keep != nullptr)
-        keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, adims, rope, b);
+        keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.full_attention)
-        attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, adims, rope, b);
+        attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, ldims, rope, b);
       else if (keep != nullptr)
         keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
       else

@@ -242,6 +242,8 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
     const Layer& lw = *layers_[static_cast<size_t>(i)];
     Layer& lg = *grads.layers_[static_cast<size_t>(i)];
     const bool post_norm = lw.full_attention && spec.attention_post_norm;
+    AttentionDims ldims = adims;
+    ldims.window = c.attention_window(i);  // sliding_attention layers
     const float* in = trace.layer_in[static_cast<size_t>(i)].data<float>();
     const float* mid = trace.mixer_out[static_cast<size_t>(i)].data<float>();
 
@@ -296,10 +298,10 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
     // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
     const auto mixer_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x) {
       if (lw.full_attention && kept != nullptr)
-        attention_layer_backward_from_cuda(ctx, dx, lg.self_attn, d_out, x, kept->attention, lw.self_attn, adims,
+        attention_layer_backward_from_cuda(ctx, dx, lg.self_attn, d_out, x, kept->attention, lw.self_attn, ldims,
                                            rope, b);
       else if (lw.full_attention)
-        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x.f32, lw.self_attn, adims, rope, b);
+        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x.f32, lw.self_attn, ldims, rope, b);
       else if (kept != nullptr)
         gdn_layer_backward_from_cuda(ctx, dx, lg.linear_attn, d_out, x, kept->gdn, lw.linear_attn, gdn_dims(c), b);
       else
@@ -307,7 +309,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
     };
     if (post_norm) {
       const float* mixer_out = kept_or(&CudaKeptLayer::mixer_branch, branch, [&] {
-        attention_layer_forward_cuda(ctx, branch, in, lw.self_attn, adims, rope, b);  // before its post-norm
+        attention_layer_forward_cuda(ctx, branch, in, lw.self_attn, ldims, rope, b);  // before its post-norm
       });
       rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_hidden, mixer_out,
                        lw.post_attention_layernorm.data<float>(), row_norm);

@@ -115,21 +115,28 @@ __global__ void __launch_bounds__(kThreads)
   float m = -INFINITY, l = 0.0f;
 
   const int64_t k_end = len < q0 + kTileQ ? len : q0 + kTileQ;  // keys the tile's last query sees
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTileK) {
+  // Sliding window: the tile's first query sees keys from window_begin(q0); earlier key tiles are skipped whole.
+  const int64_t k_first = dm.window > 0 && q0 - dm.window + 1 > 0 ? (q0 - dm.window + 1) / kTileK * kTileK : 0;
+  const int64_t row_lo = dm.window > 0 && qpos - dm.window + 1 > 0 ? qpos - dm.window + 1 : 0;  // first visible key
+  for (int64_t k0 = k_first; k0 < k_end; k0 += kTileK) {
     __syncthreads();  // the previous tile's k_s/v_s/p_s reads are done
     load_tile<kTileK, DMAX>(k_s, k, begin + k0, len - k0, dm.Hkv, kvh, dm.D);
     load_tile<kTileK, DMAX>(v_s, v, begin + k0, len - k0, dm.Hkv, kvh, dm.D);
     __syncthreads();
-    // Keys [k0, k0 + n_vis) are visible to this row (causal: a prefix of the tile); the rest are skipped, not zeroed.
+    // Keys [k0 + j_lo, k0 + n_vis) are visible to this row (causal: a prefix of the tile; a window also cuts its
+    // start); the rest are skipped, not zeroed.
     const int64_t vis = row_valid ? qpos + 1 - k0 : 0;
     const int n_vis = static_cast<int>(vis < 0 ? 0 : (vis > kTileK ? kTileK : vis));
+    const int64_t lo = row_lo - k0;
+    const int j_lo = static_cast<int>(lo < 0 ? 0 : (lo > kTileK ? kTileK : lo));
     float s[kPerThread];
     float tile_max = -INFINITY;
 #pragma unroll
     for (int c = 0; c < kPerThread; ++c) {
       const int j = sub + kRowThreads * c;
-      s[c] = j < n_vis ? row_dot(q_s + r * S, k_s + j * S, dm.D) * dm.scale : 0.0f;
-      if (j < n_vis) tile_max = fmaxf(tile_max, s[c]);  // fmaxf skips NaN, like the CPU's std::max
+      const bool visible = j >= j_lo && j < n_vis;
+      s[c] = visible ? row_dot(q_s + r * S, k_s + j * S, dm.D) * dm.scale : 0.0f;
+      if (visible) tile_max = fmaxf(tile_max, s[c]);  // fmaxf skips NaN, like the CPU's std::max
     }
     const float m_new = fmaxf(m, row_max(tile_max));
     // While every visible score is -Inf (or NaN), exponents are taken against 0: exp(-Inf) = 0 keeps l and O at 0
@@ -140,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < kPerThread; ++c) {
       const int j = sub + kRowThreads * c;
-      const float e = j < n_vis ? expf(s[c] - m_use) : 0.0f;
+      const float e = j >= j_lo && j < n_vis ? expf(s[c] - m_use) : 0.0f;
       p_s[r * kScoreStride + j] = e;
       e_sum += e;
     }
@@ -149,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();  // p_s row r was written by the row's 4 threads, all in this warp
 #pragma unroll
     for (int c = 0; c < kOwn; ++c) o[c] *= alpha;
-    for (int j = 0; j < n_vis; ++j) {
+    for (int j = j_lo; j < n_vis; ++j) {
       const float pj = p_s[r * kScoreStride + j];
       const float* vj = v_s + j * S + sub;
 #pragma unroll
@@ -210,7 +217,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = 0; c < kOwn; ++c) dk_acc[c] = dv_acc[c] = 0.0f;
 
   for (int64_t h = kvh * dm.group; h < (kvh + 1) * dm.group; ++h) {
-    for (int64_t q0 = k0; q0 < len; q0 += kTileQ) {
+    // Queries after the window of the tile's last key never see it (sliding window): the query tiles stop there.
+    const int64_t q_end = dm.window > 0 && k0 + kTileK - 1 + dm.window < len ? k0 + kTileK - 1 + dm.window : len;
+    for (int64_t q0 = k0; q0 < q_end; q0 += kTileQ) {
       __syncthreads();  // the previous tile's q_s/do_s/p_s/ds_s reads are done
       load_tile<kTileQ, DMAX>(q_s, q, begin + q0, len - q0, dm.Hq, h, dm.D);
       load_tile<kTileQ, DMAX>(do_s, d_out, begin + q0, len - q0, dm.Hq, h, dm.D);
@@ -222,7 +231,11 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       // Queries [q0 + i_lo, q0 + i_hi) see this key: positions >= kpos inside the sequence.
       const int i_lo = key_valid ? static_cast<int>(kpos > q0 ? kpos - q0 : 0) : kTileQ;
-      const int i_hi = static_cast<int>(len - q0 < kTileQ ? len - q0 : kTileQ);
+      int i_hi = static_cast<int>(len - q0 < kTileQ ? len - q0 : kTileQ);
+      if (dm.window > 0) {  // and positions < kpos + W
+        const int64_t hi = key_valid ? kpos + dm.window - q0 : 0;
+        if (hi < i_hi) i_hi = static_cast<int>(hi < 0 ? 0 : hi);
+      }
 #pragma unroll
       for (int c = 0; c < kPerThread; ++c) {
         const int i = sub + kRowThreads * c;
@@ -291,18 +304,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = 0; c < kOwn; ++c) dq_acc[c] = 0.0f;
 
   const int64_t k_end = len < q0 + kTileQ ? len : q0 + kTileQ;
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTileK) {
+  const int64_t k_first = dm.window > 0 && q0 - dm.window + 1 > 0 ? (q0 - dm.window + 1) / kTileK * kTileK : 0;
+  const int64_t row_lo = dm.window > 0 && qpos - dm.window + 1 > 0 ? qpos - dm.window + 1 : 0;  // first visible key
+  for (int64_t k0 = k_first; k0 < k_end; k0 += kTileK) {
     __syncthreads();  // the previous tile's k_s/v_s/ds_s reads are done
     load_tile<kTileK, DMAX>(k_s, k, begin + k0, len - k0, dm.Hkv, kvh, dm.D);
     load_tile<kTileK, DMAX>(v_s, v, begin + k0, len - k0, dm.Hkv, kvh, dm.D);
     __syncthreads();
     const int64_t vis = row_valid ? qpos + 1 - k0 : 0;
     const int n_vis = static_cast<int>(vis < 0 ? 0 : (vis > kTileK ? kTileK : vis));
+    const int64_t lo = row_lo - k0;
+    const int j_lo = static_cast<int>(lo < 0 ? 0 : (lo > kTileK ? kTileK : lo));
 #pragma unroll
     for (int c = 0; c < kPerThread; ++c) {
       const int j = sub + kRowThreads * c;
       float ds = 0.0f;
-      if (j < n_vis) {
+      if (j >= j_lo && j < n_vis) {
         const float s = row_dot(q_s + r * S, k_s + j * S, dm.D) * dm.scale;
         const float dp = row_dot(do_s + r * S, v_s + j * S, dm.D);
         ds = expf(s - lse_r) * (dp - dvec_r);
@@ -310,7 +327,7 @@ __global__ void __launch_bounds__(kThreads)
       ds_s[r * kScoreStride + j] = ds;
     }
     __syncwarp();  // ds_s row r was written by the row's 4 threads, all in this warp
-    for (int j = 0; j < n_vis; ++j) {
+    for (int j = j_lo; j < n_vis; ++j) {
       const float ds = ds_s[r * kScoreStride + j];
       const float* kj = k_s + j * S + sub;
 #pragma unroll
@@ -343,8 +360,9 @@ Dims make_dims(const AttentionCudaParams& p, const char* who) {
   const int64_t n_tiles = (p.max_seqlen + kTileQ - 1) / kTileQ;
   HLM_CHECK(n_tiles == 0 || p.n_seqs <= kMaxGridX / n_tiles, who, ": ", p.n_seqs, " sequences of up to ",
             p.max_seqlen, " tokens exceed the grid's x limit");
+  HLM_CHECK(p.window >= 0, who, ": negative window ", p.window);
   return {p.total_tokens, p.q_heads,    p.kv_heads, p.q_heads / p.kv_heads, p.n_seqs, p.max_seqlen,
-          n_tiles,        static_cast<int>(p.head_dim), p.scale};
+          n_tiles,        static_cast<int>(p.head_dim), p.scale, p.window};
 }
 
 bool nothing_to_do(const Dims& dm) { return dm.T == 0 || dm.n_tiles == 0; }

@@ -34,6 +34,7 @@ struct CacheDims {
   int64_t n_tiles;  // chunk path: query tiles per sequence
   int D;
   float scale;
+  int64_t window;  // sliding window: a query at p sees keys p−W+1 .. p (0 = all earlier keys)
 };
 
 struct SeqView {
@@ -160,10 +161,18 @@ __global__ void __launch_bounds__(kThreads)
   float m = -INFINITY, l = 0.0f;
 
   const int64_t last = start + q0 + kTile < sv.ctx ? start + q0 + kTile : sv.ctx;  // keys the last row sees
-  for (int64_t k0 = 0; k0 < last; k0 += kTile) {
+  // Sliding window: key tiles before the first row's window are skipped whole (their blocks are never read).
+  const int64_t first = start + q0 - dm.window + 1;
+  const int64_t k_first = dm.window > 0 && first > 0 ? first / kTile * kTile : 0;
+  const int64_t row_lo = dm.window > 0 && qpos - dm.window + 1 > 0 ? qpos - dm.window + 1 : 0;  // first visible key
+  for (int64_t k0 = k_first; k0 < last; k0 += kTile) {
     const int64_t n_rows = last - k0 < kTile ? last - k0 : kTile;
     __syncthreads();  // the previous tile's reads of k_s, v_s, p_s, row_s are done
-    if (threadIdx.x < n_rows) row_s[threadIdx.x] = key_row(sv.table, k0 + threadIdx.x, kvh, dm, flag);
+    // Rows before the first row's window are not looked up (a window layer may have released their blocks).
+    if (threadIdx.x < n_rows)
+      row_s[threadIdx.x] = k0 + threadIdx.x >= first || dm.window == 0
+                               ? key_row(sv.table, k0 + threadIdx.x, kvh, dm, flag)
+                               : -1;
     __syncthreads();
     for (int idx = threadIdx.x; idx < kTile * DMAX; idx += kThreads) {
       const int j = idx / DMAX, d = idx % DMAX;
@@ -174,13 +183,16 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const int64_t vis = row_valid ? qpos + 1 - k0 : 0;
     const int n_vis = static_cast<int>(vis < 0 ? 0 : (vis > kTile ? kTile : vis));
+    const int64_t lo = row_lo - k0;
+    const int j_lo = static_cast<int>(lo < 0 ? 0 : (lo > kTile ? kTile : lo));  // keys [j_lo, n_vis) of the tile
     float s[kPerThread];
     float tile_max = -INFINITY;
 #pragma unroll
     for (int c = 0; c < kPerThread; ++c) {
       const int j = sub + kRowThreads * c;
-      s[c] = j < n_vis ? row_dot(q_s + r * S, k_s + j * S, dm.D) * dm.scale : 0.0f;
-      if (j < n_vis) tile_max = fmaxf(tile_max, s[c]);
+      const bool visible = j >= j_lo && j < n_vis;
+      s[c] = visible ? row_dot(q_s + r * S, k_s + j * S, dm.D) * dm.scale : 0.0f;
+      if (visible) tile_max = fmaxf(tile_max, s[c]);
     }
     const float m_new = fmaxf(m, row_max(tile_max));
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all −Inf so far: keep l, O at 0 (attention.cu)
@@ -189,7 +201,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < kPerThread; ++c) {
       const int j = sub + kRowThreads * c;
-      const float e = j < n_vis ? expf(s[c] - m_use) : 0.0f;
+      const float e = j >= j_lo && j < n_vis ? expf(s[c] - m_use) : 0.0f;
       p_s[r * kScoreStride + j] = e;
       e_sum += e;
     }
@@ -198,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < kOwn; ++c) o[c] *= alpha;
-    for (int j = 0; j < n_vis; ++j) {
+    for (int j = j_lo; j < n_vis; ++j) {
       const float pj = p_s[r * kScoreStride + j];
       const float* vj = v_s + j * S + sub;
 #pragma unroll
@@ -237,7 +249,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int64_t kvh = h0 / dm.group;
   const int lane = threadIdx.x & 31, l8 = lane & (kKeyLanes - 1);
   const int stream = threadIdx.x / kKeyLanes;
-  const int64_t kb = split * split_len, ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
+  int64_t kb = split * split_len;
+  const int64_t ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
+  if (dm.window > 0 && kb < sv.ctx - dm.window) kb = sv.ctx - dm.window;  // the query at ctx−1 sees ctx−W .. ctx−1
 
   float qr[HPB][DPL], o[HPB][DPL], m[HPB], l[HPB];
 #pragma unroll
@@ -356,7 +370,7 @@ CacheDims make_dims(const AttentionCacheCudaParams& p, const char* who) {
   HLM_CHECK(n_tiles == 0 || p.n_seqs <= kMaxGridX / n_tiles, who, ": too many sequences for the grid");
   return {p.total_tokens, p.n_seqs,       p.q_heads,    p.kv_heads,     p.q_heads / p.kv_heads,
           p.num_blocks,   p.block_size,   p.max_blocks, p.max_query_len, p.max_context,
-          n_tiles,        static_cast<int>(p.head_dim), p.scale};
+          n_tiles,        static_cast<int>(p.head_dim), p.scale, p.window};
 }
 
 int heads_per_block(const AttentionCacheCudaParams& p) {
@@ -497,7 +511,7 @@ void attention_cache_forward_cuda(float* out, const float* q, const float* k_cac
                 error_flag, stream);
 }
 bool attention_cache_tc_supported(const AttentionCacheCudaParams& p) {
-  return p.head_dim == 64 || p.head_dim == 128;
+  return (p.head_dim == 64 || p.head_dim == 128) && p.window == 0;  // sliding windows: the scalar chunk kernel
 }
 
 void attention_cache_forward_tc_cuda(__nv_bfloat16* out, const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
@@ -506,7 +520,7 @@ void attention_cache_forward_tc_cuda(__nv_bfloat16* out, const __nv_bfloat16* q,
                                      const AttentionCacheCudaParams& p, int* error_flag, cudaStream_t stream) {
   const CacheDims c = make_dims(p, "attention_cache_forward_tc_cuda");
   HLM_CHECK(attention_cache_tc_supported(p), "attention_cache_forward_tc_cuda: head_dim ", p.head_dim,
-            " (64 or 128 only)");
+            " (64 or 128 only), window ", p.window, " (0 only)");
   for (const void* ptr : {static_cast<const void*>(out), static_cast<const void*>(q),
                           static_cast<const void*>(k_cache), static_cast<const void*>(v_cache)})
     HLM_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, "attention_cache_forward_tc_cuda: a tensor is not ",

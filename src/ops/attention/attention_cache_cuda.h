@@ -26,6 +26,10 @@
 // a row whose visible scores are all −Inf or contain NaN or +Inf gets NaN, as the CPU's exp(−Inf − −Inf) and NaN
 // propagation give.
 //
+// Sliding window (params.window > 0): keys before a query's window are skipped on both paths, and block table entries
+// wholly before a chunk's first window (a decode split's ctx − W) are not read, as on the CPU; the tensor-core chunk
+// path takes window 0 only (attention_cache_tc_supported).
+//
 // Bad metadata cannot throw from a kernel: a sequence whose cu_seqlens are inconsistent (cu[0] ≠ 0, decreasing,
 // past T, cu[N] ≠ T, more than max_query_len queries), whose context is shorter than its queries, longer than
 // max_context or than its block table, sets `*error_flag` (nullable) to 1 and its rows are left unwritten; a block
@@ -52,6 +56,7 @@ struct AttentionCacheCudaParams {
   int64_t max_query_len = 0;  // ≥ the longest cu_seqlens span (1 selects the decode path)
   int64_t max_context = 0;    // ≥ the longest context_lens entry (sizes the decode splits)
   float scale = 1.0f;
+  int64_t window = 0;         // sliding window (attention_cache.h): a query at p sees keys p−W+1 .. p; 0 = all
 };
 
 constexpr int64_t attention_cache_cuda_max_head_dim() { return 128; }

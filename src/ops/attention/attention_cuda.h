@@ -32,6 +32,10 @@
 //   - Deterministic: no float atomics. The forward and dq kernels own their query rows; the dk/dv kernel owns its key
 //     rows and walks the group's query heads and query tiles in order.
 //
+// Sliding window (params.window > 0): the keys before pos − W + 1 are masked like future keys (skipped, never
+// multiplied by 0), forward and backward; such calls run on the scalar kernels in both storages (the tensor-core
+// path takes window 0 only).
+//
 // Bad cu_seqlens cannot throw from a kernel: when a sequence has negative length, leaves [0, T], is longer than
 // params.max_seqlen, or cu_seqlens[0] != 0 or cu_seqlens[n_seqs] != T, `*error_flag` (nullable) is set to 1 and that
 // sequence's rows are left unwritten.
@@ -52,6 +56,7 @@ struct AttentionCudaParams {
   int64_t n_seqs = 0;
   int64_t max_seqlen = 0;    // >= the longest sequence (sizes the grid; the host knows it when it packs the batch)
   float scale = 1.0f;        // the CPU reference's float scale (HF: head_dim^-1/2)
+  int64_t window = 0;        // sliding window W (attention.h): keys pos−W+1 .. pos; 0 = full causal attention
 };
 
 constexpr int64_t attention_cuda_max_head_dim() { return 128; }

@@ -1036,6 +1036,7 @@ void paged_forward_launch(bf16* out, const bf16* q, const bf16* kc, const bf16* 
 
 bool tc_supported(const Dims& dm, const void* const* tensors, int n_tensors) {
   if (dm.D != 64 && dm.D != 128) return false;
+  if (dm.window > 0) return false;  // sliding windows run on the scalar kernels (attention.cu)
   for (int i = 0; i < n_tensors; ++i)
     if (reinterpret_cast<uintptr_t>(tensors[i]) % 16 != 0) return false;  // cp.async and bf16x2 stores
   return true;

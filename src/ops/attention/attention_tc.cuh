@@ -14,6 +14,7 @@ struct Dims {
   int64_t T, Hq, Hkv, group, n_seqs, max_seqlen, n_tiles;  // n_tiles: tiles per sequence, ceil(max_seqlen / 64)
   int D;
   float scale;
+  int64_t window;  // sliding window (attention.h): keys pos−W+1 .. pos; 0 = full causal. The scalar kernels only.
 };
 
 struct SeqBounds {

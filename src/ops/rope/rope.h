@@ -31,6 +31,9 @@ struct RopeParams {
   bool truncate = true;                                 // yarn: floor/ceil the correction range
   double low_freq_factor = 1.0;                         // llama3
   double high_freq_factor = 4.0;                        // llama3
+  // Pairs (2i, 2i+1) instead of (i, i + R/2): the "interleaved" convention (Cohere2's repeat_interleave angles and
+  // its rotate_half over even/odd dims). Set by the architecture, not read from the rope dict.
+  bool interleaved = false;
 };
 
 struct RopeTable {
@@ -41,6 +44,7 @@ struct RopeTable {
   // Positions must be < this (0 = no limit). Set for dynamic: HF recomputes inv_freq once a sequence grows past
   // max_position_embeddings, which we do not support, so rope_forward refuses such positions.
   int64_t max_position = 0;
+  bool interleaved = false;  // pairs (2i, 2i+1) (RopeParams::interleaved); CPU only
 };
 
 // Builds the table; `max_position_embeddings` is the config's value (yarn/llama3 fall back to it when

@@ -131,6 +131,7 @@ RopeTable rope_table_build(const RopeParams& params, int64_t head_dim, int64_t m
   RopeTable table;
   table.head_dim = head_dim;
   table.rotary_dim = R;
+  table.interleaved = params.interleaved;
   const std::string& type = params.rope_type;
   const int64_t original_max = params.original_max_position_embeddings.value_or(max_position_embeddings);
   if (type == "default") {
@@ -202,15 +203,17 @@ void rope_apply(T* x, const int32_t* positions, int64_t n, int64_t H, const Rope
     for (int64_t h = 0; h < H; ++h) {
       T* v = x + (t * H + h) * D;
       for (int64_t i = 0; i < half; ++i) {
-        // q·cos + rotate_half(q)·sin, rotate_half(q) = cat(-q2, q1): two products, one sum, each rounded.
-        const T x1 = v[i];
-        const T x2 = v[i + half];
+        // q·cos + rotate_half(q)·sin, rotate_half(q) = cat(-q2, q1): two products, one sum, each rounded. The
+        // interleaved convention pairs (2i, 2i+1) with the same arithmetic.
+        const int64_t a = table.interleaved ? 2 * i : i, b = table.interleaved ? 2 * i + 1 : i + half;
+        const T x1 = v[a];
+        const T x2 = v[b];
         const T c = cos_t[static_cast<size_t>(i)];
         const T s = transpose ? -sin_t[static_cast<size_t>(i)] : sin_t[static_cast<size_t>(i)];
         const T lo_a = x1 * c, lo_b = -x2 * s;
         const T hi_a = x2 * c, hi_b = x1 * s;
-        v[i] = lo_a + lo_b;
-        v[i + half] = hi_a + hi_b;
+        v[a] = lo_a + lo_b;
+        v[b] = hi_a + hi_b;
       }
     }
   }

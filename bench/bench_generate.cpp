@@ -45,7 +45,8 @@
 //                    dk = dv = 128, conv 4.
 // --layers N keeps a shape's widths and its attention/GDN pattern but runs N layers (smoke runs; recorded in the
 // output). Weights: a fast counter-hash uniform fill (±0.02·√3) on the host, norms 1, valid A_log/dt_bias.
-// Output: --out DIR/bench_generate.json and .md (the Markdown table is printed too).
+// Output: --out DIR/bench_generate.json and .md (the Markdown table is printed too). HLM_PROFILE_DECODE=1 brackets
+// each configuration's decode steps with cudaProfilerStart/Stop (the kernel tracer's profiler range).
 // Usage: bench_generate [--models LIST] [--contexts 1024,4096,...] [--batches 1,4,...] [--decode-steps N]
 //                       [--prefill-chunk N] [--layers N] [--max-prefill-tokens N] [--precision bf16|fp32]
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
@@ -58,6 +59,7 @@
 // Markdown files are rewritten after every configuration, so a run cut short keeps what it measured.
 // --configs-only prints each shape's parsed config, parameter count and the plan's state bytes per sequence at each
 // context, without a GPU.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -708,12 +710,23 @@ int main(int argc, char** argv) {
           }
           const size_t peak_after_prefill = ctx.allocator().stats().peak_bytes_in_use;
           std::vector<double> step_s;
+          // HLM_PROFILE_DECODE=1: the decode steps between cudaProfilerStart/Stop, the range the kernel tracer's
+          // profiler mode (docs/profiling.md) reports (GPU busy share and kernels of decode alone).
+          static const bool profile_decode = std::getenv("HLM_PROFILE_DECODE") != nullptr;
+          if (profile_decode) {
+            cudaDeviceSynchronize();
+            cudaProfilerStart();
+          }
           for (int64_t s = 0; s < o.decode_steps; ++s) {
             TokenBatch batch;
             for (int64_t b = 0; b < B; ++b) batch.add_sequence({prompts[b][static_cast<size_t>(L + s)]});
             const auto ts = std::chrono::steady_clock::now();
             engine->step(slots, batch);
             step_s.push_back(seconds_since(ts));
+          }
+          if (profile_decode) {
+            cudaDeviceSynchronize();
+            cudaProfilerStop();
           }
           double decode_s = 0;
           for (double s : step_s) decode_s += s;

@@ -12,7 +12,12 @@
 // cudaProfilerStart and cudaProfilerStop, the range the kernel tracer and ncu can be limited to (docs/profiling.md).
 // --shape qwen3-4b / qwen3-1.7b: the teacher of that shape instead (36 layers, hidden 2560, 32 / 8 heads, MLP 9728;
 // 28 layers, hidden 2048, 16 / 8 heads, MLP 6144); --micro R: micro-batches of R rows (gradient accumulation);
-// --memory-plan fp32|teacher-bf16|adam8 (train/memory_plan.h): the plan's teacher and AdamW formats, and its estimate.
+// --memory-plan fp32|teacher-bf16|adam8|lean (train/memory_plan.h): the plan's teacher, AdamW and master formats, and
+// its estimate; a comma-separated list (e.g. lean,adam8) runs each plan in turn on the same host models (one host
+// setup), the device memory released and the allocator's peaks reset between plans. Per plan it prints the peak over
+// the whole plan (attach included) and the peak of the steps alone (the peaks reset after attach).
+// HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
+// HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main).
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME]
 #include <cuda_profiler_api.h>
@@ -23,7 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -123,6 +130,7 @@ double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line: a run killed by a time limit keeps what it printed
   const Options o = parse(argc, argv);
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig tc = teacher_config(o.layers, o.shape);
@@ -136,26 +144,7 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   DecoderWeights grads = zero_grads_like(student.config());
-  std::vector<AdamWGroup> groups = {{"all", 1e-5, 0.01, 1e-5}};
-  std::vector<AdamWParam> params;
-  for (const NamedParameter& p : named_parameters(student.config(), student.mutable_weights(), grads))
-    params.push_back({p.name, p.value, p.grad, 0});
-  const MemoryPlanOption& plan = memory_plan_named(o.memory_plan);
-  AdamWConfig adamw_config;
-  adamw_config.state = plan.state;
-  adamw_config.master = plan.master;
-  AdamW optimizer(std::move(groups), std::move(params), adamw_config);
   const int64_t micro = o.micro > 0 ? o.micro : o.rows;
-  MemoryPlanInputs plan_in{student.config(), &teacher.config(), o.precision == "bf16", micro * o.seq};
-  std::printf("%s\n", memory_plan_describe({&plan, memory_plan_estimate(plan, plan_in), "--memory-plan"}).c_str());
-
-  CudaTrainDeviceOptions dev_options;
-  dev_options.bf16 = o.precision == "bf16";
-  CudaTrainDevice device(dev_options);
-  device.set_memory_plan(plan);
-  std::printf("device: %s, precision %s\n", device.describe().c_str(), o.precision.c_str());
-  device.attach(student, &teacher, optimizer);
-
   PackedBatch batch;
   for (int64_t r = 0; r < o.rows; ++r) {
     std::vector<int32_t> ids(static_cast<size_t>(o.seq));
@@ -169,36 +158,85 @@ int main(int argc, char** argv) {
   batch.language.assign(static_cast<size_t>(o.rows * o.seq), 0);
   batch.rows = o.rows;
 
-  std::vector<double> ms;
-  for (int s = 0; s < o.steps + 2; ++s) {
-    double norm = 0.0;
-    // The timed steps form the profiler range (docs/profiling.md: HLM_TRACE_RANGE=profiler); a no-op otherwise.
-    // Synchronized first: the tracer counts work that starts inside the range.
-    if (s == 2) {
-      cudaDeviceSynchronize();
-      cudaProfilerStart();
-    }
-    const auto a = std::chrono::steady_clock::now();
-    const BatchLoss loss = device.step(batch, micro, 1.0, 1.0, &norm, 1);
-    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-    if (s == o.steps + 1) {
-      cudaDeviceSynchronize();
-      cudaProfilerStop();
-    }
-    std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s\n", s, t, loss.loss, norm, s < 2 ? " (warm-up)" : "");
-    if (s >= 2) ms.push_back(t);
+  std::vector<std::string> plans;
+  for (size_t at = 0; at <= o.memory_plan.size();) {
+    const size_t comma = std::min(o.memory_plan.find(',', at), o.memory_plan.size());
+    plans.push_back(o.memory_plan.substr(at, comma - at));
+    at = comma + 1;
   }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
-  const double tokens = static_cast<double>(o.rows * o.seq);
-  size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
-  const CudaAllocatorStats st = cuda_context().allocator().stats();
-  std::printf("distill_step shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
-              "%.0f tok/s, allocator peak %.2f GiB in use (%.2f GiB reserved), device used %.2f GiB\n",
-              o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
-              static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
-              tokens / (med / 1000.0), gib(st.peak_bytes_in_use), gib(st.peak_bytes_reserved),
-              gib(total_b - free_b));
+  // HLM_BENCH_START_AFTER=FILE: the GPU work starts once FILE exists (other GPU work of the same device call first,
+  // while this process builds its host models).
+  if (const char* gate = std::getenv("HLM_BENCH_START_AFTER"); gate != nullptr && *gate != '\0') {
+    const auto w0 = std::chrono::steady_clock::now();
+    while (!std::filesystem::exists(gate)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::printf("waited %.1f s for %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(),
+                gate);
+  }
+  CudaAllocator& allocator = cuda_context().allocator();
+  for (const std::string& plan_name : plans) {
+    const MemoryPlanOption& plan = memory_plan_named(plan_name);
+    allocator.release_cached();
+    allocator.reset_peaks();
+    std::vector<AdamWGroup> groups = {{"all", 1e-5, 0.01, 1e-5}};
+    std::vector<AdamWParam> params;
+    for (const NamedParameter& p : named_parameters(student.config(), student.mutable_weights(), grads))
+      params.push_back({p.name, p.value, p.grad, 0});
+    AdamWConfig adamw_config;
+    adamw_config.state = plan.state;
+    adamw_config.master = plan.master;
+    adamw_config.sr_seed = 1;
+    AdamW optimizer(std::move(groups), std::move(params), adamw_config);
+    MemoryPlanInputs plan_in{student.config(), &teacher.config(), o.precision == "bf16", micro * o.seq};
+    std::printf("%s\n", memory_plan_describe({&plan, memory_plan_estimate(plan, plan_in), "--memory-plan"}).c_str());
+
+    CudaTrainDeviceOptions dev_options;
+    dev_options.bf16 = o.precision == "bf16";
+    CudaTrainDevice device(dev_options);
+    device.set_memory_plan(plan);
+    std::printf("device: %s, precision %s\n", device.describe().c_str(), o.precision.c_str());
+    const auto a0 = std::chrono::steady_clock::now();
+    device.attach(student, &teacher, optimizer);
+    cudaDeviceSynchronize();
+    const CudaAllocatorStats after_attach = allocator.stats();
+    std::printf("attach: %.1f s, %.2f GiB in use after it (peak during it %.2f GiB)\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count(),
+                gib(after_attach.bytes_in_use), gib(after_attach.peak_bytes_in_use));
+    const size_t attach_peak = after_attach.peak_bytes_in_use;
+    allocator.reset_peaks();
+
+    std::vector<double> ms;
+    for (int s = 0; s < o.steps + 2; ++s) {
+      double norm = 0.0;
+      // The timed steps form the profiler range (docs/profiling.md: HLM_TRACE_RANGE=profiler); a no-op otherwise.
+      // Synchronized first: the tracer counts work that starts inside the range.
+      if (s == 2) {
+        cudaDeviceSynchronize();
+        cudaProfilerStart();
+      }
+      const auto a = std::chrono::steady_clock::now();
+      const BatchLoss loss = device.step(batch, micro, 1.0, 1.0, &norm, 1);
+      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+      if (s == o.steps + 1) {
+        cudaDeviceSynchronize();
+        cudaProfilerStop();
+      }
+      std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s\n", s, t, loss.loss, norm, s < 2 ? " (warm-up)" : "");
+      if (s >= 2) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double tokens = static_cast<double>(o.rows * o.seq);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    const CudaAllocatorStats st = allocator.stats();
+    std::printf("distill_step shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
+                "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
+                "reserved), device used %.2f GiB\n",
+                o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
+                static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
+                tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),
+                gib(st.peak_bytes_reserved), gib(total_b - free_b));
+    std::fflush(stdout);
+  }
   return 0;
 }

@@ -67,12 +67,19 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
   const ParamSplit s = split_params(in.student);
   const uint64_t copied = s.linear + s.head;  // tensors with a bf16 copy in the bf16 mode
   if (plan.master == MasterFormat::Bf16Sr) {
-    e.student_weights = 2 * s.all;
+    // The GPU's layout (train/cuda/cuda_bf16_masters.h): the linears' weights and gradients
+    // in bf16 only; the embedding, norms and small tensors in fp32 storage (holding bf16 values), fp32 gradients
+    // (the head's too). (On the CPU every tensor stays f32; its estimate is not checked.)
+    // An untied head is a bf16 master like the linears (its copy); a tied one stays the fp32 embedding + copy.
+    const uint64_t untied_head = in.student.tie_word_embeddings ? 0 : s.head;
+    e.student_weights = 2 * s.linear + 4 * (s.all - s.linear - untied_head);
+    e.student_copies = 2 * s.head;
+    e.gradients = 2 * s.linear + 4 * (s.all - s.linear);
   } else {
     e.student_weights = 4 * s.all;
     e.student_copies = in.bf16 ? 2 * copied : 0;
+    e.gradients = 4 * s.all;
   }
-  e.gradients = 4 * s.all;
   if (plan.state == AdamWStateFormat::Q8) {
     e.optimizer = 2 * s.all;
     for (const TensorSpec& spec : expected_tensors(in.student))
@@ -104,8 +111,8 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
 std::string memory_plan_unusable(const MemoryPlanOption& plan, const MemoryPlanInputs& in, bool on_device) {
   if (plan.teacher_bf16_only && on_device && !in.bf16 && in.teacher != nullptr)
     return "the teacher is held in bf16 only with --precision bf16";
-  if (plan.master == MasterFormat::Bf16Sr && on_device)
-    return "bf16 master weights are implemented in the CPU optimizer only (CudaModel keeps fp32 masters)";
+  if (plan.master == MasterFormat::Bf16Sr && on_device && !in.bf16)
+    return "bf16 master weights on the GPU need --precision bf16 (the linears' bf16 copies are the masters)";
   return "";
 }
 

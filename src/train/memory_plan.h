@@ -10,11 +10,13 @@
 //                 needs --precision bf16
 //   adam8         teacher-bf16 + 8-bit block-wise AdamW moments (ops/adamw/adamw_lowmem.h: 2 bytes per parameter
 //                 plus one fp32 scale per 256, instead of 8 bytes)
-//   lean          adam8 + bf16 master weights with stochastic rounding: every weight held in bf16 only (the linears'
-//                 bf16 copies ARE the masters; 2 bytes per parameter instead of 4 + 2)
-// Gradients stay fp32 in every plan: the update needs the global gradient norm (clipping) before any parameter moves,
-// and micro-batches add into the same gradients, so a layer's gradients cannot be released as the optimizer reaches
-// them without changing the math (docs/training.md "Memory plans").
+//   lean          adam8 + bf16 master weights with stochastic rounding: every weight takes bf16 values only; on the
+//                 GPU (needs --precision bf16) the linears are held in bf16 only (their bf16 copies ARE the
+//                 masters: 2 bytes per parameter instead of 4 + 2) and so are their gradients (2 bytes instead of
+//                 4; bound in docs/memory.md); the embedding/head and the small tensors keep fp32 storage
+// Gradients stay whole in every plan: the update needs the global gradient norm (clipping) before any parameter
+// moves, and micro-batches add into the same gradients, so a layer's gradients cannot be released as the optimizer
+// reaches them without changing the math (docs/memory.md).
 //
 // The estimate: exact bytes of weights, copies, gradients and optimizer state from the tensor shapes; activations as
 // the kept layer inputs of one micro-batch (exact) plus an allowance for one layer's working set and the LM-head loss

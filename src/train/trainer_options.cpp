@@ -97,7 +97,8 @@ const std::array kOptions{
     TrainOption{"memory_plan", "--memory-plan", &C::memory_plan, B, false, false, false,
                 "Memory plan (docs/training.md): auto (the first that fits the device's free memory), fp32, "
                 "teacher-bf16 (teacher held once in bf16), adam8 (+ 8-bit block-wise AdamW moments), lean (+ bf16 "
-                "master weights with stochastic rounding; CPU optimizer only for now)"},
+                "master weights with stochastic rounding; on the GPU with --precision bf16: the linears and their gradients "
+                "held in bf16)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {

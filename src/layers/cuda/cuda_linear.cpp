@@ -120,8 +120,12 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
   const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
   CudaTensor scratch;
   const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
-  matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
-                             layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+  if (grad.weight.dtype() == DType::BF16)  // a bf16 gradient holder (the lean plan: cuda_hold_bf16_linear_grads)
+    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), dbias, dy16, in.bf16,
+                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+  else
+    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
+                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
 }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,

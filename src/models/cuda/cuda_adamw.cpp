@@ -14,12 +14,18 @@
 namespace hlm {
 
 CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1, double beta2, double eps,
-                     AdamWStateFormat state)
-    : ctx_(&ctx), state_(state), beta1_(beta1), beta2_(beta2), eps_(eps) {
+                     AdamWStateFormat state, MasterFormat master, uint64_t sr_seed)
+    : ctx_(&ctx), state_(state), master_(master), sr_seed_(sr_seed), beta1_(beta1), beta2_(beta2), eps_(eps) {
   std::vector<CudaModel::NamedTensor> w = weights.named_tensors();
   std::vector<CudaModel::NamedTensor> g = grads.named_tensors();
   HLM_CHECK(w.size() == g.size(), "CudaAdamW: ", w.size(), " weights but ", g.size(), " gradients");
+  if (master == MasterFormat::Bf16Sr)  // a freed fp32 slot (a linear's, an untied head's) → its bf16 copy, the master
+    for (const CudaModel::Bf16Copy& c : weights.bf16_copies())
+      for (CudaModel::NamedTensor& t : w)
+        if (t.tensor == c.weight && t.tensor->raw() == nullptr && c.copy->raw() != nullptr) t.tensor = c.copy;
   for (size_t i = 0; i < w.size(); ++i) {
+    HLM_CHECK(w[i].tensor->raw() != nullptr || w[i].tensor->numel() == 0, "CudaAdamW: ", w[i].name,
+              " has no storage on the device (a freed weight without a bf16 copy, or fp32 masters expected)");
     HLM_CHECK(w[i].name == g[i].name && w[i].tensor->shape() == g[i].tensor->shape(), "CudaAdamW: weight ",
               w[i].name, " does not match gradient ", g[i].name);
     params_.push_back({w[i].name, w[i].tensor, g[i].tensor, 0.0, 0.0});
@@ -48,7 +54,8 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
 }
 
 void CudaAdamW::set_bf16_copies(const std::vector<CudaModel::Bf16Copy>& copies) {
-  if (state_ == AdamWStateFormat::Q8) return;  // the 8-bit kernel writes no copies: the caller refreshes them
+  // The low-memory kernel writes no copies: the caller refreshes them (under bf16 masters only the head's has to).
+  if (state_ == AdamWStateFormat::Q8 || master_ == MasterFormat::Bf16Sr) return;
   bf16_.assign(params_.size(), nullptr);
   for (const CudaModel::Bf16Copy& c : copies) {
     const auto it = std::find_if(params_.begin(), params_.end(),
@@ -116,7 +123,12 @@ double CudaAdamW::global_norm(double max_norm) {
   CudaContext& ctx = *ctx_;
   ctx.make_current();
   std::vector<GradNormCudaTensor> list;
-  for (const CudaAdamWParam& p : params_) list.push_back({p.grad->data<float>(), p.grad->numel()});
+  for (const CudaAdamWParam& p : params_) {
+    if (p.grad->dtype() == DType::BF16)
+      list.push_back({nullptr, p.grad->numel(), static_cast<const uint16_t*>(p.grad->raw())});
+    else
+      list.push_back({p.grad->data<float>(), p.grad->numel()});
+  }
   const size_t bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
   CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
   double* norm_device = static_cast<double*>(norm_.raw());
@@ -136,20 +148,36 @@ double CudaAdamW::step(double max_norm) {
   const double norm = global_norm(max_norm);  // the clip scale stays on the device for the update
   if (!std::isfinite(norm)) return norm;      // the step is skipped
   ++step_;
-  if (state_ == AdamWStateFormat::Q8) {  // one launch per parameter (the block scales need whole blocks per CTA)
+  if (state_ == AdamWStateFormat::Q8 || master_ == MasterFormat::Bf16Sr) {
+    // One launch per parameter (the block scales need whole blocks per CTA).
     const float* scale = max_norm > 0.0 ? scale_.data<float>() : nullptr;
+    const bool sr = master_ == MasterFormat::Bf16Sr;
     for (size_t i = 0; i < params_.size(); ++i) {
       const CudaAdamWParam& p = params_[i];
-      Q8Device& q = q8_[i];
       AdamWLowmemTensor t;
-      t.param_f32 = p.param->data<float>();
-      t.q_m = static_cast<uint8_t*>(q.q_m.raw());
-      t.q_v = static_cast<uint8_t*>(q.q_v.raw());
-      t.absmax_m = q.absmax_m.data<float>();
-      t.absmax_v = q.absmax_v.data<float>();
-      t.grad = p.grad->data<float>();
+      if (p.param->dtype() == DType::BF16) {
+        t.param_bf16 = static_cast<uint16_t*>(p.param->raw());
+      } else {
+        t.param_f32 = p.param->data<float>();
+        t.f32_holds_bf16 = sr;
+      }
+      if (state_ == AdamWStateFormat::Q8) {
+        Q8Device& q = q8_[i];
+        t.q_m = static_cast<uint8_t*>(q.q_m.raw());
+        t.q_v = static_cast<uint8_t*>(q.q_v.raw());
+        t.absmax_m = q.absmax_m.data<float>();
+        t.absmax_v = q.absmax_v.data<float>();
+      } else {
+        t.exp_avg = exp_avg_[i].data<float>();
+        t.exp_avg_sq = exp_avg_sq_[i].data<float>();
+      }
+      if (p.grad->dtype() == DType::BF16)
+        t.grad_bf16 = static_cast<const uint16_t*>(p.grad->raw());
+      else
+        t.grad = p.grad->data<float>();
       t.n = p.param->numel();
-      adamw_lowmem_step_cuda(t, scale, adamw_lowmem_step(p.lr, p.weight_decay, beta1_, beta2_, eps_, step_, 0),
+      const uint64_t sr_base = sr ? adamw_sr_base(sr_seed_, step_, p.name) : 0;
+      adamw_lowmem_step_cuda(t, scale, adamw_lowmem_step(p.lr, p.weight_decay, beta1_, beta2_, eps_, step_, sr_base),
                              ctx.stream());
     }
     return norm;

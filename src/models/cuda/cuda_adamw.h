@@ -16,6 +16,12 @@
 // one adamw_lowmem_step_cuda launch per parameter after the norm; the bf16 copies are then re-rounded by the caller
 // (CudaModel::refresh_bf16: writes_bf16_copies() stays false). The host AdamW of the same format exchanges the codes
 // and scales byte for byte (set_q8_state / q8_state), so checkpoints and resumes are exact.
+// bf16 masters (MasterFormat::Bf16Sr, memory plan lean; train/cuda/cuda_bf16_masters.h): a weight whose fp32 slot
+// was freed is updated in its bf16 copy (which is its master), every other parameter in its fp32 storage holding bf16
+// values; both rounded stochastically with the bits of the host AdamW of the same config (adamw_sr_base(sr_seed,
+// step, name)), so a CPU step and a GPU step from the same state and gradients give the same bits. Gradients may be
+// bf16 (cuda_hold_bf16_linear_grads): the norm and the update widen them exactly. Needs state Q8 or F32 moments
+// with the low-memory kernel (one launch per parameter, as Q8).
 #pragma once
 #include <string>
 #include <vector>
@@ -27,8 +33,8 @@ namespace hlm {
 
 struct CudaAdamWParam {
   std::string name;
-  CudaTensor* param = nullptr;       // f32, updated in place
-  const CudaTensor* grad = nullptr;  // f32, same shape, not modified
+  CudaTensor* param = nullptr;       // f32 (bf16 under bf16 masters: a linear's copy), updated in place
+  const CudaTensor* grad = nullptr;  // f32 (or bf16, see above), same shape, not modified
   double lr = 0.0;                   // set per step (schedule)
   double weight_decay = 0.0;
 };
@@ -37,9 +43,13 @@ class CudaAdamW {
  public:
   // Pairs weights' and grads' tensors by name (same config; internal error otherwise), lr 0 and weight decay 0 until
   // set. betas in [0, 1), eps ≥ 0.
+  // master Bf16Sr: freed fp32 slots of `weights` are updated in their bf16 copies; sr_seed is the host
+  // AdamWConfig::sr_seed. A freed slot without a copy is an internal error.
   CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1 = 0.9, double beta2 = 0.999,
-            double eps = 1e-8, AdamWStateFormat state = AdamWStateFormat::F32);
+            double eps = 1e-8, AdamWStateFormat state = AdamWStateFormat::F32,
+            MasterFormat master = MasterFormat::F32, uint64_t sr_seed = 0);
   AdamWStateFormat state_format() const { return state_; }
+  MasterFormat master_format() const { return master_; }
   // 8-bit moments of parameter i (state Q8 only): from / to the host format, byte for byte (waits for the stream).
   void set_q8_state(size_t i, const AdamWQ8State& q);
   AdamWQ8State q8_state(size_t i) const;
@@ -77,6 +87,8 @@ class CudaAdamW {
   };
   std::vector<Q8Device> q8_;                    // Q8: per parameter
   AdamWStateFormat state_ = AdamWStateFormat::F32;
+  MasterFormat master_ = MasterFormat::F32;
+  uint64_t sr_seed_ = 0;
   std::vector<CudaTensor*> bf16_;        // per parameter: the slot of its bf16 copy, or nullptr
   bool writes_bf16_ = false;
   CudaTensor table_;                     // device workspace of adamw_multi_step_cuda (the list's table)

@@ -1,5 +1,6 @@
 // The low-memory AdamW step and block quantization on CUDA (contract: adamw_lowmem_cuda.h, arithmetic: adamw_lowmem.h).
 #include <mutex>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
@@ -79,7 +80,9 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-template <bool Q8, bool Bf16>
+// Q8: 8-bit moments; Sr: the update rounded stochastically to bf16 (stored in param_bf16, or widened into param_f32
+// with f32_holds_bf16); GradBf16: the gradient read from grad_bf16.
+template <bool Q8, bool Sr, bool GradBf16>
 __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaTensor t, const float* scale_ptr,
                                                                 AdamWLowmemStep s) {
   const bool scaled = scale_ptr != nullptr;
@@ -90,19 +93,26 @@ __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaT
   const bool live = i < t.n;
   float m = 0.0f, v = 0.0f;
   if (live) {
-    const float g = scaled ? __fmul_rn(t.grad[i], scale) : t.grad[i];
+    const float g0 = GradBf16 ? __uint_as_float(static_cast<uint32_t>(t.grad_bf16[i]) << 16) : t.grad[i];
+    const float g = scaled ? __fmul_rn(g0, scale) : g0;
     const float m0 = Q8 ? __fmul_rn(c_code_m[t.q_m[i]], t.absmax_m[b]) : t.exp_avg[i];
     const float v0 = Q8 ? __fmul_rn(c_code_v[t.q_v[i]], t.absmax_v[b]) : t.exp_avg_sq[i];
     m = __fadd_rn(__fmul_rn(s.beta1, m0), __fmul_rn(s.one_minus_beta1, g));
     v = __fadd_rn(__fmul_rn(s.beta2, v0), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
-    const float p0 = Bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
+    const bool in_bf16 = t.param_bf16 != nullptr;
+    const float p0 = in_bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
     const float p = __fsub_rn(__fmul_rn(p0, s.decay), __fdiv_rn(__fmul_rn(s.step_size, m), denom));
-    if (Bf16)
-      t.param_bf16[i] =
+    if (Sr) {
+      const uint16_t r =
           bf16_stochastic(p, static_cast<uint32_t>(splitmix64_device(s.sr_base + static_cast<uint64_t>(i)) >> 48));
-    else
+      if (in_bf16)
+        t.param_bf16[i] = r;
+      else
+        t.param_f32[i] = __uint_as_float(static_cast<uint32_t>(r) << 16);
+    } else {
       t.param_f32[i] = p;
+    }
     if (!Q8) {
       t.exp_avg[i] = m;
       t.exp_avg_sq[i] = v;
@@ -150,20 +160,31 @@ void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, 
                             cudaStream_t stream) {
   HLM_CHECK(t.n >= 0, "adamw_lowmem_step_cuda: negative size ", t.n);
   if (t.n == 0) return;
-  const bool bf16 = t.param_bf16 != nullptr, q8 = t.q_m != nullptr;
-  HLM_CHECK(bf16 != (t.param_f32 != nullptr) && t.grad != nullptr &&
+  const bool bf16 = t.param_bf16 != nullptr, q8 = t.q_m != nullptr, g16 = t.grad_bf16 != nullptr;
+  HLM_CHECK(bf16 != (t.param_f32 != nullptr) && (t.grad != nullptr) != g16 && (!t.f32_holds_bf16 || !bf16) &&
                 (q8 ? (t.q_v && t.absmax_m && t.absmax_v) : (t.exp_avg && t.exp_avg_sq)),
             "adamw_lowmem_step_cuda: incomplete tensor storage");
   upload_tables();
   const unsigned grid = blocks_for(t.n);
-  if (q8 && bf16)
-    adamw_lowmem_kernel<true, true><<<grid, kThreads, 0, stream>>>(t, scale, s);
-  else if (q8)
-    adamw_lowmem_kernel<true, false><<<grid, kThreads, 0, stream>>>(t, scale, s);
-  else if (bf16)
-    adamw_lowmem_kernel<false, true><<<grid, kThreads, 0, stream>>>(t, scale, s);
-  else
-    adamw_lowmem_kernel<false, false><<<grid, kThreads, 0, stream>>>(t, scale, s);
+  const bool sr = bf16 || t.f32_holds_bf16;
+  // The eight instantiations, chosen once per launch (the flags are uniform over the tensor).
+  const auto launch = [&](auto q8_c, auto sr_c, auto g16_c) {
+    adamw_lowmem_kernel<decltype(q8_c)::value, decltype(sr_c)::value, decltype(g16_c)::value>
+        <<<grid, kThreads, 0, stream>>>(t, scale, s);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (q8) {
+    if (sr)
+      g16 ? launch(T{}, T{}, T{}) : launch(T{}, T{}, F{});
+    else
+      g16 ? launch(T{}, F{}, T{}) : launch(T{}, F{}, F{});
+  } else {
+    if (sr)
+      g16 ? launch(F{}, T{}, T{}) : launch(F{}, T{}, F{});
+    else
+      g16 ? launch(F{}, F{}, T{}) : launch(F{}, F{}, F{});
+  }
   HLM_CUDA_CHECK_LAUNCH();
 }
 

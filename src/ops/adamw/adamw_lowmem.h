@@ -81,10 +81,15 @@ uint64_t splitmix64(uint64_t x);
 uint16_t bf16_round_stochastic(float x, uint32_t r);
 
 // One tensor's storage for the reference step. Exactly one of param_f32 / param_bf16; m, v fp32 (exp_avg,
-// exp_avg_sq) for F32, or q_m, q_v, absmax_m, absmax_v for Q8.
+// exp_avg_sq) for F32, or q_m, q_v, absmax_m, absmax_v for Q8; exactly one of grad / grad_bf16.
+// param_f32 with f32_holds_bf16: an f32 tensor whose values are bf16 values (a bf16 master kept in f32 storage, e.g.
+// the norms and the embedding under the lean plan on the GPU): the update is rounded stochastically as for
+// param_bf16 (same random bits) and stored widened (exact), so the values equal those of a param_bf16 step.
+// grad_bf16: a gradient stored in bf16 (the linears' gradients under the lean plan on the GPU), widened exactly.
 struct AdamWLowmemTensor {
   float* param_f32 = nullptr;
   uint16_t* param_bf16 = nullptr;
+  bool f32_holds_bf16 = false;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   uint8_t* q_m = nullptr;
@@ -92,6 +97,7 @@ struct AdamWLowmemTensor {
   float* absmax_m = nullptr;
   float* absmax_v = nullptr;
   const float* grad = nullptr;
+  const uint16_t* grad_bf16 = nullptr;
   int64_t n = 0;
 };
 

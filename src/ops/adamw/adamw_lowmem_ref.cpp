@@ -135,6 +135,14 @@ AdamWLowmemStep adamw_lowmem_step(double lr, double weight_decay, double beta1, 
 
 void adamw_lowmem_step_ref(const AdamWLowmemTensor& t, const float* scale_ptr, const AdamWLowmemStep& s) {
   HLM_CHECK((t.param_f32 != nullptr) != (t.param_bf16 != nullptr), "adamw_lowmem_step_ref: one parameter storage");
+  HLM_CHECK((t.grad != nullptr) != (t.grad_bf16 != nullptr), "adamw_lowmem_step_ref: one gradient storage");
+  HLM_CHECK(!t.f32_holds_bf16 || t.param_f32 != nullptr, "adamw_lowmem_step_ref: f32_holds_bf16 needs param_f32");
+  const auto widen = [](uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float x = 0.0f;
+    std::memcpy(&x, &bits, 4);
+    return x;
+  };
   const bool q8 = t.q_m != nullptr;
   HLM_CHECK(q8 ? (t.q_v && t.absmax_m && t.absmax_v) : (t.exp_avg && t.exp_avg_sq),
             "adamw_lowmem_step_ref: incomplete moment storage");
@@ -148,7 +156,8 @@ void adamw_lowmem_step_ref(const AdamWLowmemTensor& t, const float* scale_ptr, c
     const int64_t begin = b * kQ8Block, len = std::min(kQ8Block, t.n - begin);
     for (int64_t j = 0; j < len; ++j) {
       const int64_t i = begin + j;
-      const float g = scaled ? t.grad[i] * scale : t.grad[i];
+      const float g0 = t.grad != nullptr ? t.grad[i] : widen(t.grad_bf16[i]);
+      const float g = scaled ? g0 * scale : g0;
       const float m0 = q8 ? bm.code[t.q_m[i]] * t.absmax_m[b] : t.exp_avg[i];
       const float v0 = q8 ? bv.code[t.q_v[i]] * t.absmax_v[b] : t.exp_avg_sq[i];
       const float m1 = s.beta1 * m0, m2 = s.one_minus_beta1 * g;
@@ -166,10 +175,13 @@ void adamw_lowmem_step_ref(const AdamWLowmemTensor& t, const float* scale_ptr, c
       }
       const float pd = p0 * s.decay, u = s.step_size * m;
       const float p = pd - u / denom;
-      if (t.param_f32 != nullptr)
-        t.param_f32[i] = p;
+      const auto sr = [&] {
+        return bf16_round_stochastic(p, static_cast<uint32_t>(splitmix64(s.sr_base + static_cast<uint64_t>(i)) >> 48));
+      };
+      if (t.param_f32 == nullptr)
+        t.param_bf16[i] = sr();
       else
-        t.param_bf16[i] = bf16_round_stochastic(p, static_cast<uint32_t>(splitmix64(s.sr_base + static_cast<uint64_t>(i)) >> 48));
+        t.param_f32[i] = t.f32_holds_bf16 ? widen(sr()) : p;
       if (q8) {
         m_new[static_cast<size_t>(j)] = m;
         v_new[static_cast<size_t>(j)] = v;

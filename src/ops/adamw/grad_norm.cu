@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kThreads) sum_squares_kernel(double* partial, 
   const int64_t b = blockIdx.x;
   const int t = block_tensor(first_block, count);
   const float* const x = list[t].grad;
+  const uint16_t* const x16 = list[t].grad_bf16;  // when x is nullptr
   const int64_t n = list[t].numel;
   const int64_t first = first_block[t];
   const int64_t stride = (first_block[t + 1] - first) * kThreads;
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) sum_squares_kernel(double* partial, 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = i + u * stride;
-      v[u] = k < n ? x[k] : 0.0f;
+      v[u] = k >= n ? 0.0f : x != nullptr ? x[k] : __uint_as_float(static_cast<uint32_t>(x16[k]) << 16);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -119,7 +120,8 @@ void grad_global_norm_cuda(double* norm_out, float* clip_scale_out, const GradNo
   HLM_CHECK(count <= static_cast<size_t>(INT_MAX), "grad_global_norm_cuda: ", count, " tensors");
   HLM_CHECK(count == 0 || tensors != nullptr, "grad_global_norm_cuda: no list");
   for (size_t i = 0; i < count; ++i)
-    HLM_CHECK(tensors[i].numel >= 0 && (tensors[i].numel == 0 || tensors[i].grad != nullptr),
+    HLM_CHECK(tensors[i].numel >= 0 &&
+                  (tensors[i].numel == 0 || (tensors[i].grad != nullptr) != (tensors[i].grad_bf16 != nullptr)),
               "grad_global_norm_cuda: tensor ", i, " has no data or a negative size");
   const size_t needed = grad_norm_cuda_workspace_bytes(tensors, count);
   HLM_CHECK(workspace != nullptr && workspace_bytes >= needed && host_staging != nullptr,

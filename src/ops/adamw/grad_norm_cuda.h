@@ -24,9 +24,12 @@
 
 namespace hlm {
 
+// One of grad / grad_bf16 (a bf16 gradient, e.g. a linear's under the lean plan, is widened exactly: the same
+// squares and sums as the f32 tensor holding the widened values).
 struct GradNormCudaTensor {
-  const float* grad = nullptr;  // device, contiguous f32
+  const float* grad = nullptr;        // device, contiguous f32
   int64_t numel = 0;
+  const uint16_t* grad_bf16 = nullptr;  // device, contiguous bf16 bits (when grad is nullptr)
 };
 
 // Bytes of the host staging buffer for a list of `count` tensors (a function of the count only): the table

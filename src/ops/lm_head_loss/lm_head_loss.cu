@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kThreads) loss_finish_kernel(TokenLossCudaResu
 void check_head(const LmHeadCuda& head, const char* what) {
   HLM_CHECK_INPUT(head.vocab > 0 && head.hidden > 0, what, " head needs V > 0 and H > 0, got V=", head.vocab,
                   " H=", head.hidden);
-  HLM_CHECK_INPUT(head.weight != nullptr, what, " head weight is null");
+  // The fp32 weight is read only without the bf16 one (a bf16-master head has no fp32 weight).
+  HLM_CHECK_INPUT(head.weight != nullptr || head.weight_bf16 != nullptr, what, " head weight is null");
   HLM_CHECK((head.weight_bf16 == nullptr) == (head.hidden_bf16 == nullptr), what,
             " head: weight_bf16 and hidden_bf16 must be set together");
   HLM_CHECK_INPUT(std::isfinite(head.divisor) && head.divisor != 0.0, what,

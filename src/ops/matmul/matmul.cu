@@ -202,9 +202,10 @@ void forward_impl(const CudaBlasLt& lt, TO* y, const TI* x, const TI* w, const T
   lt_gemm(lt, g);
 }
 
-// TI: operand storage (dy, x, w); TO: dx storage. dw and dbias are fp32.
-template <typename TI, typename TO>
-void backward_impl(const CudaBlasLt& lt, TO* dx, float* dw, float* dbias, const TI* dy, const TI* x, const TI* w,
+// TI: operand storage (dy, x, w); TO: dx storage; TW: dw storage (fp32, or bf16: the fp32 product plus the stored
+// value, rounded to bf16 once by cuBLASLt's epilogue). dbias is fp32.
+template <typename TI, typename TO, typename TW = float>
+void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI* dy, const TI* x, const TI* w,
                    const MatmulCudaParams& p, bool accumulate_dx) {
   check_params(p);
   const int64_t M = p.M, N = p.N, K = p.K;
@@ -242,7 +243,7 @@ void backward_impl(const CudaBlasLt& lt, TO* dx, float* dw, float* dbias, const 
     g.B = dy;
     g.ldb = N;
     g.ab_type = cuda_type<TI>();
-    g.d_type = CUDA_R_32F;
+    g.d_type = cuda_type<TW>();
     g.D = dw;
     g.ldd = K;
     g.beta = 1.0f;
@@ -286,6 +287,12 @@ void matmul_forward_mixed_cuda(const CudaBlasLt& lt, float* y, const __nv_bfloat
 void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
                                 const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
                                 bool accumulate_dx) {
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
+}
+
+void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+                                const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                const MatmulCudaParams& p, bool accumulate_dx) {
   backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
 }
 

@@ -16,6 +16,7 @@
 #include "layers/cuda/cuda_linear.h"
 #include "models/cuda/cuda_model_train.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
+#include "train/cuda/cuda_bf16_masters.h"
 #include "train/cuda/cuda_eval.h"
 
 namespace hlm {
@@ -96,10 +97,13 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   student_.reset();
   grads_.reset();
   teacher_.reset();
-  student_.emplace(CudaModel::upload(student, *ctx_));
-  grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
+  const AdamWConfig& ac = optimizer.config();
+  const bool bf16_masters = ac.master == MasterFormat::Bf16Sr;
+  HLM_CHECK_INPUT(!bf16_masters || options_.bf16, "--memory-plan lean: bf16 master weights on the GPU need "
+                  "--precision bf16");
+  // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
+  // gradients: each upload's transient fp32 tensors meet the least memory already held.
   if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));
-  student_->set_bf16_compute(options_.bf16);
   if (teacher_) {
     HLM_CHECK_INPUT(!teacher_bf16_only_ || options_.bf16, "--memory-plan: the teacher is held in bf16 only with "
                     "--precision bf16");
@@ -114,10 +118,15 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
       ctx_->allocator().release_cached();
     }
   }
-  const AdamWConfig& ac = optimizer.config();
-  HLM_CHECK_INPUT(ac.master == MasterFormat::F32, "--device cuda: bf16 master weights (--memory-plan lean) are not "
-                  "implemented on the GPU yet; use adam8");
-  optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps, ac.state);
+  student_.emplace(CudaModel::upload(student, *ctx_));
+  student_->set_bf16_compute(options_.bf16);
+  // lean: the linears' (and an untied head's) bf16 copies become the masters (the host AdamW holds every weight at a
+  // bf16 value, so the copies are exact) and the linears' gradients are held in bf16 (cuda_bf16_masters.h).
+  if (bf16_masters) cuda_hold_bf16_masters(*ctx_, *student_);
+  grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
+  if (bf16_masters) cuda_hold_bf16_linear_grads(*ctx_, *grads_);
+  optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps, ac.state, ac.master,
+                                           ac.sr_seed);
   // Each step writes the student's bf16 copies with the update (nothing in fp32 mode): no refresh pass after it.
   optimizer_->set_bf16_copies(student_->bf16_copies());
   // Pair the device's parameters with the host optimizer's by HF name; each gets the host state.
@@ -154,9 +163,12 @@ void CudaTrainDevice::print_static_plan() const {
   const size_t grads = grads_->weight_bytes();
   const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;
   const size_t total = weights + copies + grads + moments + teacher;
-  std::printf("%-12s student %.2f GiB fp32 weights + %.2f GiB bf16 copies, %.2f GiB gradients, %.2f GiB AdamW "
+  const bool masters = host_optimizer_->config().master == MasterFormat::Bf16Sr;
+  std::printf("%-12s student %.2f GiB fp32 weights + %.2f GiB %s, %.2f GiB gradients%s, %.2f GiB AdamW "
               "m and v (%s); teacher %.2f GiB%s; %.2f GiB before activations (device allocations)\n",
-              "memory plan", gib(weights), gib(copies), gib(grads), gib(moments),
+              "memory plan", gib(weights), gib(copies),
+              masters ? "bf16 (the linears' masters and the head's copy)" : "bf16 copies", gib(grads),
+              masters ? " (the linears' in bf16)" : "", gib(moments),
               adamw_state_format_name(optimizer_->state_format()), gib(teacher),
               teacher_bf16_only_ ? " (bf16 only)" : "", gib(total));
   std::fflush(stdout);
@@ -209,7 +221,10 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   timer.mark("adamw");
   // The bf16 copies follow the updated master weights: written by the AdamW launch itself (set_bf16_copies at
   // attach), so this mark measures ~0; a skipped step changed no weight. Nothing in fp32 mode.
-  if (!optimizer_->writes_bf16_copies()) student_->refresh_bf16();
+  if (host_optimizer_->config().master == MasterFormat::Bf16Sr)
+    cuda_refresh_held_copies(*ctx_, *student_);  // lean: a tied head's copy only (the rest are the masters)
+  else if (!optimizer_->writes_bf16_copies())
+    student_->refresh_bf16();
   timer.mark("refresh_bf16");
   timer.print();
   if (!activation_plan_printed_) {
@@ -289,7 +304,10 @@ void CudaTrainDevice::evaluate_pass(const PackedBatch& batch, EvalSums& sums) {
 void CudaTrainDevice::sync_to_host() {
   HLM_CHECK(optimizer_ != nullptr, "CudaTrainDevice::sync_to_host before attach");
   ctx_->make_current();
-  student_->download_into(host_student_->mutable_weights());
+  if (host_optimizer_->config().master == MasterFormat::Bf16Sr)  // lean: bf16 masters widened (the host's tensors)
+    cuda_download_bf16_masters(*ctx_, *student_, host_optimizer_->params());
+  else
+    student_->download_into(host_student_->mutable_weights());
   for (size_t i = 0; i < host_index_.size(); ++i) {
     if (optimizer_->state_format() == AdamWStateFormat::Q8) {
       host_optimizer_->set_q8_state(host_index_[i], optimizer_->q8_state(i));

@@ -18,7 +18,11 @@
 // Memory plan (train/memory_plan.h, set_memory_plan before attach): adam8 keeps the AdamW moments 8-bit block-wise on
 // the device (CudaAdamW Q8, exchanged with the host AdamW of the same format byte for byte); teacher-bf16 and beyond
 // free the frozen teacher's fp32 linear weights once their bf16 copies exist (the embedding stays fp32).
-// Non-goals for now: bf16 master weights on the device (the lean plan is CPU-only), multi-GPU.
+// lean (needs --precision bf16) also holds the student's linears (and an untied head) in bf16 only, as their master
+// weights (the embedding and the small tensors in fp32 storage holding bf16 values), updated by CudaAdamW with the
+// host's stochastic-rounding stream (bit for bit the host AdamW's step on the same gradients), and the linears'
+// gradients in bf16 (train/cuda/cuda_bf16_masters.h; bound in docs/memory.md).
+// Non-goals for now: multi-GPU, per-layer gradient release.
 #pragma once
 #include <memory>
 #include <optional>

@@ -1,0 +1,175 @@
+// The pieces of the lean memory plan on the GPU (issue #28; docs/memory.md), each against its CPU reference:
+// - the low-memory AdamW step with a bf16 gradient (grad_bf16) and with a bf16 master kept in f32 storage
+//   (f32_holds_bf16), 8-bit moments, against adamw_lowmem_step_ref BIT FOR BIT (same fp32 operations, same random
+//   bits); and, on the host, that these two storages give exactly the values of the f32 gradient holding the same
+//   bf16 values and of the bf16 master (so the GPU trainer's mixed storage takes the CPU optimizer's step);
+// - the global gradient norm over a list mixing f32 and bf16 tensors: bit-identical to the list of the same values
+//   widened to f32 (the widening is exact; the partition and the order depend only on the sizes);
+// - the linear backward's weight gradient held in bf16 (matmul_backward_mixed_cuda, bf16 dw, accumulating): within
+//   bf16 roundings of the fp32-dw call from the same widened start, |dw16 − dw32| ≤ 2⁻⁸·(|dw0| + |dw32 − dw0|) +
+//   fp32 floor. The bound is relative to the MAGNITUDES of the two terms (the start and the product), not to their
+//   sum: the first H200 run (2026-12-01) found element 7 of M 64 at bf16 0.125 against fp32 0.1131 (start ~±4 and a
+//   product of the opposite sign: the sum cancels, while cuBLASLt's bf16 output path rounds a value of the terms'
+//   magnitude, 2⁻⁹·8 ≈ 0.016 at most); 2⁻⁸ allows two such roundings (e.g. split-K partials). The fp32 floor covers
+//   the two calls' different summation orders (M products of magnitude ~1: M·2⁻²⁴ each way).
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "ops/adamw/adamw_lowmem_cuda.h"
+#include "ops/adamw/grad_norm_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
+
+using namespace hlm;
+using namespace hlm::cuda_test;
+
+namespace {
+
+template <typename T>
+std::vector<uint8_t> raw_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+TEST(AdamWLeanCuda, Bf16GradientAndF32HeldMasterMatchTheReferenceBitForBit) {
+  HLM_REQUIRE_CUDA();
+  for (const int64_t n : {int64_t{1}, int64_t{257}, int64_t{(1 << 16) + 3}}) {
+    for (const bool scaled : {false, true}) {
+      const size_t un = static_cast<size_t>(n), blocks = static_cast<size_t>(q8_blocks(n));
+      const std::string what = "n " + std::to_string(n) + (scaled ? " scale 0.37" : " no scale");
+      // Three host copies of one state: (a) bf16 master + f32 grad, (b) f32-held master + bf16 grad, and the device.
+      std::vector<uint16_t> pa = to_bf16(make_values(un, Fill::Normal, 30 + n));
+      std::vector<float> pb = bf16_to_f32(pa);
+      std::vector<uint8_t> qma(un, q8_codebook_signed().zero), qva(un, q8_codebook_unsigned().zero);
+      std::vector<float> ama(blocks, 0.0f), ava(blocks, 0.0f);
+      std::vector<uint8_t> qmb = qma, qvb = qva;
+      std::vector<float> amb = ama, avb = ava;
+      DeviceBuffer dp = DeviceBuffer::from(pb, "p"), dqm = DeviceBuffer::from(qmb, "qm"),
+                   dqv = DeviceBuffer::from(qvb, "qv"), dam = DeviceBuffer::from(amb, "am"),
+                   dav = DeviceBuffer::from(avb, "av");
+      const float scale_value = 0.37f;
+      DeviceBuffer dscale = DeviceBuffer::from(std::vector<float>{scale_value}, "scale");
+      for (int64_t step = 1; step <= 3; ++step) {
+        const std::vector<uint16_t> g16 = to_bf16(make_values(un, Fill::Normal, 200 * step + n, 1e-2f));
+        const std::vector<float> g32 = bf16_to_f32(g16);
+        DeviceBuffer dg = DeviceBuffer::from(g16, "g16");
+        const AdamWLowmemStep s =
+            adamw_lowmem_step(1e-3, 0.01, 0.9, 0.999, 1e-8, step, adamw_sr_base(11, step, "model.layers.0.w"));
+        AdamWLowmemTensor a, b, d;
+        a.n = b.n = d.n = n;
+        a.param_bf16 = pa.data();
+        a.grad = g32.data();
+        a.q_m = qma.data(), a.q_v = qva.data(), a.absmax_m = ama.data(), a.absmax_v = ava.data();
+        b.param_f32 = pb.data();
+        b.f32_holds_bf16 = true;
+        b.grad_bf16 = g16.data();
+        b.q_m = qmb.data(), b.q_v = qvb.data(), b.absmax_m = amb.data(), b.absmax_v = avb.data();
+        d.param_f32 = dp.as<float>();
+        d.f32_holds_bf16 = true;
+        d.grad_bf16 = dg.as<uint16_t>();
+        d.q_m = dqm.as<uint8_t>(), d.q_v = dqv.as<uint8_t>(), d.absmax_m = dam.as<float>(),
+        d.absmax_v = dav.as<float>();
+        adamw_lowmem_step_ref(a, scaled ? &scale_value : nullptr, s);
+        adamw_lowmem_step_ref(b, scaled ? &scale_value : nullptr, s);
+        adamw_lowmem_step_cuda(d, scaled ? dscale.as<float>() : nullptr, s, ctx().stream());
+        const std::string at = what + " step " + std::to_string(step);
+        ASSERT_TRUE(raw_bytes(bf16_to_f32(pa)) == raw_bytes(pb)) << at << ": f32-held master != bf16 master";
+        ASSERT_TRUE(raw_bytes(qma) == raw_bytes(qmb) && raw_bytes(ama) == raw_bytes(amb)) << at << ": moments";
+        ASSERT_TRUE(dp.download_bytes() == raw_bytes(pb)) << at << ": device param";
+        ASSERT_TRUE(dqm.download_bytes() == raw_bytes(qmb)) << at << ": device q_m";
+        ASSERT_TRUE(dqv.download_bytes() == raw_bytes(qvb)) << at << ": device q_v";
+        ASSERT_TRUE(dam.download_bytes() == raw_bytes(amb)) << at << ": device absmax_m";
+        ASSERT_TRUE(dav.download_bytes() == raw_bytes(avb)) << at << ": device absmax_v";
+        EXPECT_TRUE(buffers_ok({&dp, &dqm, &dqv, &dam, &dav}, {&dg, &dscale}));
+      }
+      // Every stored value is a bf16 value (the low 16 bits are zero).
+      for (const float x : pb) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &x, 4);
+        ASSERT_EQ(bits & 0xFFFFu, 0u) << what;
+      }
+    }
+  }
+}
+
+TEST(AdamWLeanCuda, NormOverBf16AndF32TensorsEqualsTheWidenedList) {
+  HLM_REQUIRE_CUDA();
+  const std::vector<int64_t> sizes = {5000, 257, 70001, 1};
+  std::vector<DeviceBuffer> mixed, wide;
+  std::vector<GradNormCudaTensor> list_mixed, list_wide;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const size_t n = static_cast<size_t>(sizes[i]);
+    const std::vector<uint16_t> h16 = to_bf16(make_values(n, Fill::Normal, 70 + i, 1e-3f));
+    const std::vector<float> h32 = bf16_to_f32(h16);
+    wide.push_back(DeviceBuffer::from(h32, "wide"));
+    if (i % 2 == 0) {  // tensors 0 and 2 bf16 in the mixed list
+      mixed.push_back(DeviceBuffer::from(h16, "bf16"));
+      list_mixed.push_back({nullptr, sizes[i], mixed.back().as<uint16_t>()});
+    } else {
+      mixed.push_back(DeviceBuffer::from(h32, "f32"));
+      list_mixed.push_back({mixed.back().as<float>(), sizes[i]});
+    }
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) list_wide.push_back({wide[i].as<float>(), sizes[i]});
+  double norms[2] = {0, 0};
+  float scales[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<GradNormCudaTensor>& list = k == 0 ? list_mixed : list_wide;
+    const size_t bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
+    DeviceBuffer ws(bytes, "ws"), norm(8, "norm"), scale(4, "scale");
+    std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(list.size()));
+    grad_global_norm_cuda(norm.as<double>(), scale.as<float>(), list.data(), list.size(), 0.01, ws.as<void>(), bytes,
+                          staging.data(), ctx().stream());
+    norms[k] = norm.download<double>()[0];
+    scales[k] = scale.download<float>()[0];
+  }
+  EXPECT_TRUE(norms[0] == norms[1]) << norms[0] << " vs " << norms[1];
+  EXPECT_TRUE(scales[0] == scales[1]) << scales[0] << " vs " << scales[1];
+  EXPECT_TRUE(norms[0] > 0.0);
+}
+
+TEST(AdamWLeanCuda, Bf16WeightGradientIsWithinOneRoundingOfTheFp32One) {
+  HLM_REQUIRE_CUDA();
+  struct Case {
+    int64_t M, N, K;
+  };
+  for (const Case c : {Case{64, 48, 80}, Case{257, 130, 66}, Case{2048, 256, 512}}) {
+    const size_t mk = static_cast<size_t>(c.M * c.K), mn = static_cast<size_t>(c.M * c.N),
+                 nk = static_cast<size_t>(c.N * c.K);
+    const std::vector<uint16_t> x16 = to_bf16(make_values(mk, Fill::Normal, 1 + c.M)),
+                                dy16 = to_bf16(make_values(mn, Fill::Normal, 2 + c.M)),
+                                w16 = to_bf16(make_values(nk, Fill::Normal, 3 + c.M));
+    // The accumulated start: a bf16 gradient from an earlier micro-batch, and the same values in f32.
+    const std::vector<uint16_t> dw0_16 = to_bf16(make_values(nk, Fill::Normal, 4 + c.M, 4.0f));
+    const std::vector<float> dw0_32 = bf16_to_f32(dw0_16);
+    DeviceBuffer x = DeviceBuffer::from(x16, "x"), dy = DeviceBuffer::from(dy16, "dy"),
+                 w = DeviceBuffer::from(w16, "w"), dw16 = DeviceBuffer::from(dw0_16, "dw16"),
+                 dw32 = DeviceBuffer::from(dw0_32, "dw32");
+    matmul_backward_mixed_cuda(ctx().blaslt(), nullptr, dw16.as<__nv_bfloat16>(), nullptr, dy.as<__nv_bfloat16>(),
+                               x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), {c.M, c.N, c.K});
+    matmul_backward_mixed_cuda(ctx().blaslt(), nullptr, dw32.as<float>(), nullptr, dy.as<__nv_bfloat16>(),
+                               x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), {c.M, c.N, c.K});
+    const std::vector<float> got = bf16_to_f32(dw16.download<uint16_t>()), ref = dw32.download<float>(),
+                             start = dw0_32;
+    // fp32 floor: M products of magnitude ~1 (normal inputs) summed in some order: M·2⁻²⁴ each way.
+    const double floor = static_cast<double>(c.M) * std::ldexp(1.0, -24) * 4.0;
+    double worst = 0.0;
+    for (size_t i = 0; i < nk; ++i) {
+      const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
+      const double terms = std::abs(static_cast<double>(start[i])) + std::abs(static_cast<double>(ref[i]) - start[i]);
+      const double bound = std::ldexp(terms, -8) + floor;
+      ASSERT_LE(err, bound) << "M " << c.M << " element " << i << ": bf16 " << got[i] << " fp32 " << ref[i];
+      worst = std::max(worst, err / std::max(terms, 1e-30));
+    }
+    std::printf("[check] bf16 dw M %lld N %lld K %lld: worst difference to the fp32 dw relative to the terms' "
+                "magnitude %.3g (one bf16 rounding: <= 2^-9 = %.3g)\n",
+                static_cast<long long>(c.M), static_cast<long long>(c.N), static_cast<long long>(c.K), worst,
+                std::ldexp(1.0, -9));
+    EXPECT_TRUE(buffers_ok({&dw16, &dw32}, {&x, &dy, &w}));
+  }
+}

@@ -123,9 +123,7 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     attention_cache_forward(o.f32(), qkv.q, layer.k_cache.f32(), layer.v_cache.f32(), cache_shape_, p.tables.data(),
                             p.max_blocks, p.context.data(), tokens.cu_seqlens.data(), N, d.q_heads, d.scale,
                             d.window);
-    const Linear& o_proj = w.self_attn.o_proj;
-    matmul_forward(call.out, o.f32(), o_proj.weight.f32(), o_proj.bias.defined() ? o_proj.bias.f32() : nullptr, T,
-                   c.hidden_size, d.q_heads * d.head_dim);
+    attention_layer_output(call.out, o.f32(), call.in, w.self_attn, d, T, c.hidden_size, arena);  // gate, o_proj
     arena.release(mark);
   };
   ForwardOptions options;

@@ -5,6 +5,7 @@
 //   (dq, dk, dv) = attention_backward(do)                                  (softmax recomputed per query block)
 //   dq, dk ← rope_backward (transposed rotation);  then rmsnorm_backward → dq̃, dk̃, dq_norm, dk_norm
 //   dx = dq̃ Wq + dk̃ Wk + dv Wv (first overwrites);  dWp += dpᵀ x;  dbp += Σ dp
+// With an output gate, o_proj reads og = o ⊙ σ(g): (do, dg) = sigmoid_gate_backward(dog), dx += dg Wg, dWg += dgᵀ x.
 #include "layers/attention_layer.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "ops/attention/attention.h"
 #include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
+#include "ops/sigmoid_gate/sigmoid_gate.h"
 
 namespace hlm {
 
@@ -35,11 +37,17 @@ NormRows norm_rows(int64_t norm_size, int64_t tokens, int64_t heads, int64_t D) 
 }
 
 // Forward intermediates (token-major): projections before the norm (q̃, k̃), q and k as attention reads them (after
-// norm and rope), v, and the attention output o. q_lin == q (k_lin == k) when not kept apart.
+// norm and rope), v, the attention output o, and with an output gate its input g = x Wgᵀ and og = o ⊙ σ(g), which
+// o_proj reads (og == o and g == nullptr without a gate). q_lin == q (k_lin == k) when not kept apart.
 template <typename T>
 struct Activations {
-  T *q_lin, *k_lin, *q, *k, *v, *o;
+  T *q_lin, *k_lin, *q, *k, *v, *o, *gate, *og;
 };
+
+// og = o ⊙ sigmoid(x Wgᵀ) into a.gate / a.og (new scratch), or og = o without a gate.
+template <typename T>
+void apply_output_gate(Activations<T>& a, const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                       int64_t n, int64_t hidden, Arena& arena);
 
 // q, k (after norm and rope at `positions`) and v of n tokens into a.q, a.k, a.v (a.q_lin / a.k_lin: the
 // projections before the norm, which may be the same buffers as a.q / a.k).
@@ -83,7 +91,21 @@ Activations<T> forward_activations(const T* x, const AttentionParamPtrs<const T*
   project_qkv(a, x, w, d, rope, n, b.hidden, b.positions);
   const AttentionShape shape{n, d.q_heads, d.kv_heads, D, d.window};
   attention_forward<T>(a.o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
+  apply_output_gate(a, x, w, d, n, b.hidden, arena);
   return a;
+}
+
+template <typename T>
+void apply_output_gate(Activations<T>& a, const T* x, const AttentionParamPtrs<const T*>& w, const AttentionDims& d,
+                       int64_t n, int64_t hidden, Arena& arena) {
+  a.gate = nullptr;
+  a.og = a.o;
+  if (w.gate_proj == nullptr) return;
+  const int64_t Cq = d.q_heads * d.head_dim;
+  a.gate = scratch<T>(arena, n * Cq);
+  a.og = scratch<T>(arena, n * Cq);
+  matmul_forward<T>(a.gate, x, w.gate_proj, static_cast<const T*>(nullptr), n, Cq, hidden);
+  sigmoid_gate_forward<T>(a.og, a.o, a.gate, n * Cq);
 }
 
 void check_tensor(const Tensor& t, Shape expect, const char* name) {
@@ -144,6 +166,10 @@ void attention_check_weights(const AttentionWeights& w, const AttentionDims& d) 
     check_tensor(p.l.weight, {p.out, p.in}, p.weight);
     if (p.l.bias.defined()) check_tensor(p.l.bias, {p.out}, p.bias);
   }
+  if (w.gate_proj.weight.defined()) {
+    check_tensor(w.gate_proj.weight, {Cq, hidden}, "gate_proj.weight");
+    HLM_CHECK_INPUT(!w.gate_proj.bias.defined(), "attention gate_proj has no bias");
+  }
   const struct {
     const Tensor& t;
     int64_t heads;
@@ -178,7 +204,7 @@ void attention_layer_forward_ref(T* out, const T* x, const AttentionParamPtrs<co
   HLM_CHECK(out != x, "attention forward: out may not alias x");
   const Arena::Mark mark = arena.mark();
   const Activations<T> a = forward_activations(x, w, d, rope, b, /*keep_pre_norm=*/false, arena);
-  matmul_forward<T>(out, a.o, w.o_proj, w.o_bias, b.tokens, b.hidden, d.q_heads * d.head_dim);
+  matmul_forward<T>(out, a.og, w.o_proj, w.o_bias, b.tokens, b.hidden, d.q_heads * d.head_dim);
   arena.release(mark);
 }
 
@@ -192,7 +218,13 @@ void backward_from(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const
   const int64_t n = b.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
   const Arena::Mark mark = arena.mark();
   T* d_o = scratch<T>(arena, n * Cq);  // [n, Hq·D]
-  matmul_backward<T>(d_o, g.o_proj, g.o_bias, d_out, a.o, w.o_proj, n, b.hidden, Cq);
+  matmul_backward<T>(d_o, g.o_proj, g.o_bias, d_out, a.og, w.o_proj, n, b.hidden, Cq);
+  T* d_gate = nullptr;  // [n, Hq·D]: d loss / d (x Wgᵀ)
+  if (w.gate_proj != nullptr) {
+    HLM_CHECK(g.gate_proj != nullptr && a.gate != nullptr, "attention backward: missing gate gradient or input");
+    d_gate = scratch<T>(arena, n * Cq);
+    sigmoid_gate_backward<T>(d_o, d_gate, d_o, a.o, a.gate, n * Cq);  // d_o: d og -> d o, in place
+  }
   T *dq = scratch<T>(arena, n * Cq), *dk = scratch<T>(arena, n * Ckv), *dv = scratch<T>(arena, n * Ckv);
   const AttentionShape shape{n, d.q_heads, d.kv_heads, D, d.window};
   attention_backward<T>(dq, dk, dv, d_o, a.q, a.k, a.v, b.cu_seqlens, b.n_seqs, shape, d.scale);
@@ -211,16 +243,22 @@ void backward_from(T* dx, const AttentionParamPtrs<T*>& g, const T* d_out, const
   matmul_backward<T>(dx, g.q_proj, g.q_bias, dq, x, w.q_proj, n, Cq, b.hidden, /*accumulate_dx=*/false);
   matmul_backward<T>(dx, g.k_proj, g.k_bias, dk, x, w.k_proj, n, Ckv, b.hidden, /*accumulate_dx=*/true);
   matmul_backward<T>(dx, g.v_proj, g.v_bias, dv, x, w.v_proj, n, Ckv, b.hidden, /*accumulate_dx=*/true);
+  if (d_gate != nullptr)
+    matmul_backward<T>(dx, g.gate_proj, static_cast<T*>(nullptr), d_gate, x, w.gate_proj, n, Cq, b.hidden,
+                       /*accumulate_dx=*/true);
   arena.release(mark);
 }
 
 // Stash layout (layers/layer_stash.h): buffers = the Activations fields in this order.
-enum StashSlot { kQLin, kKLin, kQ, kK, kV, kO, kStashSlots };
+enum StashSlot { kQLin, kKLin, kQ, kK, kV, kO, kGate, kOg, kStashSlots };
 
-std::vector<float*> to_stash(const Activations<float>& a) { return {a.q_lin, a.k_lin, a.q, a.k, a.v, a.o}; }
+std::vector<float*> to_stash(const Activations<float>& a) {
+  return {a.q_lin, a.k_lin, a.q, a.k, a.v, a.o, a.gate, a.og};
+}
 Activations<float> from_stash(const LayerStash& s) {
   HLM_CHECK(s.buffers.size() == kStashSlots, "attention backward: the stash was not filled by an attention forward");
-  return {s.buffers[kQLin], s.buffers[kKLin], s.buffers[kQ], s.buffers[kK], s.buffers[kV], s.buffers[kO]};
+  return {s.buffers[kQLin], s.buffers[kKLin], s.buffers[kQ],    s.buffers[kK],
+          s.buffers[kV],    s.buffers[kO],    s.buffers[kGate], s.buffers[kOg]};
 }
 
 }  // namespace
@@ -251,7 +289,7 @@ void attention_layer_forward(float* out, const float* x, const AttentionWeights&
   HLM_CHECK(out != x, "attention forward: out may not alias x");
   const AttentionParamPtrs<const float*> p = attention_param_ptrs(w);
   const Activations<float> a = forward_activations(x, p, dims, rope, b, /*keep_pre_norm=*/true, *stash->arena);
-  matmul_forward<float>(out, a.o, p.o_proj, p.o_bias, b.tokens, b.hidden, dims.q_heads * dims.head_dim);
+  matmul_forward<float>(out, a.og, p.o_proj, p.o_bias, b.tokens, b.hidden, dims.q_heads * dims.head_dim);
   stash->buffers = to_stash(a);
   stash->output = scratch<float>(*stash->arena, b.tokens * b.hidden);
   std::copy_n(out, b.tokens * b.hidden, stash->output);
@@ -294,6 +332,19 @@ template void attention_layer_backward_ref<double>(double*, const AttentionParam
                                                    const double*, const AttentionParamPtrs<const double*>&,
                                                    const AttentionDims&, const RopeTable*,
                                                    const AttentionBatchView&, Arena&);
+
+void attention_layer_output(float* out, float* o, const float* x, const AttentionWeights& w, const AttentionDims& d,
+                            int64_t tokens, int64_t hidden, Arena& arena) {
+  const int64_t Cq = d.q_heads * d.head_dim;
+  if (w.gate_proj.weight.defined()) {
+    const Arena::Mark mark = arena.mark();
+    float* gate = scratch<float>(arena, tokens * Cq);
+    linear_forward(gate, x, w.gate_proj, tokens);
+    sigmoid_gate_forward<float>(o, o, gate, tokens * Cq);
+    arena.release(mark);
+  }
+  linear_forward(out, o, w.o_proj, tokens);
+}
 
 AttentionQk attention_stash_qk(const LayerStash& stash) {
   const Activations<float> a = from_stash(stash);

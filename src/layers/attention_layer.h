@@ -8,6 +8,8 @@
 //   q̃ = x Wqᵀ [Hq·D], k̃ = x Wkᵀ [Hkv·D], v = x Wvᵀ [Hkv·D]
 //   q = rope(rmsnorm(q̃) · q_norm), k = rope(rmsnorm(k̃) · k_norm)     (each step optional)
 //   o = causal GQA softmax attention(q, k, v, scale) [Hq·D];  out = o Woᵀ
+//   with an output gate (Qwen3.5, gate_proj defined): g = x Wgᵀ [Hq·D];  out = (o ⊙ sigmoid(g)) Woᵀ
+//   (ops/sigmoid_gate; the loader splits HF's per-head [q_h | gate_h] q_proj into q_proj and gate_proj)
 //
 // Backward: recomputes the forward (or reads it from the LayerStash its forward filled), then walks it in reverse with the op
 // backwards (matmul, attention, rope, rmsnorm): dx is OVERWRITTEN, parameter gradients are ADDED into AttentionGrads
@@ -33,6 +35,7 @@ struct AttentionWeights {
   Linear k_proj;   // [Hkv·D, hidden] (+ bias [Hkv·D])
   Linear v_proj;   // [Hkv·D, hidden] (+ bias [Hkv·D])
   Linear o_proj;   // [hidden, Hq·D] (+ bias [hidden])
+  Linear gate_proj;  // [Hq·D, hidden], no bias: output gate (Qwen3.5 gated attention), or undefined
   Tensor q_norm;   // [D] (per head), [Hq·D] (whole projection) or undefined (no q/k norm)
   Tensor k_norm;   // [D], [Hkv·D] or undefined
 };
@@ -53,7 +56,7 @@ struct AttentionDims {
   int64_t window = 0;     // sliding window (HF sliding_attention layers: keys t−W+1 .. t); 0 = full causal
 };
 
-inline constexpr size_t kAttentionParamCount = 10;
+inline constexpr size_t kAttentionParamCount = 11;
 
 // THE parameter table: HF name (under self_attn.) and tensor of every parameter slot of an AttentionWeights /
 // AttentionGrads (const or not), in a fixed order; optional slots may hold undefined tensors.
@@ -66,6 +69,7 @@ auto attention_param_tensors(S& s) {
       {"v_proj.weight", &s.v_proj.weight}, {"v_proj.bias", &s.v_proj.bias},
       {"o_proj.weight", &s.o_proj.weight}, {"o_proj.bias", &s.o_proj.bias},
       {"q_norm.weight", &s.q_norm},        {"k_norm.weight", &s.k_norm},
+      {"gate_proj.weight", &s.gate_proj.weight},
   }};
 }
 
@@ -106,13 +110,19 @@ AttentionQkv attention_layer_project(const float* x, const AttentionWeights& w, 
                                      const RopeTable* rope, int64_t tokens, int64_t hidden, const int32_t* positions,
                                      Arena& arena);
 
+// out [tokens, hidden] = o_proj(o), after the output gate o ← o ⊙ sigmoid(x Wgᵀ) (in place on o) when w has one: the
+// rest of the forward after the softmax attention, for inference (infer/) where o comes from a KV cache. x is the
+// layer input the projections read. Scratch from `arena` (released).
+void attention_layer_output(float* out, float* o, const float* x, const AttentionWeights& w, const AttentionDims& dims,
+                            int64_t tokens, int64_t hidden, Arena& arena);
+
 // ---- Templated reference on raw pointers (T = float or double): the float entry points above call these. ----
 
 // Contiguous parameter pointers, P = const T* (weights) or T* (gradients); nullptr for an absent bias or norm.
 // q_norm_size / k_norm_size: entries of the norm weight (D = per head, H·D = whole projection; 0 = none).
 template <class P>
 struct AttentionParamPtrs {
-  P q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj, o_bias, q_norm, k_norm;
+  P q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj, o_bias, q_norm, k_norm, gate_proj;
   int64_t q_norm_size = 0, k_norm_size = 0;
 };
 
@@ -123,7 +133,7 @@ auto attention_param_ptr_fields(AttentionParamPtrs<P>& p) {
       {"q_proj.weight", &p.q_proj}, {"q_proj.bias", &p.q_bias}, {"k_proj.weight", &p.k_proj},
       {"k_proj.bias", &p.k_bias},   {"v_proj.weight", &p.v_proj}, {"v_proj.bias", &p.v_bias},
       {"o_proj.weight", &p.o_proj}, {"o_proj.bias", &p.o_bias}, {"q_norm.weight", &p.q_norm},
-      {"k_norm.weight", &p.k_norm},
+      {"k_norm.weight", &p.k_norm}, {"gate_proj.weight", &p.gate_proj},
   }};
 }
 

@@ -77,6 +77,19 @@ void moe_layer_forward(float* out, const float* x, const MoeWeights& w, const Mo
       for (int64_t h = 0; h < H; ++h) dst[h] += src[h] * weight;
     }
   }
+  if (w.has_shared_expert()) {  // out += sigmoid(x · w_sgᵀ) · shared_expert(x), rounded to float as HF's fp32 product
+    HLM_CHECK_INPUT(w.shared_expert_gate.weight.rank() == 2 && w.shared_expert_gate.out_features() == 1 &&
+                        w.shared_expert_gate.in_features() == H,
+                    "moe: shared_expert_gate weight must be [1, ", H, "]");
+    Tensor shared = arena.tensor({T, H});
+    Tensor gate = arena.tensor({T, 1});
+    mlp_layer_forward(shared.f32(), x, w.shared_expert, T, arena);
+    linear_forward(gate.f32(), x, w.shared_expert_gate, T);
+    for (int64_t t = 0; t < T; ++t) {
+      const float s = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate.f32()[t]))));
+      for (int64_t h = 0; h < H; ++h) out[t * H + h] += s * shared.f32()[t * H + h];
+    }
+  }
   arena.release(mark);
 }
 

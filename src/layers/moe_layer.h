@@ -3,7 +3,9 @@
 //   p = softmax(x · routerᵀ) over all E experts (per token);  S = the k largest p (ties: the lower expert index)
 //   w_j = p_j, or p_j / Σ_S p when norm_topk_prob;           out = Σ_{j ∈ S} w_j · expert_j(x)
 // The sum runs over experts in increasing index, each token's terms added to a zeroed output in that order (HF
-// loops over the hit experts and index_adds). There is no shared expert and no expert bias (qwen3_moe).
+// loops over the hit experts and index_adds). No expert bias. Optional shared expert (Qwen3.5-MoE, Qwen3-Next;
+// HF Qwen3_5MoeSparseMoeBlock), added after the routed sum:
+//   out += sigmoid(x · shared_expert_gateᵀ) · shared_expert(x)      (a scalar gate per token)
 // Its backward (router and experts) is layers/moe_layer_backward.h; this forward keeps no activations for it.
 #pragma once
 #include <cstdint>
@@ -24,6 +26,9 @@ struct MoeDims {
 struct MoeWeights {
   Linear router;                    // mlp.gate: weight [E, hidden], no bias
   std::vector<MlpWeights> experts;  // [E]: mlp.experts.{e}.{gate,up,down}_proj, no biases
+  MlpWeights shared_expert;         // mlp.shared_expert.{gate,up,down}_proj, or undefined (no shared expert)
+  Linear shared_expert_gate;        // mlp.shared_expert_gate: weight [1, hidden], no bias; defined iff shared_expert
+  bool has_shared_expert() const { return shared_expert_gate.weight.defined(); }
 };
 
 // One token's routing: the k chosen experts (in descending probability) and their weights.

@@ -2,6 +2,7 @@
 #include "layers/moe_layer_backward.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "ops/matmul/matmul.h"
@@ -12,6 +13,10 @@ MoeGrads moe_grads_like(const MoeWeights& w) {
   MoeGrads g;
   g.router.weight = Tensor::zeros(w.router.weight.shape());
   for (const MlpWeights& e : w.experts) g.experts.push_back(mlp_grads_like(e));
+  if (w.has_shared_expert()) {
+    g.shared_expert = mlp_grads_like(w.shared_expert);
+    g.shared_expert_gate.weight = Tensor::zeros(w.shared_expert_gate.weight.shape());
+  }
   return g;
 }
 
@@ -80,6 +85,30 @@ void moe_layer_backward(float* dx, MoeGrads& grads, const float* d_out, const fl
   matmul_backward<float>(dxs.f32(), grads.router.weight.f32(), nullptr, dlogits.f32(), x, w.router.weight.f32(), T,
                          E, H);
   for (int64_t j = 0; j < T * H; ++j) dx[j] += dxs.f32()[j];
+
+  if (w.has_shared_expert()) {
+    HLM_CHECK_INPUT(grads.has_shared_expert() && grads.shared_expert.down_proj.weight.defined(),
+                    "moe backward: the gradients lack the shared expert");
+    Tensor shared = arena.tensor({T, H}), gate = arena.tensor({T, 1}), dgate = arena.tensor({T, 1});
+    mlp_layer_forward(shared.f32(), x, w.shared_expert, T, arena);
+    linear_forward(gate.f32(), x, w.shared_expert_gate, T);
+    for (int64_t t = 0; t < T; ++t) {
+      const double sg = 1.0 / (1.0 + std::exp(-static_cast<double>(gate.f32()[t])));
+      double dot = 0.0;
+      for (int64_t h = 0; h < H; ++h) {
+        dot += static_cast<double>(d_out[t * H + h]) * shared.f32()[t * H + h];
+        dys.f32()[t * H + h] = static_cast<float>(sg * d_out[t * H + h]);
+      }
+      dgate.f32()[t] = static_cast<float>(dot * sg * (1.0 - sg));
+    }
+    MlpGrads sg;  // views of the shared expert's gradient tensors
+    static_cast<MlpWeights&>(sg) = grads.shared_expert;
+    mlp_layer_backward(dxs.f32(), sg, dys.f32(), x, w.shared_expert, T, arena);
+    for (int64_t j = 0; j < T * H; ++j) dx[j] += dxs.f32()[j];
+    matmul_backward<float>(dxs.f32(), grads.shared_expert_gate.weight.f32(), nullptr, dgate.f32(), x,
+                           w.shared_expert_gate.weight.f32(), T, 1, H);
+    for (int64_t j = 0; j < T * H; ++j) dx[j] += dxs.f32()[j];
+  }
   arena.release(mark);
 }
 

@@ -7,6 +7,8 @@
 //   d logit_e = p_e (d p_e − Σ_i p_i d p_i)   (softmax)
 //   d router += d logitᵀ x;  dx += d logit · router
 // The top-k choice itself has no gradient (as in PyTorch's topk). dx is OVERWRITTEN; parameter grads are ADDED.
+// Shared expert (when w has one), with s = σ(x·w_sgᵀ) and y_s = shared_expert(x):
+//   d y_s = s · d_out -> the shared SwiGLU backward;  d (x·w_sgᵀ) = (d_out · y_s) · s · (1 − s);  d w_sg += that ⊗ x
 #pragma once
 #include <vector>
 

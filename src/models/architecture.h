@@ -28,11 +28,24 @@ struct ArchitectureSpec {
   // Full-attention layers are post-norm (OLMo 2 style: h += norm(attn(h)); h += norm(mlp(h))) instead of pre-norm.
   bool attention_post_norm;
   DecoderHyper (*hyper)(const ModelConfig&);
+  // Gated full attention (Qwen3.5 / Qwen3-Next): the checkpoint's q_proj holds [q_h | gate_h] per head
+  // ([Hq·2D, hidden]); the loader splits it into self_attn.q_proj and self_attn.gate_proj and the layer computes
+  // out = o_proj(o ⊙ sigmoid(x·gate_projᵀ)) (layers/attention_layer.h).
+  bool attention_output_gate = false;
+  // Zero-centred RMSNorm (y = n ⊙ (1 + w), w stored as an offset from 1): the decoder, final and q/k norms. The
+  // loader stores fl(1 + w), the factor HF multiplies by, so every norm op runs unchanged; save writes w back.
+  bool zero_centred_norms = false;
+  // Another prefix checkpoints use for the decoder's "model." tensors (a multimodal wrapper's text model:
+  // "model.language_model."); lm_head.weight keeps its name.
+  std::string_view text_prefix = {};
   // Parallel block (Cohere2): one norm feeds both branches, h += attn(n) + mlp(n) with n = input_layernorm(h); no
   // post_attention_layernorm.
   bool parallel_block = false;
   // The decoder and final norms are LayerNorm without bias (ops/layernorm: mean subtracted) instead of RMSNorm.
   bool layer_norm = false;
+  // Qwen3-Next's GDN input projections: in_proj_qkvz / in_proj_ba grouped per key head (TensorRow::fused_grouped)
+  // instead of Qwen3.5's flat in_proj_qkv and separate z, b, a.
+  bool gdn_grouped_projections = false;
 };
 
 extern const ArchitectureSpec kQwen3Spec;
@@ -42,6 +55,9 @@ extern const ArchitectureSpec kQwen3HybridSpec;
 extern const ArchitectureSpec kQwen3MoeSpec;
 extern const ArchitectureSpec kOlmo3Spec;
 extern const ArchitectureSpec kCohere2Spec;
+extern const ArchitectureSpec kQwen35Spec;
+extern const ArchitectureSpec kQwen35MoeSpec;
+extern const ArchitectureSpec kQwen3NextSpec;
 
 const ArchitectureSpec& architecture_spec(Architecture architecture);
 std::span<const ArchitectureSpec* const> architecture_specs();

@@ -28,6 +28,8 @@ enum class HybridKeys {
   None,        // dense: every layer full_attention
   OlmoHybrid,  // OlmoHybridConfig defaults (every 4th layer full attention, β×2, dk = 0.75·hidden/heads)
   Student,     // hybridlm's converted student (seed Algorithm 1: heads and head dims of the teacher)
+  Qwen35,      // Qwen3_5(Moe)TextConfig defaults (layer i full iff (i+1) % full_attention_interval == 0, Hk 16,
+               // Hv 32, dk = dv = 128, β = sigmoid(b), gated norm eps = rms_norm_eps)
 };
 
 // What differs between the HF config classes we mirror.
@@ -42,6 +44,12 @@ struct ConfigClass {
   bool qwen3_sliding;    // reads use_sliding_window (sliding_window, max_window_layers are then irrelevant)
   HybridKeys hybrid;
   bool moe_keys = false;  // reads Qwen3MoeConfig's expert keys
+  // Qwen3.5 text configs: partial_rotary_factor honoured (default 0.25; M-RoPE keys accepted: text positions are
+  // equal on its three axes, so it is 1-D partial RoPE), attn_output_gate must be true (or absent).
+  bool qwen35 = false;
+  // Qwen3_5MoeTextConfig: every layer routed experts + a gated shared expert, top-k always renormalised; it has no
+  // intermediate_size, norm_topk_prob, decoder_sparse_step or mlp_only_layers.
+  bool shared_expert_moe = false;
   // Olmo3Config: layer_types may hold "sliding_attention" (default: every 4th layer full, the rest sliding), read
   // with sliding_window (default 4096); rope_parameters may be given per layer type.
   bool sliding_layers = false;
@@ -53,7 +61,7 @@ struct ConfigClass {
   bool cohere2_keys = false;
 };
 
-constexpr std::array<ConfigClass, 7> kConfigClasses{{
+constexpr std::array<ConfigClass, 10> kConfigClasses{{
     {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, false},
     {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
@@ -65,6 +73,11 @@ constexpr std::array<ConfigClass, 7> kConfigClasses{{
     // Qwen3MoeConfig has no head_dim field: its attention takes getattr(config, "head_dim", hidden // heads).
     {Architecture::Qwen3Moe, "Qwen3MoeForCausalLM", 4, std::nullopt, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, /*moe_keys=*/true},
+    {Architecture::Qwen35, "Qwen3_5ForCausalLM", 4, 256, 32768, std::nullopt, std::nullopt, false, false,
+     HybridKeys::Qwen35, /*moe_keys=*/false, /*qwen35=*/true},
+    {Architecture::Qwen35Moe, "Qwen3_5MoeForCausalLM", 2, 256, 32768, std::nullopt, std::nullopt, false, false,
+     HybridKeys::Qwen35, /*moe_keys=*/true, /*qwen35=*/true, /*shared_expert_moe=*/true},
+    // Olmo3Config: no head_dim field (hidden // heads), num_key_value_heads defaults to the heads, eps 1e-5.
     {.architecture = Architecture::Olmo3, .hf_class = "Olmo3ForCausalLM", .num_key_value_heads = std::nullopt,
      .head_dim = std::nullopt, .max_position_embeddings = 2048, .bos_token_id = std::nullopt, .eos_token_id = 50279,
      .granite_scalars = false, .qwen3_sliding = false, .hybrid = HybridKeys::None, .sliding_layers = true,
@@ -74,7 +87,15 @@ constexpr std::array<ConfigClass, 7> kConfigClasses{{
      .head_dim = std::nullopt, .max_position_embeddings = 8192, .bos_token_id = 5, .eos_token_id = 255001,
      .granite_scalars = false, .qwen3_sliding = false, .hybrid = HybridKeys::None, .sliding_layers = true,
      .rms_norm_eps = 1e-5, .default_theta = 10000.0, .cohere2_keys = true},
+    // Qwen3NextConfig: Qwen3.5's attention / GDN keys and defaults, Qwen3-MoE's expert schedule plus a shared expert.
+    {Architecture::Qwen3Next, "Qwen3NextForCausalLM", 2, 256, 32768, std::nullopt, std::nullopt, false, false,
+     HybridKeys::Qwen35, /*moe_keys=*/true, /*qwen35=*/true},
 }};
+
+// Multimodal wrappers whose config.json nests the text decoder's config under "text_config" (Qwen3_5Config,
+// Qwen3_5MoeConfig): the text config is read, with the model_type it names (default: the second column).
+constexpr std::pair<std::string_view, std::string_view> kTextConfigWrappers[] = {
+    {"qwen3_5", "qwen3_5_text"}, {"qwen3_5_moe", "qwen3_5_moe_text"}};
 
 const ConfigClass& config_class(Architecture architecture) {
   for (const ConfigClass& c : kConfigClasses)
@@ -254,8 +275,13 @@ void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix
   // rope_theta: the dict's, else the top-level 4.x key, else RotaryEmbeddingConfigMixin.default_theta.
   const double top_theta = top.number_or("rope_theta", config_class(c.architecture).default_theta);
   p.rope_theta = r.number_or("rope_theta", top_theta);
-  const double top_partial = top.number_or("partial_rotary_factor", 1.0);
+  const bool qwen35 = config_class(c.architecture).qwen35;
+  const double top_partial = top.number_or("partial_rotary_factor", qwen35 ? 0.25 : 1.0);
   p.partial_rotary_factor = r.number_or("partial_rotary_factor", top_partial);
+  if (qwen35) {  // M-RoPE: with text-only positions (equal on the three axes) it is 1-D RoPE
+    (void)r.get("mrope_section");
+    (void)r.get("mrope_interleaved");
+  }
 
   const std::string& t = p.rope_type;
   auto original_max = [&]() {
@@ -266,8 +292,9 @@ void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix
                     r.name("original_max_position_embeddings"));
   };
   if (t == "default") {
-    // Qwen3/Granite compute_default_rope_parameters use the full head_dim: HF ignores partial_rotary_factor here.
-    p.partial_rotary_factor = 1.0;
+    // Qwen3/Granite compute_default_rope_parameters use the full head_dim: HF ignores partial_rotary_factor here;
+    // Qwen3.5's reads it (rotary dim int(head_dim · factor), the first dims of each head).
+    if (!qwen35) p.partial_rotary_factor = 1.0;
   } else if (t == "linear" || t == "dynamic") {
     p.factor = as_number(r.require("factor"), r.name("factor"));
   } else if (t == "yarn") {
@@ -293,7 +320,7 @@ void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix
                       " (supported: default, linear, dynamic, yarn, llama3)");
   }
   // HF's Qwen3/Granite apply_rotary_pos_emb rotate the whole head: a shorter table would not broadcast.
-  HLM_CHECK_INPUT(p.partial_rotary_factor == 1.0, "partial_rotary_factor ", p.partial_rotary_factor,
+  HLM_CHECK_INPUT(qwen35 || p.partial_rotary_factor == 1.0, "partial_rotary_factor ", p.partial_rotary_factor,
                   " is not supported for model_type ", c.model_type, " (HF rotates the whole head)");
   r.collect_unread(c.unknown_keys);
   try {
@@ -328,19 +355,25 @@ void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
   if (v == nullptr || v->is_null()) {
     HLM_CHECK_INPUT(cls.hybrid != HybridKeys::Student, "key 'layer_types' is required for model_type ", c.model_type);
+    if (cls.hybrid == HybridKeys::OlmoHybrid) {
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        if (i % 4 != 3) c.layer_types[static_cast<size_t>(i)] = "linear_attention";
+      if (c.num_hidden_layers < 4) c.layer_types.back() = "full_attention";
+    }
     if (cls.sliding_layers) {  // Olmo3Config / Cohere2Config.__post_init__: full iff (i + 1) % pattern == 0
       const int64_t pattern =
           cls.cohere2_keys ? positive(r.int_or("sliding_window_pattern", 4), "sliding_window_pattern") : 4;
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         if ((i + 1) % pattern != 0) c.layer_types[static_cast<size_t>(i)] = "sliding_attention";
     }
-    if (cls.hybrid == HybridKeys::OlmoHybrid) {
+    if (cls.hybrid == HybridKeys::Qwen35) {  // Qwen3_5TextConfig.__post_init__
+      const int64_t interval = positive(r.int_or("full_attention_interval", 4), "full_attention_interval");
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-        if (i % 4 != 3) c.layer_types[static_cast<size_t>(i)] = "linear_attention";
-      if (c.num_hidden_layers < 4) c.layer_types.back() = "full_attention";
+        if ((i + 1) % interval != 0) c.layer_types[static_cast<size_t>(i)] = "linear_attention";
     }
   } else {
-    if (cls.cohere2_keys) (void)r.get("sliding_window_pattern");  // unused beside layer_types
+    if (cls.hybrid == HybridKeys::Qwen35) (void)r.get("full_attention_interval");  // unused beside layer_types
+    if (cls.cohere2_keys) (void)r.get("sliding_window_pattern");                   // likewise
     HLM_CHECK_INPUT(v->is_array(), "key 'layer_types' must be a list, got ", json_desc(*v));
     HLM_CHECK_INPUT(static_cast<int64_t>(v->size()) == c.num_hidden_layers, "layer_types has ", v->size(),
                     " entries but num_hidden_layers is ", c.num_hidden_layers);
@@ -384,6 +417,18 @@ void parse_moe(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   c.ffn_kinds.assign(static_cast<size_t>(c.num_hidden_layers), FfnKind::Dense);
   if (!cls.moe_keys) return;
   MoeConfig m;
+  if (cls.qwen35) {  // Qwen3_5MoeTextConfig / Qwen3NextConfig defaults, a gated shared expert
+    m.num_experts = cls.shared_expert_moe ? 256 : 512;
+    m.num_experts_per_tok = cls.shared_expert_moe ? 8 : 10;
+    m.moe_intermediate_size = 512;
+    m.shared_expert_intermediate_size =
+        bounded(positive(r.int_or("shared_expert_intermediate_size", 512), "shared_expert_intermediate_size"),
+                "shared_expert_intermediate_size", kMaxWidth);
+    m.norm_topk_prob = true;
+  }
+  if (cls.shared_expert_moe)  // Qwen3_5MoeTextConfig: every layer MoE, top-k renormalised
+    HLM_CHECK_INPUT(r.bool_or("norm_topk_prob", true), "norm_topk_prob: false is not what model_type ", c.model_type,
+                    " does (its router always renormalises the top-k)");
   // Qwen3MoeConfig's attribute_map aliases num_experts to num_local_experts: a saved file may hold either name.
   const json* local = r.get("num_local_experts");
   const int64_t local_experts = local ? as_int(*local, "num_local_experts") : m.num_experts;
@@ -395,7 +440,7 @@ void parse_moe(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   m.moe_intermediate_size = bounded(positive(r.int_or("moe_intermediate_size", m.moe_intermediate_size),
                                              "moe_intermediate_size"),
                                     "moe_intermediate_size", kMaxWidth);
-  m.norm_topk_prob = r.bool_or("norm_topk_prob", m.norm_topk_prob);
+  if (!cls.shared_expert_moe) m.norm_topk_prob = r.bool_or("norm_topk_prob", m.norm_topk_prob);
   m.decoder_sparse_step = positive(r.int_or("decoder_sparse_step", m.decoder_sparse_step), "decoder_sparse_step");
   if (const json* v = r.get("mlp_only_layers"); v != nullptr && !v->is_null()) {
     HLM_CHECK_INPUT(v->is_array(), "key 'mlp_only_layers' must be a list of layer indices, got ", json_desc(*v));
@@ -426,21 +471,26 @@ void parse_linear(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   if (cls.hybrid == HybridKeys::None) return;
   LinearAttentionConfig l;
   const bool olmo = cls.hybrid == HybridKeys::OlmoHybrid;
+  const bool qwen35 = cls.hybrid == HybridKeys::Qwen35;
   const auto optional_int = [&](const char* key, int64_t limit) -> std::optional<int64_t> {
     const json* v = r.get(key);
     if (v == nullptr || v->is_null()) return std::nullopt;
     return bounded(positive(as_int(*v, key), key), key, limit);
   };
-  l.num_key_heads = optional_int("linear_num_key_heads", kMaxHeads).value_or(c.num_attention_heads);
-  l.num_value_heads = optional_int("linear_num_value_heads", kMaxHeads).value_or(c.num_attention_heads);
+  l.num_key_heads = optional_int("linear_num_key_heads", kMaxHeads).value_or(qwen35 ? 16 : c.num_attention_heads);
+  l.num_value_heads = optional_int("linear_num_value_heads", kMaxHeads).value_or(qwen35 ? 32 : c.num_attention_heads);
   // OLMo-Hybrid: dk = int(0.75·hidden / key heads), dv = 2·dk; the student keeps the teacher's head_dim.
   l.key_head_dim = optional_int("linear_key_head_dim", kMaxWidth)
-                       .value_or(olmo ? static_cast<int64_t>(0.75 * static_cast<double>(c.hidden_size) /
-                                                             static_cast<double>(l.num_key_heads))
-                                      : c.head_dim);
-  l.value_head_dim = optional_int("linear_value_head_dim", kMaxWidth).value_or(olmo ? 2 * l.key_head_dim : c.head_dim);
+                       .value_or(olmo     ? static_cast<int64_t>(0.75 * static_cast<double>(c.hidden_size) /
+                                                                 static_cast<double>(l.num_key_heads))
+                                 : qwen35 ? 128
+                                          : c.head_dim);
+  l.value_head_dim = optional_int("linear_value_head_dim", kMaxWidth)
+                         .value_or(olmo ? 2 * l.key_head_dim : qwen35 ? 128 : c.head_dim);
   l.conv_kernel_dim = optional_int("linear_conv_kernel_dim", kMaxConvKernel).value_or(4);
+  // Qwen3.5: β = sigmoid(b), no key for it (a file that sets one is read, and must say false).
   l.allow_neg_eigval = r.bool_or("linear_allow_neg_eigval", olmo);
+  HLM_CHECK_INPUT(!(qwen35 && l.allow_neg_eigval), "linear_allow_neg_eigval: true is not Qwen3.5's GDN");
   l.norm_eps = olmo ? 1e-5 : c.rms_norm_eps;  // HF OLMo-Hybrid hard-codes its gated norm eps
   l.a_log_min = r.number_or("linear_a_log_min", 0.0);
   l.a_log_max = r.number_or("linear_a_log_max", 16.0);
@@ -454,8 +504,36 @@ void parse_linear(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   c.linear = l;
 }
 
+ModelConfig parse_config_object(const json& j);
+
+// A multimodal wrapper (kTextConfigWrappers): its text_config, with the wrapper's tie_word_embeddings (the flag
+// Qwen3_5ForConditionalGeneration reads). The vision tower and the wrapper's token ids are not read.
+std::optional<ModelConfig> parse_wrapped_text_config(const json& j) {
+  const auto type = j.find("model_type");
+  if (type == j.end() || !type->is_string()) return std::nullopt;
+  for (const auto& [wrapper, text_type] : kTextConfigWrappers) {
+    if (type->get<std::string>() != wrapper) continue;
+    const auto text = j.find("text_config");
+    HLM_CHECK_INPUT(text != j.end() && text->is_object(), "model_type '", wrapper,
+                    "' needs a 'text_config' object (the text decoder's config)");
+    json inner = *text;
+    if (!inner.contains("model_type")) inner["model_type"] = std::string(text_type);
+    HLM_CHECK_INPUT(inner["model_type"] == text_type, "text_config.model_type is ", inner["model_type"].dump(),
+                    ", expected '", text_type, "' under model_type '", wrapper, "'");
+    if (const auto tie = j.find("tie_word_embeddings"); tie != j.end()) inner["tie_word_embeddings"] = *tie;
+    try {
+      return parse_config_object(inner);
+    } catch (Error& e) {
+      e.add_context("text_config");
+      throw;
+    }
+  }
+  return std::nullopt;
+}
+
 ModelConfig parse_config_object(const json& j) {
   HLM_CHECK_INPUT(j.is_object(), "config must be a JSON object, got ", j.type_name());
+  if (std::optional<ModelConfig> text = parse_wrapped_text_config(j)) return std::move(*text);
   KeyReader r(j, "");
   ModelConfig c;
   c.model_type = as_string(r.require("model_type"), "model_type");
@@ -471,8 +549,11 @@ ModelConfig parse_config_object(const json& j) {
                            SizeKey{&c.hidden_size, "hidden_size", kMaxWidth},
                            SizeKey{&c.intermediate_size, "intermediate_size", kMaxWidth},
                            SizeKey{&c.num_hidden_layers, "num_hidden_layers", kModelMaxLayers},
-                           SizeKey{&c.num_attention_heads, "num_attention_heads", kMaxHeads}})
+                           SizeKey{&c.num_attention_heads, "num_attention_heads", kMaxHeads}}) {
+    // Qwen3_5MoeTextConfig has no intermediate_size (no dense layer): absent, it is set after the expert keys.
+    if (cls.shared_expert_moe && k.field == &c.intermediate_size && r.get(k.key) == nullptr) continue;
     *k.field = bounded(positive(as_int(r.require(k.key), k.key), k.key), k.key, k.limit);
+  }
 
   // num_key_value_heads: absent -> the class default; null -> num_attention_heads (both classes' __post_init__).
   const json* kv = r.get("num_key_value_heads");
@@ -521,6 +602,13 @@ ModelConfig parse_config_object(const json& j) {
   parse_layer_types(r, c, cls);
   parse_linear(r, c, cls);
   parse_moe(r, c, cls);
+  if (c.intermediate_size == 0) c.intermediate_size = c.moe->moe_intermediate_size;  // unused: every layer is MoE
+  if (cls.qwen35) {  // the gated attention of Qwen3.5 (Qwen3-Next's attn_output_gate; absent in 5.17's class)
+    HLM_CHECK_INPUT(r.bool_or("attn_output_gate", true), "attn_output_gate: false is not supported for model_type ",
+                    c.model_type);
+    HLM_CHECK_INPUT(!c.attention_bias, "attention_bias: true is not supported for model_type ", c.model_type,
+                    " (its q_proj bias would hold the gate's too)");
+  }
   parse_token_ids(r, c, cls);
   for (const char* key : {"dtype", "torch_dtype"}) {
     const json* v = r.get(key);
@@ -599,6 +687,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
             {"layer_types", c.layer_types}};
   const auto rope_json = [&](const RopeParams& p) {
     json rope = {{"rope_type", p.rope_type}, {"rope_theta", p.rope_theta}};
+    if (cls.qwen35) rope["partial_rotary_factor"] = p.partial_rotary_factor;
     if (p.rope_type != "default") rope["factor"] = p.factor;
     if (p.original_max_position_embeddings)
       rope["original_max_position_embeddings"] = *p.original_max_position_embeddings;
@@ -658,9 +747,12 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     j["num_experts"] = m.num_experts;
     j["num_experts_per_tok"] = m.num_experts_per_tok;
     j["moe_intermediate_size"] = m.moe_intermediate_size;
-    j["norm_topk_prob"] = m.norm_topk_prob;
-    j["decoder_sparse_step"] = m.decoder_sparse_step;
-    j["mlp_only_layers"] = m.mlp_only_layers;
+    if (cls.qwen35) j["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
+    if (!cls.shared_expert_moe) {
+      j["norm_topk_prob"] = m.norm_topk_prob;
+      j["decoder_sparse_step"] = m.decoder_sparse_step;
+      j["mlp_only_layers"] = m.mlp_only_layers;
+    }
   }
   if (!c.use_rope) j["rope_parameters"] = nullptr;
   return j;

@@ -20,7 +20,9 @@
 
 namespace hlm {
 
-enum class Architecture { Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Olmo3, Cohere2 };
+enum class Architecture {
+  Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Qwen35, Qwen35Moe, Olmo3, Cohere2, Qwen3Next
+};
 
 // A layer's token mixer: softmax attention ("full_attention", and "sliding_attention": the same mixer over the last
 // ModelConfig::sliding_window keys, see attention_window) or Gated DeltaNet ("linear_attention").
@@ -38,6 +40,9 @@ struct MoeConfig {
   bool norm_topk_prob = false;         // divide the k chosen softmax probabilities by their sum
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;  // layers that stay dense (width intermediate_size)
+  // Qwen3.5-MoE / Qwen3-Next: a shared SwiGLU expert of this width beside the routed ones, scaled per token by
+  // sigmoid(x · mlp.shared_expert_gate.weightᵀ); 0 = none (qwen3_moe).
+  int64_t shared_expert_intermediate_size = 0;
 };
 
 // The GDN layers' hyperparameters, keys named as in HF's olmo_hybrid / qwen3_5 configs.

@@ -66,8 +66,15 @@ Model Model::create(const ModelConfig& config, uint64_t seed) {
 void Model::save(const std::filesystem::path& dir) const {
   std::vector<std::pair<std::string, Tensor>> tensors;
   DecoderWeights& w = const_cast<DecoderWeights&>(weights_);  // slot() is shared with loading; nothing is written
-  for (const TensorSpec& spec : expected_tensors(config_))
-    tensors.emplace_back(spec.name, tensor_slot(w, spec).reshape(spec.shape));
+  for (const TensorSpec& spec : expected_tensors(config_)) {
+    Tensor t = tensor_slot(w, spec).reshape(spec.shape);
+    if (tensor_zero_centred(config_, spec)) {  // back to the stored offset w (exact unless w was below ~6e-8)
+      t = t.clone();
+      float* p = t.f32();
+      for (int64_t j = 0; j < t.numel(); ++j) p[j] -= 1.0f;
+    }
+    tensors.emplace_back(spec.name, t);
+  }
   checkpoint_write(dir, tensors, {{"format", "pt"}, {"generator", "hybridlm"}});
   file_write_atomic(dir / "config.json", model_config_to_json(config_).dump(2) + "\n");
 }

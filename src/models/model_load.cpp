@@ -15,9 +15,15 @@ Model Model::load(const std::filesystem::path& dir) {
   const ResolvedCheckpoint resolved = resolve_checkpoint(c, checkpoint);
 
   m.weights_.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  FusedCache fused;
   for (const ResolvedTensor& t : resolved.tensors) {
-    Tensor value = resolved_tensor_f32(checkpoint, t);
+    Tensor value = resolved_tensor_f32(checkpoint, t, &fused);
     check_finite_weights(value, checkpoint.file_of(t.stored_name).string(), t.stored_name);
+    if (tensor_zero_centred(c, t.spec)) {  // stored w: keep fl(1 + w), the factor HF's zero-centred RMSNorm uses
+      Tensor shifted = Tensor::zeros(value.shape());  // (an f32 value may be a read-only view of the mapped file)
+      for (int64_t j = 0; j < value.numel(); ++j) shifted.f32()[j] = 1.0f + value.f32()[j];
+      value = shifted;
+    }
     if (t.spec.row->runtime_shape != nullptr) value = value.reshape(t.spec.row->runtime_shape(c));
     tensor_slot(m.weights_, t.spec) = value;
   }

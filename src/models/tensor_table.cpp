@@ -30,6 +30,10 @@ bool attention(C c, int i) { return full(c, i); }
 bool dense_ffn(C c, int i) { return !c.moe_layer(i); }
 bool mlp_bias(C c, int i) { return c.mlp_bias && dense_ffn(c, i); }
 bool moe_ffn(C c, int i) { return c.moe_layer(i); }
+bool shared_expert(C c, int i) { return c.moe_layer(i) && c.moe->shared_expert_intermediate_size > 0; }
+int64_t shared_width(C c) { return c.moe->shared_expert_intermediate_size; }
+bool output_gate(C c, int i) { return full(c, i) && architecture_spec(c.architecture).attention_output_gate; }
+int64_t q_heads(C c) { return c.num_attention_heads; }
 int64_t experts(C c) { return c.moe->num_experts; }
 int64_t expert_width(C c) { return c.moe->moe_intermediate_size; }
 bool qk_norm(C c, int i) { return full(c, i) && architecture_spec(c.architecture).qk_norm != QkNorm::None; }
@@ -50,8 +54,20 @@ MlpWeights& X(DecoderWeights& w, int i, int e) {  // expert e of layer i (the li
   return list[static_cast<size_t>(e)];
 }
 
-// The one depthwise conv of HF's GDN module over [q | k | v] (its in-memory name; checkpoints hold the three parts).
+// The one depthwise conv of HF's GDN module over [q | k | v] (its in-memory name; OLMo-Hybrid checkpoints hold the
+// three parts, Qwen3.5 checkpoints the fused tensor).
 constexpr std::string_view kGdnConv = "model.layers.{i}.linear_attn.conv1d.weight";
+// Qwen3.5's fused GDN input projection [q_all | k_all | v_all].
+constexpr std::string_view kGdnQkv = "model.layers.{i}.linear_attn.in_proj_qkv.weight";
+// Qwen3-Next's grouped GDN projections: per key head [q | k | v of its value heads | z of them] and [b | a].
+constexpr std::string_view kGdnQkvz = "model.layers.{i}.linear_attn.in_proj_qkvz.weight";
+constexpr std::string_view kGdnBa = "model.layers.{i}.linear_attn.in_proj_ba.weight";
+int64_t gdn_key_heads(C c) { return c.linear->num_key_heads; }
+// The gated attention's q_proj as stored: [q_h | gate_h] per head (blocks = query heads).
+constexpr std::string_view kGatedQ = "model.layers.{i}.self_attn.q_proj.weight";
+// Stacked experts (transformers 5.x in memory): gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
+constexpr std::string_view kExpertsGateUp = "model.layers.{i}.mlp.experts.gate_up_proj";
+constexpr std::string_view kExpertsDown = "model.layers.{i}.mlp.experts.down_proj";
 
 #define SHAPE(...) [](C c) { return Shape{__VA_ARGS__}; }
 #define SLOT(expr) [](DecoderWeights & w, int i) -> Tensor& { return expr; }
@@ -61,10 +77,14 @@ const std::array kTensorTable{
     TensorRow{"model.embed_tokens.weight", "embedding", false, SHAPE(c.vocab_size, c.hidden_size), always,
               [](DecoderWeights& w, int) -> Tensor& { return w.embed_tokens; }},
     TensorRow{"model.layers.{i}.input_layernorm.weight", "norm", true, SHAPE(c.hidden_size), pre_norm_block,
-              SLOT(L(w, i).input_layernorm), "model.layers.{i}.attention_layer_norm.weight"},
-    // Full attention.
+              SLOT(L(w, i).input_layernorm), "model.layers.{i}.attention_layer_norm.weight", nullptr, {}, nullptr,
+              nullptr, /*zero_centred=*/true},
+    // Full attention. With an output gate the checkpoint's q_proj is [q_h | gate_h] per head (kGatedQ), split here
+    // into q_proj and gate_proj (a name of ours: what hybridlm saves).
     TensorRow{"model.layers.{i}.self_attn.q_proj.weight", "attention", true, SHAPE(q_width(c), c.hidden_size),
-              attention, SLOT(L(w, i).self_attn.q_proj.weight)},
+              attention, SLOT(L(w, i).self_attn.q_proj.weight), {}, nullptr, kGatedQ, nullptr, q_heads},
+    TensorRow{"model.layers.{i}.self_attn.gate_proj.weight", "attention", true, SHAPE(q_width(c), c.hidden_size),
+              output_gate, SLOT(L(w, i).self_attn.gate_proj.weight), {}, nullptr, kGatedQ, nullptr, q_heads},
     TensorRow{"model.layers.{i}.self_attn.q_proj.bias", "attention", true, SHAPE(q_width(c)), attention_bias,
               SLOT(L(w, i).self_attn.q_proj.bias)},
     TensorRow{"model.layers.{i}.self_attn.k_proj.weight", "attention", true, SHAPE(kv_width(c), c.hidden_size),
@@ -80,24 +100,33 @@ const std::array kTensorTable{
     TensorRow{"model.layers.{i}.self_attn.o_proj.bias", "attention", true, SHAPE(c.hidden_size), attention_bias,
               SLOT(L(w, i).self_attn.o_proj.bias)},
     TensorRow{"model.layers.{i}.self_attn.q_norm.weight", "norm", true, SHAPE(norm_width(c, q_width(c))), qk_norm,
-              SLOT(L(w, i).self_attn.q_norm)},
+              SLOT(L(w, i).self_attn.q_norm), {}, nullptr, {}, nullptr, nullptr, /*zero_centred=*/true},
     TensorRow{"model.layers.{i}.self_attn.k_norm.weight", "norm", true, SHAPE(norm_width(c, kv_width(c))), qk_norm,
-              SLOT(L(w, i).self_attn.k_norm)},
-    // Gated DeltaNet (names of HF's olmo_hybrid module as saved).
+              SLOT(L(w, i).self_attn.k_norm), {}, nullptr, {}, nullptr, nullptr, /*zero_centred=*/true},
+    // Gated DeltaNet (names of HF's olmo_hybrid module as saved; aliases and fused tensors: Qwen3.5's names).
     TensorRow{"model.layers.{i}.linear_attn.q_proj.weight", "linear_attention", true,
-              SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).q_proj.weight)},
+              SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).q_proj.weight), {}, nullptr, kGdnQkv,
+              nullptr, nullptr, false, kGdnQkvz},
     TensorRow{"model.layers.{i}.linear_attn.k_proj.weight", "linear_attention", true,
-              SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).k_proj.weight)},
+              SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).k_proj.weight), {}, nullptr, kGdnQkv,
+              nullptr, nullptr, false, kGdnQkvz},
     TensorRow{"model.layers.{i}.linear_attn.v_proj.weight", "linear_attention", true,
-              SHAPE(gdn_v_width(c), c.hidden_size), linear, SLOT(G(w, i).v_proj.weight)},
+              SHAPE(gdn_v_width(c), c.hidden_size), linear, SLOT(G(w, i).v_proj.weight), {}, nullptr, kGdnQkv,
+              nullptr, nullptr, false, kGdnQkvz},
     TensorRow{"model.layers.{i}.linear_attn.g_proj.weight", "linear_attention", true,
-              SHAPE(gdn_v_width(c), c.hidden_size), linear, SLOT(G(w, i).g_proj.weight)},
+              SHAPE(gdn_v_width(c), c.hidden_size), linear, SLOT(G(w, i).g_proj.weight),
+              "model.layers.{i}.linear_attn.in_proj_z.weight", nullptr, {}, nullptr, nullptr, false, kGdnQkvz},
     TensorRow{"model.layers.{i}.linear_attn.a_proj.weight", "linear_attention", true,
-              SHAPE(gdn_heads(c), c.hidden_size), linear, SLOT(G(w, i).a_proj.weight)},
+              SHAPE(gdn_heads(c), c.hidden_size), linear, SLOT(G(w, i).a_proj.weight),
+              "model.layers.{i}.linear_attn.in_proj_a.weight", nullptr, {}, nullptr, nullptr, false, kGdnBa,
+              /*grouped_order=*/1},
     TensorRow{"model.layers.{i}.linear_attn.b_proj.weight", "linear_attention", true,
-              SHAPE(gdn_heads(c), c.hidden_size), linear, SLOT(G(w, i).b_proj.weight)},
+              SHAPE(gdn_heads(c), c.hidden_size), linear, SLOT(G(w, i).b_proj.weight),
+              "model.layers.{i}.linear_attn.in_proj_b.weight", nullptr, {}, nullptr, nullptr, false, kGdnBa,
+              /*grouped_order=*/0},
     TensorRow{"model.layers.{i}.linear_attn.o_proj.weight", "linear_attention", true,
-              SHAPE(c.hidden_size, gdn_v_width(c)), linear, SLOT(G(w, i).o_proj.weight)},
+              SHAPE(c.hidden_size, gdn_v_width(c)), linear, SLOT(G(w, i).o_proj.weight),
+              "model.layers.{i}.linear_attn.out_proj.weight"},
     TensorRow{"model.layers.{i}.linear_attn.q_conv1d.weight", "linear_attention", true,
               SHAPE(gdn_k_width(c), 1, conv_kernel(c)), linear, SLOT(G(w, i).q_conv), {},
               SHAPE(gdn_k_width(c), conv_kernel(c)), kGdnConv},
@@ -112,11 +141,12 @@ const std::array kTensorTable{
     TensorRow{"model.layers.{i}.linear_attn.dt_bias", "linear_attention", true, SHAPE(gdn_heads(c)), linear,
               SLOT(G(w, i).dt_bias)},
     TensorRow{"model.layers.{i}.linear_attn.o_norm.weight", "norm", true, SHAPE(c.linear->value_head_dim), linear,
-              SLOT(G(w, i).o_norm)},
+              SLOT(G(w, i).o_norm), "model.layers.{i}.linear_attn.norm.weight"},
     // MLP and its norms.
     TensorRow{"model.layers.{i}.post_attention_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
               sequential_block,
-              SLOT(L(w, i).post_attention_layernorm), "model.layers.{i}.feedforward_layer_norm.weight"},
+              SLOT(L(w, i).post_attention_layernorm), "model.layers.{i}.feedforward_layer_norm.weight", nullptr, {},
+              nullptr, nullptr, /*zero_centred=*/true},
     TensorRow{"model.layers.{i}.mlp.gate_proj.weight", "mlp", true, SHAPE(c.intermediate_size, c.hidden_size),
               dense_ffn, SLOT(L(w, i).mlp.gate_proj.weight)},
     TensorRow{"model.layers.{i}.mlp.gate_proj.bias", "mlp", true, SHAPE(c.intermediate_size), mlp_bias,
@@ -133,15 +163,28 @@ const std::array kTensorTable{
     TensorRow{"model.layers.{i}.mlp.gate.weight", "moe", true, SHAPE(experts(c), c.hidden_size), moe_ffn,
               SLOT(L(w, i).moe.router.weight)},
     TensorRow{"model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "moe", true,
-              SHAPE(expert_width(c), c.hidden_size), moe_ffn, no_layer_slot, {}, nullptr, {}, EXPERT_SLOT(gate_proj)},
+              SHAPE(expert_width(c), c.hidden_size), moe_ffn, no_layer_slot, {}, nullptr, kExpertsGateUp,
+              EXPERT_SLOT(gate_proj)},
     TensorRow{"model.layers.{i}.mlp.experts.{e}.up_proj.weight", "moe", true,
-              SHAPE(expert_width(c), c.hidden_size), moe_ffn, no_layer_slot, {}, nullptr, {}, EXPERT_SLOT(up_proj)},
+              SHAPE(expert_width(c), c.hidden_size), moe_ffn, no_layer_slot, {}, nullptr, kExpertsGateUp,
+              EXPERT_SLOT(up_proj)},
     TensorRow{"model.layers.{i}.mlp.experts.{e}.down_proj.weight", "moe", true,
-              SHAPE(c.hidden_size, expert_width(c)), moe_ffn, no_layer_slot, {}, nullptr, {}, EXPERT_SLOT(down_proj)},
+              SHAPE(c.hidden_size, expert_width(c)), moe_ffn, no_layer_slot, {}, nullptr, kExpertsDown,
+              EXPERT_SLOT(down_proj)},
+    // The gated shared expert (Qwen3.5-MoE, Qwen3-Next).
+    TensorRow{"model.layers.{i}.mlp.shared_expert.gate_proj.weight", "moe", true,
+              SHAPE(shared_width(c), c.hidden_size), shared_expert, SLOT(L(w, i).moe.shared_expert.gate_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.shared_expert.up_proj.weight", "moe", true,
+              SHAPE(shared_width(c), c.hidden_size), shared_expert, SLOT(L(w, i).moe.shared_expert.up_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.shared_expert.down_proj.weight", "moe", true,
+              SHAPE(c.hidden_size, shared_width(c)), shared_expert, SLOT(L(w, i).moe.shared_expert.down_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.shared_expert_gate.weight", "moe", true, SHAPE(1, c.hidden_size), shared_expert,
+              SLOT(L(w, i).moe.shared_expert_gate.weight)},
     TensorRow{"model.layers.{i}.post_feedforward_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
               post_norm_block, SLOT(L(w, i).post_feedforward_layernorm)},
     TensorRow{"model.norm.weight", "norm", false, SHAPE(c.hidden_size), always,
-              [](DecoderWeights& w, int) -> Tensor& { return w.norm; }},
+              [](DecoderWeights& w, int) -> Tensor& { return w.norm; }, {}, nullptr, {}, nullptr, nullptr,
+              /*zero_centred=*/true},
     TensorRow{"lm_head.weight", "lm_head", false, SHAPE(c.vocab_size, c.hidden_size), untied,
               [](DecoderWeights& w, int) -> Tensor& { return w.lm_head.weight; }},
 };
@@ -171,6 +214,45 @@ Tensor& tensor_slot(DecoderWeights& w, const TensorSpec& spec) {
 }
 std::string tensor_alias(const TensorRow& row, int layer) {
   return row.alias.empty() ? std::string() : expand(row.alias, layer);
+}
+
+bool tensor_zero_centred(const ModelConfig& config, const TensorSpec& spec) {
+  return spec.row->zero_centred && architecture_spec(config.architecture).zero_centred_norms;
+}
+
+FusedPlace tensor_fused_place(const ModelConfig& config, const TensorSpec& spec) {
+  FusedPlace place;
+  const TensorRow& row = *spec.row;
+  const bool grouped = architecture_spec(config.architecture).gdn_grouped_projections && !row.fused_grouped.empty();
+  const auto pattern = [&](const TensorRow& r) { return grouped ? r.fused_grouped : r.fused; };
+  if (pattern(row).empty()) return place;
+  const bool expert = row.expert_slot != nullptr;
+  place.name = expand(pattern(row), spec.layer);
+  place.blocks = expert    ? config.moe->num_experts
+                 : grouped ? gdn_key_heads(config)
+                 : row.fused_blocks ? row.fused_blocks(config)
+                                    : 1;
+  HLM_CHECK(place.blocks > 0, "tensor table: fused ", place.name, " has no blocks");
+  const auto share = [&](const TensorRow& part) {  // a part's rows in one block
+    const int64_t rows = part.shape(config)[0];
+    return expert ? rows : rows / place.blocks;
+  };
+  std::vector<const TensorRow*> parts;  // in block order: grouped_order (grouped tensors), then table order
+  for (const TensorRow& part : kTensorTable)
+    if (pattern(part) == pattern(row) && part.present(config, spec.layer)) parts.push_back(&part);
+  std::stable_sort(parts.begin(), parts.end(), [&](const TensorRow* a, const TensorRow* b) {
+    return grouped && a->grouped_order < b->grouped_order;
+  });
+  for (const TensorRow* part : parts) {
+    if (part == &row) place.offset = place.block_rows;
+    place.block_rows += share(*part);
+  }
+  place.rows_per_block = share(row);
+  HLM_CHECK(expert || place.rows_per_block * place.blocks == spec.shape[0], "tensor table: ", spec.name, " of ",
+            spec.shape[0], " rows is not ", place.blocks, " equal blocks");
+  place.first_block = expert ? spec.expert : 0;
+  place.num_blocks = expert ? 1 : place.blocks;
+  return place;
 }
 
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config) {

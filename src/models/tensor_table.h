@@ -27,6 +27,17 @@ struct TensorRow {
   std::string_view fused = {};
   // Rows whose pattern holds {e}: one tensor per routed expert (ModelConfig::moe), stored here instead of `slot`.
   Tensor& (*expert_slot)(DecoderWeights&, int layer, int expert) = nullptr;
+  // A checkpoint may also hold only the fused tensor, under `fused` (Qwen3.5's in_proj_qkv and conv1d, the gated
+  // q_proj, stacked experts): viewed as rows of the parts' trailing size, it is `blocks` equal blocks, each the
+  // concatenation, in table order, of every present part sharing `fused` (a part's share of a block: its rows /
+  // blocks; an expert row's tensor is the whole share of block e, blocks = the expert count). Null = 1 block.
+  int64_t (*fused_blocks)(const ModelConfig&) = nullptr;
+  // An RMSNorm weight that architectures with zero_centred_norms store as an offset from 1 (architecture.h).
+  bool zero_centred = false;
+  // The fused tensor of this part in architectures with gdn_grouped_projections (Qwen3-Next's in_proj_qkvz /
+  // in_proj_ba), used there instead of `fused`: one block per GDN key head, parts ordered by grouped_order.
+  std::string_view fused_grouped = {};
+  int grouped_order = 0;
 };
 
 std::span<const TensorRow> tensor_table();
@@ -48,5 +59,18 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
 // Where a spec's tensor lives in `w` (expert rows included); the one accessor loading, saving and training use.
 Tensor& tensor_slot(DecoderWeights& w, const TensorSpec& spec);
+
+// Whether the checkpoint value of spec is w − 1 (zero-centred norm of an architecture that stores them so).
+bool tensor_zero_centred(const ModelConfig& config, const TensorSpec& spec);
+
+// The fused tensor spec is a part of, as found in a checkpoint: its name, the block count, the rows of one block
+// and where in a block spec's rows start (all in rows of spec's trailing size). Empty name when the row is not fused.
+struct FusedPlace {
+  std::string name;
+  int64_t blocks = 1, block_rows = 0, offset = 0;
+  int64_t first_block = 0, num_blocks = 1;  // the blocks spec takes rows from (an expert takes only its own)
+  int64_t rows_per_block = 0;               // spec's rows in each of them
+};
+FusedPlace tensor_fused_place(const ModelConfig& config, const TensorSpec& spec);
 
 }  // namespace hlm

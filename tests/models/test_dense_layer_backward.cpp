@@ -65,6 +65,8 @@ struct AttnConfig {
   bool bias = false;
   QkNorm norm = QkNorm::None;
   bool rope = false;
+  bool gate = false;              // output gate (Qwen3.5): out = o_proj(o ⊙ σ(x·gate_projᵀ))
+  double partial_rotary = 1.0;    // rope over the first head_dim · factor dims only
   std::vector<int64_t> lengths{3, 1, 4};
 };
 
@@ -81,6 +83,7 @@ AttentionWeights random_attention(const AttnConfig& c) {
     w.v_proj.bias = Tensor::zeros({Ckv});
     w.o_proj.bias = Tensor::zeros({c.hidden});
   }
+  if (c.gate) w.gate_proj.weight = Tensor::zeros({Cq, c.hidden});
   if (c.norm != QkNorm::None) {
     w.q_norm = Tensor::zeros({c.norm == QkNorm::PerHead ? D : Cq});
     w.k_norm = Tensor::zeros({c.norm == QkNorm::PerHead ? D : Ckv});
@@ -147,6 +150,7 @@ DoubleAttention make_double_attention(const AttnConfig& c, const AttentionWeight
   L.positions = L.batch.positions();
   RopeParams rp;
   rp.rope_theta = 100.0;  // fast rotation: positions 0..3 turn the pairs visibly
+  rp.partial_rotary_factor = c.partial_rotary;
   L.table = rope_table_build(rp, c.dims.head_dim, 64);
   const auto tensors = attention_param_tensors(w);
   for (size_t i = 0; i < kAttentionParamCount; ++i) L.params[i] = widen(*tensors[i].second);
@@ -252,6 +256,17 @@ TEST(AttentionLayerBackward, PerHeadNormRopeBiasMatchesFiniteDifferences) {
   check_attention(c);
 }
 
+// Qwen3.5's gated attention: per-head norm, partial RoPE (4 of 8 dims rotate), sigmoid output gate, GQA 4:2.
+TEST(AttentionLayerBackward, OutputGatePartialRopeMatchesFiniteDifferences) {
+  AttnConfig c;
+  c.dims = {4, 2, 8, 0.35f, 1e-6f};
+  c.norm = QkNorm::PerHead;
+  c.rope = true;
+  c.gate = true;
+  c.partial_rotary = 0.5;
+  check_attention(c);
+}
+
 TEST(AttentionLayerBackward, WholeProjectionNormNoRopeMatchesFiniteDifferences) {
   AttnConfig c;
   c.norm = QkNorm::Whole;
@@ -277,7 +292,8 @@ TEST(AttentionLayerBackward, ThreadIndependent) {
     std::vector<float> dx(n);
     Arena arena(1 << 20);
     attention_layer_backward(dx.data(), g, d_out.data(), x.data(), w, c.dims, &table, batch, pos.data(), arena);
-    for (const auto& [name, t] : attention_param_tensors(g)) dx.insert(dx.end(), t->f32(), t->f32() + t->numel());
+    for (const auto& [name, t] : attention_param_tensors(g))
+      if (t->defined()) dx.insert(dx.end(), t->f32(), t->f32() + t->numel());  // (no output gate here)
     return dx;
   };
   const int saved = omp_get_max_threads();

@@ -26,7 +26,9 @@ constexpr double kMaxRelErrorHybrid = 1e-4;
 // Cases whose golden script exists but whose files the coordinator has not generated and committed yet (GPU machine):
 // skipped, with the command, while their directory is absent. Once committed, delete the name here: from then on a
 // missing file fails like every other case.
-const std::set<std::string> kAwaitingGeneration = {"cohere2_swa"};
+// qwen3_5_moe_tiny: the first device run refused all six seeds for a router near tie (router_std 0.5: absolute gaps
+// of ~1e-6 between tiny 3rd and 4th probabilities); the case now draws its router with router_std 0.15.
+const std::set<std::string> kAwaitingGeneration = {"cohere2_swa", "qwen3_5_moe_tiny"};
 
 class GoldenParity : public ::testing::TestWithParam<std::string> {};
 

@@ -8,6 +8,7 @@
 #include "ops/attention/attention_cuda.h"
 #include "ops/cast/cast_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
+#include "ops/sigmoid_gate/sigmoid_gate_cuda.h"
 
 namespace hlm {
 
@@ -18,6 +19,7 @@ CudaAttentionWeights cuda_upload_attention(CudaContext& ctx, const AttentionWeig
   d.k_proj = cuda_upload_linear(ctx, w.k_proj, "k_proj");
   d.v_proj = cuda_upload_linear(ctx, w.v_proj, "v_proj");
   d.o_proj = cuda_upload_linear(ctx, w.o_proj, "o_proj");
+  if (w.gate_proj.weight.defined()) d.gate_proj = cuda_upload_linear(ctx, w.gate_proj, "gate_proj");
   if (w.q_norm.defined()) {
     d.q_norm = cuda_upload_f32(ctx, w.q_norm, "q_norm.weight");
     d.q_norm_size = w.q_norm.numel();
@@ -115,6 +117,19 @@ AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, flo
   HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
             "attention forward: out may not alias x");
   AttentionCudaActivations a = attention_forward_activations_cuda(ctx, x, w, d, rope, b);
+  if (w.gate_proj.out_features > 0) {  // og = o ⊙ sigmoid(x Wgᵀ) in fp32, then o_proj
+    const int64_t n = b.tokens, Cq = d.q_heads * d.head_dim;
+    CudaTensor og = CudaTensor::empty(ctx, {n, Cq}), gate = CudaTensor::empty(ctx, {n, Cq});
+    if (a.o.numel() == n * Cq)
+      cuda_copy_device(ctx, og.raw(), a.o.raw(), og.nbytes());
+    else  // bf16 mode: the kernel's bf16 out, widened exactly
+      cast_bf16_to_f32_cuda(og.data<float>(), a.o16.data<__nv_bfloat16>(), n * Cq, ctx.stream());
+    CudaTensor x16;
+    cuda_linear_forward(ctx, gate.data<float>(), cuda_linear_round_input(ctx, x16, x, w.gate_proj, n), w.gate_proj, n);
+    sigmoid_gate_forward_cuda(og.data<float>(), og.data<float>(), gate.data<float>(), n * Cq, ctx.stream());
+    cuda_linear_forward(ctx, out, og.data<float>(), w.o_proj, n);
+    return a;
+  }
   cuda_linear_forward(ctx, out, attention_o_input(a), w.o_proj, b.tokens);
   return a;
 }

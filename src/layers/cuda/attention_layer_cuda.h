@@ -20,6 +20,10 @@ namespace hlm {
 
 struct CudaAttentionWeights {
   CudaLinear q_proj, k_proj, v_proj, o_proj;
+  // Output gate (Qwen3.5): out = o_proj(o ⊙ sigmoid(x·gate_projᵀ)); out_features 0 = none. Forward only (a gated
+  // model's CUDA training is refused, CudaModel::forward_train), and fp32 even in the bf16 compute mode (it is not
+  // in CudaModel's linear tables); o_proj then reads the gated o in fp32 (rounded inside the call in bf16 mode).
+  CudaLinear gate_proj;
   CudaTensor q_norm, k_norm;  // [D] or [H·D]; numel 0 = no norm
   int64_t q_norm_size = 0, k_norm_size = 0;
   // bf16 compute mode (models/cuda/cuda_model.h): q, k, v are rounded to bf16 and the softmax attention runs on the

@@ -288,6 +288,9 @@ Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options
 }
 
 CudaTensor CudaModel::final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer) {
+  // The CUDA engine's attention mixer (infer/cuda) has no output gate: refuse rather than drop it.
+  HLM_CHECK_INPUT(!architecture_spec(config_.architecture).attention_output_gate,
+                  "CUDA generation does not run gated attention (", config_.model_type, ") yet: use --device cpu");
   ctx_->make_current();
   CudaTensor hidden, normed;
   run_decoder(b, nullptr, hidden, normed, [](CapturePoint, int, const CudaTensor&) {}, nullptr, &mixer);

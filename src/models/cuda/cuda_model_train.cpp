@@ -181,6 +181,9 @@ void check_forward_flag(CudaContext& ctx, const CudaTokenBatch& device_batch, co
 }  // namespace
 
 CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch, Recompute recompute) {
+  // The CUDA attention backward has no output gate (Qwen3.5): refuse instead of training with a wrong gradient.
+  HLM_CHECK_INPUT(!architecture_spec(config_.architecture).attention_output_gate,
+                  "CUDA training does not support gated attention (", config_.model_type, ") yet: use --device cpu");
   CudaContext& ctx = *ctx_;
   ctx.make_current();
   CudaTrainTrace trace{CudaTokenBatch::upload(ctx, batch), {}, {}, {}, {}, {}};

@@ -18,7 +18,6 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
-#include <unistd.h>
 
 #include <cmath>
 #include <map>
@@ -42,6 +41,7 @@
 namespace hlm {
 
 void add_niah_command(CLI::App& app, std::function<int()>& action);  // registered in subcommand_table.cpp
+CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& action);  // cmd_niah_experiment.cpp
 
 namespace {
 
@@ -62,26 +62,10 @@ struct NiahScoreOptions {
 struct NiahRunOptions {
   std::vector<std::string> models, langs, tasks, lengths;
   std::string tokenizer, out, device = "cpu", corpus = "data/corpus/demo", split = "both", max_memory;
-  int64_t n = 50, held_out_docs = 1000, max_batch = 4;
+  int64_t n = 50, held_out_docs = 1000, max_batch = 4, max_new_tokens = 30;
+  std::string stop;
   uint64_t seed = 0;
 };
-
-// "8G", "512M", "64K", "1000" (bytes; K/M/G are powers of 1024).
-int64_t parse_size(const std::string& text, const std::string& option) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? std::string(end) : "";
-  const double scale = unit.empty() ? 1.0 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
-                       : unit == "G" ? 1073741824.0 : 0.0;
-  HLM_CHECK_INPUT(end != text.c_str() && scale > 0 && std::isfinite(value) && value > 0 && value * scale < 9e18, option,
-                  " '", text, "': not a size (bytes, or a number with K, M or G)");
-  return static_cast<int64_t>(value * scale);
-}
-
-int64_t half_physical_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 2 : int64_t{1} << 40;
-}
 
 int run_gen(const NiahGenOptions& o) {
   const NiahLanguage& lang = niah_language(o.lang);
@@ -182,7 +166,8 @@ int run_models(const NiahRunOptions& o) {
   HLM_CHECK_INPUT(!o.tokenizer.empty(), "--tokenizer is required in the run mode (the evaluated model's tokenizer)");
   HLM_CHECK_INPUT(!o.langs.empty() && !o.tasks.empty() && !o.lengths.empty(),
                   "the run mode needs --langs, --tasks and --lengths");
-  HLM_CHECK_INPUT(o.n >= 1 && o.max_batch >= 1, "--n and --max-batch must be positive");
+  HLM_CHECK_INPUT(o.n >= 1 && o.max_batch >= 1 && o.max_new_tokens >= 1,
+                  "--n, --max-batch and --max-new-tokens must be positive");
   HLM_CHECK_INPUT(!o.out.empty(), "--out is required in the run mode");
   std::vector<const NiahLanguage*> langs;
   for (const std::string& l : o.langs) langs.push_back(&niah_language(l));
@@ -203,10 +188,12 @@ int run_models(const NiahRunOptions& o) {
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(o.tokenizer);
   NiahRunSettings settings;
   settings.max_batch = o.max_batch;
+  settings.max_new_tokens = o.max_new_tokens;
+  settings.stop = o.stop;
   // The state budget: --max-memory, else half the host's memory (CPU) or, on CUDA, 90 % of the device memory left
   // free once the model's weights are uploaded (set per model below).
-  if (!o.max_memory.empty()) settings.budget_bytes = parse_size(o.max_memory, "--max-memory");
-  else if (o.device == "cpu") settings.budget_bytes = half_physical_memory();
+  if (!o.max_memory.empty()) settings.budget_bytes = niah_parse_size(o.max_memory, "--max-memory");
+  else if (o.device == "cpu") settings.budget_bytes = niah_default_cpu_budget();
 
   const fs::path out(o.out);
   fs::create_directories(out);
@@ -216,7 +203,7 @@ int run_models(const NiahRunOptions& o) {
                                  {"seed", o.seed},              {"corpus", o.corpus},
                                  {"held_out_docs", o.held_out_docs}, {"split", o.split},
                                  {"device", o.device},          {"max_batch", o.max_batch},
-                                 {"max_new_tokens", settings.max_new_tokens},
+                                 {"max_new_tokens", settings.max_new_tokens}, {"stop", settings.stop},
                                  {"state_budget_bytes", settings.budget_bytes ? nlohmann::json(*settings.budget_bytes)
                                                                               : nlohmann::json("90% of free device memory")},
                                  {"decoding", "greedy"}};
@@ -308,7 +295,9 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
       "  hybridlm niah --model DIR --model DIR2 --tokenizer T --langs eng_Latn,rus_Cyrl --tasks single,none \\\n"
       "      --lengths 1k,4k --n 50 --out out/niah\n"
       "  hybridlm niah --model DIR --tokenizer T --langs eng_Latn --tasks single --lengths 4k,16k,64k \\\n"
-      "      --n 20 --max-batch 8 --device cuda --out out/niah-gpu");
+      "      --n 20 --max-batch 8 --device cuda --out out/niah-gpu\n"
+      "Trained retrieval experiment (train full-attention, hybrid and pure-GDN models on NIAH-format examples):\n"
+      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda");
 
   auto run = std::make_shared<NiahRunOptions>();
   cmd->add_option("--model", run->models, "Run mode: model directory (repeatable)");
@@ -324,6 +313,11 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--split", run->split, "Run mode: valid, test or both (default both)");
   cmd->add_option("--seed", run->seed, "Run mode: seed of the prompts (default 0)");
   cmd->add_option("--max-batch", run->max_batch, "Run mode: sequences decoded together (default 4)");
+  cmd->add_option("--max-new-tokens", run->max_new_tokens,
+                  "Run mode: generated tokens per prompt (default 30, OneRULER's budget)");
+  cmd->add_option("--stop", run->stop,
+                  "Run mode: stop a response once its text contains this string (default: none; models of "
+                  "`niah experiment` answer in <Answer> ... </Answer>: --stop '</Answer>' --max-new-tokens 64)");
   cmd->add_option("--max-memory", run->max_memory,
                   "Run mode: cap on the inference state (KV + GDN), e.g. 8G (default: half the machine's memory on cpu, "
                   "90% of the device memory left after the weights on cuda); "
@@ -370,8 +364,10 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
   score_cmd->add_option("--response-file", score->response_file, "File holding the response (raw bytes)");
   score_cmd->callback([score, &action] { action = [score] { return run_score(*score); }; });
 
-  cmd->callback([cmd, gen_cmd, score_cmd, run, &action] {
-    if (gen_cmd->parsed() || score_cmd->parsed()) return;
+  CLI::App* experiment_cmd = add_niah_experiment_subcommand(cmd, action);
+
+  cmd->callback([cmd, gen_cmd, score_cmd, experiment_cmd, run, &action] {
+    if (gen_cmd->parsed() || score_cmd->parsed() || experiment_cmd->parsed()) return;
     (void)cmd;
     action = [run] { return run_models(*run); };
   });

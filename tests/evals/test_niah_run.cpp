@@ -132,6 +132,34 @@ TEST(NiahRun, ScriptedAnswersAreDecodedAndScored) {
   EXPECT_EQ(items[0].finish, "length");
 }
 
+TEST(NiahRun, StopStringEndsTheResponse) {
+  Model model = golden("qwen3_untied");
+  const NiahLanguage& en = niah_language("eng_Latn");
+  const std::vector<NiahSample> single = samples("single", 400, 2);
+  // The model answers, then keeps going with another number and never emits EOS.
+  const std::string script = "\n<Answer> " + single[0].expected[0] + " </Answer> 7654321 and more text";
+  NiahRunSettings settings;
+  settings.prefill_chunk = 1 << 20;
+  settings.max_new_tokens = 64;
+  const NiahEngineFactory scripted = [&](const MemoryPlan& plan) {
+    return std::make_unique<ScriptedEngine>(model.config(), plan, script);
+  };
+  std::vector<NiahItem> items;
+  NiahCell cell = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en, niah_task_from_name("single"),
+                                     single, settings, &items);
+  EXPECT_EQ(cell.correct, 0) << "without a stop string the extra number makes the answer wrong";
+  EXPECT_EQ(items[0].response, script.substr(0, 64));
+  settings.stop = "</Answer>";
+  items.clear();
+  cell = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en, niah_task_from_name("single"), single,
+                            settings, &items);
+  EXPECT_EQ(cell.correct, 1);
+  EXPECT_TRUE(items[0].correct);
+  EXPECT_EQ(items[0].response, "\n<Answer> " + single[0].expected[0] + " </Answer>");
+  EXPECT_EQ(items[0].finish, "stop");
+  EXPECT_FALSE(items[1].correct);
+}
+
 TEST(NiahRun, CpuEngineRunsRecordsOomAndTooLong) {
   const NiahLanguage& en = niah_language("eng_Latn");
   const std::vector<NiahSample> s = samples("multivalue", 300, 2);

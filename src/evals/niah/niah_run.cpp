@@ -1,8 +1,12 @@
 // One NIAH cell through the inference engine, and the CSV / Markdown reports (see niah_run.h).
 #include "evals/niah/niah_run.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <new>
@@ -36,6 +40,22 @@ std::string percent(double x) {
 }
 
 }  // namespace
+
+int64_t niah_parse_size(const std::string& text, const std::string& option) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  const double scale = unit.empty() ? 1.0 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
+                       : unit == "G" ? 1073741824.0 : 0.0;
+  HLM_CHECK_INPUT(end != text.c_str() && scale > 0 && std::isfinite(value) && value > 0 && value * scale < 9e18, option,
+                  " '", text, "': not a size (bytes, or a number with K, M or G)");
+  return static_cast<int64_t>(value * scale);
+}
+
+int64_t niah_default_cpu_budget() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 2 : int64_t{1} << 40;
+}
 
 NiahCell niah_evaluate_cell(const NiahEngineFactory& make_engine, const ModelConfig& config,
                             const std::vector<int32_t>& eos_ids, const Tokenizer& tokenizer, const NiahLanguage& lang,
@@ -97,6 +117,13 @@ NiahCell niah_evaluate_cell(const NiahEngineFactory& make_engine, const ModelCon
     GenerateOptions go;
     go.eos_ids = eos_ids;
     go.prefill_chunk = settings.prefill_chunk;
+    std::vector<std::vector<int32_t>> so_far(requests.size());  // text ids generated so far, per request
+    if (!settings.stop.empty())
+      go.on_token = [&](size_t r, int32_t id) {
+        if (std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end() || id >= tokenizer.vocab_size()) return true;
+        so_far[r].push_back(id);
+        return tokenizer.decode(so_far[r]).find(settings.stop) == std::string::npos;
+      };
     const auto t0 = std::chrono::steady_clock::now();
     results = generate(*engine, requests, go, &stats);
     cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -29,6 +29,10 @@ struct NiahRunSettings {
   int64_t block_size = 16;      // KV block tokens
   int64_t prefill_chunk = 512;
   std::optional<int64_t> budget_bytes;  // cap on the plan's state bytes (nullopt: what the requests need)
+  // Stop string: a response ends with the first generated token after which its decoded text (EOS and ids past the
+  // tokenizer's vocabulary left out) contains it; "" = none (OneRULER: the 30-token budget only). The trained
+  // retrieval experiment (niah_experiment.h) stops at "</Answer>", the end of its answer format.
+  std::string stop;
 };
 
 struct NiahItem {
@@ -51,6 +55,11 @@ struct NiahCell {
   int64_t peak_state_bytes = 0, plan_bytes = 0;
   double accuracy() const { return n > 0 && status == "ok" ? static_cast<double>(correct) / static_cast<double>(n) : 0; }
 };
+
+// "8G", "512M", "64K", "1000": bytes (K/M/G are powers of 1024); input error naming `option` otherwise.
+int64_t niah_parse_size(const std::string& text, const std::string& option);
+// The CPU run's default state budget: half the machine's physical memory.
+int64_t niah_default_cpu_budget();
 
 // Builds the engine for a plan (CPU: make_cpu_engine over a loaded Model; a device engine the same way).
 using NiahEngineFactory = std::function<std::unique_ptr<InferenceEngine>(const MemoryPlan&)>;

@@ -1,0 +1,111 @@
+// `hybridlm niah experiment --config cfg.json --out DIR [--device cpu|cuda]`: the trained retrieval experiment of
+// issue #21 item 4 (evals/niah/niah_experiment.h, docs/niah.md): NIAH-format training examples from training text,
+// full-attention / hybrid / pure-GDN models trained with the pretrain trainer, evaluated with the `hybridlm niah`
+// harness over languages × tasks × lengths; CSV, Markdown and SVG reports. Resumable.
+#include <cstdio>
+#include <memory>
+
+#include "cli/device_option.h"
+#include "cli/subcommands.h"
+#include "cli/train_device_cli.h"
+#include "core/error.h"
+#include "evals/niah/niah_experiment.h"
+#include "models/json_file.h"
+#include "models/model.h"
+#include "models/safetensors.h"
+#ifdef HLM_WITH_CUDA
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/device_query.h"
+#include "infer/cuda/cuda_engine.h"
+#include "models/cuda/cuda_model.h"
+#endif
+
+namespace hlm {
+
+CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& action);  // called by cmd_niah.cpp
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct NiahExperimentCliOptions {
+  std::string config, out, device;
+  bool print_default = false;
+};
+
+NiahExperimentDevice experiment_device(const std::string& device) {
+  NiahExperimentDevice d;
+  if (device == "cpu") return d;
+#ifdef HLM_WITH_CUDA
+  d.make_trainer = [](const TrainConfig& c) { return train_device_for(c.device, c.precision, c.recompute); };
+  // The weights uploaded once per model (fp32); each cell's engine holds its state in device memory; the default
+  // state budget is 90 % of the device memory left free after the upload, as in `hybridlm niah --device cuda`.
+  d.make_eval = [](Model& model) {
+    auto gpu = std::make_shared<CudaModel>(CudaModel::upload(model, cuda_context()));
+    NiahEvalBackend b;
+    b.make_engine = [gpu](const MemoryPlan& plan) { return make_cuda_engine(*gpu, plan); };
+    b.default_budget_bytes = static_cast<int64_t>(static_cast<double>(cuda_free_memory_bytes()) * 0.9);
+    b.keep_alive = gpu;
+    return b;
+  };
+#endif
+  return d;
+}
+
+int run_experiment(const NiahExperimentCliOptions& o) {
+  if (o.print_default) {
+    std::printf("%s\n", niah_experiment_config_to_json(niah_experiment_defaults()).dump(2).c_str());
+    return 0;
+  }
+  HLM_CHECK_INPUT(!o.out.empty(), "niah experiment: --out is required");
+  NiahExperimentConfig config = o.config.empty()
+                                    ? niah_experiment_defaults()
+                                    : niah_experiment_config_from_json(json_file_read(o.config), o.config);
+  if (!o.device.empty()) config.device = o.device;
+  check_device_option(config.device);  // before anything is loaded or written
+  fs::create_directories(o.out);
+  if (!o.config.empty()) file_write_atomic(fs::path(o.out) / "config_given.json", json_file_read(o.config).dump(2) + "\n");
+  const NiahExperimentResult r =
+      niah_experiment_run(config, o.out, experiment_device(config.device), [](const std::string& line) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+      });
+  std::printf("niah experiment: %zu architectures; wrote %s/report.md, accuracy.csv, deficit.csv, cost.csv, "
+              "training.csv, niah.{csv,md} and SVG charts (resolved config: config.json)\n",
+              r.archs.size(), o.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& action) {
+  auto o = std::make_shared<NiahExperimentCliOptions>();
+  CLI::App* cmd = niah->add_subcommand(
+      "experiment", "Train full-attention, hybrid and pure-GDN models on NIAH-format examples and evaluate them");
+  cmd->footer(
+      "Issue #21 item 4 (docs/niah.md, \"Trained retrieval experiment\"). Stages, each resumable:\n"
+      "  data      <out>/data: a corpus of NIAH-format examples (prompt + \"<Answer> ... </Answer>\" + filler to exactly\n"
+      "            train.seq_len tokens) from the TRAINING documents of each language; evaluation haystacks come from\n"
+      "            the held-out documents [0, 2 x held_out_docs) only\n"
+      "  train     <out>/runs/<arch>: `hybridlm pretrain` per architecture (progress with tok/s and ETA; resumes from\n"
+      "            the newest checkpoint)\n"
+      "  evaluate  <out>/eval/<arch>: the `hybridlm niah` harness over languages x tasks x lengths (greedy, stop at\n"
+      "            </Answer>), CSV after every cell\n"
+      "  report    report.md (Table 2 layout, deficit vs full attention by language and length, time and memory),\n"
+      "            accuracy.csv, deficit.csv, cost.csv, training.csv, niah.csv, niah.md, accuracy_<lang>.svg,\n"
+      "            deficit.svg, time.svg, memory.svg; config.json is the resolved config\n"
+      "Config (JSON over the defaults of --print-default-config):\n" +
+      niah_experiment_fields_text() +
+      "Examples:\n"
+      "  hybridlm niah experiment --print-default-config\n"
+      "  hybridlm niah experiment --config configs/niah/experiment-cpu.json --out runs/niah-cpu\n"
+      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda");
+  cmd->add_option("--config", o->config, "Experiment config (JSON); default: the compiled-in tiny CPU config");
+  cmd->add_option("--out", o->out, "Output folder (created; reused to resume)");
+  cmd->add_option("--device", o->device, "cpu or cuda: replaces the config's device (training and evaluation)");
+  cmd->add_flag("--print-default-config", o->print_default, "Print the default config (resolved form) and exit");
+  cmd->callback([o, &action] { action = [o] { return run_experiment(*o); }; });
+  return cmd;
+}
+
+}  // namespace hlm

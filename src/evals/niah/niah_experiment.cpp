@@ -1,0 +1,353 @@
+// The trained retrieval experiment: data, training, evaluation stages (see niah_experiment.h).
+#include "evals/niah/niah_experiment.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "data/corpus.h"
+#include "data/unicode_text.h"
+#include "evals/niah/niah_experiment_report.h"
+#include "evals/niah/niah_train_data.h"
+#include "infer/cpu_engine.h"
+#include "infer/eos.h"
+#include "models/json_file.h"
+#include "models/model.h"
+#include "models/model_train.h"
+#include "models/safetensors.h"
+#include "train/checkpoint_io.h"
+
+namespace hlm {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string fmt(const char* format, double a, double b = 0, double c = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, format, a, b, c);
+  return buf;
+}
+
+// The resolved config must not change under an existing output folder (device may: the same run can move).
+void check_same_config(const fs::path& out, const json& resolved) {
+  const fs::path path = out / "config.json";
+  if (!fs::exists(path)) return;
+  json saved = json_file_read(path), now = resolved;
+  saved.erase("device");
+  now.erase("device");
+  if (saved == now) return;
+  std::string keys;
+  for (const auto& [key, value] : now.items())
+    if (!saved.contains(key) || saved[key] != value) keys += (keys.empty() ? "" : ", ") + key;
+  throw_input_error(out.string(), ": holds an experiment with another config (differs in: ",
+                    keys.empty() ? std::string("keys") : keys, "); use another --out");
+}
+
+// The longest answer the evaluation can ask for must fit max_new_tokens (else every such item is cut short).
+void check_answer_budget(const NiahExperimentConfig& c, const Tokenizer& tokenizer) {
+  for (const std::string& code : c.langs)
+    for (const std::string& t : c.eval_tasks) {
+      const NiahTaskSpec& task = niah_task_from_name(t);
+      NiahSample s;
+      if (!task.query_present) s.expected = {std::string(niah_language(code).none_word)};
+      else s.expected.assign(static_cast<size_t>(task.queries * task.values_per_key), "9999999");
+      const std::string answer = niah_answer_text(s);
+      const auto tokens = static_cast<int64_t>(tokenizer.encode(answer).size());
+      HLM_CHECK_INPUT(tokens <= c.max_new_tokens, "eval.max_new_tokens ", c.max_new_tokens, " is less than the ",
+                      tokens, " tokens of the longest ", code, " ", task.name, " answer of the trained format (",
+                      answer.substr(1), ")");
+    }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Stage 2 for one architecture: train (or resume, or skip) into runs/<arch>, then read its figures.
+void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out, int64_t vocab,
+                const NiahExperimentDevice& device, NiahArchResult& r, const NiahLog& log) {
+  const fs::path model_config = out / "models" / (arch + ".json");
+  fs::create_directories(model_config.parent_path());
+  const json mc = niah_arch_model_config(c, arch, vocab);
+  file_write_atomic(model_config, mc.dump(2) + "\n");
+  const fs::path dir = out / "runs" / arch;
+  const fs::path marker = dir / "niah_train.json";
+  if (!(fs::exists(dir / "model") && fs::exists(dir / "test.json"))) {
+    TrainConfig tc = c.train;
+    tc.job = TrainJob::Pretrain;
+    tc.model_config = model_config.string();
+    tc.data = (out / "data").string();
+    tc.tokenizer = c.tokenizer;
+    tc.out = dir.string();
+    tc.device = c.device;
+    tc.resume.clear();
+    if (fs::exists(dir) && !checkpoint_list(dir).empty()) {
+      tc.resume = dir.string();
+      log("niah experiment: " + arch + ": resuming from " + checkpoint_list(dir).back().string());
+    } else {
+      fs::remove_all(dir);
+    }
+    std::unique_ptr<TrainDevice> dev;
+    if (tc.device != "cpu") {
+      HLM_CHECK_INPUT(static_cast<bool>(device.make_trainer), "niah experiment: device '", tc.device,
+                      "' needs an accelerator, and this caller passed none");
+      dev = device.make_trainer(tc);
+    }
+    log("niah experiment: training " + arch + " (" + niah_arch_layout(c, arch) + ") into " + dir.string());
+    const auto t0 = std::chrono::steady_clock::now();
+    const TrainResult res = train_run(tc, {}, dev.get());
+    const double seconds = seconds_since(t0);
+    if (res.status == TrainStatus::Diverged)
+      throw_internal_error(dir.string(), ": the training run diverged: ", res.message);
+    if (res.status == TrainStatus::EvaluationFailed) throw_input_error(dir.string(), ": ", res.message);
+    HLM_CHECK(res.status == TrainStatus::Completed || res.status == TrainStatus::DataExhausted, dir.string(),
+              ": the training run did not finish: ", res.message);
+    double before = 0;
+    if (fs::exists(marker)) before = json_file_read(marker).value("seconds", 0.0);
+    file_write_atomic(marker, json({{"seconds", before + seconds},
+                                    {"tokens", res.tokens_seen},
+                                    {"steps", res.step},
+                                    {"status", res.status == TrainStatus::Completed ? "completed" : "data_exhausted"},
+                                    {"message", res.message}})
+                                      .dump(2) +
+                                  "\n");
+  }
+  r.arch = arch;
+  r.layout = niah_arch_layout(c, arch);
+  if (fs::exists(marker)) {
+    const json m = json_file_read(marker);
+    r.train_seconds = m.value("seconds", 0.0);
+    r.train_tokens = m.value("tokens", int64_t{0});
+  }
+  std::vector<double> tps;
+  if (fs::exists(dir / "metrics.jsonl"))
+    jsonl_file_for_each(dir / "metrics.jsonl", [&](const json& v, int64_t) {
+      if (v.value("type", "") == "step" && v.contains("tokens_per_second") && v["tokens_per_second"].is_number())
+        tps.push_back(v["tokens_per_second"].get<double>());
+      if (v.value("type", "") == "step" && v.contains("tokens") && v["tokens"].is_number())
+        r.train_tokens = std::max(r.train_tokens, v["tokens"].get<int64_t>());
+    });
+  r.tokens_per_second = median(tps);
+  const json test = json_file_read(dir / "test.json");
+  r.test_ce = test.at("mean").at("ce").get<double>();
+  const ModelConfig parsed = parse_model_config(mc, model_config.string());
+  DecoderWeights grads = zero_grads_like(parsed);
+  Model probe = Model::load(dir / "model");
+  for (const NamedParameter& p : named_parameters(parsed, probe.mutable_weights(), grads)) r.parameters += p.value.numel();
+}
+
+NiahEvalBackend cpu_backend(Model& model) {
+  NiahEvalBackend b;
+  b.make_engine = [&model](const MemoryPlan& plan) { return make_cpu_engine(model, plan); };
+  b.default_budget_bytes = niah_default_cpu_budget();
+  return b;
+}
+
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+// Stage 3 for one architecture.
+void evaluate_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out,
+                   const std::map<std::string, std::vector<std::string>>& sentences, const Tokenizer& tokenizer,
+                   const NiahExperimentDevice& device, NiahArchResult& r, std::vector<NiahLanguageStats>& langs,
+                   const NiahLog& log) {
+  const fs::path dir = out / "eval" / arch;
+  const fs::path marker = dir / "cells.json";
+  if (fs::exists(marker)) {
+    const json m = json_file_read(marker);
+    for (const json& cell : m.at("cells")) r.cells.push_back(niah_cell_from_json(cell, marker.string()));
+    r.eval_seconds = m.value("seconds", 0.0);
+    if (langs.empty())
+      for (const json& l : m.at("languages"))
+        langs.push_back({l.at("code").get<std::string>(), l.at("haystack_code_points").get<int64_t>(),
+                         l.at("haystack_tokens").get<int64_t>()});
+    return;
+  }
+  fs::create_directories(dir);
+  const fs::path model_dir = out / "runs" / arch / "model";
+  Model model = Model::load(model_dir);
+  const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
+  const NiahEvalBackend backend = device.make_eval ? device.make_eval(model) : cpu_backend(model);
+  NiahRunSettings settings;
+  settings.max_new_tokens = c.max_new_tokens;
+  settings.max_batch = c.max_batch;
+  settings.stop = c.stop;
+  settings.budget_bytes = c.max_memory.empty() ? backend.default_budget_bytes
+                                               : std::optional<int64_t>(niah_parse_size(c.max_memory, "eval.max_memory"));
+  const int64_t total = static_cast<int64_t>(c.langs.size() * c.eval_tasks.size() * c.eval_lengths.size());
+  int64_t done = 0;
+  std::string items_jsonl;
+  std::vector<NiahLanguageStats> stats;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string& code : c.langs) {
+    const NiahLanguage& lang = niah_language(code);
+    NiahGenerator gen(lang, sentences.at(code), tokenizer);
+    NiahLanguageStats st{code};
+    for (const std::string& t : c.eval_tasks) {
+      const NiahTaskSpec& task = niah_task_from_name(t);
+      for (const int64_t length : c.eval_lengths) {
+        std::vector<NiahSample> samples;
+        for (int64_t i = 0; i < c.eval_n; ++i) {
+          samples.push_back(gen.generate(task, length, c.eval_seed, i));
+          st.haystack_code_points += code_points(samples.back().haystack);
+          st.haystack_tokens += samples.back().haystack_tokens;
+        }
+        std::vector<NiahItem> items;
+        NiahCell cell = niah_evaluate_cell(backend.make_engine, model.config(), eos, tokenizer, lang, task, samples,
+                                           settings, &items);
+        cell.model = arch;
+        ++done;
+        const double elapsed = seconds_since(t0);
+        char line[512];
+        std::snprintf(line, sizeof line,
+                      "niah experiment: eval %s %lld/%lld %s %s %lld: %s, %lld/%lld correct, %.2f s, peak state %.2f "
+                      "MiB%s%s  eta %.0f s",
+                      arch.c_str(), static_cast<long long>(done), static_cast<long long>(total), code.c_str(),
+                      cell.task.c_str(), static_cast<long long>(length), cell.status.c_str(),
+                      static_cast<long long>(cell.correct), static_cast<long long>(cell.n), cell.seconds,
+                      static_cast<double>(cell.peak_state_bytes) / 1048576.0, cell.note.empty() ? "" : ": ",
+                      cell.note.substr(0, 120).c_str(),
+                      elapsed / static_cast<double>(done) * static_cast<double>(total - done));
+        log(line);
+        for (const NiahItem& it : items)
+          items_jsonl += json({{"model", arch}, {"lang", cell.lang}, {"task", cell.task}, {"length", length},
+                               {"index", it.index}, {"expected", it.expected}, {"response", it.response},
+                               {"correct", it.correct}, {"prompt_tokens", it.prompt_tokens}, {"finish", it.finish}})
+                             .dump() +
+                         "\n";
+        r.cells.push_back(std::move(cell));
+        file_write_atomic(dir / "niah.csv", niah_cells_csv(r.cells));
+        file_write_atomic(dir / "niah_items.jsonl", items_jsonl);
+      }
+    }
+    stats.push_back(st);
+  }
+  r.eval_seconds = seconds_since(t0);
+  json cells = json::array(), languages = json::array();
+  for (const NiahCell& cell : r.cells) cells.push_back(niah_cell_to_json(cell));
+  for (const NiahLanguageStats& s : stats)
+    languages.push_back({{"code", s.code},
+                         {"haystack_code_points", s.haystack_code_points},
+                         {"haystack_tokens", s.haystack_tokens}});
+  file_write_atomic(marker,
+                    json({{"arch", arch}, {"seconds", r.eval_seconds}, {"cells", cells}, {"languages", languages}})
+                            .dump(1) +
+                        "\n");
+  if (langs.empty()) langs = stats;
+}
+
+}  // namespace
+
+json niah_cell_to_json(const NiahCell& c) {
+  return {{"model", c.model},
+          {"lang", c.lang},
+          {"task", c.task},
+          {"length", c.length},
+          {"n", c.n},
+          {"correct", c.correct},
+          {"status", c.status},
+          {"note", c.note},
+          {"seconds", c.seconds},
+          {"prefill_seconds", c.prefill_seconds},
+          {"decode_seconds", c.decode_seconds},
+          {"mean_prompt_tokens", c.mean_prompt_tokens},
+          {"max_prompt_tokens", c.max_prompt_tokens},
+          {"peak_state_bytes", c.peak_state_bytes},
+          {"plan_bytes", c.plan_bytes}};
+}
+
+NiahCell niah_cell_from_json(const json& j, const std::string& source) {
+  try {
+    NiahCell c;
+    c.model = j.at("model").get<std::string>();
+    c.lang = j.at("lang").get<std::string>();
+    c.task = j.at("task").get<std::string>();
+    c.length = j.at("length").get<int64_t>();
+    c.n = j.at("n").get<int64_t>();
+    c.correct = j.at("correct").get<int64_t>();
+    c.status = j.at("status").get<std::string>();
+    c.note = j.at("note").get<std::string>();
+    c.seconds = j.at("seconds").get<double>();
+    c.prefill_seconds = j.at("prefill_seconds").get<double>();
+    c.decode_seconds = j.at("decode_seconds").get<double>();
+    c.mean_prompt_tokens = j.at("mean_prompt_tokens").get<int64_t>();
+    c.max_prompt_tokens = j.at("max_prompt_tokens").get<int64_t>();
+    c.peak_state_bytes = j.at("peak_state_bytes").get<int64_t>();
+    c.plan_bytes = j.at("plan_bytes").get<int64_t>();
+    return c;
+  } catch (const json::exception& e) {
+    throw_input_error(source, ": not a NIAH cell record (", e.what(), ")");
+  }
+}
+
+int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& c) {
+  const double per_language = static_cast<double>(c.train.tokens) / static_cast<double>(c.langs.size());
+  return static_cast<int64_t>(std::ceil(c.docs_margin * per_language / static_cast<double>(c.train.seq_len))) +
+         2 * c.train.held_out_docs + 1;
+}
+
+NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, const fs::path& out,
+                                         const NiahExperimentDevice& device, const NiahLog& log) {
+  NiahExperimentResult result;
+  result.config = niah_experiment_resolve(given);
+  const NiahExperimentConfig& c = result.config;
+  const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(c.tokenizer);
+  check_answer_budget(c, *tokenizer);
+  // The held-out sentences of every language, before any work (a language without held-out text fails here).
+  const Corpus corpus = Corpus::open(c.corpus);
+  std::map<std::string, std::vector<std::string>> sentences;
+  for (const std::string& code : c.langs)
+    sentences[code] = niah_held_out_sentences(corpus, code, c.held_out_docs, niah_split_from_name(c.split));
+
+  fs::create_directories(out);
+  const json resolved = niah_experiment_config_to_json(c);
+  check_same_config(out, resolved);
+  file_write_atomic(out / "config.json", resolved.dump(2) + "\n");
+
+  // 1. Training data.
+  const fs::path data = out / "data";
+  if (!fs::exists(data / "niah_train_data.json")) {
+    fs::remove_all(data);
+    NiahTrainDataSpec spec;
+    spec.corpus = c.corpus;
+    spec.tokenizer = c.tokenizer;
+    spec.langs = c.langs;
+    spec.tasks = c.train_tasks;
+    spec.lengths = c.train_lengths;
+    spec.held_out_docs = c.held_out_docs;
+    spec.seq_len = c.train.seq_len;
+    spec.docs_per_language = niah_experiment_docs_per_language(c);
+    spec.seed = c.train_seed;
+    const auto t0 = std::chrono::steady_clock::now();
+    json summary = niah_train_data_write(data.string(), spec, log);
+    summary["seconds"] = seconds_since(t0);
+    file_write_atomic(data / "niah_train_data.json", summary.dump(2) + "\n");
+    log(fmt("niah experiment: training data written (%.0f documents, %.0f tokens) in %.1f s",
+            summary["documents"].get<double>(), summary["tokens"].get<double>(), summary["seconds"].get<double>()));
+  }
+
+  // 2. Training, 3. evaluation, per architecture.
+  for (const std::string& arch : c.architectures) {
+    NiahArchResult r;
+    train_arch(c, arch, out, tokenizer->vocab_size(), device, r, log);
+    evaluate_arch(c, arch, out, sentences, *tokenizer, device, r, result.languages, log);
+    result.archs.push_back(std::move(r));
+    niah_experiment_report_write(result, out);  // partial reports while the later architectures run
+  }
+  return result;
+}
+
+}  // namespace hlm

@@ -1,0 +1,86 @@
+// The trained retrieval experiment (`hybridlm niah experiment`, issue #21 item 4; docs/niah.md): the models we can
+// train are not instruction-tuned, so the seed's Table 2 question (how much NIAH accuracy does a hybrid lose against
+// full attention, by language and context length) is asked of small models trained on NIAH-format examples.
+// Stages, each skipped when its done marker exists (an interrupted run resumes; a training run resumes from its
+// newest checkpoint):
+//   1. data      <out>/data/: a derived corpus of NIAH-format examples from the TRAINING documents of every language
+//                (niah_train_data.h), each exactly train.seq_len tokens; marker data/niah_train_data.json
+//   2. train     per architecture: <out>/models/<arch>.json (qwen3_hybrid config with its layer_types) and
+//                <out>/runs/<arch>/ (`hybridlm pretrain`'s files: config.json, metrics.jsonl with tokens/s and ETA
+//                lines on stderr, checkpoint-*, model/, test.json); marker runs/<arch>/niah_train.json
+//   3. evaluate  per architecture: the harness of `hybridlm niah` (niah_run.h) over languages × tasks × lengths on
+//                the held-out prose of the source corpus; <out>/eval/<arch>/{niah.csv, niah_items.jsonl} written
+//                after every cell, marker eval/<arch>/cells.json
+//   4. report    niah_experiment_report.h: CSV, Markdown and SVG over every architecture
+// <out>/config.json holds the resolved config; a rerun whose resolved config differs in anything but `device` is an
+// input error (use another --out).
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "evals/niah/niah_experiment_config.h"
+#include "evals/niah/niah_run.h"
+#include "train/train_device.h"
+
+namespace hlm {
+
+// How a loaded model is evaluated on a device: the engine factory, the state budget when the config gives none,
+// and whatever must stay alive while engines exist (the device copy of the weights).
+struct NiahEvalBackend {
+  NiahEngineFactory make_engine;
+  std::optional<int64_t> default_budget_bytes;
+  std::shared_ptr<void> keep_alive;
+};
+
+// Where the experiment trains and evaluates. Empty functions: the CPU (trainer loop, CPU engine with half the host
+// memory as state budget). The CLI fills them for --device cuda.
+struct NiahExperimentDevice {
+  std::function<std::unique_ptr<TrainDevice>(const TrainConfig& config)> make_trainer;
+  std::function<NiahEvalBackend(Model& model)> make_eval;
+};
+
+struct NiahArchResult {
+  std::string arch, layout;            // layout: "ARRR" (A full attention, R Gated DeltaNet)
+  int64_t parameters = 0;
+  double train_seconds = 0;            // wall time of the training call(s) that ran in this output folder
+  int64_t train_tokens = 0;
+  double tokens_per_second = 0;        // median of metrics.jsonl's step records
+  double test_ce = 0;                  // pretrain's test.json mean CE on the derived corpus (NIAH-format rows)
+  double eval_seconds = 0;
+  std::vector<NiahCell> cells;         // in (lang, task, length) order
+};
+
+struct NiahLanguageStats {
+  std::string code;
+  int64_t haystack_code_points = 0, haystack_tokens = 0;  // over the evaluated samples of the first architecture
+  double tokens_per_code_point() const {
+    return haystack_code_points > 0 ? static_cast<double>(haystack_tokens) / static_cast<double>(haystack_code_points)
+                                    : 0.0;
+  }
+};
+
+struct NiahExperimentResult {
+  NiahExperimentConfig config;
+  std::vector<NiahArchResult> archs;
+  std::vector<NiahLanguageStats> languages;
+};
+
+using NiahLog = std::function<void(const std::string& line)>;
+
+// Runs (or resumes) the experiment into `out` and writes the reports. `config` is resolved here
+// (niah_experiment_resolve).
+NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& config, const std::filesystem::path& out,
+                                         const NiahExperimentDevice& device, const NiahLog& log);
+
+// Documents per language of the derived corpus: ceil(docs_margin × tokens / (languages × seq_len)) + 2 × the
+// trainer's held_out_docs + 1 (validation, test, and one to spare).
+int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& config);
+
+nlohmann::json niah_cell_to_json(const NiahCell& cell);
+NiahCell niah_cell_from_json(const nlohmann::json& json, const std::string& source);
+
+}  // namespace hlm

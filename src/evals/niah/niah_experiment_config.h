@@ -1,0 +1,81 @@
+// Settings of the trained retrieval experiment (`hybridlm niah experiment --config cfg.json --out DIR`, issue #21
+// item 4; docs/niah.md "Trained retrieval experiment"). One JSON object read over compiled-in defaults (a tiny CPU
+// run), so a config names only what it changes. Sections:
+//   corpus, tokenizer, langs, held_out_docs   the source corpus; langs default to every corpus language with a
+//                        template; held_out_docs is M of the fixed split (data/data_split.h): evaluation haystacks
+//                        come from the validation/test documents [0, 2M), training haystacks from the rest
+//   device               "cpu" or "cuda" (training steps and evaluation; `--device` replaces it)
+//   architectures        "full_attention", "gdn" (every layer Gated DeltaNet) and placement names
+//                        (models/placements.h: standard_periodic, reverse_periodic, ...); the first must be
+//                        full_attention, the baseline of the deficits
+//   model                HF-style fields shared by every architecture (model_type qwen3_hybrid, layer_types and
+//                        vocab_size are filled in; vocab_size defaults to the tokenizer's)
+//   full, full_fraction  full-attention layers F of the placement hybrids (0: round(full_fraction · L))
+//   train_data {tasks, lengths, seed, docs_margin}   the NIAH-format training examples: haystack token targets
+//                        and tasks in round robin; seed must differ from eval.seed
+//   train                TrainConfig keys of `hybridlm pretrain` (train/trainer_options.h; "lr" sets both peak
+//                        rates); path keys are owned by the experiment
+//   eval {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split}
+// Unknown keys, wrong types and bad values are input errors naming the key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/trainer.h"
+
+namespace hlm {
+
+inline constexpr const char* kNiahBaselineArch = "full_attention";
+inline constexpr const char* kNiahGdnArch = "gdn";
+
+struct NiahExperimentConfig {
+  std::string corpus = "data/corpus/demo";
+  std::string tokenizer = "bytes";
+  std::vector<std::string> langs;  // empty: every corpus language with a template (resolved by validate)
+  int64_t held_out_docs = 20;
+  std::string device = "cpu";
+  std::vector<std::string> architectures{"full_attention", "standard_periodic", "reverse_periodic", "gdn"};
+  nlohmann::json model;  // shared HF-style fields
+  int64_t full = 0;
+  double full_fraction = 0.25;
+  // Training examples.
+  std::vector<std::string> train_tasks{"single", "multikey", "multivalue", "multiquery", "none"};
+  std::vector<int64_t> train_lengths{64, 128, 256};
+  uint64_t train_seed = 1;
+  double docs_margin = 1.05;  // documents per language: margin × the language's token quota / seq_len, + held-out
+  // Trainer (job pretrain).
+  TrainConfig train;
+  // Evaluation.
+  std::vector<std::string> eval_tasks{"single", "multikey", "multivalue", "multiquery", "none"};
+  std::vector<int64_t> eval_lengths{128, 256, 512};
+  int64_t eval_n = 4;
+  uint64_t eval_seed = 0;
+  int64_t max_new_tokens = 64;
+  std::string stop = "</Answer>";
+  int64_t max_batch = 8;
+  std::string max_memory;  // "" = the run mode's default (half the host memory; 90 % of free device memory)
+  std::string split = "both";
+};
+
+NiahExperimentConfig niah_experiment_defaults();
+// `json` over the defaults; input errors naming `source` and the key.
+NiahExperimentConfig niah_experiment_config_from_json(const nlohmann::json& json, const std::string& source);
+// Every key, resolved (format hybridlm-niah-experiment); from_json(to_json(c)) == c.
+nlohmann::json niah_experiment_config_to_json(const NiahExperimentConfig& config);
+// Values and inputs: the corpus exists and has every language (langs resolved when empty), templates, tasks,
+// lengths, architectures, the model fields, the trainer settings, seeds. Returns the config with langs filled in.
+NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config);
+
+// The HF-style config.json object of one architecture: `model` + model_type qwen3_hybrid + layer_types
+// (+ vocab_size when absent).
+nlohmann::json niah_arch_model_config(const NiahExperimentConfig& config, const std::string& arch, int64_t vocab_size);
+// "ARRR" style layout of an architecture (A full attention, R recurrent).
+std::string niah_arch_layout(const NiahExperimentConfig& config, const std::string& arch);
+
+// The keys of every section, for --help.
+std::string niah_experiment_fields_text();
+
+}  // namespace hlm

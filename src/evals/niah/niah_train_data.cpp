@@ -1,0 +1,166 @@
+// NIAH-format training examples from training text (see niah_train_data.h).
+#include "evals/niah/niah_train_data.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/data_split.h"
+#include "data/unicode_text.h"
+
+namespace hlm {
+namespace {
+
+// Code-point boundaries of `text` (byte offsets 0 .. size, both ends included).
+std::vector<size_t> code_point_offsets(const std::string& text) {
+  std::vector<size_t> ends{0};
+  for (size_t pos = 0; pos < text.size();) {
+    utf8_next(text, pos);
+    ends.push_back(pos);
+  }
+  return ends;
+}
+
+}  // namespace
+
+std::vector<std::string> niah_training_sentences(const Corpus& corpus, const std::string& code,
+                                                 int64_t held_out_docs) {
+  HLM_CHECK_INPUT(held_out_docs >= 1, "held_out_docs must be positive (got ", held_out_docs, ")");
+  const CorpusDocuments docs = corpus.read_documents(code);
+  const DocumentSplit s = split_documents(code, static_cast<int64_t>(docs.texts.size()), held_out_docs);
+  HLM_CHECK_INPUT(!s.train.empty(), "corpus ", corpus.dir().string(), ": language ", code,
+                  " has no training document (", docs.texts.size(), " documents, held_out_docs ", held_out_docs,
+                  " keeps 2M for validation and test)");
+  std::vector<std::string> out;
+  for (int64_t d : s.train)
+    for (std::string& p : niah_split_sentences(docs.texts[static_cast<size_t>(d)])) out.push_back(std::move(p));
+  HLM_CHECK_INPUT(!out.empty(), "corpus ", corpus.dir().string(), ": the training documents of ", code,
+                  " hold no sentence (a line piece of >= 8 characters ending with a full stop)");
+  return out;
+}
+
+std::string niah_answer_text(const NiahSample& s) {
+  std::string values;
+  for (size_t i = 0; i < s.expected.size(); ++i) values += (i > 0 ? ", " : "") + s.expected[i];
+  return "\n<Answer> " + values + " </Answer>";
+}
+
+NiahTrainExampleBuilder::NiahTrainExampleBuilder(const NiahLanguage& lang, const std::vector<std::string>& sentences,
+                                                 const Tokenizer& tokenizer, int64_t seq_len)
+    : lang_(lang), sentences_(sentences), tokenizer_(tokenizer), seq_len_(seq_len), gen_(lang, sentences, tokenizer) {
+  HLM_CHECK(seq_len_ >= 2, "NIAH training examples need seq_len >= 2");
+}
+
+NiahTrainExample NiahTrainExampleBuilder::build(const NiahTaskSpec& task, int64_t length, uint64_t seed,
+                                                int64_t index) {
+  const NiahSample s = gen_.generate(task, length, seed, index);
+  NiahTrainExample ex;
+  ex.text = s.prompt + niah_answer_text(s);
+  ex.prompt_tokens = static_cast<int64_t>(tokenizer_.encode(ex.text).size());
+  HLM_CHECK_INPUT(ex.prompt_tokens <= seq_len_, "train_data: a ", lang_.code, " ", task.name,
+                  " example with a haystack of ", length, " tokens needs ", ex.prompt_tokens,
+                  " tokens with its prompt and answer, more than train.seq_len ", seq_len_,
+                  ": lower train_data.lengths or raise train.seq_len");
+  auto count = [&](const std::string& t) { return static_cast<int64_t>(tokenizer_.encode(t).size()); };
+  ex.tokens = ex.prompt_tokens;
+  if (ex.tokens < seq_len_) {
+    // Filler: training sentences from a drawn start, at least as many bytes as tokens are missing (a token is at
+    // least one byte), then the longest code-point prefix that keeps the example within seq_len.
+    const std::string stream = "niah-train-filler/" + std::string(lang_.code);
+    const std::array<uint32_t, 4> w = philox4x32(seed, rng_stream_id(stream.c_str()), static_cast<uint64_t>(index));
+    size_t next = ((static_cast<uint64_t>(w[0]) << 32) | w[1]) % sentences_.size();
+    std::string filler = "\n\n";
+    const std::string joiner(lang_.joiner);
+    for (size_t k = 0; static_cast<int64_t>(filler.size()) < 2 * (seq_len_ - ex.tokens) + 16; ++k) {
+      filler += (k > 0 ? joiner : "") + sentences_[next];
+      next = (next + 1) % sentences_.size();
+    }
+    const std::vector<size_t> cuts = code_point_offsets(filler);
+    int64_t lo = 0, hi = static_cast<int64_t>(cuts.size()) - 1;  // largest prefix index with tokens <= seq_len
+    int64_t best_tokens = ex.tokens;
+    size_t best = 0;
+    while (lo <= hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      const int64_t t = count(ex.text + filler.substr(0, cuts[static_cast<size_t>(mid)]));
+      if (t <= seq_len_) {
+        best = cuts[static_cast<size_t>(mid)];
+        best_tokens = t;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    ex.text += filler.substr(0, best);
+    ex.tokens = best_tokens;
+    // A cut that cannot land on seq_len (the next code point adds two tokens, or a merge): pad with spaces.
+    for (int tries = 0; ex.tokens < seq_len_ && tries < 8; ++tries) {
+      const int64_t t = count(ex.text + " ");
+      if (t > seq_len_) break;
+      ex.text += " ";
+      ex.tokens = t;
+    }
+  }
+  ex.exact = ex.tokens == seq_len_;
+  return ex;
+}
+
+nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainDataSpec& spec,
+                                     const std::function<void(const std::string&)>& log) {
+  HLM_CHECK_INPUT(spec.docs_per_language >= 1, "NIAH training data: docs_per_language must be positive");
+  const Corpus corpus = Corpus::open(spec.corpus);
+  const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(spec.tokenizer);
+  std::vector<const NiahTaskSpec*> tasks;
+  for (const std::string& t : spec.tasks) tasks.push_back(&niah_task_from_name(t));
+  std::vector<CorpusLanguage> languages;
+  std::vector<std::vector<std::string>> docs;
+  nlohmann::json summary = {{"format", "hybridlm-niah-train-data"},
+                            {"seq_len", spec.seq_len},
+                            {"seed", spec.seed},
+                            {"held_out_docs", spec.held_out_docs},
+                            {"languages", nlohmann::json::object()}};
+  int64_t total_docs = 0, total_tokens = 0, total_exact = 0;
+  for (const std::string& code : spec.langs) {
+    const NiahLanguage& lang = niah_language(code);
+    const std::vector<std::string> sentences = niah_training_sentences(corpus, code, spec.held_out_docs);
+    NiahTrainExampleBuilder builder(lang, sentences, *tokenizer, spec.seq_len);
+    std::vector<std::string> texts;
+    int64_t tokens = 0, exact = 0, answer_tokens = 0;
+    for (int64_t i = 0; i < spec.docs_per_language; ++i) {
+      const NiahTaskSpec& task = *tasks[static_cast<size_t>(i) % tasks.size()];
+      const int64_t length = spec.lengths[static_cast<size_t>(i / static_cast<int64_t>(tasks.size())) %
+                                          spec.lengths.size()];
+      NiahTrainExample ex = builder.build(task, length, spec.seed, i);
+      tokens += ex.tokens;
+      exact += ex.exact ? 1 : 0;
+      answer_tokens += ex.prompt_tokens;
+      texts.push_back(std::move(ex.text));
+    }
+    CorpusLanguage cl;
+    cl.code = code;
+    cl.tier = "high";  // equal shares: every language gets the same token quota
+    languages.push_back(cl);
+    docs.push_back(std::move(texts));
+    summary["languages"][code] = {{"documents", spec.docs_per_language},
+                                  {"tokens", tokens},
+                                  {"exact", exact},
+                                  {"prompt_answer_tokens", answer_tokens},
+                                  {"training_sentences", static_cast<int64_t>(sentences.size())}};
+    total_docs += spec.docs_per_language;
+    total_tokens += tokens;
+    total_exact += exact;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "niah experiment: data %s: %lld examples, %lld tokens (%lld of exactly seq_len %lld), %zu training "
+                  "sentences",
+                  code.c_str(), static_cast<long long>(spec.docs_per_language), static_cast<long long>(tokens),
+                  static_cast<long long>(exact), static_cast<long long>(spec.seq_len), sentences.size());
+    log(line);
+  }
+  corpus_write(dir, languages, docs, {"NIAH-format examples from the training documents of " + spec.corpus});
+  summary["documents"] = total_docs;
+  summary["tokens"] = total_tokens;
+  summary["exact"] = total_exact;
+  return summary;
+}
+
+}  // namespace hlm

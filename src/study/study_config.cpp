@@ -12,7 +12,7 @@
 #include "data/parallel_set.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
-#include "train/json_fits.h"
+#include "train/config_section.h"
 
 namespace hlm {
 namespace {
@@ -42,48 +42,6 @@ json with_layer_types(json model) {
       model["num_hidden_layers"].get<uint64_t>() <= static_cast<uint64_t>(kModelMaxLayers))
     model["layer_types"] = json(std::vector<std::string>(model["num_hidden_layers"].get<size_t>(), "full_attention"));
   return model;
-}
-
-// Trainer section: defaults of the job, then the section's keys (study-owned keys refused).
-TrainConfig train_section(const TrainConfig& base, const json& section, const std::string& where) {
-  HLM_CHECK_INPUT(section.is_object(), where, ": must be an object of trainer settings");
-  json merged = train_config_to_json(base);
-  for (const auto& [key, value] : section.items()) {
-    if (key == "lr" && base.job == TrainJob::Pretrain) {  // pretrain's one peak rate (the CLI's --lr)
-      merged["lr_rec"] = merged["lr_rest"] = value;
-      continue;
-    }
-    HLM_CHECK_INPUT(!kStudyOwnedTrainKeys.count(key), where, ".", key, ": set by the study itself, not allowed here");
-    HLM_CHECK_INPUT(merged.contains(key) && key != "format" && key != "version" && key != "job", where,
-                    ": unknown setting '", key, "'");
-    merged[key] = value;
-  }
-  return train_config_from_json(merged, where);
-}
-
-json train_section_to_json(const TrainConfig& c) {
-  json j = train_config_to_json(c);
-  for (const char* key : {"format", "version", "job"}) j.erase(key);
-  for (const std::string& key : kStudyOwnedTrainKeys) j.erase(key);
-  return j;
-}
-
-// Reads `j[key]` into `out` when present, with an input error naming the key on a wrong type.
-template <typename T>
-void read_key(const json& j, const char* key, T& out, const std::string& where) {
-  if (!j.contains(key)) return;
-  HLM_CHECK_INPUT(json_fits<T>(j.at(key)), where, ".", key, ": wrong type or out of range");
-  j.at(key).get_to(out);
-}
-
-void check_keys(const json& j, const std::set<std::string>& known, const std::string& where) {
-  HLM_CHECK_INPUT(j.is_object(), where, ": must be a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    if (known.count(key)) continue;
-    std::string list;
-    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-    throw_input_error(where, ": unknown key '", key, "' (known: ", list, ")");
-  }
 }
 
 }  // namespace
@@ -131,21 +89,21 @@ StudyConfig study_config_defaults() {
 
 StudyConfig study_config_from_json(const json& j, const std::string& source) {
   StudyConfig c = study_config_defaults();
-  check_keys(j, {"format", "version", "data", "tokenizer", "parallel", "teacher", "pretrain", "distill", "placements",
+  check_config_keys(j, {"format", "version", "data", "tokenizer", "parallel", "teacher", "pretrain", "distill", "placements",
                  "compare", "replicates", "analysis"},
              source);
   if (j.contains("format"))
     HLM_CHECK_INPUT(j["format"] == "hybridlm-study", source, ": format must be \"hybridlm-study\"");
-  read_key(j, "data", c.data, source);
-  read_key(j, "tokenizer", c.tokenizer, source);
-  read_key(j, "parallel", c.parallel, source);
+  read_config_key(j, "data", c.data, source);
+  read_config_key(j, "tokenizer", c.tokenizer, source);
+  read_config_key(j, "parallel", c.parallel, source);
   if (j.contains("teacher")) {
     const json& t = j["teacher"];
     const std::string where = source + ": teacher";
-    check_keys(t, {"dir", "model_config"}, where);
+    check_config_keys(t, {"dir", "model_config"}, where);
     HLM_CHECK_INPUT(!(t.contains("dir") && t.contains("model_config")), where,
                     ": give either dir (an existing model) or model_config (pretrain one), not both");
-    read_key(t, "dir", c.teacher_dir, where);
+    read_config_key(t, "dir", c.teacher_dir, where);
     if (t.contains("dir")) c.teacher_model = nullptr;
     if (t.contains("model_config")) {
       HLM_CHECK_INPUT(t["model_config"].is_object() || t["model_config"].is_string(), where,
@@ -153,42 +111,44 @@ StudyConfig study_config_from_json(const json& j, const std::string& source) {
       c.teacher_model = with_layer_types(t["model_config"]);
     }
   }
-  if (j.contains("pretrain")) c.pretrain = train_section(c.pretrain, j["pretrain"], source + ": pretrain");
-  if (j.contains("distill")) c.distill = train_section(c.distill, j["distill"], source + ": distill");
+  if (j.contains("pretrain")) c.pretrain = train_config_section(c.pretrain, j["pretrain"], kStudyOwnedTrainKeys, "the study itself",
+                                                 source + ": pretrain");
+  if (j.contains("distill")) c.distill = train_config_section(c.distill, j["distill"], kStudyOwnedTrainKeys, "the study itself",
+                                                 source + ": distill");
   if (j.contains("placements")) {
     const json& p = j["placements"];
     const std::string where = source + ": placements";
-    check_keys(p, {"names", "full", "full_fraction", "convert_seed", "neg_eigval"}, where);
-    read_key(p, "names", c.placements, where);
-    read_key(p, "full", c.full, where);
-    read_key(p, "full_fraction", c.full_fraction, where);
-    read_key(p, "convert_seed", c.convert_seed, where);
-    read_key(p, "neg_eigval", c.neg_eigval, where);
+    check_config_keys(p, {"names", "full", "full_fraction", "convert_seed", "neg_eigval"}, where);
+    read_config_key(p, "names", c.placements, where);
+    read_config_key(p, "full", c.full, where);
+    read_config_key(p, "full_fraction", c.full_fraction, where);
+    read_config_key(p, "convert_seed", c.convert_seed, where);
+    read_config_key(p, "neg_eigval", c.neg_eigval, where);
   }
   if (j.contains("compare")) {
-    check_keys(j["compare"], {"exclude", "exclude_mnw_Mymr"}, source + ": compare");
-    read_key(j["compare"], "exclude", c.exclude, source + ": compare");
-    read_key(j["compare"], "exclude_mnw_Mymr", c.exclude_mnw_Mymr, source + ": compare");
+    check_config_keys(j["compare"], {"exclude", "exclude_mnw_Mymr"}, source + ": compare");
+    read_config_key(j["compare"], "exclude", c.exclude, source + ": compare");
+    read_config_key(j["compare"], "exclude_mnw_Mymr", c.exclude_mnw_Mymr, source + ": compare");
   }
   if (j.contains("replicates")) {
     const std::string where = source + ": replicates";
-    check_keys(j["replicates"], {"data_seeds", "placements"}, where);
-    read_key(j["replicates"], "data_seeds", c.data_seeds, where);
-    read_key(j["replicates"], "placements", c.replicate, where);
+    check_config_keys(j["replicates"], {"data_seeds", "placements"}, where);
+    read_config_key(j["replicates"], "data_seeds", c.data_seeds, where);
+    read_config_key(j["replicates"], "placements", c.replicate, where);
   }
   if (j.contains("analysis")) {
     const json& a = j["analysis"];
     const std::string where = source + ": analysis";
-    check_keys(a, {"anchor", "langs", "points", "max_pairs", "sigma_sample", "locality_k", "locality_max_units", "device"},
+    check_config_keys(a, {"anchor", "langs", "points", "max_pairs", "sigma_sample", "locality_k", "locality_max_units", "device"},
                where);
-    read_key(a, "anchor", c.anchor, where);
-    read_key(a, "langs", c.align_langs, where);
-    read_key(a, "points", c.align_points, where);
-    read_key(a, "max_pairs", c.max_pairs, where);
-    read_key(a, "sigma_sample", c.sigma_sample, where);
-    read_key(a, "locality_k", c.locality_k, where);
-    read_key(a, "locality_max_units", c.locality_max_units, where);
-    read_key(a, "device", c.analysis_device, where);
+    read_config_key(a, "anchor", c.anchor, where);
+    read_config_key(a, "langs", c.align_langs, where);
+    read_config_key(a, "points", c.align_points, where);
+    read_config_key(a, "max_pairs", c.max_pairs, where);
+    read_config_key(a, "sigma_sample", c.sigma_sample, where);
+    read_config_key(a, "locality_k", c.locality_k, where);
+    read_config_key(a, "locality_max_units", c.locality_max_units, where);
+    read_config_key(a, "device", c.analysis_device, where);
   }
   return c;
 }
@@ -203,8 +163,8 @@ json study_config_to_json(const StudyConfig& c) {
           {"tokenizer", c.tokenizer},
           {"parallel", c.parallel},
           {"teacher", teacher},
-          {"pretrain", train_section_to_json(c.pretrain)},
-          {"distill", train_section_to_json(c.distill)},
+          {"pretrain", train_config_section_to_json(c.pretrain, kStudyOwnedTrainKeys)},
+          {"distill", train_config_section_to_json(c.distill, kStudyOwnedTrainKeys)},
           {"placements",
            {{"names", c.placements},
             {"full", c.full},

@@ -13,7 +13,7 @@
 #include "evals/niah/niah_task.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
-#include "train/json_fits.h"
+#include "train/config_section.h"
 
 namespace hlm {
 namespace {
@@ -33,47 +33,6 @@ json default_model() {
     "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 4, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
     "tie_word_embeddings": true, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}})");
-}
-
-template <typename T>
-void read_key(const json& j, const char* key, T& out, const std::string& where) {
-  if (!j.contains(key)) return;
-  HLM_CHECK_INPUT(json_fits<T>(j.at(key)), where, ".", key, ": wrong type or out of range");
-  j.at(key).get_to(out);
-}
-
-void check_keys(const json& j, const std::set<std::string>& known, const std::string& where) {
-  HLM_CHECK_INPUT(j.is_object(), where, ": must be a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    if (known.count(key)) continue;
-    std::string list;
-    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-    throw_input_error(where, ": unknown key '", key, "' (known: ", list, ")");
-  }
-}
-
-TrainConfig train_section(const TrainConfig& base, const json& section, const std::string& where) {
-  HLM_CHECK_INPUT(section.is_object(), where, ": must be an object of trainer settings");
-  json merged = train_config_to_json(base);
-  for (const auto& [key, value] : section.items()) {
-    if (key == "lr") {  // pretrain's one peak rate (the CLI's --lr)
-      merged["lr_rec"] = merged["lr_rest"] = value;
-      continue;
-    }
-    HLM_CHECK_INPUT(!kOwnedTrainKeys.count(key), where, ".", key,
-                    ": set by the experiment itself (device: the top-level key or --device), not allowed here");
-    HLM_CHECK_INPUT(merged.contains(key) && key != "format" && key != "version" && key != "job", where,
-                    ": unknown setting '", key, "'");
-    merged[key] = value;
-  }
-  return train_config_from_json(merged, where);
-}
-
-json train_section_to_json(const TrainConfig& c) {
-  json j = train_config_to_json(c);
-  for (const char* key : {"format", "version", "job"}) j.erase(key);
-  for (const std::string& key : kOwnedTrainKeys) j.erase(key);
-  return j;
 }
 
 // Length lists accept numbers or "8k" strings.
@@ -130,48 +89,50 @@ NiahExperimentConfig niah_experiment_defaults() {
 
 NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::string& source) {
   NiahExperimentConfig c = niah_experiment_defaults();
-  check_keys(j,
+  check_config_keys(j,
              {"format", "version", "corpus", "tokenizer", "langs", "held_out_docs", "device", "architectures", "model",
               "full", "full_fraction", "train_data", "train", "eval"},
              source);
   if (j.contains("format")) HLM_CHECK_INPUT(j["format"] == kFormat, source, ": format must be \"", kFormat, "\"");
   if (j.contains("version")) HLM_CHECK_INPUT(j["version"] == 1, source, ": version must be 1");
-  read_key(j, "corpus", c.corpus, source);
-  read_key(j, "tokenizer", c.tokenizer, source);
-  read_key(j, "langs", c.langs, source);
-  read_key(j, "held_out_docs", c.held_out_docs, source);
-  read_key(j, "device", c.device, source);
-  read_key(j, "architectures", c.architectures, source);
+  read_config_key(j, "corpus", c.corpus, source);
+  read_config_key(j, "tokenizer", c.tokenizer, source);
+  read_config_key(j, "langs", c.langs, source);
+  read_config_key(j, "held_out_docs", c.held_out_docs, source);
+  read_config_key(j, "device", c.device, source);
+  read_config_key(j, "architectures", c.architectures, source);
   if (j.contains("model")) {
     HLM_CHECK_INPUT(j["model"].is_object(), source, ".model: an object of HF-style config fields");
     c.model = j["model"];
   }
-  read_key(j, "full", c.full, source);
-  read_key(j, "full_fraction", c.full_fraction, source);
+  read_config_key(j, "full", c.full, source);
+  read_config_key(j, "full_fraction", c.full_fraction, source);
   if (j.contains("train_data")) {
     const json& t = j["train_data"];
     const std::string where = source + ".train_data";
-    check_keys(t, {"tasks", "lengths", "seed", "docs_margin"}, where);
-    read_key(t, "tasks", c.train_tasks, where);
+    check_config_keys(t, {"tasks", "lengths", "seed", "docs_margin"}, where);
+    read_config_key(t, "tasks", c.train_tasks, where);
     if (t.contains("lengths")) c.train_lengths = read_lengths(t, "lengths", where);
-    read_key(t, "seed", c.train_seed, where);
-    read_key(t, "docs_margin", c.docs_margin, where);
+    read_config_key(t, "seed", c.train_seed, where);
+    read_config_key(t, "docs_margin", c.docs_margin, where);
   }
-  if (j.contains("train")) c.train = train_section(c.train, j["train"], source + ".train");
+  if (j.contains("train")) c.train = train_config_section(c.train, j["train"], kOwnedTrainKeys,
+                                                          "the experiment itself (device: the top-level key or --device)",
+                                                          source + ".train");
   if (j.contains("eval")) {
     const json& e = j["eval"];
     const std::string where = source + ".eval";
-    check_keys(e, {"tasks", "lengths", "n", "seed", "max_new_tokens", "stop", "max_batch", "max_memory", "split"},
+    check_config_keys(e, {"tasks", "lengths", "n", "seed", "max_new_tokens", "stop", "max_batch", "max_memory", "split"},
                where);
-    read_key(e, "tasks", c.eval_tasks, where);
+    read_config_key(e, "tasks", c.eval_tasks, where);
     if (e.contains("lengths")) c.eval_lengths = read_lengths(e, "lengths", where);
-    read_key(e, "n", c.eval_n, where);
-    read_key(e, "seed", c.eval_seed, where);
-    read_key(e, "max_new_tokens", c.max_new_tokens, where);
-    read_key(e, "stop", c.stop, where);
-    read_key(e, "max_batch", c.max_batch, where);
-    read_key(e, "max_memory", c.max_memory, where);
-    read_key(e, "split", c.split, where);
+    read_config_key(e, "n", c.eval_n, where);
+    read_config_key(e, "seed", c.eval_seed, where);
+    read_config_key(e, "max_new_tokens", c.max_new_tokens, where);
+    read_config_key(e, "stop", c.stop, where);
+    read_config_key(e, "max_batch", c.max_batch, where);
+    read_config_key(e, "max_memory", c.max_memory, where);
+    read_config_key(e, "split", c.split, where);
   }
   return c;
 }
@@ -191,7 +152,7 @@ json niah_experiment_config_to_json(const NiahExperimentConfig& c) {
           {"train_data",
            {{"tasks", c.train_tasks}, {"lengths", c.train_lengths}, {"seed", c.train_seed},
             {"docs_margin", c.docs_margin}}},
-          {"train", train_section_to_json(c.train)},
+          {"train", train_config_section_to_json(c.train, kOwnedTrainKeys)},
           {"eval",
            {{"tasks", c.eval_tasks},
             {"lengths", c.eval_lengths},

@@ -230,7 +230,9 @@ int run_generate(const GenerateCliOptions& o) {
   mr.kv_element_bytes = kv_element_bytes;
   mr.max_sequences = std::min<int64_t>(o.max_batch, static_cast<int64_t>(requests.size()));
   mr.kv_blocks = 0;
-  for (int64_t i = 0; i < mr.max_sequences; ++i) mr.kv_blocks += blocks[static_cast<size_t>(i)];
+  // Refused requests (empty, too long) have no entry in `blocks`, so it may be shorter than max_sequences.
+  const auto planned = std::min<size_t>(static_cast<size_t>(mr.max_sequences), blocks.size());
+  for (size_t i = 0; i < planned; ++i) mr.kv_blocks += blocks[i];
   // Without --max-memory the plan is what the requests need, but at most half the machine's memory: a context that
   // does not fit is then refused with a message instead of failing an allocation.
   mr.budget_bytes = o.max_memory.empty() ? half_physical_memory() : parse_bytes(o.max_memory);

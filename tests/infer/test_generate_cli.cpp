@@ -140,6 +140,15 @@ TEST(GenerateCli, BatchRunsTogetherAndRefusesBadLines) {
   // The good requests alone give the same ids (batched decode = each decoded alone).
   const nlohmann::json a = run_json(model.path() + " --ids 1,2,3 --max-new-tokens 4");
   EXPECT_EQ(a["ids"], rows[0]["ids"]);
+  // The state plan holds the planned requests' worst cases and nothing more: the empty prompt is refused before
+  // planning, so 3 of the 4 lines are planned (a plan sized over 4 entries of a 3-entry list once read past it).
+  const RunResult j = run_hybridlm("generate " + model.path() + " --tokenizer bytes --max-new-tokens 4 --json --batch " +
+                                   path.string());
+  const nlohmann::json plan = nlohmann::json::parse(j.out)["memory_plan"];
+  const MemoryPlan shape = memory_plan_shape(Model::load(model.path()).config());
+  const int64_t worst = shape.blocks_for(3 + 4 - 1) + shape.blocks_for(3 + 2 - 1) + shape.blocks_for(2 + 4 - 1);
+  EXPECT_EQ(plan["num_blocks"].get<int64_t>(), worst);
+  EXPECT_EQ(plan["max_sequences"].get<int64_t>(), 4);
 }
 
 TEST(GenerateCli, BadInputIsAClearErrorWithExitCode2) {

@@ -22,6 +22,7 @@ namespace {
 
 struct SynthCliOptions {
   std::string config, out, device = "cpu", precision = "fp32", profile_steps;
+  std::string cuda_graphs = "on";  // --device cuda: training steps as replayed CUDA graphs (HLM_CUDA_GRAPHS=off too)
   int64_t bucket_tokens = 128;     // --device cuda: pad each step's batch to a multiple of this many tokens (0: off)
   std::vector<std::string> tasks;  // replaces the config's `tasks` when given
 };
@@ -75,6 +76,8 @@ SynthDevice synth_device_for(const SynthCliOptions& o) {
   HLM_CHECK_INPUT(o.device == "cuda" || (o.precision == "fp32" && o.profile_steps.empty()),
                   "--precision bf16 and --profile-steps need --device cuda");
   HLM_CHECK_INPUT(o.bucket_tokens >= 0, "--bucket-tokens: must be >= 0, got ", o.bucket_tokens);
+  HLM_CHECK_INPUT(o.cuda_graphs == "on" || o.cuda_graphs == "off", "--cuda-graphs must be on or off, got '",
+                  o.cuda_graphs, "'");
   SynthDevice device;
   if (o.device == "cpu") return device;
   device.bucket_tokens = o.bucket_tokens;
@@ -90,8 +93,9 @@ SynthDevice synth_device_for(const SynthCliOptions& o) {
 #ifdef HLM_WITH_CUDA
   device.name = "cuda (" + o.precision + ")";
   const std::string precision = o.precision;
-  device.make_trainer = [precision, first, last]() -> std::unique_ptr<TrainDevice> {
-    std::unique_ptr<TrainDevice> inner = train_device_for("cuda", precision);
+  const bool graphs = o.cuda_graphs == "on";
+  device.make_trainer = [precision, graphs, first, last]() -> std::unique_ptr<TrainDevice> {
+    std::unique_ptr<TrainDevice> inner = train_device_for("cuda", precision, "layer", graphs);
     if (last < first) return inner;
     return std::make_unique<ProfiledTrainDevice>(std::move(inner), first, last);
   };
@@ -159,6 +163,7 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
       "  hybridlm synth --config s.json --out runs/synth_small\n"
       "  hybridlm synth --config configs/synth/table14.json --out runs/synth_gpu --device cuda\n"
       "  hybridlm synth --config configs/synth/table14-long.json --out runs/synth_long --device cuda --precision bf16\n"
+      "  hybridlm synth --config configs/synth/table14.json --out runs/synth_eager --device cuda --cuda-graphs off\n"
       "  hybridlm synth gen --task state_based_recall --n 8 --m 16 --count 3 --seed 1");
   cmd->add_option("--config", o->config, "Sweep config (JSON)");
   cmd->add_option("--out", o->out, "Output directory (created; reused to resume)");
@@ -175,6 +180,11 @@ void add_synth_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--bucket-tokens", o->bucket_tokens,
                   "--device cuda: pad each training step's packed items with short pad sequences (no loss) to a "
                   "multiple of N tokens, so steps repeat a few shapes (0: no padding; docs/synth.md)")
+      ->capture_default_str();
+  cmd->add_option("--cuda-graphs", o->cuda_graphs,
+                  "on|off (--device cuda): capture each training step once per batch shape as a CUDA graph and "
+                  "replay it (same results bit for bit; a shape's first step runs eagerly). HLM_CUDA_GRAPHS=off in "
+                  "the environment also turns it off (docs/synth.md)")
       ->capture_default_str();
   cmd->add_option("--profile-steps", o->profile_steps,
                   "FIRST:LAST (--device cuda): bracket these steps of each pair with cudaProfilerStart/Stop for the "

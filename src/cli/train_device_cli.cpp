@@ -11,14 +11,16 @@
 namespace hlm {
 
 std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision,
-                                              const std::string& recompute) {
+                                              const std::string& recompute, bool cuda_graphs) {
   HLM_CHECK_INPUT(name == "cpu" || name == "cuda", "--device: '", name, "' is not a device (cpu or cuda)");
   if (name == "cpu") return nullptr;
 #ifdef HLM_WITH_CUDA
   // An input error when no usable GPU is present.
   return std::make_unique<CudaTrainDevice>(
-      CudaTrainDeviceOptions{.bf16 = precision == "bf16", .recompute = recompute_from_name(recompute)});
+      CudaTrainDeviceOptions{.bf16 = precision == "bf16", .recompute = recompute_from_name(recompute),
+                             .cuda_graphs = cuda_graphs});
 #else
+  (void)cuda_graphs;
   throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
 #endif
 }

@@ -11,8 +11,9 @@ namespace hlm {
 
 // precision: "bf16" turns on the CUDA trainer's bf16 compute mode; recompute: "none" keeps every layer's activations
 // on the GPU (TrainConfig::recompute). Their values and their pairing with the device are checked with the rest of
-// the settings (train_config_validate).
+// the settings (train_config_validate). cuda_graphs: the CUDA trainer replays captured steps where it can
+// (CudaTrainDeviceOptions::cuda_graphs; `hybridlm synth --cuda-graphs`).
 std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision = "fp32",
-                                              const std::string& recompute = "layer");
+                                              const std::string& recompute = "layer", bool cuda_graphs = false);
 
 }  // namespace hlm

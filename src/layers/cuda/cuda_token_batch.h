@@ -1,9 +1,12 @@
 // A TokenBatch on the device: ids [T] int32, cu_seqlens [N+1] int64, positions [T] int32 and one int error flag that
 // the kernels set for a bad token id, position or cu_seqlens (they cannot throw; the caller reads the flag back).
 // Uploaded once per forward (the copies do not wait for the stream: cuda_copy_to_device_async); the layers take the
-// non-owning CudaBatchView.
+// non-owning CudaBatchView. Copies of a CudaTokenBatch share its device buffers (a captured training step keeps its
+// input batch after the trace that held a copy is gone), and refill writes a new batch of the same shape into them
+// (the fixed input buffers a replayed CUDA graph reads: train/cuda/cuda_train_device.h).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_tensor.h"
@@ -27,13 +30,20 @@ class CudaTokenBatch {
   // Validates the batch on the host (input error like the CPU forward), uploads it and clears the error flag.
   static CudaTokenBatch upload(CudaContext& ctx, const TokenBatch& batch);
 
+  // Validates `batch` like upload and writes it into this batch's buffers, clearing the flag (no wait). It must have
+  // this batch's shape (tokens, sequences, longest sequence); internal error otherwise.
+  void refill(CudaContext& ctx, const TokenBatch& batch);
+
   CudaBatchView view() const;
   // Reads the error flag back (waits for the stream): true when a kernel flagged bad input.
   bool error_flagged(CudaContext& ctx) const;
 
  private:
+  struct Buffers {
+    CudaTensor ids, cu_seqlens, positions, error_flag;
+  };
   int64_t tokens_ = 0, n_seqs_ = 0, max_seqlen_ = 0;
-  CudaTensor ids_, cu_seqlens_, positions_, error_flag_;
+  std::shared_ptr<Buffers> buffers_;
 };
 
 }  // namespace hlm

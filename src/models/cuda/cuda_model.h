@@ -67,6 +67,11 @@ class CudaModel {
   // final norm, all on the device, plus the uploaded batch; under Recompute::None also every layer's intermediates
   // (CudaKeptLayer in cuda_model_train.h).
   CudaTrainTrace forward_train(const TokenBatch& batch, Recompute recompute = Recompute::Layer);
+  // The same forward on a batch already on the device (the trace shares its buffers), WITHOUT reading the kernels'
+  // error flag back: nothing here waits for the stream, so a CUDA graph can capture it (the captured training step,
+  // train/cuda/cuda_train_device.h). The caller checks the flag afterwards (cuda_check_batch_flag,
+  // cuda_model_train.h). Call rope_for_positions(max_seqlen) before a capture (a table that grows copies and waits).
+  CudaTrainTrace forward_train(const CudaTokenBatch& device_batch, Recompute recompute);
   // The final hidden states [T, hidden] (device) of forward_train, keeping nothing else: a frozen teacher's forward
   // and evaluation (no backward follows, so no residual streams are cloned or held).
   CudaTensor forward_final_hidden(const TokenBatch& batch);

@@ -164,11 +164,9 @@ std::vector<CudaModel::NamedTensor> CudaModel::named_tensors() {
   return out;
 }
 
-namespace {
-
 // After a forward: a kernel's error flag becomes the CPU's input error (the bad token id named when there is one).
-void check_forward_flag(CudaContext& ctx, const CudaTokenBatch& device_batch, const TokenBatch& batch,
-                        int64_t vocab_size) {
+void cuda_check_batch_flag(CudaContext& ctx, const CudaTokenBatch& device_batch, const TokenBatch& batch,
+                           int64_t vocab_size) {
   if (!device_batch.error_flagged(ctx)) return;
   for (size_t t = 0; t < batch.ids.size(); ++t) {
     const int32_t id = batch.ids[t];
@@ -178,15 +176,20 @@ void check_forward_flag(CudaContext& ctx, const CudaTokenBatch& device_batch, co
   throw_input_error("CUDA forward: a kernel flagged a bad position or cu_seqlens");
 }
 
-}  // namespace
-
 CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch, Recompute recompute) {
+  ctx_->make_current();
+  CudaTrainTrace trace = forward_train(CudaTokenBatch::upload(*ctx_, batch), recompute);
+  cuda_check_batch_flag(*ctx_, trace.batch, batch, config_.vocab_size);
+  return trace;
+}
+
+CudaTrainTrace CudaModel::forward_train(const CudaTokenBatch& device_batch, Recompute recompute) {
   // The CUDA attention backward has no output gate (Qwen3.5): refuse instead of training with a wrong gradient.
   HLM_CHECK_INPUT(!architecture_spec(config_.architecture).attention_output_gate,
                   "CUDA training does not support gated attention (", config_.model_type, ") yet: use --device cpu");
   CudaContext& ctx = *ctx_;
   ctx.make_current();
-  CudaTrainTrace trace{CudaTokenBatch::upload(ctx, batch), {}, {}, {}, {}, {}};
+  CudaTrainTrace trace{device_batch, {}, {}, {}, {}, {}};
   const CudaBatchView b = trace.batch.view();
   const RopeCudaTable* rope = rope_table(b.max_seqlen);
   run_decoder(
@@ -196,7 +199,6 @@ CudaTrainTrace CudaModel::forward_train(const TokenBatch& batch, Recompute recom
         if (point == CapturePoint::AttnOut) trace.mixer_out.push_back(clone_device(ctx, v));
       },
       recompute == Recompute::None ? &trace.kept : nullptr);
-  check_forward_flag(ctx, trace.batch, batch, config_.vocab_size);
   return trace;
 }
 
@@ -207,7 +209,7 @@ CudaTensor CudaModel::forward_final_hidden(const TokenBatch& batch) {
   const CudaBatchView b = device_batch.view();
   CudaTensor residual, hidden;  // the stream entering the final norm (dropped), the final hidden states
   run_decoder(b, rope_table(b.max_seqlen), residual, hidden, [](CapturePoint, int, const CudaTensor&) {});
-  check_forward_flag(ctx, device_batch, batch, config_.vocab_size);
+  cuda_check_batch_flag(ctx, device_batch, batch, config_.vocab_size);
   return hidden;
 }
 

@@ -60,4 +60,9 @@ struct CudaTrainTrace {
   size_t kept_bytes() const;
 };
 
+// Reads the forward kernels' error flag of `device_batch` (uploaded from `batch`; waits for the stream) and turns a set
+// flag into the CPU forward's input error (the bad token id named when there is one).
+void cuda_check_batch_flag(CudaContext& ctx, const CudaTokenBatch& device_batch, const TokenBatch& batch,
+                           int64_t vocab_size);
+
 }  // namespace hlm

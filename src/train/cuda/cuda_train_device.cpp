@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/device_query.h"
 #include "core/error.h"
 #include "layers/cuda/cuda_linear.h"
@@ -62,11 +64,31 @@ class PhaseTimer {
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
 };
 
+// At most this many captured steps are kept (one per batch shape; least recently used dropped first). 300 steps of
+// Table 14's synth model at 64 items per step (--bucket-tokens 128) meet ~40 shapes (a simulation of the item
+// lengths); each graph keeps its step's activations in its private pool (~0.2 GB there).
+constexpr size_t kMaxStepGraphs = 64;
+
 }  // namespace
+
+// One captured step: the graph and the fixed device buffers it reads and writes.
+struct CudaTrainDevice::StepGraph {
+  CudaTokenBatch batch;                      // ids, cu_seqlens, positions, error flag (refilled before each replay)
+  CudaTensor weights, targets;               // [N] loss weights and CE targets (refilled)
+  CudaTensor per_token, result;              // [N] per-token CE, TokenLossCudaResult (written by each replay)
+  size_t kept_bytes = 0;                     // the trace's activations (the memory plan line)
+  std::unique_ptr<CudaGraph> graph;
+};
 
 CudaTrainDevice::CudaTrainDevice(const CudaTrainDeviceOptions& options) : options_(options) {
   HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
   ctx_ = &cuda_context();
+  options_.cuda_graphs = step_graphs_enabled(options_.cuda_graphs);
+}
+
+CudaTrainDevice::~CudaTrainDevice() {
+  graphs_.reset();
+  if (readback_ != nullptr) cudaFreeHost(readback_);
 }
 
 size_t CudaTrainDevice::free_memory_bytes() const {
@@ -94,6 +116,8 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   host_student_ = &student;
   host_optimizer_ = &optimizer;
   optimizer_.reset();  // holds pointers into the models below
+  graphs_.reset();     // captured with the addresses of the tensors below
+  graph_rope_ = nullptr;
   student_.reset();
   grads_.reset();
   teacher_.reset();
@@ -154,6 +178,16 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
       optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
   }
   optimizer_->set_step_count(optimizer.step_count());
+  if (options_.cuda_graphs) {
+    graphs_ = std::make_unique<StepGraphCache<StepGraph>>(kMaxStepGraphs);
+    // The rope table at its full length up front (up to 8192 positions), so that a longer batch later does not move
+    // it (which would drop every graph): its values depend on the position only. A rope that refuses that length
+    // (dynamic rope's limit) grows with the batches instead.
+    try {
+      student_->rope_for_positions(std::min<int64_t>(student.config().max_position_embeddings, 8192));
+    } catch (const Error&) {
+    }
+  }
   ctx_->synchronize();
   activation_plan_printed_ = false;
   print_static_plan();
@@ -207,10 +241,14 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
                          : std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; });
   const float weight = out.counted > 0 ? static_cast<float>(1.0 / static_cast<double>(out.counted)) : 0.0f;
 
-  grads_->set_zero();
-  for (int64_t r = 0; r < batch.rows; r += micro_rows) {
-    const PackedBatch micro = batch.rows == micro_rows ? batch : packed_batch_rows(batch, r, r + micro_rows);
-    micro_step(micro, weight, tau, num_languages, out);
+  const bool replayed = graphs_ != nullptr && !teacher_ && batch.rows == micro_rows &&
+                        graph_step(batch, weight, num_languages, out);
+  if (!replayed) {
+    grads_->set_zero();
+    for (int64_t r = 0; r < batch.rows; r += micro_rows) {
+      const PackedBatch micro = batch.rows == micro_rows ? batch : packed_batch_rows(batch, r, r + micro_rows);
+      micro_step(micro, weight, tau, num_languages, out);
+    }
   }
   // Each parameter's lr and weight decay from its host group (the trainer applied the schedule already).
   const std::vector<AdamWGroup>& groups = host_optimizer_->groups();
@@ -244,7 +282,6 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
 void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages,
                                  BatchLoss& out) {
   CudaContext& ctx = *ctx_;
-  const ModelConfig& c = student_->config();
   const int64_t N = micro.batch.total_tokens();
   PhaseTimer timer(ctx.stream());
   timer.mark("start");
@@ -256,32 +293,19 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   timer.mark("student_forward");
   out.kept_bytes = std::max(out.kept_bytes, trace.kept_bytes());
 
-  CudaTensor d_hidden = CudaTensor::empty(ctx, {N, c.hidden_size});
   CudaTensor per_token = CudaTensor::empty(ctx, {N});
   CudaTensor result = cuda_scratch_bytes(ctx, sizeof(TokenLossCudaResult));
   const std::vector<float> host_weights(static_cast<size_t>(N), weight);
   CudaTensor weights = CudaTensor::empty(ctx, {N});
   cuda_copy_to_device_async(ctx, weights.raw(), host_weights.data(), host_weights.size() * sizeof(float));
-  const LmHeadGradCuda grad{d_hidden.data<float>(), grads_->lm_head_weight()};
-  CudaTensor student16, teacher16;  // bf16 roundings of the final hidden states (bf16 mode only)
-  const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
-  auto* r = static_cast<TokenLossCudaResult*>(result.raw());
-  if (teacher_) {
-    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size);
-    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    lm_head_forward_kl_cuda(ctx.blaslt(), per_token.data<float>(), r, teacher_hidden.data<float>(),
-                            teacher_->lm_head_for(teacher_hidden.data<float>(), N, teacher16),
-                            trace.final_hidden.data<float>(), student_head, N, tau,
-                            weights.data<float>(), &grad, LmHeadCudaChunking{}, ws.raw(), bytes);
-  } else {
-    CudaTensor targets = CudaTensor::empty(ctx, {N}, DType::I32);
+  CudaTensor targets;
+  if (!teacher_) {
+    targets = CudaTensor::empty(ctx, {N}, DType::I32);
     cuda_copy_to_device_async(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
-    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size);
-    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    lm_head_cross_entropy_cuda(ctx.blaslt(), per_token.data<float>(), r, trace.final_hidden.data<float>(), N,
-                               student_head, targets.data<int32_t>(), weights.data<float>(), &grad,
-                               LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
   }
+  const CudaTensor d_hidden = head_loss(trace, teacher_ ? &teacher_hidden : nullptr, weights.data<float>(),
+                                       teacher_ ? nullptr : targets.data<int32_t>(), per_token.data<float>(),
+                                       result.raw(), tau);
   timer.mark("loss");
   student_->backward(trace, d_hidden.data<float>(), *grads_);
   timer.mark("student_backward");
@@ -302,6 +326,134 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   }
 }
 
+
+CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const CudaTensor* teacher_hidden,
+                                      const float* weights, const int32_t* targets, float* per_token, void* result,
+                                      double tau) {
+  CudaContext& ctx = *ctx_;
+  const ModelConfig& c = student_->config();
+  const int64_t N = trace.batch.view().tokens;
+  CudaTensor d_hidden = CudaTensor::empty(ctx, {N, c.hidden_size});
+  const LmHeadGradCuda grad{d_hidden.data<float>(), grads_->lm_head_weight()};
+  CudaTensor student16, teacher16;  // bf16 roundings of the final hidden states (bf16 mode only)
+  const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
+  auto* r = static_cast<TokenLossCudaResult*>(result);
+  if (teacher_hidden != nullptr) {
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden->data<float>(),
+                            teacher_->lm_head_for(teacher_hidden->data<float>(), N, teacher16),
+                            trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
+                            LmHeadCudaChunking{}, ws.raw(), bytes);
+  } else {
+    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    lm_head_cross_entropy_cuda(ctx.blaslt(), per_token, r, trace.final_hidden.data<float>(), N, student_head, targets,
+                               weights, &grad, LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
+  }
+  return d_hidden;
+}
+
+bool CudaTrainDevice::graph_step(const PackedBatch& micro, float weight, size_t num_languages, BatchLoss& out) {
+  CudaContext& ctx = *ctx_;
+  const TokenBatch& tb = micro.batch;
+  const int64_t N = tb.total_tokens();
+  StepGraphKey key{N, tb.num_sequences(), 0};
+  for (int64_t s = 0; s < key.sequences; ++s) key.longest = std::max(key.longest, tb.cu_seqlens[s + 1] - tb.cu_seqlens[s]);
+  // The rope table grows (and moves) for a longer batch: eagerly here, never inside a capture; the graphs that read
+  // the old table are dropped.
+  const RopeCudaTable* rope = student_->rope_for_positions(key.longest);
+  const float* rope_at = rope != nullptr ? rope->cos : nullptr;
+  if (rope_at != graph_rope_) {
+    graphs_->clear();
+    graph_rope_ = rope_at;
+  }
+  const StepGraphAction action = graphs_->decide(key);
+  if (action == StepGraphAction::Eager) {
+    graphs_->count_eager();
+    return false;
+  }
+  StepGraph* g = action == StepGraphAction::Replay ? graphs_->entry(key) : nullptr;
+  std::unique_ptr<StepGraph> fresh;
+  if (g == nullptr) {  // its buffers, filled with this step's batch (general blocks, made outside the capture)
+    fresh = std::make_unique<StepGraph>();
+    fresh->batch = CudaTokenBatch::upload(ctx, tb);
+    fresh->weights = CudaTensor::empty(ctx, {N});
+    fresh->targets = CudaTensor::empty(ctx, {N}, DType::I32);
+    fresh->per_token = CudaTensor::empty(ctx, {N});
+    fresh->result = cuda_scratch_bytes(ctx, sizeof(TokenLossCudaResult));
+    g = fresh.get();
+  } else {
+    g->batch.refill(ctx, tb);
+  }
+  const std::vector<float> host_weights(static_cast<size_t>(N), weight);
+  HLM_CHECK(micro.targets.size() == static_cast<size_t>(N), "CudaTrainDevice: ", micro.targets.size(), " targets for ",
+            N, " tokens");
+  cuda_copy_to_device_async(ctx, g->weights.raw(), host_weights.data(), host_weights.size() * sizeof(float));
+  cuda_copy_to_device_async(ctx, g->targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
+  if (fresh) {
+    // The step's work, as micro_step queues it for one micro-batch without a teacher (and its gradient zeroing).
+    StepGraph* e = fresh.get();
+    std::string why;
+    e->graph = CudaGraph::capture(
+        ctx,
+        [&] {
+          grads_->set_zero();
+          const CudaTrainTrace trace = student_->forward_train(e->batch, options_.recompute);
+          e->kept_bytes = trace.kept_bytes();
+          const CudaTensor d_hidden = head_loss(trace, nullptr, e->weights.data<float>(),
+                                                e->targets.data<int32_t>(), e->per_token.data<float>(),
+                                                e->result.raw(), 1.0);
+          student_->backward(trace, d_hidden.data<float>(), *grads_);
+        },
+        &why);
+    if (e->graph == nullptr) {
+      graphs_->failed(key);
+      graphs_->count_eager();
+      std::fprintf(stderr, "note: CUDA graph capture of a training step (%lld tokens) failed, running it eagerly: %s\n",
+                   static_cast<long long>(N), why.c_str());
+      return false;
+    }
+    g = &graphs_->captured(key, std::move(fresh));
+  }
+  g->graph->launch();
+  graphs_->count_replay();
+  // One wait: the error flag, the loss record and the per-token values, into pinned memory.
+  const size_t flag_at = 0, loss_at = 8, values_at = loss_at + sizeof(TokenLossCudaResult);
+  const size_t bytes = values_at + static_cast<size_t>(N) * sizeof(float);
+  if (readback_bytes_ < bytes) {
+    if (readback_ != nullptr) HLM_CUDA_CHECK(cudaFreeHost(readback_));
+    readback_ = nullptr;
+    readback_bytes_ = 0;
+    HLM_CUDA_CHECK(cudaMallocHost(&readback_, bytes));
+    readback_bytes_ = bytes;
+  }
+  auto* host = static_cast<unsigned char*>(readback_);
+  const cudaStream_t stream = ctx.stream();
+  HLM_CUDA_CHECK(cudaMemcpyAsync(host + flag_at, g->batch.view().error_flag, sizeof(int), cudaMemcpyDeviceToHost,
+                                 stream));
+  HLM_CUDA_CHECK(cudaMemcpyAsync(host + loss_at, g->result.raw(), sizeof(TokenLossCudaResult),
+                                 cudaMemcpyDeviceToHost, stream));
+  HLM_CUDA_CHECK(cudaMemcpyAsync(host + values_at, g->per_token.raw(), static_cast<size_t>(N) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream));
+  ctx.synchronize();
+  int flag = 0;
+  std::memcpy(&flag, host + flag_at, sizeof(flag));
+  if (flag != 0) cuda_check_batch_flag(ctx, g->batch, tb, student_->config().vocab_size);  // throws
+  TokenLossCudaResult loss;
+  std::memcpy(&loss, host + loss_at, sizeof(loss));
+  const auto* values = reinterpret_cast<const float*>(host + values_at);
+  out.loss += loss.loss;
+  for (int64_t t = 0; t < N; ++t) {
+    if (micro.targets[static_cast<size_t>(t)] < 0) continue;
+    const auto lang = static_cast<size_t>(micro.language[static_cast<size_t>(t)]);
+    HLM_CHECK(lang < num_languages, "token language ", lang, " outside the corpus's ", num_languages);
+    out.sum_by_language[lang] += values[t];
+    ++out.count_by_language[lang];
+  }
+  out.kept_bytes = std::max(out.kept_bytes, g->kept_bytes);
+  return true;
+}
 
 void CudaTrainDevice::evaluate_pass(const PackedBatch& batch, EvalSums& sums) {
   HLM_CHECK(student_.has_value(), "CudaTrainDevice::evaluate_pass before attach");
@@ -325,6 +477,13 @@ void CudaTrainDevice::sync_to_host() {
     host_optimizer_->set_state(host_index_[i], m, v);
   }
   host_optimizer_->set_step_count(optimizer_->step_count());
+  if (graphs_ != nullptr) {
+    const StepGraphStats& st = graphs_->stats();
+    std::printf("%-12s %lld captured, %lld replays, %lld eager steps, %lld failed captures, %zu graphs kept\n",
+                "cuda graphs", static_cast<long long>(st.captures), static_cast<long long>(st.replays),
+                static_cast<long long>(st.eager_steps), static_cast<long long>(st.failures), graphs_->size());
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace hlm

@@ -22,6 +22,16 @@
 // weights (the embedding and the small tensors in fp32 storage holding bf16 values), updated by CudaAdamW with the
 // host's stochastic-rounding stream (bit for bit the host AdamW's step on the same gradients), and the linears'
 // gradients in bf16 (train/cuda/cuda_bf16_masters.h; bound in docs/memory.md).
+// CUDA graphs (options.cuda_graphs, off by default; `hybridlm synth` turns them on, `--cuda-graphs off` or
+// HLM_CUDA_GRAPHS=off turns them off): a step of one micro-batch without a teacher (pretrain-style, the synth steps)
+// whose batch shape (tokens, sequences, longest sequence: train/step_graph_cache.h) was seen before is captured once
+// as a graph (gradient zeroing, forward, loss, backward) and replayed for every later step of that shape: the inputs
+// (ids, cu_seqlens, positions, loss weights, targets) are copied into the graph's fixed device buffers first, and
+// the kernels' error flag, the loss record and the per-token values come back with ONE wait. The gradient norm,
+// clipping and AdamW run eagerly after it (the learning rates and the step count stay host values), so a step keeps
+// two host waits but queues ~10 operations instead of ~500. Same kernels, same arguments, same order as the eager
+// step: the results are bit-identical (tests/cuda_models/test_cuda_train_graphs.cpp). A capture that fails (e.g. a
+// body that waits) leaves that shape eager, with a note on stderr.
 // Non-goals for now: multi-GPU, per-layer gradient release.
 #pragma once
 #include <memory>
@@ -32,6 +42,7 @@
 #include "models/cuda/cuda_adamw.h"
 #include "models/cuda/cuda_model.h"
 #include "models/model_train.h"
+#include "train/step_graph_cache.h"
 #include "train/train_device.h"
 
 namespace hlm {
@@ -43,12 +54,15 @@ struct CudaTrainDeviceOptions {
   bool bf16 = false;
   // The student's activations (--recompute): Layer recomputes inside each layer, None keeps every intermediate.
   Recompute recompute = Recompute::Layer;
+  // Steps as replayed CUDA graphs where they can be (see above); HLM_CUDA_GRAPHS=0|off in the environment wins.
+  bool cuda_graphs = false;
 };
 
 class CudaTrainDevice final : public TrainDevice {
  public:
   // Uses cuda_context() (GPU 0); an input error when no usable GPU is present.
   explicit CudaTrainDevice(const CudaTrainDeviceOptions& options = {});
+  ~CudaTrainDevice() override;
 
   std::string describe() const override;
   size_t free_memory_bytes() const override;  // cudaMemGetInfo on GPU 0
@@ -59,7 +73,21 @@ class CudaTrainDevice final : public TrainDevice {
   void evaluate_pass(const PackedBatch& batch, EvalSums& sums) override;
   void sync_to_host() override;
 
+  // Counts of the captured steps (all zero without cuda_graphs).
+  StepGraphStats graph_stats() const { return graphs_ ? graphs_->stats() : StepGraphStats{}; }
+
  private:
+  struct StepGraph;  // one captured step and its input buffers (cuda_train_device.cpp)
+
+  // The step as a replayed graph (cuda_graphs, one micro-batch, no teacher): false when it must run eagerly instead
+  // (a shape seen for the first time, or whose capture failed); nothing was queued then.
+  bool graph_step(const PackedBatch& micro, float weight, size_t num_languages, BatchLoss& out);
+  // The loss (CE at `targets`, or KL against teacher_hidden) and the head's gradient into grads_; returns the
+  // gradient w.r.t. the final hidden states for the backward. Shared by the eager and the captured step. `result` is
+  // a TokenLossCudaResult on the device.
+  CudaTensor head_loss(const CudaTrainTrace& trace, const CudaTensor* teacher_hidden, const float* weights,
+                       const int32_t* targets, float* per_token, void* result, double tau);
+
   // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`.
   void micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages, BatchLoss& out);
 
@@ -76,6 +104,10 @@ class CudaTrainDevice final : public TrainDevice {
   std::optional<CudaModel> student_, teacher_, grads_;
   std::unique_ptr<CudaAdamW> optimizer_;
   std::vector<size_t> host_index_;  // device optimizer parameter i ↔ host AdamW parameter host_index_[i]
+  std::unique_ptr<StepGraphCache<StepGraph>> graphs_;  // cuda_graphs: the captured steps by shape
+  const float* graph_rope_ = nullptr;  // the rope table the graphs read (a table that grows moves: graphs dropped)
+  void* readback_ = nullptr;           // pinned host memory for the captured step's results
+  size_t readback_bytes_ = 0;
 };
 
 }  // namespace hlm

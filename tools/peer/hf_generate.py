@@ -126,6 +126,14 @@ def bind_fla(model):
         mod.is_fast_path_available = True
 
 
+def timed(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="qwen3_4b", choices=sorted(SHAPES) + sorted(HYBRIDS))

@@ -236,6 +236,40 @@ TEST(CausalConv1dCuda, ForwardF32) {
   }
 }
 
+// The decode kernel (one token per sequence) against the general forward on the same inputs: y and the advanced
+// state bit for bit (same fmaf chain, same SiLU), for K = 1, 2, 4 (4-slot window), 7 (8-slot), 13 (64-slot), with and
+// without an initial state and SiLU, N = 1, 5 and 64 sequences, odd channel counts, special fills.
+TEST(CausalConv1dCuda, DecodeEqualsTheGeneralForwardBitForBit) {
+  HLM_REQUIRE_CUDA();
+  struct DecodeCase {
+    int64_t N, C, K;
+    bool silu, has_state;
+    Fill fill;
+  };
+  const std::vector<DecodeCase> cases = {{1, 33, 4, true, true, Fill::Normal},    {5, 65, 4, true, true, Fill::Special},
+                                         {64, 129, 4, true, true, Fill::Normal},  {64, 129, 4, false, false, Fill::Large},
+                                         {5, 7, 1, true, false, Fill::Normal},    {5, 9, 2, true, true, Fill::Denormal},
+                                         {3, 17, 7, false, true, Fill::Normal},   {3, 17, 13, true, true, Fill::Zeros}};
+  for (const DecodeCase& d : cases) {
+    ConvCase c{{}, d.C, d.K, d.silu, d.has_state, d.fill};
+    for (int64_t n = 0; n <= d.N; ++n) c.cu.push_back(n);
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), ns = state_size(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens"), y_ref(n * 4, "y general"), y(n * 4, "y decode");
+    const std::vector<float> zeros(ns, 0.0f);
+    DeviceBuffer st_ref = DeviceBuffer::from(c.has_state ? in.state : zeros, "state general");
+    DeviceBuffer st = DeviceBuffer::from(c.has_state ? in.state : zeros, "state decode");
+    causal_conv1d_forward_cuda(y_ref.as<float>(), ns ? st_ref.as<float>() : nullptr, x.as<float>(), w.as<float>(),
+                               ns ? st_ref.as<float>() : nullptr, cu.as<int64_t>(), params_of(c), ctx().stream());
+    causal_conv1d_decode_cuda(y.as<float>(), ns ? st.as<float>() : nullptr, x.as<float>(), w.as<float>(),
+                              params_of(c), ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "decode y"), y.download<float>(), y_ref.download<float>()));
+    if (ns) EXPECT_TRUE(check_exact(name(c, "decode state"), st.download<float>(), st_ref.download<float>()));
+    EXPECT_TRUE(buffers_ok({&y, &st, &y_ref, &st_ref}, {&x, &w, &cu})) << name(c, "decode");
+  }
+}
+
 TEST(CausalConv1dCuda, BackwardF32) {
   HLM_REQUIRE_CUDA();
   for (const ConvCase& c : kCases) {

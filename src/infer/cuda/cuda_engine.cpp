@@ -352,13 +352,20 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
   CudaTensor qc = CudaTensor::empty(ctx_, {T, Ck}), kc = CudaTensor::empty(ctx_, {T, Ck});
   CudaTensor vc = CudaTensor::empty(ctx_, {T, Cv});
   const CausalConv1dCudaParams sk{T, Ck, d.conv_kernel, N, true}, sv{T, Cv, d.conv_kernel, N, true};
-  // state_out may alias state_in (causal_conv1d_cuda.h): the conv state advances in place.
-  causal_conv1d_forward_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), q_state,
-                             s.batch.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), k_state,
-                             s.batch.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), v_state,
-                             s.batch.cu_seqlens, sv, stream);
+  // The conv state advances in place (state_out may alias state_in, causal_conv1d_cuda.h). Decode steps take the
+  // one-token-per-sequence kernel (same bits, one launch instead of two, no sequence search).
+  if (s.decode) {
+    causal_conv1d_decode_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), sk, stream);
+    causal_conv1d_decode_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), sk, stream);
+    causal_conv1d_decode_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), sv, stream);
+  } else {
+    causal_conv1d_forward_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), q_state,
+                               s.batch.cu_seqlens, sk, stream);
+    causal_conv1d_forward_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), k_state,
+                               s.batch.cu_seqlens, sk, stream);
+    causal_conv1d_forward_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), v_state,
+                               s.batch.cu_seqlens, sv, stream);
+  }
   // The conv outputs are no longer needed raw: normalise q, k into the projections' buffers.
   const L2normCudaParams l2{T * d.key_heads, d.key_dim};
   l2norm_forward_cuda(qp.data<float>(), qc.data<float>(), l2, stream);

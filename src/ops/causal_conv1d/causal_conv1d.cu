@@ -36,6 +36,7 @@ constexpr int kTileChannels = static_cast<int>(causal_conv1d_cuda_tile_channels(
 constexpr int kRunsPerTile = static_cast<int>(causal_conv1d_cuda_runs_per_tile());    // blockDim.y
 constexpr int kTileThreads = kTileChannels * kRunsPerTile;
 constexpr int kPrefetch = 8;  // tokens whose loads one thread issues together
+constexpr int kDecodeConvThreads = 256;  // conv_decode_kernel's block
 
 struct Geometry {
   int64_t T, C, K, N;
@@ -191,6 +192,32 @@ __global__ void conv_state_out_kernel(float* state_out, const float* x, const fl
     for (int64_t i = 0; i < Km1; ++i) row[i] = input_at(x, state_in, end - Km1 + i, start, s, c, g);
     for (int64_t i = 0; i < Km1; ++i) state_out[item * Km1 + i] = row[i];
   }
+}
+
+// Decode: every sequence holds exactly one token (T == N, cu_seqlens = 0, 1, ..., N), so token n is sequence n and
+// no search is needed. One thread per (sequence, channel): the K−1 state slots and the new input are read into
+// registers, y = [silu](the same fmaf chain in tap order as conv_forward_kernel / pre_activation), and the state
+// advances by one slot in the same thread (so state_out may alias state_in). Bit for bit the general path's y and
+// state_out (tests/cuda/cases_causal_conv1d.cpp).
+template <int KMAX>
+__global__ void conv_decode_kernel(float* y, float* state_out, const float* __restrict__ x,
+                                   const float* __restrict__ w, const float* state_in, Geometry g, bool silu) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // n · C + c
+  if (item >= g.N * g.C) return;
+  const int64_t c = item % g.C, Km1 = g.K - 1;
+  float in[KMAX];  // in[j] = the input at position t − K + 1 + j, j < K (in[K − 1] = x)
+#pragma unroll
+  for (int j = 0; j < KMAX; ++j)
+    in[j] = j < Km1 ? (state_in != nullptr ? state_in[item * Km1 + j] : 0.0f) : j == Km1 ? x[item] : 0.0f;
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < KMAX; ++j)
+    if (j < g.K) acc = fmaf(w[c * g.K + j], in[j], acc);
+  y[item] = silu ? silu_of(acc) : acc;
+  if (state_out != nullptr)
+#pragma unroll
+    for (int j = 0; j + 1 < KMAX; ++j)
+      if (j < Km1) state_out[item * Km1 + j] = in[j + 1];
 }
 
 // ---- Backward
@@ -379,6 +406,24 @@ void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, cons
         state_out, x, state_in, cu_seqlens, g);
     HLM_CUDA_CHECK_LAUNCH();
   }
+}
+
+void causal_conv1d_decode_cuda(float* y, float* state, const float* x, const float* w,
+                               const CausalConv1dCudaParams& p, cudaStream_t stream) {
+  const Geometry g = check_params(p);
+  HLM_CHECK(p.total_tokens == p.n_seqs, "causal_conv1d_decode_cuda: one token per sequence (T ", p.total_tokens,
+            ", N ", p.n_seqs, ")");
+  HLM_CHECK(y != x || p.total_tokens == 0, "causal_conv1d_decode_cuda: y may not alias x");
+  if (g.N == 0) return;
+  float* st = g.K > 1 ? state : nullptr;
+  const auto blocks = static_cast<unsigned>((g.N * g.C + kDecodeConvThreads - 1) / kDecodeConvThreads);
+  if (g.K <= 4)
+    conv_decode_kernel<4><<<blocks, kDecodeConvThreads, 0, stream>>>(y, st, x, w, st, g, p.silu);
+  else if (g.K <= 8)
+    conv_decode_kernel<8><<<blocks, kDecodeConvThreads, 0, stream>>>(y, st, x, w, st, g, p.silu);
+  else
+    conv_decode_kernel<kMaxKernel><<<blocks, kDecodeConvThreads, 0, stream>>>(y, st, x, w, st, g, p.silu);
+  HLM_CUDA_CHECK_LAUNCH();
 }
 
 size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams& p) {

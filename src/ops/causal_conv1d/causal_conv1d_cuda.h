@@ -65,6 +65,13 @@ constexpr int64_t causal_conv1d_cuda_dw_path_length(int64_t total_tokens) {
 void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, const float* w, const float* state_in,
                                 const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, cudaStream_t stream);
 
+// One decode step: every sequence has exactly one new token (p.total_tokens == p.n_seqs; token n belongs to sequence
+// n). y [N, C] = [silu](conv) as causal_conv1d_forward_cuda computes it, bit for bit; `state` [N, C, K−1] (nullable =
+// zeros, K = 1: unused) is read and advanced in place (one kernel, no sequence search: the decode path of
+// infer/cuda/cuda_engine.cpp).
+void causal_conv1d_decode_cuda(float* y, float* state, const float* x, const float* w,
+                               const CausalConv1dCudaParams& p, cudaStream_t stream);
+
 // Bytes of device scratch causal_conv1d_backward_cuda needs: the dw partials, tiles · K · C floats (0 when T = 0).
 size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams& p);
 

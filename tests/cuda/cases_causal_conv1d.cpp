@@ -265,7 +265,9 @@ TEST(CausalConv1dCuda, DecodeEqualsTheGeneralForwardBitForBit) {
     causal_conv1d_decode_cuda(y.as<float>(), ns ? st.as<float>() : nullptr, x.as<float>(), w.as<float>(),
                               params_of(c), ctx().stream());
     EXPECT_TRUE(check_exact(name(c, "decode y"), y.download<float>(), y_ref.download<float>()));
-    if (ns) EXPECT_TRUE(check_exact(name(c, "decode state"), st.download<float>(), st_ref.download<float>()));
+    if (ns) {
+      EXPECT_TRUE(check_exact(name(c, "decode state"), st.download<float>(), st_ref.download<float>()));
+    }
     EXPECT_TRUE(buffers_ok({&y, &st, &y_ref, &st_ref}, {&x, &w, &cu})) << name(c, "decode");
   }
 }

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
@@ -328,6 +330,225 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 }
 
+// Tiled decode (the default when D·sizeof(C) is a multiple of 16 bytes and the caches are 16-byte aligned): the
+// same grid, split and partial-result layout as cache_decode_kernel, but the split's keys go through shared memory in
+// tiles of kTileKeys rows, double-buffered with cp.async 16-byte copies (the next tile's K and V rows are in flight
+// while this tile is used), so a block keeps 2 × kTileKeys K/V rows of loads outstanding instead of 16, in ~40
+// registers instead of ~200. Per tile: scores of every (query head, key) pair (4 / HPB lanes per pair, each an FMA
+// chain over its share of the 16-byte chunks, then an xor-shuffle sum), × scale, −Inf for keys outside the split or
+// with a bad block id; then one warp per head takes the tile's max (fmaxf: NaN skipped as in the streams), rescales
+// with alpha = exp(m_old − m_use), p = exp(s − m_use), l = alpha·l + Σp; then O = alpha·O + Σ_j p_j v_j over the tile
+// (2 dims per thread; when a block has fewer heads than thread groups, the groups take interleaved key subsets and
+// add their partial O in group order at the end). Same non-finite behaviour as the streams: NaN or +Inf scores and
+// NaN values propagate, all −Inf gives m = −Inf, l = 0 (NaN after the merge).
+constexpr int kTileKeys = 32;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// 16 bytes of cache elements (8 bf16 or 4 floats) widened to fp32.
+__device__ __forceinline__ void widen16(const uint4& u, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void widen16(const uint4& u, float (&f)[4]) {
+  f[0] = __uint_as_float(u.x);
+  f[1] = __uint_as_float(u.y);
+  f[2] = __uint_as_float(u.z);
+  f[3] = __uint_as_float(u.w);
+}
+__device__ __forceinline__ float2 widen2(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ float2 widen2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+
+template <int DMAX, typename C>
+struct TiledDecodeSmem {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(C));  // elements per 16-byte copy
+  static constexpr int kStride = DMAX + kVec;  // padded row: consecutive rows start 4 banks apart
+  static constexpr size_t kTileBytes = static_cast<size_t>(kTileKeys) * kStride * sizeof(C);
+  static constexpr size_t bytes() { return 4 * kTileBytes; }  // K and V, two buffers each
+};
+
+template <int DMAX, int HPB, typename C>
+__global__ void __launch_bounds__(kDecodeThreads)
+    cache_decode_tiled_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
+                              const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
+                              int64_t splits, int64_t split_len, int* flag) {
+  using Smem = TiledDecodeSmem<DMAX, C>;
+  constexpr int kVec = Smem::kVec, S = Smem::kStride;
+  constexpr int kLanes = kDecodeThreads / (HPB * kTileKeys);  // lanes per (head, key) score: 4, 2, 1
+  constexpr int kGroupThreads = DMAX / 2;                     // one thread per 2 output dims
+  constexpr int kGroups = kDecodeThreads / kGroupThreads;     // 2 (DMAX 128) or 4 (DMAX 64)
+  constexpr int kHeadsPerGroup = HPB >= kGroups ? HPB / kGroups : 1;
+  constexpr int kKeySets = HPB >= kGroups ? 1 : kGroups / HPB;  // groups sharing one head split its keys
+  static_assert(kLanes >= 1 && kDecodeThreads % (HPB * kTileKeys) == 0, "tile shape");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  C* k_s = reinterpret_cast<C*>(smem_raw);         // [2][kTileKeys][S]
+  C* v_s = k_s + 2 * kTileKeys * S;                 // [2][kTileKeys][S]
+  __shared__ __align__(16) float q_s[HPB][DMAX];
+  __shared__ float s_s[HPB][kTileKeys];  // scores, then weights p
+  __shared__ float alpha_s[HPB], m_s[HPB], l_s[HPB];
+  __shared__ bool ok_s[2][kTileKeys];
+  __shared__ float o_red[kKeySets > 1 ? kKeySets - 1 : 1][HPB][DMAX];
+
+  const int64_t seq = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * HPB, split = blockIdx.z;
+  const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
+  if (!sv.ok || sv.nq == 0) return;  // uniform over the block
+  const int64_t kvh = h0 / dm.group;
+  int64_t kb = split * split_len;
+  const int64_t ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
+  if (dm.window > 0 && kb < sv.ctx - dm.window) kb = sv.ctx - dm.window;
+  const int64_t n_tiles = ke > kb ? (ke - kb + kTileKeys - 1) / kTileKeys : 0;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int chunks = dm.D / kVec;  // 16-byte chunks per row
+
+  for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
+    const int g = i / DMAX, d = i % DMAX;
+    q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
+  }
+  if (t < HPB) {
+    m_s[t] = -INFINITY;
+    l_s[t] = 0.0f;
+  }
+
+  // Tile `tile` into buffer `buf`: every thread copies its share of the 2 · kTileKeys · chunks 16-byte chunks; rows
+  // outside the split or with a bad block id are zero-filled and marked.
+  const auto load_tile = [&](int64_t tile, int buf) {
+    const int64_t k0 = kb + tile * kTileKeys;
+    for (int i = t; i < kTileKeys * chunks; i += kDecodeThreads) {
+      const int j = i / chunks, c = i % chunks;
+      const int64_t pos = k0 + j;
+      const int64_t off = pos < ke ? key_row(sv.table, pos, kvh, dm, c == 0 ? flag : nullptr) : -1;
+      C* kd = k_s + (buf * kTileKeys + j) * S + c * kVec;
+      C* vd = v_s + (buf * kTileKeys + j) * S + c * kVec;
+      if (off >= 0) {
+        cp_async16(kd, k_cache + off + c * kVec);
+        cp_async16(vd, v_cache + off + c * kVec);
+      } else {
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+      }
+      if (c == 0) ok_s[buf][j] = off >= 0;
+    }
+  };
+
+  float acc[kHeadsPerGroup][2];
+#pragma unroll
+  for (int i = 0; i < kHeadsPerGroup; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  const int grp = t / kGroupThreads, d0 = (t % kGroupThreads) * 2;
+  const int key_set = kKeySets > 1 ? grp / HPB : 0;
+
+  if (n_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int buf = static_cast<int>(tile & 1);
+    if (tile + 1 < n_tiles) load_tile(tile + 1, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's copies are done (the next tile's may still be in flight)
+    __syncthreads();
+
+    {  // scores
+      const int pair = t / kLanes, sub = t % kLanes, g = pair / kTileKeys, j = pair % kTileKeys;
+      const C* kr = k_s + (buf * kTileKeys + j) * S;
+      float dot = 0.0f;
+      for (int c = sub; c < chunks; c += kLanes) {
+        float f[kVec];
+        widen16(*reinterpret_cast<const uint4*>(kr + c * kVec), f);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot = fmaf(q_s[g][c * kVec + e], f[e], dot);
+      }
+#pragma unroll
+      for (int w = 1; w < kLanes; w *= 2) dot += __shfl_xor_sync(kFullMask, dot, w);
+      if (sub == 0) s_s[g][j] = ok_s[buf][j] ? dot * dm.scale : -INFINITY;
+    }
+    __syncthreads();
+    if (warp < HPB) {  // one warp per head: the tile's weights and the running max and sum
+      const int g = warp;
+      const float sc = s_s[g][lane];
+      float mx = sc;
+#pragma unroll
+      for (int w = 16; w >= 1; w /= 2) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, w));
+      const float m_old = m_s[g];
+      const float m_new = fmaxf(m_old, mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float pj = expf(sc - m_use);
+      float sum = pj;
+#pragma unroll
+      for (int w = 16; w >= 1; w /= 2) sum += __shfl_xor_sync(kFullMask, sum, w);
+      __syncwarp();
+      s_s[g][lane] = pj;
+      if (lane == 0) {
+        const float alpha = expf(m_old - m_use);
+        alpha_s[g] = alpha;
+        l_s[g] = fmaf(alpha, l_s[g], sum);
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+    if (d0 < dm.D) {  // O += P V over the tile
+      const C* vb = v_s + buf * kTileKeys * S + d0;
+#pragma unroll
+      for (int i = 0; i < kHeadsPerGroup; ++i) {
+        const int g = kKeySets > 1 ? grp % HPB : grp + kGroups * i;
+        const float alpha = alpha_s[g];
+        float a0 = acc[i][0] * alpha, a1 = acc[i][1] * alpha;
+        for (int j = key_set; j < kTileKeys; j += kKeySets) {
+          const float pj = s_s[g][j];
+          const float2 v = widen2(vb + j * S);
+          a0 = fmaf(pj, v.x, a0);
+          a1 = fmaf(pj, v.y, a1);
+        }
+        acc[i][0] = a0;
+        acc[i][1] = a1;
+      }
+    }
+    __syncthreads();  // the buffer is refilled by the next iteration's load
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // m_s, l_s written by other threads (also when the split had no tile)
+
+  // Key sets of one head: sets 1.. hand their partial O to set 0, which adds them in set order.
+  if (kKeySets > 1) {
+    if (key_set > 0 && d0 < dm.D) {
+      o_red[key_set - 1][grp % HPB][d0] = acc[0][0];
+      o_red[key_set - 1][grp % HPB][d0 + 1] = acc[0][1];
+    }
+    __syncthreads();
+    if (key_set == 0 && d0 < dm.D)
+      for (int k = 1; k < kKeySets; ++k) {
+        acc[0][0] += o_red[k - 1][grp % HPB][d0];
+        acc[0][1] += o_red[k - 1][grp % HPB][d0 + 1];
+      }
+  }
+  if (key_set == 0 && d0 < dm.D) {
+#pragma unroll
+    for (int i = 0; i < kHeadsPerGroup; ++i) {
+      const int g = kKeySets > 1 ? grp % HPB : grp + kGroups * i;
+      float* dst = part + ((seq * dm.Hq + h0 + g) * splits + split) * (dm.D + 2);
+      dst[d0] = acc[i][0];
+      dst[d0 + 1] = acc[i][1];
+      if (d0 == 0) {
+        dst[dm.D] = m_s[g];
+        dst[dm.D + 1] = l_s[g];
+      }
+    }
+  }
+}
+
 // out row (seq, h) from the splits' partial results.
 __global__ void cache_decode_merge_kernel(float* out, const float* part, const int32_t* tables,
                                           const int64_t* context_lens, const int64_t* cu, CacheDims dm,
@@ -408,10 +629,48 @@ void decode_launch(float* part, const float* q, const C* kc, const C* vc, const 
   HLM_CUDA_CHECK_LAUNCH();
 }
 
+template <int DMAX, int HPB, typename C>
+void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
+                         const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                         int* flag, cudaStream_t stream) {
+  constexpr size_t smem = TiledDecodeSmem<DMAX, C>::bytes();
+  static const bool attribute_set = [] {  // above 48 KiB (the fp32 cache at DMAX 128) needs the opt-in
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_decode_tiled_kernel<DMAX, HPB, C>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)attribute_set;
+  const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
+  cache_decode_tiled_kernel<DMAX, HPB, C>
+      <<<grid, kDecodeThreads, smem, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+// The tiled kernel needs 16-byte rows: D·sizeof(C) a multiple of 16 and both caches 16-byte aligned.
+// HLM_DECODE_KERNEL=streams selects the older stream kernel everywhere (comparisons, bisecting).
+template <typename C>
+bool decode_tiled_usable(const C* kc, const C* vc, const CacheDims& dm) {
+  static const bool streams = [] {
+    const char* e = std::getenv("HLM_DECODE_KERNEL");
+    return e != nullptr && std::string(e) == "streams";
+  }();
+  return !streams && (dm.D * sizeof(C)) % 16 == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(vc) % 16 == 0;
+}
+
 template <int DMAX, typename C>
 void decode_dispatch(int hpb, float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
                      const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
                      int* flag, cudaStream_t stream) {
+  if (decode_tiled_usable(kc, vc, dm)) {
+    if (hpb == 4)
+      decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    else if (hpb == 2)
+      decode_tiled_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    else
+      decode_tiled_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    return;
+  }
   if (hpb == 4)
     decode_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   else if (hpb == 2)

@@ -3,7 +3,8 @@
 //
 // A captured step is only valid for the shape it was captured with: the host sizes every launch from the packed
 // batch's token count, sequence count and longest sequence (grids, workspaces, the attention tiles), so these three
-// are the key. Policy, per step:
+// are the key (the GPU trainer rounds the longest sequence up to a multiple of 64, the bound its kernels are given).
+// Policy, per step:
 //   - a key seen for the first time runs eagerly (most shapes of a run appear once or twice early and never again:
 //     capturing them would cost more than it saves);
 //   - the second time it is captured, then replayed (the capture itself queues no work: the step's work is the
@@ -23,7 +24,7 @@ namespace hlm {
 struct StepGraphKey {
   int64_t tokens = 0;     // T of the packed batch
   int64_t sequences = 0;  // N
-  int64_t longest = 0;    // the longest sequence
+  int64_t longest = 0;    // the longest sequence (or the bound the caller rounds it up to)
   bool operator==(const StepGraphKey&) const = default;
 };
 

@@ -2,7 +2,8 @@
 // eager steps: two CudaTrainDevices on copies of the same model and AdamW, one with graphs and one without, take the
 // same 9 steps (synth-like batches: one row of packed sequences, a CE target only at each sequence's last token, pad
 // sequences without targets, the learning rate changing every step). Three batch shapes recur, so the graph device
-// runs each shape's first step eagerly, captures it the second time and replays it afterwards.
+// runs each shape's first step eagerly, captures it the second time and replays it afterwards; one step has another
+// longest sequence within the same 64-token round-up (the key), so it replays a graph with a larger attention grid.
 // A replay runs the same kernels with the same arguments in the same order as the eager step (it only skips the host),
 // so the check is exact: every step's loss and gradient norm, and after the last step every weight and both AdamW
 // moments of every parameter, bit for bit; the graph device must really have captured and replayed (and failed no
@@ -53,11 +54,13 @@ PackedBatch packed_step(const std::vector<int>& lengths, int pads, int64_t vocab
   return out;
 }
 
-// The steps: shapes A, B, C recur (A four times) with new ids each step.
+// The steps: shapes A, B, C recur with new ids each step. A2 has A's tokens and sequences but another longest
+// sequence (21 instead of 30): the same graph key (longest rounded up to 64), so it replays A's graph, whose attention
+// grid is sized for 64, against the eager step's grid for 21.
 std::vector<PackedBatch> steps_of(int64_t vocab) {
-  const std::vector<int> a{13, 21, 8, 30, 5}, b{17, 17, 40, 9}, c{64, 3, 11, 26, 7, 6};
+  const std::vector<int> a{13, 21, 8, 30, 5}, a2{13, 21, 8, 20, 15}, b{17, 17, 40, 9}, c{64, 3, 11, 26, 7, 6};
   const std::vector<std::pair<const std::vector<int>*, int>> order{{&a, 1}, {&b, 0}, {&a, 1}, {&c, 2}, {&b, 0},
-                                                                   {&a, 1}, {&c, 2}, {&a, 1}, {&c, 2}};
+                                                                   {&a2, 1}, {&c, 2}, {&a, 1}, {&c, 2}};
   std::vector<PackedBatch> out;
   for (size_t s = 0; s < order.size(); ++s) out.push_back(packed_step(*order[s].first, order[s].second, vocab, s));
   return out;

@@ -34,12 +34,12 @@ int64_t longest_sequence(const TokenBatch& batch) {
 
 }  // namespace
 
-CudaTokenBatch CudaTokenBatch::upload(CudaContext& ctx, const TokenBatch& batch) {
+CudaTokenBatch CudaTokenBatch::upload(CudaContext& ctx, const TokenBatch& batch, int64_t max_seqlen_at_least) {
   batch.validate();
   CudaTokenBatch b;
   b.tokens_ = batch.total_tokens();
   b.n_seqs_ = batch.num_sequences();
-  b.max_seqlen_ = longest_sequence(batch);
+  b.max_seqlen_ = std::max(longest_sequence(batch), max_seqlen_at_least);
   b.buffers_ = std::make_shared<Buffers>();
   b.buffers_->ids = upload_vector(ctx, batch.ids, DType::I32);
   b.buffers_->cu_seqlens = upload_vector(ctx, batch.cu_seqlens, DType::I64);
@@ -51,7 +51,7 @@ CudaTokenBatch CudaTokenBatch::upload(CudaContext& ctx, const TokenBatch& batch)
 void CudaTokenBatch::refill(CudaContext& ctx, const TokenBatch& batch) {
   batch.validate();
   HLM_CHECK(buffers_ != nullptr && batch.total_tokens() == tokens_ && batch.num_sequences() == n_seqs_ &&
-                longest_sequence(batch) == max_seqlen_,
+                longest_sequence(batch) <= max_seqlen_,
             "CudaTokenBatch::refill: a batch of another shape (", batch.total_tokens(), " tokens, ",
             batch.num_sequences(), " sequences; the buffers hold ", tokens_, ", ", n_seqs_, ")");
   refill_vector(ctx, buffers_->ids, batch.ids);

@@ -28,10 +28,12 @@ struct CudaBatchView {
 class CudaTokenBatch {
  public:
   // Validates the batch on the host (input error like the CPU forward), uploads it and clears the error flag.
-  static CudaTokenBatch upload(CudaContext& ctx, const TokenBatch& batch);
+  // max_seqlen_at_least: the view's max_seqlen is max(longest sequence, this) (the kernels take max_seqlen as an
+  // upper bound that sizes their grids: a captured step serves every batch whose longest sequence fits).
+  static CudaTokenBatch upload(CudaContext& ctx, const TokenBatch& batch, int64_t max_seqlen_at_least = 0);
 
   // Validates `batch` like upload and writes it into this batch's buffers, clearing the flag (no wait). It must have
-  // this batch's shape (tokens, sequences, longest sequence); internal error otherwise.
+  // this batch's tokens and sequences and no sequence longer than its max_seqlen; internal error otherwise.
   void refill(CudaContext& ctx, const TokenBatch& batch);
 
   CudaBatchView view() const;

@@ -65,9 +65,12 @@ class PhaseTimer {
 };
 
 // At most this many captured steps are kept (one per batch shape; least recently used dropped first). 300 steps of
-// Table 14's synth model at 64 items per step (--bucket-tokens 128) meet ~40 shapes (a simulation of the item
-// lengths); each graph keeps its step's activations in its private pool (~0.2 GB there).
+// Table 14's synth model at 64 items per step (--bucket-tokens 128) meet ~22 shapes (~38 without the rounding of the
+// longest sequence below; a simulation of the item lengths); each graph keeps its step's activations in its private
+// pool (~0.2 GB there).
 constexpr size_t kMaxStepGraphs = 64;
+// The captured steps' longest-sequence key is rounded up to a multiple of this (see graph_step).
+constexpr int64_t kLongestRound = 64;
 
 }  // namespace
 
@@ -358,8 +361,12 @@ bool CudaTrainDevice::graph_step(const PackedBatch& micro, float weight, size_t 
   CudaContext& ctx = *ctx_;
   const TokenBatch& tb = micro.batch;
   const int64_t N = tb.total_tokens();
+  // The longest sequence rounded up to a multiple of 64 (the attention kernels' tile): max_seqlen only sizes their
+  // grids (blocks past a sequence's end return at once), so one graph serves every batch whose sequences fit, with
+  // the same bits as an eager step (attention_tc.cuh, seq_bounds).
   StepGraphKey key{N, tb.num_sequences(), 0};
   for (int64_t s = 0; s < key.sequences; ++s) key.longest = std::max(key.longest, tb.cu_seqlens[s + 1] - tb.cu_seqlens[s]);
+  key.longest = (key.longest + kLongestRound - 1) / kLongestRound * kLongestRound;
   // The rope table grows (and moves) for a longer batch: eagerly here, never inside a capture; the graphs that read
   // the old table are dropped.
   const RopeCudaTable* rope = student_->rope_for_positions(key.longest);
@@ -377,7 +384,7 @@ bool CudaTrainDevice::graph_step(const PackedBatch& micro, float weight, size_t 
   std::unique_ptr<StepGraph> fresh;
   if (g == nullptr) {  // its buffers, filled with this step's batch (general blocks, made outside the capture)
     fresh = std::make_unique<StepGraph>();
-    fresh->batch = CudaTokenBatch::upload(ctx, tb);
+    fresh->batch = CudaTokenBatch::upload(ctx, tb, key.longest);
     fresh->weights = CudaTensor::empty(ctx, {N});
     fresh->targets = CudaTensor::empty(ctx, {N}, DType::I32);
     fresh->per_token = CudaTensor::empty(ctx, {N});

@@ -24,7 +24,8 @@
 // gradients in bf16 (train/cuda/cuda_bf16_masters.h; bound in docs/memory.md).
 // CUDA graphs (options.cuda_graphs, off by default; `hybridlm synth` turns them on, `--cuda-graphs off` or
 // HLM_CUDA_GRAPHS=off turns them off): a step of one micro-batch without a teacher (pretrain-style, the synth steps)
-// whose batch shape (tokens, sequences, longest sequence: train/step_graph_cache.h) was seen before is captured once
+// whose batch shape (tokens, sequences, longest sequence rounded up to 64: train/step_graph_cache.h; the rounded value
+// is the attention kernels' max_seqlen, which only sizes their grids) was seen before is captured once
 // as a graph (gradient zeroing, forward, loss, backward) and replayed for every later step of that shape: the inputs
 // (ids, cu_seqlens, positions, loss weights, targets) are copied into the graph's fixed device buffers first, and
 // the kernels' error flag, the loss record and the per-token values come back with ONE wait. The gradient norm,

@@ -5,9 +5,11 @@
 //            (row offsets in shared memory), K and V staged, scores, running max and sum, P V in registers
 //            (attention.cu's forward kernel with paged loads and the causal offset context − n_q).
 //   decode:  flash decoding (header comment of attention_cache_cuda.h): grid (sequence, head group, key split), 128
-//            threads = 16 key streams of 8 lanes; each lane holds every 8th dim of q, of the key/value row it loads
-//            and of its stream's output, so one K/V row load (8 lanes × 4 bytes per 32-byte sector) serves up to 4
-//            query heads. Streams merge in shared memory, splits in decode_merge_kernel.
+//            threads. Tiled kernel (rows of 16-byte multiples, the usual case): 32-key K/V tiles double-buffered in
+//            shared memory by cp.async, each K/V row read once for up to 4 query heads (cache_decode_tiled_kernel).
+//            Stream kernel (other head dims, or HLM_DECODE_KERNEL=streams): 16 key streams of 8 lanes; each lane
+//            holds every 8th dim of q, of the key/value row it loads and of its stream's output; streams merge in
+//            shared memory. Splits merge in decode_merge_kernel.
 // Every kernel is a template over the cache's element type C (float, or __nv_bfloat16 for the bf16 cache): cached
 // values are widened to fp32 as they are loaded and everything after the load is the same fp32 code.
 #include <cuda_bf16.h>
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kDecodeThreads = 128;
 constexpr int kKeyLanes = 8;                                     // lanes sharing one key row
 constexpr int kStreams = kDecodeThreads / kKeyLanes;             // key rows in flight per block
-constexpr int64_t kMinSplitKeys = 256;                           // fewer keys per split: merging costs more
+constexpr int64_t kMinSplitKeys = 64;  // fewer keys per split: merging costs more (two 32-key tiles of the tiled kernel)
 constexpr int64_t kMaxSplits = 64;
 
 // part: [N, Hq, splits, D + 2] = unnormalised O (D floats), running max, running sum of the split.

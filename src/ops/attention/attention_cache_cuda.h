@@ -12,13 +12,14 @@
 //     attention.cu with paged key loads and the causal offset context − n_q);
 //   decode path (every sequence has exactly one new query, params.max_query_len == 1): flash decoding. One block per
 //     (sequence, group of up to 4 query heads of one kv head, key split) reads each cached K/V row of its split ONCE
-//     for all its query heads (8 lanes per key row, 16 key rows in flight per block), keeps an online softmax per
-//     8-lane key stream, merges the streams in shared memory and writes the split's (max, sum, unnormalised output)
-//     to the workspace; a second kernel merges the splits. The split count fills the GPU at small batch and drops to 1
+//     for all its query heads (in 32-key tiles through shared memory when rows are 16-byte multiples; otherwise 8
+//     lanes per key row, 16 rows in flight, an online softmax per 8-lane stream merged in shared memory) and writes
+//     the split's (max, sum, unnormalised output) to the workspace; a second kernel merges the splits. The split count fills the GPU at small batch and drops to 1
 //     at large batch (attention_cache_cuda_decode_splits).
 //
 // Numerics against the CPU reference (which takes the row max first and sums in double): scores are fp32 FMA dots
-// (chunk path: in order d = 0..D−1; decode path: 8 lanes each over every 8th dim, then a 3-step xor-shuffle tree)
+// (chunk path: in order d = 0..D−1; decode path: 1, 2 or 4 lanes each over 16-byte chunks, or 8 lanes each over every
+// 8th dim, then an xor-shuffle tree)
 // times scale; exp is expf; the softmax is online (running max, sum, rescaled output) and, in the decode path, merged
 // over streams and splits with exp(m_part − m) weights; out = O / l. Results agree with the CPU to rounding (the
 // tests state the bound). Deterministic: fixed reduction orders, no atomics on data.

@@ -217,6 +217,11 @@ class CudaEngine final : public InferenceEngine {
   AttentionDims adims_;
   GdnDims gdims_;
   float logits_divisor_ = 1.0f;
+  // The step's logits land in page-locked host memory (twice the bandwidth of a pageable copy, no zero-fill or fresh
+  // pages per step) and are returned as a Tensor sharing this buffer; a buffer a caller still holds is never reused.
+  std::shared_ptr<void> host_logits_;
+  size_t host_logits_bytes_ = 0;
+  Tensor download_logits(const CudaTensor& device);
   std::vector<Layer> layers_;
 };
 
@@ -475,13 +480,13 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
                                    cudaMemcpyHostToDevice, ctx_.stream()));
     graph->graph->launch();
     ++graph_stats_.replays;
-    logits = cuda_download(ctx_, graph->logits);
+    logits = download_logits(graph->logits);
     cuda_copy_to_host(ctx_, &flag, at<int>(graph->meta, o.flag), sizeof(flag));
   } else {
     if (decode) ++graph_stats_.eager_decode_steps;
     const CudaTensor meta = pack.upload(ctx_);
     const CudaTensor logits_device = run_step(meta, o, sh);
-    logits = cuda_download(ctx_, logits_device);
+    logits = download_logits(logits_device);
     cuda_copy_to_host(ctx_, &flag, at<int>(meta, o.flag), sizeof(flag));
   }
   // The host checked ids, positions (reservations within the rope table come from generate's limits) and metadata.
@@ -492,6 +497,22 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     for (int64_t j = 0; j < logits.numel(); ++j) l[j] /= logits_divisor_;
   }
   return logits;
+}
+
+Tensor CudaEngine::download_logits(const CudaTensor& device) {
+  const size_t bytes = device.nbytes();
+  if (host_logits_ == nullptr || host_logits_.use_count() > 1 || host_logits_bytes_ < bytes) {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) {  // no pinned memory left: pageable copy
+      (void)cudaGetLastError();
+      return cuda_download(ctx_, device);
+    }
+    host_logits_ = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+    host_logits_bytes_ = bytes;
+  }
+  HLM_CUDA_CHECK(cudaMemcpyAsync(host_logits_.get(), device.raw(), bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
+  ctx_.synchronize();
+  return Tensor::wrap(host_logits_, host_logits_.get(), device.shape(), device.dtype());
 }
 
 CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh) {

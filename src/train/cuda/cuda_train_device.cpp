@@ -66,8 +66,8 @@ class PhaseTimer {
 
 // At most this many captured steps are kept (one per batch shape; least recently used dropped first). 300 steps of
 // Table 14's synth model at 64 items per step (--bucket-tokens 128) meet ~22 shapes (~38 without the rounding of the
-// longest sequence below; a simulation of the item lengths); each graph keeps its step's activations in its private
-// pool (~0.2 GB there).
+// longest sequence below; a simulation of the item lengths; 16 on the H200, 2026-12-02); each graph keeps its step's
+// activations in its private pool (not measured; the eager step's peak there was 0.25-0.32 GiB in all).
 constexpr size_t kMaxStepGraphs = 64;
 // The captured steps' longest-sequence key is rounded up to a multiple of this (see graph_step).
 constexpr int64_t kLongestRound = 64;

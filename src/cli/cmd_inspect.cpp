@@ -24,7 +24,7 @@ struct InspectOptions {
 double mib(int64_t elements, int64_t bytes) { return static_cast<double>(elements * bytes) / (1024.0 * 1024.0); }
 
 char layer_letter(const std::string& kind) {
-  return kind == "full_attention" ? 'A' : kind == "sliding_attention" ? 'S' : 'R';
+  return kind == "full_attention" || kind == "attention" ? 'A' : kind == "sliding_attention" ? 'S' : 'R';
 }
 
 int run_inspect(const InspectOptions& o) {
@@ -78,6 +78,10 @@ int run_inspect(const InspectOptions& o) {
                             {"state_elements", m.recurrent_state_elements},
                             {"state_bytes", m.recurrent_state_elements * m.bytes_per_element},
                             {"conv_state_elements", m.conv_state_elements}}},
+      {"mamba2", {{"layers", m.mamba_layers},
+                  {"ssm_state_elements", m.mamba_ssm_state_elements},
+                  {"conv_state_elements", m.mamba_conv_state_elements},
+                  {"state_bytes", (m.mamba_ssm_state_elements + m.mamba_conv_state_elements) * m.bytes_per_element}}},
       {"model_bytes_at_context", m.model_elements_at_context * m.bytes_per_element}};
 
   const ArchitectureSpec& arch = architecture_spec(c.architecture);
@@ -167,6 +171,11 @@ int run_inspect(const InspectOptions& o) {
     std::printf("  linear attention  %lld layers: state %lld elements, %.3f MiB/layer (constant; +%lld conv)\n",
                 static_cast<long long>(m.linear_attention_layers), static_cast<long long>(m.recurrent_state_elements),
                 mib(m.recurrent_state_elements, m.bytes_per_element), static_cast<long long>(m.conv_state_elements));
+  if (m.mamba_layers > 0)
+    std::printf("  mamba-2           %lld layers: SSM state %lld + conv state %lld elements, %.3f MiB/layer (constant)\n",
+                static_cast<long long>(m.mamba_layers), static_cast<long long>(m.mamba_ssm_state_elements),
+                static_cast<long long>(m.mamba_conv_state_elements),
+                mib(m.mamba_ssm_state_elements + m.mamba_conv_state_elements, m.bytes_per_element));
   std::printf("  whole model       %.3f MiB at context\n", mib(m.model_elements_at_context, m.bytes_per_element));
   std::printf("tensors (%zu)\n", tensors.size());
   for (const auto& t : tensors) {

@@ -27,6 +27,9 @@ class CpuEngine final : public InferenceEngine {
   CpuEngine(Model& model, const MemoryPlan& plan)
       : model_(model), plan_(plan), slots_(plan) {
     const ModelConfig& c = model.config();
+    HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2) == c.layer_kinds.end(),
+                    "generation does not run Mamba-2 layers yet (", c.model_type,
+                    "): the inference engines carry no conv/SSM state for them; use `run`/`eval` (full forward)");
     cache_shape_ = {plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
     layers_.resize(static_cast<size_t>(c.num_hidden_layers));
     for (size_t i = 0; i < layers_.size(); ++i) {

@@ -13,6 +13,8 @@ MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size, int64_t k
   p.block_size = block_size;
   p.kv_element_bytes = kv_element_bytes;
   for (const LayerKind kind : c.layer_kinds) {
+    HLM_CHECK_INPUT(kind != LayerKind::Mamba2, "generation does not run Mamba-2 layers yet (", c.model_type,
+                    "): the inference engines carry no conv/SSM state for them; the full forward (eval, run) works");
     if (kind == LayerKind::FullAttention) ++p.attention_layers;
     else ++p.gdn_layers;
   }

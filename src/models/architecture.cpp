@@ -6,9 +6,9 @@
 
 namespace hlm {
 
-static const std::array<const ArchitectureSpec*, 10> kArchitectures{
-    &kQwen3Spec, &kGraniteSpec, &kOlmoHybridSpec, &kQwen3HybridSpec, &kQwen3MoeSpec, &kQwen35Spec, &kQwen35MoeSpec,
-    &kOlmo3Spec, &kCohere2Spec, &kQwen3NextSpec};
+static const std::array<const ArchitectureSpec*, 11> kArchitectures{
+    &kQwen3Spec,  &kGraniteSpec,  &kOlmoHybridSpec, &kQwen3HybridSpec, &kQwen3MoeSpec,        &kQwen35Spec,
+    &kQwen35MoeSpec, &kOlmo3Spec, &kCohere2Spec,    &kQwen3NextSpec,   &kGraniteMoeHybridSpec};
 
 std::span<const ArchitectureSpec* const> architecture_specs() { return kArchitectures; }
 

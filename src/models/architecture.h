@@ -46,6 +46,9 @@ struct ArchitectureSpec {
   // Qwen3-Next's GDN input projections: in_proj_qkvz / in_proj_ba grouped per key head (TensorRow::fused_grouped)
   // instead of Qwen3.5's flat in_proj_qkv and separate z, b, a.
   bool gdn_grouped_projections = false;
+  // Granite-4.0-H: every layer's FFN is a shared SwiGLU MLP (shared_mlp.input_linear [gate | up] / output_linear,
+  // stored in DecoderLayerWeights::mlp) plus, on MoE layers, routed experts added to it (no shared-expert gate).
+  bool shared_mlp = false;
 };
 
 extern const ArchitectureSpec kQwen3Spec;
@@ -58,6 +61,7 @@ extern const ArchitectureSpec kCohere2Spec;
 extern const ArchitectureSpec kQwen35Spec;
 extern const ArchitectureSpec kQwen35MoeSpec;
 extern const ArchitectureSpec kQwen3NextSpec;
+extern const ArchitectureSpec kGraniteMoeHybridSpec;
 
 const ArchitectureSpec& architecture_spec(Architecture architecture);
 std::span<const ArchitectureSpec* const> architecture_specs();

@@ -6,6 +6,7 @@
 
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
+#include "layers/mamba2_layer.h"
 #include "layers/mlp_layer.h"
 #include "layers/moe_layer.h"
 
@@ -15,6 +16,7 @@ struct DecoderLayerWeights {
   Tensor input_layernorm;             // [hidden]; undefined in post-norm blocks
   AttentionWeights self_attn;         // full_attention layers
   GdnWeights linear_attn;             // linear_attention layers
+  Mamba2Weights mamba;                // Mamba-2 layers (granitemoehybrid)
   Tensor post_attention_layernorm;    // [hidden]: pre-MLP norm, or post-mixer norm in post-norm blocks
   MlpWeights mlp;                     // dense FFN layers
   MoeWeights moe;                     // routed-expert FFN layers (ModelConfig::moe_layer)

@@ -59,9 +59,13 @@ struct ConfigClass {
   // layer_norm_eps (LayerNorm); logit_scale multiplies the logits; layer_types default from sliding_window_pattern;
   // RoPE is interleaved and only on sliding layers (full layers are NoPE); embeddings tied by default.
   bool cohere2_keys = false;
+  // GraniteMoeHybridConfig (Granite-4.0-H): layer_types / layers_block_type of "mamba" and "attention" (default all
+  // mamba), mamba_* keys, NoPE unless position_embedding_type is "rope", a shared MLP of shared_intermediate_size in
+  // every layer plus num_local_experts routed experts of intermediate_size (0 = none), Granite's four scalars.
+  bool granite_hybrid = false;
 };
 
-constexpr std::array<ConfigClass, 10> kConfigClasses{{
+constexpr std::array<ConfigClass, 11> kConfigClasses{{
     {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, false},
     {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
@@ -90,6 +94,11 @@ constexpr std::array<ConfigClass, 10> kConfigClasses{{
     // Qwen3NextConfig: Qwen3.5's attention / GDN keys and defaults, Qwen3-MoE's expert schedule plus a shared expert.
     {Architecture::Qwen3Next, "Qwen3NextForCausalLM", 2, 256, 32768, std::nullopt, std::nullopt, false, false,
      HybridKeys::Qwen35, /*moe_keys=*/true, /*qwen35=*/true},
+    // GraniteMoeHybridConfig: num_key_value_heads defaults to the heads, no head_dim field (hidden // heads).
+    {.architecture = Architecture::GraniteMoeHybrid, .hf_class = "GraniteMoeHybridForCausalLM",
+     .num_key_value_heads = std::nullopt, .head_dim = std::nullopt, .max_position_embeddings = 2048,
+     .bos_token_id = 1, .eos_token_id = 2, .granite_scalars = true, .qwen3_sliding = false,
+     .hybrid = HybridKeys::None, .rms_norm_eps = 1e-6, .default_theta = 10000.0, .granite_hybrid = true},
 }};
 
 // Multimodal wrappers whose config.json nests the text decoder's config under "text_config" (Qwen3_5Config,
@@ -350,7 +359,10 @@ void parse_token_ids(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
 
 // layer_types: dense classes allow only full_attention; hybrid classes both kinds. Absent: all full attention
 // (dense), OLMo-Hybrid's default (every 4th layer full, at least one), required for the student.
+void parse_granite_layer_types(KeyReader& r, ModelConfig& c);
+
 void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
+  if (cls.granite_hybrid) return parse_granite_layer_types(r, c);
   const json* v = r.get("layer_types");
   c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
   if (v == nullptr || v->is_null()) {
@@ -409,6 +421,89 @@ void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
     const auto full = std::count(c.layer_types.begin(), c.layer_types.end(), "full_attention");
     HLM_CHECK_INPUT(full > 0 && full < c.num_hidden_layers,
                     "olmo_hybrid needs at least one full_attention and one linear_attention layer");
+  }
+}
+
+// GraniteMoeHybridConfig: layer_types (attribute alias layers_block_type) of "mamba" / "attention" (transformers
+// 5.x's remapped names "linear_attention" / "full_attention" accepted too); absent or null: every layer mamba.
+void parse_granite_layer_types(KeyReader& r, ModelConfig& c) {
+  const json* v = r.get("layer_types");
+  const json* alias = r.get("layers_block_type");
+  if (v == nullptr || v->is_null()) v = alias;
+  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "mamba");
+  if (v != nullptr && !v->is_null()) {
+    HLM_CHECK_INPUT(v->is_array(), "key 'layer_types' must be a list, got ", json_desc(*v));
+    HLM_CHECK_INPUT(static_cast<int64_t>(v->size()) == c.num_hidden_layers, "layer_types has ", v->size(),
+                    " entries but num_hidden_layers is ", c.num_hidden_layers);
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string kind = as_string((*v)[i], "layer_types[]");
+      HLM_CHECK_INPUT(kind == "mamba" || kind == "attention" || kind == "linear_attention" ||
+                          kind == "full_attention",
+                      "layer_types[", i, "] is '", kind, "' (expected 'mamba' or 'attention')");
+      c.layer_types[i] = kind;
+    }
+  }
+  c.layer_kinds.clear();
+  for (const std::string& kind : c.layer_types)
+    c.layer_kinds.push_back(kind == "mamba" || kind == "linear_attention" ? LayerKind::Mamba2
+                                                                          : LayerKind::FullAttention);
+}
+
+// GraniteMoeHybridConfig's mamba_*, expert and position keys (class defaults of transformers' config class).
+void parse_granite_hybrid(KeyReader& r, ModelConfig& c) {
+  Mamba2Config m;
+  const auto size = [&](const char* key, int64_t fallback, int64_t limit) {
+    return bounded(positive(r.int_or(key, fallback), key), key, limit);
+  };
+  m.heads = size("mamba_n_heads", m.heads, kMaxHeads);
+  m.groups = size("mamba_n_groups", m.groups, kMaxHeads);
+  m.state_dim = size("mamba_d_state", m.state_dim, kMaxWidth);
+  m.conv_kernel = size("mamba_d_conv", m.conv_kernel, kMaxConvKernel);
+  m.expand = size("mamba_expand", m.expand, kMaxHeads);
+  m.chunk_size = size("mamba_chunk_size", m.chunk_size, kMaxPositions);
+  const int64_t inner = m.expand * c.hidden_size;
+  HLM_CHECK_INPUT(inner % m.heads == 0, "mamba_n_heads (", m.heads, ") does not divide mamba_expand * hidden_size (",
+                  inner, ")");
+  const json* d_head = r.get("mamba_d_head");
+  m.head_dim = (d_head == nullptr || d_head->is_null() || (d_head->is_string() && d_head->get<std::string>() == "auto"))
+                   ? inner / m.heads
+                   : bounded(positive(as_int(*d_head, "mamba_d_head"), "mamba_d_head"), "mamba_d_head", kMaxWidth);
+  HLM_CHECK_INPUT(m.head_dim * m.heads == inner, "mamba_d_head (", m.head_dim, ") * mamba_n_heads (", m.heads,
+                  ") is not mamba_expand * hidden_size (", inner, ")");
+  HLM_CHECK_INPUT(m.heads % m.groups == 0, "mamba_n_heads (", m.heads, ") is not a multiple of mamba_n_groups (",
+                  m.groups, ")");
+  m.conv_bias = r.bool_or("mamba_conv_bias", true);
+  m.proj_bias = r.bool_or("mamba_proj_bias", false);
+  HLM_CHECK_INPUT(!m.proj_bias, "mamba_proj_bias: true is not supported (in_proj/out_proj biases)");
+  if (const json* t = r.get("time_step_limit"); t != nullptr && !t->is_null()) {
+    HLM_CHECK_INPUT(t->is_array() && t->size() == 2, "key 'time_step_limit' must be a pair, got ", json_desc(*t));
+    m.dt_limit_lo = as_number((*t)[0], "time_step_limit[0]");
+    m.dt_limit_hi = (*t)[1].is_null() ? 1e300 : as_number((*t)[1], "time_step_limit[1]");
+    HLM_CHECK_INPUT(m.dt_limit_lo <= m.dt_limit_hi, "time_step_limit is not an interval");
+  }
+  for (const char* key : {"time_step_min", "time_step_max", "time_step_floor"}) (void)r.get(key);  // init only
+  if (const json* p = r.get("position_embedding_type"); p != nullptr && !p->is_null())
+    c.position_embedding_type = as_string(*p, "position_embedding_type");
+  c.use_rope = c.position_embedding_type == "rope";
+  c.mamba = m;
+  c.shared_intermediate_size =
+      bounded(positive(r.int_or("shared_intermediate_size", 1024), "shared_intermediate_size"),
+              "shared_intermediate_size", kMaxWidth);
+  const int64_t experts = bounded(r.int_or("num_local_experts", 8), "num_local_experts", kMaxHeads);
+  HLM_CHECK_INPUT(experts >= 0, "key 'num_local_experts' must be >= 0, got ", experts);
+  const int64_t top_k = positive(r.int_or("num_experts_per_tok", 2), "num_experts_per_tok");
+  (void)r.get("output_router_logits");
+  (void)r.get("router_aux_loss_coef");
+  if (experts > 0) {
+    // Router: top-k of the logits, softmax over those k = softmax over all, top-k, renormalised (norm_topk_prob).
+    HLM_CHECK_INPUT(top_k <= experts, "num_experts_per_tok (", top_k, ") exceeds num_local_experts (", experts, ")");
+    MoeConfig moe;
+    moe.num_experts = experts;
+    moe.num_experts_per_tok = top_k;
+    moe.moe_intermediate_size = c.intermediate_size;
+    moe.norm_topk_prob = true;
+    c.moe = moe;
+    c.ffn_kinds.assign(static_cast<size_t>(c.num_hidden_layers), FfnKind::Moe);
   }
 }
 
@@ -602,6 +697,7 @@ ModelConfig parse_config_object(const json& j) {
   parse_layer_types(r, c, cls);
   parse_linear(r, c, cls);
   parse_moe(r, c, cls);
+  if (cls.granite_hybrid) parse_granite_hybrid(r, c);
   if (c.intermediate_size == 0) c.intermediate_size = c.moe->moe_intermediate_size;  // unused: every layer is MoE
   if (cls.qwen35) {  // the gated attention of Qwen3.5 (Qwen3-Next's attn_output_gate; absent in 5.17's class)
     HLM_CHECK_INPUT(r.bool_or("attn_output_gate", true), "attn_output_gate: false is not supported for model_type ",
@@ -615,6 +711,7 @@ ModelConfig parse_config_object(const json& j) {
     if (c.dtype.empty() && v != nullptr && !v->is_null()) c.dtype = as_string(*v, key);
   }
   parse_rope(r, c);
+  if (cls.granite_hybrid) c.use_rope = c.position_embedding_type == "rope";  // NoPE unless "rope"
   if (cls.cohere2_keys) {  // one rope (interleaved) for the sliding layers; full layers have none
     c.rope.interleaved = true;
     c.sliding_rope.reset();
@@ -742,7 +839,27 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     j["linear_dt_max"] = l.dt_max;
     j["linear_dt_init_floor"] = l.dt_init_floor;
   }
-  if (c.moe) {
+  if (cls.granite_hybrid) {  // GraniteMoeHybridConfig's names
+    const Mamba2Config& m = *c.mamba;
+    j["mamba_n_heads"] = m.heads;
+    j["mamba_d_head"] = m.head_dim;
+    j["mamba_d_state"] = m.state_dim;
+    j["mamba_n_groups"] = m.groups;
+    j["mamba_d_conv"] = m.conv_kernel;
+    j["mamba_expand"] = m.expand;
+    j["mamba_chunk_size"] = m.chunk_size;
+    j["mamba_conv_bias"] = m.conv_bias;
+    j["mamba_proj_bias"] = m.proj_bias;
+    if (m.dt_limit_lo != 0.0 || m.dt_limit_hi < 1e300)
+      j["time_step_limit"] = {m.dt_limit_lo, m.dt_limit_hi < 1e300 ? json(m.dt_limit_hi) : json(nullptr)};
+    j["position_embedding_type"] = c.position_embedding_type.empty() ? json(nullptr) : json(c.position_embedding_type);
+    j["shared_intermediate_size"] = c.shared_intermediate_size;
+    j["num_local_experts"] = c.moe ? c.moe->num_experts : 0;
+    j["num_experts_per_tok"] = c.moe ? c.moe->num_experts_per_tok : 2;
+    j.erase("head_dim");
+    j.erase("mlp_bias");
+  }
+  if (c.moe && !cls.granite_hybrid) {
     const MoeConfig& m = *c.moe;
     j["num_experts"] = m.num_experts;
     j["num_experts_per_tok"] = m.num_experts_per_tok;
@@ -754,7 +871,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
       j["mlp_only_layers"] = m.mlp_only_layers;
     }
   }
-  if (!c.use_rope) j["rope_parameters"] = nullptr;
+  if (!c.use_rope && !cls.granite_hybrid) j["rope_parameters"] = nullptr;
   return j;
 }
 

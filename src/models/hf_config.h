@@ -21,12 +21,13 @@
 namespace hlm {
 
 enum class Architecture {
-  Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Qwen35, Qwen35Moe, Olmo3, Cohere2, Qwen3Next
+  Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Qwen35, Qwen35Moe, Olmo3, Cohere2, Qwen3Next, GraniteMoeHybrid
 };
 
 // A layer's token mixer: softmax attention ("full_attention", and "sliding_attention": the same mixer over the last
-// ModelConfig::sliding_window keys, see attention_window) or Gated DeltaNet ("linear_attention").
-enum class LayerKind { FullAttention, LinearAttention };
+// ModelConfig::sliding_window keys, see attention_window), Gated DeltaNet ("linear_attention"), or a Mamba-2 mixer
+// (Granite-4.0-H's "mamba" layers, layers/mamba2_layer.h).
+enum class LayerKind { FullAttention, LinearAttention, Mamba2 };
 
 // A layer's feed-forward block: the dense SwiGLU MLP, or routed experts (layers/moe_layer.h).
 enum class FfnKind { Dense, Moe };
@@ -59,6 +60,22 @@ struct LinearAttentionConfig {
   double dt_min = 1e-3, dt_max = 0.1, dt_init_floor = 1e-4;
 };
 
+// Granite-4.0-H's Mamba-2 layers (GraniteMoeHybridConfig's mamba_* keys). Im = expand·hidden = heads·head_dim.
+struct Mamba2Config {
+  int64_t heads = 128;        // mamba_n_heads (nh)
+  int64_t head_dim = 0;       // mamba_d_head (P; "auto" = expand·hidden / heads)
+  int64_t state_dim = 256;    // mamba_d_state (N)
+  int64_t groups = 1;         // mamba_n_groups (G)
+  int64_t conv_kernel = 4;    // mamba_d_conv
+  int64_t expand = 2;         // mamba_expand
+  int64_t chunk_size = 256;   // mamba_chunk_size
+  bool conv_bias = true;      // mamba_conv_bias
+  bool proj_bias = false;     // mamba_proj_bias (true is refused)
+  double dt_limit_lo = 0.0, dt_limit_hi = 1e300;  // time_step_limit (default (0, inf))
+  int64_t inner() const { return heads * head_dim; }                  // Im
+  int64_t conv_channels() const { return inner() + 2 * groups * state_dim; }  // xBC width
+};
+
 struct ModelConfig {
   std::string model_type;  // "qwen3", "granite"
   Architecture architecture = Architecture::Qwen3;
@@ -88,6 +105,12 @@ struct ModelConfig {
   std::vector<std::string> layer_types;
   std::vector<LayerKind> layer_kinds;
   std::optional<LinearAttentionConfig> linear;  // present for hybrid architectures
+  std::optional<Mamba2Config> mamba;  // present for granitemoehybrid (LayerKind::Mamba2 layers)
+  // granitemoehybrid: position_embedding_type as written ("rope" turns RoPE on; anything else is NoPE).
+  std::string position_embedding_type;
+  // granitemoehybrid: the shared SwiGLU MLP's width (shared_intermediate_size); every layer has it, routed experts
+  // (intermediate_size wide) are added when num_local_experts > 0.
+  int64_t shared_intermediate_size = 0;
   bool use_rope = true;  // false when rope_parameters is null (OLMo-Hybrid allows a NoPE model)
   // Sliding-window attention (OLMo-3): layer_types "sliding_attention" layers attend to the last sliding_window keys
   // (the token itself and W−1 before it); 0 when the class has no such layers.

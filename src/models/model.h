@@ -16,6 +16,7 @@
 #include "models/decoder_weights.h"
 #include "models/hf_config.h"
 #include "layers/gdn_layer.h"
+#include "layers/mamba2_layer.h"
 #include "layers/moe_layer.h"
 #include "ops/rope/rope.h"
 
@@ -56,6 +57,8 @@ struct ForwardOptions {
 GdnDims gdn_dims(const ModelConfig& config);
 // The routed-expert dimensions a config implies (MoE architectures only).
 MoeDims moe_dims(const ModelConfig& config);
+// The Mamba-2 layer dimensions a config implies (granitemoehybrid only).
+Mamba2Dims mamba2_dims(const ModelConfig& config);
 
 class Model {
  public:

@@ -24,15 +24,17 @@ void init_tensor(Tensor& t, const TensorSpec& spec, const ModelConfig& c, uint64
   };
   if (spec.group == "norm") {
     std::fill(p, p + n, 1.0f);
+  } else if (ends_with(".D") && c.mamba) {  // Mamba-2 skip: ones (HF's init)
+    std::fill(p, p + n, 1.0f);
   } else if (ends_with(".A_log")) {
-    const LinearAttentionConfig& l = *c.linear;
+    const LinearAttentionConfig l = c.linear.value_or(LinearAttentionConfig{});  // Mamba-2: the same default ranges
     for (uint64_t i = 0; i < n; ++i) {
       // (u + 2^-25): never exactly a_log_min, so log stays finite when a_log_min is 0.
       const double u = rng_uniform(seed, stream, i) + 0x1p-25;
       p[i] = static_cast<float>(std::log(l.a_log_min + (l.a_log_max - l.a_log_min) * u));
     }
   } else if (ends_with(".dt_bias")) {
-    const LinearAttentionConfig& l = *c.linear;
+    const LinearAttentionConfig l = c.linear.value_or(LinearAttentionConfig{});
     for (uint64_t i = 0; i < n; ++i) {
       const double u = rng_uniform(seed, stream, i);
       double dt = std::exp(std::log(l.dt_min) + u * (std::log(l.dt_max) - std::log(l.dt_min)));

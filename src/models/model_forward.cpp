@@ -4,13 +4,15 @@
 //              post-norm block: h += norm_post(mixer(h));       h += norm_ff(mlp(h))        (OLMo-Hybrid attention)
 //              parallel block:  n = norm_in(h); h += mixer(n); h += mlp(n)                  (Cohere2)
 //   norms are RMSNorm, or LayerNorm without bias where the spec says so (Cohere2)
-//   mixer = softmax attention (full_attention) or Gated DeltaNet (linear_attention)
-//   mlp   = dense SwiGLU or routed experts, by the layer's FfnKind
+//   mixer = softmax attention (full_attention), Gated DeltaNet (linear_attention) or Mamba-2 (granitemoehybrid)
+//   mlp   = dense SwiGLU or routed experts, by the layer's FfnKind; with a shared MLP (granitemoehybrid) the
+//           shared SwiGLU plus, on MoE layers, the routed experts
 //   logits = lm_head(norm(h)) / logits_scaling · logit_scale
 #include <algorithm>
 
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
+#include "layers/mamba2_layer.h"
 #include "layers/mlp_layer.h"
 #include "layers/moe_layer.h"
 #include "models/architecture.h"
@@ -34,6 +36,21 @@ GdnDims gdn_dims(const ModelConfig& c) {
   d.conv_kernel = l.conv_kernel_dim;
   d.neg_eigval = l.allow_neg_eigval;
   d.norm_eps = static_cast<float>(l.norm_eps);
+  return d;
+}
+
+Mamba2Dims mamba2_dims(const ModelConfig& c) {
+  HLM_CHECK(c.mamba.has_value(), "model_type ", c.model_type, " has no Mamba-2 config");
+  const Mamba2Config& m = *c.mamba;
+  Mamba2Dims d;
+  d.heads = m.heads;
+  d.head_dim = m.head_dim;
+  d.groups = m.groups;
+  d.state_dim = m.state_dim;
+  d.conv_kernel = m.conv_kernel;
+  d.chunk = m.chunk_size;
+  d.norm_eps = static_cast<float>(c.rms_norm_eps);
+  d.limits = {m.dt_limit_lo, m.dt_limit_hi, /*apply=*/true};  // HF's chunked (prefill) path clamps
   return d;
 }
 
@@ -90,12 +107,26 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       } else if (full_attention) {
         attention_layer_forward(out, in, layer.self_attn, layer_dims, rope, batch, positions.data(), arena_,
                                 mixer_stash);
+      } else if (c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Mamba2) {
+        HLM_CHECK_INPUT(mixer_stash == nullptr, "Mamba-2 layers have no backward yet (training is not supported)");
+        mamba2_layer_forward(out, in, layer.mamba, mamba2_dims(c), batch, {}, arena_);
       } else {
         gdn_layer_forward(out, in, layer.linear_attn, gdn_dims(c), batch, nullptr, arena_, mixer_stash);
       }
     };
     const auto ffn = [&](float* out, const float* in) {
-      if (c.moe_layer(i)) {  // keeps no activations: its backward recomputes (layers/moe_layer_backward.h)
+      if (spec.shared_mlp) {  // shared SwiGLU, plus the routed experts on MoE layers (HF: moe + shared)
+        HLM_CHECK_INPUT(mlp_stash == nullptr, "shared-MLP models are not trainable yet");
+        mlp_layer_forward(out, in, layer.mlp, T, arena_, nullptr);
+        if (c.moe_layer(i)) {
+          const Arena::Mark mark = arena_.mark();
+          float* routed = arena_.tensor({T, H}).f32();
+          float* probs = options.router_probs ? options.router_probs(i, T, c.moe->num_experts) : nullptr;
+          moe_layer_forward(routed, in, layer.moe, moe_dims(c), T, arena_, probs);
+          for (int64_t j = 0; j < T * H; ++j) out[j] = routed[j] + out[j];
+          arena_.release(mark);
+        }
+      } else if (c.moe_layer(i)) {  // keeps no activations: its backward recomputes (layers/moe_layer_backward.h)
         float* probs = options.router_probs ? options.router_probs(i, T, c.moe->num_experts) : nullptr;
         moe_layer_forward(out, in, layer.moe, moe_dims(c), T, arena_, probs);
       } else {

@@ -14,7 +14,12 @@ StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_
     if (c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention && c.attention_window(i) > 0)
       ++s.sliding_attention_layers;
   s.full_attention_layers = attention_layers - s.sliding_attention_layers;
-  s.linear_attention_layers = c.num_hidden_layers - attention_layers;
+  s.mamba_layers = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2);
+  s.linear_attention_layers = c.num_hidden_layers - attention_layers - s.mamba_layers;
+  if (c.mamba) {
+    s.mamba_ssm_state_elements = c.mamba->heads * c.mamba->head_dim * c.mamba->state_dim;
+    s.mamba_conv_state_elements = c.mamba->conv_channels() * (c.mamba->conv_kernel - 1);
+  }
   s.sliding_window = s.sliding_attention_layers > 0 ? c.sliding_window : 0;
   s.kv_elements_per_token = 2 * c.num_key_value_heads * c.head_dim;
   s.kv_elements_at_context = s.kv_elements_per_token * context;
@@ -27,7 +32,8 @@ StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_
   }
   s.model_elements_at_context = s.full_attention_layers * s.kv_elements_at_context +
                                 s.sliding_attention_layers * s.kv_elements_at_window +
-                                s.linear_attention_layers * (s.recurrent_state_elements + s.conv_state_elements);
+                                s.linear_attention_layers * (s.recurrent_state_elements + s.conv_state_elements) +
+                                s.mamba_layers * (s.mamba_ssm_state_elements + s.mamba_conv_state_elements);
   return s;
 }
 

@@ -19,7 +19,11 @@ int64_t gdn_heads(C c) { return c.linear->num_value_heads; }
 int64_t conv_kernel(C c) { return c.linear->conv_kernel_dim; }
 
 bool full(C c, int i) { return c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention; }
-bool linear(C c, int i) { return !full(c, i); }
+bool linear(C c, int i) { return c.layer_kinds[static_cast<size_t>(i)] == LayerKind::LinearAttention; }
+bool mamba(C c, int i) { return c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Mamba2; }
+bool mamba_conv_bias(C c, int i) { return mamba(c, i) && c.mamba->conv_bias; }
+int64_t mamba_in_rows(C c) { return c.mamba->inner() + c.mamba->conv_channels() + c.mamba->heads; }
+bool shared_mlp(C c, int) { return architecture_spec(c.architecture).shared_mlp; }
 bool post_norm_block(C c, int i) { return full(c, i) && architecture_spec(c.architecture).attention_post_norm; }
 bool pre_norm_block(C c, int i) { return !post_norm_block(c, i); }
 bool always(C, int) { return true; }
@@ -27,9 +31,10 @@ bool always(C, int) { return true; }
 bool sequential_block(C c, int) { return !architecture_spec(c.architecture).parallel_block; }
 bool attention_bias(C c, int i) { return full(c, i) && c.attention_bias; }
 bool attention(C c, int i) { return full(c, i); }
-bool dense_ffn(C c, int i) { return !c.moe_layer(i); }
+bool dense_ffn(C c, int i) { return !c.moe_layer(i) && !shared_mlp(c, i); }
 bool mlp_bias(C c, int i) { return c.mlp_bias && dense_ffn(c, i); }
-bool moe_ffn(C c, int i) { return c.moe_layer(i); }
+bool moe_ffn(C c, int i) { return c.moe_layer(i) && !shared_mlp(c, i); }
+bool granite_moe(C c, int i) { return c.moe_layer(i) && shared_mlp(c, i); }
 bool shared_expert(C c, int i) { return c.moe_layer(i) && c.moe->shared_expert_intermediate_size > 0; }
 int64_t shared_width(C c) { return c.moe->shared_expert_intermediate_size; }
 bool output_gate(C c, int i) { return full(c, i) && architecture_spec(c.architecture).attention_output_gate; }
@@ -68,6 +73,11 @@ constexpr std::string_view kGatedQ = "model.layers.{i}.self_attn.q_proj.weight";
 // Stacked experts (transformers 5.x in memory): gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
 constexpr std::string_view kExpertsGateUp = "model.layers.{i}.mlp.experts.gate_up_proj";
 constexpr std::string_view kExpertsDown = "model.layers.{i}.mlp.experts.down_proj";
+// Granite-4.0-H: the shared MLP's fused [gate | up] and the routed experts' stacked tensors as checkpoints hold them.
+constexpr std::string_view kSharedInput = "model.layers.{i}.shared_mlp.input_linear.weight";
+constexpr std::string_view kGraniteExpertsInput = "model.layers.{i}.block_sparse_moe.input_linear.weight";
+constexpr std::string_view kGraniteExpertsOutput = "model.layers.{i}.block_sparse_moe.output_linear.weight";
+Mamba2Weights& M(DecoderWeights& w, int i) { return L(w, i).mamba; }
 
 #define SHAPE(...) [](C c) { return Shape{__VA_ARGS__}; }
 #define SLOT(expr) [](DecoderWeights & w, int i) -> Tensor& { return expr; }
@@ -142,6 +152,21 @@ const std::array kTensorTable{
               SLOT(G(w, i).dt_bias)},
     TensorRow{"model.layers.{i}.linear_attn.o_norm.weight", "norm", true, SHAPE(c.linear->value_head_dim), linear,
               SLOT(G(w, i).o_norm), "model.layers.{i}.linear_attn.norm.weight"},
+    // Mamba-2 (Granite-4.0-H "mamba" layers; HF GraniteMoeHybridMambaLayer names).
+    TensorRow{"model.layers.{i}.mamba.in_proj.weight", "mamba", true, SHAPE(mamba_in_rows(c), c.hidden_size), mamba,
+              SLOT(M(w, i).in_proj.weight)},
+    TensorRow{"model.layers.{i}.mamba.conv1d.weight", "mamba", true,
+              SHAPE(c.mamba->conv_channels(), 1, c.mamba->conv_kernel), mamba, SLOT(M(w, i).conv), {},
+              SHAPE(c.mamba->conv_channels(), c.mamba->conv_kernel)},
+    TensorRow{"model.layers.{i}.mamba.conv1d.bias", "mamba", true, SHAPE(c.mamba->conv_channels()), mamba_conv_bias,
+              SLOT(M(w, i).conv_bias)},
+    TensorRow{"model.layers.{i}.mamba.dt_bias", "mamba", true, SHAPE(c.mamba->heads), mamba, SLOT(M(w, i).dt_bias)},
+    TensorRow{"model.layers.{i}.mamba.A_log", "mamba", true, SHAPE(c.mamba->heads), mamba, SLOT(M(w, i).A_log)},
+    TensorRow{"model.layers.{i}.mamba.D", "mamba", true, SHAPE(c.mamba->heads), mamba, SLOT(M(w, i).D)},
+    TensorRow{"model.layers.{i}.mamba.norm.weight", "norm", true, SHAPE(c.mamba->inner()), mamba,
+              SLOT(M(w, i).norm)},
+    TensorRow{"model.layers.{i}.mamba.out_proj.weight", "mamba", true, SHAPE(c.hidden_size, c.mamba->inner()), mamba,
+              SLOT(M(w, i).out_proj.weight)},
     // MLP and its norms.
     TensorRow{"model.layers.{i}.post_attention_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
               sequential_block,
@@ -159,6 +184,29 @@ const std::array kTensorTable{
               dense_ffn, SLOT(L(w, i).mlp.down_proj.weight)},
     TensorRow{"model.layers.{i}.mlp.down_proj.bias", "mlp", true, SHAPE(c.hidden_size), mlp_bias,
               SLOT(L(w, i).mlp.down_proj.bias)},
+    // Granite-4.0-H's shared MLP (every layer): input_linear [2S, H] = [gate | up] cut into two rows (our names,
+    // what hybridlm saves), output_linear [H, S]; stored as the layer's dense MLP.
+    TensorRow{"model.layers.{i}.shared_mlp.gate_proj.weight", "mlp", true,
+              SHAPE(c.shared_intermediate_size, c.hidden_size), shared_mlp, SLOT(L(w, i).mlp.gate_proj.weight), {},
+              nullptr, kSharedInput},
+    TensorRow{"model.layers.{i}.shared_mlp.up_proj.weight", "mlp", true,
+              SHAPE(c.shared_intermediate_size, c.hidden_size), shared_mlp, SLOT(L(w, i).mlp.up_proj.weight), {},
+              nullptr, kSharedInput},
+    TensorRow{"model.layers.{i}.shared_mlp.output_linear.weight", "mlp", true,
+              SHAPE(c.hidden_size, c.shared_intermediate_size), shared_mlp, SLOT(L(w, i).mlp.down_proj.weight)},
+    // Granite-4.0-H's routed experts: router.layer [E, H]; stacked input_linear [E, 2I, H] (gate rows first) and
+    // output_linear [E, H, I], cut per expert (the per-expert names are ours, what hybridlm saves).
+    TensorRow{"model.layers.{i}.block_sparse_moe.router.layer.weight", "moe", true, SHAPE(experts(c), c.hidden_size),
+              granite_moe, SLOT(L(w, i).moe.router.weight), "model.layers.{i}.block_sparse_moe.router.weight"},
+    TensorRow{"model.layers.{i}.block_sparse_moe.experts.{e}.gate_proj.weight", "moe", true,
+              SHAPE(expert_width(c), c.hidden_size), granite_moe, no_layer_slot, {}, nullptr, kGraniteExpertsInput,
+              EXPERT_SLOT(gate_proj)},
+    TensorRow{"model.layers.{i}.block_sparse_moe.experts.{e}.up_proj.weight", "moe", true,
+              SHAPE(expert_width(c), c.hidden_size), granite_moe, no_layer_slot, {}, nullptr, kGraniteExpertsInput,
+              EXPERT_SLOT(up_proj)},
+    TensorRow{"model.layers.{i}.block_sparse_moe.experts.{e}.down_proj.weight", "moe", true,
+              SHAPE(c.hidden_size, expert_width(c)), granite_moe, no_layer_slot, {}, nullptr, kGraniteExpertsOutput,
+              EXPERT_SLOT(down_proj)},
     // Routed experts (qwen3_moe; checkpoint layout: one tensor per expert, as transformers 5.x saves them).
     TensorRow{"model.layers.{i}.mlp.gate.weight", "moe", true, SHAPE(experts(c), c.hidden_size), moe_ffn,
               SLOT(L(w, i).moe.router.weight)},

@@ -22,7 +22,9 @@ or the gated self_attn by layer_types; mlp_delta.i of the MoE case includes the 
 post-norm (OLMo 2 blocks): there attn_delta.i = post_attention_layernorm(self_attn(h)), attn_out.i = the MLP's input
 (h after the attention add) and mlp_delta.i = post_feedforward_layernorm(mlp(h)); their sliding windows (5, 7) are
 shorter than SEQ. cohere2_swa is a parallel block (attention and MLP read one LayerNorm): attn_out.i is there
-attn_in.i + attn_delta.i (HF adds h + attn + mlp in that order and keeps no such tensor).
+attn_in.i + attn_delta.i (HF adds h + attn + mlp in that order and keeps no such tensor). granitemoehybrid_* are
+Granite-4.0-H models: attn_delta.i is the output of layers[i].mamba or layers[i].self_attn, mlp_delta.i the shared
+MLP's output plus, with experts, block_sparse_moe's (added as HF adds them: moe + shared).
 Non-goals: GPU numerics, generation, padding/masking variants.
 """
 import argparse
@@ -144,6 +146,32 @@ CASES = {
         config=dict(tie_word_embeddings=True, sliding_window=5, logit_scale=0.25, layer_norm_eps=1e-5,
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
     ),
+    # Granite-4.0-H (GraniteMoeHybridForCausalLM): an irregular mamba / attention pattern (M A M M A), NoPE attention
+    # (position_embedding_type None) with GQA 4:2 and scale attention_multiplier, Mamba-2 with 8 heads (!= 4 attention
+    # heads) of P 16, d_state 12 != P, 2 groups, conv 4 with bias, chunk 8 (SEQ 19 is not a multiple), the shared MLP
+    # (width 96) in every layer, Granite's four scalars. The _moe case adds 6 routed experts top-2 of width 32.
+    "granitemoehybrid_tiny": dict(
+        model_type="granitemoehybrid", layers=5, save_dtype=torch.float32, seed=1012, no_dense_ffn=True,
+        mamba_layers=[0, 2, 3],
+        config=dict(tie_word_embeddings=False, intermediate_size=FFN, shared_intermediate_size=96,
+                    num_local_experts=0, num_experts_per_tok=2, position_embedding_type=None,
+                    layer_types=["mamba", "attention", "mamba", "mamba", "attention"],
+                    mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=12, mamba_d_conv=4,
+                    mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True, mamba_proj_bias=False,
+                    embedding_multiplier=4.0, residual_multiplier=0.3, attention_multiplier=0.125,
+                    logits_scaling=3.0),
+    ),
+    "granitemoehybrid_moe_tiny": dict(
+        model_type="granitemoehybrid", layers=4, save_dtype=torch.float32, seed=1013, no_dense_ffn=True,
+        mamba_layers=[0, 1, 3], router_std=0.15, retry_near_ties=True,
+        config=dict(tie_word_embeddings=False, intermediate_size=32, shared_intermediate_size=48,
+                    num_local_experts=6, num_experts_per_tok=2, position_embedding_type=None,
+                    layer_types=["mamba", "mamba", "attention", "mamba"],
+                    mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=12, mamba_d_conv=4,
+                    mamba_expand=2, mamba_chunk_size=8, mamba_conv_bias=True, mamba_proj_bias=False,
+                    embedding_multiplier=4.0, residual_multiplier=0.3, attention_multiplier=0.125,
+                    logits_scaling=3.0),
+    ),
     "granite": dict(
         model_type="granite", layers=2, save_dtype=torch.float32, seed=1004,
         config=dict(tie_word_embeddings=False, mlp_bias=False, embedding_multiplier=6.0, residual_multiplier=0.3,
@@ -163,6 +191,9 @@ def model_classes(model_type):
     if model_type == "granite":
         from transformers import GraniteConfig, GraniteForCausalLM
         return GraniteConfig, GraniteForCausalLM
+    if model_type == "granitemoehybrid":
+        from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+        return GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
     if model_type == "cohere2":
         from transformers import Cohere2Config, Cohere2ForCausalLM
         return Cohere2Config, Cohere2ForCausalLM
@@ -208,18 +239,20 @@ def reinit_parameters(model, seed, zero_centred_norms=False, router_std=ROUTER_S
                 draws = {"weight": (1.0, 0.1)}
             elif type(module).__name__.endswith("GatedDeltaNet"):
                 draws = {"A_log": "log_uniform", "dt_bias": (0.0, 0.5)}
+            elif type(module).__name__.endswith("MambaLayer"):  # GraniteMoeHybrid's Mamba-2 mixer
+                draws = {"A_log": "log_uniform", "dt_bias": (0.0, 0.5), "D": (1.0, 0.3)}
             elif isinstance(module, torch.nn.Conv1d):
-                draws = {"weight": (0.0, 0.3)}
+                draws = {"weight": (0.0, 0.3), "bias": (0.0, 0.1)}
             elif type(module).__name__.endswith("Router"):
                 draws = {"weight": (0.0, router_std)}
             elif type(module).__name__.endswith("Experts"):
-                draws = {"gate_up_proj": (0.0, 0.08), "down_proj": (0.0, 0.08)}
+                draws = {"gate_up_proj": (0.0, 0.08), "down_proj": (0.0, 0.08), "weight": (0.0, 0.08)}
             else:
                 continue
             for pname, param in module.named_parameters(recurse=False):
                 if id(param) in touched:
                     continue  # a tied weight: drawn once, through its first owner
-                if module_name.endswith(".mlp.gate") and pname == "weight":
+                if (module_name.endswith(".mlp.gate") or module_name.endswith(".router.layer")) and pname == "weight":
                     mean, std = 0.0, router_std  # an nn.Linear router (older transformers)
                 elif draws[pname] == "log_uniform":  # GDN decay rates A = exp(A_log) in [1, 16)
                     u = torch.rand(param.shape, generator=gen, dtype=torch.float32)
@@ -261,6 +294,12 @@ def build_and_save(case, spec, case_dir):
         config = config_cls(**common)
         torch.manual_seed(spec["seed"])
         model = model_cls(config).eval()
+    if "mamba_layers" in spec:  # GraniteMoeHybrid: the layer kinds as built, and what the attention layers rotate
+        built = [i for i, layer in enumerate(model.model.layers) if getattr(layer, "mamba", None) is not None]
+        print(f"  mamba layers {built}, layer_types {config.layer_types}, position_embedding_type "
+              f"{config.position_embedding_type}, rotary_emb {getattr(model.model, 'rotary_emb', None)}", flush=True)
+        if built != spec["mamba_layers"]:
+            raise RuntimeError(f"mamba layers {built}, expected {spec['mamba_layers']}")
     if spec["model_type"] == "olmo3":
         print(f"  layer_types {config.layer_types}, sliding_window {config.sliding_window}, rope_parameters "
               f"{config.rope_parameters}, q_proj rows {model.model.layers[0].self_attn.q_proj.out_features}",
@@ -333,8 +372,22 @@ def print_saved_names(case_dir):
 
 
 def mixer_of(layer):
-    """The token mixer module: self_attn, or linear_attn in Qwen3.5's Gated DeltaNet layers."""
-    return layer.self_attn if hasattr(layer, "self_attn") else layer.linear_attn
+    """The token mixer module: self_attn, linear_attn in Qwen3.5's Gated DeltaNet layers, or mamba in
+    GraniteMoeHybrid's Mamba-2 layers (whose other mixer attribute is None)."""
+    for name in ("self_attn", "linear_attn", "mamba"):
+        module = getattr(layer, name, None)
+        if module is not None:
+            return module
+    raise RuntimeError(f"no token mixer in {type(layer).__name__}")
+
+
+def granite_ffn_parts(layer):
+    """GraniteMoeHybrid's FFN: (shared_mlp, block_sparse_moe or None); None when the layer is not of that kind."""
+    shared = getattr(layer, "shared_mlp", None)
+    if shared is None:
+        return None
+    moe = getattr(layer, "block_sparse_moe", None) if getattr(layer, "has_experts", True) else None
+    return shared, moe
 
 
 def record(model, input_ids, attention_mask):
@@ -374,6 +427,14 @@ def record(model, input_ids, attention_mask):
             lambda m, a, k, o, i=i: put(f"attn_delta.{i}", first_output(o)), with_kwargs=True))
         handles.append(layer.post_attention_layernorm.register_forward_pre_hook(
             lambda m, a, k, i=i: put(f"attn_out.{i}", first_input(a, k)), with_kwargs=True))
+        if granite_ffn_parts(layer) is not None:  # mlp_delta = moe + shared_mlp, added after the forward (HF order)
+            shared, moe = granite_ffn_parts(layer)
+            handles.append(shared.register_forward_hook(
+                lambda m, a, k, o, i=i: put(f"_shared.{i}", first_output(o)), with_kwargs=True))
+            if moe is not None:
+                handles.append(moe.register_forward_hook(
+                    lambda m, a, k, o, i=i: put(f"_moe.{i}", first_output(o)), with_kwargs=True))
+            continue
         handles.append(layer.mlp.register_forward_hook(
             lambda m, a, k, o, i=i: put(f"mlp_delta.{i}", first_output(o)), with_kwargs=True))
     handles.append(model.model.norm.register_forward_hook(
@@ -386,6 +447,10 @@ def record(model, input_ids, attention_mask):
     for i, layer in enumerate(model.model.layers):
         if not hasattr(layer, "post_attention_layernorm"):
             put(f"attn_out.{i}", captured[f"attn_in.{i}"] + captured[f"attn_delta.{i}"])
+        if f"_shared.{i}" in captured:
+            shared = captured.pop(f"_shared.{i}")
+            moe = captured.pop(f"_moe.{i}", None)
+            put(f"mlp_delta.{i}", shared if moe is None else moe + shared)
     return captured, logits.detach().clone()
 
 
@@ -427,13 +492,21 @@ def topk_margins(model, captured):
     cfg = model.config
     out = []
     for i, layer in enumerate(model.model.layers):
-        if not hasattr(layer.mlp, "experts"):
+        parts = granite_ffn_parts(layer)
+        if parts is not None:  # GraniteMoeHybrid: router.weight (transformers 5.x) or router.layer.weight
+            if parts[1] is None:
+                continue
+            router = parts[1].router
+            weight = router.weight if isinstance(getattr(router, "weight", None), torch.Tensor) else router.layer.weight
+        elif hasattr(layer.mlp, "experts"):
+            weight = layer.mlp.gate.weight
+        else:
             continue
         x = layer.post_attention_layernorm(captured[f"attn_out.{i}"]).reshape(-1, cfg.hidden_size)
-        p = torch.softmax(torch.nn.functional.linear(x, layer.mlp.gate.weight), dim=-1, dtype=torch.float32)
+        p = torch.softmax(torch.nn.functional.linear(x, weight), dim=-1, dtype=torch.float32)
         top = torch.sort(p, dim=-1, descending=True).values
         k = cfg.num_experts_per_tok
-        out.append(round((top[:, k - 1] - top[:, k]).min().item(), 6) if k < cfg.num_experts else 1.0)
+        out.append(round((top[:, k - 1] - top[:, k]).min().item(), 6) if k < weight.shape[0] else 1.0)
     return out
 
 
@@ -451,7 +524,7 @@ def run_case(case, spec, out_dir):
         raise RuntimeError(f"logits with hooks differ from a plain forward by {hook_vs_plain}")
     check_structure(model, captured, logits, input_ids)
     tensors = {"input_ids": input_ids, "logits": logits, **captured}
-    if spec["model_type"] in ("qwen3_moe", "qwen3_5_moe_text", "qwen3_next"):
+    if spec["model_type"] in ("qwen3_moe", "qwen3_5_moe_text", "qwen3_next") or spec.get("retry_near_ties"):
         margins = topk_margins(model, captured)
         print(f"  smallest gap between the k-th and (k+1)-th router probability per layer: {margins}", flush=True)
         # fp32 router probabilities of hybridlm and torch agree to ~1e-7 here (the captures agree to ~1e-6 relative), so
@@ -485,7 +558,7 @@ def main():
         try:
             spec = CASES[case]
             # A near tie in an MoE router's top-k: the next seed (recorded in the golden's metadata), a few times.
-            for attempt in range(6 if "qwen3_5_moe" in spec["model_type"] else 1):
+            for attempt in range(6 if "qwen3_5_moe" in spec["model_type"] or spec.get("retry_near_ties") else 1):
                 try:
                     run_case(case, spec, args.out)
                     break

@@ -56,6 +56,8 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
                     "the CUDA path does not run per-layer-type RoPE yet (", c.model_type, ": the sliding_attention ",
                     "layers' rope_parameters differ from the full_attention layers'): use --device cpu");
   }
+  HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2) == c.layer_kinds.end(),
+                  "the CUDA path has no Mamba-2 layers yet (", c.model_type, "): use --device cpu");
   m.embed_tokens_ = cuda_upload_f32(ctx, w.embed_tokens, "model.embed_tokens.weight");
   HLM_CHECK_INPUT(w.embed_tokens.shape() == Shape({c.vocab_size, H}), "model.embed_tokens.weight has shape ",
                   w.embed_tokens.shape().str(), ", expected [", c.vocab_size, ", ", H, "]");

@@ -120,12 +120,16 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
   const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
   CudaTensor scratch;
   const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
-  if (grad.weight.dtype() == DType::BF16)  // a bf16 gradient holder (the lean plan: cuda_hold_bf16_linear_grads)
-    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), dbias, dy16, in.bf16,
-                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
-  else
+  if (grad.weight.dtype() == DType::BF16) {  // a bf16 gradient holder (the lean plan: cuda_hold_bf16_linear_grads)
+    // The product in fp32 scratch, then added and rounded to bf16 once (matmul_cuda.h); the block goes back to the
+    // allocator's cache on return, so one block per linear shape serves every call.
+    CudaTensor product = CudaTensor::empty(ctx, {layer.out_features * layer.in_features});
+    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), product.data<float>(), dbias, dy16,
+                               in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+  } else {
     matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
                                layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+  }
 }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,

@@ -7,9 +7,12 @@
 // Degenerate shapes follow the CPU's gemm_safe: nothing to do for an empty output; an empty inner dimension gives
 // zeros (overwrite) or leaves the output (accumulate), then the bias is added.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
@@ -130,6 +133,20 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
     HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
               ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
     algo = result.algo;
+    // HLM_MATMUL_LOG_ALGO=1: one stderr line per new key with the split-K count and reduction scheme chosen (used to
+    // rule out split-K as the cause of the bf16 weight gradients' double rounding; docs/memory.md).
+    static const bool log_algo = std::getenv("HLM_MATMUL_LOG_ALGO") != nullptr;
+    if (log_algo) {
+      int32_t splits = 1;
+      uint32_t scheme = 0;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                           &written);
+      std::fprintf(stderr, "matmul algo: m %lld n %lld k %lld out %s beta %g: split-K %d, reduction scheme %u\n",
+                   static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                   g.d_type == CUDA_R_16BF ? "bf16" : "f32", g.beta, splits, scheme);
+    }
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache.emplace(key, algo);
   }
@@ -160,6 +177,14 @@ struct DbiasTerm {
   int64_t N;
   __device__ float operator()(int64_t r, int64_t c) const { return cuda::to_f32(dy[r * N + c]); }
 };
+
+// dw[i] = bf16_rn(dw[i] + product[i]): the fp32 sum of the held bf16 gradient and this call's fp32 product, rounded
+// to bf16 once (the lean plan's weight gradients).
+__global__ void add_round_bf16_kernel(__nv_bfloat16* dw, const float* product, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dw[i] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(dw[i]), product[i]));
+}
 
 void check_params(const MatmulCudaParams& p) {
   HLM_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0, "matmul_cuda: negative shape M=", p.M, " N=", p.N, " K=", p.K);
@@ -202,11 +227,12 @@ void forward_impl(const CudaBlasLt& lt, TO* y, const TI* x, const TI* w, const T
   lt_gemm(lt, g);
 }
 
-// TI: operand storage (dy, x, w); TO: dx storage; TW: dw storage (fp32, or bf16: the fp32 product plus the stored
-// value, rounded to bf16 once by cuBLASLt's epilogue). dbias is fp32.
+// TI: operand storage (dy, x, w); TO: dx storage; TW: dw storage (fp32: accumulated by the GEMM, beta 1; or bf16:
+// the product written in fp32 to dw_scratch [N, K], beta 0, then added to dw and rounded once by
+// add_round_bf16_kernel). dbias is fp32.
 template <typename TI, typename TO, typename TW = float>
 void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI* dy, const TI* x, const TI* w,
-                   const MatmulCudaParams& p, bool accumulate_dx) {
+                   const MatmulCudaParams& p, bool accumulate_dx, float* dw_scratch = nullptr) {
   check_params(p);
   const int64_t M = p.M, N = p.N, K = p.K;
   if (dx != nullptr && M > 0 && K > 0) {
@@ -243,11 +269,22 @@ void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI*
     g.B = dy;
     g.ldb = N;
     g.ab_type = cuda_type<TI>();
-    g.d_type = cuda_type<TW>();
-    g.D = dw;
     g.ldd = K;
-    g.beta = 1.0f;
-    lt_gemm(lt, g);
+    if constexpr (std::is_same_v<TW, float>) {
+      g.D = dw;
+      g.d_type = CUDA_R_32F;
+      g.beta = 1.0f;
+      lt_gemm(lt, g);
+    } else {
+      HLM_CHECK(dw_scratch != nullptr, "matmul_backward_mixed_cuda: a bf16 dw needs an fp32 scratch of N·K floats");
+      g.D = dw_scratch;
+      g.d_type = CUDA_R_32F;
+      g.beta = 0.0f;
+      lt_gemm(lt, g);
+      add_round_bf16_kernel<<<cuda::grid_blocks(N * K), cuda::kElementwiseThreads, 0, lt.stream>>>(dw, dw_scratch,
+                                                                                                  N * K);
+      HLM_CUDA_CHECK_LAUNCH();
+    }
   }
   if (dbias != nullptr && N > 0) {
     // After the products on the same stream, so the partials may reuse the cuBLASLt workspace.
@@ -290,10 +327,10 @@ void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, float* dw, floa
   backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
 }
 
-void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dw_scratch, float* dbias,
                                 const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                 const MatmulCudaParams& p, bool accumulate_dx) {
-  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx);
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx, dw_scratch);
 }
 
 }  // namespace hlm

@@ -47,12 +47,13 @@ void matmul_forward_mixed_cuda(const CudaBlasLt& lt, float* y, const __nv_bfloat
 void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, float* dw, float* dbias, const __nv_bfloat16* dy,
                                 const __nv_bfloat16* x, const __nv_bfloat16* w, const MatmulCudaParams& p,
                                 bool accumulate_dx = false);
-// The same with dw held in bf16 (the lean memory plan's linear gradients): dw += dyᵀ·x with fp32 products and sums,
-// the result stored in bf16 by cuBLASLt's bf16 output path. Per call, per element, the stored value is within
-// 2⁻⁸·(|dw before| + |dyᵀ·x|) of the fp32 result (measured on the H200: the error follows the terms' magnitude, not
-// the sum's, so cuBLASLt rounds before the final add; tests/cuda/cases_adamw_lean.cpp); k accumulating calls are
-// within k such terms.
-void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+// The same with dw held in bf16 (the lean memory plan's linear gradients): the product dyᵀ·x in fp32 (fp32 products
+// and sums) into dw_scratch [N, K] (device fp32, overwritten; N·K floats), then dw = bf16_rn(dw + dw_scratch) element
+// by element, so each call stores the fp32 sum of the held value and the product rounded to bf16 ONCE (within half a
+// bf16 ulp of it, ≤ 2⁻⁸ relative); k accumulating calls are within the sum of k such roundings. cuBLASLt's own bf16
+// output with beta = 1 was not one rounding (H200, 2026-12-02: 344 stored for an exact sum of 342 = a bf16 value,
+// with split-K off; tests/cuda/cases_adamw_lean.cpp), hence the scratch.
+void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dw_scratch, float* dbias,
                                 const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                 const MatmulCudaParams& p, bool accumulate_dx = false);
 

@@ -9,10 +9,10 @@
 //     refresh_bf16 and download_into must not be used (their fp32 sources are gone): cuda_refresh_held_copies and
 //     cuda_download_bf16_masters take their place.
 //   gradients: every linear's weight gradient ("*_proj.weight") held in bf16, zeroed; the linears' backward adds each
-//     micro-batch's fp32 product into it (matmul_backward_mixed_cuda, bf16 output), each call within 2⁻⁸ of the
-//     magnitudes of the stored value and the product, so after k micro-batches an element is within k·2⁻⁸ of the
-//     sum of its terms' magnitudes. Biases, norms, the embedding, the head and the GDN's small tensors keep fp32
-//     gradients.
+//     micro-batch's fp32 product into it (matmul_backward_mixed_cuda with a bf16 dw: the product in fp32 scratch,
+//     then the fp32 sum rounded to bf16 once, within half a bf16 ulp), so after k micro-batches an element is within
+//     k such roundings of the fp32 accumulation. Biases, norms, the embedding, the head and the GDN's small tensors
+//     keep fp32 gradients.
 // Tensor by tensor; the freed blocks go back to the driver. Only host code of the CUDA build includes this header.
 #pragma once
 #include <vector>

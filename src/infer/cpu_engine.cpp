@@ -8,6 +8,7 @@
 #include "infer/sequence_slots.h"
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
+#include "layers/mamba2_layer.h"
 #include "ops/attention/attention_cache.h"
 #include "ops/matmul/matmul.h"
 
@@ -27,9 +28,6 @@ class CpuEngine final : public InferenceEngine {
   CpuEngine(Model& model, const MemoryPlan& plan)
       : model_(model), plan_(plan), slots_(plan) {
     const ModelConfig& c = model.config();
-    HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2) == c.layer_kinds.end(),
-                    "generation does not run Mamba-2 layers yet (", c.model_type,
-                    "): the inference engines carry no conv/SSM state for them; use `run`/`eval` (full forward)");
     cache_shape_ = {plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
     layers_.resize(static_cast<size_t>(c.num_hidden_layers));
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -37,12 +35,18 @@ class CpuEngine final : public InferenceEngine {
         const Shape shape{plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
         layers_[i].k_cache = Tensor::zeros(shape);
         layers_[i].v_cache = Tensor::zeros(shape);
+      } else if (c.layer_kinds[i] == LayerKind::Mamba2) {
+        const Mamba2Dims d = mamba2_dims(c);
+        layers_[i].mamba_conv = Tensor::zeros({plan.max_sequences, d.conv_channels(), d.conv_kernel - 1});
+        layers_[i].mamba_ssm = Tensor::zeros({plan.max_sequences, d.heads, d.head_dim, d.state_dim});
       } else {
         layers_[i].gdn = GdnState::zeros(gdn_dims(c), plan.max_sequences);
       }
       int64_t bytes = 0;
       if (layers_[i].k_cache.defined())
         bytes = static_cast<int64_t>(layers_[i].k_cache.nbytes() + layers_[i].v_cache.nbytes());
+      else if (layers_[i].mamba_ssm.defined())
+        bytes = static_cast<int64_t>(layers_[i].mamba_conv.nbytes() + layers_[i].mamba_ssm.nbytes());
       else
         for (const Tensor* t : state_tensors(layers_[i].gdn)) bytes += static_cast<int64_t>(t->nbytes());
       pool_bytes_.push_back(bytes);
@@ -56,12 +60,18 @@ class CpuEngine final : public InferenceEngine {
   int open_sequence(int64_t max_tokens) override {
     const int slot = slots_.open(max_tokens);
     if (slot < 0) return -1;
-    for (Layer& l : layers_)  // a fresh sequence starts from zero GDN state
+    for (Layer& l : layers_) {  // a fresh sequence starts from zero GDN / Mamba-2 state
       if (l.gdn.recurrent.defined())
         for (Tensor* t : state_tensors(l.gdn)) {
           const int64_t row = t->numel() / plan_.max_sequences;
           std::fill_n(t->f32() + slot * row, row, 0.0f);
         }
+      for (Tensor* t : {&l.mamba_conv, &l.mamba_ssm})
+        if (t->defined()) {
+          const int64_t row = t->numel() / plan_.max_sequences;
+          std::fill_n(t->f32() + slot * row, row, 0.0f);
+        }
+    }
     return slot;
   }
 
@@ -78,6 +88,8 @@ class CpuEngine final : public InferenceEngine {
   struct Layer {
     Tensor k_cache, v_cache;  // attention: [num_blocks, block_size, Hkv, D]
     GdnState gdn;             // GDN: [max_sequences, ...] per tensor
+    Tensor mamba_conv;        // Mamba-2: [max_sequences, Cd, K−1] raw xBC inputs
+    Tensor mamba_ssm;         // Mamba-2: [max_sequences, nh, P, N]
   };
 
   Model& model_;
@@ -106,10 +118,30 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     }
   }
 
+  // Mamba-2 states of the step's sequences, in batch order: [conv, ssm] per layer (gathered, updated, scattered).
+  std::vector<std::array<Tensor, 2>> mamba_state(layers_.size());
+  const auto mamba_pools = [](Layer& l) { return std::array<Tensor*, 2>{&l.mamba_conv, &l.mamba_ssm}; };
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i].mamba_ssm.defined()) continue;
+    const auto pools = mamba_pools(layers_[i]);
+    for (size_t k = 0; k < 2; ++k) {
+      const int64_t row = pools[k]->numel() / plan_.max_sequences;
+      mamba_state[i][k] = Tensor::zeros({N, row});
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(pools[k]->f32() + slots[n] * row, row, mamba_state[i][k].f32() + n * row);
+    }
+  }
+
   const MixerHook mixer = [&](const MixerCall& call) {
     const DecoderLayerWeights& w = model_.weights().layers[static_cast<size_t>(call.layer)];
     Layer& layer = layers_[static_cast<size_t>(call.layer)];
     Arena& arena = model_.arena();
+    if (call.kind == LayerKind::Mamba2) {  // continues each sequence from its conv + SSM state, in place
+      std::array<Tensor, 2>& st = mamba_state[static_cast<size_t>(call.layer)];
+      mamba2_layer_forward(call.out, call.in, w.mamba, mamba2_dims(c), tokens,
+                           {st[0].f32(), st[1].f32(), st[0].f32(), st[1].f32()}, arena);
+      return;
+    }
     if (call.kind == LayerKind::LinearAttention) {
       gdn_layer_forward(call.out, call.in, w.linear_attn, gdn, tokens, &batch_state[static_cast<size_t>(call.layer)],
                         arena);
@@ -133,6 +165,15 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   options.mixer = &mixer;
   Tensor logits = model_.forward(tokens, options);
 
+  for (size_t i = 0; i < layers_.size(); ++i) {  // Mamba-2 states back to their slots
+    if (!layers_[i].mamba_ssm.defined()) continue;
+    const auto pools = mamba_pools(layers_[i]);
+    for (size_t k = 0; k < 2; ++k) {
+      const int64_t row = pools[k]->numel() / plan_.max_sequences;
+      for (int64_t n = 0; n < N; ++n)
+        std::copy_n(mamba_state[i][k].f32() + n * row, row, pools[k]->f32() + slots[n] * row);
+    }
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {  // GDN states back to their slots
     if (!layers_[i].gdn.recurrent.defined()) continue;
     const auto pool = state_tensors(layers_[i].gdn), batch = state_tensors(batch_state[i]);

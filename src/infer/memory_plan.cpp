@@ -12,10 +12,10 @@ MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size, int64_t k
   MemoryPlan p;
   p.block_size = block_size;
   p.kv_element_bytes = kv_element_bytes;
+  int64_t mamba_layers = 0;  // Mamba-2 layers count among the recurrent (gdn_*) ones
   for (const LayerKind kind : c.layer_kinds) {
-    HLM_CHECK_INPUT(kind != LayerKind::Mamba2, "generation does not run Mamba-2 layers yet (", c.model_type,
-                    "): the inference engines carry no conv/SSM state for them; the full forward (eval, run) works");
     if (kind == LayerKind::FullAttention) ++p.attention_layers;
+    else if (kind == LayerKind::Mamba2) ++mamba_layers;
     else ++p.gdn_layers;
   }
   const auto f32 = static_cast<int64_t>(sizeof(float));
@@ -27,6 +27,13 @@ MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size, int64_t k
                          (l.conv_kernel_dim - 1);
     const int64_t recurrent = l.num_value_heads * l.value_head_dim * l.key_head_dim;
     p.gdn_bytes_per_sequence = p.gdn_layers * (conv + recurrent) * f32;
+  }
+  if (mamba_layers > 0) {  // conv state (Im + 2·G·N)·(K−1) and SSM state nh·P·N per layer, fp32
+    HLM_CHECK(c.mamba.has_value(), "a config with Mamba-2 layers has no mamba keys");
+    const Mamba2Config& m = *c.mamba;
+    p.gdn_bytes_per_sequence +=
+        mamba_layers * (m.conv_channels() * (m.conv_kernel - 1) + m.heads * m.head_dim * m.state_dim) * f32;
+    p.gdn_layers += mamba_layers;
   }
   return p;
 }

@@ -13,17 +13,21 @@ std::vector<StateReportRow> state_report(const ModelConfig& c, const StateUsage&
   std::vector<StateReportRow> rows;
   for (size_t i = 0; i < u.layers.size(); ++i) {
     const LayerStateBytes& l = u.layers[i];
+    const int64_t recurrent = l.kind == LayerKind::Mamba2
+                                  ? per_token.mamba_ssm_state_elements + per_token.mamba_conv_state_elements
+                                  : per_token.recurrent_state_elements + per_token.conv_state_elements;
     const int64_t table1 = l.kind == LayerKind::FullAttention
                                ? per_token.kv_elements_per_token * u.tokens_held * kF32
-                               : (per_token.recurrent_state_elements + per_token.conv_state_elements) *
-                                     u.running_sequences * kF32;
+                               : recurrent * u.running_sequences * kF32;
     rows.push_back({static_cast<int>(i), l.kind, l.bytes_in_use, table1, l.bytes_reserved});
   }
   return rows;
 }
 
 namespace {
-const char* kind_name(LayerKind k) { return k == LayerKind::FullAttention ? "full_attention" : "linear_attention"; }
+const char* kind_name(LayerKind k) {
+  return k == LayerKind::FullAttention ? "full_attention" : k == LayerKind::Mamba2 ? "mamba2" : "linear_attention";
+}
 }  // namespace
 
 std::string state_report_text(const std::vector<StateReportRow>& rows, const StateUsage& u) {

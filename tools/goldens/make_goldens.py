@@ -285,6 +285,16 @@ def build_and_save(case, spec, case_dir):
             config = config_cls(head_dim=head_dim, **common)
         except Exception as e:  # noqa: BLE001 (a strict dataclass may refuse an unknown field)
             print(f"  {config_cls.__name__} refused head_dim={head_dim} ({type(e).__name__}: {e})", flush=True)
+    if config is None and "mamba_layers" in spec:
+        # GraniteMoeHybridConfig: layer_types of "mamba" / "attention" (4.x); a transformers that refuses them gets
+        # its own names ("linear_attention" / "full_attention"). The layers as built are checked below either way.
+        try:
+            config = config_cls(**common)
+        except Exception as e:  # noqa: BLE001
+            print(f"  {config_cls.__name__} refused layer_types {common['layer_types']} ({type(e).__name__}: {e}); "
+                  "retrying with linear_attention / full_attention", flush=True)
+            renamed = {"mamba": "linear_attention", "attention": "full_attention"}
+            common = dict(common, layer_types=[renamed[t] for t in common["layer_types"]])
     if config is None:
         config = config_cls(**common)
     torch.manual_seed(spec["seed"])

@@ -224,7 +224,9 @@ def reinit_parameters(model, seed, zero_centred_norms=False, router_std=ROUTER_S
     biases ~ N(0, 0.05), RMSNorm weights = 1 + N(0, 0.1); MoE router weights ~ N(0, ROUTER_STD), stacked expert
     weights (transformers 5.x *Experts: gate_up_proj, down_proj) ~ N(0, 0.08). Fails if a parameter is left
     untouched. zero_centred_norms (Qwen3.5: y = n (1 + w)): those RMSNorm weights are offsets, drawn N(0, 0.1); its
-    GDN modules get A_log = log U(1, 16), dt_bias ~ N(0, 0.5), conv1d ~ N(0, 0.3), gated-norm weights 1 + N(0, 0.1)."""
+    GDN modules get A_log = log U(1, 16), dt_bias ~ N(0, 0.5), conv1d ~ N(0, 0.3), gated-norm weights 1 + N(0, 0.1).
+    GraniteMoeHybrid's Mamba-2 layers: A_log = log U(1, 16), dt_bias ~ N(-2, 0.5), D ~ N(1, 0.3), conv1d bias
+    ~ N(0, 0.1)."""
     gen = torch.Generator().manual_seed(seed)
     touched = set()
     with torch.no_grad():
@@ -240,7 +242,9 @@ def reinit_parameters(model, seed, zero_centred_norms=False, router_std=ROUTER_S
             elif type(module).__name__.endswith("GatedDeltaNet"):
                 draws = {"A_log": "log_uniform", "dt_bias": (0.0, 0.5)}
             elif type(module).__name__.endswith("MambaLayer"):  # GraniteMoeHybrid's Mamba-2 mixer
-                draws = {"A_log": "log_uniform", "dt_bias": (0.0, 0.5), "D": (1.0, 0.3)}
+                # dt_bias around -2: dt ~ softplus(-2) ~ 0.13, per-token decays exp(-dt·A) from ~0.9 to ~0.1 over
+                # A in [1, 16), so states carry across the 8-token chunks (the SSD form's inter-chunk term is tested).
+                draws = {"A_log": "log_uniform", "dt_bias": (-2.0, 0.5), "D": (1.0, 0.3)}
             elif isinstance(module, torch.nn.Conv1d):
                 draws = {"weight": (0.0, 0.3), "bias": (0.0, 0.1)}
             elif type(module).__name__.endswith("Router"):

@@ -478,7 +478,11 @@ void parse_granite_hybrid(KeyReader& r, ModelConfig& c) {
   if (const json* t = r.get("time_step_limit"); t != nullptr && !t->is_null()) {
     HLM_CHECK_INPUT(t->is_array() && t->size() == 2, "key 'time_step_limit' must be a pair, got ", json_desc(*t));
     m.dt_limit_lo = as_number((*t)[0], "time_step_limit[0]");
-    m.dt_limit_hi = (*t)[1].is_null() ? 1e300 : as_number((*t)[1], "time_step_limit[1]");
+    // No upper limit: null, or +Infinity as transformers 5.x writes it into config.json ({"__float__": "Infinity"}).
+    const json& hi = (*t)[1];
+    const bool unbounded = hi.is_null() || (hi.is_object() && hi.size() == 1 && hi.contains("__float__") &&
+                                            hi["__float__"].is_string() && hi["__float__"] == "Infinity");
+    m.dt_limit_hi = unbounded ? 1e300 : as_number(hi, "time_step_limit[1]");
     HLM_CHECK_INPUT(m.dt_limit_lo <= m.dt_limit_hi, "time_step_limit is not an interval");
   }
   for (const char* key : {"time_step_min", "time_step_max", "time_step_floor"}) (void)r.get(key);  // init only

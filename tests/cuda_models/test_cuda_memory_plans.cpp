@@ -18,8 +18,6 @@
 //    gradients, or trains on other data misses by far more than 10% within a few windows. The measured worst ratios
 //    are printed ([check] lines) for docs/memory.md. It trains on its own corpus of 500 documents per language (300
 //    steps of 4 × 64 tokens need ~77k tokens; the fixture's 200 ran out after step 183 on the H200, 2026-12-02).
-// While the trainer refuses lean on the GPU unless HLM_EXPERIMENTAL_LEAN_CUDA=1 (cuda_train_device.cpp), the fixture
-// sets it: these tests are the verification that lifts the refusal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,7 +55,6 @@ bool bytes_equal(const Tensor& a, const Tensor& b) {
 class CudaMemoryPlans : public ::testing::Test {
  protected:
   void SetUp() override {
-    setenv("HLM_EXPERIMENTAL_LEAN_CUDA", "1", 1);  // see the header comment
     test::use_one_thread();
     test::write_tiny_corpus(scratch.path() / "corpus", 200);
     test::write_tiny_teacher_and_student(scratch.path());

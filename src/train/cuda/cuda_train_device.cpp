@@ -128,13 +128,6 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   const bool bf16_masters = ac.master == MasterFormat::Bf16Sr;
   HLM_CHECK_INPUT(!bf16_masters || options_.bf16, "--memory-plan lean: bf16 master weights on the GPU need "
                   "--precision bf16");
-  // lean on the GPU is built but not verified: its first GPU test (CudaMemoryPlans, the optimizer step against the
-  // CPU step) crashed on the H200 on 2026-12-01 with the cause not found, so the plan is refused here until it is;
-  // HLM_EXPERIMENTAL_LEAN_CUDA=1 lets it run for that debugging (docs/memory.md).
-  const char* lean_ok = std::getenv("HLM_EXPERIMENTAL_LEAN_CUDA");
-  HLM_CHECK_INPUT(!bf16_masters || (lean_ok != nullptr && std::string(lean_ok) == "1"),
-                  "--memory-plan lean is not yet verified on the GPU (its GPU test crashed; see docs/memory.md): use "
-                  "--memory-plan adam8 on CUDA, or lean with --device cpu");
   // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
   // gradients: each upload's transient fp32 tensors meet the least memory already held.
   if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));

@@ -7,8 +7,9 @@
 //   Shared MLP: shared_mlp.input_linear [2S, H] = [gate | up], output_linear [H, S] (the tensor table cuts it into
 //   the layer's mlp gate/up/down). Experts: block_sparse_moe.router.layer [E, H], input_linear [E, 2I, H] (gate rows
 //   first), output_linear [E, H, I]; router top-k of the logits, softmax over the k (= renormalised top-k softmax).
-// Non-goals: mamba_proj_bias (refused), training (refused), CUDA (refused), generation (refused by the engines).
+// Non-goals: mamba_proj_bias (refused), training (refused), CUDA (refused). CPU generation: infer/cpu_engine.cpp.
 #include "models/architecture.h"
+#include "models/granite_hyper.h"
 
 namespace hlm {
 
@@ -18,15 +19,7 @@ const ArchitectureSpec kGraniteMoeHybridSpec{
     .description = "Granite-4.0-H (Mamba-2 + NoPE attention, shared MLP, optional routed experts, Granite scalars)",
     .qk_norm = QkNorm::None,
     .attention_post_norm = false,
-    .hyper =
-        [](const ModelConfig& c) {
-          DecoderHyper h;
-          h.embedding_multiplier = static_cast<float>(c.embedding_multiplier);
-          h.residual_multiplier = static_cast<float>(c.residual_multiplier);
-          h.attention_scale = c.attention_scale();
-          h.logits_divisor = static_cast<float>(c.logits_scaling);
-          return h;
-        },
+    .hyper = granite_hyper,  // the four Granite scalars, as the dense Granite (granite.cpp)
     .shared_mlp = true};
 
 }  // namespace hlm

@@ -95,8 +95,9 @@ test-sanitize: deps
 	cmake -S . -B $(SANITIZE_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SANITIZE_OPT_FLAGS) -DHYBRIDLM_CUDA=OFF \
 	  -DHYBRIDLM_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(SANITIZE_BUILD_DIR) -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMPI_MCA_mca_base_component_disable_dlclose=1 \
 	  ctest --test-dir $(SANITIZE_BUILD_DIR) -L cpu --output-on-failure -j $(JOBS) --timeout 1800
 
 # make test-sanitize-ci: the named subset (ctest label sanitize-ci: fuzz_replay.<target>, every seed and regression

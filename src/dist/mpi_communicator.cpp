@@ -179,7 +179,8 @@ class MpiCommunicator final : public Communicator {
     if (size_ == 1 || n == 0) return;
     std::vector<T> mine(chunk_size(n, size_, rank_));
     reduce_scatter(data, mine.data(), n);
-    std::memcpy(data + chunk_begin(n, size_, rank_), mine.data(), mine.size() * sizeof(T));
+    // A rank whose chunk is empty (n < ranks) has mine.data() == nullptr, which memcpy may not be given.
+    if (!mine.empty()) std::memcpy(data + chunk_begin(n, size_, rank_), mine.data(), mine.size() * sizeof(T));
     gather_chunks(data + chunk_begin(n, size_, rank_), data, n);
   }
 

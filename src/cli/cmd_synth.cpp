@@ -1,5 +1,6 @@
 // `hybridlm synth --config synth.json --out DIR [--device cpu]`: Olmo Hybrid's synthetic expressivity suite (state
 // tracking, recall, state-based recall x five architectures; evals/synth/). `hybridlm synth gen ...`: print items.
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -37,7 +38,10 @@ struct SynthGenCliOptions {
 
 #ifdef HLM_WITH_CUDA
 // A TrainDevice that brackets steps [first, last] (1-based, of each pair) with cudaProfilerStart/Stop, the range the
-// kernel tracer (docs/profiling.md) and ncu can be limited to; otherwise it forwards every call.
+// kernel tracer (docs/profiling.md) and ncu can be limited to; otherwise it forwards every call. It also prints the
+// range's wall time (device synchronized at both ends, the trainer's host work between the steps included): run once
+// without the tracer for the step's true wall time and once with it for the GPU's busy time over the same steps (the
+// items are the same for a given seed), and the busy share is their ratio, unaffected by the tracer's own cost.
 class ProfiledTrainDevice final : public TrainDevice {
  public:
   ProfiledTrainDevice(std::unique_ptr<TrainDevice> inner, int64_t first, int64_t last)
@@ -51,11 +55,15 @@ class ProfiledTrainDevice final : public TrainDevice {
     if (steps_ == first_) {
       cudaDeviceSynchronize();
       cudaProfilerStart();
+      range_start_ = std::chrono::steady_clock::now();
     }
     BatchLoss loss = inner_->step(batch, micro_rows, tau, clip, grad_norm, num_languages);
     if (steps_ == last_) {
       cudaDeviceSynchronize();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - range_start_).count();
       cudaProfilerStop();
+      std::fprintf(stderr, "profiled steps %lld:%lld: %.3f ms wall, %.4f ms per step\n", static_cast<long long>(first_),
+                   static_cast<long long>(last_), ms, ms / static_cast<double>(last_ - first_ + 1));
     }
     return loss;
   }
@@ -65,6 +73,7 @@ class ProfiledTrainDevice final : public TrainDevice {
  private:
   std::unique_ptr<TrainDevice> inner_;
   int64_t first_, last_, steps_ = 0;
+  std::chrono::steady_clock::time_point range_start_;
 };
 #endif
 

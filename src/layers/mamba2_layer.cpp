@@ -62,10 +62,15 @@ void mamba2_layer_forward(float* out, const float* x, const Mamba2Weights& w, co
 
   float* y = arena.tensor({T, Im}).f32();
   const Mamba2Shape shape{T, nh, d.head_dim, d.groups, d.state_dim};
-  mamba2_ssd_chunked_forward<float>({y, state.ssm_out},
-                                    {xs, dt, w.dt_bias.f32(), w.A_log.f32(), B, C, w.D.f32(), state.ssm_in,
-                                     batch.cu_seqlens.data(), batch.num_sequences()},
-                                    shape, d.limits, d.chunk);
+  const Mamba2Inputs<float> scan{xs, dt, w.dt_bias.f32(), w.A_log.f32(), B, C, w.D.f32(), state.ssm_in,
+                                 batch.cu_seqlens.data(), batch.num_sequences()};
+  // One token per sequence (a decode step): the recurrent form, one state update per (sequence, head). Otherwise the
+  // chunked SSD form. Both take the carried state in and give the final state out, apply the same dt limits and sum
+  // in double, so the result does not depend on how a prompt was cut into steps beyond fp32 rounding.
+  if (T == batch.num_sequences())
+    mamba2_ssd_recurrent_forward<float>({y, state.ssm_out}, scan, shape, d.limits);
+  else
+    mamba2_ssd_chunked_forward<float>({y, state.ssm_out}, scan, shape, d.limits, d.chunk);
 
   // Gated RMSNorm, gate first: u = y ⊙ silu(z), then RMSNorm over the Im channels with weight `norm`.
 #pragma omp parallel for

@@ -3,7 +3,8 @@
 //   [z | xBC | dt] = x · in_projᵀ                     z [T, Im], xBC [T, Cd], dt [T, nh]   (Cd = Im + 2·G·N)
 //   xBC = silu(causal depthwise conv(xBC) + conv_bias) (ops/causal_conv1d, K taps, resets per sequence)
 //   [xs | B | C] = xBC                                xs [T, nh, P], B and C [T, G, N]
-//   y = SSD scan(xs, dt, A_log, dt_bias, B, C, D)     (ops/mamba2_ssd, chunked form, dt limits applied)
+//   y = SSD scan(xs, dt, A_log, dt_bias, B, C, D)     (ops/mamba2_ssd: chunked form, or the recurrent form when every
+//                                                      sequence has one token (a decode step); dt limits in both)
 //   out = out_proj( w ⊙ rmsnorm(y ⊙ silu(z)) )        gate BEFORE the norm, RMS over all Im channels, eps = rms_norm_eps
 // Non-goals: in_proj / out_proj biases (mamba_proj_bias, refused by the config), a backward (training refuses
 // Mamba-2 models), padding masks (packed sequences instead).

@@ -1,6 +1,7 @@
-// Models for the inference tests: the committed HF goldens of the four architectures' families (real HF configs and
-// weights) plus a randomly created qwen3_hybrid student with GQA and unequal GDN dims (Hk 2 ≠ Hv 4, dk 8 ≠ dv 12)
-// and a granite-style multiplier set, so shared code sees every per-architecture fact the forward uses.
+// Models for the inference tests: the committed HF goldens of the four architectures' families and of Granite-4.0-H
+// (real HF configs and weights) plus a randomly created qwen3_hybrid student with GQA and unequal GDN dims (Hk 2 ≠
+// Hv 4, dk 8 ≠ dv 12) and a granite-style multiplier set, so shared code sees every per-architecture fact the forward
+// uses.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -84,6 +85,9 @@ inline std::vector<InferModelCase> infer_model_cases() {
       {"qwen3_hybrid_student", [] { return Model::create(parse_model_config(student_config_json(), "test"), 11); }},
       {"olmo3_sliding", [] { return Model::create(parse_model_config(olmo3_config_json(), "test"), 12); }},
       {"cohere2_sliding", [] { return Model::create(parse_model_config(cohere2_config_json(), "test"), 13); }},
+      // Granite-4.0-H: Mamba-2 layers (conv + SSM state per sequence) with NoPE attention, dense and with experts.
+      {"granitemoehybrid_tiny", [] { return load_golden_model("granitemoehybrid_tiny"); }},
+      {"granitemoehybrid_moe_tiny", [] { return load_golden_model("granitemoehybrid_moe_tiny"); }},
   };
 }
 

@@ -90,6 +90,44 @@ TEST(GenerateCli, StateReportMatchesTableOneArithmetic) {
   }
 }
 
+// Granite-4.0-H (the granitemoehybrid_tiny golden: Mamba-2 layers 0, 2, 3 and NoPE attention layers 1, 4): --ids
+// --json gives the library's greedy ids; the peak state report's Mamba-2 rows hold exactly the conv + SSM state of the
+// one running sequence ((176·3 + 8·16·12)·4 = 8,256 bytes), its pool that of every slot. --device cuda is a refusal
+// with exit code 2: no Mamba-2 layers on CUDA (CUDA build with a GPU), or no CUDA / no GPU here.
+TEST(GenerateCli, GraniteMoeHybridGoldenGeneratesIdsWithItsMamba2State) {
+  const std::string m = (std::filesystem::path(HLM_GOLDEN_DIR) / "granitemoehybrid_tiny").string();
+  const nlohmann::json j = run_json(m + " --ids 5,17,200,3,44 --max-new-tokens 9 --prefill-chunk 3");
+  const auto ids = j["ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), 9u);
+  EXPECT_EQ(j["finish_reason"], "length");
+  EXPECT_EQ(j["timings"]["prefill_tokens"], 5);
+  Model model = Model::load(m);
+  MemoryRequest mr;
+  mr.kv_blocks = 1;
+  auto engine = make_cpu_engine(model, memory_plan_build(model.config(), mr));
+  GenerateRequest r;
+  r.prompt = {5, 17, 200, 3, 44};
+  r.max_new_tokens = 9;
+  EXPECT_EQ(ids, generate(*engine, {r}, {})[0].ids);  // one prefill chunk here, chunks of 3 in the command
+
+  const nlohmann::json& s = j["peak_state"];
+  ASSERT_EQ(s["layers"].size(), 5u);
+  const int64_t slots = j["memory_plan"]["max_sequences"];
+  for (const int layer : {0, 2, 3}) {
+    const auto& row = s["layers"][layer];
+    EXPECT_EQ(row["kind"], "mamba2");
+    EXPECT_EQ(row["measured_bytes"], 8256);
+    EXPECT_EQ(row["table1_fp32_bytes"], 8256);
+    EXPECT_EQ(row["pool_bytes"], slots * 8256);
+  }
+  for (const int layer : {1, 4}) EXPECT_EQ(s["layers"][layer]["kind"], "full_attention");
+
+  const RunResult cuda = run_hybridlm("generate " + m + " --ids 1,2 --device cuda --json");
+  EXPECT_EQ(cuda.exit_code, 2) << cuda.out << cuda.err;
+  EXPECT_TRUE(cuda.err.find("Mamba-2") != std::string::npos || cuda.err.find("--device cuda") != std::string::npos)
+      << cuda.err;
+}
+
 TEST(GenerateCli, EosFromGenerationConfigAndStopStrings) {
   const StudentDir model;
   const nlohmann::json free_run = run_json(model.path() + " --ids 9,8,7 --max-new-tokens 8 --tokenizer bytes");

@@ -10,6 +10,7 @@
 #include "infer/cpu_engine.h"
 #include "infer/kv_block_allocator.h"
 #include "infer/memory_plan.h"
+#include "infer/state_report.h"
 #include "infer_models.h"
 #include "models/state_size.h"
 
@@ -118,4 +119,50 @@ TEST(MemoryPlan, BudgetCutsSequencesThenBlocks) {
   EXPECT_GT(p.total_bytes() + shape.kv_bytes_per_block, *r.budget_bytes);  // no whole block left unused
   r.budget_bytes = shape.sequence_bytes(1) - 1;
   EXPECT_THROW(memory_plan_build(c, r), Error);
+}
+
+// Granite-4.0-H's Mamba-2 layers (the granitemoehybrid_tiny golden: layers M A M M A, nh 8, P 16, N 12, G 2, conv 4):
+// per sequence and layer a conv state of the last K−1 = 3 xBC inputs over Cd = nh·P + 2·G·N = 176 channels and an SSM
+// state of nh·P·N = 1,536 floats, fp32: (176·3 + 1,536)·4 = 8,256 bytes; 3 layers, 24,768 bytes per sequence. The
+// plan, Table 1's arithmetic (models/state_size.h) and the CPU engine's own buffers all give these numbers.
+TEST(MemoryPlan, Mamba2StateIsTheConvAndSsmArithmetic) {
+  const ModelConfig c = load_model_config(std::filesystem::path(HLM_GOLDEN_DIR) / "granitemoehybrid_tiny");
+  constexpr int64_t kLayerBytes = (176 * 3 + 8 * 16 * 12) * 4;
+  static_assert(kLayerBytes == 8256);
+  const MemoryPlan shape = memory_plan_shape(c, 16);
+  EXPECT_EQ(shape.attention_layers, 2);
+  EXPECT_EQ(shape.gdn_layers, 3);  // the recurrent layers: here all Mamba-2
+  EXPECT_EQ(shape.gdn_bytes_per_sequence, 3 * kLayerBytes);
+  EXPECT_EQ(shape.kv_bytes_per_block, 2 * 2 * 16 * 2 * 16 * 4);  // 2 layers · K+V · 16 tokens · Hkv 2 · D 16 · fp32
+  const StateSizes t1 = state_sizes(c, 1, 4);
+  EXPECT_EQ(t1.mamba_layers, 3);
+  EXPECT_EQ((t1.mamba_conv_state_elements + t1.mamba_ssm_state_elements) * 4, kLayerBytes);
+  const MemoryPlan b16 = memory_plan_shape(c, 16, 2);  // a bf16 KV cache leaves the fp32 Mamba-2 state as it is
+  EXPECT_EQ(b16.gdn_bytes_per_sequence, 3 * kLayerBytes);
+
+  // The engine's buffers: each Mamba-2 layer reserves its state for every slot and uses it for running sequences.
+  Model model = Model::load(std::filesystem::path(HLM_GOLDEN_DIR) / "granitemoehybrid_tiny");
+  MemoryRequest r;
+  r.max_sequences = 3;
+  r.kv_blocks = 4;
+  auto engine = make_cpu_engine(model, memory_plan_build(c, r));
+  EXPECT_EQ(engine->plan().total_bytes(), 4 * shape.kv_bytes_per_block + 3 * 3 * kLayerBytes);
+  const int a = engine->open_sequence(9), b = engine->open_sequence(5);
+  TokenBatch batch;
+  batch.add_sequence({1, 2, 3, 4, 5, 6, 7});
+  batch.add_sequence({9, 8});
+  const std::vector<int> slots{a, b};
+  engine->step(slots, batch);
+  const StateUsage u = engine->state_usage();
+  ASSERT_EQ(u.layers.size(), 5u);
+  int64_t mamba_in_use = 0;
+  for (const LayerStateBytes& l : u.layers) {
+    if (l.kind != LayerKind::Mamba2) continue;
+    EXPECT_EQ(l.bytes_reserved, 3 * kLayerBytes);
+    EXPECT_EQ(l.bytes_in_use, 2 * kLayerBytes);
+    mamba_in_use += l.bytes_in_use;
+  }
+  EXPECT_EQ(mamba_in_use, 3 * 2 * kLayerBytes);
+  for (const StateReportRow& row : state_report(c, u))  // generate --state-report: measured = arithmetic
+    if (row.kind == LayerKind::Mamba2) EXPECT_EQ(row.measured_bytes, row.table1_bytes);
 }

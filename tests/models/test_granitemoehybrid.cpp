@@ -4,7 +4,8 @@
 // B/C, D skip, gate before the norm), the layer continued from a carried state = the whole sequence, the checkpoint
 // layout transformers writes (shared_mlp.input_linear [gate | up], block_sparse_moe stacked experts) loading into the
 // same weights, save round trip, the MoE FFN = shared MLP + softmax over the top-k router logits, state-size
-// accounting, and the refusals (generation, training). HF parity: GoldenParity's granitemoehybrid_* cases.
+// accounting, and the training refusal. HF parity: GoldenParity's granitemoehybrid_* cases; the inference engine on
+// the goldens: tests/infer (EngineParity, GenerateArch, GenerateCli, MemoryPlan).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -422,7 +423,8 @@ TEST(GraniteMoeHybrid, RopeSwitchAndMultipliersChangeTheOutput) {
 }
 
 // `inspect` on a checkpoint in transformers' layout: layout (A attention, R Mamba-2), the Mamba-2 state accounting
-// (SSM nh·P·N + conv (Im + 2·G·N)·(K−1) per layer), experts; `generate` runs (CPU) and `--device cuda` is refused.
+// (SSM nh·P·N + conv (Im + 2·G·N)·(K−1) per layer), experts; `generate` runs (CPU). The `--device cuda` refusal:
+// tests/infer/test_generate_cli.cpp.
 TEST(GraniteMoeHybrid, InspectReportsMambaStateAndGenerateRuns) {
   Model m = created(true);
   test::ScratchDir scratch("granite-inspect");

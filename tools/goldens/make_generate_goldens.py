@@ -9,6 +9,9 @@ Cases (each writes tests/golden/<case>/golden.safetensors; the student case also
     generate_qwen3         tests/golden/qwen3_untied (Qwen3ForCausalLM, biases, rope theta 1e6) with HF generate
     generate_olmo_hybrid   tests/golden/olmo_hybrid_tiny (OlmoHybridForCausalLM: GDN layers via HF's torch fallback
                            path — chunked prefill, recurrent decode — plus post-norm attention) with HF generate
+    generate_granitemoehybrid  tests/golden/granitemoehybrid_tiny (GraniteMoeHybridForCausalLM: Mamba-2 layers via
+                           HF's torch path — chunked SSD prefill with mamba_chunk_size 8 (the 23-token prompt spans 3
+                           chunks), one-token state updates in decode — plus NoPE attention) with HF generate
     generate_student       a qwen3_hybrid student converted by `hybridlm convert` from tests/golden/qwen3_tied
                            (layer 0 GDN with negative eigenvalues, layer 1 attention). HF has no qwen3_hybrid class, so
                            the reference is HF's Qwen3ForCausalLM with the GDN layer's self_attn replaced by HF's
@@ -200,6 +203,8 @@ CASES = {
     "generate_qwen3": lambda out, hyb: hf_case(out, "generate_qwen3", "qwen3_untied", "Qwen3ForCausalLM"),
     "generate_olmo_hybrid": lambda out, hyb: hf_case(out, "generate_olmo_hybrid", "olmo_hybrid_tiny",
                                                      "OlmoHybridForCausalLM"),
+    "generate_granitemoehybrid": lambda out, hyb: hf_case(out, "generate_granitemoehybrid", "granitemoehybrid_tiny",
+                                                          "GraniteMoeHybridForCausalLM"),
     "generate_student": lambda out, hyb: student_case(out, "generate_student", hyb),
 }
 

@@ -17,12 +17,14 @@
 // bf16: the flash-attention rule on y and dx (with the fp32 allowance k·u·mag of the dot products); dw and dbias are fp32 outputs, checked by the fp32 rule on the
 // bf16-rounded inputs. Subnormal bf16 inputs are not used (tensor cores may flush subnormal operands).
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/column_sum.h"
 #include "harness.h"
+#include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #if HLM_CUDA_TEST_HAVE_CBLAS
 #include "ops/matmul/matmul.h"
@@ -351,4 +353,71 @@ TEST(MatmulCuda, BackwardMixed) {
                           dbias_tolerance(c)));
     EXPECT_TRUE(buffers_ok({&dx, &dw, &db}, {&x, &w, &dy})) << name(c, "bwd mixed");
   }
+}
+
+// The small-row GEMV (gemv_cuda.h): a group of three outputs (n = 1, 65 with a bias, 257) over one x, x given in fp32
+// (rounded to bf16 in the kernel) and in bf16, M = 1..4, K = 8 (one chunk), 1000 (lanes with unequal chunk counts),
+// 4104 (more chunks than one unrolled pass), every fill but Denormal (bf16 operands, as ForwardMixed). Same
+// products as matmul_forward_mixed_cuda, another summation order: the fp32 dot rule. Also what it refuses.
+TEST(MatmulCuda, GemvGroup) {
+  HLM_REQUIRE_CUDA();
+  note_reference();
+  const int64_t ns[3] = {1, 65, 257};
+  for (const Fill fill : {Fill::Normal, Fill::Large, Fill::Zeros, Fill::Special}) {
+    for (const int64_t K : {int64_t{8}, int64_t{1000}, int64_t{4104}}) {
+      for (int64_t M = 1; M <= gemv_max_rows(); ++M) {
+        std::vector<MatmulCase> cases;
+        std::vector<Inputs> ins;
+        std::vector<Expected> es;
+        std::vector<DeviceBuffer> ws, bs, ys;
+        for (int i = 0; i < 3; ++i) {
+          cases.push_back(MatmulCase{M, ns[i], K, i == 1, false, fill});
+          ins.push_back(make_inputs(cases.back(), true));
+          es.push_back(expected(cases.back(), ins.back()));
+          ws.push_back(DeviceBuffer::from(to_bf16(ins.back().w), "w"));
+          bs.push_back(DeviceBuffer::from(ins.back().bias, "bias"));
+        }
+        // x before rounding: make_inputs draws it with the same seed and size for every output of the group.
+        const std::vector<float> x_raw = make_values(static_cast<size_t>(M * K), fill, 81);
+        const std::vector<float> x_rounded = round_bf16(x_raw);  // bit comparison: NaN != NaN under ==
+        ASSERT_EQ(x_rounded.size(), ins[0].x.size());
+        ASSERT_EQ(std::memcmp(x_rounded.data(), ins[0].x.data(), x_rounded.size() * sizeof(float)), 0);
+        const DeviceBuffer x32 = DeviceBuffer::from(x_raw, "x f32"), x16 = DeviceBuffer::from(to_bf16(ins[0].x), "x");
+        for (const bool bf16_input : {false, true}) {
+          ys.clear();
+          GemvOutput outs[3];
+          for (int i = 0; i < 3; ++i) {
+            ys.emplace_back(static_cast<size_t>(M * ns[i]) * 4, "y");
+            outs[i] = GemvOutput{ws[static_cast<size_t>(i)].as<__nv_bfloat16>(),
+                                 i == 1 ? bs[static_cast<size_t>(i)].as<float>() : nullptr, ys.back().as<float>(), ns[i]};
+          }
+          ASSERT_TRUE(gemv_supported(M, K, outs, 3));
+          gemv_bf16_cuda(outs, 3, bf16_input ? nullptr : x32.as<float>(), bf16_input ? x16.as<__nv_bfloat16>() : nullptr,
+                         M, K, ctx().stream());
+          for (int i = 0; i < 3; ++i) {
+            const MatmulCase& c = cases[static_cast<size_t>(i)];
+            const Expected& e = es[static_cast<size_t>(i)];
+            const std::string what = bf16_input ? "gemv (bf16 x)" : "gemv (f32 x)";
+            EXPECT_TRUE(check_f32(name(c, what.c_str()), ys[static_cast<size_t>(i)].download<float>(), e.y, e.y64,
+                                  e.mag_y, dot_tolerance(c, c.K)));
+          }
+          EXPECT_TRUE(buffers_ok({&ys[0], &ys[1], &ys[2]}, {&x32, &x16, &ws[0], &ws[1], &ws[2], &bs[1]}))
+              << "gemv M=" << M << " K=" << K << " " << fill_name(fill);
+        }
+      }
+    }
+  }
+  // Refused shapes: K not a multiple of 8, too many rows or outputs, a weight that is not 16-byte aligned.
+  DeviceBuffer w = DeviceBuffer::from(std::vector<uint16_t>(64 * 24, 0), "w"), y(64 * 4 * 4, "y");
+  GemvOutput ok{w.as<__nv_bfloat16>(), nullptr, y.as<float>(), 8};
+  EXPECT_TRUE(gemv_supported(1, 24, &ok, 1));
+  EXPECT_FALSE(gemv_supported(1, 20, &ok, 1));
+  EXPECT_FALSE(gemv_supported(gemv_max_rows() + 1, 24, &ok, 1));
+  EXPECT_FALSE(gemv_supported(0, 24, &ok, 1));
+  EXPECT_FALSE(gemv_supported(1, gemv_max_k() + 8, &ok, 1));
+  GemvOutput seven[7] = {ok, ok, ok, ok, ok, ok, ok};
+  EXPECT_FALSE(gemv_supported(1, 24, seven, 7));
+  GemvOutput misaligned = ok;
+  misaligned.w = w.as<__nv_bfloat16>() + 1;
+  EXPECT_FALSE(gemv_supported(1, 24, &misaligned, 1));
 }

@@ -38,6 +38,7 @@
 
 #include "harness.h"
 #include "ops/rmsnorm/rmsnorm.h"
+#include "ops/residual/residual_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 using namespace hlm;
@@ -60,6 +61,8 @@ const std::vector<RmsCase> kCases = {
     {37, 128, Fill::Large},    {11, 128, Fill::Special}, {5, 128, Fill::Denormal}, {3, 128, Fill::Zeros},
     // just past the warp path: one block per row
     {5, 1025, Fill::Normal},   {3, 1025, Fill::Special},
+    // rows held in registers (8 or 16 per thread: Qwen3-4B's hidden size), and just past them (the loop kernel)
+    {1, 2560, Fill::Normal},   {2, 2049, Fill::Special}, {3, 4100, Fill::Normal},
     // fused dweight: more groups than finish slices; more than 2 rows per warp
     {2053, 1024, Fill::Normal}, {70001, 37, Fill::Normal},
 };
@@ -318,5 +321,39 @@ TEST(RmsnormCuda, BackwardBf16) {
     EXPECT_TRUE(dy2.download<uint16_t>() == dx_gpu) << name(c, "bwd dx bf16 in-place + dweight") << ": bits differ";
     EXPECT_TRUE(check_exact(name(c, "bwd dweight bf16 in-place"), dw2.download<float>(), dw_gpu));
     EXPECT_TRUE(buffers_ok({&dy2, &dw2, &ws}, {&x, &w})) << name(c, "bwd bf16 in-place");
+  }
+}
+
+// The fused residual + norm of a pre-norm block against the two launches it replaces, bit for bit: x after the add
+// and the norm's output, on the fused lengths (1025–4096) and on both sides of them (two launches inside).
+TEST(RmsnormCuda, ResidualFused) {
+  HLM_REQUIRE_CUDA();
+  const RmsCase shapes[] = {{1, 2560, Fill::Normal}, {3, 1025, Fill::Normal}, {2, 4096, Fill::Large},
+                            {5, 1000, Fill::Normal}, {2, 4100, Fill::Normal}, {7, 2049, Fill::Special},
+                            {4, 3000, Fill::Denormal}};
+  for (const RmsCase& c : shapes) {
+    for (const float scale : {1.0f, 0.22f}) {
+      const Inputs in = make_inputs(c, false);
+      const size_t n = static_cast<size_t>(c.R * c.D);
+      const std::vector<float> delta = make_values(n, Fill::Normal, 9);
+      DeviceBuffer x_two = DeviceBuffer::from(in.x, "x"), x_one = DeviceBuffer::from(in.x, "x fused"),
+                   d = DeviceBuffer::from(delta, "delta"), d_alias = DeviceBuffer::from(delta, "delta = out"),
+                   x_alias = DeviceBuffer::from(in.x, "x (out = delta)"), w = DeviceBuffer::from(in.w, "weight"),
+                   out_two(n * 4, "out"), out_one(n * 4, "out fused");
+      residual_add_forward_cuda(x_two.as<float>(), d.as<float>(), scale, static_cast<int64_t>(n), ctx().stream());
+      rmsnorm_forward_cuda(out_two.as<float>(), x_two.as<float>(), w.as<float>(), {c.R, c.D, kEps}, ctx().stream());
+      rmsnorm_residual_forward_cuda(out_one.as<float>(), x_one.as<float>(), d.as<float>(), scale, w.as<float>(),
+                                    {c.R, c.D, kEps}, ctx().stream());
+      rmsnorm_residual_forward_cuda(d_alias.as<float>(), x_alias.as<float>(), d_alias.as<float>(), scale,
+                                    w.as<float>(), {c.R, c.D, kEps}, ctx().stream());
+      const std::string what = "residual fused, scale " + std::to_string(scale);
+      const std::vector<float> ref_x = x_two.download<float>(), ref_out = out_two.download<float>();
+      EXPECT_TRUE(check_exact(name(c, (what + " x").c_str()), x_one.download<float>(), ref_x));
+      EXPECT_TRUE(check_exact(name(c, (what + " out").c_str()), out_one.download<float>(), ref_out));
+      EXPECT_TRUE(check_exact(name(c, (what + " x, out = delta").c_str()), x_alias.download<float>(), ref_x));
+      EXPECT_TRUE(check_exact(name(c, (what + " out = delta").c_str()), d_alias.download<float>(), ref_out));
+      EXPECT_TRUE(buffers_ok({&out_one, &x_one}, {&d, &w})) << name(c, what.c_str());
+      EXPECT_TRUE(d_alias.guards_intact() && x_alias.guards_intact());
+    }
   }
 }

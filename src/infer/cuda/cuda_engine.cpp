@@ -233,11 +233,10 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   const int64_t T = s.batch.tokens, D = d.head_dim, Cq = d.q_heads * D, Ckv = d.kv_heads * D;
   CudaTensor q_lin = CudaTensor::empty(ctx_, {T, Cq}), k_lin = CudaTensor::empty(ctx_, {T, Ckv});
   CudaTensor v = CudaTensor::empty(ctx_, {T, Ckv});
-  CudaTensor in16;  // bf16 precision: `in` rounded once for the three projections
-  const CudaLinearInput x = cuda_linear_round_input(ctx_, in16, {in, nullptr}, w.q_proj, T);
-  cuda_linear_forward(ctx_, q_lin.data<float>(), x, w.q_proj, T);
-  cuda_linear_forward(ctx_, k_lin.data<float>(), x, w.k_proj, T);
-  cuda_linear_forward(ctx_, v.data<float>(), x, w.v_proj, T);
+  // One launch at decode batch sizes (the small-row GEMV), else `in` rounded once for the three products.
+  const CudaLinearOut qkv[] = {{q_lin.data<float>(), &w.q_proj}, {k_lin.data<float>(), &w.k_proj},
+                               {v.data<float>(), &w.v_proj}};
+  cuda_linear_forward_group(ctx_, qkv, CudaLinearInput{in, nullptr}, T);
   // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions, in place.
   CudaTensor q_n, k_n;
   float* q = q_lin.data<float>();
@@ -328,14 +327,11 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
   CudaTensor qp = CudaTensor::empty(ctx_, {T, Ck}), kp = CudaTensor::empty(ctx_, {T, Ck});
   CudaTensor vp = CudaTensor::empty(ctx_, {T, Cv}), z = CudaTensor::empty(ctx_, {T, Cv});
   CudaTensor a = CudaTensor::empty(ctx_, {T, Hv}), b = CudaTensor::empty(ctx_, {T, Hv});
-  CudaTensor in16;  // bf16 precision: `in` rounded once for the six projections
-  const CudaLinearInput x = cuda_linear_round_input(ctx_, in16, {in, nullptr}, w.q_proj, T);
-  cuda_linear_forward(ctx_, qp.data<float>(), x, w.q_proj, T);
-  cuda_linear_forward(ctx_, kp.data<float>(), x, w.k_proj, T);
-  cuda_linear_forward(ctx_, vp.data<float>(), x, w.v_proj, T);
-  cuda_linear_forward(ctx_, z.data<float>(), x, w.g_proj, T);
-  cuda_linear_forward(ctx_, a.data<float>(), x, w.a_proj, T);
-  cuda_linear_forward(ctx_, b.data<float>(), x, w.b_proj, T);
+  // One launch at decode batch sizes (the small-row GEMV), else `in` rounded once for the six products.
+  const CudaLinearOut projections[] = {{qp.data<float>(), &w.q_proj}, {kp.data<float>(), &w.k_proj},
+                                       {vp.data<float>(), &w.v_proj}, {z.data<float>(), &w.g_proj},
+                                       {a.data<float>(), &w.a_proj},  {b.data<float>(), &w.b_proj}};
+  cuda_linear_forward_group(ctx_, projections, CudaLinearInput{in, nullptr}, T);
 
   // The step's states in batch order: the pool rows themselves (consecutive slots) or gathered copies.
   GdnPool& pool = layers_[static_cast<size_t>(layer)].gdn;

@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <span>
 
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_tensor.h"
@@ -73,6 +74,18 @@ CudaLinearInput cuda_linear_round_input(CudaContext& ctx, CudaTensor& rounded, c
 void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, const CudaLinear& layer, int64_t rows);
 // The same from an fp32 x (rounded in scratch in the bf16 compute mode).
 void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows);
+
+// Several linears reading the same x [rows, in], each into its own y [rows, out_i] (OVERWRITTEN). In the bf16 compute
+// mode with ONE row (batch-1 decode steps) they run as ONE launch of the small-row GEMV (ops/matmul/gemv_cuda.h: x
+// rounded inside it, no cast launch); otherwise one cuda_linear_forward each with x rounded once. cuda_linear_forward
+// with one row takes the same GEMV. HLM_GEMV in the environment: off (or 0) keeps every product on cuBLASLt, N (≤ 4)
+// takes the GEMV up to N rows (A/B measurements). The two paths agree to fp32 summation order, not bit for bit.
+struct CudaLinearOut {
+  float* y = nullptr;
+  const CudaLinear* layer = nullptr;
+};
+void cuda_linear_forward_group(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x,
+                               int64_t rows);
 
 // The backward of cuda_linear_forward (matmul_backward_cuda): dx [rows, in] = dy · W, OVERWRITTEN (ADDED when
 // accumulate_dx; nullptr = not wanted); grad.weight += dyᵀ · x and grad.bias += Σ_rows dy (ACCUMULATED). grad has

@@ -160,6 +160,21 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     return in;
   };
 
+  // A pre-norm layer's MLP branch (in dl) is added to h by the next norm in the same launch; `pending` marks it.
+  bool pending = false;
+  float pending_scale = 1.0f;
+  const auto flush_pending = [&] {
+    if (pending) residual_add_forward_cuda(h, dl, pending_scale, T * H, stream);
+    pending = false;
+  };
+  const auto norm_after_pending = [&](const float* weight) {  // nr = rmsnorm(h (+ the pending branch))
+    if (pending)
+      rmsnorm_residual_forward_cuda(nr, h, dl, pending_scale, weight, row_norm, stream);
+    else
+      rmsnorm_forward_cuda(nr, h, weight, row_norm, stream);
+    pending = false;
+  };
+
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     const bool post_norm = layer.full_attention && spec.attention_post_norm;
@@ -185,6 +200,10 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       else
         mlp_layer_forward_cuda(ctx, out, in.f32, layer.mlp, T);
     };
+    // A pre-norm layer adds the previous layer's pending MLP branch inside its input norm (one launch); any other
+    // reader of the residual stream needs it added first.
+    if (post_norm) flush_pending();
+    else norm_after_pending(layer.input_layernorm.data<float>());
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
       mixer(nr, {h, nullptr});
@@ -199,18 +218,19 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
     } else {
-      rmsnorm_forward_cuda(nr, h, layer.input_layernorm.data<float>(), row_norm, stream);
       mixer(dl, keep_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i, normed));
       emit(CapturePoint::AttnDelta, i, delta);
-      residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
+      // h += branch, then the post-attention norm of h: one launch (rmsnorm_residual_forward_cuda, the same bits).
+      rmsnorm_residual_forward_cuda(nr, h, dl, hyper.residual_multiplier,
+                                    layer.post_attention_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::AttnOut, i, hidden);
-      rmsnorm_forward_cuda(nr, h, layer.post_attention_layernorm.data<float>(), row_norm, stream);
       mlp(dl, keep_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i, normed));
       emit(CapturePoint::MlpDelta, i, delta);
-      residual_add_forward_cuda(h, dl, hyper.residual_multiplier, T * H, stream);
+      pending_scale = hyper.residual_multiplier;  // added by the next norm (or flush_pending)
+      pending = true;
     }
   }
-  rmsnorm_forward_cuda(nr, h, norm_.data<float>(), row_norm, stream);
+  norm_after_pending(norm_.data<float>());
 }
 
 Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture,

@@ -12,7 +12,7 @@
 //               partial row [groups, D] to the workspace; the finish kernel (cuda::partial_rows_finish_kernel) sums
 //               each column's partial rows in a fixed order and adds the total into dweight.
 //   longer rows: one block of rmsnorm_cuda_threads() threads per row, scalar loads.
-//     forward:  block sum of x², then the same formula.
+//     forward:  block sum of x², then the same formula (rows up to 16 · 256 held in registers, the same bits).
 //     backward: (1) one block per row stores r and m; (2) dweight by the column sum (before (3): dx may alias d_out);
 //               (3) elementwise dx.
 // Every read of a row happens before the reduction that precedes its writes, and each thread writes only elements it
@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
+#include "ops/residual/residual_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
@@ -131,6 +132,53 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const
   }
 }
 
+// The same kernel for rows of at most E · kThreads elements (E ≤ 16: hidden sizes up to 4096) with the row held in
+// registers: every load of the row is issued before the first sum (the loop above waits on each load in turn, ~5.7 µs
+// for one row of 2560 on the H200, session 11's batch-1 decode trace). Thread t still sums the elements t, t + kThreads,
+// ... in order and block_sum adds the same partials, so the bits equal rmsnorm_forward_kernel's.
+// With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
+// residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block).
+template <typename T, int E>
+__global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, T* x, const T* w, int64_t R,
+                                                                        int64_t D, float eps,
+                                                                        const float* delta = nullptr,
+                                                                        float scale = 1.0f) {
+  __shared__ float smem[kThreads / 32];
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    T* xr = x + r * D;
+    float v[E], wv[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+      v[e] = d < D ? to_f32(xr[d]) : 0.0f;
+      wv[e] = d < D ? to_f32(w[d]) : 0.0f;
+    }
+    if (delta != nullptr) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+        if (d < D) {
+          v[e] = __fadd_rn(v[e], __fmul_rn(scale, delta[r * D + d]));
+          xr[d] = from_f32<T>(v[e]);
+        }
+      }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (threadIdx.x + static_cast<int64_t>(e) * kThreads < D) ss = fmaf(v[e], v[e], ss);
+    }
+    ss = block_sum<kThreads>(ss, smem);  // every read of the row happens before this barrier: out may alias x
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+    T* o = out + r * D;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+      if (d < D) o[d] = from_f32<T>(wv[e] * (v[e] * inv));
+    }
+  }
+}
+
 // Per-row r and m = (Σ_d d_out·w·x) · r / D.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rmsnorm_row_stats_kernel(float* inv_out, float* mean_gn_out, const T* d_out,
@@ -197,6 +245,12 @@ void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cu
       rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
           <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
     });
+  } else if (p.dim <= 8 * kThreads) {
+    rmsnorm_forward_regs_kernel<T, 8>
+        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, const_cast<T*>(x), w, p.rows, p.dim, p.eps);
+  } else if (p.dim <= 16 * kThreads) {
+    rmsnorm_forward_regs_kernel<T, 16>
+        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, const_cast<T*>(x), w, p.rows, p.dim, p.eps);
   } else {
     rmsnorm_forward_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
   }
@@ -286,6 +340,25 @@ void rmsnorm_forward_cuda(float* out, const float* x, const float* weight, const
 void rmsnorm_forward_cuda(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* weight,
                           const RmsnormCudaParams& p, cudaStream_t stream) {
   forward_impl(out, x, weight, p, stream);
+}
+
+void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, float scale, const float* weight,
+                                   const RmsnormCudaParams& p, cudaStream_t stream) {
+  check_params(p);
+  HLM_CHECK(out != x, "rmsnorm_residual_forward_cuda: out may not alias x (the residual stream)");
+  if (p.rows == 0 || p.dim == 0) return;
+  if (p.dim > kWarpMaxDim && p.dim <= 8 * kThreads) {
+    rmsnorm_forward_regs_kernel<float, 8>
+        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, weight, p.rows, p.dim, p.eps, delta, scale);
+  } else if (p.dim > kWarpMaxDim && p.dim <= 16 * kThreads) {
+    rmsnorm_forward_regs_kernel<float, 16>
+        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, weight, p.rows, p.dim, p.eps, delta, scale);
+  } else {
+    residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);
+    forward_impl(out, static_cast<const float*>(x), weight, p, stream);
+    return;
+  }
+  HLM_CUDA_CHECK_LAUNCH();
 }
 
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p) {

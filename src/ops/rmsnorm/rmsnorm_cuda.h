@@ -72,6 +72,13 @@ void rmsnorm_forward_cuda(float* out, const float* x, const float* weight, const
 void rmsnorm_forward_cuda(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* weight,
                           const RmsnormCudaParams& p, cudaStream_t stream);
 
+// A pre-norm block's residual add and the next norm: x += scale · delta (in place; product and sum rounded
+// separately, as residual_add_forward_cuda), then out = rmsnorm(x) · weight. Bit-identical to those two calls; one
+// launch for rows of rmsnorm_cuda_warp_max_dim() < dim ≤ 16 · rmsnorm_cuda_threads() (hidden sizes 1025–4096), the
+// two launches otherwise. out may alias delta, never x.
+void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, float scale, const float* weight,
+                                   const RmsnormCudaParams& p, cudaStream_t stream);
+
 // Bytes of device scratch rmsnorm_backward_cuda needs: dim ≤ rmsnorm_cuda_warp_max_dim(): the dweight partial rows
 // (groups · dim floats); longer rows: per-row statistics and the column sum's partials.
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p);

@@ -1,0 +1,210 @@
+// Small-row bf16 linear products (contract: gemv_cuda.h). One warp per output column of the group (columns of the
+// outputs in order), a grid of whole blocks striding over the columns; x [M, K] staged once per block in shared
+// memory as bf16 (16-byte loads when aligned) after each warp has issued its first column's first weight loads.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "core/error.h"
+#include "ops/cast/bf16_round.cuh"
+#include "ops/matmul/gemv_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+
+struct GemvGroup {
+  const __nv_bfloat16* w[gemv_max_outputs()];
+  const float* bias[gemv_max_outputs()];
+  float* y[gemv_max_outputs()];
+  int64_t n[gemv_max_outputs()];
+  int64_t first[gemv_max_outputs() + 1];  // first column of each output in the group's numbering; first[outs] = total
+  int outs;
+};
+
+// acc += Σ_i w_i · x_i over one 16-byte chunk (8 bf16) of a weight row, w already widened to fp32.
+__device__ __forceinline__ void dot8(float& acc, const float (&w)[8], const uint4& x) {
+  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 b = __bfloat1622float2(x2[i]);
+    acc = fmaf(w[2 * i], b.x, acc);
+    acc = fmaf(w[2 * i + 1], b.y, acc);
+  }
+}
+
+__device__ __forceinline__ void widen8(float (&out)[8], const uint4& w) {
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(w2[i]);
+    out[2 * i] = a.x;
+    out[2 * i + 1] = a.y;
+  }
+}
+
+// Group column `col` → (output, column within it).
+__device__ __forceinline__ int output_of(const GemvGroup& g, int64_t col) {
+  int o = 0;
+  while (col >= g.first[o + 1]) ++o;
+  return o;
+}
+
+// One pass of kUnroll 16-byte loads of a weight row from chunk c0 on (lanes 32 apart); zeros past the row.
+__device__ __forceinline__ void load_round(uint4 (&wv)[kUnroll], const uint4* wr, int64_t c0, int64_t chunks) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t c = c0 + u * 32;
+    wv[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <int M>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvGroup g, const float* x_f32, const __nv_bfloat16* x_bf16,
+                                                        int64_t K) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [M, K] bf16 bits
+  const int lane = threadIdx.x % 32;
+  const int64_t chunks = K / 8;  // 8 bf16 = 16 bytes
+  const int64_t columns = g.first[g.outs];
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int64_t col_step = static_cast<int64_t>(gridDim.x) * kWarps;
+
+  // The warp's first weight loads go out before x is staged, so the staging's latency overlaps the stream.
+  uint4 first[kUnroll];
+  if (col0 < columns) {
+    const int o = output_of(g, col0);
+    load_round(first, reinterpret_cast<const uint4*>(g.w[o] + (col0 - g.first[o]) * K), lane, chunks);
+  }
+
+  const int64_t total = static_cast<int64_t>(M) * K;  // a multiple of 8
+  if (x_bf16 != nullptr) {
+    const uint4* src = reinterpret_cast<const uint4*>(x_bf16);
+    if (reinterpret_cast<uintptr_t>(x_bf16) % 16 == 0) {
+      for (int64_t i = threadIdx.x; i < total / 8; i += kThreads) reinterpret_cast<uint4*>(xs)[i] = src[i];
+    } else {
+      const uint16_t* s16 = reinterpret_cast<const uint16_t*>(x_bf16);
+      for (int64_t i = threadIdx.x; i < total; i += kThreads) xs[i] = s16[i];
+    }
+  } else if (reinterpret_cast<uintptr_t>(x_f32) % 16 == 0) {
+    const float4* src = reinterpret_cast<const float4*>(x_f32);
+    for (int64_t i = threadIdx.x; i < total / 4; i += kThreads) {
+      const float4 v = src[i];
+      uint2 packed;
+      packed.x = cuda::f32_to_bf16_bits(v.x) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(v.y)) << 16);
+      packed.y = cuda::f32_to_bf16_bits(v.z) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(v.w)) << 16);
+      reinterpret_cast<uint2*>(xs)[i] = packed;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < total; i += kThreads) xs[i] = cuda::f32_to_bf16_bits(x_f32[i]);
+  }
+  __syncthreads();
+
+  bool prefetched = true;
+  for (int64_t col = col0; col < columns; col += col_step) {
+    const int o = output_of(g, col);
+    const int64_t c_local = col - g.first[o];
+    const uint4* wr = reinterpret_cast<const uint4*>(g.w[o] + c_local * K);
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+      uint4 wv[kUnroll];
+      if (prefetched) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) wv[u] = first[u];
+        prefetched = false;
+      } else {
+        load_round(wv, wr, c0, chunks);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * 32;
+        if (c < chunks) {
+          float wf[8];
+          widen8(wf, wv[u]);
+#pragma unroll
+          for (int m = 0; m < M; ++m) dot8(acc[m], wf, reinterpret_cast<const uint4*>(xs + m * K)[c]);
+        }
+      }
+    }
+    prefetched = false;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+    }
+    if (lane == 0) {
+      const float b = g.bias[o] != nullptr ? g.bias[o][c_local] : 0.0f;
+#pragma unroll
+      for (int m = 0; m < M; ++m) g.y[o][m * g.n[o] + c_local] = acc[m] + b;
+    }
+  }
+}
+
+int sm_count() {
+  int device = 0, count = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&device));
+  HLM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return std::max(count, 1);
+}
+
+template <int M>
+void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(M) * static_cast<size_t>(K) * sizeof(uint16_t);
+  static const bool opted_in = [] {  // once per process: up to gemv_max_rows() · gemv_max_k() · 2 bytes
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(M * gemv_max_k() * sizeof(uint16_t))));
+    return true;
+  }();
+  (void)opted_in;
+  static const int sms = sm_count();
+  // Blocks resident per SM: 8 by threads (2048 / 256), fewer when x's copy is large (~227 KiB of shared memory).
+  const int64_t per_sm = std::clamp<int64_t>(static_cast<int64_t>((227u << 10) / (smem + 1024)), 1, 8);
+  const int64_t needed = (g.first[g.outs] + kWarps - 1) / kWarps;
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(needed, 1, per_sm * sms));
+  gemv_kernel<M><<<blocks, kThreads, smem, stream>>>(g, x_f32, x_bf16, K);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs) {
+  if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
+  if (n_outs < 1 || n_outs > gemv_max_outputs()) return false;
+  for (int i = 0; i < n_outs; ++i) {
+    if (outs[i].w == nullptr || outs[i].y == nullptr || outs[i].n < 1) return false;
+    if (reinterpret_cast<uintptr_t>(outs[i].w) % 16 != 0) return false;
+  }
+  return true;
+}
+
+void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M,
+                    int64_t K, cudaStream_t stream) {
+  HLM_CHECK(gemv_supported(M, K, outs, n_outs), "gemv_bf16_cuda: unsupported shape M ", M, ", K ", K, ", ", n_outs,
+            " outputs (gemv_supported)");
+  HLM_CHECK(x_f32 != nullptr || x_bf16 != nullptr, "gemv_bf16_cuda: no input");
+  GemvGroup g{};
+  g.outs = n_outs;
+  g.first[0] = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    g.w[i] = outs[i].w;
+    g.bias[i] = outs[i].bias;
+    g.y[i] = outs[i].y;
+    g.n[i] = outs[i].n;
+    g.first[i + 1] = g.first[i] + outs[i].n;
+  }
+  switch (M) {
+    case 1: return launch<1>(g, x_f32, x_bf16, K, stream);
+    case 2: return launch<2>(g, x_f32, x_bf16, K, stream);
+    case 3: return launch<3>(g, x_f32, x_bf16, K, stream);
+    default: return launch<4>(g, x_f32, x_bf16, K, stream);
+  }
+}
+
+}  // namespace hlm

@@ -237,6 +237,9 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   stream_ = std::make_unique<TrainStream>(corpus_, *tokenizer_, data_);
   valid_ = held_out_set(corpus_, *tokenizer_, data_, Split::Valid);
   test_ = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
+  if (hooks_.batch_targets)
+    for (HeldOutSet* set : {&valid_, &test_})
+      for (PackedBatch& b : set->per_language) hooks_.batch_targets(b);
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
@@ -451,7 +454,8 @@ TrainResult Trainer::run() {
 bool Trainer::step_once() {
   const int64_t s = state_.step + 1;
   const Clock::time_point t0 = Clock::now();
-  const PackedBatch batch = stream_->next(cfg_.batch_rows);
+  PackedBatch batch = stream_->next(cfg_.batch_rows);
+  if (hooks_.batch_targets) hooks_.batch_targets(batch);
   if (batch.rows < cfg_.batch_rows) {
     result_.status = TrainStatus::DataExhausted;
     result_.message = str_cat("the training data ran out after step ", state_.step, " of ", plan_.total_steps,

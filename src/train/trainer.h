@@ -129,6 +129,11 @@ struct TrainHooks {
   std::function<uint64_t(const std::filesystem::path& dir)> free_bytes;
   // Replaces the final test evaluation (a test of the EvaluationFailed path).
   std::function<void()> on_final_evaluation;
+  // Rewrites the targets of every batch the run computes a loss on: each training batch as the stream yields it,
+  // and the validation and test rows once when they are built (before their checks). Only targets may change (e.g.
+  // −100 outside an answer span: the CE is then the mean over the kept targets, on the CPU and on a TrainDevice
+  // alike). Must be a pure function of the batch, so that a resumed run sees the same targets.
+  std::function<void(PackedBatch& batch)> batch_targets;
 };
 
 // What --out must hold at the peak of a run: while a checkpoint is written the previous one still exists (two), and

@@ -41,6 +41,9 @@ void check_same_config(const fs::path& out, const json& resolved) {
   const fs::path path = out / "config.json";
   if (!fs::exists(path)) return;
   json saved = json_file_read(path), now = resolved;
+  // Folders written before train.loss existed trained with the loss on every token.
+  if (saved.contains("train") && saved["train"].is_object() && !saved["train"].contains("loss"))
+    saved["train"]["loss"] = "all";
   saved.erase("device");
   now.erase("device");
   if (saved == now) return;
@@ -74,8 +77,10 @@ double median(std::vector<double> v) {
 }
 
 // Stage 2 for one architecture: train (or resume, or skip) into runs/<arch>, then read its figures.
-void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out, int64_t vocab,
-                const NiahExperimentDevice& device, NiahArchResult& r, const NiahLog& log) {
+void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out,
+                const Tokenizer& tokenizer, const NiahExperimentDevice& device, NiahArchResult& r,
+                const NiahLog& log) {
+  const int64_t vocab = tokenizer.vocab_size();
   const fs::path model_config = out / "models" / (arch + ".json");
   fs::create_directories(model_config.parent_path());
   const json mc = niah_arch_model_config(c, arch, vocab);
@@ -105,7 +110,7 @@ void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs
     }
     log("niah experiment: training " + arch + " (" + niah_arch_layout(c, arch) + ") into " + dir.string());
     const auto t0 = std::chrono::steady_clock::now();
-    const TrainResult res = train_run(tc, {}, dev.get());
+    const TrainResult res = train_run(tc, niah_train_hooks(c, tokenizer), dev.get());
     const double seconds = seconds_since(t0);
     if (res.status == TrainStatus::Diverged)
       throw_internal_error(dir.string(), ": the training run diverged: ", res.message);
@@ -293,6 +298,15 @@ NiahCell niah_cell_from_json(const json& j, const std::string& source) {
   }
 }
 
+TrainHooks niah_train_hooks(const NiahExperimentConfig& c, const Tokenizer& tokenizer) {
+  TrainHooks hooks;
+  if (c.train_loss == "answer")
+    hooks.batch_targets = [&tokenizer](PackedBatch& batch) { niah_answer_targets(batch, tokenizer); };
+  else
+    HLM_CHECK(c.train_loss == "all", "train.loss '", c.train_loss, "'");
+  return hooks;
+}
+
 int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& c) {
   const double per_language = static_cast<double>(c.train.tokens) / static_cast<double>(c.langs.size());
   return static_cast<int64_t>(std::ceil(c.docs_margin * per_language / static_cast<double>(c.train.seq_len))) +
@@ -342,7 +356,7 @@ NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, cons
   // 2. Training, 3. evaluation, per architecture.
   for (const std::string& arch : c.architectures) {
     NiahArchResult r;
-    train_arch(c, arch, out, tokenizer->vocab_size(), device, r, log);
+    train_arch(c, arch, out, *tokenizer, device, r, log);
     evaluate_arch(c, arch, out, sentences, *tokenizer, device, r, result.languages, log);
     result.archs.push_back(std::move(r));
     niah_experiment_report_write(result, out);  // partial reports while the later architectures run

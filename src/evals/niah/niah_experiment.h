@@ -76,6 +76,10 @@ using NiahLog = std::function<void(const std::string& line)>;
 NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& config, const std::filesystem::path& out,
                                          const NiahExperimentDevice& device, const NiahLog& log);
 
+// The trainer hooks of the experiment's training runs: for train.loss "answer", batch_targets = niah_answer_targets
+// under `tokenizer` (which must outlive the hooks); for "all", no hook (pretrain's CE on every token).
+TrainHooks niah_train_hooks(const NiahExperimentConfig& config, const Tokenizer& tokenizer);
+
 // Documents per language of the derived corpus: ceil(docs_margin × tokens / (languages × seq_len)) + 2 × the
 // trainer's held_out_docs + 1 (validation, test, and one to spare).
 int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& config);

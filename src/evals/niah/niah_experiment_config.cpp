@@ -116,9 +116,17 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
     read_config_key(t, "seed", c.train_seed, where);
     read_config_key(t, "docs_margin", c.docs_margin, where);
   }
-  if (j.contains("train")) c.train = train_config_section(c.train, j["train"], kOwnedTrainKeys,
-                                                          "the experiment itself (device: the top-level key or --device)",
-                                                          source + ".train");
+  if (j.contains("train")) {
+    json t = j["train"];
+    if (t.is_object() && t.contains("loss")) {
+      read_config_key(t, "loss", c.train_loss, source + ".train");
+      HLM_CHECK_INPUT(c.train_loss == "answer" || c.train_loss == "all", source,
+                      ".train.loss: \"answer\" or \"all\" (got \"", c.train_loss, "\")");
+      t.erase("loss");
+    }
+    c.train = train_config_section(c.train, t, kOwnedTrainKeys,
+                                   "the experiment itself (device: the top-level key or --device)", source + ".train");
+  }
   if (j.contains("eval")) {
     const json& e = j["eval"];
     const std::string where = source + ".eval";
@@ -152,7 +160,11 @@ json niah_experiment_config_to_json(const NiahExperimentConfig& c) {
           {"train_data",
            {{"tasks", c.train_tasks}, {"lengths", c.train_lengths}, {"seed", c.train_seed},
             {"docs_margin", c.docs_margin}}},
-          {"train", train_config_section_to_json(c.train, kOwnedTrainKeys)},
+          {"train", [&] {
+             json t = train_config_section_to_json(c.train, kOwnedTrainKeys);
+             t["loss"] = c.train_loss;
+             return t;
+           }()},
           {"eval",
            {{"tasks", c.eval_tasks},
             {"lengths", c.eval_lengths},
@@ -268,7 +280,8 @@ std::string niah_experiment_fields_text() {
          "    full_fraction: full-attention layers of the placement hybrids\n"
          "  train_data: {tasks, lengths, seed, docs_margin}: NIAH-format training examples from training text\n"
          "  train: `hybridlm pretrain` settings (tokens, seq_len, batch_rows, micro_batch_rows, lr, min_lr,\n"
-         "    precision, checkpoint_every_steps, ...); every training example is exactly seq_len tokens\n"
+         "    precision, checkpoint_every_steps, ...); every training example is exactly seq_len tokens; loss:\n"
+         "    answer (default: CE only on the answer's tokens, mean over them) or all (CE on every token)\n"
          "  eval: {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split}\n";
 }
 

@@ -48,6 +48,9 @@ struct NiahExperimentConfig {
   double docs_margin = 1.05;  // documents per language: margin × the language's token quota / seq_len, + held-out
   // Trainer (job pretrain).
   TrainConfig train;
+  // train.loss: "answer" (CE only on the targets that predict an answer's tokens, niah_answer_targets; the mean is
+  // over those) or "all" (pretrain's CE on every token of the row).
+  std::string train_loss = "answer";
   // Evaluation.
   std::vector<std::string> eval_tasks{"single", "multikey", "multivalue", "multiquery", "none"};
   std::vector<int64_t> eval_lengths{128, 256, 512};

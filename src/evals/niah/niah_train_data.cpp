@@ -1,6 +1,7 @@
 // NIAH-format training examples from training text (see niah_train_data.h).
 #include "evals/niah/niah_train_data.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -43,6 +44,48 @@ std::string niah_answer_text(const NiahSample& s) {
   std::string values;
   for (size_t i = 0; i < s.expected.size(); ++i) values += (i > 0 ? ", " : "") + s.expected[i];
   return "\n<Answer> " + values + " </Answer>";
+}
+
+namespace {
+
+// Smallest k in [1, n] with decode(ids[begin, begin + k)) longer than `bytes` bytes (n + 1 when none): token k − 1 of
+// the sequence holds byte `bytes` of its text.
+int64_t token_holding_byte(const Tokenizer& tokenizer, const std::vector<int32_t>& seq, size_t bytes) {
+  int64_t lo = 1, hi = static_cast<int64_t>(seq.size()) + 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    const std::vector<int32_t> prefix(seq.begin(), seq.begin() + mid);
+    if (tokenizer.decode(prefix).size() > bytes) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+}  // namespace
+
+void niah_answer_targets(PackedBatch& batch, const Tokenizer& tokenizer) {
+  const std::vector<int32_t>& ids = batch.batch.ids;
+  const std::vector<int64_t>& cu = batch.batch.cu_seqlens;
+  HLM_CHECK(batch.targets.size() == ids.size(), "niah_answer_targets: ", batch.targets.size(), " targets for ",
+            ids.size(), " tokens");
+  static constexpr std::string_view kOpen = "\n<Answer>", kClose = "</Answer>";
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const int64_t begin = cu[s], end = cu[s + 1];
+    int64_t keep_begin = end, keep_end = end;  // targets kept: positions [keep_begin, keep_end)
+    const std::vector<int32_t> seq(ids.begin() + begin, ids.begin() + end);
+    const std::string text = tokenizer.decode(seq);
+    const size_t close = text.rfind(kClose);
+    const size_t open = close == std::string::npos || close == 0 ? std::string::npos : text.rfind(kOpen, close - 1);
+    if (open != std::string::npos) {
+      // Tokens [first, last] hold the answer's bytes [open, close + |</Answer>|); the kept targets predict them.
+      const int64_t first = token_holding_byte(tokenizer, seq, open) - 1;
+      const int64_t last = token_holding_byte(tokenizer, seq, close + kClose.size() - 1) - 1;
+      keep_begin = begin + std::max<int64_t>(first - 1, 0);
+      keep_end = begin + std::min<int64_t>(last, end - begin - 1);
+    }
+    for (int64_t p = begin; p < end; ++p)
+      if (p < keep_begin || p >= keep_end) batch.targets[static_cast<size_t>(p)] = kIgnoreTarget;
+  }
 }
 
 NiahTrainExampleBuilder::NiahTrainExampleBuilder(const NiahLanguage& lang, const std::vector<std::string>& sentences,

@@ -15,7 +15,8 @@
 // fit in the next row as a new sequence (data/data_stream.h); a continuation would hold a question without its
 // haystack. An example of exactly one row is never split. The filler after the answer keeps the prompt at position 0,
 // as in the evaluation, and is plain language modelling on training prose.
-// The loss covers every token of the row (pretrain's CE); the answer is a small share of it.
+// The loss (niah_experiment_config.h, train.loss): "all" is pretrain's CE on every token of the row (the answer is a
+// small share of it); "answer" keeps only the targets that predict the answer's tokens (niah_answer_targets).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "data/corpus.h"
+#include "data/data_stream.h"
 #include "data/tokenizer.h"
 #include "evals/niah/niah_generate.h"
 
@@ -35,6 +37,17 @@ std::vector<std::string> niah_training_sentences(const Corpus& corpus, const std
 
 // "\n<Answer> 1234567, 2345678 </Answer>" (number tasks) or "\n<Answer> none </Answer>".
 std::string niah_answer_text(const NiahSample& sample);
+
+// The answer loss: sets to kIgnoreTarget (−100) every target of `batch` except those that predict a token holding a
+// byte of the answer "\n<Answer> ... </Answer>" (niah_answer_text: the newline and opening tag, the values or the
+// none word, the end tag). Per sequence of batch.batch.cu_seqlens: the sequence's tokens are decoded, the answer is
+// the last "</Answer>" and the last "\n<Answer>" before it (the prompt's instruction holds the tags too, always
+// earlier; filler prose holds none), and its byte range is mapped to tokens by decoding prefixes (binary search).
+// Under the bytes tokenizer the kept targets are exactly the answer's bytes; under a BPE tokenizer the first and last
+// kept tokens may also hold a neighbouring byte (">\n" where the prompt's tag and the answer's newline merge). A
+// sequence without both tags (a row piece cut by packing) keeps no target. A pure function of the tokens, so a
+// resumed run sees the same targets.
+void niah_answer_targets(PackedBatch& batch, const Tokenizer& tokenizer);
 
 struct NiahTrainExample {
   std::string text;

@@ -176,8 +176,12 @@ void add_convert_command(CLI::App& app, std::function<int()>& action) {
       "Examples:\n"
       "  hybridlm convert --teacher ~/models/Qwen3-4B-Base --placement reverse_periodic --out students/rp\n"
       "  hybridlm convert --teacher tests/golden/qwen3_untied --placement 0,2 --out /tmp/student --neg-eigval\n"
+      "  hybridlm convert --teacher tests/golden/granite --placement 0 --out /tmp/granite_student\n"
       "  hybridlm convert --teacher ~/models/Qwen3-4B-Base --placement sandwich --full 9 --seed 1 --out s --force");
-  cmd->add_option("--teacher", options->teacher, "Teacher HF model directory (dense qwen3)")->required();
+  cmd->add_option("--teacher", options->teacher,
+                  "Teacher HF model directory (dense qwen3 -> qwen3_hybrid student, or dense granite -> "
+                  "granite_hybrid student with the teacher's four Granite multipliers)")
+      ->required();
   cmd->add_option("--placement", options->placement,
                   "Placement name (" + placement_names() + ") or a list of 0-based full-attention layers \"i,j,k\"")
       ->required();

@@ -6,9 +6,10 @@
 
 namespace hlm {
 
-static const std::array<const ArchitectureSpec*, 11> kArchitectures{
+static const std::array<const ArchitectureSpec*, 12> kArchitectures{
     &kQwen3Spec,  &kGraniteSpec,  &kOlmoHybridSpec, &kQwen3HybridSpec, &kQwen3MoeSpec,        &kQwen35Spec,
-    &kQwen35MoeSpec, &kOlmo3Spec, &kCohere2Spec,    &kQwen3NextSpec,   &kGraniteMoeHybridSpec};
+    &kQwen35MoeSpec, &kOlmo3Spec, &kCohere2Spec,    &kQwen3NextSpec,   &kGraniteMoeHybridSpec,
+    &kGraniteHybridSpec};
 
 std::span<const ArchitectureSpec* const> architecture_specs() { return kArchitectures; }
 

@@ -49,6 +49,10 @@ struct ArchitectureSpec {
   // Granite-4.0-H: every layer's FFN is a shared SwiGLU MLP (shared_mlp.input_linear [gate | up] / output_linear,
   // stored in DecoderLayerWeights::mlp) plus, on MoE layers, routed experts added to it (no shared-expert gate).
   bool shared_mlp = false;
+  // The model_type of the hybrid student that `convert` (models/convert.h, the seed's Algorithm 1) makes from a dense
+  // teacher of this architecture: its decoder, with GDN in the converted layers and this architecture's DecoderHyper
+  // (e.g. Granite's multipliers). Empty: not a convert teacher.
+  std::string_view hybrid_student = {};
 };
 
 extern const ArchitectureSpec kQwen3Spec;
@@ -62,6 +66,7 @@ extern const ArchitectureSpec kQwen35Spec;
 extern const ArchitectureSpec kQwen35MoeSpec;
 extern const ArchitectureSpec kQwen3NextSpec;
 extern const ArchitectureSpec kGraniteMoeHybridSpec;
+extern const ArchitectureSpec kGraniteHybridSpec;
 
 const ArchitectureSpec& architecture_spec(Architecture architecture);
 std::span<const ArchitectureSpec* const> architecture_specs();

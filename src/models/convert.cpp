@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/rng.h"
+#include "models/architecture.h"
 #include "models/tensor_table.h"
 
 namespace hlm {
@@ -101,11 +102,20 @@ GdnWeights convert_gdn_layer(const Model& teacher, const std::map<std::string, T
 
 ModelConfig convert_student_config(const ModelConfig& teacher, const std::vector<int>& full_layers,
                                    const ConvertOptions& options) {
-  HLM_CHECK_INPUT(teacher.architecture != Architecture::Granite, "convert: teacher model_type 'granite' is not "
-                  "supported: the qwen3_hybrid student has no Granite multipliers (embedding_multiplier, "
-                  "residual_multiplier, attention_multiplier, logits_scaling), so it could not start as the teacher");
-  HLM_CHECK_INPUT(teacher.architecture == Architecture::Qwen3, "convert: teacher model_type '", teacher.model_type,
-                  "' is not supported (the teacher must be a dense qwen3 model)");
+  // The student's architecture comes from the teacher's table entry (ArchitectureSpec::hybrid_student).
+  const std::string_view student_type = architecture_spec(teacher.architecture).hybrid_student;
+  std::string teachers;
+  const ArchitectureSpec* student_spec = nullptr;
+  for (const ArchitectureSpec* spec : architecture_specs()) {
+    if (!spec->hybrid_student.empty()) teachers += str_cat(teachers.empty() ? "" : ", ", spec->model_type);
+    if (!student_type.empty() && spec->model_type == student_type) student_spec = spec;
+  }
+  HLM_CHECK_INPUT(!student_type.empty(), "convert: teacher model_type '", teacher.model_type,
+                  "' is not supported (the teacher must be a dense model of: ", teachers, ")");
+  HLM_CHECK(student_spec != nullptr, "convert: no architecture for student model_type ", student_type);
+  for (const std::string& kind : teacher.layer_types)
+    HLM_CHECK_INPUT(kind == "full_attention", "convert: the teacher must be dense (every layer full_attention), got ",
+                    kind);
   const int L = static_cast<int>(teacher.num_hidden_layers);
   std::set<int> full;
   for (int i : full_layers) {
@@ -115,8 +125,8 @@ ModelConfig convert_student_config(const ModelConfig& teacher, const std::vector
   HLM_CHECK_INPUT(!full.empty(), "convert: the full-attention layer list is empty");
 
   ModelConfig s = teacher;
-  s.model_type = "qwen3_hybrid";
-  s.architecture = Architecture::Qwen3Hybrid;
+  s.model_type = std::string(student_type);
+  s.architecture = student_spec->architecture;
   s.tie_word_embeddings = false;  // line 17 / Table C.3: the LM head is a separate trainable copy
   s.dtype = "float32";            // Model::save writes f32 tensors
   s.unknown_keys.clear();

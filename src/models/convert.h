@@ -1,6 +1,8 @@
 // Teacher -> hybrid student conversion: the initialisation half of the seed paper's Algorithm 1 (App. C.3, lines
-// 6-17; App. C.4 "Gated DeltaNet initialization"). A dense Qwen3 teacher becomes a qwen3_hybrid student whose layers
-// in `full_layers` keep softmax attention and whose other layers become Gated DeltaNet:
+// 6-17; App. C.4 "Gated DeltaNet initialization"). A dense teacher becomes the hybrid student its architecture's table
+// entry names (ArchitectureSpec::hybrid_student: qwen3 -> qwen3_hybrid, granite -> granite_hybrid, which keeps
+// Granite's four multipliers) whose layers in `full_layers` keep softmax attention and whose other layers become
+// Gated DeltaNet:
 //   - copied unchanged: embeddings, final norm, every layer's input/post-attention norms and MLP, every retained
 //     full-attention layer (with its q/k norms and biases);
 //   - GDN layer ℓ ∉ F: H = num_attention_heads heads of d_h = head_dim for keys and values;
@@ -14,7 +16,7 @@
 // none) and, for teachers with attention_bias, the q/k/v/o biases of converted layers (GDN projections have no bias);
 // convert_dropped_tensors lists them. New parameters come from the counter-based RNG (core/rng.h) with one stream per
 // tensor name (rng_stream_id of the HF name), so they depend only on `seed`, never on thread count or data order.
-// Non-goals: the distillation loop (lines 18-27), Granite teachers (the student has no Granite multipliers).
+// Non-goals: the distillation loop (lines 18-27).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -36,9 +38,10 @@ inline constexpr double kConvertDtMax = 1e-1;
 inline constexpr double kConvertDtFloor = 1e-4;  // FLA/OLMo floor (decision D5); inactive for Δ >= 1e-3
 inline constexpr int64_t kConvertConvKernel = 4;  // Table C.3: conv. width 4
 
-// The student's config: the teacher's, with model_type qwen3_hybrid, layer_types from `full_layers`, untied embeddings,
-// dtype float32 (Model::save writes f32) and the GDN geometry above. Input error for a teacher that is not a dense
-// qwen3 model or for a bad layer list (out of range, duplicates, empty).
+// The student's config: the teacher's (Granite's multipliers included), with the student model_type, layer_types from
+// `full_layers`, untied embeddings, dtype float32 (Model::save writes f32) and the GDN geometry above. Input error for
+// a teacher whose architecture has no hybrid student (only dense qwen3 and granite have one) or for a bad layer list
+// (out of range, duplicates, empty).
 ModelConfig convert_student_config(const ModelConfig& teacher, const std::vector<int>& full_layers,
                                    const ConvertOptions& options);
 

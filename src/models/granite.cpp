@@ -16,7 +16,12 @@ DecoderHyper granite_hyper(const ModelConfig& c) {
 }
 
 const ArchitectureSpec kGraniteSpec{
-    Architecture::Granite, "granite", "Granite dense decoder (Llama with embedding/residual/attention/logit scalars)",
-    QkNorm::None, /*attention_post_norm=*/false, granite_hyper};
+    .architecture = Architecture::Granite,
+    .model_type = "granite",
+    .description = "Granite dense decoder (Llama with embedding/residual/attention/logit scalars)",
+    .qk_norm = QkNorm::None,
+    .attention_post_norm = false,
+    .hyper = granite_hyper,
+    .hybrid_student = "granite_hybrid"};
 
 }  // namespace hlm

@@ -65,7 +65,7 @@ struct ConfigClass {
   bool granite_hybrid = false;
 };
 
-constexpr std::array<ConfigClass, 11> kConfigClasses{{
+constexpr std::array<ConfigClass, 12> kConfigClasses{{
     {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, false},
     {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
@@ -99,6 +99,10 @@ constexpr std::array<ConfigClass, 11> kConfigClasses{{
      .num_key_value_heads = std::nullopt, .head_dim = std::nullopt, .max_position_embeddings = 2048,
      .bos_token_id = 1, .eos_token_id = 2, .granite_scalars = true, .qwen3_sliding = false,
      .hybrid = HybridKeys::None, .rms_norm_eps = 1e-6, .default_theta = 10000.0, .granite_hybrid = true},
+    // hybridlm's hybrid student of a dense Granite teacher (convert): GraniteConfig's keys and defaults (Granite's four
+    // scalars, mlp_bias) plus the student's layer_types and GDN geometry, as qwen3_hybrid has them.
+    {Architecture::GraniteHybrid, "GraniteHybridForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
+     HybridKeys::Student, false},
 }};
 
 // Multimodal wrappers whose config.json nests the text decoder's config under "text_config" (Qwen3_5Config,

@@ -21,7 +21,8 @@
 namespace hlm {
 
 enum class Architecture {
-  Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Qwen35, Qwen35Moe, Olmo3, Cohere2, Qwen3Next, GraniteMoeHybrid
+  Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Qwen35, Qwen35Moe, Olmo3, Cohere2, Qwen3Next, GraniteMoeHybrid,
+  GraniteHybrid
 };
 
 // A layer's token mixer: softmax attention ("full_attention", and "sliding_attention": the same mixer over the last

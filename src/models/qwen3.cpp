@@ -6,12 +6,17 @@
 namespace hlm {
 
 const ArchitectureSpec kQwen3Spec{
-    Architecture::Qwen3, "qwen3", "Qwen3 dense decoder (q/k RMSNorm, SwiGLU, RoPE)", QkNorm::PerHead,
-    /*attention_post_norm=*/false,
-    [](const ModelConfig& c) {
-      DecoderHyper h;
-      h.attention_scale = c.attention_scale();
-      return h;
-    }};
+    .architecture = Architecture::Qwen3,
+    .model_type = "qwen3",
+    .description = "Qwen3 dense decoder (q/k RMSNorm, SwiGLU, RoPE)",
+    .qk_norm = QkNorm::PerHead,
+    .attention_post_norm = false,
+    .hyper =
+        [](const ModelConfig& c) {
+          DecoderHyper h;
+          h.attention_scale = c.attention_scale();
+          return h;
+        },
+    .hybrid_student = "qwen3_hybrid"};
 
 }  // namespace hlm

@@ -44,6 +44,80 @@ json with_layer_types(json model) {
   return model;
 }
 
+// The teacher architectures the study pretrains and converts (each has a hybrid student, models/convert.h):
+// model_type, HF class, and whether the config carries Granite's four scalars.
+struct TeacherArchitecture {
+  const char* model_type;
+  const char* hf_class;
+  bool granite_scalars;
+};
+constexpr TeacherArchitecture kTeacherArchitectures[] = {{"qwen3", "Qwen3ForCausalLM", false},
+                                                         {"granite", "GraniteForCausalLM", true}};
+constexpr const char* kGraniteScalarKeys[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier",
+                                              "logits_scaling"};
+
+const TeacherArchitecture& teacher_architecture(const std::string& name, const std::string& where) {
+  for (const TeacherArchitecture& a : kTeacherArchitectures)
+    if (name == a.model_type) return a;
+  throw_input_error(where, ".architecture: '", name, "' is not a teacher architecture (qwen3 or granite)");
+}
+
+double& granite_scalar(StudyGraniteMultipliers& g, const std::string& key) {
+  if (key == "embedding_multiplier") return g.embedding_multiplier;
+  if (key == "attention_multiplier") return g.attention_multiplier;
+  if (key == "residual_multiplier") return g.residual_multiplier;
+  return g.logits_scaling;
+}
+
+// Reads teacher.architecture and teacher.granite and writes them into a model_config object: model_type,
+// architectures, and for granite the four scalars (over the object's own values when it was granite already, then
+// teacher.granite). Idempotent, so the resolved config reads back to itself.
+void resolve_teacher_architecture(StudyConfig& c, const json* t, const std::string& where) {
+  const bool given = t != nullptr && t->contains("architecture");
+  const bool granite_given = t != nullptr && t->contains("granite");
+  if (!c.teacher_model.is_object()) {  // teacher.dir or a config path: the file says; a given name must match it
+    c.teacher_architecture.clear();
+    if (given) {
+      read_config_key(*t, "architecture", c.teacher_architecture, where);
+      teacher_architecture(c.teacher_architecture, where);
+    }
+    HLM_CHECK_INPUT(!granite_given, where,
+                    ".granite: only with a model_config object (an existing model or config file keeps its own)");
+    return;
+  }
+  json& model = c.teacher_model;
+  const std::string own = model.contains("model_type") && model["model_type"].is_string()
+                              ? model["model_type"].get<std::string>()
+                              : std::string();
+  if (given) read_config_key(*t, "architecture", c.teacher_architecture, where);
+  else c.teacher_architecture = own;
+  const TeacherArchitecture& arch = teacher_architecture(c.teacher_architecture, where);
+  c.teacher_granite = StudyGraniteMultipliers{};
+  if (arch.granite_scalars && own == arch.model_type)
+    for (const char* key : kGraniteScalarKeys)
+      if (model.contains(key) && model[key].is_number()) granite_scalar(c.teacher_granite, key) = model[key].get<double>();
+  if (granite_given) {
+    HLM_CHECK_INPUT(arch.granite_scalars, where, ".granite: the multipliers belong to a granite teacher, not ",
+                    arch.model_type);
+    const json& g = (*t)["granite"];
+    const std::string gw = where + ".granite";
+    check_config_keys(g, {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"}, gw);
+    for (const char* key : kGraniteScalarKeys) read_config_key(g, key, granite_scalar(c.teacher_granite, key), gw);
+  }
+  model["model_type"] = arch.model_type;
+  model["architectures"] = json::array({arch.hf_class});
+  for (const char* key : kGraniteScalarKeys) {
+    if (arch.granite_scalars) model[key] = granite_scalar(c.teacher_granite, key);
+    else model.erase(key);
+  }
+  if (arch.granite_scalars) {
+    HLM_CHECK_INPUT(c.teacher_granite.logits_scaling != 0.0, where, ".granite.logits_scaling must be non-zero");
+    for (const char* key : {"use_sliding_window", "sliding_window", "max_window_layers"}) model.erase(key);  // Qwen3's
+  } else {
+    model.erase("mlp_bias");
+  }
+}
+
 }  // namespace
 
 StudyConfig study_config_defaults() {
@@ -100,7 +174,7 @@ StudyConfig study_config_from_json(const json& j, const std::string& source) {
   if (j.contains("teacher")) {
     const json& t = j["teacher"];
     const std::string where = source + ": teacher";
-    check_config_keys(t, {"dir", "model_config"}, where);
+    check_config_keys(t, {"dir", "model_config", "architecture", "granite"}, where);
     HLM_CHECK_INPUT(!(t.contains("dir") && t.contains("model_config")), where,
                     ": give either dir (an existing model) or model_config (pretrain one), not both");
     read_config_key(t, "dir", c.teacher_dir, where);
@@ -110,6 +184,7 @@ StudyConfig study_config_from_json(const json& j, const std::string& source) {
                       ".model_config: an HF-style config object or a path to one");
       c.teacher_model = with_layer_types(t["model_config"]);
     }
+    resolve_teacher_architecture(c, &t, where);
   }
   if (j.contains("pretrain")) c.pretrain = train_config_section(c.pretrain, j["pretrain"], kStudyOwnedTrainKeys, "the study itself",
                                                  source + ": pretrain");
@@ -157,6 +232,12 @@ json study_config_to_json(const StudyConfig& c) {
   json teacher = json::object();
   if (!c.teacher_dir.empty()) teacher["dir"] = c.teacher_dir;
   else teacher["model_config"] = c.teacher_model;
+  if (!c.teacher_architecture.empty()) teacher["architecture"] = c.teacher_architecture;
+  if (c.teacher_model.is_object() && teacher_architecture(c.teacher_architecture, "teacher").granite_scalars)
+    teacher["granite"] = {{"embedding_multiplier", c.teacher_granite.embedding_multiplier},
+                          {"attention_multiplier", c.teacher_granite.attention_multiplier},
+                          {"residual_multiplier", c.teacher_granite.residual_multiplier},
+                          {"logits_scaling", c.teacher_granite.logits_scaling}};
   return {{"format", "hybridlm-study"},
           {"version", 1},
           {"data", c.data},
@@ -267,6 +348,13 @@ void study_config_validate(const StudyConfig& c) {
                   "teacher: give dir (an existing model) or model_config");
   if (!c.teacher_dir.empty()) HLM_CHECK_INPUT(fs::is_directory(c.teacher_dir), "teacher.dir ", c.teacher_dir, ": no such directory");
   study_resolve_students(c, study_teacher_layers(c));
+  if (!c.teacher_model.is_object() && !c.teacher_architecture.empty()) {
+    const fs::path file = c.teacher_dir.empty() ? fs::path(c.teacher_model.get<std::string>())
+                                                : fs::path(c.teacher_dir) / "config.json";
+    const std::string model_type = load_model_config(file).model_type;
+    HLM_CHECK_INPUT(model_type == c.teacher_architecture, "teacher.architecture is ", c.teacher_architecture,
+                    " but ", file.string(), " has model_type ", model_type);
+  }
   // Replicates: distinct seeds, the first being the one every placement runs with; replicated placements are
   // entries of placements.names and include the baseline (R and the Figure 6 target of a seed need its run).
   if (!c.data_seeds.empty())

@@ -1,8 +1,11 @@
 // The settings of `hybridlm study` (docs/study.md): one JSON object, read over the compiled-in defaults (the demo
 // study, `--print-default-config`), so a config file names only what it changes. Sections:
 //   data / tokenizer / parallel    corpus directory, "bytes" or a tokenizer.json, parallel set for SoftCKA + locality
-//   teacher   {dir | model_config}  an existing dense qwen3 model directory, or an HF-style config (an object or a
-//                                   path to a JSON file) that the pretrain stage trains from scratch
+//   teacher   {dir | model_config, architecture, granite}  an existing dense qwen3/granite model directory, or an
+//                                   HF-style config (an object or a path to a JSON file) that the pretrain stage trains
+//                                   from scratch; architecture (qwen3 | granite) sets a model_config object's
+//                                   model_type, granite {embedding_multiplier, attention_multiplier,
+//                                   residual_multiplier, logits_scaling} its Granite scalars
 //   pretrain / distill              TrainConfig keys (train/trainer_options.h), over the job's defaults (distill:
 //                                   the seed's Table C.3); path keys and stop_after_steps are not allowed here
 //   placements {names, full, full_fraction, convert_seed, neg_eigval}   names from models/placements.h or "i,j,k"
@@ -26,12 +29,28 @@
 
 namespace hlm {
 
+// Granite's four config scalars for a granite teacher that the study pretrains. Defaults: the values of IBM's
+// Granite-4.0-micro config.json (hidden 2560, 40 layers, 40 / 8 heads of 64: the geometry the seed's Table C.3 gives
+// for Granite-4.1-3B), the same muP-style set as the Granite 3.x dense configs (embedding 12, residual 0.22,
+// attention 1/head_dim, logits_scaling = hidden / 256).
+struct StudyGraniteMultipliers {
+  double embedding_multiplier = 12.0;
+  double attention_multiplier = 0.015625;  // 1/64 = 1/head_dim at Granite-4's head_dim 64 (the softmax scale)
+  double residual_multiplier = 0.22;
+  double logits_scaling = 10.0;            // logits are divided by it
+};
+
 struct StudyConfig {
   std::string data;                   // corpus directory (data/corpus.h)
   std::string tokenizer = "bytes";
   std::string parallel;               // parallel set; "" skips the align and locality stages
   std::string teacher_dir;            // existing teacher model; "" = pretrain one from teacher_model
   nlohmann::json teacher_model;       // HF-style config object, or a string: path to a config JSON
+  // The teacher's model_type: "qwen3" or "granite". With a model_config object it is that object's model_type (the
+  // study writes it, with the Granite scalars of teacher_granite for granite); with teacher_dir or a config path it
+  // is "" (the file's) or must match the file's.
+  std::string teacher_architecture = "qwen3";
+  StudyGraniteMultipliers teacher_granite;
   TrainConfig pretrain;               // job Pretrain; paths are filled in by the study
   TrainConfig distill;                // job Distill; the same settings for every student
   std::vector<std::string> placements;  // table names or custom lists "i,j,k"; must include standard_periodic

@@ -385,7 +385,12 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hybridlm placement study</title>\n" << kStyle
     << "</head><body>\n<h1>Full-attention placement study</h1>\n";
   const StudyReportRun& base = rep.runs.front();
-  h << "<p>Teacher <code>" << xml_escape(rep.teacher) << "</code>, " << rep.runs.size()
+  h << "<p>Teacher <code>" << xml_escape(rep.teacher) << "</code> (architecture <b>"
+    << xml_escape(rep.teacher_architecture) << "</b>";
+  for (size_t i = 0; i < rep.teacher_scalars.size(); ++i)
+    h << (i == 0 ? ": " : ", ") << xml_escape(rep.teacher_scalars[i].first) << " " << rep.teacher_scalars[i].second;
+  h << "; students <b>" << xml_escape(rep.student_architecture) << "</b>"
+    << (rep.teacher_scalars.empty() ? "" : " with the same multipliers") << "), " << rep.runs.size()
     << " students with the same full-attention budget (" << base.full_layers.size() << " of " << base.layout.size()
     << " layers), distilled with identical data, seeds and settings (forward KL, τ = "
     << rep.config["distill"].value("tau", 1.0) << ", " << base.total_tokens << " tokens each). Baseline: "
@@ -468,6 +473,11 @@ void study_write_report(const fs::path& dir, const StudyReport& rep) {
   json summary = {{"format", "hybridlm-study-summary"},
                   {"version", 1},
                   {"baseline", rep.runs.front().label},
+                  {"teacher",
+                   {{"dir", rep.teacher},
+                    {"architecture", rep.teacher_architecture},
+                    {"scalars", json(std::map<std::string, double>(rep.teacher_scalars.begin(), rep.teacher_scalars.end()))},
+                    {"student_architecture", rep.student_architecture}}},
                   {"target_gap", rep.target_gap},
                   {"definitions",
                    {{"R", "geometric mean over languages of D_KL(teacher||student) / D_KL(teacher||baseline), test"},

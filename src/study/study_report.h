@@ -9,7 +9,8 @@
 //                 point) and per model with its full-attention layers marked, attention locality per window, the
 //                 resolved config and versions;
 //   summary.csv / summary.json   one row per placement: layers, layout, R, δ̄, test mean D_KL, reach and crossing
-//                 tokens, share; summary.json also holds the replicates (study_replicates.h);
+//                 tokens, share; summary.json also holds the replicates (study_replicates.h) and the teacher (directory,
+//                 architecture, Granite multipliers when it has them, the students' architecture);
 //   compare.csv   Table C.4 at full precision (train/compare.h); curves.csv: placement,seed,tokens,mean_kl,mean_ce_gap;
 //   replicates.csv (when replicated): placement,seed,metric,language,value;
 //   softcka.csv   model,layer,point,lang,softcka; locality.csv: model,layer,lang,k,share (every model).
@@ -49,6 +50,9 @@ struct StudyReportModel {
 struct StudyReport {
   nlohmann::json config;             // resolved (study_config_to_json)
   std::string teacher;               // teacher model directory
+  std::string teacher_architecture;  // the teacher's model_type (qwen3, granite)
+  std::string student_architecture;  // the students' model_type (qwen3_hybrid, granite_hybrid)
+  std::vector<std::pair<std::string, double>> teacher_scalars;  // Granite's four multipliers when the config has them
   CompareTable table;                // test results, baseline first
   std::vector<StudyReportRun> runs;  // same order as table.labels
   double target_gap = 0.0;           // the baseline's final validation gap

@@ -416,6 +416,16 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
   StudyReport report;
   report.config = resolved;
   report.teacher = teacher.dir.string();
+  {
+    // The teacher's and students' architectures as their config.json files say, and the Granite scalars when the
+    // teacher's config class has them (model_config_to_json writes them only then).
+    const json teacher_json = model_config_to_json(load_model_config(teacher.dir / "config.json"));
+    report.teacher_architecture = teacher_json.value("model_type", std::string());
+    for (const char* key : {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"})
+      if (teacher_json.contains(key)) report.teacher_scalars.emplace_back(key, teacher_json[key].get<double>());
+    report.student_architecture =
+        load_model_config(out / "students" / students.front().label / "config.json").model_type;
+  }
   std::vector<CompareRun> compare_runs_in;
   for (const ModelStage& r : runs) {
     compare_runs_in.push_back(compare_run_load(r.dir.parent_path(), r.label));

@@ -107,7 +107,7 @@ TEST(CliConvert, BadInputExitsTwoWithoutOutput) {
       {"--teacher " + tied() + " --placement 0,1 --full 1", "has 2 layers but 1"},
       {"--teacher " + tied() + " --placement sandwich --full 3", "[1, 2]"},
       {"--teacher /nonexistent/teacher --placement sandwich", "/nonexistent/teacher"},
-      {"--teacher " + test::golden_dir("granite").string() + " --placement sandwich", "granite"},
+      {"--teacher " + test::golden_dir("olmo_hybrid_tiny").string() + " --placement sandwich", "olmo_hybrid"},
   };
   for (const auto& [args, needle] : cases) {
     const auto r = run_hybridlm(base + args);

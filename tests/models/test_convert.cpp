@@ -260,18 +260,50 @@ TEST(ConvertDropped, QkNormsAndBiasesOfConvertedLayers) {
                                                                           "model.layers.0.self_attn.k_norm.weight"}));
 }
 
-TEST(ConvertRefuses, GraniteAndHybridTeachers) {
-  const ModelConfig granite = load_model_config(test::golden_dir("granite"));
+TEST(ConvertRefuses, HybridTeachers) {
+  const ModelConfig olmo = load_model_config(test::golden_dir("olmo_hybrid_tiny"));
   try {
-    convert_student_config(granite, {0}, {});
-    FAIL() << "granite accepted";
+    convert_student_config(olmo, {0}, {});
+    FAIL() << "olmo_hybrid accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), 2);
-    EXPECT_NE(std::string(e.what()).find("granite"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("multipliers"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("olmo_hybrid"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("granite"), std::string::npos) << e.what();  // names the teachers it takes
   }
-  const ModelConfig olmo = load_model_config(test::golden_dir("olmo_hybrid_tiny"));
-  EXPECT_THROW(convert_student_config(olmo, {0}, {}), Error);
+}
+
+// A dense Granite teacher becomes a granite_hybrid student that keeps Granite's four multipliers (the golden's
+// 6.0 / 0.3 / 0.1 / 4.0, tools/goldens/README.md) through the config, save and load.
+TEST(ConvertGranite, StudentKeepsTheMultipliers) {
+  const ModelConfig granite = load_model_config(test::golden_dir("granite"));
+  ASSERT_EQ(granite.architecture, Architecture::Granite);
+  const ModelConfig s = convert_student_config(granite, {0}, {});
+  EXPECT_EQ(s.model_type, "granite_hybrid");
+  EXPECT_EQ(s.architecture, Architecture::GraniteHybrid);
+  EXPECT_EQ(s.embedding_multiplier, granite.embedding_multiplier);
+  EXPECT_EQ(s.residual_multiplier, granite.residual_multiplier);
+  EXPECT_EQ(s.attention_multiplier, granite.attention_multiplier);
+  EXPECT_EQ(s.logits_scaling, granite.logits_scaling);
+  EXPECT_EQ(s.mlp_bias, granite.mlp_bias);
+  EXPECT_EQ(s.embedding_multiplier, 6.0);
+  EXPECT_EQ(s.logits_scaling, 4.0);
+  EXPECT_EQ(s.layer_types[0], "full_attention");
+  for (size_t i = 1; i < s.layer_types.size(); ++i) EXPECT_EQ(s.layer_types[i], "linear_attention") << i;
+
+  test::ScratchDir scratch("convert_granite");
+  Model teacher = load_teacher("granite");
+  const Model student = convert_to_hybrid(teacher, {0}, {});
+  student.save(scratch.path());
+  const Model loaded = Model::load(scratch.path());
+  EXPECT_TRUE(loaded.unused_tensors().empty());
+  EXPECT_EQ(loaded.config().model_type, "granite_hybrid");
+  EXPECT_EQ(loaded.config().residual_multiplier, granite.residual_multiplier);
+  EXPECT_EQ(loaded.config().attention_multiplier, granite.attention_multiplier);
+  const TokenBatch batch = test::golden_batch(test::open_golden("granite"));
+  Model m = Model::load(scratch.path());
+  const Tensor logits = m.forward(batch, {.all_logits = true});
+  ASSERT_EQ(logits.dim(0), batch.total_tokens());
+  for (int64_t i = 0; i < logits.numel(); ++i) ASSERT_TRUE(std::isfinite(logits.f32()[i])) << i;
 }
 
 TEST_F(Convert, SaveLoadRoundTripIsExact) {
@@ -298,7 +330,8 @@ TEST_F(Convert, StudentForwardRuns) {
 // F = every layer: nothing is converted, so the student is the teacher with an untied copy of its head. The forward
 // runs the same code on the same bits; 1e-6 absolute leaves room only for a different summation order.
 TEST(ConvertAllFull, StudentLogitsEqualTheTeachers) {
-  for (const char* name : {"qwen3_tied", "qwen3_untied"}) {
+  // granite: the student must apply the teacher's four multipliers, or its logits differ (by logits_scaling alone 4x).
+  for (const char* name : {"qwen3_tied", "qwen3_untied", "granite"}) {
     Model teacher = load_teacher(name);
     std::vector<int> all(static_cast<size_t>(teacher.config().num_hidden_layers));
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);

@@ -68,15 +68,18 @@ void niah_answer_targets(PackedBatch& batch, const Tokenizer& tokenizer) {
   const std::vector<int64_t>& cu = batch.batch.cu_seqlens;
   HLM_CHECK(batch.targets.size() == ids.size(), "niah_answer_targets: ", batch.targets.size(), " targets for ",
             ids.size(), " tokens");
-  static constexpr std::string_view kOpen = "\n<Answer>", kClose = "</Answer>";
+  // The answer starts right after the prompt's instruction, which ends with the example tags: "... </Answer>" then
+  // "\n<Answer> values </Answer>". Matching the two together never takes the instruction's tags for an answer.
+  static constexpr std::string_view kClose = "</Answer>", kSeam = "</Answer>\n<Answer>";
   for (size_t s = 0; s + 1 < cu.size(); ++s) {
     const int64_t begin = cu[s], end = cu[s + 1];
     int64_t keep_begin = end, keep_end = end;  // targets kept: positions [keep_begin, keep_end)
     const std::vector<int32_t> seq(ids.begin() + begin, ids.begin() + end);
     const std::string text = tokenizer.decode(seq);
-    const size_t close = text.rfind(kClose);
-    const size_t open = close == std::string::npos || close == 0 ? std::string::npos : text.rfind(kOpen, close - 1);
-    if (open != std::string::npos) {
+    const size_t seam = text.rfind(kSeam);
+    const size_t open = seam == std::string::npos ? seam : seam + kClose.size();
+    const size_t close = open == std::string::npos ? open : text.find(kClose, open);
+    if (close != std::string::npos) {
       // Tokens [first, last] hold the answer's bytes [open, close + |</Answer>|); the kept targets predict them.
       const int64_t first = token_holding_byte(tokenizer, seq, open) - 1;
       const int64_t last = token_holding_byte(tokenizer, seq, close + kClose.size() - 1) - 1;

@@ -40,12 +40,13 @@ std::string niah_answer_text(const NiahSample& sample);
 
 // The answer loss: sets to kIgnoreTarget (−100) every target of `batch` except those that predict a token holding a
 // byte of the answer "\n<Answer> ... </Answer>" (niah_answer_text: the newline and opening tag, the values or the
-// none word, the end tag). Per sequence of batch.batch.cu_seqlens: the sequence's tokens are decoded, the answer is
-// the last "</Answer>" and the last "\n<Answer>" before it (the prompt's instruction holds the tags too, always
-// earlier; filler prose holds none), and its byte range is mapped to tokens by decoding prefixes (binary search).
+// none word, the end tag). Per sequence of batch.batch.cu_seqlens: the sequence's tokens are decoded; the answer
+// starts at the "\n<Answer>" of the last "</Answer>\n<Answer>" (the prompt's instruction ends with the example tags
+// "<Answer> the numbers </Answer>" and the answer follows it; filler prose holds no tag) and ends with the next
+// "</Answer>"; its byte range is mapped to tokens by decoding prefixes (binary search).
 // Under the bytes tokenizer the kept targets are exactly the answer's bytes; under a BPE tokenizer the first and last
 // kept tokens may also hold a neighbouring byte (">\n" where the prompt's tag and the answer's newline merge). A
-// sequence without both tags (a row piece cut by packing) keeps no target. A pure function of the tokens, so a
+// sequence without the whole answer after its instruction (a row piece cut by packing) keeps no target. A pure function of the tokens, so a
 // resumed run sees the same targets.
 void niah_answer_targets(PackedBatch& batch, const Tokenizer& tokenizer);
 

@@ -170,16 +170,7 @@ TEST(NiahAnswerLoss, TinyCpuTrainingLowersTheAnswerLoss) {
   c = niah_experiment_resolve(c);
   ASSERT_EQ(c.train_loss, "answer");
   const std::unique_ptr<Tokenizer> bytes = tokenizer_load("bytes");
-  NiahTrainDataSpec spec;
-  spec.corpus = c.corpus;
-  spec.tokenizer = c.tokenizer;
-  spec.langs = c.langs;
-  spec.tasks = c.train_tasks;
-  spec.lengths = c.train_lengths;
-  spec.held_out_docs = c.held_out_docs;
-  spec.seq_len = c.train.seq_len;
-  spec.docs_per_language = niah_experiment_docs_per_language(c);
-  spec.seed = c.train_seed;
+  const NiahTrainDataSpec spec = niah_experiment_train_data_spec(c);
   const fs::path data = dir.path() / "data";
   niah_train_data_write(data.string(), spec, [](const std::string&) {});
   const fs::path model_config = dir.path() / "model.json";

@@ -313,6 +313,20 @@ int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& c) {
          2 * c.train.held_out_docs + 1;
 }
 
+NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& c) {
+  NiahTrainDataSpec spec;
+  spec.corpus = c.corpus;
+  spec.tokenizer = c.tokenizer;
+  spec.langs = c.langs;
+  spec.tasks = c.train_tasks;
+  spec.lengths = c.train_lengths;
+  spec.held_out_docs = c.held_out_docs;
+  spec.seq_len = c.train.seq_len;
+  spec.docs_per_language = niah_experiment_docs_per_language(c);
+  spec.seed = c.train_seed;
+  return spec;
+}
+
 NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, const fs::path& out,
                                          const NiahExperimentDevice& device, const NiahLog& log) {
   NiahExperimentResult result;
@@ -335,16 +349,7 @@ NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, cons
   const fs::path data = out / "data";
   if (!fs::exists(data / "niah_train_data.json")) {
     fs::remove_all(data);
-    NiahTrainDataSpec spec;
-    spec.corpus = c.corpus;
-    spec.tokenizer = c.tokenizer;
-    spec.langs = c.langs;
-    spec.tasks = c.train_tasks;
-    spec.lengths = c.train_lengths;
-    spec.held_out_docs = c.held_out_docs;
-    spec.seq_len = c.train.seq_len;
-    spec.docs_per_language = niah_experiment_docs_per_language(c);
-    spec.seed = c.train_seed;
+    const NiahTrainDataSpec spec = niah_experiment_train_data_spec(c);
     const auto t0 = std::chrono::steady_clock::now();
     json summary = niah_train_data_write(data.string(), spec, log);
     summary["seconds"] = seconds_since(t0);

@@ -24,6 +24,7 @@
 
 #include "evals/niah/niah_experiment_config.h"
 #include "evals/niah/niah_run.h"
+#include "evals/niah/niah_train_data.h"
 #include "train/train_device.h"
 
 namespace hlm {
@@ -83,6 +84,10 @@ TrainHooks niah_train_hooks(const NiahExperimentConfig& config, const Tokenizer&
 // Documents per language of the derived corpus: ceil(docs_margin × tokens / (languages × seq_len)) + 2 × the
 // trainer's held_out_docs + 1 (validation, test, and one to spare).
 int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& config);
+
+// The training-data stage's spec for a resolved config (corpus, tokenizer, languages, tasks, lengths, held-out
+// documents, seq_len, documents per language, seed).
+NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& config);
 
 nlohmann::json niah_cell_to_json(const NiahCell& cell);
 NiahCell niah_cell_from_json(const nlohmann::json& json, const std::string& source);

@@ -25,6 +25,7 @@
 #include "ops/gdn_gate/gdn_gate_cuda.h"
 #include "ops/l2norm/l2norm_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
+#include "ops/qk_norm_rope/qk_norm_rope_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/rope/rope_cuda.h"
 #include "ops/state_rows/state_rows_cuda.h"
@@ -32,6 +33,16 @@
 namespace hlm {
 
 namespace {
+
+// The attention mixer's q/k norms, RoPE and cache write as one launch (ops/qk_norm_rope, bit-identical to the five
+// separate launches). HLM_QK_FUSE=off (or 0) keeps the five launches, for A/B measurements in one binary.
+bool qk_fuse_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("HLM_QK_FUSE");
+    return v == nullptr || (std::string(v) != "off" && std::string(v) != "0");
+  }();
+  return on;
+}
 
 // A step's host metadata packed into one device upload (sections 16-byte aligned).
 class MetaPack {
@@ -237,27 +248,6 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   const CudaLinearOut qkv[] = {{q_lin.data<float>(), &w.q_proj}, {k_lin.data<float>(), &w.k_proj},
                                {v.data<float>(), &w.v_proj}};
   cuda_linear_forward_group(ctx_, qkv, CudaLinearInput{in, nullptr}, T);
-  // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions, in place.
-  CudaTensor q_n, k_n;
-  float* q = q_lin.data<float>();
-  float* k = k_lin.data<float>();
-  if (w.q_norm_size > 0) {
-    q_n = CudaTensor::empty(ctx_, {T, Cq});
-    rmsnorm_forward_cuda(q_n.data<float>(), q, w.q_norm.data<float>(),
-                         attention_qk_norm_params(w.q_norm_size, T, d.q_heads, D, d.norm_eps), stream);
-    q = q_n.data<float>();
-  }
-  if (w.k_norm_size > 0) {
-    k_n = CudaTensor::empty(ctx_, {T, Ckv});
-    rmsnorm_forward_cuda(k_n.data<float>(), k, w.k_norm.data<float>(),
-                         attention_qk_norm_params(w.k_norm_size, T, d.kv_heads, D, d.norm_eps), stream);
-    k = k_n.data<float>();
-  }
-  if (s.rope != nullptr) {
-    HLM_CHECK(s.rope->head_dim == D, "rope table head_dim ", s.rope->head_dim, " != attention head_dim ", D);
-    rope_forward_cuda(q, s.batch.positions, T, d.q_heads, *s.rope, s.batch.error_flag, stream);
-    rope_forward_cuda(k, s.batch.positions, T, d.kv_heads, *s.rope, s.batch.error_flag, stream);
-  }
   Layer& l = layers_[static_cast<size_t>(layer)];
   AttentionCacheCudaParams p;
   p.total_tokens = T;
@@ -273,12 +263,50 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   p.scale = d.scale;
   p.window = d.window;
   const bool bf16_cache = l.k_cache.dtype() == DType::BF16;
-  if (bf16_cache)
-    attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(), k, v.data<float>(),
-                               s.cache_slots, T, p, s.batch.error_flag, stream);
-  else
-    attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), k, v.data<float>(), s.cache_slots,
-                               T, p, s.batch.error_flag, stream);
+  // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions; then k, v into the cache.
+  float* q = q_lin.data<float>();
+  float* k = k_lin.data<float>();
+  QkNormRopeCudaParams fp;
+  fp.shape = {T, d.q_heads, d.kv_heads, D, w.q_norm_size, w.k_norm_size, d.norm_eps};
+  fp.cache_slots = plan_.num_blocks * plan_.block_size;
+  CudaTensor q_n, k_n;
+  if (qk_fuse_enabled() && qk_norm_rope_cuda_supported(fp)) {
+    // One launch, q and k normalized and rotated in place (the same bits as the sequence below).
+    const float* qn = w.q_norm_size > 0 ? w.q_norm.data<float>() : nullptr;
+    const float* kn = w.k_norm_size > 0 ? w.k_norm.data<float>() : nullptr;
+    if (bf16_cache)
+      qk_norm_rope_cache_write_cuda(q, k, v.data<float>(), qn, kn, s.batch.positions, s.rope,
+                                    l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(), s.cache_slots,
+                                    fp, s.batch.error_flag, stream);
+    else
+      qk_norm_rope_cache_write_cuda(q, k, v.data<float>(), qn, kn, s.batch.positions, s.rope,
+                                    l.k_cache.data<float>(), l.v_cache.data<float>(), s.cache_slots, fp,
+                                    s.batch.error_flag, stream);
+  } else {
+    if (w.q_norm_size > 0) {
+      q_n = CudaTensor::empty(ctx_, {T, Cq});
+      rmsnorm_forward_cuda(q_n.data<float>(), q, w.q_norm.data<float>(),
+                           attention_qk_norm_params(w.q_norm_size, T, d.q_heads, D, d.norm_eps), stream);
+      q = q_n.data<float>();
+    }
+    if (w.k_norm_size > 0) {
+      k_n = CudaTensor::empty(ctx_, {T, Ckv});
+      rmsnorm_forward_cuda(k_n.data<float>(), k, w.k_norm.data<float>(),
+                           attention_qk_norm_params(w.k_norm_size, T, d.kv_heads, D, d.norm_eps), stream);
+      k = k_n.data<float>();
+    }
+    if (s.rope != nullptr) {
+      HLM_CHECK(s.rope->head_dim == D, "rope table head_dim ", s.rope->head_dim, " != attention head_dim ", D);
+      rope_forward_cuda(q, s.batch.positions, T, d.q_heads, *s.rope, s.batch.error_flag, stream);
+      rope_forward_cuda(k, s.batch.positions, T, d.kv_heads, *s.rope, s.batch.error_flag, stream);
+    }
+    if (bf16_cache)
+      attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(), k,
+                                 v.data<float>(), s.cache_slots, T, p, s.batch.error_flag, stream);
+    else
+      attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), k, v.data<float>(),
+                                 s.cache_slots, T, p, s.batch.error_flag, stream);
+  }
   if (s.fresh && !s.decode && cuda_linear_is_bf16(w.o_proj)) {
     // bf16 precision, first prefill chunk: nothing is cached before the chunk, so attention over the cache is plain
     // causal attention over the chunk's own rows, which the training forward's tensor-core kernel computes

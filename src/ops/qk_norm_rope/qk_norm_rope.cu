@@ -1,0 +1,258 @@
+// q/k norm + RoPE + KV cache write: CUDA kernel and launchers (contract: qk_norm_rope_cuda.h). One block of kThreads
+// threads per token:
+//   1. loads: the token's q, k and v rows, its position, slot and cos/sin row into shared memory, every load issued
+//      before any is waited on (16-byte loads when the rows allow);
+//   2. norms: the rows of q, then of k, each in the summation order of rmsnorm.cu (a warp per row of ≤ 1024, 8 warps
+//      taking rows w, w + 8, ...; longer rows: the whole block, block_sum), results written over the shared row;
+//   3. RoPE on the shared rows, one thread per (head, pair) as rope.cu;
+//   4. stores: q and k back in place, k and v into the cache slot (narrowed to the cache's type).
+// Non-goals: interleaved RoPE pairs (the CUDA model refuses them), bf16 q/k/v inputs.
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/warp_rows.cuh"
+#include "core/error.h"
+#include "ops/qk_norm_rope/qk_norm_rope_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
+
+namespace hlm {
+
+namespace {
+
+constexpr int kThreads = rmsnorm_cuda_threads();  // the block path's thread count: its block_sum must match
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kWarpMaxDim = rmsnorm_cuda_warp_max_dim();
+constexpr int64_t kMaxTokenBlocks = 1 << 20;
+static_assert(kThreads == 256, "the block-path norm sums 256 partials as rmsnorm.cu does");
+
+struct Args {
+  float* q;
+  float* k;
+  const float* v;
+  const float* q_norm;  // nullptr: no q norm
+  const float* k_norm;
+  const int32_t* positions;
+  const float* cos;  // nullptr: no RoPE
+  const float* sin;
+  const int64_t* slots;
+  int* flag;
+  int64_t T, Cq, Ckv, D, half, num_positions, cache_slots;
+  int64_t q_norm_size, k_norm_size;
+  bool q_vec, k_vec;  // the norm's V = 4 order (rmsnorm_cuda.h)
+  bool io_vec;        // 16-byte global loads / stores of the q, k, v rows
+  float eps;
+};
+
+template <typename C>
+__device__ __forceinline__ C narrow(float x);
+template <>
+__device__ __forceinline__ float narrow<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// dst[0, n) ← src[0, n): 16-byte accesses when `vec` (both 16-byte aligned, n % 4 == 0), else one float per thread.
+__device__ __forceinline__ void copy_row(float* dst, const float* src, int64_t n, bool vec) {
+  if (vec) {
+    for (int64_t i = threadIdx.x; i < n / 4; i += kThreads)
+      reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(src)[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+  }
+}
+
+// The rows of width n of x [C] (in shared memory) ← w · (x · r), r = 1 / sqrt(mean(x²) + eps), in rmsnorm.cu's
+// summation order. Called by every thread of the block; ends before a barrier only on the block path (the caller
+// syncs).
+__device__ void norm_rows(float* x, int64_t C, int64_t n, const float* w, bool vec, float eps, float* red) {
+  const int64_t rows = C / n;
+  if (n <= kWarpMaxDim) {  // rmsnorm_forward_warp_kernel: lane l's chunks of V at (32j + l)·V, in order
+    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+    const int V = vec ? 4 : 1;
+    for (int64_t r = warp; r < rows; r += kWarps) {
+      float* xr = x + r * n;
+      float ss = 0.0f;
+      for (int64_t s = static_cast<int64_t>(lane) * V; s < n; s += 32 * V)
+        for (int e = 0; e < V; ++e) ss = fmaf(xr[s + e], xr[s + e], ss);
+      ss = cuda::warp_sum(ss);  // this lane's reads are done; it writes only its own elements below
+      const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+      for (int64_t s = static_cast<int64_t>(lane) * V; s < n; s += 32 * V)
+        for (int e = 0; e < V; ++e) xr[s + e] = w[s + e] * (xr[s + e] * inv);
+    }
+    return;
+  }
+  // rmsnorm_forward_kernel / _regs_kernel: thread t sums t, t + kThreads, ... in order, then block_sum.
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * n;
+    float ss = 0.0f;
+    for (int64_t d = threadIdx.x; d < n; d += kThreads) ss = fmaf(xr[d], xr[d], ss);
+    ss = cuda::block_sum<kThreads>(ss, red);  // a barrier after every read of the row
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+    for (int64_t d = threadIdx.x; d < n; d += kThreads) xr[d] = w[d] * (xr[d] * inv);
+  }
+}
+
+template <typename C>
+__global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C* k_cache, C* v_cache) {
+  extern __shared__ float4 smem4[];
+  float* qs = reinterpret_cast<float*>(smem4);  // [Cq]
+  float* ks = qs + a.Cq;                          // [Ckv]
+  float* vs = ks + a.Ckv;                         // [Ckv]
+  float* cs = vs + a.Ckv;                         // [half] cos, then [half] sin
+  float* sn = cs + a.half;
+  __shared__ float red[kWarps];
+  for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
+    // 1. loads (every thread reads the token's position and slot: one broadcast load each)
+    const int32_t pos = a.cos != nullptr ? a.positions[t] : 0;
+    const int64_t slot = a.slots[t];
+    const bool pos_ok = a.cos != nullptr && pos >= 0 && pos < a.num_positions;
+    copy_row(qs, a.q + t * a.Cq, a.Cq, a.io_vec);
+    copy_row(ks, a.k + t * a.Ckv, a.Ckv, a.io_vec);
+    copy_row(vs, a.v + t * a.Ckv, a.Ckv, a.io_vec);
+    if (pos_ok) {
+      for (int64_t i = threadIdx.x; i < a.half; i += kThreads) {
+        cs[i] = a.cos[static_cast<int64_t>(pos) * a.half + i];
+        sn[i] = a.sin[static_cast<int64_t>(pos) * a.half + i];
+      }
+    }
+    __syncthreads();
+    // 2. norms (q then k; they touch disjoint rows, so no barrier between them)
+    if (a.q_norm != nullptr) norm_rows(qs, a.Cq, a.q_norm_size, a.q_norm, a.q_vec, a.eps, red);
+    if (a.k_norm != nullptr) norm_rows(ks, a.Ckv, a.k_norm_size, a.k_norm, a.k_vec, a.eps, red);
+    __syncthreads();
+    // 3. RoPE over the q heads, then the k heads: pair (h, i) rotates x[i], x[i + half] (rope.cu's operations)
+    if (a.cos != nullptr) {
+      const int64_t hq = a.Cq / a.D, heads = hq + a.Ckv / a.D, pairs = heads * a.half;
+      if (!pos_ok && threadIdx.x == 0 && a.flag != nullptr) atomicOr(a.flag, 1);
+      for (int64_t p = threadIdx.x; p < pairs; p += kThreads) {
+        const int64_t h = p / a.half, i = p - h * a.half;
+        float* x = h < hq ? qs + h * a.D : ks + (h - hq) * a.D;
+        if (!pos_ok) {
+          x[i] = cuda::quiet_nan();
+          x[i + a.half] = cuda::quiet_nan();
+          continue;
+        }
+        const float c = cs[i], s = sn[i];
+        const float x1 = x[i], x2 = x[i + a.half];
+        const float lo_a = __fmul_rn(x1, c), lo_b = __fmul_rn(-x2, s);
+        const float hi_a = __fmul_rn(x2, c), hi_b = __fmul_rn(x1, s);
+        x[i] = __fadd_rn(lo_a, lo_b);
+        x[i + a.half] = __fadd_rn(hi_a, hi_b);
+      }
+      __syncthreads();
+    }
+    // 4. stores
+    copy_row(a.q + t * a.Cq, qs, a.Cq, a.io_vec);
+    copy_row(a.k + t * a.Ckv, ks, a.Ckv, a.io_vec);
+    if (slot < 0 || slot >= a.cache_slots) {
+      if (threadIdx.x == 0 && a.flag != nullptr) atomicOr(a.flag, 1);
+    } else {
+      C* kc = k_cache + slot * a.Ckv;
+      C* vc = v_cache + slot * a.Ckv;
+      for (int64_t i = threadIdx.x; i < a.Ckv; i += kThreads) {
+        kc[i] = narrow<C>(ks[i]);
+        vc[i] = narrow<C>(vs[i]);
+      }
+    }
+    __syncthreads();  // the shared rows are reloaded for the next token
+  }
+}
+
+size_t smem_bytes(const QkNormRopeCudaParams& p, int64_t half) {
+  const QkNormRopeShape& s = p.shape;
+  return static_cast<size_t>((s.q_heads + 2 * s.kv_heads) * s.head_dim + 2 * half) * sizeof(float);
+}
+
+// The device's opt-in shared memory per block, less the kernel's static part (red); read once per device (the
+// engine asks at every attention layer of every eager step).
+size_t max_smem_optin() {
+  constexpr int kDevices = 64;
+  static int cached[kDevices] = {};
+  int device = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&device));
+  int bytes = device < kDevices ? cached[device] : 0;
+  if (bytes == 0) {
+    HLM_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (device < kDevices) cached[device] = bytes;
+  }
+  return static_cast<size_t>(bytes) - 256;
+}
+
+template <typename C>
+void launch(float* q, float* k, const float* v, const float* q_norm, const float* k_norm, const int32_t* positions,
+            const RopeCudaTable* rope, C* k_cache, C* v_cache, const int64_t* slot_mapping,
+            const QkNormRopeCudaParams& p, int* error_flag, cudaStream_t stream) {
+  const QkNormRopeShape& s = p.shape;
+  HLM_CHECK(s.tokens >= 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 && p.cache_slots >= 0,
+            "qk_norm_rope_cache_write_cuda: bad shape");
+  if (rope != nullptr) {
+    HLM_CHECK(rope->head_dim == s.head_dim, "rope table head_dim ", rope->head_dim, " != attention head_dim ",
+              s.head_dim);
+    HLM_CHECK(rope->rotary_dim >= 2 && rope->rotary_dim % 2 == 0 && rope->rotary_dim <= rope->head_dim,
+              "rope_cuda: bad table (head_dim ", rope->head_dim, ", rotary_dim ", rope->rotary_dim, ")");
+  }
+  const bool has_q_norm = q_norm != nullptr && s.q_norm_size > 0, has_k_norm = k_norm != nullptr && s.k_norm_size > 0;
+  if (has_q_norm) (void)qk_norm_rows(s.q_norm_size, s.tokens, s.q_heads, s.head_dim);
+  if (has_k_norm) (void)qk_norm_rows(s.k_norm_size, s.tokens, s.kv_heads, s.head_dim);
+  if (s.tokens == 0) return;
+  Args a{};
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.q_norm = has_q_norm ? q_norm : nullptr;
+  a.k_norm = has_k_norm ? k_norm : nullptr;
+  a.positions = positions;
+  a.cos = rope != nullptr ? rope->cos : nullptr;
+  a.sin = rope != nullptr ? rope->sin : nullptr;
+  a.slots = slot_mapping;
+  a.flag = error_flag;
+  a.T = s.tokens;
+  a.D = s.head_dim;
+  a.Cq = s.q_heads * s.head_dim;
+  a.Ckv = s.kv_heads * s.head_dim;
+  a.half = rope != nullptr ? rope->rotary_dim / 2 : 0;
+  a.num_positions = rope != nullptr ? rope->num_positions : 0;
+  a.cache_slots = p.cache_slots;
+  a.q_norm_size = s.q_norm_size;
+  a.k_norm_size = s.k_norm_size;
+  a.eps = s.eps;
+  // rmsnorm.cu's dispatch_warp takes V = 4 when out, x and w are 16-byte aligned and the row length is a multiple of
+  // 4 (out, the former sequence's fresh buffer, always is); rows longer than kWarpMaxDim ignore it.
+  using cuda::aligned16;
+  a.q_vec = has_q_norm && aligned16(q) && aligned16(q_norm) && s.q_norm_size % 4 == 0;
+  a.k_vec = has_k_norm && aligned16(k) && aligned16(k_norm) && s.k_norm_size % 4 == 0;
+  a.io_vec = aligned16(q) && aligned16(k) && aligned16(v) && s.head_dim % 4 == 0;
+  const size_t smem = smem_bytes(p, a.half);
+  static size_t smem_allowed = 48 * 1024;  // per instantiation: raised once, as far as a launch needs
+  if (smem > smem_allowed) {
+    HLM_CHECK(smem <= max_smem_optin(), "qk_norm_rope_cache_write_cuda: ", smem,
+              " bytes of shared memory per token exceed the device's (qk_norm_rope_cuda_supported)");
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(qk_norm_rope_cache_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+    smem_allowed = smem;
+  }
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(s.tokens, kMaxTokenBlocks));
+  qk_norm_rope_cache_kernel<C><<<blocks, kThreads, smem, stream>>>(a, k_cache, v_cache);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool qk_norm_rope_cuda_supported(const QkNormRopeCudaParams& p) {
+  const QkNormRopeShape& s = p.shape;
+  if (s.q_heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0) return false;
+  return smem_bytes(p, s.head_dim / 2) <= max_smem_optin();
+}
+
+void qk_norm_rope_cache_write_cuda(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                                   const int32_t* positions, const RopeCudaTable* rope, float* k_cache,
+                                   float* v_cache, const int64_t* slot_mapping, const QkNormRopeCudaParams& p,
+                                   int* error_flag, cudaStream_t stream) {
+  launch(q, k, v, q_norm, k_norm, positions, rope, k_cache, v_cache, slot_mapping, p, error_flag, stream);
+}
+
+void qk_norm_rope_cache_write_cuda(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                                   const int32_t* positions, const RopeCudaTable* rope, __nv_bfloat16* k_cache,
+                                   __nv_bfloat16* v_cache, const int64_t* slot_mapping, const QkNormRopeCudaParams& p,
+                                   int* error_flag, cudaStream_t stream) {
+  launch(q, k, v, q_norm, k_norm, positions, rope, k_cache, v_cache, slot_mapping, p, error_flag, stream);
+}
+
+}  // namespace hlm

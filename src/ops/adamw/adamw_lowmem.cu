@@ -1,4 +1,5 @@
 // The low-memory AdamW step and block quantization on CUDA (contract: adamw_lowmem_cuda.h, arithmetic: adamw_lowmem.h).
+#include <algorithm>
 #include <mutex>
 #include <type_traits>
 
@@ -14,10 +15,13 @@ namespace {
 static_assert(kQ8Block == 256, "one thread per element of a quantization block");
 constexpr int kThreads = static_cast<int>(kQ8Block);
 
-__constant__ float c_code_m[256];
-__constant__ float c_mid_m[255];
-__constant__ float c_code_v[256];
-__constant__ float c_mid_v[255];
+// Global (not __constant__) memory: each block copies the tables into shared memory with coalesced loads; from
+// constant memory that copy is serialized (the threads of a warp read 32 different addresses, which the constant
+// cache serves one after another).
+__device__ float c_code_m[256];
+__device__ float c_mid_m[255];
+__device__ float c_code_v[256];
+__device__ float c_mid_v[255];
 
 // The host tables, copied once per process (GPU 0 is the only device the trainer uses).
 void upload_tables() {
@@ -89,11 +93,12 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
 
 // Q8: 8-bit moments; Sr: the update rounded stochastically to bf16 (stored in param_bf16, or widened into param_f32
 // with f32_holds_bf16); GradBf16: the gradient read from grad_bf16.
-// Under Q8 the four code tables are first copied from __constant__ to shared memory: every thread of a warp looks up
-// a different code (dequantizing) and walks its own binary search (quantizing), and the constant cache serves
-// different addresses of one warp one after another; shared memory serves them in parallel (bank conflicts aside).
-// The values read are the same, so the bits are too. (H200, 2026-12-02, constant-memory form: 500-720 ms per step of
-// the 4B lean/adam8 bench's 5.1B parameters, a third of the step.)
+// A persistent grid: each CUDA block copies the four code tables into shared memory once, then walks quantization
+// blocks blockIdx.x, blockIdx.x + gridDim.x, ... (every thread of the block walks the same ones, so the barriers of
+// the absmax reductions are uniform). Shared memory because every thread of a warp looks up a different code
+// (dequantizing) and walks its own binary search (quantizing). The values read are the table's, so the bits are
+// the same as with one CUDA block per quantization block. (H200, 2026-12-02: one block per quantization block with
+// the tables copied from constant memory took 203-205 ms per step of the 4B lean bench's 5.1B parameters.)
 template <bool Q8, bool Sr, bool GradBf16>
 __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaTensor t, const float* scale_ptr,
                                                                 AdamWLowmemStep s) {
@@ -110,46 +115,48 @@ __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaT
     }
     __syncthreads();
   }
-  const int64_t b = blockIdx.x;
-  const int64_t i = b * kQ8Block + threadIdx.x;
-  const bool live = i < t.n;
-  float m = 0.0f, v = 0.0f;
-  if (live) {
-    const float g0 = GradBf16 ? __uint_as_float(static_cast<uint32_t>(t.grad_bf16[i]) << 16) : t.grad[i];
-    const float g = scaled ? __fmul_rn(g0, scale) : g0;
-    const float m0 = Q8 ? __fmul_rn(code_m[t.q_m[i]], t.absmax_m[b]) : t.exp_avg[i];
-    const float v0 = Q8 ? __fmul_rn(code_v[t.q_v[i]], t.absmax_v[b]) : t.exp_avg_sq[i];
-    m = __fadd_rn(__fmul_rn(s.beta1, m0), __fmul_rn(s.one_minus_beta1, g));
-    v = __fadd_rn(__fmul_rn(s.beta2, v0), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
-    const bool in_bf16 = t.param_bf16 != nullptr;
-    const float p0 = in_bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
-    const float p = __fsub_rn(__fmul_rn(p0, s.decay), __fdiv_rn(__fmul_rn(s.step_size, m), denom));
-    if (Sr) {
-      const uint16_t r =
-          bf16_stochastic(p, static_cast<uint32_t>(splitmix64_device(s.sr_base + static_cast<uint64_t>(i)) >> 48));
-      if (in_bf16)
-        t.param_bf16[i] = r;
-      else
-        t.param_f32[i] = __uint_as_float(static_cast<uint32_t>(r) << 16);
-    } else {
-      t.param_f32[i] = p;
-    }
-    if (!Q8) {
-      t.exp_avg[i] = m;
-      t.exp_avg_sq[i] = v;
-    }
-  }
-  if (Q8) {  // every thread of the block takes part in the reductions
-    const float am = block_max(live ? fabsf(m) : 0.0f);
-    const float av = block_max(live ? fabsf(v) : 0.0f);
-    if (threadIdx.x == 0) {
-      t.absmax_m[b] = am;
-      t.absmax_v[b] = av;
-    }
+  const int64_t n_blocks = (t.n + kQ8Block - 1) / kQ8Block;  // q8_blocks (host only)
+  const bool in_bf16 = t.param_bf16 != nullptr;
+  for (int64_t b = blockIdx.x; b < n_blocks; b += gridDim.x) {
+    const int64_t i = b * kQ8Block + threadIdx.x;
+    const bool live = i < t.n;
+    float m = 0.0f, v = 0.0f;
     if (live) {
-      t.q_m[i] = quantize_in_block(mid_m, 255, m, am, 127);
-      t.q_v[i] = quantize_in_block(mid_v, 256, v, av, 0);
+      const float g0 = GradBf16 ? __uint_as_float(static_cast<uint32_t>(t.grad_bf16[i]) << 16) : t.grad[i];
+      const float g = scaled ? __fmul_rn(g0, scale) : g0;
+      const float m0 = Q8 ? __fmul_rn(code_m[t.q_m[i]], t.absmax_m[b]) : t.exp_avg[i];
+      const float v0 = Q8 ? __fmul_rn(code_v[t.q_v[i]], t.absmax_v[b]) : t.exp_avg_sq[i];
+      m = __fadd_rn(__fmul_rn(s.beta1, m0), __fmul_rn(s.one_minus_beta1, g));
+      v = __fadd_rn(__fmul_rn(s.beta2, v0), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+      const float p0 = in_bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
+      const float p = __fsub_rn(__fmul_rn(p0, s.decay), __fdiv_rn(__fmul_rn(s.step_size, m), denom));
+      if (Sr) {
+        const uint16_t r =
+            bf16_stochastic(p, static_cast<uint32_t>(splitmix64_device(s.sr_base + static_cast<uint64_t>(i)) >> 48));
+        if (in_bf16)
+          t.param_bf16[i] = r;
+        else
+          t.param_f32[i] = __uint_as_float(static_cast<uint32_t>(r) << 16);
+      } else {
+        t.param_f32[i] = p;
+      }
+      if (!Q8) {
+        t.exp_avg[i] = m;
+        t.exp_avg_sq[i] = v;
+      }
+    }
+    if (Q8) {  // every thread of the block takes part in the reductions
+      const float am = block_max(live ? fabsf(m) : 0.0f);
+      const float av = block_max(live ? fabsf(v) : 0.0f);
+      if (threadIdx.x == 0) {
+        t.absmax_m[b] = am;
+        t.absmax_v[b] = av;
+      }
+      if (live) {
+        t.q_m[i] = quantize_in_block(mid_m, 255, m, am, 127);
+        t.q_v[i] = quantize_in_block(mid_v, 256, v, av, 0);
+      }
     }
   }
 }
@@ -187,7 +194,15 @@ void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, 
                 (q8 ? (t.q_v && t.absmax_m && t.absmax_v) : (t.exp_avg && t.exp_avg_sq)),
             "adamw_lowmem_step_cuda: incomplete tensor storage");
   upload_tables();
-  const unsigned grid = blocks_for(t.n);
+  // Enough resident blocks to fill the device (8 of 256 threads per multiprocessor), at most one per quantization
+  // block.
+  static const int64_t resident = [] {
+    int device = 0, sms = 0;
+    HLM_CUDA_CHECK(cudaGetDevice(&device));
+    HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return static_cast<int64_t>(std::max(sms, 1)) * 8;
+  }();
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(t.n), resident));
   const bool sr = bf16 || t.f32_holds_bf16;
   // The eight instantiations, chosen once per launch (the flags are uniform over the tensor).
   const auto launch = [&](auto q8_c, auto sr_c, auto g16_c) {

@@ -32,10 +32,7 @@
 #include "models/model.h"
 #include "models/safetensors.h"
 #ifdef HLM_WITH_CUDA
-#include "backend/cuda/cuda_context.h"
-#include "backend/cuda/device_query.h"
-#include "infer/cuda/cuda_engine.h"
-#include "models/cuda/cuda_model.h"
+#include "evals/niah/cuda/niah_cuda_backend.h"
 #endif
 
 namespace hlm {
@@ -62,7 +59,8 @@ struct NiahScoreOptions {
 struct NiahRunOptions {
   std::vector<std::string> models, langs, tasks, lengths;
   std::string tokenizer, out, device = "cpu", corpus = "data/corpus/demo", split = "both", max_memory;
-  int64_t n = 50, held_out_docs = 1000, max_batch = 4, max_new_tokens = 30;
+  std::string precision;  // "", fp32 or bf16 ("": bf16 on cuda, fp32 on cpu, as `hybridlm generate`)
+  int64_t n = 50, held_out_docs = 1000, max_batch = 4, max_new_tokens = 30, prefill_chunk = 512;
   std::string stop;
   uint64_t seed = 0;
 };
@@ -163,11 +161,15 @@ int run_models(const NiahRunOptions& o) {
   HLM_CHECK_INPUT(!o.models.empty(), "hybridlm niah: give a subcommand (gen, score) or --model DIR for the run mode "
                                      "(see hybridlm niah --help)");
   check_device_option(o.device);  // before anything is loaded
+  const std::string precision = !o.precision.empty() ? o.precision : (o.device == "cuda" ? "bf16" : "fp32");
+  const int64_t kv_element_bytes = niah_kv_element_bytes(precision, "--precision");
+  HLM_CHECK_INPUT(precision == "fp32" || o.device == "cuda",
+                  "--precision bf16 needs --device cuda (the CPU engine runs fp32 only)");
   HLM_CHECK_INPUT(!o.tokenizer.empty(), "--tokenizer is required in the run mode (the evaluated model's tokenizer)");
   HLM_CHECK_INPUT(!o.langs.empty() && !o.tasks.empty() && !o.lengths.empty(),
                   "the run mode needs --langs, --tasks and --lengths");
-  HLM_CHECK_INPUT(o.n >= 1 && o.max_batch >= 1 && o.max_new_tokens >= 1,
-                  "--n, --max-batch and --max-new-tokens must be positive");
+  HLM_CHECK_INPUT(o.n >= 1 && o.max_batch >= 1 && o.max_new_tokens >= 1 && o.prefill_chunk >= 1,
+                  "--n, --max-batch, --max-new-tokens and --prefill-chunk must be positive");
   HLM_CHECK_INPUT(!o.out.empty(), "--out is required in the run mode");
   std::vector<const NiahLanguage*> langs;
   for (const std::string& l : o.langs) langs.push_back(&niah_language(l));
@@ -189,6 +191,8 @@ int run_models(const NiahRunOptions& o) {
   NiahRunSettings settings;
   settings.max_batch = o.max_batch;
   settings.max_new_tokens = o.max_new_tokens;
+  settings.prefill_chunk = o.prefill_chunk;
+  settings.kv_element_bytes = kv_element_bytes;
   settings.stop = o.stop;
   // The state budget: --max-memory, else half the host's memory (CPU) or, on CUDA, 90 % of the device memory left
   // free once the model's weights are uploaded (set per model below).
@@ -202,7 +206,8 @@ int run_models(const NiahRunOptions& o) {
                                  {"lengths", lengths},          {"n", o.n},
                                  {"seed", o.seed},              {"corpus", o.corpus},
                                  {"held_out_docs", o.held_out_docs}, {"split", o.split},
-                                 {"device", o.device},          {"max_batch", o.max_batch},
+                                 {"device", o.device},          {"precision", precision},
+                                 {"max_batch", o.max_batch},    {"prefill_chunk", o.prefill_chunk},
                                  {"max_new_tokens", settings.max_new_tokens}, {"stop", settings.stop},
                                  {"state_budget_bytes", settings.budget_bytes ? nlohmann::json(*settings.budget_bytes)
                                                                               : nlohmann::json("90% of free device memory")},
@@ -224,21 +229,17 @@ int run_models(const NiahRunOptions& o) {
     const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
     const std::string label = model_label(model_dir);
     NiahEngineFactory make_engine = [&model](const MemoryPlan& plan) { return make_cpu_engine(model, plan); };
-#ifdef HLM_WITH_CUDA
-    // --device cuda: the weights uploaded once per model; each cell's engine holds its state in device memory.
-    // Declared before the cells, so they outlive every engine.
-    std::unique_ptr<CudaContext> cuda_ctx;
-    std::unique_ptr<CudaModel> cuda_model;
     NiahRunSettings model_settings = settings;
+#ifdef HLM_WITH_CUDA
+    // --device cuda: the weights uploaded once per model (bf16: held once, in bf16); each cell's engine holds its
+    // state in device memory. Declared before the cells, so the device model outlives every engine.
+    NiahEvalBackend cuda_backend;
     if (o.device == "cuda") {
-      cuda_ctx = std::make_unique<CudaContext>(0);
-      cuda_model = std::make_unique<CudaModel>(CudaModel::upload(model, *cuda_ctx));
-      if (!model_settings.budget_bytes)
-        model_settings.budget_bytes = static_cast<int64_t>(static_cast<double>(cuda_free_memory_bytes()) * 0.9);
-      make_engine = [&cuda_model](const MemoryPlan& plan) { return make_cuda_engine(*cuda_model, plan); };
+      cuda_backend = niah_cuda_eval_backend(model, precision);
+      HLM_CHECK(cuda_backend.kv_element_bytes == kv_element_bytes, "NIAH CUDA backend KV element bytes");
+      if (!model_settings.budget_bytes) model_settings.budget_bytes = cuda_backend.default_budget_bytes;
+      make_engine = cuda_backend.make_engine;
     }
-#else
-    const NiahRunSettings& model_settings = settings;
 #endif
     for (const NiahLanguage* l : langs) {
       NiahGenerator gen(*l, sentences[std::string(l->code)], *tokenizer);
@@ -295,7 +296,9 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
       "  hybridlm niah --model DIR --model DIR2 --tokenizer T --langs eng_Latn,rus_Cyrl --tasks single,none \\\n"
       "      --lengths 1k,4k --n 50 --out out/niah\n"
       "  hybridlm niah --model DIR --tokenizer T --langs eng_Latn --tasks single --lengths 4k,16k,64k \\\n"
-      "      --n 20 --max-batch 8 --device cuda --out out/niah-gpu\n"
+      "      --n 20 --max-batch 8 --device cuda --out out/niah-gpu            # bf16 (the CUDA default)\n"
+      "  hybridlm niah --model DIR --tokenizer T --langs eng_Latn --tasks single --lengths 4k,16k \\\n"
+      "      --n 20 --device cuda --precision fp32 --prefill-chunk 8192 --out out/niah-gpu-fp32\n"
       "Trained retrieval experiment (train full-attention, hybrid and pure-GDN models on NIAH-format examples):\n"
       "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda");
 
@@ -308,6 +311,11 @@ void add_niah_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--n", run->n, "Run mode: samples per (language, task, length) (default 50)");
   cmd->add_option("--out", run->out, "Run mode: output folder");
   cmd->add_option("--device", run->device, "Run mode: cpu (default) or cuda (the CUDA inference engine)");
+  cmd->add_option("--precision", run->precision,
+                  "Run mode: fp32 or bf16 (bf16: CUDA only, its default: bf16 weights, GEMMs and KV cache, fp32 GDN "
+                  "state, as `hybridlm generate --device cuda`; fp32: the CPU's only precision)");
+  cmd->add_option("--prefill-chunk", run->prefill_chunk,
+                  "Run mode: prompt tokens per prefill step, over the batch's prompts (default 512)");
   cmd->add_option("--corpus", run->corpus, "Run mode: corpus directory (default data/corpus/demo)");
   cmd->add_option("--held-out-docs", run->held_out_docs, "Run mode: held-out documents per split (default 1000)");
   cmd->add_option("--split", run->split, "Run mode: valid, test or both (default both)");

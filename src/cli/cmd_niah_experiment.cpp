@@ -14,10 +14,7 @@
 #include "models/model.h"
 #include "models/safetensors.h"
 #ifdef HLM_WITH_CUDA
-#include "backend/cuda/cuda_context.h"
-#include "backend/cuda/device_query.h"
-#include "infer/cuda/cuda_engine.h"
-#include "models/cuda/cuda_model.h"
+#include "evals/niah/cuda/niah_cuda_backend.h"
 #endif
 
 namespace hlm {
@@ -30,7 +27,8 @@ namespace fs = std::filesystem;
 
 struct NiahExperimentCliOptions {
   std::string config, out, device;
-  bool print_default = false;
+  std::vector<std::string> architectures;
+  bool print_default = false, report_only = false;
 };
 
 NiahExperimentDevice experiment_device(const std::string& device) {
@@ -38,16 +36,10 @@ NiahExperimentDevice experiment_device(const std::string& device) {
   if (device == "cpu") return d;
 #ifdef HLM_WITH_CUDA
   d.make_trainer = [](const TrainConfig& c) { return train_device_for(c.device, c.precision, c.recompute); };
-  // The weights uploaded once per model (fp32); each cell's engine holds its state in device memory; the default
-  // state budget is 90 % of the device memory left free after the upload, as in `hybridlm niah --device cuda`.
-  d.make_eval = [](Model& model) {
-    auto gpu = std::make_shared<CudaModel>(CudaModel::upload(model, cuda_context()));
-    NiahEvalBackend b;
-    b.make_engine = [gpu](const MemoryPlan& plan) { return make_cuda_engine(*gpu, plan); };
-    b.default_budget_bytes = static_cast<int64_t>(static_cast<double>(cuda_free_memory_bytes()) * 0.9);
-    b.keep_alive = gpu;
-    return b;
-  };
+  // The backend of `hybridlm niah --device cuda`: the weights uploaded once per model (bf16: held once, in bf16, and
+  // a bf16 KV cache); each cell's engine holds its state in device memory; the default state budget is 90 % of the
+  // device memory left free after the upload.
+  d.make_eval = [](Model& model, const std::string& precision) { return niah_cuda_eval_backend(model, precision); };
 #endif
   return d;
 }
@@ -62,15 +54,20 @@ int run_experiment(const NiahExperimentCliOptions& o) {
                                     ? niah_experiment_defaults()
                                     : niah_experiment_config_from_json(json_file_read(o.config), o.config);
   if (!o.device.empty()) config.device = o.device;
-  check_device_option(config.device);  // before anything is loaded or written
+  if (!o.report_only) check_device_option(config.device);  // before anything is loaded or written
   fs::create_directories(o.out);
   if (!o.config.empty()) file_write_atomic(fs::path(o.out) / "config_given.json", json_file_read(o.config).dump(2) + "\n");
-  const NiahExperimentResult r =
-      niah_experiment_run(config, o.out, experiment_device(config.device), [](const std::string& line) {
+  NiahExperimentRunOptions run;
+  run.architectures = o.architectures;
+  run.report_only = o.report_only;
+  const NiahExperimentResult r = niah_experiment_run(
+      config, o.out, experiment_device(config.device),
+      [](const std::string& line) {
         std::fprintf(stderr, "%s\n", line.c_str());
         std::fflush(stderr);
-      });
-  std::printf("niah experiment: %zu architectures; wrote %s/report.md, accuracy.csv, deficit.csv, cost.csv, "
+      },
+      run);
+  std::printf("niah experiment: %zu architectures in the reports; wrote %s/report.md, accuracy.csv, deficit.csv, cost.csv, "
               "training.csv, niah.{csv,md} and SVG charts (resolved config: config.json)\n",
               r.archs.size(), o.out.c_str());
   return 0;
@@ -93,16 +90,30 @@ CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& a
       "            </Answer>), CSV after every cell\n"
       "  report    report.md (Table 2 layout, deficit vs full attention by language and length, time and memory),\n"
       "            accuracy.csv, deficit.csv, cost.csv, training.csv, niah.csv, niah.md, accuracy_<lang>.svg,\n"
-      "            deficit.svg, time.svg, memory.svg; config.json is the resolved config\n"
+      "            deficit.svg, time.svg, memory.svg over every architecture with results so far (a partial\n"
+      "            evaluation is marked); config.json is the resolved config\n"
+      "Parallel: one process per architecture on the same --out (the data stage runs once, under a lock), then\n"
+      "--report-only for the reports over all of them (docs/niah.md).\n"
       "Config (JSON over the defaults of --print-default-config):\n" +
       niah_experiment_fields_text() +
       "Examples:\n"
       "  hybridlm niah experiment --print-default-config\n"
       "  hybridlm niah experiment --config configs/niah/experiment-cpu.json --out runs/niah-cpu\n"
-      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda");
+      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda\n"
+      "  for a in full_attention standard_periodic reverse_periodic gdn; do\n"
+      "    hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda \\\n"
+      "      --architectures $a > runs/niah-$a.log 2>&1 &\n"
+      "  done; wait\n"
+      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --report-only");
   cmd->add_option("--config", o->config, "Experiment config (JSON); default: the compiled-in tiny CPU config");
   cmd->add_option("--out", o->out, "Output folder (created; reused to resume)");
   cmd->add_option("--device", o->device, "cpu or cuda: replaces the config's device (training and evaluation)");
+  cmd->add_option("--architectures", o->architectures,
+                  "Train and evaluate only these of the config's architectures (comma-separated; default all), e.g. "
+                  "one per process on the same --out")
+      ->delimiter(',');
+  cmd->add_flag("--report-only", o->report_only,
+                "Run no stage: rewrite the reports over every architecture with results in --out");
   cmd->add_flag("--print-default-config", o->print_default, "Print the default config (resolved form) and exit");
   cmd->callback([o, &action] { action = [o] { return run_experiment(*o); }; });
   return cmd;

@@ -102,6 +102,19 @@ TEST(NiahCli, RunModeInputErrors) {
                    "--tasks single --lengths 1k --out /tmp/unused");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("no NIAH templates for language 'xx_Yyyy'"), std::string::npos) << r.err;
+  // Precision: bf16 is the CUDA engine's (the CPU engine runs fp32 only); other names are refused. Before any load.
+  r = run_hybridlm("niah --model " + std::string(HLM_GOLDEN_DIR) + "/qwen3_untied --tokenizer bytes --langs eng_Latn "
+                   "--tasks single --lengths 1k --out /tmp/unused --precision bf16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--precision bf16 needs --device cuda"), std::string::npos) << r.err;
+  r = run_hybridlm("niah --model " + std::string(HLM_GOLDEN_DIR) + "/qwen3_untied --tokenizer bytes --langs eng_Latn "
+                   "--tasks single --lengths 1k --out /tmp/unused --precision fp16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--precision must be fp32 or bf16, got 'fp16'"), std::string::npos) << r.err;
+  r = run_hybridlm("niah --model " + std::string(HLM_GOLDEN_DIR) + "/qwen3_untied --tokenizer bytes --langs eng_Latn "
+                   "--tasks single --lengths 1k --out /tmp/unused --prefill-chunk 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--prefill-chunk must be positive"), std::string::npos) << r.err;
   const auto bare = run_hybridlm("niah");
   EXPECT_EQ(bare.exit_code, 2);
   EXPECT_NE(bare.err.find("give a subcommand"), std::string::npos) << bare.err;

@@ -112,6 +112,120 @@ TEST(NiahExperiment, ConfigRoundTripsAndRefusesBadInput) {
   expect_input_error({{"model", {{"layer_types", {"full_attention"}}}}}, "model.layer_types");
   expect_input_error({{"train_data", {{"lengths", {"0"}}}}}, "positive token count");
   expect_input_error({{"model", {{"max_position_embeddings", 256}}}}, "< train.seq_len");
+  // Evaluation precision: fp32 (default) or bf16, which only the CUDA engine runs.
+  EXPECT_EQ(r.eval_precision, "fp32");
+  EXPECT_EQ(r.prefill_chunk, 512);
+  EXPECT_EQ(j["eval"]["precision"], "fp32");
+  expect_input_error({{"eval", {{"precision", "fp16"}}}}, "eval.precision must be fp32 or bf16, got 'fp16'");
+  expect_input_error({{"eval", {{"precision", "bf16"}}}}, "eval.precision bf16 needs device cuda");
+  expect_input_error({{"eval", {{"prefill_chunk", 0}}}}, "eval.prefill_chunk must be positive");
+  nlohmann::json gpu = j;
+  gpu.merge_patch({{"device", "cuda"}, {"eval", {{"precision", "bf16"}, {"prefill_chunk", 8192}}}});
+  const NiahExperimentConfig g = niah_experiment_resolve(niah_experiment_config_from_json(gpu, "gpu.json"));
+  EXPECT_EQ(g.eval_precision, "bf16");
+  EXPECT_EQ(g.prefill_chunk, 8192);
+  EXPECT_EQ(niah_experiment_config_to_json(g)["eval"]["precision"], "bf16");
+}
+
+TEST(NiahExperiment, ArchitectureSubsetsShareAnOutputFolder) {
+  // One process per architecture on one --out (as on the GPU, where they run side by side), then --report-only;
+  // an evaluation cut short continues after its last finished cell.
+  hlm::test::ScratchDir dir("niah-exp-subset");
+  hlm::test::write_niah_fixture_corpus(dir.path() / "corpus");
+  const nlohmann::json config = {
+      {"format", "hybridlm-niah-experiment"},
+      {"corpus", (dir.path() / "corpus").string()},
+      {"langs", {"eng_Latn"}},
+      {"held_out_docs", hlm::test::kNiahFixtureHeldOut},
+      {"architectures", {"full_attention", "gdn"}},
+      {"model",
+       {{"hidden_size", 32}, {"intermediate_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+        {"num_key_value_heads", 1}, {"head_dim", 16}, {"max_position_embeddings", 2048}, {"tie_word_embeddings", true}}},
+      {"train_data", {{"tasks", {"single", "none"}}, {"lengths", {64}}}},
+      {"train",
+       {{"tokens", 3200}, {"seq_len", 800}, {"batch_rows", 2}, {"micro_batch_rows", 2}, {"lr", 3e-3},
+        {"held_out_docs", 1}, {"eval_tokens", 800}, {"checkpoint_every_steps", 2}, {"log_every_steps", 1}}},
+      {"eval", {{"tasks", {"single", "none"}}, {"lengths", {100, 200}}, {"n", 2}, {"max_batch", 2}}}};
+  const fs::path cfg = dir.path() / "exp.json";
+  {
+    std::ofstream(cfg) << config.dump(2);
+  }
+  const fs::path out = dir.path() / "out";
+  const std::string cmd = "niah experiment --config " + cfg.string() + " --out " + out.string();
+
+  const auto bad = hlm::test::run_hybridlm(cmd + " --architectures gdn,zigzag");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--architectures: 'zigzag' is not one of the config's architectures (full_attention, gdn)"),
+            std::string::npos)
+      << bad.err;
+  const auto none_yet = hlm::test::run_hybridlm(cmd + " --report-only");
+  EXPECT_EQ(none_yet.exit_code, 2);
+  EXPECT_NE(none_yet.err.find("no experiment here"), std::string::npos) << none_yet.err;
+
+  // gdn alone: only its folders; the report holds it and no deficit (no baseline yet).
+  const auto g = hlm::test::run_hybridlm(cmd + " --architectures gdn");
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.err.find("training full_attention"), std::string::npos) << g.err;
+  EXPECT_FALSE(fs::exists(out / "runs" / "full_attention"));
+  EXPECT_TRUE(fs::exists(out / "eval" / "gdn" / "cells.json"));
+  EXPECT_FALSE(fs::exists(out / "eval" / "gdn" / "cells_partial.json")) << "removed once the evaluation finished";
+  EXPECT_EQ(count_lines(hlm::test::read_text(out / "training.csv")), 2);
+  EXPECT_EQ(count_lines(hlm::test::read_text(out / "deficit.csv")), 1);
+  // Cells in evaluation order: every length's languages and tasks before the next length.
+  const std::string gdn_csv = hlm::test::read_text(out / "eval" / "gdn" / "niah.csv");
+  EXPECT_LT(gdn_csv.find("gdn,eng_Latn,none,100,"), gdn_csv.find("gdn,eng_Latn,single,200,")) << gdn_csv;
+
+  // full_attention in a second process on the same folder: the data stage is not run again; the report has both.
+  const auto f = hlm::test::run_hybridlm(cmd + " --architectures full_attention");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(f.err.find("training data written"), std::string::npos) << f.err;
+  EXPECT_EQ(f.err.find("training gdn"), std::string::npos) << f.err;
+  EXPECT_EQ(count_lines(hlm::test::read_text(out / "training.csv")), 3);
+  EXPECT_EQ(count_lines(hlm::test::read_text(out / "deficit.csv")), 1 + 2) << "gdn against full attention, 2 lengths";
+  const std::string niah_csv = hlm::test::read_text(out / "niah.csv");
+  EXPECT_EQ(count_lines(niah_csv), 1 + 2 * 2 * 2);
+
+  // --report-only runs no stage and writes the same reports.
+  fs::remove(out / "report.md");
+  const auto rep = hlm::test::run_hybridlm(cmd + " --report-only");
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  EXPECT_EQ(rep.err.find("eval "), std::string::npos) << rep.err;
+  EXPECT_EQ(hlm::test::read_text(out / "niah.csv"), niah_csv);
+  EXPECT_NE(hlm::test::read_text(out / "report.md").find("| gdn | RR |"), std::string::npos);
+
+  // An evaluation cut short after its first cell: the report marks it partial, and a rerun runs only the other
+  // cells, giving the same verdicts (greedy decoding on the CPU is deterministic).
+  const fs::path eval_gdn = out / "eval" / "gdn";
+  nlohmann::json record = json_file_read(eval_gdn / "cells.json");
+  const nlohmann::json all_cells = record["cells"];
+  record["cells"] = nlohmann::json::array({all_cells[0]});
+  {
+    std::ofstream(eval_gdn / "cells_partial.json") << record.dump(1);
+  }
+  fs::remove(eval_gdn / "cells.json");
+  const auto partial = hlm::test::run_hybridlm(cmd + " --report-only");
+  ASSERT_EQ(partial.exit_code, 0) << partial.err;
+  EXPECT_NE(hlm::test::read_text(out / "report.md").find("**gdn: partial evaluation** (1 of 4 cells"),
+            std::string::npos)
+      << hlm::test::read_text(out / "report.md");
+  const auto resumed = hlm::test::run_hybridlm(cmd + " --architectures gdn");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("continuing after 1 finished cells"), std::string::npos) << resumed.err;
+  EXPECT_EQ(resumed.err.find("eval gdn 1/4"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("eval gdn 2/4"), std::string::npos) << resumed.err;
+  EXPECT_EQ(resumed.err.find("training gdn"), std::string::npos) << resumed.err;
+  const nlohmann::json again = json_file_read(eval_gdn / "cells.json");
+  ASSERT_EQ(again["cells"].size(), all_cells.size());
+  for (size_t i = 0; i < all_cells.size(); ++i)
+    for (const char* key : {"lang", "task", "length", "status", "correct", "n"})
+      EXPECT_EQ(again["cells"][i][key], all_cells[i][key]) << i << " " << key;
+  int items = 0;
+  {
+    std::istringstream in(hlm::test::read_text(eval_gdn / "niah_items.jsonl"));
+    for (std::string line; std::getline(in, line);) items += line.empty() ? 0 : 1;
+  }
+  EXPECT_EQ(items, 4 * 2) << "4 cells x 2 samples, none twice";
+  EXPECT_EQ(hlm::test::read_text(out / "report.md").find("partial evaluation"), std::string::npos);
 }
 
 TEST(NiahExperiment, TinyRunEndToEndThroughTheCli) {

@@ -160,6 +160,69 @@ TEST(NiahRun, StopStringEndsTheResponse) {
   EXPECT_FALSE(items[1].correct);
 }
 
+TEST(NiahRun, KvElementBytesSizeThePlan) {
+  // The bf16 evaluation (niah_kv_element_bytes("bf16") = 2) plans its KV cache at 2 bytes per element: the engine
+  // gets a plan of kv_element_bytes 2 with half the fp32 bytes per block, and a budget that holds the bf16 plan but not
+  // the fp32 one runs in bf16 and is out of memory in fp32.
+  EXPECT_EQ(niah_kv_element_bytes("fp32"), 4);
+  EXPECT_EQ(niah_kv_element_bytes("bf16"), 2);
+  try {
+    niah_kv_element_bytes("fp16", "eval.precision");
+    ADD_FAILURE() << "expected an input error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input);
+    EXPECT_NE(std::string(e.what()).find("eval.precision must be fp32 or bf16, got 'fp16'"), std::string::npos)
+        << e.what();
+  }
+  Model model = golden("qwen3_untied");  // attention only: the plan is all KV blocks
+  const NiahLanguage& en = niah_language("eng_Latn");
+  const std::vector<NiahSample> s = samples("single", 400, 3);
+  std::vector<MemoryPlan> plans;
+  const NiahEngineFactory scripted = [&](const MemoryPlan& plan) {
+    plans.push_back(plan);
+    return std::make_unique<ScriptedEngine>(model.config(), plan, "none");
+  };
+  NiahRunSettings fp32, bf16;
+  fp32.max_batch = bf16.max_batch = 2;
+  bf16.kv_element_bytes = 2;
+  const NiahCell a = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en, niah_task_from_name("single"),
+                                        s, fp32);
+  const NiahCell b = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en, niah_task_from_name("single"),
+                                        s, bf16);
+  ASSERT_EQ(a.status, "ok") << a.note;
+  ASSERT_EQ(b.status, "ok") << b.note;
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_EQ(plans[0].kv_element_bytes, 4);
+  EXPECT_EQ(plans[1].kv_element_bytes, 2);
+  EXPECT_EQ(plans[1].num_blocks, plans[0].num_blocks) << "the same blocks for the same prompts";
+  EXPECT_EQ(plans[1].max_sequences, 2);
+  EXPECT_EQ(2 * plans[1].kv_bytes_per_block, plans[0].kv_bytes_per_block);
+  EXPECT_EQ(plans[1].kv_bytes_per_block, memory_plan_shape(model.config(), 16, 2).kv_bytes_per_block);
+  EXPECT_EQ(a.plan_bytes, plans[0].total_bytes());
+  EXPECT_EQ(b.plan_bytes, plans[1].total_bytes());
+  EXPECT_EQ(2 * b.plan_bytes, a.plan_bytes);
+
+  // The budget check uses the element size too: the bf16 plan's own bytes are enough for the bf16 cell, and a budget
+  // one byte short of the longest prompt's fp32 state (prompt + 30 tokens) is out of memory in fp32 and still holds
+  // that sequence in bf16.
+  NiahRunSettings tight_fp32 = fp32, tight_bf16 = bf16;
+  tight_bf16.budget_bytes = b.plan_bytes;
+  const NiahCell c = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en,
+                                        niah_task_from_name("single"), s, tight_bf16);
+  EXPECT_EQ(c.status, "ok") << c.note;
+  EXPECT_EQ(c.plan_bytes, b.plan_bytes);
+  int64_t longest = 0;
+  for (const NiahSample& x : s) longest = std::max(longest, x.prompt_tokens);
+  tight_fp32.budget_bytes = plans[0].sequence_bytes(longest + 30) - 1;
+  tight_bf16.budget_bytes = tight_fp32.budget_bytes;
+  const NiahCell d = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en,
+                                        niah_task_from_name("single"), s, tight_fp32);
+  EXPECT_EQ(d.status, "oom") << d.note;
+  const NiahCell e = niah_evaluate_cell(scripted, model.config(), {kEos}, bytes_tok(), en,
+                                        niah_task_from_name("single"), s, tight_bf16);
+  EXPECT_EQ(e.status, "ok") << "one bf16 sequence fits where one fp32 sequence does not: " << e.note;
+}
+
 TEST(NiahRun, CpuEngineRunsRecordsOomAndTooLong) {
   const NiahLanguage& en = niah_language("eng_Latn");
   const std::vector<NiahSample> s = samples("multivalue", 300, 2);
@@ -246,6 +309,9 @@ TEST(NiahRun, CliWritesTheReports) {
   int lines = 0;
   for (std::string line; std::getline(items, line); ++lines) EXPECT_TRUE(nlohmann::json::parse(line).contains("response"));
   EXPECT_EQ(lines, 4) << "2 samples x 2 languages of the model that ran";
+  const nlohmann::json config = nlohmann::json::parse(hlm::test::read_text(dir.path() / "out" / "niah_config.json"));
+  EXPECT_EQ(config["precision"], "fp32") << "the CPU default";
+  EXPECT_EQ(config["prefill_chunk"], 512);
   // A device name that is neither cpu nor cuda is refused before anything is loaded.
   const auto bad = hlm::test::run_hybridlm("niah --model " + golden_dir + "/olmo_hybrid_tiny --tokenizer bytes "
                                            "--langs eng_Latn --tasks single --lengths 300 --out " +

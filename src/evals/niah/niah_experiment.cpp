@@ -1,11 +1,18 @@
 // The trained retrieval experiment: data, training, evaluation stages (see niah_experiment.h).
 #include "evals/niah/niah_experiment.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "data/corpus.h"
@@ -30,6 +37,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// An exclusive flock on a file for the object's lifetime: processes that share an output folder take turns.
+class FileLock {
+ public:
+  explicit FileLock(const fs::path& file) : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    HLM_CHECK_INPUT(fd_ >= 0, file.string(), ": cannot open the lock file: ", std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0)
+      HLM_CHECK_INPUT(errno == EINTR, file.string(), ": flock failed: ", std::strerror(errno));
+  }
+  ~FileLock() {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 std::string fmt(const char* format, double a, double b = 0, double c = 0) {
   char buf[256];
   std::snprintf(buf, sizeof buf, format, a, b, c);
@@ -41,9 +67,14 @@ void check_same_config(const fs::path& out, const json& resolved) {
   const fs::path path = out / "config.json";
   if (!fs::exists(path)) return;
   json saved = json_file_read(path), now = resolved;
-  // Folders written before train.loss existed trained with the loss on every token.
+  // Folders written before train.loss existed trained with the loss on every token; before eval.precision and
+  // eval.prefill_chunk existed they evaluated in fp32 with prefill chunks of 512 tokens.
   if (saved.contains("train") && saved["train"].is_object() && !saved["train"].contains("loss"))
     saved["train"]["loss"] = "all";
+  if (saved.contains("eval") && saved["eval"].is_object()) {
+    if (!saved["eval"].contains("precision")) saved["eval"]["precision"] = "fp32";
+    if (!saved["eval"].contains("prefill_chunk")) saved["eval"]["prefill_chunk"] = 512;
+  }
   saved.erase("device");
   now.erase("device");
   if (saved == now) return;
@@ -76,10 +107,9 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Stage 2 for one architecture: train (or resume, or skip) into runs/<arch>, then read its figures.
+// Stage 2 for one architecture: train (or resume, or skip) into runs/<arch>.
 void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out,
-                const Tokenizer& tokenizer, const NiahExperimentDevice& device, NiahArchResult& r,
-                const NiahLog& log) {
+                const Tokenizer& tokenizer, const NiahExperimentDevice& device, const NiahLog& log) {
   const int64_t vocab = tokenizer.vocab_size();
   const fs::path model_config = out / "models" / (arch + ".json");
   fs::create_directories(model_config.parent_path());
@@ -127,6 +157,19 @@ void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs
                                       .dump(2) +
                                   "\n");
   }
+}
+
+bool training_finished(const fs::path& out, const std::string& arch) {
+  const fs::path dir = out / "runs" / arch;
+  return fs::exists(dir / "model" / "config.json") && fs::exists(dir / "test.json");
+}
+
+// An architecture's training figures from runs/<arch> (training finished).
+void read_training(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out, int64_t vocab,
+                   NiahArchResult& r) {
+  const fs::path dir = out / "runs" / arch;
+  const fs::path marker = dir / "niah_train.json";
+  const json mc = niah_arch_model_config(c, arch, vocab);
   r.arch = arch;
   r.layout = niah_arch_layout(c, arch);
   if (fs::exists(marker)) {
@@ -145,7 +188,7 @@ void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs
   r.tokens_per_second = median(tps);
   const json test = json_file_read(dir / "test.json");
   r.test_ce = test.at("mean").at("ce").get<double>();
-  const ModelConfig parsed = parse_model_config(mc, model_config.string());
+  const ModelConfig parsed = parse_model_config(mc, (out / "models" / (arch + ".json")).string());
   DecoderWeights grads = zero_grads_like(parsed);
   Model probe = Model::load(dir / "model");
   for (const NamedParameter& p : named_parameters(parsed, probe.mutable_weights(), grads)) r.parameters += p.value.numel();
@@ -164,68 +207,128 @@ int64_t code_points(const std::string& s) {
   return n;
 }
 
-// Stage 3 for one architecture.
+json language_stats_json(const std::vector<NiahLanguageStats>& stats) {
+  json languages = json::array();
+  for (const NiahLanguageStats& s : stats)
+    languages.push_back({{"code", s.code},
+                         {"haystack_code_points", s.haystack_code_points},
+                         {"haystack_tokens", s.haystack_tokens}});
+  return languages;
+}
+
+std::vector<NiahLanguageStats> language_stats_from_json(const json& j) {
+  std::vector<NiahLanguageStats> out;
+  for (const json& l : j)
+    out.push_back({l.at("code").get<std::string>(), l.at("haystack_code_points").get<int64_t>(),
+                   l.at("haystack_tokens").get<int64_t>()});
+  return out;
+}
+
+// The record of an evaluation: cells.json when finished, cells_partial.json while running (or cut short).
+json eval_record(const std::string& arch, double seconds, const std::vector<NiahCell>& cells,
+                 const std::vector<NiahLanguageStats>& stats) {
+  json j = json::array();
+  for (const NiahCell& cell : cells) j.push_back(niah_cell_to_json(cell));
+  return {{"arch", arch}, {"seconds", seconds}, {"cells", j}, {"languages", language_stats_json(stats)}};
+}
+
+std::string cell_key(const std::string& lang, const std::string& task, int64_t length) {
+  return lang + "/" + task + "/" + std::to_string(length);
+}
+
+// Stage 3 for one architecture: every (length, language, task) cell in that order; a cell already in
+// cells_partial.json (an earlier run of this folder cut short) is kept, not run again.
 void evaluate_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out,
                    const std::map<std::string, std::vector<std::string>>& sentences, const Tokenizer& tokenizer,
-                   const NiahExperimentDevice& device, NiahArchResult& r, std::vector<NiahLanguageStats>& langs,
-                   const NiahLog& log) {
+                   const NiahExperimentDevice& device, const NiahLog& log) {
   const fs::path dir = out / "eval" / arch;
-  const fs::path marker = dir / "cells.json";
-  if (fs::exists(marker)) {
-    const json m = json_file_read(marker);
-    for (const json& cell : m.at("cells")) r.cells.push_back(niah_cell_from_json(cell, marker.string()));
-    r.eval_seconds = m.value("seconds", 0.0);
-    if (langs.empty())
-      for (const json& l : m.at("languages"))
-        langs.push_back({l.at("code").get<std::string>(), l.at("haystack_code_points").get<int64_t>(),
-                         l.at("haystack_tokens").get<int64_t>()});
-    return;
-  }
+  const fs::path marker = dir / "cells.json", partial = dir / "cells_partial.json";
+  if (fs::exists(marker)) return;
   fs::create_directories(dir);
+  std::map<std::string, NiahCell> done;  // by cell_key
+  double seconds_before = 0;
+  std::string items_jsonl;
+  if (fs::exists(partial)) {
+    const json p = json_file_read(partial);
+    for (const json& j : p.at("cells")) {
+      NiahCell cell = niah_cell_from_json(j, partial.string());
+      done[cell_key(cell.lang, cell.task, cell.length)] = std::move(cell);
+    }
+    seconds_before = p.value("seconds", 0.0);
+    // The items of the kept cells (the file may hold a cell that finished after the last cells_partial.json).
+    if (fs::exists(dir / "niah_items.jsonl"))
+      jsonl_file_for_each(dir / "niah_items.jsonl", [&](const json& v, int64_t) {
+        if (done.count(cell_key(v.at("lang").get<std::string>(), v.at("task").get<std::string>(),
+                                v.at("length").get<int64_t>())))
+          items_jsonl += v.dump() + "\n";
+      });
+    log("niah experiment: eval " + arch + ": continuing after " + std::to_string(done.size()) + " finished cells (" +
+        partial.string() + ")");
+  }
   const fs::path model_dir = out / "runs" / arch / "model";
   Model model = Model::load(model_dir);
   const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
-  const NiahEvalBackend backend = device.make_eval ? device.make_eval(model) : cpu_backend(model);
+  const NiahEvalBackend backend = device.make_eval ? device.make_eval(model, c.eval_precision) : cpu_backend(model);
+  HLM_CHECK_INPUT(backend.kv_element_bytes == niah_kv_element_bytes(c.eval_precision, "eval.precision"),
+                  "niah experiment: eval.precision ", c.eval_precision, " is not what the ", c.device,
+                  " evaluation backend runs (KV element of ", backend.kv_element_bytes, " bytes)");
   NiahRunSettings settings;
   settings.max_new_tokens = c.max_new_tokens;
   settings.max_batch = c.max_batch;
+  settings.prefill_chunk = c.prefill_chunk;
+  settings.kv_element_bytes = backend.kv_element_bytes;
   settings.stop = c.stop;
   settings.budget_bytes = c.max_memory.empty() ? backend.default_budget_bytes
                                                : std::optional<int64_t>(niah_parse_size(c.max_memory, "eval.max_memory"));
   const int64_t total = static_cast<int64_t>(c.langs.size() * c.eval_tasks.size() * c.eval_lengths.size());
-  int64_t done = 0;
-  std::string items_jsonl;
-  std::vector<NiahLanguageStats> stats;
-  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t to_run = total - static_cast<int64_t>(done.size());
+  int64_t ran = 0;
+  std::vector<NiahCell> cells;
+  std::map<std::string, NiahLanguageStats> stats_by_lang;
+  std::map<std::string, std::unique_ptr<NiahGenerator>> gens;
   for (const std::string& code : c.langs) {
-    const NiahLanguage& lang = niah_language(code);
-    NiahGenerator gen(lang, sentences.at(code), tokenizer);
-    NiahLanguageStats st{code};
-    for (const std::string& t : c.eval_tasks) {
-      const NiahTaskSpec& task = niah_task_from_name(t);
-      for (const int64_t length : c.eval_lengths) {
+    stats_by_lang[code] = NiahLanguageStats{code};
+    gens[code] = std::make_unique<NiahGenerator>(niah_language(code), sentences.at(code), tokenizer);
+  }
+  auto stats_list = [&] {
+    std::vector<NiahLanguageStats> v;
+    for (const std::string& code : c.langs) v.push_back(stats_by_lang[code]);
+    return v;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const int64_t length : c.eval_lengths)
+    for (const std::string& code : c.langs) {
+      const NiahLanguage& lang = niah_language(code);
+      for (const std::string& t : c.eval_tasks) {
+        const NiahTaskSpec& task = niah_task_from_name(t);
         std::vector<NiahSample> samples;
+        NiahLanguageStats& st = stats_by_lang[code];
         for (int64_t i = 0; i < c.eval_n; ++i) {
-          samples.push_back(gen.generate(task, length, c.eval_seed, i));
+          samples.push_back(gens[code]->generate(task, length, c.eval_seed, i));
           st.haystack_code_points += code_points(samples.back().haystack);
           st.haystack_tokens += samples.back().haystack_tokens;
+        }
+        const auto kept = done.find(cell_key(code, std::string(task.name), length));
+        if (kept != done.end()) {
+          cells.push_back(kept->second);
+          continue;
         }
         std::vector<NiahItem> items;
         NiahCell cell = niah_evaluate_cell(backend.make_engine, model.config(), eos, tokenizer, lang, task, samples,
                                            settings, &items);
         cell.model = arch;
-        ++done;
+        ++ran;
         const double elapsed = seconds_since(t0);
         char line[512];
         std::snprintf(line, sizeof line,
                       "niah experiment: eval %s %lld/%lld %s %s %lld: %s, %lld/%lld correct, %.2f s, peak state %.2f "
                       "MiB%s%s  eta %.0f s",
-                      arch.c_str(), static_cast<long long>(done), static_cast<long long>(total), code.c_str(),
-                      cell.task.c_str(), static_cast<long long>(length), cell.status.c_str(),
+                      arch.c_str(), static_cast<long long>(cells.size() + 1), static_cast<long long>(total),
+                      code.c_str(), cell.task.c_str(), static_cast<long long>(length), cell.status.c_str(),
                       static_cast<long long>(cell.correct), static_cast<long long>(cell.n), cell.seconds,
                       static_cast<double>(cell.peak_state_bytes) / 1048576.0, cell.note.empty() ? "" : ": ",
                       cell.note.substr(0, 120).c_str(),
-                      elapsed / static_cast<double>(done) * static_cast<double>(total - done));
+                      elapsed / static_cast<double>(ran) * static_cast<double>(to_run - ran));
         log(line);
         for (const NiahItem& it : items)
           items_jsonl += json({{"model", arch}, {"lang", cell.lang}, {"task", cell.task}, {"length", length},
@@ -233,25 +336,47 @@ void evaluate_arch(const NiahExperimentConfig& c, const std::string& arch, const
                                {"correct", it.correct}, {"prompt_tokens", it.prompt_tokens}, {"finish", it.finish}})
                              .dump() +
                          "\n";
-        r.cells.push_back(std::move(cell));
-        file_write_atomic(dir / "niah.csv", niah_cells_csv(r.cells));
+        cells.push_back(std::move(cell));
+        // After every cell: the CSV, the items, then the record a rerun continues from.
+        file_write_atomic(dir / "niah.csv", niah_cells_csv(cells));
         file_write_atomic(dir / "niah_items.jsonl", items_jsonl);
+        file_write_atomic(partial,
+                          eval_record(arch, seconds_before + seconds_since(t0), cells, stats_list()).dump(1) + "\n");
       }
     }
-    stats.push_back(st);
+  file_write_atomic(dir / "niah.csv", niah_cells_csv(cells));
+  file_write_atomic(dir / "niah_items.jsonl", items_jsonl);
+  file_write_atomic(marker, eval_record(arch, seconds_before + seconds_since(t0), cells, stats_list()).dump(1) + "\n");
+  fs::remove(partial);
+}
+
+// An architecture's figures from disk for the reports: its training (finished) and its evaluation record (cells.json,
+// else cells_partial.json). False when either is missing. `langs` is filled from the first record read.
+bool read_arch_result(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out, int64_t vocab,
+                      NiahArchResult& r, std::vector<NiahLanguageStats>& langs) {
+  if (!training_finished(out, arch)) return false;
+  const fs::path dir = out / "eval" / arch;
+  const fs::path record = fs::exists(dir / "cells.json") ? dir / "cells.json" : dir / "cells_partial.json";
+  if (!fs::exists(record)) return false;
+  read_training(c, arch, out, vocab, r);
+  const json m = json_file_read(record);
+  for (const json& cell : m.at("cells")) r.cells.push_back(niah_cell_from_json(cell, record.string()));
+  r.eval_seconds = m.value("seconds", 0.0);
+  r.eval_cells_planned = static_cast<int64_t>(c.langs.size() * c.eval_tasks.size() * c.eval_lengths.size());
+  if (langs.empty() && m.contains("languages")) langs = language_stats_from_json(m.at("languages"));
+  return true;
+}
+
+// Stage 4: the reports over every architecture with results on disk (also those other processes ran).
+NiahExperimentResult collect_and_report(const NiahExperimentConfig& c, const fs::path& out, int64_t vocab) {
+  NiahExperimentResult result;
+  result.config = c;
+  for (const std::string& arch : c.architectures) {
+    NiahArchResult r;
+    if (read_arch_result(c, arch, out, vocab, r, result.languages)) result.archs.push_back(std::move(r));
   }
-  r.eval_seconds = seconds_since(t0);
-  json cells = json::array(), languages = json::array();
-  for (const NiahCell& cell : r.cells) cells.push_back(niah_cell_to_json(cell));
-  for (const NiahLanguageStats& s : stats)
-    languages.push_back({{"code", s.code},
-                         {"haystack_code_points", s.haystack_code_points},
-                         {"haystack_tokens", s.haystack_tokens}});
-  file_write_atomic(marker,
-                    json({{"arch", arch}, {"seconds", r.eval_seconds}, {"cells", cells}, {"languages", languages}})
-                            .dump(1) +
-                        "\n");
-  if (langs.empty()) langs = stats;
+  niah_experiment_report_write(result, out);
+  return result;
 }
 
 }  // namespace
@@ -328,10 +453,24 @@ NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& c)
 }
 
 NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, const fs::path& out,
-                                         const NiahExperimentDevice& device, const NiahLog& log) {
-  NiahExperimentResult result;
-  result.config = niah_experiment_resolve(given);
-  const NiahExperimentConfig& c = result.config;
+                                         const NiahExperimentDevice& device, const NiahLog& log,
+                                         const NiahExperimentRunOptions& options) {
+  const NiahExperimentConfig c = niah_experiment_resolve(given);
+  std::set<std::string> selected;
+  for (const std::string& a : options.architectures) {
+    HLM_CHECK_INPUT(std::find(c.architectures.begin(), c.architectures.end(), a) != c.architectures.end(),
+                    "--architectures: '", a, "' is not one of the config's architectures (",
+                    [&] {
+                      std::string all;
+                      for (const std::string& x : c.architectures) all += (all.empty() ? "" : ", ") + x;
+                      return all;
+                    }(),
+                    ")");
+    HLM_CHECK_INPUT(selected.insert(a).second, "--architectures: ", a, " twice");
+  }
+  HLM_CHECK_INPUT(!options.report_only || options.architectures.empty(),
+                  "--report-only writes the reports over every architecture: give no --architectures");
+  if (selected.empty()) selected.insert(c.architectures.begin(), c.architectures.end());
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(c.tokenizer);
   check_answer_budget(c, *tokenizer);
   // The held-out sentences of every language, before any work (a language without held-out text fails here).
@@ -340,33 +479,41 @@ NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, cons
   for (const std::string& code : c.langs)
     sentences[code] = niah_held_out_sentences(corpus, code, c.held_out_docs, niah_split_from_name(c.split));
 
+  if (options.report_only)
+    HLM_CHECK_INPUT(fs::exists(out / "config.json"), out.string(), ": no experiment here (no config.json)");
   fs::create_directories(out);
-  const json resolved = niah_experiment_config_to_json(c);
-  check_same_config(out, resolved);
-  file_write_atomic(out / "config.json", resolved.dump(2) + "\n");
+  {
+    // Processes sharing `out` (one per architecture) take turns for the config check and the data stage.
+    const FileLock lock(out / ".niah_experiment.lock");
+    const json resolved = niah_experiment_config_to_json(c);
+    check_same_config(out, resolved);
+    file_write_atomic(out / "config.json", resolved.dump(2) + "\n");
 
-  // 1. Training data.
-  const fs::path data = out / "data";
-  if (!fs::exists(data / "niah_train_data.json")) {
-    fs::remove_all(data);
-    const NiahTrainDataSpec spec = niah_experiment_train_data_spec(c);
-    const auto t0 = std::chrono::steady_clock::now();
-    json summary = niah_train_data_write(data.string(), spec, log);
-    summary["seconds"] = seconds_since(t0);
-    file_write_atomic(data / "niah_train_data.json", summary.dump(2) + "\n");
-    log(fmt("niah experiment: training data written (%.0f documents, %.0f tokens) in %.1f s",
-            summary["documents"].get<double>(), summary["tokens"].get<double>(), summary["seconds"].get<double>()));
+    // 1. Training data.
+    const fs::path data = out / "data";
+    if (!options.report_only && !fs::exists(data / "niah_train_data.json")) {
+      fs::remove_all(data);
+      const NiahTrainDataSpec spec = niah_experiment_train_data_spec(c);
+      const auto t0 = std::chrono::steady_clock::now();
+      json summary = niah_train_data_write(data.string(), spec, log);
+      summary["seconds"] = seconds_since(t0);
+      file_write_atomic(data / "niah_train_data.json", summary.dump(2) + "\n");
+      log(fmt("niah experiment: training data written (%.0f documents, %.0f tokens) in %.1f s",
+              summary["documents"].get<double>(), summary["tokens"].get<double>(), summary["seconds"].get<double>()));
+    }
   }
 
-  // 2. Training, 3. evaluation, per architecture.
-  for (const std::string& arch : c.architectures) {
-    NiahArchResult r;
-    train_arch(c, arch, out, *tokenizer, device, r, log);
-    evaluate_arch(c, arch, out, sentences, *tokenizer, device, r, result.languages, log);
-    result.archs.push_back(std::move(r));
-    niah_experiment_report_write(result, out);  // partial reports while the later architectures run
-  }
-  return result;
+  // 2. Training, 3. evaluation, per selected architecture; 4. the reports after each (partial reports while the
+  // later architectures run) and at the end.
+  const int64_t vocab = tokenizer->vocab_size();
+  if (!options.report_only)
+    for (const std::string& arch : c.architectures) {
+      if (!selected.count(arch)) continue;
+      train_arch(c, arch, out, *tokenizer, device, log);
+      evaluate_arch(c, arch, out, sentences, *tokenizer, device, log);
+      collect_and_report(c, out, vocab);
+    }
+  return collect_and_report(c, out, vocab);
 }
 
 }  // namespace hlm

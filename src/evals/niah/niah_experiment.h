@@ -8,12 +8,19 @@
 //   2. train     per architecture: <out>/models/<arch>.json (qwen3_hybrid config with its layer_types) and
 //                <out>/runs/<arch>/ (`hybridlm pretrain`'s files: config.json, metrics.jsonl with tokens/s and ETA
 //                lines on stderr, checkpoint-*, model/, test.json); marker runs/<arch>/niah_train.json
-//   3. evaluate  per architecture: the harness of `hybridlm niah` (niah_run.h) over languages × tasks × lengths on
-//                the held-out prose of the source corpus; <out>/eval/<arch>/{niah.csv, niah_items.jsonl} written
-//                after every cell, marker eval/<arch>/cells.json
-//   4. report    niah_experiment_report.h: CSV, Markdown and SVG over every architecture
+//   3. evaluate  per architecture: the harness of `hybridlm niah` (niah_run.h) over lengths × languages × tasks
+//                (shortest length first, so a run cut short has every language at the shorter lengths) on the
+//                held-out prose of the source corpus, in eval.precision; <out>/eval/<arch>/{niah.csv,
+//                niah_items.jsonl, cells_partial.json} written after every cell (a rerun continues after the last
+//                finished cell), marker eval/<arch>/cells.json
+//   4. report    niah_experiment_report.h: CSV, Markdown and SVG over every architecture whose training finished
+//                and whose evaluation has at least one cell (a partial evaluation is marked as such)
 // <out>/config.json holds the resolved config; a rerun whose resolved config differs in anything but `device` is an
 // input error (use another --out).
+// Parallel runs: several processes may share one <out>, each running a subset of the architectures
+// (NiahExperimentRunOptions::architectures, `--architectures`): the config check and the data stage run under a lock
+// (<out>/.niah_experiment.lock, flock), the other stages touch only their architecture's folders, and every process
+// writes the reports over what has finished so far; `report_only` (`--report-only`) rewrites them at the end.
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -29,19 +36,19 @@
 
 namespace hlm {
 
-// How a loaded model is evaluated on a device: the engine factory, the state budget when the config gives none,
-// and whatever must stay alive while engines exist (the device copy of the weights).
-struct NiahEvalBackend {
-  NiahEngineFactory make_engine;
-  std::optional<int64_t> default_budget_bytes;
-  std::shared_ptr<void> keep_alive;
-};
-
 // Where the experiment trains and evaluates. Empty functions: the CPU (trainer loop, CPU engine with half the host
 // memory as state budget). The CLI fills them for --device cuda.
 struct NiahExperimentDevice {
   std::function<std::unique_ptr<TrainDevice>(const TrainConfig& config)> make_trainer;
-  std::function<NiahEvalBackend(Model& model)> make_eval;
+  // precision: the config's eval.precision (fp32 or bf16); the backend's kv_element_bytes must match it.
+  std::function<NiahEvalBackend(Model& model, const std::string& precision)> make_eval;
+};
+
+// Which stages this invocation runs.
+struct NiahExperimentRunOptions {
+  std::vector<std::string> architectures;  // train and evaluate only these (names of the config's architectures);
+                                           // empty: all of them
+  bool report_only = false;                // no data, training or evaluation: the reports over what has finished
 };
 
 struct NiahArchResult {
@@ -52,7 +59,9 @@ struct NiahArchResult {
   double tokens_per_second = 0;        // median of metrics.jsonl's step records
   double test_ce = 0;                  // pretrain's test.json mean CE on the derived corpus (NIAH-format rows)
   double eval_seconds = 0;
-  std::vector<NiahCell> cells;         // in (lang, task, length) order
+  std::vector<NiahCell> cells;         // in evaluation order (length, lang, task)
+  int64_t eval_cells_planned = 0;      // languages × tasks × lengths of the config
+  bool eval_complete() const { return static_cast<int64_t>(cells.size()) == eval_cells_planned; }
 };
 
 struct NiahLanguageStats {
@@ -73,9 +82,10 @@ struct NiahExperimentResult {
 using NiahLog = std::function<void(const std::string& line)>;
 
 // Runs (or resumes) the experiment into `out` and writes the reports. `config` is resolved here
-// (niah_experiment_resolve).
+// (niah_experiment_resolve). The result holds every architecture the reports hold (see stage 4).
 NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& config, const std::filesystem::path& out,
-                                         const NiahExperimentDevice& device, const NiahLog& log);
+                                         const NiahExperimentDevice& device, const NiahLog& log,
+                                         const NiahExperimentRunOptions& options = {});
 
 // The trainer hooks of the experiment's training runs: for train.loss "answer", batch_targets = niah_answer_targets
 // under `tokenizer` (which must outlive the hooks); for "all", no hook (pretrain's CE on every token).

@@ -10,6 +10,7 @@
 #include "data/corpus.h"
 #include "evals/niah/niah_generate.h"
 #include "evals/niah/niah_language.h"
+#include "evals/niah/niah_run.h"
 #include "evals/niah/niah_task.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
@@ -130,8 +131,10 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
   if (j.contains("eval")) {
     const json& e = j["eval"];
     const std::string where = source + ".eval";
-    check_config_keys(e, {"tasks", "lengths", "n", "seed", "max_new_tokens", "stop", "max_batch", "max_memory", "split"},
-               where);
+    check_config_keys(e,
+                      {"tasks", "lengths", "n", "seed", "max_new_tokens", "stop", "max_batch", "max_memory", "split",
+                       "precision", "prefill_chunk"},
+                      where);
     read_config_key(e, "tasks", c.eval_tasks, where);
     if (e.contains("lengths")) c.eval_lengths = read_lengths(e, "lengths", where);
     read_config_key(e, "n", c.eval_n, where);
@@ -141,6 +144,8 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
     read_config_key(e, "max_batch", c.max_batch, where);
     read_config_key(e, "max_memory", c.max_memory, where);
     read_config_key(e, "split", c.split, where);
+    read_config_key(e, "precision", c.eval_precision, where);
+    read_config_key(e, "prefill_chunk", c.prefill_chunk, where);
   }
   return c;
 }
@@ -174,7 +179,9 @@ json niah_experiment_config_to_json(const NiahExperimentConfig& c) {
             {"stop", c.stop},
             {"max_batch", c.max_batch},
             {"max_memory", c.max_memory},
-            {"split", c.split}}}};
+            {"split", c.split},
+            {"precision", c.eval_precision},
+            {"prefill_chunk", c.prefill_chunk}}}};
 }
 
 namespace {
@@ -261,6 +268,10 @@ NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config)
   HLM_CHECK_INPUT(c.train_seed != c.eval_seed, "train_data.seed (", c.train_seed, ") must differ from eval.seed: ",
                   "sample i of a (language, task) draws the same keys, values and depths from the same seed");
   HLM_CHECK_INPUT(c.split == "valid" || c.split == "test" || c.split == "both", "eval.split: valid, test or both");
+  niah_kv_element_bytes(c.eval_precision, "eval.precision");
+  HLM_CHECK_INPUT(c.eval_precision == "fp32" || c.device == "cuda", "eval.precision bf16 needs device cuda (the CPU ",
+                  "engine runs fp32 only; device is '", c.device, "')");
+  HLM_CHECK_INPUT(c.prefill_chunk >= 1, "eval.prefill_chunk must be positive (got ", c.prefill_chunk, ")");
   c.train.device = c.device;
   c.train.data = c.train.tokenizer = c.train.out = c.train.model_config = "-";  // filled in per stage
   train_config_validate(c.train);
@@ -282,7 +293,8 @@ std::string niah_experiment_fields_text() {
          "  train: `hybridlm pretrain` settings (tokens, seq_len, batch_rows, micro_batch_rows, lr, min_lr,\n"
          "    precision, checkpoint_every_steps, ...); every training example is exactly seq_len tokens; loss:\n"
          "    answer (default: CE only on the answer's tokens, mean over them) or all (CE on every token)\n"
-         "  eval: {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split}\n";
+         "  eval: {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split, precision (fp32, or\n"
+         "    bf16 on cuda: bf16 weights, GEMMs and KV cache), prefill_chunk (prompt tokens per prefill step)}\n";
 }
 
 }  // namespace hlm

@@ -15,7 +15,10 @@
 //                        and tasks in round robin; seed must differ from eval.seed
 //   train                TrainConfig keys of `hybridlm pretrain` (train/trainer_options.h; "lr" sets both peak
 //                        rates); path keys are owned by the experiment
-//   eval {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split}
+//   eval {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split, precision, prefill_chunk}
+//                        precision: fp32 (default; the CPU's only one) or bf16 (device cuda only: the engine of
+//                        `hybridlm generate --device cuda`, evals/niah/cuda/niah_cuda_backend.h); prefill_chunk:
+//                        prompt tokens per prefill step over the batch (default 512)
 // Unknown keys, wrong types and bad values are input errors naming the key.
 #pragma once
 #include <cstdint>
@@ -61,6 +64,8 @@ struct NiahExperimentConfig {
   int64_t max_batch = 8;
   std::string max_memory;  // "" = the run mode's default (half the host memory; 90 % of free device memory)
   std::string split = "both";
+  std::string eval_precision = "fp32";  // fp32 or bf16 (device cuda only)
+  int64_t prefill_chunk = 512;          // prompt tokens per prefill step (over the batch's prompts)
 };
 
 NiahExperimentConfig niah_experiment_defaults();

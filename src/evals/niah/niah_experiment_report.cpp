@@ -199,8 +199,9 @@ std::string niah_experiment_report_markdown(const NiahExperimentResult& r) {
   const NiahArchResult* base = baseline(r);
   std::ostringstream os;
   os << "# NIAH trained retrieval experiment\n\n";
-  os << "Models trained from scratch (`hybridlm pretrain`, CE on every token) on NIAH-format examples built from the "
-        "training documents of `"
+  os << "Models trained from scratch (`hybridlm pretrain`, "
+     << (c.train_loss == "answer" ? "CE on the answer's tokens only" : "CE on every token")
+     << ") on NIAH-format examples built from the training documents of `"
      << c.corpus << "` (tokenizer `" << c.tokenizer << "`, " << c.train.tokens << " tokens per architecture in rows of "
      << c.train.seq_len << "; haystacks of";
   for (int64_t l : c.train_lengths) os << " " << l;
@@ -210,7 +211,13 @@ std::string niah_experiment_report_markdown(const NiahExperimentResult& r) {
      << ", split " << c.split << "): " << c.eval_n << " samples per (language, task, length), greedy, up to "
      << c.max_new_tokens << " new tokens, stop at `" << c.stop << "`; tasks";
   for (const std::string& t : c.eval_tasks) os << " " << t;
-  os << "; device " << c.device << ". Accuracy: mean over tasks of the cells that ran (%).\n\n";
+  os << "; device " << c.device << ", precision " << c.eval_precision << ", prefill chunks of " << c.prefill_chunk
+     << " tokens. Accuracy: mean over tasks of the cells that ran (%).\n\n";
+  for (const NiahArchResult& a : r.archs)
+    if (!a.eval_complete())
+      os << "**" << a.arch << ": partial evaluation** (" << a.cells.size() << " of " << a.eval_cells_planned
+         << " cells; evaluated shortest length first, so its longer lengths may be missing or cover fewer languages; "
+            "a rerun continues it).\n\n";
 
   // Table 2 layout.
   os << "## Accuracy (%), the seed's Table 2 layout\n\n| arch | layout |";
@@ -312,11 +319,12 @@ std::string niah_experiment_report_markdown(const NiahExperimentResult& r) {
 
   // Training.
   os << "\n## Training\n\n| arch | layout | parameters | tokens | tokens/s (median step) | seconds | test CE "
-        "(NIAH-format rows) | eval seconds |\n|---|---|---:|---:|---:|---:|---:|---:|\n";
+        "(NIAH-format rows) | eval seconds | eval cells |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const NiahArchResult& a : r.archs)
     os << "| " << a.arch << " | " << a.layout << " | " << a.parameters << " | " << a.train_tokens << " | "
        << num(a.tokens_per_second, "%.0f") << " | " << num(a.train_seconds, "%.1f") << " | "
-       << num(a.test_ce, "%.4f") << " | " << num(a.eval_seconds, "%.1f") << " |\n";
+       << num(a.test_ce, "%.4f") << " | " << num(a.eval_seconds, "%.1f") << " | " << a.cells.size() << "/"
+       << a.eval_cells_planned << " |\n";
   return os.str();
 }
 
@@ -330,11 +338,13 @@ void niah_experiment_report_write(const NiahExperimentResult& r, const std::file
   file_write_atomic(out / "deficit.csv", niah_experiment_deficit_csv(r));
   file_write_atomic(out / "cost.csv", niah_experiment_cost_csv(r));
   std::ostringstream training;
-  training << "arch,layout,parameters,train_tokens,tokens_per_second,train_seconds,test_ce,eval_seconds\n";
+  training << "arch,layout,parameters,train_tokens,tokens_per_second,train_seconds,test_ce,eval_seconds,eval_cells,"
+              "eval_cells_planned\n";
   for (const NiahArchResult& a : r.archs)
     training << a.arch << "," << a.layout << "," << a.parameters << "," << a.train_tokens << ","
              << num(a.tokens_per_second, "%.1f") << "," << num(a.train_seconds, "%.3f") << ","
-             << num(a.test_ce, "%.6f") << "," << num(a.eval_seconds, "%.3f") << "\n";
+             << num(a.test_ce, "%.6f") << "," << num(a.eval_seconds, "%.3f") << "," << a.cells.size() << ","
+             << a.eval_cells_planned << "\n";
   file_write_atomic(out / "training.csv", training.str());
   file_write_atomic(out / "report.md", niah_experiment_report_markdown(r));
 

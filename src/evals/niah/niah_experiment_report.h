@@ -6,7 +6,8 @@
 //   cost.csv                arch, length: mean seconds per sample (generate call / n, with its prefill and decode
 //                           parts) and peak inference-state bytes (KV blocks + GDN states; max over the cells, with
 //                           up to eval.max_batch sequences at once), over the cells that ran
-//   training.csv            arch, layout, parameters, training tokens, tokens/s, seconds, test CE
+//   training.csv            arch, layout, parameters, training tokens, tokens/s, seconds, test CE, evaluation
+//                           seconds, cells evaluated of those planned (fewer: a partial evaluation)
 //   report.md               the tables above in the seed's Table 2 layout (English, mean over the other languages),
 //                           the deficit next to the seed's pattern, per-language tables, cost and training tables
 //   accuracy_<lang>.svg, deficit.svg, time.svg, memory.svg

@@ -52,6 +52,11 @@ int64_t niah_parse_size(const std::string& text, const std::string& option) {
   return static_cast<int64_t>(value * scale);
 }
 
+int64_t niah_kv_element_bytes(const std::string& precision, const std::string& option) {
+  HLM_CHECK_INPUT(precision == "fp32" || precision == "bf16", option, " must be fp32 or bf16, got '", precision, "'");
+  return precision == "bf16" ? 2 : 4;
+}
+
 int64_t niah_default_cpu_budget() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 2 : int64_t{1} << 40;
@@ -86,13 +91,17 @@ NiahCell niah_evaluate_cell(const NiahEngineFactory& make_engine, const ModelCon
     return cell;
   }
 
-  // The plan: up to max_batch sequences at once, KV blocks for the largest of them, capped by the budget.
-  const MemoryPlan shape = memory_plan_shape(config, settings.block_size);
+  // The plan: up to max_batch sequences at once, KV blocks for the largest of them, capped by the budget; the KV
+  // cache in the engine's element type.
+  HLM_CHECK(settings.kv_element_bytes == 4 || settings.kv_element_bytes == 2, "NIAH kv_element_bytes ",
+            settings.kv_element_bytes);
+  const MemoryPlan shape = memory_plan_shape(config, settings.block_size, settings.kv_element_bytes);
   std::vector<int64_t> blocks;
   for (const GenerateRequest& r : requests) blocks.push_back(shape.blocks_for(generate_max_tokens(config, r)));
   std::sort(blocks.rbegin(), blocks.rend());
   MemoryRequest mr;
   mr.block_size = settings.block_size;
+  mr.kv_element_bytes = settings.kv_element_bytes;
   mr.max_sequences = std::min<int64_t>(settings.max_batch, cell.n);
   mr.kv_blocks = 0;
   for (int64_t i = 0; i < mr.max_sequences; ++i) mr.kv_blocks += blocks[static_cast<size_t>(i)];

@@ -29,6 +29,10 @@ struct NiahRunSettings {
   int64_t block_size = 16;      // KV block tokens
   int64_t prefill_chunk = 512;
   std::optional<int64_t> budget_bytes;  // cap on the plan's state bytes (nullopt: what the requests need)
+  // Bytes of one cached K or V element in the cell's memory plan: 4 (fp32 cache: the CPU engine, CUDA fp32) or 2 (bf16
+  // cache: the CUDA engine's bf16 precision, niah_kv_element_bytes("bf16")). It sizes the plan and the budget check,
+  // and must match the engine's precision (the CPU engine refuses a bf16 plan).
+  int64_t kv_element_bytes = 4;
   // Stop string: a response ends with the first generated token after which its decoded text (EOS and ids past the
   // tokenizer's vocabulary left out) contains it; "" = none (OneRULER: the 30-token budget only). The trained
   // retrieval experiment (niah_experiment.h) stops at "</Answer>", the end of its answer format.
@@ -63,6 +67,22 @@ int64_t niah_default_cpu_budget();
 
 // Builds the engine for a plan (CPU: make_cpu_engine over a loaded Model; a device engine the same way).
 using NiahEngineFactory = std::function<std::unique_ptr<InferenceEngine>(const MemoryPlan&)>;
+
+// Evaluation precision: "fp32" (the CPU engine's only one; CUDA fp32) or "bf16" (CUDA only: weights held once in
+// bf16 after CudaModel::drop_fp32_weights, bf16 tensor-core GEMMs, bf16 KV cache, fp32 GDN state; the precision of
+// `hybridlm generate --device cuda`, infer/cuda/cuda_engine.h). Returns the KV element bytes (4 or 2); anything else
+// is an input error naming `option`.
+int64_t niah_kv_element_bytes(const std::string& precision, const std::string& option = "precision");
+
+// How a loaded model is evaluated on a device: the engine factory, the KV element bytes its engines expect in a plan
+// (NiahRunSettings::kv_element_bytes), the state budget when the caller gives none, and whatever must stay alive while
+// engines exist (the device copy of the weights).
+struct NiahEvalBackend {
+  NiahEngineFactory make_engine;
+  int64_t kv_element_bytes = 4;
+  std::optional<int64_t> default_budget_bytes;
+  std::shared_ptr<void> keep_alive;
+};
 
 // Evaluates one cell. `config`: the model's config (positions, shapes for the plan); `eos_ids`: infer/eos.h.
 NiahCell niah_evaluate_cell(const NiahEngineFactory& make_engine, const ModelConfig& config,

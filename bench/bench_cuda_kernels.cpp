@@ -13,11 +13,15 @@
 //          step's shape: N = 8192 tokens, H = 1024, V = 151,936, teacher and student heads, bf16 compute mode; one line
 //          per chunking (row block × vocabulary chunk) with ms and the TFLOP/s of its six logits-sized products
 //          (two passes × two heads + dh + dW, 6·2·N·V·H flops).
+//   adamw8: the lean plan's optimizer step (adamw_lowmem_cuda.h: 8-bit moments, bf16 master with stochastic rounding,
+//          bf16 gradient) over one tensor of 2^29 elements; ms, the bandwidth counting 10 bytes per element (gradient
+//          2, parameter 2 + 2, the two codes 1 + 1 each; the block scales aside) and the time scaled to the 4B
+//          student's 5.12B parameters.
 // Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
-// Usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead]   (all when none is given)
+// Usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead] [adamw8]   (all when none is given)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +41,7 @@
 #include "bench_timing.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "ops/adamw/adamw_lowmem_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
@@ -272,6 +277,42 @@ void bench_lm_head_kl(CudaContext& ctx) {
   }
 }
 
+void bench_adamw8(CudaContext& ctx) {
+  const int64_t n = int64_t{1} << 29, blocks = q8_blocks(n);
+  // Values: codes and bf16 bits drawn at random (the kernel's time does not depend on them beyond the search
+  // lengths, which a realistic spread of codes exercises).
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  uint64_t x = 12345;
+  for (int64_t i = 0; i < n; ++i) {
+    x = splitmix64(x);
+    bits[static_cast<size_t>(i)] = static_cast<uint16_t>(0x3C00u + (x & 0x3FFu));  // bf16 in [2^-7, 2^-6)
+    codes[static_cast<size_t>(i)] = static_cast<uint8_t>(x >> 32);
+  }
+  CudaTensor param = CudaTensor::empty(ctx, {n}, DType::BF16), grad = CudaTensor::empty(ctx, {n}, DType::BF16);
+  CudaTensor q_m = CudaTensor::empty(ctx, {n / 4}, DType::I32), q_v = CudaTensor::empty(ctx, {n / 4}, DType::I32);
+  CudaTensor am = CudaTensor::empty(ctx, {blocks}), av = CudaTensor::empty(ctx, {blocks});
+  HLM_CUDA_CHECK(cudaMemcpy(param.raw(), bits.data(), 2 * n, cudaMemcpyHostToDevice));
+  HLM_CUDA_CHECK(cudaMemcpy(grad.raw(), bits.data(), 2 * n, cudaMemcpyHostToDevice));
+  HLM_CUDA_CHECK(cudaMemcpy(q_m.raw(), codes.data(), n, cudaMemcpyHostToDevice));
+  HLM_CUDA_CHECK(cudaMemcpy(q_v.raw(), codes.data(), n, cudaMemcpyHostToDevice));
+  const std::vector<float> ones(static_cast<size_t>(blocks), 0.01f);
+  HLM_CUDA_CHECK(cudaMemcpy(am.raw(), ones.data(), 4 * blocks, cudaMemcpyHostToDevice));
+  HLM_CUDA_CHECK(cudaMemcpy(av.raw(), ones.data(), 4 * blocks, cudaMemcpyHostToDevice));
+  AdamWLowmemCudaTensor t;
+  t.param_bf16 = static_cast<uint16_t*>(param.raw());
+  t.q_m = static_cast<uint8_t*>(q_m.raw());
+  t.q_v = static_cast<uint8_t*>(q_v.raw());
+  t.absmax_m = am.data<float>();
+  t.absmax_v = av.data<float>();
+  t.grad_bf16 = static_cast<const uint16_t*>(grad.raw());
+  t.n = n;
+  const AdamWLowmemStep s = adamw_lowmem_step(1e-5, 0.01, 0.9, 0.999, 1e-8, 10, 77);
+  const double ms = time_ms(ctx.stream(), [&] { adamw_lowmem_step_cuda(t, nullptr, s, ctx.stream()); }, 2, 10);
+  std::printf("adamw8 lean n %lld  %.3f ms  %.0f GB/s (10 B/element)  %.1f ms per 5.12e9 parameters\n", (long long)n,
+              ms, 10.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9, ms * 5.12e9 / static_cast<double>(n));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -279,14 +320,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
     return 2;
   }
-  bool gdn = argc == 1, attn = argc == 1, decode = argc == 1, lmhead = argc == 1;
+  bool gdn = argc == 1, attn = argc == 1, decode = argc == 1, lmhead = argc == 1, adamw8 = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
     else if (std::strcmp(argv[i], "decode") == 0) decode = true;
     else if (std::strcmp(argv[i], "lmhead") == 0) lmhead = true;
+    else if (std::strcmp(argv[i], "adamw8") == 0) adamw8 = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead]\n");
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead] [adamw8]\n");
       return 2;
     }
   }
@@ -298,5 +340,6 @@ int main(int argc, char** argv) {
   }
   if (decode) bench_decode(ctx);
   if (lmhead) bench_lm_head_kl(ctx);
+  if (adamw8) bench_adamw8(ctx);
   return 0;
 }

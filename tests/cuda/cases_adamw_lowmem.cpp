@@ -2,7 +2,8 @@
 // BIT FOR BIT: both run the same fp32 operations in the same order (explicit _rn intrinsics on the GPU), quantize by
 // comparisons against the same midpoint table, and draw the same stochastic-rounding bits, so every byte of the
 // parameter, the codes and the block scales must agree.
-// Cases: sizes 1, 255, 256, 257, 1000 and 2^16 + 3 (a short last block), 8-bit or fp32 moments × fp32 or bf16 master,
+// Cases: sizes 1, 255, 256, 257, 1000, 2^16 + 3 (a short last block) and 2^20 + 5 (more quantization blocks than
+// the persistent grid has CUDA blocks on any GPU up to 512 multiprocessors: each walks several), 8-bit or fp32 moments × fp32 or bf16 master,
 // no clip scale / a scale of 0.37 / a NaN scale (skipped: nothing written), three steps in a row (the second and third
 // read dequantized moments), weight decay on. Also: the quantize / dequantize kernels against q8_quantize /
 // q8_dequantize, and fp32 moments with an fp32 master against the fp32 AdamW kernel (adamw_step_cuda): same bits.
@@ -40,7 +41,8 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 
 TEST(AdamWLowmemCuda, QuantizeAndDequantizeMatchTheReferenceBitForBit) {
   HLM_REQUIRE_CUDA();
-  for (const int64_t n : {int64_t{1}, int64_t{255}, int64_t{257}, int64_t{1000}, int64_t{(1 << 16) + 3}}) {
+  for (const int64_t n : {int64_t{1}, int64_t{255}, int64_t{257}, int64_t{1000}, int64_t{(1 << 16) + 3},
+                          int64_t{(1 << 20) + 5}}) {
     for (const bool is_signed : {true, false}) {
       std::vector<float> x = make_values(static_cast<size_t>(n), Fill::Normal, 900 + n, 1e-3f);
       if (!is_signed)

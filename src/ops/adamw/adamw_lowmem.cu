@@ -1,5 +1,7 @@
 // The low-memory AdamW step and block quantization on CUDA (contract: adamw_lowmem_cuda.h, arithmetic: adamw_lowmem.h).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <type_traits>
 
@@ -68,11 +70,40 @@ __device__ __forceinline__ uint8_t quantize_in_block(bool is_signed, float x, fl
   return is_signed ? quantize_value(c_mid_m, 255, r) : quantize_value(c_mid_v, 256, r);
 }
 
+// The count of midpoints strictly below x (quantize_value's answer) found from a guess: start at `guess` (any index
+// in [0, used − 1]) and step down while the midpoint below is not < x, then up while the midpoint at the index is < x.
+// The midpoints are sorted ascending, so this ends at the count for any guess (NaN x: every comparison is false, so
+// it ends at 0, as the binary search does); a good guess makes it one or two shared-memory reads instead of eight
+// dependent ones.
+__device__ __forceinline__ uint8_t quantize_from_guess(const float* mid, int used, float x, int guess) {
+  int i = guess;
+  while (i > 0 && !(mid[i - 1] < x)) --i;
+  while (i < used - 1 && mid[i] < x) ++i;
+  return static_cast<uint8_t>(i);
+}
+
+// The index guess from the tables' power laws (adamw_lowmem.h): signed m codes sign(k)·(|k|/127)³ at index k + 127,
+// unsigned v codes (i/255)⁴ at i. Fast approximate functions: only the starting point depends on them.
+__device__ __forceinline__ int q8_guess_signed(float r) {
+  const float a = fminf(fabsf(r), 1.0f);
+  const float k = rintf(127.0f * __expf(__logf(a) * (1.0f / 3.0f)));  // a = 0: exp(−inf) = 0
+  const float i = 127.0f + (r < 0.0f ? -k : k);
+  return static_cast<int>(fminf(fmaxf(i, 0.0f), 254.0f));  // fmaxf(NaN, 0) = 0
+}
+__device__ __forceinline__ int q8_guess_unsigned(float r) {
+  const float a = fminf(fmaxf(r, 0.0f), 1.0f);
+  const float i = rintf(255.0f * sqrtf(sqrtf(a)));
+  return static_cast<int>(fminf(fmaxf(i, 0.0f), 255.0f));
+}
+
 // The same over a table in shared memory (mid: the table's midpoints, `used` codes; zero_code when absmax is 0).
+// guess = false: the plain binary search (HLM_ADAMW8_SEARCH=binary, for A/B timing; same bits).
 __device__ __forceinline__ uint8_t quantize_in_block(const float* mid, int used, float x, float absmax,
-                                                     uint8_t zero_code) {
+                                                     uint8_t zero_code, bool guess) {
   if (!(absmax > 0.0f)) return zero_code;
-  return quantize_value(mid, used, __fdiv_rn(x, absmax));
+  const float r = __fdiv_rn(x, absmax);
+  if (!guess) return quantize_value(mid, used, r);
+  return quantize_from_guess(mid, used, r, used == 255 ? q8_guess_signed(r) : q8_guess_unsigned(r));
 }
 
 __device__ __forceinline__ uint16_t bf16_stochastic(float x, uint32_t r) {
@@ -101,7 +132,7 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
 // the tables copied from constant memory took 203-205 ms per step of the 4B lean bench's 5.1B parameters.)
 template <bool Q8, bool Sr, bool GradBf16>
 __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaTensor t, const float* scale_ptr,
-                                                                AdamWLowmemStep s) {
+                                                                AdamWLowmemStep s, bool guess) {
   const bool scaled = scale_ptr != nullptr;
   const float scale = scaled ? *scale_ptr : 1.0f;
   if (!isfinite(scale)) return;  // uniform over the grid: no thread is left waiting at the barrier below
@@ -154,8 +185,8 @@ __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaT
         t.absmax_v[b] = av;
       }
       if (live) {
-        t.q_m[i] = quantize_in_block(mid_m, 255, m, am, 127);
-        t.q_v[i] = quantize_in_block(mid_v, 256, v, av, 0);
+        t.q_m[i] = quantize_in_block(mid_m, 255, m, am, 127, guess);
+        t.q_v[i] = quantize_in_block(mid_v, 256, v, av, 0, guess);
       }
     }
   }
@@ -204,10 +235,14 @@ void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, 
   }();
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(t.n), resident));
   const bool sr = bf16 || t.f32_holds_bf16;
+  static const bool guess = [] {
+    const char* e = std::getenv("HLM_ADAMW8_SEARCH");
+    return e == nullptr || std::strcmp(e, "binary") != 0;
+  }();
   // The eight instantiations, chosen once per launch (the flags are uniform over the tensor).
   const auto launch = [&](auto q8_c, auto sr_c, auto g16_c) {
     adamw_lowmem_kernel<decltype(q8_c)::value, decltype(sr_c)::value, decltype(g16_c)::value>
-        <<<grid, kThreads, 0, stream>>>(t, scale, s);
+        <<<grid, kThreads, 0, stream>>>(t, scale, s, guess);
   };
   using T = std::true_type;
   using F = std::false_type;

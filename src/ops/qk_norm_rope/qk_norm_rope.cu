@@ -65,14 +65,24 @@ __device__ void norm_rows(float* x, int64_t C, int64_t n, const float* w, bool v
   const int64_t rows = C / n;
   if (n <= kWarpMaxDim) {  // rmsnorm_forward_warp_kernel: lane l's chunks of V at (32j + l)·V, in order
     const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-    const int V = vec ? 4 : 1;
     for (int64_t r = warp; r < rows; r += kWarps) {
       float* xr = x + r * n;
       float ss = 0.0f;
-      for (int64_t s = static_cast<int64_t>(lane) * V; s < n; s += 32 * V)
-        for (int e = 0; e < V; ++e) ss = fmaf(xr[s + e], xr[s + e], ss);
+      if (vec) {  // V = 4: 16-byte shared loads; rows start 16-byte aligned (n % 4 == 0, and ks = qs + Hq·D with
+                  // Hq·D = (Hq/Hkv)·Hkv·D a multiple of 4 whenever the k rows are)
+        for (int64_t s = static_cast<int64_t>(lane) * 4; s < n; s += 128) {
+          const float4 c = *reinterpret_cast<const float4*>(xr + s);
+          ss = fmaf(c.x, c.x, ss);
+          ss = fmaf(c.y, c.y, ss);
+          ss = fmaf(c.z, c.z, ss);
+          ss = fmaf(c.w, c.w, ss);
+        }
+      } else {
+        for (int64_t s = lane; s < n; s += 32) ss = fmaf(xr[s], xr[s], ss);
+      }
       ss = cuda::warp_sum(ss);  // this lane's reads are done; it writes only its own elements below
       const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+      const int V = vec ? 4 : 1;
       for (int64_t s = static_cast<int64_t>(lane) * V; s < n; s += 32 * V)
         for (int e = 0; e < V; ++e) xr[s + e] = w[s + e] * (xr[s + e] * inv);
     }

@@ -13,6 +13,10 @@
 //          step's shape: N = 8192 tokens, H = 1024, V = 151,936, teacher and student heads, bf16 compute mode; one line
 //          per chunking (row block × vocabulary chunk) with ms and the TFLOP/s of its six logits-sized products
 //          (two passes × two heads + dh + dW, 6·2·N·V·H flops).
+//   attn_engines: bf16 causal attention forward and forward+backward (32 q / 8 kv heads, D 128) at B8×T1024, B2×T4096
+//          and B1×T16384 by the native tensor-core kernels and by the cuDNN engine (attention_cudnn.h; skipped with
+//          its reason when cuDNN cannot be loaded or refuses): ms, TFLOP/s, the ratio, the cuDNN plans' build time
+//          (first call) and the largest |difference| of out, lse, dq, dk, dv between the two engines.
 //   adamw8: the lean plan's optimizer step (adamw_lowmem_cuda.h: 8-bit moments, bf16 master with stochastic rounding,
 //          bf16 gradient) over one tensor of 2^29 elements; ms, the bandwidth counting 10 bytes per element (gradient
 //          2, parameter 2 + 2, the two codes 1 + 1 each; the block scales aside) and the time scaled to the 4B
@@ -21,11 +25,12 @@
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
-// Usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead] [adamw8]   (all when none is given)
+// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8]   (all when none is given)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +48,7 @@
 #include "core/rng.h"
 #include "ops/adamw/adamw_lowmem_cuda.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_cudnn.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
@@ -191,6 +197,109 @@ void bench_attention_dtype(CudaContext& ctx, const char* dtype_name, bool bf16) 
               (long long)Hq, (long long)Hkv, (long long)D, dtype_name, t_fb, 3.5 * flops_fwd / (t_fb * 1e9));
 }
 
+// Largest |a − b| over two bf16 (or fp32) device tensors of n elements.
+double max_abs_diff(const CudaTensor& a, const CudaTensor& b, int64_t n, bool bf16) {
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  if (bf16) {
+    std::vector<uint16_t> ha(static_cast<size_t>(n)), hb(static_cast<size_t>(n));
+    HLM_CUDA_CHECK(cudaMemcpy(ha.data(), a.raw(), 2 * n, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(hb.data(), b.raw(), 2 * n, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t ua = static_cast<uint32_t>(ha[static_cast<size_t>(i)]) << 16;
+      const uint32_t ub = static_cast<uint32_t>(hb[static_cast<size_t>(i)]) << 16;
+      std::memcpy(&x[static_cast<size_t>(i)], &ua, 4);
+      std::memcpy(&y[static_cast<size_t>(i)], &ub, 4);
+    }
+  } else {
+    HLM_CUDA_CHECK(cudaMemcpy(x.data(), a.raw(), 4 * n, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(y.data(), b.raw(), 4 * n, cudaMemcpyDeviceToHost));
+  }
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(double(x[static_cast<size_t>(i)]) - double(y[static_cast<size_t>(i)]));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+void bench_attention_engines(CudaContext& ctx) {
+  std::string why;
+  if (!attention_cudnn_available(&why)) {
+    std::printf("attn_engines cuDNN not available: %s\n", why.c_str());
+    return;
+  }
+  std::printf("attn_engines %s\n", why.c_str());
+  constexpr int64_t Hq = 32, Hkv = 8, D = 128;
+  const std::pair<int64_t, int64_t> shapes[] = {{8, 1024}, {2, 4096}, {1, 16384}};
+  for (const auto& [B, S] : shapes) {
+    const int64_t N = B * S;
+    const auto up = [&](uint64_t stream, int64_t heads) {
+      return upload_bf16(ctx, normal(static_cast<size_t>(N * heads * D), stream), {N, heads, D});
+    };
+    const CudaTensor q = up(11, Hq), k = up(12, Hkv), v = up(13, Hkv), d_out = up(14, Hq);
+    struct Out {
+      CudaTensor out, lse, dq, dk, dv;
+    };
+    const auto make = [&] {
+      return Out{CudaTensor::empty(ctx, {N, Hq, D}, DType::BF16), CudaTensor::empty(ctx, {N, Hq}),
+                 CudaTensor::empty(ctx, {N, Hq, D}, DType::BF16), CudaTensor::empty(ctx, {N, Hkv, D}, DType::BF16),
+                 CudaTensor::empty(ctx, {N, Hkv, D}, DType::BF16)};
+    };
+    Out nat = make(), cud = make();
+    CudaTensor flag = CudaTensor::empty(ctx, {1}, DType::I32);
+    HLM_CUDA_CHECK(cudaMemsetAsync(flag.raw(), 0, 4, ctx.stream()));
+    const CudaTensor cu = upload_i64(ctx, packed(B, S));
+    const AttentionCudaParams p{N, Hq, Hkv, D, B, S, static_cast<float>(1.0 / std::sqrt(double(D))), 0};
+    const size_t ws_bytes = attention_backward_cuda_workspace_bytes(p);
+    CudaTensor ws = CudaTensor::empty(ctx, {static_cast<int64_t>((ws_bytes + 3) / 4)});
+    using bf = __nv_bfloat16;
+    const auto B16 = [](const CudaTensor& t) { return static_cast<bf*>(t.raw()); };
+    const auto native_fwd = [&] {
+      attention_forward_cuda(B16(nat.out), nat.lse.data<float>(), B16(q), B16(k), B16(v), cu.data<int64_t>(), p,
+                             flag.data<int>(), ctx.stream());
+    };
+    const auto native_fb = [&] {
+      native_fwd();
+      attention_backward_cuda(B16(nat.dq), B16(nat.dk), B16(nat.dv), B16(d_out), B16(q), B16(k), B16(v), B16(nat.out),
+                              nat.lse.data<float>(), cu.data<int64_t>(), p, ws.raw(), ws_bytes, flag.data<int>(),
+                              ctx.stream());
+    };
+    bool ok = true;
+    std::string err;
+    const auto cudnn_fwd = [&] {
+      ok = ok && attention_cudnn_forward(B16(cud.out), cud.lse.data<float>(), B16(q), B16(k), B16(v), p, ctx.stream(),
+                                         &err);
+    };
+    const auto cudnn_fb = [&] {
+      cudnn_fwd();
+      ok = ok && attention_cudnn_backward(B16(cud.dq), B16(cud.dk), B16(cud.dv), B16(d_out), B16(q), B16(k), B16(v),
+                                          B16(cud.out), cud.lse.data<float>(), p, ctx.stream(), &err);
+    };
+    const double flops_fwd = 4.0 * double(B) * double(S) * double(S) / 2.0 * double(D) * double(Hq);
+    const double n_fwd = time_ms(ctx.stream(), native_fwd), n_fb = time_ms(ctx.stream(), native_fb);
+    const auto w0 = std::chrono::steady_clock::now();
+    cudnn_fb();  // builds both plans
+    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    if (!ok) {
+      std::printf("attn_engines B%lld T%lld: cuDNN refused: %s\n", (long long)B, (long long)S, err.c_str());
+      continue;
+    }
+    const double c_fwd = time_ms(ctx.stream(), cudnn_fwd), c_fb = time_ms(ctx.stream(), cudnn_fb);
+    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    std::printf("attn_engines B%lld T%lld Hq%lld Hkv%lld D%lld bf16 fwd: native %.3f ms (%.0f TFLOP/s) cudnn %.3f ms "
+                "(%.0f TFLOP/s) native/cudnn %.2f; fwd+bwd: native %.3f ms (%.0f) cudnn %.3f ms (%.0f) native/cudnn "
+                "%.2f; cudnn plans built in %.2f s\n",
+                (long long)B, (long long)S, (long long)Hq, (long long)Hkv, (long long)D, n_fwd,
+                flops_fwd / (n_fwd * 1e9), c_fwd, flops_fwd / (c_fwd * 1e9), n_fwd / c_fwd, n_fb,
+                3.5 * flops_fwd / (n_fb * 1e9), c_fb, 3.5 * flops_fwd / (c_fb * 1e9), n_fb / c_fb, build_s);
+    std::printf("attn_engines B%lld T%lld max |native - cudnn|: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n",
+                (long long)B, (long long)S, max_abs_diff(nat.out, cud.out, N * Hq * D, true),
+                max_abs_diff(nat.lse, cud.lse, N * Hq, false), max_abs_diff(nat.dq, cud.dq, N * Hq * D, true),
+                max_abs_diff(nat.dk, cud.dk, N * Hkv * D, true), max_abs_diff(nat.dv, cud.dv, N * Hkv * D, true));
+  }
+}
+
 void bench_decode(CudaContext& ctx) {
   constexpr int64_t B = 64, H = 32, D = 128, kBatch = 20;
   const GdnDecodeShape shape{B, H, H, D, D};
@@ -320,15 +429,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
     return 2;
   }
-  bool gdn = argc == 1, attn = argc == 1, decode = argc == 1, lmhead = argc == 1, adamw8 = argc == 1;
+  bool gdn = argc == 1, attn = argc == 1, engines = argc == 1, decode = argc == 1, lmhead = argc == 1,
+       adamw8 = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
+    else if (std::strcmp(argv[i], "attn_engines") == 0) engines = true;
     else if (std::strcmp(argv[i], "decode") == 0) decode = true;
     else if (std::strcmp(argv[i], "lmhead") == 0) lmhead = true;
     else if (std::strcmp(argv[i], "adamw8") == 0) adamw8 = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [decode] [lmhead] [adamw8]\n");
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8]\n");
       return 2;
     }
   }
@@ -338,6 +449,7 @@ int main(int argc, char** argv) {
     bench_attention_dtype<__nv_bfloat16>(ctx, "bf16", true);
     bench_attention_dtype<float>(ctx, "f32 ", false);
   }
+  if (engines) bench_attention_engines(ctx);
   if (decode) bench_decode(ctx);
   if (lmhead) bench_lm_head_kl(ctx);
   if (adamw8) bench_adamw8(ctx);

@@ -12,11 +12,15 @@
 // instead (same split of the work, mma.sync); f32 and other head dims run the scalar kernels here.
 // Non-goals for now: wgmma, fusing (2) and (3), splitting long rows over blocks.
 #include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_cudnn.h"
 #include "ops/attention/attention_tc.cuh"
 
 namespace hlm {
@@ -451,9 +455,27 @@ void attention_forward_cuda(float* out, float* lse, const float* q, const float*
   forward_impl(out, lse, q, k, v, cu_seqlens, p, error_flag, stream);
 }
 
+namespace {
+
+// HLM_ATTENTION_ENGINE=cudnn: the first refusal of each direction is said once (the native kernels then run).
+void note_cudnn_refusal(bool backward, const std::string& why) {
+  static std::once_flag forward_once, backward_once;
+  std::call_once(backward ? backward_once : forward_once, [&] {
+    std::fprintf(stderr, "attention: cuDNN engine refused a %s call (%s); the native kernels run it\n",
+                 backward ? "backward" : "forward", why.c_str());
+  });
+}
+
+}  // namespace
+
 void attention_forward_cuda(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                             const __nv_bfloat16* v, const int64_t* cu_seqlens, const AttentionCudaParams& p,
                             int* error_flag, cudaStream_t stream) {
+  if (attention_engine() == AttentionEngine::kCudnn) {
+    std::string why;
+    if (attention_cudnn_forward(out, lse, q, k, v, p, stream, &why)) return;
+    note_cudnn_refusal(false, why);
+  }
   forward_impl(out, lse, q, k, v, cu_seqlens, p, error_flag, stream);
 }
 
@@ -474,6 +496,11 @@ void attention_backward_cuda(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16
                              const __nv_bfloat16* out, const float* lse, const int64_t* cu_seqlens,
                              const AttentionCudaParams& p, void* workspace, size_t workspace_bytes, int* error_flag,
                              cudaStream_t stream) {
+  if (attention_engine() == AttentionEngine::kCudnn) {
+    std::string why;
+    if (attention_cudnn_backward(dq, dk, dv, d_out, q, k, v, out, lse, p, stream, &why)) return;
+    note_cudnn_refusal(true, why);
+  }
   backward_impl(dq, dk, dv, d_out, q, k, v, out, lse, cu_seqlens, p, workspace, workspace_bytes, error_flag, stream);
 }
 

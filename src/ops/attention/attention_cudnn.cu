@@ -1,0 +1,630 @@
+// The cuDNN attention engine (contract: attention_cudnn.h): cuDNN loaded with dlopen, the SDPA forward and backward
+// expressed as cuDNN backend operation graphs (matmuls, pointwise ops, reductions, reshapes) that cuDNN's runtime
+// fusion turns into its flash-attention kernels, one cached execution plan per shape. Host code only (a .cu file so
+// that it builds with the CUDA toolkit's headers, cudnn_graph.h among them, exactly when the CUDA backend builds).
+#include "ops/attention/attention_cudnn.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+
+#if __has_include(<cudnn_graph.h>)
+#include <cudnn_graph.h>
+#define HLM_HAVE_CUDNN_HEADERS 1
+#else
+#define HLM_HAVE_CUDNN_HEADERS 0
+#endif
+
+namespace hlm {
+
+AttentionEngine attention_engine() {
+  static const AttentionEngine engine = [] {
+    const char* e = std::getenv("HLM_ATTENTION_ENGINE");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "native") == 0) return AttentionEngine::kNative;
+    if (std::strcmp(e, "cudnn") == 0) return AttentionEngine::kCudnn;
+    throw_input_error("HLM_ATTENTION_ENGINE=", e, ": expected native or cudnn");
+  }();
+  return engine;
+}
+
+#if !HLM_HAVE_CUDNN_HEADERS
+
+bool attention_cudnn_available(std::string* why) {
+  if (why != nullptr) *why = "built without cuDNN's headers (cudnn_graph.h)";
+  return false;
+}
+bool attention_cudnn_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                             const AttentionCudaParams&, cudaStream_t, std::string* why) {
+  return attention_cudnn_available(why);
+}
+bool attention_cudnn_backward(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*,
+                              const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                              const float*, const AttentionCudaParams&, cudaStream_t, std::string* why) {
+  return attention_cudnn_available(why);
+}
+
+#else
+
+namespace {
+
+// ---- The library, loaded once.
+struct CudnnApi {
+  void* lib = nullptr;
+  std::string path, error;
+  size_t version = 0;
+  cudnnHandle_t handle = nullptr;
+  decltype(&cudnnGetVersion) GetVersion = nullptr;
+  decltype(&cudnnCreate) Create = nullptr;
+  decltype(&cudnnSetStream) SetStream = nullptr;
+  decltype(&cudnnGetErrorString) GetErrorString = nullptr;
+  decltype(&cudnnGetLastErrorString) GetLastErrorString = nullptr;
+  decltype(&cudnnBackendCreateDescriptor) CreateDescriptor = nullptr;
+  decltype(&cudnnBackendDestroyDescriptor) DestroyDescriptor = nullptr;
+  decltype(&cudnnBackendSetAttribute) SetAttribute = nullptr;
+  decltype(&cudnnBackendGetAttribute) GetAttribute = nullptr;
+  decltype(&cudnnBackendFinalize) Finalize = nullptr;
+  decltype(&cudnnBackendExecute) Execute = nullptr;
+};
+
+template <typename F>
+bool load_symbol(CudnnApi& a, F& f, const char* name) {
+  f = reinterpret_cast<F>(dlsym(a.lib, name));
+  if (f == nullptr) a.error = std::string("symbol ") + name + " missing in " + a.path;
+  return f != nullptr;
+}
+
+CudnnApi& api() {
+  static CudnnApi a;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("HLM_CUDNN_LIB");
+    a.path = env != nullptr && *env != '\0' ? env : "libcudnn.so.9";
+    a.lib = dlopen(a.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (a.lib == nullptr) {
+      const char* e = dlerror();
+      a.error = "dlopen(" + a.path + ") failed: " + (e != nullptr ? e : "?") +
+                " (put cuDNN 9's lib folder on LD_LIBRARY_PATH or set HLM_CUDNN_LIB)";
+      return;
+    }
+    const bool ok = load_symbol(a, a.GetVersion, "cudnnGetVersion") && load_symbol(a, a.Create, "cudnnCreate") &&
+                    load_symbol(a, a.SetStream, "cudnnSetStream") &&
+                    load_symbol(a, a.GetErrorString, "cudnnGetErrorString") &&
+                    load_symbol(a, a.GetLastErrorString, "cudnnGetLastErrorString") &&
+                    load_symbol(a, a.CreateDescriptor, "cudnnBackendCreateDescriptor") &&
+                    load_symbol(a, a.DestroyDescriptor, "cudnnBackendDestroyDescriptor") &&
+                    load_symbol(a, a.SetAttribute, "cudnnBackendSetAttribute") &&
+                    load_symbol(a, a.GetAttribute, "cudnnBackendGetAttribute") &&
+                    load_symbol(a, a.Finalize, "cudnnBackendFinalize") &&
+                    load_symbol(a, a.Execute, "cudnnBackendExecute");
+    if (!ok) return;
+    a.version = a.GetVersion();
+    if (a.version < 90000) {
+      a.error = "cuDNN " + std::to_string(a.version) + " at " + a.path + " is older than 9.0";
+      return;
+    }
+    const cudnnStatus_t st = a.Create(&a.handle);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      a.error = std::string("cudnnCreate: ") + a.GetErrorString(st);
+      a.handle = nullptr;
+    }
+  });
+  return a;
+}
+
+// A failed cuDNN call: its status and cuDNN's own last message.
+struct CudnnError {
+  std::string what;
+};
+
+void check(cudnnStatus_t st, const char* what) {
+  if (st == CUDNN_STATUS_SUCCESS) return;
+  CudnnApi& a = api();
+  char last[1024] = {0};
+  a.GetLastErrorString(last, sizeof(last));
+  throw CudnnError{std::string(what) + ": " + a.GetErrorString(st) + (last[0] != '\0' ? std::string(" (") + last + ")" : "")};
+}
+
+// An owned backend descriptor.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) {
+    check(api().CreateDescriptor(type, &d_), "cudnnBackendCreateDescriptor");
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  ~Desc() {
+    if (d_ != nullptr) api().DestroyDescriptor(d_);
+  }
+  cudnnBackendDescriptor_t get() const { return d_; }
+  template <typename T>
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const T* values) {
+    check(api().SetAttribute(d_, name, type, count, values), "cudnnBackendSetAttribute");
+    return *this;
+  }
+  Desc& set_desc(cudnnBackendAttributeName_t name, const Desc& other) {
+    cudnnBackendDescriptor_t o = other.get();
+    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o);
+  }
+  Desc& set_i64(cudnnBackendAttributeName_t name, int64_t v) { return set(name, CUDNN_TYPE_INT64, 1, &v); }
+  Desc& set_type(cudnnBackendAttributeName_t name, cudnnDataType_t t) { return set(name, CUDNN_TYPE_DATA_TYPE, 1, &t); }
+  void finalize(const char* what) { check(api().Finalize(d_), what); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+using DescPtr = std::shared_ptr<Desc>;
+
+// Builds one operation graph: tensors by uid, operations in order.
+class GraphBuilder {
+ public:
+  // A tensor: dims and strides (4-D), type; virtual tensors get uids from 1000 up.
+  DescPtr tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides, cudnnDataType_t type,
+                 bool is_virtual = false, bool by_value = false) {
+    auto t = std::make_shared<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const bool virt = is_virtual;
+    t->set_type(CUDNN_ATTR_TENSOR_DATA_TYPE, type)
+        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()), dims.data())
+        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<int64_t>(strides.size()), strides.data())
+        .set_i64(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)
+        .set_i64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 16)
+        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+    if (by_value) t->set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    t->finalize("tensor descriptor");
+    keep_.push_back(t);
+    return t;
+  }
+  DescPtr virt(std::vector<int64_t> dims, std::vector<int64_t> strides, cudnnDataType_t type) {
+    return tensor(next_virtual_++, std::move(dims), std::move(strides), type, true);
+  }
+  DescPtr scalar(int64_t uid, cudnnDataType_t type) { return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, type, false, true); }
+
+  void matmul(const DescPtr& a, const DescPtr& b, const DescPtr& c) {
+    auto m = std::make_shared<Desc>(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    m->set_type(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT).finalize("matmul descriptor");
+    auto op = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    op->set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, *a)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, *b)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, *c)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, *m)
+        .finalize("matmul operation");
+    keep_.push_back(m);
+    ops_.push_back(op);
+  }
+  // y = mode(x [, b] [, t]); axis for GEN_INDEX; math precision `prec`.
+  void pointwise(cudnnPointwiseMode_t mode, const DescPtr& x, const DescPtr& b, const DescPtr& t, const DescPtr& y,
+                 cudnnDataType_t prec = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    auto pw = std::make_shared<Desc>(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw->set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode).set_type(CUDNN_ATTR_POINTWISE_MATH_PREC, prec);
+    if (axis >= 0) pw->set_i64(CUDNN_ATTR_POINTWISE_AXIS, axis);
+    pw->finalize("pointwise descriptor");
+    auto op = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op->set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, *pw).set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, *x);
+    if (b) op->set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+    if (t) op->set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
+    op->set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, *y).finalize("pointwise operation");
+    keep_.push_back(pw);
+    ops_.push_back(op);
+  }
+  void reduction(cudnnReduceTensorOp_t mode, const DescPtr& x, const DescPtr& y) {
+    auto r = std::make_shared<Desc>(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    r->set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
+        .set_type(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT)
+        .finalize("reduction descriptor");
+    auto op = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    op->set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, *x)
+        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, *y)
+        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, *r)
+        .finalize("reduction operation");
+    keep_.push_back(r);
+    ops_.push_back(op);
+  }
+  void reshape(const DescPtr& x, const DescPtr& y) {
+    auto op = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    op->set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, *x).set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, *y).finalize("reshape operation");
+    ops_.push_back(op);
+  }
+
+  // The operation graph, heuristics (mode A, then the fallback list), and the first configuration that finalizes
+  // into an execution plan. Throws CudnnError with every configuration's refusal when none does.
+  std::shared_ptr<Desc> plan(int64_t* workspace_bytes) {
+    CudnnApi& a = api();
+    Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    std::vector<cudnnBackendDescriptor_t> ops;
+    for (const DescPtr& o : ops_) ops.push_back(o->get());
+    graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()), ops.data())
+        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &a.handle)
+        .finalize("operation graph");
+    std::string refusals;
+    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+      heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+          .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+      try {
+        heur.finalize("engine heuristics");
+      } catch (const CudnnError& e) {
+        refusals += "\n  heuristics mode " + std::to_string(static_cast<int>(mode)) + ": " + e.what;
+        continue;
+      }
+      int64_t count = 0;
+      check(a.GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+            "heuristics result count");
+      std::vector<std::unique_ptr<Desc>> cfgs;
+      std::vector<cudnnBackendDescriptor_t> raw;
+      for (int64_t i = 0; i < count; ++i) {
+        cfgs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+        raw.push_back(cfgs.back()->get());
+      }
+      int64_t got = 0;
+      if (count > 0)
+        check(a.GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                             raw.data()),
+              "heuristics results");
+      for (int64_t i = 0; i < got; ++i) {
+        auto p = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        try {
+          p->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &a.handle)
+              .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfgs[static_cast<size_t>(i)])
+              .finalize("execution plan");
+        } catch (const CudnnError& e) {
+          refusals += "\n  mode " + std::to_string(static_cast<int>(mode)) + " config " + std::to_string(i) + ": " + e.what;
+          continue;
+        }
+        int64_t ws = 0, n = 0;
+        check(a.GetAttribute(p->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
+              "plan workspace size");
+        *workspace_bytes = ws;
+        return p;
+      }
+      if (got == 0) refusals += "\n  heuristics mode " + std::to_string(static_cast<int>(mode)) + ": no configuration";
+    }
+    throw CudnnError{"no engine configuration runs this graph:" + refusals};
+  }
+
+ private:
+  std::vector<DescPtr> keep_, ops_;
+  int64_t next_virtual_ = 1000;
+};
+
+// uids of the graphs' real tensors.
+enum : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum };
+
+struct Shape {
+  int64_t B, S, Hq, Hkv, D;
+};
+
+struct Plan {
+  std::shared_ptr<Desc> plan;
+  int64_t workspace_bytes = 0;
+  bool packed_stats = false;      // stats in cuDNN's packed layout at stats_offset (else our lse is used directly)
+  int64_t stats_offset = 0;
+  void* workspace = nullptr;      // the plan's own: workspace_bytes (+ the fp32 scratch below)
+  int64_t softmax_sum_offset = 0;  // backward: fp32 [B, Hq, S] rowsum(dO ∘ O) in `workspace`
+  int64_t dq_accum_offset = 0;     // backward: fp32 [B, Hq, S, D] dQ accumulator in `workspace`
+};
+
+// Strides of a token-major [T, H, D] tensor seen as [B, H, S, D].
+std::vector<int64_t> bhsd_strides(const Shape& s, int64_t H) { return {s.S * H * s.D, s.D, H * s.D, 1}; }
+// ... and of its transpose [B, H, D, S] (K^T, V^T).
+std::vector<int64_t> bhds_strides(const Shape& s, int64_t H) { return {s.S * H * s.D, s.D, 1, H * s.D}; }
+
+// The scores' causal mask and -inf fill, as cuDNN's frontend builds it (top-left diagonal, keys col <= row kept).
+DescPtr causal_mask(GraphBuilder& g, const DescPtr& scores, const std::vector<int64_t>& dims,
+                    const std::vector<int64_t>& strides, const DescPtr& neg_inf) {
+  DescPtr row = g.virt(dims, strides, CUDNN_DATA_INT32), col = g.virt(dims, strides, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
+  DescPtr keep = g.virt(dims, strides, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep, CUDNN_DATA_BOOLEAN);
+  DescPtr masked = g.virt(dims, strides, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, neg_inf, keep, masked);
+  return masked;
+}
+
+// The stats (lse) tensor: our layout [T, Hq] = strides [S·Hq, 1, Hq, 1], or (packed_stats) cuDNN's usual packed
+// [B, Hq, S] in the plan's workspace, transposed to / from ours by stats_to_ours / stats_from_ours.
+std::vector<int64_t> stats_strides(const Shape& s, bool packed_stats) {
+  return packed_stats ? std::vector<int64_t>{s.Hq * s.S, s.S, 1, 1} : std::vector<int64_t>{s.S * s.Hq, 1, s.Hq, 1};
+}
+
+std::shared_ptr<Desc> build_forward(const Shape& s, bool packed_stats, int64_t* ws) {
+  GraphBuilder g;
+  const std::vector<int64_t> sdims{s.B, s.Hq, s.S, s.S}, sstr{s.Hq * s.S * s.S, s.S * s.S, s.S, 1};
+  const std::vector<int64_t> rdims{s.B, s.Hq, s.S, 1}, rstr{s.Hq * s.S, s.S, 1, 1};
+  DescPtr q = g.tensor(kQ, {s.B, s.Hq, s.S, s.D}, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
+  DescPtr kt = g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr v = g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr o = g.tensor(kO, {s.B, s.Hq, s.S, s.D}, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
+  DescPtr stats = g.tensor(kStats, rdims, stats_strides(s, packed_stats), CUDNN_DATA_FLOAT);
+  DescPtr scale = g.scalar(kScale, CUDNN_DATA_FLOAT), neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
+  DescPtr s1 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.matmul(q, kt, s1);
+  DescPtr s2 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, s1, scale, nullptr, s2);
+  DescPtr s3 = causal_mask(g, s2, sdims, sstr, neg_inf);
+  DescPtr mx = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, s3, mx);
+  DescPtr s4 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_SUB, s3, mx, nullptr, s4);
+  DescPtr e = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_EXP, s4, nullptr, nullptr, e);
+  DescPtr z = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, z);
+  DescPtr logz = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, nullptr, logz);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, logz, nullptr, stats);
+  DescPtr pr = g.virt(sdims, sstr, CUDNN_DATA_BFLOAT16);  // P in the products' type, as the frontend has it
+  g.pointwise(CUDNN_POINTWISE_DIV, e, z, nullptr, pr);
+  g.matmul(pr, v, o);
+  return g.plan(ws);
+}
+
+std::shared_ptr<Desc> build_backward(const Shape& s, bool packed_stats, int64_t* ws) {
+  GraphBuilder g;
+  const std::vector<int64_t> sdims{s.B, s.Hq, s.S, s.S}, sstr{s.Hq * s.S * s.S, s.S * s.S, s.S, 1};
+  const std::vector<int64_t> tstr{s.Hq * s.S * s.S, s.S * s.S, 1, s.S};  // the scores' transpose [B, Hq, Skv, Sq]
+  const std::vector<int64_t> rdims{s.B, s.Hq, s.S, 1}, rstr{s.Hq * s.S, s.S, 1, 1};
+  const std::vector<int64_t> qdims{s.B, s.Hq, s.S, s.D};
+  DescPtr q = g.tensor(kQ, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
+  DescPtr kt = g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr vt = g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr o = g.tensor(kO, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
+  DescPtr d_o = g.tensor(kDO, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
+  DescPtr stats = g.tensor(kStats, rdims, stats_strides(s, packed_stats), CUDNN_DATA_FLOAT);
+  DescPtr dq = g.tensor(kDQ, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
+  DescPtr dk = g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr dv = g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr softmax_sum = g.tensor(kSoftmaxSum, rdims, rstr, CUDNN_DATA_FLOAT);
+  DescPtr dq_accum = g.tensor(kDQAccum, qdims, {s.Hq * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_FLOAT);
+  DescPtr scale = g.scalar(kScale, CUDNN_DATA_FLOAT), neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
+  DescPtr one = g.scalar(kOne, CUDNN_DATA_FLOAT);
+  // softmax_sum = rowsum(dO ∘ O)
+  DescPtr dodo = g.virt(qdims, {s.Hq * s.S * s.D, s.S * s.D, s.Hq * s.D, 1}, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, d_o, o, nullptr, dodo);
+  DescPtr rs = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, dodo, rs);
+  g.pointwise(CUDNN_POINTWISE_MUL, rs, one, nullptr, softmax_sum);
+  // P = exp(mask(scale · Q Kᵀ − stats))
+  DescPtr s1 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.matmul(q, kt, s1);
+  DescPtr s2 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, s1, scale, nullptr, s2);
+  DescPtr s3 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_SUB, s2, stats, nullptr, s3);
+  DescPtr s4 = causal_mask(g, s3, sdims, sstr, neg_inf);
+  DescPtr p = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_EXP, s4, nullptr, nullptr, p);
+  // dV = Pᵀ dO (summed over the query heads of a kv group)
+  DescPtr pt = g.virt({s.B, s.Hq, s.S, s.S}, tstr, CUDNN_DATA_BFLOAT16);
+  g.reshape(p, pt);
+  const bool gqa = s.Hq != s.Hkv;
+  const std::vector<int64_t> full_str{s.Hq * s.S * s.D, s.S * s.D, s.D, 1};
+  if (gqa) {
+    DescPtr dv_full = g.virt(qdims, full_str, CUDNN_DATA_BFLOAT16);
+    g.matmul(pt, d_o, dv_full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
+  } else {
+    g.matmul(pt, d_o, dv);
+  }
+  // dS = scale · P ⊙ (dO Vᵀ − softmax_sum)
+  DescPtr dp = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.matmul(d_o, vt, dp);
+  DescPtr dp2 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, softmax_sum, nullptr, dp2);
+  DescPtr dp3 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp2, p, nullptr, dp3);
+  DescPtr ds = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp3, scale, nullptr, ds);
+  // dK = dSᵀ Q (summed over the group)
+  DescPtr dst = g.virt({s.B, s.Hq, s.S, s.S}, tstr, CUDNN_DATA_BFLOAT16);
+  g.reshape(ds, dst);
+  if (gqa) {
+    DescPtr dk_full = g.virt(qdims, full_str, CUDNN_DATA_BFLOAT16);
+    g.matmul(dst, q, dk_full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
+  } else {
+    g.matmul(dst, q, dk);
+  }
+  // dQ = dS K, accumulated in fp32, then rounded to bf16
+  DescPtr kk = g.virt({s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  g.reshape(kt, kk);
+  g.matmul(ds, kk, dq_accum);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq);
+  return g.plan(ws);
+}
+
+// Stats between our [B, S, Hq] and cuDNN's packed [B, Hq, S] (fp32).
+__global__ void stats_transpose_kernel(float* dst, const float* src, int64_t B, int64_t S, int64_t H, bool to_ours) {
+  const int64_t n = B * S * H;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t b = i / (S * H), s = (i / H) % S, h = i % H;  // i indexes our layout
+    const int64_t packed = (b * H + h) * S + s;
+    if (to_ours)
+      dst[i] = src[packed];
+    else
+      dst[packed] = src[i];
+  }
+}
+
+void stats_transpose(float* dst, const float* src, const Shape& s, bool to_ours, cudaStream_t stream) {
+  const int64_t n = s.B * s.S * s.Hq;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+  stats_transpose_kernel<<<blocks, 256, 0, stream>>>(dst, src, s.B, s.S, s.Hq, to_ours);
+}
+
+// ---- Plan cache.
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+struct PlanCache {
+  std::mutex mutex;
+  std::map<PlanKey, std::shared_ptr<Plan>> plans;
+  std::map<PlanKey, std::string> refused;
+};
+
+PlanCache& cache() {
+  static PlanCache* c = new PlanCache();  // never destroyed: plans may outlive static destruction order
+  return *c;
+}
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+bool shape_of(const AttentionCudaParams& p, Shape* s, std::string* why) {
+  const auto refuse = [&](const std::string& m) {
+    if (why != nullptr) *why = m;
+    return false;
+  };
+  if (p.window > 0) return refuse("sliding window");
+  if (p.n_seqs <= 0 || p.max_seqlen <= 0 || p.n_seqs * p.max_seqlen != p.total_tokens)
+    return refuse("sequences of different lengths");
+  if (p.head_dim % 8 != 0 || p.head_dim > 256) return refuse("head dim " + std::to_string(p.head_dim));
+  if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0) return refuse("kv heads do not divide q heads");
+  *s = {p.n_seqs, p.max_seqlen, p.q_heads, p.kv_heads, p.head_dim};
+  return true;
+}
+
+// The cached plan for this call, built now if need be; nullptr (and why) when refused.
+std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t stream, std::string* why) {
+  CudnnApi& a = api();
+  if (a.handle == nullptr) {
+    if (why != nullptr) *why = a.error;
+    return nullptr;
+  }
+  const PlanKey key{backward, s.B, s.S, s.Hq, s.Hkv, s.D};
+  PlanCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (auto it = c.plans.find(key); it != c.plans.end()) return it->second;
+  if (auto it = c.refused.find(key); it != c.refused.end()) {
+    if (why != nullptr) *why = it->second;
+    return nullptr;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone) {
+    if (why != nullptr) *why = "no plan for this shape yet and the stream is being captured";
+    return nullptr;
+  }
+  auto plan = std::make_shared<Plan>();
+  std::string refusals;
+  for (const bool packed : {false, true}) {
+    try {
+      plan->plan = backward ? build_backward(s, packed, &plan->workspace_bytes)
+                            : build_forward(s, packed, &plan->workspace_bytes);
+      plan->packed_stats = packed;
+      break;
+    } catch (const CudnnError& e) {
+      refusals += std::string(refusals.empty() ? "" : "; ") + (packed ? "packed stats: " : "strided stats: ") + e.what;
+    }
+  }
+  if (!plan->plan) {
+    c.refused[key] = refusals;
+    if (why != nullptr) *why = refusals;
+    return nullptr;
+  }
+  int64_t bytes = round_up(plan->workspace_bytes, 256);
+  if (plan->packed_stats) {
+    plan->stats_offset = bytes;
+    bytes += round_up(s.B * s.Hq * s.S * 4, 256);
+  }
+  if (backward) {
+    plan->softmax_sum_offset = bytes;
+    bytes += round_up(s.B * s.Hq * s.S * 4, 256);
+    plan->dq_accum_offset = bytes;
+    bytes += round_up(s.B * s.Hq * s.S * s.D * 4, 256);
+  }
+  if (bytes > 0 && cudaMalloc(&plan->workspace, static_cast<size_t>(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    c.refused[key] = "cudaMalloc of the plan's " + std::to_string(bytes) + "-byte workspace failed";
+    if (why != nullptr) *why = c.refused[key];
+    return nullptr;
+  }
+  c.plans[key] = plan;
+  return plan;
+}
+
+bool execute(const Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, cudaStream_t stream,
+             std::string* why) {
+  CudnnApi& a = api();
+  try {
+    check(a.SetStream(a.handle, stream), "cudnnSetStream");
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    void* ws = plan.workspace;
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)
+        .finalize("variant pack");
+    check(a.Execute(a.handle, plan.plan->get(), pack.get()), "cudnnBackendExecute");
+  } catch (const CudnnError& e) {
+    if (why != nullptr) *why = e.what;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool attention_cudnn_available(std::string* why) {
+  CudnnApi& a = api();
+  if (why != nullptr)
+    *why = a.handle != nullptr ? "cuDNN " + std::to_string(a.version) + " (" + a.path + ")" : a.error;
+  return a.handle != nullptr;
+}
+
+bool attention_cudnn_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, const AttentionCudaParams& p, cudaStream_t stream,
+                             std::string* why) {
+  Shape s{};
+  if (!shape_of(p, &s, why)) return false;
+  const std::shared_ptr<Plan> plan = plan_for(false, s, stream, why);
+  if (!plan) return false;
+  // By-value scalars: the variant pack points at host values, read when the call is queued.
+  float scale = p.scale, neg_inf = -std::numeric_limits<float>::infinity();
+  float* stats = plan->packed_stats ? reinterpret_cast<float*>(static_cast<char*>(plan->workspace) + plan->stats_offset)
+                                    : lse;
+  if (!execute(*plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+               {const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v), out,
+                stats, &scale, &neg_inf},
+               stream, why))
+    return false;
+  if (plan->packed_stats) stats_transpose(lse, stats, s, true, stream);
+  return true;
+}
+
+bool attention_cudnn_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* d_out,
+                              const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                              const __nv_bfloat16* out, const float* lse, const AttentionCudaParams& p,
+                              cudaStream_t stream, std::string* why) {
+  Shape s{};
+  if (!shape_of(p, &s, why)) return false;
+  const std::shared_ptr<Plan> plan = plan_for(true, s, stream, why);
+  if (!plan) return false;
+  float scale = p.scale, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  char* ws = static_cast<char*>(plan->workspace);
+  float* stats = const_cast<float*>(lse);
+  if (plan->packed_stats) {
+    stats = reinterpret_cast<float*>(ws + plan->stats_offset);
+    stats_transpose(stats, lse, s, false, stream);
+  }
+  return execute(*plan,
+                 {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kScale, kNegInf, kOne},
+                 {const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v),
+                  const_cast<__nv_bfloat16*>(out), const_cast<__nv_bfloat16*>(d_out), stats, dq, dk, dv,
+                  ws + plan->softmax_sum_offset, ws + plan->dq_accum_offset, &scale, &neg_inf, &one},
+                 stream, why);
+}
+
+#endif  // HLM_HAVE_CUDNN_HEADERS
+
+}  // namespace hlm

@@ -10,7 +10,9 @@
 //   non-finite: NaN/±Inf in the cache's k or v (NaN/Inf parity with the CPU), scale 1 (scores spread wider);
 //   bad metadata: a context shorter than its queries, a block id outside the pool, a write slot outside the pool
 //     raise the error flag (and the bad sequence's rows stay unwritten);
-//   every run is repeated: same bits (determinism); guards and unchanged inputs after each call;
+//   every run is repeated: same bits (determinism); guards and unchanged inputs after each call; decode runs (and the
+//     bad-metadata decodes) also run twice with the other split merge (attention_cache_cuda_set_fused_merge: the
+//     merge folded into the decode kernel's last split block, or the separate merge kernel): the same bytes;
 //   bf16 cache (the CUDA engine's bf16 precision): the write rounds k/v to bf16 (bit-identical to the host rounding
 //     of the CPU-written fp32 cache); the fp32 kernels over the bf16 cache are checked like the fp32 ones on the
 //     rounded cache values (they widen exactly); the tensor-core chunk kernel (bf16 q and out, D 64 and 128) with the
@@ -60,6 +62,13 @@ struct CacheCase {
   Fill fill_k = Fill::Normal, fill_v = Fill::Normal;
   double scale = 0;  // 0: D^-1/2
   int64_t window = 0;  // sliding window (attention_cache.h); 0 = full causal
+};
+
+// Sets the decode path's split merge (attention_cache_cuda_set_fused_merge) for a scope.
+struct FusedMergeMode {
+  bool saved;
+  explicit FusedMergeMode(bool on) : saved(attention_cache_cuda_fused_merge()) { attention_cache_cuda_set_fused_merge(on); }
+  ~FusedMergeMode() { attention_cache_cuda_set_fused_merge(saved); }
 };
 
 // A pool with every sequence's blocks at shuffled ids, plus a few spare blocks.
@@ -212,7 +221,12 @@ void run_case(const CacheCase& c, uint64_t seed) {
   const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
   DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
   std::vector<float> first;
-  for (int rep = 0; rep < 2; ++rep) {
+  // reps 0, 1: the default split merge; decode path, reps 2, 3: the other one (fused into the decode kernel, or the
+  // separate kernel), which must give the same bits (twice: the fused merge's counters are reset by each launch).
+  const bool default_fused = attention_cache_cuda_fused_merge();
+  const int reps = p.max_query_len == 1 ? 4 : 2;
+  for (int rep = 0; rep < reps; ++rep) {
+    FusedMergeMode mode(rep < 2 ? default_fused : !default_fused);
     DeviceBuffer out(cpu.size() * sizeof(float), "out");
     attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<float>(), vc_d.as<float>(),
                                  tables_d.as<int32_t>(), ctx_d.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
@@ -228,7 +242,8 @@ void run_case(const CacheCase& c, uint64_t seed) {
       EXPECT_TRUE(check_f32(c.name + " " + path, gpu, cpu, ref, bound, {1}));
       first = gpu;
     } else {
-      EXPECT_EQ(0, std::memcmp(first.data(), gpu.data(), gpu.size() * sizeof(float))) << "not deterministic";
+      EXPECT_EQ(0, std::memcmp(first.data(), gpu.data(), gpu.size() * sizeof(float)))
+          << (rep < 2 ? "not deterministic" : "the fused and separate split merges differ") << " (rep " << rep << ")";
     }
   }
 }
@@ -423,6 +438,20 @@ TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
                                  ws_bytes, flag.as<int>(), ctx().stream());
     ctx().synchronize();
     EXPECT_EQ(read_flag(flag), 1);
+    if (p.max_query_len == 1) {  // the other split merge: the same flag and bytes (twice: the counters stay usable)
+      for (int rep = 0; rep < 2; ++rep) {
+        FusedMergeMode mode(!attention_cache_cuda_fused_merge());
+        DeviceBuffer out2(static_cast<size_t>(p.total_tokens * c.Hq * c.D) * sizeof(float), "out2"),
+            flag2(sizeof(int), "flag2");
+        HLM_CUDA_CHECK(cudaMemset(flag2.as<int>(), 0, sizeof(int)));
+        attention_cache_forward_cuda(out2.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
+                                     tables.as<int32_t>(), ctxs.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
+                                     ws_bytes, flag2.as<int>(), ctx().stream());
+        ctx().synchronize();
+        EXPECT_EQ(read_flag(flag2), 1);
+        EXPECT_EQ(out.download_bytes(), out2.download_bytes()) << "fused vs separate split merge, rep " << rep;
+      }
+    }
     EXPECT_TRUE(buffers_ok({&out, &ws}, {&q, &kc, &vc, &tables, &ctxs, &cu_d}));
     if (what != "bad block") {  // the bad sequence's rows stay unwritten (0xFF poison), the good one's are written
       const std::vector<uint8_t> bytes = out.download_bytes();

@@ -9,14 +9,17 @@
 //            shared memory by cp.async, each K/V row read once for up to 4 query heads (cache_decode_tiled_kernel).
 //            Stream kernel (other head dims, or HLM_DECODE_KERNEL=streams): 16 key streams of 8 lanes; each lane
 //            holds every 8th dim of q, of the key/value row it loads and of its stream's output; streams merge in
-//            shared memory. Splits merge in decode_merge_kernel.
+//            shared memory. Splits merge in cache_decode_merge_kernel, or, with the fused merge on
+//            (attention_cache_cuda_fused_merge), in the decode kernel's last block of each (sequence, head group).
 // Every kernel is a template over the cache's element type C (float, or __nv_bfloat16 for the bf16 cache): cached
 // values are widened to fp32 as they are loaded and everything after the load is the same fp32 code.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -240,12 +243,65 @@ constexpr int kStreams = kDecodeThreads / kKeyLanes;             // key rows in 
 constexpr int64_t kMinSplitKeys = 64;  // fewer keys per split: merging costs more (two 32-key tiles of the tiled kernel)
 constexpr int64_t kMaxSplits = 64;
 
+// The split merge folded into the decode kernels (attention_cache_cuda_fused_merge): `counters` [N · Hq/HPB], zero
+// between launches, counts the finished splits of each (sequence, head group); the block that finishes last merges
+// the group's rows into `out` and sets its counter back to 0. counters == nullptr: the separate merge kernel runs.
+struct FusedMerge {
+  float* out = nullptr;
+  unsigned* counters = nullptr;
+};
+
+// out rows (seq, h0 + i), i < heads, from the splits' partial results [.., splits, D + 2]: mx = the splits' maxima
+// folded with fmaxf in split order; per dim, sum and acc are FMA chains over the splits in order with weights
+// exp(m_s − mx); out = acc · (1 / sum), NaN when every split's max is −Inf. Every output element is computed by one
+// thread in that fixed order, so any thread layout gives the same bits (the merge kernel and the fused tail share
+// it). The partial results are read with L2 loads (__ldcg): in the fused tail they were written by other blocks.
+__device__ __forceinline__ void merge_split_rows(float* out, const float* part, int64_t seq, int64_t h0, int heads,
+                                                 int64_t row, const CacheDims& dm, int64_t splits, int tid,
+                                                 int nthreads) {
+  for (int idx = tid; idx < heads * dm.D; idx += nthreads) {
+    const int hh = idx / dm.D, d = idx % dm.D;
+    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * (dm.D + 2);
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(p + s * (dm.D + 2) + dm.D));
+    float sum = 0.0f, acc = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float* ps = p + s * (dm.D + 2);
+      const float w = expf(__ldcg(ps + dm.D) - mx);
+      sum = fmaf(__ldcg(ps + dm.D + 1), w, sum);
+      acc = fmaf(__ldcg(ps + d), w, acc);
+    }
+    out[(row * dm.Hq + h0 + hh) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
+  }
+}
+
+// End of a decode block (every thread calls it, after its last store of the partial results): count this split; the
+// last of its (sequence, head group) merges the HPB rows (the threadFenceReduction pattern: each thread's stores are
+// fenced before thread 0's atomic, and the last block fences before reading the others' results).
+template <int HPB>
+__device__ void decode_merge_if_last(const FusedMerge& fm, const float* part, int64_t seq, int64_t h0, int64_t row,
+                                     const CacheDims& dm, int64_t splits) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* c = fm.counters + seq * gridDim.y + blockIdx.y;
+    last = atomicAdd(c, 1u) == static_cast<unsigned>(splits - 1);
+    if (last) *c = 0u;  // every split of the group has counted: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  merge_split_rows(fm.out, part, seq, h0, HPB, row, dm, splits, static_cast<int>(threadIdx.x),
+                   static_cast<int>(blockDim.x));
+}
+
 // part: [N, Hq, splits, D + 2] = unnormalised O (D floats), running max, running sum of the split.
 template <int DMAX, int HPB, typename C>
 __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                         const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
-                        int64_t splits, int64_t split_len, int* flag) {
+                        int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
   constexpr int DPL = DMAX / kKeyLanes;  // dims per lane
   const int64_t seq = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * HPB, split = blockIdx.z;
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
@@ -330,6 +386,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       dst[dm.D + 1] = sum;
     }
   }
+  if (fm.counters != nullptr) decode_merge_if_last<HPB>(fm, part, seq, h0, sv.begin, dm, splits);
 }
 
 // Tiled decode (the default when D·sizeof(C) is a multiple of 16 bytes and the caches are 16-byte aligned): the
@@ -388,7 +445,7 @@ template <int DMAX, int HPB, typename C>
 __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_tiled_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                               const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
-                              int64_t splits, int64_t split_len, int* flag) {
+                              int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
   using Smem = TiledDecodeSmem<DMAX, C>;
   constexpr int kVec = Smem::kVec, S = Smem::kStride;
   constexpr int kLanes = kDecodeThreads / (HPB * kTileKeys);  // lanes per (head, key) score: 4, 2, 1
@@ -549,6 +606,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     }
   }
+  if (fm.counters != nullptr) decode_merge_if_last<HPB>(fm, part, seq, h0, sv.begin, dm, splits);
 }
 
 // out row (seq, h) from the splits' partial results.
@@ -558,19 +616,8 @@ __global__ void cache_decode_merge_kernel(float* out, const float* part, const i
   const int64_t seq = blockIdx.x, h = blockIdx.y;
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, nullptr);
   if (!sv.ok || sv.nq == 0) return;
-  const float* p = part + (seq * dm.Hq + h) * splits * (dm.D + 2);
-  float mx = -INFINITY;
-  for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * (dm.D + 2) + dm.D]);
-  for (int d = threadIdx.x; d < dm.D; d += blockDim.x) {
-    float sum = 0.0f, acc = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) {
-      const float* ps = p + s * (dm.D + 2);
-      const float w = expf(ps[dm.D] - mx);
-      sum = fmaf(ps[dm.D + 1], w, sum);
-      acc = fmaf(ps[d], w, acc);
-    }
-    out[(sv.begin * dm.Hq + h) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
-  }
+  merge_split_rows(out, part, seq, h, 1, sv.begin, dm, splits, static_cast<int>(threadIdx.x),
+                   static_cast<int>(blockDim.x));
 }
 
 // ---- launchers
@@ -624,17 +671,17 @@ void chunk_launch(float* out, const float* q, const C* kc, const C* vc, const in
 template <int DMAX, int HPB, typename C>
 void decode_launch(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
                    const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
-                   int* flag, cudaStream_t stream) {
+                   int* flag, FusedMerge fm, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
   cache_decode_kernel<DMAX, HPB, C>
-      <<<grid, kDecodeThreads, 0, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag);
+      <<<grid, kDecodeThreads, 0, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
 template <int DMAX, int HPB, typename C>
 void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
                          const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
-                         int* flag, cudaStream_t stream) {
+                         int* flag, FusedMerge fm, cudaStream_t stream) {
   constexpr size_t smem = TiledDecodeSmem<DMAX, C>::bytes();
   static const bool attribute_set = [] {  // above 48 KiB (the fp32 cache at DMAX 128) needs the opt-in
     HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_decode_tiled_kernel<DMAX, HPB, C>,
@@ -644,7 +691,7 @@ void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, 
   (void)attribute_set;
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
   cache_decode_tiled_kernel<DMAX, HPB, C>
-      <<<grid, kDecodeThreads, smem, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag);
+      <<<grid, kDecodeThreads, smem, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -663,22 +710,52 @@ bool decode_tiled_usable(const C* kc, const C* vc, const CacheDims& dm) {
 template <int DMAX, typename C>
 void decode_dispatch(int hpb, float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
                      const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
-                     int* flag, cudaStream_t stream) {
+                     int* flag, FusedMerge fm, cudaStream_t stream) {
   if (decode_tiled_usable(kc, vc, dm)) {
     if (hpb == 4)
-      decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+      decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
     else if (hpb == 2)
-      decode_tiled_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+      decode_tiled_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
     else
-      decode_tiled_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+      decode_tiled_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
     return;
   }
   if (hpb == 4)
-    decode_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    decode_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
   else if (hpb == 2)
-    decode_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    decode_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
   else
-    decode_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+    decode_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+}
+
+// ---- the fused split merge's counters
+
+// -1: not read yet (HLM_DECODE_MERGE=fused in the environment turns the fused merge on), else 0 / 1.
+std::atomic<int> g_fused_merge{-1};
+constexpr int64_t kMergeCounters = int64_t{1} << 16;  // (sequence, head group) pairs one launch may count
+constexpr int kMaxDevices = 64;
+
+// The device's counters (kMergeCounters unsigned, zeroed once, kept for the process: each launch leaves them 0), or
+// nullptr when the fused merge is off, `groups` exceeds them, or they do not exist yet and `stream` is capturing a
+// graph (no allocation inside a capture: that launch merges separately, with the same bits).
+unsigned* fused_merge_counters(int64_t groups, cudaStream_t stream) {
+  if (!attention_cache_cuda_fused_merge() || groups > kMergeCounters) return nullptr;
+  static std::mutex mu;
+  static unsigned* counters[kMaxDevices] = {};
+  int device = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (counters[device] == nullptr) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    HLM_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    if (status != cudaStreamCaptureStatusNone) return nullptr;
+    void* ptr = nullptr;
+    HLM_CUDA_CHECK(cudaMalloc(&ptr, static_cast<size_t>(kMergeCounters) * sizeof(unsigned)));
+    HLM_CUDA_CHECK(cudaMemset(ptr, 0, static_cast<size_t>(kMergeCounters) * sizeof(unsigned)));
+    counters[device] = static_cast<unsigned*>(ptr);
+  }
+  return counters[device];
 }
 
 template <typename C>
@@ -699,6 +776,20 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
                    void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream);
 
 }  // namespace
+
+bool attention_cache_cuda_fused_merge() {
+  int v = g_fused_merge.load();
+  if (v < 0) {
+    const char* e = std::getenv("HLM_DECODE_MERGE");
+    v = e != nullptr && std::string(e) == "fused" ? 1 : 0;
+    int expected = -1;
+    g_fused_merge.compare_exchange_strong(expected, v);
+    v = g_fused_merge.load();
+  }
+  return v == 1;
+}
+
+void attention_cache_cuda_set_fused_merge(bool on) { g_fused_merge.store(on ? 1 : 0); }
 
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
   if (!decode_path(p) || p.n_seqs <= 0 || p.max_context <= 0 || p.kv_heads <= 0 || p.q_heads <= 0) return 1;
@@ -740,12 +831,14 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
   auto* part = static_cast<float*>(workspace);
   const int64_t len = split_len(p, splits);
   const int hpb = heads_per_block(p);
+  const FusedMerge fm{out, fused_merge_counters(dm.N * (dm.Hq / hpb), stream)};
   if (dm.D <= 64)
     decode_dispatch<64>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
-                        error_flag, stream);
+                        error_flag, fm, stream);
   else
     decode_dispatch<128>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
-                         error_flag, stream);
+                         error_flag, fm, stream);
+  if (fm.counters != nullptr) return;  // merged by each group's last split block
   cache_decode_merge_kernel<<<dim3(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq)), 128, 0, stream>>>(
       out, part, block_tables, context_lens, cu_seqlens, dm, splits);
   HLM_CUDA_CHECK_LAUNCH();

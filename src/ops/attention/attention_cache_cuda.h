@@ -14,7 +14,8 @@
 //     (sequence, group of up to 4 query heads of one kv head, key split) reads each cached K/V row of its split ONCE
 //     for all its query heads (in 32-key tiles through shared memory when rows are 16-byte multiples; otherwise 8
 //     lanes per key row, 16 rows in flight, an online softmax per 8-lane stream merged in shared memory) and writes
-//     the split's (max, sum, unnormalised output) to the workspace; a second kernel merges the splits. The split count fills the GPU at small batch and drops to 1
+//     the split's (max, sum, unnormalised output) to the workspace; a second kernel merges the splits
+//     (or the last split block of each group: attention_cache_cuda_fused_merge). The split count fills the GPU at small batch and drops to 1
 //     at large batch (attention_cache_cuda_decode_splits).
 //
 // Numerics against the CPU reference (which takes the row max first and sums in double): scores are fp32 FMA dots
@@ -71,6 +72,18 @@ void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, 
 void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const float* k, const float* v,
                                 const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
                                 int* error_flag, cudaStream_t stream);
+
+// The decode path's split merge folded into the decode kernel: each key split's block counts itself on a per-(sequence,
+// head group) counter after writing its partial result, and the last one merges the group's rows into `out` (the
+// separate merge kernel's arithmetic, same order: bit-identical output, one launch fewer per layer and step). The
+// counters are a per-device array kept for the process, zero between launches (each launch resets what it counted);
+// so two decode launches must not run concurrently on one device (different streams) with the fused merge on, and a
+// launch aborted mid-way leaves them unusable. Off by default until measured; HLM_DECODE_MERGE=fused in the
+// environment turns it on, attention_cache_cuda_set_fused_merge overrides (tests, A/B runs). Not taken (the separate
+// merge runs) for more than 65,536 (sequence, head group) pairs, or when the counters do not exist yet and the
+// stream is capturing a CUDA graph.
+bool attention_cache_cuda_fused_merge();
+void attention_cache_cuda_set_fused_merge(bool on);
 
 // Key splits the decode path uses for these params on the current device (1 when the batch fills the GPU).
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p);

@@ -3,15 +3,24 @@
 # (answer loss, 25.2M training tokens per architecture, bf16 evaluation at 1K-8K) with the four architectures as four
 # processes side by side on the one H200, all on one --out (the data stage runs once, under the folder's lock), each
 # cut at LIMIT seconds (a cut evaluation keeps its finished cells, shortest length first), then --report-only for
-# the reports over all four. Run from the repository root with out/niah2/bins.txz and data/corpus/demo carried.
+# the reports over all four. Run from the repository root with out/niah2/bins.txz and out/niah2/corpus.tgz carried
+# (the demo corpus without its 9.8 MB jsonl/ intermediate folder: `tar czf out/niah2/corpus.tgz -C data/corpus/demo
+# --exclude=jsonl .`, so that the carry stays under 64 MiB with the binaries).
+# First the CUDA NIAH tests (tests/cuda_models/test_cuda_niah_cli.cpp: fp32 CUDA = CPU, bf16 plans, the backend).
+# HLM_QK_FUSE=off: the engine's attention mixer keeps its five launches (ad57a67's fused q/k norm + RoPE + cache write
+# had not run on a GPU when this binary was built; this call measures the NIAH experiment, not that kernel).
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 set -u
-LIMIT=${LIMIT:-430}
+LIMIT=${LIMIT:-420}
+export HLM_QK_FUSE=off
 mkdir -p /tmp/hlm && tar xf out/niah2/bins.txz -C /tmp/hlm || exit 3
+[ -f data/corpus/demo/corpus.json ] || { mkdir -p data/corpus/demo && tar xzf out/niah2/corpus.tgz -C data/corpus/demo; } || exit 4
 export LD_LIBRARY_PATH=/tmp/hlm/lib:${LD_LIBRARY_PATH:-}
 H=/tmp/hlm/bin/hybridlm; C=configs/niah/experiment-gpu.json; O=out/niah2/gpu; L=out/niah2/logs
 mkdir -p "$O" "$L"  # a warm machine that holds $O from an earlier call continues it (finished stages skipped)
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+HLM_GOLDEN_DIR=$PWD/tests/golden HLM_BINARY=$H timeout 60 /tmp/hlm/bin/test_cuda_models --gtest_filter='CudaNiah*' \
+  > "$L/test_cuda_niah.log" 2>&1; el "CUDA NIAH tests rc $?"; grep -E "^\[ +(OK|FAILED|PASSED) +\]|Failure" "$L/test_cuda_niah.log" | head -20
 (while true; do echo "$(( $(date +%s) - T0 )),$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits)"; sleep 5; done) > "$L/smi.csv" 2>&1 &
 SMI=$!
 pids=()

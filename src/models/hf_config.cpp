@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "models/architecture.h"
+#include "models/config_classes.h"
 #include "models/tensor_table.h"
 
 namespace hlm {
@@ -881,6 +882,12 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
   }
   if (!c.use_rope && !cls.granite_hybrid) j["rope_parameters"] = nullptr;
   return j;
+}
+
+std::optional<ConfigClassFacts> config_class_facts(Architecture architecture) {
+  for (const ConfigClass& c : kConfigClasses)
+    if (c.architecture == architecture) return ConfigClassFacts{c.hf_class, c.granite_scalars};
+  return std::nullopt;
 }
 
 }  // namespace hlm

@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/parallel_set.h"
+#include "models/architecture.h"
+#include "models/config_classes.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
 #include "train/config_section.h"
@@ -44,22 +46,25 @@ json with_layer_types(json model) {
   return model;
 }
 
-// The teacher architectures the study pretrains and converts (each has a hybrid student, models/convert.h):
-// model_type, HF class, and whether the config carries Granite's four scalars.
+// A teacher architecture the study can pretrain and convert: an architecture with a hybrid student
+// (ArchitectureSpec::hybrid_student, models/convert.h), with its config class's facts (HF class, Granite's scalars).
 struct TeacherArchitecture {
-  const char* model_type;
-  const char* hf_class;
+  std::string_view model_type, hf_class;
   bool granite_scalars;
 };
-constexpr TeacherArchitecture kTeacherArchitectures[] = {{"qwen3", "Qwen3ForCausalLM", false},
-                                                         {"granite", "GraniteForCausalLM", true}};
 constexpr const char* kGraniteScalarKeys[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier",
                                               "logits_scaling"};
 
-const TeacherArchitecture& teacher_architecture(const std::string& name, const std::string& where) {
-  for (const TeacherArchitecture& a : kTeacherArchitectures)
-    if (name == a.model_type) return a;
-  throw_input_error(where, ".architecture: '", name, "' is not a teacher architecture (qwen3 or granite)");
+TeacherArchitecture teacher_architecture(const std::string& name, const std::string& where) {
+  std::string teachers;
+  for (const ArchitectureSpec* spec : architecture_specs()) {
+    if (spec->hybrid_student.empty()) continue;
+    const std::optional<ConfigClassFacts> facts = config_class_facts(spec->architecture);
+    if (!facts) continue;
+    if (name == spec->model_type) return {spec->model_type, facts->hf_class, facts->granite_scalars};
+    teachers += str_cat(teachers.empty() ? "" : " or ", spec->model_type);
+  }
+  throw_input_error(where, ".architecture: '", name, "' is not a teacher architecture (", teachers, ")");
 }
 
 double& granite_scalar(StudyGraniteMultipliers& g, const std::string& key) {
@@ -91,7 +96,7 @@ void resolve_teacher_architecture(StudyConfig& c, const json* t, const std::stri
                               : std::string();
   if (given) read_config_key(*t, "architecture", c.teacher_architecture, where);
   else c.teacher_architecture = own;
-  const TeacherArchitecture& arch = teacher_architecture(c.teacher_architecture, where);
+  const TeacherArchitecture arch = teacher_architecture(c.teacher_architecture, where);
   c.teacher_granite = StudyGraniteMultipliers{};
   if (arch.granite_scalars && own == arch.model_type)
     for (const char* key : kGraniteScalarKeys)
@@ -104,8 +109,8 @@ void resolve_teacher_architecture(StudyConfig& c, const json* t, const std::stri
     check_config_keys(g, {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"}, gw);
     for (const char* key : kGraniteScalarKeys) read_config_key(g, key, granite_scalar(c.teacher_granite, key), gw);
   }
-  model["model_type"] = arch.model_type;
-  model["architectures"] = json::array({arch.hf_class});
+  model["model_type"] = std::string(arch.model_type);
+  model["architectures"] = json::array({std::string(arch.hf_class)});
   for (const char* key : kGraniteScalarKeys) {
     if (arch.granite_scalars) model[key] = granite_scalar(c.teacher_granite, key);
     else model.erase(key);

@@ -298,7 +298,7 @@ json batches_json(const std::vector<int64_t>& batches) {
 int64_t kv_element_bytes(const Options& o) { return o.precision == "bf16" ? 2 : 4; }
 
 CudaEngineOptions engine_options(bool graphs) {
-  CudaEngineOptions e;
+  CudaEngineOptions e = cuda_engine_default_options();  // HLM_QK_FUSE=off in the environment: A/B of the fusion
   e.cuda_graphs = graphs;
   return e;
 }

@@ -34,16 +34,6 @@ namespace hlm {
 
 namespace {
 
-// The attention mixer's q/k norms, RoPE and cache write as one launch (ops/qk_norm_rope, bit-identical to the five
-// separate launches). HLM_QK_FUSE=off (or 0) keeps the five launches, for A/B measurements in one binary.
-bool qk_fuse_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("HLM_QK_FUSE");
-    return v == nullptr || (std::string(v) != "off" && std::string(v) != "0");
-  }();
-  return on;
-}
-
 // A step's host metadata packed into one device upload (sections 16-byte aligned).
 class MetaPack {
  public:
@@ -270,7 +260,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   fp.shape = {T, d.q_heads, d.kv_heads, D, w.q_norm_size, w.k_norm_size, d.norm_eps};
   fp.cache_slots = plan_.num_blocks * plan_.block_size;
   CudaTensor q_n, k_n;
-  if (qk_fuse_enabled() && qk_norm_rope_cuda_supported(fp)) {
+  if (options_.fused_qk_norm_rope && qk_norm_rope_cuda_supported(fp)) {
     // One launch, q and k normalized and rotated in place (the same bits as the sequence below).
     const float* qn = w.q_norm_size > 0 ? w.q_norm.data<float>() : nullptr;
     const float* kn = w.k_norm_size > 0 ? w.k_norm.data<float>() : nullptr;
@@ -636,6 +626,9 @@ CudaEngineOptions cuda_engine_default_options() {
   CudaEngineOptions o;
   const char* env = std::getenv("HLM_CUDA_GRAPHS");
   if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) o.cuda_graphs = false;
+  // HLM_QK_FUSE=0|off: the five launches instead of the fused q/k norm + RoPE + cache write (A/B in one binary).
+  const char* fuse = std::getenv("HLM_QK_FUSE");
+  if (fuse != nullptr && (std::strcmp(fuse, "0") == 0 || std::strcmp(fuse, "off") == 0)) o.fused_qk_norm_rope = false;
   return o;
 }
 

@@ -45,9 +45,13 @@ namespace hlm {
 
 struct CudaEngineOptions {
   bool cuda_graphs = true;  // decode steps as CUDA graphs (above)
+  // Each attention layer's q/k norms, RoPE and KV-cache write as one launch (ops/qk_norm_rope/qk_norm_rope_cuda.h,
+  // bit-identical to the five separate launches); false: the five launches (A/B runs, tests).
+  bool fused_qk_norm_rope = true;
 };
 
-// The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off.
+// The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off and HLM_QK_FUSE=0|off the fused
+// q/k norm + RoPE + cache write.
 CudaEngineOptions cuda_engine_default_options();
 
 std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,

@@ -1,0 +1,135 @@
+// The CUDA engine's fused launches against the separate launches they replace, end to end: two engines over the same
+// CudaModel run the same teacher-forced steps (three sequences of different lengths prefilled in chunks of 5, then
+// decoded together with CUDA graphs, one sequence closed half-way), one with
+//   - the fused q/k norm + RoPE + KV-cache write (CudaEngineOptions::fused_qk_norm_rope, ops/qk_norm_rope) and the
+//     flash-decoding split merge folded into the decode kernel (attention_cache_cuda_set_fused_merge),
+// the other with both off (five launches per attention layer, then the separate merge kernel). Both are meant to be
+// bit-identical to what they replace, so every step's logits must have the same bytes. Models: qwen3 (per-head q/k
+// norms), granite (no q/k norms), olmo_hybrid (q/k norms over the whole projection), a qwen3_hybrid student (GQA),
+// olmo3 with sliding windows; fp32 (fp32 KV cache) and bf16 (bf16 KV cache).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_context.h"
+#include "cuda_models/cuda_model_support.h"
+#include "infer/cuda/cuda_engine.h"
+#include "infer/infer_models.h"
+#include "models/cuda/cuda_model.h"
+#include "models/model.h"
+#include "ops/attention/attention_cache_cuda.h"
+
+using namespace hlm;
+using namespace hlm::test;
+
+namespace {
+
+std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids;
+  uint32_t state = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
+  }
+  return ids;
+}
+
+MemoryPlan plan_for(const Model& model, int64_t sequences, int64_t tokens_each, int64_t kv_element_bytes) {
+  MemoryRequest r;
+  r.max_sequences = sequences;
+  r.block_size = 16;
+  r.kv_element_bytes = kv_element_bytes;
+  r.kv_blocks = sequences * ((tokens_each + r.block_size - 1) / r.block_size);
+  return memory_plan_build(model.config(), r);
+}
+
+// Teacher-forced steps over `seqs` (each prefilled up to prompts[i] in chunks of 5, all in the same steps, then one
+// token per step) until one sequence is used up; sequence 1 is closed after 4 pure decode steps (a new decode shape).
+// Returns every step's logits, concatenated.
+std::vector<float> run_steps(InferenceEngine& e, const std::vector<std::vector<int32_t>>& seqs,
+                             const std::vector<int64_t>& prompts) {
+  std::vector<int> slots;
+  for (const auto& s : seqs) slots.push_back(e.open_sequence(static_cast<int64_t>(s.size())));
+  std::vector<size_t> who(seqs.size());
+  for (size_t i = 0; i < who.size(); ++i) who[i] = i;
+  std::vector<int64_t> at(seqs.size(), 0);
+  std::vector<float> all;
+  int64_t decode_steps = 0;
+  for (bool done = false; !done;) {
+    if (decode_steps == 4 && who.size() == seqs.size()) {  // sequence 1 stops: the batch shrinks
+      e.close_sequence(slots[1]);
+      slots.erase(slots.begin() + 1);
+      who.erase(who.begin() + 1);
+    }
+    TokenBatch b;
+    bool prefill = false;
+    for (const size_t i : who) {
+      const int64_t end = at[i] < prompts[i] ? std::min(prompts[i], at[i] + 5) : at[i] + 1;
+      prefill = prefill || end - at[i] > 1;
+      b.add_sequence(std::vector<int32_t>(seqs[i].begin() + at[i], seqs[i].begin() + end));
+      at[i] = end;
+    }
+    const Tensor logits = e.step(slots, b);
+    all.insert(all.end(), logits.f32(), logits.f32() + logits.numel());
+    if (!prefill) ++decode_steps;
+    for (const size_t i : who) done = done || at[i] >= static_cast<int64_t>(seqs[i].size());
+  }
+  return all;
+}
+
+// Sets the flash-decoding split merge for a scope.
+struct FusedMergeMode {
+  bool saved;
+  explicit FusedMergeMode(bool on) : saved(attention_cache_cuda_fused_merge()) { attention_cache_cuda_set_fused_merge(on); }
+  ~FusedMergeMode() { attention_cache_cuda_set_fused_merge(saved); }
+};
+
+}  // namespace
+
+TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  struct Case {
+    const char* name;
+    bool golden;
+  };
+  for (const Case& m : {Case{"qwen3_untied", true}, Case{"granite", true}, Case{"olmo_hybrid_tiny", true},
+                        Case{"qwen3_hybrid_student", false}, Case{"olmo3_swa", true}}) {
+    Model model = m.golden ? Model::load(cuda_golden_dir(m.name))
+                           : Model::create(parse_model_config(student_config_json(), "test"), 11);
+    const int64_t V = model.config().vocab_size;
+    const std::vector<int64_t> prompts{17, 9, 23};
+    std::vector<std::vector<int32_t>> seqs;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      seqs.push_back(ids_for(prompts[i] + 14, V, 90 + static_cast<uint32_t>(i)));
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(m.name) + (bf16 ? " bf16" : " fp32"));
+      CudaModel gpu = CudaModel::upload(model, ctx);
+      if (bf16) gpu.drop_fp32_weights();
+      const MemoryPlan plan = plan_for(model, 3, prompts.back() + 14, bf16 ? 2 : 4);
+      CudaEngineOptions fused, separate;
+      fused.fused_qk_norm_rope = true;
+      separate.fused_qk_norm_rope = false;
+      std::vector<float> lf, ls;
+      {
+        FusedMergeMode mode(true);
+        auto e = make_cuda_engine(gpu, plan, fused);
+        lf = run_steps(*e, seqs, prompts);
+        EXPECT_GT(cuda_engine_graph_stats(*e).replays, 0);
+      }
+      {
+        FusedMergeMode mode(false);
+        auto e = make_cuda_engine(gpu, plan, separate);
+        ls = run_steps(*e, seqs, prompts);
+      }
+      ASSERT_EQ(lf.size(), ls.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < lf.size(); ++i) differ += std::memcmp(&lf[i], &ls[i], sizeof(float)) != 0;
+      std::printf("[fusions] %s %s: %zu logits, %zu differ\n", m.name, bf16 ? "bf16" : "fp32", lf.size(), differ);
+      EXPECT_EQ(differ, 0u);
+    }
+  }
+}

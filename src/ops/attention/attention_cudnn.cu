@@ -233,6 +233,27 @@ class GraphBuilder {
     keep_.push_back(r);
     ops_.push_back(op);
   }
+  // The same operations into a new virtual tensor of `layout`, returned.
+  struct Layout {
+    std::vector<int64_t> dims, strides;
+  };
+  DescPtr pointwise_to(cudnnPointwiseMode_t mode, const DescPtr& x, const DescPtr& b, const Layout& layout,
+                       cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    DescPtr y = virt(layout.dims, layout.strides, type);
+    pointwise(mode, x, b, nullptr, y);
+    return y;
+  }
+  DescPtr matmul_to(const DescPtr& a, const DescPtr& b, const Layout& layout, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    DescPtr c = virt(layout.dims, layout.strides, type);
+    matmul(a, b, c);
+    return c;
+  }
+  DescPtr reduction_to(cudnnReduceTensorOp_t mode, const DescPtr& x, const Layout& layout) {
+    DescPtr y = virt(layout.dims, layout.strides, CUDNN_DATA_FLOAT);
+    reduction(mode, x, y);
+    return y;
+  }
+
   void reshape(const DescPtr& x, const DescPtr& y) {
     auto op = std::make_shared<Desc>(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
     op->set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, *x).set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, *y).finalize("reshape operation");
@@ -341,106 +362,86 @@ std::vector<int64_t> stats_strides(const Shape& s, bool packed_stats) {
   return packed_stats ? std::vector<int64_t>{s.Hq * s.S, s.S, 1, 1} : std::vector<int64_t>{s.S * s.Hq, 1, s.Hq, 1};
 }
 
+// The layouts both graphs use: scores [B, Hq, Sq, Skv] and their transpose, per-row values [B, Hq, S, 1], and the
+// real tensors (q, out, d_out, dq token-major [T, Hq, D]; k, v, dk, dv [T, Hkv, D]; kᵀ, vᵀ as [B, Hkv, D, S]).
+struct Layouts {
+  using L = GraphBuilder::Layout;
+  L scores, scores_t, rows, q, kv, kv_t, q_full;
+  explicit Layouts(const Shape& s)
+      : scores{{s.B, s.Hq, s.S, s.S}, {s.Hq * s.S * s.S, s.S * s.S, s.S, 1}},
+        scores_t{{s.B, s.Hq, s.S, s.S}, {s.Hq * s.S * s.S, s.S * s.S, 1, s.S}},
+        rows{{s.B, s.Hq, s.S, 1}, {s.Hq * s.S, s.S, 1, 1}},
+        q{{s.B, s.Hq, s.S, s.D}, bhsd_strides(s, s.Hq)},
+        kv{{s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv)},
+        kv_t{{s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv)},
+        q_full{{s.B, s.Hq, s.S, s.D}, {s.Hq * s.S * s.D, s.S * s.D, s.D, 1}} {}
+};
+
+DescPtr bf16_tensor(GraphBuilder& g, int64_t uid, const GraphBuilder::Layout& l) {
+  return g.tensor(uid, l.dims, l.strides, CUDNN_DATA_BFLOAT16);
+}
+
 std::shared_ptr<Desc> build_forward(const Shape& s, bool packed_stats, int64_t* ws) {
   GraphBuilder g;
-  const std::vector<int64_t> sdims{s.B, s.Hq, s.S, s.S}, sstr{s.Hq * s.S * s.S, s.S * s.S, s.S, 1};
-  const std::vector<int64_t> rdims{s.B, s.Hq, s.S, 1}, rstr{s.Hq * s.S, s.S, 1, 1};
-  DescPtr q = g.tensor(kQ, {s.B, s.Hq, s.S, s.D}, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
-  DescPtr kt = g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
-  DescPtr v = g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
-  DescPtr o = g.tensor(kO, {s.B, s.Hq, s.S, s.D}, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
-  DescPtr stats = g.tensor(kStats, rdims, stats_strides(s, packed_stats), CUDNN_DATA_FLOAT);
+  const Layouts l(s);
+  DescPtr q = bf16_tensor(g, kQ, l.q), kt = bf16_tensor(g, kK, l.kv_t), v = bf16_tensor(g, kV, l.kv);
+  DescPtr o = bf16_tensor(g, kO, l.q);
+  DescPtr stats = g.tensor(kStats, l.rows.dims, stats_strides(s, packed_stats), CUDNN_DATA_FLOAT);
   DescPtr scale = g.scalar(kScale, CUDNN_DATA_FLOAT), neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
-  DescPtr s1 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.matmul(q, kt, s1);
-  DescPtr s2 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, s1, scale, nullptr, s2);
-  DescPtr s3 = causal_mask(g, s2, sdims, sstr, neg_inf);
-  DescPtr mx = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
-  g.reduction(CUDNN_REDUCE_TENSOR_MAX, s3, mx);
-  DescPtr s4 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_SUB, s3, mx, nullptr, s4);
-  DescPtr e = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_EXP, s4, nullptr, nullptr, e);
-  DescPtr z = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
-  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, z);
-  DescPtr logz = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, nullptr, logz);
-  g.pointwise(CUDNN_POINTWISE_ADD, mx, logz, nullptr, stats);
-  DescPtr pr = g.virt(sdims, sstr, CUDNN_DATA_BFLOAT16);  // P in the products' type, as the frontend has it
-  g.pointwise(CUDNN_POINTWISE_DIV, e, z, nullptr, pr);
-  g.matmul(pr, v, o);
+  // S = mask(scale · Q Kᵀ); stats = max + log Σ exp(S − max); O = (exp(S − max) / Σ) V
+  DescPtr s2 = g.pointwise_to(CUDNN_POINTWISE_MUL, g.matmul_to(q, kt, l.scores), scale, l.scores);
+  DescPtr s3 = causal_mask(g, s2, l.scores.dims, l.scores.strides, neg_inf);
+  DescPtr mx = g.reduction_to(CUDNN_REDUCE_TENSOR_MAX, s3, l.rows);
+  DescPtr e = g.pointwise_to(CUDNN_POINTWISE_EXP, g.pointwise_to(CUDNN_POINTWISE_SUB, s3, mx, l.scores), nullptr,
+                             l.scores);
+  DescPtr z = g.reduction_to(CUDNN_REDUCE_TENSOR_ADD, e, l.rows);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, g.pointwise_to(CUDNN_POINTWISE_LOG, z, nullptr, l.rows), nullptr, stats);
+  // P in the products' type, as cuDNN's frontend has it
+  g.matmul(g.pointwise_to(CUDNN_POINTWISE_DIV, e, z, l.scores, CUDNN_DATA_BFLOAT16), v, o);
   return g.plan(ws);
 }
 
 std::shared_ptr<Desc> build_backward(const Shape& s, bool packed_stats, int64_t* ws) {
   GraphBuilder g;
-  const std::vector<int64_t> sdims{s.B, s.Hq, s.S, s.S}, sstr{s.Hq * s.S * s.S, s.S * s.S, s.S, 1};
-  const std::vector<int64_t> tstr{s.Hq * s.S * s.S, s.S * s.S, 1, s.S};  // the scores' transpose [B, Hq, Skv, Sq]
-  const std::vector<int64_t> rdims{s.B, s.Hq, s.S, 1}, rstr{s.Hq * s.S, s.S, 1, 1};
-  const std::vector<int64_t> qdims{s.B, s.Hq, s.S, s.D};
-  DescPtr q = g.tensor(kQ, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
-  DescPtr kt = g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
-  DescPtr vt = g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
-  DescPtr o = g.tensor(kO, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
-  DescPtr d_o = g.tensor(kDO, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
-  DescPtr stats = g.tensor(kStats, rdims, stats_strides(s, packed_stats), CUDNN_DATA_FLOAT);
-  DescPtr dq = g.tensor(kDQ, qdims, bhsd_strides(s, s.Hq), CUDNN_DATA_BFLOAT16);
-  DescPtr dk = g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
-  DescPtr dv = g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
-  DescPtr softmax_sum = g.tensor(kSoftmaxSum, rdims, rstr, CUDNN_DATA_FLOAT);
-  DescPtr dq_accum = g.tensor(kDQAccum, qdims, {s.Hq * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_FLOAT);
+  const Layouts l(s);
+  DescPtr q = bf16_tensor(g, kQ, l.q), kt = bf16_tensor(g, kK, l.kv_t), vt = bf16_tensor(g, kV, l.kv_t);
+  DescPtr o = bf16_tensor(g, kO, l.q), d_o = bf16_tensor(g, kDO, l.q);
+  DescPtr dq = bf16_tensor(g, kDQ, l.q), dk = bf16_tensor(g, kDK, l.kv), dv = bf16_tensor(g, kDV, l.kv);
+  DescPtr stats = g.tensor(kStats, l.rows.dims, stats_strides(s, packed_stats), CUDNN_DATA_FLOAT);
+  DescPtr softmax_sum = g.tensor(kSoftmaxSum, l.rows.dims, l.rows.strides, CUDNN_DATA_FLOAT);
+  DescPtr dq_accum = g.tensor(kDQAccum, l.q_full.dims, l.q_full.strides, CUDNN_DATA_FLOAT);
   DescPtr scale = g.scalar(kScale, CUDNN_DATA_FLOAT), neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
   DescPtr one = g.scalar(kOne, CUDNN_DATA_FLOAT);
-  // softmax_sum = rowsum(dO ∘ O)
-  DescPtr dodo = g.virt(qdims, {s.Hq * s.S * s.D, s.S * s.D, s.Hq * s.D, 1}, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, d_o, o, nullptr, dodo);
-  DescPtr rs = g.virt(rdims, rstr, CUDNN_DATA_FLOAT);
-  g.reduction(CUDNN_REDUCE_TENSOR_ADD, dodo, rs);
+  // softmax_sum = rowsum(dO ∘ O) (the frontend's strides for the product)
+  const GraphBuilder::Layout dodo{l.q.dims, {s.Hq * s.S * s.D, s.S * s.D, s.Hq * s.D, 1}};
+  DescPtr rs = g.reduction_to(CUDNN_REDUCE_TENSOR_ADD, g.pointwise_to(CUDNN_POINTWISE_MUL, d_o, o, dodo), l.rows);
   g.pointwise(CUDNN_POINTWISE_MUL, rs, one, nullptr, softmax_sum);
   // P = exp(mask(scale · Q Kᵀ − stats))
-  DescPtr s1 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.matmul(q, kt, s1);
-  DescPtr s2 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, s1, scale, nullptr, s2);
-  DescPtr s3 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_SUB, s2, stats, nullptr, s3);
-  DescPtr s4 = causal_mask(g, s3, sdims, sstr, neg_inf);
-  DescPtr p = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_EXP, s4, nullptr, nullptr, p);
-  // dV = Pᵀ dO (summed over the query heads of a kv group)
-  DescPtr pt = g.virt({s.B, s.Hq, s.S, s.S}, tstr, CUDNN_DATA_BFLOAT16);
-  g.reshape(p, pt);
+  DescPtr s2 = g.pointwise_to(CUDNN_POINTWISE_MUL, g.matmul_to(q, kt, l.scores), scale, l.scores);
+  DescPtr s3 = g.pointwise_to(CUDNN_POINTWISE_SUB, s2, stats, l.scores);
+  DescPtr p = g.pointwise_to(CUDNN_POINTWISE_EXP, causal_mask(g, s3, l.scores.dims, l.scores.strides, neg_inf),
+                             nullptr, l.scores);
+  // dV = Pᵀ dO, dK = dSᵀ Q: with GQA a full-head product summed over each kv group
   const bool gqa = s.Hq != s.Hkv;
-  const std::vector<int64_t> full_str{s.Hq * s.S * s.D, s.S * s.D, s.D, 1};
-  if (gqa) {
-    DescPtr dv_full = g.virt(qdims, full_str, CUDNN_DATA_BFLOAT16);
-    g.matmul(pt, d_o, dv_full);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
-  } else {
-    g.matmul(pt, d_o, dv);
-  }
+  const auto product_into = [&](const DescPtr& a, const DescPtr& b, const DescPtr& out) {
+    if (gqa)
+      g.reduction(CUDNN_REDUCE_TENSOR_ADD, g.matmul_to(a, b, l.q_full, CUDNN_DATA_BFLOAT16), out);
+    else
+      g.matmul(a, b, out);
+  };
+  const auto transposed = [&](const DescPtr& x) {
+    DescPtr t = g.virt(l.scores_t.dims, l.scores_t.strides, CUDNN_DATA_BFLOAT16);
+    g.reshape(x, t);
+    return t;
+  };
+  product_into(transposed(p), d_o, dv);
   // dS = scale · P ⊙ (dO Vᵀ − softmax_sum)
-  DescPtr dp = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.matmul(d_o, vt, dp);
-  DescPtr dp2 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_SUB, dp, softmax_sum, nullptr, dp2);
-  DescPtr dp3 = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, dp2, p, nullptr, dp3);
-  DescPtr ds = g.virt(sdims, sstr, CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, dp3, scale, nullptr, ds);
-  // dK = dSᵀ Q (summed over the group)
-  DescPtr dst = g.virt({s.B, s.Hq, s.S, s.S}, tstr, CUDNN_DATA_BFLOAT16);
-  g.reshape(ds, dst);
-  if (gqa) {
-    DescPtr dk_full = g.virt(qdims, full_str, CUDNN_DATA_BFLOAT16);
-    g.matmul(dst, q, dk_full);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
-  } else {
-    g.matmul(dst, q, dk);
-  }
+  DescPtr dp = g.pointwise_to(CUDNN_POINTWISE_SUB, g.matmul_to(d_o, vt, l.scores), softmax_sum, l.scores);
+  DescPtr ds = g.pointwise_to(CUDNN_POINTWISE_MUL, g.pointwise_to(CUDNN_POINTWISE_MUL, dp, p, l.scores), scale,
+                              l.scores);
+  product_into(transposed(ds), q, dk);
   // dQ = dS K, accumulated in fp32, then rounded to bf16
-  DescPtr kk = g.virt({s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv), CUDNN_DATA_BFLOAT16);
+  DescPtr kk = g.virt(l.kv.dims, l.kv.strides, CUDNN_DATA_BFLOAT16);
   g.reshape(kt, kk);
   g.matmul(ds, kk, dq_accum);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq);

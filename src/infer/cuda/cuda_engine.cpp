@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "models/architecture.h"
 #include "ops/attention/attention_cache_cuda.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/attention/attention_cudnn.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
@@ -170,6 +172,7 @@ class CudaEngine final : public InferenceEngine {
     int64_t max_blocks = 0, max_context = 0;
     bool decode = false;  // one token per sequence
     bool fresh = false;   // every sequence's context is its new tokens (a first prefill chunk): nothing cached before
+    bool uniform = false;  // every sequence has max_len new tokens and max_context tokens of context
   };
   // The host-side values of a step (StepView without the device pointers).
   struct StepShape {
@@ -178,7 +181,7 @@ class CudaEngine final : public InferenceEngine {
     int64_t first_slot = 0;
     bool consecutive = false;
     int64_t max_blocks = 0, max_context = 0;
-    bool decode = false, fresh = false;
+    bool decode = false, fresh = false, uniform = false;
   };
   // What a captured decode step depends on besides the metadata's contents.
   struct GraphKey {
@@ -312,6 +315,34 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
                            s.batch.error_flag, stream);
     cuda_linear_forward(ctx_, out, CudaLinearInput{nullptr, o16.data<__nv_bfloat16>()}, w.o_proj, T);
     return;
+  }
+  if (!s.decode && s.uniform && bf16_cache && d.window == 0 && cuda_linear_is_bf16(w.o_proj) &&
+      attention_engine() == AttentionEngine::kCudnn) {
+    // bf16 precision, a later prefill chunk of sequences with one chunk length and one context length, under the
+    // cuDNN attention engine (ops/attention/attention_cudnn.h): the context's K/V gathered contiguous from the paged
+    // cache (transient: 2 · N · context · Hkv · D bf16 values), then cuDNN's fused attention with the diagonal at the
+    // bottom right. A refusal falls through to the paged tensor-core kernel below.
+    const int64_t N = s.batch.n_seqs, context = s.max_context;
+    CudaTensor kc = CudaTensor::empty(ctx_, {N * context, d.kv_heads, D}, DType::BF16);
+    CudaTensor vc = CudaTensor::empty(ctx_, {N * context, d.kv_heads, D}, DType::BF16);
+    attention_cudnn_gather_cache(kc.data<__nv_bfloat16>(), vc.data<__nv_bfloat16>(), l.k_cache.data<__nv_bfloat16>(),
+                                 l.v_cache.data<__nv_bfloat16>(), s.tables, s.max_blocks, plan_.block_size, N, context,
+                                 d.kv_heads, D, stream);
+    const CudaTensor q16 = cuda_round_bf16(ctx_, q, T * Cq);
+    CudaTensor o16 = CudaTensor::empty(ctx_, {T, Cq}, DType::BF16);
+    CudaTensor lse = CudaTensor::empty(ctx_, {T, d.q_heads});
+    const AttentionCudnnContext c{N, s.batch.max_seqlen, context, d.q_heads, d.kv_heads, D, d.scale};
+    std::string why;
+    if (attention_cudnn_forward_context(o16.data<__nv_bfloat16>(), lse.data<float>(), q16.data<__nv_bfloat16>(),
+                                        kc.data<__nv_bfloat16>(), vc.data<__nv_bfloat16>(), c, stream, &why)) {
+      cuda_linear_forward(ctx_, out, CudaLinearInput{nullptr, o16.data<__nv_bfloat16>()}, w.o_proj, T);
+      return;
+    }
+    static std::once_flag refused;
+    std::call_once(refused, [&] {
+      std::fprintf(stderr, "inference: cuDNN engine refused a prefill chunk (%s); the paged kernel runs it\n",
+                   why.c_str());
+    });
   }
   if (!s.decode && bf16_cache && attention_cache_tc_supported(p) && cuda_linear_is_bf16(w.o_proj)) {
     // bf16 precision, a later prefill chunk: the chunk's queries over the paged bf16 cache on tensor cores.
@@ -484,6 +515,8 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   sh.fresh = true;
   for (int64_t n = 0; n < N; ++n)
     sh.fresh = sh.fresh && p.context[n] == tokens.cu_seqlens[n + 1] - tokens.cu_seqlens[n];
+  sh.uniform = !decode && T == N * p.max_len;
+  for (int64_t n = 0; n < N; ++n) sh.uniform = sh.uniform && p.context[n] == p.max_context;
 
   Tensor logits;
   int flag = 0;
@@ -546,6 +579,7 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
   s.max_context = sh.max_context;
   s.decode = sh.decode;
   s.fresh = sh.fresh;
+  s.uniform = sh.uniform;
 
   const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_error.h"
 #include "core/error.h"
 
 #if __has_include(<cudnn_graph.h>)
@@ -31,7 +33,16 @@
 
 namespace hlm {
 
+namespace {
+std::atomic<int> g_engine_override{-1};
+std::atomic<int64_t> g_cudnn_executions{0};
+}  // namespace
+
+void attention_set_engine(AttentionEngine engine) { g_engine_override = static_cast<int>(engine); }
+int64_t attention_cudnn_executions() { return g_cudnn_executions.load(); }
+
 AttentionEngine attention_engine() {
+  if (const int o = g_engine_override.load(); o >= 0) return static_cast<AttentionEngine>(o);
   static const AttentionEngine engine = [] {
     const char* e = std::getenv("HLM_ATTENTION_ENGINE");
     if (e == nullptr || *e == '\0' || std::strcmp(e, "native") == 0) return AttentionEngine::kNative;
@@ -55,6 +66,15 @@ bool attention_cudnn_backward(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, co
                               const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
                               const float*, const AttentionCudaParams&, cudaStream_t, std::string* why) {
   return attention_cudnn_available(why);
+}
+bool attention_cudnn_forward_context(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                     const __nv_bfloat16*, const AttentionCudnnContext&, cudaStream_t,
+                                     std::string* why) {
+  return attention_cudnn_available(why);
+}
+void attention_cudnn_gather_cache(__nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                  const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t) {
+  throw_internal_error("attention_cudnn_gather_cache: built without cuDNN's headers");
 }
 
 #else
@@ -322,10 +342,11 @@ class GraphBuilder {
 };
 
 // uids of the graphs' real tensors.
-enum : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum };
+enum : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kShift };
 
+// B sequences of Sq queries over Skv keys each (Sq <= Skv; training: Sq == Skv), the queries the last Sq positions.
 struct Shape {
-  int64_t B, S, Hq, Hkv, D;
+  int64_t B, Sq, Skv, Hq, Hkv, D;
 };
 
 struct Plan {
@@ -338,20 +359,26 @@ struct Plan {
   int64_t dq_accum_offset = 0;     // backward: fp32 [B, Hq, S, D] dQ accumulator in `workspace`
 };
 
-// Strides of a token-major [T, H, D] tensor seen as [B, H, S, D].
-std::vector<int64_t> bhsd_strides(const Shape& s, int64_t H) { return {s.S * H * s.D, s.D, H * s.D, 1}; }
+// Strides of a token-major [B·S, H, D] tensor seen as [B, H, S, D].
+std::vector<int64_t> bhsd_strides(int64_t S, int64_t H, int64_t D) { return {S * H * D, D, H * D, 1}; }
 // ... and of its transpose [B, H, D, S] (K^T, V^T).
-std::vector<int64_t> bhds_strides(const Shape& s, int64_t H) { return {s.S * H * s.D, s.D, 1, H * s.D}; }
+std::vector<int64_t> bhds_strides(int64_t S, int64_t H, int64_t D) { return {S * H * D, D, 1, H * D}; }
 
-// The scores' causal mask and -inf fill, as cuDNN's frontend builds it (top-left diagonal, keys col <= row kept).
-DescPtr causal_mask(GraphBuilder& g, const DescPtr& scores, const std::vector<int64_t>& dims,
-                    const std::vector<int64_t>& strides, const DescPtr& neg_inf) {
-  DescPtr row = g.virt(dims, strides, CUDNN_DATA_INT32), col = g.virt(dims, strides, CUDNN_DATA_INT32);
+// The scores' causal mask and -inf fill, as cuDNN's frontend builds it: keys col <= row + (Skv − Sq) kept (the
+// diagonal aligned to the bottom right; top left when Sq == Skv).
+DescPtr causal_mask(GraphBuilder& g, const DescPtr& scores, const GraphBuilder::Layout& l, const DescPtr& neg_inf,
+                    const DescPtr& shift) {
+  DescPtr row = g.virt(l.dims, l.strides, CUDNN_DATA_INT32), col = g.virt(l.dims, l.strides, CUDNN_DATA_INT32);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
-  DescPtr keep = g.virt(dims, strides, CUDNN_DATA_BOOLEAN);
+  if (shift) {
+    DescPtr shifted = g.virt(l.dims, l.strides, CUDNN_DATA_INT32);
+    g.pointwise(CUDNN_POINTWISE_ADD, row, shift, nullptr, shifted, CUDNN_DATA_INT32, 3);
+    row = shifted;
+  }
+  DescPtr keep = g.virt(l.dims, l.strides, CUDNN_DATA_BOOLEAN);
   g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep, CUDNN_DATA_BOOLEAN);
-  DescPtr masked = g.virt(dims, strides, CUDNN_DATA_FLOAT);
+  DescPtr masked = g.virt(l.dims, l.strides, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, neg_inf, keep, masked);
   return masked;
 }
@@ -359,7 +386,7 @@ DescPtr causal_mask(GraphBuilder& g, const DescPtr& scores, const std::vector<in
 // The stats (lse) tensor: our layout [T, Hq] = strides [S·Hq, 1, Hq, 1], or (packed_stats) cuDNN's usual packed
 // [B, Hq, S] in the plan's workspace, transposed to / from ours by stats_to_ours / stats_from_ours.
 std::vector<int64_t> stats_strides(const Shape& s, bool packed_stats) {
-  return packed_stats ? std::vector<int64_t>{s.Hq * s.S, s.S, 1, 1} : std::vector<int64_t>{s.S * s.Hq, 1, s.Hq, 1};
+  return packed_stats ? std::vector<int64_t>{s.Hq * s.Sq, s.Sq, 1, 1} : std::vector<int64_t>{s.Sq * s.Hq, 1, s.Hq, 1};
 }
 
 // The layouts both graphs use: scores [B, Hq, Sq, Skv] and their transpose, per-row values [B, Hq, S, 1], and the
@@ -368,13 +395,13 @@ struct Layouts {
   using L = GraphBuilder::Layout;
   L scores, scores_t, rows, q, kv, kv_t, q_full;
   explicit Layouts(const Shape& s)
-      : scores{{s.B, s.Hq, s.S, s.S}, {s.Hq * s.S * s.S, s.S * s.S, s.S, 1}},
-        scores_t{{s.B, s.Hq, s.S, s.S}, {s.Hq * s.S * s.S, s.S * s.S, 1, s.S}},
-        rows{{s.B, s.Hq, s.S, 1}, {s.Hq * s.S, s.S, 1, 1}},
-        q{{s.B, s.Hq, s.S, s.D}, bhsd_strides(s, s.Hq)},
-        kv{{s.B, s.Hkv, s.S, s.D}, bhsd_strides(s, s.Hkv)},
-        kv_t{{s.B, s.Hkv, s.D, s.S}, bhds_strides(s, s.Hkv)},
-        q_full{{s.B, s.Hq, s.S, s.D}, {s.Hq * s.S * s.D, s.S * s.D, s.D, 1}} {}
+      : scores{{s.B, s.Hq, s.Sq, s.Skv}, {s.Hq * s.Sq * s.Skv, s.Sq * s.Skv, s.Skv, 1}},
+        scores_t{{s.B, s.Hq, s.Skv, s.Sq}, {s.Hq * s.Sq * s.Skv, s.Sq * s.Skv, 1, s.Skv}},
+        rows{{s.B, s.Hq, s.Sq, 1}, {s.Hq * s.Sq, s.Sq, 1, 1}},
+        q{{s.B, s.Hq, s.Sq, s.D}, bhsd_strides(s.Sq, s.Hq, s.D)},
+        kv{{s.B, s.Hkv, s.Skv, s.D}, bhsd_strides(s.Skv, s.Hkv, s.D)},
+        kv_t{{s.B, s.Hkv, s.D, s.Skv}, bhds_strides(s.Skv, s.Hkv, s.D)},
+        q_full{{s.B, s.Hq, s.Skv, s.D}, {s.Hq * s.Skv * s.D, s.Skv * s.D, s.D, 1}} {}
 };
 
 DescPtr bf16_tensor(GraphBuilder& g, int64_t uid, const GraphBuilder::Layout& l) {
@@ -390,7 +417,8 @@ std::shared_ptr<Desc> build_forward(const Shape& s, bool packed_stats, int64_t* 
   DescPtr scale = g.scalar(kScale, CUDNN_DATA_FLOAT), neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
   // S = mask(scale · Q Kᵀ); stats = max + log Σ exp(S − max); O = (exp(S − max) / Σ) V
   DescPtr s2 = g.pointwise_to(CUDNN_POINTWISE_MUL, g.matmul_to(q, kt, l.scores), scale, l.scores);
-  DescPtr s3 = causal_mask(g, s2, l.scores.dims, l.scores.strides, neg_inf);
+  DescPtr shift = s.Skv != s.Sq ? g.scalar(kShift, CUDNN_DATA_INT32) : nullptr;
+  DescPtr s3 = causal_mask(g, s2, l.scores, neg_inf, shift);
   DescPtr mx = g.reduction_to(CUDNN_REDUCE_TENSOR_MAX, s3, l.rows);
   DescPtr e = g.pointwise_to(CUDNN_POINTWISE_EXP, g.pointwise_to(CUDNN_POINTWISE_SUB, s3, mx, l.scores), nullptr,
                              l.scores);
@@ -413,14 +441,13 @@ std::shared_ptr<Desc> build_backward(const Shape& s, bool packed_stats, int64_t*
   DescPtr scale = g.scalar(kScale, CUDNN_DATA_FLOAT), neg_inf = g.scalar(kNegInf, CUDNN_DATA_FLOAT);
   DescPtr one = g.scalar(kOne, CUDNN_DATA_FLOAT);
   // softmax_sum = rowsum(dO ∘ O) (the frontend's strides for the product)
-  const GraphBuilder::Layout dodo{l.q.dims, {s.Hq * s.S * s.D, s.S * s.D, s.Hq * s.D, 1}};
+  const GraphBuilder::Layout dodo{l.q.dims, {s.Hq * s.Sq * s.D, s.Sq * s.D, s.Hq * s.D, 1}};
   DescPtr rs = g.reduction_to(CUDNN_REDUCE_TENSOR_ADD, g.pointwise_to(CUDNN_POINTWISE_MUL, d_o, o, dodo), l.rows);
   g.pointwise(CUDNN_POINTWISE_MUL, rs, one, nullptr, softmax_sum);
   // P = exp(mask(scale · Q Kᵀ − stats))
   DescPtr s2 = g.pointwise_to(CUDNN_POINTWISE_MUL, g.matmul_to(q, kt, l.scores), scale, l.scores);
   DescPtr s3 = g.pointwise_to(CUDNN_POINTWISE_SUB, s2, stats, l.scores);
-  DescPtr p = g.pointwise_to(CUDNN_POINTWISE_EXP, causal_mask(g, s3, l.scores.dims, l.scores.strides, neg_inf),
-                             nullptr, l.scores);
+  DescPtr p = g.pointwise_to(CUDNN_POINTWISE_EXP, causal_mask(g, s3, l.scores, neg_inf, nullptr), nullptr, l.scores);
   // dV = Pᵀ dO, dK = dSᵀ Q: with GQA a full-head product summed over each kv group
   const bool gqa = s.Hq != s.Hkv;
   const auto product_into = [&](const DescPtr& a, const DescPtr& b, const DescPtr& out) {
@@ -462,13 +489,13 @@ __global__ void stats_transpose_kernel(float* dst, const float* src, int64_t B, 
 }
 
 void stats_transpose(float* dst, const float* src, const Shape& s, bool to_ours, cudaStream_t stream) {
-  const int64_t n = s.B * s.S * s.Hq;
+  const int64_t n = s.B * s.Sq * s.Hq;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-  stats_transpose_kernel<<<blocks, 256, 0, stream>>>(dst, src, s.B, s.S, s.Hq, to_ours);
+  stats_transpose_kernel<<<blocks, 256, 0, stream>>>(dst, src, s.B, s.Sq, s.Hq, to_ours);
 }
 
 // ---- Plan cache.
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 struct PlanCache {
   std::mutex mutex;
@@ -493,7 +520,7 @@ bool shape_of(const AttentionCudaParams& p, Shape* s, std::string* why) {
     return refuse("sequences of different lengths");
   if (p.head_dim % 8 != 0 || p.head_dim > 256) return refuse("head dim " + std::to_string(p.head_dim));
   if (p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0) return refuse("kv heads do not divide q heads");
-  *s = {p.n_seqs, p.max_seqlen, p.q_heads, p.kv_heads, p.head_dim};
+  *s = {p.n_seqs, p.max_seqlen, p.max_seqlen, p.q_heads, p.kv_heads, p.head_dim};
   return true;
 }
 
@@ -504,7 +531,7 @@ std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t strea
     if (why != nullptr) *why = a.error;
     return nullptr;
   }
-  const PlanKey key{backward, s.B, s.S, s.Hq, s.Hkv, s.D};
+  const PlanKey key{backward, s.B, s.Sq, s.Skv, s.Hq, s.Hkv, s.D};
   PlanCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   if (auto it = c.plans.find(key); it != c.plans.end()) return it->second;
@@ -537,13 +564,13 @@ std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t strea
   int64_t bytes = round_up(plan->workspace_bytes, 256);
   if (plan->packed_stats) {
     plan->stats_offset = bytes;
-    bytes += round_up(s.B * s.Hq * s.S * 4, 256);
+    bytes += round_up(s.B * s.Hq * s.Sq * 4, 256);
   }
   if (backward) {
     plan->softmax_sum_offset = bytes;
-    bytes += round_up(s.B * s.Hq * s.S * 4, 256);
+    bytes += round_up(s.B * s.Hq * s.Sq * 4, 256);
     plan->dq_accum_offset = bytes;
-    bytes += round_up(s.B * s.Hq * s.S * s.D * 4, 256);
+    bytes += round_up(s.B * s.Hq * s.Sq * s.D * 4, 256);
   }
   if (bytes > 0 && cudaMalloc(&plan->workspace, static_cast<size_t>(bytes)) != cudaSuccess) {
     cudaGetLastError();
@@ -567,6 +594,7 @@ bool execute(const Plan& plan, const std::vector<int64_t>& uids, const std::vect
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)
         .finalize("variant pack");
     check(a.Execute(a.handle, plan.plan->get(), pack.get()), "cudnnBackendExecute");
+    ++g_cudnn_executions;
   } catch (const CudnnError& e) {
     if (why != nullptr) *why = e.what;
     return false;
@@ -583,26 +611,81 @@ bool attention_cudnn_available(std::string* why) {
   return a.handle != nullptr;
 }
 
+namespace {
+
+bool forward_shape(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                   const __nv_bfloat16* v, const Shape& s, float scale_value, cudaStream_t stream, std::string* why) {
+  const std::shared_ptr<Plan> plan = plan_for(false, s, stream, why);
+  if (!plan) return false;
+  // By-value scalars: the variant pack points at host values, read when the call is queued.
+  float scale = scale_value, neg_inf = -std::numeric_limits<float>::infinity();
+  int32_t shift = static_cast<int32_t>(s.Skv - s.Sq);
+  float* stats = plan->packed_stats ? reinterpret_cast<float*>(static_cast<char*>(plan->workspace) + plan->stats_offset)
+                                    : lse;
+  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  std::vector<void*> ptrs{const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v),
+                          out, stats, &scale, &neg_inf};
+  if (s.Skv != s.Sq) {
+    uids.push_back(kShift);
+    ptrs.push_back(&shift);
+  }
+  if (!execute(*plan, uids, ptrs, stream, why)) return false;
+  if (plan->packed_stats) stats_transpose(lse, stats, s, true, stream);
+  return true;
+}
+
+__global__ void gather_cache_kernel(__nv_bfloat16* k_out, __nv_bfloat16* v_out, const __nv_bfloat16* k_cache,
+                                    const __nv_bfloat16* v_cache, const int32_t* tables, int64_t max_blocks,
+                                    int64_t block_size, int64_t context, int64_t row_vecs) {
+  const int64_t token = blockIdx.x;  // over B · context
+  const int64_t n = token / context, t = token % context;
+  const int64_t slot = static_cast<int64_t>(tables[n * max_blocks + t / block_size]) * block_size + t % block_size;
+  const uint4* ks = reinterpret_cast<const uint4*>(k_cache) + slot * row_vecs;
+  const uint4* vs = reinterpret_cast<const uint4*>(v_cache) + slot * row_vecs;
+  uint4* kd = reinterpret_cast<uint4*>(k_out) + token * row_vecs;
+  uint4* vd = reinterpret_cast<uint4*>(v_out) + token * row_vecs;
+  for (int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) {
+    kd[i] = ks[i];
+    vd[i] = vs[i];
+  }
+}
+
+}  // namespace
+
 bool attention_cudnn_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                              const __nv_bfloat16* v, const AttentionCudaParams& p, cudaStream_t stream,
                              std::string* why) {
   Shape s{};
   if (!shape_of(p, &s, why)) return false;
-  const std::shared_ptr<Plan> plan = plan_for(false, s, stream, why);
-  if (!plan) return false;
-  // By-value scalars: the variant pack points at host values, read when the call is queued.
-  float scale = p.scale, neg_inf = -std::numeric_limits<float>::infinity();
-  float* stats = plan->packed_stats ? reinterpret_cast<float*>(static_cast<char*>(plan->workspace) + plan->stats_offset)
-                                    : lse;
-  if (!execute(*plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-               {const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v), out,
-                stats, &scale, &neg_inf},
-               stream, why))
-    return false;
-  if (plan->packed_stats) stats_transpose(lse, stats, s, true, stream);
-  return true;
+  return forward_shape(out, lse, q, k, v, s, p.scale, stream, why);
 }
 
+bool attention_cudnn_forward_context(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                     const __nv_bfloat16* v, const AttentionCudnnContext& c, cudaStream_t stream,
+                                     std::string* why) {
+  const auto refuse = [&](const std::string& m) {
+    if (why != nullptr) *why = m;
+    return false;
+  };
+  if (c.sequences <= 0 || c.queries <= 0 || c.queries > c.context) return refuse("queries outside 1..context");
+  if (c.head_dim % 8 != 0 || c.head_dim > 256) return refuse("head dim " + std::to_string(c.head_dim));
+  if (c.kv_heads <= 0 || c.q_heads % c.kv_heads != 0) return refuse("kv heads do not divide q heads");
+  return forward_shape(out, lse, q, k, v, {c.sequences, c.queries, c.context, c.q_heads, c.kv_heads, c.head_dim},
+                       c.scale, stream, why);
+}
+
+void attention_cudnn_gather_cache(__nv_bfloat16* k_out, __nv_bfloat16* v_out, const __nv_bfloat16* k_cache,
+                                  const __nv_bfloat16* v_cache, const int32_t* tables, int64_t max_blocks,
+                                  int64_t block_size, int64_t sequences, int64_t context, int64_t kv_heads,
+                                  int64_t head_dim, cudaStream_t stream) {
+  const int64_t row_bytes = kv_heads * head_dim * 2;
+  HLM_CHECK(row_bytes % 16 == 0, "attention_cudnn_gather_cache: a token row of ", row_bytes, " bytes");
+  if (sequences <= 0 || context <= 0) return;
+  HLM_CHECK(sequences * context <= 0x7FFFFFFF, "attention_cudnn_gather_cache: too many tokens");
+  gather_cache_kernel<<<static_cast<unsigned>(sequences * context), 128, 0, stream>>>(
+      k_out, v_out, k_cache, v_cache, tables, max_blocks, block_size, context, row_bytes / 16);
+  HLM_CUDA_CHECK(cudaGetLastError());
+}
 bool attention_cudnn_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* d_out,
                               const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                               const __nv_bfloat16* out, const float* lse, const AttentionCudaParams& p,

@@ -18,7 +18,7 @@
 // Numerics: cuDNN's (fp32 accumulation, P and dS rounded to bf16 before their products, as the tensor-core path
 // here); the edge-value rules of attention_cuda.h (masked Inf never multiplied by 0, NaN rows) are NOT promised.
 //
-// Plans: one cuDNN execution plan per (direction, B, S, Hq, Hkv, D, scale), built on first use (heuristics mode A,
+// Plans: one cuDNN execution plan per (direction, B, Sq, Skv, Hq, Hkv, D), built on first use (heuristics mode A,
 // the first engine configuration that finalizes) and cached with its own device workspace. Not while a CUDA graph is
 // being captured: an unplanned shape met during capture is refused (native kernels run).
 #pragma once
@@ -33,8 +33,12 @@ namespace hlm {
 
 enum class AttentionEngine { kNative, kCudnn };
 
-// The engine HLM_ATTENTION_ENGINE selects (read once; an unknown value is an error at first use).
+// The engine HLM_ATTENTION_ENGINE selects (read once; an unknown value is an error at first use), unless
+// attention_set_engine chose one (tests and A/B benches: process-wide, not thread-safe against running work).
 AttentionEngine attention_engine();
+void attention_set_engine(AttentionEngine engine);
+// How many cuDNN executions have been queued in this process (tests check that a path really ran on cuDNN).
+int64_t attention_cudnn_executions();
 
 // Whether cuDNN could be loaded (version >= 9.0); `why` gets the reason when not, or "cuDNN <version> (<path>)".
 bool attention_cudnn_available(std::string* why = nullptr);
@@ -44,6 +48,25 @@ bool attention_cudnn_available(std::string* why = nullptr);
 bool attention_cudnn_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                              const __nv_bfloat16* v, const AttentionCudaParams& p, cudaStream_t stream,
                              std::string* why = nullptr);
+
+// Inference: B sequences of `queries` new tokens each over `context` tokens each (the new tokens the last `queries`
+// of the context: query i of a sequence sees keys 0 .. context − queries + i), keys and values contiguous.
+struct AttentionCudnnContext {
+  int64_t sequences = 0, queries = 0, context = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+};
+// out [B·queries, Hq, D] bf16 OVERWRITTEN from q [B·queries, Hq, D] and k, v [B·context, Hkv, D] (token-major);
+// lse [B·queries, Hq] fp32 scratch, overwritten. Returns false (nothing written) when cuDNN is unavailable or refuses.
+bool attention_cudnn_forward_context(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                     const __nv_bfloat16* v, const AttentionCudnnContext& c, cudaStream_t stream,
+                                     std::string* why = nullptr);
+// k_out, v_out [sequences · context, Hkv, D] ← each sequence's first `context` tokens of a paged bf16 cache
+// [num_blocks, block_size, Hkv, D] through its row of `tables` [sequences, max_blocks] (attention_cache.h's layout).
+// Rows of Hkv·D bf16 values must be a multiple of 16 bytes; the caller has checked the tables.
+void attention_cudnn_gather_cache(__nv_bfloat16* k_out, __nv_bfloat16* v_out, const __nv_bfloat16* k_cache,
+                                  const __nv_bfloat16* v_cache, const int32_t* tables, int64_t max_blocks,
+                                  int64_t block_size, int64_t sequences, int64_t context, int64_t kv_heads,
+                                  int64_t head_dim, cudaStream_t stream);
 
 // dq, dk, dv OVERWRITTEN as attention_backward_cuda (lse in the layout above). Returns false (nothing written) when
 // cuDNN is unavailable or refuses the call.

@@ -660,9 +660,11 @@ CudaEngineOptions cuda_engine_default_options() {
   CudaEngineOptions o;
   const char* env = std::getenv("HLM_CUDA_GRAPHS");
   if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) o.cuda_graphs = false;
-  // HLM_QK_FUSE=0|off: the five launches instead of the fused q/k norm + RoPE + cache write (A/B in one binary).
+  // HLM_QK_FUSE=1|on: the fused q/k norm + RoPE + cache write instead of the five launches; 0|off: the five (the
+  // default; A/B in one binary).
   const char* fuse = std::getenv("HLM_QK_FUSE");
   if (fuse != nullptr && (std::strcmp(fuse, "0") == 0 || std::strcmp(fuse, "off") == 0)) o.fused_qk_norm_rope = false;
+  if (fuse != nullptr && (std::strcmp(fuse, "1") == 0 || std::strcmp(fuse, "on") == 0)) o.fused_qk_norm_rope = true;
   return o;
 }
 

@@ -3,7 +3,9 @@
 // scaling/scaling_report.h; docs/scaling.md).
 // `hybridlm scaling ladder --config ladder.json --out DIR [--device cpu|cuda]`: trains the ladder (scaling/ladder.h),
 // appends runs.csv, then fits into DIR/fit.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -151,11 +153,26 @@ void add_fit(CLI::App* scaling, std::function<int()>& action) {
 
 struct LadderCommand {
   std::string config, out, device;
+  std::vector<std::string> architectures;
   bool plan_only = false;
 };
 
 int run_ladder(const LadderCommand& c) {
   LadderConfig config = ladder_config_load(c.config);
+  if (!c.architectures.empty()) {  // a subset, e.g. one process per architecture on one GPU
+    nlohmann::json j = config.source;
+    j["architectures"] = c.architectures;
+    // A fit reference outside the subset would stop its fit: the fit's default (the first architecture) applies.
+    if (j.contains("fit") && j["fit"].is_object() && j["fit"].contains("reference") &&
+        j["fit"]["reference"].is_string() &&
+        std::find(c.architectures.begin(), c.architectures.end(), j["fit"]["reference"].get<std::string>()) ==
+            c.architectures.end()) {
+      std::fprintf(stderr, "scaling ladder: fit.reference '%s' is not among --architectures; the fit of this "
+                   "subset uses its default reference\n", j["fit"]["reference"].get<std::string>().c_str());
+      j["fit"].erase("reference");
+    }
+    config = ladder_config_from_json(j, c.config + " with --architectures");
+  }
   if (!c.device.empty()) {
     HLM_CHECK_INPUT(c.device == "cpu" || c.device == "cuda", "--device: expected cpu or cuda, got '", c.device, "'");
     config.train.device = c.device;
@@ -165,9 +182,37 @@ int run_ladder(const LadderCommand& c) {
               ladder_config_to_json(config).dump(2).c_str());
   if (c.plan_only) {
     const int64_t vocab = tokenizer_load(config.tokenizer)->vocab_size();
-    for (const LadderRun& r : ladder_plan(config, vocab))
-      std::printf("%-32s N %12lld  D %14lld  steps %8lld\n", r.id.c_str(), static_cast<long long>(r.N),
-                  static_cast<long long>(r.tokens), static_cast<long long>(r.steps));
+    const std::vector<LadderRun> plan = ladder_plan(config, vocab);
+    // Without a corpus there is nothing to check (the plan alone needs only the tokenizer).
+    const bool check = std::filesystem::is_directory(config.data);
+    LadderCorpusCoverage cover;
+    if (check) {
+      cover = ladder_corpus_coverage(config);
+      double share = 0;
+      for (const LadderCorpusLanguage& l : cover.languages)
+        if (l.code == cover.limiting) share = l.share;
+      std::printf("corpus %s: %lld training tokens in %zu languages (held-out documents excluded); a run gets all "
+                  "its D tokens up to D = %lld (beyond that %s, share %.4f, runs short first)\n",
+                  config.data.c_str(), static_cast<long long>(cover.train_tokens), cover.languages.size(),
+                  static_cast<long long>(cover.max_tokens), cover.limiting.c_str(), share);
+    } else {
+      std::printf("corpus %s: not found; its coverage of the runs is not checked\n", config.data.c_str());
+    }
+    int64_t total = 0, steps = 0, short_runs = 0;
+    for (const LadderRun& r : plan) {
+      const int64_t short_by = check ? ladder_corpus_shortfall(cover, config, r.tokens) : 0;
+      short_runs += short_by > 0;
+      total += r.tokens;
+      steps += r.steps;
+      std::printf("%-32s N %12lld  D %14lld  steps %8lld%s\n", r.id.c_str(), static_cast<long long>(r.N),
+                  static_cast<long long>(r.tokens), static_cast<long long>(r.steps),
+                  !check ? "" : short_by > 0 ? str_cat("  corpus short by ", short_by, " tokens").c_str()
+                                             : "  corpus covers it");
+    }
+    std::printf("%zu runs, %lld training tokens, %lld steps", plan.size(), static_cast<long long>(total),
+                static_cast<long long>(steps));
+    if (check) std::printf("; %lld runs would stop early when the corpus runs out", static_cast<long long>(short_runs));
+    std::printf("\n");
     return 0;
   }
   const std::unique_ptr<TrainDevice> device =
@@ -186,12 +231,19 @@ void add_ladder(CLI::App* scaling, std::function<int()>& action) {
   cmd->add_option("--config", c->config, "Ladder config JSON (docs/scaling.md)")->required();
   cmd->add_option("--out", c->out, "Ladder directory (runs/, runs.csv, fit/); rerun the same command to resume");
   cmd->add_option("--device", c->device, "cpu | cuda (overrides the config's train.device)");
-  cmd->add_flag("--plan", c->plan_only, "Print the runs (N, D, steps) and exit without training");
+  cmd->add_option("--architectures", c->architectures,
+                  "Comma-separated subset of transformer,hybrid,gdn (overrides the config's architectures)")
+      ->delimiter(',');
+  cmd->add_flag("--plan", c->plan_only,
+                "Print the runs (N, D, steps) and whether the corpus covers each run's tokens, and exit without "
+                "training");
   cmd->footer(
       "Runs already in DIR/runs.csv are skipped; an interrupted run resumes from its checkpoint.\n"
       "Examples:\n"
-      "  hybridlm scaling ladder --config configs/scaling-ladder-gpu.json --out runs/ladder --device cuda\n"
-      "  hybridlm scaling ladder --config configs/scaling-ladder-gpu.json --plan");
+      "  hybridlm scaling ladder --config configs/scaling-ladder-gpu-pkg.json --out runs/ladder --device cuda\n"
+      "  hybridlm scaling ladder --config configs/scaling-ladder-gpu-pkg.json --plan\n"
+      "  hybridlm scaling ladder --config configs/scaling-ladder-gpu-pkg.json --out runs/ladder-gdn --device cuda \\\n"
+      "      --architectures gdn");
   cmd->callback([c, cmd, &action] {
     if (!c->plan_only && cmd->count("--out") == 0) throw CLI::RequiredError("--out");
     action = [c] { return run_ladder(*c); };

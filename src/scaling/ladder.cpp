@@ -5,10 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "data/data_mixture.h"
+#include "data/data_pack.h"
+#include "data/data_split.h"
+#include "data/data_stream.h"
 #include "data/tokenizer.h"
 #include "models/convert.h"
 #include "models/tensor_table.h"
@@ -354,6 +360,48 @@ std::vector<LadderRun> ladder_plan(const LadderConfig& config, int64_t vocab_siz
       }
     }
   return runs;
+}
+
+LadderCorpusCoverage ladder_corpus_coverage(const LadderConfig& config) {
+  const Corpus corpus = Corpus::open(config.data);
+  const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(config.tokenizer);
+  // The trainer sets only the anchor share; the tier ratios are DataConfig's.
+  const double tiers[3] = {DataConfig{}.tier_ratio[0], DataConfig{}.tier_ratio[1], DataConfig{}.tier_ratio[2]};
+  const std::map<std::string, double> shares = mixture_shares(corpus.languages(), config.train.anchor_share, tiers);
+  const std::vector<CorpusDocuments> all = corpus_read_all(corpus);  // as TrainStream reads them (empties skipped)
+  LadderCorpusCoverage c;
+  c.corpus_languages = corpus.languages();
+  double best = std::numeric_limits<double>::infinity();
+  for (size_t l = 0; l < all.size(); ++l) {
+    LadderCorpusLanguage lang;
+    lang.code = corpus.languages()[l].code;
+    lang.share = shares.at(lang.code);
+    const std::vector<std::string>& texts = all[l].texts;
+    const DocumentSplit split = split_documents(lang.code, static_cast<int64_t>(texts.size()),
+                                                config.train.held_out_docs);
+    for (int64_t d : split.train) lang.train_tokens += static_cast<int64_t>(tokenizer->encode(texts[d]).size());
+    c.train_tokens += lang.train_tokens;
+    const double limit = lang.share > 0 ? static_cast<double>(lang.train_tokens) / lang.share
+                                        : std::numeric_limits<double>::infinity();
+    if (limit < best) {
+      best = limit;
+      c.limiting = lang.code;
+    }
+    c.languages.push_back(lang);
+  }
+  c.max_tokens = std::isfinite(best) ? static_cast<int64_t>(std::floor(best)) : 0;
+  return c;
+}
+
+int64_t ladder_corpus_shortfall(const LadderCorpusCoverage& coverage, const LadderConfig& config, int64_t tokens) {
+  DataConfig data;
+  data.anchor_share = config.train.anchor_share;
+  data.token_budget = tokens;
+  const std::map<std::string, int64_t> quotas = mixture_quotas(coverage.corpus_languages, data);
+  int64_t short_by = 0;
+  for (const LadderCorpusLanguage& lang : coverage.languages)
+    short_by += std::max<int64_t>(0, quotas.at(lang.code) - lang.train_tokens);
+  return short_by;
 }
 
 LadderSummary ladder_run(const LadderConfig& config, const fs::path& out, TrainDevice* device,

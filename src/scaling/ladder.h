@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/corpus.h"
 #include "models/hf_config.h"
 #include "scaling/scaling_analysis.h"
 #include "train/trainer.h"
@@ -85,6 +86,31 @@ struct LadderRun {
 };
 // Every run of the ladder in order (architecture, then size, then ratio).
 std::vector<LadderRun> ladder_plan(const LadderConfig& config, int64_t vocab_size);
+
+// What the corpus holds for the ladder's recipe, without training: per language, the tokens of its training
+// documents (those outside the held-out split of train.held_out_docs, under the ladder's tokenizer) and its mixture
+// share (train.anchor_share, data_mixture.h). A run of D tokens draws quota_l(D) ≈ share_l·D from each language
+// and never repeats a document; it gets all D tokens when every quota fits the language's training tokens, and
+// stops early (the warning of ladder_run) otherwise.
+struct LadderCorpusLanguage {
+  std::string code;
+  double share = 0;
+  int64_t train_tokens = 0;
+};
+struct LadderCorpusCoverage {
+  std::vector<CorpusLanguage> corpus_languages;   // as corpus.json lists them (for the quotas)
+  std::vector<LadderCorpusLanguage> languages;    // same order
+  int64_t train_tokens = 0;   // all languages
+  int64_t max_tokens = 0;     // floor of min over languages of train_tokens / share: every D up to it is covered
+                              // (the quotas' rounding may let a D a token or two larger fit too)
+  std::string limiting;       // the language that sets max_tokens
+};
+// Reads and tokenizes the whole corpus once (input errors as Corpus::open).
+LadderCorpusCoverage ladder_corpus_coverage(const LadderConfig& config);
+// Tokens of a D-token run that its languages cannot supply: Σ_l max(0, quota_l(D) − train_tokens_l); 0 = covered.
+// (A language may overshoot its quota by less than one document, so a run short by this much may still get a few
+// more tokens; it does not get D.)
+int64_t ladder_corpus_shortfall(const LadderCorpusCoverage& coverage, const LadderConfig& config, int64_t tokens);
 
 struct LadderSummary {
   int trained = 0, skipped = 0, total = 0;

@@ -117,6 +117,35 @@ TEST(Ladder, ArchitecturesDifferOnlyInTheirMixers) {
   }
 }
 
+TEST(Ladder, CorpusCoverageOfTheRuns) {
+  // Documents of equal length, so the counts do not depend on which ones the split holds out: eng_Latn (anchor)
+  // 10 × 100 bytes, fra_Latn (high) 6 × 50; held_out_docs 1 leaves 8 and 4 training documents: 800 and 200 tokens.
+  test::ScratchDir dir("ladder-coverage");
+  corpus_write(dir.path() / "corpus", {{"eng_Latn", "", "anchor", 0}, {"fra_Latn", "", "high", 0}},
+               {std::vector<std::string>(10, std::string(100, 'e')), std::vector<std::string>(6, std::string(50, 'f'))});
+  json j = tiny_ladder_json((dir.path() / "corpus").string());
+  j["train"]["held_out_docs"] = 1;
+  const LadderConfig c = ladder_config_from_json(j, "ladder.json");  // anchor share 0.3 (the default)
+  const LadderCorpusCoverage cover = ladder_corpus_coverage(c);
+  ASSERT_EQ(cover.languages.size(), 2u);
+  EXPECT_EQ(cover.languages[0].train_tokens, 800);
+  EXPECT_EQ(cover.languages[1].train_tokens, 200);
+  EXPECT_NEAR(cover.languages[0].share, 0.3, 1e-12);
+  EXPECT_NEAR(cover.languages[1].share, 0.7, 1e-12);
+  EXPECT_EQ(cover.train_tokens, 1000);
+  EXPECT_EQ(cover.max_tokens, 285);  // fra_Latn: 200 / 0.7 = 285.7 (eng_Latn would allow 800 / 0.3 = 2666.7)
+  EXPECT_EQ(cover.limiting, "fra_Latn");
+  EXPECT_EQ(ladder_corpus_shortfall(cover, c, 280), 0);    // quotas 84 + 196
+  EXPECT_EQ(ladder_corpus_shortfall(cover, c, 286), 0);    // 86 + 200: the floors' remainder goes to eng_Latn
+  EXPECT_EQ(ladder_corpus_shortfall(cover, c, 287), 1);    // 86 + 201
+  EXPECT_EQ(ladder_corpus_shortfall(cover, c, 1000), 500);  // 300 + 700
+  // A smaller anchor share moves tokens to fra_Latn, which then runs short sooner.
+  j["train"]["anchor_share"] = 0.1;
+  const LadderConfig low = ladder_config_from_json(j, "ladder.json");
+  EXPECT_EQ(ladder_corpus_coverage(low).max_tokens, 222);  // 200 / 0.9
+  EXPECT_EQ(ladder_corpus_shortfall(ladder_corpus_coverage(low), low, 1000), 700);
+}
+
 TEST(Ladder, TinyCpuLadderRunsResumesAndFits) {
   test::use_one_thread();
   test::ScratchDir dir("ladder");

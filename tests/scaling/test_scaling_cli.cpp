@@ -96,6 +96,26 @@ TEST(ScalingCli, LadderPlanAndBadConfig) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* run : {"transformer-a-tpp1", "hybrid-a-tpp2", "gdn-a-tpp4"})
     EXPECT_NE(r.out.find(run), std::string::npos) << run << "\n" << r.out;
+  EXPECT_NE(r.out.find("not found; its coverage of the runs is not checked"), std::string::npos) << r.out;
+  // --architectures: a subset of the config's, checked like the config's own list.
+  r = test::run_hybridlm("scaling ladder --config " + config.string() + " --plan --architectures gdn,hybrid");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("transformer-a-tpp1"), std::string::npos) << r.out;
+  for (const char* run : {"hybrid-a-tpp1", "gdn-a-tpp4"}) EXPECT_NE(r.out.find(run), std::string::npos) << run;
+  EXPECT_NE(r.out.find("6 runs,"), std::string::npos) << r.out;
+  // A fit reference outside the subset is dropped (else the subset's fit would stop with an input error).
+  std::ofstream(config) << R"({"format": "hybridlm-scaling-ladder", "data": "corpus", "tokenizer": "bytes",
+    "sizes": [{"name": "a", "hidden_size": 16, "num_hidden_layers": 4, "num_attention_heads": 2,
+               "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 32}],
+    "tokens_per_param": [1, 2, 4], "train": {"seq_len": 32, "batch_rows": 2, "micro_batch_rows": 2},
+    "fit": {"reference": "transformer"}})";
+  r = test::run_hybridlm("scaling ladder --config " + config.string() + " --plan --architectures gdn");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("fit.reference 'transformer' is not among --architectures"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("\"reference\""), std::string::npos) << r.out;
+  r = test::run_hybridlm("scaling ladder --config " + config.string() + " --plan --architectures mamba");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("with --architectures"), std::string::npos) << r.err;
   std::ofstream(config) << R"({"format": "hybridlm-scaling-ladder", "data": "corpus", "sizes": [],
     "tokens_per_param": [1]})";
   r = test::run_hybridlm("scaling ladder --config " + config.string() + " --out " + (dir.path() / "o").string());

@@ -356,10 +356,21 @@ bool read_arch_result(const NiahExperimentConfig& c, const std::string& arch, co
                       NiahArchResult& r, std::vector<NiahLanguageStats>& langs) {
   if (!training_finished(out, arch)) return false;
   const fs::path dir = out / "eval" / arch;
-  const fs::path record = fs::exists(dir / "cells.json") ? dir / "cells.json" : dir / "cells_partial.json";
-  if (!fs::exists(record)) return false;
+  // Another process may finish this evaluation between the choice and the read (it writes cells.json, then removes
+  // cells_partial.json; seen on the H200 in session 12): when the chosen record is gone, choose again.
+  fs::path record;
+  json m;
+  for (int attempt = 0;; ++attempt) {
+    record = fs::exists(dir / "cells.json") ? dir / "cells.json" : dir / "cells_partial.json";
+    if (!fs::exists(record)) return false;
+    try {
+      m = json_file_read(record);
+      break;
+    } catch (const Error&) {
+      if (fs::exists(record) || attempt >= 2) throw;
+    }
+  }
   read_training(c, arch, out, vocab, r);
-  const json m = json_file_read(record);
   for (const json& cell : m.at("cells")) r.cells.push_back(niah_cell_from_json(cell, record.string()));
   r.eval_seconds = m.value("seconds", 0.0);
   r.eval_cells_planned = static_cast<int64_t>(c.langs.size() * c.eval_tasks.size() * c.eval_lengths.size());

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <sys/wait.h>
 
@@ -42,6 +44,17 @@ inline std::string cuda_test_binary() {
 inline RunResult run_cli(const std::string& args) { return run_shell(cuda_test_binary() + " " + args); }
 
 // Three sequences of odd lengths (7, 13, 5) with ids spread over [0, vocab): packed cu_seqlens {0, 7, 20, 25}.
+// n token ids in [0, vocab) from a 32-bit LCG seeded `seed` (the engine tests' teacher-forced sequences).
+inline std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids;
+  uint32_t state = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
+  }
+  return ids;
+}
+
 inline TokenBatch odd_length_batch(int64_t vocab) {
   TokenBatch batch;
   uint32_t state = 12345u;

@@ -71,16 +71,6 @@ Model make_model(const ModelCase& m) {
   return Model::create(parse_model_config(student_config_json(), "test"), 11);
 }
 
-std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids;
-  uint32_t state = seed;
-  for (int64_t i = 0; i < n; ++i) {
-    state = state * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
-  }
-  return ids;
-}
-
 // max |a − b| / (1 + max |b|) over a row (Inf when a has a non-finite value).
 double row_error(const float* a, const float* b, int64_t V) {
   double diff = 0.0, scale = 0.0;

@@ -26,16 +26,6 @@ using namespace hlm::test;
 
 namespace {
 
-std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids;
-  uint32_t state = seed;
-  for (int64_t i = 0; i < n; ++i) {
-    state = state * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
-  }
-  return ids;
-}
-
 // Teacher-forced steps of both sequences together: prefill [0, prompt) in chunks of `chunk`, then one token each.
 std::vector<Tensor> run(CudaModel& g, const Model& model, const std::vector<std::vector<int32_t>>& seqs, int64_t prompt,
                         int64_t chunk) {

@@ -27,16 +27,6 @@ using namespace hlm::test;
 
 namespace {
 
-std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids;
-  uint32_t state = seed;
-  for (int64_t i = 0; i < n; ++i) {
-    state = state * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
-  }
-  return ids;
-}
-
 MemoryPlan plan_for(const Model& model, int64_t sequences, int64_t tokens_each, int64_t kv_element_bytes) {
   MemoryRequest r;
   r.max_sequences = sequences;

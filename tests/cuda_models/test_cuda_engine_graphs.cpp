@@ -75,16 +75,6 @@ MemoryPlan plan_for(const Model& model, int64_t sequences, int64_t tokens_each, 
   return memory_plan_build(model.config(), r);
 }
 
-std::vector<int32_t> ids_for(int64_t n, int64_t vocab, uint32_t seed) {
-  std::vector<int32_t> ids;
-  uint32_t state = seed;
-  for (int64_t i = 0; i < n; ++i) {
-    state = state * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab)));
-  }
-  return ids;
-}
-
 int32_t argmax(const float* row, int64_t V) { return static_cast<int32_t>(std::max_element(row, row + V) - row); }
 
 // Greedy generation of `steps` tokens for three prompts on one engine; returns every step's logits, concatenated.

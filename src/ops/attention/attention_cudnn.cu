@@ -585,6 +585,9 @@ std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t strea
 bool execute(const Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, cudaStream_t stream,
              std::string* why) {
   CudnnApi& a = api();
+  // One handle for the process: its stream is set per call, so calls from several threads take turns.
+  static std::mutex handle_mutex;
+  std::lock_guard<std::mutex> lock(handle_mutex);
   try {
     check(a.SetStream(a.handle, stream), "cudnnSetStream");
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);

@@ -19,8 +19,11 @@
 // here); the edge-value rules of attention_cuda.h (masked Inf never multiplied by 0, NaN rows) are NOT promised.
 //
 // Plans: one cuDNN execution plan per (direction, B, Sq, Skv, Hq, Hkv, D), built on first use (heuristics mode A,
-// the first engine configuration that finalizes) and cached with its own device workspace. Not while a CUDA graph is
-// being captured: an unplanned shape met during capture is refused (native kernels run).
+// the first engine configuration that finalizes) and cached with its own device workspace (cudaMalloc'ed outside the
+// caching allocator, so not in its peaks: the backward's is 4·B·Hq·S·(D + 1) bytes plus cuDNN's own). Not while a
+// CUDA graph is being captured: an unplanned shape met during capture is refused (native kernels run). A plan's
+// workspace serves one call at a time: calls with one shape on several streams at once would share it (the trainer
+// and the engine use one stream).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

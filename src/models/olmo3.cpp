@@ -7,15 +7,12 @@
 // default layout is three sliding layers per full one (layer i full iff (i + 1) % 4 == 0). Softmax scale
 // head_dim^-1/2; rms_norm_eps defaults to 1e-5. Spec: shared/docs/families.md §3 (transformers 5.17 modeling_olmo3).
 #include "models/architecture.h"
+#include "models/scale_only_hyper.h"
 
 namespace hlm {
 
 const ArchitectureSpec kOlmo3Spec{
     Architecture::Olmo3, "olmo3", "OLMo-3 decoder (OLMo 2 post-norm attention, sliding-window layers 3:1)",
-    QkNorm::WholeProjection, /*attention_post_norm=*/true, [](const ModelConfig& c) {
-      DecoderHyper h;
-      h.attention_scale = c.attention_scale();
-      return h;
-    }};
+    QkNorm::WholeProjection, /*attention_post_norm=*/true, scale_only_hyper};
 
 }  // namespace hlm

@@ -6,15 +6,12 @@
 // Checkpoint names: HF's save_pretrained and the Hub use attention_layer_norm / feedforward_layer_norm for
 // input_layernorm / post_attention_layernorm (the tensor table lists both), and q/k/v_conv1d for the split conv.
 #include "models/architecture.h"
+#include "models/scale_only_hyper.h"
 
 namespace hlm {
 
 const ArchitectureSpec kOlmoHybridSpec{
     Architecture::OlmoHybrid, "olmo_hybrid", "OLMo-Hybrid (Gated DeltaNet + OLMo 2 attention layers)",
-    QkNorm::WholeProjection, /*attention_post_norm=*/true, [](const ModelConfig& c) {
-      DecoderHyper h;
-      h.attention_scale = c.attention_scale();
-      return h;
-    }};
+    QkNorm::WholeProjection, /*attention_post_norm=*/true, scale_only_hyper};
 
 }  // namespace hlm

@@ -10,6 +10,7 @@
 //   h / (Hv/Hk). The tensor table maps these names onto the GDN layer's fields.
 // Non-goals: the vision tower (model.visual.*) and the multi-token-prediction head (mtp.*), reported as unused.
 #include "models/architecture.h"
+#include "models/scale_only_hyper.h"
 
 namespace hlm {
 
@@ -17,11 +18,7 @@ const ArchitectureSpec kQwen35Spec{
     Architecture::Qwen35, "qwen3_5_text",
     "Qwen3.5 (Gated DeltaNet + gated attention, partial RoPE, zero-centred norms, dense SwiGLU)", QkNorm::PerHead,
     /*attention_post_norm=*/false,
-    [](const ModelConfig& c) {
-      DecoderHyper h;
-      h.attention_scale = c.attention_scale();
-      return h;
-    },
+    scale_only_hyper,
     /*attention_output_gate=*/true, /*zero_centred_norms=*/true, /*text_prefix=*/"model.language_model."};
 
 }  // namespace hlm

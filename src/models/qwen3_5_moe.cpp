@@ -5,6 +5,7 @@
 // (mlp.experts.{e}.{gate,up,down}_proj.weight) or from the stacked one (mlp.experts.gate_up_proj [E, 2I, H] with
 // gate rows first, mlp.experts.down_proj [E, H, I]).
 #include "models/architecture.h"
+#include "models/scale_only_hyper.h"
 
 namespace hlm {
 
@@ -12,11 +13,7 @@ const ArchitectureSpec kQwen35MoeSpec{
     Architecture::Qwen35Moe, "qwen3_5_moe_text",
     "Qwen3.5-MoE (Gated DeltaNet + gated attention, routed experts with a gated shared expert)", QkNorm::PerHead,
     /*attention_post_norm=*/false,
-    [](const ModelConfig& c) {
-      DecoderHyper h;
-      h.attention_scale = c.attention_scale();
-      return h;
-    },
+    scale_only_hyper,
     /*attention_output_gate=*/true, /*zero_centred_norms=*/true, /*text_prefix=*/"model.language_model."};
 
 }  // namespace hlm

@@ -9,6 +9,7 @@
 //   (norm_topk_prob, default true here), plus the sigmoid-gated shared expert of Qwen3.5-MoE.
 // Checkpoints use "model." (no multimodal wrapper); mtp.* tensors are reported as unused.
 #include "models/architecture.h"
+#include "models/scale_only_hyper.h"
 
 namespace hlm {
 
@@ -18,12 +19,7 @@ const ArchitectureSpec kQwen3NextSpec{
     .description = "Qwen3-Next (Gated DeltaNet with grouped projections + gated attention, MoE with a shared expert)",
     .qk_norm = QkNorm::PerHead,
     .attention_post_norm = false,
-    .hyper =
-        [](const ModelConfig& c) {
-          DecoderHyper h;
-          h.attention_scale = c.attention_scale();
-          return h;
-        },
+    .hyper = scale_only_hyper,
     .attention_output_gate = true,
     .zero_centred_norms = true,
     .gdn_grouped_projections = true};

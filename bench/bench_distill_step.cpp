@@ -16,10 +16,14 @@
 // its estimate; a comma-separated list (e.g. lean,adam8) runs each plan in turn on the same host models (one host
 // setup), the device memory released and the allocator's peaks reset between plans. Per plan it prints the peak over
 // the whole plan (attach included) and the peak of the steps alone (the peaks reset after attach).
+// --data-parallel off|zero0|zero1[,...]: each entry runs the plans again, the device trained data parallel with ONE
+// rank (TrainDevice::set_data_parallel over a SingleCommunicator; HYBRIDLM_GPU_COLLECTIVES picks nccl or host), so
+// the step-time overhead of the distributed path against the plain step is measured in one process (issue #25);
+// alternate them (off,zero1,off,zero1) to see the run-to-run spread.
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main).
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
-//                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME]
+//                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -37,12 +41,14 @@
 
 #include "backend/cuda/cuda_context.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
 #include "models/convert.h"
 #include "models/hf_config.h"
 #include "models/model.h"
 #include "models/model_train.h"
 #include "models/placements.h"
 #include "train/adamw.h"
+#include "train/data_parallel.h"
 #include "train/memory_plan.h"
 #include "train/cuda/cuda_train_device.h"
 
@@ -56,8 +62,18 @@ struct Options {
   int64_t rows = 8, seq = 1024;
   int layers = 28;
   int64_t micro = 0;  // 0: one micro-batch of all rows
-  std::string shape = "qwen3-0.6b", memory_plan = "fp32";
+  std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off";
 };
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -78,9 +94,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--micro") o.micro = std::atoll(next().c_str());
     else if (a == "--shape") o.shape = next();
     else if (a == "--memory-plan") o.memory_plan = next();
+    else if (a == "--data-parallel") o.data_parallel = next();
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
-                           "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME]\n");
+                           "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
+                           "[--data-parallel off|zero0|zero1,...]\n");
       std::exit(2);
     }
   }
@@ -158,12 +176,13 @@ int main(int argc, char** argv) {
   batch.language.assign(static_cast<size_t>(o.rows * o.seq), 0);
   batch.rows = o.rows;
 
-  std::vector<std::string> plans;
-  for (size_t at = 0; at <= o.memory_plan.size();) {
-    const size_t comma = std::min(o.memory_plan.find(',', at), o.memory_plan.size());
-    plans.push_back(o.memory_plan.substr(at, comma - at));
-    at = comma + 1;
-  }
+  const std::vector<std::string> plans = split_list(o.memory_plan), dps = split_list(o.data_parallel);
+  for (const std::string& dp : dps)
+    if (dp != "off" && dp != "zero0" && dp != "zero1") {
+      std::fprintf(stderr, "--data-parallel: '%s' is not off, zero0 or zero1\n", dp.c_str());
+      return 2;
+    }
+  SingleCommunicator single;
   // HLM_BENCH_START_AFTER=FILE: the GPU work starts once FILE exists (other GPU work of the same device call first,
   // while this process builds its host models).
   if (const char* gate = std::getenv("HLM_BENCH_START_AFTER"); gate != nullptr && *gate != '\0') {
@@ -173,6 +192,7 @@ int main(int argc, char** argv) {
                 gate);
   }
   CudaAllocator& allocator = cuda_context().allocator();
+  for (const std::string& dp : dps)
   for (const std::string& plan_name : plans) {
     const MemoryPlanOption& plan = memory_plan_named(plan_name);
     allocator.release_cached();
@@ -193,6 +213,8 @@ int main(int argc, char** argv) {
     dev_options.bf16 = o.precision == "bf16";
     CudaTrainDevice device(dev_options);
     device.set_memory_plan(plan);
+    if (dp != "off") device.set_data_parallel(single, dp == "zero1" ? 1 : 0,
+                                             bucket_elements_from_env(kGpuBucketElements));
     std::printf("device: %s, precision %s\n", device.describe().c_str(), o.precision.c_str());
     const auto a0 = std::chrono::steady_clock::now();
     device.attach(student, &teacher, optimizer);
@@ -229,10 +251,10 @@ int main(int argc, char** argv) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     const CudaAllocatorStats st = allocator.stats();
-    std::printf("distill_step shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
+    std::printf("distill_step dp=%s shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
                 "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                 "reserved), device used %.2f GiB\n",
-                o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
+                dp.c_str(), o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
                 static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                 tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),
                 gib(st.peak_bytes_reserved), gib(total_b - free_b));

@@ -4,6 +4,8 @@
 #include "core/error.h"
 
 #ifdef HLM_WITH_CUDA
+#include "backend/cuda/cuda_device_select.h"
+#include "dist/communicator.h"
 #include "models/model_train.h"
 #include "train/cuda/cuda_train_device.h"
 #endif
@@ -15,6 +17,9 @@ std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std
   HLM_CHECK_INPUT(name == "cpu" || name == "cuda", "--device: '", name, "' is not a device (cpu or cuda)");
   if (name == "cpu") return nullptr;
 #ifdef HLM_WITH_CUDA
+  // Several ranks of a launcher on one node: rank i uses GPU i % (visible GPUs) (docs/distributed.md).
+  const LaunchInfo launch = launch_info_from_env();
+  if (launch.launched) cuda_context_select_for_local_rank(launch.local_rank);
   // An input error when no usable GPU is present.
   return std::make_unique<CudaTrainDevice>(
       CudaTrainDeviceOptions{.bf16 = precision == "bf16", .recompute = recompute_from_name(recompute),

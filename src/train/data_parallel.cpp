@@ -37,9 +37,9 @@ void copy_flat_range(const std::vector<size_t>& offsets, size_t begin, size_t en
 
 }  // namespace
 
-size_t bucket_elements_from_env() {
+size_t bucket_elements_from_env(size_t fallback) {
   const char* v = std::getenv(kBucketElementsEnv);
-  if (v == nullptr || *v == '\0') return size_t{4} << 20;
+  if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
   const unsigned long long x = std::strtoull(v, &end, 10);
   HLM_CHECK_INPUT(end != v && *end == '\0' && x > 0 && x <= (1ull << 30), "environment variable ",
@@ -89,19 +89,19 @@ void DataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_buf, 
   copy_flat_range(offsets_, begin, end, buf, to_buf, [&](size_t i) { return t[i].f32(); });
 }
 
-std::pair<int64_t, int64_t> DataParallel::rows(int64_t rows) const {
-  const int64_t W = comm_.size(), r = comm_.rank();
+std::pair<int64_t, int64_t> rank_rows(const Communicator& comm, int64_t rows) {
+  const int64_t W = comm.size(), r = comm.rank();
   HLM_CHECK(rows % W == 0, "batch of ", rows, " rows over ", W, " ranks");
   return {r * rows / W, (r + 1) * rows / W};
 }
 
-void DataParallel::reduce_loss(BatchLoss& loss) const {
+void reduce_batch_loss(Communicator& comm, BatchLoss& loss) {
   std::vector<double> v;
   v.push_back(loss.loss);
   v.push_back(static_cast<double>(loss.counted));
   v.insert(v.end(), loss.sum_by_language.begin(), loss.sum_by_language.end());
   for (int64_t c : loss.count_by_language) v.push_back(static_cast<double>(c));  // exact below 2^53
-  comm_.all_reduce_sum(v.data(), v.size());
+  comm.all_reduce_sum(v.data(), v.size());
   const size_t L = loss.sum_by_language.size();
   loss.loss = v[0];
   loss.counted = static_cast<int64_t>(v[1]);

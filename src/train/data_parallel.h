@@ -34,7 +34,17 @@
 namespace hlm {
 
 inline constexpr const char* kBucketElementsEnv = "HYBRIDLM_BUCKET_ELEMENTS";
-size_t bucket_elements_from_env();  // default 4 Mi; input error when not a positive integer
+// HYBRIDLM_BUCKET_ELEMENTS, else `fallback` (the CPU's 4 Mi; the GPU trainer passes kGpuBucketElements); input error
+// when not a positive integer.
+size_t bucket_elements_from_env(size_t fallback = size_t{4} << 20);
+// The GPU trainer's default bucket: 32 Mi elements (128 MiB). Each bucket costs a host wait and a collective's launch
+// latency (tens of µs); larger buckets keep that below 1 % of a step at the sizes of docs/distributed.md.
+inline constexpr size_t kGpuBucketElements = size_t{32} << 20;
+
+// Sums the loss, per-language sums and counts, and counted tokens over ranks (rank order), in place on every rank.
+void reduce_batch_loss(Communicator& comm, BatchLoss& loss);
+// Rank r's rows [first, second) of a global batch of `rows` rows (rows % W == 0).
+std::pair<int64_t, int64_t> rank_rows(const Communicator& comm, int64_t rows);
 
 class DataParallel {
  public:
@@ -44,9 +54,9 @@ class DataParallel {
 
   int zero_stage() const { return zero_stage_; }
   // This rank's rows [first, second) of a global batch of `rows` rows.
-  std::pair<int64_t, int64_t> rows(int64_t rows) const;
-  // Sums the loss, per-language sums and counts, and counted tokens over ranks (rank order).
-  void reduce_loss(BatchLoss& loss) const;
+  std::pair<int64_t, int64_t> rows(int64_t rows) const { return rank_rows(comm_, rows); }
+  // Sums the loss record over ranks (reduce_batch_loss).
+  void reduce_loss(BatchLoss& loss) const { reduce_batch_loss(comm_, loss); }
   // Sums the gradients over ranks and clips them to `clip` by the global norm; returns the norm before clipping
   // (NaN / inf: nothing was scaled and the caller must skip the update).
   double reduce_and_clip(double clip);

@@ -12,6 +12,11 @@
 //   trainer applies the schedule before calling step); else nothing changes (weights, moments, step count).
 // Numerics are the device's (summation order differs from the CPU); a device step is deterministic run to run.
 //
+// Data parallel (issue #25, docs/distributed.md): after set_data_parallel, step() receives the GLOBAL batch of every
+// rank and trains on this rank's rows [r·B/W, (r+1)·B/W) with the global batch's loss weights; it returns the loss
+// record summed over ranks and the norm of the summed gradient; every rank ends the step with the same weights.
+// sync_to_host() is then a collective (every rank calls it): it gathers sharded optimizer state.
+//
 // Contract of evaluate_pass(): eval_pass_sums (train/eval.h) of the device's current student (and, when a teacher was
 // attached, the teacher's CE and KL(teacher ‖ student) at τ = 1): the same per-token values added in token order into
 // `sums` by the tokens' language ids. Reads the weights only: gradients, optimizer state and step count stay as they
@@ -21,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
 #include "data/data_stream.h"
 #include "train/adamw.h"
 #include "train/eval.h"
@@ -29,7 +35,12 @@
 
 namespace hlm {
 
+class Communicator;
 class Model;
+
+// HYBRIDLM_GPU_COLLECTIVES=nccl|host: how a device's gradients travel between ranks (train/cuda/device_collectives.h).
+// Its presence also asks a single process to run the data-parallel path with one rank (tests, overhead figures).
+inline constexpr const char* kGpuCollectivesEnv = "HYBRIDLM_GPU_COLLECTIVES";
 
 class TrainDevice {
  public:
@@ -42,6 +53,15 @@ class TrainDevice {
   // The memory plan the trainer chose (train/memory_plan.h), before attach: the device holds the teacher and the
   // optimizer state as the plan says (the optimizer's own formats come with the AdamW given to attach).
   virtual void set_memory_plan(const MemoryPlanOption& plan) { (void)plan; }
+  // Before attach: run data parallel over `comm` (contract above) with ZeRO `zero_stage` (0: every rank holds the
+  // whole optimizer state; 1: AdamW's moments sharded) and gradient buckets of `bucket_elements`. A device that cannot
+  // refuses with an input error.
+  virtual void set_data_parallel(Communicator& comm, int zero_stage, size_t bucket_elements) {
+    (void)comm;
+    (void)zero_stage;
+    (void)bucket_elements;
+    throw_input_error(describe(), ": this device does not train data parallel");
+  }
   // Uploads the student's weights, the teacher's (distill; nullptr for pretrain) and the optimizer's state (m, v,
   // step count), pairing parameters by HF name. The host objects must outlive the device's use of them.
   virtual void attach(Model& student, Model* teacher, AdamW& optimizer) = 0;

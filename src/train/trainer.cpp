@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <cstring>
 #include <memory>
@@ -137,7 +138,8 @@ class Trainer {
   TrainDevice* device_ = nullptr;  // null: steps on the CPU
   SingleCommunicator single_;
   Communicator* comm_ = &single_;     // data parallel over comm_->size() ranks (train/data_parallel.h)
-  std::unique_ptr<DataParallel> dp_;  // only with several ranks
+  std::unique_ptr<DataParallel> dp_;  // only with several ranks on the CPU
+  bool device_dp_ = false;            // the device trains data parallel (TrainDevice::set_data_parallel)
   TrainPlan plan_;
   fs::path out_;
   Corpus corpus_;
@@ -170,8 +172,8 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
                   ": this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
   if (cfg_.device == "cpu") device_ = nullptr;
   const int64_t W = comm_->size();
-  HLM_CHECK_INPUT(W == 1 || device_ == nullptr, "--device ", cfg_.device, ": training on ", W,
-                  " ranks runs on the CPU only in this version (the GPU trainer is not wired to the communicator)");
+  // The device trains data parallel on several ranks, or on one when HYBRIDLM_GPU_COLLECTIVES asks (train_device.h).
+  device_dp_ = device_ != nullptr && (W > 1 || std::getenv(kGpuCollectivesEnv) != nullptr);
   HLM_CHECK_INPUT(cfg_.zero_stage == 0 || cfg_.zero_stage == 1, "--zero-stage ", cfg_.zero_stage,
                   ": must be 0 (replicated AdamW state) or 1 (sharded)");
   HLM_CHECK_INPUT(cfg_.batch_rows % (W * cfg_.micro_batch_rows) == 0, "--batch ", cfg_.batch_rows,
@@ -243,13 +245,15 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
-  HLM_CHECK_INPUT(W == 1 || memory_plan_.plan == nullptr ||
+  HLM_CHECK_INPUT((W == 1 && !device_dp_) || memory_plan_.plan == nullptr ||
                       (memory_plan_.plan->state == AdamWStateFormat::F32 &&
                        memory_plan_.plan->master == MasterFormat::F32),
                   "--memory-plan ", memory_plan_.plan ? memory_plan_.plan->name : "", ": a run on ", W,
                   " ranks uses the fp32 plan in this version (8-bit moments and bf16 master weights are not sharded)");
   build_optimizer();
-  if (W > 1)
+  if (device_dp_)  // before attach (run()); the device creates its collectives here, on every rank
+    device_->set_data_parallel(*comm_, static_cast<int>(cfg_.zero_stage), bucket_elements_from_env(kGpuBucketElements));
+  else if (W > 1)
     dp_ = std::make_unique<DataParallel>(*comm_, *optimizer_, static_cast<int>(cfg_.zero_stage),
                                          bucket_elements_from_env());
 
@@ -376,8 +380,10 @@ void Trainer::build_optimizer() {
   ac.state = memory_plan_.plan->state;
   ac.master = memory_plan_.plan->master;
   ac.sr_seed = splitmix64(cfg_.init_seed) ^ cfg_.data_seed;  // the run's seeds: a resume draws the same bits
-  // ZeRO-1 (several ranks, --zero-stage 1): the moments live in DataParallel's shard optimizer only.
-  const bool sharded = comm_->size() > 1 && cfg_.zero_stage == 1;
+  // ZeRO-1 on the CPU (several ranks, --zero-stage 1): the moments live in DataParallel's shard optimizer only. A
+  // device shards its own copy; the host AdamW keeps the whole state for checkpoints (host memory, gathered by
+  // sync_to_host).
+  const bool sharded = comm_->size() > 1 && cfg_.zero_stage == 1 && device_ == nullptr;
   optimizer_ = std::make_unique<AdamW>(std::move(groups), std::move(params), ac, !sharded);
 }
 

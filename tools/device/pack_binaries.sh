@@ -4,7 +4,8 @@
 #
 # Usage: bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz-compressed)
 #   Writes OUT_TGZ holding bin/<program> (stripped) and lib/<the shared libraries they need>, except the C library
-#   family and the CUDA libraries (CUPTI included), which the GPU machine has. An argument ending in .so is a shared
+#   family and the CUDA libraries (CUPTI and NCCL included), which the GPU machine has. An argument ending in .so is a
+#   shared
 #   library of ours (e.g. build/tools/profile/libhlm_kernel_trace.so, docs/profiling.md): it goes to lib/ itself. Put OUT_TGZ under a git-ignored folder (out/carry/) and
 #   name that folder in the device tool's `carry`; there:
 #     mkdir -p /tmp/hlm && tar xzf out/carry/bins.tgz -C /tmp/hlm && export LD_LIBRARY_PATH=/tmp/hlm/lib
@@ -29,7 +30,7 @@ for prog in "$@"; do
   ldd "$prog" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libutil.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
-      libcuda.so*|libcudart.so*|libcublas*.so*|libnvrtc*.so*|libcupti.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*|libnvrtc*.so*|libcupti.so*|libnccl.so*) ;;
       *) cp -L "$lib" "$stage/lib/" ;;
     esac
   done

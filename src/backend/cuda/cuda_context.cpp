@@ -1,6 +1,8 @@
 #include "backend/cuda/cuda_context.h"
 
+#include "backend/cuda/cuda_device_select.h"
 #include "backend/cuda/cuda_error.h"
+#include "core/error.h"
 
 namespace hlm {
 
@@ -26,9 +28,27 @@ void CudaContext::synchronize() const {
   HLM_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+int g_default_device = 0;
+bool g_default_created = false;
+}  // namespace
+
 CudaContext& cuda_context() {
-  static CudaContext* ctx = new CudaContext(0);  // leaked on purpose (see the header)
+  static CudaContext* ctx = new CudaContext(g_default_device);  // leaked on purpose (see the header)
+  g_default_created = true;
   return *ctx;
+}
+
+void cuda_context_select_for_local_rank(int local_rank) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+    cudaGetLastError();  // clear the sticky "no device" error; the caller reports a missing GPU itself
+    return;
+  }
+  const int device = local_rank % count;
+  HLM_CHECK(!g_default_created || device == g_default_device, "cuda_context_select_for_local_rank(", local_rank,
+            "): the default context already exists on device ", g_default_device);
+  g_default_device = device;
 }
 
 }  // namespace hlm

@@ -8,10 +8,11 @@
 // reduced chunks back to every rank (grouped ncclSend/ncclRecv, since chunks may differ by one element and
 // ncclAllGather needs equal counts). broadcast is ncclBroadcast, barrier an ncclAllReduce of one float.
 // Every collective is enqueued on this communicator's own stream and waited for: cudaStreamQuery and
-// ncclCommGetAsyncError are polled (50 µs sleeps) until the stream is done; an NCCL error (a peer died, a network
+// ncclCommGetAsyncError are polled (spinning for 200 µs, then 50 µs sleeps) until the stream is done; an NCCL error (a peer died, a network
 // error) or the timeout (HYBRIDLM_COLLECTIVE_TIMEOUT, default 600 s) calls ncclCommAbort and then host.abort(), which
 // ends every rank with the message. Scratch: W chunk-sized pieces (grown on demand, device memory).
-// Built only with CUDA and MPI (CMake target hlm_dist_nccl); not yet used by the GPU trainer.
+// Built only with CUDA and MPI (CMake target hlm_dist_nccl); the GPU trainer uses it through
+// train/cuda/device_collectives.h.
 #pragma once
 #include <memory>
 

@@ -14,8 +14,10 @@
 namespace hlm {
 
 CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1, double beta2, double eps,
-                     AdamWStateFormat state, MasterFormat master, uint64_t sr_seed)
-    : ctx_(&ctx), state_(state), master_(master), sr_seed_(sr_seed), beta1_(beta1), beta2_(beta2), eps_(eps) {
+                     AdamWStateFormat state, MasterFormat master, uint64_t sr_seed, bool with_state)
+    : ctx_(&ctx), state_(state), master_(master), sr_seed_(sr_seed), with_state_(with_state), beta1_(beta1),
+      beta2_(beta2), eps_(eps) {
+  HLM_CHECK(with_state || state == AdamWStateFormat::F32, "CudaAdamW: only F32 moments can be held elsewhere");
   std::vector<CudaModel::NamedTensor> w = weights.named_tensors();
   std::vector<CudaModel::NamedTensor> g = grads.named_tensors();
   HLM_CHECK(w.size() == g.size(), "CudaAdamW: ", w.size(), " weights but ", g.size(), " gradients");
@@ -40,6 +42,7 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
       q8_.push_back(std::move(q));
       continue;
     }
+    if (!with_state_) continue;
     for (std::vector<CudaTensor>* state : {&exp_avg_, &exp_avg_sq_}) {
       state->push_back(CudaTensor::empty(ctx, w[i].tensor->shape()));
       HLM_CUDA_CHECK(cudaMemsetAsync(state->back().raw(), 0, state->back().nbytes(), ctx.stream()));
@@ -69,6 +72,7 @@ void CudaAdamW::set_bf16_copies(const std::vector<CudaModel::Bf16Copy>& copies) 
 
 void CudaAdamW::set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
   HLM_CHECK(i < params_.size(), "CudaAdamW::set_state: parameter ", i, " of ", params_.size());
+  HLM_CHECK(with_state_, "CudaAdamW::set_state: this optimizer holds no moments");
   if (state_ == AdamWStateFormat::Q8) {  // upload the fp32 moments, quantize on the device (q8_quantize's bits)
     CudaTensor m = CudaTensor::empty(*ctx_, params_[i].param->shape()), v = CudaTensor::empty(*ctx_, m.shape());
     cuda_copy(*ctx_, m, exp_avg);
@@ -145,6 +149,7 @@ double CudaAdamW::grad_norm() { return global_norm(0.0); }
 
 double CudaAdamW::step(double max_norm) {
   CudaContext& ctx = *ctx_;
+  HLM_CHECK(with_state_, "CudaAdamW::step: this optimizer holds no moments");
   const double norm = global_norm(max_norm);  // the clip scale stays on the device for the update
   if (!std::isfinite(norm)) return norm;      // the step is skipped
   ++step_;

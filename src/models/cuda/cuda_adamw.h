@@ -47,7 +47,7 @@ class CudaAdamW {
   // AdamWConfig::sr_seed. A freed slot without a copy is an internal error.
   CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1 = 0.9, double beta2 = 0.999,
             double eps = 1e-8, AdamWStateFormat state = AdamWStateFormat::F32,
-            MasterFormat master = MasterFormat::F32, uint64_t sr_seed = 0);
+            MasterFormat master = MasterFormat::F32, uint64_t sr_seed = 0, bool with_state = true);
   AdamWStateFormat state_format() const { return state_; }
   MasterFormat master_format() const { return master_; }
   // 8-bit moments of parameter i (state Q8 only): from / to the host format, byte for byte (waits for the stream).
@@ -89,6 +89,7 @@ class CudaAdamW {
   AdamWStateFormat state_ = AdamWStateFormat::F32;
   MasterFormat master_ = MasterFormat::F32;
   uint64_t sr_seed_ = 0;
+  bool with_state_ = true;
   std::vector<CudaTensor*> bf16_;        // per parameter: the slot of its bf16 copy, or nullptr
   bool writes_bf16_ = false;
   CudaTensor table_;                     // device workspace of adamw_multi_step_cuda (the list's table)

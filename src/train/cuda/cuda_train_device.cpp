@@ -20,6 +20,7 @@
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 #include "train/cuda/cuda_bf16_masters.h"
 #include "train/cuda/cuda_eval.h"
+#include "train/cuda/device_collectives.h"
 
 namespace hlm {
 
@@ -114,6 +115,12 @@ std::string CudaTrainDevice::describe() const {
                  options_.recompute == Recompute::None ? "; kept activations" : "");
 }
 
+void CudaTrainDevice::set_data_parallel(Communicator& comm, int zero_stage, size_t bucket_elements) {
+  ctx_->make_current();
+  dp_ = std::make_unique<CudaDataParallel>(*ctx_, comm, make_device_collectives(*ctx_, comm), zero_stage,
+                                           bucket_elements);
+}
+
 void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   ctx_->make_current();
   host_student_ = &student;
@@ -128,6 +135,11 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   const bool bf16_masters = ac.master == MasterFormat::Bf16Sr;
   HLM_CHECK_INPUT(!bf16_masters || options_.bf16, "--memory-plan lean: bf16 master weights on the GPU need "
                   "--precision bf16");
+  HLM_CHECK_INPUT(!dp_ || (ac.state == AdamWStateFormat::F32 && !bf16_masters), "--memory-plan: ",
+                  ac.state == AdamWStateFormat::Q8 ? "8-bit AdamW moments (adam8)" : "bf16 master weights (lean)",
+                  " are not sharded on the GPU yet; data-parallel GPU training needs fp32 moments and masters "
+                  "(--memory-plan fp32 or teacher-bf16)");
+  const bool sharded = dp_ && dp_->zero_stage() == 1;
   // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
   // gradients: each upload's transient fp32 tensors meet the least memory already held.
   if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));
@@ -152,8 +164,9 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   if (bf16_masters) cuda_hold_bf16_masters(*ctx_, *student_);
   grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
   if (bf16_masters) cuda_hold_bf16_linear_grads(*ctx_, *grads_);
+  // ZeRO-1: the moments live in dp_'s shard only.
   optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps, ac.state, ac.master,
-                                           ac.sr_seed);
+                                           ac.sr_seed, !sharded);
   // Each step writes the student's bf16 copies with the update (nothing in fp32 mode): no refresh pass after it.
   optimizer_->set_bf16_copies(student_->bf16_copies());
   // Pair the device's parameters with the host optimizer's by HF name; each gets the host state.
@@ -168,12 +181,19 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
     HLM_CHECK(it != host.end(), "CudaTrainDevice: the host optimizer has no parameter ", device[i].name);
     const auto j = static_cast<size_t>(it - host.begin());
     host_index_.push_back(j);
+    if (sharded) continue;  // dp_->attach takes this rank's shard below
     if (ac.state == AdamWStateFormat::Q8)
       optimizer_->set_q8_state(i, optimizer.q8_state(j));  // byte for byte
     else
       optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
   }
   optimizer_->set_step_count(optimizer.step_count());
+  if (dp_) {
+    dp_->attach(*optimizer_, optimizer, host_index_, student_->bf16_copies());
+    std::printf("%-12s rank %d of %d, %s collectives, zero stage %d (%zu AdamW elements on this rank)\n",
+                "data parallel", dp_->rank(), dp_->size(), dp_->backend(), dp_->zero_stage(),
+                sharded ? dp_->shard_elements() : static_cast<size_t>(student_->weight_bytes() / 4));
+  }
   if (options_.cuda_graphs) {
     graphs_ = std::make_unique<StepGraphCache<StepGraph>>(kMaxStepGraphs);
     // The rope table at its full length up front (up to 8192 positions), so that a longer batch later does not move
@@ -192,6 +212,7 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
 void CudaTrainDevice::print_static_plan() const {
   const size_t weights = student_->weight_bytes(), copies = student_->bf16_copy_bytes();
   size_t moments = 2 * weights;  // AdamW m and v fp32 like the weights, or 8-bit codes + one f32 scale per block
+  if (dp_ && dp_->zero_stage() == 1) moments = 2 * sizeof(float) * dp_->shard_elements();  // this rank's shard
   if (optimizer_->state_format() == AdamWStateFormat::Q8) {
     moments = 0;
     for (const CudaAdamWParam& p : optimizer_->params())
@@ -232,20 +253,33 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   BatchLoss out;
   out.sum_by_language.assign(num_languages, 0.0);
   out.count_by_language.assign(num_languages, 0);
-  // The loss weights of the whole batch, as train_batch_gradient.
-  out.counted = teacher_ ? batch.batch.total_tokens()
-                         : std::count_if(batch.targets.begin(), batch.targets.end(), [](int32_t t) { return t >= 0; });
-  const float weight = out.counted > 0 ? static_cast<float>(1.0 / static_cast<double>(out.counted)) : 0.0f;
+  const auto count = [&](const PackedBatch& b) -> int64_t {
+    return teacher_ ? b.batch.total_tokens()
+                    : std::count_if(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; });
+  };
+  // The loss weights of the whole (global) batch, as train_batch_gradient.
+  const int64_t counted = count(batch);
+  const float weight = counted > 0 ? static_cast<float>(1.0 / static_cast<double>(counted)) : 0.0f;
+  // Data parallel: this rank's rows only; its record counts its own tokens (summed over ranks below).
+  PackedBatch share;
+  if (dp_) {
+    const auto [first, last] = dp_->rows(batch.rows);
+    HLM_CHECK((last - first) % micro_rows == 0, "a rank's ", last - first, " rows, micro-batch ", micro_rows);
+    share = packed_batch_rows(batch, first, last);
+  }
+  const PackedBatch& mine = dp_ ? share : batch;
+  out.counted = dp_ ? count(mine) : counted;
 
-  const bool replayed = graphs_ != nullptr && !teacher_ && batch.rows == micro_rows &&
-                        graph_step(batch, weight, num_languages, out);
+  const bool replayed = graphs_ != nullptr && !teacher_ && mine.rows == micro_rows &&
+                        graph_step(mine, weight, num_languages, out);
   if (!replayed) {
     grads_->set_zero();
-    for (int64_t r = 0; r < batch.rows; r += micro_rows) {
-      const PackedBatch micro = batch.rows == micro_rows ? batch : packed_batch_rows(batch, r, r + micro_rows);
+    for (int64_t r = 0; r < mine.rows; r += micro_rows) {
+      const PackedBatch micro = mine.rows == micro_rows ? mine : packed_batch_rows(mine, r, r + micro_rows);
       micro_step(micro, weight, tau, num_languages, out);
     }
   }
+  if (dp_) dp_->reduce_loss(out);  // every rank then decides alike whether to update
   // Each parameter's lr and weight decay from its host group (the trainer applied the schedule already).
   const std::vector<AdamWGroup>& groups = host_optimizer_->groups();
   const std::vector<AdamWParam>& host = host_optimizer_->params();
@@ -258,14 +292,19 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   // CudaAdamW::step skips a non-finite norm itself; a non-finite loss with a finite norm must skip too (CPU rule).
   PhaseTimer timer(ctx_->stream());
   timer.mark("start");
-  *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : optimizer_->grad_norm();
+  if (dp_ && dp_->zero_stage() == 1) {
+    *grad_norm = dp_->sharded_step(clip, std::isfinite(out.loss));
+  } else {
+    if (dp_) dp_->all_reduce_gradients();
+    *grad_norm = std::isfinite(out.loss) ? optimizer_->step(clip) : optimizer_->grad_norm();
+  }
   timer.mark("adamw");
   // The bf16 copies follow the updated master weights: written by the AdamW launch itself (set_bf16_copies at
   // attach), so this mark measures ~0; a skipped step changed no weight. Nothing in fp32 mode.
   if (host_optimizer_->config().master == MasterFormat::Bf16Sr)
     cuda_refresh_held_copies(*ctx_, *student_);  // lean: a tied head's copy only (the rest are the masters)
-  else if (!optimizer_->writes_bf16_copies())
-    student_->refresh_bf16();
+  else if (!optimizer_->writes_bf16_copies() || (dp_ && dp_->zero_stage() == 1 && dp_->size() > 1))
+    student_->refresh_bf16();  // ZeRO-1 on several ranks: the update wrote this rank's chunks' copies only
   timer.mark("refresh_bf16");
   timer.print();
   if (!activation_plan_printed_) {
@@ -467,16 +506,20 @@ void CudaTrainDevice::sync_to_host() {
     cuda_download_bf16_masters(*ctx_, *student_, host_optimizer_->params());
   else
     student_->download_into(host_student_->mutable_weights());
-  for (size_t i = 0; i < host_index_.size(); ++i) {
-    if (optimizer_->state_format() == AdamWStateFormat::Q8) {
-      host_optimizer_->set_q8_state(host_index_[i], optimizer_->q8_state(i));
-      continue;
+  if (dp_ && dp_->zero_stage() == 1) {  // collective: the shards' moments gathered on every rank
+    dp_->gather_state(*host_optimizer_, host_index_);
+  } else {
+    for (size_t i = 0; i < host_index_.size(); ++i) {
+      if (optimizer_->state_format() == AdamWStateFormat::Q8) {
+        host_optimizer_->set_q8_state(host_index_[i], optimizer_->q8_state(i));
+        continue;
+      }
+      const Tensor m = cuda_download(*ctx_, optimizer_->exp_avg(i));
+      const Tensor v = cuda_download(*ctx_, optimizer_->exp_avg_sq(i));
+      host_optimizer_->set_state(host_index_[i], m, v);
     }
-    const Tensor m = cuda_download(*ctx_, optimizer_->exp_avg(i));
-    const Tensor v = cuda_download(*ctx_, optimizer_->exp_avg_sq(i));
-    host_optimizer_->set_state(host_index_[i], m, v);
+    host_optimizer_->set_step_count(optimizer_->step_count());
   }
-  host_optimizer_->set_step_count(optimizer_->step_count());
   if (graphs_ != nullptr) {
     const StepGraphStats& st = graphs_->stats();
     std::printf("%-12s %lld captured, %lld replays, %lld eager steps, %lld failed captures, %zu graphs kept\n",

@@ -33,7 +33,13 @@
 // two host waits but makes ~15 CUDA calls instead of ~520. Same kernels, same arguments, same order as the eager
 // step: the results are bit-identical (tests/cuda_models/test_cuda_train_graphs.cpp). A capture that fails (e.g. a
 // body that waits) leaves that shape eager, with a note on stderr.
-// Non-goals for now: multi-GPU, per-layer gradient release.
+// Data parallel (set_data_parallel; train/cuda/cuda_data_parallel.h, docs/distributed.md): each rank steps on its
+// rows of the global batch with the global loss weights; after the backward the gradients are summed over ranks in
+// buckets (zero 0: all-reduce, then the usual CudaAdamW step on every rank; zero 1: reduce-scatter, the shard's AdamW
+// with sharded moments, all-gather of the weights) and the loss record is summed over the host communicator. Only
+// the fp32 optimizer formats are sharded: 8-bit moments and bf16 masters (adam8, lean) are refused with an input
+// error. The device is GPU local_rank % visible GPUs (cli/train_device_cli.cpp).
+// Non-goals for now: overlapping the gradient sums with the backward, per-layer gradient release.
 #pragma once
 #include <memory>
 #include <optional>
@@ -43,6 +49,7 @@
 #include "models/cuda/cuda_adamw.h"
 #include "models/cuda/cuda_model.h"
 #include "models/model_train.h"
+#include "train/cuda/cuda_data_parallel.h"
 #include "train/step_graph_cache.h"
 #include "train/train_device.h"
 
@@ -68,6 +75,8 @@ class CudaTrainDevice final : public TrainDevice {
   std::string describe() const override;
   size_t free_memory_bytes() const override;  // cudaMemGetInfo on GPU 0
   void set_memory_plan(const MemoryPlanOption& plan) override { teacher_bf16_only_ = plan.teacher_bf16_only; }
+  // Creates the device collectives (HYBRIDLM_GPU_COLLECTIVES; collective: every rank calls it).
+  void set_data_parallel(Communicator& comm, int zero_stage, size_t bucket_elements) override;
   void attach(Model& student, Model* teacher, AdamW& optimizer) override;
   BatchLoss step(const PackedBatch& batch, int64_t micro_rows, double tau, double clip, double* grad_norm,
                  size_t num_languages) override;
@@ -104,6 +113,7 @@ class CudaTrainDevice final : public TrainDevice {
   AdamW* host_optimizer_ = nullptr;
   std::optional<CudaModel> student_, teacher_, grads_;
   std::unique_ptr<CudaAdamW> optimizer_;
+  std::unique_ptr<CudaDataParallel> dp_;  // data parallel (set_data_parallel), else null
   std::vector<size_t> host_index_;  // device optimizer parameter i ↔ host AdamW parameter host_index_[i]
   std::unique_ptr<StepGraphCache<StepGraph>> graphs_;  // cuda_graphs: the captured steps by shape
   const float* graph_rope_ = nullptr;  // the rope table the graphs read (a table that grows moves: graphs dropped)

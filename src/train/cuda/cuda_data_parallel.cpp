@@ -1,0 +1,230 @@
+// CudaDataParallel: bucketed gradient sums and ZeRO-1 of the GPU trainer (contract in cuda_data_parallel.h).
+#include "train/cuda/cuda_data_parallel.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "core/error.h"
+#include "layers/cuda/cuda_linear.h"
+#include "ops/adamw/adamw_cuda.h"
+#include "ops/adamw/grad_norm_cuda.h"
+#include "train/data_parallel.h"
+
+namespace hlm {
+
+CudaDataParallel::CudaDataParallel(CudaContext& ctx, Communicator& host, std::unique_ptr<DeviceCollectives> collectives,
+                                   int zero_stage, size_t bucket_elements)
+    : ctx_(ctx), host_(host), coll_(std::move(collectives)), zero_stage_(zero_stage),
+      bucket_elements_(bucket_elements) {
+  HLM_CHECK(zero_stage == 0 || zero_stage == 1, "zero stage ", zero_stage);
+  HLM_CHECK(bucket_elements > 0, "bucket of 0 elements");
+  HLM_CHECK(coll_->size() == host_.size() && coll_->rank() == host_.rank(), "CudaDataParallel: the collectives' rank ",
+            coll_->rank(), " of ", coll_->size(), " differs from the host communicator's ", host_.rank(), " of ",
+            host_.size());
+}
+
+CudaDataParallel::~CudaDataParallel() = default;
+
+std::pair<int64_t, int64_t> CudaDataParallel::rows(int64_t rows) const { return rank_rows(host_, rows); }
+
+void CudaDataParallel::reduce_loss(BatchLoss& loss) const { reduce_batch_loss(host_, loss); }
+
+size_t CudaDataParallel::chunk_first(const Bucket& b) const {
+  return b.begin + chunk_begin(b.end - b.begin, size(), host_.rank());
+}
+
+void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std::vector<size_t>& host_index,
+                              const std::vector<CudaModel::Bf16Copy>& copies) {
+  ctx_.make_current();
+  optimizer_ = &optimizer;
+  weights_.clear();
+  grads_.clear();
+  copies_.clear();
+  offsets_.assign(1, 0);
+  buckets_.clear();
+  pieces_.clear();
+  for (const CudaAdamWParam& p : optimizer.params()) {
+    HLM_CHECK(p.param->dtype() == DType::F32 && p.grad->dtype() == DType::F32, "CudaDataParallel: ", p.name,
+              " is not an fp32 weight with an fp32 gradient (only the fp32 memory plan is sharded)");
+    weights_.push_back(p.param->data<float>());
+    grads_.push_back(const_cast<float*>(p.grad->data<float>()));  // the collectives write the sums back
+    void* copy = nullptr;
+    for (const CudaModel::Bf16Copy& c : copies)
+      if (c.weight == p.param && c.copy != nullptr && c.copy->raw() != nullptr) copy = c.copy->raw();
+    copies_.push_back(copy);
+    offsets_.push_back(offsets_.back() + static_cast<size_t>(p.param->numel()));
+  }
+  const size_t P = offsets_.back(), W = static_cast<size_t>(size());
+  size_t shard = 0;
+  for (size_t begin = 0; begin < P; begin += bucket_elements_) {
+    Bucket b{begin, std::min(P, begin + bucket_elements_), shard};
+    if (zero_stage_ == 1) shard += chunk_size(b.end - b.begin, static_cast<int>(W), host_.rank());
+    buckets_.push_back(b);
+  }
+  bucket_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(std::max<size_t>(1, std::min(P, bucket_elements_)))});
+  shard_elements_ = shard;
+  if (zero_stage_ == 0) return;
+
+  for (const Bucket& b : buckets_) {
+    const size_t c0 = chunk_first(b), c1 = c0 + chunk_size(b.end - b.begin, size(), host_.rank());
+    for (size_t i = 0; i + 1 < offsets_.size(); ++i) {
+      const size_t lo = std::max(c0, offsets_[i]), hi = std::min(c1, offsets_[i + 1]);
+      if (lo < hi) pieces_.push_back({i, lo, hi, b.shard_offset + (lo - c0)});
+    }
+  }
+  const auto S = static_cast<int64_t>(std::max<size_t>(1, shard));
+  shard_grad_ = CudaTensor::empty(ctx_, {S});
+  shard_m_ = CudaTensor::empty(ctx_, {S});
+  shard_v_ = CudaTensor::empty(ctx_, {S});
+  // This rank's shard of the host moments (zero at a fresh start, the checkpoint's on a resume).
+  std::vector<float> m(shard), v(shard);
+  for (const Piece& p : pieces_) {
+    const Tensor hm = host.exp_avg(host_index[p.param]), hv = host.exp_avg_sq(host_index[p.param]);
+    const size_t at = p.begin - offsets_[p.param], n = p.end - p.begin;
+    std::copy_n(hm.f32() + at, n, m.data() + p.shard);
+    std::copy_n(hv.f32() + at, n, v.data() + p.shard);
+  }
+  if (shard > 0) {
+    cuda_copy_to_device_async(ctx_, shard_m_.raw(), m.data(), shard * sizeof(float));
+    cuda_copy_to_device_async(ctx_, shard_v_.raw(), v.data(), shard * sizeof(float));
+  }
+  step_ = host.step_count();
+  beta1_ = host.config().beta1;
+  beta2_ = host.config().beta2;
+  eps_ = host.config().eps;
+  norm_ = CudaTensor::empty(ctx_, {1}, DType::I64);  // one double
+  scale_ = CudaTensor::empty(ctx_, {1});
+  const size_t table = adamw_multi_step_cuda_workspace_bytes(pieces_.size());
+  adamw_ws_ = cuda_scratch_bytes(ctx_, std::max<size_t>(1, table));
+  adamw_ws_bytes_ = table;
+  adamw_staging_.resize(table);
+  ctx_.synchronize();  // the pageable uploads above have been staged; m and v may go
+}
+
+void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights) const {
+  const std::vector<float*>& t = weights ? weights_ : grads_;
+  size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
+  for (size_t at = begin; at < end; ++i) {
+    const size_t stop = std::min(end, offsets_[i + 1]);
+    if (stop > at) {
+      float* p = t[i] + (at - offsets_[i]);
+      float* b = buf + (at - begin);
+      HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, ctx_.stream()));
+    }
+    at = stop;
+  }
+}
+
+void CudaDataParallel::all_reduce_gradients() {
+  HLM_CHECK(zero_stage_ == 0, "CudaDataParallel::all_reduce_gradients with zero stage 1");
+  if (size() == 1) return;  // the sum over one rank is the gradient itself
+  float* buf = bucket_.data<float>();
+  for (const Bucket& b : buckets_) {
+    copy_flat(b.begin, b.end, buf, true, false);
+    coll_->all_reduce_sum(buf, b.end - b.begin);
+    copy_flat(b.begin, b.end, buf, false, false);
+  }
+}
+
+double CudaDataParallel::sharded_step(double clip, bool update) {
+  HLM_CHECK(zero_stage_ == 1 && optimizer_ != nullptr, "CudaDataParallel::sharded_step: zero 1 after attach");
+  ctx_.make_current();
+  float* buf = bucket_.data<float>();
+  for (const Bucket& b : buckets_) {
+    copy_flat(b.begin, b.end, buf, true, false);
+    coll_->reduce_scatter_sum(buf, shard_grad_.data<float>() + b.shard_offset, b.end - b.begin);
+  }
+  // ‖shard‖ on the device, over the pieces (grad_norm_cuda.h: fp64, a fixed order).
+  std::vector<GradNormCudaTensor> list;
+  for (const Piece& p : pieces_)
+    list.push_back({shard_grad_.data<float>() + p.shard, static_cast<int64_t>(p.end - p.begin)});
+  const size_t ws_bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
+  if (norm_ws_bytes_ < ws_bytes) {
+    norm_ws_ = cuda_scratch_bytes(ctx_, ws_bytes);
+    norm_ws_bytes_ = ws_bytes;
+  }
+  std::vector<unsigned char> staging(grad_norm_cuda_staging_bytes(list.size()));  // pageable: free once queued
+  grad_global_norm_cuda(static_cast<double*>(norm_.raw()), nullptr, list.data(), list.size(), 0.0, norm_ws_.raw(),
+                        norm_ws_bytes_, staging.data(), ctx_.stream());
+  double norm = 0.0;
+  cuda_copy_to_host(ctx_, &norm, norm_.raw(), sizeof(norm));
+  if (size() > 1) {  // rank-order sum of the squared shard norms (NaN and inf propagate)
+    double sum_sq = norm * norm;
+    host_.all_reduce_sum(&sum_sq, 1);
+    norm = std::sqrt(sum_sq);
+  }
+  if (!update || !std::isfinite(norm)) return norm;
+  HLM_CHECK_INPUT(clip > 0.0, "max gradient norm must be positive, got ", clip);
+  const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;  // grad_norm_cuda.h's clip scale
+  cuda_copy_to_device_async(ctx_, scale_.raw(), &scale, sizeof(scale));
+  ++step_;
+  std::vector<AdamWCudaTensor> tensors(pieces_.size());
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const Piece& p = pieces_[k];
+    const CudaAdamWParam& q = optimizer_->params()[p.param];
+    const size_t at = p.begin - offsets_[p.param];
+    AdamWCudaTensor& t = tensors[k];
+    t.param = weights_[p.param] + at;
+    t.exp_avg = shard_m_.data<float>() + p.shard;
+    t.exp_avg_sq = shard_v_.data<float>() + p.shard;
+    t.grad = shard_grad_.data<float>() + p.shard;
+    if (copies_[p.param] != nullptr) t.param_bf16 = static_cast<__nv_bfloat16*>(copies_[p.param]) + at;
+    t.n = static_cast<int64_t>(p.end - p.begin);
+    t.step = adamw_cuda_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_);
+  }
+  adamw_multi_step_cuda(tensors.data(), tensors.size(), scale_.data<float>(), adamw_ws_.raw(), adamw_ws_bytes_,
+                        adamw_staging_.data(), ctx_.stream());
+  // Every rank's updated chunks to every rank (with one rank: nothing to move).
+  if (size() == 1) return norm;
+  for (const Bucket& b : buckets_) {
+    const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin, n = chunk_size(len, size(), host_.rank());
+    copy_flat(b.begin + c0, b.begin + c0 + n, buf + c0, true, true);
+    coll_->all_gather(buf + c0, buf, len);
+    copy_flat(b.begin, b.begin + c0, buf, false, true);  // the other ranks' chunks only
+    copy_flat(b.begin + c0 + n, b.end, buf + c0 + n, false, true);
+  }
+  return norm;
+}
+
+void CudaDataParallel::gather_state(AdamW& host, const std::vector<size_t>& host_index) {
+  HLM_CHECK(zero_stage_ == 1 && optimizer_ != nullptr, "CudaDataParallel::gather_state: zero 1 after attach");
+  ctx_.make_current();
+  std::vector<Tensor> moments[2];
+  for (auto& m : moments)
+    for (size_t i = 0; i + 1 < offsets_.size(); ++i)
+      m.push_back(Tensor::zeros(Shape{static_cast<int64_t>(offsets_[i + 1] - offsets_[i])}));
+  float* buf = bucket_.data<float>();
+  std::vector<float> bucket(bucket_.numel());
+  for (const int which : {0, 1}) {
+    const float* shard = (which == 0 ? shard_m_ : shard_v_).data<float>();
+    for (const Bucket& b : buckets_) {
+      const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin, n = chunk_size(len, size(), host_.rank());
+      if (n > 0)
+        HLM_CUDA_CHECK(cudaMemcpyAsync(buf + c0, shard + b.shard_offset, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       ctx_.stream()));
+      coll_->all_gather(buf + c0, buf, len);
+      cuda_copy_to_host(ctx_, bucket.data(), buf, len * sizeof(float));
+      auto i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), b.begin) - offsets_.begin());
+      --i;  // the parameter holding b.begin
+      for (size_t at = b.begin; at < b.end; ++i) {
+        const size_t stop = std::min(b.end, offsets_[i + 1]);
+        std::copy(bucket.data() + (at - b.begin), bucket.data() + (stop - b.begin),
+                  moments[which][i].f32() + (at - offsets_[i]));
+        at = stop;
+      }
+    }
+  }
+  for (size_t i = 0; i < host_index.size(); ++i) {
+    const Shape shape = host.params()[host_index[i]].param.shape();
+    host.set_state(host_index[i], moments[0][i].reshape(shape), moments[1][i].reshape(shape));
+  }
+  host.set_step_count(step_);
+}
+
+}  // namespace hlm

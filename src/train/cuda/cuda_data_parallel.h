@@ -1,0 +1,104 @@
+// CudaDataParallel: the GPU trainer's gradient sums and ZeRO-1 over DeviceCollectives (issue #25,
+// docs/distributed.md); the device twin of train/data_parallel.h, with the same layout and the same numbers moved.
+//
+// The device optimizer's parameters (CudaAdamW::params(), in its order) are laid end to end as one flat index space
+// [0, P), cut into buckets of at most `bucket_elements`; each bucket is split into W chunks (communicator.h's
+// chunk_begin) and rank r owns chunk r of every bucket. Bucket by bucket, the gradients are packed into one device
+// bucket buffer (device-to-device copies) and
+//   zero_stage 0  all_reduce_sum'd and unpacked: every rank then holds the summed gradients and runs its own full
+//                 CudaAdamW step (norm, clip, update), identically on every rank. With one rank nothing is moved.
+//   zero_stage 1  reduce_scatter_sum'd into this rank's gradient shard [S = Σ chunk sizes ≈ P/W floats]. The global
+//                 norm: ‖shard‖ on the device (grad_norm_cuda.h over the shard's pieces), then (W > 1) the
+//                 rank-order sum of the ranks' squared norms over the host communicator, sqrt; the clip scale
+//                 float(clip / norm) when norm > clip (grad_norm_cuda.h's formula); AdamW (adamw_multi_step_cuda, one
+//                 launch) updates the shard's fp32 weights with the shard's own m and v [S floats each], writing the
+//                 bf16 copies of those elements where the model has them; then all_gather of each bucket's chunks
+//                 gives every rank the whole fp32 model (and with W > 1 the caller re-rounds the bf16 copies).
+// What is sharded on the GPU: AdamW's m and v (8 bytes per parameter -> 8/W). NOT sharded: the fp32 weights (they are
+// the working weights of the fp32 mode and of the bf16 mode's non-linear tensors; a bf16-only forward would be needed
+// to drop them), the gradients (accumulated over micro-batches), the bf16 copies. Plans with 8-bit moments or bf16
+// master weights are refused (the caller checks, CudaTrainDevice::attach).
+// Numerics: sums in rank order (bit-reproducible for a given W). With one rank, zero 1 moves the gradients through
+// the collectives and back unchanged; the update is the per-element arithmetic of CudaAdamW (the same kernel); the
+// norm's fp64 partial sums are grouped by pieces rather than parameters, so the norm may differ from CudaAdamW's in
+// its last bits (and the clip scale, when clipping, by one fp32 rounding).
+// The collectives block the host and are not overlapped with the backward (not implemented yet).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "models/cuda/cuda_adamw.h"
+#include "train/adamw.h"
+#include "train/cuda/device_collectives.h"
+#include "train/trainer_batch.h"
+
+namespace hlm {
+
+class CudaDataParallel {
+ public:
+  // `host`: the host communicator (loss records, the norm's partial sums); `collectives` move device buffers over the
+  // same ranks.
+  CudaDataParallel(CudaContext& ctx, Communicator& host, std::unique_ptr<DeviceCollectives> collectives, int zero_stage,
+                   size_t bucket_elements);
+  ~CudaDataParallel();
+
+  int zero_stage() const { return zero_stage_; }
+  int rank() const { return host_.rank(); }
+  int size() const { return host_.size(); }
+  const char* backend() const { return coll_->backend(); }
+  std::pair<int64_t, int64_t> rows(int64_t rows) const;
+  void reduce_loss(BatchLoss& loss) const;
+
+  // Lays out the parameters of `optimizer` (F32 params and grads; built with_state false for zero 1) and, for zero 1,
+  // this rank's shard of the moments from the host optimizer (host_index[i]: the host parameter of device parameter
+  // i) and its step count. copies: the bf16 copies the update writes (CudaModel::bf16_copies(); may be empty).
+  void attach(CudaAdamW& optimizer, const AdamW& host, const std::vector<size_t>& host_index,
+              const std::vector<CudaModel::Bf16Copy>& copies);
+  // zero 0: sums the gradients over ranks in place (the caller then runs CudaAdamW::step).
+  void all_reduce_gradients();
+  // zero 1: reduce-scatter, global norm, and when `update` and the norm is finite: clip, the shard's AdamW update with
+  // each parameter's current lr and weight decay, all-gather of the weights. Returns the norm before clipping.
+  double sharded_step(double clip, bool update);
+  // zero 1, every rank: the whole m and v gathered into `host` (and its step count).
+  void gather_state(AdamW& host, const std::vector<size_t>& host_index);
+  int64_t step_count() const { return step_; }
+  size_t shard_elements() const { return shard_elements_; }
+
+ private:
+  struct Bucket {
+    size_t begin = 0, end = 0;  // flat range
+    size_t shard_offset = 0;    // where this rank's chunk starts in the shard buffers
+  };
+  struct Piece {                // a parameter's part of this rank's chunk of one bucket
+    size_t param = 0;           // index into the device optimizer's params
+    size_t begin = 0, end = 0;  // flat range
+    size_t shard = 0;           // position in the shard buffers
+  };
+  // Device copies between flat range [begin, end) of the weights (or gradients) and buf (queued on the stream).
+  void copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights) const;
+  size_t chunk_first(const Bucket& b) const;
+
+  CudaContext& ctx_;
+  Communicator& host_;
+  std::unique_ptr<DeviceCollectives> coll_;
+  int zero_stage_ = 1;
+  size_t bucket_elements_ = 0;
+  CudaAdamW* optimizer_ = nullptr;
+  std::vector<float*> weights_, grads_;
+  std::vector<void*> copies_;     // per parameter: its bf16 copy (__nv_bfloat16*) or nullptr
+  std::vector<size_t> offsets_;  // flat start of each parameter; offsets_.back() = P
+  std::vector<Bucket> buckets_;
+  std::vector<Piece> pieces_;
+  size_t shard_elements_ = 0;
+  CudaTensor bucket_, shard_grad_, shard_m_, shard_v_;
+  CudaTensor norm_, scale_, norm_ws_, adamw_ws_;
+  size_t norm_ws_bytes_ = 0, adamw_ws_bytes_ = 0;
+  std::vector<unsigned char> adamw_staging_;
+  double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8;  // the host AdamW's
+  int64_t step_ = 0;
+};
+
+}  // namespace hlm

@@ -2,7 +2,7 @@
 // ops/sigmoid_gate), partial RoPE (6 of 12 dims), zero-centred norms (folded at load), GDN with Hv = 2 Hk and
 // dk != dv. A created model (random weights, norms moved off 1) so the test needs no golden; the golden qwen3_5_tiny
 // too when present (HF weights). Plus what CUDA refuses for this family: training (no gated-attention backward),
-// generation (the engine's attention has no gate) and the MoE variant (no routed experts on CUDA).
+// generation (the engine's attention has no gate) and training the MoE variant (no MoE backward on CUDA).
 //
 // Bounds: fp32 — as test_cuda_model_forward.cpp, max |gpu − cpu| / max |cpu| ≤ 1e-4 per tensor (the same sources of
 // difference: GEMM blocking, fp32 norm sums, online softmax, the fp32 gated delta recurrence; the gate adds one fp32
@@ -134,6 +134,7 @@ TEST(CudaQwen35, TrainingAndMoeAreRefusedClearly) {
   Model dense = created(false);
   CudaModel gpu = CudaModel::upload(dense, cuda_context());
   EXPECT_THROW(gpu.forward_train(odd_length_batch(80)), Error);
-  Model moe = created(true);
-  EXPECT_THROW(CudaModel::upload(moe, cuda_context()), Error);
+  Model moe = created(true);  // uploads (routed experts run on CUDA: test_cuda_moe.cpp); training is refused
+  CudaModel gpu_moe = CudaModel::upload(moe, cuda_context());
+  EXPECT_THROW(gpu_moe.forward_train(odd_length_batch(80)), Error);
 }

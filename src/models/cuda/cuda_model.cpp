@@ -39,9 +39,10 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
   const DecoderHyper hyper = spec.hyper(c);
   const DecoderWeights& w = model.weights();
   const int64_t H = c.hidden_size;
-  // Routed-expert FFNs (qwen3_moe) run on the CPU only so far: refuse before anything is uploaded, naming the kind.
-  HLM_CHECK_INPUT(!c.has_moe_layers(), "the CUDA path does not run routed-expert (MoE) FFN layers yet (",
-                  c.model_type, "): use --device cpu");
+  // Routed experts run here (layers/cuda/moe_layer_cuda.h) as a layer's whole FFN; beside a shared MLP
+  // (granitemoehybrid) they run on the CPU only so far.
+  HLM_CHECK_INPUT(!c.has_moe_layers() || !spec.shared_mlp, "the CUDA path does not run routed experts beside a ",
+                  "shared MLP yet (", c.model_type, "): use --device cpu");
   HLM_CHECK_INPUT(!spec.parallel_block && !spec.layer_norm && !c.rope.interleaved && !c.nope_full_layers,
                   "the CUDA path does not run parallel LayerNorm blocks, interleaved RoPE or NoPE full layers yet (",
                   c.model_type, "): use --device cpu");
@@ -77,7 +78,11 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
     if (post_norm)
       layer->post_feedforward_layernorm =
           upload_norm(ctx, lw.post_feedforward_layernorm, H, prefix + "post_feedforward_layernorm");
-    layer->mlp = cuda_upload_mlp(ctx, lw.mlp);
+    layer->moe = c.moe_layer(i);
+    if (layer->moe)
+      layer->moe_ffn = cuda_upload_moe(ctx, lw.moe, moe_dims(c));
+    else
+      layer->mlp = cuda_upload_mlp(ctx, lw.mlp);
     m.layers_.push_back(std::move(layer));
   }
   m.norm_ = upload_norm(ctx, w.norm, H, "model.norm");
@@ -195,7 +200,11 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         gdn_layer_forward_cuda(ctx, out, in.f32, layer.linear_attn, gdn_dims(c), b);
     };
     const auto mlp = [&](float* out, const CudaLinearInput& in) {
-      if (keep != nullptr)
+      if (layer.moe) {  // no kept activations: training an MoE model on CUDA is refused (cuda_model_train.cpp)
+        HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no MoE backward yet (",
+                        c.model_type, "): train on --device cpu");
+        moe_layer_forward_cuda(ctx, out, in.f32, layer.moe_ffn, T);
+      } else if (keep != nullptr)
         keep->mlp = mlp_layer_forward_keep_cuda(ctx, out, in, layer.mlp, T);
       else
         mlp_layer_forward_cuda(ctx, out, in.f32, layer.mlp, T);

@@ -3,6 +3,7 @@
 #pragma once
 #include <utility>
 
+#include "layers/cuda/moe_layer_cuda.h"
 #include "models/cuda/cuda_model.h"
 
 namespace hlm {
@@ -30,7 +31,9 @@ struct CudaModel::Layer {
   CudaAttentionWeights self_attn;         // full_attention layers
   CudaGdnWeights linear_attn;             // linear_attention layers
   CudaTensor post_attention_layernorm;    // [hidden]
-  CudaMlpWeights mlp;
+  CudaMlpWeights mlp;                     // dense FFN layers
+  bool moe = false;                       // routed-expert FFN layers (ModelConfig::moe_layer): moe_ffn, not mlp
+  CudaMoeWeights moe_ffn;
   CudaTensor post_feedforward_layernorm;  // [hidden]; post-norm blocks only
 };
 

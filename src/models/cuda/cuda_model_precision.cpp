@@ -17,7 +17,14 @@ void CudaModel::for_each_linear(const Fn& fn) {
     } else {
       for (const auto& slots : kGdnLinears) fn(d.linear_attn.*slots.first);
     }
-    for (const auto& slots : kMlpLinears) fn(d.mlp.*slots.first);
+    if (!d.moe) {
+      for (const auto& slots : kMlpLinears) fn(d.mlp.*slots.first);
+      continue;
+    }
+    fn(d.moe_ffn.gate_up);  // the stacked experts; the router stays fp32 (moe_layer_cuda.h says why)
+    fn(d.moe_ffn.down);
+    if (d.moe_ffn.has_shared)
+      for (const auto& slots : kMlpLinears) fn(d.moe_ffn.shared_expert.*slots.first);
   }
 }
 

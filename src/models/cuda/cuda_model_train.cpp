@@ -84,6 +84,9 @@ void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) 
   HLM_CHECK(static_cast<int64_t>(host.layers.size()) == c.num_hidden_layers, "host weights have ",
             host.layers.size(), " layers, the model ", c.num_hidden_layers);
   const bool attention_post_norm = architecture_spec(c.architecture).attention_post_norm;
+  // The experts are stacked on the device (layers/cuda/moe_layer_cuda.h): no slot-for-slot twin of the host's.
+  HLM_CHECK_INPUT(!c.has_moe_layers(), "the CUDA model keeps routed experts stacked: no per-tensor access ",
+                  "(training, download, gradients) for ", c.model_type, " yet: use --device cpu");
   fn(self.embed_tokens_, host.embed_tokens);
   for (size_t i = 0; i < self.layers_.size(); ++i) {
     auto& d = *self.layers_[i];
@@ -187,6 +190,9 @@ CudaTrainTrace CudaModel::forward_train(const CudaTokenBatch& device_batch, Reco
   // The CUDA attention backward has no output gate (Qwen3.5): refuse instead of training with a wrong gradient.
   HLM_CHECK_INPUT(!architecture_spec(config_.architecture).attention_output_gate,
                   "CUDA training does not support gated attention (", config_.model_type, ") yet: use --device cpu");
+  // The CUDA MoE layer has a forward only (layers/cuda/moe_layer_cuda.h).
+  HLM_CHECK_INPUT(!config_.has_moe_layers(), "CUDA training does not run routed-expert (MoE) layers (",
+                  config_.model_type, ") yet: train on --device cpu");
   CudaContext& ctx = *ctx_;
   ctx.make_current();
   CudaTrainTrace trace{device_batch, {}, {}, {}, {}, {}};

@@ -86,6 +86,7 @@
 #include "models/model.h"
 #include "models/state_size.h"
 #include "models/tensor_table.h"
+#include "ops/attention/attention_cudnn.h"
 
 using namespace hlm;
 using json = nlohmann::json;
@@ -456,9 +457,19 @@ void search_contexts(const Options& o) {
                   {"prefill_chunk", o.prefill_chunk},
                   {"probe_contexts", px},
                   {"probe_seconds", py}};
+      // Under the cuDNN attention engine each later bf16 chunk gathers its whole context's K and V contiguous
+      // (cuda_engine.cpp: two transient [L, Hkv, D] bf16 buffers, one attention layer at a time), which the
+      // 2-chunk activation probe does not see at length L (session 13: the 1,048,576-token hybrid prefill peaked
+      // 4 GiB above the prediction without this term).
+      const bool gathers = attention_engine() == AttentionEngine::kCudnn && o.precision == "bf16";
+      const auto gather_bytes = [&](int64_t L) {
+        if (!gathers) return 0.0;
+        const size_t one = static_cast<size_t>(L * config.num_key_value_heads * config.head_dim * 2);
+        return 2.0 * double(CudaAllocator::size_class(one));
+      };
       const auto predicted_use = [&](int64_t L) {
         return double(weights) + outside + pool_device_bytes(config, plan_for(config, o, 1, L)) + act +
-               double(rope_bytes_per_token * L);
+               double(rope_bytes_per_token * L) + gather_bytes(L);
       };
       if (cap <= 0 || predicted_use(1024) > cap) {
         row["error"] = "not even 1024 tokens fit under the cap";
@@ -499,8 +510,12 @@ void search_contexts(const Options& o) {
               row["measured_peak_bytes"] = use;
               break;
             }
-            const double per_token = pool_device_bytes(config, plan_for(config, o, 1, L)) / double(L);
-            L -= (static_cast<int64_t>((use - cap) / per_token) / 1024 + 1) * 1024;
+            // Lower L until the prediction has dropped by the overshoot: the pools are sized in the allocator's
+            // size classes (quarter powers of two), so the use falls in steps, not per token.
+            const double target = predicted_use(L) - (use - cap);
+            const int64_t before = L;
+            while (L > 1024 && predicted_use(L) > target) L -= 1024;
+            if (L == before) L -= 1024;
           } catch (const std::exception& e) {
             runs.push_back({{"context", L}, {"error", e.what()}});
             ctx.allocator().release_cached();

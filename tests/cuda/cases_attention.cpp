@@ -497,6 +497,15 @@ void backward_case(const AttnCase& c, bool cudnn = false) {
     EXPECT_TRUE(g2.dq.download_bytes() == g.dq.download_bytes()) << name(c, "bwd rerun: dq not the same bits");
 }
 
+// The native kernels' tests pin the native engine: under the default (auto) a machine with cuDNN would send the bf16
+// calls to cuDNN, whose own test is AttentionCudnn below.
+struct NativeEngineScope {
+  NativeEngineScope() { attention_set_engine(AttentionEngine::kNative); }
+  ~NativeEngineScope() { attention_clear_engine_override(); }
+  NativeEngineScope(const NativeEngineScope&) = delete;
+  NativeEngineScope& operator=(const NativeEngineScope&) = delete;
+};
+
 }  // namespace
 
 TEST(AttentionCuda, ForwardF32) {
@@ -511,11 +520,13 @@ TEST(AttentionCuda, BackwardF32) {
 
 TEST(AttentionCuda, ForwardBf16) {
   HLM_REQUIRE_CUDA();
+  const NativeEngineScope native;
   for (const AttnCase& c : kCases) forward_case<uint16_t>(c);
 }
 
 TEST(AttentionCuda, BackwardBf16) {
   HLM_REQUIRE_CUDA();
+  const NativeEngineScope native;
   for (const AttnCase& c : kCases) backward_case<uint16_t>(c);
 }
 

@@ -431,6 +431,8 @@ TEST(QkNormRopeCuda, SupportedForRealShapes) {
   EXPECT_TRUE(qk_norm_rope_cuda_supported(p));
   p.shape = {1, 64, 64, 128, 8192, 8192, kEps};  // 64 heads of 128, MHA: 96 KiB of rows
   EXPECT_TRUE(qk_norm_rope_cuda_supported(p));
-  p.shape = {1, 1024, 1024, 128, 0, 0, kEps};  // 1.5 MiB of rows: beyond any GPU's shared memory
-  EXPECT_FALSE(qk_norm_rope_cuda_supported(p));
+  p.shape = {1, 1024, 1024, 128, 0, 0, kEps};  // no norms: one KV group per block, 1.5 KiB of rows
+  EXPECT_TRUE(qk_norm_rope_cuda_supported(p));
+  p.shape = {1, 1024, 1024, 128, 131072, 0, kEps};  // a norm over whole q rows: the token in one block, 1.5 MiB of
+  EXPECT_FALSE(qk_norm_rope_cuda_supported(p));     // rows, beyond any GPU's shared memory
 }

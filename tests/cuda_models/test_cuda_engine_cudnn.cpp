@@ -71,7 +71,7 @@ TEST(CudaEngineCudnn, ChunkedPrefillMatchesTheNativeKernels) {
   const int64_t before = attention_cudnn_executions();
   const std::vector<Tensor> cudnn = run(g, model, seqs, 64, 16);
   const int64_t executions = attention_cudnn_executions() - before;
-  attention_set_engine(AttentionEngine::kNative);
+  attention_clear_engine_override();
   // 4 prefill chunks × the student's attention layers (one first chunk, three over the gathered context).
   int64_t attention_layers = 0;
   for (const LayerKind k : model.config().layer_kinds) attention_layers += k == LayerKind::FullAttention ? 1 : 0;

@@ -457,8 +457,10 @@ void attention_forward_cuda(float* out, float* lse, const float* q, const float*
 
 namespace {
 
-// HLM_ATTENTION_ENGINE=cudnn: the first refusal of each direction is said once (the native kernels then run).
+// The cuDNN engine asked for by name: the first refusal of each direction is said once (the native kernels then run).
+// Under auto a refusal is the expected case for what cuDNN does not take, so nothing is said.
 void note_cudnn_refusal(bool backward, const std::string& why) {
+  if (!attention_engine_explicit()) return;
   static std::once_flag forward_once, backward_once;
   std::call_once(backward ? backward_once : forward_once, [&] {
     std::fprintf(stderr, "attention: cuDNN engine refused a %s call (%s); the native kernels run it\n",

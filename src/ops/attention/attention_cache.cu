@@ -23,6 +23,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "core/error.h"
 #include "ops/attention/attention_cache_cuda.h"
 #include "ops/attention/attention_tc.cuh"
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                         const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
                         int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   constexpr int DPL = DMAX / kKeyLanes;  // dims per lane
   const int64_t seq = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * HPB, split = blockIdx.z;
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
@@ -446,6 +448,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_tiled_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                               const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
                               int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   using Smem = TiledDecodeSmem<DMAX, C>;
   constexpr int kVec = Smem::kVec, S = Smem::kStride;
   constexpr int kLanes = kDecodeThreads / (HPB * kTileKeys);  // lanes per (head, key) score: 4, 2, 1
@@ -613,6 +616,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 __global__ void cache_decode_merge_kernel(float* out, const float* part, const int32_t* tables,
                                           const int64_t* context_lens, const int64_t* cu, CacheDims dm,
                                           int64_t splits) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   const int64_t seq = blockIdx.x, h = blockIdx.y;
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, nullptr);
   if (!sv.ok || sv.nq == 0) return;

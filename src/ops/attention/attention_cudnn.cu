@@ -39,18 +39,38 @@ std::atomic<int64_t> g_cudnn_executions{0};
 }  // namespace
 
 void attention_set_engine(AttentionEngine engine) { g_engine_override = static_cast<int>(engine); }
+void attention_clear_engine_override() { g_engine_override = -1; }
 int64_t attention_cudnn_executions() { return g_cudnn_executions.load(); }
+
+namespace {
+// HLM_ATTENTION_ENGINE, read once: 0 unset / empty / auto, 1 native, 2 cudnn.
+int engine_request() {
+  static const int request = [] {
+    const char* e = std::getenv("HLM_ATTENTION_ENGINE");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "auto") == 0) return 0;
+    if (std::strcmp(e, "native") == 0) return 1;
+    if (std::strcmp(e, "cudnn") == 0) return 2;
+    throw_input_error("HLM_ATTENTION_ENGINE=", e, ": expected auto, native or cudnn");
+  }();
+  return request;
+}
+}  // namespace
 
 AttentionEngine attention_engine() {
   if (const int o = g_engine_override.load(); o >= 0) return static_cast<AttentionEngine>(o);
-  static const AttentionEngine engine = [] {
-    const char* e = std::getenv("HLM_ATTENTION_ENGINE");
-    if (e == nullptr || *e == '\0' || std::strcmp(e, "native") == 0) return AttentionEngine::kNative;
-    if (std::strcmp(e, "cudnn") == 0) return AttentionEngine::kCudnn;
-    throw_input_error("HLM_ATTENTION_ENGINE=", e, ": expected native or cudnn");
-  }();
-  return engine;
+  switch (engine_request()) {
+    case 1:
+      return AttentionEngine::kNative;
+    case 2:
+      return AttentionEngine::kCudnn;
+    default: {  // auto: cuDNN where it loads (asked once per process)
+      static const bool loads = attention_cudnn_available();
+      return loads ? AttentionEngine::kCudnn : AttentionEngine::kNative;
+    }
+  }
 }
+
+bool attention_engine_explicit() { return g_engine_override.load() >= 0 || engine_request() != 0; }
 
 #if !HLM_HAVE_CUDNN_HEADERS
 

@@ -5,9 +5,10 @@
 // On the GPU machine cuDNN sits in the PyTorch environment (site-packages/nvidia/cudnn/lib): put that folder on
 // LD_LIBRARY_PATH or name the file with HLM_CUDNN_LIB.
 //
-// Which engine runs: HLM_ATTENTION_ENGINE=native (default) | cudnn. With cudnn, attention_forward_cuda /
-// attention_backward_cuda (bf16 overloads) try cuDNN first and fall back to the native kernels when cuDNN is absent or
-// refuses the call; the first refusal of each kind is printed once to stderr.
+// Which engine runs: HLM_ATTENTION_ENGINE=auto (default: cuDNN when it loads, else native) | native | cudnn. With
+// cuDNN, attention_forward_cuda / attention_backward_cuda (bf16 overloads) try cuDNN first and fall back to the
+// native kernels when cuDNN refuses the call (packed documents of unequal lengths, windows, ...); when the engine was
+// asked for by name, the first refusal of each kind is printed once to stderr.
 //
 // What cuDNN takes here (else: not supported, native kernels):
 //   - every sequence of the batch has the same length (n_seqs · max_seqlen == T: then, cu_seqlens being valid, each
@@ -37,9 +38,13 @@ namespace hlm {
 enum class AttentionEngine { kNative, kCudnn };
 
 // The engine HLM_ATTENTION_ENGINE selects (read once; an unknown value is an error at first use), unless
-// attention_set_engine chose one (tests and A/B benches: process-wide, not thread-safe against running work).
+// attention_set_engine chose one (tests and A/B benches: process-wide, not thread-safe against running work;
+// attention_clear_engine_override goes back to the variable's choice).
 AttentionEngine attention_engine();
 void attention_set_engine(AttentionEngine engine);
+void attention_clear_engine_override();
+// True when the engine was named (the variable set to native or cudnn, or attention_set_engine), false under auto.
+bool attention_engine_explicit();
 // How many cuDNN executions have been queued in this process (tests check that a path really ran on cuDNN).
 int64_t attention_cudnn_executions();
 

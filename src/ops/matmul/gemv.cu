@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/matmul/gemv_cuda.h"
@@ -75,12 +76,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvGroup g, const float
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int64_t col_step = static_cast<int64_t>(gridDim.x) * kWarps;
 
-  // The warp's first weight loads go out before x is staged, so the staging's latency overlaps the stream.
+  // The next kernel, if launched as a programmatic dependent (another GEMV), may start taking free SMs now.
+  cuda::dependent_launch_trigger();
+  // The warp's first weight loads go out before x is staged, so the staging's latency overlaps the stream; launched
+  // as a programmatic dependent, they also overlap the end of the kernel that writes x (weights are not written
+  // during inference: dependent_launch.cuh's contract), and x is read only after the wait.
   uint4 first[kUnroll];
   if (col0 < columns) {
     const int o = output_of(g, col0);
     load_round(first, reinterpret_cast<const uint4*>(g.w[o] + (col0 - g.first[o]) * K), lane, chunks);
   }
+  cuda::dependent_launch_wait();
 
   const int64_t total = static_cast<int64_t>(M) * K;  // a multiple of 8
   if (x_bf16 != nullptr) {
@@ -168,8 +174,8 @@ void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16,
   const int64_t per_sm = std::clamp<int64_t>(static_cast<int64_t>((227u << 10) / (smem + 1024)), 1, 8);
   const int64_t needed = (g.first[g.outs] + kWarps - 1) / kWarps;
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(needed, 1, per_sm * sms));
-  gemv_kernel<M><<<blocks, kThreads, smem, stream>>>(g, x_f32, x_bf16, K);
-  HLM_CUDA_CHECK_LAUNCH();
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), gemv_kernel<M>, dim3(blocks),
+                                              dim3(kThreads), smem, stream, g, x_f32, x_bf16, K));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // q/k norm + RoPE + KV cache write: CUDA kernel and launchers (contract: qk_norm_rope_cuda.h). One block of kThreads
-// threads per token:
+// threads per unit: a token's rows, or, when every norm row lies inside one KV group (per-head norms, or none), one
+// KV group of a token (its Hq/Hkv q heads, its k and v head), so that a batch-1 decode step spreads over Hkv blocks
+// instead of serializing all heads in one (measured: the one-block form made the qwen3_4b B1 step slower):
 //   1. loads: the token's q, k and v rows, its position, slot and cos/sin row into shared memory, every load issued
 //      before any is waited on (16-byte loads when the rows allow);
 //   2. norms: the rows of q, then of k, each in the summation order of rmsnorm.cu (a warp per row of ≤ 1024, 8 warps
@@ -35,6 +37,8 @@ struct Args {
   const int64_t* slots;
   int* flag;
   int64_t T, Cq, Ckv, D, half, num_positions, cache_slots;
+  int64_t units;           // units per token: 1 (the whole token) or Hkv (one KV group each)
+  int64_t q_span, kv_span;  // floats of q and of k (= of v) per unit: Cq / units, Ckv / units
   int64_t q_norm_size, k_norm_size;
   bool q_vec, k_vec;  // the norm's V = 4 order (rmsnorm_cuda.h)
   bool io_vec;        // 16-byte global loads / stores of the q, k, v rows
@@ -68,8 +72,8 @@ __device__ void norm_rows(float* x, int64_t C, int64_t n, const float* w, bool v
     for (int64_t r = warp; r < rows; r += kWarps) {
       float* xr = x + r * n;
       float ss = 0.0f;
-      if (vec) {  // V = 4: 16-byte shared loads; rows start 16-byte aligned (n % 4 == 0, and ks = qs + Hq·D with
-                  // Hq·D = (Hq/Hkv)·Hkv·D a multiple of 4 whenever the k rows are)
+      if (vec) {  // V = 4: 16-byte shared loads; rows start 16-byte aligned (n % 4 == 0, and ks = qs + q_span with
+                  // q_span = Hq·D = (Hq/Hkv)·Hkv·D, or (Hq/Hkv)·D per KV group, a multiple of 4 whenever the k rows are)
         for (int64_t s = static_cast<int64_t>(lane) * 4; s < n; s += 128) {
           const float4 c = *reinterpret_cast<const float4*>(xr + s);
           ss = fmaf(c.x, c.x, ss);
@@ -102,20 +106,23 @@ __device__ void norm_rows(float* x, int64_t C, int64_t n, const float* w, bool v
 template <typename C>
 __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C* k_cache, C* v_cache) {
   extern __shared__ float4 smem4[];
-  float* qs = reinterpret_cast<float*>(smem4);  // [Cq]
-  float* ks = qs + a.Cq;                          // [Ckv]
-  float* vs = ks + a.Ckv;                         // [Ckv]
-  float* cs = vs + a.Ckv;                         // [half] cos, then [half] sin
+  float* qs = reinterpret_cast<float*>(smem4);  // [q_span]
+  float* ks = qs + a.q_span;                      // [kv_span]
+  float* vs = ks + a.kv_span;                     // [kv_span]
+  float* cs = vs + a.kv_span;                     // [half] cos, then [half] sin
   float* sn = cs + a.half;
   __shared__ float red[kWarps];
-  for (int64_t t = blockIdx.x; t < a.T; t += gridDim.x) {
+  for (int64_t u = blockIdx.x; u < a.T * a.units; u += gridDim.x) {
+    const int64_t t = u / a.units, j = u - t * a.units;  // token, KV group (0 when a unit is the whole token)
+    float* qg = a.q + t * a.Cq + j * a.q_span;
+    float* kg = a.k + t * a.Ckv + j * a.kv_span;
     // 1. loads (every thread reads the token's position and slot: one broadcast load each)
     const int32_t pos = a.cos != nullptr ? a.positions[t] : 0;
     const int64_t slot = a.slots[t];
     const bool pos_ok = a.cos != nullptr && pos >= 0 && pos < a.num_positions;
-    copy_row(qs, a.q + t * a.Cq, a.Cq, a.io_vec);
-    copy_row(ks, a.k + t * a.Ckv, a.Ckv, a.io_vec);
-    copy_row(vs, a.v + t * a.Ckv, a.Ckv, a.io_vec);
+    copy_row(qs, qg, a.q_span, a.io_vec);
+    copy_row(ks, kg, a.kv_span, a.io_vec);
+    copy_row(vs, a.v + t * a.Ckv + j * a.kv_span, a.kv_span, a.io_vec);
     if (pos_ok) {
       for (int64_t i = threadIdx.x; i < a.half; i += kThreads) {
         cs[i] = a.cos[static_cast<int64_t>(pos) * a.half + i];
@@ -124,12 +131,12 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C*
     }
     __syncthreads();
     // 2. norms (q then k; they touch disjoint rows, so no barrier between them)
-    if (a.q_norm != nullptr) norm_rows(qs, a.Cq, a.q_norm_size, a.q_norm, a.q_vec, a.eps, red);
-    if (a.k_norm != nullptr) norm_rows(ks, a.Ckv, a.k_norm_size, a.k_norm, a.k_vec, a.eps, red);
+    if (a.q_norm != nullptr) norm_rows(qs, a.q_span, a.q_norm_size, a.q_norm, a.q_vec, a.eps, red);
+    if (a.k_norm != nullptr) norm_rows(ks, a.kv_span, a.k_norm_size, a.k_norm, a.k_vec, a.eps, red);
     __syncthreads();
     // 3. RoPE over the q heads, then the k heads: pair (h, i) rotates x[i], x[i + half] (rope.cu's operations)
     if (a.cos != nullptr) {
-      const int64_t hq = a.Cq / a.D, heads = hq + a.Ckv / a.D, pairs = heads * a.half;
+      const int64_t hq = a.q_span / a.D, heads = hq + a.kv_span / a.D, pairs = heads * a.half;
       if (!pos_ok && threadIdx.x == 0 && a.flag != nullptr) atomicOr(a.flag, 1);
       for (int64_t p = threadIdx.x; p < pairs; p += kThreads) {
         const int64_t h = p / a.half, i = p - h * a.half;
@@ -149,14 +156,14 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C*
       __syncthreads();
     }
     // 4. stores
-    copy_row(a.q + t * a.Cq, qs, a.Cq, a.io_vec);
-    copy_row(a.k + t * a.Ckv, ks, a.Ckv, a.io_vec);
+    copy_row(qg, qs, a.q_span, a.io_vec);
+    copy_row(kg, ks, a.kv_span, a.io_vec);
     if (slot < 0 || slot >= a.cache_slots) {
       if (threadIdx.x == 0 && a.flag != nullptr) atomicOr(a.flag, 1);
     } else {
-      C* kc = k_cache + slot * a.Ckv;
-      C* vc = v_cache + slot * a.Ckv;
-      for (int64_t i = threadIdx.x; i < a.Ckv; i += kThreads) {
+      C* kc = k_cache + slot * a.Ckv + j * a.kv_span;
+      C* vc = v_cache + slot * a.Ckv + j * a.kv_span;
+      for (int64_t i = threadIdx.x; i < a.kv_span; i += kThreads) {
         kc[i] = narrow<C>(ks[i]);
         vc[i] = narrow<C>(vs[i]);
       }
@@ -165,9 +172,19 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C*
   }
 }
 
+// Units per token: Hkv when every norm row lies inside one KV group's span (a norm over whole q or k rows needs the
+// whole token in one block), else 1.
+int64_t units_per_token(const QkNormRopeShape& s) {
+  const int64_t q_span = s.q_heads / s.kv_heads * s.head_dim;
+  const bool split = s.q_heads % s.kv_heads == 0 && (s.q_norm_size <= 0 || q_span % s.q_norm_size == 0) &&
+                     (s.k_norm_size <= 0 || s.head_dim % s.k_norm_size == 0);
+  return split ? s.kv_heads : 1;
+}
+
 size_t smem_bytes(const QkNormRopeCudaParams& p, int64_t half) {
   const QkNormRopeShape& s = p.shape;
-  return static_cast<size_t>((s.q_heads + 2 * s.kv_heads) * s.head_dim + 2 * half) * sizeof(float);
+  const int64_t units = units_per_token(s);
+  return static_cast<size_t>((s.q_heads + 2 * s.kv_heads) * s.head_dim / units + 2 * half) * sizeof(float);
 }
 
 // The device's opt-in shared memory per block, less the kernel's static part (red); read once per device (the
@@ -220,6 +237,9 @@ void launch(float* q, float* k, const float* v, const float* q_norm, const float
   a.half = rope != nullptr ? rope->rotary_dim / 2 : 0;
   a.num_positions = rope != nullptr ? rope->num_positions : 0;
   a.cache_slots = p.cache_slots;
+  a.units = units_per_token(s);
+  a.q_span = a.Cq / a.units;
+  a.kv_span = a.Ckv / a.units;
   a.q_norm_size = s.q_norm_size;
   a.k_norm_size = s.k_norm_size;
   a.eps = s.eps;
@@ -238,7 +258,7 @@ void launch(float* q, float* k, const float* v, const float* q_norm, const float
                                         static_cast<int>(smem)));
     smem_allowed = smem;
   }
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(s.tokens, kMaxTokenBlocks));
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(s.tokens * a.units, kMaxTokenBlocks));
   qk_norm_rope_cache_kernel<C><<<blocks, kThreads, smem, stream>>>(a, k_cache, v_cache);
   HLM_CUDA_CHECK_LAUNCH();
 }

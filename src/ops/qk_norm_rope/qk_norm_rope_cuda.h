@@ -15,9 +15,11 @@
 // The summation order above is that of rmsnorm_forward_cuda with out = a fresh (aligned) buffer and x = q (k), as
 // the engine's former sequence ran it.
 //
-// Layout: one block of 256 threads per token (grid-stride over tokens); the token's q, k and v rows and its cos/sin
-// row are loaded together into shared memory ((Hq·D + 2·Hkv·D + R) floats), normalized and rotated there, then q
-// and k are written back in place and k, v to the cache slot. qk_norm_rope_cuda_supported says whether the rows fit
+// Layout: one block of 256 threads per unit (grid-stride over units): a unit is one KV group of a token (its Hq/Hkv
+// q heads, its k and v head) when every norm row lies inside one group (per-head norms or none), else the whole
+// token (a norm over whole q or k rows); the unit's q, k and v rows and its cos/sin row are loaded together into
+// shared memory (((Hq + 2·Hkv)·D / units + R) floats), normalized and rotated there, then q and k are written back
+// in place and k, v to the cache slot. qk_norm_rope_cuda_supported says whether the rows fit
 // in the device's shared memory (any model with (Hq + 2·Hkv)·D ≲ 56k does); the caller keeps the five launches
 // otherwise.
 //

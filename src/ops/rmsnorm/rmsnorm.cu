@@ -22,6 +22,7 @@
 // rmsnorm_cuda_warp_max_dim(). The warp path's shared helpers (slices, warp sum, partial rows, V/P dispatch):
 // backend/cuda/warp_rows.cuh.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/residual/residual_cuda.h"
@@ -53,6 +54,7 @@ static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane a
 template <typename T, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, const T* x, const T* w, int64_t R,
                                                                         int64_t D, float eps) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   const int lane = static_cast<int>(threadIdx.x % 32);
   float wv[P];
   load_slice<V, P>(wv, w, D, lane);
@@ -117,6 +119,7 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const T* x, const T* w, int64_t R, int64_t D,
                                                                    float eps) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   __shared__ float smem[kThreads / 32];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const T* xr = x + r * D;
@@ -143,6 +146,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
                                                                         int64_t D, float eps,
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   __shared__ float smem[kThreads / 32];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     T* xr = x + r * D;

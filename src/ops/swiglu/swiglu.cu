@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/swiglu/swiglu_cuda.h"
@@ -90,6 +91,7 @@ __device__ __forceinline__ void store1(Out* out, int64_t i, float v) {
 template <typename Out>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
     swiglu_forward_kernel(Out* out, const float* gate, const float* up, int64_t n_vec, int64_t n) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   const int64_t vec_stride = grid_threads() * kForwardUnroll;
   for (int64_t base = vector_start<kForwardUnroll>(); base < n_vec; base += vec_stride) {
     float4 g[kForwardUnroll], u[kForwardUnroll];

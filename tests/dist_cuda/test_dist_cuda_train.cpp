@@ -1,9 +1,10 @@
 // The GPU trainer's data parallelism (train/cuda/cuda_data_parallel.h, docs/distributed.md) through the real command
 // line, against the plain GPU run of the same tiny pretrain (8 steps x 6 rows x 64 tokens, micro-batch 1, fp32):
 // - one rank, HYBRIDLM_GPU_COLLECTIVES=nccl (and =host), ZeRO-1 with buckets of 1000 elements (so parameters are
-//   cut across buckets and chunks): the gradients go through the collectives and the update through the shard's
-//   AdamW. Bounds: weights and losses exactly equal unless the update was clipped; the norm is summed in other
-//   groups (pieces instead of parameters), kOneRankNormTol relative (fp64 sums: ~1e-16 expected).
+//   cut across buckets and chunks): the gradients go through the buckets, the shard (a one-rank reduce-scatter is a
+//   copy) and the shard's AdamW. Bounds: weights and losses exactly equal (the same kernels on the same values; the
+//   clip scale float(clip / norm) could differ only if the two norms straddled an fp32 rounding boundary); the norm
+//   is summed in other groups (pieces instead of parameters): kOneRankNormTol relative (fp64 sums).
 // - two ranks on ONE GPU (mpirun -np 2, HYBRIDLM_GPU_COLLECTIVES=host: NCCL refuses two ranks on one GPU), ZeRO-1 and
 //   ZeRO-0: each rank adds its own micro-batches and the ranks' sums are added in rank order, so gradients differ
 //   from one process by fp32 regrouping, as on the CPU (tests/dist/test_dist_train.cpp measured 2e-7 in weights
@@ -29,9 +30,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double kOneRankNormTol = 1e-12;  // relative; reasons above
-constexpr double kLossTol = 1e-5;          // relative, per step (CPU measured 3.7e-8; GPU kernels sum in other orders)
-constexpr double kWeightTol = 1e-5;        // absolute; 300x below one step's update (lr 3e-3)
+constexpr double kOneRankNormTol = 1e-12;  // relative; reasons above (measured 1.6e-16 on the H200)
+// Two ranks on one GPU against one process: measured on the H200 (2026-12-02, ZeRO-1 and ZeRO-0 alike) loss 7.8e-10
+// relative, grad norm 1.4e-8 relative, weights 3.7e-8; the CPU test's bounds (tests/dist/test_dist_train.cpp) are
+// 25-1000x those and 3000x below one step's update (lr 3e-3).
+constexpr double kLossTol = 1e-6;    // relative, per step
+constexpr double kNormTol = 1e-6;    // relative, per step
+constexpr double kWeightTol = 1e-6;  // absolute
 
 class GpuDataParallel : public ::testing::Test {
  protected:
@@ -109,7 +114,7 @@ TEST_F(GpuDataParallel, OneRankThroughTheCollectivesEqualsThePlainStep) {
                                   args("one_" + backend, "--zero-stage 1"));
     if (backend == "nccl" && r.err.find("built without NCCL") != std::string::npos) continue;
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    EXPECT_NE(r.out.find("data parallel  rank 0 of 1, " + backend + " collectives, zero stage 1"), std::string::npos)
+    EXPECT_NE(r.out.find("data parallel rank 0 of 1, " + backend + " collectives, zero stage 1"), std::string::npos)
         << r.out;
     expect_close("plain", "one_" + backend, 0.0, kOneRankNormTol, 0.0);
   }
@@ -124,8 +129,8 @@ TEST_F(GpuDataParallel, TwoRanksOnOneGpuEqualOneProcess) {
   ASSERT_EQ(z1.exit_code, 0) << z1.out << z1.err;
   const test::RunResult z0 = ranks(2, args("two_z0", "--zero-stage 0"));
   ASSERT_EQ(z0.exit_code, 0) << z0.out << z0.err;
-  expect_close("plain", "two_z1", kLossTol, kLossTol, kWeightTol);
-  expect_close("plain", "two_z0", kLossTol, kLossTol, kWeightTol);
+  expect_close("plain", "two_z1", kLossTol, kNormTol, kWeightTol);
+  expect_close("plain", "two_z0", kLossTol, kNormTol, kWeightTol);
   EXPECT_TRUE(fs::exists(dir() / "two_z1" / "test.json"));
 }
 

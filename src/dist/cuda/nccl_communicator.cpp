@@ -58,7 +58,12 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n); }
   void all_reduce_sum(double* data, size_t n) override { all_reduce(data, n); }
   void reduce_scatter_sum(const float* send, float* recv, size_t n) override {
-    reduce_scatter(send, recv, n);
+    if (size() == 1) {  // the rank-order sum of one rank is its buffer: a copy (all_reduce does nothing likewise)
+      if (n > 0 && send != recv)
+        cuda(cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+    } else {
+      reduce_scatter(send, recv, n);
+    }
     wait("reduce-scatter");
   }
   void all_gather(const float* send, float* recv, size_t n) override {

@@ -1,4 +1,5 @@
-// The trainer's steps on GPU 0 (TrainDevice, train/train_device.h): `hybridlm pretrain|distill --device cuda`.
+// The trainer's steps on one GPU (GPU 0, or local rank % GPUs under a launcher; TrainDevice, train/train_device.h):
+// `hybridlm pretrain|distill --device cuda`.
 // Holds on the device: the student (CudaModel, fp32 master weights), its gradients (CudaModel::zeros_like), the
 // frozen teacher (distill), and CudaAdamW's moments. One step mirrors train_batch_gradient + clip + AdamW::step:
 //   per micro-batch of b rows: upload the ids (and CE targets), teacher forward_train → final hidden (distill),

@@ -1,8 +1,9 @@
 // Routed-expert dispatch (src/ops/moe_dispatch): CUDA vs the CPU reference (moe_dispatch_ref.cpp).
-// Cases: odd token counts, expert counts below, at and above a warp (4, 6, 60, 128, 256), top-k from 1 to 16, with
+// Cases: odd token counts, expert counts below, at and above a warp (4 .. 512), top-k from 1 to 16, with
 // and without renormalisation; experts that get no token; rows of equal logits (ties go to the lower index);
 // Special fill (NaN / ±Inf logits: the token's weights NaN on both); the grouped GEMMs on odd R, N, K (bf16 K % 8 != 0
-// takes the element-load path), an expert whose rows span several tiles, empty experts, NaN and Inf in a row.
+// takes the element-load path, K % 8 == 0 the cp.async stages), an expert whose rows span several tiles, empty
+// experts, NaN and Inf in a row.
 //
 // Tolerances (harness.h's fp32 rule; u = 2^-24):
 //   route weights: p is exp rounded to fp32 then divided by a double sum (≤ 1u each, the GPU's tree-ordered double
@@ -41,6 +42,7 @@ const std::vector<RouteCase> kRouteCases = {
     {1, 4, 1, false, Fill::Normal},   {37, 6, 3, true, Fill::Normal},   {129, 128, 8, true, Fill::Normal},
     {65, 60, 10, true, Fill::Normal}, {5, 256, 16, false, Fill::Normal}, {33, 128, 8, true, Fill::Zeros},
     {41, 6, 2, true, Fill::Special},  {17, 128, 8, false, Fill::Large, 1e-13f},
+    {9, 512, 10, true, Fill::Normal},  // Qwen3-Next's 512 experts, top-10
 };
 
 std::string route_name(const RouteCase& c) {

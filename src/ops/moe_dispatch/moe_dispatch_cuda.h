@@ -1,7 +1,7 @@
 // Routed-expert dispatch on CUDA: launchers for the contract in moe_dispatch.h (same arrays, same numbers), raw device
 // pointers, queued on `stream`, no host synchronization (the grouped GEMMs take the device offsets, so an MoE layer
 // never waits for its routing: it runs inside CUDA graphs).
-// Limits: E <= 256 experts, k <= 16 picks (route: one warp per token, 8 logits per lane; the picks in registers).
+// Limits: E <= 512 experts, k <= 16 picks (route: one warp per token, 16 logits per lane; the picks in registers).
 // Numerics: route computes exp in double and rounds it to fp32 (glibc's expf is correctly rounded nearly always, so
 // p agrees with the CPU's bit for bit except next to a rounding midpoint) and sums the normaliser in double in a
 // tree order (~1e-16 relative, below fp32's rounding). dispatch is exact and deterministic (no atomics: each block
@@ -15,7 +15,7 @@
 
 namespace hlm {
 
-inline constexpr int64_t kMoeMaxExperts = 256;
+inline constexpr int64_t kMoeMaxExperts = 512;
 inline constexpr int64_t kMoeMaxTopK = 16;
 
 // expert, weight [T, k]; probs [T, E] or nullptr.

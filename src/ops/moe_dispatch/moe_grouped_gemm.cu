@@ -187,6 +187,105 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(float* y, c
     }
 }
 
+// ---- bf16, 16-byte path: the same tiles fed by cp.async through kStages shared-memory stages (kStages − 1 tiles in
+// flight while one is multiplied: the weight-streaming regime of small expert batches is latency-bound otherwise).
+constexpr int kStages = 4;
+constexpr size_t kStageBytes = size_t{2} * kBM * kLd * sizeof(__nv_bfloat16);  // A and B tiles of one stage
+constexpr size_t kAsyncSmemBytes = kStages * kStageBytes + sizeof(RowTile);  // 80 KiB + the tile: opt-in size
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled and nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void issue_stage(__nv_bfloat16* As, __nv_bfloat16* Bs, const __nv_bfloat16* a0,
+                                            const __nv_bfloat16* w0, int rows, int cols, int k0, int K) {
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int l = threadIdx.x + c * kThreads, m = l / (kBK / 8), kk = (l % (kBK / 8)) * 8;
+    const bool in_k = k0 + kk < K, va = m < rows && in_k, vb = m < cols && in_k;  // K % 8 == 0
+    cp_async16(As + m * kLd + kk, va ? a0 + static_cast<int64_t>(m) * K + k0 + kk : a0, va);
+    cp_async16(Bs + m * kLd + kk, vb ? w0 + static_cast<int64_t>(m) * K + k0 + kk : w0, vb);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_async_kernel(float* y, const __nv_bfloat16* a,
+                                                                           const __nv_bfloat16* w,
+                                                                           const int32_t* offsets, int E, int N,
+                                                                           int K) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // no static shared memory: stage 0 starts aligned
+  auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto* tile = reinterpret_cast<RowTile*>(smem_raw + kStages * kStageBytes);
+  if (threadIdx.x == 0) *tile = find_row_tile(offsets, E, static_cast<int>(blockIdx.y), kBM);
+  __syncthreads();
+  const RowTile t = *tile;
+  if (t.expert < 0) return;
+  const int n0 = static_cast<int>(blockIdx.x) * kBN, cols = min(kBN, N - n0);
+  const __nv_bfloat16* a0 = a + static_cast<int64_t>(t.row0) * K;
+  const __nv_bfloat16* w0 = w + (static_cast<int64_t>(t.expert) * N + n0) * K;
+  const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+  const auto stage_a = [&](int s) { return smem + static_cast<size_t>(s) * 2 * kBM * kLd; };
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  const int steps = (K + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) issue_stage(stage_a(s), stage_a(s) + kBM * kLd, a0, w0, t.rows, cols, s * kBK, K);
+    cp_async_commit();  // an empty group keeps the count uniform
+  }
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();  // stage s has landed (for this thread) ...
+    __syncthreads();               // ... for every thread, and step s − 1's reads of its buffer are done
+    const int next = s + kStages - 1;
+    if (next < steps)
+      issue_stage(stage_a(next % kStages), stage_a(next % kStages) + kBM * kLd, a0, w0, t.rows, cols, next * kBK, K);
+    cp_async_commit();
+    const __nv_bfloat16* As = stage_a(s % kStages);
+    const __nv_bfloat16* Bs = As + kBM * kLd;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[4];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], As + (wm * 64 + i * 16) * kLd + kk, kLd);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], Bs + (wn * 32 + j * 16) * kLd + kk, kLd);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every stage read: the epilogue reuses them
+  float* scratch = reinterpret_cast<float*>(smem_raw) + warp * 256;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int q = lane; q < 256; q += 32) {
+        const int m = wm * 64 + i * 16 + q / 16, n = wn * 32 + j * 16 + q % 16;
+        if (m < t.rows && n < cols) y[static_cast<int64_t>(t.row0 + m) * N + n0 + n] = scratch[q];
+      }
+      __syncwarp();
+    }
+}
+
 dim3 grid_for(int64_t E, int64_t R, int64_t N, int BM, int BN) {
   return dim3(static_cast<unsigned>((N + BN - 1) / BN), static_cast<unsigned>((R + BM - 1) / BM + E));
 }
@@ -214,10 +313,16 @@ void moe_grouped_gemm_bf16_cuda(float* y, const __nv_bfloat16* a, const __nv_bfl
   if (R == 0) return;
   const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   const dim3 grid = grid_for(E, R, N, kBM, kBN);
-  if (vec)
-    grouped_gemm_bf16_kernel<true><<<grid, kThreads, 0, stream>>>(y, a, w, offsets, static_cast<int>(E),
-                                                                   static_cast<int>(N), static_cast<int>(K));
-  else
+  if (vec) {
+    static const bool opted_in = [] {  // above the default 48 KiB of dynamic shared memory: once per process
+      HLM_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_bf16_async_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kAsyncSmemBytes)));
+      return true;
+    }();
+    (void)opted_in;
+    grouped_gemm_bf16_async_kernel<<<grid, kThreads, kAsyncSmemBytes, stream>>>(
+        y, a, w, offsets, static_cast<int>(E), static_cast<int>(N), static_cast<int>(K));
+  } else
     grouped_gemm_bf16_kernel<false><<<grid, kThreads, 0, stream>>>(y, a, w, offsets, static_cast<int>(E),
                                                                     static_cast<int>(N), static_cast<int>(K));
   HLM_CUDA_CHECK_LAUNCH();

@@ -6,8 +6,9 @@
 // each tile finds its expert from offsets and the spare tiles exit. Sizes: any R, N, K >= 1.
 //   fp32:  fp32 operands, fp32 FMA (64×64 tiles, 4×4 per thread); each output is a K-long fp32 dot product in
 //          increasing k (error ≤ ~K·u·Σ|a·w|, as a naive fp32 loop).
-//   bf16:  bf16 operands on tensor cores (wmma 16×16×16, 128×128×32 tiles, register-prefetched double buffer),
-//          fp32 accumulation; 16-byte loads when K % 8 == 0 and a, w are 16-byte aligned, element loads otherwise.
+//   bf16:  bf16 operands on tensor cores (wmma 16×16×16, 128×128×32 tiles), fp32 accumulation; when K % 8 == 0 and
+//          a, w are 16-byte aligned, cp.async 16-byte copies through 4 shared-memory stages (80 KiB, opted in on the
+//          first call); otherwise element loads through a register-prefetched double buffer.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

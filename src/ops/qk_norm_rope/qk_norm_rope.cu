@@ -72,8 +72,9 @@ __device__ void norm_rows(float* x, int64_t C, int64_t n, const float* w, bool v
     for (int64_t r = warp; r < rows; r += kWarps) {
       float* xr = x + r * n;
       float ss = 0.0f;
-      if (vec) {  // V = 4: 16-byte shared loads; rows start 16-byte aligned (n % 4 == 0, and ks = qs + q_span with
-                  // q_span = Hq·D = (Hq/Hkv)·Hkv·D, or (Hq/Hkv)·D per KV group, a multiple of 4 whenever the k rows are)
+      if (vec) {  // V = 4: 16-byte shared loads; rows start 16-byte aligned (n % 4 == 0, and ks = qs + q_span
+                  // with q_span = Hq·D = (Hq/Hkv)·Hkv·D, or (Hq/Hkv)·D per KV group, a multiple of 4 whenever the
+                  // k rows are)
         for (int64_t s = static_cast<int64_t>(lane) * 4; s < n; s += 128) {
           const float4 c = *reinterpret_cast<const float4*>(xr + s);
           ss = fmaf(c.x, c.x, ss);

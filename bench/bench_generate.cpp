@@ -109,7 +109,10 @@ struct Options {
   std::vector<bool> graph_modes{true};
   bool search_context = false;
   std::vector<std::string> memory_caps{"48G", "device"};
-  int64_t search_probe = 16384;       // the longest of the three timed probe prefills (L/4, L/2, L)
+  // The longest of the three timed probe prefills (L/4, L/2, L). 131072: probes of 4K-16K extrapolated the hybrid's
+  // 1M-token prefill to 1,029 s where it took 180 s; probes of 32K-128K gave 138.3 / 173.8 s for the runs measured
+  // at 138.1 / 180.2 s (H200, session 13).
+  int64_t search_probe = 131072;
   double search_time_limit = 480.0;   // seconds: longer predicted prefills are not run
 };
 

@@ -120,6 +120,27 @@ __device__ __forceinline__ void store_stage(__nv_bfloat16* As, __nv_bfloat16* Bs
   }
 }
 
+// A warp's 64×32 accumulator tiles (rows wm·64, columns wn·32 of the block tile) stored to y [rows, N] at columns
+// n0 + ... through the warp's 16×16 fp32 scratch in shared memory, bounds-checked against the tile's rows and `cols`.
+using AccFragment = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+__device__ __forceinline__ void store_warp_tiles(AccFragment (&acc)[4][2], float* scratch, float* y,
+                                                 const RowTile& tile, int N, int n0, int cols, int wm, int wn) {
+  using namespace nvcuda;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int q = lane; q < 256; q += 32) {
+        const int m = wm * 64 + i * 16 + q / 16, n = wn * 32 + j * 16 + q % 16;
+        if (m < tile.rows && n < cols) y[static_cast<int64_t>(tile.row0 + m) * N + n0 + n] = scratch[q];
+      }
+      __syncwarp();
+    }
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(float* y, const __nv_bfloat16* a,
                                                                      const __nv_bfloat16* w, const int32_t* offsets,
@@ -171,20 +192,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(float* y, c
     __syncthreads();
   }
   // Epilogue through a per-warp 16×16 fp32 scratch (reusing the stage buffers), bounds-checked stores.
-  float* scratch = reinterpret_cast<float*>(smem) + warp * 256;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
-      __syncwarp();
-      for (int q = lane; q < 256; q += 32) {
-        const int m = wm * 64 + i * 16 + q / 16, n = wn * 32 + j * 16 + q % 16;
-        if (m < tile.rows && n < cols) y[static_cast<int64_t>(tile.row0 + m) * N + n0 + n] = scratch[q];
-      }
-      __syncwarp();
-    }
+  store_warp_tiles(acc, reinterpret_cast<float*>(smem) + warp * 256, y, tile, N, n0, cols, wm, wn);
 }
 
 // ---- bf16, 16-byte path: the same tiles fed by cp.async through kStages shared-memory stages (kStages − 1 tiles in
@@ -270,20 +278,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_async_kernel(float
   }
   cp_async_wait<0>();
   __syncthreads();  // every stage read: the epilogue reuses them
-  float* scratch = reinterpret_cast<float*>(smem_raw) + warp * 256;
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
-      __syncwarp();
-      for (int q = lane; q < 256; q += 32) {
-        const int m = wm * 64 + i * 16 + q / 16, n = wn * 32 + j * 16 + q % 16;
-        if (m < t.rows && n < cols) y[static_cast<int64_t>(t.row0 + m) * N + n0 + n] = scratch[q];
-      }
-      __syncwarp();
-    }
+  store_warp_tiles(acc, reinterpret_cast<float*>(smem_raw) + warp * 256, y, t, N, n0, cols, wm, wn);
 }
 
 dim3 grid_for(int64_t E, int64_t R, int64_t N, int BM, int BN) {

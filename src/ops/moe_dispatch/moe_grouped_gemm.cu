@@ -141,6 +141,26 @@ __device__ __forceinline__ void store_warp_tiles(AccFragment (&acc)[4][2], float
     }
 }
 
+// acc += the warp's 64×32 share of one kBK-deep slab: A rows wm·64.. of As, B columns wn·32.. of Bs (both [·, kLd]
+// in shared memory).
+__device__ __forceinline__ void mma_stage(AccFragment (&acc)[4][2], const __nv_bfloat16* As, const __nv_bfloat16* Bs,
+                                          int wm, int wn) {
+  using namespace nvcuda;
+#pragma unroll
+  for (int kk = 0; kk < kBK; kk += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[4];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], As + (wm * 64 + i * 16) * kLd + kk, kLd);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], Bs + (wn * 32 + j * 16) * kLd + kk, kLd);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+  }
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(float* y, const __nv_bfloat16* a,
                                                                      const __nv_bfloat16* w, const int32_t* offsets,
@@ -172,19 +192,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_kernel(float* y, c
     const __nv_bfloat16* As = smem + (s % 2) * 2 * kStageElems;
     const __nv_bfloat16* Bs = As + kStageElems;
     if (s + 1 < steps) load_stage<kVec>(ra, rb, a0, w0, tile.rows, cols, (s + 1) * kBK, K);  // in flight meanwhile
-#pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[4];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], As + (wm * 64 + i * 16) * kLd + kk, kLd);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], Bs + (wn * 32 + j * 16) * kLd + kk, kLd);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-    }
+    mma_stage(acc, As, Bs, wm, wn);
     if (s + 1 < steps) {
       __nv_bfloat16* next = smem + ((s + 1) % 2) * 2 * kStageElems;  // last read in step s − 1, before its barrier
       store_stage(next, next + kStageElems, ra, rb);
@@ -262,19 +270,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_bf16_async_kernel(float
     cp_async_commit();
     const __nv_bfloat16* As = stage_a(s % kStages);
     const __nv_bfloat16* Bs = As + kBM * kLd;
-#pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[4];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(fa[i], As + (wm * 64 + i * 16) * kLd + kk, kLd);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], Bs + (wn * 32 + j * 16) * kLd + kk, kLd);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-    }
+    mma_stage(acc, As, Bs, wm, wn);
   }
   cp_async_wait<0>();
   __syncthreads();  // every stage read: the epilogue reuses them

@@ -45,7 +45,7 @@ void cuda_context_select_for_local_rank(int local_rank) {
     cudaGetLastError();  // clear the sticky "no device" error; the caller reports a missing GPU itself
     return;
   }
-  const int device = local_rank % count;
+  const int device = cuda_device_for_local_rank(local_rank, count);
   HLM_CHECK(!g_default_created || device == g_default_device, "cuda_context_select_for_local_rank(", local_rank,
             "): the default context already exists on device ", g_default_device);
   g_default_device = device;

@@ -9,4 +9,8 @@ namespace hlm {
 // GPU is visible; an internal error after cuda_context() was created on another device.
 void cuda_context_select_for_local_rank(int local_rank);
 
+// The GPU of the node's rank `local_rank`: local_rank % `devices` (devices > 0). The one rule both the default context
+// above and the NCCL communicator follow.
+inline int cuda_device_for_local_rank(int local_rank, int devices) { return local_rank % devices; }
+
 }  // namespace hlm

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/cuda_device_select.h"
 #include "core/error.h"
 #include "dist/cuda/rank_order_sum.h"
 #include "dist/mpi_communicator.h"
@@ -30,7 +31,7 @@ class NcclCommunicator final : public Communicator {
     int devices = 0;
     HLM_CHECK_INPUT(cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0,
                     "NCCL communicator: this process sees no CUDA device");
-    device_ = host_.local_rank() % devices;
+    device_ = cuda_device_for_local_rank(host_.local_rank(), devices);
     cuda(cudaSetDevice(device_), "cudaSetDevice");
     cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ncclUniqueId id{};

@@ -339,11 +339,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
       return;
     }
     static std::once_flag refused;
-    if (attention_engine_explicit())  // under auto a refusal is expected for what cuDNN does not take: said nothing
-      std::call_once(refused, [&] {
-        std::fprintf(stderr, "inference: cuDNN engine refused a prefill chunk (%s); the paged kernel runs it\n",
-                     why.c_str());
-      });
+    attention_cudnn_note_refusal(refused, "inference", "a prefill chunk", why, "the paged kernel runs it");
   }
   if (!s.decode && bf16_cache && attention_cache_tc_supported(p) && cuda_linear_is_bf16(w.o_proj)) {
     // bf16 precision, a later prefill chunk: the chunk's queries over the paged bf16 cache on tensor cores.

@@ -457,15 +457,11 @@ void attention_forward_cuda(float* out, float* lse, const float* q, const float*
 
 namespace {
 
-// The cuDNN engine asked for by name: the first refusal of each direction is said once (the native kernels then run).
-// Under auto a refusal is the expected case for what cuDNN does not take, so nothing is said.
+// The first refusal of each direction (the native kernels then run it).
 void note_cudnn_refusal(bool backward, const std::string& why) {
-  if (!attention_engine_explicit()) return;
   static std::once_flag forward_once, backward_once;
-  std::call_once(backward ? backward_once : forward_once, [&] {
-    std::fprintf(stderr, "attention: cuDNN engine refused a %s call (%s); the native kernels run it\n",
-                 backward ? "backward" : "forward", why.c_str());
-  });
+  attention_cudnn_note_refusal(backward ? backward_once : forward_once, "attention",
+                               backward ? "a backward call" : "a forward call", why, "the native kernels run it");
 }
 
 }  // namespace

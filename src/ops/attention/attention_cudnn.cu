@@ -72,6 +72,14 @@ AttentionEngine attention_engine() {
 
 bool attention_engine_explicit() { return g_engine_override.load() >= 0 || engine_request() != 0; }
 
+void attention_cudnn_note_refusal(std::once_flag& once, const char* what, const char* call, const std::string& why,
+                                  const char* fallback) {
+  if (!attention_engine_explicit()) return;
+  std::call_once(once, [&] {
+    std::fprintf(stderr, "%s: cuDNN engine refused %s (%s); %s\n", what, call, why.c_str(), fallback);
+  });
+}
+
 #if !HLM_HAVE_CUDNN_HEADERS
 
 bool attention_cudnn_available(std::string* why) {

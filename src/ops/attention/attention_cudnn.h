@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <string>
 
 #include "ops/attention/attention_cuda.h"
@@ -45,6 +46,10 @@ void attention_set_engine(AttentionEngine engine);
 void attention_clear_engine_override();
 // True when the engine was named (the variable set to native or cudnn, or attention_set_engine), false under auto.
 bool attention_engine_explicit();
+// A cuDNN refusal said once per `once` on stderr ("<what>: cuDNN engine refused <call> (<why>); <fallback>"), and only
+// when the engine was named: under auto a refusal is the expected case for what cuDNN does not take.
+void attention_cudnn_note_refusal(std::once_flag& once, const char* what, const char* call, const std::string& why,
+                                  const char* fallback);
 // How many cuDNN executions have been queued in this process (tests check that a path really ran on cuDNN).
 int64_t attention_cudnn_executions();
 

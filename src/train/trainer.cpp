@@ -214,6 +214,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
     const ModelConfig mc = load_model_config(cfg_.model_config);
     warn_unknown_keys(mc, cfg_.model_config);
     student_.emplace(Model::create(mc, cfg_.init_seed));
+    if (hooks_.init_student) hooks_.init_student(*student_);
   } else {
     HLM_CHECK_INPUT(fs::is_directory(cfg_.student), cfg_.student, ": not a model directory (does not exist)");
     student_.emplace(model_load_trainable(cfg_.student));

@@ -132,8 +132,14 @@ struct TrainHooks {
   // Rewrites the targets of every batch the run computes a loss on: each training batch as the stream yields it,
   // and the validation and test rows once when they are built (before their checks). Only targets may change (e.g.
   // −100 outside an answer span: the CE is then the mean over the kept targets, on the CPU and on a TrainDevice
-  // alike). Must be a pure function of the batch, so that a resumed run sees the same targets.
+  // alike), and a sequence may be split into several inside its row (batch.cu_seqlens refined: ids, rows and row
+  // boundaries stay; the hook sets the target of each new sequence's last token to −100). Must be a pure function of
+  // the batch, so that a resumed run sees the same targets.
   std::function<void(PackedBatch& batch)> batch_targets;
+  // A fresh pretrain run (not a resume): called once with the student just created from model_config, before the
+  // optimizer, the device and the first validation see it; may replace its weights by a model of the same config (the
+  // NIAH experiment's curriculum starts each stage from the previous stage's model, evals/niah/niah_experiment.h).
+  std::function<void(Model& student)> init_student;
 };
 
 // What --out must hold at the peak of a run: while a checkpoint is written the previous one still exists (two), and

@@ -71,6 +71,11 @@ void check_same_config(const fs::path& out, const json& resolved) {
   // eval.prefill_chunk existed they evaluated in fp32 with prefill chunks of 512 tokens.
   if (saved.contains("train") && saved["train"].is_object() && !saved["train"].contains("loss"))
     saved["train"]["loss"] = "all";
+  // Before train_data.packed and train_data.stages existed: one stage, one example per row.
+  if (saved.contains("train_data") && saved["train_data"].is_object()) {
+    if (!saved["train_data"].contains("packed")) saved["train_data"]["packed"] = false;
+    if (!saved["train_data"].contains("stages")) saved["train_data"]["stages"] = json::array();
+  }
   if (saved.contains("eval") && saved["eval"].is_object()) {
     if (!saved["eval"].contains("precision")) saved["eval"]["precision"] = "fp32";
     if (!saved["eval"].contains("prefill_chunk")) saved["eval"]["prefill_chunk"] = 512;
@@ -107,7 +112,22 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Stage 2 for one architecture: train (or resume, or skip) into runs/<arch>.
+// Folders of curriculum stage k (train_data.stages): <out>/data/stage-<k> and <out>/runs/<arch>/stage-<k>; without
+// stages the one stage uses <out>/data and <out>/runs/<arch> (the layout before stages existed).
+fs::path stage_data_dir(const NiahExperimentConfig& c, const fs::path& out, size_t k) {
+  return c.train_stages.empty() ? out / "data" : out / "data" / ("stage-" + std::to_string(k));
+}
+fs::path stage_run_dir(const NiahExperimentConfig& c, const fs::path& out, const std::string& arch, size_t k) {
+  return c.train_stages.empty() ? out / "runs" / arch : out / "runs" / arch / ("stage-" + std::to_string(k));
+}
+size_t stage_count(const NiahExperimentConfig& c) { return niah_experiment_stages(c).size(); }
+// The run whose model/ is the architecture's trained model: the last stage's.
+fs::path final_run_dir(const NiahExperimentConfig& c, const fs::path& out, const std::string& arch) {
+  return stage_run_dir(c, out, arch, stage_count(c) - 1);
+}
+
+// Stage 2 for one architecture: train (or resume, or skip) every curriculum stage in order into its run folder;
+// stage k > 0 starts from stage k − 1's model (TrainHooks::init_student) with its own LR schedule.
 void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out,
                 const Tokenizer& tokenizer, const NiahExperimentDevice& device, const NiahLog& log) {
   const int64_t vocab = tokenizer.vocab_size();
@@ -115,76 +135,99 @@ void train_arch(const NiahExperimentConfig& c, const std::string& arch, const fs
   fs::create_directories(model_config.parent_path());
   const json mc = niah_arch_model_config(c, arch, vocab);
   file_write_atomic(model_config, mc.dump(2) + "\n");
-  const fs::path dir = out / "runs" / arch;
-  const fs::path marker = dir / "niah_train.json";
-  if (!(fs::exists(dir / "model") && fs::exists(dir / "test.json"))) {
-    TrainConfig tc = c.train;
-    tc.job = TrainJob::Pretrain;
-    tc.model_config = model_config.string();
-    tc.data = (out / "data").string();
-    tc.tokenizer = c.tokenizer;
-    tc.out = dir.string();
-    tc.device = c.device;
-    tc.resume.clear();
-    if (fs::exists(dir) && !checkpoint_list(dir).empty()) {
-      tc.resume = dir.string();
-      log("niah experiment: " + arch + ": resuming from " + checkpoint_list(dir).back().string());
-    } else {
-      fs::remove_all(dir);
+  const std::vector<NiahTrainStage> stages = niah_experiment_stages(c);
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const fs::path dir = stage_run_dir(c, out, arch, k);
+    const fs::path marker = dir / "niah_train.json";
+    if (!(fs::exists(dir / "model") && fs::exists(dir / "test.json"))) {
+      TrainConfig tc = c.train;
+      tc.tokens = stages[k].tokens;
+      tc.job = TrainJob::Pretrain;
+      tc.model_config = model_config.string();
+      tc.data = stage_data_dir(c, out, k).string();
+      tc.tokenizer = c.tokenizer;
+      tc.out = dir.string();
+      tc.device = c.device;
+      tc.resume.clear();
+      if (fs::exists(dir) && !checkpoint_list(dir).empty()) {
+        tc.resume = dir.string();
+        log("niah experiment: " + arch + ": resuming from " + checkpoint_list(dir).back().string());
+      } else {
+        fs::remove_all(dir);
+      }
+      std::unique_ptr<TrainDevice> dev;
+      if (tc.device != "cpu") {
+        HLM_CHECK_INPUT(static_cast<bool>(device.make_trainer), "niah experiment: device '", tc.device,
+                        "' needs an accelerator, and this caller passed none");
+        dev = device.make_trainer(tc);
+      }
+      TrainHooks hooks = niah_train_hooks(c, tokenizer);
+      if (k > 0) {
+        const fs::path previous = stage_run_dir(c, out, arch, k - 1) / "model";
+        hooks.init_student = [previous](Model& student) {
+          Model loaded = model_load_trainable(previous);
+          const ModelConfig &a = loaded.config(), &b = student.config();
+          HLM_CHECK(a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size &&
+                        a.num_hidden_layers == b.num_hidden_layers && a.layer_types == b.layer_types,
+                    previous.string(), ": the previous stage's model has another config than this stage's");
+          student.mutable_weights() = loaded.mutable_weights();
+        };
+      }
+      log("niah experiment: training " + arch + " (" + niah_arch_layout(c, arch) + ")" +
+          (stages.size() > 1 ? " stage " + std::to_string(k + 1) + " of " + std::to_string(stages.size()) : "") +
+          " into " + dir.string() + (k > 0 && tc.resume.empty() ? " from the previous stage's model" : ""));
+      const auto t0 = std::chrono::steady_clock::now();
+      const TrainResult res = train_run(tc, hooks, dev.get());
+      const double seconds = seconds_since(t0);
+      if (res.status == TrainStatus::Diverged)
+        throw_internal_error(dir.string(), ": the training run diverged: ", res.message);
+      if (res.status == TrainStatus::EvaluationFailed) throw_input_error(dir.string(), ": ", res.message);
+      HLM_CHECK(res.status == TrainStatus::Completed || res.status == TrainStatus::DataExhausted, dir.string(),
+                ": the training run did not finish: ", res.message);
+      double before = 0;
+      if (fs::exists(marker)) before = json_file_read(marker).value("seconds", 0.0);
+      file_write_atomic(marker, json({{"seconds", before + seconds},
+                                      {"tokens", res.tokens_seen},
+                                      {"steps", res.step},
+                                      {"status", res.status == TrainStatus::Completed ? "completed" : "data_exhausted"},
+                                      {"message", res.message}})
+                                        .dump(2) +
+                                    "\n");
     }
-    std::unique_ptr<TrainDevice> dev;
-    if (tc.device != "cpu") {
-      HLM_CHECK_INPUT(static_cast<bool>(device.make_trainer), "niah experiment: device '", tc.device,
-                      "' needs an accelerator, and this caller passed none");
-      dev = device.make_trainer(tc);
-    }
-    log("niah experiment: training " + arch + " (" + niah_arch_layout(c, arch) + ") into " + dir.string());
-    const auto t0 = std::chrono::steady_clock::now();
-    const TrainResult res = train_run(tc, niah_train_hooks(c, tokenizer), dev.get());
-    const double seconds = seconds_since(t0);
-    if (res.status == TrainStatus::Diverged)
-      throw_internal_error(dir.string(), ": the training run diverged: ", res.message);
-    if (res.status == TrainStatus::EvaluationFailed) throw_input_error(dir.string(), ": ", res.message);
-    HLM_CHECK(res.status == TrainStatus::Completed || res.status == TrainStatus::DataExhausted, dir.string(),
-              ": the training run did not finish: ", res.message);
-    double before = 0;
-    if (fs::exists(marker)) before = json_file_read(marker).value("seconds", 0.0);
-    file_write_atomic(marker, json({{"seconds", before + seconds},
-                                    {"tokens", res.tokens_seen},
-                                    {"steps", res.step},
-                                    {"status", res.status == TrainStatus::Completed ? "completed" : "data_exhausted"},
-                                    {"message", res.message}})
-                                      .dump(2) +
-                                  "\n");
   }
 }
 
-bool training_finished(const fs::path& out, const std::string& arch) {
-  const fs::path dir = out / "runs" / arch;
+bool training_finished(const NiahExperimentConfig& c, const fs::path& out, const std::string& arch) {
+  const fs::path dir = final_run_dir(c, out, arch);
   return fs::exists(dir / "model" / "config.json") && fs::exists(dir / "test.json");
 }
 
 // An architecture's training figures from runs/<arch> (training finished).
 void read_training(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out, int64_t vocab,
                    NiahArchResult& r) {
-  const fs::path dir = out / "runs" / arch;
-  const fs::path marker = dir / "niah_train.json";
+  const fs::path dir = final_run_dir(c, out, arch);
   const json mc = niah_arch_model_config(c, arch, vocab);
   r.arch = arch;
   r.layout = niah_arch_layout(c, arch);
-  if (fs::exists(marker)) {
-    const json m = json_file_read(marker);
-    r.train_seconds = m.value("seconds", 0.0);
-    r.train_tokens = m.value("tokens", int64_t{0});
-  }
+  // Seconds and tokens summed over the curriculum's stages; tokens/s the median over all their steps.
   std::vector<double> tps;
-  if (fs::exists(dir / "metrics.jsonl"))
-    jsonl_file_for_each(dir / "metrics.jsonl", [&](const json& v, int64_t) {
-      if (v.value("type", "") == "step" && v.contains("tokens_per_second") && v["tokens_per_second"].is_number())
-        tps.push_back(v["tokens_per_second"].get<double>());
-      if (v.value("type", "") == "step" && v.contains("tokens") && v["tokens"].is_number())
-        r.train_tokens = std::max(r.train_tokens, v["tokens"].get<int64_t>());
-    });
+  for (size_t k = 0; k < stage_count(c); ++k) {
+    const fs::path sdir = stage_run_dir(c, out, arch, k);
+    int64_t tokens = 0;
+    if (fs::exists(sdir / "niah_train.json")) {
+      const json m = json_file_read(sdir / "niah_train.json");
+      r.train_seconds += m.value("seconds", 0.0);
+      tokens = m.value("tokens", int64_t{0});
+    }
+    if (fs::exists(sdir / "metrics.jsonl"))
+      jsonl_file_for_each(sdir / "metrics.jsonl", [&](const json& v, int64_t) {
+        if (v.value("type", "") == "step" && v.contains("tokens_per_second") && v["tokens_per_second"].is_number())
+          tps.push_back(v["tokens_per_second"].get<double>());
+        if (v.value("type", "") == "step" && v.contains("tokens") && v["tokens"].is_number())
+          tokens = std::max(tokens, v["tokens"].get<int64_t>());
+      });
+    r.train_tokens += tokens;
+  }
   r.tokens_per_second = median(tps);
   const json test = json_file_read(dir / "test.json");
   r.test_ce = test.at("mean").at("ce").get<double>();
@@ -265,7 +308,7 @@ void evaluate_arch(const NiahExperimentConfig& c, const std::string& arch, const
     log("niah experiment: eval " + arch + ": continuing after " + std::to_string(done.size()) + " finished cells (" +
         partial.string() + ")");
   }
-  const fs::path model_dir = out / "runs" / arch / "model";
+  const fs::path model_dir = final_run_dir(c, out, arch) / "model";
   Model model = Model::load(model_dir);
   const std::vector<int32_t> eos = eos_token_ids(model.config(), model_dir);
   const NiahEvalBackend backend = device.make_eval ? device.make_eval(model, c.eval_precision) : cpu_backend(model);
@@ -354,7 +397,7 @@ void evaluate_arch(const NiahExperimentConfig& c, const std::string& arch, const
 // else cells_partial.json). False when either is missing. `langs` is filled from the first record read.
 bool read_arch_result(const NiahExperimentConfig& c, const std::string& arch, const fs::path& out, int64_t vocab,
                       NiahArchResult& r, std::vector<NiahLanguageStats>& langs) {
-  if (!training_finished(out, arch)) return false;
+  if (!training_finished(c, out, arch)) return false;
   const fs::path dir = out / "eval" / arch;
   // Another process may finish this evaluation between the choice and the read (it writes cells.json, then removes
   // cells_partial.json; seen on the H200 in session 12): when the chosen record is gone, choose again.
@@ -436,30 +479,39 @@ NiahCell niah_cell_from_json(const json& j, const std::string& source) {
 
 TrainHooks niah_train_hooks(const NiahExperimentConfig& c, const Tokenizer& tokenizer) {
   TrainHooks hooks;
-  if (c.train_loss == "answer")
-    hooks.batch_targets = [&tokenizer](PackedBatch& batch) { niah_answer_targets(batch, tokenizer); };
-  else
-    HLM_CHECK(c.train_loss == "all", "train.loss '", c.train_loss, "'");
+  HLM_CHECK(c.train_loss == "answer" || c.train_loss == "all", "train.loss '", c.train_loss, "'");
+  const bool answer = c.train_loss == "answer", packed = c.train_packed;
+  if (answer || packed)
+    hooks.batch_targets = [&tokenizer, answer, packed](PackedBatch& batch) {
+      if (packed) niah_split_packed_examples(batch, tokenizer);
+      if (answer) niah_answer_targets(batch, tokenizer);
+    };
   return hooks;
 }
 
-int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& c) {
-  const double per_language = static_cast<double>(c.train.tokens) / static_cast<double>(c.langs.size());
+int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& c, size_t stage) {
+  const std::vector<NiahTrainStage> stages = niah_experiment_stages(c);
+  HLM_CHECK(stage < stages.size(), "curriculum stage ", stage, " of ", stages.size());
+  const double per_language = static_cast<double>(stages[stage].tokens) / static_cast<double>(c.langs.size());
   return static_cast<int64_t>(std::ceil(c.docs_margin * per_language / static_cast<double>(c.train.seq_len))) +
          2 * c.train.held_out_docs + 1;
 }
 
-NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& c) {
+NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& c, size_t stage) {
+  const std::vector<NiahTrainStage> stages = niah_experiment_stages(c);
+  HLM_CHECK(stage < stages.size(), "curriculum stage ", stage, " of ", stages.size());
   NiahTrainDataSpec spec;
   spec.corpus = c.corpus;
   spec.tokenizer = c.tokenizer;
   spec.langs = c.langs;
   spec.tasks = c.train_tasks;
-  spec.lengths = c.train_lengths;
+  spec.lengths = stages[stage].lengths;
   spec.held_out_docs = c.held_out_docs;
   spec.seq_len = c.train.seq_len;
-  spec.docs_per_language = niah_experiment_docs_per_language(c);
+  spec.docs_per_language = niah_experiment_docs_per_language(c, stage);
   spec.seed = c.train_seed;
+  spec.packed = c.train_packed;
+  spec.first_index = static_cast<int64_t>(stage) << 40;  // disjoint samples per stage (counter = index × 256 + draw)
   return spec;
 }
 
@@ -500,17 +552,20 @@ NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& given, cons
     check_same_config(out, resolved);
     file_write_atomic(out / "config.json", resolved.dump(2) + "\n");
 
-    // 1. Training data.
-    const fs::path data = out / "data";
-    if (!options.report_only && !fs::exists(data / "niah_train_data.json")) {
+    // 1. Training data, per curriculum stage.
+    for (size_t k = 0; k < stage_count(c); ++k) {
+      const fs::path data = stage_data_dir(c, out, k);
+      if (options.report_only || fs::exists(data / "niah_train_data.json")) continue;
       fs::remove_all(data);
-      const NiahTrainDataSpec spec = niah_experiment_train_data_spec(c);
+      const NiahTrainDataSpec spec = niah_experiment_train_data_spec(c, k);
       const auto t0 = std::chrono::steady_clock::now();
       json summary = niah_train_data_write(data.string(), spec, log);
       summary["seconds"] = seconds_since(t0);
       file_write_atomic(data / "niah_train_data.json", summary.dump(2) + "\n");
-      log(fmt("niah experiment: training data written (%.0f documents, %.0f tokens) in %.1f s",
-              summary["documents"].get<double>(), summary["tokens"].get<double>(), summary["seconds"].get<double>()));
+      log(fmt("niah experiment: training data written (%.0f rows, %.0f examples", summary["documents"].get<double>(),
+              summary["examples"].get<double>()) +
+          fmt(", %.0f tokens) in %.1f s", summary["tokens"].get<double>(), summary["seconds"].get<double>()) +
+          (stage_count(c) > 1 ? " for stage " + std::to_string(k + 1) : ""));
     }
   }
 

@@ -7,7 +7,10 @@
 //                (niah_train_data.h), each exactly train.seq_len tokens; marker data/niah_train_data.json
 //   2. train     per architecture: <out>/models/<arch>.json (qwen3_hybrid config with its layer_types) and
 //                <out>/runs/<arch>/ (`hybridlm pretrain`'s files: config.json, metrics.jsonl with tokens/s and ETA
-//                lines on stderr, checkpoint-*, model/, test.json); marker runs/<arch>/niah_train.json
+//                lines on stderr, checkpoint-*, model/, test.json); marker runs/<arch>/niah_train.json.
+//                A curriculum (train_data.stages) has data/stage-<k>/ and runs/<arch>/stage-<k>/ per stage k, trained
+//                in order, stage k from stage k − 1's model with its own LR schedule; the last stage's model is the
+//                one evaluated
 //   3. evaluate  per architecture: the harness of `hybridlm niah` (niah_run.h) over lengths × languages × tasks
 //                (shortest length first, so a run cut short has every language at the shorter lengths) on the
 //                held-out prose of the source corpus, in eval.precision; <out>/eval/<arch>/{niah.csv,
@@ -91,13 +94,14 @@ NiahExperimentResult niah_experiment_run(const NiahExperimentConfig& config, con
 // under `tokenizer` (which must outlive the hooks); for "all", no hook (pretrain's CE on every token).
 TrainHooks niah_train_hooks(const NiahExperimentConfig& config, const Tokenizer& tokenizer);
 
-// Documents per language of the derived corpus: ceil(docs_margin × tokens / (languages × seq_len)) + 2 × the
-// trainer's held_out_docs + 1 (validation, test, and one to spare).
-int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& config);
+// Documents (rows) per language of curriculum stage `stage`'s derived corpus: ceil(docs_margin × the stage's tokens /
+// (languages × seq_len)) + 2 × the trainer's held_out_docs + 1 (validation, test, and one to spare).
+int64_t niah_experiment_docs_per_language(const NiahExperimentConfig& config, size_t stage = 0);
 
-// The training-data stage's spec for a resolved config (corpus, tokenizer, languages, tasks, lengths, held-out
-// documents, seq_len, documents per language, seed).
-NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& config);
+// The training-data spec of curriculum stage `stage` for a resolved config (corpus, tokenizer, languages, tasks, the
+// stage's lengths, held-out documents, seq_len, documents per language, seed, packed; first_index = stage × 2⁴⁰, so
+// that stages draw disjoint samples: sample i has the same keys and values at every length).
+NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& config, size_t stage = 0);
 
 nlohmann::json niah_cell_to_json(const NiahCell& cell);
 NiahCell niah_cell_from_json(const nlohmann::json& json, const std::string& source);

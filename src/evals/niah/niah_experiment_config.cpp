@@ -111,11 +111,35 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
   if (j.contains("train_data")) {
     const json& t = j["train_data"];
     const std::string where = source + ".train_data";
-    check_config_keys(t, {"tasks", "lengths", "seed", "docs_margin"}, where);
+    check_config_keys(t, {"tasks", "lengths", "seed", "docs_margin", "packed", "stages"}, where);
     read_config_key(t, "tasks", c.train_tasks, where);
     if (t.contains("lengths")) c.train_lengths = read_lengths(t, "lengths", where);
     read_config_key(t, "seed", c.train_seed, where);
     read_config_key(t, "docs_margin", c.docs_margin, where);
+    read_config_key(t, "packed", c.train_packed, where);
+    if (t.contains("stages")) {
+      HLM_CHECK_INPUT(t["stages"].is_array(), where, ".stages: a list of {\"lengths\": [...], \"tokens\": N}");
+      for (size_t k = 0; k < t["stages"].size(); ++k) {
+        const json& st = t["stages"][k];
+        const std::string at = where + ".stages[" + std::to_string(k) + "]";
+        HLM_CHECK_INPUT(st.is_object() && st.contains("lengths") && st.contains("tokens"), at,
+                        ": an object with lengths and tokens");
+        check_config_keys(st, {"lengths", "tokens"}, at);
+        NiahTrainStage stage;
+        stage.lengths = read_lengths(st, "lengths", at);
+        read_config_key(st, "tokens", stage.tokens, at);
+        HLM_CHECK_INPUT(stage.tokens > 0, at, ".tokens must be positive");
+        c.train_stages.push_back(std::move(stage));
+      }
+      // lengths: the stages' lengths in order of first use; a given list must be that one.
+      std::vector<int64_t> derived;
+      for (const NiahTrainStage& stage : c.train_stages)
+        for (int64_t l : stage.lengths)
+          if (std::find(derived.begin(), derived.end(), l) == derived.end()) derived.push_back(l);
+      HLM_CHECK_INPUT(!t.contains("lengths") || c.train_lengths == derived, where,
+                      ".lengths: with stages it is the stages' lengths in order of first use; leave it out");
+      if (!derived.empty()) c.train_lengths = derived;
+    }
   }
   if (j.contains("train")) {
     json t = j["train"];
@@ -127,6 +151,15 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
     }
     c.train = train_config_section(c.train, t, kOwnedTrainKeys,
                                    "the experiment itself (device: the top-level key or --device)", source + ".train");
+  }
+  if (!c.train_stages.empty()) {
+    // train.tokens: the sum of the stages' tokens; a given value must be that sum.
+    int64_t sum = 0;
+    for (const NiahTrainStage& stage : c.train_stages) sum += stage.tokens;
+    const bool given = j.contains("train") && j["train"].is_object() && j["train"].contains("tokens");
+    HLM_CHECK_INPUT(!given || c.train.tokens == sum, source, ".train.tokens (", c.train.tokens,
+                    "): with train_data.stages it is the sum of the stages' tokens (", sum, "); leave it out");
+    c.train.tokens = sum;
   }
   if (j.contains("eval")) {
     const json& e = j["eval"];
@@ -163,8 +196,18 @@ json niah_experiment_config_to_json(const NiahExperimentConfig& c) {
           {"full", c.full},
           {"full_fraction", c.full_fraction},
           {"train_data",
-           {{"tasks", c.train_tasks}, {"lengths", c.train_lengths}, {"seed", c.train_seed},
-            {"docs_margin", c.docs_margin}}},
+           {{"tasks", c.train_tasks},
+            {"lengths", c.train_lengths},
+            {"seed", c.train_seed},
+            {"docs_margin", c.docs_margin},
+            {"packed", c.train_packed},
+            {"stages",
+             [&] {
+               json stages = json::array();
+               for (const NiahTrainStage& st : c.train_stages)
+                 stages.push_back({{"lengths", st.lengths}, {"tokens", st.tokens}});
+               return stages;
+             }()}}},
           {"train", [&] {
              json t = train_config_section_to_json(c.train, kOwnedTrainKeys);
              t["loss"] = c.train_loss;
@@ -260,6 +303,13 @@ NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config)
     parse_model_config(niah_arch_model_config(c, a, 256), "model (" + a + ")");
   check_tasks(c.train_tasks, "train_data.tasks");
   check_lengths(c.train_lengths, "train_data.lengths");
+  for (size_t k = 0; k < c.train_stages.size(); ++k) {
+    const std::string at = "train_data.stages[" + std::to_string(k) + "]";
+    check_lengths(c.train_stages[k].lengths, at + ".lengths");
+    HLM_CHECK_INPUT(c.train_stages[k].tokens >= c.train.seq_len * c.train.batch_rows, at, ".tokens (",
+                    c.train_stages[k].tokens, ") is less than one step of train.batch_rows × train.seq_len (",
+                    c.train.seq_len * c.train.batch_rows, " tokens)");
+  }
   HLM_CHECK_INPUT(c.docs_margin >= 1.0 && c.docs_margin <= 10.0, "train_data.docs_margin must be in [1, 10]");
   check_tasks(c.eval_tasks, "eval.tasks");
   check_lengths(c.eval_lengths, "eval.lengths");
@@ -283,15 +333,22 @@ NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config)
   return c;
 }
 
+std::vector<NiahTrainStage> niah_experiment_stages(const NiahExperimentConfig& c) {
+  if (!c.train_stages.empty()) return c.train_stages;
+  return {NiahTrainStage{c.train_lengths, c.train.tokens}};
+}
+
 std::string niah_experiment_fields_text() {
   return "  corpus, tokenizer, langs (default: every corpus language with a template), held_out_docs (M: evaluation\n"
          "    haystacks from the [0, 2M) held-out documents, training haystacks from the rest), device (cpu|cuda)\n"
          "  architectures: full_attention (first), gdn, placement names (standard_periodic, reverse_periodic, ...)\n"
          "  model: HF-style fields shared by every architecture (qwen3_hybrid; layer_types filled in); full,\n"
          "    full_fraction: full-attention layers of the placement hybrids\n"
-         "  train_data: {tasks, lengths, seed, docs_margin}: NIAH-format training examples from training text\n"
+         "  train_data: {tasks, lengths, seed, docs_margin, packed, stages}: NIAH-format training examples from\n"
+         "    training text; packed: as many whole examples per row as fit, each its own sequence; stages:\n"
+         "    [{lengths, tokens}, ...], a curriculum of pretrain runs, each from the previous stage's model\n"
          "  train: `hybridlm pretrain` settings (tokens, seq_len, batch_rows, micro_batch_rows, lr, min_lr,\n"
-         "    precision, checkpoint_every_steps, ...); every training example is exactly seq_len tokens; loss:\n"
+         "    precision, checkpoint_every_steps, ...); every training row is exactly seq_len tokens; loss:\n"
          "    answer (default: CE only on the answer's tokens, mean over them) or all (CE on every token)\n"
          "  eval: {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split, precision (fp32, or\n"
          "    bf16 on cuda: bf16 weights, GEMMs and KV cache), prefill_chunk (prompt tokens per prefill step)}\n";

@@ -11,8 +11,13 @@
 //   model                HF-style fields shared by every architecture (model_type qwen3_hybrid, layer_types and
 //                        vocab_size are filled in; vocab_size defaults to the tokenizer's)
 //   full, full_fraction  full-attention layers F of the placement hybrids (0: round(full_fraction · L))
-//   train_data {tasks, lengths, seed, docs_margin}   the NIAH-format training examples: haystack token targets
-//                        and tasks in round robin; seed must differ from eval.seed
+//   train_data {tasks, lengths, seed, docs_margin, packed, stages}   the NIAH-format training examples: haystack
+//                        token targets and tasks in round robin; seed must differ from eval.seed. packed: several
+//                        examples per training row, each its own sequence (niah_train_data.h). stages: a curriculum,
+//                        [{lengths, tokens}, ...] trained in order, each stage a pretrain run of its own (own data,
+//                        own LR schedule and fresh AdamW moments) that starts from the previous stage's model; with
+//                        stages, lengths and train.tokens are derived (the stages' lengths in order of first use, the
+//                        sum of their tokens) and may only be given with those values
 //   train                TrainConfig keys of `hybridlm pretrain` (train/trainer_options.h; "lr" sets both peak
 //                        rates); path keys are owned by the experiment
 //   eval {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split, precision, prefill_chunk}
@@ -34,6 +39,13 @@ namespace hlm {
 inline constexpr const char* kNiahBaselineArch = "full_attention";
 inline constexpr const char* kNiahGdnArch = "gdn";
 
+// One stage of the training curriculum (train_data.stages).
+struct NiahTrainStage {
+  std::vector<int64_t> lengths;  // haystack token targets of this stage's examples
+  int64_t tokens = 0;            // training tokens of this stage (its own pretrain run)
+  bool operator==(const NiahTrainStage&) const = default;
+};
+
 struct NiahExperimentConfig {
   std::string corpus = "data/corpus/demo";
   std::string tokenizer = "bytes";
@@ -49,6 +61,8 @@ struct NiahExperimentConfig {
   std::vector<int64_t> train_lengths{64, 128, 256};
   uint64_t train_seed = 1;
   double docs_margin = 1.05;  // documents per language: margin × the language's token quota / seq_len, + held-out
+  bool train_packed = false;  // train_data.packed: as many whole examples per row as fit, each its own sequence
+  std::vector<NiahTrainStage> train_stages;  // train_data.stages; empty: one stage of train_lengths, train.tokens
   // Trainer (job pretrain).
   TrainConfig train;
   // train.loss: "answer" (CE only on the targets that predict an answer's tokens, niah_answer_targets; the mean is
@@ -82,6 +96,9 @@ NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config)
 nlohmann::json niah_arch_model_config(const NiahExperimentConfig& config, const std::string& arch, int64_t vocab_size);
 // "ARRR" style layout of an architecture (A full attention, R recurrent).
 std::string niah_arch_layout(const NiahExperimentConfig& config, const std::string& arch);
+
+// The curriculum's stages: train_stages, or (when empty) one stage of train_lengths and train.tokens.
+std::vector<NiahTrainStage> niah_experiment_stages(const NiahExperimentConfig& config);
 
 // The keys of every section, for --help.
 std::string niah_experiment_fields_text();

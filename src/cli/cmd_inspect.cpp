@@ -82,6 +82,9 @@ int run_inspect(const InspectOptions& o) {
                   {"ssm_state_elements", m.mamba_ssm_state_elements},
                   {"conv_state_elements", m.mamba_conv_state_elements},
                   {"state_bytes", (m.mamba_ssm_state_elements + m.mamba_conv_state_elements) * m.bytes_per_element}}},
+      {"lightning", {{"layers", m.lightning_layers},
+                     {"state_elements", m.lightning_state_elements},
+                     {"state_bytes", m.lightning_state_elements * m.bytes_per_element}}},
       {"model_bytes_at_context", m.model_elements_at_context * m.bytes_per_element}};
 
   const ArchitectureSpec& arch = architecture_spec(c.architecture);
@@ -176,6 +179,10 @@ int run_inspect(const InspectOptions& o) {
                 static_cast<long long>(m.mamba_layers), static_cast<long long>(m.mamba_ssm_state_elements),
                 static_cast<long long>(m.mamba_conv_state_elements),
                 mib(m.mamba_ssm_state_elements + m.mamba_conv_state_elements, m.bytes_per_element));
+  if (m.lightning_layers > 0)
+    std::printf("  lightning         %lld layers: state %lld elements, %.3f MiB/layer (constant)\n",
+                static_cast<long long>(m.lightning_layers), static_cast<long long>(m.lightning_state_elements),
+                mib(m.lightning_state_elements, m.bytes_per_element));
   std::printf("  whole model       %.3f MiB at context\n", mib(m.model_elements_at_context, m.bytes_per_element));
   std::printf("tensors (%zu)\n", tensors.size());
   for (const auto& t : tensors) {

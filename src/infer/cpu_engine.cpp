@@ -8,6 +8,7 @@
 #include "infer/sequence_slots.h"
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
+#include "layers/lightning_layer.h"
 #include "layers/mamba2_layer.h"
 #include "ops/attention/attention_cache.h"
 #include "ops/matmul/matmul.h"
@@ -35,6 +36,8 @@ class CpuEngine final : public InferenceEngine {
         const Shape shape{plan.num_blocks, plan.block_size, c.num_key_value_heads, c.head_dim};
         layers_[i].k_cache = Tensor::zeros(shape);
         layers_[i].v_cache = Tensor::zeros(shape);
+      } else if (c.layer_kinds[i] == LayerKind::Lightning) {  // one fp32 D×D state per head
+        layers_[i].lightning = Tensor::zeros({plan.max_sequences, c.num_attention_heads, c.head_dim, c.head_dim});
       } else if (c.layer_kinds[i] == LayerKind::Mamba2) {
         const Mamba2Dims d = mamba2_dims(c);
         layers_[i].mamba_conv = Tensor::zeros({plan.max_sequences, d.conv_channels(), d.conv_kernel - 1});
@@ -45,6 +48,8 @@ class CpuEngine final : public InferenceEngine {
       int64_t bytes = 0;
       if (layers_[i].k_cache.defined())
         bytes = static_cast<int64_t>(layers_[i].k_cache.nbytes() + layers_[i].v_cache.nbytes());
+      else if (layers_[i].lightning.defined())
+        bytes = static_cast<int64_t>(layers_[i].lightning.nbytes());
       else if (layers_[i].mamba_ssm.defined())
         bytes = static_cast<int64_t>(layers_[i].mamba_conv.nbytes() + layers_[i].mamba_ssm.nbytes());
       else
@@ -66,7 +71,7 @@ class CpuEngine final : public InferenceEngine {
           const int64_t row = t->numel() / plan_.max_sequences;
           std::fill_n(t->f32() + slot * row, row, 0.0f);
         }
-      for (Tensor* t : {&l.mamba_conv, &l.mamba_ssm})
+      for (Tensor* t : {&l.mamba_conv, &l.mamba_ssm, &l.lightning})
         if (t->defined()) {
           const int64_t row = t->numel() / plan_.max_sequences;
           std::fill_n(t->f32() + slot * row, row, 0.0f);
@@ -90,6 +95,7 @@ class CpuEngine final : public InferenceEngine {
     GdnState gdn;             // GDN: [max_sequences, ...] per tensor
     Tensor mamba_conv;        // Mamba-2: [max_sequences, Cd, K−1] raw xBC inputs
     Tensor mamba_ssm;         // Mamba-2: [max_sequences, nh, P, N]
+    Tensor lightning;         // Lightning: [max_sequences, Hq, D, D]
   };
 
   Model& model_;
@@ -132,6 +138,16 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     }
   }
 
+  // Lightning states of the step's sequences, in batch order (gathered, continued in place, scattered).
+  std::vector<Tensor> lightning_state(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i].lightning.defined()) continue;
+    const int64_t row = layers_[i].lightning.numel() / plan_.max_sequences;
+    lightning_state[i] = Tensor::zeros({N, row});
+    for (int64_t n = 0; n < N; ++n)
+      std::copy_n(layers_[i].lightning.f32() + slots[n] * row, row, lightning_state[i].f32() + n * row);
+  }
+
   const MixerHook mixer = [&](const MixerCall& call) {
     const DecoderLayerWeights& w = model_.weights().layers[static_cast<size_t>(call.layer)];
     Layer& layer = layers_[static_cast<size_t>(call.layer)];
@@ -140,6 +156,12 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
       std::array<Tensor, 2>& st = mamba_state[static_cast<size_t>(call.layer)];
       mamba2_layer_forward(call.out, call.in, w.mamba, mamba2_dims(c), tokens,
                            {st[0].f32(), st[1].f32(), st[0].f32(), st[1].f32()}, arena);
+      return;
+    }
+    if (call.kind == LayerKind::Lightning) {  // RoPE at the absolute positions; state continued in place
+      float* st = lightning_state[static_cast<size_t>(call.layer)].f32();
+      lightning_layer_forward(call.out, call.in, w.lightning, lightning_dims(c, call.layer),
+                              model_.layer_rope(call.layer), p.positions.data(), tokens, st, st, arena);
       return;
     }
     if (call.kind == LayerKind::LinearAttention) {
@@ -165,6 +187,12 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   options.mixer = &mixer;
   Tensor logits = model_.forward(tokens, options);
 
+  for (size_t i = 0; i < layers_.size(); ++i) {  // Lightning states back to their slots
+    if (!layers_[i].lightning.defined()) continue;
+    const int64_t row = layers_[i].lightning.numel() / plan_.max_sequences;
+    for (int64_t n = 0; n < N; ++n)
+      std::copy_n(lightning_state[i].f32() + n * row, row, layers_[i].lightning.f32() + slots[n] * row);
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {  // Mamba-2 states back to their slots
     if (!layers_[i].mamba_ssm.defined()) continue;
     const auto pools = mamba_pools(layers_[i]);

@@ -12,10 +12,12 @@ MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size, int64_t k
   MemoryPlan p;
   p.block_size = block_size;
   p.kv_element_bytes = kv_element_bytes;
-  int64_t mamba_layers = 0;  // Mamba-2 layers count among the recurrent (gdn_*) ones
+  int64_t mamba_layers = 0;  // Mamba-2 and Lightning layers count among the recurrent (gdn_*) ones
+  int64_t lightning_layers = 0;
   for (const LayerKind kind : c.layer_kinds) {
     if (kind == LayerKind::FullAttention) ++p.attention_layers;
     else if (kind == LayerKind::Mamba2) ++mamba_layers;
+    else if (kind == LayerKind::Lightning) ++lightning_layers;
     else ++p.gdn_layers;
   }
   const auto f32 = static_cast<int64_t>(sizeof(float));
@@ -34,6 +36,10 @@ MemoryPlan memory_plan_shape(const ModelConfig& c, int64_t block_size, int64_t k
     p.gdn_bytes_per_sequence +=
         mamba_layers * (m.conv_channels() * (m.conv_kernel - 1) + m.heads * m.head_dim * m.state_dim) * f32;
     p.gdn_layers += mamba_layers;
+  }
+  if (lightning_layers > 0) {  // one fp32 D×D state per head per layer
+    p.gdn_bytes_per_sequence += lightning_layers * c.num_attention_heads * c.head_dim * c.head_dim * f32;
+    p.gdn_layers += lightning_layers;
   }
   return p;
 }

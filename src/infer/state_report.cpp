@@ -15,6 +15,8 @@ std::vector<StateReportRow> state_report(const ModelConfig& c, const StateUsage&
     const LayerStateBytes& l = u.layers[i];
     const int64_t recurrent = l.kind == LayerKind::Mamba2
                                   ? per_token.mamba_ssm_state_elements + per_token.mamba_conv_state_elements
+                              : l.kind == LayerKind::Lightning
+                                  ? per_token.lightning_state_elements
                                   : per_token.recurrent_state_elements + per_token.conv_state_elements;
     const int64_t table1 = l.kind == LayerKind::FullAttention
                                ? per_token.kv_elements_per_token * u.tokens_held * kF32
@@ -26,7 +28,10 @@ std::vector<StateReportRow> state_report(const ModelConfig& c, const StateUsage&
 
 namespace {
 const char* kind_name(LayerKind k) {
-  return k == LayerKind::FullAttention ? "full_attention" : k == LayerKind::Mamba2 ? "mamba2" : "linear_attention";
+  return k == LayerKind::FullAttention ? "full_attention"
+         : k == LayerKind::Mamba2      ? "mamba2"
+         : k == LayerKind::Lightning   ? "lightning"
+                                       : "linear_attention";
 }
 }  // namespace
 

@@ -22,6 +22,9 @@ MoeGrads moe_grads_like(const MoeWeights& w) {
 
 void moe_layer_backward(float* dx, MoeGrads& grads, const float* d_out, const float* x, const MoeWeights& w,
                         const MoeDims& d, int64_t T, Arena& arena) {
+  HLM_CHECK_INPUT(!d.sigmoid_grouped && !w.has_ungated_shared_expert(),
+                  "moe backward: the sigmoid group-limited router and the ungated shared expert (bailing) have no "
+                  "backward (training is not supported)");
   HLM_CHECK_INPUT(static_cast<int64_t>(w.experts.size()) == d.experts &&
                       static_cast<int64_t>(grads.experts.size()) == d.experts && grads.router.weight.defined(),
                   "moe backward: weights or gradients do not hold ", d.experts, " experts");

@@ -6,10 +6,10 @@
 
 namespace hlm {
 
-static const std::array<const ArchitectureSpec*, 12> kArchitectures{
+static const std::array<const ArchitectureSpec*, 13> kArchitectures{
     &kQwen3Spec,  &kGraniteSpec,  &kOlmoHybridSpec, &kQwen3HybridSpec, &kQwen3MoeSpec,        &kQwen35Spec,
     &kQwen35MoeSpec, &kOlmo3Spec, &kCohere2Spec,    &kQwen3NextSpec,   &kGraniteMoeHybridSpec,
-    &kGraniteHybridSpec};
+    &kGraniteHybridSpec, &kBailingMoeLinearSpec};
 
 std::span<const ArchitectureSpec* const> architecture_specs() { return kArchitectures; }
 

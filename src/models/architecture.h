@@ -53,6 +53,11 @@ struct ArchitectureSpec {
   // teacher of this architecture: its decoder, with GDN in the converted layers and this architecture's DecoderHyper
   // (e.g. Granite's multipliers). Empty: not a convert teacher.
   std::string_view hybrid_student = {};
+  // The bailing models' attention tensors (Ring-mini-linear-2.0): every layer's mixer is `attention.*`; a softmax
+  // layer's checkpoint holds attention.query_key_value [(Hq + 2·Hkv)·D, hidden] (the table cuts it into q/k/v),
+  // query_layernorm / key_layernorm [D] and dense [hidden, Hq·D] instead of self_attn.*; the Lightning layers'
+  // tensors are attention.* too (layers/lightning_layer.h).
+  bool fused_qkv_attention = false;
 };
 
 extern const ArchitectureSpec kQwen3Spec;
@@ -67,6 +72,7 @@ extern const ArchitectureSpec kQwen35MoeSpec;
 extern const ArchitectureSpec kQwen3NextSpec;
 extern const ArchitectureSpec kGraniteMoeHybridSpec;
 extern const ArchitectureSpec kGraniteHybridSpec;
+extern const ArchitectureSpec kBailingMoeLinearSpec;
 
 const ArchitectureSpec& architecture_spec(Architecture architecture);
 std::span<const ArchitectureSpec* const> architecture_specs();

@@ -6,6 +6,7 @@
 
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
+#include "layers/lightning_layer.h"
 #include "layers/mamba2_layer.h"
 #include "layers/mlp_layer.h"
 #include "layers/moe_layer.h"
@@ -17,6 +18,7 @@ struct DecoderLayerWeights {
   AttentionWeights self_attn;         // full_attention layers
   GdnWeights linear_attn;             // linear_attention layers
   Mamba2Weights mamba;                // Mamba-2 layers (granitemoehybrid)
+  LightningWeights lightning;         // Lightning Attention-2 layers (bailing_moe_linear)
   Tensor post_attention_layernorm;    // [hidden]: pre-MLP norm, or post-mixer norm in post-norm blocks
   MlpWeights mlp;                     // dense FFN layers
   MoeWeights moe;                     // routed-expert FFN layers (ModelConfig::moe_layer)

@@ -64,9 +64,13 @@ struct ConfigClass {
   // mamba), mamba_* keys, NoPE unless position_embedding_type is "rope", a shared MLP of shared_intermediate_size in
   // every layer plus num_local_experts routed experts of intermediate_size (0 = none), Granite's four scalars.
   bool granite_hybrid = false;
+  // BailingMoeLinearV2Config (Ring-mini-linear-2.0): Lightning / softmax layers from layer_group_size, partial RoPE
+  // (partial_rotary_factor, default 0.5), the sigmoid group-limited router with expert bias, an ungated shared
+  // expert, dense layers below first_k_dense_replace (parse_bailing).
+  bool bailing = false;
 };
 
-constexpr std::array<ConfigClass, 12> kConfigClasses{{
+constexpr std::array<ConfigClass, 13> kConfigClasses{{
     {Architecture::Qwen3, "Qwen3ForCausalLM", 32, 128, 32768, std::nullopt, std::nullopt, false, true,
      HybridKeys::None, false},
     {Architecture::Granite, "GraniteForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
@@ -104,6 +108,12 @@ constexpr std::array<ConfigClass, 12> kConfigClasses{{
     // scalars, mlp_bias) plus the student's layer_types and GDN geometry, as qwen3_hybrid has them.
     {Architecture::GraniteHybrid, "GraniteHybridForCausalLM", std::nullopt, std::nullopt, 2048, 1, 2, true, false,
      HybridKeys::Student, false},
+    // BailingMoeLinearV2Config: the class was not read here (its file is only on the HF hub); absent keys take
+    // Ring-mini-linear-2.0's config.json values or, failing those, Ring-2.5's class defaults (families.md §6).
+    {.architecture = Architecture::BailingMoeLinear, .hf_class = "BailingMoeLinearV2ForCausalLM",
+     .num_key_value_heads = std::nullopt, .head_dim = std::nullopt, .max_position_embeddings = 131072,
+     .bos_token_id = std::nullopt, .eos_token_id = std::nullopt, .granite_scalars = false, .qwen3_sliding = false,
+     .hybrid = HybridKeys::None, .rms_norm_eps = 1e-6, .default_theta = 600000.0, .bailing = true},
 }};
 
 // Multimodal wrappers whose config.json nests the text decoder's config under "text_config" (Qwen3_5Config,
@@ -290,7 +300,9 @@ void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix
   const double top_theta = top.number_or("rope_theta", config_class(c.architecture).default_theta);
   p.rope_theta = r.number_or("rope_theta", top_theta);
   const bool qwen35 = config_class(c.architecture).qwen35;
-  const double top_partial = top.number_or("partial_rotary_factor", qwen35 ? 0.25 : 1.0);
+  const bool partial = qwen35 || config_class(c.architecture).bailing;  // classes whose RoPE reads the factor
+  const double top_partial =
+      top.number_or("partial_rotary_factor", qwen35 ? 0.25 : config_class(c.architecture).bailing ? 0.5 : 1.0);
   p.partial_rotary_factor = r.number_or("partial_rotary_factor", top_partial);
   if (qwen35) {  // M-RoPE: with text-only positions (equal on the three axes) it is 1-D RoPE
     (void)r.get("mrope_section");
@@ -308,7 +320,7 @@ void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix
   if (t == "default") {
     // Qwen3/Granite compute_default_rope_parameters use the full head_dim: HF ignores partial_rotary_factor here;
     // Qwen3.5's reads it (rotary dim int(head_dim · factor), the first dims of each head).
-    if (!qwen35) p.partial_rotary_factor = 1.0;
+    if (!partial) p.partial_rotary_factor = 1.0;
   } else if (t == "linear" || t == "dynamic") {
     p.factor = as_number(r.require("factor"), r.name("factor"));
   } else if (t == "yarn") {
@@ -334,7 +346,7 @@ void parse_rope_dict(KeyReader& top, const json& dict, const std::string& prefix
                       " (supported: default, linear, dynamic, yarn, llama3)");
   }
   // HF's Qwen3/Granite apply_rotary_pos_emb rotate the whole head: a shorter table would not broadcast.
-  HLM_CHECK_INPUT(qwen35 || p.partial_rotary_factor == 1.0, "partial_rotary_factor ", p.partial_rotary_factor,
+  HLM_CHECK_INPUT(partial || p.partial_rotary_factor == 1.0, "partial_rotary_factor ", p.partial_rotary_factor,
                   " is not supported for model_type ", c.model_type, " (HF rotates the whole head)");
   r.collect_unread(c.unknown_keys);
   try {
@@ -368,6 +380,7 @@ void parse_granite_layer_types(KeyReader& r, ModelConfig& c);
 
 void parse_layer_types(KeyReader& r, ModelConfig& c, const ConfigClass& cls) {
   if (cls.granite_hybrid) return parse_granite_layer_types(r, c);
+  if (cls.bailing) return;  // from layer_group_size (parse_bailing)
   const json* v = r.get("layer_types");
   c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
   if (v == nullptr || v->is_null()) {
@@ -514,6 +527,85 @@ void parse_granite_hybrid(KeyReader& r, ModelConfig& c) {
     c.moe = moe;
     c.ffn_kinds.assign(static_cast<size_t>(c.num_hidden_layers), FfnKind::Moe);
   }
+}
+
+// BailingMoeLinearV2Config's keys (Ring-mini-linear-2.0): layer kinds, Lightning geometry, the routed experts.
+void parse_bailing(KeyReader& r, ModelConfig& c) {
+  LightningConfig l;
+  l.layer_group_size =
+      bounded(positive(r.int_or("layer_group_size", l.layer_group_size), "layer_group_size"), "layer_group_size",
+              kModelMaxLayers);
+  l.group_norm_size =
+      bounded(positive(r.int_or("group_norm_size", l.group_norm_size), "group_norm_size"), "group_norm_size", kMaxWidth);
+  l.first_k_dense_replace = r.int_or("first_k_dense_replace", l.first_k_dense_replace);
+  HLM_CHECK_INPUT(l.first_k_dense_replace >= 0, "key 'first_k_dense_replace' must be >= 0, got ",
+                  l.first_k_dense_replace);
+  const int64_t inner = c.num_attention_heads * c.head_dim;
+  // The ports read differ on which head size the linear layers take when head_dim != hidden / heads (Ring-mini has
+  // them equal): refused rather than guessed.
+  HLM_CHECK_INPUT(inner == c.hidden_size, "head_dim (", c.head_dim, ") * num_attention_heads (", c.num_attention_heads,
+                  ") != hidden_size (", c.hidden_size, ") is not supported for model_type ", c.model_type);
+  HLM_CHECK_INPUT(inner % l.group_norm_size == 0, "group_norm_size (", l.group_norm_size,
+                  ") does not divide num_attention_heads * head_dim (", inner, ")");
+  HLM_CHECK_INPUT(r.bool_or("use_qk_norm", true), "use_qk_norm: false is not supported for model_type ", c.model_type);
+  for (const char* key : {"use_bias", "use_qkv_bias"})
+    HLM_CHECK_INPUT(!r.bool_or(key, false), key, ": true is not supported for model_type ", c.model_type);
+  HLM_CHECK_INPUT(r.bool_or("use_rmsnorm", true), "use_rmsnorm: false is not supported for model_type ", c.model_type);
+  for (const char* key : {"linear_silu", "use_linear_silu"})
+    HLM_CHECK_INPUT(!r.bool_or(key, false), key, ": true (SiLU on the Lightning q/k/v) is not supported");
+  for (const char* key : {"embedding_dropout", "output_dropout", "num_nextn_predict_layers"}) (void)r.get(key);
+  if (const json* v = r.get("rotary_dim"); v != nullptr && !v->is_null())
+    throw_input_error("key 'rotary_dim' is not supported for model_type ", c.model_type, " (partial_rotary_factor is)");
+  // Layer kinds: BailingMoeLinearV2DecoderLayer's rule (families.md §6).
+  const int64_t L = c.num_hidden_layers, gs = l.layer_group_size;
+  c.layer_types.assign(static_cast<size_t>(L), "linear_attention");
+  c.layer_kinds.assign(static_cast<size_t>(L), LayerKind::Lightning);
+  for (int64_t i = 0; i < L; ++i)
+    if ((i + 1) % gs == 0 || i >= L / gs * gs) {
+      c.layer_types[static_cast<size_t>(i)] = "full_attention";
+      c.layer_kinds[static_cast<size_t>(i)] = LayerKind::FullAttention;
+    }
+  // Routed experts.
+  MoeConfig m;
+  m.num_experts = bounded(positive(r.int_or("num_experts", 256), "num_experts"), "num_experts", kMaxHeads);
+  m.num_experts_per_tok = positive(r.int_or("num_experts_per_tok", 8), "num_experts_per_tok");
+  m.moe_intermediate_size =
+      bounded(positive(r.int_or("moe_intermediate_size", 512), "moe_intermediate_size"), "moe_intermediate_size",
+              kMaxWidth);
+  const int64_t shared = r.int_or("num_shared_experts", 1);
+  HLM_CHECK_INPUT(shared >= 0 && shared <= 64, "key 'num_shared_experts' must be in [0, 64], got ", shared);
+  if (const json* v = r.get("moe_shared_expert_intermediate_size"); v != nullptr && !v->is_null())
+    HLM_CHECK_INPUT(as_int(*v, "moe_shared_expert_intermediate_size") == m.moe_intermediate_size,
+                    "moe_shared_expert_intermediate_size != moe_intermediate_size is not supported (the shared "
+                    "expert's width rule differs between the ports read)");
+  m.shared_expert_intermediate_size = shared * m.moe_intermediate_size;
+  m.shared_expert_gated = false;
+  m.sigmoid_grouped_router = true;
+  m.norm_topk_prob = r.bool_or("norm_topk_prob", true);
+  m.routed_scaling_factor = r.number_or("routed_scaling_factor", 1.0);
+  HLM_CHECK_INPUT(std::isfinite(m.routed_scaling_factor), "key 'routed_scaling_factor' must be finite");
+  const json* ng = r.get("n_group");
+  const json* kg = r.get("topk_group");
+  m.n_group = ng == nullptr || ng->is_null() ? 1 : positive(as_int(*ng, "n_group"), "n_group");
+  m.topk_group = kg == nullptr || kg->is_null() ? m.n_group : positive(as_int(*kg, "topk_group"), "topk_group");
+  const json* score = r.get("score_function");
+  HLM_CHECK_INPUT(score != nullptr && as_string(*score, "score_function") == "sigmoid",
+                  "score_function must be 'sigmoid' for model_type ", c.model_type, " (the softmax router is not ",
+                  "supported)");
+  HLM_CHECK_INPUT(r.bool_or("moe_router_enable_expert_bias", false),
+                  "moe_router_enable_expert_bias: false is not supported for model_type ", c.model_type);
+  if (const json* v = r.get("router_dtype"); v != nullptr && !v->is_null())
+    HLM_CHECK_INPUT(as_string(*v, "router_dtype") == "fp32", "router_dtype ", v->dump(),
+                    " is not supported (the router runs in fp32)");
+  HLM_CHECK_INPUT(m.num_experts >= 2 && m.num_experts % m.n_group == 0 && m.num_experts / m.n_group >= 2,
+                  "num_experts (", m.num_experts, ") must be n_group (", m.n_group, ") groups of >= 2 experts");
+  HLM_CHECK_INPUT(m.topk_group <= m.n_group, "topk_group (", m.topk_group, ") exceeds n_group (", m.n_group, ")");
+  HLM_CHECK_INPUT(m.num_experts_per_tok <= m.topk_group * (m.num_experts / m.n_group), "num_experts_per_tok (",
+                  m.num_experts_per_tok, ") exceeds the experts of topk_group groups");
+  c.ffn_kinds.assign(static_cast<size_t>(L), FfnKind::Moe);
+  for (int64_t i = 0; i < std::min(L, l.first_k_dense_replace); ++i) c.ffn_kinds[static_cast<size_t>(i)] = FfnKind::Dense;
+  c.moe = m;
+  c.lightning = l;
 }
 
 // Qwen3MoeConfig's expert keys and the per-layer FFN kinds they imply (every class: ffn_kinds sized to the layers).
@@ -707,6 +799,7 @@ ModelConfig parse_config_object(const json& j) {
   parse_linear(r, c, cls);
   parse_moe(r, c, cls);
   if (cls.granite_hybrid) parse_granite_hybrid(r, c);
+  if (cls.bailing) parse_bailing(r, c);
   if (c.intermediate_size == 0) c.intermediate_size = c.moe->moe_intermediate_size;  // unused: every layer is MoE
   if (cls.qwen35) {  // the gated attention of Qwen3.5 (Qwen3-Next's attn_output_gate; absent in 5.17's class)
     HLM_CHECK_INPUT(r.bool_or("attn_output_gate", true), "attn_output_gate: false is not supported for model_type ",
@@ -793,7 +886,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
             {"layer_types", c.layer_types}};
   const auto rope_json = [&](const RopeParams& p) {
     json rope = {{"rope_type", p.rope_type}, {"rope_theta", p.rope_theta}};
-    if (cls.qwen35) rope["partial_rotary_factor"] = p.partial_rotary_factor;
+    if (cls.qwen35 || cls.bailing) rope["partial_rotary_factor"] = p.partial_rotary_factor;
     if (p.rope_type != "default") rope["factor"] = p.factor;
     if (p.original_max_position_embeddings)
       rope["original_max_position_embeddings"] = *p.original_max_position_embeddings;
@@ -868,7 +961,28 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     j.erase("head_dim");
     j.erase("mlp_bias");
   }
-  if (c.moe && !cls.granite_hybrid) {
+  if (cls.bailing) {  // BailingMoeLinearV2Config's names; layer kinds follow from layer_group_size
+    const MoeConfig& m = *c.moe;
+    const LightningConfig& l = *c.lightning;
+    j.erase("layer_types");
+    j.erase("attention_bias");
+    j["layer_group_size"] = l.layer_group_size;
+    j["group_norm_size"] = l.group_norm_size;
+    j["first_k_dense_replace"] = l.first_k_dense_replace;
+    j["use_qk_norm"] = true;
+    j["num_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.num_experts_per_tok;
+    j["moe_intermediate_size"] = m.moe_intermediate_size;
+    j["num_shared_experts"] = m.shared_expert_intermediate_size / m.moe_intermediate_size;
+    j["n_group"] = m.n_group;
+    j["topk_group"] = m.topk_group;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["routed_scaling_factor"] = m.routed_scaling_factor;
+    j["score_function"] = "sigmoid";
+    j["moe_router_enable_expert_bias"] = true;
+    j["router_dtype"] = "fp32";
+  }
+  if (c.moe && !cls.granite_hybrid && !cls.bailing) {
     const MoeConfig& m = *c.moe;
     j["num_experts"] = m.num_experts;
     j["num_experts_per_tok"] = m.num_experts_per_tok;

@@ -22,13 +22,14 @@ namespace hlm {
 
 enum class Architecture {
   Qwen3, Granite, OlmoHybrid, Qwen3Hybrid, Qwen3Moe, Qwen35, Qwen35Moe, Olmo3, Cohere2, Qwen3Next, GraniteMoeHybrid,
-  GraniteHybrid
+  GraniteHybrid, BailingMoeLinear
 };
 
 // A layer's token mixer: softmax attention ("full_attention", and "sliding_attention": the same mixer over the last
 // ModelConfig::sliding_window keys, see attention_window), Gated DeltaNet ("linear_attention"), or a Mamba-2 mixer
-// (Granite-4.0-H's "mamba" layers, layers/mamba2_layer.h).
-enum class LayerKind { FullAttention, LinearAttention, Mamba2 };
+// (Granite-4.0-H's "mamba" layers, layers/mamba2_layer.h), or Lightning Attention-2 (the bailing hybrid-linear
+// models' linear layers, layers/lightning_layer.h; layer_types entry "linear_attention" in those models).
+enum class LayerKind { FullAttention, LinearAttention, Mamba2, Lightning };
 
 // A layer's feed-forward block: the dense SwiGLU MLP, or routed experts (layers/moe_layer.h).
 enum class FfnKind { Dense, Moe };
@@ -45,6 +46,22 @@ struct MoeConfig {
   // Qwen3.5-MoE / Qwen3-Next: a shared SwiGLU expert of this width beside the routed ones, scaled per token by
   // sigmoid(x · mlp.shared_expert_gate.weightᵀ); 0 = none (qwen3_moe).
   int64_t shared_expert_intermediate_size = 0;
+  // bailing_moe_linear (Ring-mini-linear-2.0): the shared expert is not gated (added as is), and the router is
+  // sigmoid scores with a per-expert selection bias (mlp.gate.expert_bias), group-limited top-k (n_group groups,
+  // group score = sum of its two best biased scores, the best topk_group groups kept), weights = the unbiased scores
+  // (renormalised when norm_topk_prob) · routed_scaling_factor (layers/moe_layer.h).
+  bool shared_expert_gated = true;
+  bool sigmoid_grouped_router = false;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+};
+
+// The bailing hybrid-linear models' keys (BailingMoeLinearV2Config as Ring-mini-linear-2.0's config.json has them).
+struct LightningConfig {
+  int64_t layer_group_size = 5;       // layer i is softmax attention iff (i+1) % gs == 0 or i >= L // gs * gs
+  int64_t group_norm_size = 4;        // groups of the output RMSNorm over the heads·head_dim channels
+  int64_t first_k_dense_replace = 1;  // layers i < this have the dense SwiGLU of intermediate_size
 };
 
 // The GDN layers' hyperparameters, keys named as in HF's olmo_hybrid / qwen3_5 configs.
@@ -107,6 +124,7 @@ struct ModelConfig {
   std::vector<LayerKind> layer_kinds;
   std::optional<LinearAttentionConfig> linear;  // present for hybrid architectures
   std::optional<Mamba2Config> mamba;  // present for granitemoehybrid (LayerKind::Mamba2 layers)
+  std::optional<LightningConfig> lightning;  // present for bailing_moe_linear (LayerKind::Lightning layers)
   // granitemoehybrid: position_embedding_type as written ("rope" turns RoPE on; anything else is NoPE).
   std::string position_embedding_type;
   // granitemoehybrid: the shared SwiGLU MLP's width (shared_intermediate_size); every layer has it, routed experts

@@ -16,6 +16,7 @@
 #include "models/decoder_weights.h"
 #include "models/hf_config.h"
 #include "layers/gdn_layer.h"
+#include "layers/lightning_layer.h"
 #include "layers/mamba2_layer.h"
 #include "layers/moe_layer.h"
 #include "ops/rope/rope.h"
@@ -59,6 +60,8 @@ GdnDims gdn_dims(const ModelConfig& config);
 MoeDims moe_dims(const ModelConfig& config);
 // The Mamba-2 layer dimensions a config implies (granitemoehybrid only).
 Mamba2Dims mamba2_dims(const ModelConfig& config);
+// The Lightning layer dimensions of layer `layer` (its decay depends on the global index; bailing_moe_linear only).
+LightningDims lightning_dims(const ModelConfig& config, int64_t layer);
 
 class Model {
  public:

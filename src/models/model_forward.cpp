@@ -4,7 +4,8 @@
 //              post-norm block: h += norm_post(mixer(h));       h += norm_ff(mlp(h))        (OLMo-Hybrid attention)
 //              parallel block:  n = norm_in(h); h += mixer(n); h += mlp(n)                  (Cohere2)
 //   norms are RMSNorm, or LayerNorm without bias where the spec says so (Cohere2)
-//   mixer = softmax attention (full_attention), Gated DeltaNet (linear_attention) or Mamba-2 (granitemoehybrid)
+//   mixer = softmax attention (full_attention), Gated DeltaNet (linear_attention), Mamba-2 (granitemoehybrid) or
+//           Lightning Attention-2 (bailing_moe_linear)
 //   mlp   = dense SwiGLU or routed experts, by the layer's FfnKind; with a shared MLP (granitemoehybrid) the
 //           shared SwiGLU plus, on MoE layers, the routed experts
 //   logits = lm_head(norm(h)) / logits_scaling · logit_scale
@@ -12,6 +13,7 @@
 
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
+#include "layers/lightning_layer.h"
 #include "layers/mamba2_layer.h"
 #include "layers/mlp_layer.h"
 #include "layers/moe_layer.h"
@@ -56,7 +58,23 @@ Mamba2Dims mamba2_dims(const ModelConfig& c) {
 
 MoeDims moe_dims(const ModelConfig& c) {
   HLM_CHECK(c.moe.has_value(), "model_type ", c.model_type, " has no expert config");
-  return {c.moe->num_experts, c.moe->num_experts_per_tok, c.moe->norm_topk_prob};
+  MoeDims d{c.moe->num_experts, c.moe->num_experts_per_tok, c.moe->norm_topk_prob};
+  d.sigmoid_grouped = c.moe->sigmoid_grouped_router;
+  d.n_group = c.moe->n_group;
+  d.topk_group = c.moe->topk_group;
+  d.routed_scaling = static_cast<float>(c.moe->routed_scaling_factor);
+  return d;
+}
+
+LightningDims lightning_dims(const ModelConfig& c, int64_t layer) {
+  HLM_CHECK(c.lightning.has_value(), "model_type ", c.model_type, " has no Lightning-attention config");
+  LightningDims d;
+  d.heads = c.num_attention_heads;
+  d.head_dim = c.head_dim;
+  d.group_norm_size = c.lightning->group_norm_size;
+  d.norm_eps = static_cast<float>(c.rms_norm_eps);
+  d.decay = lightning_decay(layer, c.num_hidden_layers, c.num_attention_heads);
+  return d;
 }
 
 Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture) {
@@ -107,6 +125,11 @@ Tensor Model::forward(const TokenBatch& batch, const ForwardOptions& options, co
       } else if (full_attention) {
         attention_layer_forward(out, in, layer.self_attn, layer_dims, rope, batch, positions.data(), arena_,
                                 mixer_stash);
+      } else if (c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Lightning) {
+        HLM_CHECK_INPUT(mixer_stash == nullptr, "Lightning attention layers have no backward yet (training is not "
+                                                "supported)");
+        lightning_layer_forward(out, in, layer.lightning, lightning_dims(c, i), rope, positions.data(), batch, nullptr,
+                                nullptr, arena_);
       } else if (c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Mamba2) {
         HLM_CHECK_INPUT(mixer_stash == nullptr, "Mamba-2 layers have no backward yet (training is not supported)");
         mamba2_layer_forward(out, in, layer.mamba, mamba2_dims(c), batch, {}, arena_);

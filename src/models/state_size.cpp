@@ -15,7 +15,9 @@ StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_
       ++s.sliding_attention_layers;
   s.full_attention_layers = attention_layers - s.sliding_attention_layers;
   s.mamba_layers = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2);
-  s.linear_attention_layers = c.num_hidden_layers - attention_layers - s.mamba_layers;
+  s.lightning_layers = std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Lightning);
+  s.linear_attention_layers = c.num_hidden_layers - attention_layers - s.mamba_layers - s.lightning_layers;
+  if (c.lightning) s.lightning_state_elements = c.num_attention_heads * c.head_dim * c.head_dim;
   if (c.mamba) {
     s.mamba_ssm_state_elements = c.mamba->heads * c.mamba->head_dim * c.mamba->state_dim;
     s.mamba_conv_state_elements = c.mamba->conv_channels() * (c.mamba->conv_kernel - 1);
@@ -33,7 +35,8 @@ StateSizes state_sizes(const ModelConfig& c, int64_t context, int64_t bytes_per_
   s.model_elements_at_context = s.full_attention_layers * s.kv_elements_at_context +
                                 s.sliding_attention_layers * s.kv_elements_at_window +
                                 s.linear_attention_layers * (s.recurrent_state_elements + s.conv_state_elements) +
-                                s.mamba_layers * (s.mamba_ssm_state_elements + s.mamba_conv_state_elements);
+                                s.mamba_layers * (s.mamba_ssm_state_elements + s.mamba_conv_state_elements) +
+                                s.lightning_layers * s.lightning_state_elements;
   return s;
 }
 

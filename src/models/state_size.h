@@ -4,7 +4,8 @@
 // apart, as Table 1 leaves it out); a sliding-window attention layer (OLMo-3 sliding_attention) needs K and V of its
 // last W tokens only: 2·Hkv·D·min(context, W) elements, bounded by the window. Bytes = elements × bytes_per_element
 // (Table 1 uses fp16: 2). A Mamba-2 layer (granitemoehybrid) keeps an SSM state of nh·P·N and a conv state of
-// (Im + 2·G·N)·(K−1) elements, both constant in the context.
+// (Im + 2·G·N)·(K−1) elements, both constant in the context. A Lightning Attention-2 layer (bailing_moe_linear) keeps
+// one D×D matrix per head: Hq·D·D elements, constant, no conv state.
 #pragma once
 #include <cstdint>
 
@@ -27,6 +28,8 @@ struct StateSizes {
   int64_t mamba_layers = 0;                  // Mamba-2 layers (granitemoehybrid)
   int64_t mamba_ssm_state_elements = 0;      // per Mamba-2 layer: nh·P·N (HF ssm_state)
   int64_t mamba_conv_state_elements = 0;     // per Mamba-2 layer: (Im + 2·G·N)·(K−1) (HF conv_state)
+  int64_t lightning_layers = 0;              // Lightning Attention-2 layers (bailing_moe_linear)
+  int64_t lightning_state_elements = 0;      // per Lightning layer: Hq·D·D (FLA's recurrent state)
   int64_t model_elements_at_context = 0;     // all layers: KV at context (window) + GDN / Mamba-2 states
 };
 

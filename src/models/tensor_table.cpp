@@ -29,19 +29,32 @@ bool pre_norm_block(C c, int i) { return !post_norm_block(c, i); }
 bool always(C, int) { return true; }
 // Every block but a parallel one (Cohere2: input_layernorm feeds attention and MLP) has a second norm.
 bool sequential_block(C c, int) { return !architecture_spec(c.architecture).parallel_block; }
-bool attention_bias(C c, int i) { return full(c, i) && c.attention_bias; }
-bool attention(C c, int i) { return full(c, i); }
+// bailing: softmax layers hold attention.query_key_value / query_layernorm / key_layernorm / dense instead.
+bool fused_qkv(C c) { return architecture_spec(c.architecture).fused_qkv_attention; }
+bool bailing_attention(C c, int i) { return full(c, i) && fused_qkv(c); }
+bool lightning(C c, int i) { return c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Lightning; }
+int64_t lightning_inner(C c) { return c.num_attention_heads * c.head_dim; }
+bool attention_bias(C c, int i) { return full(c, i) && c.attention_bias && !fused_qkv(c); }
+bool attention(C c, int i) { return full(c, i) && !fused_qkv(c); }
 bool dense_ffn(C c, int i) { return !c.moe_layer(i) && !shared_mlp(c, i); }
 bool mlp_bias(C c, int i) { return c.mlp_bias && dense_ffn(c, i); }
 bool moe_ffn(C c, int i) { return c.moe_layer(i) && !shared_mlp(c, i); }
 bool granite_moe(C c, int i) { return c.moe_layer(i) && shared_mlp(c, i); }
-bool shared_expert(C c, int i) { return c.moe_layer(i) && c.moe->shared_expert_intermediate_size > 0; }
+bool shared_expert(C c, int i) {
+  return c.moe_layer(i) && c.moe->shared_expert_intermediate_size > 0 && c.moe->shared_expert_gated;
+}
+bool ungated_shared_expert(C c, int i) {
+  return c.moe_layer(i) && c.moe->shared_expert_intermediate_size > 0 && !c.moe->shared_expert_gated;
+}
+bool expert_bias(C c, int i) { return moe_ffn(c, i) && c.moe->sigmoid_grouped_router; }
 int64_t shared_width(C c) { return c.moe->shared_expert_intermediate_size; }
 bool output_gate(C c, int i) { return full(c, i) && architecture_spec(c.architecture).attention_output_gate; }
 int64_t q_heads(C c) { return c.num_attention_heads; }
 int64_t experts(C c) { return c.moe->num_experts; }
 int64_t expert_width(C c) { return c.moe->moe_intermediate_size; }
-bool qk_norm(C c, int i) { return full(c, i) && architecture_spec(c.architecture).qk_norm != QkNorm::None; }
+bool qk_norm(C c, int i) {
+  return full(c, i) && architecture_spec(c.architecture).qk_norm != QkNorm::None && !fused_qkv(c);
+}
 bool untied(C c, int) { return !c.tie_word_embeddings; }
 int64_t norm_width(C c, int64_t whole) {
   return architecture_spec(c.architecture).qk_norm == QkNorm::WholeProjection ? whole : c.head_dim;
@@ -78,6 +91,9 @@ constexpr std::string_view kSharedInput = "model.layers.{i}.shared_mlp.input_lin
 constexpr std::string_view kGraniteExpertsInput = "model.layers.{i}.block_sparse_moe.input_linear.weight";
 constexpr std::string_view kGraniteExpertsOutput = "model.layers.{i}.block_sparse_moe.output_linear.weight";
 Mamba2Weights& M(DecoderWeights& w, int i) { return L(w, i).mamba; }
+LightningWeights& LA(DecoderWeights& w, int i) { return L(w, i).lightning; }
+// bailing's fused softmax-attention projection [q | k | v] (one block), cut into attention.{q,k,v}_proj (our names).
+constexpr std::string_view kBailingQkv = "model.layers.{i}.attention.query_key_value.weight";
 
 #define SHAPE(...) [](C c) { return Shape{__VA_ARGS__}; }
 #define SLOT(expr) [](DecoderWeights & w, int i) -> Tensor& { return expr; }
@@ -85,7 +101,7 @@ Mamba2Weights& M(DecoderWeights& w, int i) { return L(w, i).mamba; }
 
 const std::array kTensorTable{
     TensorRow{"model.embed_tokens.weight", "embedding", false, SHAPE(c.vocab_size, c.hidden_size), always,
-              [](DecoderWeights& w, int) -> Tensor& { return w.embed_tokens; }},
+              [](DecoderWeights& w, int) -> Tensor& { return w.embed_tokens; }, "model.word_embeddings.weight"},
     TensorRow{"model.layers.{i}.input_layernorm.weight", "norm", true, SHAPE(c.hidden_size), pre_norm_block,
               SLOT(L(w, i).input_layernorm), "model.layers.{i}.attention_layer_norm.weight", nullptr, {}, nullptr,
               nullptr, /*zero_centred=*/true},
@@ -113,6 +129,34 @@ const std::array kTensorTable{
               SLOT(L(w, i).self_attn.q_norm), {}, nullptr, {}, nullptr, nullptr, /*zero_centred=*/true},
     TensorRow{"model.layers.{i}.self_attn.k_norm.weight", "norm", true, SHAPE(norm_width(c, kv_width(c))), qk_norm,
               SLOT(L(w, i).self_attn.k_norm), {}, nullptr, {}, nullptr, nullptr, /*zero_centred=*/true},
+    // bailing softmax layers (BailingMoeLinearV2's `attention` module): query_key_value [(Hq + 2·Hkv)·D, H] cut into
+    // q/k/v (our part names, what hybridlm saves), per-head norms, dense = o_proj. The Lightning layers' rows below
+    // share three of these names on the other layers.
+    TensorRow{"model.layers.{i}.attention.q_proj.weight", "attention", true, SHAPE(q_width(c), c.hidden_size),
+              bailing_attention, SLOT(L(w, i).self_attn.q_proj.weight), {}, nullptr, kBailingQkv},
+    TensorRow{"model.layers.{i}.attention.k_proj.weight", "attention", true, SHAPE(kv_width(c), c.hidden_size),
+              bailing_attention, SLOT(L(w, i).self_attn.k_proj.weight), {}, nullptr, kBailingQkv},
+    TensorRow{"model.layers.{i}.attention.v_proj.weight", "attention", true, SHAPE(kv_width(c), c.hidden_size),
+              bailing_attention, SLOT(L(w, i).self_attn.v_proj.weight), {}, nullptr, kBailingQkv},
+    TensorRow{"model.layers.{i}.attention.query_layernorm.weight", "norm", true, SHAPE(c.head_dim), bailing_attention,
+              SLOT(L(w, i).self_attn.q_norm)},
+    TensorRow{"model.layers.{i}.attention.key_layernorm.weight", "norm", true, SHAPE(c.head_dim), bailing_attention,
+              SLOT(L(w, i).self_attn.k_norm)},
+    TensorRow{"model.layers.{i}.attention.dense.weight", "attention", true, SHAPE(c.hidden_size, q_width(c)),
+              bailing_attention, SLOT(L(w, i).self_attn.o_proj.weight)},
+    // Lightning Attention-2 (bailing linear layers; layers/lightning_layer.h): MHA, query_key_value [3·Hq·D, H].
+    TensorRow{"model.layers.{i}.attention.query_key_value.weight", "linear_attention", true,
+              SHAPE(3 * lightning_inner(c), c.hidden_size), lightning, SLOT(LA(w, i).qkv.weight)},
+    TensorRow{"model.layers.{i}.attention.query_layernorm.weight", "norm", true, SHAPE(c.head_dim), lightning,
+              SLOT(LA(w, i).q_norm)},
+    TensorRow{"model.layers.{i}.attention.key_layernorm.weight", "norm", true, SHAPE(c.head_dim), lightning,
+              SLOT(LA(w, i).k_norm)},
+    TensorRow{"model.layers.{i}.attention.g_proj.weight", "linear_attention", true,
+              SHAPE(lightning_inner(c), c.hidden_size), lightning, SLOT(LA(w, i).g_proj.weight)},
+    TensorRow{"model.layers.{i}.attention.g_norm.weight", "norm", true, SHAPE(lightning_inner(c)), lightning,
+              SLOT(LA(w, i).g_norm)},
+    TensorRow{"model.layers.{i}.attention.dense.weight", "linear_attention", true,
+              SHAPE(c.hidden_size, lightning_inner(c)), lightning, SLOT(LA(w, i).dense.weight)},
     // Gated DeltaNet (names of HF's olmo_hybrid module as saved; aliases and fused tensors: Qwen3.5's names).
     TensorRow{"model.layers.{i}.linear_attn.q_proj.weight", "linear_attention", true,
               SHAPE(gdn_k_width(c), c.hidden_size), linear, SLOT(G(w, i).q_proj.weight), {}, nullptr, kGdnQkv,
@@ -228,6 +272,18 @@ const std::array kTensorTable{
               SHAPE(c.hidden_size, shared_width(c)), shared_expert, SLOT(L(w, i).moe.shared_expert.down_proj.weight)},
     TensorRow{"model.layers.{i}.mlp.shared_expert_gate.weight", "moe", true, SHAPE(1, c.hidden_size), shared_expert,
               SLOT(L(w, i).moe.shared_expert_gate.weight)},
+    // bailing: the router's selection bias and the ungated shared expert(s) (num_shared_experts · I wide).
+    TensorRow{"model.layers.{i}.mlp.gate.expert_bias", "moe", true, SHAPE(experts(c)), expert_bias,
+              SLOT(L(w, i).moe.expert_bias)},
+    TensorRow{"model.layers.{i}.mlp.shared_experts.gate_proj.weight", "moe", true,
+              SHAPE(shared_width(c), c.hidden_size), ungated_shared_expert,
+              SLOT(L(w, i).moe.shared_expert.gate_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.shared_experts.up_proj.weight", "moe", true,
+              SHAPE(shared_width(c), c.hidden_size), ungated_shared_expert,
+              SLOT(L(w, i).moe.shared_expert.up_proj.weight)},
+    TensorRow{"model.layers.{i}.mlp.shared_experts.down_proj.weight", "moe", true,
+              SHAPE(c.hidden_size, shared_width(c)), ungated_shared_expert,
+              SLOT(L(w, i).moe.shared_expert.down_proj.weight)},
     TensorRow{"model.layers.{i}.post_feedforward_layernorm.weight", "norm", true, SHAPE(c.hidden_size),
               post_norm_block, SLOT(L(w, i).post_feedforward_layernorm)},
     TensorRow{"model.norm.weight", "norm", false, SHAPE(c.hidden_size), always,

@@ -88,6 +88,9 @@ inline std::vector<InferModelCase> infer_model_cases() {
       // Granite-4.0-H: Mamba-2 layers (conv + SSM state per sequence) with NoPE attention, dense and with experts.
       {"granitemoehybrid_tiny", [] { return load_golden_model("granitemoehybrid_tiny"); }},
       {"granitemoehybrid_moe_tiny", [] { return load_golden_model("granitemoehybrid_moe_tiny"); }},
+      // Ring-mini-linear-2.0 shape: Lightning Attention-2 layers (a D×D state per head, RoPE at absolute positions)
+      // with GQA softmax layers, the sigmoid-routed experts and a dense layer 0.
+      {"bailing_moe_linear_tiny", [] { return load_golden_model("bailing_moe_linear_tiny"); }},
   };
 }
 

@@ -19,3 +19,10 @@ TEST(GenerateGoldens, OlmoHybridMatchesHfGenerate) { test::check_generate_golden
 TEST(GenerateGoldens, GraniteMoeHybridMatchesHfGenerate) {
   test::check_generate_golden("generate_granitemoehybrid");
 }
+
+// Ring-mini-linear-2.0 shape (bailing_moe_linear_tiny): the Lightning state carried from the prefill (7 and 70
+// tokens: the second spans two simple-GLA chunks) into decode steps. The reference ids are greedy full forwards of
+// tools/goldens/make_bailing_goldens.py's torch statement (no HF class exists), not HF `generate`.
+TEST(GenerateGoldens, BailingMoeLinearMatchesTorchGreedy) {
+  test::check_generate_golden("generate_bailing_moe_linear");
+}

@@ -46,6 +46,8 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
   HLM_CHECK_INPUT(!spec.parallel_block && !spec.layer_norm && !c.rope.interleaved && !c.nope_full_layers,
                   "the CUDA path does not run parallel LayerNorm blocks, interleaved RoPE or NoPE full layers yet (",
                   c.model_type, "): use --device cpu");
+  HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Lightning) == c.layer_kinds.end(),
+                  "the CUDA path has no Lightning Attention-2 layers (", c.model_type, "): use --device cpu");
   ctx.make_current();
   if (c.use_rope) m.rope_host_ = model.rope();
   // One RoPE table serves every layer here: a model whose sliding_attention layers rotate differently (OLMo-3 with

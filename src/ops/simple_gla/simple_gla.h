@@ -9,8 +9,8 @@
 // Layout (contiguous, token-major):
 //   q, k       [T, H, dk]
 //   v          [T, H, dv]
-//   g          [H]            log-decay per head, constant over tokens (λ_h = exp(g_h); g > 0 is allowed: the Ring
-//                             decay of layer 0 is > 0)
+//   g          [H]            log-decay per head, constant over tokens (λ_h = exp(g_h); g > 0 is allowed, though
+//                             the Ring decay is negative on every layer)
 //   cu_seqlens int64 [N+1]; cu[0] = 0, non-decreasing, cu[N] = T; the recurrence restarts at every boundary
 //   state_in   [N, H, dk, dv] initial state per sequence (FLA's initial_state layout); nullptr = zeros
 //   o          [T, H, dv]     (overwritten)
@@ -93,8 +93,9 @@ void simple_gla_backward(const SimpleGlaGrads<T>& grads, const T* d_out, const T
 std::vector<double> alibi_slopes(int64_t heads);
 
 // Ring/Ling Lightning-attention decay of global layer `layer` (0-based) of `num_layers` (≥ 2):
-// g_h = −s_h · (1 − (layer − 1)/(num_layers − 1) + 1e−5), s = alibi_slopes(heads) (families.md §6; layer 0 gives
-// g > 0, i.e. λ > 1).
+// g_h = −s_h · (1 − (layer − 1)/(num_layers − 1) + 1e−5), s = alibi_slopes(heads) (families.md §6; layer 0's factor
+// is 1 + 1/(L − 1) + 1e−5 > 1, the strongest decay; g < 0, λ < 1 on every layer). The model's layer
+// (layers/lightning_layer.h, lightning_decay) rounds it as HF's fp32 buffer instead.
 std::vector<double> ring_linear_decay(int64_t layer, int64_t num_layers, int64_t heads);
 
 }  // namespace hlm

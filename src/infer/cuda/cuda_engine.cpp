@@ -78,6 +78,12 @@ CudaTensor zeros(CudaContext& ctx, const Shape& shape, DType dtype = DType::F32)
   return t;
 }
 
+// The Mamba-2 state pools of one layer: conv [slots, Cd, K−1] (the last K−1 raw xBC inputs) and SSM [slots, nh, P, N].
+struct Mamba2Pool {
+  CudaTensor conv, ssm;
+  std::vector<CudaTensor*> tensors() { return {&conv, &ssm}; }
+};
+
 // The GDN state pools of one layer ([slots, ...] each): the unit of gather/scatter.
 struct GdnPool {
   CudaTensor q_conv, k_conv, v_conv, recurrent;
@@ -107,6 +113,10 @@ class CudaEngine final : public InferenceEngine {
         layers_[i].attention = true;
         layers_[i].k_cache = zeros(ctx_, shape, kv);
         layers_[i].v_cache = zeros(ctx_, shape, kv);
+      } else if (c.layer_kinds[i] == LayerKind::Mamba2) {
+        const Mamba2Dims d = mamba2_dims(c);
+        layers_[i].mamba.conv = zeros(ctx_, {plan.max_sequences, d.conv_channels(), d.conv_kernel - 1});
+        layers_[i].mamba.ssm = zeros(ctx_, {plan.max_sequences, d.heads, d.head_dim, d.state_dim});
       } else {
         gdims_ = gdn_dims(c);
         const int64_t S = plan.max_sequences, K1 = gdims_.conv_kernel - 1;
@@ -120,6 +130,8 @@ class CudaEngine final : public InferenceEngine {
       int64_t bytes = 0;
       if (l.attention)
         bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
+      else if (l.mamba.ssm.raw() != nullptr)
+        bytes = static_cast<int64_t>(l.mamba.conv.nbytes() + l.mamba.ssm.nbytes());
       else
         for (const CudaTensor* t : l.gdn.tensors()) bytes += static_cast<int64_t>(t->nbytes());
       pool_bytes_.push_back(bytes);
@@ -134,9 +146,9 @@ class CudaEngine final : public InferenceEngine {
   int open_sequence(int64_t max_tokens) override {
     const int slot = slots_.open(max_tokens);
     if (slot < 0) return -1;
-    for (Layer& l : layers_)  // a fresh sequence starts from zero GDN state
+    for (Layer& l : layers_)  // a fresh sequence starts from zero GDN / Mamba-2 state
       if (!l.attention)
-        for (CudaTensor* t : l.gdn.tensors()) {
+        for (CudaTensor* t : l.mamba.ssm.raw() != nullptr ? l.mamba.tensors() : l.gdn.tensors()) {
           const size_t row = t->nbytes() / static_cast<size_t>(plan_.max_sequences);
           HLM_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(t->raw()) + slot * row, 0, row, ctx_.stream()));
         }
@@ -158,6 +170,7 @@ class CudaEngine final : public InferenceEngine {
     bool attention = false;
     CudaTensor k_cache, v_cache;  // attention: [num_blocks, block_size, Hkv, D]
     GdnPool gdn;                  // GDN: [max_sequences, ...] per tensor
+    Mamba2Pool mamba;             // Mamba-2: [max_sequences, ...] per tensor
   };
   // What the mixers of one step read (device pointers into the metadata upload, host sizes).
   struct StepView {
@@ -207,6 +220,7 @@ class CudaEngine final : public InferenceEngine {
 
   void attention_mixer(int layer, float* out, const float* in, const StepView& s);
   void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
+  void mamba2_mixer(int layer, float* out, const float* in, const StepView& s);
 
   CudaModel& model_;
   CudaContext& ctx_;
@@ -458,6 +472,34 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
   cuda_linear_forward(ctx_, out, y.data<float>(), w.o_proj, T);
 }
 
+// Mamba-2 (granitemoehybrid): the CUDA layer (layers/cuda/mamba2_layer_cuda.h) continued from and advancing the
+// sequences' conv and SSM states: the chunked scan in prefill chunks, the recurrence in decode steps (one token per
+// sequence). States in batch order: the pool rows themselves (consecutive slots) or gathered copies, scattered back.
+void CudaEngine::mamba2_mixer(int layer, float* out, const float* in, const StepView& s) {
+  const cudaStream_t stream = ctx_.stream();
+  const int64_t N = s.batch.n_seqs;
+  Mamba2Pool& pool = layers_[static_cast<size_t>(layer)].mamba;
+  const std::vector<CudaTensor*> pools = pool.tensors();
+  std::vector<CudaTensor> gathered(pools.size());
+  std::vector<float*> state(pools.size());
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const int64_t row = pools[i]->numel() / plan_.max_sequences;
+    if (s.consecutive) {
+      state[i] = pools[i]->data<float>() + s.first_slot * row;
+    } else {
+      gathered[i] = CudaTensor::empty(ctx_, {N, row});
+      state_rows_copy_cuda(gathered[i].data<float>(), nullptr, pools[i]->data<float>(), s.slot_ids, N, row, stream);
+      state[i] = gathered[i].data<float>();
+    }
+  }
+  mamba2_layer_forward_cuda(ctx_, out, in, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
+                            {state[0], state[1]});
+  if (!s.consecutive)
+    for (size_t i = 0; i < pools.size(); ++i)
+      state_rows_copy_cuda(pools[i]->data<float>(), s.slot_ids, gathered[i].data<float>(), nullptr, N,
+                           pools[i]->numel() / plan_.max_sequences, stream);
+}
+
 Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   const ModelConfig& c = model_.config();
   StepPlan p = slots_.plan_step(slots, tokens, c.vocab_size);
@@ -581,6 +623,8 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
   const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
       attention_mixer(layer, out, in, s);
+    else if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::Mamba2)
+      mamba2_mixer(layer, out, in, s);
     else
       gdn_mixer(layer, out, in, s);
   };

@@ -6,7 +6,9 @@
 //     the chunk kernel for prefill chunks, flash decoding when every sequence brings one token), o_proj;
 //   GDN: the six projections, causal convs from and into the sequences' conv state, L2 norms, gate, the gated delta
 //     rule from h0 into hT (prefill chunks) or the one-token decode kernel on the state in place, gated RMSNorm,
-//     o_proj.
+//     o_proj;
+//   Mamba-2 (granitemoehybrid): layers/cuda/mamba2_layer_cuda.h from and into the sequences' conv state [slots, Cd, K−1]
+//     and SSM state [slots, nh, P, N] (fp32): the chunked SSD scan in prefill chunks, the recurrence in decode steps.
 // Then the LM head runs only on each sequence's last new token. State on the device, laid out by the MemoryPlan: per
 // attention layer K and V pools [num_blocks, block_size, Hkv, D] in the plan's KV element type (fp32, or bf16 when
 // plan.kv_element_bytes == 2; block ids shared by all layers, kept by a host KvBlockAllocator), per GDN layer conv

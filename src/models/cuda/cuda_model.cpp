@@ -39,10 +39,8 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
   const DecoderHyper hyper = spec.hyper(c);
   const DecoderWeights& w = model.weights();
   const int64_t H = c.hidden_size;
-  // Routed experts run here (layers/cuda/moe_layer_cuda.h) as a layer's whole FFN; beside a shared MLP
-  // (granitemoehybrid) they run on the CPU only so far.
-  HLM_CHECK_INPUT(!c.has_moe_layers() || !spec.shared_mlp, "the CUDA path does not run routed experts beside a ",
-                  "shared MLP yet (", c.model_type, "): use --device cpu");
+  // Routed experts run here (layers/cuda/moe_layer_cuda.h) as a layer's whole FFN, or beside a shared MLP
+  // (granitemoehybrid: the shared SwiGLU's output plus the experts', as the CPU adds them).
   HLM_CHECK_INPUT(!spec.parallel_block && !spec.layer_norm && !c.rope.interleaved && !c.nope_full_layers,
                   "the CUDA path does not run parallel LayerNorm blocks, interleaved RoPE or NoPE full layers yet (",
                   c.model_type, "): use --device cpu");
@@ -59,8 +57,6 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
                     "the CUDA path does not run per-layer-type RoPE yet (", c.model_type, ": the sliding_attention ",
                     "layers' rope_parameters differ from the full_attention layers'): use --device cpu");
   }
-  HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2) == c.layer_kinds.end(),
-                  "the CUDA path has no Mamba-2 layers yet (", c.model_type, "): use --device cpu");
   m.embed_tokens_ = cuda_upload_f32(ctx, w.embed_tokens, "model.embed_tokens.weight");
   HLM_CHECK_INPUT(w.embed_tokens.shape() == Shape({c.vocab_size, H}), "model.embed_tokens.weight has shape ",
                   w.embed_tokens.shape().str(), ", expected [", c.vocab_size, ", ", H, "]");
@@ -70,8 +66,11 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
     auto layer = std::make_shared<Layer>();
     layer->full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
     const bool post_norm = layer->full_attention && spec.attention_post_norm;
+    layer->mamba2 = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Mamba2;
     if (layer->full_attention)
       layer->self_attn = cuda_upload_attention(ctx, lw.self_attn, attention_dims(c, hyper));
+    else if (layer->mamba2)
+      layer->mamba = cuda_upload_mamba2(ctx, lw.mamba, mamba2_dims(c));
     else
       layer->linear_attn = cuda_upload_gdn(ctx, lw.linear_attn, gdn_dims(c));
     if (!post_norm) layer->input_layernorm = upload_norm(ctx, lw.input_layernorm, H, prefix + "input_layernorm");
@@ -81,10 +80,9 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
       layer->post_feedforward_layernorm =
           upload_norm(ctx, lw.post_feedforward_layernorm, H, prefix + "post_feedforward_layernorm");
     layer->moe = c.moe_layer(i);
-    if (layer->moe)
-      layer->moe_ffn = cuda_upload_moe(ctx, lw.moe, moe_dims(c));
-    else
-      layer->mlp = cuda_upload_mlp(ctx, lw.mlp);
+    layer->shared_mlp = spec.shared_mlp;
+    if (layer->moe) layer->moe_ffn = cuda_upload_moe(ctx, lw.moe, moe_dims(c));
+    if (!layer->moe || layer->shared_mlp) layer->mlp = cuda_upload_mlp(ctx, lw.mlp);
     m.layers_.push_back(std::move(layer));
   }
   m.norm_ = upload_norm(ctx, w.norm, H, "model.norm");
@@ -196,6 +194,11 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.full_attention)
         attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, ldims, rope, b);
+      else if (layer.mamba2) {  // forward only: training a Mamba-2 model on CUDA is refused (no layer backward)
+        HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no Mamba-2 backward (",
+                        c.model_type, "): training is not supported");
+        mamba2_layer_forward_cuda(ctx, out, in.f32, layer.mamba, mamba2_dims(c), b);
+      }
       else if (keep != nullptr)
         keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
       else
@@ -205,7 +208,14 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       if (layer.moe) {  // no kept activations: training an MoE model on CUDA is refused (cuda_model_train.cpp)
         HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no MoE backward yet (",
                         c.model_type, "): train on --device cpu");
-        moe_layer_forward_cuda(ctx, out, in.f32, layer.moe_ffn, T);
+        if (!layer.shared_mlp) {
+          moe_layer_forward_cuda(ctx, out, in.f32, layer.moe_ffn, T);
+        } else {  // out = shared MLP, then += routed experts (the CPU's out[j] = routed[j] + out[j], same bits)
+          mlp_layer_forward_cuda(ctx, out, in.f32, layer.mlp, T);
+          CudaTensor routed = CudaTensor::empty(ctx, {T, H});
+          moe_layer_forward_cuda(ctx, routed.data<float>(), in.f32, layer.moe_ffn, T);
+          residual_add_forward_cuda(out, routed.data<float>(), 1.0f, T * H, stream);
+        }
       } else if (keep != nullptr)
         keep->mlp = mlp_layer_forward_keep_cuda(ctx, out, in, layer.mlp, T);
       else
@@ -338,8 +348,14 @@ const CudaAttentionWeights& CudaModel::attention_weights(int layer) const {
 
 const CudaGdnWeights& CudaModel::gdn_weights(int layer) const {
   const Layer& l = *layers_.at(static_cast<size_t>(layer));
-  HLM_CHECK(!l.full_attention, "layer ", layer, " is not a GDN layer");
+  HLM_CHECK(!l.full_attention && !l.mamba2, "layer ", layer, " is not a GDN layer");
   return l.linear_attn;
+}
+
+const CudaMamba2Weights& CudaModel::mamba2_weights(int layer) const {
+  const Layer& l = *layers_.at(static_cast<size_t>(layer));
+  HLM_CHECK(l.mamba2, "layer ", layer, " is not a Mamba-2 layer");
+  return l.mamba;
 }
 
 }  // namespace hlm

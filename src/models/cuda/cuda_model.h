@@ -32,6 +32,7 @@
 #include "layers/capture.h"
 #include "layers/cuda/attention_layer_cuda.h"
 #include "layers/cuda/gdn_layer_cuda.h"
+#include "layers/cuda/mamba2_layer_cuda.h"
 #include "layers/cuda/mlp_layer_cuda.h"
 #include "models/model.h"
 #include "models/model_train.h"
@@ -105,6 +106,7 @@ class CudaModel {
   // Layer `layer`'s mixer weights (internal error when the layer is of the other kind).
   const CudaAttentionWeights& attention_weights(int layer) const;
   const CudaGdnWeights& gdn_weights(int layer) const;
+  const CudaMamba2Weights& mamba2_weights(int layer) const;
   // The device cos/sin table covering positions [0, positions) (nullptr when the model has no rope).
   const RopeCudaTable* rope_for_positions(int64_t positions) { return rope_table(positions); }
   CudaContext& context() const { return *ctx_; }

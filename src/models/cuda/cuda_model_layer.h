@@ -3,6 +3,7 @@
 #pragma once
 #include <utility>
 
+#include "layers/cuda/mamba2_layer_cuda.h"
 #include "layers/cuda/moe_layer_cuda.h"
 #include "models/cuda/cuda_model.h"
 
@@ -20,6 +21,9 @@ inline constexpr std::pair<CudaLinear CudaGdnWeights::*, Linear GdnWeights::*> k
     {&CudaGdnWeights::v_proj, &GdnWeights::v_proj}, {&CudaGdnWeights::g_proj, &GdnWeights::g_proj},
     {&CudaGdnWeights::a_proj, &GdnWeights::a_proj}, {&CudaGdnWeights::b_proj, &GdnWeights::b_proj},
     {&CudaGdnWeights::o_proj, &GdnWeights::o_proj}};
+// A Mamba-2 layer's linears (in_proj is held as three row blocks, so there is no slot-for-slot host twin).
+inline constexpr CudaLinear CudaMamba2Weights::* kMamba2Linears[] = {
+    &CudaMamba2Weights::in_z, &CudaMamba2Weights::in_xbc, &CudaMamba2Weights::in_dt, &CudaMamba2Weights::out_proj};
 inline constexpr std::pair<CudaLinear CudaMlpWeights::*, Linear MlpWeights::*> kMlpLinears[] = {
     {&CudaMlpWeights::gate_proj, &MlpWeights::gate_proj},
     {&CudaMlpWeights::up_proj, &MlpWeights::up_proj},
@@ -30,10 +34,13 @@ struct CudaModel::Layer {
   CudaTensor input_layernorm;             // [hidden]; empty in post-norm blocks
   CudaAttentionWeights self_attn;         // full_attention layers
   CudaGdnWeights linear_attn;             // linear_attention layers
+  bool mamba2 = false;                    // Mamba-2 layers (granitemoehybrid): mamba, not linear_attn
+  CudaMamba2Weights mamba;
   CudaTensor post_attention_layernorm;    // [hidden]
   CudaMlpWeights mlp;                     // dense FFN layers
   bool moe = false;                       // routed-expert FFN layers (ModelConfig::moe_layer): moe_ffn, not mlp
   CudaMoeWeights moe_ffn;
+  bool shared_mlp = false;                // granitemoehybrid: mlp is the shared SwiGLU, added to moe_ffn's output
   CudaTensor post_feedforward_layernorm;  // [hidden]; post-norm blocks only
 };
 

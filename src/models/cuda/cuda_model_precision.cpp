@@ -14,13 +14,13 @@ void CudaModel::for_each_linear(const Fn& fn) {
     Layer& d = *layer;
     if (d.full_attention) {
       for (const auto& slots : kAttentionLinears) fn(d.self_attn.*slots.first);
+    } else if (d.mamba2) {
+      for (const auto slot : kMamba2Linears) fn(d.mamba.*slot);
     } else {
       for (const auto& slots : kGdnLinears) fn(d.linear_attn.*slots.first);
     }
-    if (!d.moe) {
-      for (const auto& slots : kMlpLinears) fn(d.mlp.*slots.first);
-      continue;
-    }
+    if (!d.moe || d.shared_mlp) for (const auto& slots : kMlpLinears) fn(d.mlp.*slots.first);
+    if (!d.moe) continue;
     fn(d.moe_ffn.gate_up);  // the stacked experts; the router stays fp32 (moe_layer_cuda.h says why)
     fn(d.moe_ffn.down);
     if (d.moe_ffn.has_shared)

@@ -7,6 +7,7 @@
 // trace's CudaKeptLayer under Recompute::None, and are recomputed at the same point of the walk otherwise.
 #include "models/cuda/cuda_model_train.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "backend/cuda/cuda_error.h"
@@ -87,6 +88,10 @@ void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) 
   // The experts are stacked on the device (layers/cuda/moe_layer_cuda.h): no slot-for-slot twin of the host's.
   HLM_CHECK_INPUT(!c.has_moe_layers(), "the CUDA model keeps routed experts stacked: no per-tensor access ",
                   "(training, download, gradients) for ", c.model_type, " yet: use --device cpu");
+  // A Mamba-2 layer's in_proj is held as three row blocks (layers/cuda/mamba2_layer_cuda.h): no slot-for-slot twin.
+  HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Mamba2) == c.layer_kinds.end(),
+                  "the CUDA model has no per-tensor access to Mamba-2 layers (training, download, gradients) for ",
+                  c.model_type, ": use --device cpu");
   fn(self.embed_tokens_, host.embed_tokens);
   for (size_t i = 0; i < self.layers_.size(); ++i) {
     auto& d = *self.layers_[i];
@@ -193,6 +198,10 @@ CudaTrainTrace CudaModel::forward_train(const CudaTokenBatch& device_batch, Reco
   // The CUDA MoE layer has a forward only (layers/cuda/moe_layer_cuda.h).
   HLM_CHECK_INPUT(!config_.has_moe_layers(), "CUDA training does not run routed-expert (MoE) layers (",
                   config_.model_type, ") yet: train on --device cpu");
+  // The CUDA Mamba-2 layer has a forward only (layers/cuda/mamba2_layer_cuda.h; the CPU has no layer backward either).
+  HLM_CHECK_INPUT(std::find(config_.layer_kinds.begin(), config_.layer_kinds.end(), LayerKind::Mamba2) ==
+                      config_.layer_kinds.end(),
+                  "CUDA training does not run Mamba-2 layers (", config_.model_type, "): no Mamba-2 backward yet");
   CudaContext& ctx = *ctx_;
   ctx.make_current();
   CudaTrainTrace trace{device_batch, {}, {}, {}, {}, {}};

@@ -136,7 +136,9 @@ TEST(NiahAnswerLoss, ConfigKeyDefaultsAndAllLeavesTheRowsAlone) {
   ASSERT_TRUE(static_cast<bool>(hooks.batch_targets));
   NiahSample s;
   s.expected = {"1234567"};
-  const std::string text = "Question? Answer so:\n<Answer> the numbers </Answer>" + niah_answer_text(s) + "\n\nfiller.";
+  // The haystack's "<text>" must precede the answer (a piece cut inside a haystack keeps nothing).
+  const std::string text = "Read <text>\nhay.\n</text> Question? Answer so:\n<Answer> the numbers </Answer>" +
+                           niah_answer_text(s) + "\n\nfiller.";
   PackedBatch a, b;
   packed_append_piece(a, bytes->encode(text), 0);
   b = a;

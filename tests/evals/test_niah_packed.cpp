@@ -257,6 +257,9 @@ TEST(NiahPacked, StagesParseInOrderAndDeriveLengthsAndTokens) {
   EXPECT_EQ(niah_experiment_stages(d)[0].lengths, d.train_lengths);
   EXPECT_EQ(niah_experiment_stages(d)[0].tokens, d.train.tokens);
   EXPECT_FALSE(d.train_packed);
+  const nlohmann::json dj = niah_experiment_config_to_json(d);  // "stages": [] with lengths given reads back
+  EXPECT_EQ(niah_experiment_config_to_json(niah_experiment_config_from_json(dj, "round")), dj);
+  EXPECT_TRUE(niah_experiment_config_from_json(dj, "round").train_stages.empty());
   // Per stage: its lengths, its token quota, disjoint sample indices.
   NiahExperimentConfig r = c;
   r.langs = {"eng_Latn", "rus_Cyrl"};

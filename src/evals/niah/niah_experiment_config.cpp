@@ -136,7 +136,8 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
       for (const NiahTrainStage& stage : c.train_stages)
         for (int64_t l : stage.lengths)
           if (std::find(derived.begin(), derived.end(), l) == derived.end()) derived.push_back(l);
-      HLM_CHECK_INPUT(!t.contains("lengths") || c.train_lengths == derived, where,
+      // An empty list (the resolved form of a config without stages) is no curriculum.
+      HLM_CHECK_INPUT(derived.empty() || !t.contains("lengths") || c.train_lengths == derived, where,
                       ".lengths: with stages it is the stages' lengths in order of first use; leave it out");
       if (!derived.empty()) c.train_lengths = derived;
     }

@@ -218,6 +218,16 @@ class CudaEngine final : public InferenceEngine {
   // (run eagerly: the first step of a shape, or a shape whose capture failed).
   DecodeGraph* decode_graph(const StepShape& sh, const MetaPack& pack, const MetaOffsets& o);
 
+  // A recurrent layer's state rows for one step, in batch order: the pool rows themselves (consecutive slots) or
+  // gathered copies, which scatter_back() writes back into the pools (a no-op for consecutive slots).
+  struct StepStates {
+    std::vector<CudaTensor*> pools;
+    std::vector<CudaTensor> gathered;
+    std::vector<float*> rows;  // per pool: [N, row] of this step
+  };
+  StepStates step_states(std::vector<CudaTensor*> pools, const StepView& s);
+  void scatter_back(const StepStates& st, const StepView& s);
+
   void attention_mixer(int layer, float* out, const float* in, const StepView& s);
   void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
   void mamba2_mixer(int layer, float* out, const float* in, const StepView& s);
@@ -393,22 +403,8 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
                                        {a.data<float>(), &w.a_proj},  {b.data<float>(), &w.b_proj}};
   cuda_linear_forward_group(ctx_, projections, CudaLinearInput{in, nullptr}, T);
 
-  // The step's states in batch order: the pool rows themselves (consecutive slots) or gathered copies.
-  GdnPool& pool = layers_[static_cast<size_t>(layer)].gdn;
-  const std::vector<CudaTensor*> pools = pool.tensors();
-  std::vector<CudaTensor> gathered(pools.size());
-  std::vector<float*> state(pools.size());
-  for (size_t i = 0; i < pools.size(); ++i) {
-    const int64_t row = pools[i]->numel() / plan_.max_sequences;
-    if (s.consecutive) {
-      state[i] = pools[i]->data<float>() + s.first_slot * row;
-    } else {
-      gathered[i] = CudaTensor::empty(ctx_, {N, row});
-      state_rows_copy_cuda(gathered[i].data<float>(), nullptr, pools[i]->data<float>(), s.slot_ids, N, row, stream);
-      state[i] = gathered[i].data<float>();
-    }
-  }
-  float *q_state = state[0], *k_state = state[1], *v_state = state[2], *h_state = state[3];
+  const StepStates states = step_states(layers_[static_cast<size_t>(layer)].gdn.tensors(), s);
+  float *q_state = states.rows[0], *k_state = states.rows[1], *v_state = states.rows[2], *h_state = states.rows[3];
 
   CudaTensor qc = CudaTensor::empty(ctx_, {T, Ck}), kc = CudaTensor::empty(ctx_, {T, Ck});
   CudaTensor vc = CudaTensor::empty(ctx_, {T, Cv});
@@ -462,10 +458,7 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
     gated_delta_rule_forward_cuda(rout, rin, {T, d.key_heads, Hv, d.key_dim, d.value_dim}, scale, stream);
     cuda_copy_device(ctx_, h_state, hT.raw(), hT.nbytes());
   }
-  if (!s.consecutive)
-    for (size_t i = 0; i < pools.size(); ++i)
-      state_rows_copy_cuda(pools[i]->data<float>(), s.slot_ids, gathered[i].data<float>(), nullptr, N,
-                           pools[i]->numel() / plan_.max_sequences, stream);
+  scatter_back(states, s);
   CudaTensor y = CudaTensor::empty(ctx_, {T, Cv});
   gated_rmsnorm_forward_cuda(y.data<float>(), o.data<float>(), z.data<float>(), w.o_norm.data<float>(),
                              {T * Hv, d.value_dim, d.norm_eps}, stream);
@@ -476,28 +469,37 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
 // sequences' conv and SSM states: the chunked scan in prefill chunks, the recurrence in decode steps (one token per
 // sequence). States in batch order: the pool rows themselves (consecutive slots) or gathered copies, scattered back.
 void CudaEngine::mamba2_mixer(int layer, float* out, const float* in, const StepView& s) {
-  const cudaStream_t stream = ctx_.stream();
+  const StepStates states = step_states(layers_[static_cast<size_t>(layer)].mamba.tensors(), s);
+  mamba2_layer_forward_cuda(ctx_, out, in, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
+                            {states.rows[0], states.rows[1]});
+  scatter_back(states, s);
+}
+
+CudaEngine::StepStates CudaEngine::step_states(std::vector<CudaTensor*> pools, const StepView& s) {
   const int64_t N = s.batch.n_seqs;
-  Mamba2Pool& pool = layers_[static_cast<size_t>(layer)].mamba;
-  const std::vector<CudaTensor*> pools = pool.tensors();
-  std::vector<CudaTensor> gathered(pools.size());
-  std::vector<float*> state(pools.size());
-  for (size_t i = 0; i < pools.size(); ++i) {
-    const int64_t row = pools[i]->numel() / plan_.max_sequences;
+  StepStates st;
+  st.pools = std::move(pools);
+  st.gathered.resize(st.pools.size());
+  st.rows.resize(st.pools.size());
+  for (size_t i = 0; i < st.pools.size(); ++i) {
+    const int64_t row = st.pools[i]->numel() / plan_.max_sequences;
     if (s.consecutive) {
-      state[i] = pools[i]->data<float>() + s.first_slot * row;
+      st.rows[i] = st.pools[i]->data<float>() + s.first_slot * row;
     } else {
-      gathered[i] = CudaTensor::empty(ctx_, {N, row});
-      state_rows_copy_cuda(gathered[i].data<float>(), nullptr, pools[i]->data<float>(), s.slot_ids, N, row, stream);
-      state[i] = gathered[i].data<float>();
+      st.gathered[i] = CudaTensor::empty(ctx_, {N, row});
+      state_rows_copy_cuda(st.gathered[i].data<float>(), nullptr, st.pools[i]->data<float>(), s.slot_ids, N, row,
+                           ctx_.stream());
+      st.rows[i] = st.gathered[i].data<float>();
     }
   }
-  mamba2_layer_forward_cuda(ctx_, out, in, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
-                            {state[0], state[1]});
-  if (!s.consecutive)
-    for (size_t i = 0; i < pools.size(); ++i)
-      state_rows_copy_cuda(pools[i]->data<float>(), s.slot_ids, gathered[i].data<float>(), nullptr, N,
-                           pools[i]->numel() / plan_.max_sequences, stream);
+  return st;
+}
+
+void CudaEngine::scatter_back(const StepStates& st, const StepView& s) {
+  if (s.consecutive) return;
+  for (size_t i = 0; i < st.pools.size(); ++i)
+    state_rows_copy_cuda(st.pools[i]->data<float>(), s.slot_ids, st.gathered[i].data<float>(), nullptr,
+                         s.batch.n_seqs, st.pools[i]->numel() / plan_.max_sequences, ctx_.stream());
 }
 
 Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {

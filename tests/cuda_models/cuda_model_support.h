@@ -95,4 +95,16 @@ inline double relative_max_diff(const Tensor& cpu, const Tensor& gpu) {
   return max_ref > 0.0 ? max_diff / max_ref : max_diff;
 }
 
+// An engine's logits row `a` against a reference row `b` of V values: max |a − b| / (1 + max |b|), +inf when `a` has a
+// non-finite value (the engine tests' row measure).
+inline double row_error(const float* a, const float* b, int64_t V) {
+  double diff = 0.0, scale = 0.0;
+  for (int64_t v = 0; v < V; ++v) {
+    diff = std::max(diff, std::abs(double(a[v]) - double(b[v])));
+    if (!std::isfinite(a[v])) diff = INFINITY;
+    scale = std::max(scale, std::abs(double(b[v])));
+  }
+  return diff / (1.0 + scale);
+}
+
 }  // namespace hlm::test

@@ -48,16 +48,6 @@ Model make_model(const ModelCase& m) {
   return Model::create(parse_model_config(student_config_json(), "test"), 11);
 }
 
-double row_error(const float* a, const float* b, int64_t V) {
-  double diff = 0.0, scale = 0.0;
-  for (int64_t v = 0; v < V; ++v) {
-    diff = std::max(diff, std::abs(double(a[v]) - double(b[v])));
-    if (!std::isfinite(a[v])) diff = INFINITY;
-    scale = std::max(scale, std::abs(double(b[v])));
-  }
-  return diff / (1.0 + scale);
-}
-
 Tensor full_logits(Model& model, const std::vector<int32_t>& ids) {
   TokenBatch b;
   b.add_sequence(ids);

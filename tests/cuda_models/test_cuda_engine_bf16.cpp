@@ -72,16 +72,6 @@ Model make_model(const ModelCase& m) {
 }
 
 // max |a − b| / (1 + max |b|) over a row (Inf when a has a non-finite value).
-double row_error(const float* a, const float* b, int64_t V) {
-  double diff = 0.0, scale = 0.0;
-  for (int64_t v = 0; v < V; ++v) {
-    diff = std::max(diff, std::abs(double(a[v]) - double(b[v])));
-    if (!std::isfinite(a[v])) diff = INFINITY;
-    scale = std::max(scale, std::abs(double(b[v])));
-  }
-  return diff / (1.0 + scale);
-}
-
 int64_t argmax(const float* row, int64_t V) { return std::max_element(row, row + V) - row; }
 
 // The row's bound (header comment) as a relative figure: max(4e-2, 3 · forward_error).

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_context.h"
 #include "core/error.h"
+#include "cuda_models/cuda_forward_parity.h"
 #include "cuda_models/cuda_model_support.h"
 #include "infer/cpu_engine.h"
 #include "infer/cuda/cuda_engine.h"
@@ -32,48 +33,10 @@ using namespace hlm::test;
 
 namespace {
 
-constexpr double kRelBound = 1e-4;
-constexpr double kBf16Bound = 4e-2;
-constexpr double kEngagedBound = 1e-5;
 constexpr double kEngineTol = 2e-4;
 
 void expect_forward_match(Model& cpu_model, const TokenBatch& batch, const std::string& label, bool check_bf16) {
-  CudaModel gpu = CudaModel::upload(cpu_model, cuda_context());
-  CaptureMap cpu_points, gpu_points;
-  const Tensor cpu_logits = cpu_model.forward(batch, {.all_logits = true}, collect_into(cpu_points));
-  const Tensor gpu_logits = gpu.forward(batch, {.all_logits = true}, collect_into(gpu_points));
-  ASSERT_EQ(gpu_points.size(), cpu_points.size()) << label;
-  double worst = 0.0;
-  std::string worst_name;
-  for (const auto& [name, value] : cpu_points) {
-    ASSERT_TRUE(gpu_points.count(name)) << label << " " << name;
-    const double rel = relative_max_diff(value, gpu_points.at(name));
-    if (rel >= worst) worst_name = name;
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, kRelBound) << label << " " << name;
-  }
-  const double rel_logits = relative_max_diff(cpu_logits, gpu_logits);
-  EXPECT_LE(rel_logits, kRelBound) << label << " logits";
-  std::printf("[check] cuda mamba2 %s: %zu capture points worst rel=%.3g (%s), logits rel=%.3g (bound %.0e)\n",
-              label.c_str(), cpu_points.size(), worst, worst_name.c_str(), rel_logits, kRelBound);
-  if (!check_bf16) return;
-  gpu.set_bf16_compute(true);
-  const Tensor bf16 = gpu.forward(batch, {.all_logits = true});
-  const double rel_bf16 = relative_max_diff(gpu_logits, bf16);
-  EXPECT_LE(rel_bf16, kBf16Bound) << label << " bf16";
-  EXPECT_GE(rel_bf16, kEngagedBound) << label << ": the bf16 mode gave fp32 results";
-  std::printf("[check] cuda mamba2 %s: bf16 vs fp32 logits rel=%.3g (bound %.0e)\n", label.c_str(), rel_bf16,
-              kBf16Bound);
-}
-
-double row_error(const float* a, const float* b, int64_t V) {
-  double diff = 0.0, scale = 0.0;
-  for (int64_t v = 0; v < V; ++v) {
-    diff = std::max(diff, std::abs(double(a[v]) - double(b[v])));
-    if (!std::isfinite(a[v])) diff = INFINITY;
-    scale = std::max(scale, std::abs(double(b[v])));
-  }
-  return diff / (1.0 + scale);
+  expect_cuda_forward_match(cpu_model, batch, "mamba2", label, check_bf16);
 }
 
 // Two sequences (lengths 21 and 17) teacher-forced through both engines: prefill chunks of 5 and 8 tokens, then one

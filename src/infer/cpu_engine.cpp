@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <span>
 
 #include "core/error.h"
 #include "infer/sequence_slots.h"
@@ -16,6 +17,17 @@
 namespace hlm {
 
 namespace {
+
+// A recurrent state pool [max_sequences, ...] ↔ the step's rows in batch order [N, row]: rows slots[n] of `pool` into
+// dst row n, and back.
+void gather_rows(float* dst, const Tensor& pool, std::span<const int> slots, int64_t max_sequences) {
+  const int64_t row = pool.numel() / max_sequences;
+  for (size_t n = 0; n < slots.size(); ++n) std::copy_n(pool.f32() + slots[n] * row, row, dst + n * row);
+}
+void scatter_rows(Tensor& pool, const float* src, std::span<const int> slots, int64_t max_sequences) {
+  const int64_t row = pool.numel() / max_sequences;
+  for (size_t n = 0; n < slots.size(); ++n) std::copy_n(src + n * row, row, pool.f32() + slots[n] * row);
+}
 
 // The rows of slot s in every tensor of a GdnState pool ([S, ...] each) — the unit of gather/scatter.
 constexpr size_t kGdnStateTensors = 4;
@@ -117,11 +129,7 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     if (!layers_[i].gdn.recurrent.defined()) continue;
     batch_state[i] = GdnState::zeros(gdn, N);
     const auto pool = state_tensors(layers_[i].gdn), batch = state_tensors(batch_state[i]);
-    for (size_t k = 0; k < kGdnStateTensors; ++k) {
-      const int64_t row = pool[k]->numel() / plan_.max_sequences;
-      for (int64_t n = 0; n < N; ++n)
-        std::copy_n(pool[k]->f32() + slots[n] * row, row, batch[k]->f32() + n * row);
-    }
+    for (size_t k = 0; k < kGdnStateTensors; ++k) gather_rows(batch[k]->f32(), *pool[k], slots, plan_.max_sequences);
   }
 
   // Mamba-2 states of the step's sequences, in batch order: [conv, ssm] per layer (gathered, updated, scattered).
@@ -131,10 +139,8 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     if (!layers_[i].mamba_ssm.defined()) continue;
     const auto pools = mamba_pools(layers_[i]);
     for (size_t k = 0; k < 2; ++k) {
-      const int64_t row = pools[k]->numel() / plan_.max_sequences;
-      mamba_state[i][k] = Tensor::zeros({N, row});
-      for (int64_t n = 0; n < N; ++n)
-        std::copy_n(pools[k]->f32() + slots[n] * row, row, mamba_state[i][k].f32() + n * row);
+      mamba_state[i][k] = Tensor::zeros({N, pools[k]->numel() / plan_.max_sequences});
+      gather_rows(mamba_state[i][k].f32(), *pools[k], slots, plan_.max_sequences);
     }
   }
 
@@ -142,10 +148,8 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
   std::vector<Tensor> lightning_state(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i].lightning.defined()) continue;
-    const int64_t row = layers_[i].lightning.numel() / plan_.max_sequences;
-    lightning_state[i] = Tensor::zeros({N, row});
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(layers_[i].lightning.f32() + slots[n] * row, row, lightning_state[i].f32() + n * row);
+    lightning_state[i] = Tensor::zeros({N, layers_[i].lightning.numel() / plan_.max_sequences});
+    gather_rows(lightning_state[i].f32(), layers_[i].lightning, slots, plan_.max_sequences);
   }
 
   const MixerHook mixer = [&](const MixerCall& call) {
@@ -189,27 +193,17 @@ Tensor CpuEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
 
   for (size_t i = 0; i < layers_.size(); ++i) {  // Lightning states back to their slots
     if (!layers_[i].lightning.defined()) continue;
-    const int64_t row = layers_[i].lightning.numel() / plan_.max_sequences;
-    for (int64_t n = 0; n < N; ++n)
-      std::copy_n(lightning_state[i].f32() + n * row, row, layers_[i].lightning.f32() + slots[n] * row);
+    scatter_rows(layers_[i].lightning, lightning_state[i].f32(), slots, plan_.max_sequences);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {  // Mamba-2 states back to their slots
     if (!layers_[i].mamba_ssm.defined()) continue;
     const auto pools = mamba_pools(layers_[i]);
-    for (size_t k = 0; k < 2; ++k) {
-      const int64_t row = pools[k]->numel() / plan_.max_sequences;
-      for (int64_t n = 0; n < N; ++n)
-        std::copy_n(mamba_state[i][k].f32() + n * row, row, pools[k]->f32() + slots[n] * row);
-    }
+    for (size_t k = 0; k < 2; ++k) scatter_rows(*pools[k], mamba_state[i][k].f32(), slots, plan_.max_sequences);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {  // GDN states back to their slots
     if (!layers_[i].gdn.recurrent.defined()) continue;
     const auto pool = state_tensors(layers_[i].gdn), batch = state_tensors(batch_state[i]);
-    for (size_t k = 0; k < kGdnStateTensors; ++k) {
-      const int64_t row = pool[k]->numel() / plan_.max_sequences;
-      for (int64_t n = 0; n < N; ++n)
-        std::copy_n(batch[k]->f32() + n * row, row, pool[k]->f32() + slots[n] * row);
-    }
+    for (size_t k = 0; k < kGdnStateTensors; ++k) scatter_rows(*pool[k], batch[k]->f32(), slots, plan_.max_sequences);
   }
   return logits;
 }

@@ -57,6 +57,7 @@ MoeRoute moe_route_sigmoid_grouped(const float* logits, const float* expert_bias
   std::vector<float> s(static_cast<size_t>(E)), b(static_cast<size_t>(E)), group(static_cast<size_t>(G));
   std::vector<int32_t> order(static_cast<size_t>(std::max(E, G)));
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  std::vector<float> masked(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t e = 0; e < E; ++e) {  // fp32 sigmoid and biased score, as HF's fp32 router
       s[e] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logits[t * E + e]))));
@@ -79,7 +80,7 @@ MoeRoute moe_route_sigmoid_grouped(const float* logits, const float* expert_bias
     std::partial_sort(order.begin(), order.begin() + d.topk_group, order.begin() + G, [&](int32_t a, int32_t c) {
       return group[a] > group[c] || (group[a] == group[c] && a < c);
     });
-    std::vector<float> masked(static_cast<size_t>(E), kMasked);
+    std::fill(masked.begin(), masked.end(), kMasked);
     for (int64_t j = 0; j < d.topk_group; ++j)
       for (int64_t e = order[j] * per; e < (order[j] + 1) * per; ++e) masked[e] = b[e];
     std::iota(order.begin(), order.begin() + E, 0);

@@ -6,6 +6,8 @@
 //   HLM_TRACE_RANGE=profiler: only activity that starts between cudaProfilerStart() and the next cudaProfilerStop()
 //     counts (runtime-API callbacks take cuptiGetTimestamp() at each); every cudaProfilerStop force-flushes CUPTI and
 //     rewrites the report, which then covers all ranges closed so far.
+//   HLM_TRACE_GRID=1: a kernel's rows are split by launch shape ("name [gx x gy x gz]"), so one kernel run at several
+//     sizes (the four GEMVs of a decoder layer) gets a row per size.
 // Not a goal: per-stream or per-device breakdowns, API (host) times, NVTX. Links against libcupti only.
 #include <cupti.h>  // defines: cuptiActivity*, cuptiSubscribe, cuptiGetTimestamp, CUpti_ActivityKernel10, ...
 
@@ -38,6 +40,7 @@ struct TracerState {
   RangeMode mode = RangeMode::all;
   std::string out_path;  // empty: stderr
   std::string tsv_path;  // empty: no TSV
+  bool by_grid = false;  // HLM_TRACE_GRID=1: kernel rows keyed by name and grid shape
   size_t top_n = 0;      // 0: all rows
   uint64_t dropped = 0;
   bool enabled = false;
@@ -97,7 +100,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
           if (!record_may_count(st, k->start)) break;
-          st.log.add(ActivityKind::kernel, st.log.intern(k->name ? k->name : "<unnamed kernel>"), k->start, k->end);
+          std::string name = k->name ? k->name : "<unnamed kernel>";
+          if (st.by_grid)  // one row per launch shape: the same kernel at different sizes (GEMVs of a layer) apart
+            name += " [" + std::to_string(k->gridX) + "x" + std::to_string(k->gridY) + "x" + std::to_string(k->gridZ) +
+                    "]";
+          st.log.add(ActivityKind::kernel, st.log.intern(name), k->start, k->end);
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -206,6 +213,7 @@ __attribute__((constructor)) void tracer_load() {
   }
   if (const char* out = std::getenv("HLM_TRACE_OUT")) st.out_path = out;
   if (const char* tsv = std::getenv("HLM_TRACE_TSV")) st.tsv_path = tsv;
+  if (const char* grid = std::getenv("HLM_TRACE_GRID")) st.by_grid = std::string(grid) == "1";
   if (const char* top = std::getenv("HLM_TRACE_TOP")) st.top_n = std::strtoull(top, nullptr, 10);
   st.memset_id = st.log.intern("[memset]");
 

@@ -19,7 +19,10 @@
 // --data-parallel off|zero0|zero1[,...]: each entry runs the plans again, the device trained data parallel with ONE
 // rank (TrainDevice::set_data_parallel over a SingleCommunicator; HYBRIDLM_GPU_COLLECTIVES picks nccl or host), so
 // the step-time overhead of the distributed path against the plain step is measured in one process (issue #25);
-// alternate them (off,zero1,off,zero1) to see the run-to-run spread.
+// alternate them (off,zero1,off,zero1) to see the run-to-run spread. zero0 and zero1 overlap the gradient sums with
+// the last micro-batch's backward as HYBRIDLM_DP_OVERLAP says (default on); zero0-blocking and zero1-blocking turn
+// the overlap off (the sums after the backward). Each step line ends with the loss and the norm in hex floats, so
+// that entries can be compared bit for bit (every entry starts from the same host weights).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main).
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
@@ -178,8 +181,9 @@ int main(int argc, char** argv) {
 
   const std::vector<std::string> plans = split_list(o.memory_plan), dps = split_list(o.data_parallel);
   for (const std::string& dp : dps)
-    if (dp != "off" && dp != "zero0" && dp != "zero1") {
-      std::fprintf(stderr, "--data-parallel: '%s' is not off, zero0 or zero1\n", dp.c_str());
+    if (dp != "off" && dp != "zero0" && dp != "zero1" && dp != "zero0-blocking" && dp != "zero1-blocking") {
+      std::fprintf(stderr, "--data-parallel: '%s' is not off, zero0, zero1, zero0-blocking or zero1-blocking\n",
+                   dp.c_str());
       return 2;
     }
   SingleCommunicator single;
@@ -213,8 +217,16 @@ int main(int argc, char** argv) {
     dev_options.bf16 = o.precision == "bf16";
     CudaTrainDevice device(dev_options);
     device.set_memory_plan(plan);
-    if (dp != "off") device.set_data_parallel(single, dp == "zero1" ? 1 : 0,
+    const bool blocking = dp.find("-blocking") != std::string::npos;
+    const char* overlap_env = std::getenv("HYBRIDLM_DP_OVERLAP");
+    const std::string overlap_was = overlap_env != nullptr ? overlap_env : "";
+    if (blocking) setenv("HYBRIDLM_DP_OVERLAP", "off", 1);
+    if (dp != "off") device.set_data_parallel(single, dp.rfind("zero1", 0) == 0 ? 1 : 0,
                                              bucket_elements_from_env(kGpuBucketElements));
+    if (blocking) {  // read by set_data_parallel only
+      if (overlap_env != nullptr) setenv("HYBRIDLM_DP_OVERLAP", overlap_was.c_str(), 1);
+      else unsetenv("HYBRIDLM_DP_OVERLAP");
+    }
     std::printf("device: %s, precision %s\n", device.describe().c_str(), o.precision.c_str());
     const auto a0 = std::chrono::steady_clock::now();
     device.attach(student, &teacher, optimizer);
@@ -242,7 +254,8 @@ int main(int argc, char** argv) {
         cudaDeviceSynchronize();
         cudaProfilerStop();
       }
-      std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s\n", s, t, loss.loss, norm, s < 2 ? " (warm-up)" : "");
+      std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s [loss %a, norm %a]\n", s, t, loss.loss, norm,
+                  s < 2 ? " (warm-up)" : "", loss.loss, norm);
       if (s >= 2) ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());

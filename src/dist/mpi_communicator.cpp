@@ -47,6 +47,8 @@ MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
+bool g_serialized = true;  // what MPI_Init_thread granted (mpi_thread_serialized)
+
 int as_count(size_t n, const char* what) {
   HLM_CHECK(n <= static_cast<size_t>(INT_MAX), what, ": ", n, " elements exceed MPI's int counts (use buckets)");
   return static_cast<int>(n);
@@ -59,7 +61,8 @@ class MpiCommunicator final : public Communicator {
     MPI_Initialized(&initialized);
     HLM_CHECK(!initialized, "MPI is already initialised in this process (one MpiCommunicator per process)");
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    g_serialized = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     MPI_Comm node = MPI_COMM_NULL;
@@ -192,6 +195,8 @@ class MpiCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
 
+bool mpi_thread_serialized() { return g_serialized; }
+
 #else  // no MPI in this build
 
 bool communicator_mpi_available() { return false; }
@@ -199,6 +204,8 @@ bool communicator_mpi_available() { return false; }
 std::unique_ptr<Communicator> make_mpi_communicator() {
   throw Error(ErrorKind::Internal, "make_mpi_communicator: this hybridlm was built without MPI");
 }
+
+bool mpi_thread_serialized() { return true; }
 
 #endif
 

@@ -11,6 +11,11 @@
 //   there); bounds kLossTol / kWeightTol.
 // - a 2-rank ZeRO-1 run stopped after step 4 and resumed on 2 ranks equals the uninterrupted one exactly (the
 //   moments gathered from the shards into the checkpoint and sliced again).
+// - the overlap of the gradient sums with the last micro-batch's backward (HYBRIDLM_DP_OVERLAP, default on) against
+//   the same run with it off, buckets of 1000 elements (so buckets become final layer by layer and mix parameters of
+//   several layers): one rank through nccl and host staging (ZeRO-1), two ranks on one GPU (host staging, ZeRO-1 and
+//   ZeRO-0). Bound: exactly equal losses, norms and weights (the same sums in the same order, only their timing
+//   differs; a bucket summed before its last gradient was added, or read while being written, breaks it).
 // - adam8 and lean plans are refused with the message naming them (not sharded on the GPU yet).
 // $HLM_BINARY (the GPU machine's unpacked copy) when set. Label cuda: every test skips without a usable GPU (and
 // the multi-rank ones without mpirun).
@@ -145,6 +150,40 @@ TEST_F(GpuDataParallel, TwoRankResumeIsExact) {
                                               (dir() / "two_stop").string());
   ASSERT_EQ(resume.exit_code, 0) << resume.out << resume.err;
   expect_close("two_z1", "two_stop", 0.0, 0.0, 0.0);
+}
+
+TEST_F(GpuDataParallel, OverlapOnAndOffAreBitIdentical) {
+  const std::string buckets = "HYBRIDLM_BUCKET_ELEMENTS=1000 ";
+  const auto said = [](const test::RunResult& r, const std::string& on) {
+    return r.out.find("gradient sums overlapped with the backward: " + on) != std::string::npos;
+  };
+  for (const std::string backend : {"nccl", "host"}) {
+    std::string names[2];
+    for (const std::string on : {"on", "off"}) {
+      const std::string name = "overlap_" + backend + "_" + on;
+      const test::RunResult r = one(buckets + "HYBRIDLM_GPU_COLLECTIVES=" + backend + " HYBRIDLM_DP_OVERLAP=" + on,
+                                    args(name, "--zero-stage 1"));
+      if (backend == "nccl" && r.err.find("built without NCCL") != std::string::npos) break;
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      EXPECT_TRUE(said(r, on)) << r.out;
+      names[on == "on" ? 0 : 1] = name;
+    }
+    if (!names[1].empty()) expect_close(names[1], names[0], 0.0, 0.0, 0.0);
+  }
+  if (!test::mpirun_usable()) GTEST_SKIP() << "this build has no MPI or mpirun is not installed";
+  for (const int zero : {1, 0}) {
+    for (const std::string on : {"on", "off"}) {
+      const std::string name = "overlap_two_z" + std::to_string(zero) + "_" + on;
+      const test::RunResult r = test::run_shell(
+          buckets + "HYBRIDLM_DP_OVERLAP=" + on + " " + test::mpirun_prefix() +
+          "-x HYBRIDLM_GPU_COLLECTIVES=host -x HYBRIDLM_DP_OVERLAP -x HYBRIDLM_BUCKET_ELEMENTS -np 2 " +
+          test::cuda_test_binary() + " " + args(name, "--zero-stage " + std::to_string(zero)));
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      EXPECT_TRUE(said(r, on)) << r.out;
+    }
+    const std::string z = "overlap_two_z" + std::to_string(zero);
+    expect_close(z + "_off", z + "_on", 0.0, 0.0, 0.0);
+  }
 }
 
 TEST_F(GpuDataParallel, PlansThatAreNotShardedAreRefused) {

@@ -25,7 +25,7 @@ ncclDataType_t nccl_type<float>() { return ncclFloat32; }
 template <>
 ncclDataType_t nccl_type<double>() { return ncclFloat64; }
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public NcclDeviceCommunicator {
  public:
   explicit NcclCommunicator(Communicator& host) : host_(host), timeout_(collective_timeout_seconds()) {
     int devices = 0;
@@ -56,17 +56,29 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return host_.local_rank(); }
   int local_size() const override { return host_.local_size(); }
 
-  void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n); }
-  void all_reduce_sum(double* data, size_t n) override { all_reduce(data, n); }
+  void all_reduce_sum(float* data, size_t n) override {
+    all_reduce(data, n);
+    wait("all-reduce");
+  }
+  void all_reduce_sum(double* data, size_t n) override {
+    all_reduce(data, n);
+    wait("all-reduce");
+  }
   void reduce_scatter_sum(const float* send, float* recv, size_t n) override {
+    reduce_scatter_sum_queued(send, recv, n);
+    wait("reduce-scatter");
+  }
+  void* stream() const override { return stream_; }
+  void all_reduce_sum_queued(float* data, size_t n) override { all_reduce(data, n); }
+  void reduce_scatter_sum_queued(const float* send, float* recv, size_t n) override {
     if (size() == 1) {  // the rank-order sum of one rank is its buffer: a copy (all_reduce does nothing likewise)
       if (n > 0 && send != recv)
         cuda(cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
     } else {
       reduce_scatter(send, recv, n);
     }
-    wait("reduce-scatter");
   }
+  void wait_queued(const char* what) override { wait(what); }
   void all_gather(const float* send, float* recv, size_t n) override {
     gather_chunks(send, recv, n);
     wait("all-gather");
@@ -143,7 +155,10 @@ class NcclCommunicator final : public Communicator {
   }
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
-      if (scratch_ != nullptr) cudaFree(scratch_);
+      if (scratch_ != nullptr) {  // queued work may still read it: the stream first
+        cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+        cudaFree(scratch_);
+      }
       cuda(cudaMalloc(&scratch_, bytes), "cudaMalloc");
       scratch_bytes_ = bytes;
     }
@@ -151,7 +166,10 @@ class NcclCommunicator final : public Communicator {
   }
   void* pieces(size_t bytes) {
     if (bytes > pieces_bytes_) {
-      if (pieces_ != nullptr) cudaFree(pieces_);
+      if (pieces_ != nullptr) {  // queued work may still read it: the stream first
+        cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+        cudaFree(pieces_);
+      }
       cuda(cudaMalloc(&pieces_, bytes), "cudaMalloc");
       pieces_bytes_ = bytes;
     }
@@ -196,6 +214,7 @@ class NcclCommunicator final : public Communicator {
     settle("all-gather");
   }
 
+  // Enqueues the all-reduce (no wait).
   template <typename T>
   void all_reduce(T* data, size_t n) {
     if (size() == 1 || n == 0) return;
@@ -207,7 +226,6 @@ class NcclCommunicator final : public Communicator {
                          stream_),
          "cudaMemcpyAsync");
     gather_chunks(static_cast<const T*>(mine), data, n);
-    wait("all-reduce");
   }
 
   Communicator& host_;
@@ -223,7 +241,7 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host) {
+std::unique_ptr<NcclDeviceCommunicator> make_nccl_communicator(Communicator& host) {
   return std::make_unique<NcclCommunicator>(host);
 }
 

@@ -13,16 +13,32 @@
 // ncclCommGetAsyncError are polled (spinning for 200 µs, then 50 µs sleeps) until the stream is done; an NCCL error (a peer died, a network
 // error) or the timeout (HYBRIDLM_COLLECTIVE_TIMEOUT, default 600 s) calls ncclCommAbort and then host.abort(), which
 // ends every rank with the message. Scratch: W chunk-sized pieces (grown on demand, device memory).
+// Queued calls (the GPU trainer's overlap of the gradient sums with the backward, HYBRIDLM_DP_OVERLAP): the same
+// collectives, the same rank-order sums and chunking, queued on the communicator's own stream behind whatever the
+// caller queued there (e.g. a cudaStreamWaitEvent on the compute stream's event and the bucket's packing copies),
+// without the host waiting; wait_queued then waits for all of it with the same error and timeout handling.
 // Built only with CUDA and MPI (CMake target hlm_dist_nccl); the GPU trainer uses it through
 // train/cuda/device_collectives.h.
 #pragma once
+#include <cstddef>
 #include <memory>
 
 #include "dist/communicator.h"
 
 namespace hlm {
 
+class NcclDeviceCommunicator : public Communicator {
+ public:
+  // The communicator's own stream (a cudaStream_t, as void* so that this header needs no CUDA headers).
+  virtual void* stream() const = 0;
+  // all_reduce_sum / reduce_scatter_sum queued on stream(); the host does not wait (wait_queued does).
+  virtual void all_reduce_sum_queued(float* data, size_t n) = 0;
+  virtual void reduce_scatter_sum_queued(const float* send, float* recv, size_t n) = 0;
+  // Until stream() has run everything queued on it; NCCL errors and the timeout end the job.
+  virtual void wait_queued(const char* what) = 0;
+};
+
 // `host` must outlive the result. Input error when this process sees no CUDA device.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host);
+std::unique_ptr<NcclDeviceCommunicator> make_nccl_communicator(Communicator& host);
 
 }  // namespace hlm

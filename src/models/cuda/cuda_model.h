@@ -79,7 +79,12 @@ class CudaModel {
   // As model_backward: grads += d loss / d weights from d_final_hidden [T, hidden] (device). grads comes from
   // zeros_like(config()); the LM head's own gradient comes from the loss, not from here. Reads the trace's kept
   // intermediates where it has them, recomputes them otherwise: the same gradients to the bit.
-  void backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads);
+  // layer_done (may be empty): called on the host as the backward is QUEUED, with num_hidden_layers once the final
+  // norm's gradient is queued, then with i once layer i's gradients are (i = L-1 .. 0): gradients queued before the
+  // call are final on the stream from that point (the data-parallel overlap, train/cuda/cuda_data_parallel.h). The
+  // embedding's gradient is queued last, after the call with 0. The hook queues nothing on the stream itself.
+  void backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads,
+                const std::function<void(int)>& layer_done = {});
   // Every tensor to zero (queued on the stream).
   void set_zero();
   // Copies every tensor into the same slot of `host`, which must be shaped like this model (zero_grads_like(config())

@@ -228,7 +228,8 @@ CudaTensor CudaModel::forward_final_hidden(const TokenBatch& batch) {
   return hidden;
 }
 
-void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads) {
+void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads,
+                         const std::function<void(int)>& layer_done) {
   CudaContext& ctx = *ctx_;
   ctx.make_current();
   const ModelConfig& c = config_;
@@ -257,6 +258,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
 
   rmsnorm_backward(ctx, d_hidden, grads.norm_.data<float>(), d_final_hidden, trace.final_stream.data<float>(),
                    norm_.data<float>(), row_norm);
+  if (layer_done) layer_done(static_cast<int>(L));
 
   for (int i = static_cast<int>(L) - 1; i >= 0; --i) {
     const Layer& lw = *layers_[static_cast<size_t>(i)];
@@ -345,6 +347,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
                        lw.input_layernorm.data<float>(), row_norm);
       residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);
     }
+    if (layer_done) layer_done(i);
   }
   const EmbeddingCudaParams ep{T, c.vocab_size, H, hyper.embedding_multiplier};
   const size_t bytes = embedding_backward_cuda_workspace_bytes(ep);

@@ -5,7 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_tensor.h"
@@ -21,6 +25,7 @@ CudaDataParallel::CudaDataParallel(CudaContext& ctx, Communicator& host, std::un
                                    int zero_stage, size_t bucket_elements)
     : ctx_(ctx), host_(host), coll_(std::move(collectives)), zero_stage_(zero_stage),
       bucket_elements_(bucket_elements) {
+  overlap_ = dp_overlap_from_env() && coll_->can_queue();
   HLM_CHECK(zero_stage == 0 || zero_stage == 1, "zero stage ", zero_stage);
   HLM_CHECK(bucket_elements > 0, "bucket of 0 elements");
   HLM_CHECK(coll_->size() == host_.size() && coll_->rank() == host_.rank(), "CudaDataParallel: the collectives' rank ",
@@ -28,7 +33,22 @@ CudaDataParallel::CudaDataParallel(CudaContext& ctx, Communicator& host, std::un
             host_.size());
 }
 
-CudaDataParallel::~CudaDataParallel() = default;
+bool dp_overlap_from_env() {
+  const char* v = std::getenv(kDpOverlapEnv);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0) return false;
+  throw_input_error("environment variable ", kDpOverlapEnv, "='", v, "' is not on or off");
+}
+
+CudaDataParallel::~CudaDataParallel() {
+  if (armed_) {  // an exception left queued sums behind: let them end before the buffers go
+    try {
+      coll_->finish();
+    } catch (...) {
+    }
+  }
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+}
 
 std::pair<int64_t, int64_t> CudaDataParallel::rows(int64_t rows) const { return rank_rows(host_, rows); }
 
@@ -68,6 +88,11 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   }
   bucket_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(std::max<size_t>(1, std::min(P, bucket_elements_)))});
   shard_elements_ = shard;
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  events_.assign(buckets_.size(), nullptr);
+  for (cudaEvent_t& e : events_) HLM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  bucket_stage_.assign(buckets_.size(), -1);  // until set_ready_stages: every bucket at the end of the backward
+  queued_.assign(buckets_.size(), false);
   if (zero_stage_ == 0) return;
 
   for (const Bucket& b : buckets_) {
@@ -106,7 +131,56 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   ctx_.synchronize();  // the pageable uploads above have been staged; m and v may go
 }
 
-void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights) const {
+void CudaDataParallel::set_ready_stages(const std::vector<int>& stage) {
+  HLM_CHECK(stage.size() + 1 == offsets_.size(), "CudaDataParallel::set_ready_stages: ", stage.size(), " stages for ",
+            offsets_.size() - 1, " parameters");
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    int lowest = INT_MAX;
+    for (size_t i = 0; i < stage.size(); ++i)
+      if (offsets_[i] < buckets_[k].end && offsets_[i + 1] > buckets_[k].begin) lowest = std::min(lowest, stage[i]);
+    bucket_stage_[k] = lowest == INT_MAX ? -1 : lowest;
+  }
+}
+
+bool CudaDataParallel::overlap_begin() {
+  HLM_CHECK(!armed_ && !summed_, "CudaDataParallel::overlap_begin twice in a step");
+  armed_ = overlap_ && optimizer_ != nullptr && !(zero_stage_ == 0 && size() == 1);
+  std::fill(queued_.begin(), queued_.end(), false);
+  return armed_;
+}
+
+void CudaDataParallel::overlap_reached(int stage) {
+  if (!armed_) return;
+  for (size_t k = buckets_.size(); k-- > 0;)
+    if (!queued_[k] && bucket_stage_[k] >= stage) submit_bucket(k);
+}
+
+void CudaDataParallel::submit_bucket(size_t k) {
+  const Bucket b = buckets_[k];
+  float* buf = bucket_.data<float>();
+  HLM_CUDA_CHECK(cudaEventRecord(events_[k], ctx_.stream()));
+  DeviceCollectives::Job job;
+  job.ready = events_[k];
+  job.pack = [this, b, buf](cudaStream_t s) { copy_flat(b.begin, b.end, buf, true, false, s); };
+  job.data = buf;
+  job.n = b.end - b.begin;
+  if (zero_stage_ == 1) job.recv = shard_grad_.data<float>() + b.shard_offset;
+  else job.unpack = [this, b, buf](cudaStream_t s) { copy_flat(b.begin, b.end, buf, false, false, s); };
+  coll_->submit(std::move(job));
+  queued_[k] = true;
+}
+
+void CudaDataParallel::finish_gradient_sums() {
+  if (!armed_) return;
+  overlap_reached(-1);  // anything not queued yet (the caller normally did this right after the backward)
+  armed_ = false;
+  coll_->finish();
+  summed_ = true;
+}
+
+void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights,
+                                 cudaStream_t stream) const {
+  if (stream == nullptr) stream = ctx_.stream();
   const std::vector<float*>& t = weights ? weights_ : grads_;
   size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
   for (size_t at = begin; at < end; ++i) {
@@ -115,7 +189,7 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
       float* p = t[i] + (at - offsets_[i]);
       float* b = buf + (at - begin);
       HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, ctx_.stream()));
+                                     cudaMemcpyDeviceToDevice, stream));
     }
     at = stop;
   }
@@ -123,6 +197,7 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
 
 void CudaDataParallel::all_reduce_gradients() {
   HLM_CHECK(zero_stage_ == 0, "CudaDataParallel::all_reduce_gradients with zero stage 1");
+  if (std::exchange(summed_, false)) return;  // summed during the backward (overlap)
   if (size() == 1) return;  // the sum over one rank is the gradient itself
   float* buf = bucket_.data<float>();
   for (const Bucket& b : buckets_) {
@@ -136,9 +211,11 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
   HLM_CHECK(zero_stage_ == 1 && optimizer_ != nullptr, "CudaDataParallel::sharded_step: zero 1 after attach");
   ctx_.make_current();
   float* buf = bucket_.data<float>();
-  for (const Bucket& b : buckets_) {
-    copy_flat(b.begin, b.end, buf, true, false);
-    coll_->reduce_scatter_sum(buf, shard_grad_.data<float>() + b.shard_offset, b.end - b.begin);
+  if (!std::exchange(summed_, false)) {  // else reduce-scattered during the backward (overlap)
+    for (const Bucket& b : buckets_) {
+      copy_flat(b.begin, b.end, buf, true, false);
+      coll_->reduce_scatter_sum(buf, shard_grad_.data<float>() + b.shard_offset, b.end - b.begin);
+    }
   }
   // ‖shard‖ on the device, over the pieces (grad_norm_cuda.h: fp64, a fixed order).
   std::vector<GradNormCudaTensor> list;

@@ -22,7 +22,18 @@
 // the collectives and back unchanged; the update is the per-element arithmetic of CudaAdamW (the same kernel); the
 // norm's fp64 partial sums are grouped by pieces rather than parameters, so the norm may differ from CudaAdamW's in
 // its last bits (and the clip scale, when clipping, by one fp32 rounding).
-// The collectives block the host and are not overlapped with the backward (not implemented yet).
+// Overlap (HYBRIDLM_DP_OVERLAP=on|off, default on; docs/distributed.md): during the LAST micro-batch's backward,
+// each bucket's sum is queued as soon as every parameter in it has its final gradient (CudaModel::backward's
+// layer_done hook: set_ready_stages gives each parameter the stage after which it is final), as a DeviceCollectives
+// job behind an event of the compute stream: the packing copies, the collective (the fixed-order sum kernel too) and,
+// for zero 0, the unpacking run on the collectives' stream while the compute stream goes on with the earlier layers.
+// Buckets go from the last to the first (the order in which the backward finishes them; the same on every rank).
+// finish_gradient_sums waits for them before any other collective (the loss record, the norm, the AdamW step).
+// The sums, buckets and chunks are those of the blocking path, so the results are the same bits either way (test:
+// GpuDataParallel.OverlapOnAndOffAreBitIdentical). Not overlapped: the earlier micro-batches (their gradients are not
+// final), a step replayed as a CUDA graph (the blocking path runs after it), the all-gather of the weights after
+// the update (it needs the update), and zero 0 with one rank (nothing to sum). Host staging overlaps only where MPI
+// granted MPI_THREAD_SERIALIZED (its helper thread calls MPI).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +68,16 @@ class CudaDataParallel {
   // i) and its step count. copies: the bf16 copies the update writes (CudaModel::bf16_copies(); may be empty).
   void attach(CudaAdamW& optimizer, const AdamW& host, const std::vector<size_t>& host_index,
               const std::vector<CudaModel::Bf16Copy>& copies);
+  // Overlap (see above). set_ready_stages: per device optimizer parameter (after attach), the value of layer_done
+  // after which its gradient is final; -1: only when the backward has returned.
+  bool overlap() const { return overlap_; }
+  void set_ready_stages(const std::vector<int>& stage);
+  // Before the last micro-batch's backward is queued: true when its bucket sums will be queued as it goes (then pass
+  // overlap_reached as the backward's layer_done, and call overlap_reached(-1) once it returned).
+  bool overlap_begin();
+  void overlap_reached(int stage);
+  // Every step, after the backward and before any other collective: waits for the queued sums (nothing otherwise).
+  void finish_gradient_sums();
   // zero 0: sums the gradients over ranks in place (the caller then runs CudaAdamW::step).
   void all_reduce_gradients();
   // zero 1: reduce-scatter, global norm, and when `update` and the norm is finite: clip, the shard's AdamW update with
@@ -77,8 +98,11 @@ class CudaDataParallel {
     size_t begin = 0, end = 0;  // flat range
     size_t shard = 0;           // position in the shard buffers
   };
-  // Device copies between flat range [begin, end) of the weights (or gradients) and buf (queued on the stream).
-  void copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights) const;
+  // Device copies between flat range [begin, end) of the weights (or gradients) and buf (queued on `stream`, or on
+  // ctx's stream when null).
+  void copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights, cudaStream_t stream = nullptr) const;
+  // Queues bucket b's sum as a DeviceCollectives job behind an event of ctx's stream.
+  void submit_bucket(size_t b);
   size_t chunk_first(const Bucket& b) const;
 
   CudaContext& ctx_;
@@ -99,6 +123,17 @@ class CudaDataParallel {
   std::vector<unsigned char> adamw_staging_;
   double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8;  // the host AdamW's
   int64_t step_ = 0;
+  // Overlap state.
+  bool overlap_ = true;
+  std::vector<int> bucket_stage_;      // per bucket: the smallest ready stage of its parameters
+  std::vector<cudaEvent_t> events_;    // per bucket: recorded on ctx's stream when it is queued
+  std::vector<bool> queued_;           // per bucket, this step
+  bool armed_ = false;                 // between overlap_begin and finish_gradient_sums
+  bool summed_ = false;                // this step's sums were queued (the blocking loops are skipped)
 };
+
+// HYBRIDLM_DP_OVERLAP: on (default) | off; input error otherwise.
+inline constexpr const char* kDpOverlapEnv = "HYBRIDLM_DP_OVERLAP";
+bool dp_overlap_from_env();
 
 }  // namespace hlm

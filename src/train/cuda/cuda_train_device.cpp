@@ -190,9 +190,28 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   optimizer_->set_step_count(optimizer.step_count());
   if (dp_) {
     dp_->attach(*optimizer_, optimizer, host_index_, student_->bf16_copies());
-    std::printf("%-12s rank %d of %d, %s collectives, zero stage %d (%zu AdamW elements on this rank)\n",
+    // When each gradient is final in the backward (CudaModel::backward's layer_done): layer i's tensors after call
+    // i, the final norm and an untied head after call L (the head's gradient comes from the loss, before the
+    // backward), anything else (the embedding, a tied head) once the backward has returned.
+    const int L = static_cast<int>(student.config().num_hidden_layers);
+    std::vector<int> stages;
+    for (const CudaAdamWParam& p : device) {
+      int stage = -1;
+      const size_t at = p.name.find("layers.");
+      if (at != std::string::npos && (at == 0 || p.name[at - 1] == '.')) {
+        const int layer = std::atoi(p.name.c_str() + at + 7);
+        if (layer >= 0 && layer < L) stage = layer;
+      } else if (p.name == "lm_head.weight" || p.name == "model.norm.weight") {
+        stage = L;
+      }
+      stages.push_back(stage);
+    }
+    dp_->set_ready_stages(stages);
+    std::printf("%-12s rank %d of %d, %s collectives, zero stage %d (%zu AdamW elements on this rank), gradient "
+                "sums overlapped with the backward: %s\n",
                 "data parallel", dp_->rank(), dp_->size(), dp_->backend(), dp_->zero_stage(),
-                sharded ? dp_->shard_elements() : static_cast<size_t>(student_->weight_bytes() / 4));
+                sharded ? dp_->shard_elements() : static_cast<size_t>(student_->weight_bytes() / 4),
+                dp_->overlap() ? "on" : "off");
   }
   if (options_.cuda_graphs) {
     graphs_ = std::make_unique<StepGraphCache<StepGraph>>(kMaxStepGraphs);
@@ -276,10 +295,13 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
     grads_->set_zero();
     for (int64_t r = 0; r < mine.rows; r += micro_rows) {
       const PackedBatch micro = mine.rows == micro_rows ? mine : packed_batch_rows(mine, r, r + micro_rows);
-      micro_step(micro, weight, tau, num_languages, out);
+      micro_step(micro, weight, tau, num_languages, out, r + micro_rows == mine.rows);
     }
   }
-  if (dp_) dp_->reduce_loss(out);  // every rank then decides alike whether to update
+  if (dp_) {
+    dp_->finish_gradient_sums();  // the sums queued during the last backward (overlap), before any other collective
+    dp_->reduce_loss(out);        // every rank then decides alike whether to update
+  }
   // Each parameter's lr and weight decay from its host group (the trainer applied the schedule already).
   const std::vector<AdamWGroup>& groups = host_optimizer_->groups();
   const std::vector<AdamWParam>& host = host_optimizer_->params();
@@ -315,7 +337,7 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
 }
 
 void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages,
-                                 BatchLoss& out) {
+                                 BatchLoss& out, bool last) {
   CudaContext& ctx = *ctx_;
   const int64_t N = micro.batch.total_tokens();
   PhaseTimer timer(ctx.stream());
@@ -342,7 +364,14 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
                                        teacher_ ? nullptr : targets.data<int32_t>(), per_token.data<float>(),
                                        result.raw(), tau);
   timer.mark("loss");
-  student_->backward(trace, d_hidden.data<float>(), *grads_);
+  // Data parallel, last micro-batch: each bucket's sum starts on the collectives' stream as soon as the backward
+  // has finished its gradients (cuda_data_parallel.h, overlap).
+  if (last && dp_ && dp_->overlap_begin()) {
+    student_->backward(trace, d_hidden.data<float>(), *grads_, [this](int stage) { dp_->overlap_reached(stage); });
+    dp_->overlap_reached(-1);
+  } else {
+    student_->backward(trace, d_hidden.data<float>(), *grads_);
+  }
   timer.mark("student_backward");
   timer.print();
 

@@ -40,7 +40,9 @@
 // with sharded moments, all-gather of the weights) and the loss record is summed over the host communicator. Only
 // the fp32 optimizer formats are sharded: 8-bit moments and bf16 masters (adam8, lean) are refused with an input
 // error. The device is GPU local_rank % visible GPUs (cli/train_device_cli.cpp).
-// Non-goals for now: overlapping the gradient sums with the backward, per-layer gradient release.
+// With HYBRIDLM_DP_OVERLAP on (the default) the last micro-batch's backward queues each bucket's sum on the
+// collectives' stream as soon as its gradients are final (the same bits as summing after the backward).
+// Non-goals for now: per-layer gradient release.
 #pragma once
 #include <memory>
 #include <optional>
@@ -99,8 +101,10 @@ class CudaTrainDevice final : public TrainDevice {
   CudaTensor head_loss(const CudaTrainTrace& trace, const CudaTensor* teacher_hidden, const float* weights,
                        const int32_t* targets, float* per_token, void* result, double tau);
 
-  // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`.
-  void micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages, BatchLoss& out);
+  // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`. last: the step's last
+  // micro-batch (data parallel: its backward queues the bucket sums as it goes, cuda_data_parallel.h).
+  void micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages, BatchLoss& out,
+                  bool last = false);
 
   // The memory plan: static part (weights, copies, gradients, AdamW state) at attach, activations at the first step.
   void print_static_plan() const;

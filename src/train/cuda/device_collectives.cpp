@@ -3,11 +3,17 @@
 
 #include <cuda_runtime.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
+#include "dist/mpi_communicator.h"
 #include "train/train_device.h"
 
 #ifdef HLM_WITH_NCCL
@@ -38,10 +44,27 @@ class NcclCollectives final : public DeviceCollectives {
     ctx_.synchronize();
     comm_->all_gather(send, recv, n);
   }
+  bool can_queue() const override { return true; }
+  // Everything on the communicator's stream, behind the event: no host wait.
+  void submit(Job job) override {
+    const auto s = static_cast<cudaStream_t>(comm_->stream());
+    HLM_CUDA_CHECK(cudaStreamWaitEvent(s, job.ready, 0));
+    if (job.pack) job.pack(s);
+    if (job.recv != nullptr) comm_->reduce_scatter_sum_queued(job.data, job.recv, job.n);
+    else comm_->all_reduce_sum_queued(job.data, job.n);
+    if (job.unpack) job.unpack(s);
+    queued_ = true;
+  }
+  void finish() override {
+    if (!queued_) return;
+    queued_ = false;
+    comm_->wait_queued("the gradient sums (overlapped)");
+  }
 
  private:
   CudaContext& ctx_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<NcclDeviceCommunicator> comm_;
+  bool queued_ = false;
 };
 #endif
 
@@ -50,6 +73,15 @@ class HostStagedCollectives final : public DeviceCollectives {
  public:
   HostStagedCollectives(CudaContext& ctx, Communicator& host) : ctx_(ctx), host_(host) {}
   ~HostStagedCollectives() override {
+    if (helper_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+      }
+      wake_.notify_all();
+      helper_.join();
+    }
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
     for (float* b : {in_, out_})
       if (b != nullptr) cudaFreeHost(b);
   }
@@ -75,8 +107,84 @@ class HostStagedCollectives final : public DeviceCollectives {
     host_.all_gather(mine, out_, n);  // in place (communicator.h allows send = recv + chunk_begin)
     to_device(recv, out_, n);
   }
+  bool can_queue() const override { return mpi_thread_serialized(); }
+  void submit(Job job) override {
+    if (!helper_.joinable()) {
+      HLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      helper_ = std::thread([this] { helper_loop(); });
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+      ++pending_;
+    }
+    wake_.notify_all();
+  }
+  void finish() override {
+    if (!helper_.joinable()) return;
+    std::exception_ptr error;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return pending_ == 0; });
+      std::swap(error, error_);
+    }
+    HLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the last job's copies back
+    if (error) std::rethrow_exception(error);
+  }
 
  private:
+  // The helper thread: each job in order on stream_ (pack, copy to pinned memory, wait), the host communicator's
+  // collective, the copy back and unpack queued on stream_. The next job's copy to in_ is queued behind the previous
+  // copy back on the same stream, and the host writes the pinned buffers only after a stream wait: no buffer is
+  // overwritten while read. After an error the remaining jobs are dropped (finish rethrows the first error).
+  void helper_loop() {
+    ctx_.make_current();
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (stop_ && jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      bool skip = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        skip = error_ != nullptr;
+      }
+      if (!skip) {
+        try {
+          run(job);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (!error_) error_ = std::current_exception();
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --pending_;
+      }
+      done_.notify_all();
+    }
+  }
+  void run(const Job& job) {
+    HLM_CUDA_CHECK(cudaStreamWaitEvent(stream_, job.ready, 0));
+    if (job.pack) job.pack(stream_);
+    if (job.n > capacity_) HLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before reserve frees the buffers
+    reserve(job.n);
+    HLM_CUDA_CHECK(cudaMemcpyAsync(in_, job.data, job.n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    HLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (job.recv != nullptr) {
+      host_.reduce_scatter_sum(in_, out_, job.n);
+      HLM_CUDA_CHECK(cudaMemcpyAsync(job.recv, out_, chunk_size(job.n, size(), rank()) * sizeof(float),
+                                     cudaMemcpyHostToDevice, stream_));
+    } else {
+      host_.all_reduce_sum(in_, job.n);
+      HLM_CUDA_CHECK(cudaMemcpyAsync(job.data, in_, job.n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    }
+    if (job.unpack) job.unpack(stream_);
+  }
   void reserve(size_t n) {
     if (n <= capacity_) return;
     for (float** b : {&in_, &out_}) {
@@ -101,6 +209,15 @@ class HostStagedCollectives final : public DeviceCollectives {
   float* in_ = nullptr;
   float* out_ = nullptr;
   size_t capacity_ = 0;
+  // Queued jobs (submit/finish) and the helper thread that runs them on its own stream.
+  cudaStream_t stream_ = nullptr;
+  std::thread helper_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::deque<Job> jobs_;
+  size_t pending_ = 0;  // submitted and not yet run
+  bool stop_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace

@@ -15,8 +15,10 @@
 //          (two passes × two heads + dh + dW, 6·2·N·V·H flops).
 //   attn_engines: bf16 causal attention forward and forward+backward (32 q / 8 kv heads, D 128) at B8×T1024, B2×T4096
 //          and B1×T16384 by the native tensor-core kernels and by the cuDNN engine (attention_cudnn.h; skipped with
-//          its reason when cuDNN cannot be loaded or refuses): ms, TFLOP/s, the ratio, the cuDNN plans' build time
-//          (first call) and the largest |difference| of out, lse, dq, dk, dv between the two engines.
+//          its reason when cuDNN cannot be loaded or refuses), cuDNN once with each plan choice (HLM_CUDNN_PLAN first,
+//          then timed; plans rebuilt for each): ms, TFLOP/s, the ratios, the cuDNN plans' build time (first call), per
+//          direction and choice the plan that runs (candidate, count, engine, each candidate's trial ms when timed),
+//          and the largest |difference| of out, lse, dq, dk, dv between the native engine and the timed plans.
 //   adamw8: the lean plan's optimizer step (adamw_lowmem_cuda.h: 8-bit moments, bf16 master with stochastic rounding,
 //          bf16 gradient) over one tensor of 2^29 elements; ms, the bandwidth counting 10 bytes per element (gradient
 //          2, parameter 2 + 2, the two codes 1 + 1 each; the block scales aside) and the time scaled to the 4B
@@ -276,24 +278,63 @@ void bench_attention_engines(CudaContext& ctx) {
                                           B16(cud.out), cud.lse.data<float>(), p, ctx.stream(), &err);
     };
     const double flops_fwd = 4.0 * double(B) * double(S) * double(S) / 2.0 * double(D) * double(Hq);
+    // The native kernels pinned: under the default engine (auto, since session 13) attention_forward_cuda runs cuDNN,
+    // and this column printed cuDNN's time (seen in session 15's call: |native − cudnn| = 0).
+    attention_set_engine(AttentionEngine::kNative);
     const double n_fwd = time_ms(ctx.stream(), native_fwd), n_fb = time_ms(ctx.stream(), native_fb);
-    const auto w0 = std::chrono::steady_clock::now();
-    cudnn_fb();  // builds both plans
-    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    attention_clear_engine_override();
+    // cuDNN with each plan choice (HLM_CUDNN_PLAN first / timed), plans rebuilt for each; timed last, so the
+    // differences printed below are the timed plans'.
+    struct Run {
+      const char* name;
+      AttentionCudnnPlanChoice choice;
+      double fwd = 0, fb = 0, build_s = 0;
+      AttentionCudnnPlanInfo fi, bi;
+    };
+    Run runs[] = {{"first", AttentionCudnnPlanChoice::kFirst}, {"timed", AttentionCudnnPlanChoice::kTimed}};
+    for (Run& r : runs) {
+      attention_cudnn_reset_plans();
+      attention_cudnn_set_plan_choice(r.choice);
+      const auto w0 = std::chrono::steady_clock::now();
+      cudnn_fb();  // builds both plans
+      HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+      r.build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      if (!ok) break;
+      r.fwd = time_ms(ctx.stream(), cudnn_fwd);
+      r.fb = time_ms(ctx.stream(), cudnn_fb);
+      HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+      attention_cudnn_plan_info(false, p, &r.fi);
+      attention_cudnn_plan_info(true, p, &r.bi);
+    }
+    attention_cudnn_clear_plan_choice();
     if (!ok) {
       std::printf("attn_engines B%lld T%lld: cuDNN refused: %s\n", (long long)B, (long long)S, err.c_str());
       continue;
     }
-    const double c_fwd = time_ms(ctx.stream(), cudnn_fwd), c_fb = time_ms(ctx.stream(), cudnn_fb);
-    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    std::printf("attn_engines B%lld T%lld Hq%lld Hkv%lld D%lld bf16 fwd: native %.3f ms (%.0f TFLOP/s) cudnn %.3f ms "
-                "(%.0f TFLOP/s) native/cudnn %.2f; fwd+bwd: native %.3f ms (%.0f) cudnn %.3f ms (%.0f) native/cudnn "
-                "%.2f; cudnn plans built in %.2f s\n",
+    const Run &first = runs[0], &timed = runs[1];
+    std::printf("attn_engines B%lld T%lld Hq%lld Hkv%lld D%lld bf16 fwd: native %.3f ms (%.0f TFLOP/s) cudnn-first "
+                "%.3f ms (%.0f) cudnn-timed %.3f ms (%.0f) first/timed %.3f; fwd+bwd: native %.3f ms (%.0f) "
+                "cudnn-first %.3f ms (%.0f) cudnn-timed %.3f ms (%.0f) first/timed %.3f native/timed %.2f; plans built "
+                "in %.2f s (first) %.2f s (timed)\n",
                 (long long)B, (long long)S, (long long)Hq, (long long)Hkv, (long long)D, n_fwd,
-                flops_fwd / (n_fwd * 1e9), c_fwd, flops_fwd / (c_fwd * 1e9), n_fwd / c_fwd, n_fb,
-                3.5 * flops_fwd / (n_fb * 1e9), c_fb, 3.5 * flops_fwd / (c_fb * 1e9), n_fb / c_fb, build_s);
-    std::printf("attn_engines B%lld T%lld max |native - cudnn|: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n",
+                flops_fwd / (n_fwd * 1e9), first.fwd, flops_fwd / (first.fwd * 1e9), timed.fwd,
+                flops_fwd / (timed.fwd * 1e9), first.fwd / timed.fwd, n_fb, 3.5 * flops_fwd / (n_fb * 1e9), first.fb,
+                3.5 * flops_fwd / (first.fb * 1e9), timed.fb, 3.5 * flops_fwd / (timed.fb * 1e9), first.fb / timed.fb,
+                n_fb / timed.fb, first.build_s, timed.build_s);
+    for (const Run& r : runs)
+      for (const auto& [dir, info] : {std::pair<const char*, const AttentionCudnnPlanInfo*>{"fwd", &r.fi},
+                                      std::pair<const char*, const AttentionCudnnPlanInfo*>{"bwd", &r.bi}}) {
+        std::string times;
+        for (const double t : info->ms) {
+          char buf[32];
+          std::snprintf(buf, sizeof(buf), "%s%.3f", times.empty() ? "" : " ", t);
+          times += buf;
+        }
+        std::printf("attn_engines B%lld T%lld plan %s %s: candidate %d of %d (%s)%s%s%s\n", (long long)B, (long long)S,
+                    r.name, dir, info->chosen, info->candidates, info->engine.c_str(), times.empty() ? "" : "; ms [",
+                    times.c_str(), times.empty() ? "" : "]");
+      }
+    std::printf("attn_engines B%lld T%lld max |native - cudnn(timed)|: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n",
                 (long long)B, (long long)S, max_abs_diff(nat.out, cud.out, N * Hq * D, true),
                 max_abs_diff(nat.lse, cud.lse, N * Hq, false), max_abs_diff(nat.dq, cud.dq, N * Hq * D, true),
                 max_abs_diff(nat.dk, cud.dk, N * Hkv * D, true), max_abs_diff(nat.dv, cud.dv, N * Hkv * D, true));

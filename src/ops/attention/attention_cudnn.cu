@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -36,7 +37,28 @@ namespace hlm {
 namespace {
 std::atomic<int> g_engine_override{-1};
 std::atomic<int64_t> g_cudnn_executions{0};
+std::atomic<int> g_plan_override{-1};   // AttentionCudnnPlanChoice, or -1: HLM_CUDNN_PLAN
+std::atomic<int> g_plan_candidate{-1};  // >= 0: that candidate, untimed (tests)
 }  // namespace
+
+AttentionCudnnPlanChoice attention_cudnn_plan_choice() {
+  if (const int o = g_plan_override.load(); o >= 0) return static_cast<AttentionCudnnPlanChoice>(o);
+  static const AttentionCudnnPlanChoice request = [] {
+    const char* e = std::getenv("HLM_CUDNN_PLAN");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "first") == 0) return AttentionCudnnPlanChoice::kFirst;
+    if (std::strcmp(e, "timed") == 0) return AttentionCudnnPlanChoice::kTimed;
+    throw_input_error("HLM_CUDNN_PLAN=", e, ": expected first or timed");
+  }();
+  return request;
+}
+void attention_cudnn_set_plan_choice(AttentionCudnnPlanChoice choice, int candidate) {
+  g_plan_override = static_cast<int>(choice);
+  g_plan_candidate = candidate;
+}
+void attention_cudnn_clear_plan_choice() {
+  g_plan_override = -1;
+  g_plan_candidate = -1;
+}
 
 void attention_set_engine(AttentionEngine engine) { g_engine_override = static_cast<int>(engine); }
 void attention_clear_engine_override() { g_engine_override = -1; }
@@ -104,6 +126,8 @@ void attention_cudnn_gather_cache(__nv_bfloat16*, __nv_bfloat16*, const __nv_bfl
                                   const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, cudaStream_t) {
   throw_internal_error("attention_cudnn_gather_cache: built without cuDNN's headers");
 }
+void attention_cudnn_reset_plans() {}
+bool attention_cudnn_plan_info(bool, const AttentionCudaParams&, AttentionCudnnPlanInfo*) { return false; }
 
 #else
 
@@ -217,6 +241,58 @@ class Desc {
 
 using DescPtr = std::shared_ptr<Desc>;
 
+// One engine configuration finalized into an execution plan.
+struct PlanCandidate {
+  std::shared_ptr<Desc> plan;
+  int64_t workspace_bytes = 0;
+  std::string name;         // "engine <global index>" and its knob choices: what tells two configurations apart
+  std::string source = "";  // the heuristics mode that listed it first (A, B, fallback)
+};
+
+// "engine 8 knobs 2=1,17=0": a configuration's engine and knob choices (the key that deduplicates the heuristics'
+// lists); "engine ?" when cuDNN does not say.
+std::string config_name(const Desc& cfg) {
+  CudnnApi& a = api();
+  std::string name = "engine ?";
+  try {
+    Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    cudnnBackendDescriptor_t e = engine.get();
+    int64_t n = 0, index = -1;
+    check(a.GetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e), "engine");
+    check(a.GetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index), "engine index");
+    name = "engine " + std::to_string(index);
+    constexpr int kMaxKnobs = 64;
+    std::vector<std::unique_ptr<Desc>> knobs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int i = 0; i < kMaxKnobs; ++i) {
+      knobs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+      raw.push_back(knobs.back()->get());
+    }
+    int64_t got = 0;
+    check(a.GetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs, &got,
+                         raw.data()),
+          "knob choices");
+    std::vector<std::pair<int64_t, int64_t>> choices;
+    for (int64_t i = 0; i < got && i < kMaxKnobs; ++i) {
+      cudnnBackendKnobType_t type{};
+      int64_t value = 0;
+      check(a.GetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n,
+                           &type),
+            "knob type");
+      check(a.GetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n,
+                           &value),
+            "knob value");
+      choices.emplace_back(static_cast<int64_t>(type), value);
+    }
+    std::sort(choices.begin(), choices.end());
+    for (size_t i = 0; i < choices.size(); ++i)
+      name += (i == 0 ? " knobs " : ",") + std::to_string(choices[i].first) + "=" + std::to_string(choices[i].second);
+  } catch (const CudnnError&) {
+    // the name stays what was read ("engine ?" when not even the engine: the caller then never merges it)
+  }
+  return name;
+}
+
 // Builds one operation graph: tensors by uid, operations in order.
 class GraphBuilder {
  public:
@@ -308,9 +384,12 @@ class GraphBuilder {
     ops_.push_back(op);
   }
 
-  // The operation graph, heuristics (mode A, then the fallback list), and the first configuration that finalizes
-  // into an execution plan. Throws CudnnError with every configuration's refusal when none does.
-  std::shared_ptr<Desc> plan(int64_t* workspace_bytes) {
+  // The operation graph and the engine configurations that finalize into execution plans, in order: heuristics
+  // mode A's list, then (all_modes) mode B's, then the fallback list; a configuration met before (the same engine and
+  // knob choices) is skipped. At most `max_plans` are kept; with all_modes false the first one ends the search (mode
+  // A's first that finalizes, else the fallback list's: the plan the engine used before plans were timed). Throws
+  // CudnnError with every configuration's refusal when none finalizes.
+  std::vector<PlanCandidate> plans(bool all_modes, int max_plans) {
     CudnnApi& a = api();
     Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     std::vector<cudnnBackendDescriptor_t> ops;
@@ -319,14 +398,22 @@ class GraphBuilder {
         .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &a.handle)
         .finalize("operation graph");
     std::string refusals;
-    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    std::vector<PlanCandidate> found;
+    std::vector<cudnnBackendHeurMode_t> modes{CUDNN_HEUR_MODE_A};
+    if (all_modes) modes.push_back(CUDNN_HEUR_MODE_B);
+    modes.push_back(CUDNN_HEUR_MODE_FALLBACK);
+    const auto mode_name = [](cudnnBackendHeurMode_t m) {
+      return m == CUDNN_HEUR_MODE_A ? "A" : m == CUDNN_HEUR_MODE_B ? "B" : "fallback";
+    };
+    for (const cudnnBackendHeurMode_t mode : modes) {
+      if (static_cast<int>(found.size()) >= max_plans || (!all_modes && !found.empty())) break;
       Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
       heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
           .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
       try {
         heur.finalize("engine heuristics");
       } catch (const CudnnError& e) {
-        refusals += "\n  heuristics mode " + std::to_string(static_cast<int>(mode)) + ": " + e.what;
+        refusals += std::string("\n  heuristics mode ") + mode_name(mode) + ": " + e.what;
         continue;
       }
       int64_t count = 0;
@@ -344,24 +431,29 @@ class GraphBuilder {
                              raw.data()),
               "heuristics results");
       for (int64_t i = 0; i < got; ++i) {
+        if (static_cast<int>(found.size()) >= max_plans || (!all_modes && !found.empty())) break;
+        std::string name = config_name(*cfgs[static_cast<size_t>(i)]);
+        if (name.rfind("engine ?", 0) == 0) name += std::string(" #") + mode_name(mode) + std::to_string(i);  // unnamed: never merged
+        if (std::any_of(found.begin(), found.end(), [&](const PlanCandidate& c) { return c.name == name; })) continue;
         auto p = std::make_shared<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
         try {
           p->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &a.handle)
               .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfgs[static_cast<size_t>(i)])
               .finalize("execution plan");
         } catch (const CudnnError& e) {
-          refusals += "\n  mode " + std::to_string(static_cast<int>(mode)) + " config " + std::to_string(i) + ": " + e.what;
+          refusals += std::string("\n  mode ") + mode_name(mode) + " config " + std::to_string(i) + " (" + name +
+                      "): " + e.what;
           continue;
         }
         int64_t ws = 0, n = 0;
         check(a.GetAttribute(p->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
               "plan workspace size");
-        *workspace_bytes = ws;
-        return p;
+        found.push_back({p, ws, name, mode_name(mode)});
       }
-      if (got == 0) refusals += "\n  heuristics mode " + std::to_string(static_cast<int>(mode)) + ": no configuration";
+      if (got == 0) refusals += std::string("\n  heuristics mode ") + mode_name(mode) + ": no configuration";
     }
-    throw CudnnError{"no engine configuration runs this graph:" + refusals};
+    if (found.empty()) throw CudnnError{"no engine configuration runs this graph:" + refusals};
+    return found;
   }
 
  private:
@@ -378,11 +470,22 @@ struct Shape {
 };
 
 struct Plan {
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (workspace != nullptr) cudaFree(workspace);  // only plans dropped by attention_cudnn_reset_plans or not chosen
+  }
   std::shared_ptr<Desc> plan;
   int64_t workspace_bytes = 0;
+  std::string engine;             // the configuration's name (config_name)
+  int candidates = 1, chosen = 0;  // how many configurations finalized (and were considered); which one this is
+  bool timed = false;
+  std::vector<double> ms;          // timed: each candidate's median ms (negative: it failed to run)
   bool packed_stats = false;      // stats in cuDNN's packed layout at stats_offset (else our lse is used directly)
   int64_t stats_offset = 0;
-  void* workspace = nullptr;      // the plan's own: workspace_bytes (+ the fp32 scratch below)
+  void* workspace = nullptr;      // the plan's own: workspace_bytes (+ the fp32 scratch below), workspace_total in all
+  int64_t workspace_total = 0;
   int64_t softmax_sum_offset = 0;  // backward: fp32 [B, Hq, S] rowsum(dO ∘ O) in `workspace`
   int64_t dq_accum_offset = 0;     // backward: fp32 [B, Hq, S, D] dQ accumulator in `workspace`
 };
@@ -436,7 +539,7 @@ DescPtr bf16_tensor(GraphBuilder& g, int64_t uid, const GraphBuilder::Layout& l)
   return g.tensor(uid, l.dims, l.strides, CUDNN_DATA_BFLOAT16);
 }
 
-std::shared_ptr<Desc> build_forward(const Shape& s, bool packed_stats, int64_t* ws) {
+std::vector<PlanCandidate> build_forward(const Shape& s, bool packed_stats, bool all_modes, int max_plans) {
   GraphBuilder g;
   const Layouts l(s);
   DescPtr q = bf16_tensor(g, kQ, l.q), kt = bf16_tensor(g, kK, l.kv_t), v = bf16_tensor(g, kV, l.kv);
@@ -454,10 +557,10 @@ std::shared_ptr<Desc> build_forward(const Shape& s, bool packed_stats, int64_t* 
   g.pointwise(CUDNN_POINTWISE_ADD, mx, g.pointwise_to(CUDNN_POINTWISE_LOG, z, nullptr, l.rows), nullptr, stats);
   // P in the products' type, as cuDNN's frontend has it
   g.matmul(g.pointwise_to(CUDNN_POINTWISE_DIV, e, z, l.scores, CUDNN_DATA_BFLOAT16), v, o);
-  return g.plan(ws);
+  return g.plans(all_modes, max_plans);
 }
 
-std::shared_ptr<Desc> build_backward(const Shape& s, bool packed_stats, int64_t* ws) {
+std::vector<PlanCandidate> build_backward(const Shape& s, bool packed_stats, bool all_modes, int max_plans) {
   GraphBuilder g;
   const Layouts l(s);
   DescPtr q = bf16_tensor(g, kQ, l.q), kt = bf16_tensor(g, kK, l.kv_t), vt = bf16_tensor(g, kV, l.kv_t);
@@ -500,7 +603,7 @@ std::shared_ptr<Desc> build_backward(const Shape& s, bool packed_stats, int64_t*
   g.reshape(kt, kk);
   g.matmul(ds, kk, dq_accum);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq);
-  return g.plan(ws);
+  return g.plans(all_modes, max_plans);
 }
 
 // Stats between our [B, S, Hq] and cuDNN's packed [B, Hq, S] (fp32).
@@ -529,6 +632,8 @@ struct PlanCache {
   std::mutex mutex;
   std::map<PlanKey, std::shared_ptr<Plan>> plans;
   std::map<PlanKey, std::string> refused;
+  // The timed list of each shape built with all modes (and its stats layout): a forced candidate (tests) reuses it.
+  std::map<PlanKey, std::pair<std::vector<PlanCandidate>, bool>> lists;
 };
 
 PlanCache& cache() {
@@ -552,8 +657,181 @@ bool shape_of(const AttentionCudaParams& p, Shape* s, std::string* why) {
   return true;
 }
 
-// The cached plan for this call, built now if need be; nullptr (and why) when refused.
-std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t stream, std::string* why) {
+// Plan choice by timing (HLM_CUDNN_PLAN=timed): at most this many configurations per graph, each run this many times
+// untimed then timed (median) on the call's shape. The fastest replaces the heuristics' first only when it is at
+// least 2 % faster (kSwitchMargin): closer than that the order can flip between processes on the timing's noise, and
+// the heuristics' first is the plan the engine ran before plans were timed.
+constexpr int kMaxPlanCandidates = 8;
+constexpr int kTrialWarmup = 2, kTrialRuns = 5;
+constexpr double kSwitchMargin = 0.98;
+
+// One untimed execution of a candidate plan on the call's inputs, its outputs in `scratch` (the call's output sizes).
+using Trial = std::function<bool(const Plan&, char* scratch, std::string* why)>;
+
+bool plan_verbose() {
+  static const bool verbose = [] {
+    const char* e = std::getenv("HLM_CUDNN_PLAN_VERBOSE");
+    return e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0;
+  }();
+  return verbose;
+}
+
+// Lays out a plan's own workspace (cuDNN's, packed stats, backward's softmax sums and dQ accumulator) and allocates
+// it; false when cudaMalloc fails.
+bool allocate_workspace(Plan& plan, const Shape& s, bool backward) {
+  int64_t bytes = round_up(plan.workspace_bytes, 256);
+  if (plan.packed_stats) {
+    plan.stats_offset = bytes;
+    bytes += round_up(s.B * s.Hq * s.Sq * 4, 256);
+  }
+  if (backward) {
+    plan.softmax_sum_offset = bytes;
+    bytes += round_up(s.B * s.Hq * s.Sq * 4, 256);
+    plan.dq_accum_offset = bytes;
+    bytes += round_up(s.B * s.Hq * s.Sq * s.D * 4, 256);
+  }
+  if (bytes > 0 && cudaMalloc(&plan.workspace, static_cast<size_t>(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    plan.workspace = nullptr;
+    return false;
+  }
+  plan.workspace_total = bytes;
+  return true;
+}
+
+// Median ms of `trial` on `plan` (after kTrialWarmup runs), or −1 when it fails to run; the stream is synchronized on
+// return.
+double time_plan(const Trial& trial, const Plan& plan, char* scratch, int64_t scratch_bytes, cudaStream_t stream,
+                 std::string* err) {
+  // Zeros in what the plan reads but the trial does not fill (packed stats, the dQ accumulator): finite values.
+  if (plan.workspace != nullptr) cudaMemsetAsync(plan.workspace, 0, static_cast<size_t>(plan.workspace_total), stream);
+  cudaMemsetAsync(scratch, 0, static_cast<size_t>(scratch_bytes), stream);
+  for (int i = 0; i < kTrialWarmup; ++i)
+    if (!trial(plan, scratch, err)) {
+      cudaStreamSynchronize(stream);  // nothing queued still uses the plan's workspace when it is dropped
+      cudaGetLastError();
+      return -1.0;
+    }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    cudaGetLastError();
+    if (start != nullptr) cudaEventDestroy(start);
+    return -1.0;
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < kTrialRuns; ++i) {
+    cudaEventRecord(start, stream);
+    const bool ok = trial(plan, scratch, err);
+    cudaEventRecord(stop, stream);
+    float t = 0.0f;
+    if (!ok || cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&t, start, stop) != cudaSuccess) {
+      cudaGetLastError();
+      ms.clear();
+      break;
+    }
+    ms.push_back(t);
+  }
+  cudaStreamSynchronize(stream);
+  cudaGetLastError();
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (ms.empty()) return -1.0;
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The index of the smallest non-negative time, −1 when none.
+int best_of(const std::vector<double>& ms) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(ms.size()); ++i)
+    if (ms[static_cast<size_t>(i)] >= 0 && (best < 0 || ms[static_cast<size_t>(i)] < ms[static_cast<size_t>(best)]))
+      best = i;
+  return best;
+}
+
+// Where a trial writes one output in its scratch: byte offset, element count, bf16 (else fp32).
+struct TrialOutput {
+  int64_t offset = 0, count = 0;
+  bool bf16 = true;
+};
+
+// The screen of the timed choice: a candidate is kept only when each of its trial outputs is within kScreenTolerance ×
+// (the largest |value| of that output) of the heuristics' first plan's (the plan the tests check), and NaN where it
+// is NaN. Two correct plans differ by summation order and bf16 roundings (far below 5 % of the largest value); a wrong
+// one is off by the values' own size: on the H200 (session 15) cuDNN's engine 7 finalized and ran our backward graph
+// and its dq, dk, dv erred by 10-30 where the tests allow ~0.01 (AttentionCudnn.EveryPlanPassesTheReferences).
+constexpr double kScreenTolerance = 0.05;
+
+float output_value(const std::vector<char>& bytes, const TrialOutput& o, int64_t i) {
+  float v = 0.0f;
+  if (o.bf16) {
+    uint16_t h = 0;
+    std::memcpy(&h, bytes.data() + o.offset + 2 * i, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    std::memcpy(&v, &u, 4);
+  } else {
+    std::memcpy(&v, bytes.data() + o.offset + 4 * i, 4);
+  }
+  return v;
+}
+
+// Whether `got` agrees with `ref` on every output (the screen above); `why` says where not.
+bool outputs_agree(const std::vector<char>& ref, const std::vector<char>& got, const std::vector<TrialOutput>& outputs,
+                   std::string* why) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const TrialOutput& o = outputs[k];
+    double largest = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < o.count; ++i) {
+      const float r = output_value(ref, o, i), g = output_value(got, o, i);
+      if (std::isnan(r) || std::isnan(g)) {
+        if (std::isnan(r) != std::isnan(g)) {
+          *why = "output " + std::to_string(k) + ": NaN where the first plan's is not (or the reverse)";
+          return false;
+        }
+        continue;
+      }
+      if (r == g) {
+        if (std::isfinite(r)) largest = std::max(largest, std::fabs(double(r)));
+        continue;
+      }
+      if (!std::isfinite(r) || !std::isfinite(g)) {
+        *why = "output " + std::to_string(k) + ": an infinity where the first plan's value differs";
+        return false;
+      }
+      largest = std::max(largest, std::fabs(double(r)));
+      worst = std::max(worst, std::fabs(double(g) - double(r)));
+    }
+    if (!(worst <= kScreenTolerance * largest)) {
+      *why = "output " + std::to_string(k) + ": max |difference| " + std::to_string(worst) +
+             " against the first plan's, largest |value| " + std::to_string(largest);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool download(std::vector<char>* host, const void* device, int64_t bytes) {
+  host->resize(static_cast<size_t>(bytes));
+  if (cudaMemcpy(host->data(), device, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+std::string shape_name(bool backward, const Shape& s) {
+  std::ostringstream o;
+  o << (backward ? "bwd" : "fwd") << " B" << s.B << " Sq" << s.Sq << " Skv" << s.Skv << " Hq" << s.Hq << " Hkv" << s.Hkv
+    << " D" << s.D;
+  return o.str();
+}
+
+// The cached plan for this call, built now if need be; nullptr (and why) when refused. `trial` (the training calls;
+// none for the inference context call, whose shapes vary per chunk) lets the timed choice run candidates; `outputs`
+// says where a trial writes what it computes in its scratch (the screen compares them with the first plan's).
+std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t stream, std::string* why,
+                               int64_t scratch_bytes = 0, const Trial& trial = {},
+                               const std::vector<TrialOutput>& outputs = {}) {
   CudnnApi& a = api();
   if (a.handle == nullptr) {
     if (why != nullptr) *why = a.error;
@@ -562,7 +840,9 @@ std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t strea
   const PlanKey key{backward, s.B, s.Sq, s.Skv, s.Hq, s.Hkv, s.D};
   PlanCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (auto it = c.plans.find(key); it != c.plans.end()) return it->second;
+  const int forced = trial ? g_plan_candidate.load() : -1;
+  if (auto it = c.plans.find(key); it != c.plans.end() && (forced < 0 || it->second->chosen == forced))
+    return it->second;
   if (auto it = c.refused.find(key); it != c.refused.end()) {
     if (why != nullptr) *why = it->second;
     return nullptr;
@@ -572,46 +852,119 @@ std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t strea
     if (why != nullptr) *why = "no plan for this shape yet and the stream is being captured";
     return nullptr;
   }
-  auto plan = std::make_shared<Plan>();
+  const bool all = trial && (forced >= 0 || attention_cudnn_plan_choice() == AttentionCudnnPlanChoice::kTimed);
+  std::vector<PlanCandidate> cands;
+  bool packed = false;
   std::string refusals;
-  for (const bool packed : {false, true}) {
+  if (auto it = c.lists.find(key); all && it != c.lists.end()) std::tie(cands, packed) = it->second;
+  for (const bool pk : {false, true}) {
+    if (!cands.empty()) break;
     try {
-      plan->plan = backward ? build_backward(s, packed, &plan->workspace_bytes)
-                            : build_forward(s, packed, &plan->workspace_bytes);
-      plan->packed_stats = packed;
+      const int most = all ? kMaxPlanCandidates : 1;
+      cands = backward ? build_backward(s, pk, all, most) : build_forward(s, pk, all, most);
+      packed = pk;
       break;
     } catch (const CudnnError& e) {
-      refusals += std::string(refusals.empty() ? "" : "; ") + (packed ? "packed stats: " : "strided stats: ") + e.what;
+      refusals += std::string(refusals.empty() ? "" : "; ") + (pk ? "packed stats: " : "strided stats: ") + e.what;
     }
   }
-  if (!plan->plan) {
+  if (cands.empty()) {
     c.refused[key] = refusals;
     if (why != nullptr) *why = refusals;
     return nullptr;
   }
-  int64_t bytes = round_up(plan->workspace_bytes, 256);
-  if (plan->packed_stats) {
-    plan->stats_offset = bytes;
-    bytes += round_up(s.B * s.Hq * s.Sq * 4, 256);
+  if (all) c.lists[key] = {cands, packed};
+  const int n = static_cast<int>(cands.size());
+  // Candidate i as a Plan with its own workspace; nullptr when the workspace cannot be allocated.
+  const auto make_plan = [&](int i) -> std::shared_ptr<Plan> {
+    auto p = std::make_shared<Plan>();
+    p->plan = cands[static_cast<size_t>(i)].plan;
+    p->workspace_bytes = cands[static_cast<size_t>(i)].workspace_bytes;
+    p->packed_stats = packed;
+    p->engine = cands[static_cast<size_t>(i)].name;
+    p->candidates = n;
+    p->chosen = i;
+    return allocate_workspace(*p, s, backward) ? p : nullptr;
+  };
+  std::vector<std::shared_ptr<Plan>> made(static_cast<size_t>(n));
+  std::vector<double> ms;
+  int pick = 0;
+  std::string note;
+  if (trial && forced >= 0) {
+    if (forced >= n) {  // not cached: a test's request, not a property of the shape
+      if (why != nullptr) *why = "candidate " + std::to_string(forced) + " asked for, " + std::to_string(n) + " finalize";
+      return nullptr;
+    }
+    pick = forced;
+  } else if (all && n > 1) {
+    void* scratch = nullptr;
+    if (cudaMalloc(&scratch, static_cast<size_t>(std::max<int64_t>(scratch_bytes, 256))) != cudaSuccess) {
+      cudaGetLastError();
+      note = "timing skipped: no memory for the trial outputs";
+    } else {
+      ms.assign(static_cast<size_t>(n), -1.0);
+      std::vector<char> reference, current;
+      for (int i = 0; i < n; ++i) {
+        made[static_cast<size_t>(i)] = make_plan(i);
+        if (!made[static_cast<size_t>(i)]) continue;
+        std::string err;
+        ms[static_cast<size_t>(i)] =
+            time_plan(trial, *made[static_cast<size_t>(i)], static_cast<char*>(scratch), scratch_bytes, stream, &err);
+        if (ms[static_cast<size_t>(i)] < 0 && plan_verbose())
+          std::fprintf(stderr, "attention_cudnn: %s: candidate %d (%s) did not run: %s\n",
+                       shape_name(backward, s).c_str(), i, cands[static_cast<size_t>(i)].name.c_str(), err.c_str());
+        // The screen: the first plan's outputs are the reference; a candidate that disagrees (or any, when the first
+        // did not run or its outputs could not be read) is marked −2 and never chosen.
+        if (ms[static_cast<size_t>(i)] >= 0) {
+          if (i == 0) {
+            if (!download(&reference, scratch, scratch_bytes)) reference.clear();
+          } else if (reference.empty() || !download(&current, scratch, scratch_bytes) ||
+                     !outputs_agree(reference, current, outputs, &err)) {
+            if (plan_verbose())
+              std::fprintf(stderr, "attention_cudnn: %s: candidate %d (%s) screened out: %s\n",
+                           shape_name(backward, s).c_str(), i, cands[static_cast<size_t>(i)].name.c_str(),
+                           reference.empty() ? "no reference outputs" : err.c_str());
+            ms[static_cast<size_t>(i)] = -2.0;
+          }
+        }
+        // Only the first and the fastest so far keep their workspaces (a backward's holds a [B·S, Hq, D] fp32 dQ
+        // accumulator); time_plan synchronized the trials, so the others are idle.
+        const int b = best_of(ms);
+        for (int j = 1; j <= i; ++j)
+          if (j != b) made[static_cast<size_t>(j)].reset();
+      }
+      cudaStreamSynchronize(stream);  // the trials are done before their buffers go
+      cudaGetLastError();
+      cudaFree(scratch);
+      const int best = best_of(ms);
+      if (best >= 0 && (ms[0] < 0 || ms[static_cast<size_t>(best)] < kSwitchMargin * ms[0])) pick = best;
+    }
   }
-  if (backward) {
-    plan->softmax_sum_offset = bytes;
-    bytes += round_up(s.B * s.Hq * s.Sq * 4, 256);
-    plan->dq_accum_offset = bytes;
-    bytes += round_up(s.B * s.Hq * s.Sq * s.D * 4, 256);
-  }
-  if (bytes > 0 && cudaMalloc(&plan->workspace, static_cast<size_t>(bytes)) != cudaSuccess) {
-    cudaGetLastError();
-    c.refused[key] = "cudaMalloc of the plan's " + std::to_string(bytes) + "-byte workspace failed";
+  std::shared_ptr<Plan> plan = made[static_cast<size_t>(pick)] ? made[static_cast<size_t>(pick)] : make_plan(pick);
+  made.clear();  // the other candidates' workspaces are freed (idle: the trials were synchronized)
+  if (!plan) {
+    c.refused[key] = "cudaMalloc of the plan's workspace failed";
     if (why != nullptr) *why = c.refused[key];
     return nullptr;
+  }
+  plan->timed = !ms.empty();
+  plan->ms = ms;
+  if (c.plans.count(key) != 0) cudaDeviceSynchronize();  // a forced candidate replaces a plan: its queued calls end first
+  if (plan_verbose()) {
+    std::fprintf(stderr, "attention_cudnn: %s: %d configuration(s) finalize%s%s\n", shape_name(backward, s).c_str(), n,
+                 note.empty() ? "" : "; ", note.c_str());
+    for (int i = 0; i < n; ++i)
+      std::fprintf(stderr, "attention_cudnn:   %s%d %s (mode %s) %s\n", i == pick ? "* " : "  ", i,
+                   cands[static_cast<size_t>(i)].name.c_str(), cands[static_cast<size_t>(i)].source.c_str(),
+                   ms.empty() ? "" : ms[static_cast<size_t>(i)] == -2.0 ? "screened out" : ms[static_cast<size_t>(i)] < 0 ? "failed" : (std::to_string(ms[static_cast<size_t>(i)]) + " ms").c_str());
   }
   c.plans[key] = plan;
   return plan;
 }
 
+// count: whether attention_cudnn_executions counts it (not the plan trials).
 bool execute(const Plan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, cudaStream_t stream,
-             std::string* why) {
+             std::string* why, bool count = true) {
   CudnnApi& a = api();
   // One handle for the process: its stream is set per call, so calls from several threads take turns.
   static std::mutex handle_mutex;
@@ -625,7 +978,7 @@ bool execute(const Plan& plan, const std::vector<int64_t>& uids, const std::vect
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)
         .finalize("variant pack");
     check(a.Execute(a.handle, plan.plan->get(), pack.get()), "cudnnBackendExecute");
-    ++g_cudnn_executions;
+    if (count) ++g_cudnn_executions;
   } catch (const CudnnError& e) {
     if (why != nullptr) *why = e.what;
     return false;
@@ -644,24 +997,40 @@ bool attention_cudnn_available(std::string* why) {
 
 namespace {
 
+// train: a training-contract call (Sq == Skv), whose plan may be chosen by timing (plan_for).
 bool forward_shape(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                   const __nv_bfloat16* v, const Shape& s, float scale_value, cudaStream_t stream, std::string* why) {
-  const std::shared_ptr<Plan> plan = plan_for(false, s, stream, why);
-  if (!plan) return false;
+                   const __nv_bfloat16* v, const Shape& s, float scale_value, cudaStream_t stream, std::string* why,
+                   bool train) {
   // By-value scalars: the variant pack points at host values, read when the call is queued.
   float scale = scale_value, neg_inf = -std::numeric_limits<float>::infinity();
   int32_t shift = static_cast<int32_t>(s.Skv - s.Sq);
-  float* stats = plan->packed_stats ? reinterpret_cast<float*>(static_cast<char*>(plan->workspace) + plan->stats_offset)
-                                    : lse;
-  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  std::vector<void*> ptrs{const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v),
-                          out, stats, &scale, &neg_inf};
-  if (s.Skv != s.Sq) {
-    uids.push_back(kShift);
-    ptrs.push_back(&shift);
-  }
-  if (!execute(*plan, uids, ptrs, stream, why)) return false;
-  if (plan->packed_stats) stats_transpose(lse, stats, s, true, stream);
+  const auto run = [&](const Plan& plan, __nv_bfloat16* o, float* our_lse, std::string* err, bool count) {
+    float* stats = plan.packed_stats ? reinterpret_cast<float*>(static_cast<char*>(plan.workspace) + plan.stats_offset)
+                                     : our_lse;
+    std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNegInf};
+    std::vector<void*> ptrs{const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k),
+                            const_cast<__nv_bfloat16*>(v), o, stats, &scale, &neg_inf};
+    if (s.Skv != s.Sq) {
+      uids.push_back(kShift);
+      ptrs.push_back(&shift);
+    }
+    return execute(plan, uids, ptrs, stream, err, count);
+  };
+  // Trials write out and lse into scratch: [B·Sq, Hq, D] bf16, then [B·Sq, Hq] fp32.
+  const int64_t out_bytes = round_up(s.B * s.Sq * s.Hq * s.D * 2, 256);
+  const Trial trial = [&](const Plan& plan, char* scratch, std::string* err) {
+    return run(plan, reinterpret_cast<__nv_bfloat16*>(scratch), reinterpret_cast<float*>(scratch + out_bytes), err,
+               false);
+  };
+  const std::shared_ptr<Plan> plan =
+      train ? plan_for(false, s, stream, why, out_bytes + s.B * s.Sq * s.Hq * 4, trial,
+                       {{0, s.B * s.Sq * s.Hq * s.D, true}, {out_bytes, s.B * s.Sq * s.Hq, false}})
+            : plan_for(false, s, stream, why);
+  if (!plan) return false;
+  if (!run(*plan, out, lse, why, true)) return false;
+  if (plan->packed_stats)
+    stats_transpose(lse, reinterpret_cast<float*>(static_cast<char*>(plan->workspace) + plan->stats_offset), s, true,
+                    stream);
   return true;
 }
 
@@ -688,7 +1057,7 @@ bool attention_cudnn_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
                              std::string* why) {
   Shape s{};
   if (!shape_of(p, &s, why)) return false;
-  return forward_shape(out, lse, q, k, v, s, p.scale, stream, why);
+  return forward_shape(out, lse, q, k, v, s, p.scale, stream, why, true);
 }
 
 bool attention_cudnn_forward_context(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -702,7 +1071,7 @@ bool attention_cudnn_forward_context(__nv_bfloat16* out, float* lse, const __nv_
   if (c.head_dim % 8 != 0 || c.head_dim > 256) return refuse("head dim " + std::to_string(c.head_dim));
   if (c.kv_heads <= 0 || c.q_heads % c.kv_heads != 0) return refuse("kv heads do not divide q heads");
   return forward_shape(out, lse, q, k, v, {c.sequences, c.queries, c.context, c.q_heads, c.kv_heads, c.head_dim},
-                       c.scale, stream, why);
+                       c.scale, stream, why, false);
 }
 
 void attention_cudnn_gather_cache(__nv_bfloat16* k_out, __nv_bfloat16* v_out, const __nv_bfloat16* k_cache,
@@ -723,21 +1092,53 @@ bool attention_cudnn_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat1
                               cudaStream_t stream, std::string* why) {
   Shape s{};
   if (!shape_of(p, &s, why)) return false;
-  const std::shared_ptr<Plan> plan = plan_for(true, s, stream, why);
-  if (!plan) return false;
   float scale = p.scale, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
-  char* ws = static_cast<char*>(plan->workspace);
-  float* stats = const_cast<float*>(lse);
-  if (plan->packed_stats) {
-    stats = reinterpret_cast<float*>(ws + plan->stats_offset);
-    stats_transpose(stats, lse, s, false, stream);
-  }
-  return execute(*plan,
-                 {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kScale, kNegInf, kOne},
-                 {const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v),
-                  const_cast<__nv_bfloat16*>(out), const_cast<__nv_bfloat16*>(d_out), stats, dq, dk, dv,
-                  ws + plan->softmax_sum_offset, ws + plan->dq_accum_offset, &scale, &neg_inf, &one},
-                 stream, why);
+  const auto run = [&](const Plan& plan, __nv_bfloat16* dq_out, __nv_bfloat16* dk_out, __nv_bfloat16* dv_out,
+                       std::string* err, bool count) {
+    char* ws = static_cast<char*>(plan.workspace);
+    float* stats = plan.packed_stats ? reinterpret_cast<float*>(ws + plan.stats_offset) : const_cast<float*>(lse);
+    return execute(plan, {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kScale, kNegInf, kOne},
+                   {const_cast<__nv_bfloat16*>(q), const_cast<__nv_bfloat16*>(k), const_cast<__nv_bfloat16*>(v),
+                    const_cast<__nv_bfloat16*>(out), const_cast<__nv_bfloat16*>(d_out), stats, dq_out, dk_out, dv_out,
+                    ws + plan.softmax_sum_offset, ws + plan.dq_accum_offset, &scale, &neg_inf, &one},
+                   stream, err, count);
+  };
+  // Trials write dq [B·S, Hq, D], dk and dv [B·S, Hkv, D] (bf16) into scratch.
+  const int64_t dq_bytes = round_up(s.B * s.Sq * s.Hq * s.D * 2, 256), dkv_bytes = round_up(s.B * s.Skv * s.Hkv * s.D * 2, 256);
+  const Trial trial = [&](const Plan& plan, char* scratch, std::string* err) {
+    return run(plan, reinterpret_cast<__nv_bfloat16*>(scratch), reinterpret_cast<__nv_bfloat16*>(scratch + dq_bytes),
+               reinterpret_cast<__nv_bfloat16*>(scratch + dq_bytes + dkv_bytes), err, false);
+  };
+  const std::shared_ptr<Plan> plan =
+      plan_for(true, s, stream, why, dq_bytes + 2 * dkv_bytes, trial,
+               {{0, s.B * s.Sq * s.Hq * s.D, true}, {dq_bytes, s.B * s.Skv * s.Hkv * s.D, true},
+                {dq_bytes + dkv_bytes, s.B * s.Skv * s.Hkv * s.D, true}});
+  if (!plan) return false;
+  if (plan->packed_stats)
+    stats_transpose(reinterpret_cast<float*>(static_cast<char*>(plan->workspace) + plan->stats_offset), lse, s, false,
+                    stream);
+  return run(*plan, dq, dk, dv, why, true);
+}
+
+void attention_cudnn_reset_plans() {
+  cudaDeviceSynchronize();  // no queued call still uses a workspace freed below
+  PlanCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.plans.clear();
+  c.refused.clear();
+  c.lists.clear();
+}
+
+bool attention_cudnn_plan_info(bool backward, const AttentionCudaParams& p, AttentionCudnnPlanInfo* info) {
+  Shape s{};
+  if (!shape_of(p, &s, nullptr)) return false;
+  PlanCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const auto it = c.plans.find(PlanKey{backward, s.B, s.Sq, s.Skv, s.Hq, s.Hkv, s.D});
+  if (it == c.plans.end()) return false;
+  const Plan& plan = *it->second;
+  *info = {plan.candidates, plan.chosen, plan.timed, plan.engine, plan.ms};
+  return true;
 }
 
 #endif  // HLM_HAVE_CUDNN_HEADERS

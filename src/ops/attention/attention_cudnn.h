@@ -19,9 +19,22 @@
 // Numerics: cuDNN's (fp32 accumulation, P and dS rounded to bf16 before their products, as the tensor-core path
 // here); the edge-value rules of attention_cuda.h (masked Inf never multiplied by 0, NaN rows) are NOT promised.
 //
-// Plans: one cuDNN execution plan per (direction, B, Sq, Skv, Hq, Hkv, D), built on first use (heuristics mode A,
-// the first engine configuration that finalizes) and cached with its own device workspace (cudaMalloc'ed outside the
-// caching allocator, so not in its peaks: the backward's is 4·B·Hq·S·(D + 1) bytes plus cuDNN's own). Not while a
+// Plans: one cuDNN execution plan per (direction, B, Sq, Skv, Hq, Hkv, D), built on first use and cached with its own
+// device workspace. Which engine configuration (HLM_CUDNN_PLAN, attention_cudnn_plan_choice below): "first" (the
+// default) keeps mode A's first configuration that finalizes (then the fallback list's), untimed; "timed" finalizes
+// the configurations heuristics modes A and B and the fallback list name (deduplicated, at most 8), runs each on the
+// call's shape (2 untimed + 5 timed runs, the call's inputs, scratch outputs), drops those whose outputs disagree with
+// the first's (the screen: > 5 % of the largest value), and keeps the fastest, the first unless another is >= 2 %
+// faster. Timing is for the training calls (attention_cudnn_forward / _backward); the inference context call (whose
+// shapes vary per chunk) always takes the first. HLM_CUDNN_PLAN_VERBOSE=1 prints each build's candidates and times to
+// stderr. Why "first" is the default: on the H200 (session 15, docs/benchmarks.md) it was the fastest candidate in
+// both directions at the three [perf] shapes, timing cost 0.2-0.5 s more per shape, and one engine that finalizes
+// computed wrong gradients (hence the screen). Which plan a shape gets under "timed" may differ between processes when
+// two are within the timing's noise (not the same bits; every plan the screen keeps must pass the same bounds:
+// AttentionCudnn.EveryPlanPassesTheReferences).
+// A plan's workspace is cudaMalloc'ed outside the caching allocator, so not in its peaks (the backward's is
+// 4·B·Hq·S·(D + 1) bytes plus cuDNN's own; while timing, each candidate's in turn plus scratch outputs of the call's
+// size, freed before the call runs). Not while a
 // CUDA graph is being captured: an unplanned shape met during capture is refused (native kernels run). A plan's
 // workspace serves one call at a time: calls with one shape on several streams at once would share it (the trainer
 // and the engine use one stream).
@@ -31,6 +44,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/attention/attention_cuda.h"
 
@@ -52,6 +66,30 @@ void attention_cudnn_note_refusal(std::once_flag& once, const char* what, const 
                                   const char* fallback);
 // How many cuDNN executions have been queued in this process (tests check that a path really ran on cuDNN).
 int64_t attention_cudnn_executions();
+
+// How a new shape's plan is chosen (see "Plans" above): HLM_CUDNN_PLAN=first (default) | timed, read once (an unknown
+// value is an error at first use), unless attention_cudnn_set_plan_choice chose. Changing the choice does not rebuild
+// cached plans: attention_cudnn_reset_plans drops them.
+enum class AttentionCudnnPlanChoice { kFirst, kTimed };
+AttentionCudnnPlanChoice attention_cudnn_plan_choice();
+// Tests and A/B benches (process-wide): `choice`, or with candidate >= 0 that candidate of the timed list (untimed; a
+// training call whose shape has fewer candidates is refused with the count in `why`, not cached).
+void attention_cudnn_set_plan_choice(AttentionCudnnPlanChoice choice, int candidate = -1);
+void attention_cudnn_clear_plan_choice();
+// Drops every cached plan and refusal (after cudaDeviceSynchronize; their workspaces are freed): the next call of each
+// shape builds anew. Tests and benches only: a captured CUDA graph that ran a dropped plan must not be replayed.
+void attention_cudnn_reset_plans();
+// The cached plan of a training-contract shape: how many configurations finalized (and were considered), which one
+// runs (its index in that list), whether it was chosen by timing, its name ("engine <global index> knobs <type=value,...>")
+// and each candidate's median ms when timed (−1: it did not run; −2: the screen dropped it). False when no plan is
+// cached for the shape.
+struct AttentionCudnnPlanInfo {
+  int candidates = 0, chosen = -1;
+  bool timed = false;
+  std::string engine;
+  std::vector<double> ms;
+};
+bool attention_cudnn_plan_info(bool backward, const AttentionCudaParams& p, AttentionCudnnPlanInfo* info);
 
 // Whether cuDNN could be loaded (version >= 9.0); `why` gets the reason when not, or "cuDNN <version> (<path>)".
 bool attention_cudnn_available(std::string* why = nullptr);

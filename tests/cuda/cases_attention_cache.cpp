@@ -11,8 +11,8 @@
 //   bad metadata: a context shorter than its queries, a block id outside the pool, a write slot outside the pool
 //     raise the error flag (and the bad sequence's rows stay unwritten);
 //   every run is repeated: same bits (determinism); guards and unchanged inputs after each call; decode runs (and the
-//     bad-metadata decodes) also run twice with the other split merge (attention_cache_cuda_set_fused_merge: the
-//     merge folded into the decode kernel's last split block, or the separate merge kernel): the same bytes;
+//     bad-metadata decodes) also run twice with each other split merge (attention_cache_cuda_set_decode_merge: inside
+//     a thread-block cluster, the separate merge kernel, or the decode kernel's last split block): the same bytes;
 //   bf16 cache (the CUDA engine's bf16 precision): the write rounds k/v to bf16 (bit-identical to the host rounding
 //     of the CPU-written fp32 cache); the fp32 kernels over the bf16 cache are checked like the fp32 ones on the
 //     rounded cache values (they widen exactly); the tensor-core chunk kernel (bf16 q and out, D 64 and 128) with the
@@ -64,12 +64,26 @@ struct CacheCase {
   int64_t window = 0;  // sliding window (attention_cache.h); 0 = full causal
 };
 
-// Sets the decode path's split merge (attention_cache_cuda_set_fused_merge) for a scope.
-struct FusedMergeMode {
-  bool saved;
-  explicit FusedMergeMode(bool on) : saved(attention_cache_cuda_fused_merge()) { attention_cache_cuda_set_fused_merge(on); }
-  ~FusedMergeMode() { attention_cache_cuda_set_fused_merge(saved); }
+// Sets the decode path's split merge (attention_cache_cuda_set_decode_merge) for a scope.
+struct MergeMode {
+  DecodeMerge saved;
+  explicit MergeMode(DecodeMerge m) : saved(attention_cache_cuda_decode_merge()) { attention_cache_cuda_set_decode_merge(m); }
+  ~MergeMode() { attention_cache_cuda_set_decode_merge(saved); }
 };
+
+const char* merge_name(DecodeMerge m) {
+  return m == DecodeMerge::cluster ? "cluster" : m == DecodeMerge::fused ? "fused" : "kernel";
+}
+
+// The decode merges a decode case runs: the default twice (determinism), then each other one twice (the fused
+// merge's counters are reset by each launch; the cluster launch keeps no state).
+std::vector<DecodeMerge> decode_merge_runs() {
+  const DecodeMerge def = attention_cache_cuda_decode_merge();
+  std::vector<DecodeMerge> runs = {def, def};
+  for (const DecodeMerge m : {DecodeMerge::cluster, DecodeMerge::kernel, DecodeMerge::fused})
+    if (m != def) runs.insert(runs.end(), {m, m});
+  return runs;
+}
 
 // A pool with every sequence's blocks at shuffled ids, plus a few spare blocks.
 struct Layout {
@@ -221,12 +235,12 @@ void run_case(const CacheCase& c, uint64_t seed) {
   const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
   DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
   std::vector<float> first;
-  // reps 0, 1: the default split merge; decode path, reps 2, 3: the other one (fused into the decode kernel, or the
-  // separate kernel), which must give the same bits (twice: the fused merge's counters are reset by each launch).
-  const bool default_fused = attention_cache_cuda_fused_merge();
-  const int reps = p.max_query_len == 1 ? 4 : 2;
-  for (int rep = 0; rep < reps; ++rep) {
-    FusedMergeMode mode(rep < 2 ? default_fused : !default_fused);
+  // reps 0, 1: the default split merge; decode path, then each other merge twice (decode_merge_runs): the same bits.
+  const std::vector<DecodeMerge> runs =
+      p.max_query_len == 1 ? decode_merge_runs()
+                           : std::vector<DecodeMerge>{attention_cache_cuda_decode_merge(), attention_cache_cuda_decode_merge()};
+  for (int rep = 0; rep < static_cast<int>(runs.size()); ++rep) {
+    MergeMode mode(runs[static_cast<size_t>(rep)]);
     DeviceBuffer out(cpu.size() * sizeof(float), "out");
     attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<float>(), vc_d.as<float>(),
                                  tables_d.as<int32_t>(), ctx_d.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
@@ -243,7 +257,8 @@ void run_case(const CacheCase& c, uint64_t seed) {
       first = gpu;
     } else {
       EXPECT_EQ(0, std::memcmp(first.data(), gpu.data(), gpu.size() * sizeof(float)))
-          << (rep < 2 ? "not deterministic" : "the fused and separate split merges differ") << " (rep " << rep << ")";
+          << (rep < 2 ? "not deterministic" : "the split merges differ") << " (rep " << rep << ": "
+          << merge_name(runs[static_cast<size_t>(rep)]) << " vs " << merge_name(runs[0]) << ")";
     }
   }
 }
@@ -438,9 +453,10 @@ TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
                                  ws_bytes, flag.as<int>(), ctx().stream());
     ctx().synchronize();
     EXPECT_EQ(read_flag(flag), 1);
-    if (p.max_query_len == 1) {  // the other split merge: the same flag and bytes (twice: the counters stay usable)
-      for (int rep = 0; rep < 2; ++rep) {
-        FusedMergeMode mode(!attention_cache_cuda_fused_merge());
+    if (p.max_query_len == 1) {  // the other split merges: the same flag and bytes (twice: the counters stay usable)
+      const std::vector<DecodeMerge> runs = decode_merge_runs();
+      for (int rep = 2; rep < static_cast<int>(runs.size()); ++rep) {
+        MergeMode mode(runs[static_cast<size_t>(rep)]);
         DeviceBuffer out2(static_cast<size_t>(p.total_tokens * c.Hq * c.D) * sizeof(float), "out2"),
             flag2(sizeof(int), "flag2");
         HLM_CUDA_CHECK(cudaMemset(flag2.as<int>(), 0, sizeof(int)));
@@ -449,7 +465,8 @@ TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
                                      ws_bytes, flag2.as<int>(), ctx().stream());
         ctx().synchronize();
         EXPECT_EQ(read_flag(flag2), 1);
-        EXPECT_EQ(out.download_bytes(), out2.download_bytes()) << "fused vs separate split merge, rep " << rep;
+        EXPECT_EQ(out.download_bytes(), out2.download_bytes())
+            << merge_name(runs[static_cast<size_t>(rep)]) << " vs " << merge_name(runs[0]) << " split merge, rep " << rep;
       }
     }
     EXPECT_TRUE(buffers_ok({&out, &ws}, {&q, &kc, &vc, &tables, &ctxs, &cu_d}));

@@ -2,8 +2,9 @@
 // CudaModel run the same teacher-forced steps (three sequences of different lengths prefilled in chunks of 5, then
 // decoded together with CUDA graphs, one sequence closed half-way), one with
 //   - the fused q/k norm + RoPE + KV-cache write (CudaEngineOptions::fused_qk_norm_rope, ops/qk_norm_rope) and the
-//     flash-decoding split merge folded into the decode kernel (attention_cache_cuda_set_fused_merge),
-// the other with both off (five launches per attention layer, then the separate merge kernel). Both are meant to be
+//     flash-decoding split merge folded into the decode kernel (attention_cache_cuda_set_decode_merge),
+// the other with both off (five launches per attention layer, then the separate merge kernel); a third engine merges
+// the splits inside thread-block clusters. Both are meant to be
 // bit-identical to what they replace, so every step's logits must have the same bytes. Models: qwen3 (per-head q/k
 // norms), granite (no q/k norms), olmo_hybrid (q/k norms over the whole projection), a qwen3_hybrid student (GQA),
 // olmo3 with sliding windows; fp32 (fp32 KV cache) and bf16 (bf16 KV cache).
@@ -71,10 +72,10 @@ std::vector<float> run_steps(InferenceEngine& e, const std::vector<std::vector<i
 }
 
 // Sets the flash-decoding split merge for a scope.
-struct FusedMergeMode {
-  bool saved;
-  explicit FusedMergeMode(bool on) : saved(attention_cache_cuda_fused_merge()) { attention_cache_cuda_set_fused_merge(on); }
-  ~FusedMergeMode() { attention_cache_cuda_set_fused_merge(saved); }
+struct MergeMode {
+  DecodeMerge saved;
+  explicit MergeMode(DecodeMerge m) : saved(attention_cache_cuda_decode_merge()) { attention_cache_cuda_set_decode_merge(m); }
+  ~MergeMode() { attention_cache_cuda_set_decode_merge(saved); }
 };
 
 }  // namespace
@@ -103,23 +104,34 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
       CudaEngineOptions fused, separate;
       fused.fused_qk_norm_rope = true;
       separate.fused_qk_norm_rope = false;
-      std::vector<float> lf, ls;
+      std::vector<float> lf, ls, lc;
       {
-        FusedMergeMode mode(true);
+        MergeMode mode(DecodeMerge::fused);
         auto e = make_cuda_engine(gpu, plan, fused);
         lf = run_steps(*e, seqs, prompts);
         EXPECT_GT(cuda_engine_graph_stats(*e).replays, 0);
       }
       {
-        FusedMergeMode mode(false);
+        MergeMode mode(DecodeMerge::kernel);
         auto e = make_cuda_engine(gpu, plan, separate);
         ls = run_steps(*e, seqs, prompts);
       }
+      {  // the split merge inside thread-block clusters (the default where it runs), with the separate q/k launches
+        MergeMode mode(DecodeMerge::cluster);
+        auto e = make_cuda_engine(gpu, plan, separate);
+        lc = run_steps(*e, seqs, prompts);
+      }
       ASSERT_EQ(lf.size(), ls.size());
-      size_t differ = 0;
-      for (size_t i = 0; i < lf.size(); ++i) differ += std::memcmp(&lf[i], &ls[i], sizeof(float)) != 0;
-      std::printf("[fusions] %s %s: %zu logits, %zu differ\n", m.name, bf16 ? "bf16" : "fp32", lf.size(), differ);
+      ASSERT_EQ(lc.size(), ls.size());
+      size_t differ = 0, differ_cluster = 0;
+      for (size_t i = 0; i < lf.size(); ++i) {
+        differ += std::memcmp(&lf[i], &ls[i], sizeof(float)) != 0;
+        differ_cluster += std::memcmp(&lc[i], &ls[i], sizeof(float)) != 0;
+      }
+      std::printf("[fusions] %s %s: %zu logits, %zu differ (fused), %zu differ (cluster merge)\n", m.name,
+                  bf16 ? "bf16" : "fp32", lf.size(), differ, differ_cluster);
       EXPECT_EQ(differ, 0u);
+      EXPECT_EQ(differ_cluster, 0u);
     }
   }
 }

@@ -9,15 +9,18 @@
 //            shared memory by cp.async, each K/V row read once for up to 4 query heads (cache_decode_tiled_kernel).
 //            Stream kernel (other head dims, or HLM_DECODE_KERNEL=streams): 16 key streams of 8 lanes; each lane
 //            holds every 8th dim of q, of the key/value row it loads and of its stream's output; streams merge in
-//            shared memory. Splits merge in cache_decode_merge_kernel, or, with the fused merge on
-//            (attention_cache_cuda_fused_merge), in the decode kernel's last block of each (sequence, head group).
+//            shared memory. Splits merge in cache_decode_merge_kernel (default), inside a thread-block cluster (the
+//            tiled kernel's cluster launch, DecodeMerge::cluster; decode_cluster_merge), or in the decode kernel's last
+//            block of each (sequence, head group) (DecodeMerge::fused).
 // Every kernel is a template over the cache's element type C (float, or __nv_bfloat16 for the bf16 cache): cached
 // values are widened to fp32 as they are loaded and everything after the load is the same fp32 code.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -243,8 +246,9 @@ constexpr int kKeyLanes = 8;                                     // lanes sharin
 constexpr int kStreams = kDecodeThreads / kKeyLanes;             // key rows in flight per block
 constexpr int64_t kMinSplitKeys = 64;  // fewer keys per split: merging costs more (two 32-key tiles of the tiled kernel)
 constexpr int64_t kMaxSplits = 64;
+constexpr int64_t kMaxClusterSplits = 16;  // the largest thread-block cluster on Hopper (non-portable size)
 
-// The split merge folded into the decode kernels (attention_cache_cuda_fused_merge): `counters` [N · Hq/HPB], zero
+// The split merge folded into the decode kernels (DecodeMerge::fused): `counters` [N · Hq/HPB], zero
 // between launches, counts the finished splits of each (sequence, head group); the block that finishes last merges
 // the group's rows into `out` and sets its counter back to 0. counters == nullptr: the separate merge kernel runs.
 struct FusedMerge {
@@ -257,20 +261,52 @@ struct FusedMerge {
 // exp(m_s − mx); out = acc · (1 / sum), NaN when every split's max is −Inf. Every output element is computed by one
 // thread in that fixed order, so any thread layout gives the same bits (the merge kernel and the fused tail share
 // it). The partial results are read with L2 loads (__ldcg): in the fused tail they were written by other blocks.
+// Latency: the splits' (max, sum) pairs are staged in shared memory by all threads at once, and each thread issues
+// its first kMergePreload partial-O loads together with them, so a merge of ≤ kMergePreload splits costs one round
+// trip to L2 instead of one per split (session 14's trace: 6.6 µs per call with the loads in a dependent chain).
+constexpr int kMergePreload = 16;
+constexpr int kMergeMaxHeads = 4;  // attention_cache_cuda_decode_heads_per_block()
 __device__ __forceinline__ void merge_split_rows(float* out, const float* part, int64_t seq, int64_t h0, int heads,
                                                  int64_t row, const CacheDims& dm, int64_t splits, int tid,
                                                  int nthreads) {
+  static_assert(kMaxSplits == 64, "ml_s holds kMaxSplits splits");
+  __shared__ float ml_s[kMergeMaxHeads][2][64];  // [head][max | sum][split]
+  const int64_t stride = dm.D + 2;
+  for (int idx = tid; idx < heads * 2 * splits; idx += nthreads) {
+    const int hh = idx / (2 * static_cast<int>(splits)), r = idx % (2 * static_cast<int>(splits));
+    const int which = r / static_cast<int>(splits), sp = r % static_cast<int>(splits);
+    ml_s[hh][which][sp] = __ldcg(part + ((seq * dm.Hq + h0 + hh) * splits + sp) * stride + dm.D + which);
+  }
+  // Each thread's first element: its partial-O values of the first kMergePreload splits, loaded before the barrier.
+  float pre[kMergePreload];
+  {
+    const int idx = tid < heads * dm.D ? tid : 0;
+    const float* p = part + (seq * dm.Hq + h0 + idx / dm.D) * splits * stride + idx % dm.D;
+#pragma unroll
+    for (int s = 0; s < kMergePreload; ++s) pre[s] = s < splits && tid < heads * dm.D ? __ldcg(p + s * stride) : 0.0f;
+  }
+  __syncthreads();
   for (int idx = tid; idx < heads * dm.D; idx += nthreads) {
     const int hh = idx / dm.D, d = idx % dm.D;
-    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * (dm.D + 2);
+    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * stride;
     float mx = -INFINITY;
-    for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(p + s * (dm.D + 2) + dm.D));
+    for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, ml_s[hh][0][s]);
     float sum = 0.0f, acc = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) {
-      const float* ps = p + s * (dm.D + 2);
-      const float w = expf(__ldcg(ps + dm.D) - mx);
-      sum = fmaf(__ldcg(ps + dm.D + 1), w, sum);
-      acc = fmaf(__ldcg(ps + d), w, acc);
+    int64_t s0 = 0;
+    if (idx == tid) {  // this thread's first element: the preloaded splits first (same order, same arithmetic)
+#pragma unroll
+      for (int u = 0; u < kMergePreload; ++u)
+        if (u < splits) {
+          const float w = expf(ml_s[hh][0][u] - mx);
+          sum = fmaf(ml_s[hh][1][u], w, sum);
+          acc = fmaf(pre[u], w, acc);
+        }
+      s0 = splits < kMergePreload ? splits : kMergePreload;
+    }
+    for (int64_t s = s0; s < splits; ++s) {
+      const float w = expf(ml_s[hh][0][s] - mx);
+      sum = fmaf(ml_s[hh][1][s], w, sum);
+      acc = fmaf(__ldcg(p + s * stride + d), w, acc);
     }
     out[(row * dm.Hq + h0 + hh) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
   }
@@ -391,6 +427,41 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (fm.counters != nullptr) decode_merge_if_last<HPB>(fm, part, seq, h0, sv.begin, dm, splits);
 }
 
+// The split merge of a cluster launch: block `rank` of the (sequence, head group)'s cluster holds split `rank`'s
+// unnormalised O (o_split), max (m_split) and sum (l_split) per head in its shared memory. After a cluster barrier,
+// the group's HPB · D outputs are dealt to the cluster's blocks in equal runs, and each output is merged exactly as
+// merge_split_rows does it (maxima folded with fmaxf in split order, FMA chains of sum and acc over the splits in
+// order with weights exp(m_s − mx), out = acc · (1 / sum), NaN when every max is −Inf): the same bits as the separate
+// merge kernel, read from the other blocks' shared memory (DSMEM) instead of a global workspace. A second barrier keeps
+// every block's shared memory alive until the last reader is done.
+template <int HPB, int DMAX>
+__device__ __forceinline__ void decode_cluster_merge(float* out, float (&o_split)[HPB][DMAX], float (&m_split)[HPB],
+                                                     float (&l_split)[HPB], int64_t row, int64_t h0,
+                                                     const CacheDims& dm, int splits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every split's o_split, m_split, l_split written and visible to the cluster
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int total = HPB * dm.D, per = (total + splits - 1) / splits;
+  for (int e = static_cast<int>(threadIdx.x); e < per; e += kDecodeThreads) {
+    const int idx = rank * per + e;
+    if (idx >= total) break;
+    const int hh = idx / dm.D, d = idx % dm.D;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, cluster.map_shared_rank(&m_split[0], s)[hh]);
+    float sum = 0.0f, acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float w = expf(cluster.map_shared_rank(&m_split[0], s)[hh] - mx);
+      sum = fmaf(cluster.map_shared_rank(&l_split[0], s)[hh], w, sum);
+      acc = fmaf(cluster.map_shared_rank(&o_split[0][0], s)[hh * DMAX + d], w, acc);
+    }
+    out[(row * dm.Hq + h0 + hh) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
+  }
+  cluster.sync();  // the other blocks may still read this block's shared memory
+#endif
+}
+
 // Tiled decode (the default when D·sizeof(C) is a multiple of 16 bytes and the caches are 16-byte aligned): the
 // same grid, split and partial-result layout as cache_decode_kernel, but the split's keys go through shared memory in
 // tiles of kTileKeys rows, double-buffered with cp.async 16-byte copies (the next tile's K and V rows are in flight
@@ -443,7 +514,10 @@ struct TiledDecodeSmem {
   static constexpr size_t bytes() { return 4 * kTileBytes; }  // K and V, two buffers each
 };
 
-template <int DMAX, int HPB, typename C>
+// kCluster: the launch groups the `splits` blocks of each (sequence, head group) into one thread-block cluster
+// (cluster dims (1, 1, splits)), and the splits are merged through distributed shared memory instead of `part`
+// (decode_cluster_merge); `part` is unused and fm.out receives the output.
+template <int DMAX, int HPB, typename C, bool kCluster>
 __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_tiled_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                               const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
@@ -596,6 +670,19 @@ __global__ void __launch_bounds__(kDecodeThreads)
         acc[0][1] += o_red[k - 1][grp % HPB][d0 + 1];
       }
   }
+  if constexpr (kCluster) {
+    __shared__ float o_split[HPB][DMAX];  // this split's unnormalised O, read by the cluster's other blocks
+    if (key_set == 0 && d0 < dm.D) {
+#pragma unroll
+      for (int i = 0; i < kHeadsPerGroup; ++i) {
+        const int g = kKeySets > 1 ? grp % HPB : grp + kGroups * i;
+        o_split[g][d0] = acc[i][0];
+        o_split[g][d0 + 1] = acc[i][1];
+      }
+    }
+    decode_cluster_merge<HPB, DMAX>(fm.out, o_split, m_s, l_s, sv.begin, h0, dm, static_cast<int>(splits));
+    return;
+  }
   if (key_set == 0 && d0 < dm.D) {
 #pragma unroll
     for (int i = 0; i < kHeadsPerGroup; ++i) {
@@ -688,15 +775,65 @@ void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, 
                          int* flag, FusedMerge fm, cudaStream_t stream) {
   constexpr size_t smem = TiledDecodeSmem<DMAX, C>::bytes();
   static const bool attribute_set = [] {  // above 48 KiB (the fp32 cache at DMAX 128) needs the opt-in
-    HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_decode_tiled_kernel<DMAX, HPB, C>,
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_decode_tiled_kernel<DMAX, HPB, C, false>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)attribute_set;
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
-  cache_decode_tiled_kernel<DMAX, HPB, C>
+  cache_decode_tiled_kernel<DMAX, HPB, C, false>
       <<<grid, kDecodeThreads, smem, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm);
   HLM_CUDA_CHECK_LAUNCH();
+}
+
+// The tiled kernel as a cluster launch (splits blocks per cluster, merged through distributed shared memory):
+// false when the device cannot run such a cluster (compute capability below 9.0, or no cluster of this size fits),
+// then nothing is queued. Cluster sizes above 8 need the non-portable opt-in (Hopper allows 16).
+template <int DMAX, int HPB, typename C>
+bool decode_cluster_launch(float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
+                           const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                           int* flag, cudaStream_t stream) {
+  constexpr size_t smem = TiledDecodeSmem<DMAX, C>::bytes();
+  auto* kernel = cache_decode_tiled_kernel<DMAX, HPB, C, true>;
+  static const bool capable = [kernel] {
+    int device = 0, major = 0;
+    HLM_CUDA_CHECK(cudaGetDevice(&device));
+    HLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major < 9) return false;
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    return true;
+  }();
+  if (!capable || splits < 2 || splits > kMaxClusterSplits) return false;
+  const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kDecodeThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = 1;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = static_cast<unsigned>(splits);
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  static int fits[kMaxClusterSplits + 1] = {};  // per cluster size: 0 unknown, 1 fits, -1 does not
+  if (fits[splits] == 0) {
+    int clusters = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    fits[splits] = e == cudaSuccess && clusters > 0 ? 1 : -1;
+    if (e != cudaSuccess) (void)cudaGetLastError();  // a refused size is an answer, not a sticky error
+    const char* asked = std::getenv("HLM_DECODE_MERGE");
+    if (fits[splits] < 0 && asked != nullptr && std::string(asked) == "cluster")  // asked for by name: say why not
+      std::fprintf(stderr, "attention_cache: no cluster of %lld decode blocks fits (%s, %d clusters); the splits "
+                   "merge in a second kernel\n", static_cast<long long>(splits), cudaGetErrorString(e), clusters);
+  }
+  if (fits[splits] < 0) return false;
+  const FusedMerge fm{out, nullptr};
+  HLM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<float*>(nullptr), q, kc, vc, tables, ctx, cu, dm,
+                                    splits, len, flag, fm));
+  return true;
 }
 
 // The tiled kernel needs 16-byte rows: D·sizeof(C) a multiple of 16 and both caches 16-byte aligned.
@@ -709,6 +846,17 @@ bool decode_tiled_usable(const C* kc, const C* vc, const CacheDims& dm) {
   }();
   return !streams && (dm.D * sizeof(C)) % 16 == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(vc) % 16 == 0;
+}
+
+// The cluster launch (merge in distributed shared memory), when chosen and possible; true: queued, nothing else to do.
+template <int DMAX, typename C>
+bool decode_cluster_dispatch(int hpb, float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
+                             const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                             int* flag, cudaStream_t stream) {
+  if (attention_cache_cuda_decode_merge() != DecodeMerge::cluster || !decode_tiled_usable(kc, vc, dm)) return false;
+  if (hpb == 4) return decode_cluster_launch<DMAX, 4, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+  if (hpb == 2) return decode_cluster_launch<DMAX, 2, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
+  return decode_cluster_launch<DMAX, 1, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
 }
 
 template <int DMAX, typename C>
@@ -734,8 +882,8 @@ void decode_dispatch(int hpb, float* part, const float* q, const C* kc, const C*
 
 // ---- the fused split merge's counters
 
-// -1: not read yet (HLM_DECODE_MERGE=fused in the environment turns the fused merge on), else 0 / 1.
-std::atomic<int> g_fused_merge{-1};
+// -1: not read yet (HLM_DECODE_MERGE in the environment), else a DecodeMerge value.
+std::atomic<int> g_decode_merge{-1};
 constexpr int64_t kMergeCounters = int64_t{1} << 16;  // (sequence, head group) pairs one launch may count
 constexpr int kMaxDevices = 64;
 
@@ -743,7 +891,7 @@ constexpr int kMaxDevices = 64;
 // nullptr when the fused merge is off, `groups` exceeds them, or they do not exist yet and `stream` is capturing a
 // graph (no allocation inside a capture: that launch merges separately, with the same bits).
 unsigned* fused_merge_counters(int64_t groups, cudaStream_t stream) {
-  if (!attention_cache_cuda_fused_merge() || groups > kMergeCounters) return nullptr;
+  if (attention_cache_cuda_decode_merge() != DecodeMerge::fused || groups > kMergeCounters) return nullptr;
   static std::mutex mu;
   static unsigned* counters[kMaxDevices] = {};
   int device = 0;
@@ -781,19 +929,21 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
 
 }  // namespace
 
-bool attention_cache_cuda_fused_merge() {
-  int v = g_fused_merge.load();
+DecodeMerge attention_cache_cuda_decode_merge() {
+  int v = g_decode_merge.load();
   if (v < 0) {
     const char* e = std::getenv("HLM_DECODE_MERGE");
-    v = e != nullptr && std::string(e) == "fused" ? 1 : 0;
+    const std::string name = e != nullptr ? e : "";
+    v = static_cast<int>(name == "fused" ? DecodeMerge::fused : name == "cluster" ? DecodeMerge::cluster
+                                                                                  : DecodeMerge::kernel);
     int expected = -1;
-    g_fused_merge.compare_exchange_strong(expected, v);
-    v = g_fused_merge.load();
+    g_decode_merge.compare_exchange_strong(expected, v);
+    v = g_decode_merge.load();
   }
-  return v == 1;
+  return static_cast<DecodeMerge>(v);
 }
 
-void attention_cache_cuda_set_fused_merge(bool on) { g_fused_merge.store(on ? 1 : 0); }
+void attention_cache_cuda_set_decode_merge(DecodeMerge merge) { g_decode_merge.store(static_cast<int>(merge)); }
 
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
   if (!decode_path(p) || p.n_seqs <= 0 || p.max_context <= 0 || p.kv_heads <= 0 || p.q_heads <= 0) return 1;
@@ -802,7 +952,12 @@ int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = p.n_seqs * (p.q_heads / heads_per_block(p));
   const int64_t want = (4 * static_cast<int64_t>(sms) + blocks - 1) / blocks;  // ~4 blocks per SM
-  const int64_t by_len = (p.max_context + kMinSplitKeys - 1) / kMinSplitKeys;
+  // HLM_DECODE_MIN_SPLIT_KEYS=N (16..4096) overrides kMinSplitKeys (A/B runs of the split count).
+  static const int64_t min_keys = [] {
+    const char* e = std::getenv("HLM_DECODE_MIN_SPLIT_KEYS");
+    return e != nullptr ? std::clamp<int64_t>(std::atoll(e), 16, 4096) : kMinSplitKeys;
+  }();
+  const int64_t by_len = (p.max_context + min_keys - 1) / min_keys;
   return std::clamp<int64_t>(std::min(want, by_len), 1, kMaxSplits);
 }
 
@@ -835,6 +990,11 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
   auto* part = static_cast<float*>(workspace);
   const int64_t len = split_len(p, splits);
   const int hpb = heads_per_block(p);
+  if (dm.D <= 64 ? decode_cluster_dispatch<64>(hpb, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens,
+                                               dm, splits, len, error_flag, stream)
+                 : decode_cluster_dispatch<128>(hpb, out, q, k_cache, v_cache, block_tables, context_lens,
+                                                cu_seqlens, dm, splits, len, error_flag, stream))
+    return;  // merged inside the clusters
   const FusedMerge fm{out, fused_merge_counters(dm.N * (dm.Hq / hpb), stream)};
   if (dm.D <= 64)
     decode_dispatch<64>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,

@@ -13,9 +13,9 @@
 //   decode path (every sequence has exactly one new query, params.max_query_len == 1): flash decoding. One block per
 //     (sequence, group of up to 4 query heads of one kv head, key split) reads each cached K/V row of its split ONCE
 //     for all its query heads (in 32-key tiles through shared memory when rows are 16-byte multiples; otherwise 8
-//     lanes per key row, 16 rows in flight, an online softmax per 8-lane stream merged in shared memory) and writes
-//     the split's (max, sum, unnormalised output) to the workspace; a second kernel merges the splits
-//     (or the last split block of each group: attention_cache_cuda_fused_merge). The split count fills the GPU at small batch and drops to 1
+//     lanes per key row, 16 rows in flight, an online softmax per 8-lane stream merged in shared memory); the splits'
+//     (max, sum, unnormalised output) are merged inside a thread-block cluster, by a second kernel or by the last
+//     split block (attention_cache_cuda_decode_merge). The split count fills the GPU at small batch and drops to 1
 //     at large batch (attention_cache_cuda_decode_splits).
 //
 // Numerics against the CPU reference (which takes the row max first and sums in double): scores are fp32 FMA dots
@@ -73,17 +73,25 @@ void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, 
                                 const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
                                 int* error_flag, cudaStream_t stream);
 
-// The decode path's split merge folded into the decode kernel: each key split's block counts itself on a per-(sequence,
-// head group) counter after writing its partial result, and the last one merges the group's rows into `out` (the
-// separate merge kernel's arithmetic, same order: bit-identical output, one launch fewer per layer and step). The
-// counters are a per-device array kept for the process, zero between launches (each launch resets what it counted);
-// so two decode launches must not run concurrently on one device (different streams) with the fused merge on, and a
-// launch aborted mid-way leaves them unusable. Off by default until measured; HLM_DECODE_MERGE=fused in the
-// environment turns it on, attention_cache_cuda_set_fused_merge overrides (tests, A/B runs). Not taken (the separate
-// merge runs) for more than 65,536 (sequence, head group) pairs, or when the counters do not exist yet and the
-// stream is capturing a CUDA graph.
-bool attention_cache_cuda_fused_merge();
-void attention_cache_cuda_set_fused_merge(bool on);
+// How the decode path merges its key splits (all three give the same bits: one merge order and arithmetic):
+//   kernel (the default): the splits write partial results to the workspace and a second kernel merges them (each
+//     block stages the splits' maxima and sums in shared memory and issues its partial-O loads together);
+//   cluster: the splits of each (sequence, head group) run as ONE thread-block cluster (Hopper, ≤ 16 splits) and
+//     merge through distributed shared memory: no partial results in the workspace, no second launch. Falls back to
+//     `kernel` where a cluster cannot run (compute capability < 9.0, more than 16 splits, the stream kernel for rows
+//     that are not 16-byte multiples). Measured slower than `kernel` (H200, session 15: 3.56-3.57 against 3.47-3.48
+//     ms per Qwen3-4B batch-1 step at 16 splits): opt-in;
+//   fused: each split block counts itself on a per-(sequence, head group) counter after writing its partial result,
+//     and the last one merges the group's rows into `out` (one launch fewer). The counters are a per-device array
+//     kept for the process, zero between launches (each launch resets what it counted); so two decode launches must
+//     not run concurrently on one device (different streams) with the fused merge on, and a launch aborted mid-way
+//     leaves them unusable. Not taken (the separate merge runs) for more than 65,536 (sequence, head group) pairs, or
+//     when the counters do not exist yet and the stream is capturing a CUDA graph. Measured slower than `kernel`
+//     (H200, sessions 13 and 15): opt-in.
+// HLM_DECODE_MERGE=kernel|cluster|fused in the environment picks one (read once); the setter overrides (tests, A/B).
+enum class DecodeMerge { kernel = 0, fused = 1, cluster = 2 };
+DecodeMerge attention_cache_cuda_decode_merge();
+void attention_cache_cuda_set_decode_merge(DecodeMerge merge);
 
 // Key splits the decode path uses for these params on the current device (1 when the batch fills the GPU).
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p);

@@ -30,8 +30,12 @@ deps:
 tokenizers:
 	@bash scripts/fetch-tokenizers.sh
 
+# Builds made from scratch (CI, the demo, the sanitizer builds) compile each target's C++ files in batches of 8
+# (HYBRIDLM_UNITY, cmake/unity.cmake): fewer CPU-seconds from a clean directory; UNITY=OFF turns it off.
+UNITY ?= ON
 $(BUILD_DIR)/build.ninja:
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHYBRIDLM_CUDA=$(CUDA) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHYBRIDLM_CUDA=$(CUDA) -DHYBRIDLM_UNITY=$(UNITY) \
+	  $(CMAKE_FLAGS)
 
 configure: deps $(BUILD_DIR)/build.ninja
 
@@ -50,7 +54,7 @@ DEMO_CORPUS = data/corpus/demo/corpus.json
 demo-build:
 	@bash scripts/install-deps.sh --demo
 	@[ -f $(DEMO_BUILD_DIR)/build.ninja ] || cmake -S . -B $(DEMO_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-	  -DHYBRIDLM_CUDA=OFF -DHYBRIDLM_MPI=OFF -DBUILD_TESTING=OFF $(CMAKE_FLAGS)
+	  -DHYBRIDLM_CUDA=OFF -DHYBRIDLM_MPI=OFF -DBUILD_TESTING=OFF -DHYBRIDLM_UNITY=$(UNITY) $(CMAKE_FLAGS)
 	cmake --build $(DEMO_BUILD_DIR) -j $(JOBS) --target hybridlm
 
 $(DEMO_CORPUS): | demo-build
@@ -100,7 +104,7 @@ SANITIZE_OPT_FLAGS = "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAK
 SANITIZE_TLS_OPTION = intercept_tls_get_addr=0
 test-sanitize: deps
 	cmake -S . -B $(SANITIZE_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SANITIZE_OPT_FLAGS) -DHYBRIDLM_CUDA=OFF \
-	  -DHYBRIDLM_SANITIZE=ON $(CMAKE_FLAGS)
+	  -DHYBRIDLM_SANITIZE=ON -DHYBRIDLM_UNITY=$(UNITY) $(CMAKE_FLAGS)
 	cmake --build $(SANITIZE_BUILD_DIR) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:$(SANITIZE_TLS_OPTION) \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp \
@@ -110,12 +114,13 @@ test-sanitize: deps
 # make test-sanitize-ci: the named subset (ctest label sanitize-ci: fuzz_replay.<target>, every seed and regression
 # input of the nine parsers) from a sanitized build of fuzz_replay and the libraries below it only (148 build steps),
 # in its own directory at -Og -g1: the same sanitizers (ASan checks every access at any -O) for 23 % less CPU than
-# -O1 -g1 (713 vs 923 CPU-s from a clean directory). Not in .ci/run yet (docs/reliability.md, "CI time").
+# -O1 -g1 (713 vs 923 CPU-s from a clean directory; 354 CPU-s as a unity build, session 15). Part of .ci/run since
+# session 15 (docs/reliability.md, "CI time").
 SANITIZE_CI_BUILD_DIR ?= build-asan-ci
 SANITIZE_CI_OPT_FLAGS = "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-Og -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-Og -g1 -DNDEBUG"
 test-sanitize-ci: deps
 	cmake -S . -B $(SANITIZE_CI_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SANITIZE_CI_OPT_FLAGS) \
-	  -DHYBRIDLM_CUDA=OFF -DHYBRIDLM_SANITIZE=ON $(CMAKE_FLAGS)
+	  -DHYBRIDLM_CUDA=OFF -DHYBRIDLM_SANITIZE=ON -DHYBRIDLM_UNITY=$(UNITY) $(CMAKE_FLAGS)
 	cmake --build $(SANITIZE_CI_BUILD_DIR) -j $(JOBS) --target fuzz_replay
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:$(SANITIZE_TLS_OPTION) \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -2,7 +2,8 @@
 # Session 15, call 5: is the bf16 distillation step deterministic run to run? The ddpoverlap helper saw two plain
 # steps of one process (same inputs, same weights) give the same loss and different gradient norms. Two plain
 # steps per process (--data-parallel off,off re-creates the trainer on the same weights), attention through the
-# native kernels vs the cuDNN engine (the default, auto), printed as hex floats.
+# native kernels vs the cuDNN engine (the default, auto), printed as hex floats. Ran (H200, 71 s): both engines
+# reproduced every step's loss and norm bit for bit across the two entries (r/native.log, r/cudnn.log).
 set -u
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 mkdir -p $OUT/r /tmp/hlm && tar xJf out/coord/lead5.txz -C /tmp/hlm || exit 3

@@ -59,10 +59,12 @@ void cuda_refresh_held_copies(CudaContext& ctx, CudaModel& model) {
       cast_f32_to_bf16_cuda(c.copy->data<__nv_bfloat16>(), c.weight->data<float>(), c.weight->numel(), ctx.stream());
 }
 
-void cuda_download_bf16_masters(CudaContext& ctx, CudaModel& model, const std::vector<AdamWParam>& host) {
+void cuda_download_bf16_masters(CudaContext& ctx, CudaModel& model, const std::vector<AdamWParam>& host,
+                                bool widen_copies) {
   ctx.make_current();
   const std::vector<CudaModel::Bf16Copy> copies = model.bf16_copies();
   for (const CudaModel::NamedTensor& t : model.named_tensors()) {
+    if (!widen_copies && t.tensor->raw() == nullptr && copy_of(copies, t.tensor) != nullptr) continue;
     const CudaTensor* from = t.tensor->raw() != nullptr ? t.tensor : copy_of(copies, t.tensor);
     HLM_CHECK(from != nullptr, "cuda_download_bf16_masters: ", t.name, " has no storage on the device");
     const AdamWParam* p = nullptr;

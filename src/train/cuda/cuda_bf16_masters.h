@@ -22,7 +22,9 @@
 
 namespace hlm {
 
-// The student: frees the fp32 weights that have bf16 copies (the bf16 compute mode must be on).
+// The student: frees the fp32 weights that have bf16 copies (the bf16 compute mode must be on). Also used by ZeRO-1 in
+// the bf16 mode with fp32 masters (CudaTrainDevice::attach): there the masters of the freed weights live in the data
+// parallel shard (cuda_data_parallel.h) and the copies stay the rounding of those masters.
 void cuda_hold_bf16_masters(CudaContext& ctx, CudaModel& model);
 // A gradient holder (CudaModel::zeros_like): the linears' weight gradients in bf16, zeroed.
 void cuda_hold_bf16_linear_grads(CudaContext& ctx, CudaModel& grads);
@@ -30,6 +32,9 @@ void cuda_hold_bf16_linear_grads(CudaContext& ctx, CudaModel& grads);
 void cuda_refresh_held_copies(CudaContext& ctx, CudaModel& model);
 // Copies every weight into the host tensor of the same HF name in `host` (the host optimizer's parameters, which
 // alias the host model's weights): fp32 tensors as they are, bf16 masters widened exactly. Waits for the stream.
-void cuda_download_bf16_masters(CudaContext& ctx, CudaModel& model, const std::vector<AdamWParam>& host);
+// widen_copies false: freed fp32 slots are skipped instead (ZeRO-1 with sharded masters gathers their fp32 values from
+// the ranks' shards: CudaDataParallel::gather_masters, train/cuda/cuda_data_parallel.h).
+void cuda_download_bf16_masters(CudaContext& ctx, CudaModel& model, const std::vector<AdamWParam>& host,
+                                bool widen_copies = true);
 
 }  // namespace hlm

@@ -40,6 +40,13 @@ bool dp_overlap_from_env() {
   throw_input_error("environment variable ", kDpOverlapEnv, "='", v, "' is not on or off");
 }
 
+bool zero1_masters_sharded_from_env() {
+  const char* v = std::getenv(kZero1MastersEnv);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "sharded") == 0) return true;
+  if (std::strcmp(v, "whole") == 0) return false;
+  throw_input_error("environment variable ", kZero1MastersEnv, "='", v, "' is not sharded or whole");
+}
+
 CudaDataParallel::~CudaDataParallel() {
   if (armed_) {  // an exception left queued sums behind: let them end before the buffers go
     try {
@@ -65,28 +72,39 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   weights_.clear();
   grads_.clear();
   copies_.clear();
+  sharded_master_.clear();
   offsets_.assign(1, 0);
   buckets_.clear();
   pieces_.clear();
+  master_elements_ = 0;
+  shard_master_ = CudaTensor();
   for (const CudaAdamWParam& p : optimizer.params()) {
-    HLM_CHECK(p.param->dtype() == DType::F32 && p.grad->dtype() == DType::F32, "CudaDataParallel: ", p.name,
-              " is not an fp32 weight with an fp32 gradient (only the fp32 memory plan is sharded)");
-    weights_.push_back(p.param->data<float>());
-    grads_.push_back(const_cast<float*>(p.grad->data<float>()));  // the collectives write the sums back
     void* copy = nullptr;
     for (const CudaModel::Bf16Copy& c : copies)
       if (c.weight == p.param && c.copy != nullptr && c.copy->raw() != nullptr) copy = c.copy->raw();
+    // A freed fp32 slot (its shape is gone with it: the gradient's gives the element count).
+    const bool freed = p.param->raw() == nullptr && p.grad->numel() > 0;
+    HLM_CHECK(p.grad->dtype() == DType::F32 && (freed || p.param->dtype() == DType::F32), "CudaDataParallel: ",
+              p.name, " is not an fp32 weight with an fp32 gradient (only the fp32 memory plan is sharded)");
+    HLM_CHECK(!freed || (zero_stage_ == 1 && copy != nullptr), "CudaDataParallel: ", p.name, " has no fp32 storage",
+              copy == nullptr ? " and no bf16 copy" : " (its master can be sharded with zero stage 1 only)");
+    weights_.push_back(freed ? nullptr : p.param->data<float>());
+    grads_.push_back(const_cast<float*>(p.grad->data<float>()));  // the collectives write the sums back
     copies_.push_back(copy);
-    offsets_.push_back(offsets_.back() + static_cast<size_t>(p.param->numel()));
+    sharded_master_.push_back(freed);
+    offsets_.push_back(offsets_.back() + static_cast<size_t>(p.grad->numel()));
   }
   const size_t P = offsets_.back(), W = static_cast<size_t>(size());
-  size_t shard = 0;
+  size_t shard = 0, bucket_floats = std::max<size_t>(1, std::min(P, bucket_elements_));
   for (size_t begin = 0; begin < P; begin += bucket_elements_) {
     Bucket b{begin, std::min(P, begin + bucket_elements_), shard};
     if (zero_stage_ == 1) shard += chunk_size(b.end - b.begin, static_cast<int>(W), host_.rank());
+    for (size_t i = 0; i + 1 < offsets_.size(); ++i)
+      if (offsets_[i] < b.end && offsets_[i + 1] > b.begin) (sharded_master_[i] ? b.has_master : b.has_f32) = true;
+    if (b.has_master) bucket_floats = std::max(bucket_floats, W * bf16_slot_floats(b.end - b.begin));
     buckets_.push_back(b);
   }
-  bucket_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(std::max<size_t>(1, std::min(P, bucket_elements_)))});
+  bucket_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(bucket_floats)});
   shard_elements_ = shard;
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   events_.assign(buckets_.size(), nullptr);
@@ -99,7 +117,9 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
     const size_t c0 = chunk_first(b), c1 = c0 + chunk_size(b.end - b.begin, size(), host_.rank());
     for (size_t i = 0; i + 1 < offsets_.size(); ++i) {
       const size_t lo = std::max(c0, offsets_[i]), hi = std::min(c1, offsets_[i + 1]);
-      if (lo < hi) pieces_.push_back({i, lo, hi, b.shard_offset + (lo - c0)});
+      if (lo >= hi) continue;
+      pieces_.push_back({i, lo, hi, b.shard_offset + (lo - c0), sharded_master_[i] ? master_elements_ : kNoMaster});
+      if (sharded_master_[i]) master_elements_ += hi - lo;
     }
   }
   const auto S = static_cast<int64_t>(std::max<size_t>(1, shard));
@@ -118,6 +138,20 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
     cuda_copy_to_device_async(ctx_, shard_m_.raw(), m.data(), shard * sizeof(float));
     cuda_copy_to_device_async(ctx_, shard_v_.raw(), v.data(), shard * sizeof(float));
   }
+  // This rank's fp32 masters of the parameters whose fp32 slot was freed: the host optimizer's values (those the
+  // device model was built from: a fresh start's weights or the checkpoint's).
+  std::vector<float> masters(master_elements_);
+  for (const Piece& p : pieces_) {
+    if (p.master == kNoMaster) continue;
+    const Tensor& hp = host.params()[host_index[p.param]].param;
+    HLM_CHECK(static_cast<size_t>(hp.numel()) == offsets_[p.param + 1] - offsets_[p.param], "CudaDataParallel: ",
+              optimizer.params()[p.param].name, ": host parameter of ", hp.numel(), " elements");
+    std::copy_n(hp.f32() + (p.begin - offsets_[p.param]), p.end - p.begin, masters.data() + p.master);
+  }
+  if (master_elements_ > 0) {
+    shard_master_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(master_elements_)});
+    cuda_copy_to_device_async(ctx_, shard_master_.raw(), masters.data(), master_elements_ * sizeof(float));
+  }
   step_ = host.step_count();
   beta1_ = host.config().beta1;
   beta2_ = host.config().beta2;
@@ -128,7 +162,7 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   adamw_ws_ = cuda_scratch_bytes(ctx_, std::max<size_t>(1, table));
   adamw_ws_bytes_ = table;
   adamw_staging_.resize(table);
-  ctx_.synchronize();  // the pageable uploads above have been staged; m and v may go
+  ctx_.synchronize();  // the pageable uploads above have been staged; m, v and masters may go
 }
 
 void CudaDataParallel::set_ready_stages(const std::vector<int>& stage) {
@@ -185,7 +219,7 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
   size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
   for (size_t at = begin; at < end; ++i) {
     const size_t stop = std::min(end, offsets_[i + 1]);
-    if (stop > at) {
+    if (stop > at && t[i] != nullptr) {  // null: a sharded master (weights only)
       float* p = t[i] + (at - offsets_[i]);
       float* b = buf + (at - begin);
       HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * sizeof(float),
@@ -193,6 +227,26 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
     }
     at = stop;
   }
+}
+
+void CudaDataParallel::copy_flat_bf16(size_t begin, size_t end, void* buf, bool to_buf) const {
+  constexpr size_t kBf16 = 2;  // bytes of one __nv_bfloat16
+  size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
+  for (size_t at = begin; at < end; ++i) {
+    const size_t stop = std::min(end, offsets_[i + 1]);
+    if (stop > at && sharded_master_[i]) {
+      char* p = static_cast<char*>(copies_[i]) + (at - offsets_[i]) * kBf16;
+      char* b = static_cast<char*>(buf) + (at - begin) * kBf16;
+      HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * kBf16, cudaMemcpyDeviceToDevice,
+                                     ctx_.stream()));
+    }
+    at = stop;
+  }
+}
+
+size_t CudaDataParallel::bf16_slot_floats(size_t len) const {
+  const auto W = static_cast<size_t>(size());
+  return ((len + W - 1) / W + 1) / 2;  // the largest chunk (chunk_begin: at most ceil(len / W)), two bf16 per float
 }
 
 void CudaDataParallel::all_reduce_gradients() {
@@ -247,7 +301,7 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
     const CudaAdamWParam& q = optimizer_->params()[p.param];
     const size_t at = p.begin - offsets_[p.param];
     AdamWCudaTensor& t = tensors[k];
-    t.param = weights_[p.param] + at;
+    t.param = p.master == kNoMaster ? weights_[p.param] + at : shard_master_.data<float>() + p.master;
     t.exp_avg = shard_m_.data<float>() + p.shard;
     t.exp_avg_sq = shard_v_.data<float>() + p.shard;
     t.grad = shard_grad_.data<float>() + p.shard;
@@ -257,14 +311,27 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
   }
   adamw_multi_step_cuda(tensors.data(), tensors.size(), scale_.data<float>(), adamw_ws_.raw(), adamw_ws_bytes_,
                         adamw_staging_.data(), ctx_.stream());
-  // Every rank's updated chunks to every rank (with one rank: nothing to move).
+  // Every rank's updated chunks to every rank (with one rank: nothing to move): the fp32 weights of the parameters
+  // held in fp32, the bf16 copies of those whose master is sharded (the kernel wrote this rank's chunk of them).
   if (size() == 1) return norm;
+  const int r = host_.rank();
   for (const Bucket& b : buckets_) {
-    const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin, n = chunk_size(len, size(), host_.rank());
-    copy_flat(b.begin + c0, b.begin + c0 + n, buf + c0, true, true);
-    coll_->all_gather(buf + c0, buf, len);
-    copy_flat(b.begin, b.begin + c0, buf, false, true);  // the other ranks' chunks only
-    copy_flat(b.begin + c0 + n, b.end, buf + c0 + n, false, true);
+    const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin, n = chunk_size(len, size(), r);
+    if (b.has_f32) {
+      copy_flat(b.begin + c0, b.begin + c0 + n, buf + c0, true, true);
+      coll_->all_gather(buf + c0, buf, len);
+      copy_flat(b.begin, b.begin + c0, buf, false, true);  // the other ranks' chunks only
+      copy_flat(b.begin + c0 + n, b.end, buf + c0 + n, false, true);
+    }
+    if (b.has_master) {  // rank q's chunk packed at the front of slot q (k floats = 2k bf16 values)
+      const size_t k = bf16_slot_floats(len);
+      copy_flat_bf16(b.begin + c0, b.begin + c0 + n, buf + static_cast<size_t>(r) * k, true);
+      coll_->all_gather(buf + static_cast<size_t>(r) * k, buf, static_cast<size_t>(size()) * k);
+      for (int q = 0; q < size(); ++q)
+        if (q != r)
+          copy_flat_bf16(b.begin + chunk_begin(len, size(), q), b.begin + chunk_begin(len, size(), q + 1),
+                         buf + static_cast<size_t>(q) * k, false);
+    }
   }
   return norm;
 }
@@ -302,6 +369,36 @@ void CudaDataParallel::gather_state(AdamW& host, const std::vector<size_t>& host
     host.set_state(host_index[i], moments[0][i].reshape(shape), moments[1][i].reshape(shape));
   }
   host.set_step_count(step_);
+}
+
+void CudaDataParallel::gather_masters(AdamW& host, const std::vector<size_t>& host_index) {
+  HLM_CHECK(zero_stage_ == 1 && optimizer_ != nullptr, "CudaDataParallel::gather_masters: zero 1 after attach");
+  if (!masters_sharded()) return;
+  ctx_.make_current();
+  float* buf = bucket_.data<float>();
+  std::vector<float> bucket(static_cast<size_t>(bucket_.numel()));
+  for (const Bucket& b : buckets_) {
+    if (!b.has_master) continue;
+    const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin;
+    // This rank's chunk: the masters of its pieces in this bucket (the chunk's other elements are not read below).
+    for (const Piece& p : pieces_)
+      if (p.master != kNoMaster && p.begin >= b.begin && p.end <= b.end)
+        HLM_CUDA_CHECK(cudaMemcpyAsync(buf + (p.begin - b.begin), shard_master_.data<float>() + p.master,
+                                       (p.end - p.begin) * sizeof(float), cudaMemcpyDeviceToDevice, ctx_.stream()));
+    coll_->all_gather(buf + c0, buf, len);
+    cuda_copy_to_host(ctx_, bucket.data(), buf, len * sizeof(float));
+    auto i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), b.begin) - offsets_.begin());
+    --i;  // the parameter holding b.begin
+    for (size_t at = b.begin; at < b.end; ++i) {
+      const size_t stop = std::min(b.end, offsets_[i + 1]);
+      if (stop > at && sharded_master_[i]) {
+        const auto numel = static_cast<int64_t>(offsets_[i + 1] - offsets_[i]);
+        Tensor flat = host.params()[host_index[i]].param.reshape(Shape{numel});
+        std::copy(bucket.data() + (at - b.begin), bucket.data() + (stop - b.begin), flat.f32() + (at - offsets_[i]));
+      }
+      at = stop;
+    }
+  }
 }
 
 }  // namespace hlm

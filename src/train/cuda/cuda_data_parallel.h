@@ -14,10 +14,21 @@
 //                 launch) updates the shard's fp32 weights with the shard's own m and v [S floats each], writing the
 //                 bf16 copies of those elements where the model has them; then all_gather of each bucket's chunks
 //                 gives every rank the whole fp32 model (and with W > 1 the caller re-rounds the bf16 copies).
-// What is sharded on the GPU: AdamW's m and v (8 bytes per parameter -> 8/W). NOT sharded: the fp32 weights (they are
-// the working weights of the fp32 mode and of the bf16 mode's non-linear tensors; a bf16-only forward would be needed
-// to drop them), the gradients (accumulated over micro-batches), the bf16 copies. Plans with 8-bit moments or bf16
-// master weights are refused (the caller checks, CudaTrainDevice::attach).
+// What is sharded on the GPU: AdamW's m and v (8 bytes per parameter -> 8/W), and in the bf16 compute mode the fp32
+// master weights of every parameter whose fp32 slot the caller freed before attach (the linears and an untied head,
+// cuda_bf16_masters.h's cuda_hold_bf16_masters; HYBRIDLM_ZERO1_MASTERS=sharded, the default there): for those the
+// device holds the bf16 copy whole (the forward and backward read only it) and the fp32 master only for this rank's
+// pieces, in shard_master_ [the pieces' elements of such parameters ~ their count / W]. The update reads and writes
+// the master there and writes the bf16 copy of the same elements (the kernel's rounding, refresh_bf16's bits); the
+// all-gather then moves the bf16 copies of such buckets (2 bytes per element, packed two to an fp32 slot of the
+// float collective: each rank's chunk of a bucket at the front of an equal slot of ceil(ceil(len/W)/2) floats) and
+// fp32 values only for the parameters still held in fp32 (the embedding, norms, biases, the GDN's small tensors;
+// every rank keeps those whole, updates its chunks and receives the others'). The bits are those of the whole-master
+// path: the same update of the same fp32 values, and a bf16 copy is the rounding of the updated master either way
+// (test: GpuDataParallel.ShardedMastersEqualWholeMasters, tolerance 0). Checkpoints gather the master shards
+// (gather_masters) as they gather the moments. NOT sharded: the fp32 weights of the fp32 mode (the forward reads
+// them) and of the tensors above, the gradients (accumulated over micro-batches), the bf16 copies. Plans with 8-bit
+// moments or bf16 master weights are refused (the caller checks, CudaTrainDevice::attach).
 // Numerics: sums in rank order (bit-reproducible for a given W). With one rank, zero 1 moves the gradients through
 // the collectives and back unchanged; the update is the per-element arithmetic of CudaAdamW (the same kernel); the
 // norm's fp64 partial sums are grouped by pieces rather than parameters, so the norm may differ from CudaAdamW's in
@@ -66,8 +77,14 @@ class CudaDataParallel {
   // Lays out the parameters of `optimizer` (F32 params and grads; built with_state false for zero 1) and, for zero 1,
   // this rank's shard of the moments from the host optimizer (host_index[i]: the host parameter of device parameter
   // i) and its step count. copies: the bf16 copies the update writes (CudaModel::bf16_copies(); may be empty).
+  // Zero 1: a parameter whose fp32 slot is empty (freed) and that has a bf16 copy gets its master shard from the
+  // host optimizer's fp32 parameter (the values the device was built from); any other freed slot is an error.
   void attach(CudaAdamW& optimizer, const AdamW& host, const std::vector<size_t>& host_index,
               const std::vector<CudaModel::Bf16Copy>& copies);
+  // Whether some fp32 masters live in this rank's shard only (see above); then the caller must not re-round the bf16
+  // copies from fp32 slots that are gone (CudaModel::refresh_bf16), nor download them.
+  bool masters_sharded() const { return master_elements_ > 0; }
+  size_t master_shard_elements() const { return master_elements_; }
   // Overlap (see above). set_ready_stages: per device optimizer parameter (after attach), the value of layer_done
   // after which its gradient is final; -1: only when the backward has returned.
   bool overlap() const { return overlap_; }
@@ -85,6 +102,9 @@ class CudaDataParallel {
   double sharded_step(double clip, bool update);
   // zero 1, every rank: the whole m and v gathered into `host` (and its step count).
   void gather_state(AdamW& host, const std::vector<size_t>& host_index);
+  // zero 1 with masters_sharded(), every rank: the fp32 masters held as shards gathered into the host optimizer's
+  // parameters (which alias the host model's weights); the other parameters are not touched.
+  void gather_masters(AdamW& host, const std::vector<size_t>& host_index);
   int64_t step_count() const { return step_; }
   size_t shard_elements() const { return shard_elements_; }
 
@@ -92,15 +112,24 @@ class CudaDataParallel {
   struct Bucket {
     size_t begin = 0, end = 0;  // flat range
     size_t shard_offset = 0;    // where this rank's chunk starts in the shard buffers
+    bool has_f32 = false;       // holds elements of parameters with fp32 storage (gathered in fp32)
+    bool has_master = false;    // holds elements of parameters whose master is sharded (bf16 copies gathered)
   };
+  static constexpr size_t kNoMaster = static_cast<size_t>(-1);
   struct Piece {                // a parameter's part of this rank's chunk of one bucket
     size_t param = 0;           // index into the device optimizer's params
     size_t begin = 0, end = 0;  // flat range
     size_t shard = 0;           // position in the shard buffers
+    size_t master = kNoMaster;  // position in shard_master_ (parameters whose master is sharded), else kNoMaster
   };
   // Device copies between flat range [begin, end) of the weights (or gradients) and buf (queued on `stream`, or on
   // ctx's stream when null).
+  // weights: parameters without fp32 storage (sharded masters) are skipped.
   void copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights, cudaStream_t stream = nullptr) const;
+  // The same over the bf16 copies of the parameters whose master is sharded only (buf: 2-byte elements).
+  void copy_flat_bf16(size_t begin, size_t end, void* buf, bool to_buf) const;
+  // Floats per rank of the packed bf16 all-gather of a bucket of len elements: ceil(ceil(len / W) / 2).
+  size_t bf16_slot_floats(size_t len) const;
   // Queues bucket b's sum as a DeviceCollectives job behind an event of ctx's stream.
   void submit_bucket(size_t b);
   size_t chunk_first(const Bucket& b) const;
@@ -113,11 +142,14 @@ class CudaDataParallel {
   CudaAdamW* optimizer_ = nullptr;
   std::vector<float*> weights_, grads_;
   std::vector<void*> copies_;     // per parameter: its bf16 copy (__nv_bfloat16*) or nullptr
+  std::vector<bool> sharded_master_;  // per parameter: no fp32 storage, master in shard_master_ (zero 1)
   std::vector<size_t> offsets_;  // flat start of each parameter; offsets_.back() = P
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
   size_t shard_elements_ = 0;
   CudaTensor bucket_, shard_grad_, shard_m_, shard_v_;
+  CudaTensor shard_master_;      // [master_elements_] fp32 masters of this rank's pieces of sharded-master parameters
+  size_t master_elements_ = 0;
   CudaTensor norm_, scale_, norm_ws_, adamw_ws_;
   size_t norm_ws_bytes_ = 0, adamw_ws_bytes_ = 0;
   std::vector<unsigned char> adamw_staging_;
@@ -135,5 +167,9 @@ class CudaDataParallel {
 // HYBRIDLM_DP_OVERLAP: on (default) | off; input error otherwise.
 inline constexpr const char* kDpOverlapEnv = "HYBRIDLM_DP_OVERLAP";
 bool dp_overlap_from_env();
+// HYBRIDLM_ZERO1_MASTERS: sharded (default) | whole; input error otherwise. Whether ZeRO-1 in the bf16 compute mode
+// frees the fp32 masters of the weights that have bf16 copies and keeps this rank's shard of them (see above).
+inline constexpr const char* kZero1MastersEnv = "HYBRIDLM_ZERO1_MASTERS";
+bool zero1_masters_sharded_from_env();
 
 }  // namespace hlm

@@ -188,6 +188,9 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
       optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
   }
   optimizer_->set_step_count(optimizer.step_count());
+  // ZeRO-1 in the bf16 mode (HYBRIDLM_ZERO1_MASTERS=sharded, the default): the fp32 weights that have bf16 copies
+  // (the linears, an untied head) are freed here, their masters kept by dp_ for this rank's shard only.
+  if (sharded && options_.bf16 && zero1_masters_sharded_from_env()) cuda_hold_bf16_masters(*ctx_, *student_);
   if (dp_) {
     dp_->attach(*optimizer_, optimizer, host_index_, student_->bf16_copies());
     // When each gradient is final in the backward (CudaModel::backward's layer_done): layer i's tensors after call
@@ -207,11 +210,14 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
       stages.push_back(stage);
     }
     dp_->set_ready_stages(stages);
+    const std::string masters =
+        dp_->masters_sharded() ? str_cat("sharded (", dp_->master_shard_elements(), " elements on this rank)")
+                               : std::string("whole");
     std::printf("%-12s rank %d of %d, %s collectives, zero stage %d (%zu AdamW elements on this rank), gradient "
-                "sums overlapped with the backward: %s\n",
+                "sums overlapped with the backward: %s; fp32 masters of the bf16 copies: %s\n",
                 "data parallel", dp_->rank(), dp_->size(), dp_->backend(), dp_->zero_stage(),
                 sharded ? dp_->shard_elements() : static_cast<size_t>(student_->weight_bytes() / 4),
-                dp_->overlap() ? "on" : "off");
+                dp_->overlap() ? "on" : "off", masters.c_str());
   }
   if (options_.cuda_graphs) {
     graphs_ = std::make_unique<StepGraphCache<StepGraph>>(kMaxStepGraphs);
@@ -239,15 +245,21 @@ void CudaTrainDevice::print_static_plan() const {
   }
   const size_t grads = grads_->weight_bytes();
   const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;
-  const size_t total = weights + copies + grads + moments + teacher;
+  // ZeRO-1 with sharded masters: the fp32 masters of the linears (and an untied head) for this rank's shard only.
+  const size_t master_shard = dp_ && dp_->masters_sharded() ? sizeof(float) * dp_->master_shard_elements() : 0;
+  const size_t total = weights + master_shard + copies + grads + moments + teacher;
   const bool masters = host_optimizer_->config().master == MasterFormat::Bf16Sr;
-  std::printf("%-12s student %.2f GiB fp32 weights + %.2f GiB %s, %.2f GiB gradients%s, %.2f GiB AdamW "
-              "m and v (%s); teacher %.2f GiB%s; %.2f GiB before activations (device allocations)\n",
-              "memory plan", gib(weights), gib(copies),
+  char shard_text[64] = "";
+  if (master_shard > 0)
+    std::snprintf(shard_text, sizeof shard_text, " + %.2f GiB fp32 master shard", gib(master_shard));
+  std::printf("%-12s student %.2f GiB fp32 weights%s + %.2f GiB %s, %.2f GiB gradients%s, %.2f GiB AdamW "
+              "m and v (%s); teacher %.2f GiB%s; %.2f GiB before activations (device allocations; %.3f GiB in use "
+              "on the device after attach)\n",
+              "memory plan", gib(weights), shard_text, gib(copies),
               masters ? "bf16 (the linears' masters and the head's copy)" : "bf16 copies", gib(grads),
               masters ? " (the linears' in bf16)" : "", gib(moments),
               adamw_state_format_name(optimizer_->state_format()), gib(teacher),
-              teacher_bf16_only_ ? " (bf16 only)" : "", gib(total));
+              teacher_bf16_only_ ? " (bf16 only)" : "", gib(total), gib(ctx_->allocator().stats().bytes_in_use));
   std::fflush(stdout);
 }
 
@@ -323,10 +335,15 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   timer.mark("adamw");
   // The bf16 copies follow the updated master weights: written by the AdamW launch itself (set_bf16_copies at
   // attach), so this mark measures ~0; a skipped step changed no weight. Nothing in fp32 mode.
-  if (host_optimizer_->config().master == MasterFormat::Bf16Sr)
+  if (host_optimizer_->config().master == MasterFormat::Bf16Sr) {
     cuda_refresh_held_copies(*ctx_, *student_);  // lean: a tied head's copy only (the rest are the masters)
-  else if (!optimizer_->writes_bf16_copies() || (dp_ && dp_->zero_stage() == 1 && dp_->size() > 1))
+  } else if (dp_ && dp_->masters_sharded()) {
+    // ZeRO-1, sharded masters: the copies of the freed weights were updated and gathered in bf16; a tied head's copy
+    // follows the gathered fp32 embedding (with one rank the update wrote every copy).
+    if (dp_->size() > 1) cuda_refresh_held_copies(*ctx_, *student_);
+  } else if (!optimizer_->writes_bf16_copies() || (dp_ && dp_->zero_stage() == 1 && dp_->size() > 1)) {
     student_->refresh_bf16();  // ZeRO-1 on several ranks: the update wrote this rank's chunks' copies only
+  }
   timer.mark("refresh_bf16");
   timer.print();
   if (!activation_plan_printed_) {
@@ -531,10 +548,14 @@ void CudaTrainDevice::evaluate_pass(const PackedBatch& batch, EvalSums& sums) {
 void CudaTrainDevice::sync_to_host() {
   HLM_CHECK(optimizer_ != nullptr, "CudaTrainDevice::sync_to_host before attach");
   ctx_->make_current();
-  if (host_optimizer_->config().master == MasterFormat::Bf16Sr)  // lean: bf16 masters widened (the host's tensors)
+  if (host_optimizer_->config().master == MasterFormat::Bf16Sr) {  // lean: bf16 masters widened (the host's tensors)
     cuda_download_bf16_masters(*ctx_, *student_, host_optimizer_->params());
-  else
+  } else if (dp_ && dp_->masters_sharded()) {  // collective: the fp32 tensors held, then the master shards gathered
+    cuda_download_bf16_masters(*ctx_, *student_, host_optimizer_->params(), /*widen_copies=*/false);
+    dp_->gather_masters(*host_optimizer_, host_index_);
+  } else {
     student_->download_into(host_student_->mutable_weights());
+  }
   if (dp_ && dp_->zero_stage() == 1) {  // collective: the shards' moments gathered on every rank
     dp_->gather_state(*host_optimizer_, host_index_);
   } else {

@@ -246,11 +246,13 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
+  // Several ranks: fp32 masters only; 8-bit moments are sharded by the GPU trainer only (cuda_data_parallel.h).
   HLM_CHECK_INPUT((W == 1 && !device_dp_) || memory_plan_.plan == nullptr ||
-                      (memory_plan_.plan->state == AdamWStateFormat::F32 &&
-                       memory_plan_.plan->master == MasterFormat::F32),
+                      (memory_plan_.plan->master == MasterFormat::F32 &&
+                       (memory_plan_.plan->state == AdamWStateFormat::F32 || device_dp_)),
                   "--memory-plan ", memory_plan_.plan ? memory_plan_.plan->name : "", ": a run on ", W,
-                  " ranks uses the fp32 plan in this version (8-bit moments and bf16 master weights are not sharded)");
+                  " ranks uses fp32 master weights in this version (bf16 master weights are not sharded; 8-bit "
+                  "moments are sharded on the GPU only)");
   build_optimizer();
   if (device_dp_)  // before attach (run()); the device creates its collectives here, on every rank
     device_->set_data_parallel(*comm_, static_cast<int>(cfg_.zero_stage), bucket_elements_from_env(kGpuBucketElements));

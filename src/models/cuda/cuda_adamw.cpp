@@ -17,7 +17,6 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
                      AdamWStateFormat state, MasterFormat master, uint64_t sr_seed, bool with_state)
     : ctx_(&ctx), state_(state), master_(master), sr_seed_(sr_seed), with_state_(with_state), beta1_(beta1),
       beta2_(beta2), eps_(eps) {
-  HLM_CHECK(with_state || state == AdamWStateFormat::F32, "CudaAdamW: only F32 moments can be held elsewhere");
   std::vector<CudaModel::NamedTensor> w = weights.named_tensors();
   std::vector<CudaModel::NamedTensor> g = grads.named_tensors();
   HLM_CHECK(w.size() == g.size(), "CudaAdamW: ", w.size(), " weights but ", g.size(), " gradients");
@@ -31,6 +30,7 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
     HLM_CHECK(w[i].name == g[i].name && w[i].tensor->shape() == g[i].tensor->shape(), "CudaAdamW: weight ",
               w[i].name, " does not match gradient ", g[i].name);
     params_.push_back({w[i].name, w[i].tensor, g[i].tensor, 0.0, 0.0});
+    if (!with_state_) continue;  // the moments live elsewhere (ZeRO-1's shard)
     if (state_ == AdamWStateFormat::Q8) {
       const int64_t n = w[i].tensor->numel();
       Q8Device q{cuda_scratch_bytes(ctx, static_cast<size_t>(n)), cuda_scratch_bytes(ctx, static_cast<size_t>(n)),
@@ -42,7 +42,6 @@ CudaAdamW::CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, dou
       q8_.push_back(std::move(q));
       continue;
     }
-    if (!with_state_) continue;
     for (std::vector<CudaTensor>* state : {&exp_avg_, &exp_avg_sq_}) {
       state->push_back(CudaTensor::empty(ctx, w[i].tensor->shape()));
       HLM_CUDA_CHECK(cudaMemsetAsync(state->back().raw(), 0, state->back().nbytes(), ctx.stream()));

@@ -45,6 +45,8 @@ class CudaAdamW {
   // set. betas in [0, 1), eps ≥ 0.
   // master Bf16Sr: freed fp32 slots of `weights` are updated in their bf16 copies; sr_seed is the host
   // AdamWConfig::sr_seed. A freed slot without a copy is an internal error.
+  // with_state false: no moments are held, fp32 or 8-bit (ZeRO-1 holds its shard's: train/cuda/cuda_data_parallel.h);
+  // step, set_state, set_q8_state and q8_state are then refused.
   CudaAdamW(CudaContext& ctx, CudaModel& weights, CudaModel& grads, double beta1 = 0.9, double beta2 = 0.999,
             double eps = 1e-8, AdamWStateFormat state = AdamWStateFormat::F32,
             MasterFormat master = MasterFormat::F32, uint64_t sr_seed = 0, bool with_state = true);

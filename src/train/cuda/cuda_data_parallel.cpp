@@ -16,7 +16,9 @@
 #include "core/error.h"
 #include "layers/cuda/cuda_linear.h"
 #include "ops/adamw/adamw_cuda.h"
+#include "ops/adamw/adamw_lowmem_cuda.h"
 #include "ops/adamw/grad_norm_cuda.h"
+#include "ops/cast/cast_cuda.h"
 #include "train/data_parallel.h"
 
 namespace hlm {
@@ -65,6 +67,18 @@ size_t CudaDataParallel::chunk_first(const Bucket& b) const {
   return b.begin + chunk_begin(b.end - b.begin, size(), host_.rank());
 }
 
+template <class Fn>
+void CudaDataParallel::for_each_part(size_t begin, size_t end, const Fn& fn) const {
+  const size_t np = ends_.size();
+  auto i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.begin() + static_cast<std::ptrdiff_t>(np),
+                                                begin) - offsets_.begin());
+  if (i > 0) --i;  // the last parameter starting at or before `begin`
+  for (; i < np && offsets_[i] < end; ++i) {
+    const size_t lo = std::max(begin, offsets_[i]), hi = std::min(end, ends_[i]);
+    if (lo < hi) fn(i, lo, hi);
+  }
+}
+
 void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std::vector<size_t>& host_index,
                               const std::vector<CudaModel::Bf16Copy>& copies) {
   ctx_.make_current();
@@ -74,6 +88,13 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   copies_.clear();
   sharded_master_.clear();
   offsets_.assign(1, 0);
+  ends_.clear();
+  q8_ = zero_stage_ == 1 && optimizer.state_format() == AdamWStateFormat::Q8;  // zero 0: CudaAdamW holds them whole
+  // 8-bit moments: every parameter starts at a multiple of the quantization block and every bucket is a multiple of
+  // W blocks, so each rank's chunk of a bucket is whole blocks of each parameter (the gaps are never read).
+  const size_t align = q8_ ? static_cast<size_t>(kQ8Block) : 1, W = static_cast<size_t>(size());
+  const size_t bucket_elements =
+      q8_ ? (bucket_elements_ + align * W - 1) / (align * W) * (align * W) : bucket_elements_;
   buckets_.clear();
   pieces_.clear();
   master_elements_ = 0;
@@ -92,15 +113,18 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
     grads_.push_back(const_cast<float*>(p.grad->data<float>()));  // the collectives write the sums back
     copies_.push_back(copy);
     sharded_master_.push_back(freed);
-    offsets_.push_back(offsets_.back() + static_cast<size_t>(p.grad->numel()));
+    ends_.push_back(offsets_.back() + static_cast<size_t>(p.grad->numel()));
+    offsets_.push_back((ends_.back() + align - 1) / align * align);
   }
-  const size_t P = offsets_.back(), W = static_cast<size_t>(size());
-  size_t shard = 0, bucket_floats = std::max<size_t>(1, std::min(P, bucket_elements_));
-  for (size_t begin = 0; begin < P; begin += bucket_elements_) {
-    Bucket b{begin, std::min(P, begin + bucket_elements_), shard};
+  const size_t P = q8_ ? (offsets_.back() + align * W - 1) / (align * W) * (align * W) : offsets_.back();
+  offsets_.back() = P;
+  size_t shard = 0, bucket_floats = std::max<size_t>(1, std::min(P, bucket_elements));
+  for (size_t begin = 0; begin < P; begin += bucket_elements) {
+    Bucket b{begin, std::min(P, begin + bucket_elements), shard};
     if (zero_stage_ == 1) shard += chunk_size(b.end - b.begin, static_cast<int>(W), host_.rank());
-    for (size_t i = 0; i + 1 < offsets_.size(); ++i)
-      if (offsets_[i] < b.end && offsets_[i + 1] > b.begin) (sharded_master_[i] ? b.has_master : b.has_f32) = true;
+    for_each_part(b.begin, b.end, [&](size_t i, size_t, size_t) {
+      (sharded_master_[i] ? b.has_master : b.has_f32) = true;
+    });
     if (b.has_master) bucket_floats = std::max(bucket_floats, W * bf16_slot_floats(b.end - b.begin));
     buckets_.push_back(b);
   }
@@ -115,28 +139,59 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
 
   for (const Bucket& b : buckets_) {
     const size_t c0 = chunk_first(b), c1 = c0 + chunk_size(b.end - b.begin, size(), host_.rank());
-    for (size_t i = 0; i + 1 < offsets_.size(); ++i) {
-      const size_t lo = std::max(c0, offsets_[i]), hi = std::min(c1, offsets_[i + 1]);
-      if (lo >= hi) continue;
+    for_each_part(c0, c1, [&](size_t i, size_t lo, size_t hi) {
       pieces_.push_back({i, lo, hi, b.shard_offset + (lo - c0), sharded_master_[i] ? master_elements_ : kNoMaster});
       if (sharded_master_[i]) master_elements_ += hi - lo;
-    }
+    });
   }
   const auto S = static_cast<int64_t>(std::max<size_t>(1, shard));
   shard_grad_ = CudaTensor::empty(ctx_, {S});
-  shard_m_ = CudaTensor::empty(ctx_, {S});
-  shard_v_ = CudaTensor::empty(ctx_, {S});
+  for (CudaTensor* t : {&shard_m_, &shard_v_, &shard_qm_, &shard_qv_, &shard_am_, &shard_av_}) *t = CudaTensor();
   // This rank's shard of the host moments (zero at a fresh start, the checkpoint's on a resume).
-  std::vector<float> m(shard), v(shard);
-  for (const Piece& p : pieces_) {
-    const Tensor hm = host.exp_avg(host_index[p.param]), hv = host.exp_avg_sq(host_index[p.param]);
-    const size_t at = p.begin - offsets_[p.param], n = p.end - p.begin;
-    std::copy_n(hm.f32() + at, n, m.data() + p.shard);
-    std::copy_n(hv.f32() + at, n, v.data() + p.shard);
-  }
-  if (shard > 0) {
-    cuda_copy_to_device_async(ctx_, shard_m_.raw(), m.data(), shard * sizeof(float));
-    cuda_copy_to_device_async(ctx_, shard_v_.raw(), v.data(), shard * sizeof(float));
+  std::vector<float> m, v;
+  std::vector<uint8_t> qm, qv;
+  if (q8_) {  // codes [shard] bytes, block scales [shard / kQ8Block]: a piece's blocks are a slice of the host's
+    const size_t blocks = shard / static_cast<size_t>(kQ8Block);
+    qm.assign(shard, q8_codebook_signed().zero);
+    qv.assign(shard, q8_codebook_unsigned().zero);
+    m.assign(blocks, 0.0f);
+    v.assign(blocks, 0.0f);
+    for (const Piece& p : pieces_) {
+      const AdamWQ8State& hs = host.q8_state(host_index[p.param]);
+      const size_t at = p.begin - offsets_[p.param], n = p.end - p.begin, nb = static_cast<size_t>(q8_blocks(n));
+      HLM_CHECK(at % kQ8Block == 0 && p.shard % kQ8Block == 0 && hs.q_m.size() >= at + n &&
+                    hs.absmax_m.size() >= at / kQ8Block + nb,
+                "CudaDataParallel: 8-bit state of ", optimizer.params()[p.param].name, " not block-aligned");
+      std::copy_n(hs.q_m.data() + at, n, qm.data() + p.shard);
+      std::copy_n(hs.q_v.data() + at, n, qv.data() + p.shard);
+      std::copy_n(hs.absmax_m.data() + at / kQ8Block, nb, m.data() + p.shard / kQ8Block);
+      std::copy_n(hs.absmax_v.data() + at / kQ8Block, nb, v.data() + p.shard / kQ8Block);
+    }
+    shard_qm_ = cuda_scratch_bytes(ctx_, std::max<size_t>(1, shard));
+    shard_qv_ = cuda_scratch_bytes(ctx_, std::max<size_t>(1, shard));
+    shard_am_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(std::max<size_t>(1, blocks))});
+    shard_av_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(std::max<size_t>(1, blocks))});
+    if (shard > 0) {
+      cuda_copy_to_device_async(ctx_, shard_qm_.raw(), qm.data(), shard);
+      cuda_copy_to_device_async(ctx_, shard_qv_.raw(), qv.data(), shard);
+      cuda_copy_to_device_async(ctx_, shard_am_.raw(), m.data(), blocks * sizeof(float));
+      cuda_copy_to_device_async(ctx_, shard_av_.raw(), v.data(), blocks * sizeof(float));
+    }
+  } else {
+    shard_m_ = CudaTensor::empty(ctx_, {S});
+    shard_v_ = CudaTensor::empty(ctx_, {S});
+    m.resize(shard);
+    v.resize(shard);
+    for (const Piece& p : pieces_) {
+      const Tensor hm = host.exp_avg(host_index[p.param]), hv = host.exp_avg_sq(host_index[p.param]);
+      const size_t at = p.begin - offsets_[p.param], n = p.end - p.begin;
+      std::copy_n(hm.f32() + at, n, m.data() + p.shard);
+      std::copy_n(hv.f32() + at, n, v.data() + p.shard);
+    }
+    if (shard > 0) {
+      cuda_copy_to_device_async(ctx_, shard_m_.raw(), m.data(), shard * sizeof(float));
+      cuda_copy_to_device_async(ctx_, shard_v_.raw(), v.data(), shard * sizeof(float));
+    }
   }
   // This rank's fp32 masters of the parameters whose fp32 slot was freed: the host optimizer's values (those the
   // device model was built from: a fresh start's weights or the checkpoint's).
@@ -144,7 +199,7 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   for (const Piece& p : pieces_) {
     if (p.master == kNoMaster) continue;
     const Tensor& hp = host.params()[host_index[p.param]].param;
-    HLM_CHECK(static_cast<size_t>(hp.numel()) == offsets_[p.param + 1] - offsets_[p.param], "CudaDataParallel: ",
+    HLM_CHECK(static_cast<size_t>(hp.numel()) == ends_[p.param] - offsets_[p.param], "CudaDataParallel: ",
               optimizer.params()[p.param].name, ": host parameter of ", hp.numel(), " elements");
     std::copy_n(hp.f32() + (p.begin - offsets_[p.param]), p.end - p.begin, masters.data() + p.master);
   }
@@ -166,12 +221,12 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
 }
 
 void CudaDataParallel::set_ready_stages(const std::vector<int>& stage) {
-  HLM_CHECK(stage.size() + 1 == offsets_.size(), "CudaDataParallel::set_ready_stages: ", stage.size(), " stages for ",
-            offsets_.size() - 1, " parameters");
+  HLM_CHECK(stage.size() == ends_.size(), "CudaDataParallel::set_ready_stages: ", stage.size(), " stages for ",
+            ends_.size(), " parameters");
   for (size_t k = 0; k < buckets_.size(); ++k) {
     int lowest = INT_MAX;
-    for (size_t i = 0; i < stage.size(); ++i)
-      if (offsets_[i] < buckets_[k].end && offsets_[i + 1] > buckets_[k].begin) lowest = std::min(lowest, stage[i]);
+    for_each_part(buckets_[k].begin, buckets_[k].end,
+                  [&](size_t i, size_t, size_t) { lowest = std::min(lowest, stage[i]); });
     bucket_stage_[k] = lowest == INT_MAX ? -1 : lowest;
   }
 }
@@ -216,32 +271,24 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
                                  cudaStream_t stream) const {
   if (stream == nullptr) stream = ctx_.stream();
   const std::vector<float*>& t = weights ? weights_ : grads_;
-  size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
-  for (size_t at = begin; at < end; ++i) {
-    const size_t stop = std::min(end, offsets_[i + 1]);
-    if (stop > at && t[i] != nullptr) {  // null: a sharded master (weights only)
-      float* p = t[i] + (at - offsets_[i]);
-      float* b = buf + (at - begin);
-      HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, stream));
-    }
-    at = stop;
-  }
+  for_each_part(begin, end, [&](size_t i, size_t at, size_t stop) {
+    if (t[i] == nullptr) return;  // a sharded master (weights only)
+    float* p = t[i] + (at - offsets_[i]);
+    float* b = buf + (at - begin);
+    HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream));
+  });
 }
 
 void CudaDataParallel::copy_flat_bf16(size_t begin, size_t end, void* buf, bool to_buf) const {
   constexpr size_t kBf16 = 2;  // bytes of one __nv_bfloat16
-  size_t i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
-  for (size_t at = begin; at < end; ++i) {
-    const size_t stop = std::min(end, offsets_[i + 1]);
-    if (stop > at && sharded_master_[i]) {
-      char* p = static_cast<char*>(copies_[i]) + (at - offsets_[i]) * kBf16;
-      char* b = static_cast<char*>(buf) + (at - begin) * kBf16;
-      HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * kBf16, cudaMemcpyDeviceToDevice,
-                                     ctx_.stream()));
-    }
-    at = stop;
-  }
+  for_each_part(begin, end, [&](size_t i, size_t at, size_t stop) {
+    if (!sharded_master_[i]) return;
+    char* p = static_cast<char*>(copies_[i]) + (at - offsets_[i]) * kBf16;
+    char* b = static_cast<char*>(buf) + (at - begin) * kBf16;
+    HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * kBf16, cudaMemcpyDeviceToDevice,
+                                   ctx_.stream()));
+  });
 }
 
 size_t CudaDataParallel::bf16_slot_floats(size_t len) const {
@@ -295,22 +342,46 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
   const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;  // grad_norm_cuda.h's clip scale
   cuda_copy_to_device_async(ctx_, scale_.raw(), &scale, sizeof(scale));
   ++step_;
-  std::vector<AdamWCudaTensor> tensors(pieces_.size());
-  for (size_t k = 0; k < pieces_.size(); ++k) {
-    const Piece& p = pieces_[k];
-    const CudaAdamWParam& q = optimizer_->params()[p.param];
-    const size_t at = p.begin - offsets_[p.param];
-    AdamWCudaTensor& t = tensors[k];
-    t.param = p.master == kNoMaster ? weights_[p.param] + at : shard_master_.data<float>() + p.master;
-    t.exp_avg = shard_m_.data<float>() + p.shard;
-    t.exp_avg_sq = shard_v_.data<float>() + p.shard;
-    t.grad = shard_grad_.data<float>() + p.shard;
-    if (copies_[p.param] != nullptr) t.param_bf16 = static_cast<__nv_bfloat16*>(copies_[p.param]) + at;
-    t.n = static_cast<int64_t>(p.end - p.begin);
-    t.step = adamw_cuda_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_);
+  if (q8_) {
+    // 8-bit moments: one launch per piece (whole quantization blocks of one parameter: the same blocks, values and
+    // bits as the one-rank launch over the whole tensor), then the bf16 copies of the pieces that have one
+    // (CudaModel::refresh_bf16's cast; the low-memory kernel writes none).
+    for (const Piece& p : pieces_) {
+      const CudaAdamWParam& q = optimizer_->params()[p.param];
+      const size_t at = p.begin - offsets_[p.param], n = p.end - p.begin;
+      float* master = p.master == kNoMaster ? weights_[p.param] + at : shard_master_.data<float>() + p.master;
+      AdamWLowmemTensor t;
+      t.param_f32 = master;
+      t.q_m = static_cast<uint8_t*>(shard_qm_.raw()) + p.shard;
+      t.q_v = static_cast<uint8_t*>(shard_qv_.raw()) + p.shard;
+      t.absmax_m = shard_am_.data<float>() + p.shard / kQ8Block;
+      t.absmax_v = shard_av_.data<float>() + p.shard / kQ8Block;
+      t.grad = shard_grad_.data<float>() + p.shard;
+      t.n = static_cast<int64_t>(n);
+      adamw_lowmem_step_cuda(t, scale_.data<float>(),
+                             adamw_lowmem_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_, 0), ctx_.stream());
+      if (copies_[p.param] != nullptr)
+        cast_f32_to_bf16_cuda(static_cast<__nv_bfloat16*>(copies_[p.param]) + at, master, static_cast<int64_t>(n),
+                              ctx_.stream());
+    }
+  } else {
+    std::vector<AdamWCudaTensor> tensors(pieces_.size());
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const Piece& p = pieces_[k];
+      const CudaAdamWParam& q = optimizer_->params()[p.param];
+      const size_t at = p.begin - offsets_[p.param];
+      AdamWCudaTensor& t = tensors[k];
+      t.param = p.master == kNoMaster ? weights_[p.param] + at : shard_master_.data<float>() + p.master;
+      t.exp_avg = shard_m_.data<float>() + p.shard;
+      t.exp_avg_sq = shard_v_.data<float>() + p.shard;
+      t.grad = shard_grad_.data<float>() + p.shard;
+      if (copies_[p.param] != nullptr) t.param_bf16 = static_cast<__nv_bfloat16*>(copies_[p.param]) + at;
+      t.n = static_cast<int64_t>(p.end - p.begin);
+      t.step = adamw_cuda_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_);
+    }
+    adamw_multi_step_cuda(tensors.data(), tensors.size(), scale_.data<float>(), adamw_ws_.raw(), adamw_ws_bytes_,
+                          adamw_staging_.data(), ctx_.stream());
   }
-  adamw_multi_step_cuda(tensors.data(), tensors.size(), scale_.data<float>(), adamw_ws_.raw(), adamw_ws_bytes_,
-                        adamw_staging_.data(), ctx_.stream());
   // Every rank's updated chunks to every rank (with one rank: nothing to move): the fp32 weights of the parameters
   // held in fp32, the bf16 copies of those whose master is sharded (the kernel wrote this rank's chunk of them).
   if (size() == 1) return norm;
@@ -339,10 +410,14 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
 void CudaDataParallel::gather_state(AdamW& host, const std::vector<size_t>& host_index) {
   HLM_CHECK(zero_stage_ == 1 && optimizer_ != nullptr, "CudaDataParallel::gather_state: zero 1 after attach");
   ctx_.make_current();
+  if (q8_) {
+    gather_q8_state(host, host_index);
+    return;
+  }
   std::vector<Tensor> moments[2];
   for (auto& m : moments)
-    for (size_t i = 0; i + 1 < offsets_.size(); ++i)
-      m.push_back(Tensor::zeros(Shape{static_cast<int64_t>(offsets_[i + 1] - offsets_[i])}));
+    for (size_t i = 0; i < ends_.size(); ++i)
+      m.push_back(Tensor::zeros(Shape{static_cast<int64_t>(ends_[i] - offsets_[i])}));
   float* buf = bucket_.data<float>();
   std::vector<float> bucket(bucket_.numel());
   for (const int which : {0, 1}) {
@@ -354,20 +429,66 @@ void CudaDataParallel::gather_state(AdamW& host, const std::vector<size_t>& host
                                        ctx_.stream()));
       coll_->all_gather(buf + c0, buf, len);
       cuda_copy_to_host(ctx_, bucket.data(), buf, len * sizeof(float));
-      auto i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), b.begin) - offsets_.begin());
-      --i;  // the parameter holding b.begin
-      for (size_t at = b.begin; at < b.end; ++i) {
-        const size_t stop = std::min(b.end, offsets_[i + 1]);
+      for_each_part(b.begin, b.end, [&](size_t i, size_t at, size_t stop) {
         std::copy(bucket.data() + (at - b.begin), bucket.data() + (stop - b.begin),
                   moments[which][i].f32() + (at - offsets_[i]));
-        at = stop;
-      }
+      });
     }
   }
   for (size_t i = 0; i < host_index.size(); ++i) {
     const Shape shape = host.params()[host_index[i]].param.shape();
     host.set_state(host_index[i], moments[0][i].reshape(shape), moments[1][i].reshape(shape));
   }
+  host.set_step_count(step_);
+}
+
+void CudaDataParallel::gather_q8_state(AdamW& host, const std::vector<size_t>& host_index) {
+  // Per bucket: the codes (len bytes, every rank's chunk len / W bytes: whole blocks, so a multiple of 4 bytes moved
+  // as floats) and the block scales (len / kQ8Block floats), gathered, then cut into the parameters' states.
+  std::vector<AdamWQ8State> states(ends_.size());
+  for (size_t i = 0; i < ends_.size(); ++i) {
+    const size_t n = ends_[i] - offsets_[i], nb = static_cast<size_t>(q8_blocks(static_cast<int64_t>(n)));
+    states[i].q_m.resize(n);
+    states[i].q_v.resize(n);
+    states[i].absmax_m.resize(nb);
+    states[i].absmax_v.resize(nb);
+  }
+  float* buf = bucket_.data<float>();
+  std::vector<unsigned char> host_buf(static_cast<size_t>(bucket_.numel()) * sizeof(float));
+  constexpr auto B = static_cast<size_t>(kQ8Block);
+  for (const int which : {0, 1}) {
+    const CudaTensor& codes = which == 0 ? shard_qm_ : shard_qv_;
+    const CudaTensor& scales = which == 0 ? shard_am_ : shard_av_;
+    for (const Bucket& b : buckets_) {
+      const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin, n = chunk_size(len, size(), host_.rank());
+      HLM_CHECK(len % (B * static_cast<size_t>(size())) == 0 && c0 % B == 0 && b.shard_offset % B == 0,
+                "CudaDataParallel: a bucket of 8-bit state is not block-aligned");
+      // Codes: bytes [c0, c0 + n) of the bucket are this rank's.
+      if (n > 0)
+        HLM_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<unsigned char*>(buf) + c0,
+                                       static_cast<const unsigned char*>(codes.raw()) + b.shard_offset, n,
+                                       cudaMemcpyDeviceToDevice, ctx_.stream()));
+      coll_->all_gather(buf + c0 / 4, buf, len / 4);
+      cuda_copy_to_host(ctx_, host_buf.data(), buf, len);
+      for_each_part(b.begin, b.end, [&](size_t i, size_t at, size_t stop) {
+        std::vector<uint8_t>& q = which == 0 ? states[i].q_m : states[i].q_v;
+        std::copy(host_buf.data() + (at - b.begin), host_buf.data() + (stop - b.begin), q.data() + (at - offsets_[i]));
+      });
+      // Block scales: blocks [c0 / B, (c0 + n) / B) of the bucket.
+      if (n > 0)
+        HLM_CUDA_CHECK(cudaMemcpyAsync(buf + c0 / B, scales.data<float>() + b.shard_offset / B, n / B * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, ctx_.stream()));
+      coll_->all_gather(buf + c0 / B, buf, len / B);
+      cuda_copy_to_host(ctx_, host_buf.data(), buf, len / B * sizeof(float));
+      const auto* blocks = reinterpret_cast<const float*>(host_buf.data());
+      for_each_part(b.begin, b.end, [&](size_t i, size_t at, size_t stop) {
+        std::vector<float>& a = which == 0 ? states[i].absmax_m : states[i].absmax_v;
+        const size_t first = (at - offsets_[i]) / B, count = (stop - at + B - 1) / B;  // at is a block start
+        std::copy_n(blocks + (at - b.begin) / B, count, a.data() + first);
+      });
+    }
+  }
+  for (size_t i = 0; i < host_index.size(); ++i) host.set_q8_state(host_index[i], std::move(states[i]));
   host.set_step_count(step_);
 }
 
@@ -387,17 +508,11 @@ void CudaDataParallel::gather_masters(AdamW& host, const std::vector<size_t>& ho
                                        (p.end - p.begin) * sizeof(float), cudaMemcpyDeviceToDevice, ctx_.stream()));
     coll_->all_gather(buf + c0, buf, len);
     cuda_copy_to_host(ctx_, bucket.data(), buf, len * sizeof(float));
-    auto i = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), b.begin) - offsets_.begin());
-    --i;  // the parameter holding b.begin
-    for (size_t at = b.begin; at < b.end; ++i) {
-      const size_t stop = std::min(b.end, offsets_[i + 1]);
-      if (stop > at && sharded_master_[i]) {
-        const auto numel = static_cast<int64_t>(offsets_[i + 1] - offsets_[i]);
-        Tensor flat = host.params()[host_index[i]].param.reshape(Shape{numel});
-        std::copy(bucket.data() + (at - b.begin), bucket.data() + (stop - b.begin), flat.f32() + (at - offsets_[i]));
-      }
-      at = stop;
-    }
+    for_each_part(b.begin, b.end, [&](size_t i, size_t at, size_t stop) {
+      if (!sharded_master_[i]) return;
+      Tensor flat = host.params()[host_index[i]].param.reshape(Shape{static_cast<int64_t>(ends_[i] - offsets_[i])});
+      std::copy(bucket.data() + (at - b.begin), bucket.data() + (stop - b.begin), flat.f32() + (at - offsets_[i]));
+    });
   }
 }
 

@@ -27,8 +27,16 @@
 // path: the same update of the same fp32 values, and a bf16 copy is the rounding of the updated master either way
 // (test: GpuDataParallel.ShardedMastersEqualWholeMasters, tolerance 0). Checkpoints gather the master shards
 // (gather_masters) as they gather the moments. NOT sharded: the fp32 weights of the fp32 mode (the forward reads
-// them) and of the tensors above, the gradients (accumulated over micro-batches), the bf16 copies. Plans with 8-bit
-// moments or bf16 master weights are refused (the caller checks, CudaTrainDevice::attach).
+// them) and of the tensors above, the gradients (accumulated over micro-batches), the bf16 copies.
+// 8-bit moments (memory plan adam8; the device optimizer's state Q8), zero 1: every parameter starts at a multiple of
+// the quantization block (kQ8Block = 256 elements) in the flat space (gaps after each parameter, never read) and a
+// bucket is a multiple of W blocks (HYBRIDLM_BUCKET_ELEMENTS rounded up), so each rank's chunk of a bucket is whole
+// blocks of each parameter (or its last, shorter block): the shard holds codes [S] bytes and block scales
+// [S / 256] floats for m and for v, exactly the slice of the one-rank state (attach slices the host's; gather_state
+// gathers codes and scales into the host's byte for byte). The update is one adamw_lowmem_step_cuda launch per
+// piece (the one-rank step's blocks, values and bits), then the bf16 copies of the pieces that have one (the cast
+// of refresh_bf16). Zero 0 with 8-bit moments: the gradients are all-reduced and CudaAdamW holds the whole state.
+// Plans with bf16 master weights (lean) are refused (the caller checks, CudaTrainDevice::attach).
 // Numerics: sums in rank order (bit-reproducible for a given W). With one rank, zero 1 moves the gradients through
 // the collectives and back unchanged; the update is the per-element arithmetic of CudaAdamW (the same kernel); the
 // norm's fp64 partial sums are grouped by pieces rather than parameters, so the norm may differ from CudaAdamW's in
@@ -133,6 +141,10 @@ class CudaDataParallel {
   // Queues bucket b's sum as a DeviceCollectives job behind an event of ctx's stream.
   void submit_bucket(size_t b);
   size_t chunk_first(const Bucket& b) const;
+  // Calls fn(i, lo, hi) for every parameter i with elements in the flat range [begin, end): its part [lo, hi).
+  template <class Fn>
+  void for_each_part(size_t begin, size_t end, const Fn& fn) const;
+  void gather_q8_state(AdamW& host, const std::vector<size_t>& host_index);
 
   CudaContext& ctx_;
   Communicator& host_;
@@ -143,11 +155,14 @@ class CudaDataParallel {
   std::vector<float*> weights_, grads_;
   std::vector<void*> copies_;     // per parameter: its bf16 copy (__nv_bfloat16*) or nullptr
   std::vector<bool> sharded_master_;  // per parameter: no fp32 storage, master in shard_master_ (zero 1)
-  std::vector<size_t> offsets_;  // flat start of each parameter; offsets_.back() = P
+  std::vector<size_t> offsets_;  // flat start of each parameter; offsets_.back() = P (the flat space's size)
+  std::vector<size_t> ends_;     // flat end of each parameter (= the next start, except 8-bit: gaps to block starts)
+  bool q8_ = false;              // 8-bit moments (the optimizer's state format)
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
   size_t shard_elements_ = 0;
   CudaTensor bucket_, shard_grad_, shard_m_, shard_v_;
+  CudaTensor shard_qm_, shard_qv_, shard_am_, shard_av_;  // 8-bit: codes [S] bytes, block scales [S / kQ8Block]
   CudaTensor shard_master_;      // [master_elements_] fp32 masters of this rank's pieces of sharded-master parameters
   size_t master_elements_ = 0;
   CudaTensor norm_, scale_, norm_ws_, adamw_ws_;

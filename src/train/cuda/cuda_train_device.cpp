@@ -135,10 +135,8 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   const bool bf16_masters = ac.master == MasterFormat::Bf16Sr;
   HLM_CHECK_INPUT(!bf16_masters || options_.bf16, "--memory-plan lean: bf16 master weights on the GPU need "
                   "--precision bf16");
-  HLM_CHECK_INPUT(!dp_ || (ac.state == AdamWStateFormat::F32 && !bf16_masters), "--memory-plan: ",
-                  ac.state == AdamWStateFormat::Q8 ? "8-bit AdamW moments (adam8)" : "bf16 master weights (lean)",
-                  " are not sharded on the GPU yet; data-parallel GPU training needs fp32 moments and masters "
-                  "(--memory-plan fp32 or teacher-bf16)");
+  HLM_CHECK_INPUT(!dp_ || !bf16_masters, "--memory-plan lean: bf16 master weights are not sharded on the GPU yet; "
+                  "data-parallel GPU training needs fp32 masters (--memory-plan fp32, teacher-bf16 or adam8)");
   const bool sharded = dp_ && dp_->zero_stage() == 1;
   // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
   // gradients: each upload's transient fp32 tensors meet the least memory already held.
@@ -240,8 +238,11 @@ void CudaTrainDevice::print_static_plan() const {
   if (dp_ && dp_->zero_stage() == 1) moments = 2 * sizeof(float) * dp_->shard_elements();  // this rank's shard
   if (optimizer_->state_format() == AdamWStateFormat::Q8) {
     moments = 0;
-    for (const CudaAdamWParam& p : optimizer_->params())
-      moments += 2 * static_cast<size_t>(p.param->numel()) + 8 * static_cast<size_t>(q8_blocks(p.param->numel()));
+    if (dp_ && dp_->zero_stage() == 1)  // this rank's shard: codes and one f32 scale per block, for m and v
+      moments = 2 * dp_->shard_elements() + 8 * (dp_->shard_elements() / static_cast<size_t>(kQ8Block));
+    else
+      for (const CudaAdamWParam& p : optimizer_->params())
+        moments += 2 * static_cast<size_t>(p.param->numel()) + 8 * static_cast<size_t>(q8_blocks(p.param->numel()));
   }
   const size_t grads = grads_->weight_bytes();
   const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;

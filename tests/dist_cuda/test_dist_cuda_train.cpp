@@ -64,11 +64,12 @@ constexpr double kWeightTol = 1e-6;  // absolute
 // adam8 on two ranks against one process: the gradients differ by fp32 regrouping as above, and an element of m or v
 // that sits next to a midpoint of the code table may then take the neighbouring code: one step of m's code is at most
 // 3·127²/127³ = 2.4 % of its block's absmax, so that element's update moves by up to ~2.4 % of lr (7e-5 at lr 3e-3)
-// in that step. Bounds: a few such flips over 8 steps; still ~3x below one step's update (lr), and a rank that
-// skipped its share changes every update by O(lr) from the first step on. Not measured before this test.
-constexpr double kQ8LossTol = 1e-4;    // relative, per step
-constexpr double kQ8NormTol = 1e-3;    // relative, per step
-constexpr double kQ8WeightTol = 1e-3;  // absolute
+// in that step. Measured on the H200 (session 16, ZeRO-1 and ZeRO-0 alike): loss 8.4e-10 relative, grad norm 4.4e-8
+// relative, weights 1.2e-7 (no flip: the fp32 plan's figures). The weight bound allows one such flip and is still
+// 30x below one step's update (lr), which a rank that skipped its share changes from the first step on.
+constexpr double kQ8LossTol = 1e-5;    // relative, per step
+constexpr double kQ8NormTol = 1e-4;    // relative, per step
+constexpr double kQ8WeightTol = 1e-4;  // absolute
 
 class GpuDataParallel : public ::testing::Test {
  protected:

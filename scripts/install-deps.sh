@@ -4,7 +4,8 @@
 # Arguments: extra packages a target needs besides these (make fuzz: clang, its libFuzzer runtime, its OpenMP).
 # --demo (first argument): only what `make demo` builds (the hybridlm program, no tests, benches or MPI).
 set -euo pipefail
-packages=(cmake ninja-build g++ make pkg-config python3
+# ca-certificates: python3 fetches the corpus's npm tarballs over HTTPS (scripts/corpus/npm_fetch.py).
+packages=(cmake ninja-build g++ make pkg-config python3 ca-certificates
           libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev libcli11-dev libzstd-dev)
 if [ "${1:-}" = "--demo" ]; then
   shift

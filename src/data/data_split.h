@@ -22,4 +22,8 @@ DocumentSplit split_documents(const std::string& code, int64_t documents, int64_
 // Training document indices in the order a run with `data_seed` consumes them.
 std::vector<int64_t> training_order(const std::string& code, const DocumentSplit& split, uint64_t data_seed);
 
+// Pass `pass` >= 1 of a multi-pass stream (data_stream.h): a permutation of positions 0..n-1 in the pass-0 order
+// (training_order), keyed by the data seed, the language and the pass; a fresh shuffle per pass, not a repeat.
+std::vector<int64_t> pass_order(const std::string& code, int64_t n, uint64_t data_seed, int64_t pass);
+
 }  // namespace hlm

@@ -5,6 +5,11 @@
 //   in a ratio; seed: 30% and 3.5:2:1) over a token budget; the training documents of each language are reshuffled
 //   by the data seed and consumed in order; languages are interleaved by a data-seeded draw proportional to their
 //   remaining quota.
+// - passes: with passes > 1, a stream that runs out (every language used up: out of documents, or at its quota)
+//   starts over: pass p (0-based) consumes each language's training documents again in a new order, a permutation
+//   keyed by the data seed, the language and p (pass_order, data_split.h); pass 0 is the order above, so passes = 1
+//   is the single-pass stream. Quotas count over the whole run, so a language at its quota stays out of later
+//   passes. Only training documents are ever drawn: held-out documents never enter any pass.
 // - packing: tokens of consecutive documents fill rows of exactly seq_len tokens; a document that does not fit
 //   continues in the next row; document boundaries inside a row are kept as sequence boundaries (cu_seqlens), so
 //   attention, GDN state and conv reset per document. Targets: the next token of the same document; the last token of
@@ -46,6 +51,7 @@ struct DataConfig {
   uint64_t data_seed = 0;
   int64_t eval_tokens_per_language = 16 * 1024;  // validation tokens per language (test: 2×), packed as training
   DataPacking packing = DataPacking::Reset;       // sequence boundaries inside a row (see above)
+  int64_t passes = 1;              // times the stream may go through the training documents (>= 1; see above)
 };
 
 // A packed batch: `batch` holds rows × seq_len tokens split at document boundaries.
@@ -63,6 +69,7 @@ struct StreamCursor {
   std::vector<int32_t> carry_tokens;             // unfinished document piece carried into the next row
   int32_t carry_language = -1;
   uint64_t draws = 0;                            // language draws made so far (counter-based RNG index)
+  int64_t pass = 0;                              // 0-based pass the stream is in (next_document counts within it)
   bool exhausted = false;
 };
 
@@ -84,6 +91,8 @@ class TrainStream {
   void restore(const StreamCursor& cursor);  // input error when it does not fit this corpus
   // Per-language quota in tokens (empty map when token_budget is 0).
   const std::map<std::string, int64_t>& quotas() const;
+  // The 0-based pass the stream is in (cursor().pass without building the cursor).
+  int64_t pass() const;
 
  private:
   struct Impl;
@@ -91,7 +100,8 @@ class TrainStream {
 };
 
 // Checkpoint form of a cursor: {"next_document": {code: n}, "tokens_taken": {code: n}, "carry_tokens": [...],
-// "carry_language": i, "draws": n, "exhausted": b}. from_json: input error on a missing or mistyped field.
+// "carry_language": i, "draws": n, "pass": p, "exhausted": b}. from_json: input error on a missing or mistyped
+// field; "pass" may be missing (checkpoints written before passes existed: pass 0).
 nlohmann::json stream_cursor_to_json(const StreamCursor& cursor);
 StreamCursor stream_cursor_from_json(const nlohmann::json& j);
 

@@ -252,3 +252,177 @@ TEST(TrainStream, ContinuousPackingJoinsDocumentsWithinRows) {
   EXPECT_EQ(data_packing_from_name("continuous", "x"), DataPacking::Continuous);
   EXPECT_THROW(data_packing_from_name("hf", "--packing"), Error);
 }
+
+// --- Several passes (DataConfig::passes) ---
+
+namespace {
+
+// The training documents of every language (id -> text) and their held-out ids.
+struct SplitDocs {
+  std::map<std::string, std::string> train;
+  std::set<std::string> held_out;
+  int64_t train_bytes = 0;
+};
+
+SplitDocs split_docs(const Corpus& corpus, const DataConfig& config) {
+  SplitDocs out;
+  for (const CorpusLanguage& lang : corpus.languages()) {
+    const std::vector<std::string> texts = corpus.read_documents(lang.code).texts;
+    const DocumentSplit split = split_documents(lang.code, static_cast<int64_t>(texts.size()), config.held_out_docs);
+    for (int64_t d : split.train) {
+      out.train[doc_id(texts[d])] = texts[d];
+      out.train_bytes += static_cast<int64_t>(texts[d].size());
+    }
+    for (const auto* part : {&split.valid, &split.test})
+      for (int64_t d : *part) out.held_out.insert(doc_id(texts[d]));
+  }
+  return out;
+}
+
+// The ids of one language's documents, in stream order, within [begin, end) of `ids`.
+std::vector<std::string> ids_of(const std::vector<std::string>& ids, size_t begin, size_t end, const std::string& code) {
+  std::vector<std::string> out;
+  for (size_t i = begin; i < end; ++i)
+    if (ids[i].rfind(code + ":", 0) == 0) out.push_back(ids[i]);
+  return out;
+}
+
+}  // namespace
+
+// passes = 2 without quotas: pass 1 is the single-pass stream token for token (its rows are the start of the two-pass
+// stream), then every training document comes once more, in a new per-language order (a reshuffle keyed by the data
+// seed and the pass, by design: a repeat in the same order would show the model the same row sequence twice); no
+// held-out document enters either pass; the stream ends after the second pass.
+TEST(TrainStream, SecondPassReshufflesTheTrainingDocumentsOnly) {
+  const Corpus& corpus = shared_corpus();
+  DataConfig one = small_config();
+  one.data_seed = 5;
+  DataConfig two = one;
+  two.passes = 2;
+  TrainStream single(corpus, bytes_tokenizer(), one);
+  const PackedBatch first = test::concat(test::drain(single, 3));
+  EXPECT_EQ(single.cursor().pass, 0);
+  TrainStream stream(corpus, bytes_tokenizer(), two);
+  const std::vector<PackedBatch> batches = test::drain(stream, 3);
+  for (const PackedBatch& b : batches) test::check_packing(b, two.seq_len);
+  EXPECT_TRUE(stream.cursor().exhausted);
+  EXPECT_EQ(stream.cursor().pass, 1);
+  EXPECT_EQ(stream.pass(), 1);
+  const PackedBatch all = test::concat(batches);
+  ASSERT_GT(all.rows, first.rows);
+  EXPECT_TRUE(std::equal(first.batch.ids.begin(), first.batch.ids.end(), all.batch.ids.begin()));
+  EXPECT_TRUE(std::equal(first.language.begin(), first.language.end(), all.language.begin()));
+  EXPECT_TRUE(std::equal(first.targets.begin(), first.targets.end(), all.targets.begin()));  // reset: row-local
+
+  const SplitDocs split = split_docs(corpus, two);
+  const test::StreamDocuments docs = test::stream_documents(all, two.seq_len);
+  std::vector<std::string> ids;
+  for (const std::string& d : docs.full) ids.push_back(doc_id(d));
+  std::map<std::string, int> count;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(split.train.count(ids[i])) << "not a training document: " << ids[i];
+    EXPECT_FALSE(split.held_out.count(ids[i])) << "held-out document trained on: " << ids[i];
+    EXPECT_EQ(docs.full[i], split.train.at(ids[i]));
+    ++count[ids[i]];
+  }
+  if (!docs.tail.empty()) {
+    EXPECT_FALSE(split.held_out.count(doc_id(docs.tail)));
+  }
+  // Pass 1 holds every training document once; pass 2 again (up to the dropped partial row and its document).
+  const size_t n = split.train.size();
+  ASSERT_GE(ids.size(), 2 * n - 1);
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)).size(), n);
+  int twice = 0;
+  for (const auto& [id, c] : count) {
+    EXPECT_LE(c, 2) << id;
+    twice += c == 2;
+  }
+  EXPECT_GE(twice, static_cast<int>(n) - 1);
+  const int64_t lost = 2 * split.train_bytes - all.batch.total_tokens();
+  EXPECT_GE(lost, 0);
+  EXPECT_LT(lost, two.seq_len);
+  // Each language's second pass is a different order of the same documents.
+  for (const CorpusLanguage& lang : corpus.languages()) {
+    const std::vector<std::string> p1 = ids_of(ids, 0, n, lang.code), p2 = ids_of(ids, n, ids.size(), lang.code);
+    ASSERT_GE(p2.size() + 1, p1.size()) << lang.code;
+    const std::vector<std::string> p1_head(p1.begin(), p1.begin() + static_cast<std::ptrdiff_t>(p2.size()));
+    EXPECT_NE(p2, p1_head) << lang.code << ": the second pass repeats the first's order";
+  }
+}
+
+// passes = 3 reads the training text three times, then ends; every pass's order differs from the others.
+TEST(TrainStream, StreamEndsAfterThePassesItHas) {
+  const Corpus& corpus = shared_corpus();
+  DataConfig config = small_config();
+  config.passes = 3;
+  TrainStream stream(corpus, bytes_tokenizer(), config);
+  const PackedBatch all = test::concat(test::drain(stream, 16));
+  EXPECT_TRUE(stream.cursor().exhausted);
+  EXPECT_EQ(stream.pass(), 2);
+  const int64_t lost = 3 * split_docs(corpus, config).train_bytes - all.batch.total_tokens();
+  EXPECT_GE(lost, 0);
+  EXPECT_LT(lost, config.seq_len);
+  for (const int64_t p : {1, 2, 3}) EXPECT_NE(pass_order("eng_Latn", 50, 0, p), pass_order("eng_Latn", 50, 0, p % 3 + 1));
+  EXPECT_EQ(pass_order("eng_Latn", 50, 7, 2), pass_order("eng_Latn", 50, 7, 2));
+  EXPECT_NE(pass_order("eng_Latn", 50, 7, 2), pass_order("eng_Latn", 50, 8, 2));
+}
+
+// Quotas count over the whole run: a language with less text than its quota goes round again, a language at its quota
+// stays out of the later passes.
+TEST(TrainStream, QuotasSpanThePasses) {
+  const Corpus& corpus = shared_corpus();
+  DataConfig config = small_config();
+  config.token_budget = 40000;  // QuotasCapEachLanguage: one language runs out of text below its quota, three cap
+  config.passes = 4;
+  TrainStream stream(corpus, bytes_tokenizer(), config);
+  test::drain(stream, 8);
+  const StreamCursor& c = stream.cursor();
+  EXPECT_GE(c.pass, 1);
+  for (const CorpusLanguage& lang : corpus.languages()) {
+    const int64_t quota = stream.quotas().at(lang.code);
+    EXPECT_GE(c.tokens_taken.at(lang.code), quota) << lang.code << ": more passes should fill its quota";
+    EXPECT_LT(c.tokens_taken.at(lang.code), quota + 400) << lang.code;  // synthetic documents are < 400 bytes
+  }
+}
+
+// A cursor taken in the second pass resumes the stream exactly (through its JSON form, which carries the pass); a
+// cursor from a later pass than the run allows, and a mistyped pass, are refused; a cursor without "pass" (written
+// before passes existed) is pass 0.
+TEST(TrainStream, RestoredCursorInTheSecondPassContinuesExactly) {
+  const Corpus& corpus = shared_corpus();
+  for (const int64_t budget : {int64_t{0}, int64_t{40000}}) {
+    DataConfig config = small_config();
+    config.token_budget = budget;
+    config.data_seed = 3;
+    config.passes = 3;
+    TrainStream reference(corpus, bytes_tokenizer(), config);
+    const PackedBatch expected = test::concat(test::drain(reference, 7));
+    TrainStream first(corpus, bytes_tokenizer(), config);
+    PackedBatch head;
+    for (int calls = 0; first.pass() == 0; ++calls) {
+      ASSERT_LT(calls, 1000) << "the stream never reached its second pass";
+      head = test::concat({head, first.next(7)});
+    }
+    head = test::concat({head, first.next(7)});  // a little into the second pass
+    const nlohmann::json saved = stream_cursor_to_json(first.cursor());
+    EXPECT_EQ(saved.at("pass"), 1);
+    TrainStream resumed(corpus, bytes_tokenizer(), config);
+    resumed.restore(stream_cursor_from_json(nlohmann::json::parse(saved.dump())));
+    EXPECT_EQ(resumed.pass(), 1);
+    const PackedBatch tail = test::concat(test::drain(resumed, 7));
+    test::expect_same(test::concat({head, tail}), expected);
+
+    DataConfig fewer = config;
+    fewer.passes = 1;
+    TrainStream one_pass(corpus, bytes_tokenizer(), fewer);
+    test::expect_input_error([&] { one_pass.restore(stream_cursor_from_json(saved)); }, {"pass 2", "passes = 1"});
+  }
+  nlohmann::json j = stream_cursor_to_json(StreamCursor{});
+  j.erase("pass");
+  EXPECT_EQ(stream_cursor_from_json(j).pass, 0);
+  j["pass"] = -1;
+  test::expect_input_error([&] { stream_cursor_from_json(j); }, {"pass"});
+  DataConfig bad = small_config();
+  bad.passes = 0;
+  test::expect_input_error([&] { TrainStream s(shared_corpus(), bytes_tokenizer(), bad); }, {"passes"});
+}

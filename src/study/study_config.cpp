@@ -141,7 +141,7 @@ StudyConfig study_config_defaults() {
   c.pretrain.held_out_docs = 20;
   c.pretrain.eval_tokens = 1024;
   c.pretrain.eval_every_tokens = 0;
-  c.pretrain.checkpoint_every_steps = 32;
+  c.pretrain.checkpoint_every_steps = 64;  // each checkpoint is fsync'ed: few of them in a 2-minute demo
   c.pretrain.log_every_steps = 16;
   // Distillation: Table C.3's recipe (two peak rates, warmup, cosine, clip 1, τ = 1) scaled to a tiny budget; the
   // peak rates are raised for the tiny model and budget (Table C.3's 7e-5 / 2e-5 are for a 4B model and 1B tokens).
@@ -156,13 +156,13 @@ StudyConfig study_config_defaults() {
   c.distill.held_out_docs = 20;
   c.distill.eval_tokens = 512;
   c.distill.eval_every_tokens = 8192;
-  c.distill.checkpoint_every_steps = 40;
+  c.distill.checkpoint_every_steps = 80;
   c.distill.log_every_steps = 40;
   c.placements = {"standard_periodic", "reverse_periodic", "sandwich", "interleaved_sandwich", "endpoint_spread"};
   c.align_langs = {};
   c.max_pairs = 12;
   c.sigma_sample = 1024;
-  c.locality_max_units = 6;
+  c.locality_max_units = 4;
   return c;
 }
 

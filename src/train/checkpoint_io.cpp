@@ -97,6 +97,7 @@ json trainer_state_to_json(const TrainerState& s) {
           {"version", kVersion},
           {"step", s.step},
           {"tokens_seen", s.tokens_seen},
+          {"tokens_by_language", s.tokens_by_language},
           {"total_steps", s.total_steps},
           {"warmup_steps", s.warmup_steps},
           {"consecutive_bad", s.consecutive_bad},
@@ -114,6 +115,8 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   TrainerState s;
   s.step = field<int64_t>(j, "step", source);
   s.tokens_seen = field<int64_t>(j, "tokens_seen", source);
+  if (j.contains("tokens_by_language"))  // absent in checkpoints written before it existed
+    s.tokens_by_language = field<std::map<std::string, int64_t>>(j, "tokens_by_language", source);
   s.total_steps = field<int64_t>(j, "total_steps", source);
   s.warmup_steps = field<int64_t>(j, "warmup_steps", source);
   s.consecutive_bad = field<int64_t>(j, "consecutive_bad", source);

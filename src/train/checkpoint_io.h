@@ -42,6 +42,8 @@ inline constexpr const char* kCheckpointManifestFile = "manifest.json";
 struct TrainerState {
   int64_t step = 0;            // steps taken, skipped ones included (the schedule position s)
   int64_t tokens_seen = 0;     // training tokens consumed
+  std::map<std::string, int64_t> tokens_by_language;  // tokens_seen split by the language of each row token
+                                                     // (empty in checkpoints written before it existed)
   int64_t total_steps = 0;     // S
   int64_t warmup_steps = 0;    // s_w
   int64_t consecutive_bad = 0; // current non-finite streak (0 in every checkpoint the trainer writes)

@@ -42,6 +42,7 @@ void train_check_data(const TrainConfig& config) {
   data.data_seed = config.data_seed;
   data.eval_tokens_per_language = config.eval_tokens;
   data.packing = data_packing_from_name(config.packing, "--packing");
+  data.passes = config.passes;
   held_out_check(held_out_set(corpus, *tokenizer, data, Split::Valid), Split::Valid, data);
   held_out_check(held_out_set(corpus, *tokenizer, data, Split::Test), Split::Test, data);
 }

@@ -237,6 +237,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   data_.data_seed = cfg_.data_seed;
   data_.eval_tokens_per_language = cfg_.eval_tokens;
   data_.packing = data_packing_from_name(cfg_.packing, "--packing");
+  data_.passes = cfg_.passes;
   stream_ = std::make_unique<TrainStream>(corpus_, *tokenizer_, data_);
   valid_ = held_out_set(corpus_, *tokenizer_, data_, Split::Valid);
   test_ = held_out_set(corpus_, *tokenizer_, data_, Split::Test);
@@ -446,6 +447,7 @@ TrainResult Trainer::run() {
   }
   result_.step = state_.step;
   result_.tokens_seen = state_.tokens_seen;
+  result_.passes_used = stream_->pass() + 1;
   if (result_.status == TrainStatus::Completed || result_.status == TrainStatus::DataExhausted) finish();
   const char* status = result_.status == TrainStatus::Completed          ? "completed"
                        : result_.status == TrainStatus::Stopped          ? "stopped"
@@ -455,6 +457,8 @@ TrainResult Trainer::run() {
   record({{"type", "end"},
                    {"step", state_.step},
                    {"tokens", state_.tokens_seen},
+                   {"passes_used", stream_->pass() + 1},
+                   {"passes", cfg_.passes},
                    {"status", status},
                    {"message", result_.message}});
   return result_;
@@ -463,12 +467,22 @@ TrainResult Trainer::run() {
 bool Trainer::step_once() {
   const int64_t s = state_.step + 1;
   const Clock::time_point t0 = Clock::now();
+  const int64_t pass_before = stream_->pass();
   PackedBatch batch = stream_->next(cfg_.batch_rows);
   if (hooks_.batch_targets) hooks_.batch_targets(batch);
+  for (int64_t p = pass_before + 1; p <= stream_->pass(); ++p) {  // 1-based pass p + 1 begins in this step's rows
+    record({{"type", "pass"}, {"pass", p + 1}, {"passes", cfg_.passes}, {"step", s},
+            {"tokens", state_.tokens_seen}});
+    if (writer())
+      std::fprintf(stderr, "data: pass %lld of %lld starts at step %lld (after %lld training tokens)\n",
+                   static_cast<long long>(p + 1), static_cast<long long>(cfg_.passes), static_cast<long long>(s),
+                   static_cast<long long>(state_.tokens_seen));
+  }
   if (batch.rows < cfg_.batch_rows) {
     result_.status = TrainStatus::DataExhausted;
     result_.message = str_cat("the training data ran out after step ", state_.step, " of ", plan_.total_steps,
-                              " (", state_.tokens_seen, " of ", cfg_.tokens, " tokens); finished there");
+                              " (", state_.tokens_seen, " of ", cfg_.tokens, " tokens, ", stream_->pass() + 1,
+                              " of --passes ", cfg_.passes, "); finished there");
     return false;
   }
   double norm = 0.0;
@@ -484,6 +498,12 @@ bool Trainer::step_once() {
   }
   state_.step = s;
   state_.tokens_seen += plan_.tokens_per_step;
+  {
+    std::vector<int64_t> count(corpus_.languages().size(), 0);
+    for (const int16_t l : batch.language) ++count[static_cast<size_t>(l)];
+    for (size_t l = 0; l < count.size(); ++l)
+      if (count[l] > 0) state_.tokens_by_language[corpus_.languages()[l].code] += count[l];
+  }
   result_.losses.push_back(loss.loss);
   const double dt = seconds_since(t0);
   step_seconds_ += dt;
@@ -653,7 +673,11 @@ void Trainer::finish() {
                        {"device", cfg_.device},
                        {"seq_len", cfg_.seq_len},
                        {"step", state_.step},
-                       {"tokens_trained", state_.tokens_seen}};
+                       {"tokens_trained", state_.tokens_seen},
+                       {"tokens_by_language", state_.tokens_by_language},
+                       {"passes", cfg_.passes},
+                       {"passes_used", stream_->pass() + 1},
+                       {"data_exhausted", result_.status == TrainStatus::DataExhausted}};
     file_write_atomic(out_ / "test.json", eval_result_to_json(r, meta).dump(2) + "\n");
     result_.test = std::move(r);
   } catch (const std::exception& e) {

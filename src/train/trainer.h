@@ -83,6 +83,8 @@ struct TrainConfig {
   double anchor_share = 0.30;
   std::string packing = "reset";   // "reset": sequences end at document boundaries; "continuous": one sequence per
                                    // row across documents, as HF-style packing (data/data_stream.h)
+  int64_t passes = 1;              // times the stream may go through the training documents; each pass after the
+                                   // first reshuffles them (data/data_stream.h); S and the schedule do not change
   // Cadence and reporting.
   int64_t eval_every_tokens = 10'000'000;  // validation every this many training tokens (0: only at start and end)
   int64_t checkpoint_every_steps = 500;    // 0: no periodic checkpoints
@@ -173,6 +175,7 @@ struct TrainResult {
   TrainStatus status = TrainStatus::Completed;
   int64_t step = 0;                          // steps taken (including skipped ones)
   int64_t tokens_seen = 0;
+  int64_t passes_used = 0;                   // passes of the data stream begun (1 = within the first)
   std::vector<double> losses;                // the objective of each step run by this call (may be NaN/inf)
   std::vector<int64_t> skipped_steps;        // by this call
   std::filesystem::path last_checkpoint;     // empty when none exists

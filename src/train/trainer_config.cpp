@@ -61,6 +61,7 @@ void train_config_validate(const TrainConfig& c) {
   HLM_CHECK_INPUT(c.eval_tokens >= c.seq_len, "--eval-tokens ", c.eval_tokens,
                   " must hold at least one row of --seq-len ", c.seq_len, " tokens");
   HLM_CHECK_INPUT(c.anchor_share >= 0.0 && c.anchor_share <= 1.0, "--anchor-share must lie in [0, 1]");
+  HLM_CHECK_INPUT(c.passes >= 1, "--passes must be at least 1, got ", c.passes);
   HLM_CHECK_INPUT(c.eval_every_tokens >= 0, "--eval-every must be non-negative");
   HLM_CHECK_INPUT(c.checkpoint_every_steps >= 0, "--checkpoint-every must be non-negative");
   HLM_CHECK_INPUT(c.log_every_steps >= 1, "--log-every must be positive");
@@ -101,6 +102,8 @@ std::string train_config_describe(const TrainConfig& c) {
   }
   add("data", c.data + " (tokenizer " + c.tokenizer + ", data seed " + std::to_string(c.data_seed) +
                   str_cat(", anchor share ", c.anchor_share, ", packing ", c.packing, ")"));
+  if (c.passes > 1)
+    add("passes", str_cat("up to ", c.passes, " passes over the training documents (reshuffled by data seed and pass)"));
   add("out", c.out);
   if (!c.resume.empty()) add("resume", c.resume);
   add("budget", str_cat("N = ", c.tokens, " tokens: S = ", p.total_steps, " steps of B x n = ", c.batch_rows, " x ",

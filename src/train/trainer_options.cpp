@@ -70,6 +70,10 @@ const std::array kOptions{
     TrainOption{"packing", "--packing", &C::packing, B, true, false, false,
                 "Packing of rows: reset (sequences end at document boundaries) or continuous (one sequence per row "
                 "across documents, as HF-style packing); held-out rows are packed alike"},
+    TrainOption{"passes", "--passes", &C::passes, B, true, false, false,
+                "Passes over the training documents the stream may make (each later pass reshuffles them by the data "
+                "seed and the pass; held-out documents never enter); S and the schedule do not change, passes only "
+                "decide whether the data runs out (data_exhausted after the last)"},
     TrainOption{"eval_every_tokens", "--eval-every", &C::eval_every_tokens, B, false, false, false,
                 "Validate every this many training tokens (0: only at start and end)"},
     TrainOption{"checkpoint_every_steps", "--checkpoint-every", &C::checkpoint_every_steps, B, false, false, false,

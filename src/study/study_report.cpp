@@ -380,6 +380,25 @@ pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.8em; }
 </style>
 )";
 
+std::string data_budget_html(const StudyReport& rep) {
+  std::ostringstream h;
+  h << "<h2>Data budget</h2>\n<table><tr><th>stage</th><th>tokens planned</th><th>tokens trained</th><th>passes "
+       "begun / allowed</th><th>tokens per language</th></tr>\n";
+  for (const StudyDataBudget& b : rep.data_budget) {
+    std::string per_language;
+    for (const auto& [code, n] : b.tokens_by_language)
+      per_language += (per_language.empty() ? "" : ", ") + code + " " + std::to_string(n);
+    h << "<tr><td>" << xml_escape(b.stage) << "</td><td>" << b.tokens_planned << "</td><td>" << b.tokens_trained
+      << (b.data_exhausted ? " (data ran out)" : "") << "</td><td>" << b.passes_used << " / " << b.passes
+      << "</td><td>" << (per_language.empty() ? std::string("not recorded") : xml_escape(per_language))
+      << "</td></tr>\n";
+  }
+  h << "</table>\n<p class=note>A pass reads every training document of a language once (held-out documents never); "
+       "each later pass reshuffles them by the data seed and the pass, and languages at their token quota stay out "
+       "(docs/training.md). Tokens per language count every token of the trained rows.</p>\n";
+  return h.str();
+}
+
 std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hybridlm placement study</title>\n" << kStyle
@@ -396,6 +415,7 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
     << rep.config["distill"].value("tau", 1.0) << ", " << base.total_tokens << " tokens each). Baseline: "
     << xml_escape(base.label) << ". Layout: A = full attention, R = Gated DeltaNet, layer 0 first.</p>\n";
 
+  if (!rep.data_budget.empty()) h << data_budget_html(rep);
   h << "<h2>Test results (as seed Table 3)</h2>\n" << table3_html(rep);
   h << "<p class=note>R is a geometric mean of per-language ratios: exp(mean over languages of log(D<sub>KL</sub> / "
        "D<sub>KL</sub> of "
@@ -463,6 +483,34 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
 
 }  // namespace
 
+StudyDataBudget study_data_budget_read(const fs::path& run_dir, const std::string& stage) {
+  const auto read_json = [](const fs::path& path) {
+    std::ifstream in(path);
+    HLM_CHECK_INPUT(in.good(), path.string(), ": cannot read it (a finished training run writes it)");
+    try {
+      return json::parse(in);
+    } catch (const json::exception& e) {
+      throw_input_error(path.string(), ": ", e.what());
+    }
+  };
+  const json config = read_json(run_dir / "config.json");
+  const json meta = read_json(run_dir / "test.json").value("meta", json::object());
+  StudyDataBudget b;
+  b.stage = stage;
+  try {
+    b.tokens_planned = config.at("tokens").get<int64_t>();
+    b.tokens_trained = meta.at("tokens_trained").get<int64_t>();
+    b.passes = meta.value("passes", int64_t{1});
+    b.passes_used = meta.value("passes_used", int64_t{1});
+    b.data_exhausted = meta.value("data_exhausted", false);
+    if (meta.contains("tokens_by_language"))
+      b.tokens_by_language = meta.at("tokens_by_language").get<std::map<std::string, int64_t>>();
+  } catch (const json::exception& e) {
+    throw_input_error(run_dir.string(), ": config.json or test.json: ", e.what());
+  }
+  return b;
+}
+
 void study_write_report(const fs::path& dir, const StudyReport& rep) {
   HLM_CHECK(!rep.runs.empty() && rep.runs.size() == rep.table.labels.size(), "study report: runs and table disagree");
   const AnalysisTables analysis = read_analysis(rep);
@@ -513,6 +561,15 @@ void study_write_report(const fs::path& dir, const StudyReport& rep) {
       for (const ValidationPoint& v : p.seeds[k].curve)
         curves_csv << p.label << ',' << p.seeds[k].seed << ',' << v.tokens << ',' << full_precision(v.mean_kl) << ','
                    << full_precision(v.mean_ce_gap) << '\n';
+  summary["data_budget"] = json::array();
+  for (const StudyDataBudget& b : rep.data_budget)
+    summary["data_budget"].push_back({{"stage", b.stage},
+                                      {"tokens_planned", b.tokens_planned},
+                                      {"tokens_trained", b.tokens_trained},
+                                      {"passes", b.passes},
+                                      {"passes_used", b.passes_used},
+                                      {"data_exhausted", b.data_exhausted},
+                                      {"tokens_by_language", b.tokens_by_language}});
   if (!rep.replicates.placements.empty()) {
     summary["replicates"] = replicates_to_json(rep.replicates);
     file_write_atomic(dir / "replicates.csv", replicates_csv(rep.replicates));

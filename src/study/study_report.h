@@ -10,12 +10,15 @@
 //                 resolved config and versions;
 //   summary.csv / summary.json   one row per placement: layers, layout, R, δ̄, test mean D_KL, reach and crossing
 //                 tokens, share; summary.json also holds the replicates (study_replicates.h) and the teacher (directory,
-//                 architecture, Granite multipliers when it has them, the students' architecture);
+//                 architecture, Granite multipliers when it has them, the students' architecture) and the data
+//                 budget (per training stage: tokens planned and trained, per language, passes allowed and begun);
 //   compare.csv   Table C.4 at full precision (train/compare.h); curves.csv: placement,seed,tokens,mean_kl,mean_ce_gap;
 //   replicates.csv (when replicated): placement,seed,metric,language,value;
 //   softcka.csv   model,layer,point,lang,softcka; locality.csv: model,layer,lang,k,share (every model).
 #pragma once
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +42,21 @@ struct StudyReportRun {
   int64_t total_tokens = 0;            // tokens seen at the end of the run
 };
 
+// The data budget of one training stage, from its run directory (config.json and test.json "meta", written by the
+// trainer): the tokens it was planned for, the tokens it trained on (in total and per language), and the passes
+// over the training documents it was allowed (--passes) and began. Runs written before passes existed read as 1 of 1
+// with no per-language split.
+struct StudyDataBudget {
+  std::string stage;                                   // "teacher (pretrain)", "distill (<baseline>)"
+  int64_t tokens_planned = 0;                          // --tokens
+  int64_t tokens_trained = 0;
+  int64_t passes = 1;                                  // --passes
+  int64_t passes_used = 1;                             // passes begun
+  bool data_exhausted = false;                         // the data ran out before the planned steps
+  std::map<std::string, int64_t> tokens_by_language;   // trained tokens per language (empty: not recorded)
+};
+StudyDataBudget study_data_budget_read(const std::filesystem::path& run_dir, const std::string& stage);
+
 struct StudyReportModel {
   std::string label;               // "teacher" or a student label
   int layers = 0;
@@ -61,6 +79,8 @@ struct StudyReport {
   std::vector<int64_t> locality_k;
   std::vector<std::pair<std::string, std::string>> versions;  // (what, value)
   StudyReplicates replicates;        // empty placements: one data seed only
+  std::vector<StudyDataBudget> data_budget;  // the teacher's pretraining (when the study ran it), then the baseline's
+                                             // distillation (every distillation run has the same data settings)
 };
 
 void study_write_report(const std::filesystem::path& dir, const StudyReport& report);

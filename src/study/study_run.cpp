@@ -177,6 +177,10 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
     } catch (const json::exception&) {
       throw_input_error(config_path.string(), ": not JSON (delete it or use another --out)");
     }
+    // A study saved before the trainer had `passes` ran one pass: the setting's default, so it still matches.
+    for (const char* section : {"pretrain", "distill"})
+      if (saved.contains(section) && saved[section].is_object() && !saved[section].contains("passes"))
+        saved[section]["passes"] = 1;
     HLM_CHECK_INPUT(saved == resolved, out.string(),
                     ": holds a study made with a different config (see its study_config.json); use another --out");
   } else {
@@ -442,6 +446,10 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
     rr.total_tokens = rr.curve.back().tokens;
     report.runs.push_back(rr);
   }
+  if (config.teacher_dir.empty())
+    report.data_budget.push_back(study_data_budget_read(out / "teacher", "teacher (pretrain)"));
+  report.data_budget.push_back(study_data_budget_read(runs.front().dir.parent_path(),
+                                                      "distill (" + runs.front().label + ")"));
   report.target_gap = report.runs.front().curve.back().mean_ce_gap;
   for (StudyReportRun& rr : report.runs) {
     const StudyReach reach = study_reach(rr.curve, report.target_gap);

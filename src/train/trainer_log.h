@@ -4,7 +4,8 @@
 //            by_language {code: mean per-token CE or KL (without τ²) over the step's tokens of that language},
 //            tokens_per_second, elapsed_seconds
 //   "valid"  mean {ce, kl, teacher_ce, ce_gap} and per-language maps ce, kl, teacher_ce, ce_gap (nats/token)
-//   "checkpoint" path;   "end" status, message
+//   "pass"   pass (1-based), passes: a later pass of the data stream starts within this step's rows (--passes)
+//   "checkpoint" path;   "end" status, message, passes_used, passes
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -19,6 +19,7 @@
 #include "study/study_config.h"
 #include "study/study_curves.h"
 #include "study/study_replicates.h"
+#include "study/study_report.h"
 #include "train/checkpoint_io.h"
 #include "train/test_trainer_fixture.h"
 
@@ -169,6 +170,30 @@ TEST_F(StudyTest, RunsEndToEndSkipsFinishedStagesAndRerunsOneStudent) {
   // The baseline reaches its own final gap at the latest at its last validation.
   EXPECT_FALSE(summary["placements"][0]["reach_share"].is_null());
 
+  // The data budget: the teacher's pretraining and the baseline's distillation, each 8 steps of 4 x 64 tokens in one
+  // pass (the corpus holds more than that), split by language.
+  ASSERT_EQ(summary["data_budget"].size(), 2u) << summary.dump(2);
+  EXPECT_EQ(summary["data_budget"][0]["stage"], "teacher (pretrain)");
+  EXPECT_EQ(summary["data_budget"][1]["stage"], "distill (standard_periodic)");
+  for (const json& b : summary["data_budget"]) {
+    EXPECT_EQ(b["tokens_planned"], 8 * 4 * 64);
+    EXPECT_EQ(b["tokens_trained"], 8 * 4 * 64);
+    EXPECT_EQ(b["passes"], 1);
+    EXPECT_EQ(b["passes_used"], 1);
+    EXPECT_EQ(b["data_exhausted"], false);
+    int64_t sum = 0;
+    for (const auto& item : b["tokens_by_language"].items()) sum += item.value().get<int64_t>();
+    EXPECT_EQ(sum, 8 * 4 * 64);
+  }
+  EXPECT_NE(html.find("<h2>Data budget</h2>"), std::string::npos);
+  {  // as saved before passes existed: the rerun below must still match it
+    json saved = json::parse(read_file(out / "study_config.json"));
+    EXPECT_EQ(saved["distill"]["passes"], 1);
+    saved["pretrain"].erase("passes");
+    saved["distill"].erase("passes");
+    std::ofstream(out / "study_config.json") << saved.dump(2);
+  }
+
   // 1 teacher + 2 converts + 2 distills + 3 align + 3 locality + report = 12 stages, all skipped on rerun.
   const CommandResult second = run_study(config, out, dir_ / "second.log");
   ASSERT_EQ(second.code, 0) << second.output;
@@ -311,6 +336,44 @@ TEST_F(StudyTest, ReplicatesOverDataSeedsAndLeavesOutMonByDefault) {
   EXPECT_TRUE(study_excluded_languages(keep).empty());
   StudyConfig other = study_config_from_json(base_config_, "test");
   EXPECT_TRUE(study_excluded_languages(other).empty());
+}
+
+// The data budget of a run directory (config.json + test.json meta): passes and per-language tokens when the trainer
+// wrote them, 1 of 1 and no split for runs made before passes existed. A study config takes "passes" in both trainer
+// sections, and a study_config.json saved before passes existed still matches (passes 1).
+TEST(StudyDataBudget, ReadsTheRunsMetaOldAndNew) {
+  const fs::path dir = fs::temp_directory_path() / ("hlm_study_budget_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << json{{"tokens", 4096}}.dump();
+  std::ofstream(dir / "test.json") << json{{"meta", {{"tokens_trained", 3072}}}}.dump();
+  StudyDataBudget old = study_data_budget_read(dir, "old");
+  EXPECT_EQ(old.tokens_planned, 4096);
+  EXPECT_EQ(old.tokens_trained, 3072);
+  EXPECT_EQ(old.passes, 1);
+  EXPECT_EQ(old.passes_used, 1);
+  EXPECT_TRUE(old.tokens_by_language.empty());
+  std::ofstream(dir / "test.json") << json{{"meta",
+                                            {{"tokens_trained", 4096},
+                                             {"passes", 3},
+                                             {"passes_used", 2},
+                                             {"data_exhausted", false},
+                                             {"tokens_by_language", {{"eng_Latn", 4000}, {"fra_Latn", 96}}}}}}
+                                          .dump();
+  const StudyDataBudget now = study_data_budget_read(dir, "new");
+  EXPECT_EQ(now.stage, "new");
+  EXPECT_EQ(now.passes, 3);
+  EXPECT_EQ(now.passes_used, 2);
+  EXPECT_EQ(now.tokens_by_language.at("fra_Latn"), 96);
+  fs::remove_all(dir);
+
+  json j = study_config_to_json(study_config_defaults());
+  EXPECT_EQ(j["pretrain"]["passes"], 1);
+  j["pretrain"]["passes"] = 4;
+  j["distill"]["passes"] = 2;
+  const StudyConfig c = study_config_from_json(j, "test");
+  EXPECT_EQ(c.pretrain.passes, 4);
+  EXPECT_EQ(c.distill.passes, 2);
+  EXPECT_EQ(study_config_to_json(c)["distill"]["passes"], 2);
 }
 
 TEST_F(StudyTest, ConfigErrorsExitTwo) {

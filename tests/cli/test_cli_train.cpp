@@ -113,6 +113,45 @@ TEST_F(CliTrain, ResumeInAFreshProcessIsBitIdentical) {
   EXPECT_EQ(refused.exit_code, 2);  // --out exists and is not empty
 }
 
+// --passes across processes: on a corpus with 20 training documents per language, 40 steps need more than one pass.
+// One pass runs out (exit 0 with the data_exhausted warning); six passes train to the end, say when the second pass
+// starts, and a run stopped two steps into the second pass and resumed in a new process equals the straight run.
+TEST_F(CliTrain, PassesResumeInTheSecondPassInAFreshProcess) {
+  test::write_tiny_corpus(dir() / "small", 60);
+  const std::vector<std::pair<std::string, std::string>> small = {
+      {"--data", p("small")}, {"--tokens", "10240"}, {"--eval-every", "0"}, {"--log-every", "100"}};
+  auto with = [&](std::vector<std::pair<std::string, std::string>> extra) {
+    extra.insert(extra.begin(), small.begin(), small.end());
+    return extra;
+  };
+  const auto one = run_hybridlm(distill_args("one", small));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.err.find("the training data ran out after step"), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("1 of --passes 1"), std::string::npos) << one.err;
+
+  const auto straight = run_hybridlm(distill_args("straight", with({{"--passes", "6"}})));
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  const size_t at = straight.err.find("data: pass 2 of 6 starts at step ");
+  ASSERT_NE(at, std::string::npos) << straight.err;
+  const int64_t second = std::stoll(straight.err.substr(at + std::string("data: pass 2 of 6 starts at step ").size()));
+  EXPECT_EQ(step_losses(dir() / "straight").size(), 40u);
+
+  const auto first =
+      run_hybridlm(distill_args("split", with({{"--passes", "6"}, {"--stop-after-steps", std::to_string(second + 2)}})));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto conflict = run_hybridlm("distill --resume " + p("split") + " --out " + p("split") + " --passes 2");
+  EXPECT_EQ(conflict.exit_code, 2);
+  EXPECT_NE(conflict.err.find("--passes: checkpoint 6, command line 2"), std::string::npos) << conflict.err;
+  const auto rest = run_hybridlm("distill --resume " + p("split") + " --out " + p("split"));
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  EXPECT_EQ(step_losses(dir() / "split"), step_losses(dir() / "straight"));
+  EXPECT_EQ(test::read_text(dir() / "split" / "model" / "model.safetensors"),
+            test::read_text(dir() / "straight" / "model" / "model.safetensors"));
+  const auto meta = nlohmann::json::parse(test::read_text(dir() / "split" / "test.json"))["meta"];
+  EXPECT_EQ(meta["passes"], 6);
+  EXPECT_GE(meta["passes_used"].get<int64_t>(), 2);
+}
+
 TEST_F(CliTrain, PretrainWritesWhatInspectReads) {
   const fs::path config = test::write_tiny_teacher_config(dir() / "configs");
   const auto r = run_hybridlm("pretrain --model-config " + config.string() + " --data " + p("corpus") + " --out " +

@@ -95,6 +95,12 @@ def main():
            "batch_rows": 8, "micro_batch_rows": 8, "lr_rec": 0.001, "lr_rest": 1e-05, "tau": 1.0, "warmup_steps": 3}
     write(out, "train_config", "pretrain", b"\x00" + json.dumps(pre).encode())
     write(out, "train_config", "distill", b"\x01" + json.dumps(dis).encode())
+    # the same with several passes over the corpus (session 16's `passes` key)
+    write(out, "train_config", "pretrain_passes", b"\x00" + json.dumps(dict(pre, passes=3)).encode())
+    write(out, "train_config", "distill_passes", b"\x01" + json.dumps(dict(dis, passes=2, packing="continuous")).encode())
+    write(out, "study_config", "passes.json", json.dumps(
+        {"pretrain": {"tokens": 8192, "passes": 4}, "distill": {"passes": 2},
+         "replicates": {"data_seeds": [0, 1], "placements": ["standard_periodic"]}}))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 
 #include "analysis/svg_chart.h"
 #include "core/error.h"
+#include "models/json_file.h"
 #include "models/safetensors.h"
 
 namespace hlm {
@@ -484,17 +485,8 @@ std::string report_html(const StudyReport& rep, const AnalysisTables& a) {
 }  // namespace
 
 StudyDataBudget study_data_budget_read(const fs::path& run_dir, const std::string& stage) {
-  const auto read_json = [](const fs::path& path) {
-    std::ifstream in(path);
-    HLM_CHECK_INPUT(in.good(), path.string(), ": cannot read it (a finished training run writes it)");
-    try {
-      return json::parse(in);
-    } catch (const json::exception& e) {
-      throw_input_error(path.string(), ": ", e.what());
-    }
-  };
-  const json config = read_json(run_dir / "config.json");
-  const json meta = read_json(run_dir / "test.json").value("meta", json::object());
+  const json config = json_file_read(run_dir / "config.json");
+  const json meta = json_file_read(run_dir / "test.json").value("meta", json::object());
   StudyDataBudget b;
   b.stage = stage;
   try {

@@ -19,7 +19,9 @@ void add_pretrain_command(CLI::App& app, std::function<int()>& action) {
               "      --tokens 2000000 --seq-len 256 --batch 16 --micro-batch 4 --lr 3e-3 --eval-every 200000\n"
               "  hybridlm pretrain --resume runs/teacher --out runs/teacher      # continue after a stop or crash\n"
               "  hybridlm pretrain --model-config tiny_qwen3.json --data corpus/ --out runs/t --tokens 2000000 \\\n"
-              "      --device cuda                                                # steps on GPU 0 (CUDA builds)");
+              "      --device cuda                                                # steps on GPU 0 (CUDA builds)\n"
+              "  hybridlm pretrain --model-config tiny_qwen3.json --data corpus/ --out runs/t --tokens 20000000 \\\n"
+              "      --passes 4                                 # a small corpus read up to 4 times, reshuffled each pass");
   for (const TrainOption& o : train_options()) {
     if (!(o.jobs & kTrainJobPretrain)) continue;
     std::visit([&](auto member) { cmd->add_option(o.option, (*config).*member, o.help)->capture_default_str(); },

@@ -11,14 +11,18 @@ for f in data/corpus/demo/corpus.json data/parallel-demo/chromium_nway.jsonl; do
   [ -f "$f" ] || { echo "demo: $f is missing; run \`make corpus-demo\` first" >&2; exit 2; }
 done
 # The models are tiny: with more than one thread a step spends most of its time spinning in libgomp and OpenBLAS
-# (docs/training.md, "Notes and limits"), so the study runs on one.
+# (docs/training.md, "Notes and limits"), so each of the study's processes runs on one.
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # A study directory belongs to one config; when the compiled-in defaults changed since the last demo, start over.
 if [ -f "$out/study_config.json" ] && ! "$bin" study --print-default-config | cmp -s - "$out/study_config.json"; then
   echo "demo: the default study config changed since $out was made; starting over"
   rm -rf "$out"
 fi
+# Independent stages (the distillations, then SoftCKA and locality of each model) run side by side, one process per
+# core (up to 4: the demo has at most that many stages ready at once); the results are those of one job.
+jobs=$(nproc 2>/dev/null || echo 1)
+[ "$jobs" -gt 4 ] && jobs=4
 start=$(date +%s)
-"$bin" study --out "$out"
+"$bin" study --jobs "$jobs" --out "$out"
 echo "demo: finished in $(( $(date +%s) - start )) s"
 echo "demo: report at $out/report/report.html"

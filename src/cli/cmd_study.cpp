@@ -1,4 +1,4 @@
-// `hybridlm study [--config study.json] [--out DIR] [--print-default-config]`: the placement study end to end
+// `hybridlm study [--config study.json] [--out DIR] [--jobs N] [--print-default-config]`: the placement study end to end
 // (study/study_run.h, docs/study.md). Without --config it runs the compiled-in demo study.
 #include <cstdio>
 #include <fstream>
@@ -23,6 +23,7 @@ struct StudyCliOptions {
   std::string config;
   std::string out = "out/study";
   bool print_default = false;
+  int jobs = 1;
 };
 
 int run_study(const StudyCliOptions& o) {
@@ -54,7 +55,7 @@ int run_study(const StudyCliOptions& o) {
   HLM_CHECK_INPUT(config.analysis_device == "cpu",
                   "analysis.device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
 #endif
-  const StudyResult r = study_run(config, o.out, devices);
+  const StudyResult r = study_run(config, o.out, devices, o.jobs);
   std::printf("study: %d stages run, %d skipped\nstudy: report at %s\n", r.stages_run, r.stages_skipped,
               r.report.string().c_str());
   return 0;
@@ -76,10 +77,17 @@ void add_study_command(CLI::App& app, std::function<int()>& action) {
       "  hybridlm study --out out/demo-study                  # the demo study\n"
       "  hybridlm study --print-default-config > my_study.json\n"
       "  hybridlm study --config my_study.json --out runs/study1\n"
-      "  hybridlm study --config configs/study-gpu.json --out runs/gpu   # pretrain/distill.device = cuda");
+      "  hybridlm study --config configs/study-gpu.json --out runs/gpu   # pretrain/distill.device = cuda\n"
+      "  OMP_NUM_THREADS=1 hybridlm study --jobs 2 --out out/demo-study   # what `make demo` runs on 2 cores");
   cmd->add_option("--config", o->config, "Study config JSON (keys over the defaults)");
   cmd->add_option("--out", o->out, "Output directory of the study")->capture_default_str();
   cmd->add_flag("--print-default-config", o->print_default, "Print the compiled-in default config and exit");
+  cmd->add_option("--jobs", o->jobs,
+                  "Stages run side by side once their inputs exist (distillations, SoftCKA, locality), each in a "
+                  "process of its own with its output in <out>/logs/; CPU stages only; the results equal one job's. "
+                  "Each process uses OMP_NUM_THREADS threads: set it to cores / jobs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([o, &action] { action = [o] { return run_study(*o); }; });
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <algorithm>
+#include <deque>
 #include <optional>
 #include <cmath>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include "models/safetensors.h"
 #include "study/study_report.h"
 #include "study/study_stage.h"
+#include "study/study_tasks.h"
 #include "train/checkpoint_io.h"
 #include "train/compare.h"
 
@@ -157,8 +159,17 @@ std::string join_ints(const std::vector<int>& v) {
 
 }  // namespace
 
-StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const StudyDevices& devices) {
+StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const StudyDevices& devices, int jobs) {
   study_config_validate(config);
+  HLM_CHECK_INPUT(jobs >= 1, "study: --jobs ", jobs, " must be at least 1");
+  if (jobs > 1) {
+    // Stages side by side are processes on the CPU: several trainers planning one GPU's memory each would not fit.
+    const bool cpu = (!config.teacher_dir.empty() || config.pretrain.device == "cpu") &&
+                     config.distill.device == "cpu" && (config.parallel.empty() || config.analysis_device == "cpu");
+    HLM_CHECK_INPUT(cpu, "study: --jobs ", jobs, " runs stages side by side on the CPU only; this config trains or "
+                    "analyses on '", config.distill.device == "cpu" ? config.pretrain.device : config.distill.device,
+                    "' (use --jobs 1)");
+  }
   const fs::path out = fs::absolute(out_arg).lexically_normal();
   const json resolved = study_config_to_json(config);
   const int L = study_teacher_layers(config);
@@ -200,11 +211,20 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
     progress.line(stage, "skipped (done): " + what);
     ++result.stages_skipped;
   };
+  // The stages as tasks (study_tasks.h), in the order one job runs them. ModelStage entries live in `store` (stable
+  // addresses): a task's start() or finish() fills in the stamps that later tasks' start() read.
+  std::vector<StudyTask> tasks;
+  std::deque<ModelStage> store;
+  std::unique_ptr<Model> teacher_model;  // loaded by the first convert that runs inline (one job)
+  const auto release_teacher = [&] { teacher_model.reset(); };
 
   // (a) Teacher.
-  ModelStage teacher;
+  ModelStage& teacher = store.emplace_back();
   teacher.label = "teacher";
   teacher.layers = L;
+  for (int i = 0; i < L; ++i) teacher.full_layers.push_back(i);
+  std::vector<size_t> after_teacher;  // empty when the config names an existing teacher
+  TrainConfig teacher_train;
   if (!config.teacher_dir.empty()) {
     teacher.dir = fs::absolute(config.teacher_dir).lexically_normal();
     teacher.stamp = "dir:" + teacher.dir.string();
@@ -212,201 +232,278 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
   } else {
     const fs::path dir = out / "teacher";
     teacher.dir = dir / "model";
-    const json inputs = json::object();
-    if (auto stamp = stage_done_stamp(dir, inputs)) {
-      teacher.stamp = *stamp;
-      skipped("teacher", dir.string());
-    } else {
-      TrainConfig p = config.pretrain;
-      p.data = config.data;
-      p.tokenizer = config.tokenizer;
-      if (config.teacher_model.is_string()) {
-        p.model_config = config.teacher_model.get<std::string>();
-      } else {
-        const fs::path model_config = out / "teacher_model_config.json";
-        file_write_atomic(model_config, config.teacher_model.dump(2) + "\n");
-        p.model_config = model_config.string();
-      }
-      progress.line("teacher", "pretraining " + std::to_string(p.tokens) + " tokens into " + dir.string());
-      train_stage(p, dir, devices);
-      teacher.stamp = stage_mark_done(dir, "teacher", inputs);
-      progress.line("teacher", "done");
-      ++result.stages_run;
-    }
+    after_teacher = {tasks.size()};
+    tasks.push_back(
+        {"teacher", "teacher", {},
+         [&, dir] {
+           if (auto stamp = stage_done_stamp(dir, json::object())) {
+             teacher.stamp = *stamp;
+             skipped("teacher", dir.string());
+             return false;
+           }
+           teacher_train = config.pretrain;
+           teacher_train.data = config.data;
+           teacher_train.tokenizer = config.tokenizer;
+           if (config.teacher_model.is_string()) {
+             teacher_train.model_config = config.teacher_model.get<std::string>();
+           } else {
+             const fs::path model_config = out / "teacher_model_config.json";
+             file_write_atomic(model_config, config.teacher_model.dump(2) + "\n");
+             teacher_train.model_config = model_config.string();
+           }
+           progress.line("teacher",
+                         "pretraining " + std::to_string(teacher_train.tokens) + " tokens into " + dir.string());
+           return true;
+         },
+         [&, dir] { train_stage(teacher_train, dir, devices); },
+         [&, dir] {
+           teacher.stamp = stage_mark_done(dir, "teacher", json::object());
+           progress.line("teacher", "done");
+           ++result.stages_run;
+         }});
   }
-  for (int i = 0; i < L; ++i) teacher.full_layers.push_back(i);
 
-  // (c, d) One distillation run of a converted student with one data seed into `run_dir` (skipped when done).
-  const auto distill = [&](const std::string& label, const std::vector<int>& full_layers, const fs::path& student_dir,
-                           const std::string& student_stamp, uint64_t seed, const fs::path& run_dir) {
-    // The main seed's inputs stay as they were before replicates existed, so older studies still skip their runs.
-    json run_inputs = {{"student", student_stamp}};
-    if (seed != seeds.front()) run_inputs["data_seed"] = seed;
+  // (c, d) One distillation run of a converted student (whose stamp `student_stamp` holds once its convert task has
+  // started or finished) with one data seed into `run_dir`, skipped when done. Returns the run's entry.
+  const auto add_distill = [&](const std::string& label, const std::vector<int>& full_layers,
+                               const fs::path& student_dir, const std::string* student_stamp, uint64_t seed,
+                               const fs::path& run_dir, std::vector<size_t> after) {
     const std::string name = seed == seeds.front() ? label : label + " seed " + std::to_string(seed);
-    ModelStage run;
-    run.label = label;
-    run.dir = run_dir / "model";
-    run.full_layers = full_layers;
-    run.layers = L;
-    run.student_dir = student_dir.string();
-    run.student_stamp = student_stamp;
-    if (auto stamp = stage_done_stamp(run_dir, run_inputs)) {
-      run.stamp = *stamp;
-      skipped("distill", name);
-      return run;
-    }
-    TrainConfig d = config.distill;
-    d.data = config.data;
-    d.tokenizer = config.tokenizer;
-    d.teacher = teacher.dir.string();
-    d.student = student_dir.string();
-    d.data_seed = seed;
-    const bool resuming =
-        fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
-    progress.line("distill", name + (resuming ? ": resuming from its newest checkpoint" : ": " +
-                                         std::to_string(d.tokens) + " tokens"));
-    train_stage(d, run_dir, devices);
-    run.stamp = stage_mark_done(run_dir, "distill", run_inputs);
-    progress.line("distill", name + " done");
-    ++result.stages_run;
+    ModelStage* run = &store.emplace_back();
+    run->label = label;
+    run->dir = run_dir / "model";
+    run->full_layers = full_layers;
+    run->layers = L;
+    run->student_dir = student_dir.string();
+    auto inputs = std::make_shared<json>();
+    auto train = std::make_shared<TrainConfig>();
+    tasks.push_back(
+        {"distill", name, std::move(after),
+         [&, run, name, seed, run_dir, student_dir, student_stamp, inputs, train] {
+           run->student_stamp = *student_stamp;
+           // The main seed's inputs stay as they were before replicates existed, so older studies still skip them.
+           *inputs = {{"student", *student_stamp}};
+           if (seed != seeds.front()) (*inputs)["data_seed"] = seed;
+           if (seed != seeds.front()) release_teacher();
+           if (auto stamp = stage_done_stamp(run_dir, *inputs)) {
+             run->stamp = *stamp;
+             skipped("distill", name);
+             return false;
+           }
+           *train = config.distill;
+           train->data = config.data;
+           train->tokenizer = config.tokenizer;
+           train->teacher = teacher.dir.string();
+           train->student = student_dir.string();
+           train->data_seed = seed;
+           const bool resuming =
+               fs::exists(run_dir) && !fs::exists(run_dir / "test.json") && !checkpoint_list(run_dir).empty();
+           progress.line("distill", name + (resuming ? ": resuming from its newest checkpoint"
+                                                     : ": " + std::to_string(train->tokens) + " tokens"));
+           return true;
+         },
+         [&, run_dir, train] { train_stage(*train, run_dir, devices); },
+         [&, run, name, run_dir, inputs] {
+           run->stamp = stage_mark_done(run_dir, "distill", *inputs);
+           progress.line("distill", name + " done");
+           ++result.stages_run;
+         }});
     return run;
   };
 
-  // (b) Students and (c, d) their distillation runs.
-  std::unique_ptr<Model> teacher_model;  // loaded only when a student must be converted
-  std::vector<ModelStage> runs;
+  // (b) Students and (c, d) their distillation runs. runs[i]: placement i's run; run_task[i]: the task that makes
+  // it; run_student[i]: its student's stamp and convert task.
+  std::vector<ModelStage*> runs;
+  std::vector<size_t> run_task;
+  std::vector<std::pair<const std::string*, size_t>> run_student;
   for (const StudyStudent& s : students) {
     // Placements that resolve to the same layers (small L) share one student: same data and seeds give the same run.
     const auto same = std::find_if(runs.begin(), runs.end(),
-                                   [&](const ModelStage& r) { return r.full_layers == s.full_layers; });
+                                   [&](const ModelStage* r) { return r->full_layers == s.full_layers; });
     if (same != runs.end()) {
-      ModelStage shared = *same;
-      shared.label = s.label;
-      shared.same_as = same->same_as.empty() ? same->label : same->same_as;
-      progress.line("distill", s.label + ": same layers as " + shared.same_as + ", shares its run");
+      const size_t source = static_cast<size_t>(same - runs.begin());
+      ModelStage* shared = &store.emplace_back(**same);
+      shared->label = s.label;
+      shared->same_as = (*same)->same_as.empty() ? (*same)->label : (*same)->same_as;
+      // A task without work, for the line in its place (with several jobs: once the shared run is done).
+      tasks.push_back({"distill", s.label, {run_task[source]}, [&, shared] {
+                         progress.line("distill", shared->label + ": same layers as " + shared->same_as +
+                                                      ", shares its run");
+                         return false;
+                       },
+                       {}, {}});
       runs.push_back(shared);
+      run_task.push_back(run_task[source]);
+      run_student.push_back(run_student[source]);
       continue;
     }
     const fs::path student_dir = out / "students" / s.label;
-    const json convert_inputs = {{"teacher", teacher.stamp}, {"full_layers", s.full_layers}};
-    std::string student_stamp;
-    if (auto stamp = stage_done_stamp(student_dir, convert_inputs)) {
-      student_stamp = *stamp;
-      skipped("convert", s.label);
-    } else {
-      progress.line("convert", s.label + ": full attention in layers " + join_ints(s.full_layers) + " (" +
-                                   placement_layout(s.full_layers, L) + ")");
-      if (!teacher_model) teacher_model = std::make_unique<Model>(Model::load(teacher.dir));
-      fs::remove_all(student_dir);
-      const ConvertOptions options{.neg_eigval = config.neg_eigval, .seed = config.convert_seed};
-      convert_to_hybrid(*teacher_model, s.full_layers, options).save(student_dir);
-      student_stamp = stage_mark_done(student_dir, "convert", convert_inputs);
-      ++result.stages_run;
-    }
-
-    runs.push_back(distill(s.label, s.full_layers, student_dir, student_stamp, seeds.front(), out / "runs" / s.label));
+    std::string* student_stamp = &store.emplace_back().stamp;
+    const size_t convert_task = tasks.size();
+    auto inputs = std::make_shared<json>();
+    tasks.push_back(
+        {"convert", s.label, after_teacher,
+         [&, s, student_dir, student_stamp, inputs] {
+           *inputs = {{"teacher", teacher.stamp}, {"full_layers", s.full_layers}};
+           if (auto stamp = stage_done_stamp(student_dir, *inputs)) {
+             *student_stamp = *stamp;
+             skipped("convert", s.label);
+             return false;
+           }
+           progress.line("convert", s.label + ": full attention in layers " + join_ints(s.full_layers) + " (" +
+                                        placement_layout(s.full_layers, L) + ")");
+           return true;
+         },
+         [&, s, student_dir] {
+           if (!teacher_model) teacher_model = std::make_unique<Model>(Model::load(teacher.dir));
+           fs::remove_all(student_dir);
+           const ConvertOptions options{.neg_eigval = config.neg_eigval, .seed = config.convert_seed};
+           convert_to_hybrid(*teacher_model, s.full_layers, options).save(student_dir);
+         },
+         [&, student_dir, student_stamp, inputs] {
+           *student_stamp = stage_mark_done(student_dir, "convert", *inputs);
+           ++result.stages_run;
+         }});
+    runs.push_back(add_distill(s.label, s.full_layers, student_dir, student_stamp, seeds.front(),
+                               out / "runs" / s.label, {convert_task}));
+    run_task.push_back(tasks.size() - 1);
+    run_student.push_back({student_stamp, convert_task});
   }
-  teacher_model.reset();
 
   // Replicates: each placement of replicates.placements again with every other data seed, into runs/<label>.seed<k>
   // (students are seed-independent). Placements with the same layers share one run per seed, as above.
   // replicate_runs[p][k]: placement config.replicate order as resolved (baseline first), seed k.
-  std::vector<ModelStage> replicated;  // the main runs of the replicated placements, baseline first
-  std::vector<std::vector<ModelStage>> replicate_runs;
-  for (const ModelStage& r : runs)
-    if (std::find(config.replicate.begin(), config.replicate.end(), r.label) != config.replicate.end())
-      replicated.push_back(r);
-  for (const ModelStage& main_run : replicated) {
-    std::vector<ModelStage> per_seed = {main_run};
+  std::vector<std::vector<ModelStage*>> replicate_runs;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    ModelStage* main_run = runs[i];
+    if (std::find(config.replicate.begin(), config.replicate.end(), main_run->label) == config.replicate.end())
+      continue;
+    std::vector<ModelStage*> per_seed = {main_run};
     for (size_t k = 1; k < seeds.size(); ++k) {
-      std::optional<ModelStage> shared;
-      for (const std::vector<ModelStage>& earlier : replicate_runs)
-        if (earlier[k].full_layers == main_run.full_layers) shared = earlier[k];
+      const ModelStage* shared = nullptr;
+      for (const std::vector<ModelStage*>& earlier : replicate_runs)
+        if (earlier[k]->full_layers == main_run->full_layers) shared = earlier[k];
       if (shared) {
-        shared->same_as = shared->same_as.empty() ? shared->label : shared->same_as;
-        shared->label = main_run.label;
-        per_seed.push_back(*shared);
+        ModelStage* copy = &store.emplace_back(*shared);
+        copy->same_as = shared->same_as.empty() ? shared->label : shared->same_as;
+        copy->label = main_run->label;
+        per_seed.push_back(copy);
         continue;
       }
-      per_seed.push_back(distill(main_run.label, main_run.full_layers, main_run.student_dir, main_run.student_stamp,
-                                 seeds[k], out / "runs" / (main_run.label + ".seed" + std::to_string(seeds[k]))));
+      per_seed.push_back(add_distill(main_run->label, main_run->full_layers, main_run->student_dir,
+                                     run_student[i].first, seeds[k],
+                                     out / "runs" / (main_run->label + ".seed" + std::to_string(seeds[k])),
+                                     {run_student[i].second}));
     }
     replicate_runs.push_back(std::move(per_seed));
   }
 
-  // (f) SoftCKA and locality of the teacher and every student.
-  std::vector<ModelStage> analysed = {teacher};
-  for (const ModelStage& r : runs)
-    if (r.same_as.empty()) analysed.push_back(r);
+  // (f) SoftCKA and locality of the teacher and every student, each as soon as its model is there.
+  std::vector<std::pair<const ModelStage*, std::vector<size_t>>> analysed = {{&teacher, after_teacher}};
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (runs[i]->same_as.empty()) analysed.push_back({runs[i], {run_task[i]}});
   std::vector<StudyReportModel> report_models;
+  std::unique_ptr<ParallelSet> set;
+  std::unique_ptr<Tokenizer> tokenizer;
+  const auto load_inputs = [&] {
+    release_teacher();
+    if (set) return;
+    set = std::make_unique<ParallelSet>(parallel_set_load(config.parallel));
+    tokenizer = tokenizer_load(config.tokenizer);
+  };
   if (!config.parallel.empty()) {
-    std::unique_ptr<ParallelSet> set;
-    std::unique_ptr<Tokenizer> tokenizer;
-    const auto load_inputs = [&] {
-      if (set) return;
-      set = std::make_unique<ParallelSet>(parallel_set_load(config.parallel));
-      tokenizer = tokenizer_load(config.tokenizer);
-    };
-    for (const ModelStage& m : analysed) {
+    for (const auto& entry : analysed) {
+      const ModelStage* m = entry.first;
+      const std::vector<size_t>& after = entry.second;
       StudyReportModel rm;
-      rm.label = m.label;
-      rm.layers = m.layers;
-      rm.full_layers = m.full_layers;
-      const json inputs = {{"model", m.stamp}};
-      rm.align_dir = out / "align" / m.label;
-      if (stage_done_stamp(rm.align_dir, inputs)) {
-        skipped("align", m.label);
-      } else {
-        load_inputs();
-        AlignSettings a;
-        a.anchor = config.anchor;
-        a.langs = config.align_langs;
-        if (a.langs.empty())
-          for (const std::string& lang : set->langs)
-            if (lang != config.anchor) a.langs.push_back(lang);
-        std::string points;
-        for (const std::string& p : config.align_points) points += (points.empty() ? "" : ",") + p;
-        a.points = parse_layer_points(points);
-        a.max_pairs = config.max_pairs;
-        a.sigma_sample_tokens = config.sigma_sample;
-        progress.line("align", m.label + ": SoftCKA, " + std::to_string(a.langs.size()) + " languages vs " +
-                                   a.anchor + ", up to " + std::to_string(a.max_pairs) + " pairs each");
-        Model model = Model::load(m.dir);
-        const bool on_gpu = config.analysis_device != "cpu";
-        HLM_CHECK_INPUT(!on_gpu || (devices.states_forward && devices.kernel_engine), "study: analysis.device '",
-                        config.analysis_device, "' needs an accelerator, and this caller passed none");
-        const std::unique_ptr<KernelNormEngine> engine = on_gpu ? devices.kernel_engine() : nullptr;
-        const AlignResult r = align_softcka(model, *tokenizer, *set, a, to_stderr, engine.get(),
-                                            on_gpu ? devices.states_forward(model) : StatesForward{},
-                                            config.analysis_device);
-        fs::remove_all(rm.align_dir);
-        align_write_outputs(rm.align_dir, r, model.config(),
-                            {{"model", m.dir.string()}, {"tokenizer", tokenizer->name()}, {"parallel", config.parallel}});
-        stage_mark_done(rm.align_dir, "align", inputs);
-        ++result.stages_run;
-      }
-      rm.locality_dir = out / "locality" / m.label;
-      if (stage_done_stamp(rm.locality_dir, inputs)) {
-        skipped("locality", m.label);
-      } else {
-        load_inputs();
-        LocalitySettings ls;
-        ls.windows = config.locality_k;
-        ls.max_units = config.locality_max_units;
-        if (!config.align_langs.empty()) {  // the anchor and the SoftCKA languages; else every language of the set
-          ls.langs = {config.anchor};
-          ls.langs.insert(ls.langs.end(), config.align_langs.begin(), config.align_langs.end());
-        }
-        progress.line("locality", m.label + ": attention share on the last k tokens");
-        Model model = Model::load(m.dir);
-        const LocalityResult r = attention_locality(model, m.label, *tokenizer, *set, ls, to_stderr);
-        fs::remove_all(rm.locality_dir);
-        locality_write_outputs(rm.locality_dir, {r});
-        stage_mark_done(rm.locality_dir, "locality", inputs);
-        ++result.stages_run;
-      }
+      rm.label = m->label;
+      rm.layers = m->layers;
+      rm.full_layers = m->full_layers;
+      rm.align_dir = out / "align" / m->label;
+      rm.locality_dir = out / "locality" / m->label;
+      auto align = std::make_shared<AlignSettings>();
+      tasks.push_back(
+          {"align", m->label, after,
+           [&, m, dir = rm.align_dir, align] {
+             if (stage_done_stamp(dir, {{"model", m->stamp}})) {
+               skipped("align", m->label);
+               return false;
+             }
+             load_inputs();
+             AlignSettings& a = *align;
+             a.anchor = config.anchor;
+             a.langs = config.align_langs;
+             if (a.langs.empty())
+               for (const std::string& lang : set->langs)
+                 if (lang != config.anchor) a.langs.push_back(lang);
+             std::string points;
+             for (const std::string& p : config.align_points) points += (points.empty() ? "" : ",") + p;
+             a.points = parse_layer_points(points);
+             a.max_pairs = config.max_pairs;
+             a.sigma_sample_tokens = config.sigma_sample;
+             progress.line("align", m->label + ": SoftCKA, " + std::to_string(a.langs.size()) + " languages vs " +
+                                        a.anchor + ", up to " + std::to_string(a.max_pairs) + " pairs each");
+             return true;
+           },
+           [&, m, dir = rm.align_dir, align] {
+             Model model = Model::load(m->dir);
+             const bool on_gpu = config.analysis_device != "cpu";
+             HLM_CHECK_INPUT(!on_gpu || (devices.states_forward && devices.kernel_engine), "study: analysis.device '",
+                             config.analysis_device, "' needs an accelerator, and this caller passed none");
+             const std::unique_ptr<KernelNormEngine> engine = on_gpu ? devices.kernel_engine() : nullptr;
+             const AlignResult r = align_softcka(model, *tokenizer, *set, *align, to_stderr, engine.get(),
+                                                 on_gpu ? devices.states_forward(model) : StatesForward{},
+                                                 config.analysis_device);
+             fs::remove_all(dir);
+             align_write_outputs(dir, r, model.config(),
+                                 {{"model", m->dir.string()}, {"tokenizer", tokenizer->name()},
+                                  {"parallel", config.parallel}});
+           },
+           [&, m, dir = rm.align_dir] {
+             stage_mark_done(dir, "align", {{"model", m->stamp}});
+             ++result.stages_run;
+           }});
+      tasks.push_back(
+          {"locality", m->label, after,
+           [&, m, dir = rm.locality_dir] {
+             if (stage_done_stamp(dir, {{"model", m->stamp}})) {
+               skipped("locality", m->label);
+               return false;
+             }
+             load_inputs();
+             progress.line("locality", m->label + ": attention share on the last k tokens");
+             return true;
+           },
+           [&, m, dir = rm.locality_dir] {
+             LocalitySettings ls;
+             ls.windows = config.locality_k;
+             ls.max_units = config.locality_max_units;
+             if (!config.align_langs.empty()) {  // the anchor and the SoftCKA languages; else every language of the set
+               ls.langs = {config.anchor};
+               ls.langs.insert(ls.langs.end(), config.align_langs.begin(), config.align_langs.end());
+             }
+             Model model = Model::load(m->dir);
+             const LocalityResult r = attention_locality(model, m->label, *tokenizer, *set, ls, to_stderr);
+             fs::remove_all(dir);
+             locality_write_outputs(dir, {r});
+           },
+           [&, m, dir = rm.locality_dir] {
+             stage_mark_done(dir, "locality", {{"model", m->stamp}});
+             ++result.stages_run;
+           }});
       report_models.push_back(rm);
     }
+  }
+
+  study_tasks_run(tasks, jobs, out / "logs");
+  release_teacher();
+  // The runs as the report reads them (their stamps are final now).
+  std::vector<ModelStage> runs_done;
+  for (const ModelStage* r : runs) runs_done.push_back(*r);
+  std::vector<std::vector<ModelStage>> replicates_done;
+  for (const std::vector<ModelStage*>& per_seed : replicate_runs) {
+    replicates_done.emplace_back();
+    for (const ModelStage* r : per_seed) replicates_done.back().push_back(*r);
   }
 
   // (e, g) Comparison and report.
@@ -431,37 +528,37 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
         load_model_config(out / "students" / students.front().label / "config.json").model_type;
   }
   std::vector<CompareRun> compare_runs_in;
-  for (const ModelStage& r : runs) {
+  for (const ModelStage& r : runs_done) {
     compare_runs_in.push_back(compare_run_load(r.dir.parent_path(), r.label));
     if (!r.same_as.empty()) compare_runs_in.back().source += " (as " + r.label + ")";  // a column of its own
   }
   report.table = compare_runs(compare_runs_in.front(), compare_runs_in, excluded);
-  for (size_t i = 0; i < runs.size(); ++i) {
+  for (size_t i = 0; i < runs_done.size(); ++i) {
     StudyReportRun rr;
-    rr.label = runs[i].label;
-    rr.full_layers = runs[i].full_layers;
-    rr.layout = placement_layout(runs[i].full_layers, L);
-    rr.same_as = runs[i].same_as;
-    rr.curve = study_read_curve(runs[i].dir.parent_path() / "metrics.jsonl", excluded);
+    rr.label = runs_done[i].label;
+    rr.full_layers = runs_done[i].full_layers;
+    rr.layout = placement_layout(runs_done[i].full_layers, L);
+    rr.same_as = runs_done[i].same_as;
+    rr.curve = study_read_curve(runs_done[i].dir.parent_path() / "metrics.jsonl", excluded);
     rr.total_tokens = rr.curve.back().tokens;
     report.runs.push_back(rr);
   }
   if (config.teacher_dir.empty())
     report.data_budget.push_back(study_data_budget_read(out / "teacher", "teacher (pretrain)"));
-  report.data_budget.push_back(study_data_budget_read(runs.front().dir.parent_path(),
-                                                      "distill (" + runs.front().label + ")"));
+  report.data_budget.push_back(study_data_budget_read(runs_done.front().dir.parent_path(),
+                                                      "distill (" + runs_done.front().label + ")"));
   report.target_gap = report.runs.front().curve.back().mean_ce_gap;
   for (StudyReportRun& rr : report.runs) {
     const StudyReach reach = study_reach(rr.curve, report.target_gap);
     rr.reach_tokens = reach.reach;
     rr.crossing_tokens = reach.crossing;
   }
-  if (!replicate_runs.empty()) {
+  if (!replicates_done.empty()) {
     StudyReplicates& rep = report.replicates;
     rep.data_seeds = seeds;
     rep.languages = report.table.languages;
     rep.excluded = report.table.excluded;
-    for (const std::vector<ModelStage>& per_seed : replicate_runs) {
+    for (const std::vector<ModelStage>& per_seed : replicates_done) {
       StudyReplicated p;
       p.label = per_seed.front().label;
       if (per_seed.size() > 1) p.same_as = per_seed[1].same_as;
@@ -469,16 +566,16 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
       rep.placements.push_back(std::move(p));
     }
     for (size_t k = 0; k < seeds.size(); ++k) {
-      // Seed k's table: every replicated placement against the baseline's run with seed k (replicate_runs[0]).
+      // Seed k's table: every replicated placement against the baseline's run with seed k (replicates_done[0]).
       std::vector<CompareRun> in;
-      for (const std::vector<ModelStage>& per_seed : replicate_runs) {
+      for (const std::vector<ModelStage>& per_seed : replicates_done) {
         in.push_back(compare_run_load(per_seed[k].dir.parent_path(), per_seed[k].label));
         in.back().source += " (seed " + std::to_string(seeds[k]) + ", as " + per_seed[k].label + ")";
       }
       const CompareTable t = compare_runs(in.front(), in, excluded);
       HLM_CHECK(t.languages == rep.languages, "study: seed ", seeds[k], "'s evaluations have other languages");
       double target = 0.0;
-      for (size_t p = 0; p < replicate_runs.size(); ++p) {
+      for (size_t p = 0; p < replicates_done.size(); ++p) {
         StudySeedResult& r = rep.placements[p].seeds[k];
         r.seed = seeds[k];
         r.relative_kl = t.relative_kl[p];
@@ -491,7 +588,7 @@ StudyResult study_run(const StudyConfig& config, const fs::path& out_arg, const 
           if (!t.excluded[l]) kl += t.kl[l][p], ++n;
         }
         r.mean_kl = n ? kl / n : NAN;
-        r.curve = study_read_curve(replicate_runs[p][k].dir.parent_path() / "metrics.jsonl", excluded);
+        r.curve = study_read_curve(replicates_done[p][k].dir.parent_path() / "metrics.jsonl", excluded);
         r.total_tokens = r.curve.back().tokens;
         if (p == 0) target = r.curve.back().mean_ce_gap;
         const StudyReach reach = study_reach(r.curve, target);

@@ -37,8 +37,11 @@ struct StudyDevices {
   std::function<std::unique_ptr<KernelNormEngine>()> kernel_engine;
 };
 
+// `jobs` > 1 runs independent stages (distillations, analyses) side by side in child processes (study_tasks.h; the
+// CPU only), each stage's output in <out>/logs/; the results are those of one job.
 // Input errors (exit 2) for bad settings, missing inputs, an output directory made with another config, or a
-// `device: cuda` training section without a factory; internal error when a training run diverges.
-StudyResult study_run(const StudyConfig& config, const std::filesystem::path& out, const StudyDevices& devices = {});
+// `device: cuda` training section without a factory (or with jobs > 1); internal error when a training run diverges.
+StudyResult study_run(const StudyConfig& config, const std::filesystem::path& out, const StudyDevices& devices = {},
+                      int jobs = 1);
 
 }  // namespace hlm

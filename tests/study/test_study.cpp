@@ -74,9 +74,10 @@ struct CommandResult {
   std::string output;
 };
 
-CommandResult run_study(const fs::path& config, const fs::path& out, const fs::path& log) {
+CommandResult run_study(const fs::path& config, const fs::path& out, const fs::path& log,
+                        const std::string& extra = "") {
   const std::string cmd = std::string(HLM_BINARY) + " study --config " + config.string() + " --out " + out.string() +
-                          " > " + log.string() + " 2>&1";
+                          extra + " > " + log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(log)};
 }
@@ -225,6 +226,54 @@ TEST_F(StudyTest, RunsEndToEndSkipsFinishedStagesAndRerunsOneStudent) {
             std::string::npos)
       << fourth.output;
   EXPECT_EQ(json::parse(read_file(run / "test.json")), finished);
+}
+
+// --jobs 3: the stages run side by side in child processes (study_tasks.h), each with its log in <out>/logs/, and
+// the study is the one-job study: the same models byte for byte and the same tables (the CPU trainer and analyses are
+// deterministic at one thread, test::use_one_thread). Replicates are on so that a replicate distillation can start
+// before its placement's main run ends. A GPU config is refused with --jobs 2 before anything runs.
+TEST_F(StudyTest, JobsRunStagesSideBySideWithTheResultsOfOneJob) {
+  json j = base_config_;
+  j["replicates"] = {{"data_seeds", {0, 1}}, {"placements", {"standard_periodic", "reverse_periodic"}}};
+  const fs::path config = write_config("jobs.json", j);
+  const fs::path one = dir_ / "out_jobs1", three = dir_ / "out_jobs3";
+  const CommandResult a = run_study(config, one, dir_ / "jobs1.log");
+  ASSERT_EQ(a.code, 0) << a.output;
+  const CommandResult b = run_study(config, three, dir_ / "jobs3.log", " --jobs 3");
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_FALSE(fs::exists(one / "logs"));  // one job writes no logs: its output is the study's own
+  for (const char* f : {"teacher/model/model.safetensors", "runs/standard_periodic/model/model.safetensors",
+                        "runs/reverse_periodic/model/model.safetensors",
+                        "runs/reverse_periodic.seed1/model/model.safetensors",
+                        "report/compare.csv", "report/curves.csv", "report/replicates.csv", "report/softcka.csv",
+                        "report/locality.csv", "report/summary.csv"}) {
+    ASSERT_TRUE(fs::exists(three / f)) << f;
+    EXPECT_EQ(read_file(three / f), read_file(one / f)) << f << " differs between --jobs 3 and one job";
+  }
+  // 1 teacher + 2 converts + 2 distills + 2 replicate distills + 3 align + 3 locality + report.
+  EXPECT_NE(b.output.find("14 stages run"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("study [distill] reverse_periodic seed 1 done"), std::string::npos) << b.output;
+  // The trainer's own lines went to the stage's log, not to the study's output.
+  const std::string log = read_file(three / "logs/distill.reverse_periodic_seed_1.log");
+  EXPECT_NE(log.find("starting at step 0 of 8"), std::string::npos) << log;
+  EXPECT_EQ(b.output.find("starting at step 0 of 8"), std::string::npos) << b.output;
+  for (const char* f : {"teacher.teacher.log", "convert.standard_periodic.log", "align.teacher.log",
+                        "locality.reverse_periodic.log"})
+    EXPECT_TRUE(fs::exists(three / "logs" / f)) << f;
+  // A rerun skips every stage, side by side or not.
+  const CommandResult again = run_study(config, three, dir_ / "jobs3b.log", " --jobs 3");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(count(again.output, "skipped (done)"), 14) << again.output;
+
+  json gpu = base_config_;
+  gpu["distill"]["device"] = "cuda";
+  const CommandResult refused =
+      run_study(write_config("jobs_gpu.json", gpu), dir_ / "out_jobs_gpu", dir_ / "jobs_gpu.log", " --jobs 2");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("runs stages side by side on the CPU only"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(dir_ / "out_jobs_gpu"));
+  const CommandResult zero = run_study(config, dir_ / "out_jobs0", dir_ / "jobs0.log", " --jobs 0");
+  EXPECT_EQ(zero.code, 2) << zero.output;
 }
 
 // Replicates over two data seeds on a corpus with Mon (mnw_Mymr): every replicated placement runs once more with

@@ -5,9 +5,12 @@
 // stage that fails (an injected I/O error in a distillation's checkpoint write) exits non-zero and keeps every
 // finished stage's outputs (teacher, converted students, done markers), which the rerun skips. A setting that cannot
 // work for a later stage (the distill rows longer than any held-out document) is refused before the first stage.
+// With --jobs 2 (stages in child processes) the same: a killed study stops its children, a failed child names its
+// stage and log, and the rerun ends with the same models.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -39,11 +42,12 @@ struct StudyExit {
   std::string output;
 };
 
-StudyExit run_study(const fs::path& config, const fs::path& out, const std::string& fault) {
+StudyExit run_study(const fs::path& config, const fs::path& out, const std::string& fault,
+                    const std::string& extra = "") {
   const fs::path log = out.string() + ".log";
   const std::string env = fault.empty() ? "env -u HYBRIDLM_FAULT " : "env HYBRIDLM_FAULT=" + fault + " ";
   const std::string cmd = env + HLM_BINARY + " study --config " + config.string() + " --out " + out.string() +
-                          " > " + log.string() + " 2>&1";
+                          extra + " > " + log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   StudyExit r;
   // /bin/sh reports a child killed by signal s as exit status 128 + s (or execs it: then the status says so).
@@ -136,6 +140,38 @@ TEST_F(StudyCrash, FailedStageKeepsEveryFinishedStage) {
       << rerun.output;
   EXPECT_EQ(slurp(out / "teacher/model/model.safetensors"), teacher);
   EXPECT_TRUE(models(out) == models(dir_ / "reference"));
+}
+
+// With --jobs 2 the stages run in child processes (study/study_tasks.h). (1) The study itself is killed right after
+// its third done marker (teacher, then the two converts, which run side by side), when the distillation of the
+// first-converted student has just started in a child: that child must stop with the study (it gets SIGTERM when
+// its parent dies), so no run reaches its test evaluation afterwards. (2) A rerun whose distillations fail at their
+// 2nd checkpoint write (the fault counts per process, and each distillation is a process of its own) exits 2 naming
+// the failed stage, its log and the child's error. (3) A plain rerun resumes the distillations from their
+// checkpoints and ends with the uninterrupted one-job study's models, byte for byte.
+TEST_F(StudyCrash, SideBySideStagesStopWithTheStudyAndResumeToTheSameModels) {
+  const fs::path out = dir_ / "jobs";
+  const StudyExit killed = run_study(config_path_, out, "study.stage@3:kill", " --jobs 2");
+  EXPECT_TRUE(killed.killed) << killed.output;
+  EXPECT_NE(killed.output.find("study [distill] "), std::string::npos) << killed.output;  // one had started
+  // A distillation takes over a second here; an orphaned one would have written its test.json by then.
+  ::usleep(3000 * 1000);
+  for (const char* run : {"runs/standard_periodic", "runs/reverse_periodic"})
+    EXPECT_FALSE(fs::exists(out / run / "test.json")) << run << ": a stage kept running after the study was killed";
+
+  const StudyExit failed = run_study(config_path_, out, "checkpoint.filled@2:fail", " --jobs 2");
+  EXPECT_EQ(failed.code, 2) << failed.output;
+  EXPECT_NE(failed.output.find("failed (exit code 2); the last lines of its log"), std::string::npos)
+      << failed.output;
+  EXPECT_NE(failed.output.find("injected fault at checkpoint.filled"), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("/logs/distill."), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("a rerun resumes"), std::string::npos) << failed.output;
+
+  const StudyExit rerun = run_study(config_path_, out, "", " --jobs 2");
+  ASSERT_EQ(rerun.code, 0) << rerun.output;
+  EXPECT_NE(rerun.output.find("study [teacher] skipped (done)"), std::string::npos) << rerun.output;
+  EXPECT_NE(rerun.output.find("resuming from its newest checkpoint"), std::string::npos) << rerun.output;
+  EXPECT_TRUE(models(out) == models(dir_ / "reference")) << "models differ from the one-job study's";
 }
 
 TEST_F(StudyCrash, LaterStageSettingThatCannotWorkIsRefusedBeforeTheFirstStage) {

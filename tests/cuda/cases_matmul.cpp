@@ -26,6 +26,8 @@
 #include "harness.h"
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
+#include "ops/residual/residual_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 #if HLM_CUDA_TEST_HAVE_CBLAS
 #include "ops/matmul/matmul.h"
 #endif
@@ -420,4 +422,135 @@ TEST(MatmulCuda, GemvGroup) {
   GemvOutput misaligned = ok;
   misaligned.w = w.as<__nv_bfloat16>() + 1;
   EXPECT_FALSE(gemv_supported(1, 24, &misaligned, 1));
+}
+
+// The GEMV with a decoder's residual add + RMSNorm folded into its staging (gemv_bf16_residual_norm_cuda,
+// GemvResidualNorm) against the separate launches it replaces in a batch-1 decode step: rmsnorm_forward_cuda of the
+// branch (post-norm), rmsnorm_residual_forward_cuda / residual_add_forward_cuda, rmsnorm_forward_cuda, then
+// gemv_bf16_cuda on their fp32 output. Meant to be BIT-IDENTICAL: every output byte and the residual stream's update
+// (written by one block of ~41) are compared. Forms: a pre-norm block's (branch · 0.75 added, then the input norm), a
+// first layer's (norm only), a post-norm block's mixer input (u = h + branch, no norm) and MLP input (u = h +
+// rmsnorm(branch)), and the both-norms form between a post-norm MLP and a pre-norm layer. K = 1032 (a ragged last
+// pass of the row), 2560 and 4096 (Qwen3-4B's and the 7B's hidden sizes); M = 1, 2; fills Normal, Large, Zeros,
+// Special (NaN/Inf rows: the bytes must still match).
+TEST(MatmulCuda, GemvResidualNormBitIdenticalToTheSeparateLaunches) {
+  HLM_REQUIRE_CUDA();
+  const cudaStream_t stream = ctx().stream();
+  const int64_t ns[3] = {1, 65, 257};
+  struct Form {
+    const char* name;
+    bool delta, delta_weight, weight;
+    float scale;
+  };
+  const Form forms[] = {{"pre-norm", true, false, true, 0.75f},
+                        {"first layer", false, false, true, 1.0f},
+                        {"post-norm mixer input", true, false, false, 1.0f},
+                        {"post-norm mlp input", true, true, false, 1.0f},
+                        {"post-norm then pre-norm", true, true, true, 1.0f}};
+  const float eps = 1e-6f;
+  size_t compared = 0;
+  for (const Fill fill : {Fill::Normal, Fill::Large, Fill::Zeros, Fill::Special}) {
+    for (const int64_t K : {int64_t{1032}, int64_t{2560}, int64_t{4096}}) {
+      ASSERT_TRUE(gemv_residual_norm_k_supported(K));
+      for (int64_t M = 1; M <= 2; ++M) {
+        const size_t n = static_cast<size_t>(M * K);
+        const DeviceBuffer h = DeviceBuffer::from(make_values(n, fill, 91), "residual");
+        const DeviceBuffer br = DeviceBuffer::from(make_values(n, fill, 92), "branch");
+        const DeviceBuffer nw = DeviceBuffer::from(make_values(static_cast<size_t>(K), Fill::Normal, 93), "norm w");
+        const DeviceBuffer bw = DeviceBuffer::from(make_values(static_cast<size_t>(K), Fill::Normal, 94), "branch w");
+        std::vector<DeviceBuffer> ws, bs;
+        for (int i = 0; i < 3; ++i) {
+          ws.push_back(DeviceBuffer::from(to_bf16(make_values(static_cast<size_t>(ns[i] * K), Fill::Normal, 95 + i)),
+                                          "w"));
+          bs.push_back(DeviceBuffer::from(make_values(static_cast<size_t>(ns[i]), Fill::Normal, 98 + i), "bias"));
+        }
+        for (const Form& f : forms) {
+          const std::string what = std::string(f.name) + " K=" + std::to_string(K) + " M=" + std::to_string(M) + " " +
+                                   fill_name(fill);
+          std::vector<DeviceBuffer> ys_fold, ys_ref;
+          GemvOutput fold[3], ref[3];
+          for (int i = 0; i < 3; ++i) {
+            ys_fold.emplace_back(static_cast<size_t>(M * ns[i]) * 4, "y fold");
+            ys_ref.emplace_back(static_cast<size_t>(M * ns[i]) * 4, "y ref");
+            const float* bias = i == 1 ? bs[1].as<float>() : nullptr;
+            fold[i] = GemvOutput{ws[static_cast<size_t>(i)].as<__nv_bfloat16>(), bias, ys_fold.back().as<float>(), ns[i]};
+            ref[i] = GemvOutput{ws[static_cast<size_t>(i)].as<__nv_bfloat16>(), bias, ys_ref.back().as<float>(), ns[i]};
+          }
+          DeviceBuffer out(n * 4, "residual out");
+          GemvResidualNorm x;
+          x.residual = h.as<float>();
+          x.delta = f.delta ? br.as<float>() : nullptr;
+          x.scale = f.scale;
+          x.delta_weight = f.delta_weight ? bw.as<float>() : nullptr;
+          x.weight = f.weight ? nw.as<float>() : nullptr;
+          x.eps = eps;
+          x.residual_out = f.delta ? out.as<float>() : nullptr;
+          ASSERT_TRUE(gemv_residual_norm_supported(M, K, fold, 3, x)) << what;
+          gemv_bf16_residual_norm_cuda(fold, 3, x, M, K, stream);
+          // The separate launches, as CudaModel::run_decoder queues them without the fold.
+          DeviceBuffer u = DeviceBuffer::from(h.download<float>(), "u"), branch(n * 4, "normed branch"),
+                       xn(n * 4, "x");
+          const RmsnormCudaParams p{M, K, eps};
+          const float* d = br.as<float>();
+          if (f.delta_weight) {
+            rmsnorm_forward_cuda(branch.as<float>(), br.as<float>(), bw.as<float>(), p, stream);
+            d = branch.as<float>();
+          }
+          const float* x_ref = u.as<float>();
+          if (f.delta && f.weight) {
+            rmsnorm_residual_forward_cuda(xn.as<float>(), u.as<float>(), d, f.scale, nw.as<float>(), p, stream);
+            x_ref = xn.as<float>();
+          } else if (f.delta) {
+            residual_add_forward_cuda(u.as<float>(), d, f.scale, M * K, stream);
+          } else {
+            rmsnorm_forward_cuda(xn.as<float>(), u.as<float>(), nw.as<float>(), p, stream);
+            x_ref = xn.as<float>();
+          }
+          gemv_bf16_cuda(ref, 3, x_ref, nullptr, M, K, stream);
+          for (int i = 0; i < 3; ++i) {
+            const std::vector<uint8_t> a = ys_fold[static_cast<size_t>(i)].download_bytes();
+            const std::vector<uint8_t> b = ys_ref[static_cast<size_t>(i)].download_bytes();
+            ASSERT_EQ(a.size(), b.size());
+            size_t differ = 0;
+            for (size_t j = 0; j < a.size(); j += 4) differ += std::memcmp(a.data() + j, b.data() + j, 4) != 0;
+            EXPECT_EQ(differ, 0u) << what << ": output " << i << ", " << differ << " of " << a.size() / 4 << " differ";
+            compared += a.size() / 4;
+          }
+          if (f.delta) {
+            const std::vector<uint8_t> a = out.download_bytes(), b = u.download_bytes();
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << what << ": the residual stream's update";
+            compared += n;
+          }
+          // Inputs untouched; without a branch nothing is written to residual_out (still the poison).
+          EXPECT_TRUE(buffers_ok({&ys_fold[0], &ys_fold[1], &ys_fold[2], &out}, {&h, &br, &nw, &bw})) << what;
+          if (!f.delta) {
+            EXPECT_TRUE(out.unchanged()) << what;
+          }
+        }
+      }
+    }
+  }
+  std::printf("[gemv residual-norm] %zu values compared byte for byte\n", compared);
+  // What it refuses: rows of the warp path or past the register path, residual_out missing or aliasing its inputs, a
+  // branch norm without a branch.
+  DeviceBuffer w = DeviceBuffer::from(std::vector<uint16_t>(8 * 4104, 0), "w"), y(8 * 4 * 4, "y");
+  DeviceBuffer r(4104 * 4, "r"), r2(4104 * 4, "r2");
+  GemvOutput ok{w.as<__nv_bfloat16>(), nullptr, y.as<float>(), 8};
+  GemvResidualNorm x;
+  x.residual = r.as<float>();
+  x.weight = r.as<float>();
+  EXPECT_TRUE(gemv_residual_norm_supported(1, 2048, &ok, 1, x));
+  EXPECT_FALSE(gemv_residual_norm_supported(1, 1024, &ok, 1, x));
+  EXPECT_FALSE(gemv_residual_norm_supported(1, 4104, &ok, 1, x));
+  EXPECT_FALSE(gemv_residual_norm_supported(gemv_max_rows() + 1, 2048, &ok, 1, x));
+  GemvResidualNorm no_branch = x;
+  no_branch.delta_weight = r.as<float>();
+  EXPECT_FALSE(gemv_residual_norm_supported(1, 2048, &ok, 1, no_branch));
+  GemvResidualNorm with_branch = x;
+  with_branch.delta = r2.as<float>();
+  EXPECT_FALSE(gemv_residual_norm_supported(1, 2048, &ok, 1, with_branch));  // no residual_out
+  with_branch.residual_out = r2.as<float>();
+  EXPECT_FALSE(gemv_residual_norm_supported(1, 2048, &ok, 1, with_branch));  // aliases the branch
+  with_branch.residual_out = r.as<float>();
+  EXPECT_FALSE(gemv_residual_norm_supported(1, 2048, &ok, 1, with_branch));  // aliases the residual
 }

@@ -52,8 +52,6 @@
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
 //                       (--batches may end with `max`: the largest B that fits, after the smaller ones)
-//                       [--norm-fold on|off|always|LIST] (CudaEngineOptions::norm_fold, default HLM_NORM_FOLD or
-//                       the engine's; a list runs each (L, B) once per mode, interleaved, on the same weights: A/B)
 //                       [--out DIR] [--configs-only]
 //        bench_generate --search-context [--models LIST] [--memory-caps 48G,device] [--prefill-chunk N]
 //                       [--search-probe N] [--search-time-limit S] [--precision bf16|fp32] [--out DIR]
@@ -75,7 +73,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -110,8 +107,6 @@ struct Options {
   // --cuda-graphs on|off|off,on: decode steps as CUDA graphs (infer/cuda/cuda_engine.h); with both, each (L, B) runs
   // once per mode on the same weights (before/after in one process).
   std::vector<bool> graph_modes{true};
-  // --norm-fold: empty = the engine's default options; else each (L, B, graphs) once per listed mode.
-  std::vector<NormFold> fold_modes;
   bool search_context = false;
   std::vector<std::string> memory_caps{"48G", "device"};
   // The longest of the three timed probe prefills (L/4, L/2, L). 131072: probes of 4K-16K extrapolated the hybrid's
@@ -165,15 +160,6 @@ Options parse(int argc, char** argv) {
         o.graph_modes.push_back(v == "on");
       }
       if (o.graph_modes.empty()) o.graph_modes.push_back(true);
-    }
-    else if (a == "--norm-fold") {
-      for (const std::string& v : split(next())) {
-        if (v != "on" && v != "off" && v != "always") {
-          std::fprintf(stderr, "--norm-fold takes on, off, always or a list of them, got '%s'\n", v.c_str());
-          std::exit(2);
-        }
-        o.fold_modes.push_back(v == "on" ? NormFold::on : v == "off" ? NormFold::off : NormFold::always);
-      }
     }
     else if (a == "--search-context") o.search_context = true;
     else if (a == "--memory-caps") o.memory_caps = split(next());
@@ -315,15 +301,10 @@ json batches_json(const std::vector<int64_t>& batches) {
 
 int64_t kv_element_bytes(const Options& o) { return o.precision == "bf16" ? 2 : 4; }
 
-CudaEngineOptions engine_options(bool graphs, int fold = -1) {
+CudaEngineOptions engine_options(bool graphs) {
   CudaEngineOptions e = cuda_engine_default_options();  // HLM_QK_FUSE=off in the environment: A/B of the fusion
   e.cuda_graphs = graphs;
-  if (fold >= 0) e.norm_fold = static_cast<NormFold>(fold);
   return e;
-}
-
-const char* fold_name(int fold) {
-  return fold == static_cast<int>(NormFold::on) ? "on" : fold == static_cast<int>(NormFold::off) ? "off" : "always";
 }
 
 // Device bytes the engine's state pools take for `plan`, as the caching allocator sizes them (one K and one V pool
@@ -683,13 +664,10 @@ int main(int argc, char** argv) {
       double activation_peak_b1 = -1;
       int64_t largest_b = -1;  // from the smallest-B run at this L
       const int64_t tokens_each = L + o.decode_steps;
-      std::vector<std::tuple<int64_t, bool, int>> runs;  // (B, CUDA graphs, norm fold: -1 = the default)
+      std::vector<std::pair<int64_t, bool>> runs;  // (B, CUDA graphs)
       for (const int64_t b : o.batches)
-        for (const bool g : o.graph_modes) {
-          if (o.fold_modes.empty()) runs.emplace_back(b, g, -1);
-          for (const NormFold f : o.fold_modes) runs.emplace_back(b, g, static_cast<int>(f));
-        }
-      for (const auto& [B_opt, graphs, fold] : runs) {
+        for (const bool g : o.graph_modes) runs.emplace_back(b, g);
+      for (const auto& [B_opt, graphs] : runs) {
         const bool max_batch = B_opt == kMaxBatch;
         const int64_t B = max_batch ? largest_b : B_opt;
         if (B < 1) {
@@ -705,7 +683,6 @@ int main(int argc, char** argv) {
                     {"context", L},         {"batch", B},
                     {"max_batch_run", max_batch}, {"prefill_group", group},
                     {"precision", o.precision}, {"cuda_graphs", graphs},
-                    {"norm_fold", fold < 0 ? "default" : fold_name(fold)},
                     {"decode_steps", o.decode_steps}, {"prefill_chunk", o.prefill_chunk},
                     {"plan_state_bytes", plan.total_bytes()}};
         if (o.max_prefill_tokens > 0 && B * L > o.max_prefill_tokens) {
@@ -735,7 +712,7 @@ int main(int argc, char** argv) {
         try {  // an out-of-memory (or any) failure is recorded and the next configuration runs
           ctx.allocator().release_cached();
           ctx.allocator().reset_peaks();
-          auto engine = make_cuda_engine(*gpu, plan, engine_options(graphs, fold));
+          auto engine = make_cuda_engine(*gpu, plan, engine_options(graphs));
           std::vector<int> slots;
           std::vector<std::vector<int32_t>> prompts;
           for (int64_t b = 0; b < B; ++b) {
@@ -844,10 +821,7 @@ int main(int argc, char** argv) {
           std::snprintf(line, sizeof line,
                         "| %s | %s | %lld | %lld | %lld | %.3f | %.0f | %.2f | %.1f | %.2f | %.2f | %s | %s | %lld | "
                         "%lld |\n",
-                        name.c_str(),
-                        (o.precision + (graphs ? "" : ", no graphs") +
-                         (fold < 0 ? std::string() : std::string(", norm fold ") + fold_name(fold)))
-                            .c_str(),
+                        name.c_str(), (o.precision + (graphs ? "" : ", no graphs")).c_str(),
                         static_cast<long long>(config.num_hidden_layers),
                         static_cast<long long>(L), static_cast<long long>(B), prefill_s, double(B * L) / prefill_s,
                         1e3 * median_step, o.decode_steps > 0 ? double(B * o.decode_steps) / decode_s : 0.0,

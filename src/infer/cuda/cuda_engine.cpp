@@ -26,7 +26,6 @@
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 #include "ops/gdn_gate/gdn_gate_cuda.h"
 #include "ops/l2norm/l2norm_cuda.h"
-#include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/qk_norm_rope/qk_norm_rope_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -229,10 +228,9 @@ class CudaEngine final : public InferenceEngine {
   StepStates step_states(std::vector<CudaTensor*> pools, const StepView& s);
   void scatter_back(const StepStates& st, const StepView& s);
 
-  // `in`: fp32, or (norm folding) a residual-norm input that only the input projections' group reads (cuda_linear.h).
-  void attention_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
-  void gdn_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
-  void mamba2_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
+  void attention_mixer(int layer, float* out, const float* in, const StepView& s);
+  void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
+  void mamba2_mixer(int layer, float* out, const float* in, const StepView& s);
 
   CudaModel& model_;
   CudaContext& ctx_;
@@ -255,7 +253,7 @@ class CudaEngine final : public InferenceEngine {
   std::vector<Layer> layers_;
 };
 
-void CudaEngine::attention_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
+void CudaEngine::attention_mixer(int layer, float* out, const float* in, const StepView& s) {
   const CudaAttentionWeights& w = model_.attention_weights(layer);
   AttentionDims d = adims_;
   d.window = model_.config().attention_window(layer);  // sliding_attention layers (0: full)
@@ -266,7 +264,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const CudaLinearInput& i
   // One launch at decode batch sizes (the small-row GEMV), else `in` rounded once for the three products.
   const CudaLinearOut qkv[] = {{q_lin.data<float>(), &w.q_proj}, {k_lin.data<float>(), &w.k_proj},
                                {v.data<float>(), &w.v_proj}};
-  cuda_linear_forward_group(ctx_, qkv, in, T);
+  cuda_linear_forward_group(ctx_, qkv, CudaLinearInput{in, nullptr}, T);
   Layer& l = layers_[static_cast<size_t>(layer)];
   AttentionCacheCudaParams p;
   p.total_tokens = T;
@@ -390,7 +388,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const CudaLinearInput& i
   cuda_linear_forward(ctx_, out, o.data<float>(), w.o_proj, T);
 }
 
-void CudaEngine::gdn_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
+void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepView& s) {
   const CudaGdnWeights& w = model_.gdn_weights(layer);
   const GdnDims& d = gdims_;
   const cudaStream_t stream = ctx_.stream();
@@ -403,7 +401,7 @@ void CudaEngine::gdn_mixer(int layer, float* out, const CudaLinearInput& in, con
   const CudaLinearOut projections[] = {{qp.data<float>(), &w.q_proj}, {kp.data<float>(), &w.k_proj},
                                        {vp.data<float>(), &w.v_proj}, {z.data<float>(), &w.g_proj},
                                        {a.data<float>(), &w.a_proj},  {b.data<float>(), &w.b_proj}};
-  cuda_linear_forward_group(ctx_, projections, in, T);
+  cuda_linear_forward_group(ctx_, projections, CudaLinearInput{in, nullptr}, T);
 
   const StepStates states = step_states(layers_[static_cast<size_t>(layer)].gdn.tensors(), s);
   float *q_state = states.rows[0], *k_state = states.rows[1], *v_state = states.rows[2], *h_state = states.rows[3];
@@ -470,10 +468,9 @@ void CudaEngine::gdn_mixer(int layer, float* out, const CudaLinearInput& in, con
 // Mamba-2 (granitemoehybrid): the CUDA layer (layers/cuda/mamba2_layer_cuda.h) continued from and advancing the
 // sequences' conv and SSM states: the chunked scan in prefill chunks, the recurrence in decode steps (one token per
 // sequence). States in batch order: the pool rows themselves (consecutive slots) or gathered copies, scattered back.
-void CudaEngine::mamba2_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
-  HLM_CHECK(in.f32 != nullptr, "the Mamba-2 mixer reads an fp32 input");
+void CudaEngine::mamba2_mixer(int layer, float* out, const float* in, const StepView& s) {
   const StepStates states = step_states(layers_[static_cast<size_t>(layer)].mamba.tensors(), s);
-  mamba2_layer_forward_cuda(ctx_, out, in.f32, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
+  mamba2_layer_forward_cuda(ctx_, out, in, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
                             {states.rows[0], states.rows[1]});
   scatter_back(states, s);
 }
@@ -625,7 +622,7 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
   s.fresh = sh.fresh;
   s.uniform = sh.uniform;
 
-  const CudaModel::MixerOverride mixer = [&](int layer, float* out, const CudaLinearInput& in) {
+  const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
       attention_mixer(layer, out, in, s);
     else if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::Mamba2)
@@ -633,10 +630,7 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
     else
       gdn_mixer(layer, out, in, s);
   };
-  const bool fold = options_.norm_fold == NormFold::always ||
-                    (options_.norm_fold == NormFold::on && model_.bf16_compute() &&
-                     gemv_residual_norm_k_supported(c.hidden_size));
-  const CudaTensor hidden = model_.final_hidden_with_mixer(s.batch, mixer, fold);
+  const CudaTensor hidden = model_.final_hidden_with_mixer(s.batch, mixer);
   // The LM head on each sequence's last new token only.
   const int64_t H = c.hidden_size, V = c.vocab_size;
   CudaTensor rows = CudaTensor::empty(ctx_, {N, H});
@@ -714,10 +708,6 @@ CudaEngineOptions cuda_engine_default_options() {
   const char* fuse = std::getenv("HLM_QK_FUSE");
   if (fuse != nullptr && (std::strcmp(fuse, "0") == 0 || std::strcmp(fuse, "off") == 0)) o.fused_qk_norm_rope = false;
   if (fuse != nullptr && (std::strcmp(fuse, "1") == 0 || std::strcmp(fuse, "on") == 0)) o.fused_qk_norm_rope = true;
-  const char* fold = std::getenv("HLM_NORM_FOLD");
-  if (fold != nullptr && (std::strcmp(fold, "0") == 0 || std::strcmp(fold, "off") == 0)) o.norm_fold = NormFold::off;
-  if (fold != nullptr && (std::strcmp(fold, "1") == 0 || std::strcmp(fold, "on") == 0)) o.norm_fold = NormFold::on;
-  if (fold != nullptr && std::strcmp(fold, "always") == 0) o.norm_fold = NormFold::always;
   return o;
 }
 

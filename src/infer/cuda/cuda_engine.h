@@ -45,8 +45,6 @@
 
 namespace hlm {
 
-enum class NormFold { off, on, always };
-
 struct CudaEngineOptions {
   bool cuda_graphs = true;  // decode steps as CUDA graphs (above)
   // Each attention layer's q/k norms, RoPE and KV-cache write as one launch (ops/qk_norm_rope/qk_norm_rope_cuda.h,
@@ -54,19 +52,10 @@ struct CudaEngineOptions {
   // over one block per KV group (per-head norms): qwen3_4b's batch-1 decode step 3.86 → 3.80 ms, with the GEMVs'
   // dependent launch 3.72 → 3.64 ms (H200, session 13, call 1; one block per token had made it slower, 3.96 vs 3.85).
   bool fused_qk_norm_rope = true;
-  // Batch-1 decode: each residual add + RMSNorm computed inside the staging of the projections that read it (the
-  // small-row GEMV; CudaModel::final_hidden_with_mixer's fold_norms, ops/matmul/gemv_cuda.h GemvResidualNorm),
-  // bit-identical to the separate launches. on: where the GEMV folds it (bf16 weights, one token per step,
-  // 1024 < hidden <= 4096); always: every one-token step (where the GEMV does not take it, the same ops run before the
-  // projections: for tests); off: the separate launches. Off by default: it measured SLOWER (H200, session 17, B1
-  // L1024, interleaved in one process: qwen3_4b 3.67-3.68 vs 3.55-3.57 ms per step, olmo_hybrid_7b 5.08-5.09 vs
-  // 5.01-5.03 ms); every block recomputing the row's norm made the q/k/v and gate/up GEMVs 14 -> 33 and 30 -> 42 us,
-  // more than the 5-us norm launches it removed (docs/benchmarks.md).
-  NormFold norm_fold = NormFold::off;
 };
 
 // The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off and HLM_QK_FUSE=0|off the fused
-// q/k norm + RoPE + cache write off (1|on: on, the default); HLM_NORM_FOLD=on|off|always sets norm_fold.
+// q/k norm + RoPE + cache write off (1|on: on, the default).
 CudaEngineOptions cuda_engine_default_options();
 
 std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,

@@ -11,7 +11,6 @@
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/residual/residual_cuda.h"
-#include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
 
@@ -96,7 +95,7 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
   if (rows < 1 || rows > max_rows || outs.empty() ||
       outs.size() > static_cast<size_t>(gemv_max_outputs()))
     return false;
-  if (x.f32 == nullptr && x.bf16 == nullptr && x.residual_norm == nullptr) return false;
+  if (x.f32 == nullptr && x.bf16 == nullptr) return false;
   GemvOutput g[gemv_max_outputs()];
   const int64_t K = outs[0].layer->in_features;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -106,45 +105,9 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
                       l.out_features};
   }
   const int n = static_cast<int>(outs.size());
-  if (x.residual_norm != nullptr) {
-    if (!gemv_residual_norm_supported(rows, K, g, n, *x.residual_norm)) return false;
-    gemv_bf16_residual_norm_cuda(g, n, *x.residual_norm, rows, K, ctx.stream());
-    return true;
-  }
   if (!gemv_supported(rows, K, g, n)) return false;
   gemv_bf16_cuda(g, n, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream());
   return true;
-}
-
-// x [rows, K] of a residual-norm input computed by the ops the GEMV would fold (rmsnorm_forward_cuda,
-// rmsnorm_residual_forward_cuda, residual_add_forward_cuda: the same bits), into `scratch` or residual_out.
-CudaLinearInput materialize(CudaContext& ctx, CudaTensor& branch, CudaTensor& scratch, const GemvResidualNorm& r,
-                            int64_t rows, int64_t K) {
-  const cudaStream_t stream = ctx.stream();
-  const RmsnormCudaParams p{rows, K, r.eps};
-  const float* u = r.residual;
-  if (r.delta != nullptr) {
-    HLM_CHECK(r.residual_out != nullptr && r.residual_out != r.residual && r.residual_out != r.delta,
-              "residual-norm input: residual_out must be set apart from residual and delta");
-    const float* d = r.delta;
-    if (r.delta_weight != nullptr) {
-      branch = CudaTensor::empty(ctx, {rows, K});
-      rmsnorm_forward_cuda(branch.data<float>(), r.delta, r.delta_weight, p, stream);
-      d = branch.data<float>();
-    }
-    cuda_copy_device(ctx, r.residual_out, r.residual, static_cast<size_t>(rows * K) * sizeof(float));
-    if (r.weight != nullptr) {
-      scratch = CudaTensor::empty(ctx, {rows, K});
-      rmsnorm_residual_forward_cuda(scratch.data<float>(), r.residual_out, d, r.scale, r.weight, p, stream);
-      return {scratch.data<float>(), nullptr};
-    }
-    residual_add_forward_cuda(r.residual_out, d, r.scale, rows * K, stream);
-    u = r.residual_out;
-  }
-  if (r.weight == nullptr) return {u, nullptr};
-  scratch = CudaTensor::empty(ctx, {rows, K});
-  rmsnorm_forward_cuda(scratch.data<float>(), u, r.weight, p, stream);
-  return {scratch.data<float>(), nullptr};
 }
 
 }  // namespace
@@ -152,13 +115,8 @@ CudaLinearInput materialize(CudaContext& ctx, CudaTensor& branch, CudaTensor& sc
 void cuda_linear_forward_group(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x,
                                int64_t rows) {
   if (outs.empty() || try_gemv(ctx, outs, x, rows)) return;
-  CudaTensor branch, materialized, rounded;
-  const CudaLinearInput in = cuda_linear_round_input(
-      ctx, rounded,
-      x.residual_norm != nullptr
-          ? materialize(ctx, branch, materialized, *x.residual_norm, rows, outs[0].layer->in_features)
-          : x,
-      *outs[0].layer, rows);
+  CudaTensor rounded;
+  const CudaLinearInput in = cuda_linear_round_input(ctx, rounded, x, *outs[0].layer, rows);
   for (const CudaLinearOut& o : outs) cuda_linear_forward(ctx, o.y, in, *o.layer, rows);
 }
 

@@ -52,15 +52,9 @@ CudaTensor cuda_round_bf16(CudaContext& ctx, const CudaTensor& src);
 //   bf16 compute mode: bf16 is read when set; it MUST hold exactly x rounded by cast_f32_to_bf16_cuda (or written by
 //     a kernel that rounds the same way), so the products are bit-identical to rounding f32 inside the call. When
 //     bf16 is nullptr, f32 is rounded into scratch (one cast per call).
-// A third form, for the projections of a batch-1 decode step (cuda_linear_forward_group only; every other reader
-// refuses it): residual_norm describes x as the residual add + RMSNorm that produce it (ops/matmul/gemv_cuda.h,
-// GemvResidualNorm, f32 and bf16 nullptr). The small-row GEMV computes it in its staging (and writes the residual
-// stream's update); where the GEMV does not take it, the group runs those ops first (the same bits either way).
-struct GemvResidualNorm;
 struct CudaLinearInput {
   const float* f32 = nullptr;
   const __nv_bfloat16* bf16 = nullptr;
-  const GemvResidualNorm* residual_norm = nullptr;
 };
 
 // Whether `layer` runs in the bf16 compute mode (weight_bf16 allocated).

@@ -20,10 +20,6 @@ struct CudaMlpWeights {
 CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w);
 
 void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w, int64_t tokens);
-// The same with x as a CudaLinearInput (read by gate/up's cuda_linear_forward_group only: a residual-norm input is
-// taken, cuda_linear.h).
-void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x, const CudaMlpWeights& w,
-                            int64_t tokens);
 
 // The forward's intermediates, device tensors [T, F] each: what the backward needs.
 struct MlpCudaActivations {

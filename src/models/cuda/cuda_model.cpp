@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
@@ -11,7 +10,6 @@
 #include "models/cuda/cuda_model_layer.h"
 #include "models/cuda/cuda_model_train.h"
 #include "ops/embedding/embedding_cuda.h"
-#include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/residual/residual_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -119,7 +117,7 @@ const RopeCudaTable* CudaModel::rope_table(int64_t positions) {
 
 void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                             const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept,
-                            const MixerOverride* mixer_override, bool fold_norms) {
+                            const MixerOverride* mixer_override) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = config_;
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
@@ -182,51 +180,6 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     pending = false;
   };
 
-  // Folded norms (fold_norms, final_hidden_with_mixer's one-token steps; no capture point is emitted): the residual
-  // stream is h + scale · N(branch) while `deferred` holds a branch (N: rmsnorm · weight after a post-norm block, the
-  // identity after a pre-norm one), and the next reader's input N_w(stream) reaches its projections as a residual-norm
-  // input (take): the GEMV computes it and writes the stream's update into the other buffer, which becomes h (a block
-  // of one launch may not overwrite the h that the launch's other blocks read). Readers that take fp32 only (a
-  // Mamba-2 mixer, an MoE FFN) get it from the separate ops (settle), as does the final norm.
-  const bool fold = fold_norms && mixer_override != nullptr && kept == nullptr && T == 1;
-  CudaTensor hidden_alt = fold ? CudaTensor::empty(ctx, {T, H}) : CudaTensor();
-  struct Deferred {
-    const float* branch = nullptr;
-    const float* weight = nullptr;  // the branch's post-norm, or nullptr
-    float scale = 1.0f;
-  } deferred;
-  GemvResidualNorm staged;  // the input handed out by take(), valid until the next take()
-  const auto take = [&](const float* weight) -> CudaLinearInput {
-    if (deferred.branch == nullptr && weight == nullptr) return {h, nullptr};
-    staged = GemvResidualNorm{h, deferred.branch, deferred.scale, deferred.weight, weight, eps, nullptr};
-    if (deferred.branch != nullptr) {
-      staged.residual_out = hidden_alt.data<float>();
-      std::swap(hidden, hidden_alt);
-      h = hidden.data<float>();
-    }
-    deferred = {};
-    return {nullptr, nullptr, &staged};
-  };
-  const auto settle = [&](const float* weight) -> const float* {  // h += the branch; nr = N_weight(h) or h itself
-    if (deferred.branch != nullptr) {
-      const float* d = deferred.branch;
-      if (deferred.weight != nullptr) {  // the branch is in nr (below), so its norm goes to dl
-        rmsnorm_forward_cuda(dl, d, deferred.weight, row_norm, stream);
-        d = dl;
-      }
-      const float scale = deferred.scale;
-      deferred = {};
-      if (weight != nullptr) {
-        rmsnorm_residual_forward_cuda(nr, h, d, scale, weight, row_norm, stream);
-        return nr;
-      }
-      residual_add_forward_cuda(h, d, scale, T * H, stream);
-    }
-    if (weight == nullptr) return h;
-    rmsnorm_forward_cuda(nr, h, weight, row_norm, stream);
-    return nr;
-  };
-
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
     const bool post_norm = layer.full_attention && spec.attention_post_norm;
@@ -236,7 +189,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     // The layer forwards: the plain ones, or the ones handing their intermediates to `keep` (same bits).
     const auto mixer = [&](float* out, const CudaLinearInput& in) {
       if (mixer_override != nullptr)
-        (*mixer_override)(i, out, in);  // no kept activations here
+        (*mixer_override)(i, out, in.f32);  // no kept activations here: in.f32 is set
       else if (layer.full_attention && keep != nullptr)
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.full_attention)
@@ -266,26 +219,8 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       } else if (keep != nullptr)
         keep->mlp = mlp_layer_forward_keep_cuda(ctx, out, in, layer.mlp, T);
       else
-        mlp_layer_forward_cuda(ctx, out, in, layer.mlp, T);
+        mlp_layer_forward_cuda(ctx, out, in.f32, layer.mlp, T);
     };
-    if (fold) {  // the same layer as below with the norms folded (see take); the branches in the same buffers
-      // Attention and GDN mixers and a dense MLP read their input only through one projection group.
-      const auto input = [&](bool folds, const float* weight) -> CudaLinearInput {
-        return folds ? take(weight) : CudaLinearInput{settle(weight), nullptr};
-      };
-      if (post_norm) {
-        mixer(nr, input(!layer.mamba2, nullptr));
-        deferred = {nr, layer.post_attention_layernorm.data<float>(), 1.0f};
-        mlp(nr, input(!layer.moe, nullptr));
-        deferred = {nr, layer.post_feedforward_layernorm.data<float>(), 1.0f};
-      } else {
-        mixer(dl, input(!layer.mamba2, layer.input_layernorm.data<float>()));
-        deferred = {dl, nullptr, hyper.residual_multiplier};
-        mlp(dl, input(!layer.moe, layer.post_attention_layernorm.data<float>()));
-        deferred = {dl, nullptr, hyper.residual_multiplier};
-      }
-      continue;
-    }
     // A pre-norm layer adds the previous layer's pending MLP branch inside its input norm (one launch); any other
     // reader of the residual stream needs it added first.
     if (post_norm) flush_pending();
@@ -316,10 +251,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       pending = true;
     }
   }
-  if (fold)
-    settle(norm_.data<float>());
-  else
-    norm_after_pending(norm_.data<float>());
+  norm_after_pending(norm_.data<float>());
 }
 
 Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture,
@@ -398,13 +330,13 @@ Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options
   return logits;
 }
 
-CudaTensor CudaModel::final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer, bool fold_norms) {
+CudaTensor CudaModel::final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer) {
   // The CUDA engine's attention mixer (infer/cuda) has no output gate: refuse rather than drop it.
   HLM_CHECK_INPUT(!architecture_spec(config_.architecture).attention_output_gate,
                   "CUDA generation does not run gated attention (", config_.model_type, ") yet: use --device cpu");
   ctx_->make_current();
   CudaTensor hidden, normed;
-  run_decoder(b, nullptr, hidden, normed, [](CapturePoint, int, const CudaTensor&) {}, nullptr, &mixer, fold_norms);
+  run_decoder(b, nullptr, hidden, normed, [](CapturePoint, int, const CudaTensor&) {}, nullptr, &mixer);
   return normed;
 }
 

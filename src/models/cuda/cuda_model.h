@@ -103,18 +103,11 @@ class CudaModel {
 
   // ---- Inference (infer/cuda/cuda_engine.cpp: paged KV cache and GDN state) ----
   // A replacement token mixer: out [T, hidden] ← the stateful mixer of layer `layer` over in [T, hidden] (device
-  // fp32; for a post-norm block `in` is the residual stream, as for forward's own mixer). With fold_norms (below) the
-  // input of an attention or GDN layer may come as a residual-norm input (in.residual_norm, layers/cuda/cuda_linear.h),
-  // which the mixer hands to its input projections' cuda_linear_forward_group and reads nowhere else; a Mamba-2
-  // layer's input is always fp32.
-  using MixerOverride = std::function<void(int layer, float* out, const CudaLinearInput& in)>;
+  // fp32; for a post-norm block `in` is the residual stream, as for forward's own mixer).
+  using MixerOverride = std::function<void(int layer, float* out, const float* in)>;
   // The final hidden states [T, hidden] (device) of forward's decoder over the device batch `b` with every token
   // mixer replaced by `mixer`: the embedding, norms, MLPs, residual adds and multipliers are forward's own.
-  // fold_norms (one-token steps only; ignored otherwise): each residual add + RMSNorm (a pre-norm block's; a post-norm
-  // block's x + rmsnorm(branch)) is computed inside the input staging of the projections that read it (the small-row
-  // GEMV, ops/matmul/gemv_cuda.h GemvResidualNorm) instead of by its own launch; the residual stream then alternates
-  // between two buffers. The same bits as without (the ops run where the GEMV does not take the shape).
-  CudaTensor final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer, bool fold_norms = false);
+  CudaTensor final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer);
   // Layer `layer`'s mixer weights (internal error when the layer is of the other kind).
   const CudaAttentionWeights& attention_weights(int layer) const;
   const CudaGdnWeights& gdn_weights(int layer) const;
@@ -168,7 +161,7 @@ class CudaModel {
   // mixer_override: nullptr, or the inference engine's stateful mixers (final_hidden_with_mixer).
   void run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                    const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept = nullptr,
-                   const MixerOverride* mixer_override = nullptr, bool fold_norms = false);
+                   const MixerOverride* mixer_override = nullptr);
   // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
   template <class Self, class Fn>
   static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);

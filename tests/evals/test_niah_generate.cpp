@@ -178,6 +178,44 @@ TEST(NiahGenerate, Deterministic) {
   }
 }
 
+// Session 17: shorter training values bootstrap the copy (docs/niah.md). The default and 7 draw exactly as before;
+// n < 7 gives every digit count of [n, 7], no leading zero, values distinct within a sample and in the needles.
+TEST(NiahGenerate, ShorterTrainingValues) {
+  const Tokenizer& tok = bytes_tokenizer();
+  NiahGenerator plain(niah_language("eng_Latn"), held_out("eng_Latn"), tok);
+  NiahGenerator seven(niah_language("eng_Latn"), held_out("eng_Latn"), tok);
+  seven.set_value_digits_min(7);
+  NiahGenerator mixed(niah_language("eng_Latn"), held_out("eng_Latn"), tok);
+  mixed.set_value_digits_min(2);
+  const NiahTaskSpec& multivalue = niah_task_from_name("multivalue");
+  std::set<size_t> lengths;
+  for (int64_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(niah_sample_json(plain.generate(multivalue, 200, 1, i)),
+              niah_sample_json(seven.generate(multivalue, 200, 1, i)));
+    const NiahSample s = mixed.generate(multivalue, 200, 1, i);
+    std::set<std::string> values;
+    for (const std::string& v : s.values.at(0)) {
+      ASSERT_FALSE(v.empty());
+      EXPECT_NE(v[0], '0') << v;
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) << v;
+      lengths.insert(v.size());
+      values.insert(v);
+    }
+    EXPECT_EQ(values.size(), 4u) << "distinct within the sample";
+    for (const NiahNeedle& n : s.needles) EXPECT_EQ(values.count(n.value), 1u) << n.value;
+    EXPECT_EQ(std::set<std::string>(s.expected.begin(), s.expected.end()), values);
+  }
+  EXPECT_EQ(lengths, (std::set<size_t>{2, 3, 4, 5, 6, 7})) << "160 values cover every digit count";
+  for (int bad : {1, 8}) {
+    try {
+      mixed.set_value_digits_min(bad);
+      ADD_FAILURE() << "expected an input error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Input);
+    }
+  }
+}
+
 TEST(NiahGenerate, NeedlesQueryAndExpectedAgree) {
   const std::array<int, 40> depths = niah_depths();
   EXPECT_EQ(depths.front(), 0);

@@ -74,6 +74,7 @@ void check_same_config(const fs::path& out, const json& resolved) {
   // Before train_data.packed and train_data.stages existed: one stage, one example per row.
   if (saved.contains("train_data") && saved["train_data"].is_object()) {
     if (!saved["train_data"].contains("packed")) saved["train_data"]["packed"] = false;
+    if (!saved["train_data"].contains("value_digits_min")) saved["train_data"]["value_digits_min"] = 7;
     if (!saved["train_data"].contains("stages")) saved["train_data"]["stages"] = json::array();
   }
   if (saved.contains("eval") && saved["eval"].is_object()) {
@@ -511,6 +512,7 @@ NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& c,
   spec.docs_per_language = niah_experiment_docs_per_language(c, stage);
   spec.seed = c.train_seed;
   spec.packed = c.train_packed;
+  spec.value_digits_min = c.train_value_digits_min;
   spec.first_index = static_cast<int64_t>(stage) << 40;  // disjoint samples per stage (counter = index × 256 + draw)
   return spec;
 }

@@ -111,12 +111,13 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
   if (j.contains("train_data")) {
     const json& t = j["train_data"];
     const std::string where = source + ".train_data";
-    check_config_keys(t, {"tasks", "lengths", "seed", "docs_margin", "packed", "stages"}, where);
+    check_config_keys(t, {"tasks", "lengths", "seed", "docs_margin", "packed", "stages", "value_digits_min"}, where);
     read_config_key(t, "tasks", c.train_tasks, where);
     if (t.contains("lengths")) c.train_lengths = read_lengths(t, "lengths", where);
     read_config_key(t, "seed", c.train_seed, where);
     read_config_key(t, "docs_margin", c.docs_margin, where);
     read_config_key(t, "packed", c.train_packed, where);
+    read_config_key(t, "value_digits_min", c.train_value_digits_min, where);
     if (t.contains("stages")) {
       HLM_CHECK_INPUT(t["stages"].is_array(), where, ".stages: a list of {\"lengths\": [...], \"tokens\": N}");
       for (size_t k = 0; k < t["stages"].size(); ++k) {
@@ -202,6 +203,7 @@ json niah_experiment_config_to_json(const NiahExperimentConfig& c) {
             {"seed", c.train_seed},
             {"docs_margin", c.docs_margin},
             {"packed", c.train_packed},
+            {"value_digits_min", c.train_value_digits_min},
             {"stages",
              [&] {
                json stages = json::array();
@@ -312,6 +314,8 @@ NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config)
                     c.train.seq_len * c.train.batch_rows, " tokens)");
   }
   HLM_CHECK_INPUT(c.docs_margin >= 1.0 && c.docs_margin <= 10.0, "train_data.docs_margin must be in [1, 10]");
+  HLM_CHECK_INPUT(c.train_value_digits_min >= 2 && c.train_value_digits_min <= 7,
+                  "train_data.value_digits_min must be in [2, 7] (got ", c.train_value_digits_min, ")");
   check_tasks(c.eval_tasks, "eval.tasks");
   check_lengths(c.eval_lengths, "eval.lengths");
   HLM_CHECK_INPUT(c.eval_n >= 1 && c.max_batch >= 1 && c.max_new_tokens >= 1,
@@ -345,9 +349,10 @@ std::string niah_experiment_fields_text() {
          "  architectures: full_attention (first), gdn, placement names (standard_periodic, reverse_periodic, ...)\n"
          "  model: HF-style fields shared by every architecture (qwen3_hybrid; layer_types filled in); full,\n"
          "    full_fraction: full-attention layers of the placement hybrids\n"
-         "  train_data: {tasks, lengths, seed, docs_margin, packed, stages}: NIAH-format training examples from\n"
-         "    training text; packed: as many whole examples per row as fit, each its own sequence; stages:\n"
-         "    [{lengths, tokens}, ...], a curriculum of pretrain runs, each from the previous stage's model\n"
+         "  train_data: {tasks, lengths, seed, docs_margin, packed, stages, value_digits_min}: NIAH-format\n"
+         "    training examples from training text; packed: as many whole examples per row as fit, each its own\n"
+         "    sequence; stages: [{lengths, tokens}, ...], a curriculum of pretrain runs, each from the previous\n"
+         "    stage's model; value_digits_min n: training values of a uniform [n, 7] digits (evaluation: 7)\n"
          "  train: `hybridlm pretrain` settings (tokens, seq_len, batch_rows, micro_batch_rows, lr, min_lr,\n"
          "    precision, checkpoint_every_steps, ...); every training row is exactly seq_len tokens; loss:\n"
          "    answer (default: CE only on the answer's tokens, mean over them) or all (CE on every token)\n"

@@ -11,7 +11,10 @@
 //   model                HF-style fields shared by every architecture (model_type qwen3_hybrid, layer_types and
 //                        vocab_size are filled in; vocab_size defaults to the tokenizer's)
 //   full, full_fraction  full-attention layers F of the placement hybrids (0: round(full_fraction · L))
-//   train_data {tasks, lengths, seed, docs_margin, packed, stages}   the NIAH-format training examples: haystack
+//   train_data {tasks, lengths, seed, docs_margin, packed, stages, value_digits_min}   the NIAH-format training
+//                        examples (value_digits_min n < 7: each training value has a uniform [n, 7] digits, so
+//                        short values bootstrap the copy; the evaluation always asks 7 digits; docs/niah.md, session
+//                        17); haystack
 //                        token targets and tasks in round robin; seed must differ from eval.seed. packed: several
 //                        examples per training row, each its own sequence (niah_train_data.h). stages: a curriculum,
 //                        [{lengths, tokens}, ...] trained in order, each stage a pretrain run of its own (own data,
@@ -61,6 +64,7 @@ struct NiahExperimentConfig {
   std::vector<int64_t> train_lengths{64, 128, 256};
   uint64_t train_seed = 1;
   double docs_margin = 1.05;  // documents per language: margin × the language's token quota / seq_len, + held-out
+  int train_value_digits_min = 7;  // train_data.value_digits_min: training values of [n, 7] digits (session 17)
   bool train_packed = false;  // train_data.packed: as many whole examples per row as fit, each its own sequence
   std::vector<NiahTrainStage> train_stages;  // train_data.stages; empty: one stage of train_lengths, train.tokens
   // Trainer (job pretrain).

@@ -55,6 +55,11 @@ NiahGenerator::NiahGenerator(const NiahLanguage& lang, const std::vector<std::st
                              const Tokenizer& tokenizer)
     : lang_(lang), tokenizer_(tokenizer), nouns_(niah_nouns(lang)), sizer_(sentences, tokenizer, std::string(lang.joiner)) {}
 
+void NiahGenerator::set_value_digits_min(int n) {
+  HLM_CHECK_INPUT(n >= 2 && n <= 7, "NIAH value digits: the minimum must be in [2, 7] (got ", n, ")");
+  value_digits_min_ = n;
+}
+
 NiahSample NiahGenerator::generate(const NiahTaskSpec& task, int64_t length, uint64_t seed, int64_t index) {
   HLM_CHECK_INPUT(length >= 1, "NIAH length must be positive (got ", length, ")");
   HLM_CHECK_INPUT(index >= 0, "NIAH sample index must be non-negative");
@@ -73,14 +78,19 @@ NiahSample NiahGenerator::generate(const NiahTaskSpec& task, int64_t length, uin
   partial_shuffle(nouns, drawn, d);
   s.keys.assign(nouns.begin(), nouns.begin() + task.keys);
 
-  // Values: distinct 7-digit integers.
+  // Values: distinct 7-digit integers (training with value_digits_min_ < 7: 2 to 7 digits).
   std::set<uint64_t> used;
   for (int k = 0; k < task.keys; ++k) {
     s.values.emplace_back();
     for (int v = 0; v < task.values_per_key; ++v) {
       uint64_t x;
-      do x = 1000000 + d.uniform(9000000);
-      while (!used.insert(x).second);
+      do {
+        const int digits =
+            value_digits_min_ < 7 ? value_digits_min_ + static_cast<int>(d.uniform(8 - value_digits_min_)) : 7;
+        uint64_t low = 1;
+        for (int i = 1; i < digits; ++i) low *= 10;
+        x = low + d.uniform(9 * low);
+      } while (!used.insert(x).second);
       s.values.back().push_back(std::to_string(x));
     }
   }

@@ -60,6 +60,12 @@ class NiahGenerator {
 
   NiahSample generate(const NiahTaskSpec& task, int64_t length, uint64_t seed, int64_t index);
 
+  // Training only (train_data.value_digits_min, niah_experiment_config.h): with n < 7 each value has a digit count
+  // drawn uniformly from [n, 7] (one extra draw per value), then a uniform integer of that many digits; 7 (the
+  // default, OneRULER's and every evaluation's) draws exactly as before. Input error unless 2 <= n <= 7 (the
+  // scorer drops 1-digit runs).
+  void set_value_digits_min(int n);
+
   const NiahHaystackSizer& sizer() const { return sizer_; }
 
  private:
@@ -67,6 +73,7 @@ class NiahGenerator {
   const Tokenizer& tokenizer_;
   std::vector<std::string> nouns_;
   NiahHaystackSizer sizer_;
+  int value_digits_min_ = 7;
 };
 
 // {"index", "lang", "task", "length", "prompt", "keys", "values", "query", "expected", "needles": [{"key", "value",

@@ -254,6 +254,7 @@ nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainData
     const NiahLanguage& lang = niah_language(code);
     const std::vector<std::string> sentences = niah_training_sentences(corpus, code, spec.held_out_docs);
     NiahTrainExampleBuilder builder(lang, sentences, *tokenizer, spec.seq_len);
+    builder.set_value_digits_min(spec.value_digits_min);
     std::vector<std::string> texts;
     int64_t tokens = 0, exact = 0, answer_tokens = 0, examples = 0;
     // Example i: task tasks[i % T], haystack lengths[(i / T) % N], sample first_index + i.

@@ -93,6 +93,8 @@ class NiahTrainExampleBuilder {
                           const Tokenizer& tokenizer, int64_t seq_len);
   // Input error when prompt + answer alone exceed seq_len (naming the language, task and length).
   NiahTrainExample build(const NiahTaskSpec& task, int64_t length, uint64_t seed, int64_t index);
+  // Values of [n, 7] digits instead of 7 (NiahGenerator::set_value_digits_min).
+  void set_value_digits_min(int n) { gen_.set_value_digits_min(n); }
   // prompt + answer of sample `index` (no filler).
   std::string example_text(const NiahTaskSpec& task, int64_t length, uint64_t seed, int64_t index);
   // A packed row: item(first), item(first + 1), ... each followed by kNiahPackSeparator while the row stays within
@@ -129,6 +131,7 @@ struct NiahTrainDataSpec {
   uint64_t seed = 1;
   bool packed = false;
   int64_t first_index = 0;  // sample index of example 0 (curriculum stages draw disjoint samples)
+  int value_digits_min = 7;  // values of [value_digits_min, 7] digits (train_data.value_digits_min; 7: OneRULER's)
 };
 nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainDataSpec& spec,
                                      const std::function<void(const std::string&)>& log);

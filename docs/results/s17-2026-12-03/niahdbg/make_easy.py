@@ -18,6 +18,7 @@ p.add_argument("out"); p.add_argument("--seq-len", type=int, required=True); p.a
 p.add_argument("--digits", type=int, default=7); p.add_argument("--hay", type=int, default=0)
 p.add_argument("--needles", type=int, default=1); p.add_argument("--real-prompt", action="store_true")
 p.add_argument("--seed", type=int, default=1)
+p.add_argument("--digits-min", type=int, default=0, help="values of a uniform number of digits in [this, --digits]")
 p.add_argument("--nkeys", type=int, default=20, help="keys drawn from the first N of KEYS (1: always the same key)")
 p.add_argument("--repeat", type=int, default=0, help="instead: a random string of this many letters repeated (loss all)")
 a = p.parse_args()
@@ -34,7 +35,8 @@ def example():
         unit = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(a.repeat))
         return (unit * (a.seq_len // a.repeat + 1))[:a.seq_len]
     keys = rng.sample(KEYS[:a.nkeys], a.needles)
-    vals = [str(rng.randint(10 ** (a.digits - 1), 10 ** a.digits - 1)) for _ in keys]
+    nd = rng.randint(a.digits_min, a.digits) if a.digits_min else a.digits
+    vals = [str(rng.randint(10 ** (nd - 1), 10 ** nd - 1)) for _ in keys]
     q = rng.randrange(a.needles)
     if a.real_prompt:
         needles = [f'The special magic number for "{k}" is: {v}.' for k, v in zip(keys, vals)]

@@ -87,6 +87,18 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
   } else {
     e.optimizer = 8 * s.all;
   }
+  // ZeRO-1 on W ranks (see the header): this rank's shards.
+  if (in.ranks > 1 && in.zero_stage == 1) {
+    const auto W = static_cast<uint64_t>(in.ranks);
+    const auto shard = [W](uint64_t bytes) { return (bytes + W - 1) / W; };
+    e.optimizer = shard(e.optimizer);
+    if (plan.master != MasterFormat::Bf16Sr) e.gradient_shard = 4 * shard(s.all);
+    if (plan.master == MasterFormat::F32 && in.gpu && in.bf16 && in.shard_masters) {
+      const uint64_t untied_head = in.student.tie_word_embeddings ? 0 : s.head;
+      e.master_shard = 4 * shard(s.linear + untied_head);
+      e.student_weights = 4 * (s.all - s.linear - untied_head);
+    }
+  }
   if (in.teacher != nullptr) {
     const ParamSplit t = split_params(*in.teacher);
     const uint64_t t_copied = t.linear + t.head;
@@ -113,12 +125,19 @@ std::string memory_plan_unusable(const MemoryPlanOption& plan, const MemoryPlanI
     return "the teacher is held in bf16 only with --precision bf16";
   if (plan.master == MasterFormat::Bf16Sr && on_device && !in.bf16)
     return "bf16 master weights on the GPU need --precision bf16 (the linears' bf16 copies are the masters)";
+  if (in.ranks > 1 && on_device && plan.master == MasterFormat::Bf16Sr && in.zero_stage == 0)
+    return "--zero-stage 0 on several ranks would round the summed gradients back into the linears' bf16 "
+           "gradients (use --zero-stage 1)";
+  if (in.ranks > 1 && !on_device && (plan.master != MasterFormat::F32 || plan.state != AdamWStateFormat::F32))
+    return "the CPU trainer on several ranks shards fp32 masters and moments only";
   return "";
 }
 
 MemoryPlanChoice memory_plan_choose(const std::string& requested, const MemoryPlanInputs& in, bool on_device,
                                     uint64_t free_bytes) {
   MemoryPlanChoice choice;
+  choice.ranks = in.ranks;
+  choice.zero_stage = in.zero_stage;
   if (requested != "auto") {
     const MemoryPlanOption& p = memory_plan_named(requested);
     const std::string why = memory_plan_unusable(p, in, on_device);
@@ -155,11 +174,15 @@ MemoryPlanChoice memory_plan_choose(const std::string& requested, const MemoryPl
 
 std::string memory_plan_describe(const MemoryPlanChoice& c) {
   const MemoryEstimate& e = c.estimate;
+  const bool ranks = c.ranks > 1;
   return str_cat("memory plan  ", c.plan->name, " (", c.plan->what, "; ", c.reason, "): estimate ",
-                 gib_str(e.total()), " GiB = student weights ", gib_str(e.student_weights), " + bf16 copies ",
-                 gib_str(e.student_copies), " + gradients ", gib_str(e.gradients), " + AdamW ",
-                 adamw_state_format_name(c.plan->state), " ", gib_str(e.optimizer), " + teacher ", gib_str(e.teacher),
-                 " + activations ~", gib_str(e.activations));
+                 ranks ? str_cat("per rank of ", c.ranks, c.zero_stage == 1 ? " (ZeRO-1) " : " (ZeRO-0) ") : "",
+                 gib_str(e.total()), " GiB = student weights ", gib_str(e.student_weights),
+                 e.master_shard > 0 ? " + fp32 master shard " + gib_str(e.master_shard) : "", " + bf16 copies ",
+                 gib_str(e.student_copies), " + gradients ", gib_str(e.gradients),
+                 ranks && c.zero_stage == 1 ? " + gradient shard " + gib_str(e.gradient_shard) : "", " + AdamW ",
+                 adamw_state_format_name(c.plan->state), ranks && c.zero_stage == 1 ? " shard " : " ",
+                 gib_str(e.optimizer), " + teacher ", gib_str(e.teacher), " + activations ~", gib_str(e.activations));
 }
 
 }  // namespace hlm

@@ -21,6 +21,14 @@
 // The estimate: exact bytes of weights, copies, gradients and optimizer state from the tensor shapes; activations as
 // the kept layer inputs of one micro-batch (exact) plus an allowance for one layer's working set and the LM-head loss
 // (a stated approximation; the run prints its measured peak after the first step).
+// Data parallel (W ranks, docs/distributed.md): the estimate is per rank. With --zero-stage 1 and W > 1 the moments
+// (fp32 or 8-bit) are divided by W; the reduce-scatter's fp32 gradient shard (4 bytes per parameter / W) comes on top,
+// except under lean (its reduced chunks go back into the gradients); on the GPU in the bf16 mode with fp32 masters
+// (HYBRIDLM_ZERO1_MASTERS=sharded, the default) the fp32 masters of the linears and an untied head are divided by W
+// too. Weights held for the forward (the fp32 mode's, the bf16 copies, lean's bf16 masters), the gradients, the
+// teacher and the activations are whole on every rank. Divisions round up; the run's shards differ from P/W by the
+// chunk rounding (< 1 element per bucket) and, with 8-bit moments, the gaps that start every parameter at a block of
+// 256 elements. Not counted: the collectives' bucket and staging (128 MiB each at the GPU's default bucket).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -48,18 +56,25 @@ struct MemoryPlanInputs {
   const ModelConfig* teacher = nullptr;  // distill; nullptr for pretrain
   bool bf16 = false;                     // --precision bf16 (the linears' bf16 copies exist)
   int64_t micro_batch_tokens = 0;        // b · n
+  int64_t ranks = 1;                     // data-parallel ranks W (the estimate is per rank)
+  int zero_stage = 1;                    // --zero-stage (0: nothing is sharded)
+  bool gpu = false;                      // the GPU trainer (it shards the fp32 masters of the bf16 copies)
+  bool shard_masters = true;             // HYBRIDLM_ZERO1_MASTERS=sharded (GPU, bf16 mode, fp32 masters)
 };
 
 struct MemoryEstimate {
-  uint64_t student_weights = 0;  // masters: fp32, or bf16 (lean)
+  uint64_t student_weights = 0;  // masters held whole: fp32, or bf16 (lean)
+  uint64_t master_shard = 0;     // ZeRO-1 on the GPU, bf16 mode: this rank's fp32 masters of the linears and head
   uint64_t student_copies = 0;   // bf16 copies of the linears and the head (fp32 masters in --precision bf16)
-  uint64_t gradients = 0;        // fp32, every parameter
-  uint64_t optimizer = 0;        // m and v
+  uint64_t gradients = 0;        // fp32 (lean: the linears' bf16), every parameter
+  uint64_t gradient_shard = 0;   // ZeRO-1: this rank's summed gradients (fp32; 0 under lean)
+  uint64_t optimizer = 0;        // m and v (ZeRO-1: this rank's shard)
   uint64_t teacher = 0;
   uint64_t activations = 0;      // kept layer inputs + working-set allowance (approximate)
-  uint64_t total() const {
-    return student_weights + student_copies + gradients + optimizer + teacher + activations;
+  uint64_t before_activations() const {
+    return student_weights + master_shard + student_copies + gradients + gradient_shard + optimizer + teacher;
   }
+  uint64_t total() const { return before_activations() + activations; }
 };
 MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPlanInputs& in);
 
@@ -72,6 +87,8 @@ struct MemoryPlanChoice {
   MemoryEstimate estimate;
   std::string reason;       // why this plan (named, or the first that fits); without a plan: every estimate
   uint64_t least_bytes = 0;  // auto: the smallest estimate among the usable plans
+  int64_t ranks = 1;         // the inputs' ranks and zero stage (the print says the estimate is per rank)
+  int zero_stage = 1;
 };
 // `requested`: a plan name, or "auto". free_bytes: the device's free memory (0: unknown → auto takes the first usable
 // plan). Auto keeps 5% of the free memory (and at least 512 MiB) as headroom for fragmentation and the CUDA context.

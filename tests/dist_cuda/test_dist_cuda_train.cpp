@@ -32,7 +32,24 @@
 //   kOneRankNormTol), bf16 compute mode with sharded masters. Two ranks: sharded vs whole masters exactly; a run
 //   stopped after step 4 and resumed equals the uninterrupted one exactly (codes and scales gathered into the
 //   checkpoint and sliced again); against one process (fp32 compute, ZeRO-1 and ZeRO-0) within kQ8* (below).
-// - the lean plan (bf16 masters) is refused with the message naming it (not sharded on the GPU yet).
+// - the lean plan (bf16 masters updated with stochastic rounding, 8-bit moments, bf16 gradients of the linears) with
+//   ZeRO-1: every rank holds the bf16 masters whole and updates its shard's elements with the one-rank step's random
+//   bits (base + the piece's first element index). One rank through the collectives, buckets of 1000 -> 1024
+//   elements (parameters cut across buckets, pieces starting inside a parameter) equals the plain lean step exactly
+//   (weights, losses; the norm within kOneRankNormTol): a piece drawing other random bits than the one-rank step
+//   rounds about half of its elements the other way. Two ranks on one GPU against one process: the ranks' bf16
+//   gradients are summed in fp32 and rounded to bf16 once, where one process rounds after each micro-batch, so the
+//   runs differ by bf16 regrouping, amplified by the 8-bit codes and the stochastic rounding (a value that moves
+//   across a random threshold rounds to the other neighbour). The bound is derived, not guessed: the same kind of
+//   difference between two one-process lean runs that only group the micro-batches differently (--micro-batch 1
+//   against 2) is measured in the same test, and the two-rank run may differ from one process by at most
+//   kLeanRegroupFactor times that (per-step loss, mean and largest weight difference). Overlap on/off at two ranks
+//   and a two-rank stop/resume are exact. Resuming a two-rank lean checkpoint on one rank, or a one-rank one on two,
+//   is refused (exit 2, naming both counts), as for every plan. The device memory in use after attach at one and
+//   two ranks is printed (the 8-bit moments halve; no gradient shard: the reduced chunks go back into the
+//   gradients).
+// - lean with --zero-stage 0 on two ranks is refused (exit 2, naming --zero-stage 0): the all-reduced sums would be
+//   rounded back into the bf16 gradients.
 // $HLM_BINARY (the GPU machine's unpacked copy) when set. Label cuda: every test skips without a usable GPU (and
 // the multi-rank ones without mpirun).
 #include <gtest/gtest.h>
@@ -70,6 +87,11 @@ constexpr double kWeightTol = 1e-6;  // absolute
 constexpr double kQ8LossTol = 1e-5;    // relative, per step
 constexpr double kQ8NormTol = 1e-4;    // relative, per step
 constexpr double kQ8WeightTol = 1e-4;  // absolute
+// lean on two ranks against one process, relative to two one-process lean runs that differ only in micro-batch
+// grouping (reason above); 5x leaves room for the extra rounding of the ranks' sum and the spread of a maximum over
+// few samples, and stays far below a rank that skipped its share or lost a bucket (gradients of other rows: the loss
+// moves by ~1e-2 relative after a few steps; a lost chunk keeps ~lr x steps = 1e-2 of stale weight).
+constexpr double kLeanRegroupFactor = 5.0;
 
 class GpuDataParallel : public ::testing::Test {
  protected:
@@ -163,6 +185,40 @@ class GpuDataParallel : public ::testing::Test {
     EXPECT_LE(worst, weight_tol) << b;
     EXPECT_GT(first - last, 0.0) << "the loss did not go down";
   }
+  // Largest per-step loss difference (relative), and the largest and mean absolute weight differences of run b
+  // against run a (8 steps each).
+  struct Differences {
+    double loss = 0.0, weight_max = 0.0, weight_mean = 0.0;
+  };
+  static Differences differences(const std::string& a, const std::string& b) {
+    Differences d;
+    const auto sa = test::read_metrics(dir() / a / "metrics.jsonl", "step");
+    const auto sb = test::read_metrics(dir() / b / "metrics.jsonl", "step");
+    EXPECT_EQ(sa.size(), 8u) << a;
+    EXPECT_EQ(sb.size(), sa.size()) << b;
+    for (size_t i = 0; i < std::min(sa.size(), sb.size()); ++i) {
+      const double la = sa[i]["loss"], lb = sb[i]["loss"];
+      d.loss = std::max(d.loss, std::fabs(la - lb) / std::fabs(la));
+    }
+    const SafetensorsFile fa = SafetensorsFile::open(dir() / a / "model" / "model.safetensors");
+    const SafetensorsFile fb = SafetensorsFile::open(dir() / b / "model" / "model.safetensors");
+    double sum = 0.0;
+    int64_t count = 0;
+    for (const SafetensorsEntry& e : fa.entries()) {
+      const Tensor ta = fa.tensor_f32(e.name), tb = fb.tensor_f32(e.name);
+      EXPECT_EQ(ta.numel(), tb.numel()) << e.name;
+      for (int64_t i = 0; i < std::min(ta.numel(), tb.numel()); ++i) {
+        const double diff = std::fabs(double(ta.f32()[i]) - tb.f32()[i]);
+        d.weight_max = std::max(d.weight_max, diff);
+        sum += diff;
+        ++count;
+      }
+    }
+    d.weight_mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
+    std::printf("%s vs %s: loss %.3g (largest relative, per step), weights: largest %.3g, mean %.3g\n", b.c_str(),
+                a.c_str(), d.loss, d.weight_max, d.weight_mean);
+    return d;
+  }
   static test::ScratchDir* scratch_;
 };
 
@@ -245,13 +301,139 @@ TEST_F(GpuDataParallel, OverlapOnAndOffAreBitIdentical) {
   }
 }
 
-TEST_F(GpuDataParallel, PlansThatAreNotShardedAreRefused) {
-  for (const std::string plan : {"lean"}) {
-    const test::RunResult r =
-        one("HYBRIDLM_GPU_COLLECTIVES=host", args("refused_" + plan, "", plan, "bf16"));
-    EXPECT_EQ(r.exit_code, 2) << plan << ": " << r.out << r.err;
-    EXPECT_NE(r.err.find("not sharded"), std::string::npos) << r.err;
+TEST_F(GpuDataParallel, LeanWithZeroStage0OnSeveralRanksIsRefused) {
+  if (!test::mpirun_usable()) GTEST_SKIP() << "this build has no MPI or mpirun is not installed";
+  const test::RunResult r = ranks(2, args("refused_lean_z0", "--zero-stage 0", "lean", "bf16"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--zero-stage 0 on"), std::string::npos) << r.err;  // memory_plan_unusable's words
+  EXPECT_FALSE(fs::exists(dir() / "refused_lean_z0" / "metrics.jsonl"));
+}
+
+TEST_F(GpuDataParallel, LeanIsShardedWithTheOneRankBits) {
+  // One rank through the collectives against the plain lean step: the same random bits for every element.
+  const test::RunResult plain = one("", args("lean_plain", "", "lean", "bf16"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  const test::RunResult r1 = one("HYBRIDLM_GPU_COLLECTIVES=host HYBRIDLM_BUCKET_ELEMENTS=1000",
+                                 args("lean_one", "--zero-stage 1", "lean", "bf16"));
+  ASSERT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  EXPECT_NE(r1.out.find("fp32 masters of the bf16 copies: none (lean"), std::string::npos) << r1.out;
+  expect_close("lean_plain", "lean_one", 0.0, kOneRankNormTol, 0.0);
+  if (!test::mpirun_usable()) GTEST_SKIP() << "this build has no MPI or mpirun is not installed";
+  // The reference difference: one process, micro-batches of 2 rows instead of 1 (bf16 gradients grouped otherwise).
+  std::string micro2 = args("lean_plain_micro2", "", "lean", "bf16");
+  micro2.replace(micro2.find("--micro-batch 1"), 15, "--micro-batch 2");
+  const test::RunResult p2 = one("", micro2);
+  ASSERT_EQ(p2.exit_code, 0) << p2.out << p2.err;
+  // Two ranks (3 rows each), buckets of 1000 -> 1024 elements, overlap on (the default) and off.
+  for (const std::string on : {"on", "off"}) {
+    const test::RunResult r = test::run_shell(
+        "HYBRIDLM_BUCKET_ELEMENTS=1000 HYBRIDLM_DP_OVERLAP=" + on + " " + test::mpirun_prefix() +
+        "-x HYBRIDLM_GPU_COLLECTIVES=host -x HYBRIDLM_DP_OVERLAP -x HYBRIDLM_BUCKET_ELEMENTS -np 2 " +
+        test::cuda_test_binary() + " " + args("lean_two_" + on, "--zero-stage 1", "lean", "bf16"));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("gradient sums overlapped with the backward: " + on), std::string::npos) << r.out;
   }
+  expect_close("lean_two_off", "lean_two_on", 0.0, 0.0, 0.0);
+  const Differences ref = differences("lean_plain", "lean_plain_micro2");
+  const Differences two = differences("lean_plain", "lean_two_on");
+  EXPECT_LT(ref.loss, 1e-2) << "the reference itself is not small";
+  EXPECT_LE(two.loss, kLeanRegroupFactor * ref.loss + 1e-7);
+  EXPECT_LE(two.weight_mean, kLeanRegroupFactor * ref.weight_mean + 1e-7);
+  EXPECT_LE(two.weight_max, kLeanRegroupFactor * ref.weight_max + 1e-7);
+  const auto s2 = test::read_metrics(dir() / "lean_two_on" / "metrics.jsonl", "step");
+  ASSERT_EQ(s2.size(), 8u);
+  EXPECT_GT(double(s2.front()["loss"]) - double(s2.back()["loss"]), 0.0) << "the loss did not go down";
+}
+
+TEST_F(GpuDataParallel, LeanTwoRankResumeIsExactAndOtherRankCountsAreRefused) {
+  if (!test::mpirun_usable()) GTEST_SKIP() << "this build has no MPI or mpirun is not installed";
+  const std::string bucket = "1000";
+  if (!fs::exists(dir() / "lean_two_on" / "model")) {
+    ASSERT_EQ(ranks_masters(2, "sharded", bucket, args("lean_two_on", "--zero-stage 1", "lean", "bf16")).exit_code,
+              0);
+  }
+  const test::RunResult stop =
+      ranks_masters(2, "sharded", bucket, args("lean_stop", "--zero-stage 1 --stop-after-steps 4", "lean", "bf16"));
+  ASSERT_EQ(stop.exit_code, 0) << stop.out << stop.err;
+  // The 8-bit state gathered into the one-process checkpoint format; the masters are whole on every rank.
+  ASSERT_TRUE(fs::exists(dir() / "lean_stop" / "checkpoints"));
+  // A two-rank checkpoint on one rank, and (below) a one-rank checkpoint on two ranks: refused, naming both counts.
+  const test::RunResult on_one =
+      one("", args("lean_stop", "", "lean", "bf16") + " --resume " + (dir() / "lean_stop").string());
+  EXPECT_EQ(on_one.exit_code, 2) << on_one.out << on_one.err;
+  EXPECT_NE(on_one.err.find("written by a run of 2 rank(s), this run has 1"), std::string::npos) << on_one.err;
+  const test::RunResult resume = ranks_masters(
+      2, "sharded", bucket,
+      args("lean_stop", "--zero-stage 1", "lean", "bf16") + " --resume " + (dir() / "lean_stop").string());
+  ASSERT_EQ(resume.exit_code, 0) << resume.out << resume.err;
+  expect_close("lean_two_on", "lean_stop", 0.0, 0.0, 0.0);
+  const test::RunResult stop1 = one("", args("lean_stop_one", "--stop-after-steps 4", "lean", "bf16"));
+  ASSERT_EQ(stop1.exit_code, 0) << stop1.out << stop1.err;
+  const test::RunResult on_two =
+      ranks(2, args("lean_stop_one", "", "lean", "bf16") + " --resume " + (dir() / "lean_stop_one").string());
+  EXPECT_EQ(on_two.exit_code, 2) << on_two.out << on_two.err;
+  EXPECT_NE(on_two.err.find("written by a run of 1 rank(s), this run has 2"), std::string::npos) << on_two.err;
+}
+
+TEST_F(GpuDataParallel, LeanMemoryPerRankAtOneAndTwoRanks) {
+  if (!test::mpirun_usable()) GTEST_SKIP() << "this build has no MPI or mpirun is not installed";
+  // The model of ShardedMastersHoldLessMemory (100.7 M weights in the linears), 2 steps, buckets of 1 Mi elements
+  // (the staging chunk is then 4 MiB at one rank, 2 MiB at two).
+  std::string config = test::tiny_teacher_config_json(8);
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{{"\"hidden_size\": 32", "\"hidden_size\": 1024"},
+                                                        {"\"intermediate_size\": 64", "\"intermediate_size\": 3072"},
+                                                        {"\"num_attention_heads\": 4", "\"num_attention_heads\": 16"},
+                                                        {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 8"},
+                                                        {"\"head_dim\": 8", "\"head_dim\": 64"}}) {
+    ASSERT_NE(config.find(from), std::string::npos) << from;
+    config.replace(config.find(from), from.size(), to);
+  }
+  std::ofstream(dir() / "lean_small_qwen3.json") << config;
+  const auto two_steps = [&](std::string a) {
+    const std::string eight_steps = "--tokens " + std::to_string(8 * 6 * 64);
+    return a.replace(a.find(eight_steps), eight_steps.size(), "--tokens " + std::to_string(2 * 6 * 64));
+  };
+  // The figure before " GiB AdamW m and v" in the trainer's memory plan line.
+  const auto moments = [](const std::string& out) {
+    const size_t at = out.find(" GiB AdamW m and v");
+    if (at == std::string::npos) return -1.0;
+    return std::atof(out.c_str() + out.rfind(", ", at) + 2);
+  };
+  const auto print = [](const std::string& what, const test::RunResult& r) {
+    for (size_t at = r.out.find("memory plan"); at != std::string::npos; at = r.out.find("memory plan", at + 1))
+      std::printf("%s: %s\n", what.c_str(), r.out.substr(at, r.out.find('\n', at) - at).c_str());
+  };
+  const std::string a = two_steps(with_config(args("lean_memory", "--zero-stage 1", "lean", "bf16"),
+                                              "lean_small_qwen3.json"));
+  const test::RunResult plain = one("", two_steps(with_config(args("lean_memory_plain", "", "lean", "bf16"),
+                                                              "lean_small_qwen3.json")));
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  print("one process", plain);
+  std::string a1 = a;
+  a1.replace(a1.find("lean_memory"), 11, "lean_memory_1");
+  const test::RunResult r1 = one("HYBRIDLM_GPU_COLLECTIVES=host HYBRIDLM_BUCKET_ELEMENTS=1048576", a1);
+  ASSERT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  print("one rank through the collectives", r1);
+  std::string a2 = a;
+  a2.replace(a2.find("lean_memory"), 11, "lean_memory_2");
+  const test::RunResult r2 = ranks_masters(2, "sharded", "1048576", a2);
+  ASSERT_EQ(r2.exit_code, 0) << r2.out << r2.err;
+  print("two ranks, rank 0", r2);
+  const double in_plain = in_use_after_attach(plain.out), in1 = in_use_after_attach(r1.out),
+               in2 = in_use_after_attach(r2.out);
+  const double m1 = moments(r1.out), m2 = moments(r2.out);
+  std::printf("lean, device memory in use after attach per rank: one process %.3f GiB, one rank through the "
+              "collectives %.3f GiB, two ranks %.3f GiB (saved %.3f GiB against one rank; 8-bit moments %.2f -> %.2f "
+              "GiB)\n", in_plain, in1, in2, in1 - in2, m1, m2);
+  ASSERT_GT(in1, 0.0);
+  ASSERT_GT(in2, 0.0);
+  ASSERT_GT(m1, 0.0);
+  // The saving is half the 8-bit state (the printed figures have 2 decimals: +-0.01) plus 2 MiB of staging, within
+  // the allocator's size-class rounding of the shard blocks (at most a quarter above a block).
+  EXPECT_GE(in1 - in2, 0.5 * (m1 - m2) - 0.01);
+  EXPECT_LE(in1 - in2, (m1 - m2) + 0.02);
+  EXPECT_NEAR(m2, m1 / 2, 0.011);
 }
 
 TEST_F(GpuDataParallel, ShardedMastersEqualWholeMasters) {

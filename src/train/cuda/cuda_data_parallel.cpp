@@ -87,9 +87,14 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   grads_.clear();
   copies_.clear();
   sharded_master_.clear();
+  bf16_master_.clear();
+  grads16_.clear();
   offsets_.assign(1, 0);
   ends_.clear();
   q8_ = zero_stage_ == 1 && optimizer.state_format() == AdamWStateFormat::Q8;  // zero 0: CudaAdamW holds them whole
+  sr_ = optimizer.master_format() == MasterFormat::Bf16Sr;
+  sr_seed_ = host.config().sr_seed;
+  grads_in_place_ = false;
   // 8-bit moments: every parameter starts at a multiple of the quantization block and every bucket is a multiple of
   // W blocks, so each rank's chunk of a bucket is whole blocks of each parameter (the gaps are never read).
   const size_t align = q8_ ? static_cast<size_t>(kQ8Block) : 1, W = static_cast<size_t>(size());
@@ -103,16 +108,25 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
     void* copy = nullptr;
     for (const CudaModel::Bf16Copy& c : copies)
       if (c.weight == p.param && c.copy != nullptr && c.copy->raw() != nullptr) copy = c.copy->raw();
+    // lean: the parameter is the bf16 copy itself (CudaAdamW put it in the freed slot's place).
+    const bool bf16_param = p.param->dtype() == DType::BF16 && p.param->raw() != nullptr;
     // A freed fp32 slot (its shape is gone with it: the gradient's gives the element count).
-    const bool freed = p.param->raw() == nullptr && p.grad->numel() > 0;
-    HLM_CHECK(p.grad->dtype() == DType::F32 && (freed || p.param->dtype() == DType::F32), "CudaDataParallel: ",
-              p.name, " is not an fp32 weight with an fp32 gradient (only the fp32 memory plan is sharded)");
+    const bool freed = !bf16_param && p.param->raw() == nullptr && p.grad->numel() > 0;
+    const bool grad16 = p.grad->dtype() == DType::BF16;
+    HLM_CHECK((p.grad->dtype() == DType::F32 || grad16) && (freed || bf16_param || p.param->dtype() == DType::F32),
+              "CudaDataParallel: ", p.name, " is not an fp32 or bf16 weight with an fp32 or bf16 gradient");
+    HLM_CHECK(!bf16_param || sr_, "CudaDataParallel: ", p.name, " is a bf16 weight without bf16 master weights");
+    HLM_CHECK(!grad16 || zero_stage_ == 1 || size() == 1, "CudaDataParallel: ", p.name, " has a bf16 gradient; "
+              "zero stage 0 on several ranks would round the summed gradients into it (zero stage 1 only)");
     HLM_CHECK(!freed || (zero_stage_ == 1 && copy != nullptr), "CudaDataParallel: ", p.name, " has no fp32 storage",
               copy == nullptr ? " and no bf16 copy" : " (its master can be sharded with zero stage 1 only)");
-    weights_.push_back(freed ? nullptr : p.param->data<float>());
-    grads_.push_back(const_cast<float*>(p.grad->data<float>()));  // the collectives write the sums back
-    copies_.push_back(copy);
+    weights_.push_back(freed || bf16_param ? nullptr : p.param->data<float>());
+    // The collectives write the sums back (zero 0), or this rank's chunk of them (zero 1 with bf16 gradients).
+    grads_.push_back(grad16 ? nullptr : const_cast<float*>(p.grad->data<float>()));
+    grads16_.push_back(grad16 ? const_cast<void*>(p.grad->raw()) : nullptr);
+    copies_.push_back(bf16_param ? p.param->raw() : copy);
     sharded_master_.push_back(freed);
+    bf16_master_.push_back(bf16_param);
     ends_.push_back(offsets_.back() + static_cast<size_t>(p.grad->numel()));
     offsets_.push_back((ends_.back() + align - 1) / align * align);
   }
@@ -123,9 +137,9 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
     Bucket b{begin, std::min(P, begin + bucket_elements), shard};
     if (zero_stage_ == 1) shard += chunk_size(b.end - b.begin, static_cast<int>(W), host_.rank());
     for_each_part(b.begin, b.end, [&](size_t i, size_t, size_t) {
-      (sharded_master_[i] ? b.has_master : b.has_f32) = true;
+      (sharded_master_[i] || bf16_master_[i] ? b.has_bf16 : b.has_f32) = true;
     });
-    if (b.has_master) bucket_floats = std::max(bucket_floats, W * bf16_slot_floats(b.end - b.begin));
+    if (b.has_bf16) bucket_floats = std::max(bucket_floats, W * bf16_slot_floats(b.end - b.begin));
     buckets_.push_back(b);
   }
   bucket_ = CudaTensor::empty(ctx_, {static_cast<int64_t>(bucket_floats)});
@@ -137,15 +151,29 @@ void CudaDataParallel::attach(CudaAdamW& optimizer, const AdamW& host, const std
   queued_.assign(buckets_.size(), false);
   if (zero_stage_ == 0) return;
 
-  for (const Bucket& b : buckets_) {
+  grads_in_place_ = std::any_of(grads16_.begin(), grads16_.end(), [](void* g) { return g != nullptr; });
+  size_t largest_chunk = 1;
+  for (Bucket& b : buckets_) {
     const size_t c0 = chunk_first(b), c1 = c0 + chunk_size(b.end - b.begin, size(), host_.rank());
+    largest_chunk = std::max(largest_chunk, c1 - c0);
+    b.piece_begin = pieces_.size();
     for_each_part(c0, c1, [&](size_t i, size_t lo, size_t hi) {
-      pieces_.push_back({i, lo, hi, b.shard_offset + (lo - c0), sharded_master_[i] ? master_elements_ : kNoMaster});
+      Piece p{i, lo, hi, b.shard_offset + (lo - c0), sharded_master_[i] ? master_elements_ : kNoMaster};
+      if (grads_in_place_ && grads16_[i] != nullptr)
+        p.grad16 = static_cast<uint16_t*>(grads16_[i]) + (lo - offsets_[i]);
+      else if (grads_in_place_)
+        p.grad32 = grads_[i] + (lo - offsets_[i]);
+      pieces_.push_back(p);
       if (sharded_master_[i]) master_elements_ += hi - lo;
     });
+    b.piece_end = pieces_.size();
   }
   const auto S = static_cast<int64_t>(std::max<size_t>(1, shard));
-  shard_grad_ = CudaTensor::empty(ctx_, {S});
+  // The summed gradients of this rank's pieces: a shard of their own, or (bf16 gradients) in place.
+  shard_grad_ = grads_in_place_ ? CudaTensor() : CudaTensor::empty(ctx_, {S});
+  stage_ = grads_in_place_ ? CudaTensor::empty(ctx_, {static_cast<int64_t>(largest_chunk)}) : CudaTensor();
+  if (!grads_in_place_)
+    for (Piece& p : pieces_) p.grad32 = shard_grad_.data<float>() + p.shard;
   for (CudaTensor* t : {&shard_m_, &shard_v_, &shard_qm_, &shard_qv_, &shard_am_, &shard_av_}) *t = CudaTensor();
   // This rank's shard of the host moments (zero at a fresh start, the checkpoint's on a resume).
   std::vector<float> m, v;
@@ -253,8 +281,12 @@ void CudaDataParallel::submit_bucket(size_t k) {
   job.pack = [this, b, buf](cudaStream_t s) { copy_flat(b.begin, b.end, buf, true, false, s); };
   job.data = buf;
   job.n = b.end - b.begin;
-  if (zero_stage_ == 1) job.recv = shard_grad_.data<float>() + b.shard_offset;
-  else job.unpack = [this, b, buf](cudaStream_t s) { copy_flat(b.begin, b.end, buf, false, false, s); };
+  if (zero_stage_ == 1 && grads_in_place_) {
+    job.recv = stage_.data<float>();  // jobs run in order on one stream: each unpacks the stage before the next
+    job.unpack = [this, k](cudaStream_t s) { unpack_chunk(k, s); };
+  } else if (zero_stage_ == 1) {
+    job.recv = shard_grad_.data<float>() + b.shard_offset;
+  } else job.unpack = [this, b, buf](cudaStream_t s) { copy_flat(b.begin, b.end, buf, false, false, s); };
   coll_->submit(std::move(job));
   queued_[k] = true;
 }
@@ -272,7 +304,13 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
   if (stream == nullptr) stream = ctx_.stream();
   const std::vector<float*>& t = weights ? weights_ : grads_;
   for_each_part(begin, end, [&](size_t i, size_t at, size_t stop) {
-    if (t[i] == nullptr) return;  // a sharded master (weights only)
+    if (!weights && grads16_[i] != nullptr) {  // a bf16 gradient: widened exactly into the bucket (lean)
+      HLM_CHECK(to_buf, "CudaDataParallel: summed gradients are not written back into a bf16 gradient");
+      cast_bf16_to_f32_cuda(buf + (at - begin), static_cast<const __nv_bfloat16*>(grads16_[i]) + (at - offsets_[i]),
+                            static_cast<int64_t>(stop - at), stream);
+      return;
+    }
+    if (t[i] == nullptr) return;  // a sharded master or a bf16 master (weights only)
     float* p = t[i] + (at - offsets_[i]);
     float* b = buf + (at - begin);
     HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * sizeof(float),
@@ -283,12 +321,28 @@ void CudaDataParallel::copy_flat(size_t begin, size_t end, float* buf, bool to_b
 void CudaDataParallel::copy_flat_bf16(size_t begin, size_t end, void* buf, bool to_buf) const {
   constexpr size_t kBf16 = 2;  // bytes of one __nv_bfloat16
   for_each_part(begin, end, [&](size_t i, size_t at, size_t stop) {
-    if (!sharded_master_[i]) return;
+    if (!sharded_master_[i] && !bf16_master_[i]) return;
     char* p = static_cast<char*>(copies_[i]) + (at - offsets_[i]) * kBf16;
     char* b = static_cast<char*>(buf) + (at - begin) * kBf16;
     HLM_CUDA_CHECK(cudaMemcpyAsync(to_buf ? b : p, to_buf ? p : b, (stop - at) * kBf16, cudaMemcpyDeviceToDevice,
                                    ctx_.stream()));
   });
+}
+
+void CudaDataParallel::unpack_chunk(size_t k, cudaStream_t stream) const {
+  const Bucket& b = buckets_[k];
+  const size_t c0 = chunk_first(b);
+  const float* stage = stage_.data<float>();
+  for (size_t j = b.piece_begin; j < b.piece_end; ++j) {
+    const Piece& p = pieces_[j];
+    const size_t n = p.end - p.begin;
+    if (p.grad16 != nullptr)  // round to nearest even, once
+      cast_f32_to_bf16_cuda(reinterpret_cast<__nv_bfloat16*>(p.grad16), stage + (p.begin - c0),
+                            static_cast<int64_t>(n), stream);
+    else
+      HLM_CUDA_CHECK(cudaMemcpyAsync(p.grad32, stage + (p.begin - c0), n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     stream));
+  }
 }
 
 size_t CudaDataParallel::bf16_slot_floats(size_t len) const {
@@ -313,15 +367,21 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
   ctx_.make_current();
   float* buf = bucket_.data<float>();
   if (!std::exchange(summed_, false)) {  // else reduce-scattered during the backward (overlap)
-    for (const Bucket& b : buckets_) {
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const Bucket& b = buckets_[k];
       copy_flat(b.begin, b.end, buf, true, false);
-      coll_->reduce_scatter_sum(buf, shard_grad_.data<float>() + b.shard_offset, b.end - b.begin);
+      if (grads_in_place_) {
+        coll_->reduce_scatter_sum(buf, stage_.data<float>(), b.end - b.begin);
+        unpack_chunk(k, ctx_.stream());  // the next collective waits for the stream first
+      } else {
+        coll_->reduce_scatter_sum(buf, shard_grad_.data<float>() + b.shard_offset, b.end - b.begin);
+      }
     }
   }
-  // ‖shard‖ on the device, over the pieces (grad_norm_cuda.h: fp64, a fixed order).
+  // ‖shard‖ on the device, over the pieces (grad_norm_cuda.h: fp64, a fixed order; bf16 gradients widened exactly).
   std::vector<GradNormCudaTensor> list;
   for (const Piece& p : pieces_)
-    list.push_back({shard_grad_.data<float>() + p.shard, static_cast<int64_t>(p.end - p.begin)});
+    list.push_back({p.grad32, static_cast<int64_t>(p.end - p.begin), p.grad16});
   const size_t ws_bytes = grad_norm_cuda_workspace_bytes(list.data(), list.size());
   if (norm_ws_bytes_ < ws_bytes) {
     norm_ws_ = cuda_scratch_bytes(ctx_, ws_bytes);
@@ -342,25 +402,41 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
   const float scale = norm > clip ? static_cast<float>(clip / norm) : 1.0f;  // grad_norm_cuda.h's clip scale
   cuda_copy_to_device_async(ctx_, scale_.raw(), &scale, sizeof(scale));
   ++step_;
-  if (q8_) {
-    // 8-bit moments: one launch per piece (whole quantization blocks of one parameter: the same blocks, values and
-    // bits as the one-rank launch over the whole tensor), then the bf16 copies of the pieces that have one
-    // (CudaModel::refresh_bf16's cast; the low-memory kernel writes none).
+  if (q8_ || sr_) {
+    // 8-bit moments and/or bf16 masters: one launch per piece (whole quantization blocks of one parameter: the same
+    // blocks, values and bits as the one-rank launch over the whole tensor; bf16 masters: the one-rank step's random
+    // bits, splitmix64(base + element index) with the piece's first element at index `at`), then, with fp32 masters,
+    // the bf16 copies of the pieces that have one (CudaModel::refresh_bf16's cast; the low-memory kernel writes none).
     for (const Piece& p : pieces_) {
       const CudaAdamWParam& q = optimizer_->params()[p.param];
       const size_t at = p.begin - offsets_[p.param], n = p.end - p.begin;
-      float* master = p.master == kNoMaster ? weights_[p.param] + at : shard_master_.data<float>() + p.master;
+      float* master = bf16_master_[p.param] ? nullptr
+                      : p.master == kNoMaster ? weights_[p.param] + at
+                                              : shard_master_.data<float>() + p.master;
       AdamWLowmemTensor t;
-      t.param_f32 = master;
-      t.q_m = static_cast<uint8_t*>(shard_qm_.raw()) + p.shard;
-      t.q_v = static_cast<uint8_t*>(shard_qv_.raw()) + p.shard;
-      t.absmax_m = shard_am_.data<float>() + p.shard / kQ8Block;
-      t.absmax_v = shard_av_.data<float>() + p.shard / kQ8Block;
-      t.grad = shard_grad_.data<float>() + p.shard;
+      if (master != nullptr) {
+        t.param_f32 = master;
+        t.f32_holds_bf16 = sr_;
+      } else {
+        t.param_bf16 = static_cast<uint16_t*>(copies_[p.param]) + at;
+      }
+      if (q8_) {
+        t.q_m = static_cast<uint8_t*>(shard_qm_.raw()) + p.shard;
+        t.q_v = static_cast<uint8_t*>(shard_qv_.raw()) + p.shard;
+        t.absmax_m = shard_am_.data<float>() + p.shard / kQ8Block;
+        t.absmax_v = shard_av_.data<float>() + p.shard / kQ8Block;
+      } else {
+        t.exp_avg = shard_m_.data<float>() + p.shard;
+        t.exp_avg_sq = shard_v_.data<float>() + p.shard;
+      }
+      t.grad = p.grad32;
+      t.grad_bf16 = p.grad16;
       t.n = static_cast<int64_t>(n);
+      const uint64_t sr_base = sr_ ? adamw_sr_base(sr_seed_, step_, q.name) + static_cast<uint64_t>(at) : 0;
       adamw_lowmem_step_cuda(t, scale_.data<float>(),
-                             adamw_lowmem_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_, 0), ctx_.stream());
-      if (copies_[p.param] != nullptr)
+                             adamw_lowmem_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_, sr_base),
+                             ctx_.stream());
+      if (!sr_ && copies_[p.param] != nullptr)
         cast_f32_to_bf16_cuda(static_cast<__nv_bfloat16*>(copies_[p.param]) + at, master, static_cast<int64_t>(n),
                               ctx_.stream());
     }
@@ -374,7 +450,7 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
       t.param = p.master == kNoMaster ? weights_[p.param] + at : shard_master_.data<float>() + p.master;
       t.exp_avg = shard_m_.data<float>() + p.shard;
       t.exp_avg_sq = shard_v_.data<float>() + p.shard;
-      t.grad = shard_grad_.data<float>() + p.shard;
+      t.grad = p.grad32;
       if (copies_[p.param] != nullptr) t.param_bf16 = static_cast<__nv_bfloat16*>(copies_[p.param]) + at;
       t.n = static_cast<int64_t>(p.end - p.begin);
       t.step = adamw_cuda_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_);
@@ -394,7 +470,7 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
       copy_flat(b.begin, b.begin + c0, buf, false, true);  // the other ranks' chunks only
       copy_flat(b.begin + c0 + n, b.end, buf + c0 + n, false, true);
     }
-    if (b.has_master) {  // rank q's chunk packed at the front of slot q (k floats = 2k bf16 values)
+    if (b.has_bf16) {  // rank q's chunk packed at the front of slot q (k floats = 2k bf16 values)
       const size_t k = bf16_slot_floats(len);
       copy_flat_bf16(b.begin + c0, b.begin + c0 + n, buf + static_cast<size_t>(r) * k, true);
       coll_->all_gather(buf + static_cast<size_t>(r) * k, buf, static_cast<size_t>(size()) * k);
@@ -499,7 +575,7 @@ void CudaDataParallel::gather_masters(AdamW& host, const std::vector<size_t>& ho
   float* buf = bucket_.data<float>();
   std::vector<float> bucket(static_cast<size_t>(bucket_.numel()));
   for (const Bucket& b : buckets_) {
-    if (!b.has_master) continue;
+    if (!b.has_bf16) continue;
     const size_t len = b.end - b.begin, c0 = chunk_first(b) - b.begin;
     // This rank's chunk: the masters of its pieces in this bucket (the chunk's other elements are not read below).
     for (const Piece& p : pieces_)

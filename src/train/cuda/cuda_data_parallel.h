@@ -36,7 +36,22 @@
 // gathers codes and scales into the host's byte for byte). The update is one adamw_lowmem_step_cuda launch per
 // piece (the one-rank step's blocks, values and bits), then the bf16 copies of the pieces that have one (the cast
 // of refresh_bf16). Zero 0 with 8-bit moments: the gradients are all-reduced and CudaAdamW holds the whole state.
-// Plans with bf16 master weights (lean) are refused (the caller checks, CudaTrainDevice::attach).
+// bf16 master weights (memory plan lean, MasterFormat::Bf16Sr; train/cuda/cuda_bf16_masters.h), zero 1: the device
+// optimizer's parameter of a linear (and an untied head) IS its bf16 copy, and its gradient is bf16; the embedding,
+// norms and small tensors are fp32 storage holding bf16 values with fp32 gradients. Every rank keeps all of them
+// whole (the forward and backward read them); what is sharded is the 8-bit moments (laid out as adam8's above) and
+// the update. The bf16 gradients are widened exactly into the fp32 bucket, reduce-scattered (rank-order sum in
+// fp32), and this rank's chunk is written back IN PLACE into its own gradient tensors (no gradient shard: those
+// elements of the whole gradient are not read again this step): fp32 gradients as they are, bf16 ones rounded to
+// nearest even once (exact with one rank; with W ranks within half a bf16 ulp of the fp32 sum of the ranks' bf16
+// gradients). The update is one adamw_lowmem_step_cuda launch per piece, in place in the bf16 master (or the fp32
+// storage holding bf16 values), with the stochastic-rounding stream of the one-rank step for the same elements: the
+// draws are splitmix64(adamw_sr_base(seed, step, name) + element index), so a piece that starts at element `at` of
+// its parameter takes base + at (test: GpuDataParallel.LeanIsShardedWithTheOneRankBits: one rank through the
+// collectives with parameters cut across buckets equals the plain lean step bit for bit). The all-gather moves the
+// bf16 masters (packed, as the bf16 copies of sharded masters) and the fp32 tensors. Checkpoints: the masters are
+// whole on every rank (cuda_download_bf16_masters); the 8-bit state is gathered as adam8's. Zero 0 with bf16
+// gradients on several ranks would round the all-reduced sums back into bf16 gradients: refused (the trainer checks).
 // Numerics: sums in rank order (bit-reproducible for a given W). With one rank, zero 1 moves the gradients through
 // the collectives and back unchanged; the update is the per-element arithmetic of CudaAdamW (the same kernel); the
 // norm's fp64 partial sums are grouped by pieces rather than parameters, so the norm may differ from CudaAdamW's in
@@ -89,6 +104,11 @@ class CudaDataParallel {
   // host optimizer's fp32 parameter (the values the device was built from); any other freed slot is an error.
   void attach(CudaAdamW& optimizer, const AdamW& host, const std::vector<size_t>& host_index,
               const std::vector<CudaModel::Bf16Copy>& copies);
+  // bf16 master weights (lean): the update writes the bf16 masters and fp32 storage holding bf16 values with
+  // stochastic rounding; the caller re-rounds only a tied head's copy (cuda_refresh_held_copies).
+  bool bf16_masters() const { return sr_; }
+  // Device bytes of the fp32 gradient shard (zero 1; 0 when the reduced chunks go back into the gradients: lean).
+  size_t gradient_shard_bytes() const { return grads_in_place_ ? 0 : sizeof(float) * shard_elements_; }
   // Whether some fp32 masters live in this rank's shard only (see above); then the caller must not re-round the bf16
   // copies from fp32 slots that are gone (CudaModel::refresh_bf16), nor download them.
   bool masters_sharded() const { return master_elements_ > 0; }
@@ -121,7 +141,8 @@ class CudaDataParallel {
     size_t begin = 0, end = 0;  // flat range
     size_t shard_offset = 0;    // where this rank's chunk starts in the shard buffers
     bool has_f32 = false;       // holds elements of parameters with fp32 storage (gathered in fp32)
-    bool has_master = false;    // holds elements of parameters whose master is sharded (bf16 copies gathered)
+    bool has_bf16 = false;      // holds elements gathered in bf16: sharded masters' copies, or bf16 masters (lean)
+    size_t piece_begin = 0, piece_end = 0;  // this rank's pieces of the bucket (zero 1): pieces_[begin, end)
   };
   static constexpr size_t kNoMaster = static_cast<size_t>(-1);
   struct Piece {                // a parameter's part of this rank's chunk of one bucket
@@ -129,13 +150,18 @@ class CudaDataParallel {
     size_t begin = 0, end = 0;  // flat range
     size_t shard = 0;           // position in the shard buffers
     size_t master = kNoMaster;  // position in shard_master_ (parameters whose master is sharded), else kNoMaster
+    float* grad32 = nullptr;    // the piece's summed gradient: in shard_grad_, or in place in the fp32 gradient
+    uint16_t* grad16 = nullptr; // ... or in place in the bf16 gradient (lean's linears)
   };
   // Device copies between flat range [begin, end) of the weights (or gradients) and buf (queued on `stream`, or on
   // ctx's stream when null).
   // weights: parameters without fp32 storage (sharded masters) are skipped.
   void copy_flat(size_t begin, size_t end, float* buf, bool to_buf, bool weights, cudaStream_t stream = nullptr) const;
-  // The same over the bf16 copies of the parameters whose master is sharded only (buf: 2-byte elements).
+  // The same over the bf16 copies of the parameters whose master is sharded and the bf16 masters (buf: 2-byte
+  // elements).
   void copy_flat_bf16(size_t begin, size_t end, void* buf, bool to_buf) const;
+  // Gradients in place (lean): bucket b's reduced chunk (in stage_) into this rank's pieces of the gradients.
+  void unpack_chunk(size_t b, cudaStream_t stream) const;
   // Floats per rank of the packed bf16 all-gather of a bucket of len elements: ceil(ceil(len / W) / 2).
   size_t bf16_slot_floats(size_t len) const;
   // Queues bucket b's sum as a DeviceCollectives job behind an event of ctx's stream.
@@ -155,6 +181,12 @@ class CudaDataParallel {
   std::vector<float*> weights_, grads_;
   std::vector<void*> copies_;     // per parameter: its bf16 copy (__nv_bfloat16*) or nullptr
   std::vector<bool> sharded_master_;  // per parameter: no fp32 storage, master in shard_master_ (zero 1)
+  std::vector<bool> bf16_master_;     // per parameter: the parameter is its bf16 copy (lean), in copies_
+  std::vector<void*> grads16_;        // per parameter: its bf16 gradient (lean's linears), else nullptr (in grads_)
+  bool sr_ = false;                   // bf16 masters with stochastic rounding (lean)
+  uint64_t sr_seed_ = 0;              // the host AdamW's
+  bool grads_in_place_ = false;       // zero 1 with bf16 gradients: reduced chunks go back into the gradients
+  CudaTensor stage_;                  // then: one bucket's reduced chunk [largest chunk] floats
   std::vector<size_t> offsets_;  // flat start of each parameter; offsets_.back() = P (the flat space's size)
   std::vector<size_t> ends_;     // flat end of each parameter (= the next start, except 8-bit: gaps to block starts)
   bool q8_ = false;              // 8-bit moments (the optimizer's state format)

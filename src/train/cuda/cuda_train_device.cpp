@@ -135,8 +135,9 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   const bool bf16_masters = ac.master == MasterFormat::Bf16Sr;
   HLM_CHECK_INPUT(!bf16_masters || options_.bf16, "--memory-plan lean: bf16 master weights on the GPU need "
                   "--precision bf16");
-  HLM_CHECK_INPUT(!dp_ || !bf16_masters, "--memory-plan lean: bf16 master weights are not sharded on the GPU yet; "
-                  "data-parallel GPU training needs fp32 masters (--memory-plan fp32, teacher-bf16 or adam8)");
+  HLM_CHECK_INPUT(!dp_ || !bf16_masters || dp_->zero_stage() == 1 || dp_->size() == 1, "--memory-plan lean with "
+                  "--zero-stage 0 on ", dp_ ? dp_->size() : 1, " ranks: the linears' gradients are bf16 and zero "
+                  "stage 0 would round the summed gradients back into them; use --zero-stage 1 (the default)");
   const bool sharded = dp_ && dp_->zero_stage() == 1;
   // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
   // gradients: each upload's transient fp32 tensors meet the least memory already held.
@@ -188,7 +189,9 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   optimizer_->set_step_count(optimizer.step_count());
   // ZeRO-1 in the bf16 mode (HYBRIDLM_ZERO1_MASTERS=sharded, the default): the fp32 weights that have bf16 copies
   // (the linears, an untied head) are freed here, their masters kept by dp_ for this rank's shard only.
-  if (sharded && options_.bf16 && zero1_masters_sharded_from_env()) cuda_hold_bf16_masters(*ctx_, *student_);
+  // lean: the bf16 copies are the masters already (whole on every rank; dp_ shards their update and moments).
+  if (sharded && options_.bf16 && !bf16_masters && zero1_masters_sharded_from_env())
+    cuda_hold_bf16_masters(*ctx_, *student_);
   if (dp_) {
     dp_->attach(*optimizer_, optimizer, host_index_, student_->bf16_copies());
     // When each gradient is final in the backward (CudaModel::backward's layer_done): layer i's tensors after call
@@ -209,8 +212,9 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
     }
     dp_->set_ready_stages(stages);
     const std::string masters =
-        dp_->masters_sharded() ? str_cat("sharded (", dp_->master_shard_elements(), " elements on this rank)")
-                               : std::string("whole");
+        bf16_masters ? std::string("none (lean: the bf16 masters are whole on every rank, their update sharded)")
+        : dp_->masters_sharded() ? str_cat("sharded (", dp_->master_shard_elements(), " elements on this rank)")
+                                 : std::string("whole");
     std::printf("%-12s rank %d of %d, %s collectives, zero stage %d (%zu AdamW elements on this rank), gradient "
                 "sums overlapped with the backward: %s; fp32 masters of the bf16 copies: %s\n",
                 "data parallel", dp_->rank(), dp_->size(), dp_->backend(), dp_->zero_stage(),
@@ -248,18 +252,24 @@ void CudaTrainDevice::print_static_plan() const {
   const size_t teacher = teacher_ ? teacher_->weight_bytes() + teacher_->bf16_copy_bytes() : 0;
   // ZeRO-1 with sharded masters: the fp32 masters of the linears (and an untied head) for this rank's shard only.
   const size_t master_shard = dp_ && dp_->masters_sharded() ? sizeof(float) * dp_->master_shard_elements() : 0;
-  const size_t total = weights + master_shard + copies + grads + moments + teacher;
+  // ZeRO-1: the summed gradients of this rank's shard (fp32; none under lean: they go back into the gradients).
+  const size_t grad_shard = dp_ && dp_->zero_stage() == 1 ? dp_->gradient_shard_bytes() : 0;
+  const size_t total = weights + master_shard + copies + grads + grad_shard + moments + teacher;
   const bool masters = host_optimizer_->config().master == MasterFormat::Bf16Sr;
-  char shard_text[64] = "";
+  char shard_text[64] = "", grad_shard_text[64] = "";
   if (master_shard > 0)
     std::snprintf(shard_text, sizeof shard_text, " + %.2f GiB fp32 master shard", gib(master_shard));
-  std::printf("%-12s student %.2f GiB fp32 weights%s + %.2f GiB %s, %.2f GiB gradients%s, %.2f GiB AdamW "
-              "m and v (%s); teacher %.2f GiB%s; %.2f GiB before activations (device allocations; %.3f GiB in use "
+  if (grad_shard > 0)
+    std::snprintf(grad_shard_text, sizeof grad_shard_text, " + %.2f GiB gradient shard", gib(grad_shard));
+  std::printf("%-12s student %.2f GiB fp32 weights%s + %.2f GiB %s, %.2f GiB gradients%s%s, %.2f GiB AdamW "
+              "m and v (%s%s); teacher %.2f GiB%s; %.2f GiB before activations (device allocations; %.3f GiB in use "
               "on the device after attach)\n",
               "memory plan", gib(weights), shard_text, gib(copies),
               masters ? "bf16 (the linears' masters and the head's copy)" : "bf16 copies", gib(grads),
-              masters ? " (the linears' in bf16)" : "", gib(moments),
-              adamw_state_format_name(optimizer_->state_format()), gib(teacher),
+              masters ? " (the linears' in bf16)" : "", grad_shard_text, gib(moments),
+              adamw_state_format_name(optimizer_->state_format()),
+              dp_ && dp_->zero_stage() == 1 ? str_cat(", this rank's shard of ", dp_->size()).c_str() : "",
+              gib(teacher),
               teacher_bf16_only_ ? " (bf16 only)" : "", gib(total), gib(ctx_->allocator().stats().bytes_in_use));
   std::fflush(stdout);
 }

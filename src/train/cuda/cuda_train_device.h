@@ -38,8 +38,10 @@
 // rows of the global batch with the global loss weights; after the backward the gradients are summed over ranks in
 // buckets (zero 0: all-reduce, then the usual CudaAdamW step on every rank; zero 1: reduce-scatter, the shard's AdamW
 // with sharded moments, all-gather of the weights) and the loss record is summed over the host communicator. fp32
-// and 8-bit moments (adam8: the shard cut at quantization-block boundaries) are sharded; bf16 masters (lean) are
-// refused with an input error. In the bf16 compute mode ZeRO-1 also shards the fp32 masters of the weights that have bf16 copies (the
+// and 8-bit moments (adam8 and lean: the shard cut at quantization-block boundaries) are sharded; under lean (bf16
+// masters, zero 1 only: zero 0 on several ranks is an input error) the masters stay whole on every rank, each rank
+// updates its shard's elements with the one-rank step's stochastic-rounding bits and the reduced gradient chunks go
+// back into the (bf16) gradients. In the bf16 compute mode ZeRO-1 also shards the fp32 masters of the weights that have bf16 copies (the
 // linears, an untied head): their fp32 slots are freed at attach (cuda_hold_bf16_masters), the update writes the
 // bf16 copies of this rank's chunks and those are all-gathered in bf16 (HYBRIDLM_ZERO1_MASTERS=sharded|whole,
 // default sharded; the same bits either way). The device is GPU local_rank % visible GPUs (cli/train_device_cli.cpp).

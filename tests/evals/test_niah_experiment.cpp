@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "evals/niah/niah_experiment.h"
 #include "evals/niah/niah_experiment_config.h"
+#include "evals/niah/niah_experiment_report.h"
 #include "evals/niah/niah_train_data.h"
 #include "models/json_file.h"
 #include "niah_fixture.h"
@@ -68,6 +69,51 @@ TEST(NiahExperiment, TrainingExamplesComeFromTrainingTextAndFillOneRow) {
   NiahSample two;
   two.expected = {"1234567", "7654321"};
   EXPECT_EQ(niah_answer_text(two), "\n<Answer> 1234567, 7654321 </Answer>");
+}
+
+// The per-task table and tasks.csv: the Table 2 mean of a model that answers only `none` equals the none-word floor,
+// and the per-task counts say so (sums over languages; cells that did not run are left out).
+TEST(NiahExperiment, PerTaskCountsShowWhatTheMeanHides) {
+  NiahExperimentResult r;
+  r.config.langs = {"eng_Latn", "rus_Cyrl"};
+  r.config.eval_tasks = {"single", "multikey", "none"};
+  r.config.eval_lengths = {256, 64};
+  NiahArchResult a;
+  a.arch = "full_attention";
+  a.layout = "AA";
+  auto cell = [](const std::string& lang, const std::string& task, int64_t length, int64_t correct,
+                 const std::string& status = "ok") {
+    NiahCell c;
+    c.model = "full_attention";
+    c.lang = lang;
+    c.task = task;
+    c.length = length;
+    c.n = 8;
+    c.correct = correct;
+    c.status = status;
+    return c;
+  };
+  for (const char* lang : {"eng_Latn", "rus_Cyrl"}) {
+    a.cells.push_back(cell(lang, "single", 64, std::string(lang) == "eng_Latn" ? 3 : 5));
+    a.cells.push_back(cell(lang, "multikey", 64, 0));
+    a.cells.push_back(cell(lang, "none", 64, 8));
+  }
+  a.cells.push_back(cell("eng_Latn", "single", 256, 0, "oom"));  // did not run: not counted
+  a.cells.push_back(cell("eng_Latn", "none", 256, 8));
+  r.archs.push_back(a);
+
+  EXPECT_EQ(niah_experiment_tasks_csv(r),
+            "arch,task,length,correct,n,accuracy\n"
+            "full_attention,single,64,8,16,50.00\n"
+            "full_attention,multikey,64,0,16,0.00\n"
+            "full_attention,none,64,16,16,100.00\n"
+            "full_attention,none,256,8,8,100.00\n");
+  const std::string md = niah_experiment_report_markdown(r);
+  EXPECT_NE(md.find("## Per task: correct answers / samples, all languages"), std::string::npos) << md;
+  EXPECT_NE(md.find("nothing else: 33.3 % in the tables above"), std::string::npos) << md;
+  EXPECT_NE(md.find("| full_attention | single | 8/16 | n/a |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| full_attention | none | 16/16 | 8/8 |"), std::string::npos) << md;
+  EXPECT_LT(md.find("## Per task"), md.find("## Per language")) << md;
 }
 
 TEST(NiahExperiment, ConfigRoundTripsAndRefusesBadInput) {

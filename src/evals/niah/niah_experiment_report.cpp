@@ -47,6 +47,21 @@ double lang_accuracy(const NiahArchResult& a, const std::string& lang, int64_t l
   return ran > 0 ? sum / ran : kNaN;
 }
 
+// Correct answers and samples of one architecture on one task at one length, summed over the languages whose
+// cells ran.
+struct TaskCount {
+  int64_t correct = 0, n = 0;
+};
+TaskCount task_count(const NiahArchResult& a, const std::string& task, int64_t length) {
+  TaskCount k;
+  for (const NiahCell& c : a.cells)
+    if (c.task == task && c.length == length && c.status == "ok") {
+      k.correct += c.correct;
+      k.n += c.n;
+    }
+  return k;
+}
+
 double mean_finite(const std::vector<double>& v) {
   double sum = 0;
   int n = 0;
@@ -155,6 +170,20 @@ std::string niah_experiment_accuracy_csv(const NiahExperimentResult& r) {
   return os.str();
 }
 
+std::string niah_experiment_tasks_csv(const NiahExperimentResult& r) {
+  std::ostringstream os;
+  os << "arch,task,length,correct,n,accuracy\n";
+  for (const NiahArchResult& a : r.archs)
+    for (const std::string& task : r.config.eval_tasks)
+      for (int64_t l : sorted_lengths(r.config)) {
+        const TaskCount k = task_count(a, task, l);
+        if (k.n == 0) continue;
+        os << a.arch << "," << task << "," << l << "," << k.correct << "," << k.n << ","
+           << num(100.0 * static_cast<double>(k.correct) / static_cast<double>(k.n), "%.2f") << "\n";
+      }
+  return os.str();
+}
+
 std::string niah_experiment_deficit_csv(const NiahExperimentResult& r) {
   std::ostringstream os;
   os << "arch,lang,length,accuracy_full_attention,accuracy,deficit\n";
@@ -235,6 +264,27 @@ std::string niah_experiment_report_markdown(const NiahExperimentResult& r) {
       os << " " << num(group_mean(others, [&](const std::string& g) { return lang_accuracy(a, g, l); })) << " |";
     os << "\n";
   }
+
+  // Per task: the Table 2 mean hides which tasks carry it (a model that always answers the none word scores 100 % on
+  // none and 0 elsewhere).
+  os << "\n## Per task: correct answers / samples, all languages\n\n";
+  if (std::find(c.eval_tasks.begin(), c.eval_tasks.end(), "none") != c.eval_tasks.end())
+    os << "A model that answers the none word to every prompt gets every `none` sample and nothing else: "
+       << num(100.0 / static_cast<double>(c.eval_tasks.size())) << " % in the tables above, with no retrieval.\n\n";
+  os << "| arch | task |";
+  for (int64_t l : lengths) os << " " << length_label(l) << " |";
+  os << "\n|---|---|";
+  for (size_t i = 0; i < lengths.size(); ++i) os << "---:|";
+  os << "\n";
+  for (const NiahArchResult& a : r.archs)
+    for (const std::string& task : c.eval_tasks) {
+      os << "| " << a.arch << " | " << task << " |";
+      for (int64_t l : lengths) {
+        const TaskCount k = task_count(a, task, l);
+        os << " " << (k.n ? std::to_string(k.correct) + "/" + std::to_string(k.n) : std::string("n/a")) << " |";
+      }
+      os << "\n";
+    }
 
   // Deficits.
   if (base && r.archs.size() > 1) {
@@ -336,6 +386,7 @@ void niah_experiment_report_write(const NiahExperimentResult& r, const std::file
   file_write_atomic(out / "niah.md", "# NIAH (OneRULER tasks), trained models\n\n" + niah_cells_markdown(cells));
   file_write_atomic(out / "accuracy.csv", niah_experiment_accuracy_csv(r));
   file_write_atomic(out / "deficit.csv", niah_experiment_deficit_csv(r));
+  file_write_atomic(out / "tasks.csv", niah_experiment_tasks_csv(r));
   file_write_atomic(out / "cost.csv", niah_experiment_cost_csv(r));
   std::ostringstream training;
   training << "arch,layout,parameters,train_tokens,tokens_per_second,train_seconds,test_ce,eval_seconds,eval_cells,"

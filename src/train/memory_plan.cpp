@@ -128,8 +128,10 @@ std::string memory_plan_unusable(const MemoryPlanOption& plan, const MemoryPlanI
   if (in.ranks > 1 && on_device && plan.master == MasterFormat::Bf16Sr && in.zero_stage == 0)
     return "--zero-stage 0 on several ranks would round the summed gradients back into the linears' bf16 "
            "gradients (use --zero-stage 1)";
-  if (in.ranks > 1 && !on_device && (plan.master != MasterFormat::F32 || plan.state != AdamWStateFormat::F32))
-    return "the CPU trainer on several ranks shards fp32 masters and moments only";
+  if (in.ranks > 1 && !on_device && in.zero_stage == 1 &&
+      (plan.master != MasterFormat::F32 || plan.state != AdamWStateFormat::F32))
+    return "ZeRO-1 of the CPU trainer on several ranks shards fp32 masters and moments only (--zero-stage 0 keeps "
+           "the whole state on every rank)";
   return "";
 }
 

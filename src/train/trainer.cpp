@@ -247,18 +247,20 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
-  // Several ranks: the GPU trainer shards every plan with zero 1 (cuda_data_parallel.h), and every plan but lean
-  // with zero 0 (its bf16 gradients would take the all-reduced sums); the CPU trainer fp32 moments and masters only.
+  // Several ranks: the GPU trainer shards every plan with zero 1 (cuda_data_parallel.h), and runs every plan but lean
+  // with zero 0 (its bf16 gradients would take the all-reduced sums); the CPU trainer shards fp32 moments and masters
+  // only (zero 1) and runs every plan with zero 0 (every rank holds the whole 8-bit state / bf16 masters, updated
+  // alike from the all-reduced fp32 gradients).
   const MemoryPlanOption* mp = memory_plan_.plan;
   HLM_CHECK_INPUT(!device_dp_ || mp == nullptr || mp->master == MasterFormat::F32 || cfg_.zero_stage == 1 || W == 1,
                   "--memory-plan ", mp ? mp->name : "", " with --zero-stage 0 on ", W, " ranks: the linears' "
                   "gradients are bf16 and zero stage 0 would round the summed gradients back into them; use "
                   "--zero-stage 1 (the default)");
-  HLM_CHECK_INPUT((W == 1 && !device_dp_) || device_dp_ || mp == nullptr ||
+  HLM_CHECK_INPUT((W == 1 && !device_dp_) || device_dp_ || mp == nullptr || cfg_.zero_stage == 0 ||
                       (mp->master == MasterFormat::F32 && mp->state == AdamWStateFormat::F32),
-                  "--memory-plan ", mp ? mp->name : "", ": a run of the CPU trainer on ", W,
-                  " ranks uses fp32 master weights and moments in this version (bf16 master weights and 8-bit "
-                  "moments are sharded by the GPU trainer only)");
+                  "--memory-plan ", mp ? mp->name : "", ": ZeRO-1 of the CPU trainer on ", W,
+                  " ranks shards fp32 master weights and moments only (bf16 master weights and 8-bit moments are "
+                  "sharded by the GPU trainer); use --zero-stage 0 (every rank keeps the whole state)");
   build_optimizer();
   if (device_dp_)  // before attach (run()); the device creates its collectives here, on every rank
     device_->set_data_parallel(*comm_, static_cast<int>(cfg_.zero_stage), bucket_elements_from_env(kGpuBucketElements));

@@ -210,12 +210,15 @@ TEST(MemoryPlan, PerRankEstimatesReproduceTheDistributedTables) {
   const MemoryPlanChoice c8 = memory_plan_choose("auto", eight, true, free);
   EXPECT_STREQ(c8.plan->name, "adam8");
   EXPECT_NE(memory_plan_describe(c8).find("per rank of 8 (ZeRO-1)"), std::string::npos) << memory_plan_describe(c8);
-  // The CPU trainer on several ranks: fp32 masters and moments only.
+  // The CPU trainer on several ranks: ZeRO-1 shards fp32 masters and moments only; zero 0 runs every plan.
   MemoryPlanInputs cpu = one;
   cpu.ranks = 2;
   EXPECT_NE(memory_plan_unusable(memory_plan_named("adam8"), cpu, false), "");
   EXPECT_THROW(memory_plan_choose("lean", cpu, false, 0), Error);
   EXPECT_STREQ(memory_plan_choose("auto", cpu, false, 0).plan->name, "fp32");
+  cpu.zero_stage = 0;
+  EXPECT_EQ(memory_plan_unusable(memory_plan_named("adam8"), cpu, false), "");
+  EXPECT_EQ(memory_plan_unusable(memory_plan_named("lean"), cpu, false), "");
 }
 
 namespace {

@@ -8,7 +8,8 @@
 //   o = group_rmsnorm(o) · g_norm                     RMS over each of group_norm_size groups of Hq·D / G channels
 //   out = dense( o ⊙ sigmoid(x · g_projᵀ) )           norm first, then the sigmoid gate
 // g_h is the layer's fixed decay (ring_linear_decay(layer, L, Hq), cast to float as HF's fp32 buffer).
-// Non-goals: biases (use_bias refused by the config), linear_silu, a backward (training refuses these models), CUDA.
+// Non-goals: biases (use_bias refused by the config), linear_silu, a backward (training refuses these models). The CUDA
+// twin is layers/cuda/lightning_layer_cuda.h.
 #pragma once
 #include <cstdint>
 #include <vector>

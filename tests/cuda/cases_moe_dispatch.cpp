@@ -98,6 +98,58 @@ TEST(MoeDispatchCuda, Route) {
   }
 }
 
+// The bailing router (moe_route_sigmoid_grouped_ref): Ring-mini-linear-2.0's 256 experts in 8 groups, 4 kept, top-8,
+// scaling 2.5; the tiny golden's 16 in 4, 2 kept, top-3; 512 in 16, top-16; groups of 2 experts; without
+// renormalisation; all-zero logits and bias (every score and group ties: the lower index wins, as on the CPU); NaN /
+// ±Inf logits (Special: a NaN token's weights NaN on both); a bias large enough to flip the choices (N(0, 0.3²) vs
+// sigmoids of N(0, 2²) logits). Experts exact; scores σ: exp in double rounded once (k = 4); weights: σ, a k-term fp32
+// sum, + 1e−20, a division and the scaling product: k = 6 + k_top.
+TEST(MoeDispatchCuda, RouteSigmoidGrouped) {
+  HLM_REQUIRE_CUDA();
+  struct Case {
+    int64_t T, E, k, G, kept;
+    bool norm;
+    float scaling;
+    Fill fill;
+  };
+  const std::vector<Case> cases = {
+      {37, 256, 8, 8, 4, true, 2.5f, Fill::Normal},  {65, 16, 3, 4, 2, true, 2.5f, Fill::Normal},
+      {9, 512, 16, 16, 3, true, 1.0f, Fill::Normal}, {33, 6, 2, 3, 1, false, 1.0f, Fill::Normal},
+      {17, 64, 6, 8, 2, true, 2.5f, Fill::Zeros},    {41, 16, 3, 4, 2, true, 2.5f, Fill::Special},
+      {1, 256, 8, 8, 4, true, 2.5f, Fill::Normal},
+  };
+  for (const Case& c : cases) {
+    const std::string what = "moe.route_sigmoid_grouped T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) +
+                             " k=" + std::to_string(c.k) + " G=" + std::to_string(c.G) + " kept=" +
+                             std::to_string(c.kept) + (c.norm ? " norm " : " raw ") + fill_name(c.fill);
+    const auto n = static_cast<size_t>(c.T * c.k);
+    const auto logits = make_values(static_cast<size_t>(c.T * c.E), c.fill, 48, 2.0f);
+    const auto bias = c.fill == Fill::Zeros ? make_values(static_cast<size_t>(c.E), Fill::Zeros, 49)
+                                            : make_values(static_cast<size_t>(c.E), Fill::Normal, 49, 0.3f);
+    std::vector<int32_t> e_cpu(n);
+    std::vector<float> w_cpu(n), s_cpu(static_cast<size_t>(c.T * c.E));
+    moe_route_sigmoid_grouped_ref(e_cpu.data(), w_cpu.data(), s_cpu.data(), logits.data(), bias.data(), c.T, c.E,
+                                  c.k, c.G, c.kept, c.norm, c.scaling);
+    DeviceBuffer l = DeviceBuffer::from(logits, "logits"), b = DeviceBuffer::from(bias, "expert_bias"),
+                 e(n * 4, "expert"), w(n * 4, "weight"), sc(s_cpu.size() * 4, "scores");
+    moe_route_sigmoid_grouped_cuda(e.as<int32_t>(), w.as<float>(), sc.as<float>(), l.as<float>(), b.as<float>(), c.T,
+                                   c.E, c.k, c.G, c.kept, c.norm, c.scaling, ctx().stream());
+    const auto e_gpu = e.download<int32_t>();
+    const auto w_gpu = w.download<float>(), s_gpu = sc.download<float>();
+    size_t mismatched = 0, out_of_range = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isfinite(w_cpu[i]) && e_gpu[i] != e_cpu[i]) ++mismatched;
+      if (e_gpu[i] < 0 || e_gpu[i] >= c.E) ++out_of_range;
+    }
+    EXPECT_EQ(mismatched, 0u) << what << ": picked experts";
+    EXPECT_EQ(out_of_range, 0u) << what << ": expert ids outside [0, E)";
+    const auto w64 = to_f64(w_cpu), s64 = to_f64(s_cpu);
+    EXPECT_TRUE(check_f32(what + " weight", w_gpu, w_cpu, w64, abs_of(w64), {6.0 + static_cast<double>(c.k)}));
+    EXPECT_TRUE(check_f32(what + " scores", s_gpu, s_cpu, s64, abs_of(s64), {4}));
+    EXPECT_TRUE(buffers_ok({&e, &w, &sc}, {&l, &b})) << what;
+  }
+}
+
 TEST(MoeDispatchCuda, DispatchGatherCombine) {
   HLM_REQUIRE_CUDA();
   struct Case {
@@ -139,17 +191,18 @@ TEST(MoeDispatchCuda, DispatchGatherCombine) {
     }
     EXPECT_EQ(bad, 0u) << name << " gather bf16 (NaN stays NaN; else round to nearest even)";
 
-    // Combine, without and with the shared expert.
+    // Combine, without the shared expert, with the gated one (Qwen3.5-MoE) and with the ungated one (bailing).
     const auto y = make_values(n * static_cast<size_t>(c.H), Fill::Normal, 44);
     const auto weight = make_values(n, Fill::Normal, 45, 0.3f);
     const auto shared = make_values(static_cast<size_t>(c.T * c.H), Fill::Normal, 46);
     const auto gate = make_values(static_cast<size_t>(c.T), Fill::Normal, 47, 3.0f);
     DeviceBuffer dy = DeviceBuffer::from(y, "y"), dw = DeviceBuffer::from(weight, "weight"),
                  dsh = DeviceBuffer::from(shared, "shared"), dg = DeviceBuffer::from(gate, "shared gate");
-    for (const bool with_shared : {false, true}) {
+    for (const int mode : {0, 1, 2}) {
+      const bool with_shared = mode > 0, gated = mode == 1;
       std::vector<float> out(static_cast<size_t>(c.T * c.H));
       moe_combine_ref(out.data(), y.data(), weight.data(), routes.data(), slot.data(),
-                      with_shared ? shared.data() : nullptr, gate.data(), c.T, c.k, c.H);
+                      with_shared ? shared.data() : nullptr, gated ? gate.data() : nullptr, c.T, c.k, c.H);
       std::vector<double> mag(out.size(), 0.0);
       for (int64_t t = 0; t < c.T; ++t)
         for (int64_t h = 0; h < c.H; ++h) {
@@ -160,10 +213,10 @@ TEST(MoeDispatchCuda, DispatchGatherCombine) {
         }
       DeviceBuffer o(out.size() * 4, "out");
       moe_combine_cuda(o.as<float>(), dy.as<float>(), dw.as<float>(), r.as<int32_t>(), ds.as<int32_t>(),
-                       with_shared ? dsh.as<float>() : nullptr, with_shared ? dg.as<float>() : nullptr, c.T, c.k,
-                       c.H, ctx().stream());
-      EXPECT_TRUE(check_f32(name + (with_shared ? " combine+shared" : " combine"), o.download<float>(), out,
-                            to_f64(out), mag, {2.0 * c.k + 2}));
+                       with_shared ? dsh.as<float>() : nullptr, gated ? dg.as<float>() : nullptr, c.T, c.k, c.H,
+                       ctx().stream());
+      EXPECT_TRUE(check_f32(name + (gated ? " combine+shared" : with_shared ? " combine+ungated shared" : " combine"),
+                            o.download<float>(), out, to_f64(out), mag, {2.0 * c.k + 2}));
       EXPECT_TRUE(buffers_ok({&o}, {&dy, &dw, &dsh, &dg, &r})) << name;  // slot: dispatch's output, checked above
     }
   }

@@ -8,7 +8,9 @@
 // (tests/models/test_qwen3_moe.cpp).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "core/arena.h"
@@ -97,6 +99,68 @@ TEST(MoeDispatchRef, ComposedPiecesEqualTheCpuLayerBitForBit) {
     moe_combine_ref(out.data(), y.data(), weight.data(), expert.data(), slot.data(),
                     shared ? shared_out.data() : nullptr, gate.data(), T, k, H);
     EXPECT_EQ(std::memcmp(out.data(), layer_out.data(), out.size() * sizeof(float)), 0) << "combined output";
+  }
+}
+
+// The bailing router and ungated shared expert (Ring-mini-linear-2.0): moe_route_sigmoid_grouped_ref = the layer's
+// moe_route_sigmoid_grouped (experts, weights, σ) bit for bit, and the composed pieces with the shared expert added
+// without a gate = the layer's output bit for bit; a NaN logit gives its token NaN weights and in-range experts.
+TEST(MoeDispatchRef, SigmoidGroupedRouterAndUngatedSharedExpertEqualTheCpuLayer) {
+  const int64_t H = 24, F = 10, T = 29;
+  for (const auto& [E, k, G, kept, norm] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>>{
+           {16, 3, 4, 2, true}, {16, 4, 8, 3, false}, {12, 2, 3, 1, true}}) {
+    SCOPED_TRACE(testing::Message() << "E=" << E << " k=" << k << " G=" << G << " kept=" << kept);
+    Layer l = random_layer(H, F, E, k, norm, false);
+    l.d.sigmoid_grouped = true;
+    l.d.n_group = G;
+    l.d.topk_group = kept;
+    l.d.routed_scaling = 2.5f;
+    l.w.expert_bias = Tensor::zeros({E});
+    rng_fill_normal(l.w.expert_bias.f32(), static_cast<uint64_t>(E), 0.0f, 0.3f, 17, 960);
+    l.w.shared_expert = random_mlp(H, F + 3, 900);  // no shared_expert_gate: the ungated one
+    ASSERT_TRUE(l.w.has_ungated_shared_expert());
+    std::vector<float> x(static_cast<size_t>(T * H));
+    rng_fill_normal(x.data(), x.size(), 0.0f, 1.0f, 5, 1);
+    Arena arena;
+    std::vector<float> layer_out(x.size()), layer_scores(static_cast<size_t>(T * E));
+    moe_layer_forward(layer_out.data(), x.data(), l.w, l.d, T, arena, layer_scores.data());
+
+    std::vector<float> logits(static_cast<size_t>(T * E));
+    linear_forward(logits.data(), x.data(), l.w.router, T);
+    const auto n = static_cast<size_t>(T * k);
+    std::vector<int32_t> expert(n);
+    std::vector<float> weight(n), scores(static_cast<size_t>(T * E));
+    moe_route_sigmoid_grouped_ref(expert.data(), weight.data(), scores.data(), logits.data(), l.w.expert_bias.f32(),
+                                  T, E, k, G, kept, norm, 2.5f);
+    const MoeRoute route = moe_route_sigmoid_grouped(logits.data(), l.w.expert_bias.f32(), l.d, T);
+    EXPECT_EQ(expert, route.expert);
+    EXPECT_EQ(std::memcmp(weight.data(), route.weight.data(), n * sizeof(float)), 0) << "route weights";
+    EXPECT_EQ(std::memcmp(scores.data(), layer_scores.data(), scores.size() * sizeof(float)), 0) << "scores";
+
+    std::vector<int32_t> counts(static_cast<size_t>(E)), offsets(static_cast<size_t>(E + 1)), perm(n), slot(n);
+    moe_dispatch_ref(counts.data(), offsets.data(), perm.data(), slot.data(), expert.data(), T, k, E);
+    std::vector<float> rows(n * H), y(n * H);
+    for (size_t r = 0; r < n; ++r)
+      std::memcpy(rows.data() + r * H, x.data() + (perm[r] / k) * H, sizeof(float) * H);
+    for (int64_t e = 0; e < E; ++e)
+      if (counts[e] > 0)
+        mlp_layer_forward(y.data() + offsets[e] * H, rows.data() + offsets[e] * H,
+                          l.w.experts[static_cast<size_t>(e)], counts[e], arena);
+    std::vector<float> shared_out(x.size());
+    mlp_layer_forward(shared_out.data(), x.data(), l.w.shared_expert, T, arena);
+    std::vector<float> out(x.size());
+    moe_combine_ref(out.data(), y.data(), weight.data(), expert.data(), slot.data(), shared_out.data(), nullptr, T, k,
+                    H);
+    EXPECT_EQ(std::memcmp(out.data(), layer_out.data(), out.size() * sizeof(float)), 0) << "combined output";
+
+    logits[static_cast<size_t>(3 * E + 1)] = std::nanf("");  // token 3
+    moe_route_sigmoid_grouped_ref(expert.data(), weight.data(), nullptr, logits.data(), l.w.expert_bias.f32(), T, E,
+                                  k, G, kept, norm, 2.5f);
+    for (int64_t j = 0; j < k; ++j) {
+      EXPECT_TRUE(std::isnan(weight[static_cast<size_t>(3 * k + j)]));
+      EXPECT_TRUE(expert[static_cast<size_t>(3 * k + j)] >= 0 && expert[static_cast<size_t>(3 * k + j)] < E);
+      EXPECT_FALSE(std::isnan(weight[static_cast<size_t>(2 * k + j)]));
+    }
   }
 }
 

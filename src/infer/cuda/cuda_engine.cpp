@@ -117,6 +117,9 @@ class CudaEngine final : public InferenceEngine {
         const Mamba2Dims d = mamba2_dims(c);
         layers_[i].mamba.conv = zeros(ctx_, {plan.max_sequences, d.conv_channels(), d.conv_kernel - 1});
         layers_[i].mamba.ssm = zeros(ctx_, {plan.max_sequences, d.heads, d.head_dim, d.state_dim});
+      } else if (c.layer_kinds[i] == LayerKind::Lightning) {  // one fp32 D×D state per head (the CPU engine's)
+        layers_[i].lightning_dims = lightning_dims(c, static_cast<int64_t>(i));
+        layers_[i].lightning = zeros(ctx_, {plan.max_sequences, c.num_attention_heads, c.head_dim, c.head_dim});
       } else {
         gdims_ = gdn_dims(c);
         const int64_t S = plan.max_sequences, K1 = gdims_.conv_kernel - 1;
@@ -132,6 +135,8 @@ class CudaEngine final : public InferenceEngine {
         bytes = static_cast<int64_t>(l.k_cache.nbytes() + l.v_cache.nbytes());
       else if (l.mamba.ssm.raw() != nullptr)
         bytes = static_cast<int64_t>(l.mamba.conv.nbytes() + l.mamba.ssm.nbytes());
+      else if (l.lightning.raw() != nullptr)
+        bytes = static_cast<int64_t>(l.lightning.nbytes());
       else
         for (const CudaTensor* t : l.gdn.tensors()) bytes += static_cast<int64_t>(t->nbytes());
       pool_bytes_.push_back(bytes);
@@ -146,9 +151,9 @@ class CudaEngine final : public InferenceEngine {
   int open_sequence(int64_t max_tokens) override {
     const int slot = slots_.open(max_tokens);
     if (slot < 0) return -1;
-    for (Layer& l : layers_)  // a fresh sequence starts from zero GDN / Mamba-2 state
+    for (Layer& l : layers_)  // a fresh sequence starts from zero GDN / Mamba-2 / Lightning state
       if (!l.attention)
-        for (CudaTensor* t : l.mamba.ssm.raw() != nullptr ? l.mamba.tensors() : l.gdn.tensors()) {
+        for (CudaTensor* t : l.recurrent_pools()) {
           const size_t row = t->nbytes() / static_cast<size_t>(plan_.max_sequences);
           HLM_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(t->raw()) + slot * row, 0, row, ctx_.stream()));
         }
@@ -171,6 +176,14 @@ class CudaEngine final : public InferenceEngine {
     CudaTensor k_cache, v_cache;  // attention: [num_blocks, block_size, Hkv, D]
     GdnPool gdn;                  // GDN: [max_sequences, ...] per tensor
     Mamba2Pool mamba;             // Mamba-2: [max_sequences, ...] per tensor
+    CudaTensor lightning;         // Lightning: [max_sequences, Hq, D, D]
+    LightningDims lightning_dims;  // Lightning: the layer's dims and decay
+    // The state pools of a recurrent layer (GDN, Mamba-2 or Lightning).
+    std::vector<CudaTensor*> recurrent_pools() {
+      if (mamba.ssm.raw() != nullptr) return mamba.tensors();
+      if (lightning.raw() != nullptr) return {&lightning};
+      return gdn.tensors();
+    }
   };
   // What the mixers of one step read (device pointers into the metadata upload, host sizes).
   struct StepView {
@@ -231,6 +244,7 @@ class CudaEngine final : public InferenceEngine {
   void attention_mixer(int layer, float* out, const float* in, const StepView& s);
   void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
   void mamba2_mixer(int layer, float* out, const float* in, const StepView& s);
+  void lightning_mixer(int layer, float* out, const float* in, const StepView& s);
 
   CudaModel& model_;
   CudaContext& ctx_;
@@ -475,6 +489,17 @@ void CudaEngine::mamba2_mixer(int layer, float* out, const float* in, const Step
   scatter_back(states, s);
 }
 
+// Lightning Attention-2 (bailing_moe_linear): the CUDA layer (layers/cuda/lightning_layer_cuda.h) continued from and
+// advancing the sequences' [Hq, D, D] states: the chunked form in prefill chunks, the recurrence in decode steps; RoPE
+// at the absolute positions. States in batch order: the pool rows themselves (consecutive slots) or gathered copies.
+void CudaEngine::lightning_mixer(int layer, float* out, const float* in, const StepView& s) {
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  const StepStates states = step_states({&l.lightning}, s);
+  lightning_layer_forward_cuda(ctx_, out, in, model_.lightning_weights(layer), l.lightning_dims, s.rope, s.batch,
+                               states.rows[0]);
+  scatter_back(states, s);
+}
+
 CudaEngine::StepStates CudaEngine::step_states(std::vector<CudaTensor*> pools, const StepView& s) {
   const int64_t N = s.batch.n_seqs;
   StepStates st;
@@ -627,6 +652,8 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
       attention_mixer(layer, out, in, s);
     else if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::Mamba2)
       mamba2_mixer(layer, out, in, s);
+    else if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::Lightning)
+      lightning_mixer(layer, out, in, s);
     else
       gdn_mixer(layer, out, in, s);
   };

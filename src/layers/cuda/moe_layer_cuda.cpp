@@ -61,14 +61,21 @@ CudaMoeWeights cuda_upload_moe(CudaContext& ctx, const MoeWeights& w, const MoeD
     upload_into(ctx, gu + F * H, x.up_proj.weight, F * H, name + "up_proj.weight");
     upload_into(ctx, d.down.weight.data<float>() + e * H * F, x.down_proj.weight, H * F, name + "down_proj.weight");
   }
-  d.has_shared = w.has_shared_expert();
+  if (dims.sigmoid_grouped) {
+    d.expert_bias = CudaTensor::empty(ctx, {E});
+    upload_into(ctx, d.expert_bias.data<float>(), w.expert_bias, E, "mlp.gate.expert_bias");
+  }
+  d.shared_gated = w.has_shared_expert();
+  d.has_shared = d.shared_gated || w.has_ungated_shared_expert();
   if (d.has_shared) {
-    HLM_CHECK_INPUT(w.shared_expert_gate.weight.rank() == 2 && w.shared_expert_gate.out_features() == 1 &&
-                        w.shared_expert_gate.in_features() == H,
-                    "moe: shared_expert_gate weight must be [1, ", H, "]");
     d.shared_expert = cuda_upload_mlp(ctx, w.shared_expert);
     HLM_CHECK_INPUT(d.shared_expert.gate_proj.in_features == H, "moe: shared expert input width ",
                     d.shared_expert.gate_proj.in_features, ", hidden ", H);
+  }
+  if (d.shared_gated) {
+    HLM_CHECK_INPUT(w.shared_expert_gate.weight.rank() == 2 && w.shared_expert_gate.out_features() == 1 &&
+                        w.shared_expert_gate.in_features() == H,
+                    "moe: shared_expert_gate weight must be [1, ", H, "]");
     d.shared_gate = CudaTensor::empty(ctx, {1, H});
     upload_into(ctx, d.shared_gate.data<float>(), w.shared_expert_gate.weight, H, "mlp.shared_expert_gate.weight");
   }
@@ -83,8 +90,13 @@ void moe_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
   CudaTensor logits = CudaTensor::empty(ctx, {T, E});
   matmul_forward_cuda(ctx.blaslt(), logits.data<float>(), x, w.router.data<float>(), nullptr, {T, E, H});
   CudaTensor expert = CudaTensor::empty(ctx, {R}, DType::I32), weight = CudaTensor::empty(ctx, {R});
-  moe_route_cuda(expert.data<int32_t>(), weight.data<float>(), nullptr, logits.data<float>(), T, E, k,
-                 w.dims.norm_topk_prob, stream);
+  if (w.dims.sigmoid_grouped)
+    moe_route_sigmoid_grouped_cuda(expert.data<int32_t>(), weight.data<float>(), nullptr, logits.data<float>(),
+                                   w.expert_bias.data<float>(), T, E, k, w.dims.n_group, w.dims.topk_group,
+                                   w.dims.norm_topk_prob, w.dims.routed_scaling, stream);
+  else
+    moe_route_cuda(expert.data<int32_t>(), weight.data<float>(), nullptr, logits.data<float>(), T, E, k,
+                   w.dims.norm_topk_prob, stream);
   CudaTensor counts = CudaTensor::empty(ctx, {E}, DType::I32), offsets = CudaTensor::empty(ctx, {E + 1}, DType::I32);
   CudaTensor perm = CudaTensor::empty(ctx, {R}, DType::I32), slot = CudaTensor::empty(ctx, {R}, DType::I32);
   moe_dispatch_cuda(counts.data<int32_t>(), offsets.data<int32_t>(), perm.data<int32_t>(), slot.data<int32_t>(),
@@ -113,13 +125,14 @@ void moe_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
   CudaTensor shared, gate;
   if (w.has_shared) {
     shared = CudaTensor::empty(ctx, {T, H});
-    gate = CudaTensor::empty(ctx, {T, 1});
+    if (w.shared_gated) gate = CudaTensor::empty(ctx, {T, 1});
     mlp_layer_forward_cuda(ctx, shared.data<float>(), x, w.shared_expert, T);
-    matmul_forward_cuda(ctx.blaslt(), gate.data<float>(), x, w.shared_gate.data<float>(), nullptr, {T, 1, H});
+    if (w.shared_gated)
+      matmul_forward_cuda(ctx.blaslt(), gate.data<float>(), x, w.shared_gate.data<float>(), nullptr, {T, 1, H});
   }
   moe_combine_cuda(out, y.data<float>(), weight.data<float>(), expert.data<int32_t>(), slot.data<int32_t>(),
-                   w.has_shared ? shared.data<float>() : nullptr, w.has_shared ? gate.data<float>() : nullptr, T, k,
-                   H, stream);
+                   w.has_shared ? shared.data<float>() : nullptr, w.shared_gated ? gate.data<float>() : nullptr, T,
+                   k, H, stream);
 }
 
 }  // namespace hlm

@@ -12,6 +12,9 @@
 // mode: x rows and h rounded to bf16, tensor cores, fp32 accumulation. The ROUTER STAYS fp32 in both modes (its
 // weight is not among the model's linears): a top-k pick flipped by bf16 rounding would move a token's output by a
 // whole expert, far outside any bf16 bound, while the router is E·hidden of the FLOPs.
+// bailing (MoeDims::sigmoid_grouped, Ring-mini-linear-2.0): the sigmoid group-limited router with expert_bias and
+// routed_scaling (moe_route_sigmoid_grouped_cuda) instead of the softmax one, and the UNGATED shared expert
+// (MoeWeights::has_ungated_shared_expert) added in the combine without a gate (out += shared_expert(x)).
 // Backward: none on CUDA yet (training an MoE model on CUDA is refused by the model).
 #pragma once
 #include "backend/cuda/cuda_context.h"
@@ -27,13 +30,15 @@ struct CudaMoeWeights {
   CudaTensor router;              // [E, H] fp32 in every mode
   CudaLinear gate_up;             // [E·2F, H]
   CudaLinear down;                // [E·H, F]
-  bool has_shared = false;
+  CudaTensor expert_bias;         // [E] fp32; sigmoid_grouped routing only
+  bool has_shared = false;        // a shared expert (gated or not)
+  bool shared_gated = false;      // Qwen3.5-MoE / Qwen3-Next: σ(x·shared_gateᵀ) scales it; bailing: no gate
   CudaMlpWeights shared_expert;   // has_shared only
-  CudaTensor shared_gate;         // [1, H] fp32; has_shared only
+  CudaTensor shared_gate;         // [1, H] fp32; has_shared && shared_gated only
 };
 
-// Checks the host shapes (router [E, H]; E experts of gate/up [F, H], down [H, F]; shared expert and its gate
-// [1, H] together or not at all) and uploads them, stacking the experts.
+// Checks the host shapes (router [E, H]; E experts of gate/up [F, H], down [H, F]; a shared expert with its gate
+// [1, H], or ungated, or none; expert_bias [E] for sigmoid_grouped routing) and uploads them, stacking the experts.
 CudaMoeWeights cuda_upload_moe(CudaContext& ctx, const MoeWeights& w, const MoeDims& dims);
 
 void moe_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMoeWeights& w, int64_t tokens);

@@ -44,8 +44,6 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
   HLM_CHECK_INPUT(!spec.parallel_block && !spec.layer_norm && !c.rope.interleaved && !c.nope_full_layers,
                   "the CUDA path does not run parallel LayerNorm blocks, interleaved RoPE or NoPE full layers yet (",
                   c.model_type, "): use --device cpu");
-  HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Lightning) == c.layer_kinds.end(),
-                  "the CUDA path has no Lightning Attention-2 layers (", c.model_type, "): use --device cpu");
   ctx.make_current();
   if (c.use_rope) m.rope_host_ = model.rope();
   // One RoPE table serves every layer here: a model whose sliding_attention layers rotate differently (OLMo-3 with
@@ -67,10 +65,13 @@ CudaModel CudaModel::upload(const Model& model, CudaContext& ctx) {
     layer->full_attention = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::FullAttention;
     const bool post_norm = layer->full_attention && spec.attention_post_norm;
     layer->mamba2 = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Mamba2;
+    layer->lightning = c.layer_kinds[static_cast<size_t>(i)] == LayerKind::Lightning;
     if (layer->full_attention)
       layer->self_attn = cuda_upload_attention(ctx, lw.self_attn, attention_dims(c, hyper));
     else if (layer->mamba2)
       layer->mamba = cuda_upload_mamba2(ctx, lw.mamba, mamba2_dims(c));
+    else if (layer->lightning)
+      layer->lightning_attn = cuda_upload_lightning(ctx, lw.lightning, lightning_dims(c, i));
     else
       layer->linear_attn = cuda_upload_gdn(ctx, lw.linear_attn, gdn_dims(c));
     if (!post_norm) layer->input_layernorm = upload_norm(ctx, lw.input_layernorm, H, prefix + "input_layernorm");
@@ -198,6 +199,10 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no Mamba-2 backward (",
                         c.model_type, "): training is not supported");
         mamba2_layer_forward_cuda(ctx, out, in.f32, layer.mamba, mamba2_dims(c), b);
+      } else if (layer.lightning) {  // forward only: training a bailing model on CUDA is refused (no layer backward)
+        HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no Lightning Attention-2 backward (",
+                        c.model_type, "): training is not supported");
+        lightning_layer_forward_cuda(ctx, out, in.f32, layer.lightning_attn, lightning_dims(c, i), rope, b);
       }
       else if (keep != nullptr)
         keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
@@ -348,8 +353,14 @@ const CudaAttentionWeights& CudaModel::attention_weights(int layer) const {
 
 const CudaGdnWeights& CudaModel::gdn_weights(int layer) const {
   const Layer& l = *layers_.at(static_cast<size_t>(layer));
-  HLM_CHECK(!l.full_attention && !l.mamba2, "layer ", layer, " is not a GDN layer");
+  HLM_CHECK(!l.full_attention && !l.mamba2 && !l.lightning, "layer ", layer, " is not a GDN layer");
   return l.linear_attn;
+}
+
+const CudaLightningWeights& CudaModel::lightning_weights(int layer) const {
+  const Layer& l = *layers_.at(static_cast<size_t>(layer));
+  HLM_CHECK(l.lightning, "layer ", layer, " is not a Lightning Attention-2 layer");
+  return l.lightning_attn;
 }
 
 const CudaMamba2Weights& CudaModel::mamba2_weights(int layer) const {

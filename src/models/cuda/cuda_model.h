@@ -32,6 +32,7 @@
 #include "layers/capture.h"
 #include "layers/cuda/attention_layer_cuda.h"
 #include "layers/cuda/gdn_layer_cuda.h"
+#include "layers/cuda/lightning_layer_cuda.h"
 #include "layers/cuda/mamba2_layer_cuda.h"
 #include "layers/cuda/mlp_layer_cuda.h"
 #include "models/model.h"
@@ -112,6 +113,7 @@ class CudaModel {
   const CudaAttentionWeights& attention_weights(int layer) const;
   const CudaGdnWeights& gdn_weights(int layer) const;
   const CudaMamba2Weights& mamba2_weights(int layer) const;
+  const CudaLightningWeights& lightning_weights(int layer) const;
   // The device cos/sin table covering positions [0, positions) (nullptr when the model has no rope).
   const RopeCudaTable* rope_for_positions(int64_t positions) { return rope_table(positions); }
   CudaContext& context() const { return *ctx_; }

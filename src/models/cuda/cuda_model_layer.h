@@ -3,6 +3,7 @@
 #pragma once
 #include <utility>
 
+#include "layers/cuda/lightning_layer_cuda.h"
 #include "layers/cuda/mamba2_layer_cuda.h"
 #include "layers/cuda/moe_layer_cuda.h"
 #include "models/cuda/cuda_model.h"
@@ -21,6 +22,10 @@ inline constexpr std::pair<CudaLinear CudaGdnWeights::*, Linear GdnWeights::*> k
     {&CudaGdnWeights::v_proj, &GdnWeights::v_proj}, {&CudaGdnWeights::g_proj, &GdnWeights::g_proj},
     {&CudaGdnWeights::a_proj, &GdnWeights::a_proj}, {&CudaGdnWeights::b_proj, &GdnWeights::b_proj},
     {&CudaGdnWeights::o_proj, &GdnWeights::o_proj}};
+// A Lightning layer's linears (query_key_value is held as three row blocks: no slot-for-slot host twin either).
+inline constexpr CudaLinear CudaLightningWeights::* kLightningLinears[] = {
+    &CudaLightningWeights::q_proj, &CudaLightningWeights::k_proj, &CudaLightningWeights::v_proj,
+    &CudaLightningWeights::g_proj, &CudaLightningWeights::dense};
 // A Mamba-2 layer's linears (in_proj is held as three row blocks, so there is no slot-for-slot host twin).
 inline constexpr CudaLinear CudaMamba2Weights::* kMamba2Linears[] = {
     &CudaMamba2Weights::in_z, &CudaMamba2Weights::in_xbc, &CudaMamba2Weights::in_dt, &CudaMamba2Weights::out_proj};
@@ -36,6 +41,8 @@ struct CudaModel::Layer {
   CudaGdnWeights linear_attn;             // linear_attention layers
   bool mamba2 = false;                    // Mamba-2 layers (granitemoehybrid): mamba, not linear_attn
   CudaMamba2Weights mamba;
+  bool lightning = false;                 // Lightning Attention-2 layers (bailing_moe_linear): lightning_attn
+  CudaLightningWeights lightning_attn;
   CudaTensor post_attention_layernorm;    // [hidden]
   CudaMlpWeights mlp;                     // dense FFN layers
   bool moe = false;                       // routed-expert FFN layers (ModelConfig::moe_layer): moe_ffn, not mlp

@@ -16,6 +16,8 @@ void CudaModel::for_each_linear(const Fn& fn) {
       for (const auto& slots : kAttentionLinears) fn(d.self_attn.*slots.first);
     } else if (d.mamba2) {
       for (const auto slot : kMamba2Linears) fn(d.mamba.*slot);
+    } else if (d.lightning) {
+      for (const auto slot : kLightningLinears) fn(d.lightning_attn.*slot);
     } else {
       for (const auto& slots : kGdnLinears) fn(d.linear_attn.*slots.first);
     }

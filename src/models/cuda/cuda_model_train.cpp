@@ -85,6 +85,10 @@ void CudaModel::for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn) 
   HLM_CHECK(static_cast<int64_t>(host.layers.size()) == c.num_hidden_layers, "host weights have ",
             host.layers.size(), " layers, the model ", c.num_hidden_layers);
   const bool attention_post_norm = architecture_spec(c.architecture).attention_post_norm;
+  // A Lightning layer's query_key_value is held as three row blocks (layers/cuda/lightning_layer_cuda.h).
+  HLM_CHECK_INPUT(std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Lightning) == c.layer_kinds.end(),
+                  "the CUDA model has no per-tensor access to Lightning Attention-2 layers (training, download, ",
+                  "gradients) for ", c.model_type, ": use --device cpu");
   // The experts are stacked on the device (layers/cuda/moe_layer_cuda.h): no slot-for-slot twin of the host's.
   HLM_CHECK_INPUT(!c.has_moe_layers(), "the CUDA model keeps routed experts stacked: no per-tensor access ",
                   "(training, download, gradients) for ", c.model_type, " yet: use --device cpu");
@@ -195,6 +199,11 @@ CudaTrainTrace CudaModel::forward_train(const CudaTokenBatch& device_batch, Reco
   // The CUDA attention backward has no output gate (Qwen3.5): refuse instead of training with a wrong gradient.
   HLM_CHECK_INPUT(!architecture_spec(config_.architecture).attention_output_gate,
                   "CUDA training does not support gated attention (", config_.model_type, ") yet: use --device cpu");
+  // The CUDA Lightning layer has a forward only (layers/cuda/lightning_layer_cuda.h; the CPU has no layer backward).
+  HLM_CHECK_INPUT(std::find(config_.layer_kinds.begin(), config_.layer_kinds.end(), LayerKind::Lightning) ==
+                      config_.layer_kinds.end(),
+                  "CUDA training does not run Lightning Attention-2 layers (", config_.model_type,
+                  "): no Lightning backward yet (forward and inference only)");
   // The CUDA MoE layer has a forward only (layers/cuda/moe_layer_cuda.h).
   HLM_CHECK_INPUT(!config_.has_moe_layers(), "CUDA training does not run routed-expert (MoE) layers (",
                   config_.model_type, ") yet: train on --device cpu");

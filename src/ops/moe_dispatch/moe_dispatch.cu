@@ -96,6 +96,107 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(int32_t* ex
     }
 }
 
+// The bailing router (moe_dispatch.h, route_sigmoid_grouped): one warp per token, lane l holds experts l + 32·s; the
+// group scores go through the warp's shared row (G ≤ E / 2 ≤ 256), which every lane then reads.
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_sigmoid_grouped_kernel(
+    int32_t* expert, float* weight, float* scores, const float* logits, const float* bias, int64_t T, int E, int k,
+    int G, int topk_group, bool norm, float scaling) {
+  __shared__ float group_score[kRouteWarps][kMoeMaxExperts / 2];
+  __shared__ unsigned char group_kept[kRouteWarps][kMoeMaxExperts / 2];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= T) return;  // whole warps leave together (t is per warp)
+  const int per = E / G;
+  float sg[kPerLane], b[kPerLane];
+  bool nan = false;
+#pragma unroll
+  for (int s = 0; s < kPerLane; ++s) {
+    const int e = lane + 32 * s;
+    sg[s] = 0.0f;
+    b[s] = -INFINITY;
+    if (e < E) {
+      sg[s] = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(logits[t * E + e]))));
+      b[s] = __fadd_rn(sg[s], bias[e]);
+      nan |= b[s] != b[s];
+      if (scores != nullptr) scores[t * E + e] = sg[s];
+    }
+  }
+  nan = __any_sync(0xffffffffu, nan);
+  // Group scores: the two largest b of each group (a multiset: a tie fills both), merged across the lanes.
+  for (int g = 0; g < G; ++g) {
+    float first = -INFINITY, second = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kPerLane; ++s) {
+      const int e = lane + 32 * s;
+      if (e >= E || e / per != g) continue;
+      if (b[s] > first) {
+        second = first;
+        first = b[s];
+      } else if (b[s] > second) {
+        second = b[s];
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const float f2 = __shfl_xor_sync(0xffffffffu, first, o), s2 = __shfl_xor_sync(0xffffffffu, second, o);
+      const float lo = fminf(first, f2);
+      second = fmaxf(lo, fmaxf(second, s2));
+      first = fmaxf(first, f2);
+    }
+    if (lane == 0) {
+      group_score[warp][g] = __fadd_rn(first, second);
+      group_kept[warp][g] = 0;
+    }
+  }
+  __syncwarp();
+  // The topk_group best groups (larger score, ties to the lower index): the same serial scan in every lane.
+  if (lane == 0)
+    for (int j = 0; j < topk_group; ++j) {
+      int best = -1;
+      for (int g = 0; g < G; ++g)
+        if (!group_kept[warp][g] && (best < 0 || group_score[warp][g] > group_score[warp][best])) best = g;
+      group_kept[warp][best] = 1;
+    }
+  __syncwarp();
+  unsigned taken = 0;
+  float sel_s[kMaxK];
+  int sel_e[kMaxK];
+  float chosen = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    float bp = 0.0f, bs = 0.0f;
+    int be = -1;
+#pragma unroll
+    for (int s = 0; s < kPerLane; ++s) {
+      const int e = lane + 32 * s;
+      if (e >= E || (taken >> s & 1u)) continue;
+      const float m = group_kept[warp][e / per] ? b[s] : -INFINITY;
+      if (ranks_before(m, e, bp, be)) {
+        bp = m;
+        bs = sg[s];
+        be = e;
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const float op = __shfl_xor_sync(0xffffffffu, bp, o), os = __shfl_xor_sync(0xffffffffu, bs, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+      if (ranks_before(op, oe, bp, be)) {
+        bp = op;
+        bs = os;
+        be = oe;
+      }
+    }
+    if (be % 32 == lane) taken |= 1u << (be / 32);
+    sel_s[j < kMaxK ? j : 0] = bs;
+    sel_e[j < kMaxK ? j : 0] = be;
+    chosen = __fadd_rn(chosen, bs);  // j ascending, as the CPU
+  }
+  if (lane == 0)
+    for (int j = 0; j < k; ++j) {
+      expert[t * k + j] = nan ? j : sel_e[j];
+      const float w = norm ? __fdiv_rn(sel_s[j], __fadd_rn(chosen, 1e-20f)) : sel_s[j];
+      weight[t * k + j] = nan ? cuda::quiet_nan() : __fmul_rn(w, scaling);
+    }
+}
+
 // counts[e] for block e: a block-wide count over all picks.
 __global__ void __launch_bounds__(kDispatchThreads) moe_count_kernel(int32_t* counts, const int32_t* expert,
                                                                      int64_t n) {
@@ -184,14 +285,15 @@ __global__ void moe_combine_kernel(float* out, const float* y, const float* weig
     order[m] = j;
   }
   float s = 0.0f;
-  if (shared != nullptr) s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(shared_gate[t]))));
+  if (shared_gate != nullptr) s = static_cast<float>(1.0 / (1.0 + exp(-static_cast<double>(shared_gate[t]))));
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < k; ++j) {
       const int64_t i = t * k + order[j];
       acc = __fadd_rn(acc, __fmul_rn(y[static_cast<int64_t>(slot[i]) * H + h], weight[i]));
     }
-    if (shared != nullptr) acc = __fadd_rn(acc, __fmul_rn(s, shared[t * H + h]));
+    if (shared != nullptr)  // gated (Qwen3.5-MoE / Qwen3-Next) or not (bailing)
+      acc = __fadd_rn(acc, shared_gate != nullptr ? __fmul_rn(s, shared[t * H + h]) : shared[t * H + h]);
     out[t * H + h] = acc;
   }
 }
@@ -208,6 +310,23 @@ void moe_route_cuda(int32_t* expert, float* weight, float* probs, const float* l
   const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
   moe_route_kernel<<<blocks, kRouteWarps * 32, 0, stream>>>(expert, weight, probs, logits, T, static_cast<int>(E),
                                                             static_cast<int>(k), norm_topk_prob);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void moe_route_sigmoid_grouped_cuda(int32_t* expert, float* weight, float* scores, const float* logits,
+                                    const float* expert_bias, int64_t T, int64_t E, int64_t k, int64_t n_group,
+                                    int64_t topk_group, bool norm_topk_prob, float routed_scaling,
+                                    cudaStream_t stream) {
+  const int64_t per = n_group > 0 ? E / n_group : 0;
+  HLM_CHECK_INPUT(E > 0 && E <= kMoeMaxExperts && k > 0 && k <= kMoeMaxTopK && n_group > 0 && E % n_group == 0 &&
+                      per >= 2 && topk_group >= 1 && topk_group <= n_group && k <= topk_group * per,
+                  "moe route (sigmoid, grouped) on CUDA: top_k ", k, " of ", E, " experts in ", n_group, " groups, ",
+                  topk_group, " kept (at most ", kMoeMaxExperts, " experts and top_k ", kMoeMaxTopK, ")");
+  if (T == 0) return;
+  const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
+  moe_route_sigmoid_grouped_kernel<<<blocks, kRouteWarps * 32, 0, stream>>>(
+      expert, weight, scores, logits, expert_bias, T, static_cast<int>(E), static_cast<int>(k),
+      static_cast<int>(n_group), static_cast<int>(topk_group), norm_topk_prob, routed_scaling);
   HLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // Routed-expert dispatch, CPU reference: routing, the stable sort of picks by expert, the combine (moe_dispatch.h).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -29,6 +30,66 @@ void moe_route_ref(int32_t* expert, float* weight, float* probs, const float* lo
     for (int64_t j = 0; j < k; ++j) {
       expert[t * k + j] = order[j];
       weight[t * k + j] = norm_topk_prob ? p[order[j]] / chosen : p[order[j]];
+    }
+  }
+}
+
+void moe_route_sigmoid_grouped_ref(int32_t* expert, float* weight, float* scores, const float* logits,
+                                   const float* expert_bias, int64_t T, int64_t E, int64_t k, int64_t n_group,
+                                   int64_t topk_group, bool norm_topk_prob, float routed_scaling) {
+  const int64_t G = n_group, per = G > 0 ? E / G : 0;
+  HLM_CHECK_INPUT(E > 0 && k > 0 && G > 0 && E % G == 0 && per >= 2 && topk_group >= 1 && topk_group <= G &&
+                      k <= topk_group * per,
+                  "moe route (sigmoid, grouped): top_k ", k, " of ", E, " experts in ", G, " groups, ", topk_group,
+                  " kept");
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  std::vector<float> s(static_cast<size_t>(E)), b(static_cast<size_t>(E)), masked(static_cast<size_t>(E));
+  std::vector<float> group(static_cast<size_t>(G));
+  std::vector<int32_t> order(static_cast<size_t>(std::max(E, G)));
+  for (int64_t t = 0; t < T; ++t) {
+    bool nan = false;
+    for (int64_t e = 0; e < E; ++e) {
+      s[e] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logits[t * E + e]))));
+      b[e] = s[e] + expert_bias[e];
+      nan = nan || std::isnan(b[e]);
+    }
+    if (scores != nullptr) std::copy(s.begin(), s.end(), scores + t * E);
+    if (nan) {  // no ordering of NaN scores: experts 0..k−1 (any ids in range would do), weights NaN
+      for (int64_t j = 0; j < k; ++j) {
+        expert[t * k + j] = static_cast<int32_t>(j);
+        weight[t * k + j] = std::numeric_limits<float>::quiet_NaN();
+      }
+      continue;
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float first = kMasked, second = kMasked;
+      for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+        if (b[e] > first) {
+          second = first;
+          first = b[e];
+        } else if (b[e] > second) {
+          second = b[e];
+        }
+      }
+      group[g] = first + second;
+    }
+    std::iota(order.begin(), order.begin() + G, 0);
+    std::partial_sort(order.begin(), order.begin() + topk_group, order.begin() + G, [&](int32_t a, int32_t c) {
+      return group[a] > group[c] || (group[a] == group[c] && a < c);
+    });
+    std::fill(masked.begin(), masked.end(), kMasked);
+    for (int64_t j = 0; j < topk_group; ++j)
+      for (int64_t e = order[j] * per; e < (order[j] + 1) * per; ++e) masked[e] = b[e];
+    std::iota(order.begin(), order.begin() + E, 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.begin() + E, [&](int32_t a, int32_t c) {
+      return masked[a] > masked[c] || (masked[a] == masked[c] && a < c);
+    });
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += s[order[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      const float w = norm_topk_prob ? s[order[j]] / (sum + 1e-20f) : s[order[j]];
+      expert[t * k + j] = order[j];
+      weight[t * k + j] = w * routed_scaling;
     }
   }
 }
@@ -65,6 +126,10 @@ void moe_combine_ref(float* out, const float* y, const float* weight, const int3
       for (int64_t h = 0; h < H; ++h) dst[h] += src[h] * w;
     }
     if (shared == nullptr) continue;
+    if (shared_gate == nullptr) {  // the ungated shared expert (bailing)
+      for (int64_t h = 0; h < H; ++h) dst[h] += shared[t * H + h];
+      continue;
+    }
     const float s = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(shared_gate[t]))));
     for (int64_t h = 0; h < H; ++h) dst[h] += s * shared[t * H + h];
   }

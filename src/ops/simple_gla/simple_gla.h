@@ -2,8 +2,8 @@
 // normaliser, the token mixer of the inclusionAI "bailing" hybrid-linear models (Ring-mini-linear-2.0, Ring/Ling-2.5;
 // ../shared/docs/families.md §6 "Lightning Attention-2 layer"). CPU reference: forward in the recurrent form and in
 // the chunked form (the two agree to rounding), the backward by the reverse recurrence, and the Ring decay helper.
-// The projections, per-head q/k RMSNorm, partial RoPE, group RMSNorm and sigmoid gate around it are other ops; a
-// layer composing them is later work (no CUDA kernel either).
+// The projections, per-head q/k RMSNorm, partial RoPE, group RMSNorm and sigmoid gate around it are other ops
+// (layers/lightning_layer.h composes them). CUDA forward (chunked and recurrent, fp32): simple_gla_cuda.h.
 //
 // Symbols: T tokens of all sequences (packed), H heads, dk key dim, dv value dim, N sequences.
 // Layout (contiguous, token-major):

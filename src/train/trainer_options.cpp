@@ -91,8 +91,9 @@ const std::array kOptions{
                 "Where the steps run: cpu, or cuda (GPU 0; needs a build with the CUDA backend)"},
     TrainOption{"zero_stage", "--zero-stage", &C::zero_stage, B, false, false, false,
                 "With several ranks (mpirun/srun, docs/distributed.md): 1 shards AdamW's moments over the ranks "
-                "(ZeRO-1; on the GPU with --precision bf16 also the linears' fp32 master weights), 0 keeps a whole "
-                "copy on every rank"},
+                "(ZeRO-1; on the GPU fp32 or 8-bit, with --precision bf16 also the linears' fp32 master weights, "
+                "and lean's update; on the CPU fp32 plans only), 0 keeps a whole copy on every rank (the CPU "
+                "trainer's adam8 and lean need it; the GPU trainer refuses it with lean)"},
     // Not an option: the number of ranks, from the launcher; fixed, so a resume on another number is refused.
     TrainOption{"world_size", "", &C::world_size, 0u, true, false, false, "Ranks of the run"},
     TrainOption{"precision", "--precision", &C::precision, B, false, false, false,

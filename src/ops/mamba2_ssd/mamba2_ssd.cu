@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/varlen_chunks.cuh"
 #include "core/error.h"
 #include "ops/mamba2_ssd/mamba2_ssd_cuda.h"
 
@@ -29,24 +30,6 @@ __device__ __forceinline__ float dt_of(float raw, float bias, const Mamba2CudaPa
   return dt;
 }
 
-// Chunk slot `slot` → its sequence, first token and length (sequence by sequence, ceil(len / Q) chunks each).
-// false: a spare slot past the last chunk.
-__device__ bool locate_chunk(int64_t slot, const int64_t* cu, int64_t n_seqs, int64_t Q, int64_t& seq,
-                             int64_t& start, int64_t& len) {
-  int64_t first = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const int64_t b = cu[s], e = cu[s + 1], n = (e - b + Q - 1) / Q;
-    if (slot < first + n) {
-      seq = s;
-      start = b + (slot - first) * Q;
-      len = min(Q, e - start);
-      return true;
-    }
-    first += n;
-  }
-  return false;
-}
-
 // The workspace: per (slot, head) dt [Q] and cumulative decay [Q]; then per (slot, head) a state [P, N].
 struct Workspace {
   float* dt;     // [slots, nh, Q]
@@ -54,7 +37,7 @@ struct Workspace {
   float* state;  // [slots, nh, P, N]
 };
 
-int64_t chunk_slots(const Mamba2CudaParams& p) { return (p.total_tokens + p.chunk - 1) / p.chunk + p.n_seqs; }
+int64_t chunk_slots(const Mamba2CudaParams& p) { return varlen_chunk_slots(p.total_tokens, p.chunk, p.n_seqs); }
 
 Workspace carve(void* ws, const Mamba2CudaParams& p) {
   const int64_t slots = chunk_slots(p), per = slots * p.heads * p.chunk;
@@ -70,7 +53,7 @@ __global__ void mamba2_prep_kernel(Workspace w, Mamba2CudaInputs in, Mamba2CudaP
   if (i >= slots * p.heads) return;
   const int64_t slot = i / p.heads, h = i % p.heads;
   int64_t seq, start, len;
-  if (!locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
+  if (!varlen_locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
   const float A = -expf(in.A_log[h]), bias = in.dt_bias[h];
   float* dt = w.dt + i * p.chunk;
   float* cum = w.cum + i * p.chunk;
@@ -89,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_chunk_state_kernel(Workspace 
   extern __shared__ float smem[];
   const int64_t slot = blockIdx.x, h = blockIdx.y;
   int64_t seq, start, len;
-  if (!locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
+  if (!varlen_locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
   const int64_t P = p.head_dim, N = p.state_dim, g = h / (p.heads / p.groups);
   const int64_t item = slot * p.heads + h;
   const float* dt = w.dt + item * p.chunk;
@@ -161,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_chunk_output_kernel(float* y,
   extern __shared__ float smem[];
   const int64_t slot = blockIdx.x, h = blockIdx.y, t0 = static_cast<int64_t>(blockIdx.z) * kRows;
   int64_t seq, start, len;
-  if (!locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
+  if (!varlen_locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
   if (t0 >= len) return;
   const int64_t P = p.head_dim, N = p.state_dim, g = h / (p.heads / p.groups), NB = N + 1;
   const int64_t item = slot * p.heads + h, rows = min(static_cast<int64_t>(kRows), len - t0);

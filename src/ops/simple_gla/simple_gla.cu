@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/varlen_chunks.cuh"
 #include "core/error.h"
 #include "ops/simple_gla/simple_gla_cuda.h"
 
@@ -21,25 +22,7 @@ constexpr int kTokTile = 32;                                 // tokens per share
 constexpr int kRows = 32;                                    // output rows per output block
 constexpr int kRecurrentThreads = 128;                       // recurrence: state columns in flight per block
 
-// Chunk slot `slot` → its sequence, first token and length (sequence by sequence, ceil(len / Q) chunks each).
-// false: a spare slot past the last chunk.
-__device__ bool locate_chunk(int64_t slot, const int64_t* cu, int64_t n_seqs, int64_t Q, int64_t& seq,
-                             int64_t& start, int64_t& len) {
-  int64_t first = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const int64_t b = cu[s], e = cu[s + 1], n = (e - b + Q - 1) / Q;
-    if (slot < first + n) {
-      seq = s;
-      start = b + (slot - first) * Q;
-      len = min(Q, e - start);
-      return true;
-    }
-    first += n;
-  }
-  return false;
-}
-
-int64_t chunk_slots(const SimpleGlaCudaParams& p) { return (p.total_tokens + p.chunk - 1) / p.chunk + p.n_seqs; }
+int64_t chunk_slots(const SimpleGlaCudaParams& p) { return varlen_chunk_slots(p.total_tokens, p.chunk, p.n_seqs); }
 
 float scale_of(const SimpleGlaCudaParams& p) {
   // As the reference for T = float: 1 / sqrt(dk) in double, rounded once.
@@ -54,7 +37,7 @@ __global__ void __launch_bounds__(kThreads) simple_gla_chunk_state_kernel(float*
   extern __shared__ float smem[];
   const int64_t slot = blockIdx.x, h = blockIdx.y;
   int64_t seq, start, len;
-  if (!locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
+  if (!varlen_locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
   const int64_t K = p.key_dim, V = p.value_dim, H = p.heads;
   const float g = in.g[h];
   float* ks = smem;               // [kTokTile][K]: weighted k
@@ -126,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) simple_gla_chunk_output_kernel(float
   extern __shared__ float smem[];
   const int64_t slot = blockIdx.x, h = blockIdx.y, t0 = static_cast<int64_t>(blockIdx.z) * kRows;
   int64_t seq, start, len;
-  if (!locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
+  if (!varlen_locate_chunk(slot, in.cu_seqlens, p.n_seqs, p.chunk, seq, start, len)) return;
   if (t0 >= len) return;
   const int64_t K = p.key_dim, V = p.value_dim, H = p.heads, KB = K + 1;
   const int64_t rows = min(static_cast<int64_t>(kRows), len - t0);

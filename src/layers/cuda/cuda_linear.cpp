@@ -20,6 +20,11 @@ CudaTensor cuda_upload_f32(CudaContext& ctx, const Tensor& host, const char* nam
   return cuda_upload(ctx, host);
 }
 
+CudaTensor cuda_upload_f32_sized(CudaContext& ctx, const Tensor& host, int64_t n, const char* name) {
+  HLM_CHECK_INPUT(host.defined() && host.numel() == n, "tensor ", name, " must have ", n, " entries");
+  return cuda_upload_f32(ctx, host, name);
+}
+
 CudaLinear cuda_upload_linear(CudaContext& ctx, const Linear& host, const char* name) {
   HLM_CHECK_INPUT(host.weight.defined() && host.weight.rank() == 2, "linear ", name, " has no 2-d weight");
   CudaLinear l;

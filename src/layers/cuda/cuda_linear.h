@@ -36,6 +36,8 @@ CudaLinear cuda_upload_linear(CudaContext& ctx, const Linear& host, const char* 
 
 // Uploads a contiguous f32 host tensor (input error naming `name` otherwise).
 CudaTensor cuda_upload_f32(CudaContext& ctx, const Tensor& host, const char* name);
+// The same for a tensor that must hold exactly n values (input error naming `name` when absent or of another size).
+CudaTensor cuda_upload_f32_sized(CudaContext& ctx, const Tensor& host, int64_t n, const char* name);
 
 // Switches the bf16 compute mode on (allocates weight_bf16 and fills it from weight) or off (frees it).
 void cuda_linear_set_bf16(CudaContext& ctx, CudaLinear& layer, bool on);

@@ -3,7 +3,6 @@
 #include "layers/cuda/lightning_layer_cuda.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -11,24 +10,6 @@
 #include "ops/simple_gla/simple_gla_cuda.h"
 
 namespace hlm {
-
-namespace {
-
-// Rows [begin, begin + rows) of a host linear's weight as a Linear of their own (no bias: use_qkv_bias is refused).
-Linear row_block(const Linear& l, int64_t begin, int64_t rows) {
-  const int64_t in = l.in_features();
-  Linear out;
-  out.weight = Tensor::zeros({rows, in});
-  std::memcpy(out.weight.f32(), l.weight.f32() + begin * in, sizeof(float) * static_cast<size_t>(rows * in));
-  return out;
-}
-
-CudaTensor upload_vector(CudaContext& ctx, const Tensor& t, int64_t n, const char* name) {
-  HLM_CHECK_INPUT(t.defined() && t.numel() == n, "tensor ", name, " must have ", n, " entries");
-  return cuda_upload_f32(ctx, t, name);
-}
-
-}  // namespace
 
 CudaLightningWeights cuda_upload_lightning(CudaContext& ctx, const LightningWeights& w, const LightningDims& d) {
   const int64_t I = d.inner(), D = d.head_dim;
@@ -48,14 +29,14 @@ CudaLightningWeights cuda_upload_lightning(CudaContext& ctx, const LightningWeig
   HLM_CHECK_INPUT(D <= simple_gla_cuda_max_dim(), "Lightning head dim ", D, " exceeds the CUDA limit of ",
                   simple_gla_cuda_max_dim());
   CudaLightningWeights c;
-  c.q_proj = cuda_upload_linear(ctx, row_block(w.qkv, 0, I), "attention.query_key_value (q rows)");
-  c.k_proj = cuda_upload_linear(ctx, row_block(w.qkv, I, I), "attention.query_key_value (k rows)");
-  c.v_proj = cuda_upload_linear(ctx, row_block(w.qkv, 2 * I, I), "attention.query_key_value (v rows)");
+  c.q_proj = cuda_upload_linear(ctx, linear_row_block(w.qkv, 0, I), "attention.query_key_value (q rows)");
+  c.k_proj = cuda_upload_linear(ctx, linear_row_block(w.qkv, I, I), "attention.query_key_value (k rows)");
+  c.v_proj = cuda_upload_linear(ctx, linear_row_block(w.qkv, 2 * I, I), "attention.query_key_value (v rows)");
   c.g_proj = cuda_upload_linear(ctx, w.g_proj, "attention.g_proj");
   c.dense = cuda_upload_linear(ctx, w.dense, "attention.dense");
-  c.q_norm = upload_vector(ctx, w.q_norm, D, "attention.query_layernorm.weight");
-  c.k_norm = upload_vector(ctx, w.k_norm, D, "attention.key_layernorm.weight");
-  c.g_norm = upload_vector(ctx, w.g_norm, I, "attention.g_norm.weight");
+  c.q_norm = cuda_upload_f32_sized(ctx, w.q_norm, D, "attention.query_layernorm.weight");
+  c.k_norm = cuda_upload_f32_sized(ctx, w.k_norm, D, "attention.key_layernorm.weight");
+  c.g_norm = cuda_upload_f32_sized(ctx, w.g_norm, I, "attention.g_norm.weight");
   c.decay = CudaTensor::empty(ctx, {d.heads});
   cuda_copy_to_device(ctx, c.decay.raw(), d.decay.data(), sizeof(float) * d.decay.size());
   return c;

@@ -2,7 +2,6 @@
 #include "layers/cuda/mamba2_layer_cuda.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -11,24 +10,6 @@
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
-
-namespace {
-
-// Rows [begin, begin + rows) of a host linear's weight as a Linear of their own (no bias: mamba_proj_bias is refused).
-Linear row_block(const Linear& l, int64_t begin, int64_t rows) {
-  const int64_t in = l.in_features();
-  Linear out;
-  out.weight = Tensor::zeros({rows, in});
-  std::memcpy(out.weight.f32(), l.weight.f32() + begin * in, sizeof(float) * static_cast<size_t>(rows * in));
-  return out;
-}
-
-CudaTensor upload_vector(CudaContext& ctx, const Tensor& t, int64_t n, const char* name) {
-  HLM_CHECK_INPUT(t.defined() && t.numel() == n, "tensor ", name, " must have ", n, " entries");
-  return cuda_upload_f32(ctx, t, name);
-}
-
-}  // namespace
 
 CudaMamba2Weights cuda_upload_mamba2(CudaContext& ctx, const Mamba2Weights& w, const Mamba2Dims& d) {
   const int64_t Im = d.inner(), Cd = d.conv_channels(), nh = d.heads;
@@ -48,15 +29,15 @@ CudaMamba2Weights cuda_upload_mamba2(CudaContext& ctx, const Mamba2Weights& w, c
   HLM_CHECK_INPUT(d.chunk >= 1 && d.chunk <= mamba2_ssd_cuda_max_chunk(), "mamba_chunk_size ", d.chunk,
                   " outside the CUDA range [1, ", mamba2_ssd_cuda_max_chunk(), "]");
   CudaMamba2Weights c;
-  c.in_z = cuda_upload_linear(ctx, row_block(w.in_proj, 0, Im), "mamba.in_proj (z rows)");
-  c.in_xbc = cuda_upload_linear(ctx, row_block(w.in_proj, Im, Cd), "mamba.in_proj (xBC rows)");
-  c.in_dt = cuda_upload_linear(ctx, row_block(w.in_proj, Im + Cd, nh), "mamba.in_proj (dt rows)");
+  c.in_z = cuda_upload_linear(ctx, linear_row_block(w.in_proj, 0, Im), "mamba.in_proj (z rows)");
+  c.in_xbc = cuda_upload_linear(ctx, linear_row_block(w.in_proj, Im, Cd), "mamba.in_proj (xBC rows)");
+  c.in_dt = cuda_upload_linear(ctx, linear_row_block(w.in_proj, Im + Cd, nh), "mamba.in_proj (dt rows)");
   c.conv = cuda_upload_f32(ctx, w.conv, "mamba.conv1d.weight");
-  if (w.conv_bias.defined()) c.conv_bias = upload_vector(ctx, w.conv_bias, Cd, "mamba.conv1d.bias");
-  c.dt_bias = upload_vector(ctx, w.dt_bias, nh, "mamba.dt_bias");
-  c.A_log = upload_vector(ctx, w.A_log, nh, "mamba.A_log");
-  c.D = upload_vector(ctx, w.D, nh, "mamba.D");
-  c.norm = upload_vector(ctx, w.norm, Im, "mamba.norm.weight");
+  if (w.conv_bias.defined()) c.conv_bias = cuda_upload_f32_sized(ctx, w.conv_bias, Cd, "mamba.conv1d.bias");
+  c.dt_bias = cuda_upload_f32_sized(ctx, w.dt_bias, nh, "mamba.dt_bias");
+  c.A_log = cuda_upload_f32_sized(ctx, w.A_log, nh, "mamba.A_log");
+  c.D = cuda_upload_f32_sized(ctx, w.D, nh, "mamba.D");
+  c.norm = cuda_upload_f32_sized(ctx, w.norm, Im, "mamba.norm.weight");
   c.out_proj = cuda_upload_linear(ctx, w.out_proj, "mamba.out_proj");
   return c;
 }

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 
 #include "core/error.h"
 #include "ops/matmul/matmul.h"
+#include "ops/moe_dispatch/moe_dispatch.h"
 
 namespace hlm {
 
@@ -46,55 +46,14 @@ MoeRoute moe_route(const float* logits, const MoeDims& d, int64_t T, float* prob
 
 MoeRoute moe_route_sigmoid_grouped(const float* logits, const float* expert_bias, const MoeDims& d, int64_t T,
                                    float* scores) {
-  const int64_t E = d.experts, k = d.top_k, G = d.n_group, per = G > 0 ? E / G : 0;
-  HLM_CHECK_INPUT(E > 0 && k > 0 && G > 0 && E % G == 0 && per >= 2 && d.topk_group >= 1 && d.topk_group <= G &&
-                      k <= d.topk_group * per,
-                  "moe: top_k ", k, " of ", E, " experts in ", G, " groups, ", d.topk_group, " kept");
   HLM_CHECK_INPUT(expert_bias != nullptr, "moe: the sigmoid router needs mlp.gate.expert_bias");
   MoeRoute route;
-  route.expert.resize(static_cast<size_t>(T * k));
-  route.weight.resize(static_cast<size_t>(T * k));
-  std::vector<float> s(static_cast<size_t>(E)), b(static_cast<size_t>(E)), group(static_cast<size_t>(G));
-  std::vector<int32_t> order(static_cast<size_t>(std::max(E, G)));
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  std::vector<float> masked(static_cast<size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t e = 0; e < E; ++e) {  // fp32 sigmoid and biased score, as HF's fp32 router
-      s[e] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(logits[t * E + e]))));
-      b[e] = s[e] + expert_bias[e];
-    }
-    if (scores != nullptr) std::copy(s.begin(), s.end(), scores + t * E);
-    for (int64_t g = 0; g < G; ++g) {  // the sum of the two largest biased scores of the group
-      float first = kMasked, second = kMasked;
-      for (int64_t e = g * per; e < (g + 1) * per; ++e) {
-        if (b[e] > first) {
-          second = first;
-          first = b[e];
-        } else if (b[e] > second) {
-          second = b[e];
-        }
-      }
-      group[g] = first + second;
-    }
-    std::iota(order.begin(), order.begin() + G, 0);
-    std::partial_sort(order.begin(), order.begin() + d.topk_group, order.begin() + G, [&](int32_t a, int32_t c) {
-      return group[a] > group[c] || (group[a] == group[c] && a < c);
-    });
-    std::fill(masked.begin(), masked.end(), kMasked);
-    for (int64_t j = 0; j < d.topk_group; ++j)
-      for (int64_t e = order[j] * per; e < (order[j] + 1) * per; ++e) masked[e] = b[e];
-    std::iota(order.begin(), order.begin() + E, 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.begin() + E, [&](int32_t a, int32_t c) {
-      return masked[a] > masked[c] || (masked[a] == masked[c] && a < c);
-    });
-    float sum = 0.0f;  // fp32, as HF sums the k gathered scores
-    for (int64_t j = 0; j < k; ++j) sum += s[order[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      const float w = d.norm_topk_prob ? s[order[j]] / (sum + 1e-20f) : s[order[j]];
-      route.expert[t * k + j] = order[j];
-      route.weight[t * k + j] = w * d.routed_scaling;
-    }
-  }
+  route.expert.resize(static_cast<size_t>(T * d.top_k));
+  route.weight.resize(static_cast<size_t>(T * d.top_k));
+  // The op folder's reference is the rule (fp32 sigmoid and biased scores, as HF's fp32 router); the CUDA kernel is
+  // checked against it.
+  moe_route_sigmoid_grouped_ref(route.expert.data(), route.weight.data(), scores, logits, expert_bias, T, d.experts,
+                                d.top_k, d.n_group, d.topk_group, d.norm_topk_prob, d.routed_scaling);
   return route;
 }
 

@@ -102,9 +102,10 @@ TEST(MoeDispatchRef, ComposedPiecesEqualTheCpuLayerBitForBit) {
   }
 }
 
-// The bailing router and ungated shared expert (Ring-mini-linear-2.0): moe_route_sigmoid_grouped_ref = the layer's
-// moe_route_sigmoid_grouped (experts, weights, σ) bit for bit, and the composed pieces with the shared expert added
-// without a gate = the layer's output bit for bit; a NaN logit gives its token NaN weights and in-range experts.
+// The bailing router and ungated shared expert (Ring-mini-linear-2.0): the layer's router is this reference
+// (layers/moe_layer.cpp calls it; its values are checked by hand in tests/models/test_bailing.cpp), the composed
+// pieces (reference route, dispatch, the experts' MLPs, the shared expert added without a gate) = the layer's output
+// bit for bit; a NaN logit gives its token NaN weights and in-range experts.
 TEST(MoeDispatchRef, SigmoidGroupedRouterAndUngatedSharedExpertEqualTheCpuLayer) {
   const int64_t H = 24, F = 10, T = 29;
   for (const auto& [E, k, G, kept, norm] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>>{
@@ -132,10 +133,6 @@ TEST(MoeDispatchRef, SigmoidGroupedRouterAndUngatedSharedExpertEqualTheCpuLayer)
     std::vector<float> weight(n), scores(static_cast<size_t>(T * E));
     moe_route_sigmoid_grouped_ref(expert.data(), weight.data(), scores.data(), logits.data(), l.w.expert_bias.f32(),
                                   T, E, k, G, kept, norm, 2.5f);
-    const MoeRoute route = moe_route_sigmoid_grouped(logits.data(), l.w.expert_bias.f32(), l.d, T);
-    EXPECT_EQ(expert, route.expert);
-    EXPECT_EQ(std::memcmp(weight.data(), route.weight.data(), n * sizeof(float)), 0) << "route weights";
-    EXPECT_EQ(std::memcmp(scores.data(), layer_scores.data(), scores.size() * sizeof(float)), 0) << "scores";
 
     std::vector<int32_t> counts(static_cast<size_t>(E)), offsets(static_cast<size_t>(E + 1)), perm(n), slot(n);
     moe_dispatch_ref(counts.data(), offsets.data(), perm.data(), slot.data(), expert.data(), T, k, E);

@@ -33,6 +33,7 @@
 #include "cuda_models/cuda_forward_parity.h"
 #include "cuda_models/cuda_model_support.h"
 #include "infer/cuda/cuda_engine.h"
+#include "infer/generate_golden_check.h"
 #include "infer/generate.h"
 #include "models/cuda/cuda_model.h"
 #include "models/cuda/cuda_model_train.h"
@@ -201,39 +202,14 @@ TEST(CudaBailing, GenerateCliGreedyIdsEqualTheCpu) {
 // on the CPU engine.
 TEST(CudaBailing, CudaEngineGreedyIdsEqualTheTorchGolden) {
   HLM_REQUIRE_CUDA_MODEL();
-  const SafetensorsFile golden =
-      SafetensorsFile::open(cuda_golden_dir("generate_bailing_moe_linear") / "golden.safetensors");
-  const auto& meta = golden.metadata();
-  Model model = Model::load(cuda_golden_dir("generate_bailing_moe_linear") / meta.at("model_dir"));
+  const test::GenerateGolden g = test::read_generate_golden(cuda_golden_dir("generate_bailing_moe_linear"));
+  Model model = Model::load(g.model_dir);
   CudaModel gpu_model = CudaModel::upload(model, cuda_context());
-  const int prompts = std::stoi(meta.at("prompts"));
-  std::vector<GenerateRequest> requests;
-  std::vector<std::vector<int32_t>> expect;
-  for (int p = 0; p < prompts; ++p) {
-    const auto ids = [&](const std::string& key) {
-      const Tensor t = golden.tensor(key + "." + std::to_string(p));
-      std::vector<int32_t> out;
-      for (int64_t i = 0; i < t.numel(); ++i) out.push_back(static_cast<int32_t>(t.data<int64_t>()[i]));
-      return out;
-    };
-    GenerateRequest r;
-    r.prompt = ids("prompt");
-    expect.push_back(ids("generated"));
-    r.max_new_tokens = static_cast<int64_t>(expect.back().size());
-    requests.push_back(r);
-  }
-  MemoryRequest mr;
-  mr.max_sequences = prompts;
-  mr.kv_blocks = 64;
-  auto engine = make_cuda_engine(gpu_model, memory_plan_build(model.config(), mr));
-  const std::vector<GenerateResult> got = generate(*engine, requests, {});
-  for (int p = 0; p < prompts; ++p) {
-    ASSERT_EQ(got[p].ids.size(), expect[p].size()) << "prompt " << p;
-    for (size_t i = 0; i < expect[p].size(); ++i)
-      ASSERT_EQ(got[p].ids[i], expect[p][i]) << "prompt " << p << ": first difference at new token " << i;
-    std::printf("[engine] generate_bailing_moe_linear prompt %d (%zu tokens) on CUDA: %zu new ids = the golden's\n", p,
-                requests[static_cast<size_t>(p)].prompt.size(), expect[p].size());
-  }
+  auto engine = make_cuda_engine(gpu_model, memory_plan_build(model.config(), test::generate_golden_memory(g)));
+  test::expect_generate_golden_ids(*engine, g, "generate_bailing_moe_linear on CUDA");
+  if (!HasFatalFailure())
+    std::printf("[engine] generate_bailing_moe_linear on CUDA: %zu prompts, every new id = the golden's\n",
+                g.expect.size());
 }
 
 TEST(CudaBailing, TrainingIsRefusedClearly) {

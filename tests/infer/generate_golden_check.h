@@ -1,5 +1,6 @@
 // The check of one generate golden (tools/goldens/make_generate_goldens.py): load the case's model, decode all its
-// prompts together greedily (EOS disabled, as in the golden) and require every new id to equal the golden's.
+// prompts together greedily (EOS disabled, as in the golden) and require every new id to equal the golden's. The
+// pieces serve other engines (tests/cuda_models: the CUDA engine on the same goldens).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -10,15 +11,20 @@
 
 namespace hlm::test {
 
-
-inline void check_generate_golden(const std::string& name) {
-  const SafetensorsFile golden = open_golden(name);
-  const auto& meta = golden.metadata();
-  const std::filesystem::path model_dir = golden_dir(name) / meta.at("model_dir");
-  Model model = Model::load(model_dir);
-  const int prompts = std::stoi(meta.at("prompts"));
+// One generate golden read back: its model folder, the prompts as requests (max_new_tokens = the golden's count) and
+// the golden's new ids per prompt.
+struct GenerateGolden {
+  std::filesystem::path model_dir;
   std::vector<GenerateRequest> requests;
   std::vector<std::vector<int32_t>> expect;
+};
+
+inline GenerateGolden read_generate_golden(const std::filesystem::path& case_dir) {
+  const SafetensorsFile golden = SafetensorsFile::open(case_dir / "golden.safetensors");
+  const auto& meta = golden.metadata();
+  GenerateGolden g;
+  g.model_dir = case_dir / meta.at("model_dir");
+  const int prompts = std::stoi(meta.at("prompts"));
   for (int p = 0; p < prompts; ++p) {
     const auto ids = [&](const std::string& key) {
       const Tensor t = golden.tensor(key + "." + std::to_string(p));
@@ -28,21 +34,37 @@ inline void check_generate_golden(const std::string& name) {
     };
     GenerateRequest r;
     r.prompt = ids("prompt");
-    expect.push_back(ids("generated"));
-    r.max_new_tokens = static_cast<int64_t>(expect.back().size());
-    requests.push_back(r);
+    g.expect.push_back(ids("generated"));
+    r.max_new_tokens = static_cast<int64_t>(g.expect.back().size());
+    g.requests.push_back(r);
   }
+  return g;
+}
+
+// The engine's memory request for a golden: every prompt at once.
+inline MemoryRequest generate_golden_memory(const GenerateGolden& g) {
   MemoryRequest mr;
-  mr.max_sequences = prompts;
+  mr.max_sequences = static_cast<int64_t>(g.requests.size());
   mr.kv_blocks = 64;
-  auto engine = make_cpu_engine(model, memory_plan_build(model.config(), mr));
-  // All prompts decoded together (batched decode over different lengths), EOS disabled as in the golden.
-  const std::vector<GenerateResult> got = generate(*engine, requests, {});
-  for (int p = 0; p < prompts; ++p) {
-    ASSERT_EQ(got[p].ids.size(), expect[p].size()) << name << " prompt " << p;
-    for (size_t i = 0; i < expect[p].size(); ++i)
-      ASSERT_EQ(got[p].ids[i], expect[p][i]) << name << " prompt " << p << ": first difference at new token " << i;
+  return mr;
+}
+
+// All prompts decoded together (batched decode over different lengths), EOS disabled as in the golden; every new id
+// must equal the golden's.
+inline void expect_generate_golden_ids(InferenceEngine& engine, const GenerateGolden& g, const std::string& name) {
+  const std::vector<GenerateResult> got = generate(engine, g.requests, {});
+  for (size_t p = 0; p < g.expect.size(); ++p) {
+    ASSERT_EQ(got[p].ids.size(), g.expect[p].size()) << name << " prompt " << p;
+    for (size_t i = 0; i < g.expect[p].size(); ++i)
+      ASSERT_EQ(got[p].ids[i], g.expect[p][i]) << name << " prompt " << p << ": first difference at new token " << i;
   }
+}
+
+inline void check_generate_golden(const std::string& name) {
+  const GenerateGolden g = read_generate_golden(golden_dir(name));
+  Model model = Model::load(g.model_dir);
+  auto engine = make_cpu_engine(model, memory_plan_build(model.config(), generate_golden_memory(g)));
+  expect_generate_golden_ids(*engine, g, name);
 }
 
 }  // namespace hlm::test

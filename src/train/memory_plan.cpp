@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "models/tensor_table.h"
@@ -60,6 +62,13 @@ const MemoryPlanOption& memory_plan_named(const std::string& name) {
     names += str_cat(names.empty() ? "" : ", ", p.name);
   }
   throw_input_error("--memory-plan: unknown plan '", name, "' (auto, ", names, ")");
+}
+
+bool zero1_masters_sharded_from_env() {
+  const char* v = std::getenv(kZero1MastersEnv);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "sharded") == 0) return true;
+  if (std::strcmp(v, "whole") == 0) return false;
+  throw_input_error("environment variable ", kZero1MastersEnv, "='", v, "' is not sharded or whole");
 }
 
 MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPlanInputs& in) {

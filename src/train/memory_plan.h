@@ -62,6 +62,12 @@ struct MemoryPlanInputs {
   bool shard_masters = true;             // HYBRIDLM_ZERO1_MASTERS=sharded (GPU, bf16 mode, fp32 masters)
 };
 
+// HYBRIDLM_ZERO1_MASTERS: sharded (default) | whole; input error otherwise. Whether ZeRO-1 on the GPU in the bf16
+// compute mode frees the fp32 masters of the weights that have bf16 copies and keeps this rank's shard of them
+// (train/cuda/cuda_data_parallel.h); the estimate follows it.
+inline constexpr const char* kZero1MastersEnv = "HYBRIDLM_ZERO1_MASTERS";
+bool zero1_masters_sharded_from_env();
+
 struct MemoryEstimate {
   uint64_t student_weights = 0;  // masters held whole: fp32, or bf16 (lean)
   uint64_t master_shard = 0;     // ZeRO-1 on the GPU, bf16 mode: this rank's fp32 masters of the linears and head

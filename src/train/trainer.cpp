@@ -247,20 +247,7 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
   held_out_check(valid_, Split::Valid, data_);
   held_out_check(test_, Split::Test, data_);
   choose_memory_plan();
-  // Several ranks: the GPU trainer shards every plan with zero 1 (cuda_data_parallel.h), and runs every plan but lean
-  // with zero 0 (its bf16 gradients would take the all-reduced sums); the CPU trainer shards fp32 moments and masters
-  // only (zero 1) and runs every plan with zero 0 (every rank holds the whole 8-bit state / bf16 masters, updated
-  // alike from the all-reduced fp32 gradients).
-  const MemoryPlanOption* mp = memory_plan_.plan;
-  HLM_CHECK_INPUT(!device_dp_ || mp == nullptr || mp->master == MasterFormat::F32 || cfg_.zero_stage == 1 || W == 1,
-                  "--memory-plan ", mp ? mp->name : "", " with --zero-stage 0 on ", W, " ranks: the linears' "
-                  "gradients are bf16 and zero stage 0 would round the summed gradients back into them; use "
-                  "--zero-stage 1 (the default)");
-  HLM_CHECK_INPUT((W == 1 && !device_dp_) || device_dp_ || mp == nullptr || cfg_.zero_stage == 0 ||
-                      (mp->master == MasterFormat::F32 && mp->state == AdamWStateFormat::F32),
-                  "--memory-plan ", mp ? mp->name : "", ": ZeRO-1 of the CPU trainer on ", W,
-                  " ranks shards fp32 master weights and moments only (bf16 master weights and 8-bit moments are "
-                  "sharded by the GPU trainer); use --zero-stage 0 (every rank keeps the whole state)");
+  // Which plans run on several ranks (and with which --zero-stage) is memory_plan_unusable's rule, applied above.
   build_optimizer();
   if (device_dp_)  // before attach (run()); the device creates its collectives here, on every rank
     device_->set_data_parallel(*comm_, static_cast<int>(cfg_.zero_stage), bucket_elements_from_env(kGpuBucketElements));
@@ -365,8 +352,7 @@ void Trainer::choose_memory_plan() {
   in.ranks = comm_->size();  // the estimate is per rank (the shards of ZeRO-1)
   in.zero_stage = static_cast<int>(cfg_.zero_stage);
   in.gpu = device_ != nullptr;
-  const char* masters = std::getenv("HYBRIDLM_ZERO1_MASTERS");  // train/cuda/cuda_data_parallel.h (default sharded)
-  in.shard_masters = masters == nullptr || std::string(masters) != "whole";
+  in.shard_masters = device_ == nullptr || zero1_masters_sharded_from_env();
   const uint64_t free_bytes = device_ != nullptr ? device_->free_memory_bytes() : 0;
   memory_plan_ = memory_plan_choose(cfg_.memory_plan, in, device_ != nullptr, free_bytes);
   HLM_CHECK_INPUT(memory_plan_.plan != nullptr, "--device ", cfg_.device, ": the run needs at least ",

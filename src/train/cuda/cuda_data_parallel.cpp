@@ -42,13 +42,6 @@ bool dp_overlap_from_env() {
   throw_input_error("environment variable ", kDpOverlapEnv, "='", v, "' is not on or off");
 }
 
-bool zero1_masters_sharded_from_env() {
-  const char* v = std::getenv(kZero1MastersEnv);
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "sharded") == 0) return true;
-  if (std::strcmp(v, "whole") == 0) return false;
-  throw_input_error("environment variable ", kZero1MastersEnv, "='", v, "' is not sharded or whole");
-}
-
 CudaDataParallel::~CudaDataParallel() {
   if (armed_) {  // an exception left queued sums behind: let them end before the buffers go
     try {

@@ -214,9 +214,7 @@ class CudaDataParallel {
 // HYBRIDLM_DP_OVERLAP: on (default) | off; input error otherwise.
 inline constexpr const char* kDpOverlapEnv = "HYBRIDLM_DP_OVERLAP";
 bool dp_overlap_from_env();
-// HYBRIDLM_ZERO1_MASTERS: sharded (default) | whole; input error otherwise. Whether ZeRO-1 in the bf16 compute mode
-// frees the fp32 masters of the weights that have bf16 copies and keeps this rank's shard of them (see above).
-inline constexpr const char* kZero1MastersEnv = "HYBRIDLM_ZERO1_MASTERS";
-bool zero1_masters_sharded_from_env();
+// HYBRIDLM_ZERO1_MASTERS (sharded | whole): train/memory_plan.h's zero1_masters_sharded_from_env, which the
+// start-up estimate reads too.
 
 }  // namespace hlm

@@ -21,6 +21,7 @@
 #include "train/cuda/cuda_bf16_masters.h"
 #include "train/cuda/cuda_eval.h"
 #include "train/cuda/device_collectives.h"
+#include "train/memory_plan.h"
 
 namespace hlm {
 

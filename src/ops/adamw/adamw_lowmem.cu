@@ -122,17 +122,27 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The max of x over the warp's lanes (every lane gets it). fmaxf ignores a NaN operand, as block_max does: the
+// result is the max over the non-NaN values in any order, so the warp's and the block's reductions agree.
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
 // Q8: 8-bit moments; Sr: the update rounded stochastically to bf16 (stored in param_bf16, or widened into param_f32
 // with f32_holds_bf16); GradBf16: the gradient read from grad_bf16.
-// A persistent grid: each CUDA block copies the four code tables into shared memory once, then walks quantization
-// blocks blockIdx.x, blockIdx.x + gridDim.x, ... (every thread of the block walks the same ones, so the barriers of
-// the absmax reductions are uniform). Shared memory because every thread of a warp looks up a different code
-// (dequantizing) and walks its own binary search (quantizing). The values read are the table's, so the bits are
-// the same as with one CUDA block per quantization block. (H200, 2026-12-02: one block per quantization block with
-// the tables copied from constant memory took 203-205 ms per step of the 4B lean bench's 5.1B parameters.)
+// One warp per quantization block: lane l updates elements l, l + 32, ..., l + 224 of the block (each load of the
+// warp reads 32 consecutive elements), the block's absmax is a warp reduction, so no barrier is needed after the
+// tables are copied. A persistent grid: each CUDA block copies the four code tables into shared memory once, then
+// its warps walk quantization blocks (global warp index, + the grid's warp count, ...). Shared memory because every
+// lane looks up a different code (dequantizing) and walks its own search (quantizing). Every element takes the
+// same fp32 operations as adamw_lowmem_step_ref, so the bits are the reference's. (H200: one CUDA block of 256
+// threads per quantization block, one element per thread and four barriers per block, took 7.17 ms for 2^29
+// elements, 748 GB/s, 2026-12-02; docs/memory.md.)
 template <bool Q8, bool Sr, bool GradBf16>
 __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaTensor t, const float* scale_ptr,
                                                                 AdamWLowmemStep s, bool guess) {
+  constexpr int kPerLane = kQ8Block / 32;
   const bool scaled = scale_ptr != nullptr;
   const float scale = scaled ? *scale_ptr : 1.0f;
   if (!isfinite(scale)) return;  // uniform over the grid: no thread is left waiting at the barrier below
@@ -148,20 +158,36 @@ __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaT
   }
   const int64_t n_blocks = (t.n + kQ8Block - 1) / kQ8Block;  // q8_blocks (host only)
   const bool in_bf16 = t.param_bf16 != nullptr;
-  for (int64_t b = blockIdx.x; b < n_blocks; b += gridDim.x) {
-    const int64_t i = b * kQ8Block + threadIdx.x;
-    const bool live = i < t.n;
-    float m = 0.0f, v = 0.0f;
-    if (live) {
-      const float g0 = GradBf16 ? __uint_as_float(static_cast<uint32_t>(t.grad_bf16[i]) << 16) : t.grad[i];
-      const float g = scaled ? __fmul_rn(g0, scale) : g0;
-      const float m0 = Q8 ? __fmul_rn(code_m[t.q_m[i]], t.absmax_m[b]) : t.exp_avg[i];
-      const float v0 = Q8 ? __fmul_rn(code_v[t.q_v[i]], t.absmax_v[b]) : t.exp_avg_sq[i];
-      m = __fadd_rn(__fmul_rn(s.beta1, m0), __fmul_rn(s.one_minus_beta1, g));
-      v = __fadd_rn(__fmul_rn(s.beta2, v0), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
-      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
-      const float p0 = in_bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
-      const float p = __fsub_rn(__fmul_rn(p0, s.decay), __fdiv_rn(__fmul_rn(s.step_size, m), denom));
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5); b < n_blocks;
+       b += warps) {
+    const int64_t base = b * kQ8Block + lane;
+    // Every load of the block first (independent, so they are in flight together), then the arithmetic.
+    float g0[kPerLane] = {}, m0[kPerLane] = {}, v0[kPerLane] = {}, p0[kPerLane] = {};
+    const float am0 = Q8 ? t.absmax_m[b] : 0.0f, av0 = Q8 ? t.absmax_v[b] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t i = base + 32 * k;
+      if (i < t.n) {
+        g0[k] = GradBf16 ? __uint_as_float(static_cast<uint32_t>(t.grad_bf16[i]) << 16) : t.grad[i];
+        m0[k] = Q8 ? __fmul_rn(code_m[t.q_m[i]], am0) : t.exp_avg[i];
+        v0[k] = Q8 ? __fmul_rn(code_v[t.q_v[i]], av0) : t.exp_avg_sq[i];
+        p0[k] = in_bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
+      }
+    }
+    float m[kPerLane], v[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t i = base + 32 * k;
+      m[k] = 0.0f;
+      v[k] = 0.0f;
+      if (i >= t.n) continue;
+      const float g = scaled ? __fmul_rn(g0[k], scale) : g0[k];
+      m[k] = __fadd_rn(__fmul_rn(s.beta1, m0[k]), __fmul_rn(s.one_minus_beta1, g));
+      v[k] = __fadd_rn(__fmul_rn(s.beta2, v0[k]), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v[k]), s.bias_correction2_sqrt), s.eps);
+      const float p = __fsub_rn(__fmul_rn(p0[k], s.decay), __fdiv_rn(__fmul_rn(s.step_size, m[k]), denom));
       if (Sr) {
         const uint16_t r =
             bf16_stochastic(p, static_cast<uint32_t>(splitmix64_device(s.sr_base + static_cast<uint64_t>(i)) >> 48));
@@ -173,20 +199,31 @@ __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaT
         t.param_f32[i] = p;
       }
       if (!Q8) {
-        t.exp_avg[i] = m;
-        t.exp_avg_sq[i] = v;
+        t.exp_avg[i] = m[k];
+        t.exp_avg_sq[i] = v[k];
       }
     }
-    if (Q8) {  // every thread of the block takes part in the reductions
-      const float am = block_max(live ? fabsf(m) : 0.0f);
-      const float av = block_max(live ? fabsf(v) : 0.0f);
-      if (threadIdx.x == 0) {
+    if (Q8) {  // every lane takes part in the reductions
+      // Over |m|, |v| of the live elements and 0 for the others, as block_max sees them: started from element 0's
+      // value (not from 0), so that a block whose values are all NaN gets a NaN absmax, as there.
+      float am = fabsf(m[0]), av = fabsf(v[0]);
+#pragma unroll
+      for (int k = 1; k < kPerLane; ++k) {
+        am = fmaxf(am, fabsf(m[k]));
+        av = fmaxf(av, fabsf(v[k]));
+      }
+      am = warp_max(am);
+      av = warp_max(av);
+      if (lane == 0) {
         t.absmax_m[b] = am;
         t.absmax_v[b] = av;
       }
-      if (live) {
-        t.q_m[i] = quantize_in_block(mid_m, 255, m, am, 127, guess);
-        t.q_v[i] = quantize_in_block(mid_v, 256, v, av, 0, guess);
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int64_t i = base + 32 * k;
+        if (i >= t.n) continue;
+        t.q_m[i] = quantize_in_block(mid_m, 255, m[k], am, 127, guess);
+        t.q_v[i] = quantize_in_block(mid_v, 256, v[k], av, 0, guess);
       }
     }
   }
@@ -225,15 +262,17 @@ void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, 
                 (q8 ? (t.q_v && t.absmax_m && t.absmax_v) : (t.exp_avg && t.exp_avg_sq)),
             "adamw_lowmem_step_cuda: incomplete tensor storage");
   upload_tables();
-  // Enough resident blocks to fill the device (8 of 256 threads per multiprocessor), at most one per quantization
-  // block.
+  // Enough resident blocks to fill the device (8 of 256 threads per multiprocessor), at most one warp per
+  // quantization block.
   static const int64_t resident = [] {
     int device = 0, sms = 0;
     HLM_CUDA_CHECK(cudaGetDevice(&device));
     HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return static_cast<int64_t>(std::max(sms, 1)) * 8;
   }();
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(t.n), resident));
+  const int64_t warps_per_block = kThreads / 32;
+  const unsigned grid = static_cast<unsigned>(
+      std::min<int64_t>((static_cast<int64_t>(blocks_for(t.n)) + warps_per_block - 1) / warps_per_block, resident));
   const bool sr = bf16 || t.f32_holds_bf16;
   static const bool guess = [] {
     const char* e = std::getenv("HLM_ADAMW8_SEARCH");

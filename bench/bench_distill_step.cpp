@@ -11,7 +11,9 @@
 // bytes in use and cudaMemGetInfo's used bytes, and the host-side memory plan. The timed steps run between
 // cudaProfilerStart and cudaProfilerStop, the range the kernel tracer and ncu can be limited to (docs/profiling.md).
 // --shape qwen3-4b / qwen3-1.7b: the teacher of that shape instead (36 layers, hidden 2560, 32 / 8 heads, MLP 9728;
-// 28 layers, hidden 2048, 16 / 8 heads, MLP 6144); --micro R: micro-batches of R rows (gradient accumulation);
+// 28 layers, hidden 2048, 16 / 8 heads, MLP 6144); --micro R: micro-batches of R rows (gradient accumulation); a
+// list (e.g. 2,4,8; ascending, so that a size that does not fit comes last) times each size in turn on the same
+// attached device, the allocator's peaks reset between sizes;
 // --memory-plan fp32|teacher-bf16|adam8|lean (train/memory_plan.h): the plan's teacher, AdamW and master formats, and
 // its estimate; a comma-separated list (e.g. lean,adam8) runs each plan in turn on the same host models (one host
 // setup), the device memory released and the allocator's peaks reset between plans. Per plan it prints the peak over
@@ -24,7 +26,9 @@
 // the overlap off (the sums after the backward). Each step line ends with the loss and the norm in hex floats, so
 // that entries can be compared bit for bit (every entry starts from the same host weights).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
-// HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main).
+// HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
+// attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps
+// other GPU work of the same device call whose timings do not matter (tests) while the steps are timed alone.
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
 #include <cuda_profiler_api.h>
@@ -64,7 +68,7 @@ struct Options {
   int steps = 5;
   int64_t rows = 8, seq = 1024;
   int layers = 28;
-  int64_t micro = 0;  // 0: one micro-batch of all rows
+  std::string micro = "0";  // 0: one micro-batch of all rows; a comma-separated list times each
   std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off";
 };
 
@@ -94,7 +98,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--rows") o.rows = std::atoll(next().c_str());
     else if (a == "--seq") o.seq = std::atoll(next().c_str());
     else if (a == "--layers") o.layers = std::atoi(next().c_str());
-    else if (a == "--micro") o.micro = std::atoll(next().c_str());
+    else if (a == "--micro") o.micro = next();
     else if (a == "--shape") o.shape = next();
     else if (a == "--memory-plan") o.memory_plan = next();
     else if (a == "--data-parallel") o.data_parallel = next();
@@ -165,7 +169,15 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
   DecoderWeights grads = zero_grads_like(student.config());
-  const int64_t micro = o.micro > 0 ? o.micro : o.rows;
+  std::vector<int64_t> micros;
+  for (const std::string& m : split_list(o.micro)) {
+    const int64_t r = std::atoll(m.c_str());
+    if (r < 0 || r > o.rows || (r > 0 && o.rows % r != 0)) {
+      std::fprintf(stderr, "--micro: '%s' does not divide --rows %lld\n", m.c_str(), static_cast<long long>(o.rows));
+      return 2;
+    }
+    micros.push_back(r > 0 ? r : o.rows);
+  }
   PackedBatch batch;
   for (int64_t r = 0; r < o.rows; ++r) {
     std::vector<int32_t> ids(static_cast<size_t>(o.seq));
@@ -210,7 +222,7 @@ int main(int argc, char** argv) {
     adamw_config.master = plan.master;
     adamw_config.sr_seed = 1;
     AdamW optimizer(std::move(groups), std::move(params), adamw_config);
-    MemoryPlanInputs plan_in{student.config(), &teacher.config(), o.precision == "bf16", micro * o.seq};
+    MemoryPlanInputs plan_in{student.config(), &teacher.config(), o.precision == "bf16", micros.front() * o.seq};
     std::printf("%s\n", memory_plan_describe({&plan, memory_plan_estimate(plan, plan_in), "--memory-plan"}).c_str());
 
     CudaTrainDeviceOptions dev_options;
@@ -236,42 +248,50 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count(),
                 gib(after_attach.bytes_in_use), gib(after_attach.peak_bytes_in_use));
     const size_t attach_peak = after_attach.peak_bytes_in_use;
-    allocator.reset_peaks();
-
-    std::vector<double> ms;
-    for (int s = 0; s < o.steps + 2; ++s) {
-      double norm = 0.0;
-      // The timed steps form the profiler range (docs/profiling.md: HLM_TRACE_RANGE=profiler); a no-op otherwise.
-      // Synchronized first: the tracer counts work that starts inside the range.
-      if (s == 2) {
-        cudaDeviceSynchronize();
-        cudaProfilerStart();
-      }
-      const auto a = std::chrono::steady_clock::now();
-      const BatchLoss loss = device.step(batch, micro, 1.0, 1.0, &norm, 1);
-      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-      if (s == o.steps + 1) {
-        cudaDeviceSynchronize();
-        cudaProfilerStop();
-      }
-      std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s [loss %a, norm %a]\n", s, t, loss.loss, norm,
-                  s < 2 ? " (warm-up)" : "", loss.loss, norm);
-      if (s >= 2) ms.push_back(t);
+    if (const char* gate = std::getenv("HLM_BENCH_TIME_AFTER"); gate != nullptr && *gate != '\0') {
+      const auto w0 = std::chrono::steady_clock::now();
+      while (!std::filesystem::exists(gate)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::printf("waited %.1f s for %s before the steps\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(), gate);
     }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    const double tokens = static_cast<double>(o.rows * o.seq);
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    const CudaAllocatorStats st = allocator.stats();
-    std::printf("distill_step dp=%s shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
-                "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
-                "reserved), device used %.2f GiB\n",
-                dp.c_str(), o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
-                static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
-                tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),
-                gib(st.peak_bytes_reserved), gib(total_b - free_b));
-    std::fflush(stdout);
+    for (const int64_t micro : micros) {
+      allocator.reset_peaks();
+
+      std::vector<double> ms;
+      for (int s = 0; s < o.steps + 2; ++s) {
+        double norm = 0.0;
+        // The timed steps form the profiler range (docs/profiling.md: HLM_TRACE_RANGE=profiler); a no-op otherwise.
+        // Synchronized first: the tracer counts work that starts inside the range.
+        if (s == 2) {
+          cudaDeviceSynchronize();
+          cudaProfilerStart();
+        }
+        const auto a = std::chrono::steady_clock::now();
+        const BatchLoss loss = device.step(batch, micro, 1.0, 1.0, &norm, 1);
+        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+        if (s == o.steps + 1) {
+          cudaDeviceSynchronize();
+          cudaProfilerStop();
+        }
+        std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s [loss %a, norm %a]\n", s, t, loss.loss, norm,
+                    s < 2 ? " (warm-up)" : "", loss.loss, norm);
+        if (s >= 2) ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      const double med = ms[ms.size() / 2];
+      const double tokens = static_cast<double>(o.rows * o.seq);
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      const CudaAllocatorStats st = allocator.stats();
+      std::printf("distill_step dp=%s shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
+                  "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
+                  "reserved), device used %.2f GiB\n",
+                  dp.c_str(), o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
+                  static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
+                  tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),
+                  gib(st.peak_bytes_reserved), gib(total_b - free_b));
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

@@ -9,7 +9,8 @@
 //   EFBIG, as on a full disk) exits non-zero naming the file, leaves the previous checkpoint intact (its manifest
 //   verifies) and resumable to the same final weights;
 // - a second process given a busy --out (fresh or --resume) refuses with exit 2 while the first, frozen by SIGSTOP
-//   so the overlap is certain, then finishes unharmed with the same weights.
+//   so the overlap is certain, then finishes unharmed with the same weights;
+// - HYBRIDLM_FAULT itself: a malformed value is an input error, and `hang` stops the process without ending it.
 // Trials: HLM_CRASH_TRIALS random-time kills per job (default 2) plus the fixed fault points (4 per job); seed
 // HLM_CRASH_SEED (default 1). Each trial prints one line; the totals print at the end of each job's test.
 #include <gtest/gtest.h>
@@ -301,4 +302,50 @@ TEST_F(CliCrash, SecondProcessOnTheSameOutRefusesAndTheFirstIsUnharmed) {
   EXPECT_TRUE(running) << "the first process ended before the second started";
   EXPECT_EQ(e.code, 0) << test::read_text(dir() / "lock_a.log");
   EXPECT_TRUE(test::read_text(out / "model" / "model.safetensors") == ref.weights);
+}
+
+// HYBRIDLM_FAULT (train/fault_inject.h): a malformed value is an input error (exit 2, naming the value) at the first
+// fault point the run reaches; `hang` stops the process at its point without ending it (no later checkpoint is
+// written, the process is still there 2 s later) and SIGTERM still ends it (no handler is installed). The
+// data-parallel test of the collective timeout (tests/dist, DistTrain.AHangingRankTimesOutEveryRank) relies on both.
+TEST_F(CliCrash, FaultValuesAreStrictAndHangStopsTheProcess) {
+  const fs::path out = dir() / "fault_value", log = dir() / "fault_value.log";
+  for (const std::string bad : {"train.step@1:hang2", "train.step@0:hang", "train.step@x:kill", "train.step@2x:kill",
+                                "train.step@+2:fail", "train.step@:fail", "train.step:fail", "train.step@1"}) {
+    fs::remove_all(out);
+    const Exit e = wait_child(spawn(job_args("pretrain", out), log, bad));
+    const std::string text = test::read_text(log);
+    EXPECT_FALSE(e.killed) << bad;
+    EXPECT_EQ(e.code, 2) << bad << ":\n" << text;
+    EXPECT_NE(text.find("HYBRIDLM_FAULT='" + bad + "'"), std::string::npos) << bad << ":\n" << text;
+  }
+
+  const fs::path hang_out = dir() / "fault_hang", hang_log = dir() / "fault_hang.log";
+  const Child c = spawn(job_args("pretrain", hang_out), hang_log, "train.step@2:hang");
+  const std::string said = "HYBRIDLM_FAULT: hanging the process at train.step (pass 2)";
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(60);
+  int status = 0;
+  bool ended = false;
+  while (!ended && test::read_text(hang_log).find(said) == std::string::npos && Clock::now() < give_up) {
+    ended = ::waitpid(c.pid, &status, WNOHANG) == c.pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!ended) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    ended = ::waitpid(c.pid, &status, WNOHANG) == c.pid;
+  }
+  const std::string text = test::read_text(hang_log);
+  EXPECT_NE(text.find(said), std::string::npos) << text;
+  EXPECT_FALSE(ended) << "the process ended instead of hanging:\n" << text;
+  for (const fs::path& p : checkpoint_list(hang_out))
+    EXPECT_EQ(p.filename().string(), "checkpoint-00000001") << "a checkpoint after the hang point was written";
+  if (!ended) {
+    ASSERT_EQ(::kill(c.pid, SIGTERM), 0);
+    const Clock::time_point t0 = Clock::now();
+    while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+    std::printf("hang: the process stopped at train.step (pass 2); SIGTERM ended it in %.3f s\n", seconds);
+  }
 }

@@ -2,12 +2,17 @@
 // `mpirun -np 2` and `-np 3` runs of a tiny pretrain and distill with the same global batch (6 rows, micro-batch 1)
 // must give the one-process losses per step and final weights within kLossTol / kWeightTol; a resumed 2-rank run
 // must equal the uninterrupted one bit for bit; a resume on another number of ranks is refused; a failing or killed
-// rank ends every rank with a message within a bounded time.
+// rank ends every rank with a message within a bounded time, and so does a rank that hangs (the collective timeout).
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "dist/dist_launch.h"
 #include "models/safetensors.h"
@@ -242,4 +247,57 @@ TEST_F(DistTrain, AFailingOrKilledRankEndsEveryRank) {
   EXPECT_NE(killed.err.find("signal 9"), std::string::npos) << killed.err;
   EXPECT_LT(seconds, 30.0);
   std::printf("killed rank: job ended with exit code %d after %.1f s\n", killed.exit_code, seconds);
+}
+
+namespace {
+
+// The processes other than this one whose command line contains `needle` (read from /proc).
+std::vector<pid_t> processes_with(const std::string& needle) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = test::read_text(entry.path() / "cmdline");
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (pid != ::getpid() && cmdline.find(needle) != std::string::npos) found.push_back(pid);
+  }
+  return found;
+}
+
+}  // namespace
+
+// A rank that stops without exiting (HYBRIDLM_FAULT=train.step@2:hang: after step 2's update it waits in pause()
+// forever) is noticed by nobody but the collective timeout: rank 0 waits in step 3's first collective, gives up after
+// HYBRIDLM_COLLECTIVE_TIMEOUT (3 s here) with a message naming the collective and aborts the job, and mpirun then
+// ends the stuck rank (SIGTERM). Without the timeout (the default is 600 s) the launch's `timeout 120` would end the
+// job instead: exit 124, no such message and over the 30 s bound. No process of the job may be left afterwards.
+TEST_F(DistTrain, AHangingRankTimesOutEveryRank) {
+  const std::string a = args(TrainJob::Pretrain, "hang2");
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::RunResult hung = test::run_shell(test::mpirun_prefix() + "-x HYBRIDLM_COLLECTIVE_TIMEOUT=3 -np 1 " +
+                                               HLM_BINARY + " " + a + " : -np 1 env HYBRIDLM_FAULT=train.step@2:hang " +
+                                               HLM_BINARY + " " + a);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(hung.exit_code, 0) << hung.err;
+  EXPECT_NE(hung.exit_code, 124) << "the launch's timeout ended the job, not the collective timeout\n" << hung.err;
+  EXPECT_NE(hung.err.find("HYBRIDLM_FAULT: hanging the process at train.step (pass 2)"), std::string::npos)
+      << hung.err;
+  EXPECT_NE(hung.err.find("rank 0 of 2: reduce-scatter did not complete within 3 s (HYBRIDLM_COLLECTIVE_TIMEOUT)"),
+            std::string::npos)
+      << hung.err;
+  EXPECT_GT(seconds, 3.0);  // the timeout did run its 3 s
+  EXPECT_LT(seconds, 30.0);
+  std::printf("hanging rank: job ended with exit code %d after %.1f s\n", hung.exit_code, seconds);
+
+  // mpirun ended both ranks before it returned; give a slow exit a few seconds, then kill what is left (a failure).
+  const std::string needle = (dir() / "hang2").string() + " ";
+  std::vector<pid_t> left = processes_with(needle);
+  for (int i = 0; i < 50 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    left = processes_with(needle);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the job still running after mpirun returned";
+  for (const pid_t pid : left) ::kill(pid, SIGKILL);
 }

@@ -46,7 +46,7 @@ const std::vector<MemoryPlanOption>& memory_plan_options() {
       {"fp32", AdamWStateFormat::F32, MasterFormat::F32, false,
        "fp32 master weights, gradients and AdamW moments; teacher fp32 (+ bf16 copies)"},
       {"teacher-bf16", AdamWStateFormat::F32, MasterFormat::F32, true,
-       "as fp32, the frozen teacher's linears held once in bf16"},
+       "as fp32, the frozen teacher held once in bf16 (linears, head, embedding)"},
       {"adam8", AdamWStateFormat::Q8, MasterFormat::F32, true,
        "teacher-bf16 + 8-bit block-wise AdamW moments"},
       {"lean", AdamWStateFormat::Q8, MasterFormat::Bf16Sr, true,
@@ -111,9 +111,12 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
   if (in.teacher != nullptr) {
     const ParamSplit t = split_params(*in.teacher);
     const uint64_t t_copied = t.linear + t.head;
-    if (plan.teacher_bf16_only && in.bf16)
-      e.teacher = 4 * (t.all - t.linear) + 2 * t_copied;  // linears bf16 only; embedding, norms fp32; head copy
-    else
+    if (plan.teacher_bf16_only && in.bf16) {
+      // CudaModel::drop_fp32_weights: the linears, the head and the embedding in bf16 only (tied: one table for the
+      // lookup and the head), the norms and other small tensors fp32.
+      const uint64_t tables = (in.teacher->tie_word_embeddings ? 1 : 2) * t.head;
+      e.teacher = 2 * (t.linear + tables) + 4 * (t.all - t.linear - tables);
+    } else
       e.teacher = 4 * t.all + (in.bf16 ? 2 * t_copied : 0);
   }
   const ModelConfig& c = in.student;

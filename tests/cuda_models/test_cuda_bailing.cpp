@@ -5,7 +5,7 @@
 // routed_scaling_factor 2.5; tools/goldens/make_bailing_goldens.py):
 //   - the model forward, every capture point and the logits, on the golden's own input, on sequences of 70 + 1 tokens
 //     (70 spans two simple-GLA chunks of 64: the chunked form) and on three 1-token sequences (the recurrence); the
-//     bf16 compute mode;
+//     bf16 compute mode with every expert picked (the golden's own picks flip under bf16, see the test);
 //   - `hybridlm run --device cuda` against `--device cpu` (dumped logits);
 //   - the CUDA engine: prefill in one chunk, in several chunks (5, 8, 30, then the rest) and token by token, then
 //     decode steps (two sequences of 70 and 45 tokens in slots 2 and 0 of three: states gathered and scattered; decode
@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_context.h"
@@ -125,9 +126,31 @@ std::pair<double, double> engine_vs_forward(Model& model, CudaModel& gpu_model, 
 TEST(CudaBailing, GoldenForwardMatchesCpu) {
   HLM_REQUIRE_CUDA_MODEL();
   Model m = Model::load(cuda_golden_dir(kGolden));
-  expect_cuda_forward_match(m, golden_input(), "bailing", "bailing_moe_linear_tiny golden input", /*check_bf16=*/true);
+  // fp32 only: the golden's routing margins (smallest 1.66e-3) are below what the bf16 products move the router's
+  // input by, so picks flip. Measured on the H200 (2026-12-03): bf16 vs fp32 mlp_delta.1 (a MoE layer) 0.0085, then
+  // mlp_delta.2 0.44 and everything after it, in 13 of 38 rows; the bf16 mode is checked below with every expert
+  // picked, where nothing can flip.
+  expect_cuda_forward_match(m, golden_input(), "bailing", "bailing_moe_linear_tiny golden input", /*check_bf16=*/false);
   expect_cuda_forward_match(m, odd_length_batch(m.config().vocab_size), "bailing", "bailing_moe_linear_tiny 7+13+5",
                             /*check_bf16=*/false);
+}
+
+// The bf16 compute mode (Lightning and softmax layers, the bf16 grouped GEMMs of the experts, the shared expert) on a
+// function without jumps: the golden's weights with every group and every expert picked (num_experts_per_tok =
+// num_experts, topk_group = n_group), so the routing weights vary continuously with the input and the bf16 logits
+// must stay within test_cuda_bf16.cpp's 4e-2 of fp32's.
+TEST(CudaBailing, Bf16ModeTracksFp32WhenNoPickCanFlip) {
+  HLM_REQUIRE_CUDA_MODEL();
+  const auto dir = std::filesystem::temp_directory_path() / ("hybridlm-cuda-bailing-all-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(cuda_golden_dir(kGolden) / "config.json"));
+  config["num_experts_per_tok"] = config["num_experts"];
+  config["topk_group"] = config["n_group"];
+  std::ofstream(dir / "config.json") << config.dump(2);
+  std::filesystem::copy_file(cuda_golden_dir(kGolden) / "model.safetensors", dir / "model.safetensors");
+  Model m = Model::load(dir);
+  expect_cuda_forward_match(m, golden_input(), "bailing", "every expert picked, golden input", /*check_bf16=*/true);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CudaBailing, LongSequenceAcrossChunksAndOneTokenBatchesMatchCpu) {

@@ -64,7 +64,9 @@ std::vector<CudaModel::Bf16Copy> CudaModel::bf16_copies() {
 }
 
 LmHeadCuda CudaModel::lm_head_for(const float* hidden, int64_t n, CudaTensor& scratch) const {
-  LmHeadCuda head{lm_head_weight(), config_.vocab_size, config_.hidden_size, config_.logits_scaling};
+  // A model held in bf16 only (drop_fp32_weights) has no fp32 head: the bf16 one alone (lm_head_loss_cuda.h).
+  LmHeadCuda head{bf16_weights_only_ ? nullptr : lm_head_weight(), config_.vocab_size, config_.hidden_size,
+                  config_.logits_scaling};
   if (!bf16_compute_) return head;
   scratch = cuda_round_bf16(*ctx_, hidden, n * config_.hidden_size);
   head.weight_bf16 = lm_head_bf16_.data<__nv_bfloat16>();

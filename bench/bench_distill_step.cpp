@@ -82,6 +82,16 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+// When environment variable `env` names a file, waits until that file exists and says how long it waited.
+void wait_for_gate(const char* env, const char* what) {
+  const char* gate = std::getenv(env);
+  if (gate == nullptr || *gate == '\0') return;
+  const auto w0 = std::chrono::steady_clock::now();
+  while (!std::filesystem::exists(gate)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::printf("waited %.1f s for %s%s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(),
+              gate, what);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -201,12 +211,7 @@ int main(int argc, char** argv) {
   SingleCommunicator single;
   // HLM_BENCH_START_AFTER=FILE: the GPU work starts once FILE exists (other GPU work of the same device call first,
   // while this process builds its host models).
-  if (const char* gate = std::getenv("HLM_BENCH_START_AFTER"); gate != nullptr && *gate != '\0') {
-    const auto w0 = std::chrono::steady_clock::now();
-    while (!std::filesystem::exists(gate)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::printf("waited %.1f s for %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(),
-                gate);
-  }
+  wait_for_gate("HLM_BENCH_START_AFTER", "");
   CudaAllocator& allocator = cuda_context().allocator();
   for (const std::string& dp : dps)
   for (const std::string& plan_name : plans) {
@@ -248,12 +253,7 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - a0).count(),
                 gib(after_attach.bytes_in_use), gib(after_attach.peak_bytes_in_use));
     const size_t attach_peak = after_attach.peak_bytes_in_use;
-    if (const char* gate = std::getenv("HLM_BENCH_TIME_AFTER"); gate != nullptr && *gate != '\0') {
-      const auto w0 = std::chrono::steady_clock::now();
-      while (!std::filesystem::exists(gate)) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      std::printf("waited %.1f s for %s before the steps\n",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count(), gate);
-    }
+    wait_for_gate("HLM_BENCH_TIME_AFTER", " before the steps");
     for (const int64_t micro : micros) {
       allocator.reset_peaks();
 

@@ -110,14 +110,14 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
   }
   if (in.teacher != nullptr) {
     const ParamSplit t = split_params(*in.teacher);
-    const uint64_t t_copied = t.linear + t.head;
     if (plan.teacher_bf16_only && in.bf16) {
       // CudaModel::drop_fp32_weights: the linears, the head and the embedding in bf16 only (tied: one table for the
       // lookup and the head), the norms and other small tensors fp32.
       const uint64_t tables = (in.teacher->tie_word_embeddings ? 1 : 2) * t.head;
       e.teacher = 2 * (t.linear + tables) + 4 * (t.all - t.linear - tables);
-    } else
-      e.teacher = 4 * t.all + (in.bf16 ? 2 * t_copied : 0);
+    } else {
+      e.teacher = 4 * t.all + (in.bf16 ? 2 * (t.linear + t.head) : 0);  // fp32 + the linears' and head's bf16 copies
+    }
   }
   const ModelConfig& c = in.student;
   const auto tokens = static_cast<uint64_t>(std::max<int64_t>(0, in.micro_batch_tokens));

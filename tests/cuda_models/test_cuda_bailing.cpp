@@ -143,7 +143,7 @@ TEST(CudaBailing, Bf16ModeTracksFp32WhenNoPickCanFlip) {
   HLM_REQUIRE_CUDA_MODEL();
   const auto dir = std::filesystem::temp_directory_path() / ("hybridlm-cuda-bailing-all-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(cuda_golden_dir(kGolden) / "config.json"));
+  nlohmann::json config = nlohmann::json::parse(read_text(cuda_golden_dir(kGolden) / "config.json"));
   config["num_experts_per_tok"] = config["num_experts"];
   config["topk_group"] = config["n_group"];
   std::ofstream(dir / "config.json") << config.dump(2);

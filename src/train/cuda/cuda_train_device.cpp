@@ -146,11 +146,13 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   if (teacher_) {
     HLM_CHECK_INPUT(!teacher_bf16_only_ || options_.bf16, "--memory-plan: the teacher is held in bf16 only with "
                     "--precision bf16");
-    teacher_->set_bf16_compute(options_.bf16);
-    // Teacher held once in bf16 (CudaModel::drop_fp32_weights): every linear, the head and the embedding in bf16
-    // only (a tied head and the lookup share one table), the norms fp32; the teacher has no backward and no update.
-    // (Before 2026-12-03 the embedding stayed fp32 beside the head's bf16 copy: 1.45 GiB more at the Qwen3-4B shape.)
-    if (teacher_bf16_only_) teacher_->drop_fp32_weights();
+    // Teacher held once in bf16 (CudaModel::drop_fp32_weights, which turns the bf16 mode on itself, tensor by tensor
+    // after the upload, as `generate --precision bf16` does): every linear, the head and the embedding in bf16 only (a
+    // tied head and the lookup share one table), the norms fp32; the teacher has no backward and no update.
+    if (teacher_bf16_only_)
+      teacher_->drop_fp32_weights();
+    else
+      teacher_->set_bf16_compute(options_.bf16);
   }
   student_.emplace(CudaModel::upload(student, *ctx_));
   student_->set_bf16_compute(options_.bf16);

@@ -310,13 +310,6 @@ bool slurm_usable() {
   return std::system("command -v srun >/dev/null 2>&1 && timeout 10 scontrol ping >/dev/null 2>&1") == 0;
 }
 
-// `srun` with the ranks started through Slurm's PMIx plugin (no mpirun), as docs/distributed.md says to launch.
-std::string srun_prefix(int ranks) {
-  return "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-         "timeout -k 5 120 srun --mpi=pmix --kill-on-bad-exit=1 --overcommit -n " +
-         std::to_string(ranks) + " ";
-}
-
 }  // namespace
 
 // The same tiny pretrain started by Slurm (issue #25 item 1): `srun --mpi=pmix -n 2` must match one process within
@@ -328,7 +321,8 @@ TEST_F(DistTrain, SrunTwoRanksEqualOneProcessAndAFailingRankEndsTheStep) {
   const test::RunResult r1 = one(args(TrainJob::Pretrain, "s_pre1"));
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   auto t0 = std::chrono::steady_clock::now();
-  const test::RunResult r2 = test::run_shell(srun_prefix(2) + HLM_BINARY + " " + args(TrainJob::Pretrain, "s_pre2"));
+  const test::RunResult r2 =
+      test::run_shell(test::srun_prefix(2) + HLM_BINARY + " " + args(TrainJob::Pretrain, "s_pre2"));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(r2.exit_code, 0) << r2.out << r2.err;
   std::printf("srun -n 2 pretrain: %.1f s\n", seconds);
@@ -338,10 +332,11 @@ TEST_F(DistTrain, SrunTwoRanksEqualOneProcessAndAFailingRankEndsTheStep) {
   EXPECT_EQ(r2.out.find("parameters"), r2.out.rfind("parameters")) << r2.out;
 
   t0 = std::chrono::steady_clock::now();
-  const test::RunResult failed = test::run_shell(
-      srun_prefix(2) + "bash -c 'if [ \"$SLURM_PROCID\" = 1 ]; then export HYBRIDLM_FAULT=train.step@2:fail; fi; "
-                       "exec \"$0\" \"$@\"' " +
-      HLM_BINARY + " " + args(TrainJob::Pretrain, "s_fail2"));
+  const test::RunResult failed =
+      test::run_shell(test::srun_prefix(2) +
+                      "bash -c 'if [ \"$SLURM_PROCID\" = 1 ]; then export HYBRIDLM_FAULT=train.step@2:fail; fi; "
+                      "exec \"$0\" \"$@\"' " +
+                      HLM_BINARY + " " + args(TrainJob::Pretrain, "s_fail2"));
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(failed.exit_code, 0);
   EXPECT_NE(failed.exit_code, 124) << "the launch's timeout ended the step";

@@ -123,8 +123,86 @@ TEST(CudaAllocator, ReusesFreedBlocksAndTracksStats) {
   s = a.stats();
   EXPECT_EQ(s.bytes_reserved, 0u);
   EXPECT_EQ(s.num_device_frees, 2u);
-  EXPECT_EQ(s.peak_bytes_reserved, 1024u + (3u << 20));
+  // The 3-MiB block was cut from a segment of 4 MiB (requests >= 1 MiB: the request rounded up to 2 MiB).
+  EXPECT_EQ(s.peak_bytes_reserved, 1024u + (4u << 20));
   EXPECT_THROW(a.deallocate(reinterpret_cast<void*>(0x1234)), Error);
+}
+
+// Large requests share segments: freed blocks merge and serve other sizes without a new cudaMalloc, so a step whose
+// phases ask for different large sizes settles on the memory of its largest phase.
+TEST(CudaAllocator, LargeBlocksAreCutFromSegmentsAndMerged) {
+  HLM_REQUIRE_CUDA();
+  constexpr size_t MiB = size_t{1} << 20;
+  CudaAllocator a;
+  void* big = a.allocate(10 * MiB);
+  CudaAllocatorStats s = a.stats();
+  EXPECT_EQ(s.num_device_mallocs, 1u);
+  EXPECT_EQ(s.segment_bytes, 10 * MiB);
+  EXPECT_EQ(s.num_large_allocs, 1u);
+  a.deallocate(big);
+  EXPECT_EQ(a.stats().segment_free_bytes, 10 * MiB);
+  // Phase 2: three blocks of other sizes from the same segment.
+  void* p1 = a.allocate(4 * MiB);
+  void* p2 = a.allocate(3 * MiB + 100);
+  void* p3 = a.allocate(2 * MiB);
+  EXPECT_EQ(p1, big);  // cut from the front of the one free block
+  EXPECT_EQ(static_cast<char*>(p2), static_cast<char*>(big) + 4 * MiB);
+  s = a.stats();
+  EXPECT_EQ(s.num_device_mallocs, 1u);
+  EXPECT_EQ(s.num_cache_hits, 3u);
+  EXPECT_EQ(s.bytes_requested, 9 * MiB + 100);
+  // p2 is rounded to 512 B; p3 got the whole rest (3 MiB - 512 B): a rest under 1 MiB is not cut off.
+  EXPECT_EQ(s.bytes_in_use, 10 * MiB);
+  // The blocks are usable device memory, and do not overlap.
+  HLM_CUDA_CHECK(cudaMemset(p1, 1, 4 * MiB));
+  HLM_CUDA_CHECK(cudaMemset(p2, 2, 3 * MiB + 100));
+  HLM_CUDA_CHECK(cudaMemset(p3, 3, 2 * MiB));
+  unsigned char edge[2] = {0, 0};
+  HLM_CUDA_CHECK(cudaMemcpy(&edge[0], static_cast<char*>(p2) - 1, 1, cudaMemcpyDeviceToHost));
+  HLM_CUDA_CHECK(cudaMemcpy(&edge[1], p2, 1, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(edge[0], 1);
+  EXPECT_EQ(edge[1], 2);
+  // No free block is left: a second segment.
+  void* p4 = a.allocate(2 * MiB);
+  EXPECT_EQ(a.stats().num_device_mallocs, 2u);
+  a.deallocate(p2);
+  a.deallocate(p1);
+  a.deallocate(p3);  // p1 + p2 + p3 + the rest: one free block of 10 MiB again
+  void* whole = a.allocate(10 * MiB);
+  EXPECT_EQ(whole, big);
+  EXPECT_EQ(a.stats().num_device_mallocs, 2u);
+  a.deallocate(whole);
+  a.deallocate(p4);
+  a.release_cached();
+  s = a.stats();
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.segment_bytes, 0u);
+  EXPECT_EQ(s.num_device_frees, 2u);
+  EXPECT_EQ(s.num_oom_retries, 0u);
+}
+
+// A segment block freed inside a private pool (a captured kernel may still read it) is the pool's until the pool is
+// released: the general allocations do not get it back before.
+TEST(CudaAllocator, SegmentBlockFreedInAPoolStaysPrivateUntilReleased) {
+  HLM_REQUIRE_CUDA();
+  constexpr size_t MiB = size_t{1} << 20;
+  CudaAllocator a;
+  const uint64_t pool = a.create_pool();
+  void* general = a.allocate(4 * MiB);
+  a.begin_pool(pool);
+  a.deallocate(general);  // adopted by the pool
+  a.end_pool();
+  EXPECT_GE(a.pool_bytes(pool), 4 * MiB);
+  void* other = a.allocate(4 * MiB);
+  EXPECT_NE(other, general);
+  a.deallocate(other);
+  a.release_pool(pool);
+  EXPECT_EQ(a.pool_bytes(pool), 0u);
+  void* again = a.allocate(4 * MiB);  // the released block is a free segment block again
+  EXPECT_TRUE(again == general || again == other);
+  a.deallocate(again);
+  a.release_cached();
+  EXPECT_EQ(a.stats().bytes_reserved, 0u);
 }
 
 TEST(CudaAllocator, OutOfMemoryIsAnErrorNotACrash) {

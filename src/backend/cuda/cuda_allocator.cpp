@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
@@ -27,14 +28,62 @@ CudaAllocator::~CudaAllocator() {
     for (void* p : blocks) cudaFree(p);
   for (auto& [id, pool] : pools_)
     for (auto& [cls, blocks] : pool.free_lists)
-      for (void* p : blocks) cudaFree(p);
+      for (void* p : blocks) {
+        if (!segments_.is_taken(reinterpret_cast<uintptr_t>(p))) cudaFree(p);
+      }
+  for (const auto& [base, bytes] : segments_.release_free_segments()) cudaFree(reinterpret_cast<void*>(base));
+}
+
+cudaError_t CudaAllocator::device_malloc_locked(void** ptr, size_t bytes, bool may_release) {
+  cudaError_t status = cudaMalloc(ptr, bytes);
+  if (status == cudaErrorMemoryAllocation && may_release) {
+    cudaGetLastError();  // clear it, give the cache back to the driver, and retry once
+    ++stats_.num_oom_retries;
+    release_cached_locked();
+    status = cudaMalloc(ptr, bytes);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw_internal_error("CUDA out of memory: cannot allocate ", bytes, " bytes; allocator holds ",
+                         stats_.bytes_reserved, " bytes, ", stats_.bytes_in_use, " in use, peak ",
+                         stats_.peak_bytes_in_use, ", ", segments_.free_bytes(), " free in segments (largest ",
+                         segments_.largest_free(), ")", active_pool_ != 0 ? " (inside a private pool)" : "");
+  }
+  HLM_CUDA_CHECK(status);
+  ++stats_.num_device_mallocs;
+  stats_.bytes_reserved += bytes;
+  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  return status;
+}
+
+void* CudaAllocator::allocate_large_locked(size_t bytes) {
+  const size_t rounded = (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
+  ++stats_.num_large_allocs;
+  std::optional<BestFitRanges::Taken> taken = segments_.take(rounded);
+  if (taken) {
+    ++stats_.num_cache_hits;
+  } else {
+    const size_t segment = (rounded + kSegmentRound - 1) / kSegmentRound * kSegmentRound;
+    void* base = nullptr;
+    device_malloc_locked(&base, segment, true);
+    segments_.add_segment(reinterpret_cast<uintptr_t>(base), segment);
+    taken = segments_.take(rounded);
+    HLM_CHECK(taken.has_value(), "CudaAllocator: a new segment of ", segment, " bytes does not hold ", rounded);
+  }
+  void* ptr = reinterpret_cast<void*>(taken->addr);
+  live_.emplace(ptr, Live{taken->bytes, bytes, 0});
+  stats_.bytes_in_use += taken->bytes;
+  stats_.bytes_requested += bytes;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  return ptr;
 }
 
 void* CudaAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
-  const size_t cls = size_class(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.num_allocs;
+  if (active_pool_ == 0 && bytes >= kLargeBytes) return allocate_large_locked(bytes);
+  const size_t cls = size_class(bytes);
   void* ptr = nullptr;
   Pool* pool = active_pool_ != 0 ? &pools_.at(active_pool_) : nullptr;
   FreeLists& lists = pool != nullptr ? pool->free_lists : free_lists_;
@@ -44,22 +93,7 @@ void* CudaAllocator::allocate(size_t bytes) {
     it->second.pop_back();
     ++stats_.num_cache_hits;
   } else {
-    cudaError_t status = cudaMalloc(&ptr, cls);
-    if (status == cudaErrorMemoryAllocation && pool == nullptr) {
-      cudaGetLastError();  // clear it, give the cache back to the driver, and retry once
-      release_cached_locked();
-      status = cudaMalloc(&ptr, cls);
-    }
-    if (status == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      throw_internal_error("CUDA out of memory: cannot allocate ", bytes, " bytes (class ", cls, "); allocator holds ",
-                           stats_.bytes_reserved, " bytes, ", stats_.bytes_in_use, " in use, peak ",
-                           stats_.peak_bytes_in_use, pool != nullptr ? " (inside a private pool)" : "");
-    }
-    HLM_CUDA_CHECK(status);
-    ++stats_.num_device_mallocs;
-    stats_.bytes_reserved += cls;
-    stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+    device_malloc_locked(&ptr, cls, pool == nullptr);  // inside a capture no release: cudaFree is not allowed there
     if (pool != nullptr) pool->bytes += cls;
   }
   live_.emplace(ptr, Live{cls, bytes, active_pool_});
@@ -67,6 +101,14 @@ void* CudaAllocator::allocate(size_t bytes) {
   stats_.bytes_requested += bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   return ptr;
+}
+
+void CudaAllocator::free_general_locked(void* ptr, size_t bytes) {
+  if (segments_.is_taken(reinterpret_cast<uintptr_t>(ptr))) {
+    segments_.give_back(reinterpret_cast<uintptr_t>(ptr));
+  } else {
+    free_lists_[bytes].push_back(ptr);
+  }
 }
 
 void CudaAllocator::deallocate(void* ptr) {
@@ -79,10 +121,11 @@ void CudaAllocator::deallocate(void* ptr) {
   stats_.bytes_in_use -= block.cls;
   stats_.bytes_requested -= block.requested;
   // Inside a capture every freed block joins the active pool; a pool's block goes back to its pool while it exists.
+  // A segment block adopted by a pool stays taken in its segment until the pool is released.
   uint64_t owner = active_pool_ != 0 ? active_pool_ : block.pool;
   auto pool = pools_.find(owner);
   if (pool == pools_.end()) {
-    free_lists_[block.cls].push_back(ptr);
+    free_general_locked(ptr, block.cls);
     return;
   }
   if (block.pool != owner) pool->second.bytes += block.cls;  // a general block adopted by the capture's pool
@@ -113,10 +156,8 @@ void CudaAllocator::release_pool(uint64_t id) {
   if (active_pool_ == id) active_pool_ = 0;
   auto pool = pools_.find(id);
   if (pool == pools_.end()) return;
-  for (auto& [cls, blocks] : pool->second.free_lists) {
-    std::vector<void*>& general = free_lists_[cls];
-    general.insert(general.end(), blocks.begin(), blocks.end());
-  }
+  for (auto& [cls, blocks] : pool->second.free_lists)
+    for (void* p : blocks) free_general_locked(p, cls);
   for (auto& [ptr, block] : live_)
     if (block.pool == id) block.pool = 0;
   pools_.erase(pool);
@@ -142,6 +183,11 @@ void CudaAllocator::release_cached_locked() {
     }
     blocks.clear();
   }
+  for (const auto& [base, bytes] : segments_.release_free_segments()) {
+    HLM_CUDA_CHECK(cudaFree(reinterpret_cast<void*>(base)));
+    ++stats_.num_device_frees;
+    stats_.bytes_reserved -= bytes;
+  }
 }
 
 void CudaAllocator::reset_peaks() {
@@ -152,7 +198,10 @@ void CudaAllocator::reset_peaks() {
 
 CudaAllocatorStats CudaAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  CudaAllocatorStats s = stats_;
+  s.segment_bytes = segments_.segment_bytes();
+  s.segment_free_bytes = segments_.free_bytes();
+  return s;
 }
 
 }  // namespace hlm

@@ -2,16 +2,22 @@
 // again, so steady-state training/inference steps do no cudaMalloc/cudaFree (both synchronize the device).
 // Never managed memory (see the device README: oversubscribed managed memory can hang the GPU).
 //
-// Size classes: requests are rounded up to a multiple of 512 B and of a quarter of their power of two (classes 2^k,
-// 1.25·2^k, 1.5·2^k, 1.75·2^k above 2 KiB), so at most 25% (or 511 B) of a block is unused, and a freed block serves
-// every later request of the same class.
-// Blocks are never split or merged (no fragmentation bookkeeping); release_cached() returns idle blocks to the driver.
+// Small requests (under kLargeBytes = 1 MiB) go to size classes: rounded up to a multiple of 512 B and of a quarter
+// of their power of two (classes 2^k, 1.25·2^k, 1.5·2^k, 1.75·2^k above 2 KiB), so at most 25% (or 511 B) of a block
+// is unused, and a freed block serves every later request of the same class; these blocks are never split or merged.
+// Large requests (>= 1 MiB, rounded up to 512 B) are cut best-fit out of segments (core/best_fit_ranges.h): a segment
+// is one cudaMalloc of the request rounded up to 2 MiB; a free block at least 1 MiB larger than the request is split,
+// and freed blocks merge with free neighbours. So a training step whose phases ask for different large sizes (forward
+// activations, backward gradients, optimizer scratch) reuses the same device memory instead of holding one cached
+// block per size, which ran a step near the device's capacity into out-of-memory retries (each releasing every cached
+// block, then cudaMalloc'ing again). release_cached() returns idle class blocks and entirely free segments.
 //
 // Stream semantics: there is one stream per context (cuda_context.h). A block freed after work was queued on that
 // stream may be handed out again at once: work queued later on the same stream runs after the earlier work, so reuse
 // is safe. Using a block from another stream needs that stream to be synchronized before the free.
 //
-// Out of memory: the allocator frees every cached block and retries once, then throws hlm::Error with its stats.
+// Out of memory: the allocator frees every cached block and free segment and retries once, then throws hlm::Error with
+// its stats (num_oom_retries counts the retries: a steady-state step should have none).
 // Thread-safe (one mutex). Device: the device that is current when allocate() first calls cudaMalloc; a context sets
 // its device before use.
 //
@@ -34,6 +40,10 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include "core/best_fit_ranges.h"
+
 namespace hlm {
 
 struct CudaAllocatorStats {
@@ -46,6 +56,10 @@ struct CudaAllocatorStats {
   uint64_t num_cache_hits = 0;     // ... served from a free list
   uint64_t num_device_mallocs = 0; // cudaMalloc calls that succeeded
   uint64_t num_device_frees = 0;   // cudaFree calls (release_cached, out-of-memory retry)
+  uint64_t num_oom_retries = 0;    // cudaMalloc failures answered by releasing the cache and retrying
+  uint64_t num_large_allocs = 0;   // allocate() calls served by the segments (large, outside private pools)
+  size_t segment_bytes = 0;        // bytes of the segments (part of bytes_reserved)
+  size_t segment_free_bytes = 0;   // ... of it in free blocks
 };
 
 class CudaAllocator {
@@ -67,6 +81,8 @@ class CudaAllocator {
 
   // The class a request of `bytes` is rounded to (>= bytes; 0 for 0).
   static size_t size_class(size_t bytes);
+  static constexpr size_t kLargeBytes = size_t{1} << 20;    // requests from here on are cut from segments
+  static constexpr size_t kSegmentRound = size_t{2} << 20;  // a new segment: the request rounded up to this
 
   // Private pools (header comment). create_pool returns a new id (> 0); begin_pool needs no other pool active.
   uint64_t create_pool();
@@ -87,8 +103,12 @@ class CudaAllocator {
     size_t bytes = 0;  // size classes of every block the pool holds
   };
   void release_cached_locked();
+  void* allocate_large_locked(size_t bytes);
+  void free_general_locked(void* ptr, size_t bytes);  // a general block back to its segment or class list
+  cudaError_t device_malloc_locked(void** ptr, size_t bytes, bool may_release);
   mutable std::mutex mutex_;
   FreeLists free_lists_;                       // general idle blocks
+  BestFitRanges segments_{kLargeBytes};        // general large blocks: split when the rest is >= 1 MiB
   std::unordered_map<void*, Live> live_;
   std::unordered_map<uint64_t, Pool> pools_;
   uint64_t next_pool_ = 1, active_pool_ = 0;

@@ -285,11 +285,13 @@ int main(int argc, char** argv) {
       const CudaAllocatorStats st = allocator.stats();
       std::printf("distill_step dp=%s shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
-                  "reserved), device used %.2f GiB\n",
+                  "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                   tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),
-                  gib(st.peak_bytes_reserved), gib(total_b - free_b));
+                  gib(st.peak_bytes_reserved), gib(total_b - free_b),
+                  static_cast<unsigned long long>(st.num_device_mallocs),
+                  static_cast<unsigned long long>(st.num_oom_retries));
       std::fflush(stdout);
     }
   }

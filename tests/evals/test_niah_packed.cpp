@@ -55,7 +55,7 @@ DecodedRow decode_row(const std::string& row, NiahGenerator& gen, const NiahTrai
   size_t pos = 0;
   bool after_separator = false;
   for (int64_t j = first;; ++j) {
-    const NiahTaskSpec& task = niah_task_from_name(spec.tasks[static_cast<size_t>(j) % spec.tasks.size()]);
+    const NiahTaskSpec task = niah_train_task(spec.tasks[static_cast<size_t>(j) % spec.tasks.size()], spec.keys);
     const int64_t length = spec.lengths[static_cast<size_t>(j / static_cast<int64_t>(spec.tasks.size())) %
                                         spec.lengths.size()];
     NiahSample s = gen.generate(task, length, spec.seed, spec.first_index + j);
@@ -288,6 +288,92 @@ TEST(NiahPacked, StagesParseInOrderAndDeriveLengthsAndTokens) {
   bad = j;
   bad["train_data"]["packed"] = "yes";
   EXPECT_THROW(niah_experiment_config_from_json(bad, "t"), Error);
+}
+
+// A stage's own tasks and needle keys (train_data.stages[k].tasks / keys): parsed, refused when bad, read back, passed
+// to that stage's data only; the data's multikey and none prompts then hold `keys` needles (one distractor at 2),
+// the other tasks theirs, and the rows still decode into the generator's examples.
+TEST(NiahPacked, StageTasksAndKeysShapeOnlyThatStagesData) {
+  const nlohmann::json j = {
+      {"train_data",
+       {{"packed", true},
+        {"tasks", {"single", "multikey", "none"}},
+        {"stages",
+         {{{"lengths", {16}}, {"tokens", 8192}, {"tasks", {"multikey", "single"}}, {"keys", 2}},
+          {{"lengths", {32}}, {"tokens", 8192}}}}}},
+      {"train", {{"seq_len", 512}, {"batch_rows", 8}, {"micro_batch_rows", 8}}}};
+  NiahExperimentConfig c = niah_experiment_config_from_json(j, "t");
+  ASSERT_EQ(c.train_stages.size(), 2u);
+  EXPECT_EQ(c.train_stages[0].tasks, (std::vector<std::string>{"multikey", "single"}));
+  EXPECT_EQ(c.train_stages[0].keys, 2);
+  EXPECT_TRUE(c.train_stages[1].tasks.empty());
+  EXPECT_EQ(c.train_stages[1].keys, 0);
+  const nlohmann::json round = niah_experiment_config_to_json(c);
+  EXPECT_EQ(niah_experiment_config_from_json(round, "round").train_stages, c.train_stages);
+  c.langs = {"eng_Latn"};
+  const NiahTrainDataSpec s0 = niah_experiment_train_data_spec(c, 0), s1 = niah_experiment_train_data_spec(c, 1);
+  EXPECT_EQ(s0.tasks, (std::vector<std::string>{"multikey", "single"}));
+  EXPECT_EQ(s0.keys, 2);
+  EXPECT_EQ(s1.tasks, (std::vector<std::string>{"single", "multikey", "none"}));  // train_data.tasks
+  EXPECT_EQ(s1.keys, 0);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"keys", 1}, {"keys", 5}, {"keys", "two"}, {"tasks", {"multikey", "multikey"}}, {"tasks", {"lookup"}},
+           {"tasks", "multikey"}}) {
+    nlohmann::json bad = j;
+    bad["train_data"]["stages"][0][key] = value;
+    EXPECT_THROW(niah_experiment_config_from_json(bad, "t"), Error) << key << " " << value.dump();
+  }
+  // The task specs: multikey and none take the keys, the others keep OneRULER's; 0 keeps every task's own.
+  EXPECT_EQ(niah_train_task("multikey", 2).keys, 2);
+  EXPECT_EQ(niah_train_task("none", 3).keys, 3);
+  EXPECT_EQ(niah_train_task("multiquery", 2).keys, 2);
+  EXPECT_EQ(niah_train_task("single", 2).keys, 1);
+  EXPECT_EQ(niah_train_task("multivalue", 2).keys, 1);
+  EXPECT_EQ(niah_train_task("multikey", 0).keys, 4);
+  EXPECT_THROW(niah_train_task("multikey", 1), Error);
+  EXPECT_THROW(niah_train_task("multikey", 5), Error);
+
+  // The data of a 2-key stage.
+  hlm::test::ScratchDir dir("niah-stage-keys");
+  hlm::test::write_niah_fixture_corpus(dir.path() / "corpus");
+  NiahTrainDataSpec spec = packed_spec(dir.path() / "corpus");
+  spec.tasks = {"multikey", "none", "single"};
+  spec.keys = 2;
+  const nlohmann::json summary = niah_train_data_write((dir.path() / "data").string(), spec, [](const std::string&) {});
+  EXPECT_EQ(summary["keys"].get<int>(), 2);
+  const std::unique_ptr<Tokenizer> bytes = tokenizer_load("bytes");
+  const Corpus corpus = Corpus::open(dir.path() / "corpus");
+  for (const std::string& code : spec.langs) {
+    const std::vector<std::string> train = niah_training_sentences(corpus, code, spec.held_out_docs);
+    NiahGenerator gen(niah_language(code), train, *bytes);  // holds a reference to `train`
+    int64_t next = 0, multikey = 0;
+    for (const std::string& row : row_texts(dir.path() / "data", code)) {
+      const DecodedRow d = decode_row(row, gen, spec, next);
+      ASSERT_FALSE(d.samples.empty()) << code << ": a row does not start with example " << next;
+      for (size_t k = 0; k < d.samples.size(); ++k) {
+        const std::string task = spec.tasks[static_cast<size_t>(next + static_cast<int64_t>(k)) % spec.tasks.size()];
+        EXPECT_EQ(d.samples[k].keys.size(), task == "single" ? 1u : 2u) << code << " " << task;
+        multikey += task == "multikey" ? 1 : 0;
+      }
+      next += static_cast<int64_t>(d.samples.size());
+    }
+    EXPECT_EQ(summary["languages"][code]["examples"].get<int64_t>(), next) << code;
+    EXPECT_GT(multikey, 0) << code;
+  }
+}
+
+// Every config shipped in configs/niah parses (the GPU configs are run only on the device machine, so a key the
+// parser no longer knows would otherwise surface there first).
+TEST(NiahPacked, ShippedConfigsParse) {
+  const fs::path dir = fs::path(HLM_GOLDEN_DIR) / ".." / ".." / "configs" / "niah";
+  int parsed = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_NO_THROW(niah_experiment_config_from_json(json_file_read(entry.path()), entry.path().string()))
+        << entry.path();
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 8);
 }
 
 // Two stages end to end on the CPU: each stage's data and run folder, in order; stage 2 starts from stage 1's model

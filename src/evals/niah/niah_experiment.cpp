@@ -505,7 +505,8 @@ NiahTrainDataSpec niah_experiment_train_data_spec(const NiahExperimentConfig& c,
   spec.corpus = c.corpus;
   spec.tokenizer = c.tokenizer;
   spec.langs = c.langs;
-  spec.tasks = c.train_tasks;
+  spec.tasks = stages[stage].tasks.empty() ? c.train_tasks : stages[stage].tasks;
+  spec.keys = stages[stage].keys;
   spec.lengths = stages[stage].lengths;
   spec.held_out_docs = c.held_out_docs;
   spec.seq_len = c.train.seq_len;

@@ -119,17 +119,23 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
     read_config_key(t, "packed", c.train_packed, where);
     read_config_key(t, "value_digits_min", c.train_value_digits_min, where);
     if (t.contains("stages")) {
-      HLM_CHECK_INPUT(t["stages"].is_array(), where, ".stages: a list of {\"lengths\": [...], \"tokens\": N}");
+      HLM_CHECK_INPUT(t["stages"].is_array(), where,
+                      ".stages: a list of {\"lengths\": [...], \"tokens\": N[, \"tasks\": [...], \"keys\": K]}");
       for (size_t k = 0; k < t["stages"].size(); ++k) {
         const json& st = t["stages"][k];
         const std::string at = where + ".stages[" + std::to_string(k) + "]";
         HLM_CHECK_INPUT(st.is_object() && st.contains("lengths") && st.contains("tokens"), at,
                         ": an object with lengths and tokens");
-        check_config_keys(st, {"lengths", "tokens"}, at);
+        check_config_keys(st, {"lengths", "tokens", "tasks", "keys"}, at);
         NiahTrainStage stage;
         stage.lengths = read_lengths(st, "lengths", at);
         read_config_key(st, "tokens", stage.tokens, at);
         HLM_CHECK_INPUT(stage.tokens > 0, at, ".tokens must be positive");
+        read_config_key(st, "tasks", stage.tasks, at);  // [] (the resolved form of "not given"): train_data.tasks
+        if (!stage.tasks.empty()) check_tasks(stage.tasks, at + ".tasks");
+        read_config_key(st, "keys", stage.keys, at);
+        HLM_CHECK_INPUT(stage.keys == 0 || (stage.keys >= 2 && stage.keys <= 4), at, ".keys must be 2, 3 or 4 (got ",
+                        stage.keys, "): needle keys of the stage's multikey and none prompts (0: OneRULER's 4)");
         c.train_stages.push_back(std::move(stage));
       }
       // lengths: the stages' lengths in order of first use; a given list must be that one.
@@ -208,7 +214,8 @@ json niah_experiment_config_to_json(const NiahExperimentConfig& c) {
              [&] {
                json stages = json::array();
                for (const NiahTrainStage& st : c.train_stages)
-                 stages.push_back({{"lengths", st.lengths}, {"tokens", st.tokens}});
+                 stages.push_back(
+                     {{"lengths", st.lengths}, {"tokens", st.tokens}, {"tasks", st.tasks}, {"keys", st.keys}});
                return stages;
              }()}}},
           {"train", [&] {
@@ -340,7 +347,7 @@ NiahExperimentConfig niah_experiment_resolve(const NiahExperimentConfig& config)
 
 std::vector<NiahTrainStage> niah_experiment_stages(const NiahExperimentConfig& c) {
   if (!c.train_stages.empty()) return c.train_stages;
-  return {NiahTrainStage{c.train_lengths, c.train.tokens}};
+  return {NiahTrainStage{c.train_lengths, c.train.tokens, {}, 0}};  // the train_data tasks, OneRULER's keys
 }
 
 std::string niah_experiment_fields_text() {
@@ -351,8 +358,9 @@ std::string niah_experiment_fields_text() {
          "    full_fraction: full-attention layers of the placement hybrids\n"
          "  train_data: {tasks, lengths, seed, docs_margin, packed, stages, value_digits_min}: NIAH-format\n"
          "    training examples from training text; packed: as many whole examples per row as fit, each its own\n"
-         "    sequence; stages: [{lengths, tokens}, ...], a curriculum of pretrain runs, each from the previous\n"
-         "    stage's model; value_digits_min n: training values of a uniform [n, 7] digits (evaluation: 7)\n"
+         "    sequence; stages: [{lengths, tokens, tasks, keys}, ...], a curriculum of pretrain runs, each from the\n"
+         "    previous stage's model (tasks: the stage's own task list; keys 2-4: needle keys of its multikey and\n"
+         "    none prompts); value_digits_min n: training values of a uniform [n, 7] digits (evaluation: 7)\n"
          "  train: `hybridlm pretrain` settings (tokens, seq_len, batch_rows, micro_batch_rows, lr, min_lr,\n"
          "    precision, checkpoint_every_steps, ...); every training row is exactly seq_len tokens; loss:\n"
          "    answer (default: CE only on the answer's tokens, mean over them) or all (CE on every token)\n"

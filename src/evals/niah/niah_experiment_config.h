@@ -17,10 +17,13 @@
 //                        17); haystack
 //                        token targets and tasks in round robin; seed must differ from eval.seed. packed: several
 //                        examples per training row, each its own sequence (niah_train_data.h). stages: a curriculum,
-//                        [{lengths, tokens}, ...] trained in order, each stage a pretrain run of its own (own data,
-//                        own LR schedule and fresh AdamW moments) that starts from the previous stage's model; with
-//                        stages, lengths and train.tokens are derived (the stages' lengths in order of first use, the
-//                        sum of their tokens) and may only be given with those values
+//                        [{lengths, tokens, tasks, keys}, ...] trained in order, each stage a pretrain run of its own
+//                        (own data, own LR schedule and fresh AdamW moments) that starts from the previous stage's
+//                        model; a stage's tasks (default: train_data.tasks) and keys (2-4: needle keys of its
+//                        multikey and none prompts, fewer distractors than OneRULER's 4, to teach the key match
+//                        first; the evaluation always asks OneRULER's); with stages, lengths and train.tokens are
+//                        derived (the stages' lengths in order of first use, the sum of their tokens) and may only be
+//                        given with those values
 //   train                TrainConfig keys of `hybridlm pretrain` (train/trainer_options.h; "lr" sets both peak
 //                        rates); path keys are owned by the experiment
 //   eval {tasks, lengths, n, seed, max_new_tokens, stop, max_batch, max_memory, split, precision, prefill_chunk}
@@ -46,6 +49,8 @@ inline constexpr const char* kNiahGdnArch = "gdn";
 struct NiahTrainStage {
   std::vector<int64_t> lengths;  // haystack token targets of this stage's examples
   int64_t tokens = 0;            // training tokens of this stage (its own pretrain run)
+  std::vector<std::string> tasks;  // this stage's training tasks; empty: train_data.tasks
+  int keys = 0;  // needle keys of this stage's multikey and none prompts (2-4); 0: OneRULER's 4 (NiahTrainDataSpec)
   bool operator==(const NiahTrainStage&) const = default;
 };
 

@@ -235,13 +235,24 @@ void NiahTrainExampleBuilder::fill(NiahTrainExample& ex, uint64_t seed, int64_t 
   ex.exact = ex.tokens == seq_len_;
 }
 
+NiahTaskSpec niah_train_task(const std::string& name, int keys) {
+  NiahTaskSpec task = niah_task_from_name(name);
+  HLM_CHECK_INPUT(keys == 0 || (keys >= 2 && keys <= 4), "NIAH training data: keys must be 2, 3 or 4 (got ", keys,
+                  "; 0 keeps the tasks' own)");
+  // Multikey and none are the tasks whose other keys are distractors; single, multivalue and multiquery keep theirs.
+  if (keys > 0 && (task.task == NiahTask::Multikey || task.task == NiahTask::None)) task.keys = keys;
+  return task;
+}
+
 nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainDataSpec& spec,
                                      const std::function<void(const std::string&)>& log) {
   HLM_CHECK_INPUT(spec.docs_per_language >= 1, "NIAH training data: docs_per_language must be positive");
   const Corpus corpus = Corpus::open(spec.corpus);
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_load(spec.tokenizer);
+  std::vector<NiahTaskSpec> task_specs;
+  for (const std::string& t : spec.tasks) task_specs.push_back(niah_train_task(t, spec.keys));
   std::vector<const NiahTaskSpec*> tasks;
-  for (const std::string& t : spec.tasks) tasks.push_back(&niah_task_from_name(t));
+  for (const NiahTaskSpec& t : task_specs) tasks.push_back(&t);
   std::vector<CorpusLanguage> languages;
   std::vector<std::vector<std::string>> docs;
   nlohmann::json summary = {{"format", "hybridlm-niah-train-data"},
@@ -305,6 +316,8 @@ nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainData
   summary["documents"] = total_docs;
   summary["examples"] = total_examples;
   summary["packed"] = spec.packed;
+  summary["tasks"] = spec.tasks;
+  summary["keys"] = spec.keys;
   summary["first_index"] = spec.first_index;
   summary["tokens"] = total_tokens;
   summary["exact"] = total_exact;

@@ -118,7 +118,8 @@ class NiahTrainExampleBuilder {
 // Writes the derived corpus `dir` (data/corpus.h format, every language tier "high": equal token quotas): per
 // language `docs_per_language` documents (rows of seq_len tokens); example i (i = 0, 1, ...; one per document, or as
 // many per document as fit when `packed`) is sample first_index + i of task tasks[i % |tasks|] and haystack length
-// lengths[(i / |tasks|) % |lengths|]. Returns per language {"documents", "examples", "tokens", "exact", "sentences"}
+// lengths[(i / |tasks|) % |lengths|]; with keys > 0 the multikey and none tasks hold that many needle keys
+// (niah_train_task). Returns per language {"documents", "examples", "tokens", "exact", "sentences"}
 // and the totals, the JSON written to dir/niah_train_data.json after corpus.json (the stage's done marker).
 struct NiahTrainDataSpec {
   std::string corpus;  // source corpus
@@ -132,7 +133,11 @@ struct NiahTrainDataSpec {
   bool packed = false;
   int64_t first_index = 0;  // sample index of example 0 (curriculum stages draw disjoint samples)
   int value_digits_min = 7;  // values of [value_digits_min, 7] digits (train_data.value_digits_min; 7: OneRULER's)
+  int keys = 0;  // needle keys of the multikey and none prompts (a stage's keys, 2-4); 0: the tasks' own (4)
 };
+// The task `name` as the training data builds it: OneRULER's spec, with `keys` needle keys for multikey and none when
+// keys > 0 (input error for keys outside 2-4, or an unknown name).
+NiahTaskSpec niah_train_task(const std::string& name, int keys);
 nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainDataSpec& spec,
                                      const std::function<void(const std::string&)>& log);
 

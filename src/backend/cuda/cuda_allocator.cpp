@@ -34,7 +34,7 @@ CudaAllocator::~CudaAllocator() {
   for (const auto& [base, bytes] : segments_.release_free_segments()) cudaFree(reinterpret_cast<void*>(base));
 }
 
-cudaError_t CudaAllocator::device_malloc_locked(void** ptr, size_t bytes, bool may_release) {
+void CudaAllocator::device_malloc_locked(void** ptr, size_t bytes, bool may_release) {
   cudaError_t status = cudaMalloc(ptr, bytes);
   if (status == cudaErrorMemoryAllocation && may_release) {
     cudaGetLastError();  // clear it, give the cache back to the driver, and retry once
@@ -53,7 +53,6 @@ cudaError_t CudaAllocator::device_malloc_locked(void** ptr, size_t bytes, bool m
   ++stats_.num_device_mallocs;
   stats_.bytes_reserved += bytes;
   stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
-  return status;
 }
 
 void* CudaAllocator::allocate_large_locked(size_t bytes) {

@@ -40,8 +40,6 @@
 #include <utility>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "core/best_fit_ranges.h"
 
 namespace hlm {
@@ -105,7 +103,8 @@ class CudaAllocator {
   void release_cached_locked();
   void* allocate_large_locked(size_t bytes);
   void free_general_locked(void* ptr, size_t bytes);  // a general block back to its segment or class list
-  cudaError_t device_malloc_locked(void** ptr, size_t bytes, bool may_release);
+  // cudaMalloc with the stats; on out-of-memory releases the cache and retries once when may_release, else throws.
+  void device_malloc_locked(void** ptr, size_t bytes, bool may_release);
   mutable std::mutex mutex_;
   FreeLists free_lists_;                       // general idle blocks
   BestFitRanges segments_{kLargeBytes};        // general large blocks: split when the rest is >= 1 MiB

@@ -11,6 +11,7 @@
 #include "evals/niah/niah_generate.h"
 #include "evals/niah/niah_language.h"
 #include "evals/niah/niah_run.h"
+#include "evals/niah/niah_train_data.h"
 #include "evals/niah/niah_task.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
@@ -134,7 +135,7 @@ NiahExperimentConfig niah_experiment_config_from_json(const json& j, const std::
         read_config_key(st, "tasks", stage.tasks, at);  // [] (the resolved form of "not given"): train_data.tasks
         if (!stage.tasks.empty()) check_tasks(stage.tasks, at + ".tasks");
         read_config_key(st, "keys", stage.keys, at);
-        HLM_CHECK_INPUT(stage.keys == 0 || (stage.keys >= 2 && stage.keys <= 4), at, ".keys must be 2, 3 or 4 (got ",
+        HLM_CHECK_INPUT(niah_train_keys_valid(stage.keys), at, ".keys must be 2, 3 or 4 (got ",
                         stage.keys, "): needle keys of the stage's multikey and none prompts (0: OneRULER's 4)");
         c.train_stages.push_back(std::move(stage));
       }

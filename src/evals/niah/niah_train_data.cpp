@@ -237,7 +237,7 @@ void NiahTrainExampleBuilder::fill(NiahTrainExample& ex, uint64_t seed, int64_t 
 
 NiahTaskSpec niah_train_task(const std::string& name, int keys) {
   NiahTaskSpec task = niah_task_from_name(name);
-  HLM_CHECK_INPUT(keys == 0 || (keys >= 2 && keys <= 4), "NIAH training data: keys must be 2, 3 or 4 (got ", keys,
+  HLM_CHECK_INPUT(niah_train_keys_valid(keys), "NIAH training data: keys must be 2, 3 or 4 (got ", keys,
                   "; 0 keeps the tasks' own)");
   // Multikey and none are the tasks whose other keys are distractors; single, multivalue and multiquery keep theirs.
   if (keys > 0 && (task.task == NiahTask::Multikey || task.task == NiahTask::None)) task.keys = keys;

@@ -135,8 +135,11 @@ struct NiahTrainDataSpec {
   int value_digits_min = 7;  // values of [value_digits_min, 7] digits (train_data.value_digits_min; 7: OneRULER's)
   int keys = 0;  // needle keys of the multikey and none prompts (a stage's keys, 2-4); 0: the tasks' own (4)
 };
+// Whether `keys` is a usable needle-key count for training (0: the tasks' own; else 2-4: at least one distractor, at
+// most OneRULER's 4).
+constexpr bool niah_train_keys_valid(int keys) { return keys == 0 || (keys >= 2 && keys <= 4); }
 // The task `name` as the training data builds it: OneRULER's spec, with `keys` needle keys for multikey and none when
-// keys > 0 (input error for keys outside 2-4, or an unknown name).
+// keys > 0 (input error for keys that are not niah_train_keys_valid, or an unknown name).
 NiahTaskSpec niah_train_task(const std::string& name, int keys);
 nlohmann::json niah_train_data_write(const std::string& dir, const NiahTrainDataSpec& spec,
                                      const std::function<void(const std::string&)>& log);

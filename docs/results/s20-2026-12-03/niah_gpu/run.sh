@@ -16,7 +16,7 @@
 #                  $OUT/models.tgz (KEEP_MODELS=1), $OUT/driver.log
 # A seed sets train.init_seed and train.data_seed (weights, training-document order); the examples are the same.
 # Variables (defaults): HLM (required), OUT ($OUT, else out/niah_gpu), WORK (/tmp/niah_gpu_work, emptied),
-# DEVICE (cuda), EVAL_DEVICE (cpu), BUDGET_S (300), EVAL_RESERVE_S (25), SEEDS (0 1 2), K2_ARCHS, K4_ARCHS,
+# DEVICE (cuda), EVAL_DEVICE (cpu), BUDGET_S (300), EVAL_RESERVE_S (25), SEEDS (0 1 2), K2_ARCHS, K4_ARCHS (empty: none),
 # K2_TARGET (19200 = 4x K2long), K4_TARGET (38400 = 8x K4long), K2_STEPS / K4_STEPS (fixed, no calibration),
 # CAL_S (20), MIN_STEPS (800), EVAL_N (64), WORKERS (nproc), KEEP_MODELS (1).
 set -u
@@ -29,8 +29,8 @@ OUT=${OUT:-out/niah_gpu}; WORK=${WORK:-/tmp/niah_gpu_work}
 DEVICE=${DEVICE:-cuda}; EVAL_DEVICE=${EVAL_DEVICE:-cpu}
 BUDGET_S=${BUDGET_S:-300}; EVAL_RESERVE_S=${EVAL_RESERVE_S:-25}
 SEEDS=${SEEDS:-0 1 2}
-K2_ARCHS=${K2_ARCHS:-full_attention standard_periodic reverse_periodic gdn}
-K4_ARCHS=${K4_ARCHS:-full_attention standard_periodic}
+K2_ARCHS=${K2_ARCHS-full_attention standard_periodic reverse_periodic gdn}
+K4_ARCHS=${K4_ARCHS-full_attention standard_periodic}
 K2_TARGET=${K2_TARGET:-19200}; K4_TARGET=${K4_TARGET:-38400}
 K2_STEPS=${K2_STEPS:-}; K4_STEPS=${K4_STEPS:-}
 CAL_S=${CAL_S:-20}; MIN_STEPS=${MIN_STEPS:-800}; EVAL_N=${EVAL_N:-64}

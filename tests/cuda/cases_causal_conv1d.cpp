@@ -6,6 +6,8 @@
 // boundaries inside a run and inside a run's dx halo (the K−1 tokens past it), boundaries exactly at run starts, T not
 // a multiple of the run or tile length, T = 0 (N = 2 empty sequences; N = 0), a T above 32768 (runs longer than 32
 // tokens, 256 tiles), every fill of x (large, ±0, subnormal, NaN/±Inf); state_out aliasing state_in; dw == nullptr.
+// The K = 4 cases with C % 4 == 0 take the 4-channel path (16-byte rows); FourChannelPathEqualsOneChannelPath runs
+// them again with every row pointer one float off 16-byte alignment (the 1-channel path) and wants the same bits.
 //
 // Tolerances (fp32 rule, harness.h). expf ≤ 2 ulp (4u); the K-tap sums are FMA chains (K roundings relative to the
 // sum of |terms|). Magnitudes are computed by the double reference on absolute values (|x|, |w|, |state|, no SiLU):
@@ -71,9 +73,25 @@ const std::vector<ConvCase> kCases = {
     // T = 0: two empty sequences (state copies, zero gradients) and no sequence at all.
     {{0, 0, 0}, 5, 4, true, true, Fill::Normal},
     {{0}, 5, 3, true, false, Fill::Normal},
-    // T = 50000 > 32768: runs of 49 tokens (not a multiple of the 8-token prefetch), 256 tiles.
+    // T = 50000 > 32768: runs of 49 tokens (not a multiple of the 8-row ring), 256 tiles.
     {{0, 20000, 20001, 50000}, 5, 4, true, true, Fill::Normal},
     {{0, 20000, 20001, 50000}, 5, 4, false, false, Fill::Normal},
+    // K = 4 with C % 4 == 0: the 4-channel path (16-byte rows), over the same structures: boundaries inside runs
+    // and halos, empty and short sequences, every fill, C = 132 (a block of 128 channels plus one of 4), T = 0,
+    // runs of 49 tokens.
+    {{0, 1, 18, 82, 147, 347}, 64, 4, true, true, Fill::Normal},
+    {{0, 1, 18, 82, 147, 347}, 132, 4, false, false, Fill::Normal},
+    {{0, 0, 3, 3, 5, 6}, 8, 4, true, true, Fill::Normal},
+    {{0, 65}, 128, 4, true, true, Fill::Large},
+    {{0, 17, 82}, 12, 4, true, true, Fill::Special},
+    {{0, 5, 70}, 12, 4, true, true, Fill::Zeros},
+    {{0, 33, 40}, 8, 4, false, true, Fill::Denormal},
+    {{0, 32, 64, 96, 129}, 64, 4, false, true, Fill::Normal},
+    {{0, 33, 66, 200}, 132, 4, true, true, Fill::Normal},
+    {{0, 33, 66, 200}, 132, 4, false, false, Fill::Normal},
+    {{0, 0, 0}, 8, 4, true, true, Fill::Normal},
+    {{0, 20000, 20001, 50000}, 8, 4, true, true, Fill::Normal},
+    {{0, 20000, 20001, 50000}, 8, 4, false, false, Fill::Normal},
 };
 
 std::string name(const ConvCase& c, const char* what) {
@@ -329,5 +347,42 @@ TEST(CausalConv1dCuda, BackwardF32) {
                                 ctx().stream());
     EXPECT_TRUE(check_exact(name(c, "bwd dx (no dw)"), dx2.download<float>(), dx.download<float>()));
     EXPECT_TRUE(buffers_ok({&dx2, &ws}, {&x, &w, &cu, &dy, &st, &dw2})) << name(c, "bwd no dw");
+  }
+}
+
+// The 4-channel path (K = 4, C % 4 == 0, 16-byte aligned rows) against the 1-channel path on the same values, the
+// latter forced by moving x, y, dy and dx one float past a 16-byte boundary: y, state_out, dx and dw bit for bit
+// (causal_conv1d_cuda.h: V and the channel tiling change no result bit), and the float before each output unwritten.
+TEST(CausalConv1dCuda, FourChannelPathEqualsOneChannelPath) {
+  HLM_REQUIRE_CUDA();
+  for (const ConvCase& c : kCases) {
+    if (c.K != 4 || c.C % 4 != 0 || c.cu.back() == 0) continue;
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), ns = state_size(c), nw = in.w.size();
+    const CausalConv1dCudaParams p = params_of(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), x1 = DeviceBuffer::from(shifted_by_one(in.x), "x+1"),
+                 dy = DeviceBuffer::from(in.dy, "dy"), dy1 = DeviceBuffer::from(shifted_by_one(in.dy), "dy+1"),
+                 w = DeviceBuffer::from(in.w, "w"), cu = DeviceBuffer::from(c.cu, "cu_seqlens");
+    DeviceBuffer st = c.has_state ? DeviceBuffer::from(in.state, "state_in") : DeviceBuffer(0, "state_in");
+    const float* st_dev = c.has_state ? st.as<float>() : nullptr;
+    DeviceBuffer y(n * 4, "y"), y1((n + 1) * 4, "y+1"), so(ns * 4, "state_out"), so1(ns * 4, "state_out (y+1)");
+    DeviceBuffer dx(n * 4, "dx"), dx1((n + 1) * 4, "dx+1"), dw(nw * 4, "dw"), dw1(nw * 4, "dw (dx+1)");
+    DeviceBuffer ws(causal_conv1d_backward_cuda_workspace_bytes(p), "workspace");
+    causal_conv1d_forward_cuda(y.as<float>(), so.as<float>(), x.as<float>(), w.as<float>(), st_dev, cu.as<int64_t>(),
+                               p, ctx().stream());
+    causal_conv1d_forward_cuda(y1.as<float>() + 1, so1.as<float>(), x1.as<float>() + 1, w.as<float>(), st_dev,
+                               cu.as<int64_t>(), p, ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "fwd y, 1-channel path"), body_after_one(y1), y.download<float>()));
+    EXPECT_TRUE(check_exact(name(c, "fwd state_out, 1-channel path"), so1.download<float>(), so.download<float>()));
+    causal_conv1d_backward_cuda(dx.as<float>(), dw.as<float>(), nullptr, dy.as<float>(), x.as<float>(),
+                                w.as<float>(), st_dev, cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+    causal_conv1d_backward_cuda(dx1.as<float>() + 1, dw1.as<float>(), nullptr, dy1.as<float>() + 1,
+                                x1.as<float>() + 1, w.as<float>(), st_dev, cu.as<int64_t>(), p, ws.as<void>(),
+                                ws.bytes(), ctx().stream());
+    EXPECT_TRUE(check_exact(name(c, "bwd dx, 1-channel path"), body_after_one(dx1), dx.download<float>()));
+    EXPECT_TRUE(check_exact(name(c, "bwd dw, 1-channel path"), dw1.download<float>(), dw.download<float>()));
+    EXPECT_TRUE(first_unwritten(y1) && first_unwritten(dx1)) << name(c, "1-channel path");
+    EXPECT_TRUE(buffers_ok({&y, &y1, &so, &so1, &dx, &dx1, &dw, &dw1, &ws}, {&x, &x1, &dy, &dy1, &w, &cu, &st}))
+        << name(c, "1-channel path");
   }
 }

@@ -1,28 +1,44 @@
 // Depthwise causal conv CUDA kernels and launchers (contract: causal_conv1d.h, causal_conv1d_cuda.h).
-// The ops are memory-bound (a few flops per element), so the kernels are built around reading each x / dy element
-// about once, in coalesced rows:
-//   tiling:   a block is kTileChannels consecutive channels (threadIdx.x: a warp reads 32 consecutive floats of a
-//             token row) × kRunsPerTile runs (threadIdx.y) of R consecutive tokens (causal_conv1d_cuda_tiling). Each
-//             thread walks its run keeping the last K inputs in registers (a window of KMAX slots; the kernels are
-//             templated on KMAX = 4, 8 or 64 ≥ K, K stays a runtime value), so x is loaded once plus a K−1 halo
-//             before the run. The run's sequence is found once (a binary search of cu_seqlens at the run's first
-//             token), then the cursor steps forward when the walk reaches a sequence end (empty sequences skipped);
-//             at a sequence start the window is refilled from state_in (or zeros). Loads are issued kPrefetch
-//             tokens at a time so several are in flight per thread.
-//   forward:  y = [silu](pre) per token of the run; pre is the same K-term fmaf chain in tap order as before
-//             (zeros or state_in before the sequence start), silu(p) = p / (1 + expf(−p)). One thread per
-//             (sequence, channel) builds state_out in registers before writing it (so it may alias state_in).
+// The ops are memory-bound (a few flops per element; at the GDN training shape, T 4096 × C 4096 × K 4, the forward
+// must move 134 MB and the backward 201 MB), so the kernels are built around reading each x / dy element about once,
+// in wide coalesced rows, with many rows in flight and few instructions per element:
+//   tiling:   a block is kThreadsX threads along the channels (each thread owns V consecutive channels: V = 4 with
+//             16-byte rows when K == 4, C % 4 == 0 and the row pointers are 16-byte aligned, else V = 1; a warp
+//             covers 32·V consecutive floats of a token row) × kRunsPerTile runs (threadIdx.y) of R consecutive
+//             tokens (causal_conv1d_cuda_tiling). Each thread walks its run keeping the last K inputs of each of its
+//             channels in registers (a window of KMAX slots; the kernels are templated on KMAX = 4, 8 or 64 ≥ K; the
+//             V = 4 kernels also on K == KMAX = 4, so every tap index and mask is a constant), so x is read once
+//             plus a K−1 halo before the run. The run's sequence is found once (a binary search of cu_seqlens at the
+//             run's first token), then the cursor steps forward when the walk reaches a sequence end (empty
+//             sequences skipped); at a sequence start the window is refilled from state_in (or zeros). The token
+//             logic (sequence ends, halo, masks) is the same for the whole warp, so it never diverges.
+//   loads:    each thread streams its rows (x, and dy in the backward) through its own kRing slots of a shared
+//             ring with cp.async, kRing rows ahead of the walk (no registers held while they are in flight; the
+//             thread reads only its own slots, after cp.async.wait_group, so there is no barrier).
+//   forward:  y = [silu](pre) per token of the run; pre is the K-term fmaf chain in tap order (zeros or state_in
+//             before the sequence start), silu(p) = p / (1 + expf(−p)). One thread per (sequence, channel) builds
+//             state_out in registers before writing it (so it may alias state_in).
 //   backward: one fused pass per run: dpre = dy · silu'(pre) (pre recomputed as in the forward) is kept in a
 //             K-slot register window, never written to memory; the walk continues K−1 tokens past the run (the
 //             halo, recomputing dpre there, only inside the sequence of the run's last token) so that
-//             dx[t] = Σ_j w[j]·dpre[t+K−1−j] (taps inside t's sequence only, fmaf chain in tap order, as before) is
-//             complete for every token of the run. The same pass accumulates dw: per tap j an fmaf chain
+//             dx[t] = Σ_j w[j]·dpre[t+K−1−j] (taps inside t's sequence only, fmaf chain in tap order) is complete
+//             for every token of the run. The same pass accumulates dw: per tap j an fmaf chain
 //             Σ_t dpre[t]·in(t−K+1+j) over the run's tokens in order; the kRunsPerTile runs of a block are added in
 //             run order through shared memory into one partial per (tile, tap, channel) in the workspace, and
 //             conv_dw_finish_kernel adds the partials in tile order into dw (overwritten). No atomics: dw is
-//             deterministic and independent of the GPU model. d_state_in: one thread per (sequence, channel, slot)
+//             deterministic and independent of the GPU model, of V and of the channel tiling (the per-channel
+//             operations and their order depend only on T). d_state_in: one thread per (sequence, channel, slot)
 //             recomputes the dpre of the sequence's first K−1 tokens from dy, x, w, state_in (tiny).
-// Non-goals for now: vector (float4) loads over channels, fusing the conv with the projection or the SiLU consumer.
+// Every per-channel operation and its order is the same for V = 1 and V = 4, and the same as in the kernels before
+// (one channel per thread, batches of 8 register loads): y, dx and dw are bit-identical across the paths and the
+// rewrite. That version reached 55 % (forward) and 23 % (backward) of the H200's 4.27 TB/s (bench_memory_ops): 4-byte
+// accesses with 64-bit index math per element, and loads issued in batches of 8 rows that then sat idle while the
+// batch was computed (the backward, at 94 registers in 256-thread blocks, ran 16 warps per SM with at most 32 KB in
+// flight per SM, and only while a batch loaded).
+// Non-goals for now: bf16 I/O (halves the bytes, changes the layer's contract), fusing the conv with the projection
+// or the SiLU consumer.
+#include <cstdint>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
@@ -32,11 +48,14 @@ namespace hlm {
 namespace {
 
 constexpr int64_t kMaxKernel = causal_conv1d_cuda_max_kernel();
-constexpr int kTileChannels = static_cast<int>(causal_conv1d_cuda_tile_channels());  // blockDim.x
-constexpr int kRunsPerTile = static_cast<int>(causal_conv1d_cuda_runs_per_tile());    // blockDim.y
-constexpr int kTileThreads = kTileChannels * kRunsPerTile;
-constexpr int kPrefetch = 8;  // tokens whose loads one thread issues together
+constexpr int kThreadsX = 32;                                                         // blockDim.x
+constexpr int kRunsPerTile = static_cast<int>(causal_conv1d_cuda_runs_per_tile());  // blockDim.y
+constexpr int kTileThreads = kThreadsX * kRunsPerTile;
+constexpr int kRing = 8;  // rows each thread keeps in flight (cp.async into its own slots of a shared ring)
+static_assert((kRing & (kRing - 1)) == 0, "the ring slot is k & (kRing − 1)");
+constexpr int kFinishUnroll = 16;        // partials conv_dw_finish_kernel loads before adding them
 constexpr int kDecodeConvThreads = 256;  // conv_decode_kernel's block
+constexpr int kFinishThreads = 128;
 
 struct Geometry {
   int64_t T, C, K, N;
@@ -102,11 +121,66 @@ __device__ __forceinline__ float dpre_of(float dy, float pre) {
   return d;
 }
 
+// ---- Rows of V consecutive channels (V = 4: one 16-byte access; the caller guarantees the alignment).
+
+template <int V>
+__device__ __forceinline__ void load_row(float (&out)[V], const float* p) {
+  if constexpr (V == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = p[v];
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void store_row(float* p, const float (&in)[V]) {
+  if constexpr (V == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) p[v] = in[v];
+  }
+}
+
+// ---- Per-thread rings of rows in shared memory: slot k of thread tid holds V floats at
+// ring[(k · kTileThreads + tid) · V] (consecutive threads, consecutive 4V-byte chunks). Each thread copies its own
+// rows in with cp.async (no registers held while they are in flight), one commit group per row, and reads only its
+// own slots after cp.async.wait_group, so no barrier is needed.
+
+template <int V>
+__device__ __forceinline__ int ring_thread_offset() {
+  return static_cast<int>(threadIdx.y * kThreadsX + threadIdx.x) * V;
+}
+template <int V>
+__device__ __forceinline__ int ring_slot_offset(int k) {
+  return k * kTileThreads * V;
+}
+
+template <int V>
+__device__ __forceinline__ void cp_async_row(float* smem, const float* gmem) {
+  static_assert(V == 1 || V == 4, "rows of 4 or 16 bytes");
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (V == 4)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // ---- Register windows. A window of KMAX slots holds positions u−KMAX+1 … u (slot KMAX−1 = the newest); only the
 // slots i ≥ KMAX − K are taps (tap j = slot KMAX − K + j), the lower ones are never read.
 
-template <int KMAX, typename V>
-__device__ __forceinline__ void shift_in(V (&win)[KMAX], V v) {
+template <int KMAX, typename T>
+__device__ __forceinline__ void shift_in(T (&win)[KMAX], T v) {
 #pragma unroll
   for (int i = 0; i < KMAX - 1; ++i) win[i] = win[i + 1];
   win[KMAX - 1] = v;
@@ -116,30 +190,30 @@ __device__ __forceinline__ void shift_in(V (&win)[KMAX], V v) {
 // after the next shift_in (i ≥ KMAX − K + 1), 0 elsewhere. At a sequence start (q.start == u) no x is read.
 template <int KMAX>
 __device__ void fill_window(float (&win)[KMAX], const float* x, const float* state_in, int64_t u, const SeqCursor& q,
-                            int64_t c, const Geometry& g) {
+                            int64_t c, int K, const Geometry& g) {
   win[0] = 0.0f;
 #pragma unroll
   for (int i = 1; i < KMAX; ++i)
-    win[i] = i >= KMAX - g.K + 1 ? input_at(x, state_in, u - KMAX + i, q.start, q.s, c, g) : 0.0f;
+    win[i] = i >= KMAX - K + 1 ? input_at(x, state_in, u - KMAX + i, q.start, q.s, c, g) : 0.0f;
 }
 
 // Weights in window layout: wr[KMAX − K + j] = w[c, j], 0 below.
 template <int KMAX>
-__device__ void load_taps_slots(float (&wr)[KMAX], const float* w, int64_t c, int64_t K) {
+__device__ void load_taps_slots(float (&wr)[KMAX], const float* w, int64_t c, int K) {
 #pragma unroll
   for (int i = 0; i < KMAX; ++i) wr[i] = i >= KMAX - K ? w[c * K + (i - (KMAX - K))] : 0.0f;
 }
 
 // Weights in tap layout: wd[j] = w[c, j] for j < K, 0 above.
 template <int KMAX>
-__device__ void load_taps(float (&wd)[KMAX], const float* w, int64_t c, int64_t K) {
+__device__ void load_taps(float (&wd)[KMAX], const float* w, int64_t c, int K) {
 #pragma unroll
   for (int j = 0; j < KMAX; ++j) wd[j] = j < K ? w[c * K + j] : 0.0f;
 }
 
 // pre = Σ_j w[j]·in(u−K+1+j): the fmaf chain of pre_activation, in tap order, from the window.
 template <int KMAX>
-__device__ __forceinline__ float window_pre(const float (&wr)[KMAX], const float (&win)[KMAX], int64_t K) {
+__device__ __forceinline__ float window_pre(const float (&wr)[KMAX], const float (&win)[KMAX], int K) {
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < KMAX; ++i)
@@ -147,38 +221,68 @@ __device__ __forceinline__ float window_pre(const float (&wr)[KMAX], const float
   return acc;
 }
 
+// Channel origin and run of this thread: c0 = the first of its V channels, [t0, min(t0 + R, T)) its run.
+template <int V>
+__device__ __forceinline__ int64_t thread_channel() {
+  return (static_cast<int64_t>(blockIdx.x) * kThreadsX + threadIdx.x) * V;
+}
+__device__ __forceinline__ int64_t thread_run_start(int64_t run_tokens) {
+  return (static_cast<int64_t>(blockIdx.y) * kRunsPerTile + threadIdx.y) * run_tokens;
+}
+
 // ---- Forward
 
-template <int KMAX>
+// KMAX: the window; EXACT: K == KMAX (constant taps); V: channels per thread.
+template <int KMAX, bool EXACT, int V>
 __global__ void __launch_bounds__(kTileThreads)
     conv_forward_kernel(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ state_in, const int64_t* __restrict__ cu, Geometry g,
                         int64_t run_tokens, bool silu) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileChannels + threadIdx.x;
-  const int64_t t0 = (static_cast<int64_t>(blockIdx.y) * kRunsPerTile + threadIdx.y) * run_tokens;
-  if (c >= g.C || t0 >= g.T) return;
-  const int64_t t1 = t0 + run_tokens < g.T ? t0 + run_tokens : g.T;
-  float wr[KMAX], win[KMAX];
-  load_taps_slots(wr, w, c, g.K);
+  __shared__ __align__(16) float ring[kRing * kTileThreads * V];
+  const int K = EXACT ? KMAX : static_cast<int>(g.K);
+  const int64_t c0 = thread_channel<V>(), t0 = thread_run_start(run_tokens), C = g.C;
+  if (c0 >= C || t0 >= g.T) return;  // no barrier below
+  const int n = static_cast<int>((t0 + run_tokens < g.T ? t0 + run_tokens : g.T) - t0);  // tokens of the run
+  float* const slots = ring + ring_thread_offset<V>();
+  const float* xnext = x + t0 * C + c0;  // the next row to copy into the ring
+#pragma unroll
+  for (int k = 0; k < kRing; ++k) {  // rows t0 … t0 + kRing − 1 in flight (one group each)
+    if (k < n) cp_async_row<V>(slots + ring_slot_offset<V>(k), xnext);
+    xnext += C;
+    cp_async_commit();
+  }
+  float wr[V][KMAX], win[V][KMAX];
+#pragma unroll
+  for (int v = 0; v < V; ++v) load_taps_slots(wr[v], w, c0 + v, K);
   SeqCursor q = seq_cursor_at(cu, g.N, t0);
-  fill_window(win, x, state_in, t0, q, c, g);
-  for (int64_t u0 = t0; u0 < t1; u0 += kPrefetch) {
-    float xb[kPrefetch];
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) xb[i] = u0 + i < t1 ? x[(u0 + i) * g.C + c] : 0.0f;
+  for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, t0, q, c0 + v, K, g);
+  float* yp = y + t0 * C + c0;
+#pragma unroll 4
+  for (int k = 0; k < n; ++k) {
+    const int64_t u = t0 + k;
+    float* const slot = slots + ring_slot_offset<V>(k & (kRing - 1));
+    cp_async_wait<kRing - 1>();  // row u has landed (groups 0 … k complete)
+    float xv[V];
+    load_row(xv, slot);
+    if (u == q.end) {  // a new sequence starts at u: its window comes from state_in (or zeros)
+      seq_cursor_advance(q, cu, u);
 #pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) {
-      const int64_t u = u0 + i;
-      if (u < t1) {
-        if (u == q.end) {  // a new sequence starts at u: its window comes from state_in (or zeros)
-          seq_cursor_advance(q, cu, u);
-          fill_window(win, x, state_in, u, q, c, g);
-        }
-        shift_in(win, xb[i]);
-        const float pre = window_pre(wr, win, g.K);
-        y[u * g.C + c] = silu ? silu_of(pre) : pre;
-      }
+      for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, u, q, c0 + v, K, g);
     }
+    float out[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      shift_in(win[v], xv[v]);
+      const float pre = window_pre(wr[v], win[v], K);
+      out[v] = silu ? silu_of(pre) : pre;
+    }
+    store_row(yp, out);
+    yp += C;
+    // The slot is refilled only after its row was consumed (the store above depends on it).
+    if (k + kRing < n) cp_async_row<V>(slot, xnext);
+    xnext += C;
+    cp_async_commit();
   }
 }
 
@@ -220,116 +324,177 @@ __global__ void conv_decode_kernel(float* y, float* state_out, const float* __re
       if (j < Km1) state_out[item * Km1 + j] = in[j + 1];
 }
 
+
 // ---- Backward
 
-// dx for the run [t0, t1) of channel c, and (dw_partial != nullptr) the tile's dw partials
+// dx for the run [t0, t1) of channels c0 … c0+V−1, and (dw_partial != nullptr) the tile's dw partials
 // dw_partial[(blockIdx.y · K + j) · C + c] = Σ_{runs of the tile, in order} (Σ_{t in run, in order} dpre[t]·in(t−K+1+j)).
-template <int KMAX>
+template <int KMAX, bool EXACT, int V>
 __global__ void __launch_bounds__(kTileThreads)
     conv_backward_kernel(float* __restrict__ dx, float* __restrict__ dw_partial, const float* __restrict__ dy,
                          const float* __restrict__ x, const float* __restrict__ w,
                          const float* __restrict__ state_in, const int64_t* __restrict__ cu, Geometry g,
                          int64_t run_tokens, bool silu) {
-  __shared__ float red[kRunsPerTile][kTileChannels];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileChannels + threadIdx.x;
-  const int64_t t0 = (static_cast<int64_t>(blockIdx.y) * kRunsPerTile + threadIdx.y) * run_tokens;
-  float acc[KMAX];  // dw per tap, window layout (slot KMAX − K + j = tap j)
+  __shared__ __align__(16) float ring_x[kRing * kTileThreads * V];
+  __shared__ __align__(16) float ring_dy[kRing * kTileThreads * V];
+  __shared__ __align__(16) float red[kRunsPerTile][kThreadsX * V];
+  const int K = EXACT ? KMAX : static_cast<int>(g.K);
+  const int64_t c0 = thread_channel<V>(), t0 = thread_run_start(run_tokens), C = g.C;
+  float acc[V][KMAX];  // dw per tap, window layout (slot KMAX − K + j = tap j)
 #pragma unroll
-  for (int i = 0; i < KMAX; ++i) acc[i] = 0.0f;
-  if (c < g.C && t0 < g.T) {  // no early return: the dw reduction below needs every thread of the block
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int i = 0; i < KMAX; ++i) acc[v][i] = 0.0f;
+  if (c0 < C && t0 < g.T) {  // no early return: the dw reduction below needs every thread of the block
     const int64_t t1 = t0 + run_tokens < g.T ? t0 + run_tokens : g.T;
-    const int64_t u_end = t1 + g.K - 1;  // dx[t1 − 1] reads dpre up to t1 − 1 + K − 1
-    float wr[KMAX], wd[KMAX], win[KMAX], dwin[KMAX];
-    int rem[KMAX];  // per dwin slot: min(end of its sequence − its position, KMAX); 0 = no dpre there
-    load_taps_slots(wr, w, c, g.K);
-    load_taps(wd, w, c, g.K);
+    const int64_t u_end = t1 + K - 1;  // dx[t1 − 1] reads dpre up to t1 − 1 + K − 1
+    const int n_walk = static_cast<int>(u_end - t0);                          // tokens walked
+    const int n_rows = static_cast<int>((u_end < g.T ? u_end : g.T) - t0);  // rows loaded
+    const int ring_off = ring_thread_offset<V>();
+    float* const slots_x = ring_x + ring_off;
+    float* const slots_dy = ring_dy + ring_off;
+    const float* xnext = x + t0 * C + c0;  // the next rows to copy into the rings
+    const float* dynext = dy + t0 * C + c0;
 #pragma unroll
-    for (int i = 0; i < KMAX; ++i) {
-      dwin[i] = 0.0f;
-      rem[i] = 0;
-    }
-    SeqCursor q = seq_cursor_at(cu, g.N, t0);
-    fill_window(win, x, state_in, t0, q, c, g);
-    for (int64_t u0 = t0; u0 < u_end; u0 += kPrefetch) {
-      float xb[kPrefetch], db[kPrefetch];
-#pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        const int64_t u = u0 + i;
-        const bool load = u < u_end && u < g.T;
-        xb[i] = load ? x[u * g.C + c] : 0.0f;
-        db[i] = load ? dy[u * g.C + c] : 0.0f;
+    for (int k = 0; k < kRing; ++k) {  // rows t0 … t0 + kRing − 1 in flight (one group each)
+      if (k < n_rows) {
+        cp_async_row<V>(slots_x + ring_slot_offset<V>(k), xnext);
+        cp_async_row<V>(slots_dy + ring_slot_offset<V>(k), dynext);
       }
+      xnext += C;
+      dynext += C;
+      cp_async_commit();
+    }
+    float wr[V][KMAX], wd[V][KMAX], win[V][KMAX], dwin[V][KMAX];
+    int rem[KMAX];  // per dwin slot: min(end of its sequence − its position, KMAX); 0 = no dpre there
 #pragma unroll
-      for (int i = 0; i < kPrefetch; ++i) {
-        const int64_t u = u0 + i;
-        if (u >= u_end) continue;
-        // dpre[u] is needed for tokens of the run (u < t1) and, past the run, only inside the sequence of t1 − 1
-        // (the cursor no longer advances there).
-        bool live = false;
-        if (u < t1) {
-          if (u == q.end) {
-            seq_cursor_advance(q, cu, u);
-            fill_window(win, x, state_in, u, q, c, g);
-          }
-          live = true;
-        } else {
-          live = u < q.end;  // q.end ≤ T
+    for (int v = 0; v < V; ++v) {
+      load_taps_slots(wr[v], w, c0 + v, K);  // with EXACT the same values as wd
+      load_taps(wd[v], w, c0 + v, K);
+#pragma unroll
+      for (int i = 0; i < KMAX; ++i) dwin[v][i] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < KMAX; ++i) rem[i] = 0;
+    SeqCursor q = seq_cursor_at(cu, g.N, t0);
+#pragma unroll
+    for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, t0, q, c0 + v, K, g);
+    float* dxp = dx + t0 * C + c0;  // the next dx row to write (token t0, t0 + 1, …)
+#pragma unroll 4
+    for (int k = 0; k < n_walk; ++k) {
+      const int64_t u = t0 + k;
+      const int slot = ring_slot_offset<V>(k & (kRing - 1));
+      cp_async_wait<kRing - 1>();  // rows ≤ u have landed (groups 0 … k complete)
+      // dpre[u] is needed for tokens of the run (u < t1) and, past the run, only inside the sequence of t1 − 1
+      // (the cursor no longer advances there; rows past T are never live since q.end ≤ T).
+      bool live = false;
+      if (u < t1) {
+        if (u == q.end) {
+          seq_cursor_advance(q, cu, u);
+#pragma unroll
+          for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, u, q, c0 + v, K, g);
         }
-        float d = 0.0f;
-        int r = 0;
-        if (live) {
-          shift_in(win, xb[i]);
-          d = db[i];
-          if (silu) d = dpre_of(d, window_pre(wr, win, g.K));
-          r = q.end - u < KMAX ? static_cast<int>(q.end - u) : KMAX;
-          if (u < t1) {
+        live = true;
+      } else {
+        live = u < q.end;  // q.end ≤ T
+      }
+      float d[V];
+      int r = 0;
+#pragma unroll
+      for (int v = 0; v < V; ++v) d[v] = 0.0f;
+      if (live) {
+        float xv[V], dv[V];
+        load_row(xv, slots_x + slot);
+        load_row(dv, slots_dy + slot);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          shift_in(win[v], xv[v]);
+          d[v] = dv[v];
+          if (silu) d[v] = dpre_of(d[v], window_pre(wr[v], win[v], K));
+        }
+        r = q.end - u < KMAX ? static_cast<int>(q.end - u) : KMAX;
+        if (u < t1) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
 #pragma unroll
             for (int s = 0; s < KMAX; ++s)
-              if (s >= KMAX - g.K) acc[s] = fmaf(d, win[s], acc[s]);
-          }
+              if (s >= KMAX - K) acc[v][s] = fmaf(d[v], win[v][s], acc[v][s]);
         }
-        shift_in(dwin, d);  // dwin[KMAX − 1 − m] = dpre[u − m]
-        shift_in(rem, r);
-        const int64_t t = u - (g.K - 1);  // the token whose dx is now complete
-        if (t >= t0) {
-          int rem_t = 0;  // rem of position t: slot KMAX − K
+      }
 #pragma unroll
-          for (int s = 0; s < KMAX; ++s)
-            if (s == KMAX - g.K) rem_t = rem[s];
-          // tap j reads dpre[t + K−1−j] = dpre[u − j], inside t's sequence iff K−1−j < rem_t
+      for (int v = 0; v < V; ++v) shift_in(dwin[v], d[v]);  // dwin[KMAX − 1 − m] = dpre[u − m]
+      shift_in(rem, r);
+      if (u - (K - 1) >= t0) {  // dx of token t = u − (K−1) is now complete
+        int rem_t = 0;          // rem of position t: slot KMAX − K
+#pragma unroll
+        for (int s = 0; s < KMAX; ++s)
+          if (s == KMAX - K) rem_t = rem[s];
+        // tap j reads dpre[t + K−1−j] = dpre[u − j], inside t's sequence iff K−1−j < rem_t
+        float out[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
           float sum = 0.0f;
 #pragma unroll
           for (int j = 0; j < KMAX; ++j)
-            if (j < g.K && g.K - 1 - j < rem_t) sum = fmaf(wd[j], dwin[KMAX - 1 - j], sum);
-          dx[t * g.C + c] = sum;
+            if (j < K && K - 1 - j < rem_t) sum = fmaf(wd[v][j], dwin[v][KMAX - 1 - j], sum);
+          out[v] = sum;
         }
+        store_row(dxp, out);
+        dxp += C;
       }
+      // The slots are refilled only after their rows were consumed (every later store depends on them).
+      if (k + kRing < n_rows) {
+        cp_async_row<V>(slots_x + slot, xnext);
+        cp_async_row<V>(slots_dy + slot, dynext);
+      }
+      xnext += C;
+      dynext += C;
+      cp_async_commit();
     }
   }
   if (dw_partial == nullptr) return;  // uniform over the block
 #pragma unroll
   for (int s = 0; s < KMAX; ++s) {
-    if (s < KMAX - g.K) continue;  // uniform over the block
-    red[threadIdx.y][threadIdx.x] = acc[s];
+    if (s < KMAX - K) continue;  // uniform over the block
+    float mine[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) mine[v] = acc[v][s];
+    store_row(&red[threadIdx.y][threadIdx.x * V], mine);
     __syncthreads();
-    if (threadIdx.y == 0 && c < g.C) {
-      float sum = red[0][threadIdx.x];
-      for (int r = 1; r < kRunsPerTile; ++r) sum += red[r][threadIdx.x];
-      const int64_t j = s - (KMAX - g.K);
-      dw_partial[(static_cast<int64_t>(blockIdx.y) * g.K + j) * g.C + c] = sum;
+    if (threadIdx.y == 0 && c0 < C) {
+      float sum[V], part[V];
+      load_row(sum, &red[0][threadIdx.x * V]);
+      for (int r = 1; r < kRunsPerTile; ++r) {
+        load_row(part, &red[r][threadIdx.x * V]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] += part[v];
+      }
+      const int64_t j = s - (KMAX - K);
+      store_row(dw_partial + (static_cast<int64_t>(blockIdx.y) * K + j) * C + c0, sum);
     }
     __syncthreads();
   }
 }
 
-// dw[c, j] = Σ_tiles partial[tile, j, c] in tile order (overwrites dw).
-__global__ void conv_dw_finish_kernel(float* dw, const float* partial, int64_t tiles, Geometry g) {
-  const int64_t n = g.C * g.K;
+// dw[c, j] = Σ_tiles partial[tile, j, c] in tile order (overwrites dw); the loads of kFinishUnroll tiles are issued
+// before they are added.
+__global__ void __launch_bounds__(kFinishThreads)
+    conv_dw_finish_kernel(float* __restrict__ dw, const float* __restrict__ partial, int64_t tiles, Geometry g) {
+  const int64_t n = g.C * g.K, stride = g.K * g.C;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = idx / g.C, c = idx - j * g.C;
+    const float* p = partial + idx;  // partial[(tile · K + j) · C + c] = p[tile · stride]
     float acc = 0.0f;
-    for (int64_t tile = 0; tile < tiles; ++tile) acc += partial[(tile * g.K + j) * g.C + c];
+    int64_t tile = 0;
+    for (; tile + kFinishUnroll <= tiles; tile += kFinishUnroll) {
+      float b[kFinishUnroll];
+#pragma unroll
+      for (int i = 0; i < kFinishUnroll; ++i) b[i] = p[(tile + i) * stride];
+#pragma unroll
+      for (int i = 0; i < kFinishUnroll; ++i) acc += b[i];
+    }
+    for (; tile < tiles; ++tile) acc += p[tile * stride];
     dw[c * g.K + j] = acc;
   }
 }
@@ -361,27 +526,36 @@ Geometry check_params(const CausalConv1dCudaParams& p) {
   return {p.total_tokens, p.channels, p.kernel, p.n_seqs};
 }
 
-dim3 tile_grid(const Geometry& g, const CausalConv1dCudaTiling& tiling) {
-  return dim3(static_cast<unsigned>((g.C + kTileChannels - 1) / kTileChannels), static_cast<unsigned>(tiling.tiles));
+bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// 4 channels per thread (16-byte rows) when K == 4 (the GDN and Mamba-2 convs; larger windows would not fit four
+// channels in registers), C % 4 == 0 and every row pointer is 16-byte aligned; else 1.
+int channels_per_thread(const Geometry& g, const void* a, const void* b, const void* c, const void* d) {
+  return g.K == 4 && g.C % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) ? 4 : 1;
+}
+
+dim3 tile_grid(const Geometry& g, const CausalConv1dCudaTiling& tiling, int V) {
+  const int64_t per_block = static_cast<int64_t>(kThreadsX) * V;
+  return dim3(static_cast<unsigned>((g.C + per_block - 1) / per_block), static_cast<unsigned>(tiling.tiles));
 }
 
 size_t dw_partial_bytes(const Geometry& g, const CausalConv1dCudaTiling& tiling) {
   return static_cast<size_t>(tiling.tiles * g.K * g.C) * sizeof(float);
 }
 
-template <int KMAX>
+template <int KMAX, bool EXACT, int V>
 void launch_forward(float* y, const float* x, const float* w, const float* state_in, const int64_t* cu,
                     const Geometry& g, const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream) {
-  conv_forward_kernel<KMAX><<<tile_grid(g, tiling), dim3(kTileChannels, kRunsPerTile), 0, stream>>>(
+  conv_forward_kernel<KMAX, EXACT, V><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
       y, x, w, state_in, cu, g, tiling.run_tokens, silu);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <int KMAX>
+template <int KMAX, bool EXACT, int V>
 void launch_backward(float* dx, float* dw_partial, const float* dy, const float* x, const float* w,
                      const float* state_in, const int64_t* cu, const Geometry& g,
                      const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream) {
-  conv_backward_kernel<KMAX><<<tile_grid(g, tiling), dim3(kTileChannels, kRunsPerTile), 0, stream>>>(
+  conv_backward_kernel<KMAX, EXACT, V><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
       dx, dw_partial, dy, x, w, state_in, cu, g, tiling.run_tokens, silu);
   HLM_CUDA_CHECK_LAUNCH();
 }
@@ -394,12 +568,14 @@ void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, cons
   HLM_CHECK(y != x || p.total_tokens == 0, "causal_conv1d_forward_cuda: y may not alias x");
   if (g.T > 0) {
     const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(g.T);
-    if (g.K <= 4)
-      launch_forward<4>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+    if (channels_per_thread(g, y, x, nullptr, nullptr) == 4)
+      launch_forward<4, true, 4>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+    else if (g.K <= 4)
+      launch_forward<4, false, 1>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
     else if (g.K <= 8)
-      launch_forward<8>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+      launch_forward<8, false, 1>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
     else
-      launch_forward<kMaxKernel>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+      launch_forward<kMaxKernel, false, 1>(y, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
   }
   if (state_out != nullptr && g.K > 1 && g.N > 0) {
     conv_state_out_kernel<<<cuda::grid_blocks(g.N * g.C), cuda::kElementwiseThreads, 0, stream>>>(
@@ -450,15 +626,17 @@ void causal_conv1d_backward_cuda(float* dx, float* dw, float* d_state_in, const 
     return;
   }
   float* partial = dw != nullptr ? static_cast<float*>(workspace) : nullptr;
-  if (g.K <= 4)
-    launch_backward<4>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+  if (channels_per_thread(g, dx, dy, x, partial) == 4)
+    launch_backward<4, true, 4>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+  else if (g.K <= 4)
+    launch_backward<4, false, 1>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
   else if (g.K <= 8)
-    launch_backward<8>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+    launch_backward<8, false, 1>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
   else
-    launch_backward<kMaxKernel>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
+    launch_backward<kMaxKernel, false, 1>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
   if (dw != nullptr) {
-    conv_dw_finish_kernel<<<cuda::grid_blocks(g.C * g.K), cuda::kElementwiseThreads, 0, stream>>>(dw, partial,
-                                                                                                   tiling.tiles, g);
+    conv_dw_finish_kernel<<<cuda::grid_blocks(g.C * g.K, kFinishThreads), kFinishThreads, 0, stream>>>(
+        dw, partial, tiling.tiles, g);
     HLM_CUDA_CHECK_LAUNCH();
   }
   if (want_dstate) {

@@ -3,17 +3,19 @@
 // pointers (cu_seqlens too), queued on `stream`, no synchronization.
 // cu_seqlens must satisfy the contract (cu[0] = 0, non-decreasing, cu[N] = T); the kernels do not check it (the CPU
 // reference throws on a bad one; check on the host before uploading).
-// Kernels (causal_conv1d.cu): tiles of causal_conv1d_cuda_tile_channels() channels × causal_conv1d_cuda_runs_per_tile()
-// runs of R consecutive tokens (causal_conv1d_cuda_tiling); each thread walks one run of one channel with the last K
-// inputs in registers. The backward is one fused pass (dpre = dy·silu'(pre) stays in registers, dx and the dw
-// partials come from the same walk) plus a small kernel that adds the dw partials.
+// Kernels (causal_conv1d.cu): tiles of 32·V channels × causal_conv1d_cuda_runs_per_tile() runs of R consecutive tokens
+// (causal_conv1d_cuda_tiling); each thread walks one run of V channels (V = 4, 16-byte rows, when K == 4, C % 4 == 0
+// and x, y / dy, dx and the workspace are 16-byte aligned; else V = 1) with the last K inputs in registers, its rows
+// streamed in by cp.async. The backward is one fused pass (dpre = dy·silu'(pre) stays in registers, dx and the dw
+// partials come from the same walk) plus a small kernel that adds the dw partials. V and the channel tiling change no
+// result bit (every per-channel operation and its order depend only on T).
 // Numerics (the CPU reference accumulates in double): each pre-activation is a K-term fp32 FMA chain in tap order;
 // silu(p) = p / (1 + e^-p) with expf (≤ 2 ulp); silu'(p) = σ(p)·(1 + p·σ(−p)) (no 1 − σ cancellation); dx is a
 // K-term FMA chain in tap order. dw is deterministic (fixed order, no atomics): per (run, channel, tap) an FMA chain
 // over the run's R tokens in order, then the runs of a tile added in run order, then the tiles added in tile order;
 // its longest chain of fp32 roundings is causal_conv1d_cuda_dw_path_length(T). State copies are exact.
-// Limits: kernel ≤ causal_conv1d_cuda_max_kernel() (GDN uses 4; K ≤ 4 and K ≤ 8 have register-window fast paths,
-// larger K runs the same code with a 64-slot window, slower).
+// Limits: kernel ≤ causal_conv1d_cuda_max_kernel() (GDN uses 4: the 4-channel path; K ≤ 4 and K ≤ 8 have
+// register-window fast paths, larger K runs the same code with a 64-slot window, slower).
 // Shapes: x, y, dy, dx [T, C]; w, dw [C, K]; state_in, state_out, d_state_in [N, C, K-1]; cu_seqlens int64 [N+1].
 #pragma once
 #include <cuda_runtime_api.h>
@@ -33,10 +35,9 @@ struct CausalConv1dCudaParams {
 
 constexpr int64_t causal_conv1d_cuda_max_kernel() { return 64; }
 
-// Tiling of the token axis (the tests derive the dw tolerance from it): a block covers tile_channels() channels ×
-// runs_per_tile() runs of run_tokens consecutive tokens; run_tokens grows past 32 only to keep tiles ≤ 256 (which
-// bounds the dw partials and the serial sum of the finishing kernel).
-constexpr int64_t causal_conv1d_cuda_tile_channels() { return 64; }
+// Tiling of the token axis (the tests derive the dw tolerance from it): a block covers runs_per_tile() runs of
+// run_tokens consecutive tokens; run_tokens grows past 32 only to keep tiles ≤ 256 (which bounds the dw partials and
+// the serial sum of the finishing kernel).
 constexpr int64_t causal_conv1d_cuda_runs_per_tile() { return 4; }
 
 struct CausalConv1dCudaTiling {

@@ -23,11 +23,19 @@
 //          bf16 gradient) over one tensor of 2^29 elements; ms, the bandwidth counting 10 bytes per element (gradient
 //          2, parameter 2 + 2, the two codes 1 + 1 each; the block scales aside) and the time scaled to the 4B
 //          student's 5.12B parameters.
+//   conv : the GDN short conv (causal_conv1d_cuda.h) at the 4B student's training shape: T = 4096 tokens (4 packed
+//          sequences of 1024), C = 4096 channels (32 heads of 128: the q, k and v convs each have this width), K = 4,
+//          SiLU, no state, f32; forward and backward (dx and dw, with the finishing kernel). Prints µs, the bytes a
+//          perfect kernel moves (forward x + y + w, backward dy + x + dx + w + dw), the achieved GB/s over them and the
+//          share of 4.27 TB/s, then the same with every row pointer one float off 16-byte alignment (the 1-channel
+//          path; its y, dx and dw are compared bit for bit with the 4-channel path's), and the conv time of one 4B
+//          distillation step at the trace's call counts (324 forward, 162 backward calls). L2 (50 MiB) is flushed
+//          by a 256 MiB memset before each timed run; median of 20 runs after 3 warm-ups.
 // Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
-// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8]   (all when none is given)
+// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv]   (all when none is given)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -51,6 +59,7 @@
 #include "ops/adamw/adamw_lowmem_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/attention/attention_cudnn.h"
+#include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
@@ -463,6 +472,76 @@ void bench_adamw8(CudaContext& ctx) {
               ms, 10.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9, ms * 5.12e9 / static_cast<double>(n));
 }
 
+void bench_conv(CudaContext& ctx) {
+  constexpr int64_t B = 4, S = 1024, T = B * S, C = 4096, K = 4;
+  constexpr size_t kFlushBytes = size_t{256} << 20;  // > the H200's 50 MiB L2
+  constexpr double kPeak = 4.27e12;                  // device copy bandwidth measured on the H200
+  const std::vector<float> xh = normal(static_cast<size_t>(T * C), 31), dyh = normal(static_cast<size_t>(T * C), 32);
+  std::vector<float> wh = normal(static_cast<size_t>(C * K), 33);
+  for (float& v : wh) v *= 0.5f;
+  // Aligned tensors (the 4-channel path) and copies one float in (pointer + 1: the 1-channel path).
+  const auto shifted = [](const std::vector<float>& v) {
+    std::vector<float> out(v.size() + 1, 0.0f);
+    std::copy(v.begin(), v.end(), out.begin() + 1);
+    return out;
+  };
+  const CudaTensor x = upload(ctx, xh, {T, C}), dy = upload(ctx, dyh, {T, C}), w = upload(ctx, wh, {C, K});
+  const CudaTensor x1 = upload(ctx, shifted(xh), {T * C + 1}), dy1 = upload(ctx, shifted(dyh), {T * C + 1});
+  const CudaTensor cu = upload_i64(ctx, packed(B, S));
+  CudaTensor y = CudaTensor::empty(ctx, {T, C}), dx = CudaTensor::empty(ctx, {T, C}), dw = CudaTensor::empty(ctx, {C, K});
+  CudaTensor y1 = CudaTensor::empty(ctx, {T * C + 1}), dx1 = CudaTensor::empty(ctx, {T * C + 1});
+  CudaTensor dw1 = CudaTensor::empty(ctx, {C, K});
+  CudaTensor flush = CudaTensor::empty(ctx, {static_cast<int64_t>(kFlushBytes / 4)});
+  const CausalConv1dCudaParams p{T, C, K, B, true};
+  const size_t ws_bytes = causal_conv1d_backward_cuda_workspace_bytes(p);
+  CudaTensor ws = CudaTensor::empty(ctx, {std::max<int64_t>(1, static_cast<int64_t>((ws_bytes + 3) / 4))});
+  const double act = double(T * C) * 4, wb = double(C * K) * 4;
+  const double fwd_bytes = 2 * act + wb, bwd_bytes = 3 * act + 2 * wb;
+  const auto flush_l2 = [&] { HLM_CUDA_CHECK(cudaMemsetAsync(flush.raw(), 0, kFlushBytes, ctx.stream())); };
+  double fwd_us[2] = {}, bwd_us[2] = {};
+  for (int path = 0; path < 2; ++path) {  // 0: aligned rows (4 channels per thread), 1: rows one float off
+    float* yp = path == 0 ? y.data<float>() : y1.data<float>() + 1;
+    float* dxp = path == 0 ? dx.data<float>() : dx1.data<float>() + 1;
+    float* dwp = path == 0 ? dw.data<float>() : dw1.data<float>();
+    const float* xp = path == 0 ? x.data<float>() : x1.data<float>() + 1;
+    const float* dyp = path == 0 ? dy.data<float>() : dy1.data<float>() + 1;
+    const auto fwd = [&] {
+      causal_conv1d_forward_cuda(yp, nullptr, xp, w.data<float>(), nullptr, cu.data<int64_t>(), p, ctx.stream());
+    };
+    const auto bwd = [&] {
+      causal_conv1d_backward_cuda(dxp, dwp, nullptr, dyp, xp, w.data<float>(), nullptr, cu.data<int64_t>(), p,
+                                  ws.raw(), ws_bytes, ctx.stream());
+    };
+    fwd_us[path] = 1000.0 * median_ms(ctx.stream(), fwd, 3, 20, flush_l2);
+    bwd_us[path] = 1000.0 * median_ms(ctx.stream(), bwd, 3, 20, flush_l2);
+    const char* what = path == 0 ? "4-channel path (aligned rows)" : "1-channel path (rows 4 B off)";
+    for (int dir = 0; dir < 2; ++dir) {
+      const double us = dir == 0 ? fwd_us[path] : bwd_us[path], bytes = dir == 0 ? fwd_bytes : bwd_bytes;
+      const double gbs = bytes / (us * 1e-6) / 1e9;
+      std::printf("conv_%s T%lld(%lldx%lld) C%lld K%lld silu f32  %-30s %8.1f us  %6.1f MB  %5.0f GB/s  %5.1f%% of 4.27 TB/s\n",
+                  dir == 0 ? "fwd" : "bwd", (long long)T, (long long)B, (long long)S, (long long)C, (long long)K, what,
+                  us, bytes / 1e6, gbs, 100.0 * gbs * 1e9 / kPeak);
+    }
+  }
+  // The two paths must agree bit for bit (causal_conv1d_cuda.h).
+  const auto bits_equal = [](const std::vector<float>& a, const float* b) {
+    return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
+  };
+  const auto download = [&](const CudaTensor& t) {
+    std::vector<float> h(static_cast<size_t>(t.numel()));
+    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    HLM_CUDA_CHECK(cudaMemcpy(h.data(), t.raw(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  };
+  const std::vector<float> ya = download(y), y1a = download(y1), dxa = download(dx), dx1a = download(dx1);
+  const std::vector<float> dwa = download(dw), dw1a = download(dw1);
+  std::printf("conv paths bit-identical: y %s  dx %s  dw %s\n", bits_equal(ya, y1a.data() + 1) ? "yes" : "NO",
+              bits_equal(dxa, dx1a.data() + 1) ? "yes" : "NO", bits_equal(dwa, dw1a.data()) ? "yes" : "NO");
+  std::printf("conv per 4B distillation step (324 fwd + 162 bwd calls): %.1f ms (fwd %.1f + bwd %.1f; trace s20: "
+              "18.7 + 34.4 ms)\n",
+              (324 * fwd_us[0] + 162 * bwd_us[0]) / 1000.0, 324 * fwd_us[0] / 1000.0, 162 * bwd_us[0] / 1000.0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -471,7 +550,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool gdn = argc == 1, attn = argc == 1, engines = argc == 1, decode = argc == 1, lmhead = argc == 1,
-       adamw8 = argc == 1;
+       adamw8 = argc == 1, conv = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
@@ -479,8 +558,9 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "decode") == 0) decode = true;
     else if (std::strcmp(argv[i], "lmhead") == 0) lmhead = true;
     else if (std::strcmp(argv[i], "adamw8") == 0) adamw8 = true;
+    else if (std::strcmp(argv[i], "conv") == 0) conv = true;
     else {
-      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8]\n");
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv]\n");
       return 2;
     }
   }
@@ -494,5 +574,6 @@ int main(int argc, char** argv) {
   if (decode) bench_decode(ctx);
   if (lmhead) bench_lm_head_kl(ctx);
   if (adamw8) bench_adamw8(ctx);
+  if (conv) bench_conv(ctx);
   return 0;
 }

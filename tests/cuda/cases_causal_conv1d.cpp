@@ -14,8 +14,10 @@
 //   pre: k = K relative to mag_pre = Σ_j |w|·|in|.
 //   y = silu(pre) = pre/(1 + e^-pre): pre's error passes with a factor ≤ max silu' ≈ 1.1, the SiLU adds 6u:
 //       k = K + 6, mag = 1.1·mag_pre + |y| (no SiLU: k = K, mag = mag_pre).
-//   dpre = dy·σ(pre)·(1 + pre·σ(−pre)): pre's error passes with |silu''| ≤ 0.5, the two σ and four operations add
-//       16u: k_dpre = K + 16 relative to mag_dpre = |dy|·(0.5·mag_pre + σ(1 + |pre|σ(−pre))) (no SiLU: dpre = dy).
+//   dpre = dy·σ(pre)·(1 + pre·σ(−pre)): pre's error passes with |silu''| ≤ 0.5; σ(pre) = 1/(1 + e) with e = expf(−pre)
+//       is within 4u·σ(−pre) + 2u ≤ 6u, σ(−pre) = e·σ(pre) within 4u·σ(pre) + 3u ≤ 7u, and the FMA 1 + pre·σ(−pre)
+//       and the two products add 3u: 16u in all, k_dpre = K + 16 relative to
+//       mag_dpre = |dy|·(0.5·mag_pre + σ(1 + |pre|σ(−pre))) (no SiLU: dpre = dy).
 //   dx, d_state_in = K-tap FMA chains of w·dpre: k = 2K + 16, mag = Σ |w|·mag_dpre.
 //   dw = Σ_t dpre·in, summed by the kernel as an FMA chain over each run of R tokens, then the runs_per_tile runs of a
 //       tile in order, then the tiles in order: at most P = R + runs_per_tile + tiles roundings in sequence

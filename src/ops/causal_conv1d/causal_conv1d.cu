@@ -29,9 +29,10 @@
 //             deterministic and independent of the GPU model, of V and of the channel tiling (the per-channel
 //             operations and their order depend only on T). d_state_in: one thread per (sequence, channel, slot)
 //             recomputes the dpre of the sequence's first K−1 tokens from dy, x, w, state_in (tiny).
-// Every per-channel operation and its order is the same for V = 1 and V = 4, and the same as in the kernels before
-// (one channel per thread, batches of 8 register loads): y, dx and dw are bit-identical across the paths and the
-// rewrite. That version reached 55 % (forward) and 23 % (backward) of the H200's 4.27 TB/s (bench_memory_ops): 4-byte
+// Every per-channel operation and its order is the same for V = 1 and V = 4 (y, dx and dw bit-identical across the
+// paths) and as in the kernels before (one channel per thread, batches of 8 register loads), except dpre_of, which
+// now takes σ(−p) from the same exponential as σ(p): y, and dx and dw without SiLU, are bit-identical to theirs.
+// That version reached 55 % (forward) and 23 % (backward) of the H200's 4.27 TB/s (bench_memory_ops): 4-byte
 // accesses with 64-bit index math per element, and loads issued in batches of 8 rows that then sat idle while the
 // batch was computed (the backward, at 94 registers in 256-thread blocks, ran 16 warps per SM with at most 32 KB in
 // flight per SM, and only while a batch loaded).
@@ -110,14 +111,18 @@ __device__ float pre_activation(const float* x, const float* w, const float* sta
   return acc;
 }
 
-__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-
 __device__ __forceinline__ float silu_of(float pre) { return pre / (1.0f + expf(-pre)); }
 
-// dy · silu'(pre) with silu'(p) = σ(p)·(1 + p·σ(−p)).
+// dy · silu'(pre) with silu'(p) = σ(p)·(1 + p·σ(−p)), from one exponential: e = e^−p, σ(p) = 1/(1 + e) and
+// σ(−p) = e·σ(p), taken as 1 where e overflows (σ(p) = 0; e·σ(p) would be ∞·0). No 1 − σ cancellation; σ(−p) carries
+// expf's error times σ(p) plus three roundings (≤ 7u, one more than 1/(1 + e^p)), for half the transcendental work
+// (the backward's largest instruction cost).
 __device__ __forceinline__ float dpre_of(float dy, float pre) {
+  const float e = expf(-pre);
+  const float sp = 1.0f / (1.0f + e);
+  const float sm = sp > 0.0f ? e * sp : 1.0f;  // NaN pre: sp is NaN and so is the result
   float d = dy;
-  d *= sigmoid(pre) * (1.0f + pre * sigmoid(-pre));
+  d *= sp * (1.0f + pre * sm);
   return d;
 }
 

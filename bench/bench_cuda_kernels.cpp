@@ -488,9 +488,9 @@ void bench_conv(CudaContext& ctx) {
   const CudaTensor x = upload(ctx, xh, {T, C}), dy = upload(ctx, dyh, {T, C}), w = upload(ctx, wh, {C, K});
   const CudaTensor x1 = upload(ctx, shifted(xh), {T * C + 1}), dy1 = upload(ctx, shifted(dyh), {T * C + 1});
   const CudaTensor cu = upload_i64(ctx, packed(B, S));
-  CudaTensor y = CudaTensor::empty(ctx, {T, C}), dx = CudaTensor::empty(ctx, {T, C}), dw = CudaTensor::empty(ctx, {C, K});
+  CudaTensor y = CudaTensor::empty(ctx, {T, C}), dx = CudaTensor::empty(ctx, {T, C});
   CudaTensor y1 = CudaTensor::empty(ctx, {T * C + 1}), dx1 = CudaTensor::empty(ctx, {T * C + 1});
-  CudaTensor dw1 = CudaTensor::empty(ctx, {C, K});
+  CudaTensor dw = CudaTensor::empty(ctx, {C, K}), dw1 = CudaTensor::empty(ctx, {C, K});
   CudaTensor flush = CudaTensor::empty(ctx, {static_cast<int64_t>(kFlushBytes / 4)});
   const CausalConv1dCudaParams p{T, C, K, B, true};
   const size_t ws_bytes = causal_conv1d_backward_cuda_workspace_bytes(p);
@@ -518,7 +518,8 @@ void bench_conv(CudaContext& ctx) {
     for (int dir = 0; dir < 2; ++dir) {
       const double us = dir == 0 ? fwd_us[path] : bwd_us[path], bytes = dir == 0 ? fwd_bytes : bwd_bytes;
       const double gbs = bytes / (us * 1e-6) / 1e9;
-      std::printf("conv_%s T%lld(%lldx%lld) C%lld K%lld silu f32  %-30s %8.1f us  %6.1f MB  %5.0f GB/s  %5.1f%% of 4.27 TB/s\n",
+      std::printf("conv_%s T%lld(%lldx%lld) C%lld K%lld silu f32  %-30s %8.1f us  %6.1f MB  %5.0f GB/s  "
+                  "%5.1f%% of 4.27 TB/s\n",
                   dir == 0 ? "fwd" : "bwd", (long long)T, (long long)B, (long long)S, (long long)C, (long long)K, what,
                   us, bytes / 1e6, gbs, 100.0 * gbs * 1e9 / kPeak);
     }

@@ -11,9 +11,10 @@
 // result bit (every per-channel operation and its order depend only on T).
 // Numerics (the CPU reference accumulates in double): each pre-activation is a K-term fp32 FMA chain in tap order;
 // silu(p) = p / (1 + e^-p) with expf (≤ 2 ulp); silu'(p) = σ(p)·(1 + p·σ(−p)) with σ(p) = 1/(1 + e^-p) and
-// σ(−p) = e^-p·σ(p) (one expf; no 1 − σ cancellation); dx is a K-term FMA chain in tap order. dw is deterministic (fixed order, no atomics): per (run, channel, tap) an FMA chain
-// over the run's R tokens in order, then the runs of a tile added in run order, then the tiles added in tile order;
-// its longest chain of fp32 roundings is causal_conv1d_cuda_dw_path_length(T). State copies are exact.
+// σ(−p) = e^-p·σ(p) (one expf; no 1 − σ cancellation); dx is a K-term FMA chain in tap order. dw is deterministic
+// (fixed order, no atomics): per (run, channel, tap) an FMA chain over the run's R tokens in order, then the runs of a
+// tile added in run order, then the tiles added in tile order; its longest chain of fp32 roundings is
+// causal_conv1d_cuda_dw_path_length(T). State copies are exact.
 // Limits: kernel ≤ causal_conv1d_cuda_max_kernel() (GDN uses 4: the 4-channel path; K ≤ 4 and K ≤ 8 have
 // register-window fast paths, larger K runs the same code with a 64-slot window, slower).
 // Shapes: x, y, dy, dx [T, C]; w, dw [C, K]; state_in, state_out, d_state_in [N, C, K-1]; cu_seqlens int64 [N+1].

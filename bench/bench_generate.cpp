@@ -787,7 +787,9 @@ int main(int argc, char** argv) {
           const CudaEngineGraphStats gstats = cuda_engine_graph_stats(*engine);
           row.update({{"graph_captures", gstats.captures},
                       {"graph_replays", gstats.replays},
-                      {"graph_failures", gstats.failures}});
+                      {"graph_failures", gstats.failures},
+                      {"fused_decode_steps", gstats.fused_decode_steps},
+                      {"fused_decode", gstats.fused_decode_refusal.empty() ? "on" : gstats.fused_decode_refusal}});
           row.update({{"prefill_seconds", prefill_s},
                       {"prefill_tokens_per_second", double(B * L) / prefill_s},
                       {"decode_seconds", decode_s},
@@ -830,6 +832,10 @@ int main(int argc, char** argv) {
                         static_cast<long long>(gpus_1024));
           md << line;
           std::printf("   %s", line);
+          if (B == 1)
+            std::printf("   (fused decode: %s, %lld fused steps)\n",
+                        gstats.fused_decode_refusal.empty() ? "on" : gstats.fused_decode_refusal.c_str(),
+                        static_cast<long long>(gstats.fused_decode_steps));
           std::fflush(stdout);
           engine.reset();
           ctx.allocator().release_cached();

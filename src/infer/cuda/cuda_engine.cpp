@@ -20,6 +20,7 @@
 #include "ops/attention/attention_cache_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/attention/attention_cudnn.h"
+#include "ops/fused_decode/fused_decode_cuda.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
@@ -141,6 +142,7 @@ class CudaEngine final : public InferenceEngine {
         for (const CudaTensor* t : l.gdn.tensors()) bytes += static_cast<int64_t>(t->nbytes());
       pool_bytes_.push_back(bytes);
     }
+    prepare_fused_decode();
     ctx_.synchronize();
   }
 
@@ -227,6 +229,13 @@ class CudaEngine final : public InferenceEngine {
   // The device work of a step after its metadata upload `meta`: the decoder with the stateful mixers, then the LM head
   // on each sequence's last new token; returns the logits [N, V] on the device. No host wait (capturable).
   CudaTensor run_step(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh);
+  // The same for a batch-1 decode step through the fused decode kernel (fused_layers_ set).
+  CudaTensor run_step_fused(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh);
+  // logits [N, V] (device) of the final hidden states rows [N, hidden] (device).
+  CudaTensor head_logits(const CudaTensor& rows);
+  // Sets fused_layers_ / fused_ws_ when the options, the plan and the model allow the fused decode, else says why in
+  // graph_stats_.fused_decode_refusal.
+  void prepare_fused_decode();
   // The decode graph for this step's shape: a cached one, a new capture (the second step of a shape), or nullptr
   // (run eagerly: the first step of a shape, or a shape whose capture failed).
   DecodeGraph* decode_graph(const StepShape& sh, const MetaPack& pack, const MetaOffsets& o);
@@ -265,7 +274,77 @@ class CudaEngine final : public InferenceEngine {
   size_t host_logits_bytes_ = 0;
   Tensor download_logits(const CudaTensor& device);
   std::vector<Layer> layers_;
+  // The fused batch-1 decode: the kernel's per-layer table on the device (empty: off), its shape and workspace.
+  CudaTensor fused_layers_, fused_ws_;
+  FusedDecodeShape fused_shape_;
+  CudaTensor fused_timeline_;  // [layers, grid, kFusedDecodeMarks] u64 when profiling (options_.fused_decode_timeline)
+  void write_fused_timeline();
 };
+
+void CudaEngine::write_fused_timeline() {
+  const int64_t grid = fused_decode_cuda_grid(fused_shape_.head_dim), L = fused_shape_.layers;
+  std::vector<unsigned long long> t(static_cast<size_t>(L * grid * kFusedDecodeMarks));
+  cuda_copy_to_host(ctx_, t.data(), fused_timeline_.raw(), t.size() * sizeof(t[0]));
+  const unsigned long long t0 = *std::min_element(t.begin(), t.begin() + grid * kFusedDecodeMarks);
+  std::FILE* f = std::fopen(options_.fused_decode_timeline.c_str(), "w");
+  HLM_CHECK_INPUT(f != nullptr, "cannot write the fused decode timeline ", options_.fused_decode_timeline);
+  std::fprintf(f, "layer,block");
+  for (int k = 0; k < kFusedDecodeMarks; ++k) std::fprintf(f, ",m%d", k);
+  std::fprintf(f, "\n");
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t b = 0; b < grid; ++b) {
+      std::fprintf(f, "%lld,%lld", static_cast<long long>(l), static_cast<long long>(b));
+      for (int k = 0; k < kFusedDecodeMarks; ++k)
+        std::fprintf(f, ",%lld", static_cast<long long>(t[static_cast<size_t>((l * grid + b) * kFusedDecodeMarks + k)]) -
+                                     static_cast<long long>(t0));
+      std::fprintf(f, "\n");
+    }
+  std::fclose(f);
+}
+
+void CudaEngine::prepare_fused_decode() {
+  std::string& why = graph_stats_.fused_decode_refusal;
+  const ModelConfig& c = model_.config();
+  if (!options_.fused_decode) {
+    why = "off (CudaEngineOptions::fused_decode, HLM_FUSED_DECODE)";
+    return;
+  }
+  if (plan_.kv_element_bytes != 2) {
+    why = "an fp32 KV cache";
+    return;
+  }
+  why = model_.fused_decode_refusal();
+  if (!why.empty()) return;
+  FusedDecodeShape& s = fused_shape_;
+  s.layers = c.num_hidden_layers;
+  s.hidden = c.hidden_size;
+  s.q_heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.head_dim = c.head_dim;
+  s.intermediate = c.intermediate_size;
+  s.norm_eps = static_cast<float>(c.rms_norm_eps);
+  s.qk_norm_eps = adims_.norm_eps;
+  s.residual_multiplier = architecture_spec(c.architecture).hyper(c).residual_multiplier;
+  s.attention_scale = adims_.scale;
+  s.num_blocks = plan_.num_blocks;
+  s.block_size = plan_.block_size;
+  why = fused_decode_cuda_refusal(s);
+  if (!why.empty()) return;
+  std::vector<FusedDecodeLayer> table(static_cast<size_t>(s.layers));
+  for (int i = 0; i < static_cast<int>(s.layers); ++i) {
+    FusedDecodeLayer& f = table[static_cast<size_t>(i)];
+    f = model_.fused_decode_layer(i);
+    f.k_cache = layers_[static_cast<size_t>(i)].k_cache.data<__nv_bfloat16>();
+    f.v_cache = layers_[static_cast<size_t>(i)].v_cache.data<__nv_bfloat16>();
+  }
+  fused_layers_ = cuda_scratch_bytes(ctx_, table.size() * sizeof(FusedDecodeLayer));
+  cuda_copy_to_device(ctx_, fused_layers_.raw(), table.data(), table.size() * sizeof(FusedDecodeLayer));
+  fused_ws_ = cuda_scratch_bytes(ctx_, fused_decode_cuda_workspace_bytes(s));
+  if (!options_.fused_decode_timeline.empty()) {
+    const size_t n = static_cast<size_t>(s.layers * fused_decode_cuda_grid(s.head_dim) * kFusedDecodeMarks);
+    fused_timeline_ = cuda_scratch_bytes(ctx_, n * sizeof(unsigned long long));
+  }
+}
 
 void CudaEngine::attention_mixer(int layer, float* out, const float* in, const StepView& s) {
   const CudaAttentionWeights& w = model_.attention_weights(layer);
@@ -586,6 +665,7 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
 
   Tensor logits;
   int flag = 0;
+  if (decode && N == 1 && fused_layers_.raw() != nullptr) ++graph_stats_.fused_decode_steps;  // run_step's choice
   DecodeGraph* graph = decode && options_.cuda_graphs ? decode_graph(sh, pack, o) : nullptr;
   if (graph != nullptr) {
     // New inputs into the graph's metadata buffer (pageable source: staged before cudaMemcpyAsync returns), replay.
@@ -602,6 +682,7 @@ Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {
     logits = download_logits(logits_device);
     cuda_copy_to_host(ctx_, &flag, at<int>(meta, o.flag), sizeof(flag));
   }
+  if (decode && N == 1 && fused_timeline_.raw() != nullptr) write_fused_timeline();
   // The host checked ids, positions (reservations within the rope table come from generate's limits) and metadata.
   HLM_CHECK(flag == 0, "CUDA inference step: a kernel flagged bad input (token id, position or KV-cache metadata; ",
             "longest context ", longest, ")");
@@ -628,7 +709,55 @@ Tensor CudaEngine::download_logits(const CudaTensor& device) {
   return Tensor::wrap(host_logits_, host_logits_.get(), device.shape(), device.dtype());
 }
 
+CudaTensor CudaEngine::run_step_fused(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh) {
+  const ModelConfig& c = model_.config();
+  const int64_t H = c.hidden_size;
+  const cudaStream_t stream = ctx_.stream();
+  const CudaBatchView batch{1, 1, 1, at<int32_t>(meta, o.ids), at<int64_t>(meta, o.cu), at<int32_t>(meta, o.pos),
+                            at<int>(meta, o.flag)};
+  CudaTensor hidden = CudaTensor::empty(ctx_, {1, H});
+  model_.embed(batch, hidden.data<float>());
+  FusedDecodeShape shape = fused_shape_;
+  shape.max_blocks = sh.max_blocks;
+  FusedDecodeStep st;
+  st.position = at<int32_t>(meta, o.pos);
+  st.cache_slot = at<int64_t>(meta, o.slots);
+  st.block_table = at<int32_t>(meta, o.tables);
+  st.context = at<int64_t>(meta, o.ctx);
+  st.error_flag = at<int>(meta, o.flag);
+  st.timeline = static_cast<unsigned long long*>(fused_timeline_.raw());
+  if (sh.rope != nullptr) {
+    HLM_CHECK(sh.rope->head_dim == c.head_dim, "rope table head_dim ", sh.rope->head_dim, " != ", c.head_dim);
+    st.rope_cos = sh.rope->cos;
+    st.rope_sin = sh.rope->sin;
+    st.rope_positions = sh.rope->num_positions;
+    st.rotary_dim = sh.rope->rotary_dim;
+  }
+  fused_decode_cuda(hidden.data<float>(), static_cast<const FusedDecodeLayer*>(fused_layers_.raw()), shape, st,
+                    fused_ws_.raw(), stream);
+  CudaTensor normed = CudaTensor::empty(ctx_, {1, H});
+  rmsnorm_forward_cuda(normed.data<float>(), hidden.data<float>(), model_.final_norm_weight(),
+                       {1, H, static_cast<float>(c.rms_norm_eps)}, stream);
+  return head_logits(normed);
+}
+
+CudaTensor CudaEngine::head_logits(const CudaTensor& rows) {
+  const ModelConfig& c = model_.config();
+  const int64_t N = rows.shape()[0], H = c.hidden_size, V = c.vocab_size;
+  CudaTensor logits_device = CudaTensor::empty(ctx_, {N, V});
+  if (model_.bf16_compute()) {  // bf16 precision: the head on bf16 tensor cores, fp32 logits
+    const CudaTensor rows16 = cuda_round_bf16(ctx_, rows);
+    matmul_forward_mixed_cuda(ctx_.blaslt(), logits_device.data<float>(), rows16.data<__nv_bfloat16>(),
+                              model_.lm_head_weight_bf16(), nullptr, {N, V, H});
+  } else {
+    matmul_forward_cuda(ctx_.blaslt(), logits_device.data<float>(), rows.data<float>(), model_.lm_head_weight(),
+                        nullptr, {N, V, H});
+  }
+  return logits_device;
+}
+
 CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, const StepShape& sh) {
+  if (sh.decode && sh.sequences == 1 && fused_layers_.raw() != nullptr) return run_step_fused(meta, o, sh);
   const ModelConfig& c = model_.config();
   const int64_t T = sh.tokens, N = sh.sequences;
   StepView s;
@@ -659,20 +788,11 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
   };
   const CudaTensor hidden = model_.final_hidden_with_mixer(s.batch, mixer);
   // The LM head on each sequence's last new token only.
-  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const int64_t H = c.hidden_size;
   CudaTensor rows = CudaTensor::empty(ctx_, {N, H});
   state_rows_copy_cuda(rows.data<float>(), nullptr, hidden.data<float>(), at<int32_t>(meta, o.last), N, H,
                        ctx_.stream());
-  CudaTensor logits_device = CudaTensor::empty(ctx_, {N, V});
-  if (model_.bf16_compute()) {  // bf16 precision: the head on bf16 tensor cores, fp32 logits
-    const CudaTensor rows16 = cuda_round_bf16(ctx_, rows);
-    matmul_forward_mixed_cuda(ctx_.blaslt(), logits_device.data<float>(), rows16.data<__nv_bfloat16>(),
-                              model_.lm_head_weight_bf16(), nullptr, {N, V, H});
-  } else {
-    matmul_forward_cuda(ctx_.blaslt(), logits_device.data<float>(), rows.data<float>(), model_.lm_head_weight(),
-                        nullptr, {N, V, H});
-  }
-  return logits_device;
+  return head_logits(rows);
 }
 
 CudaEngine::DecodeGraph* CudaEngine::decode_graph(const StepShape& sh, const MetaPack& pack, const MetaOffsets& o) {
@@ -735,6 +855,11 @@ CudaEngineOptions cuda_engine_default_options() {
   const char* fuse = std::getenv("HLM_QK_FUSE");
   if (fuse != nullptr && (std::strcmp(fuse, "0") == 0 || std::strcmp(fuse, "off") == 0)) o.fused_qk_norm_rope = false;
   if (fuse != nullptr && (std::strcmp(fuse, "1") == 0 || std::strcmp(fuse, "on") == 0)) o.fused_qk_norm_rope = true;
+  const char* fused = std::getenv("HLM_FUSED_DECODE");
+  if (fused != nullptr && (std::strcmp(fused, "0") == 0 || std::strcmp(fused, "off") == 0)) o.fused_decode = false;
+  if (fused != nullptr && (std::strcmp(fused, "1") == 0 || std::strcmp(fused, "on") == 0)) o.fused_decode = true;
+  if (const char* t = std::getenv("HLM_FUSED_DECODE_TIMELINE"); t != nullptr && *t != '\0')
+    o.fused_decode_timeline = t;
   return o;
 }
 

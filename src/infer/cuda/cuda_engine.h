@@ -39,6 +39,7 @@
 // The CudaModel must outlive the engine; one step at a time.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "infer/inference_engine.h"
 #include "models/cuda/cuda_model.h"
@@ -52,10 +53,22 @@ struct CudaEngineOptions {
   // over one block per KV group (per-head norms): qwen3_4b's batch-1 decode step 3.86 → 3.80 ms, with the GEMVs'
   // dependent launch 3.72 → 3.64 ms (H200, session 13, call 1; one block per token had made it slower, 3.96 vs 3.85).
   bool fused_qk_norm_rope = true;
+  // A batch-1 decode step of a model the fused decode kernel runs (ops/fused_decode/fused_decode_cuda.h: pre-norm
+  // full-attention layers with dense SwiGLU MLPs, bf16 weights and a bf16 KV cache, an sm_90 device) as ONE
+  // persistent launch for the whole decoder (plus the embedding, the final norm and the LM head) instead of ~10
+  // launches per layer; other steps and models take the eager path. Not bit-identical to it (the kernel's sums run
+  // in another order; tests/cuda_models/test_cuda_engine_fused_decode.cpp states the bound). Off by default until
+  // it measures faster than the eager decode (docs/benchmarks.md).
+  bool fused_decode = false;
+  // Profiling: when set, every fused decode step writes its kernel's per-block phase timestamps to this CSV file
+  // (overwritten: the last step stays; columns layer, block, then FusedDecodeStep::timeline's marks in ns from the
+  // step's first mark). Env HLM_FUSED_DECODE_TIMELINE=FILE.
+  std::string fused_decode_timeline;
 };
 
-// The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off and HLM_QK_FUSE=0|off the fused
-// q/k norm + RoPE + cache write off (1|on: on, the default).
+// The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off, HLM_QK_FUSE=0|off the fused
+// q/k norm + RoPE + cache write off (1|on: on, the default), HLM_FUSED_DECODE=1|on the fused batch-1 decode on
+// (0|off: off, the default) and HLM_FUSED_DECODE_TIMELINE=FILE its profiling timeline on.
 CudaEngineOptions cuda_engine_default_options();
 
 std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,
@@ -67,6 +80,9 @@ struct CudaEngineGraphStats {
   int64_t replays = 0;    // decode steps run as a graph replay
   int64_t failures = 0;   // captures that failed (those shapes run eagerly)
   int64_t eager_decode_steps = 0;
+  int64_t fused_decode_steps = 0;  // batch-1 decode steps run by the fused decode kernel (eager or in a graph)
+  // Why the fused decode is off for this engine ("" when it is on).
+  std::string fused_decode_refusal;
 };
 CudaEngineGraphStats cuda_engine_graph_stats(const InferenceEngine& engine);
 

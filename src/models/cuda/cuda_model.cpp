@@ -116,6 +116,17 @@ const RopeCudaTable* CudaModel::rope_table(int64_t positions) {
   return &rope_;
 }
 
+void CudaModel::embed(const CudaBatchView& b, float* out) const {
+  const ModelConfig& c = config_;
+  const DecoderHyper hyper = architecture_spec(c.architecture).hyper(c);
+  const EmbeddingCudaParams p{b.tokens, c.vocab_size, c.hidden_size, hyper.embedding_multiplier};
+  if (bf16_weights_only_)  // the embedding is held in bf16 only (drop_fp32_weights)
+    embedding_forward_cuda(out, tied_head_ ? lm_head_bf16_.data<__nv_bfloat16>() : embed_bf16_.data<__nv_bfloat16>(),
+                           b.ids, p, b.error_flag, ctx_->stream());
+  else
+    embedding_forward_cuda(out, embed_tokens_.data<float>(), b.ids, p, b.error_flag, ctx_->stream());
+}
+
 void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                             const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept,
                             const MixerOverride* mixer_override) {
@@ -123,7 +134,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   const ModelConfig& c = config_;
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
   const DecoderHyper hyper = spec.hyper(c);
-  const int64_t H = c.hidden_size, V = c.vocab_size, T = b.tokens;
+  const int64_t H = c.hidden_size, T = b.tokens;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const AttentionDims adims = attention_dims(c, hyper);
   const cudaStream_t stream = ctx.stream();
@@ -131,12 +142,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   normed = CudaTensor::empty(ctx, {T, H});            // a norm's output [T, H]
   CudaTensor delta = CudaTensor::empty(ctx, {T, H});  // a branch's output [T, H]
   float *h = hidden.data<float>(), *nr = normed.data<float>(), *dl = delta.data<float>();
-  if (bf16_weights_only_)  // the embedding is held in bf16 only (drop_fp32_weights)
-    embedding_forward_cuda(h, tied_head_ ? lm_head_bf16_.data<__nv_bfloat16>() : embed_bf16_.data<__nv_bfloat16>(),
-                           b.ids, {T, V, H, hyper.embedding_multiplier}, b.error_flag, stream);
-  else
-    embedding_forward_cuda(h, embed_tokens_.data<float>(), b.ids, {T, V, H, hyper.embedding_multiplier},
-                           b.error_flag, stream);
+  embed(b, h);
   const RmsnormCudaParams row_norm{T, H, eps};
   if (kept != nullptr) {
     kept->clear();

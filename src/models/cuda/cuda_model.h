@@ -37,6 +37,7 @@
 #include "layers/cuda/mlp_layer_cuda.h"
 #include "models/model.h"
 #include "models/model_train.h"
+#include "ops/fused_decode/fused_decode_cuda.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 
 namespace hlm {
@@ -153,6 +154,17 @@ class CudaModel {
   bool bf16_weights_only() const { return bf16_weights_only_; }
   // The LM head's bf16 weight [V, hidden] (the bf16 compute mode; nullptr otherwise).
   const __nv_bfloat16* lm_head_weight_bf16() const;
+
+  // ---- The fused batch-1 decode (ops/fused_decode/fused_decode_cuda.h; run by infer/cuda/cuda_engine.cpp) ----
+  // Why this model cannot run it ("" when it can): it needs every layer to be a pre-norm full-attention block (q/k
+  // norms per head or none, no output gate, no bias) with a dense SwiGLU MLP, RMSNorm, and the bf16 compute mode.
+  std::string fused_decode_refusal() const;
+  // Layer `layer`'s weights as the kernel reads them (the cache pointers are left null: the engine owns the cache).
+  FusedDecodeLayer fused_decode_layer(int layer) const;
+  // The decoder's first step: out [T, hidden] ← the embedding of b's ids (times the embedding multiplier).
+  void embed(const CudaBatchView& b, float* out) const;
+  // The final norm's weight [hidden].
+  const float* final_norm_weight() const { return norm_.data<float>(); }
 
  private:
   struct Layer;

@@ -41,6 +41,8 @@ struct Dims {
   int layers, H, Hq, Hkv, D, F, Cq, Ckv, G, S;  // G blocks; S key splits per kv head
   int num_blocks, block_size, max_blocks;
   float eps, qk_eps, mult, scale;
+  int copy_pieces;     // bulk copies per slot (FusedDecodeShape::copy_pieces)
+  bool skip_products;  // diagnostic: consumers release slots without computing (FusedDecodeShape::skip_products)
 };
 
 // Global scratch (fused_decode_cuda_workspace_bytes lays it out).
@@ -172,8 +174,11 @@ __device__ void produce(const FusedDecodeLayer* layers, const Dims& d, unsigned 
           mbar_wait(&empty[slot], ((it / kStages) & 1u) ^ 1u);
           const uint32_t bytes = static_cast<uint32_t>(nr) * static_cast<uint32_t>(seg[s].inner) * 2u;
           mbar_arrive_expect_tx(&full[slot], bytes);
-          bulk_copy_to_shared(ring + slot * kSlotBytes, seg[s].w + static_cast<size_t>(r) * seg[s].inner, bytes,
-                              &full[slot]);
+          const unsigned char* src = reinterpret_cast<const unsigned char*>(seg[s].w + static_cast<size_t>(r) *
+                                                                                           seg[s].inner);
+          const uint32_t piece = (bytes / static_cast<uint32_t>(d.copy_pieces) + 15u) / 16u * 16u;
+          for (uint32_t at = 0; at < bytes; at += piece)
+            bulk_copy_to_shared(ring + slot * kSlotBytes + at, src + at, min(piece, bytes - at), &full[slot]);
         }
       }
     }
@@ -221,7 +226,7 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const __nv_bf
 // item i goes to warp i mod 8, its dot product to partial[(local row) · 8 + part]. The caller zeroed partial for the
 // phase's rows and, after a consumer_sync, sums each row's 8 parts in order (finish_rows): deterministic.
 __device__ void consume(const Segment* seg, int nseg, const __nv_bfloat16* x, unsigned char* ring, uint64_t* full,
-                        uint64_t* empty, uint32_t& it, float* partial, int warp, int lane) {
+                        uint64_t* empty, uint32_t& it, float* partial, int warp, int lane, bool skip) {
   for (int s = 0; s < nseg; ++s) {
     const int inner = seg[s].inner, rps = rows_per_slot(inner), nvec = inner / 8;
     for (int r = 0; r < seg[s].rows; r += rps, ++it) {
@@ -230,7 +235,7 @@ __device__ void consume(const Segment* seg, int nseg, const __nv_bfloat16* x, un
       const int slot = static_cast<int>(it % kStages);
       mbar_wait(&full[slot], (it / kStages) & 1u);
       const __nv_bfloat16* tile = reinterpret_cast<const __nv_bfloat16*>(ring + slot * kSlotBytes);
-      for (int i = warp; i < nr * p; i += kConsumerWarps) {
+      for (int i = skip ? nr * p : warp; i < nr * p; i += kConsumerWarps) {
         const int row = i / p, part = i % p;
         const float y = row_dot(tile + static_cast<size_t>(row) * inner, x, part * nvec / p, (part + 1) * nvec / p,
                                 lane);
@@ -388,6 +393,14 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
         if (!slot_ok && lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
       }
     }
+    // The unit's block-table entries into shared memory (the warp-merge scratch is free until after the key loop):
+    // the key loop then waits on one memory latency per round instead of two.
+    int* ids = reinterpret_cast<int*>(scratch);
+    const int first_blk = a / d.block_size, nblk = b > a ? (b - 1) / d.block_size - first_blk + 1 : 0;
+    const bool ids_cached = nblk <= kXBytes / 4;
+    if (ids_cached)
+      for (int i = tid; i < nblk; i += kConsumers)
+        ids[i] = first_blk + i < d.max_blocks ? st.block_table[first_blk + i] : -1;
     consumer_sync();
     // Keys [a, b): warp `warp` takes a + warp, a + warp + 8, ..., U at a time.
     float qf[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], o[kMaxGroup][E];
@@ -419,7 +432,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
           continue;
         }
         const int bi = j / d.block_size;
-        const int id = bi < d.max_blocks ? st.block_table[bi] : -1;
+        const int id = ids_cached ? ids[bi - first_blk] : bi < d.max_blocks ? st.block_table[bi] : -1;
         if (id < 0 || id >= d.num_blocks) {
           ok[q] = false;
           if (lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
@@ -449,6 +462,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
         }
       }
     }
+    consumer_sync();  // every warp is done with the block ids before the scratch takes the warps' states
     // Merge the warps, then write the unit's partial.
 #pragma unroll
     for (int h = 0; h < kMaxGroup; ++h) {
@@ -551,7 +565,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     zero_partials(acc, tid);
     norm_to_x(x, h, L.input_norm, d, red, tid);
     int n = phase_segments(L, d, kQkv, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane);
+    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
     consumer_sync();
     finish_rows(seg, n, acc, tid, [&](const Segment& s, int r, float y) { w.qkv[s.out0 + r] = y; });
     mark(layer, 1);
@@ -565,7 +579,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     zero_partials(acc, tid);
     cast_to_x(x, w.attn, d.Cq, tid);
     n = phase_segments(L, d, kOut, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane);
+    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
     consumer_sync();
     finish_rows(seg, n, acc, tid, add_residual);
     mark(layer, 5);
@@ -575,7 +589,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     zero_partials(acc, tid);
     norm_to_x(x, h, L.post_attention_norm, d, red, tid);
     n = phase_segments(L, d, kGateUp, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane);
+    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
     consumer_sync();
     if (n == 2) {
       const int rows = seg[0].rows;
@@ -598,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     zero_partials(acc, tid);
     cast_to_x(x, w.act, d.F, tid);
     n = phase_segments(L, d, kDown, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane);
+    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
     consumer_sync();
     finish_rows(seg, n, acc, tid, add_residual);
     mark(layer, 9);
@@ -772,6 +786,8 @@ void fused_decode_cuda(float* hidden, const FusedDecodeLayer* layers, const Fuse
   d.qk_eps = s.qk_norm_eps;
   d.mult = s.residual_multiplier;
   d.scale = s.attention_scale;
+  d.copy_pieces = static_cast<int>(std::clamp<int64_t>(s.copy_pieces, 1, 64));
+  d.skip_products = s.skip_products;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(l.grid));
   cfg.blockDim = dim3(kThreads);

@@ -67,6 +67,10 @@ struct FusedDecodeShape {
   float attention_scale = 1.0f;        // scores = q·k · scale
   int64_t num_blocks = 0, block_size = 0;  // the KV pool
   int64_t max_blocks = 0;              // the block table's row length
+  // Tuning and diagnosis: bulk copies per ring slot (1-64), and consumers that release each slot without computing
+  // (the results are then meaningless; it times the weight stream alone).
+  int64_t copy_pieces = 1;
+  bool skip_products = false;
 };
 
 // The step's metadata, all on the device (the engine's upload): the token's position, its cache slot, its

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -105,6 +106,16 @@ inline double row_error(const float* a, const float* b, int64_t V) {
     scale = std::max(scale, std::abs(double(b[v])));
   }
   return diff / (1.0 + scale);
+}
+
+// Whether a reference row's top-2 margin exceeds twice `bound` in row_error's measure (then an engine row within the
+// bound must have the same argmax).
+inline bool clear_winner(const float* row, int64_t V, double bound) {
+  std::vector<float> r(row, row + V);
+  std::partial_sort(r.begin(), r.begin() + 2, r.end(), std::greater<float>());
+  double scale = 0.0;
+  for (int64_t v = 0; v < V; ++v) scale = std::max(scale, std::abs(double(row[v])));
+  return double(r[0]) - double(r[1]) > 2.0 * bound * (1.0 + scale);
 }
 
 }  // namespace hlm::test

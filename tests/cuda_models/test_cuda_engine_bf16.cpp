@@ -77,15 +77,6 @@ int64_t argmax(const float* row, int64_t V) { return std::max_element(row, row +
 // The row's bound (header comment) as a relative figure: max(4e-2, 3 · forward_error).
 double row_bound(double forward_error) { return std::max(kBf16RelTol, 3.0 * forward_error); }
 
-// Whether the fp32 row's top-2 margin exceeds twice the bound (then the bf16 argmax must be the fp32 one).
-bool clear_winner(const float* row, int64_t V, double bound) {
-  std::vector<float> r(row, row + V);
-  std::partial_sort(r.begin(), r.begin() + 2, r.end(), std::greater<float>());
-  double scale = 0.0;
-  for (int64_t v = 0; v < V; ++v) scale = std::max(scale, std::abs(double(row[v])));
-  return double(r[0]) - double(r[1]) > 2.0 * bound * (1.0 + scale);
-}
-
 // Per position: the bf16 forward's row error against the fp32 forward over the same tokens (CudaModel::forward).
 std::vector<double> forward_errors(CudaModel& g32, CudaModel& g16, const std::vector<int32_t>& ids, int64_t V) {
   TokenBatch b;

@@ -86,14 +86,6 @@ std::vector<float> decode_rows(InferenceEngine& e, const std::vector<int32_t>& i
   return rows;
 }
 
-bool clear_winner(const float* row, int64_t V, double bound) {
-  std::vector<float> r(row, row + V);
-  std::partial_sort(r.begin(), r.begin() + 2, r.end(), std::greater<float>());
-  double scale = 0.0;
-  for (int64_t v = 0; v < V; ++v) scale = std::max(scale, std::abs(double(row[v])));
-  return double(r[0]) - double(r[1]) > 2.0 * bound * (1.0 + scale);
-}
-
 TEST(CudaEngineFusedDecode, MatchesTheEagerDecode) {
   HLM_REQUIRE_CUDA_MODEL();
   CudaContext ctx;

@@ -560,13 +560,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   for (int layer = 0; layer < d.layers; ++layer) {
     const FusedDecodeLayer L = layers[layer];
+    // This block's rows of one product (x ready, acc zeroed before x was formed) into acc; returns its segments.
+    const auto products = [&](Phase phase) {
+      const int n = phase_segments(L, d, phase, seg);
+      consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
+      consumer_sync();
+      return n;
+    };
     // q, k, v of RMSNorm(h).
     mark(layer, 0);
     zero_partials(acc, tid);
     norm_to_x(x, h, L.input_norm, d, red, tid);
-    int n = phase_segments(L, d, kQkv, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
-    consumer_sync();
+    int n = products(kQkv);
     finish_rows(seg, n, acc, tid, [&](const Segment& s, int r, float y) { w.qkv[s.out0 + r] = y; });
     mark(layer, 1);
     sync();
@@ -578,20 +583,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // h += o_proj(attention).
     zero_partials(acc, tid);
     cast_to_x(x, w.attn, d.Cq, tid);
-    n = phase_segments(L, d, kOut, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
-    consumer_sync();
-    finish_rows(seg, n, acc, tid, add_residual);
+    finish_rows(seg, products(kOut), acc, tid, add_residual);
     mark(layer, 5);
     sync();
     mark(layer, 6);
     // SwiGLU of RMSNorm(h): this block's gate rows j and up rows j, then the activations of its rows.
     zero_partials(acc, tid);
     norm_to_x(x, h, L.post_attention_norm, d, red, tid);
-    n = phase_segments(L, d, kGateUp, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
-    consumer_sync();
-    if (n == 2) {
+    if (products(kGateUp) == 2) {
       const int rows = seg[0].rows;
       for (int j = tid; j < rows; j += kConsumers) {
         const float* qg = acc + j * kMaxParts;
@@ -611,10 +610,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // h += down_proj(activations).
     zero_partials(acc, tid);
     cast_to_x(x, w.act, d.F, tid);
-    n = phase_segments(L, d, kDown, seg);
-    consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
-    consumer_sync();
-    finish_rows(seg, n, acc, tid, add_residual);
+    finish_rows(seg, products(kDown), acc, tid, add_residual);
     mark(layer, 9);
     if (layer + 1 < d.layers) sync();
   }

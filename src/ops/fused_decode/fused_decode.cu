@@ -43,6 +43,8 @@ struct Dims {
   float eps, qk_eps, mult, scale;
   int copy_pieces;     // bulk copies per slot (FusedDecodeShape::copy_pieces)
   bool skip_products;  // diagnostic: consumers release slots without computing (FusedDecodeShape::skip_products)
+  bool fma_dots;       // fp32-FMA row dots instead of tensor-core ones (FusedDecodeShape::fma_dots)
+  uint64_t prefetch_bytes;  // L2 prefetch distance of the weight stream per block (FusedDecodeShape)
 };
 
 // Global scratch (fused_decode_cuda_workspace_bytes lays it out).
@@ -157,31 +159,71 @@ __device__ int phase_segments(const FusedDecodeLayer& L, const Dims& d, int phas
 
 __device__ __forceinline__ int rows_per_slot(int inner) { return max(1, kSlotBytes / (inner * 2)); }
 
-// The producer: the block's whole weight stream, slot by slot, as far ahead as the ring allows.
-__device__ void produce(const FusedDecodeLayer* layers, const Dims& d, unsigned char* ring, uint64_t* full,
-                        uint64_t* empty) {
-  uint32_t it = 0;
-  for (int l = 0; l < d.layers; ++l) {
-    const FusedDecodeLayer L = layers[l];
-    for (int phase = 0; phase < kPhases; ++phase) {
-      Segment seg[3];
-      const int n = phase_segments(L, d, phase, seg);
-      for (int s = 0; s < n; ++s) {
-        const int rps = rows_per_slot(seg[s].inner);
-        for (int r = 0; r < seg[s].rows; r += rps, ++it) {
-          const int nr = min(rps, seg[s].rows - r);
-          const int slot = static_cast<int>(it % kStages);
-          mbar_wait(&empty[slot], ((it / kStages) & 1u) ^ 1u);
-          const uint32_t bytes = static_cast<uint32_t>(nr) * static_cast<uint32_t>(seg[s].inner) * 2u;
-          mbar_arrive_expect_tx(&full[slot], bytes);
-          const unsigned char* src = reinterpret_cast<const unsigned char*>(seg[s].w + static_cast<size_t>(r) *
-                                                                                           seg[s].inner);
-          const uint32_t piece = (bytes / static_cast<uint32_t>(d.copy_pieces) + 15u) / 16u * 16u;
-          for (uint32_t at = 0; at < bytes; at += piece)
-            bulk_copy_to_shared(ring + slot * kSlotBytes + at, src + at, min(piece, bytes - at), &full[slot]);
+// The block's weight stream as a sequence of ring slots: layer by layer, phase by phase, segment by segment, whole
+// rows of ≤ 40 KB at a time.
+struct StreamCursor {
+  int layer = 0, phase = 0, seg = 0, row = 0, nseg = -1;
+  Segment segs[3];
+  // The next slot's source and size; false at the end of the stream.
+  __device__ bool next(const FusedDecodeLayer* layers, const Dims& d, const unsigned char*& src, uint32_t& bytes) {
+    while (layer < d.layers) {
+      if (nseg < 0) {
+        nseg = phase_segments(layers[layer], d, phase, segs);
+        seg = 0;
+        row = 0;
+      }
+      if (seg < nseg) {
+        const Segment& s = segs[seg];
+        if (row < s.rows) {
+          const int nr = min(rows_per_slot(s.inner), s.rows - row);
+          src = reinterpret_cast<const unsigned char*>(s.w + static_cast<size_t>(row) * s.inner);
+          bytes = static_cast<uint32_t>(nr) * static_cast<uint32_t>(s.inner) * 2u;
+          row += nr;
+          return true;
         }
+        ++seg;
+        row = 0;
+        continue;
+      }
+      nseg = -1;
+      if (++phase == kPhases) {
+        phase = 0;
+        ++layer;
       }
     }
+    return false;
+  }
+};
+
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// The producer: the block's whole weight stream, slot by slot, as far ahead as the ring allows; with
+// d.prefetch_bytes > 0 it also asks L2 for the stream's next prefetch_bytes beyond the slot it is about to wait for,
+// so that the memory system keeps working while the ring is full (attention, barriers).
+__device__ void produce(const FusedDecodeLayer* layers, const Dims& d, unsigned char* ring, uint64_t* full,
+                        uint64_t* empty) {
+  StreamCursor copy, ahead;
+  uint64_t copied = 0, looked = 0;  // bytes of the stream copied / walked by the prefetch cursor
+  const unsigned char* src = nullptr;
+  uint32_t bytes = 0;
+  for (uint32_t it = 0; copy.next(layers, d, src, bytes); ++it) {
+    if (d.prefetch_bytes > 0) {
+      const unsigned char* p = nullptr;
+      uint32_t n = 0;
+      while (looked < copied + bytes + d.prefetch_bytes && ahead.next(layers, d, p, n)) {
+        if (looked >= copied + bytes) prefetch_l2(p, n);  // slots beyond this one
+        looked += n;
+      }
+    }
+    const int slot = static_cast<int>(it % kStages);
+    mbar_wait(&empty[slot], ((it / kStages) & 1u) ^ 1u);
+    mbar_arrive_expect_tx(&full[slot], bytes);
+    const uint32_t piece = (bytes / static_cast<uint32_t>(d.copy_pieces) + 15u) / 16u * 16u;
+    for (uint32_t at = 0; at < bytes; at += piece)
+      bulk_copy_to_shared(ring + slot * kSlotBytes + at, src + at, min(piece, bytes - at), &full[slot]);
+    copied += bytes;
   }
 }
 
@@ -221,12 +263,32 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const __nv_bf
   return warp_sum(q == (g >> 1) ? d[g & 1] : 0.0f);
 }
 
+// The same dot product with fp32 FMAs (lanes stride over the vectors, two accumulators, an xor-shuffle sum): the
+// first version, measured faster inside the kernel than the tensor-core one (docs/benchmarks.md, session 21).
+__device__ __forceinline__ float row_dot_fma(const __nv_bfloat16* row, const __nv_bfloat16* x, int v0, int v1,
+                                             int lane) {
+  const uint4* w4 = reinterpret_cast<const uint4*>(row);
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  float a0 = 0.0f, a1 = 0.0f;
+  for (int v = v0 + lane; v < v1; v += 32) {
+    const uint4 w = w4[v], xv = x4[v];
+    const uint32_t ww[4] = {w.x, w.y, w.z, w.w}, xx[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      a0 = fmaf(__uint_as_float(ww[q] << 16), __uint_as_float(xx[q] << 16), a0);
+      a1 = fmaf(__uint_as_float(ww[q] & 0xffff0000u), __uint_as_float(xx[q] & 0xffff0000u), a1);
+    }
+  }
+  return warp_sum(a0 + a1);
+}
+
 // One product phase of a layer for the consumers. A slot of nr rows is cut into nr · p (row, column part) items,
 // p = 8 / gcd(nr, 8), so that the 8 warps share it evenly (a slot of 2 rows of 9,728 would otherwise busy 2 warps);
 // item i goes to warp i mod 8, its dot product to partial[(local row) · 8 + part]. The caller zeroed partial for the
 // phase's rows and, after a consumer_sync, sums each row's 8 parts in order (finish_rows): deterministic.
 __device__ void consume(const Segment* seg, int nseg, const __nv_bfloat16* x, unsigned char* ring, uint64_t* full,
-                        uint64_t* empty, uint32_t& it, float* partial, int warp, int lane, bool skip) {
+                        uint64_t* empty, uint32_t& it, float* partial, int warp, int lane, bool skip,
+                        bool fma_dots) {
   for (int s = 0; s < nseg; ++s) {
     const int inner = seg[s].inner, rps = rows_per_slot(inner), nvec = inner / 8;
     for (int r = 0; r < seg[s].rows; r += rps, ++it) {
@@ -237,8 +299,9 @@ __device__ void consume(const Segment* seg, int nseg, const __nv_bfloat16* x, un
       const __nv_bfloat16* tile = reinterpret_cast<const __nv_bfloat16*>(ring + slot * kSlotBytes);
       for (int i = skip ? nr * p : warp; i < nr * p; i += kConsumerWarps) {
         const int row = i / p, part = i % p;
-        const float y = row_dot(tile + static_cast<size_t>(row) * inner, x, part * nvec / p, (part + 1) * nvec / p,
-                                lane);
+        const __nv_bfloat16* w_row = tile + static_cast<size_t>(row) * inner;
+        const int v0 = part * nvec / p, v1 = (part + 1) * nvec / p;
+        const float y = fma_dots ? row_dot_fma(w_row, x, v0, v1, lane) : row_dot(w_row, x, v0, v1, lane);
         if (lane == 0) partial[(seg[s].local0 + r + row) * kMaxParts + part] = y;
       }
       __syncwarp();
@@ -563,7 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // This block's rows of one product (x ready, acc zeroed before x was formed) into acc; returns its segments.
     const auto products = [&](Phase phase) {
       const int n = phase_segments(L, d, phase, seg);
-      consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products);
+      consume(seg, n, x, ring, full, empty, it, acc, warp, lane, d.skip_products, d.fma_dots);
       consumer_sync();
       return n;
     };
@@ -784,6 +847,8 @@ void fused_decode_cuda(float* hidden, const FusedDecodeLayer* layers, const Fuse
   d.scale = s.attention_scale;
   d.copy_pieces = static_cast<int>(std::clamp<int64_t>(s.copy_pieces, 1, 64));
   d.skip_products = s.skip_products;
+  d.fma_dots = s.fma_dots;
+  d.prefetch_bytes = static_cast<uint64_t>(std::max<int64_t>(0, s.l2_prefetch_bytes));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(l.grid));
   cfg.blockDim = dim3(kThreads);

@@ -71,6 +71,10 @@ struct FusedDecodeShape {
   // (the results are then meaningless; it times the weight stream alone).
   int64_t copy_pieces = 1;
   bool skip_products = false;
+  // fp32-FMA row dots instead of the tensor-core ones; and how far beyond the slot it waits for the producer asks L2
+  // for the block's next weights (cp.async.bulk.prefetch.L2; 0: none). Both untimed on the GPU as of session 21.
+  bool fma_dots = false;
+  int64_t l2_prefetch_bytes = 0;
 };
 
 // The step's metadata, all on the device (the engine's upload): the token's position, its cache slot, its

@@ -617,6 +617,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     st.timeline[(static_cast<size_t>(layer) * d.G + blockIdx.x) * kFusedDecodeMarks + k] = t;
   };
+  // A grid barrier between two phases of a layer, marked on the timeline before (k) and after (k + 1).
+  const auto barrier = [&](int layer, int k) {
+    mark(layer, k);
+    sync();
+    mark(layer, k + 1);
+  };
   const auto add_residual = [&](const Segment& s, int r, float y) {
     float* p = h + s.out0 + r;
     *p = __fadd_rn(__ldcg(p), __fmul_rn(d.mult, y));
@@ -636,20 +642,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     norm_to_x(x, h, L.input_norm, d, red, tid);
     int n = products(kQkv);
     finish_rows(seg, n, acc, tid, [&](const Segment& s, int r, float y) { w.qkv[s.out0 + r] = y; });
-    mark(layer, 1);
-    sync();
-    mark(layer, 2);
+    barrier(layer, 1);
     attention_phase<D>(L, layer, d, st, w, smem, tid, warp, lane);
-    mark(layer, 3);
-    sync();
-    mark(layer, 4);
+    barrier(layer, 3);
     // h += o_proj(attention).
     zero_partials(acc, tid);
     cast_to_x(x, w.attn, d.Cq, tid);
     finish_rows(seg, products(kOut), acc, tid, add_residual);
-    mark(layer, 5);
-    sync();
-    mark(layer, 6);
+    barrier(layer, 5);
     // SwiGLU of RMSNorm(h): this block's gate rows j and up rows j, then the activations of its rows.
     zero_partials(acc, tid);
     norm_to_x(x, h, L.post_attention_norm, d, red, tid);
@@ -667,9 +667,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         w.act[seg[0].out0 + j] = g / (1.0f + expf(-g)) * u;
       }
     }
-    mark(layer, 7);
-    sync();
-    mark(layer, 8);
+    barrier(layer, 7);
     // h += down_proj(activations).
     zero_partials(acc, tid);
     cast_to_x(x, w.act, d.F, tid);

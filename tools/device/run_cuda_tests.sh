@@ -24,7 +24,8 @@
 #   HLM_FILTER     GoogleTest filter for both runs (default '*'), e.g. 'Rmsnorm*:Matmul*'
 #   HLM_SANITIZE   1 (default) or 0
 #   HLM_RACECHECK  GoogleTest filter of the racecheck run (default: the kernels that share memory between threads
-#                  of a block: 'Rmsnorm*:L2norm*:GatedRmsnorm*:GatedDeltaRule*:LogSoftmax*')
+#                  of a block or stage copies through it: 'Rmsnorm*:L2norm*:GatedRmsnorm*:GatedDeltaRule*:LogSoftmax*:
+#                  CausalConv1d*')
 #   HLM_BUILD_DIR  build folder (default /tmp/hlm-cuda-tests)
 #   HLM_CUDA_ARCH  CMAKE_CUDA_ARCHITECTURES (default 90a, from cmake/cuda.cmake)
 #   HLM_JOBS       build parallelism (default: nproc)
@@ -43,7 +44,7 @@ OUT="${OUT:-$ROOT/out/cuda_tests}"
 BUILD="${HLM_BUILD_DIR:-/tmp/hlm-cuda-tests}"
 FILTER="${HLM_FILTER:-*}"
 SANITIZE="${HLM_SANITIZE:-1}"
-RACECHECK="${HLM_RACECHECK:-Rmsnorm*:L2norm*:GatedRmsnorm*:GatedDeltaRule*:LogSoftmax*}"
+RACECHECK="${HLM_RACECHECK:-Rmsnorm*:L2norm*:GatedRmsnorm*:GatedDeltaRule*:LogSoftmax*:CausalConv1d*}"
 JOBS="${HLM_JOBS:-$(nproc 2>/dev/null || echo 8)}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"

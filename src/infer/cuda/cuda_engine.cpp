@@ -328,9 +328,8 @@ void CudaEngine::prepare_fused_decode() {
   s.attention_scale = adims_.scale;
   s.num_blocks = plan_.num_blocks;
   s.block_size = plan_.block_size;
-  // Tuning and diagnosis knobs (fused_decode_cuda.h), read here only: HLM_FUSED_DECODE_PIECES=n,
-  // HLM_FUSED_DECODE_SKIP=1, HLM_FUSED_DECODE_DOTS=fma|tc, HLM_FUSED_DECODE_PREFETCH_KB=n (per block).
-  if (const char* v = std::getenv("HLM_FUSED_DECODE_PIECES")) s.copy_pieces = std::max(1, std::atoi(v));
+  // Tuning and diagnosis knobs (fused_decode_cuda.h), read here only: HLM_FUSED_DECODE_SKIP=1,
+  // HLM_FUSED_DECODE_DOTS=fma|tc, HLM_FUSED_DECODE_PREFETCH_KB=n (per block).
   if (const char* v = std::getenv("HLM_FUSED_DECODE_SKIP")) s.skip_products = std::strcmp(v, "1") == 0;
   if (const char* v = std::getenv("HLM_FUSED_DECODE_DOTS")) s.fma_dots = std::strcmp(v, "fma") == 0;
   if (const char* v = std::getenv("HLM_FUSED_DECODE_PREFETCH_KB")) s.l2_prefetch_bytes = 1024 * std::max(0, std::atoi(v));

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -41,7 +43,6 @@ struct Dims {
   int layers, H, Hq, Hkv, D, F, Cq, Ckv, G, S;  // G blocks; S key splits per kv head
   int num_blocks, block_size, max_blocks;
   float eps, qk_eps, mult, scale;
-  int copy_pieces;     // bulk copies per slot (FusedDecodeShape::copy_pieces)
   bool skip_products;  // diagnostic: consumers release slots without computing (FusedDecodeShape::skip_products)
   bool fma_dots;       // fp32-FMA row dots instead of tensor-core ones (FusedDecodeShape::fma_dots)
   uint64_t prefetch_bytes;  // L2 prefetch distance of the weight stream per block (FusedDecodeShape)
@@ -220,9 +221,7 @@ __device__ void produce(const FusedDecodeLayer* layers, const Dims& d, unsigned 
     const int slot = static_cast<int>(it % kStages);
     mbar_wait(&empty[slot], ((it / kStages) & 1u) ^ 1u);
     mbar_arrive_expect_tx(&full[slot], bytes);
-    const uint32_t piece = (bytes / static_cast<uint32_t>(d.copy_pieces) + 15u) / 16u * 16u;
-    for (uint32_t at = 0; at < bytes; at += piece)
-      bulk_copy_to_shared(ring + slot * kSlotBytes + at, src + at, min(piece, bytes - at), &full[slot]);
+    bulk_copy_to_shared(ring + slot * kSlotBytes, src, bytes, &full[slot]);
     copied += bytes;
   }
 }
@@ -685,26 +684,15 @@ struct Launch {
   std::string refusal;
 };
 
+// The grid (one block per multiprocessor, all resident) on device `dev`, or why the kernel cannot run there; opts the
+// kernel into its shared memory on that device.
 template <int D>
-void set_smem_limit() {
-  static const bool done = [] {
-    HLM_CUDA_CHECK(cudaFuncSetAttribute(fused_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kSmemBytes));
-    return true;
-  }();
-  (void)done;
-}
-
-// The grid (one block per multiprocessor, all resident) on the current device, or why the kernel cannot run there.
-template <int D>
-Launch plan_launch() {
+Launch query_launch(int dev) {
   Launch l;
-  int dev = 0, major = 0, sms = 0, optin = 0;
-  HLM_CUDA_CHECK(cudaGetDevice(&dev));
+  int major = 0, sms = 0, optin = 0, coop = 0;
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  int coop = 0;
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   if (major < 9) {
     l.refusal = "needs compute capability 9.0 (bulk copies, mbarrier transactions)";
@@ -718,7 +706,8 @@ Launch plan_launch() {
     l.refusal = "the device has no cooperative launch";
     return l;
   }
-  set_smem_limit<D>();
+  HLM_CUDA_CHECK(
+      cudaFuncSetAttribute(fused_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   int per_sm = 0;
   HLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_decode_kernel<D>, kThreads, kSmemBytes));
   if (per_sm < 1) {
@@ -727,6 +716,18 @@ Launch plan_launch() {
   }
   l.grid = sms;  // one block per multiprocessor: the ring takes most of its shared memory
   return l;
+}
+
+// query_launch for the current device, once per device (every launch asks: no attribute queries per decode step).
+template <int D>
+Launch plan_launch() {
+  int dev = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mutex;
+  static std::map<int, Launch> planned;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = planned.find(dev); it != planned.end()) return it->second;
+  return planned.emplace(dev, query_launch<D>(dev)).first->second;
 }
 
 Launch plan_for(int64_t D) {
@@ -843,7 +844,6 @@ void fused_decode_cuda(float* hidden, const FusedDecodeLayer* layers, const Fuse
   d.qk_eps = s.qk_norm_eps;
   d.mult = s.residual_multiplier;
   d.scale = s.attention_scale;
-  d.copy_pieces = static_cast<int>(std::clamp<int64_t>(s.copy_pieces, 1, 64));
   d.skip_products = s.skip_products;
   d.fma_dots = s.fma_dots;
   d.prefetch_bytes = static_cast<uint64_t>(std::max<int64_t>(0, s.l2_prefetch_bytes));

@@ -67,9 +67,8 @@ struct FusedDecodeShape {
   float attention_scale = 1.0f;        // scores = q·k · scale
   int64_t num_blocks = 0, block_size = 0;  // the KV pool
   int64_t max_blocks = 0;              // the block table's row length
-  // Tuning and diagnosis: bulk copies per ring slot (1-64), and consumers that release each slot without computing
-  // (the results are then meaningless; it times the weight stream alone).
-  int64_t copy_pieces = 1;
+  // Diagnosis: consumers that release each slot without computing (the results are then meaningless; it times the
+  // weight stream alone).
   bool skip_products = false;
   // fp32-FMA row dots instead of the tensor-core ones; and how far beyond the slot it waits for the producer asks L2
   // for the block's next weights (cp.async.bulk.prefetch.L2; 0: none). Both untimed on the GPU as of session 21.

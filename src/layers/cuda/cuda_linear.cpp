@@ -144,6 +144,17 @@ void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaL
   cuda_linear_forward(ctx, y, CudaLinearInput{x, nullptr}, layer, rows);
 }
 
+bool cuda_linear_dw_bf16_epilogue() {
+  static const bool on = [] {
+    const char* v = std::getenv("HLM_DW_BF16_EPILOGUE");
+    const std::string s = v == nullptr ? "" : v;
+    HLM_CHECK_INPUT(s.empty() || s == "off" || s == "0" || s == "on" || s == "1", "HLM_DW_BF16_EPILOGUE=", s,
+                    ": expected on or off");
+    return s == "on" || s == "1";
+  }();
+  return on;
+}
+
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const CudaLinearInput& x,
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx) {
   HLM_CHECK(grad.out_features == layer.out_features && grad.in_features == layer.in_features &&
@@ -173,11 +184,14 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
   CudaTensor scratch;
   const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
   if (grad.weight.dtype() == DType::BF16) {  // a bf16 gradient holder (the lean plan: cuda_hold_bf16_linear_grads)
-    // The product in fp32 scratch, then added and rounded to bf16 once (matmul_cuda.h); the block goes back to the
-    // allocator's cache on return, so one block per linear shape serves every call.
-    CudaTensor product = CudaTensor::empty(ctx, {layer.out_features * layer.in_features});
-    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), product.data<float>(), dbias, dy16,
-                               in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    // Default: the product in fp32 scratch, then added and rounded to bf16 once (matmul_cuda.h); the block goes back
+    // to the allocator's cache on return, so one block per linear shape serves every call. HLM_DW_BF16_EPILOGUE=on:
+    // cuBLASLt's bf16 output with beta 1 into dw itself, no scratch (not one rounding; cuda_linear.h).
+    CudaTensor product;
+    if (!cuda_linear_dw_bf16_epilogue()) product = CudaTensor::empty(ctx, {layer.out_features * layer.in_features});
+    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(),
+                               product.raw() != nullptr ? product.data<float>() : nullptr, dbias, dy16, in.bf16,
+                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
   } else {
     matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
                                layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);

@@ -103,6 +103,16 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
 void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad, const __nv_bfloat16* dy16,
                                   const CudaLinearInput& x, const CudaLinear& layer, int64_t rows, bool accumulate_dx);
 
+// How a bf16 weight-gradient holder (the lean plan) takes each call's dyᵀ·x, read once from HLM_DW_BF16_EPILOGUE:
+//   off (default, or 0): the fp32 product in an fp32 scratch block [out, in] (allocator-cached, one per linear shape;
+//     4·out·in bytes: 99.6 MB for the 4B student's 9,728 × 2,560 MLP products), then dw = bf16_rn(dw + product), one
+//     rounding (matmul_backward_mixed_cuda with dw_scratch);
+//   on (or 1): cuBLASLt's bf16 output with C = D = dw and beta 1: no scratch, no add-and-round kernel (8 bytes per
+//     element less memory traffic), but not one rounding (the held value plus the product rounded to bf16 first:
+//     within half a bf16 ulp of the product plus half of the result; matmul_cuda.h). For A/B timing.
+// Any other value: input error.
+bool cuda_linear_dw_bf16_epilogue();
+
 // Device scratch of `bytes` bytes from ctx's allocator (released when the tensor goes; safe on ctx's one stream).
 CudaTensor cuda_scratch_bytes(CudaContext& ctx, size_t bytes);
 

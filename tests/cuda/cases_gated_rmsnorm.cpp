@@ -6,7 +6,8 @@
 // row, fewer rows than the 8 warps of a group (1, 3, 5), a partial last group (13, 301, 1003), more groups than the
 // finish's 128 slices (4099 rows: 257 groups), more than 2 rows per warp (70001 rows: 3 per warp, 2917 groups);
 // eps 1e-5 (OLMo) and 1e-6; every fill of x (large, ±0, subnormal, NaN/±Inf); z is N(0, 3²), so the gate spans
-// saturated and linear regions; y aliasing x and z.
+// saturated and linear regions; y aliasing x and z. The bf16-output launchers (last test) against the fp32 ones'
+// outputs cast to bf16, bit for bit.
 //
 // Tolerances (fp32 rule, harness.h). L = the longest chain of roundings in a row sum (the order
 // gated_rmsnorm_cuda.h states):
@@ -30,11 +31,15 @@
 //       slice's adds + the finish tree's levels, only additions of two non-empty operands counted, dw overwritten,
 //       e.g. 15 for 1003 × 128 and 39 for 70001 × 37, where the former column sum had 65 and 1085; block path:
 //       column_sum_path_length, unchanged): k = P + k_r + 9, mag = Σ_rows |term|.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "harness.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
@@ -263,5 +268,54 @@ TEST(GatedRmsnormCuda, MisalignedF32) {
     EXPECT_TRUE(check_f32(name(c, "bwd dw misaligned"), dw.download<float>(), dw32, dw64, mag.dw, {b.k_dw}));
     EXPECT_TRUE(first_unwritten(dx) && first_unwritten(dz)) << name(c, "bwd misaligned");
     EXPECT_TRUE(buffers_ok({&y, &dx, &dz, &dw, &ws}, {&x, &z, &w, &dy})) << name(c, "misaligned");
+  }
+}
+
+// The bf16-output launchers (gated_rmsnorm_forward_bf16_cuda's y, gated_rmsnorm_backward_bf16_dz_cuda's dz; the GDN
+// layer's bf16 compute mode): every case above, with 16-byte-aligned pointers (the vector order) and with every
+// pointer one element off (the scalar order; the fp32 run shifted alike): y and dz are exactly core/dtype.h's
+// rounding of the fp32 launchers' outputs on the same inputs (NaN payloads included), dx and dw exactly their bits;
+// nothing is written before a shifted output.
+TEST(GatedRmsnormCuda, Bf16OutputsAreTheCastOfTheF32Ones) {
+  HLM_REQUIRE_CUDA();
+  for (const GrnCase& c : kCases) {
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), nd = static_cast<size_t>(c.D);
+    const GatedRmsnormCudaParams p{c.R, c.D, c.eps};
+    for (const size_t off : {size_t{0}, size_t{1}}) {
+      const auto shift = [off](const std::vector<float>& v) { return off == 0 ? v : shifted_by_one(v); };
+      const std::string at = off == 0 ? " aligned" : " misaligned";
+      DeviceBuffer x = DeviceBuffer::from(shift(in.x), "x"), z = DeviceBuffer::from(shift(in.z), "z"),
+                   w = DeviceBuffer::from(shift(in.w), "w"), dy = DeviceBuffer::from(shift(in.dy), "dy");
+      DeviceBuffer y32((n + off) * 4, "y"), y16((n + off) * 2, "y bf16"), dx32((n + off) * 4, "dx"),
+          dz32((n + off) * 4, "dz"), dw32(nd * 4, "dw"), dx16((n + off) * 4, "dx (bf16 dz)"),
+          dz16((n + off) * 2, "dz bf16"), dw16(nd * 4, "dw (bf16 dz)");
+      DeviceBuffer ws(gated_rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+      const float *xp = x.as<float>() + off, *zp = z.as<float>() + off, *wp = w.as<float>() + off,
+                  *dyp = dy.as<float>() + off;
+      const cudaStream_t s = ctx().stream();
+      gated_rmsnorm_forward_cuda(y32.as<float>() + off, xp, zp, wp, p, s);
+      gated_rmsnorm_forward_bf16_cuda(y16.as<__nv_bfloat16>() + off, xp, zp, wp, p, s);
+      gated_rmsnorm_backward_cuda(dx32.as<float>() + off, dz32.as<float>() + off, dw32.as<float>(), dyp, xp, zp, wp,
+                                  p, ws.as<void>(), ws.bytes(), s);
+      gated_rmsnorm_backward_bf16_dz_cuda(dx16.as<float>() + off, dz16.as<__nv_bfloat16>() + off, dw16.as<float>(),
+                                          dyp, xp, zp, wp, p, ws.as<void>(), ws.bytes(), s);
+      const std::vector<float> y = y32.download<float>(), dz = dz32.download<float>();
+      const std::vector<uint16_t> y_bits = y16.download<uint16_t>(), dz_bits = dz16.download<uint16_t>();
+      size_t y_mismatches = 0, dz_mismatches = 0;
+      for (size_t i = off; i < n + off; ++i) {
+        y_mismatches += y_bits[i] != f32_to_bf16(y[i]) ? 1 : 0;
+        dz_mismatches += dz_bits[i] != f32_to_bf16(dz[i]) ? 1 : 0;
+      }
+      EXPECT_EQ(y_mismatches, 0u) << name(c, "fwd bf16 y vs cast of the fp32 y") << at;
+      EXPECT_EQ(dz_mismatches, 0u) << name(c, "bwd bf16 dz vs cast of the fp32 dz") << at;
+      EXPECT_TRUE(dx16.download_bytes() == dx32.download_bytes()) << name(c, "bwd dx (bf16 dz)") << at;
+      EXPECT_TRUE(dw16.download_bytes() == dw32.download_bytes()) << name(c, "bwd dw (bf16 dz)") << at;
+      if (off == 1) {
+        EXPECT_TRUE(y_bits[0] == 0xFFFFu && dz_bits[0] == 0xFFFFu) << name(c, "bf16 outputs") << at;
+      }
+      EXPECT_TRUE(buffers_ok({&y32, &y16, &dx32, &dz32, &dw32, &dx16, &dz16, &dw16, &ws}, {&x, &z, &w, &dy}))
+          << name(c, "bf16 outputs") << at;
+    }
   }
 }

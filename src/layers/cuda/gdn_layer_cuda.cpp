@@ -96,15 +96,19 @@ GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLine
   } else {
     gated_delta_rule_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, stream);
   }
-  // y in fp32; in the bf16 mode only its rounding is kept, since o_proj (forward and backward) is its one reader and
-  // would round it anyway.
-  CudaTensor y = CudaTensor::empty(ctx, {n, Cv});
-  gated_rmsnorm_forward_cuda(y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
-                             {n * Hv, d.value_dim, d.norm_eps}, stream);
-  if (cuda_linear_is_bf16(w.o_proj))
-    act.y16 = cuda_round_bf16(ctx, y);
-  else
-    act.y = std::move(y);
+  // y in fp32; in the bf16 mode only its rounding, written by the norm itself (gated_rmsnorm_forward_bf16_cuda: the
+  // bits of casting the fp32 y, no fp32 y in memory), since o_proj (forward and backward) is its one reader and would
+  // round it anyway.
+  const GatedRmsnormCudaParams norm{n * Hv, d.value_dim, d.norm_eps};
+  if (cuda_linear_is_bf16(w.o_proj)) {
+    act.y16 = CudaTensor::empty(ctx, {n, Cv}, DType::BF16);
+    gated_rmsnorm_forward_bf16_cuda(act.y16.data<__nv_bfloat16>(), act.o.data<float>(), act.z.data<float>(),
+                                    w.o_norm.data<float>(), norm, stream);
+  } else {
+    act.y = CudaTensor::empty(ctx, {n, Cv});
+    gated_rmsnorm_forward_cuda(act.y.data<float>(), act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(),
+                               norm, stream);
+  }
   return act;
 }
 

@@ -41,13 +41,22 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
   CudaTensor dy = CudaTensor::empty(ctx, {n, Cv});
   cuda_linear_backward(ctx, dy.data<float>(), gr.o_proj, d_out, cuda_linear_input(act.y, act.y16), w.o_proj, n,
                        false);
-  CudaTensor d_o = CudaTensor::empty(ctx, {n, Cv}), dz = CudaTensor::empty(ctx, {n, Cv});
+  // dz: in the bf16 mode only its rounding (g_proj's backward products are its one reader; the norm writes the bits
+  // of casting the fp32 dz, gated_rmsnorm_backward_bf16_dz_cuda), else fp32.
+  const bool bf16_dz = cuda_linear_is_bf16(w.g_proj);
+  CudaTensor d_o = CudaTensor::empty(ctx, {n, Cv});
+  CudaTensor dz = CudaTensor::empty(ctx, {n, Cv}, bf16_dz ? DType::BF16 : DType::F32);
   {
     const GatedRmsnormCudaParams p{n * Hv, d.value_dim, d.norm_eps};
     const size_t bytes = gated_rmsnorm_backward_cuda_workspace_bytes(p);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    gated_rmsnorm_backward_cuda(d_o.data<float>(), dz.data<float>(), dws, dy.data<float>(), act.o.data<float>(),
-                                act.z.data<float>(), w.o_norm.data<float>(), p, ws.raw(), bytes, stream);
+    if (bf16_dz)
+      gated_rmsnorm_backward_bf16_dz_cuda(d_o.data<float>(), dz.data<__nv_bfloat16>(), dws, dy.data<float>(),
+                                          act.o.data<float>(), act.z.data<float>(), w.o_norm.data<float>(), p,
+                                          ws.raw(), bytes, stream);
+    else
+      gated_rmsnorm_backward_cuda(d_o.data<float>(), dz.data<float>(), dws, dy.data<float>(), act.o.data<float>(),
+                                  act.z.data<float>(), w.o_norm.data<float>(), p, ws.raw(), bytes, stream);
     cuda_add_into(ctx, gr.o_norm.data<float>(), dws, d.value_dim);
   }
 
@@ -123,16 +132,24 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
   // all six read one rounding of x.
   CudaTensor x16;
   const CudaLinearInput xin = cuda_linear_round_input(ctx, x16, x, w.q_proj, n);
+  // dz in bf16 goes to cuda_linear_backward_bf16_dy: the products of cuda_linear_backward on the fp32 dz, bit for bit.
   const struct {
     const float* dp;
+    const __nv_bfloat16* dp16;
     const CudaLinear& wp;
     CudaLinear& gp;
-  } projs[] = {{dqp.data<float>(), w.q_proj, gr.q_proj}, {dkp.data<float>(), w.k_proj, gr.k_proj},
-               {dvp.data<float>(), w.v_proj, gr.v_proj}, {dz.data<float>(), w.g_proj, gr.g_proj},
-               {da.data<float>(), w.a_proj, gr.a_proj},  {db.data<float>(), w.b_proj, gr.b_proj}};
+  } projs[] = {{dqp.data<float>(), nullptr, w.q_proj, gr.q_proj},
+               {dkp.data<float>(), nullptr, w.k_proj, gr.k_proj},
+               {dvp.data<float>(), nullptr, w.v_proj, gr.v_proj},
+               {bf16_dz ? nullptr : dz.data<float>(), bf16_dz ? dz.data<__nv_bfloat16>() : nullptr, w.g_proj, gr.g_proj},
+               {da.data<float>(), nullptr, w.a_proj, gr.a_proj},
+               {db.data<float>(), nullptr, w.b_proj, gr.b_proj}};
   bool first = true;
   for (const auto& p : projs) {
-    cuda_linear_backward(ctx, dx, p.gp, p.dp, xin, p.wp, n, /*accumulate_dx=*/!first);
+    if (p.dp16 != nullptr)
+      cuda_linear_backward_bf16_dy(ctx, dx, p.gp, p.dp16, xin, p.wp, n, /*accumulate_dx=*/!first);
+    else
+      cuda_linear_backward(ctx, dx, p.gp, p.dp, xin, p.wp, n, /*accumulate_dx=*/!first);
     first = false;
   }
 }

@@ -20,9 +20,15 @@
 // that write dx and dz are the same whether dw is wanted or not (a runtime branch), so they have the same bits either
 // way. Non-goals for now: vectorized loads and a fused dw for rows longer than gated_rmsnorm_cuda_warp_max_dim().
 // The warp path's shared helpers (slices, warp sum, partial rows, V/P dispatch): backend/cuda/warp_rows.cuh.
+// bf16 outputs (gated_rmsnorm_forward_bf16_cuda's y, gated_rmsnorm_backward_bf16_dz_cuda's dz): the same kernels with
+// the output type as a template parameter; the fp32 value is computed by the same expression and stored rounded by
+// bf16_round.cuh (cast_f32_to_bf16_cuda's rounding), so the bits are those of casting the fp32 output.
+#include <cuda_bf16.h>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
+#include "ops/cast/bf16_round.cuh"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 
 namespace hlm {
@@ -45,10 +51,39 @@ static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane a
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
+// Output stores: fp32 as is; bf16 rounded as cast_f32_to_bf16_cuda rounds (a chunk of V values in one store: 8 bytes
+// for V = 4, which the launcher's alignment check allows).
+template <int V, int P>
+__device__ __forceinline__ void store_out(float* row, const float (&src)[P], int64_t D, int lane) {
+  store_slice<V, P>(row, src, D, lane);
+}
+template <int V, int P>
+__device__ __forceinline__ void store_out(__nv_bfloat16* row, const float (&src)[P], int64_t D, int lane) {
+  uint16_t* bits = reinterpret_cast<uint16_t*>(row);
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = cuda::chunk_start<V>(lane, j);
+    if (s < D) {
+      cuda::Pack<uint16_t, V> p;
+#pragma unroll
+      for (int e = 0; e < V; ++e) p.e[e] = cuda::f32_to_bf16_bits(src[j * V + e]);
+      *reinterpret_cast<cuda::Pack<uint16_t, V>*>(bits + s) = p;
+    }
+  }
+}
+__device__ __forceinline__ void store_one(float* out, int64_t i, float v) { out[i] = v; }
+__device__ __forceinline__ void store_one(__nv_bfloat16* out, int64_t i, float v) {
+  reinterpret_cast<uint16_t*>(out)[i] = cuda::f32_to_bf16_bits(v);
+}
+
+// Whether an output allows the warp path's vector chunks: 16 bytes for fp32 (4 floats), 8 for bf16 (4 values).
+bool vec_out(const float* p) { return aligned16(p); }
+bool vec_out(const __nv_bfloat16* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
+
 // ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
-template <int V, int P>
-__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kernel(float* y, const float* x,
+template <typename Y, int V, int P>
+__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kernel(Y* y, const float* x,
                                                                               const float* z, const float* w,
                                                                               int64_t R, int64_t D, float eps) {
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -64,15 +99,15 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kerne
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
 #pragma unroll
     for (int i = 0; i < P; ++i) xv[i] = ((xv[i] * inv) * wv[i]) * silu(zv[i]);
-    store_slice<V, P>(y + r * D, xv, D, lane);
+    store_out<V, P>(y + r * D, xv, D, lane);
   }
 }
 
 // Backward over the row-group blockIdx.x (rows [g·kWarpRows·rows_per_warp, (g + 1)·kWarpRows·rows_per_warp) ∩ [0,
 // R)): writes dx, dz, and, when dw_partial != nullptr, the group's dw partial row dw_partial[g, :] = Σ_warps (in warp
 // order) Σ_rows of the warp (in row order) dy·x·r·silu(z).
-template <int V, int P>
-__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kernel(float* dx, float* dz,
+template <typename DZ, int V, int P>
+__global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kernel(float* dx, DZ* dz,
                                                                                float* dw_partial, const float* dy,
                                                                                const float* x, const float* z,
                                                                                const float* w, int64_t R, int64_t D,
@@ -111,7 +146,7 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kern
       dzv[i] = dyw * n * sg * (1.0f + zi * sigmoid(-zi));
     }
     store_slice<V, P>(dx + r * D, xv, D, lane);
-    store_slice<V, P>(dz + r * D, dzv, D, lane);
+    store_out<V, P>(dz + r * D, dzv, D, lane);
   }
   if (dw_partial == nullptr) return;  // the same for every thread of the grid
   cuda::store_partial_row<kWarpRows, V>(dw_partial, red, acc, D, lane, warp);
@@ -119,7 +154,8 @@ __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_backward_warp_kern
 
 // ---- Block path (rows longer than kWarpMaxDim)
 
-__global__ void __launch_bounds__(kThreads) gated_rmsnorm_forward_kernel(float* y, const float* x, const float* z,
+template <typename Y>
+__global__ void __launch_bounds__(kThreads) gated_rmsnorm_forward_kernel(Y* y, const float* x, const float* z,
                                                                          const float* w, int64_t R, int64_t D,
                                                                          float eps) {
   __shared__ float smem[kThreads / 32];
@@ -131,12 +167,13 @@ __global__ void __launch_bounds__(kThreads) gated_rmsnorm_forward_kernel(float* 
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
     for (int64_t d = threadIdx.x; d < D; d += kThreads) {
       const int64_t i = r * D + d;
-      y[i] = ((xr[d] * inv) * w[d]) * silu(z[i]);  // reads x[i], z[i] before writing y[i] (same thread)
+      store_one(y, i, ((xr[d] * inv) * w[d]) * silu(z[i]));  // reads x[i], z[i] before writing y[i] (same thread)
     }
   }
 }
 
-__global__ void __launch_bounds__(kThreads) gated_rmsnorm_backward_kernel(float* dx, float* dz, float* inv_out,
+template <typename DZ>
+__global__ void __launch_bounds__(kThreads) gated_rmsnorm_backward_kernel(float* dx, DZ* dz, float* inv_out,
                                                                           const float* dy, const float* x,
                                                                           const float* z, const float* w, int64_t R,
                                                                           int64_t D, float eps) {
@@ -159,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) gated_rmsnorm_backward_kernel(float*
       const float zi = z[i], n = x[i] * inv, dyw = dy[i] * w[d];
       const float sg = sigmoid(zi);
       dx[i] = inv * (dyw * silu(zi) - n * mean);
-      dz[i] = dyw * n * sg * (1.0f + zi * sigmoid(-zi));
+      store_one(dz, i, dyw * n * sg * (1.0f + zi * sigmoid(-zi)));
     }
   }
 }
@@ -208,32 +245,26 @@ Workspace carve(void* base, const GatedRmsnormCudaParams& p) {
   return ws;
 }
 
-}  // namespace
-
-void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const float* w,
-                                const GatedRmsnormCudaParams& p, cudaStream_t stream) {
+template <typename Y>
+void forward_impl(Y* y, const float* x, const float* z, const float* w, const GatedRmsnormCudaParams& p,
+                  cudaStream_t stream) {
   check_params(p);
   if (p.rows == 0) return;
   if (p.dim <= kWarpMaxDim) {
-    const bool vec = aligned16(y) && aligned16(x) && aligned16(z) && aligned16(w);
+    const bool vec = vec_out(y) && aligned16(x) && aligned16(z) && aligned16(w);
     cuda::dispatch_warp<float>(p.dim, vec, [&](auto v, auto pl) {
-      gated_rmsnorm_forward_warp_kernel<decltype(v)::value, decltype(pl)::value>
+      gated_rmsnorm_forward_warp_kernel<Y, decltype(v)::value, decltype(pl)::value>
           <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
     });
   } else {
-    gated_rmsnorm_forward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
+    gated_rmsnorm_forward_kernel<Y><<<row_blocks(p.rows), kThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
   }
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-size_t gated_rmsnorm_backward_cuda_workspace_bytes(const GatedRmsnormCudaParams& p) {
-  check_params(p);
-  return carve(nullptr, p).bytes;
-}
-
-void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
-                                 const float* w, const GatedRmsnormCudaParams& p, void* workspace,
-                                 size_t workspace_bytes, cudaStream_t stream) {
+template <typename DZ>
+void backward_impl(float* dx, DZ* dz, float* dw, const float* dy, const float* x, const float* z, const float* w,
+                   const GatedRmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   check_params(p);
   if (p.rows == 0) {
     if (dw != nullptr) HLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(p.dim) * sizeof(float), stream));
@@ -244,10 +275,10 @@ void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* d
   HLM_CHECK(workspace_bytes >= ws.bytes, "gated_rmsnorm_backward_cuda: workspace of ", workspace_bytes,
             " bytes, needs ", ws.bytes);
   if (p.dim <= kWarpMaxDim) {
-    const bool vec = aligned16(dx) && aligned16(dz) && aligned16(dy) && aligned16(x) && aligned16(z) && aligned16(w);
+    const bool vec = aligned16(dx) && vec_out(dz) && aligned16(dy) && aligned16(x) && aligned16(z) && aligned16(w);
     float* partial = dw != nullptr ? ws.partial : nullptr;
     cuda::dispatch_warp<float>(p.dim, vec, [&](auto v, auto pl) {
-      gated_rmsnorm_backward_warp_kernel<decltype(v)::value, decltype(pl)::value>
+      gated_rmsnorm_backward_warp_kernel<DZ, decltype(v)::value, decltype(pl)::value>
           <<<static_cast<unsigned>(ws.warp_plan.groups), kWarpThreads, 0, stream>>>(
               dx, dz, partial, dy, x, z, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps);
     });
@@ -257,11 +288,40 @@ void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* d
     return;
   }
   if (dw != nullptr) HLM_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(p.dim) * sizeof(float), stream));
-  gated_rmsnorm_backward_kernel<<<row_blocks(p.rows), kThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows,
-                                                                            p.dim, p.eps);
+  gated_rmsnorm_backward_kernel<DZ><<<row_blocks(p.rows), kThreads, 0, stream>>>(dx, dz, ws.inv, dy, x, z, w, p.rows,
+                                                                                p.dim, p.eps);
   HLM_CUDA_CHECK_LAUNCH();
   if (dw != nullptr)
     cuda::column_sum_accumulate(dw, DwTerm{dy, x, z, ws.inv, p.dim}, p.rows, p.dim, ws.plan, ws.partial, stream);
+}
+
+}  // namespace
+
+void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const float* w,
+                                const GatedRmsnormCudaParams& p, cudaStream_t stream) {
+  forward_impl(y, x, z, w, p, stream);
+}
+
+void gated_rmsnorm_forward_bf16_cuda(__nv_bfloat16* y, const float* x, const float* z, const float* w,
+                                     const GatedRmsnormCudaParams& p, cudaStream_t stream) {
+  forward_impl(y, x, z, w, p, stream);
+}
+
+size_t gated_rmsnorm_backward_cuda_workspace_bytes(const GatedRmsnormCudaParams& p) {
+  check_params(p);
+  return carve(nullptr, p).bytes;
+}
+
+void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
+                                 const float* w, const GatedRmsnormCudaParams& p, void* workspace,
+                                 size_t workspace_bytes, cudaStream_t stream) {
+  backward_impl(dx, dz, dw, dy, x, z, w, p, workspace, workspace_bytes, stream);
+}
+
+void gated_rmsnorm_backward_bf16_dz_cuda(float* dx, __nv_bfloat16* dz, float* dw, const float* dy, const float* x,
+                                         const float* z, const float* w, const GatedRmsnormCudaParams& p,
+                                         void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  backward_impl(dx, dz, dw, dy, x, z, w, p, workspace, workspace_bytes, stream);
 }
 
 }  // namespace hlm

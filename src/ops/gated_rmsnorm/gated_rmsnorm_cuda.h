@@ -22,6 +22,7 @@
 //   longer rows: the two-pass column sum (backend/cuda/column_sum.h) of ((dy · x) · r) · silu(z) into a zeroed dw.
 // Shapes: x, z, y, dy, dx, dz [rows, dim]; w, dw [dim].
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -66,6 +67,12 @@ constexpr int64_t gated_rmsnorm_cuda_dw_chain(int64_t rows, int64_t dim) {
 // y = x·(mean(x²) + eps)^-1/2 · w · silu(z); y may alias x or z.
 void gated_rmsnorm_forward_cuda(float* y, const float* x, const float* z, const float* w,
                                 const GatedRmsnormCudaParams& p, cudaStream_t stream);
+// The same y rounded to bf16 (the GDN layer's bf16 compute mode, where o_proj's product is y's one reader): the bits of
+// gated_rmsnorm_forward_cuda followed by cast_f32_to_bf16_cuda, without the fp32 round trip through memory (the same
+// kernels, the output rounded at the store). The vector (float4) order needs x, z, w 16-byte aligned and y 8-byte
+// aligned, the fp32 launcher's y 16-byte: outputs allocated alike give the same order. y may not alias x or z.
+void gated_rmsnorm_forward_bf16_cuda(__nv_bfloat16* y, const float* x, const float* z, const float* w,
+                                     const GatedRmsnormCudaParams& p, cudaStream_t stream);
 
 // Bytes of device scratch gated_rmsnorm_backward_cuda needs: dim ≤ gated_rmsnorm_cuda_warp_max_dim(): the dw
 // partial rows (groups · dim floats); longer rows: per-row r and the column sum's partials.
@@ -76,5 +83,11 @@ size_t gated_rmsnorm_backward_cuda_workspace_bytes(const GatedRmsnormCudaParams&
 void gated_rmsnorm_backward_cuda(float* dx, float* dz, float* dw, const float* dy, const float* x, const float* z,
                                  const float* w, const GatedRmsnormCudaParams& p, void* workspace,
                                  size_t workspace_bytes, cudaStream_t stream);
+// The same with dz rounded to bf16 (the GDN layer's bf16 compute mode, where g_proj's backward products are dz's one
+// reader): dx and dw the bits of gated_rmsnorm_backward_cuda, dz the bits of casting its dz (cast_f32_to_bf16_cuda),
+// under the same alignment rule as the forward's bf16 output (dz 8-byte aligned for the vector order).
+void gated_rmsnorm_backward_bf16_dz_cuda(float* dx, __nv_bfloat16* dz, float* dw, const float* dy, const float* x,
+                                         const float* z, const float* w, const GatedRmsnormCudaParams& p,
+                                         void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace hlm

@@ -53,22 +53,27 @@ void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttenti
   CudaTensor d_o = CudaTensor::empty(ctx, {n, Cq});
   cuda_linear_backward(ctx, d_o.data<float>(), g.o_proj, d_out, attention_o_input(a), w.o_proj, n, false);
   CudaTensor dq = CudaTensor::empty(ctx, {n, Cq}), dk = CudaTensor::empty(ctx, {n, Ckv});
-  CudaTensor dv = CudaTensor::empty(ctx, {n, Ckv});
+  // dv passes through no op before v_proj's backward: in the bf16 mode v_proj reads the kernel's bf16 dv itself (the
+  // widening and re-rounding it replaces give the same bits: exact widening, and the kernel writes no signalling
+  // NaN, the one value the round trip would change; as o16 for o_proj).
+  const bool bf16_dv = w.bf16_compute && cuda_linear_is_bf16(w.v_proj);
+  CudaTensor dv = bf16_dv ? CudaTensor() : CudaTensor::empty(ctx, {n, Ckv});
+  CudaTensor dv16;
   {
     const size_t bytes = attention_backward_cuda_workspace_bytes(ap);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     if (w.bf16_compute) {
       const CudaTensor d_o16 = cuda_round_bf16(ctx, d_o.data<float>(), n * Cq);
       const int64_t nq = n > 0 ? n * Cq : 1, nkv = n > 0 ? n * Ckv : 1;
-      CudaTensor dq16 = CudaTensor::empty(ctx, {nq}, DType::BF16), dk16 = CudaTensor::empty(ctx, {nkv}, DType::BF16),
-                 dv16 = CudaTensor::empty(ctx, {nkv}, DType::BF16);
+      CudaTensor dq16 = CudaTensor::empty(ctx, {nq}, DType::BF16), dk16 = CudaTensor::empty(ctx, {nkv}, DType::BF16);
+      dv16 = CudaTensor::empty(ctx, {nkv}, DType::BF16);
       attention_backward_cuda(dq16.data<__nv_bfloat16>(), dk16.data<__nv_bfloat16>(), dv16.data<__nv_bfloat16>(),
                               d_o16.data<__nv_bfloat16>(), a.q16.data<__nv_bfloat16>(), a.k16.data<__nv_bfloat16>(),
                               a.v16.data<__nv_bfloat16>(), a.o16.data<__nv_bfloat16>(), a.lse.data<float>(),
                               b.cu_seqlens, ap, ws.raw(), bytes, b.error_flag, stream);
       cast_bf16_to_f32_cuda(dq.data<float>(), dq16.data<__nv_bfloat16>(), n * Cq, stream);
       cast_bf16_to_f32_cuda(dk.data<float>(), dk16.data<__nv_bfloat16>(), n * Ckv, stream);
-      cast_bf16_to_f32_cuda(dv.data<float>(), dv16.data<__nv_bfloat16>(), n * Ckv, stream);
+      if (!bf16_dv) cast_bf16_to_f32_cuda(dv.data<float>(), dv16.data<__nv_bfloat16>(), n * Ckv, stream);
     } else {
       attention_backward_cuda(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_o.data<float>(),
                               a.q.data<float>(), a.k.data<float>(), a.v.data<float>(), a.o.data<float>(),
@@ -89,7 +94,11 @@ void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttenti
   const CudaLinearInput xin = cuda_linear_round_input(ctx, x16, x, w.q_proj, n);
   cuda_linear_backward(ctx, dx, g.q_proj, dq.data<float>(), xin, w.q_proj, n, /*accumulate_dx=*/false);
   cuda_linear_backward(ctx, dx, g.k_proj, dk.data<float>(), xin, w.k_proj, n, /*accumulate_dx=*/true);
-  cuda_linear_backward(ctx, dx, g.v_proj, dv.data<float>(), xin, w.v_proj, n, /*accumulate_dx=*/true);
+  if (bf16_dv)
+    cuda_linear_backward_bf16_dy(ctx, dx, g.v_proj, dv16.data<__nv_bfloat16>(), xin, w.v_proj, n,
+                                 /*accumulate_dx=*/true);
+  else
+    cuda_linear_backward(ctx, dx, g.v_proj, dv.data<float>(), xin, w.v_proj, n, /*accumulate_dx=*/true);
 }
 
 }  // namespace hlm

@@ -1,5 +1,6 @@
 // The low-memory AdamW step and block quantization on CUDA (contract: adamw_lowmem_cuda.h, arithmetic: adamw_lowmem.h).
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -14,7 +15,7 @@ namespace hlm {
 
 namespace {
 
-static_assert(kQ8Block == 256, "one thread per element of a quantization block");
+static_assert(kQ8Block == 256, "one thread per element of a quantization block; 8 elements per lane of a warp");
 constexpr int kThreads = static_cast<int>(kQ8Block);
 
 // Global (not __constant__) memory: each block copies the tables into shared memory with coalesced loads; from
@@ -70,40 +71,61 @@ __device__ __forceinline__ uint8_t quantize_in_block(bool is_signed, float x, fl
   return is_signed ? quantize_value(c_mid_m, 255, r) : quantize_value(c_mid_v, 256, r);
 }
 
+// The midpoints of a table between two sentinels, in shared memory: ext[0] = −inf, ext[1 + j] = mid[j] for
+// j < used − 1, ext[used] = +inf (257 entries for the unsigned table, 256 used of them for the signed one).
 // The count of midpoints strictly below x (quantize_value's answer) found from a guess: start at `guess` (any index
-// in [0, used − 1]) and step down while the midpoint below is not < x, then up while the midpoint at the index is < x.
-// The midpoints are sorted ascending, so this ends at the count for any guess (NaN x: every comparison is false, so
-// it ends at 0, as the binary search does); a good guess makes it one or two shared-memory reads instead of eight
-// dependent ones.
-__device__ __forceinline__ uint8_t quantize_from_guess(const float* mid, int used, float x, int guess) {
+// in [0, used − 1]) and step down while the midpoint below is not < x, then up while the midpoint at the index is
+// < x. The midpoints are sorted ascending, so this ends at the count for any guess. x must not be NaN and lies in
+// [−2, 1] (quantize_in_block maps NaN to −2, whose count is 0, as NaN's is: every comparison false), so the
+// sentinels stop both walks without bounds checks; a good guess makes it one or two shared-memory reads instead of
+// eight dependent ones.
+__device__ __forceinline__ uint8_t quantize_from_guess(const float* ext, float x, int guess) {
   int i = guess;
-  while (i > 0 && !(mid[i - 1] < x)) --i;
-  while (i < used - 1 && mid[i] < x) ++i;
+  while (!(ext[i] < x)) --i;     // ext[i] = mid[i − 1]; ext[0] = −inf < x
+  while (ext[i + 1] < x) ++i;    // ext[i + 1] = mid[i]; ext[used] = +inf
   return static_cast<uint8_t>(i);
 }
 
-// The index guess from the tables' power laws (adamw_lowmem.h): signed m codes sign(k)·(|k|/127)³ at index k + 127,
-// unsigned v codes (i/255)⁴ at i. Fast approximate functions: only the starting point depends on them.
-__device__ __forceinline__ int q8_guess_signed(float r) {
-  const float a = fminf(fabsf(r), 1.0f);
-  const float k = rintf(127.0f * __expf(__logf(a) * (1.0f / 3.0f)));  // a = 0: exp(−inf) = 0
-  const float i = 127.0f + (r < 0.0f ? -k : k);
-  return static_cast<int>(fminf(fmaxf(i, 0.0f), 254.0f));  // fmaxf(NaN, 0) = 0
+// Fast approximate functions (flush-to-zero; MUFU): only the search's starting point depends on them.
+__device__ __forceinline__ float lg2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
-__device__ __forceinline__ int q8_guess_unsigned(float r) {
-  const float a = fminf(fmaxf(r, 0.0f), 1.0f);
-  const float i = rintf(255.0f * sqrtf(sqrtf(a)));
-  return static_cast<int>(fminf(fmaxf(i, 0.0f), 255.0f));
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rsqrt_approx(float x) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
-// The same over a table in shared memory (mid: the table's midpoints, `used` codes; zero_code when absmax is 0).
-// guess = false: the plain binary search (HLM_ADAMW8_SEARCH=binary, for A/B timing; same bits).
-__device__ __forceinline__ uint8_t quantize_in_block(const float* mid, int used, float x, float absmax,
+// The index guess from the tables' power laws (adamw_lowmem.h), for r ∈ [−2, 1]: signed m codes sign(k)·(|k|/127)³
+// at index k + 127, unsigned v codes (i/255)⁴ at i. r = 0: lg2 = −inf, ex2(−inf) = 0; rsqrt(rsqrt(0)) =
+// rsqrt(+inf) = 0; r < 0 (unsigned): rsqrt = NaN, and fmaxf(NaN, 0) = 0. The clamps keep the guess in [0, used − 1].
+__device__ __forceinline__ int q8_guess_signed(float r) {
+  const float k = 127.0f * ex2_approx(lg2_approx(fabsf(r)) * (1.0f / 3.0f));
+  const float i = 127.0f + copysignf(k, r);
+  return __float2int_rn(fminf(fmaxf(i, 0.0f), 254.0f));
+}
+__device__ __forceinline__ int q8_guess_unsigned(float r) {
+  const float i = 255.0f * rsqrt_approx(rsqrt_approx(r));  // r^(1/4)
+  return __float2int_rn(fminf(fmaxf(i, 0.0f), 255.0f));
+}
+
+// The code of x in a block of scale absmax, over a table in shared memory (ext: its midpoints between sentinels,
+// `used` codes; zero_code when absmax is 0 or NaN). r = x / absmax exactly as the reference divides (__fdiv_rn), so
+// r ∈ [−1, 1] or NaN (absmax = max |x|; an infinite absmax gives ±0 or NaN); NaN is replaced by −2, which has the
+// same count (0). guess = false: the plain binary search (HLM_ADAMW8_SEARCH=binary, for A/B timing; same bits).
+__device__ __forceinline__ uint8_t quantize_in_block(const float* ext, int used, float x, float absmax,
                                                      uint8_t zero_code, bool guess) {
   if (!(absmax > 0.0f)) return zero_code;
-  const float r = __fdiv_rn(x, absmax);
-  if (!guess) return quantize_value(mid, used, r);
-  return quantize_from_guess(mid, used, r, used == 255 ? q8_guess_signed(r) : q8_guess_unsigned(r));
+  const float r = fmaxf(__fdiv_rn(x, absmax), -2.0f);  // fmaxf(NaN, −2) = −2
+  if (!guess) return quantize_value(ext + 1, used, r);
+  return quantize_from_guess(ext, r, used == 255 ? q8_guess_signed(r) : q8_guess_unsigned(r));
 }
 
 __device__ __forceinline__ uint16_t bf16_stochastic(float x, uint32_t r) {
@@ -121,111 +143,244 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+// The rounding's 16 random bits of element i (the top 16 of splitmix64(sr_base + i)). The compiler keeps only the
+// high word of the last product (checked: the same instruction count as an explicit hi32 form).
+__device__ __forceinline__ uint32_t sr_bits(uint64_t x) { return static_cast<uint32_t>(splitmix64_device(x) >> 48); }
 
-// The max of x over the warp's lanes (every lane gets it). fmaxf ignores a NaN operand, as block_max does: the
-// result is the max over the non-NaN values in any order, so the warp's and the block's reductions agree.
+// The max of x over the warp's lanes (every lane gets it). fmaxf ignores a NaN operand.
 __device__ __forceinline__ float warp_max(float x) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
 
+// One element's update (adamw_lowmem.h; every operation rounded once, in the reference's order): from the gradient
+// g0, the moments m0, v0 and the parameter p0, the new m, v and the new parameter before its storage rounding.
+__device__ __forceinline__ float update_element(float g0, float m0, float v0, float p0, bool scaled, float scale,
+                                               const AdamWLowmemStep& s, float& m, float& v) {
+  const float g = scaled ? __fmul_rn(g0, scale) : g0;
+  m = __fadd_rn(__fmul_rn(s.beta1, m0), __fmul_rn(s.one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(s.beta2, v0), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bias_correction2_sqrt), s.eps);
+  return __fsub_rn(__fmul_rn(p0, s.decay), __fdiv_rn(__fmul_rn(s.step_size, m), denom));
+}
+
+__device__ __forceinline__ float widen_bf16(uint32_t h) { return __uint_as_float(h << 16); }
+
+// Eight consecutive values from 16-byte (bf16, f32 pairs) or 8-byte (codes) aligned addresses.
+__device__ __forceinline__ void load8(const uint16_t* p, float (&x)[8]) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    x[2 * k] = __uint_as_float(u[k] << 16);
+    x[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+__device__ __forceinline__ void store8(float* p, const float (&x)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
+}
+__device__ __forceinline__ uint2 pack_bytes8(const uint32_t (&q)[8]) {
+  return make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (q[3] << 24), q[4] | (q[5] << 8) | (q[6] << 16) | (q[7] << 24));
+}
+
+// The kernel's shared memory: the code tables and the midpoints between sentinels (quantize_from_guess).
+struct Q8Tables {
+  float code_m[256], code_v[256], ext_m[257], ext_v[257];
+};
+
+// Vector path of one full quantization block starting at element e0 (t's pointers aligned: see vector_ok): lane l
+// updates the 8 consecutive elements e0 + 8l … e0 + 8l + 7, with one 16-byte load or store per bf16 row (two per
+// f32 row) and one 8-byte load or store per code row, and 32-bit offsets inside the block. The same element
+// operations, absmax reduction (a max: any order gives the same value) and codes as the scalar path.
+template <bool Q8, bool Sr, bool GradBf16>
+__device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t, const Q8Tables& tab, bool scaled,
+                                                 float scale, const AdamWLowmemStep& s, bool guess, int64_t b,
+                                                 int lane) {
+  const int64_t e = b * kQ8Block + 8 * lane;  // this lane's first element
+  const bool in_bf16 = t.param_bf16 != nullptr;
+  float g0[8], m0[8], v0[8], p0[8];
+  if (GradBf16)
+    load8(t.grad_bf16 + e, g0);
+  else
+    load8(t.grad + e, g0);
+  if (in_bf16)
+    load8(t.param_bf16 + e, p0);
+  else
+    load8(t.param_f32 + e, p0);
+  if (Q8) {
+    const uint2 qm = *reinterpret_cast<const uint2*>(t.q_m + e), qv = *reinterpret_cast<const uint2*>(t.q_v + e);
+    const float am0 = t.absmax_m[b], av0 = t.absmax_v[b];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t cm = ((k < 4 ? qm.x : qm.y) >> (8 * (k & 3))) & 0xFFu;
+      const uint32_t cv = ((k < 4 ? qv.x : qv.y) >> (8 * (k & 3))) & 0xFFu;
+      m0[k] = __fmul_rn(tab.code_m[cm], am0);
+      v0[k] = __fmul_rn(tab.code_v[cv], av0);
+    }
+  } else {
+    load8(t.exp_avg + e, m0);
+    load8(t.exp_avg_sq + e, v0);
+  }
+  float m[8], v[8], p[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) p[k] = update_element(g0[k], m0[k], v0[k], p0[k], scaled, scale, s, m[k], v[k]);
+  if (Sr) {
+    const uint64_t sr = s.sr_base + static_cast<uint64_t>(e);
+    uint32_t h[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) h[k] = bf16_stochastic(p[k], sr_bits(sr + static_cast<uint64_t>(k)));
+    if (in_bf16) {
+      *reinterpret_cast<uint4*>(t.param_bf16 + e) =
+          make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
+    } else {
+      float w[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) w[k] = widen_bf16(h[k]);
+      store8(t.param_f32 + e, w);
+    }
+  } else {
+    store8(t.param_f32 + e, p);
+  }
+  if (!Q8) {
+    store8(t.exp_avg + e, m);
+    store8(t.exp_avg_sq + e, v);
+    return;
+  }
+  // absmax: the max of |m|, |v| over the block, started from 0 as the reference's std::max is (a NaN is never
+  // taken: fmaxf ignores a NaN operand, std::max(a, NaN) keeps a; a block of NaNs gets 0).
+  float am = 0.0f, av = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    am = fmaxf(am, fabsf(m[k]));
+    av = fmaxf(av, fabsf(v[k]));
+  }
+  am = warp_max(am);
+  av = warp_max(av);
+  if (lane == 0) {
+    t.absmax_m[b] = am;
+    t.absmax_v[b] = av;
+  }
+  uint32_t qm[8], qv[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    qm[k] = quantize_in_block(tab.ext_m, 255, m[k], am, 127, guess);
+    qv[k] = quantize_in_block(tab.ext_v, 256, v[k], av, 0, guess);
+  }
+  *reinterpret_cast<uint2*>(t.q_m + e) = pack_bytes8(qm);
+  *reinterpret_cast<uint2*>(t.q_v + e) = pack_bytes8(qv);
+}
+
+// Scalar path of one quantization block (the tensor's last block when it is short, or every block when the vector
+// path is off): lane l updates elements l, l + 32, ..., l + 224 of the block, each with its own bounds check.
+template <bool Q8, bool Sr, bool GradBf16>
+__device__ __forceinline__ void update_block_scalar(const AdamWLowmemCudaTensor& t, const Q8Tables& tab, bool scaled,
+                                                    float scale, const AdamWLowmemStep& s, bool guess, int64_t b,
+                                                    int lane) {
+  constexpr int kPerLane = kQ8Block / 32;
+  const bool in_bf16 = t.param_bf16 != nullptr;
+  const int64_t base = b * kQ8Block + lane;
+  // Every load of the block first (independent, so they are in flight together), then the arithmetic.
+  float g0[kPerLane] = {}, m0[kPerLane] = {}, v0[kPerLane] = {}, p0[kPerLane] = {};
+  const float am0 = Q8 ? t.absmax_m[b] : 0.0f, av0 = Q8 ? t.absmax_v[b] : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = base + 32 * k;
+    if (i < t.n) {
+      g0[k] = GradBf16 ? widen_bf16(t.grad_bf16[i]) : t.grad[i];
+      m0[k] = Q8 ? __fmul_rn(tab.code_m[t.q_m[i]], am0) : t.exp_avg[i];
+      v0[k] = Q8 ? __fmul_rn(tab.code_v[t.q_v[i]], av0) : t.exp_avg_sq[i];
+      p0[k] = in_bf16 ? widen_bf16(t.param_bf16[i]) : t.param_f32[i];
+    }
+  }
+  float m[kPerLane], v[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t i = base + 32 * k;
+    m[k] = 0.0f;
+    v[k] = 0.0f;
+    if (i >= t.n) continue;
+    const float p = update_element(g0[k], m0[k], v0[k], p0[k], scaled, scale, s, m[k], v[k]);
+    if (Sr) {
+      const uint16_t r = bf16_stochastic(p, sr_bits(s.sr_base + static_cast<uint64_t>(i)));
+      if (in_bf16)
+        t.param_bf16[i] = r;
+      else
+        t.param_f32[i] = widen_bf16(r);
+    } else {
+      t.param_f32[i] = p;
+    }
+    if (!Q8) {
+      t.exp_avg[i] = m[k];
+      t.exp_avg_sq[i] = v[k];
+    }
+  }
+  if (Q8) {  // every lane takes part in the reductions
+    // Over |m|, |v| of the live elements and 0 for the others, started from 0 as the reference (NaN never taken).
+    float am = 0.0f, av = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      am = fmaxf(am, fabsf(m[k]));
+      av = fmaxf(av, fabsf(v[k]));
+    }
+    am = warp_max(am);
+    av = warp_max(av);
+    if (lane == 0) {
+      t.absmax_m[b] = am;
+      t.absmax_v[b] = av;
+    }
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t i = base + 32 * k;
+      if (i >= t.n) continue;
+      t.q_m[i] = quantize_in_block(tab.ext_m, 255, m[k], am, 127, guess);
+      t.q_v[i] = quantize_in_block(tab.ext_v, 256, v[k], av, 0, guess);
+    }
+  }
+}
+
 // Q8: 8-bit moments; Sr: the update rounded stochastically to bf16 (stored in param_bf16, or widened into param_f32
 // with f32_holds_bf16); GradBf16: the gradient read from grad_bf16.
-// One warp per quantization block: lane l updates elements l, l + 32, ..., l + 224 of the block (each load of the
-// warp reads 32 consecutive elements), the block's absmax is a warp reduction, so no barrier is needed after the
-// tables are copied. A persistent grid: each CUDA block copies the four code tables into shared memory once, then
-// its warps walk quantization blocks (global warp index, + the grid's warp count, ...). Shared memory because every
-// lane looks up a different code (dequantizing) and walks its own search (quantizing). Every element takes the
-// same fp32 operations as adamw_lowmem_step_ref, so the bits are the reference's. (H200: one CUDA block of 256
-// threads per quantization block, one element per thread and four barriers per block, took 7.17 ms for 2^29
-// elements, 748 GB/s, 2026-12-02; docs/memory.md.)
+// One warp per quantization block, its absmax a warp reduction, so no barrier is needed after the tables are
+// copied. A persistent grid: each CUDA block copies the code tables into shared memory once, then its warps walk
+// quantization blocks (global warp index, + the grid's warp count, ...). Shared memory because every lane looks up
+// a different code (dequantizing) and walks its own search (quantizing). Full blocks take the vector path when
+// `vec` (update_block_vec; every pointer aligned), the rest the scalar path. Every element takes the same fp32
+// operations as adamw_lowmem_step_ref, so the bits are the reference's. (H200: one CUDA block of 256 threads per
+// quantization block took 7.17 ms for 2^29 elements, 2026-12-02; the scalar path alone 6.3 ms, session 19.)
 template <bool Q8, bool Sr, bool GradBf16>
 __global__ void __launch_bounds__(kThreads) adamw_lowmem_kernel(AdamWLowmemCudaTensor t, const float* scale_ptr,
-                                                                AdamWLowmemStep s, bool guess) {
-  constexpr int kPerLane = kQ8Block / 32;
+                                                                AdamWLowmemStep s, bool guess, bool vec) {
   const bool scaled = scale_ptr != nullptr;
   const float scale = scaled ? *scale_ptr : 1.0f;
   if (!isfinite(scale)) return;  // uniform over the grid: no thread is left waiting at the barrier below
-  __shared__ float code_m[256], mid_m[255], code_v[256], mid_v[255];
+  __shared__ Q8Tables tab;
   if (Q8) {
-    code_m[threadIdx.x] = c_code_m[threadIdx.x];
-    code_v[threadIdx.x] = c_code_v[threadIdx.x];
-    if (threadIdx.x < 255) {
-      mid_m[threadIdx.x] = c_mid_m[threadIdx.x];
-      mid_v[threadIdx.x] = c_mid_v[threadIdx.x];
+    const int j = static_cast<int>(threadIdx.x);
+    tab.code_m[j] = c_code_m[j];
+    tab.code_v[j] = c_code_v[j];
+    tab.ext_m[j + 1] = j < 254 ? c_mid_m[j] : INFINITY;  // ext_m[255] = +inf (ext_m[256] unused)
+    tab.ext_v[j + 1] = j < 255 ? c_mid_v[j] : INFINITY;  // ext_v[256] = +inf
+    if (j == 0) {
+      tab.ext_m[0] = -INFINITY;
+      tab.ext_v[0] = -INFINITY;
     }
     __syncthreads();
   }
   const int64_t n_blocks = (t.n + kQ8Block - 1) / kQ8Block;  // q8_blocks (host only)
-  const bool in_bf16 = t.param_bf16 != nullptr;
+  const int64_t n_full = vec ? t.n / kQ8Block : 0;          // blocks on the vector path
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5); b < n_blocks;
        b += warps) {
-    const int64_t base = b * kQ8Block + lane;
-    // Every load of the block first (independent, so they are in flight together), then the arithmetic.
-    float g0[kPerLane] = {}, m0[kPerLane] = {}, v0[kPerLane] = {}, p0[kPerLane] = {};
-    const float am0 = Q8 ? t.absmax_m[b] : 0.0f, av0 = Q8 ? t.absmax_v[b] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int64_t i = base + 32 * k;
-      if (i < t.n) {
-        g0[k] = GradBf16 ? __uint_as_float(static_cast<uint32_t>(t.grad_bf16[i]) << 16) : t.grad[i];
-        m0[k] = Q8 ? __fmul_rn(code_m[t.q_m[i]], am0) : t.exp_avg[i];
-        v0[k] = Q8 ? __fmul_rn(code_v[t.q_v[i]], av0) : t.exp_avg_sq[i];
-        p0[k] = in_bf16 ? __uint_as_float(static_cast<uint32_t>(t.param_bf16[i]) << 16) : t.param_f32[i];
-      }
-    }
-    float m[kPerLane], v[kPerLane];
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int64_t i = base + 32 * k;
-      m[k] = 0.0f;
-      v[k] = 0.0f;
-      if (i >= t.n) continue;
-      const float g = scaled ? __fmul_rn(g0[k], scale) : g0[k];
-      m[k] = __fadd_rn(__fmul_rn(s.beta1, m0[k]), __fmul_rn(s.one_minus_beta1, g));
-      v[k] = __fadd_rn(__fmul_rn(s.beta2, v0[k]), __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
-      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v[k]), s.bias_correction2_sqrt), s.eps);
-      const float p = __fsub_rn(__fmul_rn(p0[k], s.decay), __fdiv_rn(__fmul_rn(s.step_size, m[k]), denom));
-      if (Sr) {
-        const uint16_t r =
-            bf16_stochastic(p, static_cast<uint32_t>(splitmix64_device(s.sr_base + static_cast<uint64_t>(i)) >> 48));
-        if (in_bf16)
-          t.param_bf16[i] = r;
-        else
-          t.param_f32[i] = __uint_as_float(static_cast<uint32_t>(r) << 16);
-      } else {
-        t.param_f32[i] = p;
-      }
-      if (!Q8) {
-        t.exp_avg[i] = m[k];
-        t.exp_avg_sq[i] = v[k];
-      }
-    }
-    if (Q8) {  // every lane takes part in the reductions
-      // Over |m|, |v| of the live elements and 0 for the others, as block_max sees them: started from element 0's
-      // value (not from 0), so that a block whose values are all NaN gets a NaN absmax, as there.
-      float am = fabsf(m[0]), av = fabsf(v[0]);
-#pragma unroll
-      for (int k = 1; k < kPerLane; ++k) {
-        am = fmaxf(am, fabsf(m[k]));
-        av = fmaxf(av, fabsf(v[k]));
-      }
-      am = warp_max(am);
-      av = warp_max(av);
-      if (lane == 0) {
-        t.absmax_m[b] = am;
-        t.absmax_v[b] = av;
-      }
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int64_t i = base + 32 * k;
-        if (i >= t.n) continue;
-        t.q_m[i] = quantize_in_block(mid_m, 255, m[k], am, 127, guess);
-        t.q_v[i] = quantize_in_block(mid_v, 256, v[k], av, 0, guess);
-      }
-    }
+    if (b < n_full)
+      update_block_vec<Q8, Sr, GradBf16>(t, tab, scaled, scale, s, guess, b, lane);
+    else
+      update_block_scalar<Q8, Sr, GradBf16>(t, tab, scaled, scale, s, guess, b, lane);
   }
 }
 
@@ -234,7 +389,7 @@ __global__ void q8_quantize_kernel(bool is_signed, const float* x, int64_t n, ui
   const int64_t i = b * kQ8Block + threadIdx.x;
   const bool live = i < n;
   const float xi = live ? x[i] : 0.0f;
-  const float a = block_max(fabsf(xi));
+  const float a = block_max(fmaxf(fabsf(xi), 0.0f));  // a NaN counts as 0, as std::max(0, NaN) in q8_quantize
   if (threadIdx.x == 0) absmax[b] = a;
   if (live) q[i] = quantize_in_block(is_signed, xi, a);
 }
@@ -278,10 +433,21 @@ void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, 
     const char* e = std::getenv("HLM_ADAMW8_SEARCH");
     return e == nullptr || std::strcmp(e, "binary") != 0;
   }();
+  // The vector path (update_block_vec) reads and writes 16 bytes of bf16 or f32 rows and 8 bytes of code rows at
+  // a time from each full block's start: every row's base must be 16-byte aligned (codes: 8). HLM_ADAMW8_VEC=0
+  // turns it off (the scalar path for every block, for A/B timing; same bits).
+  static const bool vec_allowed = [] {
+    const char* e = std::getenv("HLM_ADAMW8_VEC");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  const auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
+  const bool vec = vec_allowed && aligned(t.param_f32, 16) && aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
+                   aligned(t.grad_bf16, 16) && aligned(t.exp_avg, 16) && aligned(t.exp_avg_sq, 16) &&
+                   aligned(t.q_m, 8) && aligned(t.q_v, 8);  // null pointers are aligned
   // The eight instantiations, chosen once per launch (the flags are uniform over the tensor).
   const auto launch = [&](auto q8_c, auto sr_c, auto g16_c) {
     adamw_lowmem_kernel<decltype(q8_c)::value, decltype(sr_c)::value, decltype(g16_c)::value>
-        <<<grid, kThreads, 0, stream>>>(t, scale, s, guess);
+        <<<grid, kThreads, 0, stream>>>(t, scale, s, guess, vec);
   };
   using T = std::true_type;
   using F = std::false_type;

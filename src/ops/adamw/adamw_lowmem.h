@@ -3,8 +3,8 @@
 // (adamw_lowmem_cuda.h) gives the same bits (tests/cuda/cases_adamw_lowmem.cpp).
 //
 // 8-bit moments ("q8"): each tensor's m and v are cut into blocks of kQ8Block consecutive elements (the last one
-// shorter). A block stores one fp32 absmax (max |x| over the block) and one byte per element, the index of the code
-// nearest to x / absmax in a fixed 256-entry table:
+// shorter). A block stores one fp32 absmax (max |x| over the block's non-NaN values, 0 if none) and one byte per
+// element, the index of the code nearest to x / absmax in a fixed 256-entry table:
 //   m (signed):   code[i] = sign(k)·(|k| / 127)³, k = i − 127, i = 0 … 254 (index 255 unused)  → ±1 … ±4.9e-7, 0
 //   v (unsigned): code[i] = (i / 255)⁴, i = 0 … 255                                            → 1 … 2.4e-10, 0
 // The power laws spend the codes where Adam's moments sit: most elements of a block are small next to its absmax

@@ -1,8 +1,9 @@
 // The low-memory AdamW step on CUDA (contract and arithmetic: adamw_lowmem.h): 8-bit block-wise moments and/or a
 // bf16 master parameter with stochastic rounding, with the bits of adamw_lowmem_step_ref (tests/cuda/
 // cases_adamw_lowmem.cpp checks them bit for bit). One warp per quantization block (a persistent grid of a few CUDA
-// blocks per multiprocessor walks them): each lane updates 8 of its elements, the warp takes the absmax of the new
-// m and v (a max: order-free, so deterministic) and writes the codes. The code tables live in device
+// blocks per multiprocessor walks them): each lane updates 8 of its elements (8 consecutive ones, with vector loads
+// and stores, in a full block of aligned rows), the warp takes the absmax of the new m and v (a max: order-free, so
+// deterministic) and writes the codes. The code tables live in device
 // memory, copied from the host tables on first use, and each CUDA block reads them from shared memory.
 // Only .cu files and host code in cuda/ folders include this header.
 #pragma once

@@ -3,11 +3,16 @@
 // the kernel does the CPU's two products and one sum per output with separate roundings.
 // Cases: rope types default (Qwen3 theta 1e6, and 1e4), partial rotary (R = D/4, pass-through dims), linear, yarn
 // (attention_scaling != 1), llama3; odd T and H (1, 3, 7, 65, 127); positions in order, shuffled and repeated;
-// every fill; out-of-range positions (error flag).
+// every fill; out-of-range positions (error flag). The bf16-output forward (rope_forward_bf16_cuda) against the
+// fp32 forward's result cast by core/dtype.h's rounding, bit for bit, on the same cases.
+#include <cuda_bf16.h>
+
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "harness.h"
@@ -141,4 +146,37 @@ TEST(RopeCuda, TableRefusesPositionsBeyondDynamicLimit) {
   EXPECT_NO_THROW(rope_cuda_table_host(cos, sin, table, 128));
   EXPECT_EQ(cos.size(), size_t(128 * 32));
   EXPECT_THROW(rope_cuda_table_host(cos, sin, table, 129), Error);
+}
+
+// The bf16-output forward: every case above and the bad positions: each element (pass-through dims included) the
+// rounding of the in-place fp32 forward's, x left as it was, the flag as the fp32 forward sets it.
+TEST(RopeCuda, Bf16ForwardIsTheCastOfTheF32One) {
+  HLM_REQUIRE_CUDA();
+  std::vector<RopeCase> cases = kCases;
+  cases.push_back({"default", 1e6, 0.5, 64, 6, 2, Fill::Normal, true});  // gets the bad positions below
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const RopeCase& c = cases[ci];
+    const bool bad = ci + 1 == cases.size();
+    const RopeTable table = make_table(c);
+    const DeviceTable dtab = upload_table(table);
+    std::vector<int32_t> pos = make_positions(c);
+    if (bad) pos = {5, -1, 7, static_cast<int32_t>(kPositions), 0, 3};
+    const size_t n = static_cast<size_t>(c.T * c.H * c.D);
+    const auto x0 = make_values(n, c.fill, 73);
+    DeviceBuffer p = DeviceBuffer::from(pos, "positions"), x32 = DeviceBuffer::from(x0, "x (fp32, in place)"),
+                 x = DeviceBuffer::from(x0, "x"), out(n * 2, "out bf16"),
+                 flag32 = DeviceBuffer::from(std::vector<int>{0}, "flag fp32"),
+                 flag16 = DeviceBuffer::from(std::vector<int>{0}, "flag bf16");
+    rope_forward_cuda(x32.as<float>(), p.as<int32_t>(), c.T, c.H, dtab.view, flag32.as<int>(), ctx().stream());
+    rope_forward_bf16_cuda(out.as<__nv_bfloat16>(), x.as<float>(), p.as<int32_t>(), c.T, c.H, dtab.view,
+                           flag16.as<int>(), ctx().stream());
+    const std::vector<float> f32 = x32.download<float>();
+    const std::vector<uint16_t> bits = out.download<uint16_t>();
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; ++i) mismatches += bits[i] != f32_to_bf16(f32[i]) ? 1 : 0;
+    EXPECT_EQ(mismatches, 0u) << name(c, "fwd bf16 vs cast of the fp32 fwd") << (bad ? " (bad positions)" : "");
+    EXPECT_EQ(read_flag(flag16), read_flag(flag32)) << name(c, "fwd bf16 flag");
+    EXPECT_EQ(read_flag(flag16), bad ? 1 : 0) << name(c, "fwd bf16 flag");
+    EXPECT_TRUE(buffers_ok({&x32, &out, &flag32, &flag16}, {&p, &x, &dtab.cos, &dtab.sin})) << name(c, "fwd bf16");
+  }
 }

@@ -75,14 +75,27 @@ AttentionCudaActivations attention_forward_activations_cuda(CudaContext& ctx, co
     HLM_CHECK(rope->head_dim == D, "rope table head_dim ", rope->head_dim, " != attention head_dim ", D);
     HLM_CHECK(rope->num_positions >= b.max_seqlen, "rope table of ", rope->num_positions,
               " positions for sequences of ", b.max_seqlen);
-    rope_forward_cuda(q.data<float>(), b.positions, n, d.q_heads, *rope, b.error_flag, stream);
-    rope_forward_cuda(k.data<float>(), b.positions, n, d.kv_heads, *rope, b.error_flag, stream);
+    if (!w.bf16_compute) {  // the bf16 mode rotates into q16 / k16 below
+      rope_forward_cuda(q.data<float>(), b.positions, n, d.q_heads, *rope, b.error_flag, stream);
+      rope_forward_cuda(k.data<float>(), b.positions, n, d.kv_heads, *rope, b.error_flag, stream);
+    }
   }
   const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale, d.window};
   if (w.bf16_compute) {
     // The bf16 backward reads q16, k16, v16, o16 and lse, never the fp32 q, k, v: those go back to the allocator.
-    a.q16 = cuda_round_bf16(ctx, q.data<float>(), n * Cq);
-    a.k16 = cuda_round_bf16(ctx, k.data<float>(), n * Ckv);
+    // With RoPE, q and k are rotated straight into their bf16 roundings (rope_forward_bf16_cuda: the bits of rotating
+    // in place and casting), else cast.
+    if (rope != nullptr) {
+      a.q16 = CudaTensor::empty(ctx, {n > 0 ? n * Cq : 1}, DType::BF16);
+      a.k16 = CudaTensor::empty(ctx, {n > 0 ? n * Ckv : 1}, DType::BF16);
+      rope_forward_bf16_cuda(a.q16.data<__nv_bfloat16>(), q.data<float>(), b.positions, n, d.q_heads, *rope,
+                             b.error_flag, stream);
+      rope_forward_bf16_cuda(a.k16.data<__nv_bfloat16>(), k.data<float>(), b.positions, n, d.kv_heads, *rope,
+                             b.error_flag, stream);
+    } else {
+      a.q16 = cuda_round_bf16(ctx, q.data<float>(), n * Cq);
+      a.k16 = cuda_round_bf16(ctx, k.data<float>(), n * Ckv);
+    }
     a.v16 = cuda_round_bf16(ctx, v.data<float>(), n * Ckv);
     a.o16 = CudaTensor::empty(ctx, {n > 0 ? n * Cq : 1}, DType::BF16);
     attention_forward_cuda(a.o16.data<__nv_bfloat16>(), a.lse.data<float>(), a.q16.data<__nv_bfloat16>(),

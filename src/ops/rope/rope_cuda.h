@@ -9,6 +9,7 @@
 // Bad positions: the CPU throws an input error; here a position outside [0, num_positions) sets *error_flag = 1
 // (when not nullptr; never cleared by these calls) and that token's rotary dims are set to NaN.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -38,5 +39,10 @@ void rope_forward_cuda(float* x, const int32_t* positions, int64_t T, int64_t H,
                        int* error_flag, cudaStream_t stream);
 void rope_backward_cuda(float* d, const int32_t* positions, int64_t T, int64_t H, const RopeCudaTable& table,
                         int* error_flag, cudaStream_t stream);
+// The forward into a separate bf16 tensor (the attention's bf16 compute mode, where the attention kernel is the rotated
+// q / k's one reader): out [T, H, D] = rope_forward_cuda's result on a copy of x, rounded by cast_f32_to_bf16_cuda's
+// rule, bit for bit, the pass-through dims (≥ R) included; x is read only; out may not alias x. Bad positions as above.
+void rope_forward_bf16_cuda(__nv_bfloat16* out, const float* x, const int32_t* positions, int64_t T, int64_t H,
+                            const RopeCudaTable& table, int* error_flag, cudaStream_t stream);
 
 }  // namespace hlm

@@ -193,10 +193,10 @@ struct Q8Tables {
   float code_m[256], code_v[256], ext_m[257], ext_v[257];
 };
 
-// Vector path of one full quantization block starting at element e0 (t's pointers aligned: see vector_ok): lane l
-// updates the 8 consecutive elements e0 + 8l … e0 + 8l + 7, with one 16-byte load or store per bf16 row (two per
-// f32 row) and one 8-byte load or store per code row, and 32-bit offsets inside the block. The same element
-// operations, absmax reduction (a max: any order gives the same value) and codes as the scalar path.
+// Vector path of one full quantization block b (every row's base aligned: `vec` in adamw_lowmem_step_cuda): lane l
+// updates the 8 consecutive elements 256b + 8l … 256b + 8l + 7, with one 16-byte load or store per bf16 row (two
+// per f32 row) and one 8-byte load or store per code row, and no bounds checks. The same element operations,
+// absmax reduction (a max: any order gives the same value) and codes as the scalar path.
 template <bool Q8, bool Sr, bool GradBf16>
 __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t, const Q8Tables& tab, bool scaled,
                                                  float scale, const AdamWLowmemStep& s, bool guess, int64_t b,

@@ -104,16 +104,16 @@ __device__ __forceinline__ float rsqrt_approx(float x) {
 }
 
 // The index guess from the tables' power laws (adamw_lowmem.h), for r ∈ [−2, 1]: signed m codes sign(k)·(|k|/127)³
-// at index k + 127, unsigned v codes (i/255)⁴ at i. r = 0: lg2 = −inf, ex2(−inf) = 0; rsqrt(rsqrt(0)) =
-// rsqrt(+inf) = 0; r < 0 (unsigned): rsqrt = NaN, and fmaxf(NaN, 0) = 0. The clamps keep the guess in [0, used − 1].
+// at index k + 127, unsigned v codes (i/255)⁴ at i. Signed: k = 2^(log2(a)/3 + log2 127) for a = min(|r|, 1) ≤ 1,
+// so k ≤ 127 up to the approximations' few-ulp errors and the rounded index lies in [0, 254]; a = 0: lg2 = −inf,
+// ex2(−inf) = 0. Unsigned: rsqrt(rsqrt(a)) = a^(1/4) ≤ 1 (+ a few ulps) for a = max(r, 0) ≤ 1, so the index lies in
+// [0, 255]; a = 0: rsqrt(+0) = +inf, rsqrt(+inf) = +0.
 __device__ __forceinline__ int q8_guess_signed(float r) {
-  const float k = 127.0f * ex2_approx(lg2_approx(fabsf(r)) * (1.0f / 3.0f));
-  const float i = 127.0f + copysignf(k, r);
-  return __float2int_rn(fminf(fmaxf(i, 0.0f), 254.0f));
+  const float k = ex2_approx(fmaf(lg2_approx(fminf(fabsf(r), 1.0f)), 1.0f / 3.0f, 6.98868468677f));  // log2 127
+  return __float2int_rn(127.0f + copysignf(k, r));
 }
 __device__ __forceinline__ int q8_guess_unsigned(float r) {
-  const float i = 255.0f * rsqrt_approx(rsqrt_approx(r));  // r^(1/4)
-  return __float2int_rn(fminf(fmaxf(i, 0.0f), 255.0f));
+  return __float2int_rn(255.0f * rsqrt_approx(rsqrt_approx(fmaxf(r, 0.0f))));
 }
 
 // The code of x in a block of scale absmax, over a table in shared memory (ext: its midpoints between sentinels,
@@ -147,10 +147,10 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
 // high word of the last product (checked: the same instruction count as an explicit hi32 form).
 __device__ __forceinline__ uint32_t sr_bits(uint64_t x) { return static_cast<uint32_t>(splitmix64_device(x) >> 48); }
 
-// The max of x over the warp's lanes (every lane gets it). fmaxf ignores a NaN operand.
-__device__ __forceinline__ float warp_max(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
+// The max of x ≥ 0 (not NaN, not −0) over the warp's lanes (every lane gets it): such floats order as their bit
+// patterns do (+inf included), so one integer max reduction (REDUX) gives it exactly.
+__device__ __forceinline__ float warp_max_nonneg(float x) {
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(x)));
 }
 
 // One element's update (adamw_lowmem.h; every operation rounded once, in the reference's order): from the gradient
@@ -251,16 +251,17 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
     store8(t.exp_avg_sq + e, v);
     return;
   }
-  // absmax: the max of |m|, |v| over the block, started from 0 as the reference's std::max is (a NaN is never
-  // taken: fmaxf ignores a NaN operand, std::max(a, NaN) keeps a; a block of NaNs gets 0).
+  // absmax: the max of |m|, |v| over the block, started from +0 as the reference's std::max is (a NaN is never
+  // taken: fmaxf ignores a NaN operand, std::max(a, NaN) keeps a; a block of NaNs gets 0). Each lane's max is
+  // then ≥ +0 and not NaN, as warp_max_nonneg needs.
   float am = 0.0f, av = 0.0f;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     am = fmaxf(am, fabsf(m[k]));
     av = fmaxf(av, fabsf(v[k]));
   }
-  am = warp_max(am);
-  av = warp_max(av);
+  am = warp_max_nonneg(am);
+  av = warp_max_nonneg(av);
   if (lane == 0) {
     t.absmax_m[b] = am;
     t.absmax_v[b] = av;
@@ -327,8 +328,8 @@ __device__ __forceinline__ void update_block_scalar(const AdamWLowmemCudaTensor&
       am = fmaxf(am, fabsf(m[k]));
       av = fmaxf(av, fabsf(v[k]));
     }
-    am = warp_max(am);
-    av = warp_max(av);
+    am = warp_max_nonneg(am);
+    av = warp_max_nonneg(av);
     if (lane == 0) {
       t.absmax_m[b] = am;
       t.absmax_v[b] = av;

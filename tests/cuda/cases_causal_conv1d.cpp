@@ -8,6 +8,7 @@
 // tokens, 256 tiles), every fill of x (large, ±0, subnormal, NaN/±Inf); state_out aliasing state_in; dw == nullptr.
 // The K = 4 cases with C % 4 == 0 take the 4-channel path (16-byte rows); FourChannelPathEqualsOneChannelPath runs
 // them again with every row pointer one float off 16-byte alignment (the 1-channel path) and wants the same bits.
+// The bf16-dx backward (last test) against the fp32 backward's dx cast to bf16, bit for bit.
 //
 // Tolerances (fp32 rule, harness.h). expf ≤ 2 ulp (4u); the K-tap sums are FMA chains (K roundings relative to the
 // sum of |terms|). Magnitudes are computed by the double reference on absolute values (|x|, |w|, |state|, no SiLU):
@@ -27,11 +28,15 @@
 // Without SiLU (dpre = dy) every GPU operation is an fp32 FMA or addition in a documented order, so y, dx and dw are
 // also checked bit for bit against an fp32 emulation of the kernels' order (fma_emulation below): the window, halo,
 // sequence-boundary and dw-tiling logic must then be exact, not merely within tolerance.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "harness.h"
 #include "ops/causal_conv1d/causal_conv1d.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
@@ -386,5 +391,48 @@ TEST(CausalConv1dCuda, FourChannelPathEqualsOneChannelPath) {
     EXPECT_TRUE(first_unwritten(y1) && first_unwritten(dx1)) << name(c, "1-channel path");
     EXPECT_TRUE(buffers_ok({&y, &y1, &so, &so1, &dx, &dx1, &dw, &dw1, &ws}, {&x, &x1, &dy, &dy1, &w, &cu, &st}))
         << name(c, "1-channel path");
+  }
+}
+
+// The bf16-dx backward (causal_conv1d_backward_bf16_dx_cuda; the GDN layer's bf16 compute mode) on every case: dx
+// exactly core/dtype.h's rounding of the fp32 backward's dx (NaN payloads included), dw and d_state_in its bytes; for
+// the 4-channel cases again with dx one bf16 element off alignment (the 1-channel path: the same bits, nothing written
+// before the data).
+TEST(CausalConv1dCuda, Bf16DxIsTheCastOfTheF32One) {
+  HLM_REQUIRE_CUDA();
+  for (const ConvCase& c : kCases) {
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), ns = state_size(c), nw = in.w.size();
+    const CausalConv1dCudaParams p = params_of(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens"), dy = DeviceBuffer::from(in.dy, "dy");
+    DeviceBuffer st = c.has_state ? DeviceBuffer::from(in.state, "state_in") : DeviceBuffer(0, "state_in");
+    const float* st_dev = c.has_state ? st.as<float>() : nullptr;
+    DeviceBuffer dx(n * 4, "dx"), dw(nw * 4, "dw"), ds(ns * 4, "d_state_in"), dx16(n * 2, "dx bf16"),
+        dw16(nw * 4, "dw (bf16 dx)"), ds16(ns * 4, "d_state_in (bf16 dx)"), dx16s((n + 1) * 2, "dx bf16+1");
+    DeviceBuffer ws(causal_conv1d_backward_cuda_workspace_bytes(p), "workspace");
+    causal_conv1d_backward_cuda(dx.as<float>(), dw.as<float>(), ns ? ds.as<float>() : nullptr, dy.as<float>(),
+                                x.as<float>(), w.as<float>(), st_dev, cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(),
+                                ctx().stream());
+    causal_conv1d_backward_bf16_dx_cuda(dx16.as<__nv_bfloat16>(), dw16.as<float>(), ns ? ds16.as<float>() : nullptr,
+                                        dy.as<float>(), x.as<float>(), w.as<float>(), st_dev, cu.as<int64_t>(), p,
+                                        ws.as<void>(), ws.bytes(), ctx().stream());
+    const std::vector<float> f32 = dx.download<float>();
+    const std::vector<uint16_t> bits = dx16.download<uint16_t>();
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; ++i) mismatches += bits[i] != f32_to_bf16(f32[i]) ? 1 : 0;
+    EXPECT_EQ(mismatches, 0u) << name(c, "bwd bf16 dx vs cast of the fp32 dx");
+    EXPECT_TRUE(dw16.download_bytes() == dw.download_bytes()) << name(c, "bwd dw (bf16 dx)");
+    EXPECT_TRUE(ds16.download_bytes() == ds.download_bytes()) << name(c, "bwd d_state_in (bf16 dx)");
+    if (c.K == 4 && c.C % 4 == 0 && n > 0) {
+      causal_conv1d_backward_bf16_dx_cuda(dx16s.as<__nv_bfloat16>() + 1, nullptr, nullptr, dy.as<float>(),
+                                          x.as<float>(), w.as<float>(), st_dev, cu.as<int64_t>(), p, ws.as<void>(),
+                                          ws.bytes(), ctx().stream());
+      const std::vector<uint16_t> shifted = dx16s.download<uint16_t>();
+      EXPECT_EQ(shifted[0], 0xFFFFu) << name(c, "bwd bf16 dx+1: written before the data");
+      EXPECT_TRUE(std::equal(bits.begin(), bits.end(), shifted.begin() + 1)) << name(c, "bwd bf16 dx, 1-channel path");
+    }
+    EXPECT_TRUE(buffers_ok({&dx, &dw, &ds, &dx16, &dw16, &ds16, &dx16s, &ws}, {&x, &w, &cu, &dy, &st}))
+        << name(c, "bwd bf16 dx");
   }
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # distill_glue_check.sh: the tests and the A/B timing of the 4B distillation step's glue changes ([memory] #28 /
 # [perf] #20, session 22 helper): the vectorized bf16-dW add-and-round kernel, HLM_DW_BF16_EPILOGUE (cuBLASLt's bf16
-# output into dw, no fp32 scratch), the GDN gated norm's bf16 y / dz, RoPE into bf16 q / k, the attention backward's
-# bf16 dv. For a device call: binaries unpacked under $BIN (default /tmp/hlm/bin), logs under $OUT.
+# output into dw, no fp32 scratch), the GDN gated norm's bf16 y / dz and convs' bf16 dx, RoPE into bf16 q / k, the
+# attention backward's bf16 dv. For a device call: binaries unpacked under $BIN (default /tmp/hlm/bin), logs under
+# $OUT.
 #
 # usage: bash tools/device/distill_glue_check.sh [tests|bench|all]   (default all)
 #   tests  test_cuda_ops: AdamWLeanCuda.* (both dW forms; the epilogue form prints how many elements are not one
-#          rounding), GatedRmsnormCuda.* and RopeCuda.* (the bf16 outputs bit for bit), MatmulCuda.*;
+#          rounding), GatedRmsnormCuda.*, RopeCuda.*, CausalConv1dCuda.* (the bf16 outputs bit for bit), MatmulCuda.*;
 #          test_cuda_models: the bf16 and lean model paths that run the changed layers (CudaKeptActivations
 #          bit-identical, CudaModelBackward, CudaTrainStep, CudaTrainer.Bf16TracksFp32, CudaMemoryPlans,
 #          CudaTrainGraphs, CudaBf16).
@@ -18,7 +19,7 @@ OUT=${OUT:-/tmp/distill_glue}
 what=${1:-all}
 mkdir -p "$OUT"
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  timeout 300 "$BIN/test_cuda_ops" --gtest_filter='AdamWLeanCuda.*:GatedRmsnormCuda.*:RopeCuda.*:MatmulCuda*' \
+  timeout 300 "$BIN/test_cuda_ops" --gtest_filter='AdamWLeanCuda.*:GatedRmsnormCuda.*:RopeCuda.*:CausalConv1dCuda.*:MatmulCuda*' \
     > "$OUT/ops.log" 2>&1
   echo "test_cuda_ops rc=$?"
   grep -E '^\[check\] bf16 dw|^\[  FAILED  \]|tests ran|PASSED' "$OUT/ops.log" | tail -12

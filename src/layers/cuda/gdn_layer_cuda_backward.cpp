@@ -107,24 +107,33 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
   const L2normCudaParams l2{n * d.key_heads, d.key_dim};
   l2norm_backward_cuda(dqn.data<float>(), dqn.data<float>(), act.qc.data<float>(), l2, stream);
   l2norm_backward_cuda(dkn.data<float>(), dkn.data<float>(), act.kc.data<float>(), l2, stream);
-  CudaTensor dqp = CudaTensor::empty(ctx, {n, Ck}), dkp = CudaTensor::empty(ctx, {n, Ck});
-  CudaTensor dvp = CudaTensor::empty(ctx, {n, Cv});
+  // The convs' dx: in the bf16 mode only their roundings (the q/k/v projections' backward products are their one
+  // reader; the conv writes the bits of casting its fp32 dx, causal_conv1d_backward_bf16_dx_cuda), else fp32.
+  const bool bf16_dp = cuda_linear_is_bf16(w.q_proj) && cuda_linear_is_bf16(w.k_proj) && cuda_linear_is_bf16(w.v_proj);
+  const DType dp_type = bf16_dp ? DType::BF16 : DType::F32;
+  CudaTensor dqp = CudaTensor::empty(ctx, {n, Ck}, dp_type), dkp = CudaTensor::empty(ctx, {n, Ck}, dp_type);
+  CudaTensor dvp = CudaTensor::empty(ctx, {n, Cv}, dp_type);
   const struct {
-    float* dx;
+    CudaTensor& dx;
     const CudaTensor& dy;
     const CudaTensor& x;
     const CudaTensor& w;
     CudaTensor& gw;
     int64_t channels;
-  } convs[] = {{dqp.data<float>(), dqn, act.qp, w.q_conv, gr.q_conv, Ck},
-               {dkp.data<float>(), dkn, act.kp, w.k_conv, gr.k_conv, Ck},
-               {dvp.data<float>(), dvc, act.vp, w.v_conv, gr.v_conv, Cv}};
+  } convs[] = {{dqp, dqn, act.qp, w.q_conv, gr.q_conv, Ck},
+               {dkp, dkn, act.kp, w.k_conv, gr.k_conv, Ck},
+               {dvp, dvc, act.vp, w.v_conv, gr.v_conv, Cv}};
   for (const auto& c : convs) {
     const CausalConv1dCudaParams p{n, c.channels, K, b.n_seqs, true};
     const size_t bytes = causal_conv1d_backward_cuda_workspace_bytes(p);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    causal_conv1d_backward_cuda(c.dx, dws, nullptr, c.dy.data<float>(), c.x.data<float>(), c.w.data<float>(),
-                                nullptr, b.cu_seqlens, p, ws.raw(), bytes, stream);
+    if (bf16_dp)
+      causal_conv1d_backward_bf16_dx_cuda(c.dx.data<__nv_bfloat16>(), dws, nullptr, c.dy.data<float>(),
+                                          c.x.data<float>(), c.w.data<float>(), nullptr, b.cu_seqlens, p, ws.raw(),
+                                          bytes, stream);
+    else
+      causal_conv1d_backward_cuda(c.dx.data<float>(), dws, nullptr, c.dy.data<float>(), c.x.data<float>(),
+                                  c.w.data<float>(), nullptr, b.cu_seqlens, p, ws.raw(), bytes, stream);
     cuda_add_into(ctx, c.gw.data<float>(), dws, c.channels * K);
   }
 
@@ -132,24 +141,20 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
   // all six read one rounding of x.
   CudaTensor x16;
   const CudaLinearInput xin = cuda_linear_round_input(ctx, x16, x, w.q_proj, n);
-  // dz in bf16 goes to cuda_linear_backward_bf16_dy: the products of cuda_linear_backward on the fp32 dz, bit for bit.
+  // A bf16 dy (the convs' dx, dz) goes to cuda_linear_backward_bf16_dy: the products of cuda_linear_backward on the
+  // fp32 values, bit for bit.
   const struct {
-    const float* dp;
-    const __nv_bfloat16* dp16;
+    const CudaTensor& dp;
     const CudaLinear& wp;
     CudaLinear& gp;
-  } projs[] = {{dqp.data<float>(), nullptr, w.q_proj, gr.q_proj},
-               {dkp.data<float>(), nullptr, w.k_proj, gr.k_proj},
-               {dvp.data<float>(), nullptr, w.v_proj, gr.v_proj},
-               {bf16_dz ? nullptr : dz.data<float>(), bf16_dz ? dz.data<__nv_bfloat16>() : nullptr, w.g_proj, gr.g_proj},
-               {da.data<float>(), nullptr, w.a_proj, gr.a_proj},
-               {db.data<float>(), nullptr, w.b_proj, gr.b_proj}};
+  } projs[] = {{dqp, w.q_proj, gr.q_proj}, {dkp, w.k_proj, gr.k_proj}, {dvp, w.v_proj, gr.v_proj},
+               {dz, w.g_proj, gr.g_proj},  {da, w.a_proj, gr.a_proj},  {db, w.b_proj, gr.b_proj}};
   bool first = true;
   for (const auto& p : projs) {
-    if (p.dp16 != nullptr)
-      cuda_linear_backward_bf16_dy(ctx, dx, p.gp, p.dp16, xin, p.wp, n, /*accumulate_dx=*/!first);
+    if (p.dp.dtype() == DType::BF16)
+      cuda_linear_backward_bf16_dy(ctx, dx, p.gp, p.dp.data<__nv_bfloat16>(), xin, p.wp, n, /*accumulate_dx=*/!first);
     else
-      cuda_linear_backward(ctx, dx, p.gp, p.dp, xin, p.wp, n, /*accumulate_dx=*/!first);
+      cuda_linear_backward(ctx, dx, p.gp, p.dp.data<float>(), xin, p.wp, n, /*accumulate_dx=*/!first);
     first = false;
   }
 }

@@ -36,12 +36,17 @@
 // accesses with 64-bit index math per element, and loads issued in batches of 8 rows that then sat idle while the
 // batch was computed (the backward, at 94 registers in 256-thread blocks, ran 16 warps per SM with at most 32 KB in
 // flight per SM, and only while a batch loaded).
-// Non-goals for now: bf16 I/O (halves the bytes, changes the layer's contract), fusing the conv with the projection
+// bf16 dx (causal_conv1d_backward_bf16_dx_cuda): the same kernel with the dx type as a template parameter, each
+// fp32 dx value rounded at its store by bf16_round.cuh (cast_f32_to_bf16_cuda's rounding): the bits of the cast.
+// Non-goals for now: bf16 inputs (halves the bytes, changes the layer's contract), fusing the conv with the projection
 // or the SiLU consumer.
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
+#include "ops/cast/bf16_round.cuh"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 
 namespace hlm {
@@ -149,6 +154,19 @@ __device__ __forceinline__ void store_row(float* p, const float (&in)[V]) {
   } else {
 #pragma unroll
     for (int v = 0; v < V; ++v) p[v] = in[v];
+  }
+}
+
+// The same row rounded to bf16 as cast_f32_to_bf16_cuda rounds (V = 4: one 8-byte store).
+template <int V>
+__device__ __forceinline__ void store_row(__nv_bfloat16* p, const float (&in)[V]) {
+  if constexpr (V == 4) {
+    const uint32_t lo = cuda::f32_to_bf16_bits(in[0]) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(in[1])) << 16);
+    const uint32_t hi = cuda::f32_to_bf16_bits(in[2]) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(in[3])) << 16);
+    *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) reinterpret_cast<uint16_t*>(p)[v] = cuda::f32_to_bf16_bits(in[v]);
   }
 }
 
@@ -334,9 +352,9 @@ __global__ void conv_decode_kernel(float* y, float* state_out, const float* __re
 
 // dx for the run [t0, t1) of channels c0 … c0+V−1, and (dw_partial != nullptr) the tile's dw partials
 // dw_partial[(blockIdx.y · K + j) · C + c] = Σ_{runs of the tile, in order} (Σ_{t in run, in order} dpre[t]·in(t−K+1+j)).
-template <int KMAX, bool EXACT, int V>
+template <int KMAX, bool EXACT, int V, typename DX>
 __global__ void __launch_bounds__(kTileThreads)
-    conv_backward_kernel(float* __restrict__ dx, float* __restrict__ dw_partial, const float* __restrict__ dy,
+    conv_backward_kernel(DX* __restrict__ dx, float* __restrict__ dw_partial, const float* __restrict__ dy,
                          const float* __restrict__ x, const float* __restrict__ w,
                          const float* __restrict__ state_in, const int64_t* __restrict__ cu, Geometry g,
                          int64_t run_tokens, bool silu) {
@@ -384,7 +402,7 @@ __global__ void __launch_bounds__(kTileThreads)
     SeqCursor q = seq_cursor_at(cu, g.N, t0);
 #pragma unroll
     for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, t0, q, c0 + v, K, g);
-    float* dxp = dx + t0 * C + c0;  // the next dx row to write (token t0, t0 + 1, …)
+    DX* dxp = dx + t0 * C + c0;  // the next dx row to write (token t0, t0 + 1, …)
 #pragma unroll 4
     for (int k = 0; k < n_walk; ++k) {
       const int64_t u = t0 + k;
@@ -556,11 +574,11 @@ void launch_forward(float* y, const float* x, const float* w, const float* state
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <int KMAX, bool EXACT, int V>
-void launch_backward(float* dx, float* dw_partial, const float* dy, const float* x, const float* w,
+template <int KMAX, bool EXACT, int V, typename DX>
+void launch_backward(DX* dx, float* dw_partial, const float* dy, const float* x, const float* w,
                      const float* state_in, const int64_t* cu, const Geometry& g,
                      const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream) {
-  conv_backward_kernel<KMAX, EXACT, V><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
+  conv_backward_kernel<KMAX, EXACT, V, DX><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
       dx, dw_partial, dy, x, w, state_in, cu, g, tiling.run_tokens, silu);
   HLM_CUDA_CHECK_LAUNCH();
 }
@@ -612,10 +630,12 @@ size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams&
   return dw_partial_bytes(g, causal_conv1d_cuda_tiling(g.T));
 }
 
-void causal_conv1d_backward_cuda(float* dx, float* dw, float* d_state_in, const float* dy, const float* x,
-                                 const float* w, const float* state_in, const int64_t* cu_seqlens,
-                                 const CausalConv1dCudaParams& p, void* workspace, size_t workspace_bytes,
-                                 cudaStream_t stream) {
+namespace {
+
+template <typename DX>
+void backward_impl(DX* dx, float* dw, float* d_state_in, const float* dy, const float* x, const float* w,
+                   const float* state_in, const int64_t* cu_seqlens, const CausalConv1dCudaParams& p,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const Geometry g = check_params(p);
   const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(g.T);
   const size_t need = dw_partial_bytes(g, tiling);
@@ -649,6 +669,22 @@ void causal_conv1d_backward_cuda(float* dx, float* dw, float* d_state_in, const 
         d_state_in, dy, x, w, state_in, cu_seqlens, g, p.silu);
     HLM_CUDA_CHECK_LAUNCH();
   }
+}
+
+}  // namespace
+
+void causal_conv1d_backward_cuda(float* dx, float* dw, float* d_state_in, const float* dy, const float* x,
+                                 const float* w, const float* state_in, const int64_t* cu_seqlens,
+                                 const CausalConv1dCudaParams& p, void* workspace, size_t workspace_bytes,
+                                 cudaStream_t stream) {
+  backward_impl(dx, dw, d_state_in, dy, x, w, state_in, cu_seqlens, p, workspace, workspace_bytes, stream);
+}
+
+void causal_conv1d_backward_bf16_dx_cuda(__nv_bfloat16* dx, float* dw, float* d_state_in, const float* dy,
+                                         const float* x, const float* w, const float* state_in,
+                                         const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, void* workspace,
+                                         size_t workspace_bytes, cudaStream_t stream) {
+  backward_impl(dx, dw, d_state_in, dy, x, w, state_in, cu_seqlens, p, workspace, workspace_bytes, stream);
 }
 
 }  // namespace hlm

@@ -19,6 +19,7 @@
 // register-window fast paths, larger K runs the same code with a 64-slot window, slower).
 // Shapes: x, y, dy, dx [T, C]; w, dw [C, K]; state_in, state_out, d_state_in [N, C, K-1]; cu_seqlens int64 [N+1].
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -84,5 +85,12 @@ void causal_conv1d_backward_cuda(float* dx, float* dw, float* d_state_in, const 
                                  const float* w, const float* state_in, const int64_t* cu_seqlens,
                                  const CausalConv1dCudaParams& p, void* workspace, size_t workspace_bytes,
                                  cudaStream_t stream);
+// The same with dx rounded to bf16 (the GDN layer's bf16 compute mode, where the q/k/v projections' backward
+// products are dx's one reader): dx the bits of casting causal_conv1d_backward_cuda's dx (cast_f32_to_bf16_cuda),
+// dw and d_state_in its bits. The vector path's alignment rule (above) applies to the bf16 dx pointer as it is.
+void causal_conv1d_backward_bf16_dx_cuda(__nv_bfloat16* dx, float* dw, float* d_state_in, const float* dy,
+                                         const float* x, const float* w, const float* state_in,
+                                         const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, void* workspace,
+                                         size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace hlm

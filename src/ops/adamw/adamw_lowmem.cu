@@ -77,12 +77,16 @@ __device__ __forceinline__ uint8_t quantize_in_block(bool is_signed, float x, fl
 // in [0, used − 1]) and step down while the midpoint below is not < x, then up while the midpoint at the index is
 // < x. The midpoints are sorted ascending, so this ends at the count for any guess. x must not be NaN and lies in
 // [−2, 1] (quantize_in_block maps NaN to −2, whose count is 0, as NaN's is: every comparison false), so the
-// sentinels stop both walks without bounds checks; a good guess makes it one or two shared-memory reads instead of
-// eight dependent ones.
+// sentinels stop both walks without bounds checks. A right guess (ext[guess] < x ≤ ext[guess + 1]: ~99.6 % of the
+// lanes on Adam-like moments, a CPU simulation) costs two shared-memory reads issued together and one branch,
+// instead of eight dependent reads.
 __device__ __forceinline__ uint8_t quantize_from_guess(const float* ext, float x, int guess) {
   int i = guess;
-  while (!(ext[i] < x)) --i;     // ext[i] = mid[i − 1]; ext[0] = −inf < x
-  while (ext[i + 1] < x) ++i;    // ext[i + 1] = mid[i]; ext[used] = +inf
+  const float lo = ext[i], hi = ext[i + 1];  // both read, whatever the first comparison gives
+  if (!(lo < x) || hi < x) {
+    while (!(ext[i] < x)) --i;   // ext[i] = mid[i − 1]; ext[0] = −inf < x
+    while (ext[i + 1] < x) ++i;  // ext[i + 1] = mid[i]; ext[used] = +inf
+  }
   return static_cast<uint8_t>(i);
 }
 

@@ -120,16 +120,39 @@ __device__ __forceinline__ int q8_guess_unsigned(float r) {
   return __float2int_rn(255.0f * rsqrt_approx(rsqrt_approx(fmaxf(r, 0.0f))));
 }
 
+// The reciprocal quantize_in_block multiplies by, once per block: RN(1/absmax) when absmax ∈ [2^-125, 2^125] (so
+// that it is a normal number), else 0 (the block's codes then come from divisions only).
+__device__ __forceinline__ float q8_recip(float absmax) {
+  return absmax >= 0x1p-125f && absmax <= 0x1p125f ? __frcp_rn(absmax) : 0.0f;
+}
+
 // The code of x in a block of scale absmax, over a table in shared memory (ext: its midpoints between sentinels,
-// `used` codes; zero_code when absmax is 0 or NaN). r = x / absmax exactly as the reference divides (__fdiv_rn), so
-// r ∈ [−1, 1] or NaN (absmax = max |x|; an infinite absmax gives ±0 or NaN); NaN is replaced by −2, which has the
-// same count (0). guess = false: the plain binary search (HLM_ADAMW8_SEARCH=binary, for A/B timing; same bits).
-__device__ __forceinline__ uint8_t quantize_in_block(const float* ext, int used, float x, float absmax,
+// `used` codes; zero_code when absmax is 0): the count of midpoints below q = RN(x / absmax), the reference's one
+// rounded division (q ∈ [−1, 1] as absmax = max |x|, ±0 or NaN when absmax = +inf, NaN when x is; NaN is replaced
+// by −2, whose count is 0 as NaN's is).
+// Fast path (recip = q8_recip(absmax) ≠ 0): the count of qa = RN(x · recip) instead, kept when both midpoints
+// around qa (lo < qa ≤ hi, adjacent) are farther than tol = 2^-20·|qa| from it; else q is divided out and the walk
+// goes on from there. Why that is q's count (u = 2^-24): recip = (1/a)(1 + e1), qa = x·recip·(1 + e2) and
+// q = (x/a)(1 + e3) with |e_k| ≤ u while x·recip and x/a are normal, so |qa − q| ≤ 3.02u·|qa| < 2^-22·|qa|. The
+// computed differences exceeding tol (an exact power-of-two product for |qa| ≥ 2^-100) imply the exact ones do
+// (rounding is monotonic and tol representable), so lo < q < hi: the same count. For |qa| < 2^-100 (also the
+// subnormal cases, absolute errors ≤ 2^-149) q and qa are both far closer to 0 than any midpoint (|mid| > 1e-10),
+// so again the same count. NaN x: qa = −2 and the sentinels pass the test: count 0. guess = false: the division
+// and the plain binary search (HLM_ADAMW8_SEARCH=binary, for A/B timing; same bits).
+__device__ __forceinline__ uint8_t quantize_in_block(const float* ext, int used, float x, float absmax, float recip,
                                                      uint8_t zero_code, bool guess) {
   if (!(absmax > 0.0f)) return zero_code;
-  const float r = fmaxf(__fdiv_rn(x, absmax), -2.0f);  // fmaxf(NaN, −2) = −2
+  int start = -1;
+  if (guess && recip != 0.0f) {
+    const float qa = fmaxf(__fmul_rn(x, recip), -2.0f);  // fmaxf(NaN, −2) = −2
+    start = used == 255 ? q8_guess_signed(qa) : q8_guess_unsigned(qa);
+    const float lo = ext[start], hi = ext[start + 1], tol = __fmul_rn(fabsf(qa), 0x1p-20f);
+    if (__fsub_rn(qa, lo) > tol && __fsub_rn(hi, qa) > tol) return static_cast<uint8_t>(start);
+  }
+  const float r = fmaxf(__fdiv_rn(x, absmax), -2.0f);
   if (!guess) return quantize_value(ext + 1, used, r);
-  return quantize_from_guess(ext, r, used == 255 ? q8_guess_signed(r) : q8_guess_unsigned(r));
+  if (start < 0) start = used == 255 ? q8_guess_signed(r) : q8_guess_unsigned(r);
+  return quantize_from_guess(ext, r, start);
 }
 
 __device__ __forceinline__ uint16_t bf16_stochastic(float x, uint32_t r) {
@@ -270,11 +293,12 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
     t.absmax_m[b] = am;
     t.absmax_v[b] = av;
   }
+  const float rm = q8_recip(am), rv = q8_recip(av);
   uint32_t qm[8], qv[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    qm[k] = quantize_in_block(tab.ext_m, 255, m[k], am, 127, guess);
-    qv[k] = quantize_in_block(tab.ext_v, 256, v[k], av, 0, guess);
+    qm[k] = quantize_in_block(tab.ext_m, 255, m[k], am, rm, 127, guess);
+    qv[k] = quantize_in_block(tab.ext_v, 256, v[k], av, rv, 0, guess);
   }
   *reinterpret_cast<uint2*>(t.q_m + e) = pack_bytes8(qm);
   *reinterpret_cast<uint2*>(t.q_v + e) = pack_bytes8(qv);
@@ -338,12 +362,13 @@ __device__ __forceinline__ void update_block_scalar(const AdamWLowmemCudaTensor&
       t.absmax_m[b] = am;
       t.absmax_v[b] = av;
     }
+    const float rm = q8_recip(am), rv = q8_recip(av);
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int64_t i = base + 32 * k;
       if (i >= t.n) continue;
-      t.q_m[i] = quantize_in_block(tab.ext_m, 255, m[k], am, 127, guess);
-      t.q_v[i] = quantize_in_block(tab.ext_v, 256, v[k], av, 0, guess);
+      t.q_m[i] = quantize_in_block(tab.ext_m, 255, m[k], am, rm, 127, guess);
+      t.q_v[i] = quantize_in_block(tab.ext_v, 256, v[k], av, rv, 0, guess);
     }
   }
 }

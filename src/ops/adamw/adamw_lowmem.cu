@@ -180,6 +180,28 @@ __device__ __forceinline__ float warp_max_nonneg(float x) {
   return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(x)));
 }
 
+// The quantization block b's absmax of m and of v over the warp's lanes (each lane's N values), stored by lane 0 and
+// returned to every lane. Started from +0 as the reference's std::max is (a NaN is never taken: fmaxf ignores a NaN
+// operand, std::max(a, NaN) keeps a; a block of NaNs gets 0), so each lane's max is ≥ +0 and not NaN, as
+// warp_max_nonneg needs.
+template <int N>
+__device__ __forceinline__ void block_absmax(const AdamWLowmemCudaTensor& t, int64_t b, int lane, const float (&m)[N],
+                                             const float (&v)[N], float& am, float& av) {
+  am = 0.0f;
+  av = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    am = fmaxf(am, fabsf(m[k]));
+    av = fmaxf(av, fabsf(v[k]));
+  }
+  am = warp_max_nonneg(am);
+  av = warp_max_nonneg(av);
+  if (lane == 0) {
+    t.absmax_m[b] = am;
+    t.absmax_v[b] = av;
+  }
+}
+
 // One element's update (adamw_lowmem.h; every operation rounded once, in the reference's order): from the gradient
 // g0, the moments m0, v0 and the parameter p0, the new m, v and the new parameter before its storage rounding.
 __device__ __forceinline__ float update_element(float g0, float m0, float v0, float p0, bool scaled, float scale,
@@ -278,21 +300,8 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
     store8(t.exp_avg_sq + e, v);
     return;
   }
-  // absmax: the max of |m|, |v| over the block, started from +0 as the reference's std::max is (a NaN is never
-  // taken: fmaxf ignores a NaN operand, std::max(a, NaN) keeps a; a block of NaNs gets 0). Each lane's max is
-  // then ≥ +0 and not NaN, as warp_max_nonneg needs.
   float am = 0.0f, av = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    am = fmaxf(am, fabsf(m[k]));
-    av = fmaxf(av, fabsf(v[k]));
-  }
-  am = warp_max_nonneg(am);
-  av = warp_max_nonneg(av);
-  if (lane == 0) {
-    t.absmax_m[b] = am;
-    t.absmax_v[b] = av;
-  }
+  block_absmax(t, b, lane, m, v, am, av);
   const float rm = q8_recip(am), rv = q8_recip(av);
   uint32_t qm[8], qv[8];
 #pragma unroll
@@ -349,19 +358,9 @@ __device__ __forceinline__ void update_block_scalar(const AdamWLowmemCudaTensor&
     }
   }
   if (Q8) {  // every lane takes part in the reductions
-    // Over |m|, |v| of the live elements and 0 for the others, started from 0 as the reference (NaN never taken).
+    // Over |m|, |v| of the live elements and 0 for the others.
     float am = 0.0f, av = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      am = fmaxf(am, fabsf(m[k]));
-      av = fmaxf(av, fabsf(v[k]));
-    }
-    am = warp_max_nonneg(am);
-    av = warp_max_nonneg(av);
-    if (lane == 0) {
-      t.absmax_m[b] = am;
-      t.absmax_v[b] = av;
-    }
+    block_absmax(t, b, lane, m, v, am, av);
     const float rm = q8_recip(am), rv = q8_recip(av);
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {

@@ -35,10 +35,7 @@ constexpr int kAccOffset = kXOffset + kXBytes;
 constexpr int kQsOffset = kAccOffset + kAccFloats * 4;
 constexpr int kKvOffset = kQsOffset + kMaxGroup * kMaxHeadDim * 4;
 constexpr int kRedOffset = kKvOffset + 2 * kMaxHeadDim * 4;
-constexpr int kIdsOffset = kRedOffset + 64 * 4;
-constexpr int kIdsCap = 256;  // block-table entries of an attention unit kept across layers (IdsCache)
-constexpr int kMetaOffset = kIdsOffset + kIdsCap * 4;  // StepConsts, IdsCache (32 bytes)
-constexpr int kBarOffset = kMetaOffset + 32;
+constexpr int kBarOffset = kRedOffset + 64 * 4;
 constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 16;
 
 // The kernel's integer view of the shape.
@@ -353,45 +350,15 @@ __device__ void cast_to_x(__nv_bfloat16* x, const float* src, int n, int tid) {
   consumer_sync();
 }
 
-// The step's per-launch constants (the same for every layer), read once per launch into shared memory (kMetaOffset).
-struct StepConsts {
-  int ctx = 0, pos = 0;  // context length (new token included), the new token's position
-  int64_t slot = 0;      // its cache slot
-  bool slot_ok = false;
-};
-
-// A unit's block-table entries kept in shared memory (kIdsOffset) across layers: entries [first, first + n) of the
-// sequence's row. The record itself lives in shared memory too (kMetaOffset).
-struct IdsCache {
-  int first = -1, n = 0;
-};
-static_assert(sizeof(StepConsts) + sizeof(IdsCache) <= kBarOffset - kMetaOffset, "the meta area holds both records");
-
 // A q, k or v head of the new token into dst [D] (fp32, shared): optional RMSNorm (weight nw), optional RoPE,
-// by one warp. Every global load (the head, the norm weight, the rope row) is issued before any is used: one memory
-// latency per head. Full rotary (rotary_dim = D): element i and its partner i ± D/2 sit 16 lanes apart, so the
-// rotation is a shuffle; partial rotary rotates through shared memory.
+// by one warp.
 template <int D>
 __device__ void prepare_head(float* dst, const float* src, const float* nw, bool rotate, const Dims& d,
                              const FusedDecodeStep& st, int pos, int lane) {
   constexpr int E = D / 32;
-  const int half = static_cast<int>(st.rotary_dim / 2);
-  const bool roped = rotate && st.rope_cos != nullptr;
-  const bool full_rotary = roped && 2 * half == D;
-  const bool bad = pos < 0 || pos >= st.rope_positions;
-  float xv[E], wv[E], c[E], s[E];
+  float xv[E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) {
-    xv[e] = __ldcg(src + lane * E + e);
-    wv[e] = nw != nullptr ? nw[lane * E + e] : 1.0f;
-    c[e] = 1.0f;
-    s[e] = 0.0f;
-    if (full_rotary && !bad) {
-      const int i = (lane * E + e) % half;
-      c[e] = st.rope_cos[static_cast<int64_t>(pos) * half + i];
-      s[e] = st.rope_sin[static_cast<int64_t>(pos) * half + i];
-    }
-  }
+  for (int e = 0; e < E; ++e) xv[e] = __ldcg(src + lane * E + e);
   if (nw != nullptr) {
     float ss = 0.0f;
 #pragma unroll
@@ -399,25 +366,14 @@ __device__ void prepare_head(float* dst, const float* src, const float* nw, bool
     ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / static_cast<float>(D) + d.qk_eps);
 #pragma unroll
-    for (int e = 0; e < E; ++e) xv[e] = wv[e] * (xv[e] * r);
-  }
-  if (full_rotary) {
-    const bool first_half = lane < 16;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const float partner = __shfl_xor_sync(0xffffffffu, xv[e], 16);
-      // (x1, x2) → (x1·c − x2·s, x2·c + x1·s), rope.cu's separately rounded products.
-      dst[lane * E + e] = bad ? cuda::quiet_nan()
-                              : __fadd_rn(__fmul_rn(xv[e], c[e]), __fmul_rn(first_half ? -partner : partner, s[e]));
-    }
-    if (bad && lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
-    __syncwarp();
-    return;
+    for (int e = 0; e < E; ++e) xv[e] = nw[lane * E + e] * (xv[e] * r);
   }
 #pragma unroll
   for (int e = 0; e < E; ++e) dst[lane * E + e] = xv[e];
   __syncwarp();
-  if (roped) {
+  if (rotate && st.rope_cos != nullptr) {
+    const int half = static_cast<int>(st.rotary_dim / 2);
+    const bool bad = pos < 0 || pos >= st.rope_positions;
     for (int i = lane; i < half; i += 32) {
       const float x1 = dst[i], x2 = dst[i + half];
       if (bad) {
@@ -425,10 +381,10 @@ __device__ void prepare_head(float* dst, const float* src, const float* nw, bool
         dst[i + half] = cuda::quiet_nan();
         continue;
       }
-      const float c1 = st.rope_cos[static_cast<int64_t>(pos) * half + i];
-      const float s1 = st.rope_sin[static_cast<int64_t>(pos) * half + i];
-      dst[i] = __fadd_rn(__fmul_rn(x1, c1), __fmul_rn(-x2, s1));
-      dst[i + half] = __fadd_rn(__fmul_rn(x2, c1), __fmul_rn(x1, s1));
+      const float c = st.rope_cos[static_cast<int64_t>(pos) * half + i];
+      const float s = st.rope_sin[static_cast<int64_t>(pos) * half + i];
+      dst[i] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(-x2, s));
+      dst[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
     }
     if (bad && lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
     __syncwarp();
@@ -458,67 +414,29 @@ __device__ __forceinline__ void load_bf16(float (&out)[E], const __nv_bfloat16* 
   }
 }
 
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-
 // The attention of the new token for one layer: (kv head, split) units; the last split of a kv head merges.
-// Critical path per unit: the block ids (loaded once per launch while the unit's key range is unchanged: every layer
-// of a full-attention model), the warp's keys asked into L1 (prefetch: no registers held) before the q/k/v heads are
-// prepared (their own loads issued together), the dots over keys then found in L1, the warps' merge, the partial's
-// write + counter, the last split's merge.
 template <int D>
 __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims& d, const FusedDecodeStep& st,
-                                const StepConsts& sc, IdsCache& cache, const Work& w, unsigned char* smem, int tid,
-                                int warp, int lane) {
+                                const Work& w, unsigned char* smem, int tid, int warp, int lane) {
   constexpr int E = D / 32;
   constexpr int U = E <= 2 ? 8 : (E == 4 ? 4 : 2);  // keys in flight per warp (more spill at 168 registers)
-  constexpr int kPrefetchRounds = 4;                 // rounds of keys asked into L1 before the heads are prepared
   float* qs = reinterpret_cast<float*>(smem + kQsOffset);
   float* kv_new = reinterpret_cast<float*>(smem + kKvOffset);  // k [D], v [D] of the new token (bf16 values)
   float* scratch = reinterpret_cast<float*>(smem + kXOffset);
-  int* ids = reinterpret_cast<int*>(smem + kIdsOffset);
   int* flag_last = reinterpret_cast<int*>(smem + kRedOffset + 32 * 4);
   const int Gq = d.Hq / d.Hkv, S = d.S, units = d.Hkv * S;
-  const int ctx = sc.ctx, pos = sc.pos;
+  const int ctx = static_cast<int>(*st.context), pos = *st.position;
   const int start = L.window > 0 ? max(0, ctx - static_cast<int>(L.window)) : 0;
-  float* sc_o = scratch;                             // [8 warps][Gq][D]
-  float* sc_m = scratch + kConsumerWarps * Gq * D;   // [8][Gq]
-  float* sc_l = sc_m + kConsumerWarps * Gq;          // [8][Gq]
-  const size_t row_stride = static_cast<size_t>(d.Hkv) * D;
+  const int64_t slot = *st.cache_slot;
+  const bool slot_ok = slot >= 0 && slot < static_cast<int64_t>(d.num_blocks) * d.block_size;
+  float* sc_o = scratch;                               // [8 warps][Gq][D]
+  float* sc_m = scratch + kConsumerWarps * Gq * D;     // [8][Gq]
+  float* sc_l = sc_m + kConsumerWarps * Gq;            // [8][Gq]
   for (int u = blockIdx.x; u < units; u += d.G) {
     const int kvh = u / S, split = u % S;
     const int span = max(ctx - start, 0), len = (span + S - 1) / S;
     const int a = min(start + split * len, ctx), b = min(ctx, a + len);
     const bool has_new = a <= ctx - 1 && ctx - 1 < b;
-    const int first_blk = a / d.block_size, nblk = b > a ? (b - 1) / d.block_size - first_blk + 1 : 0;
-    // The unit's block ids into shared memory unless they are there from an earlier layer.
-    const bool ids_cached = nblk <= kIdsCap;
-    if (ids_cached && !(cache.first == first_blk && nblk <= cache.n)) {
-      for (int i = tid; i < nblk; i += kConsumers)
-        ids[i] = first_blk + i < d.max_blocks ? st.block_table[first_blk + i] : -1;
-      consumer_sync();  // every thread has read the record before it changes
-      if (tid == 0) {
-        cache.first = first_blk;
-        cache.n = nblk;
-      }
-      consumer_sync();
-    }
-    // Key j's k and v rows for this lane (nullptr: the new token, a bad block id, or past the unit).
-    const auto key_offset = [&](int j, size_t& off) {
-      if (j >= b || (has_new && j == ctx - 1)) return false;
-      const int bi = j / d.block_size;
-      const int id = ids_cached ? ids[bi - first_blk] : bi < d.max_blocks ? st.block_table[bi] : -1;
-      if (id < 0 || id >= d.num_blocks) return false;
-      off = (static_cast<size_t>(id) * d.block_size + j % d.block_size) * row_stride + static_cast<size_t>(kvh) * D +
-            lane * E;
-      return true;
-    };
-    for (int r = 0; r < kPrefetchRounds * U; ++r) {
-      size_t off = 0;
-      if (key_offset(a + warp + r * kConsumerWarps, off)) {
-        prefetch_l1(L.k_cache + off);
-        prefetch_l1(L.v_cache + off);
-      }
-    }
     const int tasks = Gq + (has_new ? 2 : 0);
     for (int t = warp; t < tasks; t += kConsumerWarps) {
       if (t < Gq) {
@@ -528,15 +446,23 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
         float* dst = kv_new + (is_k ? 0 : D);
         prepare_head<D>(dst, w.qkv + d.Cq + (is_k ? 0 : d.Ckv) + static_cast<size_t>(kvh) * D,
                         is_k ? L.k_norm : nullptr, is_k, d, st, pos, lane);
-        __nv_bfloat16* kvc = is_k ? L.k_cache : L.v_cache;
+        __nv_bfloat16* cache = is_k ? L.k_cache : L.v_cache;
         for (int i = lane; i < D; i += 32) {
           const __nv_bfloat16 r = __float2bfloat16_rn(dst[i]);
           dst[i] = __bfloat162float(r);
-          if (sc.slot_ok) kvc[(sc.slot * d.Hkv + kvh) * D + i] = r;
+          if (slot_ok) cache[(slot * d.Hkv + kvh) * D + i] = r;
         }
-        if (!sc.slot_ok && lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
+        if (!slot_ok && lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
       }
     }
+    // The unit's block-table entries into shared memory (the warp-merge scratch is free until after the key loop):
+    // the key loop then waits on one memory latency per round instead of two.
+    int* ids = reinterpret_cast<int*>(scratch);
+    const int first_blk = a / d.block_size, nblk = b > a ? (b - 1) / d.block_size - first_blk + 1 : 0;
+    const bool ids_cached = nblk <= kXBytes / 4;
+    if (ids_cached)
+      for (int i = tid; i < nblk; i += kConsumers)
+        ids[i] = first_blk + i < d.max_blocks ? st.block_table[first_blk + i] : -1;
     consumer_sync();
     // Keys [a, b): warp `warp` takes a + warp, a + warp + 8, ..., U at a time.
     float qf[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], o[kMaxGroup][E];
@@ -550,6 +476,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
         qf[h][e] = h < Gq ? qs[h * D + lane * E + e] : 0.0f;
       }
     }
+    const size_t row_stride = static_cast<size_t>(d.Hkv) * D;
     for (int j0 = a + warp; j0 < b; j0 += kConsumerWarps * U) {
       float kk[U][E], vv[U][E];
       bool ok[U];
@@ -566,12 +493,15 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
           }
           continue;
         }
-        size_t off = 0;
-        if (!key_offset(j, off)) {
+        const int bi = j / d.block_size;
+        const int id = ids_cached ? ids[bi - first_blk] : bi < d.max_blocks ? st.block_table[bi] : -1;
+        if (id < 0 || id >= d.num_blocks) {
           ok[q] = false;
           if (lane == 0 && st.error_flag != nullptr) atomicOr(st.error_flag, 1);
           continue;
         }
+        const size_t off = (static_cast<size_t>(id) * d.block_size + j % d.block_size) * row_stride +
+                           static_cast<size_t>(kvh) * D + lane * E;
         load_bf16<E>(kk[q], L.k_cache + off);
         load_bf16<E>(vv[q], L.v_cache + off);
       }
@@ -594,7 +524,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
         }
       }
     }
-    consumer_sync();  // every warp is done with qs / kv_new before the scratch takes the warps' states
+    consumer_sync();  // every warp is done with the block ids before the scratch takes the warps' states
     // Merge the warps, then write the unit's partial.
 #pragma unroll
     for (int h = 0; h < kMaxGroup; ++h) {
@@ -676,17 +606,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   const int tid = threadIdx.x - 32, warp = tid / 32, lane = tid % 32;
-  // The step's constants and the ids cache record in shared memory (not registers held across the product phases).
-  StepConsts& sc = *reinterpret_cast<StepConsts*>(smem + kMetaOffset);
-  IdsCache& ids_cache = *reinterpret_cast<IdsCache*>(smem + kMetaOffset + sizeof(StepConsts));
-  if (tid == 0) {
-    sc.ctx = static_cast<int>(*st.context);
-    sc.pos = *st.position;
-    sc.slot = *st.cache_slot;
-    sc.slot_ok = sc.slot >= 0 && sc.slot < static_cast<int64_t>(d.num_blocks) * d.block_size;
-    ids_cache = IdsCache{};
-  }
-  consumer_sync();
   unsigned barriers = 0;
   uint32_t it = 0;
   Segment seg[3];
@@ -723,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int n = products(kQkv);
     finish_rows(seg, n, acc, tid, [&](const Segment& s, int r, float y) { w.qkv[s.out0 + r] = y; });
     barrier(layer, 1);
-    attention_phase<D>(L, layer, d, st, sc, ids_cache, w, smem, tid, warp, lane);
+    attention_phase<D>(L, layer, d, st, w, smem, tid, warp, lane);
     barrier(layer, 3);
     // h += o_proj(attention).
     zero_partials(acc, tid);

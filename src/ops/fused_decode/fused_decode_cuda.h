@@ -21,11 +21,7 @@
 //     8 kv heads). A unit normalizes and rotates its q heads (and, for the split holding the new token, its k and v,
 //     which it also writes into the cache, rounded to bf16, and uses from shared memory), runs an online softmax over
 //     its keys (a warp per key, fp32 dots), merges its 8 warps and writes (max, sum, unnormalised output); the last
-//     unit of a kv head to finish (an atomic counter) merges the splits into the attention output. Latency, not
-//     bytes, sets this phase's time (session 21's timeline: 30 µs per layer for ~4 MB of keys), so: the step's
-//     position/context/slot are read once per launch, a unit's block-table entries once per launch while its key
-//     range is unchanged, the warp's keys are asked into L1 (prefetch, no registers) before the heads are prepared,
-//     and a head's loads (values, norm weight, rope row) all go out before any is used (full rotary by a shuffle).
+//     unit of a kv head to finish (an atomic counter) merges the splits into the attention output.
 //   - Between phases a grid barrier (one atomic counter; release fence before the arrival, acquire load while
 //     waiting); data crossing blocks is read with ld.global.cg (L2), never a possibly stale L1 line.
 // Numerics: as the eager bf16 decode, not its bits (the sums run in another order): RMSNorm Σx² in fp32,

@@ -139,24 +139,38 @@ TEST(AdamWLeanCuda, NormOverBf16AndF32TensorsEqualsTheWidenedList) {
   EXPECT_TRUE(norms[0] > 0.0);
 }
 
+namespace {
+
+// The bf16 dW tests' shapes and inputs: x and dy small integers (their products and sums exact in fp32), w normal
+// values, and the accumulated start dw0 a bf16 gradient from an earlier micro-batch (integers up to 256).
+struct DwCase {
+  int64_t M, N, K;
+};
+constexpr DwCase kDwCases[] = {{64, 48, 80}, {257, 130, 66}, {2048, 256, 512}};
+struct DwInputs {
+  std::vector<uint16_t> x16, dy16, w16, dw0_16;
+};
+// Integers in [−limit, limit] drawn from normal values (bf16-exact: |v| ≤ 256).
+std::vector<uint16_t> integers_bf16(size_t n, uint64_t stream, float scale, float limit) {
+  std::vector<float> v = make_values(n, Fill::Normal, stream, scale);
+  for (float& x : v) x = std::min(limit, std::max(-limit, std::nearbyint(x)));
+  return to_bf16(v);
+}
+DwInputs dw_inputs(const DwCase& c) {
+  const size_t mk = static_cast<size_t>(c.M * c.K), mn = static_cast<size_t>(c.M * c.N),
+               nk = static_cast<size_t>(c.N * c.K);
+  return {integers_bf16(mk, 1 + c.M, 2.0f, 4.0f), integers_bf16(mn, 2 + c.M, 2.0f, 4.0f),
+          to_bf16(make_values(nk, Fill::Normal, 3 + c.M)), integers_bf16(nk, 4 + c.M, 64.0f, 256.0f)};
+}
+
+}  // namespace
+
 TEST(AdamWLeanCuda, Bf16WeightGradientIsWithinOneRoundingOfTheFp32One) {
   HLM_REQUIRE_CUDA();
-  struct Case {
-    int64_t M, N, K;
-  };
-  // Integers in [−limit, limit] drawn from normal values (bf16-exact: |v| ≤ 256).
-  const auto integers = [](size_t n, uint64_t stream, float scale, float limit) {
-    std::vector<float> v = make_values(n, Fill::Normal, stream, scale);
-    for (float& x : v) x = std::min(limit, std::max(-limit, std::nearbyint(x)));
-    return to_bf16(v);
-  };
-  for (const Case c : {Case{64, 48, 80}, Case{257, 130, 66}, Case{2048, 256, 512}}) {
-    const size_t mk = static_cast<size_t>(c.M * c.K), mn = static_cast<size_t>(c.M * c.N),
-                 nk = static_cast<size_t>(c.N * c.K);
-    const std::vector<uint16_t> x16 = integers(mk, 1 + c.M, 2.0f, 4.0f), dy16 = integers(mn, 2 + c.M, 2.0f, 4.0f),
-                                w16 = to_bf16(make_values(nk, Fill::Normal, 3 + c.M));
-    // The accumulated start: a bf16 gradient from an earlier micro-batch, and the same values in f32.
-    const std::vector<uint16_t> dw0_16 = integers(nk, 4 + c.M, 64.0f, 256.0f);
+  for (const DwCase& c : kDwCases) {
+    const size_t nk = static_cast<size_t>(c.N * c.K);
+    const DwInputs in = dw_inputs(c);
+    const std::vector<uint16_t>&x16 = in.x16, &dy16 = in.dy16, &w16 = in.w16, &dw0_16 = in.dw0_16;
     const std::vector<float> dw0_32 = bf16_to_f32(dw0_16);
     DeviceBuffer x = DeviceBuffer::from(x16, "x"), dy = DeviceBuffer::from(dy16, "dy"),
                  w = DeviceBuffer::from(w16, "w"), dw16 = DeviceBuffer::from(dw0_16, "dw16"),
@@ -203,14 +217,6 @@ TEST(AdamWLeanCuda, Bf16WeightGradientIsWithinOneRoundingOfTheFp32One) {
 // kernel.
 TEST(AdamWLeanCuda, Bf16WeightGradientEpilogueFormIsWithinTwoRoundings) {
   HLM_REQUIRE_CUDA();
-  struct Case {
-    int64_t M, N, K;
-  };
-  const auto integers = [](size_t n, uint64_t stream, float scale, float limit) {
-    std::vector<float> v = make_values(n, Fill::Normal, stream, scale);
-    for (float& x : v) x = std::min(limit, std::max(-limit, std::nearbyint(x)));
-    return to_bf16(v);
-  };
   // Half a bf16 ulp of |v| (bf16 keeps 8 significant bits): 2^(e−8) for |v| in [2^e, 2^(e+1)); 0 for 0.
   const auto half_ulp = [](double v) {
     if (v == 0.0) return 0.0;
@@ -218,12 +224,10 @@ TEST(AdamWLeanCuda, Bf16WeightGradientEpilogueFormIsWithinTwoRoundings) {
     std::frexp(std::abs(v), &e);  // |v| = f · 2^e, f in [0.5, 1)
     return std::ldexp(1.0, e - 1 - 8);
   };
-  for (const Case c : {Case{64, 48, 80}, Case{257, 130, 66}, Case{2048, 256, 512}}) {
-    const size_t mk = static_cast<size_t>(c.M * c.K), mn = static_cast<size_t>(c.M * c.N),
-                 nk = static_cast<size_t>(c.N * c.K);
-    const std::vector<uint16_t> x16 = integers(mk, 1 + c.M, 2.0f, 4.0f), dy16 = integers(mn, 2 + c.M, 2.0f, 4.0f),
-                                w16 = to_bf16(make_values(nk, Fill::Normal, 3 + c.M));
-    const std::vector<uint16_t> dw0_16 = integers(nk, 4 + c.M, 64.0f, 256.0f);
+  for (const DwCase& c : kDwCases) {
+    const size_t nk = static_cast<size_t>(c.N * c.K);
+    const DwInputs in = dw_inputs(c);
+    const std::vector<uint16_t>&x16 = in.x16, &dy16 = in.dy16, &w16 = in.w16, &dw0_16 = in.dw0_16;
     const std::vector<float> dw0_32 = bf16_to_f32(dw0_16);
     DeviceBuffer x = DeviceBuffer::from(x16, "x"), dy = DeviceBuffer::from(dy16, "dy"),
                  w = DeviceBuffer::from(w16, "w"), dw16 = DeviceBuffer::from(dw0_16, "dw16");

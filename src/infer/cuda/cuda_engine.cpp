@@ -285,7 +285,9 @@ void CudaEngine::write_fused_timeline() {
   const int64_t grid = fused_decode_cuda_grid(fused_shape_.head_dim), L = fused_shape_.layers;
   std::vector<unsigned long long> t(static_cast<size_t>(L * grid * kFusedDecodeMarks));
   cuda_copy_to_host(ctx_, t.data(), fused_timeline_.raw(), t.size() * sizeof(t[0]));
-  const unsigned long long t0 = *std::min_element(t.begin(), t.begin() + grid * kFusedDecodeMarks);
+  // Time 0: the first block's start of layer 0 (mark 0; the attention-unit marks of blocks without a unit stay 0).
+  unsigned long long t0 = t[0];
+  for (int64_t b = 1; b < grid; ++b) t0 = std::min(t0, t[static_cast<size_t>(b * kFusedDecodeMarks)]);
   std::FILE* f = std::fopen(options_.fused_decode_timeline.c_str(), "w");
   HLM_CHECK_INPUT(f != nullptr, "cannot write the fused decode timeline ", options_.fused_decode_timeline);
   std::fprintf(f, "layer,block");
@@ -294,9 +296,13 @@ void CudaEngine::write_fused_timeline() {
   for (int64_t l = 0; l < L; ++l)
     for (int64_t b = 0; b < grid; ++b) {
       std::fprintf(f, "%lld,%lld", static_cast<long long>(l), static_cast<long long>(b));
-      for (int k = 0; k < kFusedDecodeMarks; ++k)
-        std::fprintf(f, ",%lld", static_cast<long long>(t[static_cast<size_t>((l * grid + b) * kFusedDecodeMarks + k)]) -
-                                     static_cast<long long>(t0));
+      for (int k = 0; k < kFusedDecodeMarks; ++k) {
+        const unsigned long long v = t[static_cast<size_t>((l * grid + b) * kFusedDecodeMarks + k)];
+        if (v == 0)
+          std::fprintf(f, ",");  // not stamped (an attention-unit mark of a block without a unit)
+        else
+          std::fprintf(f, ",%lld", static_cast<long long>(v) - static_cast<long long>(t0));
+      }
       std::fprintf(f, "\n");
     }
   std::fclose(f);
@@ -348,6 +354,7 @@ void CudaEngine::prepare_fused_decode() {
   if (!options_.fused_decode_timeline.empty()) {
     const size_t n = static_cast<size_t>(s.layers * fused_decode_cuda_grid(s.head_dim) * kFusedDecodeMarks);
     fused_timeline_ = cuda_scratch_bytes(ctx_, n * sizeof(unsigned long long));
+    HLM_CUDA_CHECK(cudaMemsetAsync(fused_timeline_.raw(), 0, n * sizeof(unsigned long long), ctx_.stream()));
   }
 }
 

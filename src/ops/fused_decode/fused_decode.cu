@@ -350,6 +350,14 @@ __device__ void cast_to_x(__nv_bfloat16* x, const float* src, int n, int tid) {
   consumer_sync();
 }
 
+// The profiling timeline (FusedDecodeStep::timeline): the block's first consumer thread stamps mark k of `layer`.
+__device__ __forceinline__ void timeline_mark(const FusedDecodeStep& st, int G, int layer, int k, int tid) {
+  if (st.timeline == nullptr || tid != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  st.timeline[(static_cast<size_t>(layer) * G + blockIdx.x) * kFusedDecodeMarks + k] = t;
+}
+
 // A q, k or v head of the new token into dst [D] (fp32, shared): optional RMSNorm (weight nw), optional RoPE,
 // by one warp.
 template <int D>
@@ -464,6 +472,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
       for (int i = tid; i < nblk; i += kConsumers)
         ids[i] = first_blk + i < d.max_blocks ? st.block_table[first_blk + i] : -1;
     consumer_sync();
+    timeline_mark(st, d.G, layer, kMarkHeadsReady, tid);
     // Keys [a, b): warp `warp` takes a + warp, a + warp + 8, ..., U at a time.
     float qf[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], o[kMaxGroup][E];
 #pragma unroll
@@ -525,6 +534,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
       }
     }
     consumer_sync();  // every warp is done with the block ids before the scratch takes the warps' states
+    timeline_mark(st, d.G, layer, kMarkKeysDone, tid);
     // Merge the warps, then write the unit's partial.
 #pragma unroll
     for (int h = 0; h < kMaxGroup; ++h) {
@@ -559,6 +569,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
     consumer_sync();
     if (tid == 0) *flag_last = atomicAdd(&w.counters[1 + layer * d.Hkv + kvh], 1u) == static_cast<unsigned>(S - 1);
     consumer_sync();
+    timeline_mark(st, d.G, layer, kMarkPartialWritten, tid);
     if (*flag_last) {  // every split of this kv head is written: merge them into the attention output
       __threadfence();
       for (int t = tid; t < Gq * D; t += kConsumers) {
@@ -578,6 +589,7 @@ __device__ void attention_phase(const FusedDecodeLayer& L, int layer, const Dims
       }
     }
     consumer_sync();
+    timeline_mark(st, d.G, layer, kMarkSplitsMerged, tid);
   }
 }
 
@@ -610,12 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t it = 0;
   Segment seg[3];
   const auto sync = [&] { grid_sync(w.counters, ++barriers * static_cast<unsigned>(d.G), tid); };
-  const auto mark = [&](int layer, int k) {  // the profiling timeline (FusedDecodeStep::timeline)
-    if (st.timeline == nullptr || tid != 0) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    st.timeline[(static_cast<size_t>(layer) * d.G + blockIdx.x) * kFusedDecodeMarks + k] = t;
-  };
+  const auto mark = [&](int layer, int k) { timeline_mark(st, d.G, layer, k, tid); };
   // A grid barrier between two phases of a layer, marked on the timeline before (k) and after (k + 1).
   const auto barrier = [&](int layer, int k) {
     mark(layer, k);

@@ -94,9 +94,13 @@ struct FusedDecodeStep {
   unsigned long long* timeline = nullptr;
 };
 
-// The timeline's marks per layer: start, q/k/v rows done, after the barrier, attention done, after the barrier,
-// o_proj rows done, after the barrier, gate/up activations done, after the barrier, down_proj rows done.
-inline constexpr int kFusedDecodeMarks = 10;
+// The timeline's marks per layer: 0 start, 1 q/k/v rows done, 2 after the barrier, 3 attention done, 4 after the
+// barrier, 5 o_proj rows done, 6 after the barrier, 7 gate/up activations done, 8 after the barrier, 9 down_proj rows
+// done; then, in blocks that ran an attention unit (the others keep the buffer's earlier values), its steps: 10 heads
+// prepared and block ids loaded, 11 keys done, 12 partial written and counted, 13 splits merged (by the last split of
+// the kv head; the others pass through at once).
+inline constexpr int kMarkHeadsReady = 10, kMarkKeysDone = 11, kMarkPartialWritten = 12, kMarkSplitsMerged = 13;
+inline constexpr int kFusedDecodeMarks = 14;
 // The kernel's grid on the current device (one block per multiprocessor).
 int fused_decode_cuda_grid(int64_t head_dim);
 

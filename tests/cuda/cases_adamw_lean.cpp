@@ -208,8 +208,8 @@ TEST(AdamWLeanCuda, Bf16WeightGradientIsWithinOneRoundingOfTheFp32One) {
   }
 }
 
-// The epilogue form (dw_scratch = nullptr: cuBLASLt's bf16 output, C = D = dw, beta 1; HLM_DW_BF16_EPILOGUE=on in the
-// linears) on the same integer inputs as above. It is NOT one rounding on the H200 (history above), so this test holds
+// The epilogue form (matmul_backward_mixed_bf16_epilogue_cuda: cuBLASLt's bf16 output, C = D = dw, beta 1;
+// HLM_DW_BF16_EPILOGUE=on in the linears) on the same integer inputs as above. It is NOT one rounding on the H200 (history above), so this test holds
 // it to the bound of two roundings, the product's first: stored = bf16_rn(start + p̃) with |p̃ − product| ≤ ½ ulp(product),
 // so |stored − exact| ≤ ½ ulp(product) + ½ ulp(|exact| + ½ ulp(product)) (bf16 ulps; the 2026-12-02 case fits it:
 // 342 = −256 + 598, 598 → 600, stored 344, error 2 ≤ 2 + 1; so do 2026-12-01's 0.125 for 0.1131, a cancellation).
@@ -231,8 +231,9 @@ TEST(AdamWLeanCuda, Bf16WeightGradientEpilogueFormIsWithinTwoRoundings) {
     const std::vector<float> dw0_32 = bf16_to_f32(dw0_16);
     DeviceBuffer x = DeviceBuffer::from(x16, "x"), dy = DeviceBuffer::from(dy16, "dy"),
                  w = DeviceBuffer::from(w16, "w"), dw16 = DeviceBuffer::from(dw0_16, "dw16");
-    matmul_backward_mixed_cuda(ctx().blaslt(), nullptr, dw16.as<__nv_bfloat16>(), nullptr, nullptr,
-                               dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), {c.M, c.N, c.K});
+    matmul_backward_mixed_bf16_epilogue_cuda(ctx().blaslt(), nullptr, dw16.as<__nv_bfloat16>(), nullptr,
+                                             dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                                             {c.M, c.N, c.K});
     const std::vector<float> got = bf16_to_f32(dw16.download<uint16_t>());
     const std::vector<float> xf = bf16_to_f32(x16), dyf = bf16_to_f32(dy16);
     size_t one_rounding = 0;
@@ -259,4 +260,21 @@ TEST(AdamWLeanCuda, Bf16WeightGradientEpilogueFormIsWithinTwoRoundings) {
                 nk, worst);
     EXPECT_TRUE(buffers_ok({&dw16}, {&x, &dy, &w}));
   }
+}
+
+// A bf16 dw without the fp32 scratch is an input error of matmul_backward_mixed_cuda (the epilogue form, which needs
+// none, has its own entry point), so a caller that forgets the scratch is told instead of silently getting the less
+// exact path. Nothing is written.
+TEST(AdamWLeanCuda, Bf16WeightGradientWithoutScratchIsRefused) {
+  HLM_REQUIRE_CUDA();
+  const DwCase& c = kDwCases[0];
+  const DwInputs in = dw_inputs(c);
+  DeviceBuffer x = DeviceBuffer::from(in.x16, "x"), dy = DeviceBuffer::from(in.dy16, "dy"),
+               w = DeviceBuffer::from(in.w16, "w"), dw16 = DeviceBuffer::from(in.dw0_16, "dw16");
+  EXPECT_THROW(matmul_backward_mixed_cuda(ctx().blaslt(), nullptr, dw16.as<__nv_bfloat16>(), nullptr, nullptr,
+                                          dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                                          {c.M, c.N, c.K}),
+               Error);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dw16.download<uint16_t>(), in.dw0_16);
 }

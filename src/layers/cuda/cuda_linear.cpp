@@ -187,11 +187,14 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
     // Default: the product in fp32 scratch, then added and rounded to bf16 once (matmul_cuda.h); the block goes back
     // to the allocator's cache on return, so one block per linear shape serves every call. HLM_DW_BF16_EPILOGUE=on:
     // cuBLASLt's bf16 output with beta 1 into dw itself, no scratch (not one rounding; cuda_linear.h).
-    CudaTensor product;
-    if (!cuda_linear_dw_bf16_epilogue()) product = CudaTensor::empty(ctx, {layer.out_features * layer.in_features});
-    matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(),
-                               product.raw() != nullptr ? product.data<float>() : nullptr, dbias, dy16, in.bf16,
-                               layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    if (cuda_linear_dw_bf16_epilogue()) {
+      matmul_backward_mixed_bf16_epilogue_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), dbias, dy16,
+                                               in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    } else {
+      CudaTensor product = CudaTensor::empty(ctx, {layer.out_features * layer.in_features});
+      matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), product.data<float>(), dbias,
+                                 dy16, in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+    }
   } else {
     matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
                                layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);

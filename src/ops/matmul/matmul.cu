@@ -266,13 +266,17 @@ void forward_impl(const CudaBlasLt& lt, TO* y, const TI* x, const TI* w, const T
 }
 
 // TI: operand storage (dy, x, w); TO: dx storage; TW: dw storage (fp32: accumulated by the GEMM, beta 1; or bf16:
-// with dw_scratch, the product written in fp32 to dw_scratch [N, K], beta 0, then added to dw and rounded once by
-// add_round_bf16_kernel; without, cuBLASLt's bf16 output with C = D = dw and beta 1, no scratch and no extra kernel,
-// but not one rounding: matmul_cuda.h). dbias is fp32.
+// the product written in fp32 to dw_scratch [N, K], beta 0, then added to dw and rounded once by
+// add_round_bf16_kernel; or, with dw_epilogue, cuBLASLt's bf16 output with C = D = dw and beta 1, no scratch and no
+// extra kernel, but not one rounding: matmul_cuda.h). dbias is fp32.
 template <typename TI, typename TO, typename TW = float>
 void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI* dy, const TI* x, const TI* w,
-                   const MatmulCudaParams& p, bool accumulate_dx, float* dw_scratch = nullptr) {
+                   const MatmulCudaParams& p, bool accumulate_dx, float* dw_scratch = nullptr,
+                   bool dw_epilogue = false) {
   check_params(p);
+  if constexpr (!std::is_same_v<TW, float>)
+    HLM_CHECK(dw_epilogue || dw == nullptr || dw_scratch != nullptr,
+              "matmul backward: a bf16 dw needs an fp32 scratch of N*K floats (or the epilogue entry point)");
   const int64_t M = p.M, N = p.N, K = p.K;
   if (dx != nullptr && M > 0 && K > 0) {
     if (N == 0) {
@@ -314,7 +318,7 @@ void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI*
       g.d_type = CUDA_R_32F;
       g.beta = 1.0f;
       lt_gemm(lt, g);
-    } else if (dw_scratch == nullptr) {
+    } else if (dw_epilogue) {
       // The epilogue form: D = C = dw (one layout descriptor for both, as cuBLASLt requires for C == D), beta 1.
       g.D = dw;
       g.d_type = CUDA_R_16BF;
@@ -373,6 +377,12 @@ void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* 
                                 const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                 const MatmulCudaParams& p, bool accumulate_dx) {
   backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx, dw_scratch);
+}
+
+void matmul_backward_mixed_bf16_epilogue_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+                                              const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                              const __nv_bfloat16* w, const MatmulCudaParams& p, bool accumulate_dx) {
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx, nullptr, /*dw_epilogue=*/true);
 }
 
 }  // namespace hlm

@@ -53,15 +53,20 @@ void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, float* dw, floa
 // bf16 ulp of it, ≤ 2⁻⁸ relative); k accumulating calls are within the sum of k such roundings. cuBLASLt's own bf16
 // output with beta = 1 was not one rounding (H200, 2026-12-02: 344 stored for an exact sum of 342 = a bf16 value,
 // with split-K off; tests/cuda/cases_adamw_lean.cpp), hence the scratch.
-// dw_scratch == nullptr selects that epilogue form on purpose (C = D = dw in bf16, beta 1, fp32 compute; no scratch,
-// no add-and-round kernel: the GEMM reads dw's 2 bytes and writes 2 per element instead of writing the 4-byte fp32
-// product that the kernel then reads with dw's 2 and writes 2 more, so 8 bytes per element of memory traffic and a
-// launch fewer). Deterministic run to run like every cuBLASLt call, but NOT one rounding (the H200 measurements
-// above fit bf16_rn(dw + bf16_rn(product)): within half a bf16 ulp of the product plus half a bf16 ulp of the result
-// of the fp32 sum) and not the scratch path's bits. The linears take it only when asked (cuda_linear.h,
-// HLM_DW_BF16_EPILOGUE).
+// dw_scratch must not be null (an input error).
 void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dw_scratch, float* dbias,
                                 const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
                                 const MatmulCudaParams& p, bool accumulate_dx = false);
+// The bf16 dw in cuBLASLt's epilogue form instead (C = D = dw in bf16, beta 1, fp32 compute; no scratch, no
+// add-and-round kernel: the GEMM reads dw's 2 bytes and writes 2 per element instead of writing the 4-byte fp32
+// product that the kernel then reads with dw's 2 and writes 2 more, so 8 bytes per element of memory traffic and a
+// launch fewer). Deterministic run to run like every cuBLASLt call, but NOT one rounding (the H200 measurements
+// above fit bf16_rn(dw + bf16_rn(product)): within half a bf16 ulp of the product plus half a bf16 ulp of the result
+// of the fp32 sum) and not the scratch path's bits. A separate entry point so that no caller reaches it by passing a
+// null scratch; the linears take it only when asked (cuda_linear.h, HLM_DW_BF16_EPILOGUE).
+void matmul_backward_mixed_bf16_epilogue_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+                                              const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                              const __nv_bfloat16* w, const MatmulCudaParams& p,
+                                              bool accumulate_dx = false);
 
 }  // namespace hlm

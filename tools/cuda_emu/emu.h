@@ -2,8 +2,10 @@
 // source (copied by adamw8_emu.sh, the asm approximations swapped for libm) runs on a machine without a GPU: one
 // std::thread per CUDA thread of a block (blocks one after another), std::barrier for __syncthreads and for the warp
 // reduction __reduce_max_sync, and IEEE host arithmetic for the _rn intrinsics (volatile results, and the build uses
-// -ffp-contract=off, so nothing is fused). Not emulated: shuffles (abort), memory ordering beyond the barriers,
-// flush-to-zero of the approx functions (the kernel uses them only for a search's starting point).
+// -ffp-contract=off, so nothing is fused). Warp collectives (__reduce_max_sync, the shuffles, __syncwarp, and the
+// tensor-core primitives of emu_mma.h) go through the warp's barrier and exchange buffer: every lane of the warp must
+// call them together (full masks only). Not emulated: memory ordering beyond the barriers, flush-to-zero of the
+// approx functions (the kernel uses them only for a search's starting point).
 #pragma once
 #include <barrier>
 #include <cmath>
@@ -40,7 +42,7 @@ inline int __float2int_rn(float f) { if (std::isnan(f)) return 0; return (int)st
 using std::isfinite;
 inline std::barrier<>* g_block_barrier;
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
-struct WarpX { std::unique_ptr<std::barrier<>> bar; uint32_t vals[32]; };
+struct WarpX { std::unique_ptr<std::barrier<>> bar; uint32_t vals[32]; uint64_t xch[32][12]; };
 inline WarpX* g_warps;
 inline unsigned __reduce_max_sync(unsigned, unsigned v) {
   WarpX& w = g_warps[threadIdx.x / 32];
@@ -51,6 +53,58 @@ inline unsigned __reduce_max_sync(unsigned, unsigned v) {
   w.bar->arrive_and_wait();
   return m;
 }
-inline float __shfl_xor_sync(unsigned, float, int) { std::abort(); }
+// Shuffles: lane l reads lane src(l) (its own value when src is out of range, as on the GPU for up/down).
+template <class T, class Src> T emu_shfl(T v, Src src) {
+  static_assert(sizeof(T) <= 8, "shuffle of a register-sized value");
+  WarpX& w = g_warps[threadIdx.x / 32];
+  const int l = static_cast<int>(threadIdx.x % 32);
+  std::memcpy(&w.xch[l][11], &v, sizeof(T));
+  w.bar->arrive_and_wait();
+  const int from = src(l);
+  T r;
+  std::memcpy(&r, &w.xch[from >= 0 && from < 32 ? from : l][11], sizeof(T));
+  w.bar->arrive_and_wait();
+  return r;
+}
+template <class T> T __shfl_xor_sync(unsigned, T v, int m) { return emu_shfl(v, [m](int l) { return l ^ m; }); }
+template <class T> T __shfl_up_sync(unsigned, T v, unsigned d) { return emu_shfl(v, [d](int l) { return l - (int)d; }); }
+template <class T> T __shfl_down_sync(unsigned, T v, unsigned d) { return emu_shfl(v, [d](int l) { return l + (int)d; }); }
+template <class T> T __shfl_sync(unsigned, T v, int s) { return emu_shfl(v, [s](int) { return s & 31; }); }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32].bar->arrive_and_wait(); }
 enum cudaMemcpyKind { cudaMemcpyHostToDevice };
 template <class T> int cudaMemcpyToSymbol(T& sym, const void* src, size_t bytes) { std::memcpy(&sym, src, bytes); return 0; }
+
+// ---- Launch helper (the GDN emulations; adamw8_emu.cpp launches by hand): blocks run one after another, each with
+// `threads` host threads (a multiple of 32), its own barriers and `smem_bytes` of zeroed dynamic shared memory, which
+// the kernel reaches through emu_dyn_smem (the emulation scripts put it in place of `extern __shared__ ... smem[]`).
+#include <thread>
+#include <vector>
+#define __align__(n) alignas(n)
+inline thread_local char* emu_dyn_smem;
+template <class F>
+void emu_launch(Dim grid, unsigned threads, size_t smem_bytes, F&& body) {
+  if (threads % 32 != 0) std::abort();
+  gridDim = {grid.x, grid.y ? grid.y : 1, grid.z ? grid.z : 1};
+  blockDim = {threads, 1, 1};
+  std::vector<char> smem_buf(smem_bytes + 128);
+  char* smem = smem_buf.data() + (128 - reinterpret_cast<uintptr_t>(smem_buf.data()) % 128) % 128;
+  for (unsigned z = 0; z < gridDim.z; ++z)
+    for (unsigned y = 0; y < gridDim.y; ++y)
+      for (unsigned x = 0; x < gridDim.x; ++x) {
+        std::memset(smem, 0, smem_bytes);
+        std::barrier<> block_bar(threads);
+        g_block_barrier = &block_bar;
+        std::vector<WarpX> warps(threads / 32);
+        for (auto& w : warps) w.bar = std::make_unique<std::barrier<>>(32);
+        g_warps = warps.data();
+        std::vector<std::thread> th;
+        for (unsigned t = 0; t < threads; ++t)
+          th.emplace_back([&, t] {
+            threadIdx = {t, 0, 0};
+            blockIdx = {x, y, z};
+            emu_dyn_smem = smem;
+            body();
+          });
+        for (auto& t : th) t.join();
+      }
+}

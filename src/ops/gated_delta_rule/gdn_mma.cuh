@@ -1,0 +1,163 @@
+// Warp-level tensor-core primitives for the chunked gated delta rule's v2 kernels (forward and backward):
+// mma.sync m16n8k16 bf16 × bf16 → fp32, ldmatrix x1/x2/x4 (plain and .trans), bf16x2 packing, and the tile loads
+// and register re-packing built from them. No shared-memory round trip for accumulators: a product's result is
+// consumed in registers (scaled, masked, or re-packed as the next product's A operand, the FlashAttention-2 trick).
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"). In a warp, lane l has
+// g = l / 4 (group, 0..7) and t = l % 4 (thread in group, 0..3). A 32-bit register holding two bf16 holds the
+// lower column (or lower k) in its low 16 bits.
+//   FragA  A [16 m][16 k], 4 regs:  r[0] = A[g][2t, 2t+1]   r[1] = A[g+8][2t, 2t+1]
+//                                   r[2] = A[g][2t+8, +9]   r[3] = A[g+8][2t+8, +9]
+//   FragB  B [16 k][8 n], 2 regs:   r[0] = B[2t, 2t+1][g]   r[1] = B[2t+8, 2t+9][g]
+//   FragC  C [16 m][8 n], 4 floats: r[0], r[1] = C[g][2t], C[g][2t+1]     r[2], r[3] = C[g+8][2t], C[g+8][2t+1]
+// ldmatrix (m8n8, b16): lanes 8i..8i+7 give the 8 row addresses (16 bytes each, 16-byte aligned, shared memory) of
+// matrix i (x1: lanes 0-7 matter, x2: 0-15, x4: all); register i of lane l receives, of matrix i,
+//   plain:  M[l/4][2(l%4)], M[l/4][2(l%4)+1]          (row g, columns 2t, 2t+1)
+//   .trans: M[2(l%4)][l/4], M[2(l%4)+1][l/4]          (rows 2t, 2t+1, column g)
+// So a row-major A tile is a plain x4, a B tile stored n-major ([n][k], i.e. Bᵀ row-major) a plain load, a B tile
+// stored k-major ([k][n]) a .trans load, and an A tile stored [k][m] an x4.trans (helpers below).
+// An accumulator pair (FragC of columns 0-7 and 8-15 of the same 16 rows) re-packed to bf16 is exactly a FragA of
+// those 16 columns as k (a_from_acc): the product C·X can follow C = A·B without leaving registers.
+//
+// On the host (tools/cuda_emu, HLM_CUDA_EMU defined) the primitives come from emu_mma.h: the same names, run by one
+// host thread per CUDA thread, exchanging fragments through a per-warp barrier. Everything else here is shared, so
+// the emulation checks this file's index math too.
+#pragma once
+#include <cstdint>
+
+#if defined(HLM_CUDA_EMU)
+#include "emu_mma.h"  // mma_16816, ldsm_*, pack_bf16x2, unpack_bf16x2 on the host (tools/cuda_emu)
+#else
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace hlm::gdn_mma {
+
+struct FragA {
+  uint32_t r[4];
+};
+struct FragB {
+  uint32_t r[2];
+};
+struct FragC {
+  float r[4];
+};
+
+#if !defined(HLM_CUDA_EMU)
+
+// d += a · b (fp32 accumulate; the 16 products of a k-step are exact in fp32, their sum order is the hardware's).
+__device__ __forceinline__ void mma_16816(FragC& d, const FragA& a, const FragB& b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3])
+      : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// row: this lane's row address (see the header comment for which lanes matter).
+__device__ __forceinline__ void ldsm_x1(uint32_t& r0, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r0) : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldsm_x1_trans(uint32_t& r0, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r0) : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t& r0, uint32_t& r1, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                              const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(row)));
+}
+
+// Two floats rounded to nearest-even bf16 in one register: lo in the low half (the lower column / k).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half), .y = hi
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+
+#endif  // !HLM_CUDA_EMU
+
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
+
+// ---- Tile loads from shared memory (T: a 2-byte type such as bf16; row stride ld elements; row starts 16-byte aligned; ld·2 ≡ 16 mod 128
+// keeps the eight rows of a matrix on distinct banks, e.g. gdn_chunked_tiles.cuh's kLdD, kLdC)
+
+// A [16 m][16 k] stored row-major at base (A[m][k] = base[m·ld + k]).
+template <typename T>
+__device__ __forceinline__ void load_a(FragA& a, const T* base, int ld) {
+  const int l = lane_id();
+  ldsm_x4(a.r[0], a.r[1], a.r[2], a.r[3], base + (l % 16) * ld + 8 * (l / 16));
+}
+// A [16 m][16 k] stored k-major at base (A[m][k] = base[k·ld + m]).
+template <typename T>
+__device__ __forceinline__ void load_a_trans(FragA& a, const T* base, int ld) {
+  const int l = lane_id();
+  ldsm_x4_trans(a.r[0], a.r[1], a.r[2], a.r[3], base + ((l % 8) + 8 * (l / 16)) * ld + 8 * ((l / 8) % 2));
+}
+// Two B tiles [16 k][8 n] (n = 0-7 → b[0], n = 8-15 → b[1]) stored n-major at base (B[k][n] = base[n·ld + k]).
+template <typename T>
+__device__ __forceinline__ void load_b2(FragB (&b)[2], const T* base, int ld) {
+  const int l = lane_id();
+  ldsm_x4(b[0].r[0], b[0].r[1], b[1].r[0], b[1].r[1], base + ((l % 8) + 8 * (l / 16)) * ld + 8 * ((l / 8) % 2));
+}
+// Two B tiles [16 k][8 n] stored k-major at base (B[k][n] = base[k·ld + n]).
+template <typename T>
+__device__ __forceinline__ void load_b2_trans(FragB (&b)[2], const T* base, int ld) {
+  const int l = lane_id();
+  ldsm_x4_trans(b[0].r[0], b[0].r[1], b[1].r[0], b[1].r[1], base + ((l % 8) + 8 * ((l / 8) % 2)) * ld + 8 * (l / 16));
+}
+// One B tile [16 k][8 n], n-major (B[k][n] = base[n·ld + k]) or k-major (base[k·ld + n]).
+template <typename T>
+__device__ __forceinline__ void load_b(FragB& b, const T* base, int ld) {
+  const int l = lane_id() % 16;
+  ldsm_x2(b.r[0], b.r[1], base + (l % 8) * ld + 8 * (l / 8));
+}
+template <typename T>
+__device__ __forceinline__ void load_b_trans(FragB& b, const T* base, int ld) {
+  const int l = lane_id() % 16;
+  ldsm_x2_trans(b.r[0], b.r[1], base + l * ld);
+}
+
+// ---- Register re-packing
+
+// The FragA (bf16, rounded to nearest) of the 16 × 16 tile whose columns 0-7 are lo and 8-15 are hi (accumulators
+// of the same 16 rows), optionally scaled by s.
+__device__ __forceinline__ FragA a_from_acc(const FragC& lo, const FragC& hi, float s = 1.0f) {
+  FragA a;
+  a.r[0] = pack_bf16x2(s * lo.r[0], s * lo.r[1]);
+  a.r[1] = pack_bf16x2(s * lo.r[2], s * lo.r[3]);
+  a.r[2] = pack_bf16x2(s * hi.r[0], s * hi.r[1]);
+  a.r[3] = pack_bf16x2(s * hi.r[2], s * hi.r[3]);
+  return a;
+}
+
+// Coordinates of a FragC element e (0..3) for this lane: row in 0..15, column in 0..7.
+__device__ __forceinline__ int acc_row(int e) { return lane_id() / 4 + 8 * (e / 2); }
+__device__ __forceinline__ int acc_col(int e) { return 2 * (lane_id() % 4) + (e % 2); }
+
+__device__ __forceinline__ void zero(FragC& c) {
+  for (int e = 0; e < 4; ++e) c.r[e] = 0.0f;
+}
+
+}  // namespace hlm::gdn_mma

@@ -7,30 +7,34 @@
 //   dW = −dU M0;  X = Rᵀ dW;  Y = Rᵀ dU;  dv = diag(β) Y;  E = −(X Wᵀ + Y Ũᵀ) strictly below the diagonal
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gdn_chunked_tiles.cuh"
+#include "ops/gated_delta_rule/gdn_mma_bwd.cuh"
+#include "ops/gated_delta_rule/gdn_bwd_v2.cuh"
 
 namespace hlm {
 namespace gdn_chunked {
 
 namespace {
 
+// HLM_GDN_KERNELS=v2 selects the v2 backward kernels (gdn_bwd_v2.cuh) where one exists; unset or v1: the v1 kernels.
+// Read once.
+bool gdn_kernels_v2() {
+  static const bool v2 = [] {
+    const char* e = std::getenv("HLM_GDN_KERNELS");
+    return e != nullptr && std::string(e) == "v2";
+  }();
+  return v2;
+}
+
 constexpr int kThreads = 256, kWarps = kThreads / 32;          // per-chunk kernels
 constexpr int kPassThreads = 128, kPassWarps = kPassThreads / 32;  // the reverse state pass
-
-// The backward's scratch after the forward's (Carver order is the layout).
-struct BackwardScratch {
-  bf16* dstates;  // [max_chunks, Hv, dv, dk] D leaving each chunk
-  float* dU;      // [T, Hv, dv]  scale·Aᵀ dO, then the full dU
-  bf16* dW;       // [T, Hv, dk]
-  float* dkp;     // [T, Hv, dk]  output/state part of dk, then (Hv > Hk) the full per-v-head dk
-  float* dgp;     // [T, Hv]      output/state part of dγ
-  float* dqv;     // [T, Hv, dk]  per-v-head dq (Hv > Hk only)
-  bf16* dOh;      // [T, Hv, dv]  dO in bf16 (written by dU_loc; operand of the reverse pass and dqk)
-};
 
 BackwardScratch carve_backward(Carver& c, const Problem& p, const ForwardScratch& fs) {
   BackwardScratch s{};
@@ -43,11 +47,6 @@ BackwardScratch carve_backward(Carver& c, const Problem& p, const ForwardScratch
   s.dOh = c.take<bf16>(static_cast<size_t>(p.T * p.Hv * p.dv));
   return s;
 }
-
-struct Grads {
-  float *dq, *dk, *dv, *dg, *dbeta, *dh0;
-  const float *d_o, *d_hT;
-};
 
 // ---- dU_loc: per (chunk, v-head), dU = scale·(Q Kᵀ ⊙ Γ)ᵀ dO
 
@@ -525,8 +524,15 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
     dstate_kernel<2><<<pass_grid, kPassThreads, dstate_smem<2>(), stream>>>(p, fs, bs, gr);
   }
   HLM_CUDA_CHECK_LAUNCH();
-  set_smem(dqk_kernel, kDqkSmem);
-  dqk_kernel<<<chunks, kThreads, kDqkSmem, stream>>>(p, fs, bs, gr);
+  if (gdn_kernels_v2()) {
+    void (*dqk)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::dqk_kernel<false>;
+    if (p.dk == kD && p.dv == kD) dqk = v2::dqk_kernel<true>;
+    set_smem(dqk, v2::kDqkSmem);
+    dqk<<<chunks, v2::kThreads, v2::kDqkSmem, stream>>>(p, fs, bs, gr);
+  } else {
+    set_smem(dqk_kernel, kDqkSmem);
+    dqk_kernel<<<chunks, kThreads, kDqkSmem, stream>>>(p, fs, bs, gr);
+  }
   HLM_CUDA_CHECK_LAUNCH();
   set_smem(wy_kernel, kWySmem);
   wy_kernel<<<chunks, kThreads, kWySmem, stream>>>(p, fs, bs, gr);

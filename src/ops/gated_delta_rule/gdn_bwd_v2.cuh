@@ -1,0 +1,315 @@
+// Chunked gated delta rule on CUDA, backward: the scratch the backward kernels share (BackwardScratch, written and
+// read by v1 and v2 alike, same meaning) and the v2 kernels, selected by HLM_GDN_KERNELS=v2 in
+// gated_delta_rule_chunked_bwd.cu. Included by that file after gdn_chunked_tiles.cuh, and by the CPU emulation
+// (tools/cuda_emu/gdn_bwd_emu.sh) after an emulated prelude, so it uses nothing but that header's tiles and loaders
+// and gdn_mma_bwd.cuh's primitives.
+//
+// v2 design (what differs from v1's wmma kernels): products are mma.sync m16n8k16 with fp32 accumulators kept in
+// registers; each warp owns a 16-row strip of the chunk (its A operands that only it reads, dO and dU, come straight
+// from global memory into A fragments, never through shared memory); masks, decays and the row dot products of dγ
+// are applied on the accumulator fragments; tiles in shared memory are bf16 only (no fp32 staging of products), read
+// with ldmatrix. Fewer barriers (5 in dqk instead of ~14).
+//
+// dqk_v2 (per chunk and v-head, 8 warps: strip s = warp % 4 (rows 16s..16s+15), half hf = warp / 4):
+//   P1  Q Kᵀ and dO Uᵀ for the strip × columns 32hf..32hf+31 → Pm = scale·(dO Uᵀ) ⊙ Γ on the fragments, Pm ⊙ QK
+//       row sums (rs) and column sums (cs) by lane shuffles, Pm (bf16) to shared memory
+//   P2  dq = scale·diag(e^γ) dO M0 + Pm K for the strip × columns 64hf..64hf+63 (dγ gets q_i · first term)
+//   P3  dW = −dU M0 (same tile), then M0's tile becomes D (and ⟨M0, D⟩ on the way)
+//   P4  dk = diag(e^{γ_c − γ}) U D + Pmᵀ Q (B_i = k_i · first term), then dγ assembled per row
+// Shared memory: Q, K, U (bf16 [64][136]), M0 → D (bf16 [128][136]), Pm (bf16 [64][72]), per-row partial sums:
+// 99,200 B, two blocks per SM (v1: 114,432 B).
+#pragma once
+
+namespace hlm::gdn_chunked {
+
+// The backward's scratch after the forward's (Carver order in carve_backward is the layout).
+struct BackwardScratch {
+  bf16* dstates;  // [max_chunks, Hv, dv, dk] D leaving each chunk
+  float* dU;      // [T, Hv, dv]  scale·Aᵀ dO, then the full dU
+  bf16* dW;       // [T, Hv, dk]
+  float* dkp;     // [T, Hv, dk]  output/state part of dk, then (Hv > Hk) the full per-v-head dk
+  float* dgp;     // [T, Hv]      output/state part of dγ
+  float* dqv;     // [T, Hv, dk]  per-v-head dq (Hv > Hk only)
+  bf16* dOh;      // [T, Hv, dv]  dO in bf16 (written by dU_loc; operand of the reverse pass and dqk)
+};
+
+struct Grads {
+  float *dq, *dk, *dv, *dg, *dbeta, *dh0;
+  const float *d_o, *d_hT;
+};
+
+namespace {
+
+namespace v2 {
+
+using mma::FragA;
+using mma::FragB;
+using mma::FragC;
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+// Stores the strip's accumulators acc[n] (n-tile n covers columns c0 + 8n ..) to dst rows (row stride `stride`),
+// rows < len and columns < width only, each value through op. pairs: width and stride even (two-float stores).
+template <int N, typename Dst, typename Op>
+__device__ __forceinline__ void store_strip(Dst* dst, int64_t stride, const FragC (&acc)[N], int row0, int c0,
+                                            int len, int width, bool pairs, Op op) {
+  const int l = mma::lane_id(), g = l / 4, t = l % 4;
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = row0 + g + 8 * half, col = c0 + 8 * n + 2 * t;
+      if (i >= len || col >= width) continue;
+      Dst* p = dst + i * stride + col;
+      const float x0 = op(acc[n].x[2 * half]), x1 = op(acc[n].x[2 * half + 1]);
+      if constexpr (sizeof(Dst) == 4) {
+        if (pairs) {
+          *reinterpret_cast<float2*>(p) = make_float2(x0, x1);
+        } else {
+          p[0] = x0;
+          if (col + 1 < width) p[1] = x1;
+        }
+      } else {
+        if (pairs) {
+          *reinterpret_cast<uint32_t*>(p) = mma::pack_bf16x2(x0, x1);
+        } else {
+          p[0] = __float2bfloat16_rn(x0);
+          if (col + 1 < width) p[1] = __float2bfloat16_rn(x1);
+        }
+      }
+    }
+}
+
+// Σ over the strip's columns of acc[n] · rows of X (bf16 [.][ldx], columns c0 + 8n + 2t ..), per accumulator row:
+// (row g, row g + 8), complete in every lane of the group.
+template <int N>
+__device__ __forceinline__ void strip_row_dots(float& lo, float& hi, const FragC (&acc)[N], const bf16* X, int ldx,
+                                               int row0, int c0) {
+  const int l = mma::lane_id(), g = l / 4, t = l % 4;
+  lo = 0.0f;
+  hi = 0.0f;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int col = c0 + 8 * n + 2 * t;
+    const uint32_t xl = *reinterpret_cast<const uint32_t*>(X + (row0 + g) * ldx + col);
+    const uint32_t xh = *reinterpret_cast<const uint32_t*>(X + (row0 + g + 8) * ldx + col);
+    lo += acc[n].x[0] * mma::bf16_lo(xl) + acc[n].x[1] * mma::bf16_hi(xl);
+    hi += acc[n].x[2] * mma::bf16_lo(xh) + acc[n].x[3] * mma::bf16_hi(xh);
+  }
+  lo = mma::group_sum(lo);
+  hi = mma::group_sum(hi);
+}
+
+// acc[0..N) (+)= A(strip rows, k-tiles 0..KT) · B[k][c0 .. c0 + 8N) with B row-major [k][n] in shared memory and
+// the A fragments given by a(kt).
+// kStep k-tiles per (not unrolled) outer step when kStep < KT: bounds how many A loads from global are in flight
+// (registers), where a(kt) loads; kStep = KT unrolls everything (a(kt) may then index a register array).
+template <int KT, int N, int kStep = KT, typename AFn>
+__device__ __forceinline__ void strip_mma_kn(FragC (&acc)[N], AFn a, const bf16* B, int ldb, int c0) {
+  static_assert(N % 2 == 0 && KT % kStep == 0, "n-tiles in pairs, whole steps");
+#pragma unroll 1
+  for (int k1 = 0; k1 < KT; k1 += kStep) {
+    FragA af[kStep];
+#pragma unroll
+    for (int u = 0; u < kStep; ++u) af[u] = a(k1 + u);
+#pragma unroll
+    for (int u = 0; u < kStep; ++u)
+#pragma unroll
+      for (int np = 0; np < N / 2; ++np) {
+        FragB b0, b1;
+        mma::lds_b_kn(b0, b1, B, ldb, 16 * (k1 + u), c0 + 16 * np);
+        mma::mma_bf16(acc[2 * np], af[u], b0);
+        mma::mma_bf16(acc[2 * np + 1], af[u], b1);
+      }
+  }
+}
+
+// ---- dqk_v2
+
+constexpr size_t kTileB = smem_piece<bf16>(kC * kLdD);
+constexpr size_t kDqkQ = 0, kDqkK = kDqkQ + kTileB, kDqkU = kDqkK + kTileB, kDqkS = kDqkU + kTileB;
+constexpr size_t kDqkP = kDqkS + smem_piece<bf16>(kD * kLdD), kDqkV = kDqkP + smem_piece<bf16>(kC * kLdC);
+// gam, rs[2][64], dgo[2][64], bs[2][64], cs[4][64], red[kWarps]
+constexpr size_t kDqkSmem = kDqkV + smem_piece<float>(kC + 2 * kC * 3 + 4 * kC + kWarps);
+static_assert(blocks_fit_per_sm(kDqkSmem, 2), "dqk_v2: two blocks per SM");
+
+// kFull: dk = dv = 128 (the model's shape; loads and stores without column guards); else any dims ≤ 128.
+template <bool kFull>
+__global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
+  const ChunkHead c = chunk_head(p, fs.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
+  extern __shared__ __align__(128) char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem + kDqkQ);
+  bf16* Ks = reinterpret_cast<bf16*>(smem + kDqkK);
+  bf16* Us = reinterpret_cast<bf16*>(smem + kDqkU);
+  bf16* Ss = reinterpret_cast<bf16*>(smem + kDqkS);  // M0 [dv][dk], then D
+  bf16* Ps = reinterpret_cast<bf16*>(smem + kDqkP);  // Pm [i][j]
+  float* gam = reinterpret_cast<float*>(smem + kDqkV);
+  float* rs = gam + kC;      // [hf][i]  Σ_j Pm_ij QK_ij over the half's columns
+  float* dgo = rs + 2 * kC;  // [hf][i]  q_i · (scale e^{γ_i} M0ᵀ dO_i) over the half's columns
+  float* bsv = dgo + 2 * kC;  // [hf][i]  k_i · (e^{γ_c − γ_i} Dᵀ U_i) over the half's columns
+  float* cs = bsv + 2 * kC;  // [s][j]   Σ_i Pm_ij QK_ij over the strip's rows
+  float* red = cs + 4 * kC;  // [warp]   ⟨M0, D⟩ partials
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int s = warp % 4, hf = warp / 4, r0 = 16 * s;
+  const int i_lo = r0 + g, i_hi = r0 + g + 8;
+  const float* q0 = p.q + (t0 * p.Hk + hk) * p.dk;
+  const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
+  const int64_t qst = p.Hk * p.dk, vst = p.Hv * p.dv, wst = p.Hv * p.dk;
+  const int64_t v_off = (t0 * p.Hv + h) * p.dv, w_off = (t0 * p.Hv + h) * p.dk;
+  const bool dk_pairs = kFull || dk % 2 == 0;
+
+  if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+  load_tile_async<kD, kD>(Ss, kLdD, fs.states + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk);  // M0
+  cp_async_commit();
+  load_tile_bf16<kC, kD>(Qs, kLdD, q0, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Ks, kLdD, k0, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Us, kLdD, fs.U + v_off, vst, len, dv, NoScale{});
+  FragA ado[kD / 16];  // the strip's dO (bf16 in the scratch), A of dO Uᵀ and dO M0
+#pragma unroll
+  for (int kt = 0; kt < kD / 16; ++kt) ado[kt] = mma::ldg_a<kFull>(bs.dOh + v_off, vst, r0, 16 * kt, len, dv);
+  __syncthreads();  // gam, Q, K, U
+  const float gc = gam[len - 1], g_lo = gam[i_lo], g_hi = gam[i_hi];
+
+  // P1: QK and P = dO Uᵀ over columns j0 .. j0 + 31; Pm on the fragments.
+  const int j0 = 32 * hf;
+  FragC qk[4], pm[4];
+  mma::zero(qk);
+  mma::zero(pm);
+#pragma unroll
+  for (int kt = 0; kt < kD / 16; ++kt) {
+    const FragA aq = mma::lds_a(Qs, kLdD, r0, 16 * kt);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      FragB b0, b1;
+      mma::lds_b_nk(b0, b1, Ks, kLdD, 16 * kt, j0 + 16 * np);
+      mma::mma_bf16(qk[2 * np], aq, b0);
+      mma::mma_bf16(qk[2 * np + 1], aq, b1);
+      mma::lds_b_nk(b0, b1, Us, kLdD, 16 * kt, j0 + 16 * np);
+      mma::mma_bf16(pm[2 * np], ado[kt], b0);
+      mma::mma_bf16(pm[2 * np + 1], ado[kt], b1);
+    }
+  }
+  float rs_lo = 0.0f, rs_hi = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    float col[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = j0 + 8 * n + 2 * t + e;
+      const float gj = gam[j];
+      const float lo = (j <= i_lo && i_lo < len) ? p.scale * pm[n].x[e] * expf(g_lo - gj) : 0.0f;
+      const float hi = (j <= i_hi && i_hi < len) ? p.scale * pm[n].x[2 + e] * expf(g_hi - gj) : 0.0f;
+      pm[n].x[e] = lo;
+      pm[n].x[2 + e] = hi;
+      rs_lo += lo * qk[n].x[e];
+      rs_hi += hi * qk[n].x[2 + e];
+      col[e] = lo * qk[n].x[e] + hi * qk[n].x[2 + e];
+    }
+    const int j = j0 + 8 * n + 2 * t;
+    *reinterpret_cast<uint32_t*>(Ps + i_lo * kLdC + j) = mma::pack_bf16x2(pm[n].x[0], pm[n].x[1]);
+    *reinterpret_cast<uint32_t*>(Ps + i_hi * kLdC + j) = mma::pack_bf16x2(pm[n].x[2], pm[n].x[3]);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float v = mma::column_sum(col[e]);
+      if (g == 0) cs[s * kC + j + e] = v;
+    }
+  }
+  rs_lo = mma::group_sum(rs_lo);
+  rs_hi = mma::group_sum(rs_hi);
+  if (t == 0) {
+    rs[hf * kC + i_lo] = rs_lo;
+    rs[hf * kC + i_hi] = rs_hi;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // Pm, M0
+
+  // P2: dq = scale·diag(e^γ) dO M0 + Pm K over columns d0 .. d0 + 63.
+  const int d0 = 64 * hf;
+  FragC acc[8];
+  mma::zero(acc);
+  strip_mma_kn<kD / 16>(acc, [&](int kt) { return ado[kt]; }, Ss, kLdD, d0);
+  {
+    const float f_lo = i_lo < len ? p.scale * expf(g_lo) : 0.0f, f_hi = i_hi < len ? p.scale * expf(g_hi) : 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      acc[n].x[0] *= f_lo;
+      acc[n].x[1] *= f_lo;
+      acc[n].x[2] *= f_hi;
+      acc[n].x[3] *= f_hi;
+    }
+    float lo, hi;
+    strip_row_dots(lo, hi, acc, Qs, kLdD, r0, d0);
+    if (t == 0) {
+      dgo[hf * kC + i_lo] = lo;
+      dgo[hf * kC + i_hi] = hi;
+    }
+  }
+  strip_mma_kn<kC / 16>(acc, [&](int kt) { return mma::lds_a(Ps, kLdC, r0, 16 * kt); }, Ks, kLdD, d0);
+  if (p.group() > 1)
+    store_strip(bs.dqv + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return x; });
+  else
+    store_strip(gr.dq + (t0 * p.Hk + hk) * p.dk, qst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return x; });
+
+  // P3: dW = −dU M0 (dU fp32 from the scratch straight into A fragments).
+  mma::zero(acc);
+  strip_mma_kn<kD / 16, 8, 2>(
+      acc, [&](int kt) { return mma::ldg_a<kFull>(bs.dU + v_off, vst, r0, 16 * kt, len, dv); }, Ss, kLdD, d0);
+  store_strip(bs.dW + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return -x; });
+  __syncthreads();  // every warp is done with M0: its tile becomes D
+  float md = 0.0f;
+  for_tile<kD, kD>(bs.dstates + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk,
+                   [&](int r, int d, const bf16* v, int n) {
+                     for (int e = 0; e < n; ++e) {
+                       md += static_cast<float>(Ss[r * kLdD + d + e]) * static_cast<float>(v[e]);
+                       Ss[r * kLdD + d + e] = v[e];
+                     }
+                   });
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) md += __shfl_xor_sync(0xffffffffu, md, off);
+  if (lane == 0) red[warp] = md;
+  __syncthreads();  // D
+
+  // P4: dk = diag(e^{γ_c − γ}) U D + Pmᵀ Q over columns d0 .. d0 + 63.
+  mma::zero(acc);
+  strip_mma_kn<kD / 16>(acc, [&](int kt) { return mma::lds_a(Us, kLdD, r0, 16 * kt); }, Ss, kLdD, d0);
+  {
+    const float e_lo = i_lo < len ? expf(gc - g_lo) : 0.0f, e_hi = i_hi < len ? expf(gc - g_hi) : 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      acc[n].x[0] *= e_lo;
+      acc[n].x[1] *= e_lo;
+      acc[n].x[2] *= e_hi;
+      acc[n].x[3] *= e_hi;
+    }
+    float lo, hi;
+    strip_row_dots(lo, hi, acc, Ks, kLdD, r0, d0);
+    if (t == 0) {
+      bsv[hf * kC + i_lo] = lo;
+      bsv[hf * kC + i_hi] = hi;
+    }
+  }
+  strip_mma_kn<kC / 16>(acc, [&](int kt) { return mma::lds_a_trans(Ps, kLdC, r0, 16 * kt); }, Qs, kLdD, d0);
+  store_strip(bs.dkp + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return x; });
+  __syncthreads();  // the per-row partial sums
+
+  if (tid < len) {
+    float dgi = rs[tid] + rs[kC + tid] - (cs[tid] + cs[kC + tid] + cs[2 * kC + tid] + cs[3 * kC + tid]) + dgo[tid] +
+                dgo[kC + tid] - (bsv[tid] + bsv[kC + tid]);
+    if (tid == len - 1) {
+      float sum_b = 0.0f, md_all = 0.0f;
+      for (int m = 0; m < len; ++m) sum_b += bsv[m] + bsv[kC + m];
+      for (int w = 0; w < kWarps; ++w) md_all += red[w];
+      dgi += sum_b + expf(gc) * md_all;
+    }
+    bs.dgp[(t0 + tid) * p.Hv + h] = dgi;
+  }
+}
+
+}  // namespace v2
+
+}  // namespace
+
+}  // namespace hlm::gdn_chunked

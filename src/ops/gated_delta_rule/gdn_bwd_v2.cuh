@@ -61,7 +61,7 @@ __device__ __forceinline__ void store_strip(Dst* dst, int64_t stride, const Frag
       const int i = row0 + g + 8 * half, col = c0 + 8 * n + 2 * t;
       if (i >= len || col >= width) continue;
       Dst* p = dst + i * stride + col;
-      const float x0 = op(acc[n].x[2 * half]), x1 = op(acc[n].x[2 * half + 1]);
+      const float x0 = op(acc[n].r[2 * half]), x1 = op(acc[n].r[2 * half + 1]);
       if constexpr (sizeof(Dst) == 4) {
         if (pairs) {
           *reinterpret_cast<float2*>(p) = make_float2(x0, x1);
@@ -93,8 +93,8 @@ __device__ __forceinline__ void strip_row_dots(float& lo, float& hi, const FragC
     const int col = c0 + 8 * n + 2 * t;
     const uint32_t xl = *reinterpret_cast<const uint32_t*>(X + (row0 + g) * ldx + col);
     const uint32_t xh = *reinterpret_cast<const uint32_t*>(X + (row0 + g + 8) * ldx + col);
-    lo += acc[n].x[0] * mma::bf16_lo(xl) + acc[n].x[1] * mma::bf16_hi(xl);
-    hi += acc[n].x[2] * mma::bf16_lo(xh) + acc[n].x[3] * mma::bf16_hi(xh);
+    lo += acc[n].r[0] * mma::bf16_lo(xl) + acc[n].r[1] * mma::bf16_hi(xl);
+    hi += acc[n].r[2] * mma::bf16_lo(xh) + acc[n].r[3] * mma::bf16_hi(xh);
   }
   lo = mma::group_sum(lo);
   hi = mma::group_sum(hi);
@@ -200,17 +200,17 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
     for (int e = 0; e < 2; ++e) {
       const int j = j0 + 8 * n + 2 * t + e;
       const float gj = gam[j];
-      const float lo = (j <= i_lo && i_lo < len) ? p.scale * pm[n].x[e] * expf(g_lo - gj) : 0.0f;
-      const float hi = (j <= i_hi && i_hi < len) ? p.scale * pm[n].x[2 + e] * expf(g_hi - gj) : 0.0f;
-      pm[n].x[e] = lo;
-      pm[n].x[2 + e] = hi;
-      rs_lo += lo * qk[n].x[e];
-      rs_hi += hi * qk[n].x[2 + e];
-      col[e] = lo * qk[n].x[e] + hi * qk[n].x[2 + e];
+      const float lo = (j <= i_lo && i_lo < len) ? p.scale * pm[n].r[e] * expf(g_lo - gj) : 0.0f;
+      const float hi = (j <= i_hi && i_hi < len) ? p.scale * pm[n].r[2 + e] * expf(g_hi - gj) : 0.0f;
+      pm[n].r[e] = lo;
+      pm[n].r[2 + e] = hi;
+      rs_lo += lo * qk[n].r[e];
+      rs_hi += hi * qk[n].r[2 + e];
+      col[e] = lo * qk[n].r[e] + hi * qk[n].r[2 + e];
     }
     const int j = j0 + 8 * n + 2 * t;
-    *reinterpret_cast<uint32_t*>(Ps + i_lo * kLdC + j) = mma::pack_bf16x2(pm[n].x[0], pm[n].x[1]);
-    *reinterpret_cast<uint32_t*>(Ps + i_hi * kLdC + j) = mma::pack_bf16x2(pm[n].x[2], pm[n].x[3]);
+    *reinterpret_cast<uint32_t*>(Ps + i_lo * kLdC + j) = mma::pack_bf16x2(pm[n].r[0], pm[n].r[1]);
+    *reinterpret_cast<uint32_t*>(Ps + i_hi * kLdC + j) = mma::pack_bf16x2(pm[n].r[2], pm[n].r[3]);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const float v = mma::column_sum(col[e]);
@@ -235,10 +235,10 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
     const float f_lo = i_lo < len ? p.scale * expf(g_lo) : 0.0f, f_hi = i_hi < len ? p.scale * expf(g_hi) : 0.0f;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      acc[n].x[0] *= f_lo;
-      acc[n].x[1] *= f_lo;
-      acc[n].x[2] *= f_hi;
-      acc[n].x[3] *= f_hi;
+      acc[n].r[0] *= f_lo;
+      acc[n].r[1] *= f_lo;
+      acc[n].r[2] *= f_hi;
+      acc[n].r[3] *= f_hi;
     }
     float lo, hi;
     strip_row_dots(lo, hi, acc, Qs, kLdD, r0, d0);
@@ -279,10 +279,10 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
     const float e_lo = i_lo < len ? expf(gc - g_lo) : 0.0f, e_hi = i_hi < len ? expf(gc - g_hi) : 0.0f;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      acc[n].x[0] *= e_lo;
-      acc[n].x[1] *= e_lo;
-      acc[n].x[2] *= e_hi;
-      acc[n].x[3] *= e_hi;
+      acc[n].r[0] *= e_lo;
+      acc[n].r[1] *= e_lo;
+      acc[n].r[2] *= e_hi;
+      acc[n].r[3] *= e_hi;
     }
     float lo, hi;
     strip_row_dots(lo, hi, acc, Ks, kLdD, r0, d0);

@@ -1,0 +1,295 @@
+// The v2 backward kernels of the chunked gated delta rule (src/ops/gated_delta_rule/gdn_bwd_v2.cuh) run on the CPU
+// through tools/cuda_emu (gdn_bwd_emu.sh builds this with the kernels' own source), on tiny shapes, against the CPU
+// chunked backward's formulas evaluated in double (gated_delta_rule_chunked_backward.cpp, letters (a)-(f) there).
+//
+// Per case: inputs as the GPU tests make them (L2-normalised q, k; g ≤ 0; β ∈ (0, 1)); the forward pass over chunks
+// by the CPU reference's own stages (gdn_detail::chunk_prepare / chunk_write_vectors / chunk_advance_state: M0 per
+// chunk, γ, U, W, Ũ, R); the reverse pass in double (D leaving each chunk, the full dU). The scratch is filled as
+// the GPU's prep, state, dU_loc and dstate kernels leave it (bf16 where the scratch is bf16), then the kernel runs and
+// its outputs are compared with the double values: dq (also against gated_delta_rule_chunked_backward's dq, summed
+// over GVA groups as the gva kernel does), the output/state parts of dk and dγ (dkp, dgp) and dW.
+// Pass: relative RMS error ≤ 2e-2 per output (bf16 operands: ~2^-9 per rounding, a few roundings per chain; a
+// wrong fragment layout, sign, mask or decay is O(1)). Cases: partial chunks, a 1-token sequence, an empty sequence,
+// dk ≠ dv (40/72, 7/5), GVA 2× and 3×, dk = dv = 128 (the kernels' kFull path), with and without dhT.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#define HLM_CUDA_EMU 1
+#include "ops/gated_delta_rule/gdn_mma.cuh"  // emu.h, emu_mma.h
+using std::min;
+template <class T>
+T __ldg(const T* p) {
+  return *p;
+}
+#include "gdn_prelude_emu.h"  // generated: gdn_chunked_tiles.cuh's structs, constants and loaders
+#include "ops/gated_delta_rule/gated_delta_rule.h"
+#include "ops/gated_delta_rule/gated_delta_rule_chunk.h"
+#include "ops/gated_delta_rule/gdn_mma_bwd.cuh"
+#include "gdn_bwd_v2_emu.cuh"  // generated: gdn_bwd_v2.cuh with shared memory from the emulator
+
+using namespace hlm;
+using namespace hlm::gdn_chunked;
+
+namespace {
+
+struct Case {
+  std::vector<int64_t> cu;
+  int64_t Hk, Hv, dk, dv;
+  bool with_state;  // h0 and dhT given
+};
+
+int g_failed = 0, g_checks = 0;
+
+void compare(const std::string& what, const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0.0, den = 0.0, worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = static_cast<double>(got[i]) - want[i];
+    num += e * e;
+    den += want[i] * want[i];
+    worst = std::max(worst, std::fabs(e));
+  }
+  const double rel = std::sqrt(num / std::max(den, 1e-300));
+  const bool ok = std::isfinite(rel) && (rel <= 2e-2 || std::sqrt(den) < 1e-12);
+  ++g_checks;
+  if (!ok) ++g_failed;
+  std::printf("  %-5s %-28s rel RMS %.2e  max |err| %.2e  (|ref| %.2e)\n", ok ? "ok" : "FAIL", what.c_str(), rel, worst,
+              std::sqrt(den));
+}
+
+void run_case(const Case& cs, uint32_t seed) {
+  const int64_t N = static_cast<int64_t>(cs.cu.size()) - 1, T = cs.cu.back();
+  const int64_t Hk = cs.Hk, Hv = cs.Hv, dk = cs.dk, dv = cs.dv, G = Hv / Hk;
+  const GdnShape shape{T, Hk, Hv, dk, dv};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  const auto fill = [&](size_t n) {
+    std::vector<float> x(n);
+    for (auto& e : x) e = nd(rng);
+    return x;
+  };
+  const auto l2 = [](std::vector<float>& x, int64_t w) {
+    for (size_t r = 0; r < x.size() / w; ++r) {
+      double ss = 0.0;
+      for (int64_t d = 0; d < w; ++d) ss += double(x[r * w + d]) * x[r * w + d];
+      for (int64_t d = 0; d < w; ++d) x[r * w + d] = float(x[r * w + d] / std::sqrt(ss + 1e-6));
+    }
+  };
+  std::vector<float> q = fill(T * Hk * dk), k = fill(T * Hk * dk), v = fill(T * Hv * dv), dO = fill(T * Hv * dv);
+  l2(q, dk);
+  l2(k, dk);
+  std::vector<float> g(T * Hv), beta(T * Hv);
+  for (auto& e : g) e = -0.02f - 0.6f * ud(rng);
+  for (auto& e : beta) e = 0.05f + 0.9f * ud(rng);
+  std::vector<float> dhT = cs.with_state ? fill(N * Hv * dv * dk) : std::vector<float>();
+  std::vector<float> h0 = cs.with_state ? fill(N * Hv * dv * dk) : std::vector<float>();
+  for (auto& e : h0) e *= 0.1f;
+  std::vector<int64_t> cu = cs.cu;
+  GdnInputs<float> in{q.data(), k.data(), v.data(), g.data(), beta.data(), cs.with_state ? h0.data() : nullptr,
+                      cu.data(), N};
+
+  // Chunk table as chunk_table_kernel builds it.
+  const int64_t maxc = max_chunks(T, N);
+  std::vector<ChunkInfo> table(maxc, ChunkInfo{0, 0, 0});
+  std::vector<int64_t> seq_first(N + 1);
+  int64_t nc = 0;
+  for (int64_t s = 0; s < N; ++s) {
+    seq_first[s] = nc;
+    for (int64_t t0 = cu[s]; t0 < cu[s + 1]; t0 += kC)
+      table[nc++] = {t0, static_cast<int32_t>(std::min<int64_t>(kC, cu[s + 1] - t0)), static_cast<int32_t>(s)};
+  }
+  seq_first[N] = nc;
+
+  // Scratch as the forward passes, dU_loc and dstate leave it.
+  std::vector<float> gam(T * Hv), U(T * Hv * dv), dU(T * Hv * dv), dkp(T * Hv * dk, NAN), dgp(T * Hv, NAN);
+  std::vector<float> dqv(T * Hv * dk, NAN), dq_out(T * Hk * dk, NAN);
+  std::vector<bf16> W(T * Hv * dk), Kd(T * Hv * dk), Qd(T * Hv * dk), Ut(T * Hv * dv), dOh(T * Hv * dv);
+  std::vector<bf16> states(maxc * Hv * dv * dk), dstates(maxc * Hv * dv * dk), R(maxc * Hv * kC * kC);
+  std::vector<bf16> dW(T * Hv * dk, bf16(NAN));
+  for (size_t i = 0; i < dO.size(); ++i) dOh[i] = bf16(dO[i]);
+  // Expected (double): dq per v-head, dk and dγ (output/state parts), dW.
+  std::vector<double> e_dq(T * Hv * dk), e_dkp(T * Hv * dk), e_dgp(T * Hv), e_dW(T * Hv * dk);
+
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t h = 0; h < Hv; ++h) {
+      const int64_t hk = h / G, first = seq_first[s], count = seq_first[s + 1] - first;
+      if (count == 0) continue;
+      std::vector<gdn_detail::Chunk> chs(count);
+      std::vector<std::vector<float>> M0(count + 1, std::vector<float>(dv * dk, 0.0f));
+      if (cs.with_state) std::copy_n(h0.data() + (s * Hv + h) * dv * dk, dv * dk, M0[0].data());
+      for (int64_t c = 0; c < count; ++c) {  // pass 1 (the reference's own stages)
+        const ChunkInfo ci = table[first + c];
+        gdn_detail::chunk_prepare(chs[c], in, shape, ci.t0, ci.len, h);
+        gdn_detail::chunk_write_vectors(chs[c], M0[c].data(), shape);
+        M0[c + 1] = M0[c];
+        gdn_detail::chunk_advance_state(M0[c + 1].data(), chs[c], shape);
+      }
+      std::vector<double> D(dv * dk, 0.0);
+      if (cs.with_state)
+        for (int64_t e = 0; e < dv * dk; ++e) D[e] = dhT[(s * Hv + h) * dv * dk + e];
+      for (int64_t c = count - 1; c >= 0; --c) {  // pass 2
+        const gdn_detail::Chunk& ch = chs[c];
+        const int64_t gci = first + c, t0 = table[gci].t0, len = ch.c, last = len - 1;
+        const float* m0 = M0[c].data();
+        const auto dOr = [&](int64_t i, int64_t a) { return double(dO[((t0 + i) * Hv + h) * dv + a]); };
+        for (int64_t e = 0; e < dv * dk; ++e) {
+          states[gci * Hv * dv * dk + h * dv * dk + e] = bf16(m0[e]);
+          dstates[gci * Hv * dv * dk + h * dv * dk + e] = bf16(static_cast<float>(D[e]));
+        }
+        for (int64_t i = 0; i < len; ++i) {
+          const int64_t t = t0 + i;
+          gam[t * Hv + h] = ch.gamma[i];
+          for (int64_t a = 0; a < dv; ++a) {
+            U[(t * Hv + h) * dv + a] = ch.U[i * dv + a];
+            Ut[(t * Hv + h) * dv + a] = bf16(ch.Ut[i * dv + a]);
+          }
+          for (int64_t d = 0; d < dk; ++d) {
+            W[(t * Hv + h) * dk + d] = bf16(ch.W[i * dk + d]);
+            Kd[(t * Hv + h) * dk + d] = bf16(ch.decay_out[i] * ch.k[i * dk + d]);
+            Qd[(t * Hv + h) * dk + d] = bf16(scale * ch.decay_in[i] * ch.q[i * dk + d]);
+          }
+          for (int64_t j = 0; j < kC; ++j)
+            R[(gci * Hv + h) * kC * kC + i * kC + j] = bf16(j < len ? ch.R[i * len + j] : 0.0f);
+        }
+        // (a) dU (stored fp32, as dstate leaves it)
+        std::vector<float> dUc(len * dv);
+        for (int64_t j = 0; j < len; ++j)
+          for (int64_t a = 0; a < dv; ++a) {
+            double acc = 0.0;
+            for (int64_t d = 0; d < dk; ++d) acc += D[a * dk + d] * ch.k[j * dk + d];
+            acc *= ch.decay_out[j];
+            for (int64_t i = j; i < len; ++i) acc += scale * double(ch.QK[i * len + j]) * ch.Gam[i * len + j] * dOr(i, a);
+            dUc[j * dv + a] = static_cast<float>(acc);
+            dU[((t0 + j) * Hv + h) * dv + a] = dUc[j * dv + a];
+          }
+        // (c), (d), (f): output/state parts
+        std::vector<double> dq(len * dk, 0.0), dkk(len * dk, 0.0), dgm(len, 0.0);
+        for (int64_t i = 0; i < len; ++i) {
+          for (int64_t a = 0; a < dv; ++a) {
+            const double coef = scale * double(ch.decay_in[i]) * dOr(i, a);
+            for (int64_t d = 0; d < dk; ++d) dq[i * dk + d] += coef * m0[a * dk + d];
+          }
+          for (int64_t d = 0; d < dk; ++d) dgm[i] += dq[i * dk + d] * ch.q[i * dk + d];
+          for (int64_t j = 0; j <= i; ++j) {
+            double du = 0.0;
+            for (int64_t a = 0; a < dv; ++a) du += dOr(i, a) * ch.U[j * dv + a];
+            const double dA = scale * du * ch.Gam[i * len + j];
+            for (int64_t d = 0; d < dk; ++d) {
+              dq[i * dk + d] += dA * ch.k[j * dk + d];
+              dkk[j * dk + d] += dA * ch.q[i * dk + d];
+            }
+            dgm[i] += dA * ch.QK[i * len + j];
+            dgm[j] -= dA * ch.QK[i * len + j];
+          }
+          double B = 0.0;
+          for (int64_t d = 0; d < dk; ++d) {
+            double acc = 0.0;
+            for (int64_t a = 0; a < dv; ++a) acc += D[a * dk + d] * ch.U[i * dv + a];
+            acc *= ch.decay_out[i];
+            dkk[i * dk + d] += acc;
+            B += acc * ch.k[i * dk + d];
+          }
+          dgm[last] += B;
+          dgm[i] -= B;
+        }
+        double md = 0.0;
+        for (int64_t e = 0; e < dv * dk; ++e) md += double(m0[e]) * D[e];
+        dgm[last] += ch.decay_in[last] * md;
+        for (int64_t i = 0; i < len; ++i) {
+          const int64_t t = t0 + i;
+          e_dgp[t * Hv + h] = dgm[i];
+          for (int64_t d = 0; d < dk; ++d) {
+            e_dq[(t * Hv + h) * dk + d] = dq[i * dk + d];
+            e_dkp[(t * Hv + h) * dk + d] = dkk[i * dk + d];
+            double acc = 0.0;
+            for (int64_t a = 0; a < dv; ++a) acc += double(dUc[i * dv + a]) * m0[a * dk + d];
+            e_dW[(t * Hv + h) * dk + d] = -acc;
+          }
+        }
+        // (b) D ← e^{γ_c} D + scale Σ_i e^{γ_i} dO_i q_iᵀ − Σ_i dU_i W_iᵀ
+        std::vector<double> Dn(dv * dk);
+        for (int64_t a = 0; a < dv; ++a)
+          for (int64_t d = 0; d < dk; ++d) {
+            double acc = double(ch.decay_in[last]) * D[a * dk + d];
+            for (int64_t i = 0; i < len; ++i)
+              acc += scale * double(ch.decay_in[i]) * dOr(i, a) * ch.q[i * dk + d] -
+                     double(dUc[i * dv + a]) * ch.W[i * dk + d];
+            Dn[a * dk + d] = acc;
+          }
+        D.swap(Dn);
+      }
+      (void)hk;
+    }
+
+  // The kernel.
+  Problem p{q.data(), k.data(), v.data(), g.data(), beta.data(), in.h0, cu.data(), T, Hk, Hv, dk, dv, N, scale};
+  ForwardScratch fs{};
+  fs.table = table.data();
+  fs.seq_first = seq_first.data();
+  fs.max_chunks = maxc;
+  fs.gam = gam.data();
+  fs.W = W.data();
+  fs.Kd = Kd.data();
+  fs.U = U.data();
+  fs.states = states.data();
+  fs.R = R.data();
+  fs.Ut = Ut.data();
+  fs.Qd = Qd.data();
+  BackwardScratch bs{dstates.data(), dU.data(), dW.data(), dkp.data(), dgp.data(), dqv.data(), dOh.data()};
+  Grads gr{dq_out.data(), nullptr, nullptr, nullptr, nullptr, nullptr, dO.data(), cs.with_state ? dhT.data() : nullptr};
+  const bool full = dk == kD && dv == kD;
+  emu_launch(Dim{static_cast<unsigned>(maxc), static_cast<unsigned>(Hv), 1}, v2::kThreads, v2::kDqkSmem, [&] {
+    if (full)
+      v2::dqk_kernel<true>(p, fs, bs, gr);
+    else
+      v2::dqk_kernel<false>(p, fs, bs, gr);
+  });
+
+  std::string lens;
+  for (int64_t s = 0; s < N; ++s) lens += (s ? "," : "") + std::to_string(cu[s + 1] - cu[s]);
+  std::printf("dqk_v2 lens=%s Hk=%ld Hv=%ld dk=%ld dv=%ld%s%s\n", lens.c_str(), long(Hk), long(Hv), long(dk), long(dv),
+              cs.with_state ? " h0/dhT" : "", full ? " (kFull)" : "");
+  const std::vector<float>& dq_got = G > 1 ? dqv : dq_out;
+  compare("dq", dq_got, e_dq);
+  compare("dk (output/state part)", dkp, e_dkp);
+  compare("dgamma (output/state part)", dgp, e_dgp);
+  std::vector<float> dWf(dW.size());
+  for (size_t i = 0; i < dW.size(); ++i) dWf[i] = static_cast<float>(dW[i]);
+  compare("dW", dWf, e_dW);
+  // dq against the library's CPU chunked backward (summed over each GVA group in v-head order).
+  std::vector<float> rdq(T * Hk * dk), rdk(T * Hk * dk), rdv(T * Hv * dv), rdg(T * Hv), rdb(T * Hv);
+  GdnInputGrads<float> rg{rdq.data(), rdk.data(), rdv.data(), rdg.data(), rdb.data(), nullptr};
+  GdnOutputGrads<float> ro{dO.data(), cs.with_state ? dhT.data() : nullptr};
+  gated_delta_rule_chunked_backward(rg, ro, in, shape, scale);
+  std::vector<float> kdq(T * Hk * dk);
+  std::vector<double> rdq_d(rdq.begin(), rdq.end());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t hk = 0; hk < Hk; ++hk)
+      for (int64_t d = 0; d < dk; ++d) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < G; ++j) acc += dq_got[(t * Hv + hk * G + j) * dk + d];
+        kdq[(t * Hk + hk) * dk + d] = static_cast<float>(acc);
+      }
+  compare("dq vs chunked_backward", kdq, rdq_d);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Case> cases = {
+      {{0, 1, 18, 0 + 18 + 64, 147}, 1, 2, 40, 72, true},  // len 1, partial chunks, a full chunk; GVA 2x; dk != dv
+      {{0, 6, 6, 70}, 1, 3, 7, 5, true},                  // odd dims, an empty sequence, GVA 3x
+      {{0, 130}, 1, 1, 128, 128, true},                   // kFull, a partial last chunk
+      {{0, 64, 100}, 2, 2, 128, 128, false},              // kFull, two k-heads, no h0/dhT
+  };
+  const int only = argc > 1 ? std::atoi(argv[1]) : -1;
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (only < 0 || only == static_cast<int>(i)) run_case(cases[i], 1234u + static_cast<uint32_t>(i));
+  std::printf("%d checks, %d failed\n", g_checks, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

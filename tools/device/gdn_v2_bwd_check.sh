@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# gdn_v2_bwd_check.sh: the chunked gated delta rule's v2 backward kernels (src/ops/gated_delta_rule/gdn_bwd_v2.cuh,
+# selected by HLM_GDN_KERNELS=v2) on the GPU machine: the chunked tests with v1 and with v2, the gdn bench with both,
+# and one ncu launch of each v2 backward kernel (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats) at the bench's
+# first shape (B8×T1024, H32, D128). HLM_GDN_KERNELS also switches the forward's v2 kernels where gdnfwd's exist.
+#
+# usage: bash tools/device/gdn_v2_bwd_check.sh      (binaries under $BIN: test_cuda_ops, bench_cuda_kernels)
+# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~2 min.
+# Expect: both test runs "[  PASSED  ]" for GatedDeltaRuleChunkedCuda.* (ForwardBf16TensorCores,
+# BackwardBf16TensorCores, KeptForwardScratch; the [check] lines print each margin); bench lines
+# "gdn_fwd_bwd ... chunked-tc X ms" for v1 and v2 (session 6 v1: 5.04 ms at B8×T1024); the ncu summary per kernel
+# (v1 dqk: 1.02 ms, 31% occupancy, 114 KB smem at B8×T1024).
+set -u
+BIN=${BIN:-/tmp/hlm/bin}
+OUT=${OUT:-/tmp/gdn_v2_bwd_check}
+mkdir -p "$OUT"
+for kv in v1 v2; do
+  echo "== tests HLM_GDN_KERNELS=$kv"
+  HLM_GDN_KERNELS=$kv timeout 300 "$BIN/test_cuda_ops" --gtest_filter='*Chunked*' > "$OUT/tests_$kv.log" 2>&1
+  echo "rc $?"
+  grep -E '^\[ *(OK|FAILED|PASSED) *\]|Failure|FAIL' "$OUT/tests_$kv.log" | head -30
+done
+for kv in v1 v2; do
+  echo "== bench gdn HLM_GDN_KERNELS=$kv"
+  HLM_GDN_KERNELS=$kv timeout 200 "$BIN/bench_cuda_kernels" gdn > "$OUT/bench_$kv.log" 2>&1
+  echo "rc $?"
+  grep chunked "$OUT/bench_$kv.log"
+done
+# One launch of each v2 backward kernel that exists (the first backward of the bench: B8×T1024). Kernels that were
+# not launched are reported by ncu as not profiled.
+if command -v ncu > /dev/null 2>&1; then
+  kernels='v2::(du_local|dstate|dqk|wy)_kernel'
+  echo "== ncu HLM_GDN_KERNELS=v2 ($kernels)"
+  HLM_GDN_KERNELS=v2 timeout 240 ncu --kernel-name-base demangled --kernel-name "regex:$kernels" --launch-count 4 \
+    --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    "$BIN/bench_cuda_kernels" gdn > "$OUT/ncu_v2.log" 2>&1
+  echo "rc $?"
+  grep -E 'v2::|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Dynamic Shared Memory Per|Block Limit|Warp Cycles Per Issued|No kernels' \
+    "$OUT/ncu_v2.log" | head -80
+else
+  echo "== ncu: not on this machine"
+fi

@@ -60,7 +60,7 @@ void compare(const std::string& what, const std::vector<float>& got, const std::
               std::sqrt(den));
 }
 
-void run_case(const Case& cs, uint32_t seed) {
+void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   const int64_t N = static_cast<int64_t>(cs.cu.size()) - 1, T = cs.cu.back();
   const int64_t Hk = cs.Hk, Hv = cs.Hv, dk = cs.dk, dv = cs.dv, G = Hv / Hk;
   const GdnShape shape{T, Hk, Hv, dk, dv};
@@ -241,14 +241,25 @@ void run_case(const Case& cs, uint32_t seed) {
   fs.Ut = Ut.data();
   fs.Qd = Qd.data();
   BackwardScratch bs{dstates.data(), dU.data(), dW.data(), dkp.data(), dgp.data(), dqv.data(), dOh.data()};
-  Grads gr{dq_out.data(), nullptr, nullptr, nullptr, nullptr, nullptr, dO.data(), cs.with_state ? dhT.data() : nullptr};
+  std::vector<float> dk_out(T * Hk * dk, NAN), dv_out(T * Hv * dv, NAN), db_out(T * Hv, NAN), dg_out(T * Hv, NAN);
+  Grads gr{dq_out.data(), dk_out.data(), dv_out.data(), dg_out.data(), db_out.data(), nullptr, dO.data(),
+           cs.with_state ? dhT.data() : nullptr};
   const bool full = dk == kD && dv == kD;
-  emu_launch(Dim{static_cast<unsigned>(maxc), static_cast<unsigned>(Hv), 1}, v2::kThreads, v2::kDqkSmem, [&] {
+  const Dim grid{static_cast<unsigned>(maxc), static_cast<unsigned>(Hv), 1};
+  emu_launch(grid, v2::kThreads, v2::kDqkSmem, [&] {
     if (full)
       v2::dqk_kernel<true>(p, fs, bs, gr);
     else
       v2::dqk_kernel<false>(p, fs, bs, gr);
   });
+  const std::vector<float> dkp_after_dqk = dkp, dgp_after_dqk = dgp;
+  if (with_wy)
+    emu_launch(grid, v2::kThreads, v2::kWySmem, [&] {
+      if (full)
+        v2::wy_kernel<true>(p, fs, bs, gr);
+      else
+        v2::wy_kernel<false>(p, fs, bs, gr);
+    });
 
   std::string lens;
   for (int64_t s = 0; s < N; ++s) lens += (s ? "," : "") + std::to_string(cu[s + 1] - cu[s]);
@@ -256,26 +267,36 @@ void run_case(const Case& cs, uint32_t seed) {
               cs.with_state ? " h0/dhT" : "", full ? " (kFull)" : "");
   const std::vector<float>& dq_got = G > 1 ? dqv : dq_out;
   compare("dq", dq_got, e_dq);
-  compare("dk (output/state part)", dkp, e_dkp);
-  compare("dgamma (output/state part)", dgp, e_dgp);
+  compare("dk (output/state part)", dkp_after_dqk, e_dkp);
+  compare("dgamma (output/state part)", dgp_after_dqk, e_dgp);
   std::vector<float> dWf(dW.size());
   for (size_t i = 0; i < dW.size(); ++i) dWf[i] = static_cast<float>(dW[i]);
   compare("dW", dWf, e_dW);
-  // dq against the library's CPU chunked backward (summed over each GVA group in v-head order).
+  // Against the library's CPU chunked backward: dq (summed over each GVA group in v-head order, as the gva kernel
+  // does); after wy also dk (likewise), dv, dβ, dg.
   std::vector<float> rdq(T * Hk * dk), rdk(T * Hk * dk), rdv(T * Hv * dv), rdg(T * Hv), rdb(T * Hv);
   GdnInputGrads<float> rg{rdq.data(), rdk.data(), rdv.data(), rdg.data(), rdb.data(), nullptr};
   GdnOutputGrads<float> ro{dO.data(), cs.with_state ? dhT.data() : nullptr};
   gated_delta_rule_chunked_backward(rg, ro, in, shape, scale);
-  std::vector<float> kdq(T * Hk * dk);
-  std::vector<double> rdq_d(rdq.begin(), rdq.end());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t hk = 0; hk < Hk; ++hk)
-      for (int64_t d = 0; d < dk; ++d) {
-        double acc = 0.0;
-        for (int64_t j = 0; j < G; ++j) acc += dq_got[(t * Hv + hk * G + j) * dk + d];
-        kdq[(t * Hk + hk) * dk + d] = static_cast<float>(acc);
-      }
-  compare("dq vs chunked_backward", kdq, rdq_d);
+  const auto gva = [&](const std::vector<float>& per_v) {
+    std::vector<float> out(T * Hk * dk);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hk = 0; hk < Hk; ++hk)
+        for (int64_t d = 0; d < dk; ++d) {
+          double acc = 0.0;
+          for (int64_t j = 0; j < G; ++j) acc += per_v[(t * Hv + hk * G + j) * dk + d];
+          out[(t * Hk + hk) * dk + d] = static_cast<float>(acc);
+        }
+    return out;
+  };
+  const auto dbl = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  compare("dq vs chunked_backward", gva(dq_got), dbl(rdq));
+  if (!with_wy) return;
+  std::printf("wy_v2 (after dqk_v2)\n");
+  compare("dk vs chunked_backward", G > 1 ? gva(dkp) : dk_out, dbl(rdk));
+  compare("dv vs chunked_backward", dv_out, dbl(rdv));
+  compare("dbeta vs chunked_backward", db_out, dbl(rdb));
+  compare("dg vs chunked_backward", dg_out, dbl(rdg));
 }
 
 }  // namespace
@@ -289,7 +310,7 @@ int main(int argc, char** argv) {
   };
   const int only = argc > 1 ? std::atoi(argv[1]) : -1;
   for (size_t i = 0; i < cases.size(); ++i)
-    if (only < 0 || only == static_cast<int>(i)) run_case(cases[i], 1234u + static_cast<uint32_t>(i));
+    if (only < 0 || only == static_cast<int>(i)) run_case(cases[i], 1234u + static_cast<uint32_t>(i), true);
   std::printf("%d checks, %d failed\n", g_checks, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

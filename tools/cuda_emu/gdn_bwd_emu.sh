@@ -21,6 +21,7 @@ def cut(text, begin, end):
     return text[i:text.index(end, i)]
 a = cut(tiles, 'using bf16 = __nv_bfloat16;', '// Kernels and device functions below have internal linkage')
 fit = re.search(r'constexpr bool blocks_fit_per_sm\(.*?\n}\n', tiles, re.S).group(0)
+fit += re.search(r'__device__ __forceinline__ void chunk_suffix_sum\(.*?\n}\n', tiles, re.S).group(0)
 b = cut(tiles, '// ---- Tile loaders', '// ---- Block GEMM')
 c = cut(tiles, '// The inputs as the kernels read them', 'ForwardScratch carve_forward')
 cp = re.search(r'(__device__ __forceinline__ void cp_async16\(void\* smem_dst, const void\* gmem_src, bool valid\) \{).*?\n}\n',

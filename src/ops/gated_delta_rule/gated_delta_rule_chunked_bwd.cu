@@ -534,8 +534,15 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
     dqk_kernel<<<chunks, kThreads, kDqkSmem, stream>>>(p, fs, bs, gr);
   }
   HLM_CUDA_CHECK_LAUNCH();
-  set_smem(wy_kernel, kWySmem);
-  wy_kernel<<<chunks, kThreads, kWySmem, stream>>>(p, fs, bs, gr);
+  if (gdn_kernels_v2()) {
+    void (*wy)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::wy_kernel<false>;
+    if (p.dk == kD && p.dv == kD) wy = v2::wy_kernel<true>;
+    set_smem(wy, v2::kWySmem);
+    wy<<<chunks, v2::kThreads, v2::kWySmem, stream>>>(p, fs, bs, gr);
+  } else {
+    set_smem(wy_kernel, kWySmem);
+    wy_kernel<<<chunks, kThreads, kWySmem, stream>>>(p, fs, bs, gr);
+  }
   HLM_CUDA_CHECK_LAUNCH();
   if (p.group() > 1 && p.T > 0) {
     const int64_t n = p.T * p.Hk * p.dk;

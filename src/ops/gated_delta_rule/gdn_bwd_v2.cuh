@@ -49,7 +49,8 @@ using mma::FragC;
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
 // Stores the strip's accumulators acc[n] (n-tile n covers columns c0 + 8n ..) to dst rows (row stride `stride`),
-// rows < len and columns < width only, each value through op. pairs: width and stride even (two-float stores).
+// rows < len and columns < width only, each value x of row i as op(x, i). pairs: width and stride even (two-element
+// stores).
 template <int N, typename Dst, typename Op>
 __device__ __forceinline__ void store_strip(Dst* dst, int64_t stride, const FragC (&acc)[N], int row0, int c0,
                                             int len, int width, bool pairs, Op op) {
@@ -61,7 +62,7 @@ __device__ __forceinline__ void store_strip(Dst* dst, int64_t stride, const Frag
       const int i = row0 + g + 8 * half, col = c0 + 8 * n + 2 * t;
       if (i >= len || col >= width) continue;
       Dst* p = dst + i * stride + col;
-      const float x0 = op(acc[n].r[2 * half]), x1 = op(acc[n].r[2 * half + 1]);
+      const float x0 = op(acc[n].r[2 * half], i), x1 = op(acc[n].r[2 * half + 1], i);
       if constexpr (sizeof(Dst) == 4) {
         if (pairs) {
           *reinterpret_cast<float2*>(p) = make_float2(x0, x1);
@@ -103,17 +104,21 @@ __device__ __forceinline__ void strip_row_dots(float& lo, float& hi, const FragC
 // acc[0..N) (+)= A(strip rows, k-tiles 0..KT) · B[k][c0 .. c0 + 8N) with B row-major [k][n] in shared memory and
 // the A fragments given by a(kt).
 // kStep k-tiles per (not unrolled) outer step when kStep < KT: bounds how many A loads from global are in flight
-// (registers), where a(kt) loads; kStep = KT unrolls everything (a(kt) may then index a register array).
+// (registers), where a(kt) loads; kStep = KT unrolls everything (a(kt) may then index a register array). Only
+// k-tiles kt0 ≤ kt < kt1 (warp-uniform) are multiplied: the others are known zeros of a triangular operand.
 template <int KT, int N, int kStep = KT, typename AFn>
-__device__ __forceinline__ void strip_mma_kn(FragC (&acc)[N], AFn a, const bf16* B, int ldb, int c0) {
+__device__ __forceinline__ void strip_mma_kn(FragC (&acc)[N], AFn a, const bf16* B, int ldb, int c0, int kt0 = 0,
+                                             int kt1 = KT) {
   static_assert(N % 2 == 0 && KT % kStep == 0, "n-tiles in pairs, whole steps");
 #pragma unroll 1
   for (int k1 = 0; k1 < KT; k1 += kStep) {
     FragA af[kStep];
 #pragma unroll
-    for (int u = 0; u < kStep; ++u) af[u] = a(k1 + u);
-#pragma unroll
     for (int u = 0; u < kStep; ++u)
+      if (k1 + u >= kt0 && k1 + u < kt1) af[u] = a(k1 + u);
+#pragma unroll
+    for (int u = 0; u < kStep; ++u) {
+      if (k1 + u < kt0 || k1 + u >= kt1) continue;
 #pragma unroll
       for (int np = 0; np < N / 2; ++np) {
         FragB b0, b1;
@@ -121,7 +126,51 @@ __device__ __forceinline__ void strip_mma_kn(FragC (&acc)[N], AFn a, const bf16*
         mma::mma_bf16(acc[2 * np], af[u], b0);
         mma::mma_bf16(acc[2 * np + 1], af[u], b1);
       }
+    }
   }
+}
+
+// The strip's accumulators as bf16 into a shared tile (row-major, ld), rows row0.., columns c0 + 8n ...
+template <int N>
+__device__ __forceinline__ void strip_to_smem(bf16* dst, int ld, const FragC (&acc)[N], int row0, int c0) {
+  const int l = mma::lane_id(), g = l / 4, t = l % 4;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int col = c0 + 8 * n + 2 * t;
+    *reinterpret_cast<uint32_t*>(dst + (row0 + g) * ld + col) = mma::pack_bf16x2(acc[n].r[0], acc[n].r[1]);
+    *reinterpret_cast<uint32_t*>(dst + (row0 + g + 8) * ld + col) = mma::pack_bf16x2(acc[n].r[2], acc[n].r[3]);
+  }
+}
+
+// Row dot products of the strip's accumulators with rows of a global fp32 matrix (row stride `stride`; rows < len,
+// columns < width), per accumulator row (row g, row g + 8), complete in every lane of the group. kFull: width = 128.
+template <bool kFull, int N>
+__device__ __forceinline__ void strip_row_dots_global(float& lo, float& hi, const FragC (&acc)[N], const float* X,
+                                                      int64_t stride, int row0, int c0, int len, int width) {
+  const int l = mma::lane_id(), g = l / 4, t = l % 4;
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = row0 + g + 8 * half;
+    const float* row = X + min(i, len - 1) * stride;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const int col = c0 + 8 * n + 2 * t;
+      float x0 = 0.0f, x1 = 0.0f;
+      if constexpr (kFull) {
+        const float2 v = __ldg(reinterpret_cast<const float2*>(row + col));
+        x0 = v.x;
+        x1 = v.y;
+      } else {
+        if (col < width) x0 = row[col];
+        if (col + 1 < width) x1 = row[col + 1];
+      }
+      sum[half] += acc[n].r[2 * half] * x0 + acc[n].r[2 * half + 1] * x1;
+    }
+    if (i >= len) sum[half] = 0.0f;
+  }
+  lo = mma::group_sum(sum[0]);
+  hi = mma::group_sum(sum[1]);
 }
 
 // ---- dqk_v2
@@ -249,15 +298,15 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
   }
   strip_mma_kn<kC / 16>(acc, [&](int kt) { return mma::lds_a(Ps, kLdC, r0, 16 * kt); }, Ks, kLdD, d0);
   if (p.group() > 1)
-    store_strip(bs.dqv + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return x; });
+    store_strip(bs.dqv + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return x; });
   else
-    store_strip(gr.dq + (t0 * p.Hk + hk) * p.dk, qst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return x; });
+    store_strip(gr.dq + (t0 * p.Hk + hk) * p.dk, qst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return x; });
 
   // P3: dW = −dU M0 (dU fp32 from the scratch straight into A fragments).
   mma::zero(acc);
   strip_mma_kn<kD / 16, 8, 2>(
       acc, [&](int kt) { return mma::ldg_a<kFull>(bs.dU + v_off, vst, r0, 16 * kt, len, dv); }, Ss, kLdD, d0);
-  store_strip(bs.dW + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return -x; });
+  store_strip(bs.dW + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return -x; });
   __syncthreads();  // every warp is done with M0: its tile becomes D
   float md = 0.0f;
   for_tile<kD, kD>(bs.dstates + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk,
@@ -292,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
     }
   }
   strip_mma_kn<kC / 16>(acc, [&](int kt) { return mma::lds_a_trans(Ps, kLdC, r0, 16 * kt); }, Qs, kLdD, d0);
-  store_strip(bs.dkp + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x) { return x; });
+  store_strip(bs.dkp + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return x; });
   __syncthreads();  // the per-row partial sums
 
   if (tid < len) {
@@ -306,6 +355,207 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
     }
     bs.dgp[(t0 + tid) * p.Hv + h] = dgi;
   }
+}
+
+// ---- wy_v2
+
+// Shared memory: R (bf16 [64][72]), dU → Y and dW → X (bf16 [64][136], overwritten in place once every warp has read
+// them), W, Ũ, K (bf16 [64][136]), diag(β) EG (bf16 [64][72]), per-row partial sums: 109,056 B, two blocks per SM.
+constexpr size_t kWyR = 0, kWyY = kWyR + smem_piece<bf16>(kC * kLdC), kWyX = kWyY + kTileB, kWyW = kWyX + kTileB;
+constexpr size_t kWyT = kWyW + kTileB, kWyK = kWyT + kTileB, kWyE = kWyK + kTileB;
+constexpr size_t kWyV = kWyE + smem_piece<bf16>(kC * kLdC);
+// gam, beta, yv[2][64], xk[2][64], rowE[2][64], colE[4][64], dgl, dgs
+constexpr size_t kWySmem = kWyV + smem_piece<float>(16 * kC);
+static_assert(blocks_fit_per_sm(kWySmem, 2), "wy_v2: two blocks per SM");
+
+// Per (chunk, v-head), 8 warps as in dqk_v2 (strip s = warp % 4, half hf = warp / 4):
+//   P1  Y = Rᵀ dU, X = Rᵀ dW for the strip × columns 64hf.. (R lower triangular: k-tiles ≥ s only): dv = diag(β) Y,
+//       y·v and x·k on the fragments; then Y, X (bf16) in place of dU, dW; F = diag(βe^γ) X stays in registers
+//   P2  E' = X Wᵀ + Y Ũᵀ and K Kᵀ for the strip × columns 32hf.. (skipped where j < i cannot occur): EG = −E' ⊙ Γ
+//       strictly below the diagonal, EG ⊙ KK row sums (rowE) and β-weighted column sums (colE), diag(β) EG (bf16)
+//   P3  F += diag(β) EG K + (diag(β) EG)ᵀ K; dk = dkp + F; dβ, dγ and dg (suffix sums)
+template <bool kFull>
+__global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
+  const ChunkHead c = chunk_head(p, fs.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
+  extern __shared__ __align__(128) char smem[];
+  bf16* Rs = reinterpret_cast<bf16*>(smem + kWyR);
+  bf16* Ys = reinterpret_cast<bf16*>(smem + kWyY);  // dU, then Y
+  bf16* Xs = reinterpret_cast<bf16*>(smem + kWyX);  // dW, then X
+  bf16* Ws = reinterpret_cast<bf16*>(smem + kWyW);
+  bf16* Ts = reinterpret_cast<bf16*>(smem + kWyT);  // Ũ
+  bf16* Ks = reinterpret_cast<bf16*>(smem + kWyK);
+  bf16* Es = reinterpret_cast<bf16*>(smem + kWyE);  // diag(β) EG [i][j]
+  float* gam = reinterpret_cast<float*>(smem + kWyV);
+  float* beta = gam + kC;
+  float* yv = beta + kC;      // [hf][i]
+  float* xk = yv + 2 * kC;    // [hf][i]
+  float* rowE = xk + 2 * kC;  // [hf][i]  Σ_j EG_ij KK_ij over the half's columns
+  float* colE = rowE + 2 * kC;  // [s][j]   Σ_i β_i EG_ij KK_ij over the strip's rows
+  float* dgl = colE + 4 * kC;
+  float* dgs = dgl + kC;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int s = warp % 4, hf = warp / 4, r0 = 16 * s, d0 = 64 * hf, j0 = 32 * hf;
+  const int i_lo = r0 + g, i_hi = r0 + g + 8;
+  const float* k0 = p.k + (t0 * p.Hk + hk) * p.dk;
+  const int64_t kst = p.Hk * p.dk, vst = p.Hv * p.dv, wst = p.Hv * p.dk;
+  const int64_t v_off = (t0 * p.Hv + h) * p.dv, w_off = (t0 * p.Hv + h) * p.dk;
+  const bool dk_pairs = kFull || dk % 2 == 0, dv_pairs = kFull || dv % 2 == 0;
+
+  if (tid < kC) {
+    gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+    beta[tid] = tid < len ? p.beta[(t0 + tid) * p.Hv + h] : 0.0f;
+  }
+  load_tile_async<kC, kC>(Rs, kLdC, fs.R + (ci * p.Hv + h) * kC * kC, kC, kC, kC);
+  load_tile_async<kC, kD>(Xs, kLdD, bs.dW + w_off, wst, len, dk);
+  load_tile_async<kC, kD>(Ws, kLdD, fs.W + w_off, wst, len, dk);
+  load_tile_async<kC, kD>(Ts, kLdD, fs.Ut + v_off, vst, len, dv);
+  cp_async_commit();
+  load_tile_bf16<kC, kD>(Ys, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
+  load_tile_bf16<kC, kD>(Ks, kLdD, k0, kst, len, dk, NoScale{});
+  cp_async_wait<0>();
+  __syncthreads();  // gam, beta, tiles
+
+  // P1: Y = Rᵀ dU, X = Rᵀ dW (A = Rᵀ: R[m][i] with m ≥ i, so k-tiles s..3).
+  const auto r_t = [&](int kt) { return mma::lds_a_trans(Rs, kLdC, r0, 16 * kt); };
+  FragC y[8], x[8];
+  mma::zero(y);
+  mma::zero(x);
+  strip_mma_kn<kC / 16>(y, r_t, Ys, kLdD, d0, s);
+  store_strip(gr.dv + v_off, vst, y, r0, d0, len, dv, dv_pairs, [&](float v, int i) { return beta[i] * v; });
+  {
+    float lo, hi;
+    strip_row_dots_global<kFull>(lo, hi, y, p.v + v_off, vst, r0, d0, len, dv);
+    if (t == 0) {
+      yv[hf * kC + i_lo] = lo;
+      yv[hf * kC + i_hi] = hi;
+    }
+  }
+  strip_mma_kn<kC / 16>(x, r_t, Xs, kLdD, d0, s);
+  {
+    float lo, hi;
+    strip_row_dots(lo, hi, x, Ks, kLdD, r0, d0);
+    if (t == 0) {
+      xk[hf * kC + i_lo] = lo;
+      xk[hf * kC + i_hi] = hi;
+    }
+  }
+  __syncthreads();  // every warp is done with dU and dW: Y and X take their places
+  strip_to_smem(Ys, kLdD, y, r0, d0);
+  strip_to_smem(Xs, kLdD, x, r0, d0);
+  const float g_lo = gam[i_lo], g_hi = gam[i_hi];
+  {
+    const float f_lo = i_lo < len ? beta[i_lo] * expf(g_lo) : 0.0f, f_hi = i_hi < len ? beta[i_hi] * expf(g_hi) : 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {  // x becomes F = diag(β e^γ) X, the first WY term of dk
+      x[n].r[0] *= f_lo;
+      x[n].r[1] *= f_lo;
+      x[n].r[2] *= f_hi;
+      x[n].r[3] *= f_hi;
+    }
+  }
+  __syncthreads();  // X, Y
+
+  // P2: E' = X Wᵀ + Y Ũᵀ, KK = K Kᵀ over columns j0 .. j0 + 31 (all zero after masking unless j0 < r0 + 16).
+  FragC e[4], kk[4];
+  mma::zero(e);
+  mma::zero(kk);
+  if (j0 < r0 + 16) {
+#pragma unroll
+    for (int kt = 0; kt < kD / 16; ++kt) {
+      const FragA ax = mma::lds_a(Xs, kLdD, r0, 16 * kt), ay = mma::lds_a(Ys, kLdD, r0, 16 * kt);
+      const FragA ak = mma::lds_a(Ks, kLdD, r0, 16 * kt);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        FragB b0, b1;
+        mma::lds_b_nk(b0, b1, Ws, kLdD, 16 * kt, j0 + 16 * np);
+        mma::mma_bf16(e[2 * np], ax, b0);
+        mma::mma_bf16(e[2 * np + 1], ax, b1);
+        mma::lds_b_nk(b0, b1, Ts, kLdD, 16 * kt, j0 + 16 * np);
+        mma::mma_bf16(e[2 * np], ay, b0);
+        mma::mma_bf16(e[2 * np + 1], ay, b1);
+        mma::lds_b_nk(b0, b1, Ks, kLdD, 16 * kt, j0 + 16 * np);
+        mma::mma_bf16(kk[2 * np], ak, b0);
+        mma::mma_bf16(kk[2 * np + 1], ak, b1);
+      }
+    }
+  }
+  {
+    const float b_lo = beta[i_lo], b_hi = beta[i_hi];
+    float row_lo = 0.0f, row_hi = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      float col[2];
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int j = j0 + 8 * n + 2 * t + q;
+        const float gj = gam[j];
+        const float eg_lo = (j < i_lo && i_lo < len) ? -e[n].r[q] * expf(g_lo - gj) : 0.0f;
+        const float eg_hi = (j < i_hi && i_hi < len) ? -e[n].r[2 + q] * expf(g_hi - gj) : 0.0f;
+        const float ef_lo = eg_lo * kk[n].r[q], ef_hi = eg_hi * kk[n].r[2 + q];
+        row_lo += ef_lo;
+        row_hi += ef_hi;
+        col[q] = b_lo * ef_lo + b_hi * ef_hi;
+        e[n].r[q] = b_lo * eg_lo;
+        e[n].r[2 + q] = b_hi * eg_hi;
+      }
+      const int j = j0 + 8 * n + 2 * t;
+      *reinterpret_cast<uint32_t*>(Es + i_lo * kLdC + j) = mma::pack_bf16x2(e[n].r[0], e[n].r[1]);
+      *reinterpret_cast<uint32_t*>(Es + i_hi * kLdC + j) = mma::pack_bf16x2(e[n].r[2], e[n].r[3]);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const float v = mma::column_sum(col[q]);
+        if (g == 0) colE[s * kC + j + q] = v;
+      }
+    }
+    row_lo = mma::group_sum(row_lo);
+    row_hi = mma::group_sum(row_hi);
+    if (t == 0) {
+      rowE[hf * kC + i_lo] = row_lo;
+      rowE[hf * kC + i_hi] = row_hi;
+    }
+  }
+  __syncthreads();  // diag(β) EG, rowE, colE
+
+  // P3: F += diag(β) EG K (columns j < i: k-tiles ≤ s) + (diag(β) EG)ᵀ K (rows i > j: k-tiles ≥ s).
+  strip_mma_kn<kC / 16>(x, [&](int kt) { return mma::lds_a(Es, kLdC, r0, 16 * kt); }, Ks, kLdD, d0, 0, s + 1);
+  strip_mma_kn<kC / 16>(x, [&](int kt) { return mma::lds_a_trans(Es, kLdC, r0, 16 * kt); }, Ks, kLdD, d0, s);
+  // dk = the output/state part (dkp) + F: per k-head directly when Hv = Hk, else per v-head in place for the gva sum.
+  {
+    const bool direct = p.group() == 1;
+    float* dst = direct ? gr.dk + t0 * kst + hk * p.dk : bs.dkp + w_off;
+    const int64_t dst_st = direct ? kst : wst;
+    const float* dkp = bs.dkp + w_off;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = r0 + g + 8 * half, col = d0 + 8 * n + 2 * t;
+        if (i >= len || col >= dk) continue;
+        const float* src = dkp + i * wst + col;
+        float* out = dst + i * dst_st + col;
+        if (dk_pairs) {
+          const float2 v = *reinterpret_cast<const float2*>(src);
+          *reinterpret_cast<float2*>(out) = make_float2(v.x + x[n].r[2 * half], v.y + x[n].r[2 * half + 1]);
+        } else {
+          out[0] = src[0] + x[n].r[2 * half];
+          if (col + 1 < dk) out[1] = src[1] + x[n].r[2 * half + 1];
+        }
+      }
+  }
+  if (tid < len) {
+    const float ein = expf(gam[tid]), b = beta[tid];
+    const float xki = xk[tid] + xk[kC + tid], rowi = rowE[tid] + rowE[kC + tid];
+    const float coli = colE[tid] + colE[kC + tid] + colE[2 * kC + tid] + colE[3 * kC + tid];
+    gr.dbeta[(t0 + tid) * p.Hv + h] = yv[tid] + yv[kC + tid] + ein * xki + rowi;
+    dgl[tid] = bs.dgp[(t0 + tid) * p.Hv + h] + b * ein * xki + b * rowi - coli;
+  }
+  __syncthreads();
+  chunk_suffix_sum(dgs, dgl, len);  // dg_t = Σ_{i ≥ t} dγ_i (warp 0)
+  __syncthreads();
+  if (tid < len) gr.dg[(t0 + tid) * p.Hv + h] = dgs[tid];
 }
 
 }  // namespace v2

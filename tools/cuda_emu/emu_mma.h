@@ -92,6 +92,11 @@ inline void emu_ldsm(uint32_t* out, const void* row) {
   }
   w.bar->arrive_and_wait();
 }
+// Shared-memory "byte addresses" of the emulation: the host pointer as an integer (gdn_mma.cuh's saddr_t).
+using saddr_t = uintptr_t;
+inline saddr_t smem_addr(const void* p) { return reinterpret_cast<saddr_t>(p); }
+inline const void* emu_ptr(saddr_t a) { return reinterpret_cast<const void*>(a); }
+
 inline void ldsm_x1(uint32_t& r0, const void* row) { emu_ldsm<1, false>(&r0, row); }
 inline void ldsm_x2(uint32_t& r0, uint32_t& r1, const void* row) {
   uint32_t o[2];
@@ -113,6 +118,15 @@ inline void ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3
   uint32_t o[4];
   emu_ldsm<4, true>(o, row);
   r0 = o[0], r1 = o[1], r2 = o[2], r3 = o[3];
+}
+
+inline void ldsm_x2(uint32_t& r0, uint32_t& r1, saddr_t row) { ldsm_x2(r0, r1, emu_ptr(row)); }
+inline void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, saddr_t row) {
+  ldsm_x4(r0, r1, r2, r3, emu_ptr(row));
+}
+inline void ldsm_x2_trans(uint32_t& r0, uint32_t& r1, saddr_t row) { ldsm_x2_trans(r0, r1, emu_ptr(row)); }
+inline void ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, saddr_t row) {
+  ldsm_x4_trans(r0, r1, r2, r3, emu_ptr(row));
 }
 
 // d += a · b: the warp's fragments assembled into A [16][16], B [16][8] by the PTX layouts (g = l/4, t = l%4):

@@ -4,11 +4,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gdn_chunked_tiles.cuh"
+#include "ops/gated_delta_rule/gdn_fwd_v2.cuh"
 
 namespace hlm {
 namespace gdn_chunked {
@@ -256,6 +260,63 @@ __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardS
   }
 }
 
+// ---- v2 selection (HLM_GDN_KERNELS=v2; gdn_fwd_v2.cuh)
+
+// Unset or v1: the v1 kernels above; v2: the v2 kernels where one exists. Read once.
+bool gdn_kernels_v2() {
+  static const bool v2 = [] {
+    const char* e = std::getenv("HLM_GDN_KERNELS");
+    return e != nullptr && std::string(e) == "v2";
+  }();
+  return v2;
+}
+
+template <int kWarps>
+int state_v2_blocks_per_sm() {
+  static const int n = [] {
+    set_smem(fwd_v2::state_v2_kernel<kWarps>, fwd_v2::state_v2_smem<kWarps>());
+    int b = 0;
+    HLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fwd_v2::state_v2_kernel<kWarps>, kWarps * 32,
+                                                                 fwd_v2::state_v2_smem<kWarps>()));
+    return std::max(b, 1);
+  }();
+  return n;
+}
+
+template <int kWarps>
+void launch_state_v2_as(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
+  const int64_t rows = kWarps * fwd_v2::kStateRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + rows - 1) / rows));
+  set_smem(fwd_v2::state_v2_kernel<kWarps>, fwd_v2::state_v2_smem<kWarps>());
+  fwd_v2::state_v2_kernel<kWarps><<<grid, kWarps * 32, fwd_v2::state_v2_smem<kWarps>(), stream>>>(p, s, hT);
+}
+
+// Rows per block (16·kWarps): the fewest waves of blocks (all sequences are taken as equally long), among the
+// kWarps that still give every SM a block (kWarps = 1 when none does); on a tie, more rows per block (the chunk's W
+// and Kd tiles are then read by fewer blocks).
+void launch_state_v2(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
+  int device = 0, sms = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&device));
+  HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t strips = (p.dv + fwd_v2::kStateRowsPerWarp - 1) / fwd_v2::kStateRowsPerWarp;
+  const int per_sm[4] = {state_v2_blocks_per_sm<8>(), state_v2_blocks_per_sm<4>(), state_v2_blocks_per_sm<2>(),
+                         state_v2_blocks_per_sm<1>()};
+  int best = 1;
+  int64_t best_waves = INT64_MAX;
+  for (int i = 0, kw = 8; kw >= 1; ++i, kw /= 2) {
+    const int64_t blocks = p.N * p.Hv * ((strips + kw - 1) / kw);
+    if (blocks < sms && kw > 1) continue;
+    const int64_t slots = static_cast<int64_t>(per_sm[i]) * sms, waves = (blocks + slots - 1) / slots;
+    if (waves < best_waves) best = kw, best_waves = waves;
+  }
+  switch (best) {
+    case 8: launch_state_v2_as<8>(p, s, hT, stream); break;
+    case 4: launch_state_v2_as<4>(p, s, hT, stream); break;
+    case 2: launch_state_v2_as<2>(p, s, hT, stream); break;
+    default: launch_state_v2_as<1>(p, s, hT, stream); break;
+  }
+}
+
 }  // namespace
 
 Problem make_problem(const GdnInputs<float>& in, const GdnShape& s, float scale) {
@@ -294,6 +355,11 @@ void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT,
   prep_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kPrepThreads, kPrepSmem,
                 stream>>>(p, s);
   HLM_CUDA_CHECK_LAUNCH();
+  if (gdn_kernels_v2()) {
+    launch_state_v2(p, s, hT, stream);
+    HLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
   if (state_pass_buffers(static_cast<int64_t>(grid.x) * grid.y) == 1) {
     set_smem(state_kernel<1>, state_smem<1>());

@@ -55,8 +55,28 @@ __device__ __forceinline__ void mma_16816(FragC& d, const FragA& a, const FragB&
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+// Shared-memory byte addresses: 32-bit on the GPU (the emulation uses the host pointer). Kernels that compute a
+// lane's address once and add constant byte offsets per tile (the ldsm_* overloads taking saddr_t) keep a register
+// per operand instead of a 64-bit generic pointer per tile.
+using saddr_t = uint32_t;
+__device__ __forceinline__ saddr_t smem_addr(const void* p) {
+  return static_cast<saddr_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, saddr_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(row));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, saddr_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(row));
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t& r0, uint32_t& r1, saddr_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(row));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, saddr_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(row));
 }
 // row: this lane's row address (see the header comment for which lanes matter).
 __device__ __forceinline__ void ldsm_x1(uint32_t& r0, const void* row) {
@@ -103,40 +123,71 @@ __device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) 
 // ---- Tile loads from shared memory (T: a 2-byte type such as bf16; row stride ld elements; row starts 16-byte aligned; ld·2 ≡ 16 mod 128
 // keeps the eight rows of a matrix on distinct banks, e.g. gdn_chunked_tiles.cuh's kLdD, kLdC)
 
+// Each load has a lane-offset function (elements from the tile's base for this lane's ldmatrix row address) and
+// two forms: from a pointer, and from a byte address (saddr_t) the caller computed as smem_addr(base + lane_off).
+
 // A [16 m][16 k] stored row-major at base (A[m][k] = base[m·ld + k]).
-template <typename T>
-__device__ __forceinline__ void load_a(FragA& a, const T* base, int ld) {
-  const int l = lane_id();
-  ldsm_x4(a.r[0], a.r[1], a.r[2], a.r[3], base + (l % 16) * ld + 8 * (l / 16));
-}
+__device__ __forceinline__ int lane_off_a(int ld) { return (lane_id() % 16) * ld + 8 * (lane_id() / 16); }
 // A [16 m][16 k] stored k-major at base (A[m][k] = base[k·ld + m]).
-template <typename T>
-__device__ __forceinline__ void load_a_trans(FragA& a, const T* base, int ld) {
+__device__ __forceinline__ int lane_off_a_trans(int ld) {
   const int l = lane_id();
-  ldsm_x4_trans(a.r[0], a.r[1], a.r[2], a.r[3], base + ((l % 8) + 8 * (l / 16)) * ld + 8 * ((l / 8) % 2));
+  return ((l % 8) + 8 * (l / 16)) * ld + 8 * ((l / 8) % 2);
 }
 // Two B tiles [16 k][8 n] (n = 0-7 → b[0], n = 8-15 → b[1]) stored n-major at base (B[k][n] = base[n·ld + k]).
-template <typename T>
-__device__ __forceinline__ void load_b2(FragB (&b)[2], const T* base, int ld) {
+__device__ __forceinline__ int lane_off_b2(int ld) {
   const int l = lane_id();
-  ldsm_x4(b[0].r[0], b[0].r[1], b[1].r[0], b[1].r[1], base + ((l % 8) + 8 * (l / 16)) * ld + 8 * ((l / 8) % 2));
+  return ((l % 8) + 8 * (l / 16)) * ld + 8 * ((l / 8) % 2);
 }
 // Two B tiles [16 k][8 n] stored k-major at base (B[k][n] = base[k·ld + n]).
+__device__ __forceinline__ int lane_off_b2_trans(int ld) {
+  const int l = lane_id();
+  return ((l % 8) + 8 * ((l / 8) % 2)) * ld + 8 * (l / 16);
+}
+// One B tile [16 k][8 n], n-major (B[k][n] = base[n·ld + k]) or k-major (base[k·ld + n]); lanes 16-31 repeat 0-15.
+__device__ __forceinline__ int lane_off_b(int ld) {
+  const int l = lane_id() % 16;
+  return (l % 8) * ld + 8 * (l / 8);
+}
+__device__ __forceinline__ int lane_off_b_trans(int ld) { return (lane_id() % 16) * ld; }
+
+__device__ __forceinline__ void load_a(FragA& a, saddr_t lane_addr) {
+  ldsm_x4(a.r[0], a.r[1], a.r[2], a.r[3], lane_addr);
+}
+__device__ __forceinline__ void load_a_trans(FragA& a, saddr_t lane_addr) {
+  ldsm_x4_trans(a.r[0], a.r[1], a.r[2], a.r[3], lane_addr);
+}
+__device__ __forceinline__ void load_b2(FragB (&b)[2], saddr_t lane_addr) {
+  ldsm_x4(b[0].r[0], b[0].r[1], b[1].r[0], b[1].r[1], lane_addr);
+}
+__device__ __forceinline__ void load_b2_trans(FragB (&b)[2], saddr_t lane_addr) {
+  ldsm_x4_trans(b[0].r[0], b[0].r[1], b[1].r[0], b[1].r[1], lane_addr);
+}
+__device__ __forceinline__ void load_b(FragB& b, saddr_t lane_addr) { ldsm_x2(b.r[0], b.r[1], lane_addr); }
+__device__ __forceinline__ void load_b_trans(FragB& b, saddr_t lane_addr) { ldsm_x2_trans(b.r[0], b.r[1], lane_addr); }
+
+template <typename T>
+__device__ __forceinline__ void load_a(FragA& a, const T* base, int ld) {
+  load_a(a, smem_addr(base + lane_off_a(ld)));
+}
+template <typename T>
+__device__ __forceinline__ void load_a_trans(FragA& a, const T* base, int ld) {
+  load_a_trans(a, smem_addr(base + lane_off_a_trans(ld)));
+}
+template <typename T>
+__device__ __forceinline__ void load_b2(FragB (&b)[2], const T* base, int ld) {
+  load_b2(b, smem_addr(base + lane_off_b2(ld)));
+}
 template <typename T>
 __device__ __forceinline__ void load_b2_trans(FragB (&b)[2], const T* base, int ld) {
-  const int l = lane_id();
-  ldsm_x4_trans(b[0].r[0], b[0].r[1], b[1].r[0], b[1].r[1], base + ((l % 8) + 8 * ((l / 8) % 2)) * ld + 8 * (l / 16));
+  load_b2_trans(b, smem_addr(base + lane_off_b2_trans(ld)));
 }
-// One B tile [16 k][8 n], n-major (B[k][n] = base[n·ld + k]) or k-major (base[k·ld + n]).
 template <typename T>
 __device__ __forceinline__ void load_b(FragB& b, const T* base, int ld) {
-  const int l = lane_id() % 16;
-  ldsm_x2(b.r[0], b.r[1], base + (l % 8) * ld + 8 * (l / 8));
+  load_b(b, smem_addr(base + lane_off_b(ld)));
 }
 template <typename T>
 __device__ __forceinline__ void load_b_trans(FragB& b, const T* base, int ld) {
-  const int l = lane_id() % 16;
-  ldsm_x2_trans(b.r[0], b.r[1], base + l * ld);
+  load_b_trans(b, smem_addr(base + lane_off_b_trans(ld)));
 }
 
 // ---- Register re-packing

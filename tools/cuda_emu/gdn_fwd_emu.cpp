@@ -1,0 +1,235 @@
+// The v2 forward kernels of the chunked gated delta rule (gdn_fwd_v2.cuh), run on the CPU through emu.h / emu_mma.h
+// (gdn_fwd_emu.sh builds it), against a double-precision host model of each stage on tiny shapes.
+//
+// state_v2: the scratch it reads (γ, W and Kd in bf16, Ũ in fp32) is made on the host from random inputs by the
+// chunked algebra (gdn.md §2: γ, L, R = (I + L)^-1, W = R diag(βe^γ) K, Ũ = R diag(β) V, Kd = e^{γ_c − γ} K) in
+// double; the model then runs the pass in double with the kernel's bf16 operands (teacher forcing: its stored M0 and
+// bf16 of its U, each checked against the model's own):
+//   M0 = bf16(M);  U = Ũ − W M0ᵀ;  M ← e^{γ_c} M + bf16(U)ᵀ Kd.
+// Checked: every per-chunk state M0 (bf16: at most 0.1% of the elements may differ, by one bf16 ulp, from rounding
+// flips, since the kernel sums in fp32), U (in place of Ũ) and hT within 1e-4 of the tensor's RMS (fp32 sums give
+// ~4e-7; a 0.1% error in the decay fails; a logic error gives O(1)); every state element written.
+// Cases: weak (g ∈ (−0.003, 0)) and strong decay, packed sequences with partial chunks and empty sequences, dk ≠ dv, odd dims (scalar copy paths and the
+// 16-bit M0 stores), GVA (Hv = 2 Hk), h0 / hT on and off; each with 1, 2, 4 and 8 warps per block.
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/gated_delta_rule/gdn_fwd_v2.cuh"  // the copy made by gdn_fwd_emu.sh
+
+using namespace hlm;
+using namespace hlm::gdn_chunked;
+
+namespace {
+
+struct Case {
+  std::vector<int64_t> cu;
+  int Hk, Hv, dk, dv;
+  bool h0;
+  std::string name;
+  double g_scale = 0.3;  // g ∈ (−g_scale, 0)
+};
+
+float bfr(double x) { return static_cast<float>(__float2bfloat16_rn(static_cast<float>(x))); }
+
+int g_fail = 0, g_checks = 0;
+
+// max |got − want| / (rms(want) + tiny) over the listed pairs.
+struct Cmp {
+  double max_err = 0, sum_sq = 0;
+  int64_t n = 0;
+  std::vector<std::pair<double, double>> pairs;
+  void add(double got, double want) { pairs.push_back({got, want}), sum_sq += want * want, ++n; }
+  // Each |got − want| ≤ tol·rms + ulp_rel·|want|; and at most max_diff_frac of the elements differ at all.
+  bool report(const std::string& what, double tol, double ulp_rel = 0, double max_diff_frac = 1) {
+    const double rms = n ? std::sqrt(sum_sq / n) : 0;
+    int64_t bad = 0, diff = 0;
+    for (auto [g, w] : pairs) {
+      const double e = std::fabs(g - w), allowed = tol * (rms + 1e-30) + ulp_rel * std::fabs(w);
+      max_err = std::max(max_err, e / (rms + 1e-30));
+      if (!(e <= allowed)) ++bad;
+      if (g != w) ++diff;
+    }
+    if (diff > max_diff_frac * n) bad += diff;
+    ++g_checks;
+    const bool ok = bad == 0;
+    if (!ok) ++g_fail;
+    std::printf("  %-34s %s  n=%-7lld rms=%-10.3g max_err/rms=%-10.3g bad=%lld\n", what.c_str(), ok ? "ok  " : "FAIL",
+                static_cast<long long>(n), rms, max_err, static_cast<long long>(bad));
+    return ok;
+  }
+};
+
+void run_state_case(const Case& c, std::mt19937& rng) {
+  const int64_t N = static_cast<int64_t>(c.cu.size()) - 1, T = c.cu.back();
+  const int Hk = c.Hk, Hv = c.Hv, dk = c.dk, dv = c.dv, G = Hv / Hk;
+  std::normal_distribution<double> nd;
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  // Inputs: L2-normalised k, v ~ N(0,1), β ∈ (0.2, 1), g = log-decay in (−g_scale, 0), h0 ~ 0.3 N(0,1).
+  std::vector<double> k(T * Hk * dk), v(T * Hv * dv), g(T * Hv), beta(T * Hv);
+  for (int64_t t = 0; t < T; ++t)
+    for (int hk = 0; hk < Hk; ++hk) {
+      double n2 = 0;
+      for (int d = 0; d < dk; ++d) n2 += std::pow(k[(t * Hk + hk) * dk + d] = nd(rng), 2);
+      for (int d = 0; d < dk; ++d) k[(t * Hk + hk) * dk + d] /= std::sqrt(n2);
+    }
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : g) x = -c.g_scale * ud(rng);
+  for (auto& x : beta) x = 0.2 + 0.8 * ud(rng);
+  std::vector<float> h0(c.h0 ? N * Hv * dv * dk : 0);
+  for (auto& x : h0) x = static_cast<float>(0.3 * nd(rng));
+
+  // Chunk table.
+  std::vector<ChunkInfo> table;
+  std::vector<int64_t> seq_first(N + 1);
+  for (int64_t s = 0; s < N; ++s) {
+    seq_first[s] = static_cast<int64_t>(table.size());
+    for (int64_t t0 = c.cu[s]; t0 < c.cu[s + 1]; t0 += kC)
+      table.push_back({t0, static_cast<int32_t>(std::min<int64_t>(kC, c.cu[s + 1] - t0)), static_cast<int32_t>(s)});
+  }
+  seq_first[N] = static_cast<int64_t>(table.size());
+  const int64_t chunks = static_cast<int64_t>(table.size());
+
+  // Scratch as prep leaves it.
+  std::vector<float> gam(T * Hv), Ut(T * Hv * dv);
+  std::vector<bf16> W(T * Hv * dk), Kd(T * Hv * dk);
+  for (const ChunkInfo& ch : table)
+    for (int h = 0; h < Hv; ++h) {
+      const int len = ch.len, hk = h / G;
+      std::vector<double> gm(len), L(len * len, 0.0), R(len * len, 0.0);
+      float run = 0;
+      for (int i = 0; i < len; ++i) gm[i] = run += static_cast<float>(g[(ch.t0 + i) * Hv + h]);
+      const auto kv = [&](int i, int d) { return k[((ch.t0 + i) * Hk + hk) * dk + d]; };
+      for (int i = 0; i < len; ++i)
+        for (int j = 0; j < i; ++j) {
+          double dot = 0;
+          for (int d = 0; d < dk; ++d) dot += kv(i, d) * kv(j, d);
+          L[i * len + j] = beta[(ch.t0 + i) * Hv + h] * std::exp(gm[i] - gm[j]) * dot;
+        }
+      for (int i = 0; i < len; ++i) {
+        R[i * len + i] = 1;
+        for (int j = 0; j < i; ++j) {
+          double acc = 0;
+          for (int m = j; m < i; ++m) acc += L[i * len + m] * R[m * len + j];
+          R[i * len + j] = -acc;
+        }
+      }
+      for (int i = 0; i < len; ++i) {
+        const int64_t t = ch.t0 + i;
+        gam[t * Hv + h] = static_cast<float>(gm[i]);
+        for (int d = 0; d < dk; ++d) {
+          double acc = 0;
+          for (int j = 0; j <= i; ++j) acc += R[i * len + j] * beta[(ch.t0 + j) * Hv + h] * std::exp(gm[j]) * kv(j, d);
+          W[(t * Hv + h) * dk + d] = __float2bfloat16_rn(static_cast<float>(acc));
+          Kd[(t * Hv + h) * dk + d] = __float2bfloat16_rn(static_cast<float>(std::exp(gm[len - 1] - gm[i]) * kv(i, d)));
+        }
+        for (int a = 0; a < dv; ++a) {
+          double acc = 0;
+          for (int j = 0; j <= i; ++j) acc += R[i * len + j] * beta[(ch.t0 + j) * Hv + h] * v[((ch.t0 + j) * Hv + h) * dv + a];
+          Ut[(t * Hv + h) * dv + a] = static_cast<float>(acc);
+        }
+      }
+    }
+
+  // Host model of the pass, teacher-forced by the kernel's own bf16 operands (its M0 and bf16 of its U), so that each
+  // check is local: a one-ulp rounding flip in the kernel cannot grow into a difference later on.
+  const auto model = [&](const std::vector<bf16>& states, const std::vector<float>& U_k, std::vector<float>& M0_ref,
+                         std::vector<float>& U_ref, std::vector<float>& hT_ref) {
+    M0_ref.assign(chunks * Hv * dv * dk, 0.0f);
+    U_ref.assign(T * Hv * dv, 0.0f);
+    hT_ref.assign(N * Hv * dv * dk, 0.0f);
+    for (int64_t s = 0; s < N; ++s)
+      for (int h = 0; h < Hv; ++h) {
+        std::vector<double> M(dv * dk, 0.0);
+        if (c.h0)
+          for (int64_t x = 0; x < dv * dk; ++x) M[x] = h0[(s * Hv + h) * dv * dk + x];
+        for (int64_t ci = seq_first[s]; ci < seq_first[s + 1]; ++ci) {
+          const ChunkInfo ch = table[ci];
+          const int64_t so = (ci * Hv + h) * dv * dk;
+          for (int64_t x = 0; x < dv * dk; ++x) M0_ref[so + x] = bfr(M[x]);
+          for (int i = 0; i < ch.len; ++i)
+            for (int a = 0; a < dv; ++a) {
+              const int64_t t = ch.t0 + i;
+              double acc = Ut[(t * Hv + h) * dv + a];
+              for (int d = 0; d < dk; ++d)
+                acc -= static_cast<double>(W[(t * Hv + h) * dk + d]) * static_cast<float>(states[so + a * dk + d]);
+              U_ref[(t * Hv + h) * dv + a] = static_cast<float>(acc);
+            }
+          const double decay = std::exp(static_cast<double>(gam[(ch.t0 + ch.len - 1) * Hv + h]));
+          for (int a = 0; a < dv; ++a)
+            for (int d = 0; d < dk; ++d) {
+              double acc = decay * M[a * dk + d];
+              for (int i = 0; i < ch.len; ++i) {
+                const int64_t t = ch.t0 + i;
+                acc += static_cast<double>(bfr(U_k[(t * Hv + h) * dv + a])) * static_cast<double>(Kd[(t * Hv + h) * dk + d]);
+              }
+              M[a * dk + d] = acc;
+            }
+        }
+        for (int64_t x = 0; x < dv * dk; ++x) hT_ref[(s * Hv + h) * dv * dk + x] = static_cast<float>(M[x]);
+      }
+  };
+
+  const int64_t cu_dummy = 0;
+  Problem p{nullptr, nullptr, nullptr, nullptr, nullptr, c.h0 ? h0.data() : nullptr, &cu_dummy, T, Hk, Hv, dk, dv, N,
+            1.0f};
+  for (int kw : {1, 2, 4, 8}) {
+    constexpr float kSentinel = 1234.5f;
+    std::vector<float> U(Ut), hT(N * Hv * dv * dk, kSentinel);
+    std::vector<bf16> states(chunks * Hv * dv * dk, __float2bfloat16_rn(kSentinel));
+    ForwardScratch s{};
+    s.table = table.data();
+    s.seq_first = seq_first.data();
+    s.max_chunks = chunks;
+    s.gam = gam.data();
+    s.W = W.data();
+    s.Kd = Kd.data();
+    s.U = U.data();
+    s.states = states.data();
+    const int rows = 16 * kw;
+    const Dim grid{static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + rows - 1) / rows), 1};
+    const auto run = [&](auto kernel, size_t smem) { emu_launch(grid, 32 * kw, smem, [&] { kernel(p, s, hT.data()); }); };
+    switch (kw) {
+      case 1: run(fwd_v2::state_v2_kernel<1>, fwd_v2::state_v2_smem<1>()); break;
+      case 2: run(fwd_v2::state_v2_kernel<2>, fwd_v2::state_v2_smem<2>()); break;
+      case 4: run(fwd_v2::state_v2_kernel<4>, fwd_v2::state_v2_smem<4>()); break;
+      default: run(fwd_v2::state_v2_kernel<8>, fwd_v2::state_v2_smem<8>()); break;
+    }
+    std::printf("%s, %d warps per block\n", c.name.c_str(), kw);
+    std::vector<float> M0_ref, U_ref, hT_ref;
+    model(states, U, M0_ref, U_ref, hT_ref);
+    Cmp m0, u, ht;
+    int64_t stray = 0;
+    for (int64_t x = 0; x < chunks * Hv * dv * dk; ++x) {
+      const float got = states[x];
+      if (got == kSentinel) ++stray;  // every element of every (chunk, head) state is valid here
+      m0.add(got, M0_ref[x]);
+    }
+    for (int64_t x = 0; x < T * Hv * dv; ++x) u.add(U[x], U_ref[x]);
+    for (int64_t x = 0; x < N * Hv * dv * dk; ++x) ht.add(hT[x], hT_ref[x]);
+    m0.report("M0 per chunk (bf16)", 1e-5, 1.0 / 128, 1e-3);
+    u.report("U (in place of U~)", 1e-4);
+    ht.report("hT", 1e-4);
+    ++g_checks;
+    if (stray) ++g_fail, std::printf("  FAIL %lld state elements not written\n", static_cast<long long>(stray));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  std::mt19937 rng(20261203);
+  std::vector<Case> cases = {
+      {{0, 200}, 1, 1, 128, 128, true, "T=200 (partial last chunk), dk=dv=128, h0, decay near 1", 0.003},
+      {{0, 200}, 1, 1, 128, 128, true, "T=200 (partial last chunk), dk=dv=128, h0"},
+      {{0, 0, 1, 3, 17, 64, 129}, 1, 2, 40, 72, false, "packed 0/1/2/14/47/65 tokens, GVA 2x, dk=40 dv=72"},
+      {{0, 65, 96}, 1, 1, 7, 5, true, "65 + 31 tokens, dk=7 dv=5 (scalar paths), h0"},
+      {{0, 150}, 2, 2, 64, 36, true, "T=150, 2 heads, dk=64 dv=36, h0"},
+  };
+  if (quick) cases.resize(1);
+  for (const Case& c : cases) run_state_case(c, rng);
+  std::printf("gdn_fwd_emu: %d checks, %d failed\n", g_checks, g_fail);
+  return g_fail ? 1 : 0;
+}

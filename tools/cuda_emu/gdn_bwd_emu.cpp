@@ -114,11 +114,18 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   for (size_t i = 0; i < dO.size(); ++i) dOh[i] = bf16(dO[i]);
   // Expected (double): dq per v-head, dk and dγ (output/state parts), dW.
   std::vector<double> e_dq(T * Hv * dk), e_dkp(T * Hv * dk), e_dgp(T * Hv), e_dW(T * Hv * dk);
+  // dU_loc = scale·Aᵀ dO (what dU_loc leaves for dstate), and what dstate leaves: the full dU, D leaving each chunk.
+  std::vector<float> dU_loc(T * Hv * dv, 0.0f);
+  std::vector<double> e_dU(T * Hv * dv), e_D(maxc * Hv * dv * dk), e_dh0(N * Hv * dv * dk, 0.0);
 
   for (int64_t s = 0; s < N; ++s)
     for (int64_t h = 0; h < Hv; ++h) {
       const int64_t hk = h / G, first = seq_first[s], count = seq_first[s + 1] - first;
-      if (count == 0) continue;
+      if (count == 0) {  // an empty sequence passes dhT through to dh0
+        if (cs.with_state)
+          for (int64_t e = 0; e < dv * dk; ++e) e_dh0[(s * Hv + h) * dv * dk + e] = dhT[(s * Hv + h) * dv * dk + e];
+        continue;
+      }
       std::vector<gdn_detail::Chunk> chs(count);
       std::vector<std::vector<float>> M0(count + 1, std::vector<float>(dv * dk, 0.0f));
       if (cs.with_state) std::copy_n(h0.data() + (s * Hv + h) * dv * dk, dv * dk, M0[0].data());
@@ -139,7 +146,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
         const auto dOr = [&](int64_t i, int64_t a) { return double(dO[((t0 + i) * Hv + h) * dv + a]); };
         for (int64_t e = 0; e < dv * dk; ++e) {
           states[gci * Hv * dv * dk + h * dv * dk + e] = bf16(m0[e]);
-          dstates[gci * Hv * dv * dk + h * dv * dk + e] = bf16(static_cast<float>(D[e]));
+          e_D[gci * Hv * dv * dk + h * dv * dk + e] = D[e];
         }
         for (int64_t i = 0; i < len; ++i) {
           const int64_t t = t0 + i;
@@ -163,9 +170,12 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
             double acc = 0.0;
             for (int64_t d = 0; d < dk; ++d) acc += D[a * dk + d] * ch.k[j * dk + d];
             acc *= ch.decay_out[j];
-            for (int64_t i = j; i < len; ++i) acc += scale * double(ch.QK[i * len + j]) * ch.Gam[i * len + j] * dOr(i, a);
+            double loc = 0.0;
+            for (int64_t i = j; i < len; ++i) loc += scale * double(ch.QK[i * len + j]) * ch.Gam[i * len + j] * dOr(i, a);
+            acc += loc;
             dUc[j * dv + a] = static_cast<float>(acc);
-            dU[((t0 + j) * Hv + h) * dv + a] = dUc[j * dv + a];
+            e_dU[((t0 + j) * Hv + h) * dv + a] = acc;
+            dU_loc[((t0 + j) * Hv + h) * dv + a] = static_cast<float>(loc);
           }
         // (c), (d), (f): output/state parts
         std::vector<double> dq(len * dk, 0.0), dkk(len * dk, 0.0), dgm(len, 0.0);
@@ -223,6 +233,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
           }
         D.swap(Dn);
       }
+      for (int64_t e = 0; e < dv * dk; ++e) e_dh0[(s * Hv + h) * dv * dk + e] = D[e];
       (void)hk;
     }
 
@@ -244,7 +255,36 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   std::vector<float> dk_out(T * Hk * dk, NAN), dv_out(T * Hv * dv, NAN), db_out(T * Hv, NAN), dg_out(T * Hv, NAN);
   Grads gr{dq_out.data(), dk_out.data(), dv_out.data(), dg_out.data(), db_out.data(), nullptr, dO.data(),
            cs.with_state ? dhT.data() : nullptr};
+  std::vector<float> dh0_out(N * Hv * dv * dk, NAN);
+  gr.dh0 = cs.with_state ? dh0_out.data() : nullptr;
   const bool full = dk == kD && dv == kD;
+  std::string lens;
+  for (int64_t s = 0; s < N; ++s) lens += (s ? "," : "") + std::to_string(cu[s + 1] - cu[s]);
+  // dstate_v2 with one and with two chunk buffers, each from dU_loc; the second run's results feed dqk_v2 and wy_v2.
+  const Dim pass_grid{static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + kBV - 1) / kBV), 1};
+  for (int bufs = 1; bufs <= 2; ++bufs) {
+    dU = dU_loc;
+    std::fill(dstates.begin(), dstates.end(), bf16(NAN));
+    emu_launch(pass_grid, v2::kPassThreads, bufs == 1 ? v2::dstate_smem<1>() : v2::dstate_smem<2>(), [&] {
+      if (bufs == 1 && full) v2::dstate_kernel<1, true>(p, fs, bs, gr);
+      if (bufs == 1 && !full) v2::dstate_kernel<1, false>(p, fs, bs, gr);
+      if (bufs == 2 && full) v2::dstate_kernel<2, true>(p, fs, bs, gr);
+      if (bufs == 2 && !full) v2::dstate_kernel<2, false>(p, fs, bs, gr);
+    });
+    std::printf("dstate_v2<%d> lens=%s Hk=%ld Hv=%ld dk=%ld dv=%ld%s%s\n", bufs, lens.c_str(), long(Hk), long(Hv),
+                long(dk), long(dv), cs.with_state ? " h0/dhT" : "", full ? " (kFull)" : "");
+    std::vector<float> Dgot, Dref_f;
+    std::vector<double> Dref;
+    for (int64_t ci = 0; ci < maxc; ++ci)
+      if (table[ci].len > 0)
+        for (int64_t e = 0; e < Hv * dv * dk; ++e) {
+          Dgot.push_back(static_cast<float>(dstates[ci * Hv * dv * dk + e]));
+          Dref.push_back(e_D[ci * Hv * dv * dk + e]);
+        }
+    compare("D leaving each chunk", Dgot, Dref);
+    compare("dU", dU, e_dU);
+    if (cs.with_state) compare("dh0", dh0_out, e_dh0);
+  }
   const Dim grid{static_cast<unsigned>(maxc), static_cast<unsigned>(Hv), 1};
   emu_launch(grid, v2::kThreads, v2::kDqkSmem, [&] {
     if (full)
@@ -261,8 +301,6 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
         v2::wy_kernel<false>(p, fs, bs, gr);
     });
 
-  std::string lens;
-  for (int64_t s = 0; s < N; ++s) lens += (s ? "," : "") + std::to_string(cu[s + 1] - cu[s]);
   std::printf("dqk_v2 lens=%s Hk=%ld Hv=%ld dk=%ld dv=%ld%s%s\n", lens.c_str(), long(Hk), long(Hv), long(dk), long(dv),
               cs.with_state ? " h0/dhT" : "", full ? " (kFull)" : "");
   const std::vector<float>& dq_got = G > 1 ? dqv : dq_out;
@@ -275,7 +313,9 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   // Against the library's CPU chunked backward: dq (summed over each GVA group in v-head order, as the gva kernel
   // does); after wy also dk (likewise), dv, dβ, dg.
   std::vector<float> rdq(T * Hk * dk), rdk(T * Hk * dk), rdv(T * Hv * dv), rdg(T * Hv), rdb(T * Hv);
-  GdnInputGrads<float> rg{rdq.data(), rdk.data(), rdv.data(), rdg.data(), rdb.data(), nullptr};
+  std::vector<float> rdh0(N * Hv * dv * dk);
+  GdnInputGrads<float> rg{rdq.data(), rdk.data(), rdv.data(), rdg.data(), rdb.data(),
+                          cs.with_state ? rdh0.data() : nullptr};
   GdnOutputGrads<float> ro{dO.data(), cs.with_state ? dhT.data() : nullptr};
   gated_delta_rule_chunked_backward(rg, ro, in, shape, scale);
   const auto gva = [&](const std::vector<float>& per_v) {
@@ -291,6 +331,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   };
   const auto dbl = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   compare("dq vs chunked_backward", gva(dq_got), dbl(rdq));
+  if (cs.with_state) compare("dh0 (dstate_v2) vs chunked_backward", dh0_out, dbl(rdh0));
   if (!with_wy) return;
   std::printf("wy_v2 (after dqk_v2)\n");
   compare("dk vs chunked_backward", G > 1 ? gva(dkp) : dk_out, dbl(rdk));

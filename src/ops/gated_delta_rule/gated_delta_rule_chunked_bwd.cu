@@ -516,7 +516,16 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   du_local_kernel<<<chunks, kThreads, kLocSmem, stream>>>(p, fs, bs, gr);
   HLM_CUDA_CHECK_LAUNCH();
   const dim3 pass_grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
-  if (state_pass_buffers(static_cast<int64_t>(pass_grid.x) * pass_grid.y) == 1) {
+  const bool one_buffer = state_pass_buffers(static_cast<int64_t>(pass_grid.x) * pass_grid.y) == 1;
+  if (gdn_kernels_v2()) {
+    const bool full = p.dk == kD && p.dv == kD;
+    void (*ds)(Problem, ForwardScratch, BackwardScratch, Grads) =
+        one_buffer ? (full ? v2::dstate_kernel<1, true> : v2::dstate_kernel<1, false>)
+                   : (full ? v2::dstate_kernel<2, true> : v2::dstate_kernel<2, false>);
+    const size_t bytes = one_buffer ? v2::dstate_smem<1>() : v2::dstate_smem<2>();
+    set_smem(ds, bytes);
+    ds<<<pass_grid, v2::kPassThreads, bytes, stream>>>(p, fs, bs, gr);
+  } else if (one_buffer) {
     set_smem(dstate_kernel<1>, dstate_smem<1>());
     dstate_kernel<1><<<pass_grid, kPassThreads, dstate_smem<1>(), stream>>>(p, fs, bs, gr);
   } else {

@@ -558,6 +558,160 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
   if (tid < len) gr.dg[(t0 + tid) * p.Hv + h] = dgs[tid];
 }
 
+// ---- dstate_v2: per (sequence, v-head, kBV = 32 state rows), reverse over the sequence's chunks
+
+constexpr int kPassThreads = 128;  // 4 warps
+
+// Shared memory: kBufs × (the decayed keys Kd, Qd = scale·e^γ Q, W: bf16 [64][136]; the dO columns: bf16 [64][40]),
+// D (bf16 [32][136]), −dU (bf16 [64][40]), γ. kBufs = 2: 127,744 B (one block per SM, the next chunk's tiles copied
+// while this one is processed); kBufs = 1: 70,784 B (three blocks per SM hide each other's copies).
+template <int kBufs>
+constexpr size_t dstate_smem() {
+  return kBufs * (3 * kTileB + smem_piece<bf16>(kC * kLdV)) + smem_piece<bf16>(kBV * kLdD) +
+         smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+}
+static_assert(blocks_fit_per_sm(dstate_smem<1>(), 3), "dstate_v2, one buffer: three blocks per SM");
+static_assert(blocks_fit_per_sm(dstate_smem<2>(), 1), "dstate_v2, two buffers: one block per SM");
+
+// The state-gradient tile D = dL/dM [kBV rows a][128 columns d] stays in fp32 accumulators for the whole pass: warp w
+// holds rows 16(w % 2).. and columns 64(w / 2).. (8 n-tiles). Per chunk (reverse order):
+//   D (bf16) to shared memory and to the scratch (D leaving the chunk)             | barrier (tiles of the chunk landed)
+//   Pf = Kd Dᵀ, warp w rows i = 16w.. × the 32 columns a; dU = dU_loc + Pf in place (global fp32), −dU (bf16) shared
+//                                                                                   | barrier
+//   D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W   (A = dOᵀ, −dUᵀ by ldmatrix.trans from [i][a] tiles; B = Qd, W k-major)
+template <int kBufs, bool kFull>
+__global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
+                                                               Grads gr) {
+  static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
+  const int64_t seq = blockIdx.x / p.Hv;
+  const int h = static_cast<int>(blockIdx.x % p.Hv);
+  const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
+  const int dk = static_cast<int>(p.dk);
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Kb2 = sc.take<bf16>(kBufs * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
+  bf16* Qb2 = sc.take<bf16>(kBufs * kC * kLdD);  // scale·e^{γ_i} q_i (Qd)
+  bf16* Wb2 = sc.take<bf16>(kBufs * kC * kLdD);
+  bf16* dOb2 = sc.take<bf16>(kBufs * kC * kLdV);
+  bf16* Ds = sc.take<bf16>(kBV * kLdD);
+  bf16* nUb = sc.take<bf16>(kC * kLdV);  // −dU [i][a]
+  float* gam = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int ra = 16 * (warp % 2), cd = 64 * (warp / 2), ri = 16 * warp;
+  const bool dk_pairs = kFull || dk % 2 == 0, a_pairs = kFull || (rows % 2 == 0 && p.dv % 2 == 0);
+  const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk, vst = p.Hv * p.dv;
+  const auto issue = [&](int64_t ci, int buf) {
+    const ChunkInfo info = fs.table[ci];
+    const int64_t off = (info.t0 * p.Hv + h) * p.dk;
+    load_tile_async<kC, kD>(Kb2 + buf * kC * kLdD, kLdD, fs.Kd + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kD>(Qb2 + buf * kC * kLdD, kLdD, fs.Qd + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kD>(Wb2 + buf * kC * kLdD, kLdD, fs.W + off, p.Hv * p.dk, info.len, dk);
+    load_tile_async<kC, kBV>(dOb2 + buf * kC * kLdV, kLdV, bs.dOh + (info.t0 * p.Hv + h) * p.dv + a0, vst, info.len,
+                             rows);
+  };
+
+  FragC D[8];
+  mma::zero(D);
+  if (gr.d_hT) {
+    const float* src = gr.d_hT + state_off;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int a = ra + g + 8 * (e / 2), d = cd + 8 * n + 2 * t + (e % 2);
+        if (a < rows && d < dk) D[n].r[e] = src[a * p.dk + d];
+      }
+  }
+  const int64_t first = fs.seq_first[seq], last = fs.seq_first[seq + 1];
+  if (kBufs == 2 && first < last) issue(last - 1, 0);
+  cp_async_commit();
+  for (int64_t ci = last - 1; ci >= first; --ci) {
+    const int buf = kBufs == 2 ? static_cast<int>((last - 1 - ci) & 1) : 0;
+    const ChunkInfo info = fs.table[ci];
+    const int len = info.len;
+    const int64_t t0 = info.t0;
+    if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+    // D leaving chunk ci: bf16 to Ds (the B operand of Kd Dᵀ) and to the scratch (dqk reads it).
+    strip_to_smem(Ds, kLdD, D, ra, cd);
+    store_strip(bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk, p.dk, D, ra, cd, rows, dk, dk_pairs,
+                [](float x, int) { return x; });
+    if (kBufs == 1) {
+      __syncthreads();  // every warp is done with chunk ci+1's tiles
+      issue(ci, 0);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // Ds, γ, chunk ci's tiles; with two buffers every warp is done with the other one
+    if (kBufs == 2 && ci > first) issue(ci - 1, buf ^ 1);
+    cp_async_commit();
+    const bf16* Kb = Kb2 + buf * kC * kLdD;
+    const bf16* Qb = Qb2 + buf * kC * kLdD;
+    const bf16* Wb = Wb2 + buf * kC * kLdD;
+    const bf16* dOb = dOb2 + buf * kC * kLdV;
+    const float gc = gam[len - 1];
+    // Pf = Kd Dᵀ (rows i = ri.., columns a 0..31); dU = dU_loc + Pf in place; nUb = −dU.
+    FragC pf[4];
+    mma::zero(pf);
+#pragma unroll
+    for (int kt = 0; kt < kD / 16; ++kt) {
+      const FragA ak = mma::lds_a(Kb, kLdD, ri, 16 * kt);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        FragB b0, b1;
+        mma::lds_b_nk(b0, b1, Ds, kLdD, 16 * kt, 16 * np);
+        mma::mma_bf16(pf[2 * np], ak, b0);
+        mma::mma_bf16(pf[2 * np + 1], ak, b1);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
+        float u0 = 0.0f, u1 = 0.0f;
+        if (i < len) {
+          float* du = bs.dU + (t0 + i) * vst + h * p.dv + a0 + a;
+          if (a_pairs) {
+            if (a < rows) {
+              const float2 v = *reinterpret_cast<const float2*>(du);
+              u0 = v.x + pf[n].r[2 * half];
+              u1 = v.y + pf[n].r[2 * half + 1];
+              *reinterpret_cast<float2*>(du) = make_float2(u0, u1);
+            }
+          } else {
+            if (a < rows) du[0] = u0 = du[0] + pf[n].r[2 * half];
+            if (a + 1 < rows) du[1] = u1 = du[1] + pf[n].r[2 * half + 1];
+          }
+        }
+        *reinterpret_cast<uint32_t*>(nUb + i * kLdV + a) = mma::pack_bf16x2(-u0, -u1);
+      }
+    __syncthreads();  // nUb
+    // D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W (rows a = ra.., columns d = cd..).
+    const float decay = expf(gc);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) D[n].r[e] *= decay;
+#pragma unroll
+    for (int kt = 0; kt < kC / 16; ++kt) {
+      const FragA ad = mma::lds_a_trans(dOb, kLdV, ra, 16 * kt), an = mma::lds_a_trans(nUb, kLdV, ra, 16 * kt);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        FragB b0, b1;
+        mma::lds_b_kn(b0, b1, Qb, kLdD, 16 * kt, cd + 16 * np);
+        mma::mma_bf16(D[2 * np], ad, b0);
+        mma::mma_bf16(D[2 * np + 1], ad, b1);
+        mma::lds_b_kn(b0, b1, Wb, kLdD, 16 * kt, cd + 16 * np);
+        mma::mma_bf16(D[2 * np], an, b0);
+        mma::mma_bf16(D[2 * np + 1], an, b1);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (gr.dh0)
+    store_strip(gr.dh0 + state_off, p.dk, D, ra, cd, rows, dk, dk_pairs, [](float x, int) { return x; });
+}
+
 }  // namespace v2
 
 }  // namespace

@@ -40,6 +40,13 @@ inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); retu
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline int __float2int_rn(float f) { if (std::isnan(f)) return 0; return (int)std::nearbyint(f); }
 using std::isfinite;
+// CUDA's integer min/max overloads (same-type arguments).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
 inline std::barrier<>* g_block_barrier;
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
 struct WarpX { std::unique_ptr<std::barrier<>> bar; uint32_t vals[32]; uint64_t xch[32][12]; };

@@ -59,5 +59,6 @@ v = v.replace(old, 'char* smem = emu_dyn_smem;')
 open(dst + '/gdn_fwd_v2.cuh', 'w').write(v)
 PY
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -w -DHLM_CUDA_EMU=1 -I"$work" -I"$root/tools/cuda_emu" -I"$root/src" \
-  "$root/tools/cuda_emu/gdn_fwd_emu.cpp" -o "$work/gdn_fwd_emu"
+  "$root/tools/cuda_emu/gdn_fwd_emu.cpp" "$root/src/ops/gated_delta_rule/gated_delta_rule_chunked.cpp" \
+  -o "$work/gdn_fwd_emu"
 "$work/gdn_fwd_emu" "$@"

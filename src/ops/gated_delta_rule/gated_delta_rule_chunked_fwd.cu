@@ -401,6 +401,13 @@ void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const G
   // and Qd, which prep fills when present.
   const ForwardScratch s = carve_forward(c, p, keep_for_backward);
   launch_forward_passes(p, s, out.hT, stream);
+  if (gdn_kernels_v2()) {
+    set_smem(fwd_v2::output_v2_kernel, fwd_v2::kOutV2Smem);
+    fwd_v2::output_v2_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)),
+                               fwd_v2::kOutV2Threads, fwd_v2::kOutV2Smem, stream>>>(p, s, out.o);
+    HLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   set_smem(output_kernel, kOutSmem);
   output_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kOutThreads, kOutSmem,
                   stream>>>(p, s, out.o);

@@ -15,6 +15,7 @@
 //   ≤ 128 registers (launch bounds: 16 warps per SM by registers; the shared memory allows 3 blocks).
 //   kWarps (1, 2, 4 or 8) is picked at launch: fewer rows per block when there are few sequences × heads, so the
 //   132 SMs all get work (B1×T16384 H32: 256 one-warp blocks instead of 32 blocks of 128 rows).
+// output_v2 (per chunk and v-head, 8 warps): see its comment below; one block barrier.
 // Numerics as v1: M0 and U enter the products as bf16, everything accumulates in fp32; U's sum starts from Ũ
 // instead of subtracting a separately summed W M0ᵀ (a different fp32 rounding order, the same error bound).
 #pragma once
@@ -223,6 +224,132 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
         if (a < dv && d < dk) hT[state_off + static_cast<int64_t>(a) * p.dk + d] = S[n].r[e];
       }
   }
+}
+
+// ---- output_v2: per (chunk, v-head), O = scale · (diag(e^γ) Q M0ᵀ + (Q Kᵀ ⊙ Γ) U)
+
+// 8 warps: warp w takes query rows 16(w % 4).. (strip ws) and value columns 64(w / 4).. (half hf); the strip's
+// Q Kᵀ is computed by both of its warps (64 key columns; tiles wholly above the diagonal skipped), masked and decayed
+// on the fragments and re-packed as the A operand of the U product, so the only block barrier is after the loads.
+// Shared memory (87,296 B, two blocks per SM): Qb, Kb, Ub [64][kLdD] and M0 [128][kLdD] bf16, γ [64].
+constexpr int kOutV2Threads = 256;
+constexpr size_t kOutV2Smem = 3 * smem_piece<bf16>(kC * kLdD) + smem_piece<bf16>(kD * kLdD) + smem_piece<float>(kC);
+static_assert(blocks_fit_per_sm(kOutV2Smem, 2), "output_v2: two blocks per SM");
+
+__global__ void __launch_bounds__(kOutV2Threads, 2) output_v2_kernel(Problem p, ForwardScratch s, float* o) {
+  const ChunkHead c = chunk_head(p, s.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Qb = sc.take<bf16>(kC * kLdD);
+  bf16* Kb = sc.take<bf16>(kC * kLdD);
+  bf16* Ub = sc.take<bf16>(kC * kLdD);
+  bf16* Mb = sc.take<bf16>(kD * kLdD);  // M0 [dv][dk]
+  float* gam = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t qst = p.Hk * p.dk, ust = p.Hv * p.dv;
+
+  load_tile_async<kD, kD>(Mb, kLdD, s.states + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk);
+  cp_async_commit();
+  if (tid < kC) gam[tid] = s.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+  load_tile_bf16<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Ub, kLdD, s.U + (t0 * p.Hv + h) * p.dv, ust, len, dv, NoScale{});
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int warp = tid / 32, ws = warp % 4, hf = warp / 4;
+  const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
+  const int ia = 16 * ws + g, ib = ia + 8;  // this lane's query rows
+  const gdn_mma::saddr_t q_lane = gdn_mma::smem_addr(Qb + (16 * ws) * kLdD + gdn_mma::lane_off_a(kLdD));
+  const gdn_mma::saddr_t k_lane = gdn_mma::smem_addr(Kb + gdn_mma::lane_off_b2(kLdD));
+  const gdn_mma::saddr_t m_lane = gdn_mma::smem_addr(Mb + (64 * hf) * kLdD + gdn_mma::lane_off_b2(kLdD));
+  const gdn_mma::saddr_t u_lane = gdn_mma::smem_addr(Ub + 64 * hf + gdn_mma::lane_off_b2_trans(kLdD));
+
+  // A = Q Kᵀ ⊙ Γ over key tiles 0..2ws+1 (the rest is above the diagonal), as bf16 A operands by 16 keys.
+  FragA A2[kC / 16];
+  {
+    FragC S[kC / 8];
+#pragma unroll
+    for (int n = 0; n < kC / 8; ++n) gdn_mma::zero(S[n]);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      FragA a;
+      gdn_mma::load_a(a, q_lane + 2 * 16 * kk);
+#pragma unroll
+      for (int jj = 0; jj < kC / 16; ++jj)
+        if (jj <= ws) {
+          FragB b[2];
+          gdn_mma::load_b2(b, k_lane + 2 * ((16 * jj) * kLdD + 16 * kk));
+          gdn_mma::mma_16816(S[2 * jj], a, b[0]);
+          gdn_mma::mma_16816(S[2 * jj + 1], a, b[1]);
+        }
+    }
+    const float ga = gam[ia], gb = gam[ib];
+#pragma unroll
+    for (int n = 0; n < kC / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e < 2 ? ia : ib, j = 8 * n + t2 + (e % 2);
+        // Exponents only for j ≤ i (≤ 0 when g ≤ 0); rows ≥ len are zero anyway (q rows are zero there).
+        S[n].r[e] = (j <= i && i < len) ? S[n].r[e] * expf((e < 2 ? ga : gb) - gam[j]) : 0.0f;
+      }
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk) A2[kk] = gdn_mma::a_from_acc(S[2 * kk], S[2 * kk + 1]);
+  }
+
+  // O = diag(e^γ) (Q M0ᵀ) + A U over value columns 64hf.. (8 tiles of 8).
+  FragC O[8];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) gdn_mma::zero(O[n]);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {  // key dims
+    FragA a;
+    gdn_mma::load_a(a, q_lane + 2 * 16 * kk);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      FragB b[2];
+      gdn_mma::load_b2(b, m_lane + 2 * ((16 * jj) * kLdD + 16 * kk));  // B[d][a] = M0[a][d]
+      gdn_mma::mma_16816(O[2 * jj], a, b[0]);
+      gdn_mma::mma_16816(O[2 * jj + 1], a, b[1]);
+    }
+  }
+  const float ea = expf(gam[ia]), eb = expf(gam[ib]);
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    O[n].r[0] *= ea, O[n].r[1] *= ea;
+    O[n].r[2] *= eb, O[n].r[3] *= eb;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kC / 16; ++kk)  // tokens 16kk.. (only up to the strip's diagonal)
+    if (kk <= ws) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        FragB b[2];
+        gdn_mma::load_b2_trans(b, u_lane + 2 * ((16 * kk) * kLdD + 16 * jj));  // B[i][a] = U[i][a]
+        gdn_mma::mma_16816(O[2 * jj], A2[kk], b[0]);
+        gdn_mma::mma_16816(O[2 * jj + 1], A2[kk], b[1]);
+      }
+    }
+  float* o_head = o + (t0 * p.Hv + h) * p.dv;
+  const bool pairs = dv % 2 == 0 && reinterpret_cast<uintptr_t>(o) % 8 == 0 && ust % 2 == 0;
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // rows ia, ib
+      const int i = half ? ib : ia, a = 64 * hf + 8 * n + t2;
+      if (i >= len || a >= dv) continue;
+      float* dst = o_head + i * ust + a;
+      const float x0 = p.scale * O[n].r[2 * half], x1 = p.scale * O[n].r[2 * half + 1];
+      if (pairs) {
+        *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
+      } else {
+        dst[0] = x0;
+        if (a + 1 < dv) dst[1] = x1;
+      }
+    }
 }
 
 }  // namespace

@@ -260,10 +260,34 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   const bool full = dk == kD && dv == kD;
   std::string lens;
   for (int64_t s = 0; s < N; ++s) lens += (s ? "," : "") + std::to_string(cu[s + 1] - cu[s]);
-  // dstate_v2 with one and with two chunk buffers, each from dU_loc; the second run's results feed dqk_v2 and wy_v2.
+  // du_local_v2 first (dU_loc and dOh from q, k, dO, γ), as on the GPU.
+  const Dim grid{static_cast<unsigned>(maxc), static_cast<unsigned>(Hv), 1};
+  std::fill(dOh.begin(), dOh.end(), bf16(NAN));
+  std::fill(dU.begin(), dU.end(), NAN);
+  emu_launch(grid, v2::kLocThreads, v2::kLocSmem, [&] {
+    if (full)
+      v2::du_local_kernel<true>(p, fs, bs, gr);
+    else
+      v2::du_local_kernel<false>(p, fs, bs, gr);
+  });
+  std::printf("du_local_v2 lens=%s Hk=%ld Hv=%ld dk=%ld dv=%ld%s\n", lens.c_str(), long(Hk), long(Hv), long(dk),
+              long(dv), full ? " (kFull)" : "");
+  compare("dU_loc", dU, std::vector<double>(dU_loc.begin(), dU_loc.end()));
+  {
+    std::vector<float> got(dOh.size());
+    std::vector<double> want(dOh.size());
+    for (size_t i = 0; i < dOh.size(); ++i) {
+      got[i] = static_cast<float>(dOh[i]);
+      want[i] = static_cast<float>(bf16(dO[i]));
+    }
+    compare("dOh = bf16(dO)", got, want);
+  }
+  const std::vector<float> dU_loc_kernel = dU;
+  // dstate_v2 with one and with two chunk buffers, each from du_local_v2's dU_loc; the second run's results feed
+  // dqk_v2 and wy_v2.
   const Dim pass_grid{static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + kBV - 1) / kBV), 1};
   for (int bufs = 1; bufs <= 2; ++bufs) {
-    dU = dU_loc;
+    dU = dU_loc_kernel;
     std::fill(dstates.begin(), dstates.end(), bf16(NAN));
     emu_launch(pass_grid, v2::kPassThreads, bufs == 1 ? v2::dstate_smem<1>() : v2::dstate_smem<2>(), [&] {
       if (bufs == 1 && full) v2::dstate_kernel<1, true>(p, fs, bs, gr);
@@ -285,7 +309,6 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
     compare("dU", dU, e_dU);
     if (cs.with_state) compare("dh0", dh0_out, e_dh0);
   }
-  const Dim grid{static_cast<unsigned>(maxc), static_cast<unsigned>(Hv), 1};
   emu_launch(grid, v2::kThreads, v2::kDqkSmem, [&] {
     if (full)
       v2::dqk_kernel<true>(p, fs, bs, gr);

@@ -512,8 +512,15 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
   if (!forward_kept) launch_forward_passes(p, fs, nullptr, stream);  // else prep and state left it there
   const dim3 chunks(static_cast<unsigned>(fs.max_chunks), static_cast<unsigned>(p.Hv));
-  set_smem(du_local_kernel, kLocSmem);
-  du_local_kernel<<<chunks, kThreads, kLocSmem, stream>>>(p, fs, bs, gr);
+  if (gdn_kernels_v2()) {
+    void (*loc)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::du_local_kernel<false>;
+    if (p.dk == kD && p.dv == kD) loc = v2::du_local_kernel<true>;
+    set_smem(loc, v2::kLocSmem);
+    loc<<<chunks, v2::kLocThreads, v2::kLocSmem, stream>>>(p, fs, bs, gr);
+  } else {
+    set_smem(du_local_kernel, kLocSmem);
+    du_local_kernel<<<chunks, kThreads, kLocSmem, stream>>>(p, fs, bs, gr);
+  }
   HLM_CUDA_CHECK_LAUNCH();
   const dim3 pass_grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
   const bool one_buffer = state_pass_buffers(static_cast<int64_t>(pass_grid.x) * pass_grid.y) == 1;

@@ -712,6 +712,89 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     store_strip(gr.dh0 + state_off, p.dk, D, ra, cd, rows, dk, dk_pairs, [](float x, int) { return x; });
 }
 
+// ---- du_local_v2: per (chunk, v-head), dU_loc = scale·(Q Kᵀ ⊙ Γ)ᵀ dO, and dO copied to bf16 (dOh)
+
+constexpr int kLocThreads = 128;  // 4 warps, warp w owns key rows j = 16w .. 16w + 15
+// Shared memory: Q, K, dO (bf16 [64][136]) and γ: 52,480 B, four blocks per SM.
+constexpr size_t kLocSmem = 3 * kTileB + smem_piece<float>(kC);
+static_assert(blocks_fit_per_sm(kLocSmem, 4), "du_local_v2: four blocks per SM");
+
+// Warp w: Aᵀ strip [j][i] = (K Qᵀ)[j][i] · scale·e^{γ_i − γ_j} for j ≤ i < len (n-tiles i ≥ 16w only), on the
+// accumulators; re-packed in registers to bf16 A fragments (gdn_mma::a_from_acc) and multiplied by dO (k-tiles
+// i ≥ 16w): the strip's 16 × 128 dU_loc, stored fp32.
+template <bool kFull>
+__global__ void __launch_bounds__(kLocThreads, 4) du_local_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
+                                                                   Grads gr) {
+  const ChunkHead c = chunk_head(p, fs.table);
+  if (c.len == 0) return;
+  const int64_t t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
+  extern __shared__ __align__(128) char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = reinterpret_cast<bf16*>(smem + kTileB);
+  bf16* dOs = reinterpret_cast<bf16*>(smem + 2 * kTileB);
+  float* gam = reinterpret_cast<float*>(smem + 3 * kTileB);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * warp, j_lo = r0 + g, j_hi = r0 + g + 8;
+  const int64_t qst = p.Hk * p.dk, vst = p.Hv * p.dv, v_off = (t0 * p.Hv + h) * p.dv;
+  const bool dv_pairs = kFull || dv % 2 == 0;
+
+  if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+  load_tile_bf16<kC, kD>(Qs, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  load_tile_bf16<kC, kD>(Ks, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  bf16* dOh = bs.dOh + v_off;
+  for_tile<kC, kD>(gr.d_o + v_off, vst, len, dv, [&](int i, int d, const float* v, int n) {
+    for (int e = 0; e < n; ++e) {
+      const bf16 x = __float2bfloat16_rn(v[e]);
+      dOs[i * kLdD + d + e] = x;
+      if (i < len && d + e < dv) dOh[i * vst + d + e] = x;
+    }
+  });
+  __syncthreads();
+
+  FragC at[8];
+  mma::zero(at);
+#pragma unroll
+  for (int kt = 0; kt < kD / 16; ++kt) {
+    const FragA ak = mma::lds_a(Ks, kLdD, r0, 16 * kt);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (np < warp) continue;  // i < 16w: above the diagonal of every row of the strip
+      FragB b0, b1;
+      mma::lds_b_nk(b0, b1, Qs, kLdD, 16 * kt, 16 * np);
+      mma::mma_bf16(at[2 * np], ak, b0);
+      mma::mma_bf16(at[2 * np + 1], ak, b1);
+    }
+  }
+  {
+    const float g_lo = gam[j_lo], g_hi = gam[j_hi];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int i = 8 * n + 2 * t + q;
+        const float gi = gam[i];
+        at[n].r[q] = (i >= j_lo && i < len) ? p.scale * at[n].r[q] * expf(gi - g_lo) : 0.0f;
+        at[n].r[2 + q] = (i >= j_hi && i < len) ? p.scale * at[n].r[2 + q] * expf(gi - g_hi) : 0.0f;
+      }
+  }
+  FragC acc[16];
+  mma::zero(acc);
+#pragma unroll
+  for (int kt = 0; kt < kC / 16; ++kt) {
+    if (kt < warp) continue;
+    const FragA a = gdn_mma::a_from_acc(at[2 * kt], at[2 * kt + 1]);
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {
+      FragB b0, b1;
+      mma::lds_b_kn(b0, b1, dOs, kLdD, 16 * kt, 16 * np);
+      mma::mma_bf16(acc[2 * np], a, b0);
+      mma::mma_bf16(acc[2 * np + 1], a, b1);
+    }
+  }
+  store_strip(bs.dU + v_off, vst, acc, r0, 0, len, dv, dv_pairs, [](float x, int) { return x; });
+}
+
 }  // namespace v2
 
 }  // namespace

@@ -649,7 +649,27 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     const bf16* Wb = Wb2 + buf * kC * kLdD;
     const bf16* dOb = dOb2 + buf * kC * kLdV;
     const float gc = gam[len - 1];
-    // Pf = Kd Dᵀ (rows i = ri.., columns a 0..31); dU = dU_loc + Pf in place; nUb = −dU.
+    // Pf = Kd Dᵀ (rows i = ri.., columns a 0..31); dU = dU_loc + Pf in place; nUb = −dU. The dU_loc values are
+    // loaded before the product, so their latency overlaps it (the pass is sequential: nothing else would hide it).
+    float loc[4][2][2];
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
+        const float* du = bs.dU + (t0 + min(i, len - 1)) * vst + h * p.dv + a0 + a;
+        loc[n][half][0] = loc[n][half][1] = 0.0f;
+        if (a_pairs) {
+          if (a < rows) {
+            const float2 v = *reinterpret_cast<const float2*>(du);
+            loc[n][half][0] = v.x;
+            loc[n][half][1] = v.y;
+          }
+        } else {
+          if (a < rows) loc[n][half][0] = du[0];
+          if (a + 1 < rows) loc[n][half][1] = du[1];
+        }
+      }
     FragC pf[4];
     mma::zero(pf);
 #pragma unroll
@@ -671,16 +691,13 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
         float u0 = 0.0f, u1 = 0.0f;
         if (i < len) {
           float* du = bs.dU + (t0 + i) * vst + h * p.dv + a0 + a;
+          u0 = loc[n][half][0] + pf[n].r[2 * half];
+          u1 = loc[n][half][1] + pf[n].r[2 * half + 1];
           if (a_pairs) {
-            if (a < rows) {
-              const float2 v = *reinterpret_cast<const float2*>(du);
-              u0 = v.x + pf[n].r[2 * half];
-              u1 = v.y + pf[n].r[2 * half + 1];
-              *reinterpret_cast<float2*>(du) = make_float2(u0, u1);
-            }
+            if (a < rows) *reinterpret_cast<float2*>(du) = make_float2(u0, u1);
           } else {
-            if (a < rows) du[0] = u0 = du[0] + pf[n].r[2 * half];
-            if (a + 1 < rows) du[1] = u1 = du[1] + pf[n].r[2 * half + 1];
+            if (a < rows) du[0] = u0;
+            if (a + 1 < rows) du[1] = u1;
           }
         }
         *reinterpret_cast<uint32_t*>(nUb + i * kLdV + a) = mma::pack_bf16x2(-u0, -u1);

@@ -4,11 +4,30 @@
 // (tools/cuda_emu/gdn_bwd_emu.sh) after an emulated prelude, so it uses nothing but that header's tiles and loaders
 // and gdn_mma_bwd.cuh's primitives.
 //
-// v2 design (what differs from v1's wmma kernels): products are mma.sync m16n8k16 with fp32 accumulators kept in
-// registers; each warp owns a 16-row strip of the chunk (its A operands that only it reads, dO and dU, come straight
-// from global memory into A fragments, never through shared memory); masks, decays and the row dot products of dγ
-// are applied on the accumulator fragments; tiles in shared memory are bf16 only (no fp32 staging of products), read
-// with ldmatrix. Fewer barriers (5 in dqk instead of ~14).
+// v2 design (what differs from v1's wmma kernels): products are mma.sync m16n8k16 (gdn_mma.cuh) with fp32
+// accumulators kept in registers; each warp owns a 16-row strip of the chunk (A operands that only it reads, dO and
+// dU in dqk, come straight from global memory into A fragments); masks, decays and the row/column sums of dγ, dβ
+// are applied on the accumulator fragments (lane shuffles); a product feeding the next one is re-packed to bf16 in
+// registers (du_local) or re-stored once as bf16 (dqk's Pm, wy's X and Y, EG); shared tiles are bf16 only (no fp32
+// staging of products) and read by ldmatrix; products skip the k-tiles and n-tiles a triangular operand (R, the
+// causal masks, EG) makes zero; kFull instantiations (dk = dv = 128) drop the column guards. Same scratch contents,
+// same outputs as v1 (bf16-sized differences only). Barriers per block: du_local 1, dqk 5, wy 6 (v1: ~8-14);
+// dstate 1-2 per chunk (v1: 3-4).
+//
+//   kernel    threads  smem (B) blocks/SM  registers (ptxas, kFull)   v1 (session 23 ncu, B8×T1024 H32)
+//   du_local  128      52,480   4          128                        256 thr, 95 KB, 2 blocks, 272 µs
+//   dstate    128      70,784   3 (1 buf)  114 (two buffers: 106)     128 thr, 98 KB, 2 blocks, 144 r, 631 µs
+//   dqk       256      99,200   2          128                        256 thr, 114 KB, 2 blocks, 1.09 ms
+//   wy        256      109,056  2          128                        256 thr, 114 KB, 2 blocks, 722 µs
+//
+// du_local_v2 (per chunk and v-head, 4 warps, warp w = key rows j = 16w..): Aᵀ strip = K Qᵀ · scale·e^{γ_i − γ_j}
+// for j ≤ i < len on the accumulators, re-packed to A fragments, times dO → dU_loc; dO also copied to bf16 (dOh).
+//
+// dstate_v2 (per sequence, v-head and 32 state rows, 4 warps; reverse over chunks): D = dL/dM [32][128] in fp32
+// accumulators for the whole pass (warp w: rows 16(w % 2), columns 64(w / 2)); per chunk D → bf16 (shared, and the
+// scratch as D leaving the chunk), Pf = Kd Dᵀ (warp w: rows i = 16w), dU = dU_loc + Pf in place and −dU (bf16)
+// shared, D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W with dOᵀ, −dUᵀ by ldmatrix.trans. The next chunk's tiles by cp.async
+// into a second buffer when the grid is small (state_pass_buffers), as v1.
 //
 // dqk_v2 (per chunk and v-head, 8 warps: strip s = warp % 4 (rows 16s..16s+15), half hf = warp / 4):
 //   P1  Q Kᵀ and dO Uᵀ for the strip × columns 32hf..32hf+31 → Pm = scale·(dO Uᵀ) ⊙ Γ on the fragments, Pm ⊙ QK
@@ -16,8 +35,12 @@
 //   P2  dq = scale·diag(e^γ) dO M0 + Pm K for the strip × columns 64hf..64hf+63 (dγ gets q_i · first term)
 //   P3  dW = −dU M0 (same tile), then M0's tile becomes D (and ⟨M0, D⟩ on the way)
 //   P4  dk = diag(e^{γ_c − γ}) U D + Pmᵀ Q (B_i = k_i · first term), then dγ assembled per row
-// Shared memory: Q, K, U (bf16 [64][136]), M0 → D (bf16 [128][136]), Pm (bf16 [64][72]), per-row partial sums:
-// 99,200 B, two blocks per SM (v1: 114,432 B).
+// Shared memory: Q, K, U (bf16 [64][136]), M0 → D (bf16 [128][136]), Pm (bf16 [64][72]), per-row partial sums.
+//
+// wy_v2: see its comment below (8 warps as dqk_v2; Y = Rᵀ dU, X = Rᵀ dW; E' and K Kᵀ; EG; dk, dβ, dγ, dg).
+//
+// Checked on the CPU: tools/cuda_emu/gdn_bwd_emu.sh runs all four (du_local → dstate → dqk → wy) on tiny shapes
+// against the CPU chunked backward.
 #pragma once
 
 namespace hlm::gdn_chunked {

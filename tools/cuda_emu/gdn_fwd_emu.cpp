@@ -14,6 +14,7 @@
 // the CPU chunked reference gated_delta_rule_chunked_forward (o and hT: relative RMS error ≤ 1e-2, bf16 operands).
 // Cases: weak (g ∈ (−0.003, 0)) and strong decay, packed sequences with partial chunks and empty sequences, dk ≠ dv, odd dims (scalar copy paths and the
 // 16-bit M0 stores), GVA (Hv = 2 Hk), h0 / hT on and off; each with 1, 2, 4 and 8 warps per block.
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -112,8 +113,10 @@ void run_state_case(const Case& c, std::mt19937& rng) {
   // Scratch as prep leaves it.
   std::vector<float> gam(T * Hv), Ut(T * Hv * dv);
   std::vector<bf16> W(T * Hv * dk), Kd(T * Hv * dk);
-  for (const ChunkInfo& ch : table)
+  std::vector<float> R_host(chunks * Hv * kC * kC, 0.0f);  // per chunk [64][64]; padded rows: identity
+  for (int64_t ci_ = 0; ci_ < chunks; ++ci_)
     for (int h = 0; h < Hv; ++h) {
+      const ChunkInfo ch = table[ci_];
       const int len = ch.len, hk = h / G;
       std::vector<double> gm(len), L(len * len, 0.0), R(len * len, 0.0);
       float run = 0;
@@ -133,6 +136,9 @@ void run_state_case(const Case& c, std::mt19937& rng) {
           R[i * len + j] = -acc;
         }
       }
+      for (int i = 0; i < kC; ++i)
+        for (int j = 0; j < kC; ++j)
+          R_host[((ci_ * Hv + h) * kC + i) * kC + j] = i < len && j < len ? static_cast<float>(R[i * len + j]) : (i == j);
       for (int i = 0; i < len; ++i) {
         const int64_t t = ch.t0 + i;
         gam[t * Hv + h] = static_cast<float>(gm[i]);
@@ -199,6 +205,49 @@ void run_state_case(const Case& c, std::mt19937& rng) {
   }
   Problem p{q.data(), k.data(), v.data(), g.data(), beta.data(), c.h0 ? h0.data() : nullptr, c.cu.data(), T, Hk, Hv,
             dk, dv, N, scale};
+  // prep_v2 against the host prep (γ, Kd, W, Ũ; with the backward's R, Ũ in bf16 and Qd), then the chain
+  // prep_v2 → state_v2 → output_v2 against the CPU reference.
+  {
+    std::vector<float> gam_k(T * Hv, 0.0f), U_k(T * Hv * dv, 0.0f);
+    std::vector<bf16> W_k(T * Hv * dk), Kd_k(T * Hv * dk), R_k(chunks * Hv * kC * kC), Ut_k(T * Hv * dv),
+        Qd_k(T * Hv * dk), states_k(chunks * Hv * dv * dk);
+    ForwardScratch s{};
+    s.table = table.data(), s.seq_first = seq_first.data(), s.max_chunks = chunks, s.gam = gam_k.data();
+    s.W = W_k.data(), s.Kd = Kd_k.data(), s.U = U_k.data(), s.states = states_k.data();
+    s.R = R_k.data(), s.Ut = Ut_k.data(), s.Qd = Qd_k.data();
+    emu_launch({static_cast<unsigned>(chunks), static_cast<unsigned>(Hv), 1}, fwd_v2::kPrepV2Threads,
+               fwd_v2::kPrepV2Smem, [&] { fwd_v2::prep_v2_kernel(p, s); });
+    std::printf("%s, prep_v2\n", c.name.c_str());
+    Cmp cg, ckd, cw, cu, cut, cqd, cr;
+    for (int64_t x = 0; x < T * Hv; ++x) cg.add(gam_k[x], gam[x]);
+    for (int64_t x = 0; x < T * Hv * dk; ++x) ckd.add(Kd_k[x], Kd[x]), cw.add(W_k[x], W[x]);
+    for (int64_t x = 0; x < T * Hv * dv; ++x) cu.add(U_k[x], Ut[x]), cut.add(Ut_k[x], bfr(U_k[x]));
+    for (int64_t t = 0; t < T; ++t)
+      for (int h = 0; h < Hv; ++h) {
+        for (int d = 0; d < dk; ++d)
+          cqd.add(Qd_k[(t * Hv + h) * dk + d],
+                  scale * std::exp(static_cast<double>(gam[t * Hv + h])) * q[(t * Hk + h / G) * dk + d]);
+      }
+    for (int64_t x = 0; x < chunks * Hv * kC * kC; ++x) cr.add(R_k[x], R_host[x]);
+    cr.report_rel_rms("prep_v2 R (bf16; padded rows I)", 5e-3);
+    cg.report("prep_v2 gamma", 1e-6);
+    ckd.report("prep_v2 Kd (bf16)", 1e-5, 1.0 / 128, 2e-3);
+    cw.report_rel_rms("prep_v2 W (bf16 R, bf16 operands)", 1e-2);
+    cu.report_rel_rms("prep_v2 U~", 1e-2);
+    cut.report("prep_v2 U~ in bf16 = bf16(U~)", 0);
+    cqd.report_rel_rms("prep_v2 Qd", 5e-3);
+    std::vector<float> hT(N * Hv * dv * dk), o(T * Hv * dv);
+    emu_launch({static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + 63) / 64), 1}, 128,
+               fwd_v2::state_v2_smem<4>(), [&] { fwd_v2::state_v2_kernel<4>(p, s, hT.data()); });
+    emu_launch({static_cast<unsigned>(chunks), static_cast<unsigned>(Hv), 1}, fwd_v2::kOutV2Threads,
+               fwd_v2::kOutV2Smem, [&] { fwd_v2::output_v2_kernel(p, s, o.data()); });
+    Cmp co, ch;
+    for (int64_t x = 0; x < T * Hv * dv; ++x) co.add(o[x], o_cpu[x]);
+    for (int64_t x = 0; x < N * Hv * dv * dk; ++x) ch.add(hT[x], hT_cpu[x]);
+    co.report_rel_rms("chain v2: o vs CPU reference", 1e-2);
+    ch.report_rel_rms("chain v2: hT vs CPU reference", 1e-2);
+  }
+
   for (int kw : {1, 2, 4, 8}) {
     constexpr float kSentinel = 1234.5f;
     std::vector<float> U(Ut), hT(N * Hv * dv * dk, kSentinel);

@@ -351,15 +351,19 @@ ForwardScratch carve_forward(Carver& c, const Problem& p, bool for_backward) {
 void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
   chunk_table_kernel<<<1, 256, 0, stream>>>(p.cu, p.N, s.max_chunks, s.table, s.seq_first);
   HLM_CUDA_CHECK_LAUNCH();
-  set_smem(prep_kernel, kPrepSmem);
-  prep_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kPrepThreads, kPrepSmem,
-                stream>>>(p, s);
-  HLM_CUDA_CHECK_LAUNCH();
   if (gdn_kernels_v2()) {
+    set_smem(fwd_v2::prep_v2_kernel, fwd_v2::kPrepV2Smem);
+    fwd_v2::prep_v2_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)),
+                             fwd_v2::kPrepV2Threads, fwd_v2::kPrepV2Smem, stream>>>(p, s);
+    HLM_CUDA_CHECK_LAUNCH();
     launch_state_v2(p, s, hT, stream);
     HLM_CUDA_CHECK_LAUNCH();
     return;
   }
+  set_smem(prep_kernel, kPrepSmem);
+  prep_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kPrepThreads, kPrepSmem,
+                stream>>>(p, s);
+  HLM_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
   if (state_pass_buffers(static_cast<int64_t>(grid.x) * grid.y) == 1) {
     set_smem(state_kernel<1>, state_smem<1>());

@@ -15,7 +15,7 @@
 //   ≤ 128 registers (launch bounds: 16 warps per SM by registers; the shared memory allows 3 blocks).
 //   kWarps (1, 2, 4 or 8) is picked at launch: fewer rows per block when there are few sequences × heads, so the
 //   132 SMs all get work (B1×T16384 H32: 256 one-warp blocks instead of 32 blocks of 128 rows).
-// output_v2 (per chunk and v-head, 8 warps): see its comment below; one block barrier.
+// prep_v2 and output_v2 (per chunk and v-head, 8 warps): see their comments below.
 // Numerics as v1: M0 and U enter the products as bf16, everything accumulates in fp32; U's sum starts from Ũ
 // instead of subtracting a separately summed W M0ᵀ (a different fp32 rounding order, the same error bound).
 #pragma once
@@ -224,6 +224,177 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
         if (a < dv && d < dk) hT[state_off + static_cast<int64_t>(a) * p.dk + d] = S[n].r[e];
       }
   }
+}
+
+// ---- prep_v2: per (chunk, v-head), γ, Kd, L, R = (I + L)^-1, W = R diag(βe^γ) K, Ũ = R diag(β) V
+
+// 8 warps; warp w takes rows 16(w % 4).. (strip ws) and a column half hf = w / 4 of each product. The products are
+// mma.sync with their results stored from the accumulators (K Kᵀ → L in fp32 shared memory for the inverse; W and Ũ
+// straight to global); the per-row factors βe^γ, β and e^{γ_c − γ} are computed once per row, not per element. The
+// inverse is v1's fp32 blocked substitution (invert_unit_lower64). Barriers: after γ, after the k tile, the
+// inverse's four, after bf16(R) and the βv tile.
+// Shared memory (66,816 B, three blocks per SM):
+//   Kb  bf16 [64][kLdD]   k (K Kᵀ), then β v (after the inverse's barriers: its last K Kᵀ read is behind them)
+//   Xb  bf16 [64][kLdD]   βe^γ k
+//   Rf  fp32 [64][kLdCf]  L, then R;  tmp fp32 [1024] the inverse's scratch;  Rb bf16 [64][kLdC]
+//   gam, beta, wx (βe^γ), dec (e^{γ_c − γ}) fp32 [64]
+constexpr int kPrepV2Threads = 256;
+constexpr size_t kPrepV2Smem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kC * kLdCf) +
+                               smem_piece<float>(1024) + smem_piece<bf16>(kC * kLdC) + 4 * smem_piece<float>(kC);
+static_assert(blocks_fit_per_sm(kPrepV2Smem, 3), "prep_v2: three blocks per SM");
+
+__global__ void __launch_bounds__(kPrepV2Threads) prep_v2_kernel(Problem p, ForwardScratch s) {
+  const ChunkHead c = chunk_head(p, s.table);
+  if (c.len == 0) return;
+  const int64_t ci = c.ci, t0 = c.t0;
+  const int len = c.len, h = c.h, hk = c.hk, dk = c.dk, dv = c.dv;
+  extern __shared__ __align__(128) char smem[];
+  SmemCarver sc{smem};
+  bf16* Kb = sc.take<bf16>(kC * kLdD);
+  bf16* Xb = sc.take<bf16>(kC * kLdD);
+  float* Rf = sc.take<float>(kC * kLdCf);
+  float* tmp = sc.take<float>(1024);
+  bf16* Rb = sc.take<bf16>(kC * kLdC);
+  float* gam = sc.take<float>(kC);
+  float* beta = sc.take<float>(kC);
+  float* wx = sc.take<float>(kC);
+  float* dec = sc.take<float>(kC);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t kst = p.Hk * p.dk, hst = p.Hv * p.dk, ust = p.Hv * p.dv;
+
+  // γ (warp 0), then the per-row factors (warp 0 again: its lanes see γ after __syncwarp).
+  chunk_cumsum(gam, p.g + t0 * p.Hv + h, p.Hv, len);
+  if (tid < 32) {
+    __syncwarp();
+    const float gc = gam[len - 1];
+    for (int i = tid; i < kC; i += 32) {
+      const float b = i < len ? p.beta[(t0 + i) * p.Hv + h] : 0.0f;
+      beta[i] = b;
+      wx[i] = i < len ? b * expf(gam[i]) : 0.0f;
+      dec[i] = i < len ? expf(gc - gam[i]) : 0.0f;
+    }
+  }
+  __syncthreads();
+  // One read of k: Kb = k, Xb = βe^γ k, and the decayed keys Kd = e^{γ_c − γ} k (bf16, global).
+  bf16* Kd = s.Kd + (t0 * p.Hv + h) * p.dk;
+  for_tile<kC, kD>(p.k + (t0 * p.Hk + hk) * p.dk, kst, len, dk, [&](int i, int d, const float* v, int n) {
+    const float w = wx[i], e_out = dec[i];
+    for (int e = 0; e < n; ++e) {
+      Kb[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
+      Xb[i * kLdD + d + e] = __float2bfloat16_rn(w * v[e]);
+      if (i < len && d + e < dk) Kd[i * hst + d + e] = __float2bfloat16_rn(e_out * v[e]);
+    }
+  });
+  if (s.Qd) {  // backward: Qd = scale·e^γ q, the reverse state pass's operand
+    bf16* Qd = s.Qd + (t0 * p.Hv + h) * p.dk;
+    for_tile<kC, kD>(p.q + (t0 * p.Hk + hk) * p.dk, kst, len, dk, [&](int i, int d, const float* v, int n) {
+      const float sc_in = i < len ? p.scale * expf(gam[i]) : 0.0f;
+      for (int e = 0; e < n; ++e)
+        if (i < len && d + e < dk) Qd[i * hst + d + e] = __float2bfloat16_rn(sc_in * v[e]);
+    });
+  }
+  __syncthreads();
+
+  const int warp = tid / 32, ws = warp % 4, hf = warp / 4;
+  const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
+  const int ia = 16 * ws + g, ib = ia + 8;
+  // L = β_i Γ_ij (k_i·k_j) for j < i < len, over key columns 32hf..32hf+31; tiles wholly on or above the diagonal are
+  // not multiplied (their L is 0), but every element of the warp's 16 × 32 block is written.
+  {
+    FragC S[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) gdn_mma::zero(S[n]);
+    const gdn_mma::saddr_t a_lane = gdn_mma::smem_addr(Kb + (16 * ws) * kLdD + gdn_mma::lane_off_a(kLdD));
+    const gdn_mma::saddr_t b_lane = gdn_mma::smem_addr(Kb + (32 * hf) * kLdD + gdn_mma::lane_off_b2(kLdD));
+    const bool any = 32 * hf < 16 * ws + 16;  // some j < i in this block
+    if (any) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        FragA a;
+        gdn_mma::load_a(a, a_lane + 2 * 16 * kk);
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj)
+          if (32 * hf + 16 * jj < 16 * ws + 16) {
+            FragB b[2];
+            gdn_mma::load_b2(b, b_lane + 2 * ((16 * jj) * kLdD + 16 * kk));
+            gdn_mma::mma_16816(S[2 * jj], a, b[0]);
+            gdn_mma::mma_16816(S[2 * jj + 1], a, b[1]);
+          }
+      }
+    }
+    const float ba = beta[ia], bb = beta[ib], ga = gam[ia], gb = gam[ib];
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = half ? ib : ia, j = 32 * hf + 8 * n + t2;
+        const float bi = half ? bb : ba, gi = half ? gb : ga;
+        float2 l;
+        l.x = (j < i && i < len) ? bi * expf(gi - gam[j]) * S[n].r[2 * half] : 0.0f;  // exponents only for j < i
+        l.y = (j + 1 < i && i < len) ? bi * expf(gi - gam[j + 1]) * S[n].r[2 * half + 1] : 0.0f;
+        *reinterpret_cast<float2*>(Rf + i * kLdCf + j) = l;
+      }
+  }
+  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before (L written) and after (R complete)
+  // bf16(R) (and R for the backward); β v into Kb (its K Kᵀ reads ended before the inverse's first barrier).
+  bf16* R_out = s.R ? s.R + (ci * p.Hv + h) * kC * kC : nullptr;
+  for (int idx = tid; idx < kC * kC; idx += kPrepV2Threads) {
+    const bf16 r = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
+    Rb[(idx / kC) * kLdC + idx % kC] = r;
+    if (R_out) R_out[idx] = r;
+  }
+  load_tile_bf16<kC, kD>(Kb, kLdD, p.v + (t0 * p.Hv + h) * p.dv, ust, len, dv, [&](int i) { return beta[i]; });
+  __syncthreads();
+
+  // W = R (βe^γ K) and Ũ = R (β V) over columns 64hf..64hf+63; R is lower triangular: token tiles kk ≤ ws only.
+  const gdn_mma::saddr_t r_lane = gdn_mma::smem_addr(Rb + (16 * ws) * kLdC + gdn_mma::lane_off_a(kLdC));
+  FragA RA[kC / 16];
+#pragma unroll
+  for (int kk = 0; kk < kC / 16; ++kk)
+    if (kk <= ws) gdn_mma::load_a(RA[kk], r_lane + 2 * 16 * kk);
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {  // 0: W from Xb, 1: Ũ from Kb (β v)
+    const bf16* X = which == 0 ? Xb : Kb;
+    const gdn_mma::saddr_t x_lane = gdn_mma::smem_addr(X + 64 * hf + gdn_mma::lane_off_b2_trans(kLdD));
+    FragC F[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) gdn_mma::zero(F[n]);
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk)
+      if (kk <= ws) {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          FragB b[2];
+          gdn_mma::load_b2_trans(b, x_lane + 2 * ((16 * kk) * kLdD + 16 * jj));
+          gdn_mma::mma_16816(F[2 * jj], RA[kk], b[0]);
+          gdn_mma::mma_16816(F[2 * jj + 1], RA[kk], b[1]);
+        }
+      }
+    const int width = which == 0 ? dk : dv;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = half ? ib : ia, col = 64 * hf + 8 * n + t2;
+        if (i >= len || col >= width) continue;
+        const float x0 = F[n].r[2 * half], x1 = F[n].r[2 * half + 1];
+        const bool two = col + 1 < width;
+        if (which == 0) {
+          bf16* dst = s.W + ((t0 + i) * p.Hv + h) * p.dk + col;
+          dst[0] = __float2bfloat16_rn(x0);
+          if (two) dst[1] = __float2bfloat16_rn(x1);
+        } else {
+          const int64_t slot = ((t0 + i) * p.Hv + h) * p.dv + col;
+          s.U[slot] = x0;
+          if (two) s.U[slot + 1] = x1;
+          if (s.Ut) {
+            s.Ut[slot] = __float2bfloat16_rn(x0);
+            if (two) s.Ut[slot + 1] = __float2bfloat16_rn(x1);
+          }
+        }
+      }
+  }
+  if (tid < len) s.gam[(t0 + tid) * p.Hv + h] = gam[tid];
 }
 
 // ---- output_v2: per (chunk, v-head), O = scale · (diag(e^γ) Q M0ᵀ + (Q Kᵀ ⊙ Γ) U)

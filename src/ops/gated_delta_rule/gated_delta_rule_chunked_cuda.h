@@ -22,6 +22,10 @@
 //   dqk     per (chunk, v-head): dq (complete), the output/state parts of dk and dγ, dW = −dU M0
 //   wy      per (chunk, v-head): X = Rᵀ dW, Y = Rᵀ dU; dv, dβ, the WY parts of dk and dγ, dg
 //   gva     dq, dk summed over the v-heads of each k-head in order (only when Hv > Hk)
+// v2 kernels (HLM_GDN_KERNELS=v2, read once; default v1): the same stages, scratch contents and outputs with
+// mma.sync m16n8k16 products whose accumulators stay in registers (gdn_mma.cuh). Forward (gdn_fwd_v2.cuh): prep_v2,
+// state_v2 (16 state rows per warp held for the whole sequence, 1-8 warps per block picked at launch so every SM gets
+// work), output_v2; backward: gdn_bwd_v2.cuh. docs/cuda.md has the design and the CPU emulation that checks them.
 // Deterministic: no atomics; every sum has a fixed order.
 //
 // Numerics: the state M and D, γ and every exponent, L and R, and all accumulations are fp32; bf16 are the GEMM

@@ -1,6 +1,8 @@
 // Chunked gated delta rule on CUDA, forward: chunk table, prep, state pass and output kernels and the forward launcher
 // (contract and design: gated_delta_rule_chunked_cuda.h; tiles and helpers: gdn_chunked_tiles.cuh). Names follow the
 // CPU chunked reference (gated_delta_rule_chunk.h): γ chunk-local cumsum, Γ_ij = e^{γ_i − γ_j} (j ≤ i), L, R, W, Ũ, U.
+// HLM_GDN_KERNELS=v2 launches the v2 kernels of gdn_fwd_v2.cuh instead (prep_v2, state_v2, output_v2; selection and
+// the state pass's rows-per-block choice at the end of the anonymous namespace below).
 #include <cuda_runtime.h>
 
 #include <algorithm>

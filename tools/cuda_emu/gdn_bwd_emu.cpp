@@ -10,7 +10,8 @@
 // over GVA groups as the gva kernel does), the output/state parts of dk and dγ (dkp, dgp) and dW.
 // Pass: relative RMS error ≤ 2e-2 per output (bf16 operands: ~2^-9 per rounding, a few roundings per chain; a
 // wrong fragment layout, sign, mask or decay is O(1)). Cases: partial chunks, a 1-token sequence, an empty sequence,
-// dk ≠ dv (40/72, 7/5), GVA 2× and 3×, dk = dv = 128 (the kernels' kFull path), with and without dhT.
+// dk ≠ dv (40/72, 7/5), GVA 2× and 3×, dk = dv = 128 (the kernels' kFull path, also with GVA and strong
+// decay), with and without h0/dhT.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -39,7 +40,8 @@ namespace {
 struct Case {
   std::vector<int64_t> cu;
   int64_t Hk, Hv, dk, dv;
-  bool with_state;  // h0 and dhT given
+  bool with_state;       // h0 and dhT given
+  float decay = 1.0f;    // g = −decay·(0.02 + 0.6u), u uniform in [0, 1)
 };
 
 int g_failed = 0, g_checks = 0;
@@ -84,7 +86,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   l2(q, dk);
   l2(k, dk);
   std::vector<float> g(T * Hv), beta(T * Hv);
-  for (auto& e : g) e = -0.02f - 0.6f * ud(rng);
+  for (auto& e : g) e = -cs.decay * (0.02f + 0.6f * ud(rng));
   for (auto& e : beta) e = 0.05f + 0.9f * ud(rng);
   std::vector<float> dhT = cs.with_state ? fill(N * Hv * dv * dk) : std::vector<float>();
   std::vector<float> h0 = cs.with_state ? fill(N * Hv * dv * dk) : std::vector<float>();
@@ -371,6 +373,7 @@ int main(int argc, char** argv) {
       {{0, 6, 6, 70}, 1, 3, 7, 5, true},                  // odd dims, an empty sequence, GVA 3x
       {{0, 130}, 1, 1, 128, 128, true},                   // kFull, a partial last chunk
       {{0, 64, 100}, 2, 2, 128, 128, false},              // kFull, two k-heads, no h0/dhT
+      {{0, 100, 230}, 1, 2, 128, 128, true, 10.0f},       // kFull with GVA 2x, 2-3 chunks, strong decay (g to −6.2)
   };
   const int only = argc > 1 ? std::atoi(argv[1]) : -1;
   for (size_t i = 0; i < cases.size(); ++i)

@@ -5,7 +5,8 @@
 # first shape (B8×T1024, H32, D128). HLM_GDN_KERNELS also switches the forward's v2 kernels where gdnfwd's exist.
 #
 # usage: bash tools/device/gdn_v2_bwd_check.sh      (binaries under $BIN: test_cuda_ops, bench_cuda_kernels)
-# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~2 min.
+# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~2 min (+ ~1 min when v2 fails: the
+# backward test is then rerun with one v2 backward kernel at a time, HLM_GDN_BWD_V2=<kernel>, to name the culprit).
 # Expect: both test runs "[  PASSED  ]" for GatedDeltaRuleChunkedCuda.* (ForwardBf16TensorCores,
 # BackwardBf16TensorCores, KeptForwardScratch; the [check] lines print each margin); bench lines
 # "gdn_fwd_bwd ... chunked-tc X ms" for v1 and v2 (session 6 v1: 5.04 ms at B8×T1024); the ncu summary per kernel
@@ -14,12 +15,26 @@ set -u
 BIN=${BIN:-/tmp/hlm/bin}
 OUT=${OUT:-/tmp/gdn_v2_bwd_check}
 mkdir -p "$OUT"
+v2_rc=0
 for kv in v1 v2; do
   echo "== tests HLM_GDN_KERNELS=$kv"
   HLM_GDN_KERNELS=$kv timeout 300 "$BIN/test_cuda_ops" --gtest_filter='*Chunked*' > "$OUT/tests_$kv.log" 2>&1
-  echo "rc $?"
+  rc=$?
+  echo "rc $rc"
+  [ "$kv" = v2 ] && v2_rc=$rc
   grep -E '^\[ *(OK|FAILED|PASSED) *\]|Failure|FAIL' "$OUT/tests_$kv.log" | head -30
 done
+# v2 failed: each v2 backward kernel alone (HLM_GDN_BWD_V2 names the v2 ones; the rest run v1), backward test only.
+# HLM_GDN_KERNELS=v2 also selects gdnfwd's v2 forward kernels: all four failing points there (or at their scratch).
+if [ "$v2_rc" != 0 ]; then
+  for k in du_local dstate dqk wy; do
+    echo "== bisect: HLM_GDN_KERNELS=v2 HLM_GDN_BWD_V2=$k"
+    HLM_GDN_KERNELS=v2 HLM_GDN_BWD_V2=$k timeout 120 "$BIN/test_cuda_ops" \
+      --gtest_filter='GatedDeltaRuleChunkedCuda.Backward*' > "$OUT/tests_v2_$k.log" 2>&1
+    echo "rc $?"
+    grep -E '^\[ *(OK|FAILED) *\]' "$OUT/tests_v2_$k.log" | head -4
+  done
+fi
 for kv in v1 v2; do
   echo "== bench gdn HLM_GDN_KERNELS=$kv"
   HLM_GDN_KERNELS=$kv timeout 200 "$BIN/bench_cuda_kernels" gdn > "$OUT/bench_$kv.log" 2>&1

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
@@ -23,14 +24,24 @@ namespace gdn_chunked {
 
 namespace {
 
-// HLM_GDN_KERNELS=v2 selects the v2 backward kernels (gdn_bwd_v2.cuh) where one exists; unset or v1: the v1 kernels.
-// Read once.
-bool gdn_kernels_v2() {
-  static const bool v2 = [] {
+// HLM_GDN_KERNELS=v2 selects the v2 backward kernels (gdn_bwd_v2.cuh); unset or v1: the v1 kernels. With v2,
+// HLM_GDN_BWD_V2 (a comma list of du_local, dstate, dqk, wy; default all four) limits v2 to the kernels named, the
+// others running v1 (A/B per kernel, bisecting). Both read once.
+enum BwdKernel { kBwdDuLocal = 1, kBwdDstate = 2, kBwdDqk = 4, kBwdWy = 8 };
+bool gdn_bwd_v2(BwdKernel k) {
+  static const int mask = [] {
     const char* e = std::getenv("HLM_GDN_KERNELS");
-    return e != nullptr && std::string(e) == "v2";
+    if (e == nullptr || std::string(e) != "v2") return 0;
+    const char* list = std::getenv("HLM_GDN_BWD_V2");
+    if (list == nullptr) return kBwdDuLocal | kBwdDstate | kBwdDqk | kBwdWy;
+    const std::string l = std::string(",") + list + ",";
+    int m = 0;
+    for (const auto& [name, bit] : {std::pair<const char*, int>{"du_local", kBwdDuLocal}, {"dstate", kBwdDstate},
+                                    {"dqk", kBwdDqk}, {"wy", kBwdWy}})
+      if (l.find(std::string(",") + name + ",") != std::string::npos) m |= bit;
+    return m;
   }();
-  return v2;
+  return (mask & k) != 0;
 }
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;          // per-chunk kernels
@@ -512,7 +523,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
   if (!forward_kept) launch_forward_passes(p, fs, nullptr, stream);  // else prep and state left it there
   const dim3 chunks(static_cast<unsigned>(fs.max_chunks), static_cast<unsigned>(p.Hv));
-  if (gdn_kernels_v2()) {
+  if (gdn_bwd_v2(kBwdDuLocal)) {
     void (*loc)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::du_local_kernel<false>;
     if (p.dk == kD && p.dv == kD) loc = v2::du_local_kernel<true>;
     set_smem(loc, v2::kLocSmem);
@@ -524,7 +535,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   HLM_CUDA_CHECK_LAUNCH();
   const dim3 pass_grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
   const bool one_buffer = state_pass_buffers(static_cast<int64_t>(pass_grid.x) * pass_grid.y) == 1;
-  if (gdn_kernels_v2()) {
+  if (gdn_bwd_v2(kBwdDstate)) {
     const bool full = p.dk == kD && p.dv == kD;
     void (*ds)(Problem, ForwardScratch, BackwardScratch, Grads) =
         one_buffer ? (full ? v2::dstate_kernel<1, true> : v2::dstate_kernel<1, false>)
@@ -540,7 +551,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
     dstate_kernel<2><<<pass_grid, kPassThreads, dstate_smem<2>(), stream>>>(p, fs, bs, gr);
   }
   HLM_CUDA_CHECK_LAUNCH();
-  if (gdn_kernels_v2()) {
+  if (gdn_bwd_v2(kBwdDqk)) {
     void (*dqk)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::dqk_kernel<false>;
     if (p.dk == kD && p.dv == kD) dqk = v2::dqk_kernel<true>;
     set_smem(dqk, v2::kDqkSmem);
@@ -550,7 +561,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
     dqk_kernel<<<chunks, kThreads, kDqkSmem, stream>>>(p, fs, bs, gr);
   }
   HLM_CUDA_CHECK_LAUNCH();
-  if (gdn_kernels_v2()) {
+  if (gdn_bwd_v2(kBwdWy)) {
     void (*wy)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::wy_kernel<false>;
     if (p.dk == kD && p.dv == kD) wy = v2::wy_kernel<true>;
     set_smem(wy, v2::kWySmem);

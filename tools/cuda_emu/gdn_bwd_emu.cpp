@@ -287,7 +287,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   const std::vector<float> dU_loc_kernel = dU;
   // dstate_v2 with one and with two chunk buffers, each from du_local_v2's dU_loc; the second run's results feed
   // dqk_v2 and wy_v2.
-  const Dim pass_grid{static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + kBV - 1) / kBV), 1};
+  const Dim pass_grid{static_cast<unsigned>(v2::dstate_blocks(p)), 1, 1};
   for (int bufs = 1; bufs <= 2; ++bufs) {
     dU = dU_loc_kernel;
     std::fill(dstates.begin(), dstates.end(), bf16(NAN));

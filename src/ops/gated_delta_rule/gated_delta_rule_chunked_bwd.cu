@@ -542,7 +542,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
                    : (full ? v2::dstate_kernel<2, true> : v2::dstate_kernel<2, false>);
     const size_t bytes = one_buffer ? v2::dstate_smem<1>() : v2::dstate_smem<2>();
     set_smem(ds, bytes);
-    ds<<<pass_grid, v2::kPassThreads, bytes, stream>>>(p, fs, bs, gr);
+    ds<<<static_cast<unsigned>(v2::dstate_blocks(p)), v2::kPassThreads, bytes, stream>>>(p, fs, bs, gr);
   } else if (one_buffer) {
     set_smem(dstate_kernel<1>, dstate_smem<1>());
     dstate_kernel<1><<<pass_grid, kPassThreads, dstate_smem<1>(), stream>>>(p, fs, bs, gr);

@@ -602,13 +602,19 @@ static_assert(blocks_fit_per_sm(dstate_smem<2>(), 1), "dstate_v2, two buffers: o
 //   Pf = Kd Dᵀ, warp w rows i = 16w.. × the 32 columns a; dU = dU_loc + Pf in place (global fp32), −dU (bf16) shared
 //                                                                                   | barrier
 //   D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W   (A = dOᵀ, −dUᵀ by ldmatrix.trans from [i][a] tiles; B = Qd, W k-major)
+// Blocks of dstate_kernel (a one-dimensional grid): N·Hv·ceil(dv / kBV).
+__host__ __device__ inline int64_t dstate_blocks(const Problem& p) { return p.N * p.Hv * ((p.dv + kBV - 1) / kBV); }
+
 template <int kBufs, bool kFull>
 __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
                                                                Grads gr) {
   static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
-  const int64_t seq = blockIdx.x / p.Hv;
-  const int h = static_cast<int>(blockIdx.x % p.Hv);
-  const int a0 = static_cast<int>(blockIdx.y) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
+  // Grid: x = (seq·Hv + h)·tiles + tile (dstate_blocks): the row tiles of one (sequence, head) are neighbours in
+  // launch order, so they run together and three of the four reads of each chunk's Kd, Qd, W hit L2.
+  const int64_t tiles = (p.dv + kBV - 1) / kBV, sh = blockIdx.x / tiles;
+  const int64_t seq = sh / p.Hv;
+  const int h = static_cast<int>(sh % p.Hv);
+  const int a0 = static_cast<int>(blockIdx.x % tiles) * kBV, rows = static_cast<int>(min(int64_t{kBV}, p.dv - a0));
   const int dk = static_cast<int>(p.dk);
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};

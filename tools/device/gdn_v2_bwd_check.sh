@@ -50,7 +50,7 @@ if command -v ncu > /dev/null 2>&1; then
     --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     "$BIN/bench_cuda_kernels" gdn > "$OUT/ncu_v2.log" 2>&1
   echo "rc $?"
-  grep -E 'v2::|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Dynamic Shared Memory Per|Block Limit|Warp Cycles Per Issued|No kernels' \
+  grep -E 'v2::|_kernel<|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Dynamic Shared Memory Per|Block Limit|Warp Cycles Per Issued|No kernels' \
     "$OUT/ncu_v2.log" | head -80
 else
   echo "== ncu: not on this machine"

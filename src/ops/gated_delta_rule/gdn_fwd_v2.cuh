@@ -243,7 +243,7 @@ constexpr size_t kPrepV2Smem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<floa
                                smem_piece<float>(1024) + smem_piece<bf16>(kC * kLdC) + 4 * smem_piece<float>(kC);
 static_assert(blocks_fit_per_sm(kPrepV2Smem, 3), "prep_v2: three blocks per SM");
 
-__global__ void __launch_bounds__(kPrepV2Threads) prep_v2_kernel(Problem p, ForwardScratch s) {
+__global__ void __launch_bounds__(kPrepV2Threads, 3) prep_v2_kernel(Problem p, ForwardScratch s) {
   const ChunkHead c = chunk_head(p, s.table);
   if (c.len == 0) return;
   const int64_t ci = c.ci, t0 = c.t0;
@@ -348,10 +348,6 @@ __global__ void __launch_bounds__(kPrepV2Threads) prep_v2_kernel(Problem p, Forw
 
   // W = R (βe^γ K) and Ũ = R (β V) over columns 64hf..64hf+63; R is lower triangular: token tiles kk ≤ ws only.
   const gdn_mma::saddr_t r_lane = gdn_mma::smem_addr(Rb + (16 * ws) * kLdC + gdn_mma::lane_off_a(kLdC));
-  FragA RA[kC / 16];
-#pragma unroll
-  for (int kk = 0; kk < kC / 16; ++kk)
-    if (kk <= ws) gdn_mma::load_a(RA[kk], r_lane + 2 * 16 * kk);
 #pragma unroll
   for (int which = 0; which < 2; ++which) {  // 0: W from Xb, 1: Ũ from Kb (β v)
     const bf16* X = which == 0 ? Xb : Kb;
@@ -362,12 +358,14 @@ __global__ void __launch_bounds__(kPrepV2Threads) prep_v2_kernel(Problem p, Forw
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk)
       if (kk <= ws) {
+        FragA ra;
+        gdn_mma::load_a(ra, r_lane + 2 * 16 * kk);
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           FragB b[2];
           gdn_mma::load_b2_trans(b, x_lane + 2 * ((16 * kk) * kLdD + 16 * jj));
-          gdn_mma::mma_16816(F[2 * jj], RA[kk], b[0]);
-          gdn_mma::mma_16816(F[2 * jj + 1], RA[kk], b[1]);
+          gdn_mma::mma_16816(F[2 * jj], ra, b[0]);
+          gdn_mma::mma_16816(F[2 * jj + 1], ra, b[1]);
         }
       }
     const int width = which == 0 ? dk : dv;
@@ -381,15 +379,24 @@ __global__ void __launch_bounds__(kPrepV2Threads) prep_v2_kernel(Problem p, Forw
         const bool two = col + 1 < width;
         if (which == 0) {
           bf16* dst = s.W + ((t0 + i) * p.Hv + h) * p.dk + col;
-          dst[0] = __float2bfloat16_rn(x0);
-          if (two) dst[1] = __float2bfloat16_rn(x1);
+          if (two && dk % 2 == 0 && hst % 2 == 0) {  // col even: a 4-byte aligned pair
+            *reinterpret_cast<uint32_t*>(dst) = gdn_mma::pack_bf16x2(x0, x1);
+          } else {
+            dst[0] = __float2bfloat16_rn(x0);
+            if (two) dst[1] = __float2bfloat16_rn(x1);
+          }
         } else {
           const int64_t slot = ((t0 + i) * p.Hv + h) * p.dv + col;
-          s.U[slot] = x0;
-          if (two) s.U[slot + 1] = x1;
-          if (s.Ut) {
-            s.Ut[slot] = __float2bfloat16_rn(x0);
-            if (two) s.Ut[slot + 1] = __float2bfloat16_rn(x1);
+          if (two && dv % 2 == 0 && ust % 2 == 0) {  // col even: 8- and 4-byte aligned pairs
+            *reinterpret_cast<float2*>(s.U + slot) = make_float2(x0, x1);
+            if (s.Ut) *reinterpret_cast<uint32_t*>(s.Ut + slot) = gdn_mma::pack_bf16x2(x0, x1);
+          } else {
+            s.U[slot] = x0;
+            if (two) s.U[slot + 1] = x1;
+            if (s.Ut) {
+              s.Ut[slot] = __float2bfloat16_rn(x0);
+              if (two) s.Ut[slot + 1] = __float2bfloat16_rn(x1);
+            }
           }
         }
       }

@@ -108,9 +108,12 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32
 }
 
 // Two floats rounded to nearest-even bf16 in one register: lo in the low half (the lower column / k).
+// (cvt.rn.bf16x2.f32 d, a, b puts a in the upper half: the instruction __floats2bfloat162_rn(lo, hi) compiles to,
+// written out so no bfloat162 temporary is taken by address.)
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (low half), .y = hi
-  return *reinterpret_cast<const uint32_t*>(&v);
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
 }
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
   return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));

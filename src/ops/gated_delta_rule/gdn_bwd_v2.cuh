@@ -325,20 +325,39 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
   else
     store_strip(gr.dq + (t0 * p.Hk + hk) * p.dk, qst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return x; });
 
-  // P3: dW = −dU M0 (dU fp32 from the scratch straight into A fragments).
+  // P3: dW = −dU M0 (dU fp32 from the scratch straight into A fragments). kFull: D's tile (bf16, 8 × 16 B per
+  // thread) is loaded into registers before dW's stores and the barrier instead of after them.
+  const bf16* Dg = bs.dstates + (ci * p.Hv + h) * p.dv * p.dk;
+  constexpr int kDVecs = kD * kD / 8 / kThreads;  // 8
+  uint4 dreg[kFull ? kDVecs : 1];
   mma::zero(acc);
   strip_mma_kn<kD / 16, 8, 2>(
       acc, [&](int kt) { return mma::ldg_a<kFull>(bs.dU + v_off, vst, r0, 16 * kt, len, dv); }, Ss, kLdD, d0);
+  if constexpr (kFull) {
+#pragma unroll
+    for (int u = 0; u < kDVecs; ++u) {
+      const int idx = tid + u * kThreads;  // row idx / 16, columns (idx % 16)·8 ..
+      dreg[u] = __ldg(reinterpret_cast<const uint4*>(Dg + (idx / 16) * kD + (idx % 16) * 8));
+    }
+  }
   store_strip(bs.dW + w_off, wst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return -x; });
   __syncthreads();  // every warp is done with M0: its tile becomes D
   float md = 0.0f;
-  for_tile<kD, kD>(bs.dstates + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk,
-                   [&](int r, int d, const bf16* v, int n) {
-                     for (int e = 0; e < n; ++e) {
-                       md += static_cast<float>(Ss[r * kLdD + d + e]) * static_cast<float>(v[e]);
-                       Ss[r * kLdD + d + e] = v[e];
-                     }
-                   });
+  const auto put_d = [&](int r, int d, const bf16* v, int n) {
+    for (int e = 0; e < n; ++e) {
+      md += static_cast<float>(Ss[r * kLdD + d + e]) * static_cast<float>(v[e]);
+      Ss[r * kLdD + d + e] = v[e];
+    }
+  };
+  if constexpr (kFull) {
+#pragma unroll
+    for (int u = 0; u < kDVecs; ++u) {
+      const int idx = tid + u * kThreads;
+      put_d(idx / 16, (idx % 16) * 8, reinterpret_cast<const bf16*>(&dreg[u]), 8);
+    }
+  } else {
+    for_tile<kD, kD>(Dg, p.dk, dv, dk, put_d);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) md += __shfl_xor_sync(0xffffffffu, md, off);
   if (lane == 0) red[warp] = md;

@@ -17,7 +17,7 @@
 //   kernel    threads  smem (B) blocks/SM  registers (ptxas, kFull)   v1 (session 23 ncu, B8×T1024 H32)
 //   du_local  128      52,480   4          128                        256 thr, 95 KB, 2 blocks, 272 µs
 //   dstate    128      70,784   3 (1 buf)  114 (two buffers: 106)     128 thr, 98 KB, 2 blocks, 144 r, 631 µs
-//   dqk       256      99,200   2          128                        256 thr, 114 KB, 2 blocks, 1.09 ms
+//   dqk       256      99,200   2          128 (8 B spill)            256 thr, 114 KB, 2 blocks, 1.09 ms
 //   wy        256      109,056  2          128                        256 thr, 114 KB, 2 blocks, 722 µs
 //
 // du_local_v2 (per chunk and v-head, 4 warps, warp w = key rows j = 16w..): Aᵀ strip = K Qᵀ · scale·e^{γ_i − γ_j}

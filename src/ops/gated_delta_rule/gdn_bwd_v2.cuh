@@ -12,11 +12,11 @@
 // staging of products) and read by ldmatrix; products skip the k-tiles and n-tiles a triangular operand (R, the
 // causal masks, EG) makes zero; kFull instantiations (dk = dv = 128) drop the column guards. Same scratch contents,
 // same outputs as v1 (bf16-sized differences only). Barriers per block: du_local 1, dqk 5, wy 6 (v1: ~8-14);
-// dstate 1-2 per chunk (v1: 3-4).
+// dstate 2 per chunk with two buffers, 3 with one (v1: 4).
 //
 //   kernel    threads  smem (B) blocks/SM  registers (ptxas, kFull)   v1 (session 23 ncu, B8×T1024 H32)
 //   du_local  128      52,480   4          128                        256 thr, 95 KB, 2 blocks, 272 µs
-//   dstate    128      70,784   3 (1 buf)  114 (two buffers: 106)     128 thr, 98 KB, 2 blocks, 144 r, 631 µs
+//   dstate    128      70,784   3 (1 buf)  114 (two buffers: 104)     128 thr, 98 KB, 2 blocks, 144 r, 631 µs
 //   dqk       256      99,200   2          128 (8 B spill)            256 thr, 114 KB, 2 blocks, 1.09 ms
 //   wy        256      109,056  2          128                        256 thr, 114 KB, 2 blocks, 722 µs
 //
@@ -27,7 +27,8 @@
 // accumulators for the whole pass (warp w: rows 16(w % 2), columns 64(w / 2)); per chunk D → bf16 (shared, and the
 // scratch as D leaving the chunk), Pf = Kd Dᵀ (warp w: rows i = 16w), dU = dU_loc + Pf in place and −dU (bf16)
 // shared, D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W with dOᵀ, −dUᵀ by ldmatrix.trans. The next chunk's tiles by cp.async
-// into a second buffer when the grid is small (state_pass_buffers), as v1.
+// into a second buffer when the grid is small (state_pass_buffers), as v1. The row tiles of a (sequence, head) are
+// neighbours in the (one-dimensional) grid, so they run together and share the chunk tiles through L2.
 //
 // dqk_v2 (per chunk and v-head, 8 warps: strip s = warp % 4 (rows 16s..16s+15), half hf = warp / 4):
 //   P1  Q Kᵀ and dO Uᵀ for the strip × columns 32hf..32hf+31 → Pm = scale·(dO Uᵀ) ⊙ Γ on the fragments, Pm ⊙ QK

@@ -6,7 +6,7 @@
 # structs, constants and tile loaders of gdn_chunked_tiles.cuh (cp.async turned into plain copies), gdn_mma_bwd.cuh
 # and gdn_bwd_v2.cuh (extern shared memory pointed at the emulator's buffer). Checks the kernels' logic (fragment
 # layouts, strips, masks, decays, row/column sums, guards for partial chunks and odd dims, GVA), not nvcc's code or
-# the hardware. ~1-2 min on 2 cores.
+# the hardware. ~1 min on 2 cores.
 # usage: bash tools/cuda_emu/gdn_bwd_emu.sh      (prints one line per case and output; exit 0 when all pass)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -230,6 +230,35 @@ void run_state_case(const Case& c, std::mt19937& rng) {
       }
     for (int64_t x = 0; x < chunks * Hv * kC * kC; ++x) cr.add(R_k[x], R_host[x]);
     cr.report_rel_rms("prep_v2 R (bf16; padded rows I)", 5e-3);
+    // The inverse itself: R of the kernel's own L (K Kᵀ of bf16 k, its fp32 γ and β) in double; the kernel's inverse
+    // is near fp32 (split-bf16 products), so its bf16(R) is the bf16 of that R but for rounding flips (one ulp each,
+    // at most 1% of the elements; bf16-only products flip ~25%).
+    Cmp cr1;
+    for (int64_t ci_ = 0; ci_ < chunks; ++ci_)
+      for (int h = 0; h < Hv; ++h) {
+        const ChunkInfo ch = table[ci_];
+        const int len = ch.len, hk = h / G;
+        std::vector<double> Lm(kC * kC, 0.0), Rm(kC * kC, 0.0);
+        for (int i = 0; i < len; ++i)
+          for (int j = 0; j < i; ++j) {
+            double dot = 0;
+            for (int d = 0; d < dk; ++d)
+              dot += static_cast<double>(bfr(k[((ch.t0 + i) * Hk + hk) * dk + d])) * bfr(k[((ch.t0 + j) * Hk + hk) * dk + d]);
+            const float bi = beta[(ch.t0 + i) * Hv + h];
+            const float gi = gam_k[(ch.t0 + i) * Hv + h], gj = gam_k[(ch.t0 + j) * Hv + h];
+            Lm[i * kC + j] = static_cast<double>(bi * std::exp(gi - gj)) * static_cast<float>(dot);
+          }
+        for (int i = 0; i < kC; ++i) {
+          Rm[i * kC + i] = 1;
+          for (int j = 0; j < i; ++j) {
+            double acc = 0;
+            for (int m = j; m < i; ++m) acc += Lm[i * kC + m] * Rm[m * kC + j];
+            Rm[i * kC + j] = -acc;
+          }
+        }
+        for (int x = 0; x < kC * kC; ++x) cr1.add(R_k[(ci_ * Hv + h) * kC * kC + x], bfr(Rm[x]));
+      }
+    cr1.report("prep_v2 R = bf16(R of its L) +-1 ulp", 1e-5, 1.0 / 128, 1e-2);
     cg.report("prep_v2 gamma", 1e-6);
     ckd.report("prep_v2 Kd (bf16)", 1e-5, 1.0 / 128, 2e-3);
     cw.report_rel_rms("prep_v2 W (bf16 R, bf16 operands)", 1e-2);

@@ -226,21 +226,162 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   }
 }
 
+// ---- Unit-lower-triangular inverse on the tensor cores (prep_v2)
+
+// x ≈ hi + lo with hi = bf16(x), lo = bf16(x − hi) (16 significant bits), for a pair, as two bf16x2 registers.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = gdn_mma::pack_bf16x2(x0, x1);
+  const float2 h = gdn_mma::unpack_bf16x2(hi);
+  lo = gdn_mma::pack_bf16x2(x0 - h.x, x1 - h.y);
+}
+// The A fragment of the fp32 16 × 16 tile at A (row-major, lda), split.
+__device__ __forceinline__ void load_a_split(FragA& hi, FragA& lo, const float* A, int lda) {
+  const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    const float* e = A + (g + 8 * (x % 2)) * lda + t2 + 8 * (x / 2);
+    split_bf16x2(e[0], e[1], hi.r[x], lo.r[x]);
+  }
+}
+// The B fragment of the fp32 16 (k) × 8 (n) tile at B (k-major: B[k][n] = B[k·ldb + n]), split.
+__device__ __forceinline__ void load_b_split(FragB& hi, FragB& lo, const float* B, int ldb) {
+  const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
+#pragma unroll
+  for (int x = 0; x < 2; ++x) split_bf16x2(B[(t2 + 8 * x) * ldb + g], B[(t2 + 8 * x + 1) * ldb + g], hi.r[x], lo.r[x]);
+}
+// The A fragments (split) of the 16 × 16 tile held as accumulators lo_cols (columns 0-7) and hi_cols (8-15).
+__device__ __forceinline__ void a_split_from_acc(FragA& hi, FragA& lo, const FragC& c0, const FragC& c1) {
+  split_bf16x2(c0.r[0], c0.r[1], hi.r[0], lo.r[0]);
+  split_bf16x2(c0.r[2], c0.r[3], hi.r[1], lo.r[1]);
+  split_bf16x2(c1.r[0], c1.r[1], hi.r[2], lo.r[2]);
+  split_bf16x2(c1.r[2], c1.r[3], hi.r[3], lo.r[3]);
+}
+// d += a·b from split operands: ah·bh + ah·bl + al·bh (al·bl, ~2^-16 relative, dropped), small terms first.
+__device__ __forceinline__ void mma_split(FragC& d, const FragA& ah, const FragA& al, const FragB& bh, const FragB& bl) {
+  gdn_mma::mma_16816(d, al, bh);
+  gdn_mma::mma_16816(d, ah, bl);
+  gdn_mma::mma_16816(d, ah, bh);
+}
+
+// On entry A [64][lda] fp32 holds a strictly lower triangular L (zeros on and above the diagonal); on return R =
+// (I + L)^-1 except its lower-left 32 × 32 block, which is in low [32][kLdLow] (A keeps L there). The four 16 × 16
+// diagonal blocks by fp32 forward substitution (as invert_unit_lower64), then the merges R21 = −(R22 L21) R11 at
+// sizes 16 (warps 0, 1: one block pair each) and 32 (warps 0, 1: 16 rows each) as tensor-core products of split
+// operands (hi + lo bf16: ~16 significant bits per operand, fp32 sums; R is rounded to bf16 after this, 2^-9).
+// Contains block barriers (call from uniform control flow with 256 threads); the last one makes R complete.
+constexpr int kLdLow = 36;
+__device__ inline void invert_unit_lower64_tc(float* A, int lda, float* low) {
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32;
+  const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
+  __syncthreads();  // L written
+  // 1. Diagonal blocks: thread (b, j) solves column j of block b into registers (L is read until the barrier).
+  float col[16];
+  const int b = tid / 16, j = tid % 16;
+  if (tid < 64) {
+    const float* L = A + (16 * b) * lda + 16 * b;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float acc = i == j ? 1.0f : 0.0f;
+#pragma unroll
+      for (int m = 0; m < i; ++m)  // static register indices; rows above j are zero in column j
+        if (m >= j) acc -= L[i * lda + m] * col[m];
+      col[i] = i < j ? 0.0f : acc;
+    }
+  }
+  __syncthreads();
+  if (tid < 64) {
+    float* R = A + (16 * b) * lda + 16 * b;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) R[i * lda + j] = col[i];
+  }
+  __syncthreads();
+  // 2. Size 16, pair o = 32·warp: R21 = −(R22 L21) R11 in place of L21 (read only by this warp).
+  if (warp < 2) {
+    const int o = 32 * warp;
+    FragA ah, al;
+    load_a_split(ah, al, A + (o + 16) * lda + o + 16, lda);  // R22
+    FragC P[2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      gdn_mma::zero(P[n]);
+      FragB bh, bl;
+      load_b_split(bh, bl, A + (o + 16) * lda + o + 8 * n, lda);  // L21 (k = its rows)
+      mma_split(P[n], ah, al, bh, bl);
+    }
+    FragA ph, pl;
+    a_split_from_acc(ph, pl, P[0], P[1]);
+    FragC Q[2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      gdn_mma::zero(Q[n]);
+      FragB bh, bl;
+      load_b_split(bh, bl, A + o * lda + o + 8 * n, lda);  // R11
+      mma_split(Q[n], ph, pl, bh, bl);
+    }
+    __syncwarp();  // every lane has read L21
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        A[(o + 16 + g + 8 * (e / 2)) * lda + o + 8 * n + t2 + (e % 2)] = -Q[n].r[e];
+  }
+  __syncthreads();
+  // 3. Size 32, rows 32 + 16·warp: R21 = −(R_bot L21) R_top into low (A's L21 is still read by the other warp).
+  if (warp < 2) {
+    const int mt = warp;
+    FragC P[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) gdn_mma::zero(P[n]);
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+      if (kk <= mt) {  // R_bot is lower triangular
+        FragA ah, al;
+        load_a_split(ah, al, A + (32 + 16 * mt) * lda + 32 + 16 * kk, lda);
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          FragB bh, bl;
+          load_b_split(bh, bl, A + (32 + 16 * kk) * lda + 8 * n, lda);  // L21
+          mma_split(P[n], ah, al, bh, bl);
+        }
+      }
+    FragC Q[4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) gdn_mma::zero(Q[n]);
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      FragA ph, pl;
+      a_split_from_acc(ph, pl, P[2 * kk], P[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+        if (8 * n < 16 * kk + 16) {  // R_top is lower triangular: rows 16kk.. are zero right of column 16kk + 15
+          FragB bh, bl;
+          load_b_split(bh, bl, A + (16 * kk) * lda + 8 * n, lda);
+          mma_split(Q[n], ph, pl, bh, bl);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) low[(16 * mt + g + 8 * (e / 2)) * kLdLow + 8 * n + t2 + (e % 2)] = -Q[n].r[e];
+  }
+  __syncthreads();
+}
+
 // ---- prep_v2: per (chunk, v-head), γ, Kd, L, R = (I + L)^-1, W = R diag(βe^γ) K, Ũ = R diag(β) V
 
 // 8 warps; warp w takes rows 16(w % 4).. (strip ws) and a column half hf = w / 4 of each product. The products are
 // mma.sync with their results stored from the accumulators (K Kᵀ → L in fp32 shared memory for the inverse; W and Ũ
 // straight to global); the per-row factors βe^γ, β and e^{γ_c − γ} are computed once per row, not per element. The
-// inverse is v1's fp32 blocked substitution (invert_unit_lower64). Barriers: after γ, after the k tile, the
-// inverse's four, after bf16(R) and the βv tile.
+// inverse: fp32 substitution in the diagonal 16 × 16 blocks, merges on the tensor cores with split (hi + lo bf16)
+// operands (invert_unit_lower64_tc). Barriers: after γ, after the k tile, the inverse's five, after bf16(R) and βv.
 // Shared memory (66,816 B, three blocks per SM):
 //   Kb  bf16 [64][kLdD]   k (K Kᵀ), then β v (after the inverse's barriers: its last K Kᵀ read is behind them)
 //   Xb  bf16 [64][kLdD]   βe^γ k
-//   Rf  fp32 [64][kLdCf]  L, then R;  tmp fp32 [1024] the inverse's scratch;  Rb bf16 [64][kLdC]
+//   Rf  fp32 [64][kLdCf]  L, then R (but its lower-left 32 × 32 block, in low [32][kLdLow]);  Rb bf16 [64][kLdC]
 //   gam, beta, wx (βe^γ), dec (e^{γ_c − γ}) fp32 [64]
 constexpr int kPrepV2Threads = 256;
 constexpr size_t kPrepV2Smem = 2 * smem_piece<bf16>(kC * kLdD) + smem_piece<float>(kC * kLdCf) +
-                               smem_piece<float>(1024) + smem_piece<bf16>(kC * kLdC) + 4 * smem_piece<float>(kC);
+                               smem_piece<float>(32 * kLdLow) + smem_piece<bf16>(kC * kLdC) + 4 * smem_piece<float>(kC);
 static_assert(blocks_fit_per_sm(kPrepV2Smem, 3), "prep_v2: three blocks per SM");
 
 __global__ void __launch_bounds__(kPrepV2Threads, 3) prep_v2_kernel(Problem p, ForwardScratch s) {
@@ -253,7 +394,7 @@ __global__ void __launch_bounds__(kPrepV2Threads, 3) prep_v2_kernel(Problem p, F
   bf16* Kb = sc.take<bf16>(kC * kLdD);
   bf16* Xb = sc.take<bf16>(kC * kLdD);
   float* Rf = sc.take<float>(kC * kLdCf);
-  float* tmp = sc.take<float>(1024);
+  float* low = sc.take<float>(32 * kLdLow);  // R's lower-left 32 × 32 block
   bf16* Rb = sc.take<bf16>(kC * kLdC);
   float* gam = sc.take<float>(kC);
   float* beta = sc.take<float>(kC);
@@ -335,11 +476,12 @@ __global__ void __launch_bounds__(kPrepV2Threads, 3) prep_v2_kernel(Problem p, F
         *reinterpret_cast<float2*>(Rf + i * kLdCf + j) = l;
       }
   }
-  invert_unit_lower64(Rf, kLdCf, tmp);  // barriers inside, before (L written) and after (R complete)
+  invert_unit_lower64_tc(Rf, kLdCf, low);  // barriers inside, before (L written) and after (R complete)
   // bf16(R) (and R for the backward); β v into Kb (its K Kᵀ reads ended before the inverse's first barrier).
   bf16* R_out = s.R ? s.R + (ci * p.Hv + h) * kC * kC : nullptr;
   for (int idx = tid; idx < kC * kC; idx += kPrepV2Threads) {
-    const bf16 r = __float2bfloat16_rn(Rf[(idx / kC) * kLdCf + idx % kC]);
+    const int i = idx / kC, jc = idx % kC;
+    const bf16 r = __float2bfloat16_rn(i >= 32 && jc < 32 ? low[(i - 32) * kLdLow + jc] : Rf[i * kLdCf + jc]);
     Rb[(idx / kC) * kLdC + idx % kC] = r;
     if (R_out) R_out[idx] = r;
   }

@@ -374,7 +374,7 @@ __device__ inline void invert_unit_lower64_tc(float* A, int lda, float* low) {
 // straight to global); the per-row factors βe^γ, β and e^{γ_c − γ} are computed once per row, not per element. The
 // inverse: fp32 substitution in the diagonal 16 × 16 blocks, merges on the tensor cores with split (hi + lo bf16)
 // operands (invert_unit_lower64_tc). Barriers: after γ, after the k tile, the inverse's five, after bf16(R) and βv.
-// Shared memory (66,816 B, three blocks per SM):
+// Shared memory (67,328 B, three blocks per SM):
 //   Kb  bf16 [64][kLdD]   k (K Kᵀ), then β v (after the inverse's barriers: its last K Kᵀ read is behind them)
 //   Xb  bf16 [64][kLdD]   βe^γ k
 //   Rf  fp32 [64][kLdCf]  L, then R (but its lower-left 32 × 32 block, in low [32][kLdLow]);  Rb bf16 [64][kLdC]

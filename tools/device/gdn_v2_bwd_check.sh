@@ -2,15 +2,17 @@
 # gdn_v2_bwd_check.sh: the chunked gated delta rule's v2 backward kernels (src/ops/gated_delta_rule/gdn_bwd_v2.cuh,
 # selected by HLM_GDN_KERNELS=v2) on the GPU machine: the chunked tests with v1 and with v2, the gdn bench with both,
 # and one ncu launch of each v2 backward kernel (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats) at the bench's
-# first shape (B8×T1024, H32, D128). HLM_GDN_KERNELS also switches the forward's v2 kernels where gdnfwd's exist.
+# first shape (B8×T1024, H32, D128), plus the reverse pass (dstate, v1 and v2) at B1×T16384. HLM_GDN_KERNELS also
+# switches the forward's v2 kernels (gdnfwd's).
 #
 # usage: bash tools/device/gdn_v2_bwd_check.sh      (binaries under $BIN: test_cuda_ops, bench_cuda_kernels)
-# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~2 min (+ ~1 min when v2 fails: the
+# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~2.5 min (+ ~1 min when v2 fails: the
 # backward test is then rerun with one v2 backward kernel at a time, HLM_GDN_BWD_V2=<kernel>, to name the culprit).
 # Expect: both test runs "[  PASSED  ]" for GatedDeltaRuleChunkedCuda.* (ForwardBf16TensorCores,
 # BackwardBf16TensorCores, KeptForwardScratch; the [check] lines print each margin); bench lines
-# "gdn_fwd_bwd ... chunked-tc X ms" for v1 and v2 (session 6 v1: 5.04 ms at B8×T1024); the ncu summary per kernel
-# (v1 dqk: 1.02 ms, 31% occupancy, 114 KB smem at B8×T1024).
+# "gdn_fwd_bwd ... chunked-tc X ms" for v1 and v2 (session 23 call C, at e9925b9: v1 5.03 / 5.69 / 12.75 ms, v2 3.25 /
+# 3.73 / 9.57 ms at B8×T1024 / B2×T4096 / B1×T16384; FLA 3.76 / 3.50 / 4.80); the ncu summary per kernel (v1 at
+# B8×T1024, call A: du_local 272 µs, dstate 631 µs, dqk 1.09 ms, wy 722 µs).
 set -u
 BIN=${BIN:-/tmp/hlm/bin}
 OUT=${OUT:-/tmp/gdn_v2_bwd_check}
@@ -52,6 +54,17 @@ if command -v ncu > /dev/null 2>&1; then
   echo "rc $?"
   grep -E 'v2::|_kernel<|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Dynamic Shared Memory Per|Block Limit|Warp Cycles Per Issued|No kernels' \
     "$OUT/ncu_v2.log" | head -80
+  # The reverse pass at B1×T16384 (N·Hv·4 = 128 blocks: two chunk buffers, one block per SM; 256 chunks each), v1 and
+  # v2: the bench runs each shape's chunked fwd+bwd 12 times (2 warm-up + 10), so skip the first two shapes' 24.
+  for kv in v1 v2; do
+    echo "== ncu HLM_GDN_KERNELS=$kv dstate at B1xT16384"
+    HLM_GDN_KERNELS=$kv timeout 150 ncu --kernel-name-base demangled --kernel-name 'regex:dstate_kernel<' \
+      --launch-skip 24 --launch-count 1 --clock-control none --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats "$BIN/bench_cuda_kernels" gdn > "$OUT/ncu_dstate_b1_$kv.log" 2>&1
+    echo "rc $?"
+    grep -E 'dstate_kernel<|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Dynamic Shared Memory Per|Warp Cycles Per Issued|No kernels' \
+      "$OUT/ncu_dstate_b1_$kv.log" | head -12
+  done
 else
   echo "== ncu: not on this machine"
 fi

@@ -293,9 +293,21 @@ void launch_state_v2_as(const Problem& p, const ForwardScratch& s, float* hT, cu
   fwd_v2::state_v2_kernel<kWarps><<<grid, kWarps * 32, fwd_v2::state_v2_smem<kWarps>(), stream>>>(p, s, hT);
 }
 
+// HLM_GDN_STATE_WARPS=1|2|4|8 forces state_v2's warps per block (A/B runs); unset: launch_state_v2's rule. Read once.
+int state_v2_forced_warps() {
+  static const int w = [] {
+    const char* e = std::getenv("HLM_GDN_STATE_WARPS");
+    const int v = e ? std::atoi(e) : 0;
+    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
+  }();
+  return w;
+}
+
 // Rows per block (16·kWarps): the fewest waves of blocks (all sequences are taken as equally long), among the
-// kWarps that still give every SM a block (kWarps = 1 when none does); on a tie, more rows per block (the chunk's W
-// and Kd tiles are then read by fewer blocks).
+// kWarps that give at least half the SMs a block (kWarps = 1 when none does); on a tie, more rows per block. More
+// warps per block share one copy of the chunk's W and Kd tiles: session 23 (call C, kWarps = 1 at B1×T16384 H32,
+// 256 one-warp blocks) measured ~7 µs per chunk step against ~2.6 µs with 2 warps per block at B2×T4096 (also 256
+// blocks), so one-warp blocks are the last resort.
 void launch_state_v2(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
   int device = 0, sms = 0;
   HLM_CUDA_CHECK(cudaGetDevice(&device));
@@ -307,10 +319,11 @@ void launch_state_v2(const Problem& p, const ForwardScratch& s, float* hT, cudaS
   int64_t best_waves = INT64_MAX;
   for (int i = 0, kw = 8; kw >= 1; ++i, kw /= 2) {
     const int64_t blocks = p.N * p.Hv * ((strips + kw - 1) / kw);
-    if (blocks < sms && kw > 1) continue;
+    if (2 * blocks < sms && kw > 1) continue;
     const int64_t slots = static_cast<int64_t>(per_sm[i]) * sms, waves = (blocks + slots - 1) / slots;
     if (waves < best_waves) best = kw, best_waves = waves;
   }
+  if (state_v2_forced_warps()) best = state_v2_forced_warps();
   switch (best) {
     case 8: launch_state_v2_as<8>(p, s, hT, stream); break;
     case 4: launch_state_v2_as<4>(p, s, hT, stream); break;

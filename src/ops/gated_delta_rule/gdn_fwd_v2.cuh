@@ -12,9 +12,9 @@
 //     M ← e^{γ_c} M + Uᵀ Kd   A = bf16(Uᵀ) re-packed from the U accumulators, B = Kd (ldmatrix.trans, k-major)
 //   The block's warps share the chunk's W and Kd tiles (bf16, 2 × 17 KB), copied by cp.async a chunk ahead into a
 //   second buffer; one block barrier per chunk (copies landed / the other buffer free).
-//   ≤ 128 registers (launch bounds: 16 warps per SM by registers; the shared memory allows 3 blocks).
-//   kWarps (1, 2, 4 or 8) is picked at launch: fewer rows per block when there are few sequences × heads, so the
-//   132 SMs all get work (B1×T16384 H32: 256 one-warp blocks instead of 32 blocks of 128 rows).
+//   With 8 warps per block ≤ 128 registers (launch bounds: 2 blocks, 16 warps per SM); fewer warps use up to 188.
+//   kWarps (1, 2, 4 or 8) is picked at launch (launch_state_v2): fewer rows per block when there are few
+//   sequences × heads, so at least half the 132 SMs get work (B1×T16384 H32: 128 blocks of 2 warps instead of 32 of 8).
 // prep_v2 and output_v2 (per chunk and v-head, 8 warps): see their comments below.
 // Numerics as v1: M0 and U enter the products as bf16, everything accumulates in fp32; U's sum starts from Ũ
 // instead of subtracting a separately summed W M0ᵀ (a different fp32 rounding order, the same error bound).
@@ -90,6 +90,26 @@ struct UStrip {
   }
 };
 
+// dst [64][kLdD] bf16 (zeros beyond len rows / width columns) = src rows (row stride `stride`) by cp.async, for
+// kThreads threads, when vector_ok(src, stride, width) (the caller checks): thread tid always copies the 16-byte
+// column piece tid % 16 of rows tid / 16 + (kThreads / 16)·it, so the loop is unrolled with one pointer step per piece
+// (load_tile_async's general loop spends ~3× the instructions per copy, which one-warp blocks pay alone).
+template <int kThreads>
+__device__ __forceinline__ void copy_rows_async(bf16* dst, const bf16* src, int64_t stride, int len, int width) {
+  static_assert(kThreads % 16 == 0 && kC * 16 % kThreads == 0, "whole rows per step");
+  constexpr int kStep = kThreads / 16, kIters = kC * 16 / kThreads;
+  const int tid = static_cast<int>(threadIdx.x), v = 8 * (tid % 16), r = tid / 16;
+  const bool col_ok = v < width;
+  const bf16* sp = src + r * stride + v;
+  bf16* dp = dst + r * kLdD + v;
+  const int64_t sstep = kStep * stride;
+#pragma unroll 4
+  for (int it = 0; it < kIters; ++it, sp += sstep, dp += kStep * kLdD) {
+    const bool valid = col_ok && r + it * kStep < len;
+    cp_async16(dp, valid ? sp : src, valid);
+  }
+}
+
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_kernel(Problem p, ForwardScratch s, float* hT) {
   const int64_t seq = blockIdx.x / p.Hv;
@@ -110,10 +130,16 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   const int64_t ust = p.Hv * p.dv;  // token stride of U
   const float* u_head = s.U + static_cast<int64_t>(h) * p.dv;
   const UStrip strip(strip_sm, r0, dv, ust, s.U);
+  const bool rows_vec = vector_ok(s.W, hst, dk) && vector_ok(s.Kd, hst, dk);  // every chunk's rows then are too
   const auto issue = [&](const ChunkInfo& info, int buf) {
     const int64_t off = (info.t0 * p.Hv + h) * p.dk;
-    load_tile_async<kC, kD>(Wb2 + buf * kC * kLdD, kLdD, s.W + off, hst, info.len, dk);
-    load_tile_async<kC, kD>(Kb2 + buf * kC * kLdD, kLdD, s.Kd + off, hst, info.len, dk);
+    if (rows_vec) {
+      copy_rows_async<kWarps * 32>(Wb2 + buf * kC * kLdD, s.W + off, hst, info.len, dk);
+      copy_rows_async<kWarps * 32>(Kb2 + buf * kC * kLdD, s.Kd + off, hst, info.len, dk);
+    } else {
+      load_tile_async<kC, kD>(Wb2 + buf * kC * kLdD, kLdD, s.W + off, hst, info.len, dk);
+      load_tile_async<kC, kD>(Kb2 + buf * kC * kLdD, kLdD, s.Kd + off, hst, info.len, dk);
+    }
   };
   // This lane's accumulator coordinates: rows (state rows / value channels) r0 + g, r0 + g + 8; columns 2t, 2t + 1
   // of each 8-wide tile (key dims for the state, tokens for Uᵀ). In the strip, Uᵀ element (row c, token i) is at

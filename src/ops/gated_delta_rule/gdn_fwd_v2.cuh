@@ -5,10 +5,10 @@
 // state_v2 (the sequential pass), per (sequence, v-head, 16·kWarps state rows), kWarps·32 threads:
 //   warp w owns the 16 state rows a0 + 16w.. as 16 fp32 accumulator tiles (16 rows × 8 key columns each: the
 //   whole 16 × 128 row strip, 64 registers), so no product needs another warp's data. Per chunk:
-//     Uᵀ = Ũᵀ − M0 Wᵀ   [16 rows][64 tokens]: the accumulators start as Ũᵀ (fp32, loaded from global at the top
-//                       of the chunk, landing while M0 is stored), A = bf16(−M0) re-packed from the state
-//                       accumulators, B = W (ldmatrix, n-major)
-//     M0 (bf16) and U (fp32, in place of Ũ) stored straight from the registers
+//     Uᵀ = Ũᵀ − M0 Wᵀ   [16 rows][64 tokens]: the accumulators start as Ũᵀ (from the warp's fp32 strip in shared
+//                       memory, copied by cp.async during the previous chunk's update), A = bf16(−M0) re-packed
+//                       from the state accumulators, B = W (ldmatrix, n-major)
+//     M0 (bf16) stored straight from the packed registers; U (fp32, in place of Ũ) through the strip (16-byte rows)
 //     M ← e^{γ_c} M + Uᵀ Kd   A = bf16(Uᵀ) re-packed from the U accumulators, B = Kd (ldmatrix.trans, k-major)
 //   The block's warps share the chunk's W and Kd tiles (bf16, 2 × 17 KB), copied by cp.async a chunk ahead into a
 //   second buffer; one block barrier per chunk (copies landed / the other buffer free).

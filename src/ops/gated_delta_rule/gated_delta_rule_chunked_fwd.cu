@@ -273,6 +273,16 @@ bool gdn_kernels_v2() {
   return v2;
 }
 
+// HLM_GDN_PREP=v1 keeps v1's prep kernel under HLM_GDN_KERNELS=v2 (A/B of prep_v2 alone; call C ran state_v2 and
+// output_v2 after v1's prep). Read once.
+bool gdn_prep_v1_forced() {
+  static const bool v1 = [] {
+    const char* e = std::getenv("HLM_GDN_PREP");
+    return e != nullptr && std::string(e) == "v1";
+  }();
+  return v1;
+}
+
 template <int kWarps>
 int state_v2_blocks_per_sm() {
   static const int n = [] {
@@ -366,19 +376,20 @@ ForwardScratch carve_forward(Carver& c, const Problem& p, bool for_backward) {
 void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
   chunk_table_kernel<<<1, 256, 0, stream>>>(p.cu, p.N, s.max_chunks, s.table, s.seq_first);
   HLM_CUDA_CHECK_LAUNCH();
-  if (gdn_kernels_v2()) {
+  const dim3 chunk_grid(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv));
+  if (gdn_kernels_v2() && !gdn_prep_v1_forced()) {
     set_smem(fwd_v2::prep_v2_kernel, fwd_v2::kPrepV2Smem);
-    fwd_v2::prep_v2_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)),
-                             fwd_v2::kPrepV2Threads, fwd_v2::kPrepV2Smem, stream>>>(p, s);
-    HLM_CUDA_CHECK_LAUNCH();
+    fwd_v2::prep_v2_kernel<<<chunk_grid, fwd_v2::kPrepV2Threads, fwd_v2::kPrepV2Smem, stream>>>(p, s);
+  } else {
+    set_smem(prep_kernel, kPrepSmem);
+    prep_kernel<<<chunk_grid, kPrepThreads, kPrepSmem, stream>>>(p, s);
+  }
+  HLM_CUDA_CHECK_LAUNCH();
+  if (gdn_kernels_v2()) {
     launch_state_v2(p, s, hT, stream);
     HLM_CUDA_CHECK_LAUNCH();
     return;
   }
-  set_smem(prep_kernel, kPrepSmem);
-  prep_kernel<<<dim3(static_cast<unsigned>(s.max_chunks), static_cast<unsigned>(p.Hv)), kPrepThreads, kPrepSmem,
-                stream>>>(p, s);
-  HLM_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
   if (state_pass_buffers(static_cast<int64_t>(grid.x) * grid.y) == 1) {
     set_smem(state_kernel<1>, state_smem<1>());

@@ -159,19 +159,25 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
       S[n].r[e] = (p.h0 && a < dv && d < dk) ? p.h0[state_off + static_cast<int64_t>(a) * p.dk + d] : 0.0f;
     }
 
+  // The chunk table and γ_c are read a chunk ahead of their use (cur: chunk ci, next: ci + 1, its γ_c in gc_next), so
+  // no table load stands between the barrier and the next chunk's copies.
   const int64_t first = s.seq_first[seq], last = s.seq_first[seq + 1];
-  ChunkInfo next = first < last ? s.table[first] : ChunkInfo{0, 0, 0};
+  const auto gamma_c = [&](const ChunkInfo& info) { return s.gam[(info.t0 + info.len - 1) * p.Hv + h]; };
+  ChunkInfo cur = first < last ? s.table[first] : ChunkInfo{0, 0, 0};
+  ChunkInfo next = first + 1 < last ? s.table[first + 1] : ChunkInfo{0, 0, 0};
+  float gc_cur = first < last ? gamma_c(cur) : 0.0f;
   if (first < last) {
-    issue(next, 0);
-    strip.load(u_head + next.t0 * ust, next.len);
+    issue(cur, 0);
+    strip.load(u_head + cur.t0 * ust, cur.len);
   }
   cp_async_commit();
   for (int64_t ci = first; ci < last; ++ci) {
     const int buf = static_cast<int>((ci - first) & 1);
-    const ChunkInfo info = next;
+    const ChunkInfo info = cur;
     const int len = info.len;
-    const float gc = s.gam[(info.t0 + len - 1) * p.Hv + h];
-    if (ci + 1 < last) next = s.table[ci + 1];
+    const float gc = gc_cur;
+    const ChunkInfo after = ci + 2 < last ? s.table[ci + 2] : ChunkInfo{0, 0, 0};  // used from the next chunk on
+    const float gc_next = ci + 1 < last ? gamma_c(next) : 0.0f;
     cp_async_wait<0>();  // this thread's copies of chunk ci (W, Kd, Ũ strip) have landed
     __syncthreads();     // everyone's have; everyone is done with chunk ci − 1 (the other buffer is free)
     if (ci + 1 < last) issue(next, buf ^ 1);
@@ -240,6 +246,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
         gdn_mma::mma_16816(S[2 * jj], UA[kk], b[0]);
         gdn_mma::mma_16816(S[2 * jj + 1], UA[kk], b[1]);
       }
+    cur = next, next = after, gc_cur = gc_next;
   }
   if (hT) {
 #pragma unroll

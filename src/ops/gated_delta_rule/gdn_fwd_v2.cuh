@@ -6,7 +6,8 @@
 //   warp w owns the 16 state rows a0 + 16w.. as 16 fp32 accumulator tiles (16 rows × 8 key columns each: the
 //   whole 16 × 128 row strip, 64 registers), so no product needs another warp's data. Per chunk:
 //     Uᵀ = Ũᵀ − M0 Wᵀ   [16 rows][64 tokens]: the accumulators start as Ũᵀ (from the warp's fp32 strip in shared
-//                       memory, copied by cp.async during the previous chunk's update), A = bf16(−M0) re-packed
+//                       memory, copied by cp.async a chunk ahead with W and Kd into a second strip, or with one
+//                       strip (8 warps per block) during the previous chunk's update), A = bf16(−M0) re-packed
 //                       from the state accumulators, B = W (ldmatrix, n-major)
 //     M0 (bf16) stored straight from the packed registers; U (fp32, in place of Ũ) through the strip (16-byte rows)
 //     M ← e^{γ_c} M + Uᵀ Kd   A = bf16(Uᵀ) re-packed from the U accumulators, B = Kd (ldmatrix.trans, k-major)
@@ -37,13 +38,21 @@ constexpr int kStateRowsPerWarp = 16;
 // for cp.async, and the accumulator-layout reads (rows 2t, columns g) fall on distinct banks).
 constexpr int kLdStrip = kStateRowsPerWarp + 4;
 constexpr size_t kStripBytes = smem_piece<float>(kC * kLdStrip);
+// U strips per warp: two (the next chunk's Ũ copied a whole chunk ahead, with W and Kd) where shared memory allows,
+// one with 8 warps per block (two blocks per SM; the next Ũ is then copied after the strip's U has been stored).
 template <int kWarps>
-constexpr size_t state_v2_smem() {  // W and Kd, two buffers each, and a U strip per warp
-  return 4 * smem_piece<bf16>(kC * kLdD) + kWarps * kStripBytes;
+__host__ __device__ constexpr int state_v2_strips() {
+  return kWarps == 8 ? 1 : 2;
 }
-static_assert(blocks_fit_per_sm(state_v2_smem<8>(), 2), "state_v2: two blocks of 8 warps per SM");
+template <int kWarps>
+constexpr size_t state_v2_smem() {  // W and Kd, two buffers each, and the U strips of every warp
+  return 4 * smem_piece<bf16>(kC * kLdD) + kWarps * state_v2_strips<kWarps>() * kStripBytes;
+}
+static_assert(blocks_fit_per_sm(state_v2_smem<8>(), 2) && blocks_fit_per_sm(state_v2_smem<4>(), 2),
+              "state_v2: two blocks of 8 or 4 warps per SM");
 
-// The warp's strip of U for one chunk: columns r0..r0+15 of the chunk's rows [len][dv] of U (row stride ust).
+// The warp's strips of U (one or two buffers, kStripBytes apart) for one chunk each: columns r0..r0+15 of the
+// chunk's rows [len][dv] of U (row stride ust).
 // Vector path (16-byte cp.async, zero-filled outside len / dv) when dv and the strides allow, else scalar copies.
 struct UStrip {
   float* sm;  // [kC][kLdStrip]
@@ -52,8 +61,9 @@ struct UStrip {
   bool vec;
   __device__ UStrip(float* sm_, int r0_, int dv_, int64_t ust_, const float* U)
       : sm(sm_), r0(r0_), dv(dv_), ust(ust_), vec(dv_ % 4 == 0 && ust_ % 4 == 0 && reinterpret_cast<uintptr_t>(U) % 16 == 0) {}
-  // Global → strip (asynchronous on the vector path: the caller commits and waits).
-  __device__ void load(const float* src, int len) const {
+  // Global → strip b (asynchronous on the vector path: the caller commits and waits).
+  __device__ void load(int b, const float* src, int len) const {
+    float* sm = this->sm + b * static_cast<int>(kStripBytes / sizeof(float));
     const int lane = gdn_mma::lane_id();
     if (vec) {
 #pragma unroll
@@ -70,8 +80,9 @@ struct UStrip {
       }
     }
   }
-  // Strip → global, the valid part.
-  __device__ void store(float* dst, int len) const {
+  // Strip b → global, the valid part.
+  __device__ void store(int b, float* dst, int len) const {
+    const float* sm = this->sm + b * static_cast<int>(kStripBytes / sizeof(float));
     const int lane = gdn_mma::lane_id();
     if (vec) {
 #pragma unroll
@@ -121,7 +132,9 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   SmemCarver sc{smem};
   bf16* Wb2 = sc.take<bf16>(2 * kC * kLdD);
   bf16* Kb2 = sc.take<bf16>(2 * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
-  float* strip_sm = sc.take<float>(kWarps * kStripBytes / sizeof(float)) + warp * (kStripBytes / sizeof(float));
+  constexpr int kStrips = state_v2_strips<kWarps>();
+  constexpr int kStripFloats = static_cast<int>(kStripBytes / sizeof(float));
+  float* strip_sm = sc.take<float>(kWarps * kStrips * kStripFloats) + warp * kStrips * kStripFloats;
   // This lane's ldmatrix row addresses in buffer 0 (bytes; buffer 1 is kTileBytes further).
   constexpr int kTileBytes = kC * kLdD * 2;
   const gdn_mma::saddr_t w_lane = gdn_mma::smem_addr(Wb2 + gdn_mma::lane_off_b2(kLdD));
@@ -168,7 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   float gc_cur = first < last ? gamma_c(cur) : 0.0f;
   if (first < last) {
     issue(cur, 0);
-    strip.load(u_head + cur.t0 * ust, cur.len);
+    strip.load(0, u_head + cur.t0 * ust, cur.len);
   }
   cp_async_commit();
   for (int64_t ci = first; ci < last; ++ci) {
@@ -180,8 +193,13 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
     const float gc_next = ci + 1 < last ? gamma_c(next) : 0.0f;
     cp_async_wait<0>();  // this thread's copies of chunk ci (W, Kd, Ũ strip) have landed
     __syncthreads();     // everyone's have; everyone is done with chunk ci − 1 (the other buffer is free)
-    if (ci + 1 < last) issue(next, buf ^ 1);
+    if (ci + 1 < last) {
+      issue(next, buf ^ 1);
+      if (kStrips == 2) strip.load(buf ^ 1, u_head + next.t0 * ust, next.len);  // its old U was stored in ci − 1
+    }
     cp_async_commit();
+    const int sb = kStrips == 2 ? buf : 0;  // the strip holding chunk ci's Ũ
+    float* lane_sb = lane_strip + sb * kStripFloats;
     const gdn_mma::saddr_t wl = w_lane + buf * kTileBytes, kl = k_lane + buf * kTileBytes;
 
     // Uᵀ = Ũᵀ − M0 Wᵀ: the accumulators start as Ũᵀ (from the strip); M0 (bf16) to the per-chunk states on the way.
@@ -189,7 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
 #pragma unroll
     for (int j = 0; j < kC / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) U[j].r[e] = lane_strip[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)];
+      for (int e = 0; e < 4; ++e) U[j].r[e] = lane_sb[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)];
     bf16* m0a = s.states + (ci * p.Hv + h) * p.dv * p.dk + static_cast<int64_t>(ra) * p.dk;  // row ra; rb 8 rows on
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {  // key dims 16kk..16kk+15
@@ -221,15 +239,17 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
 #pragma unroll
     for (int j = 0; j < kC / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) lane_strip[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)] = U[j].r[e];
+      for (int e = 0; e < 4; ++e) lane_sb[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)] = U[j].r[e];
     FragA UA[kC / 16];
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk) UA[kk] = gdn_mma::a_from_acc(U[2 * kk], U[2 * kk + 1]);
     __syncwarp();
-    strip.store(s.U + info.t0 * ust + static_cast<int64_t>(h) * p.dv, len);
+    strip.store(sb, s.U + info.t0 * ust + static_cast<int64_t>(h) * p.dv, len);
     __syncwarp();  // the strip is read: the next chunk's Ũ may land in it
-    if (ci + 1 < last) strip.load(u_head + next.t0 * ust, next.len);
-    cp_async_commit();
+    if (kStrips == 1) {
+      if (ci + 1 < last) strip.load(0, u_head + next.t0 * ust, next.len);
+      cp_async_commit();
+    }
 
     // M ← e^{γ_c} M + Uᵀ Kd.
     const float decay = expf(gc);

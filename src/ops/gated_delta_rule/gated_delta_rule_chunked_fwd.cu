@@ -314,20 +314,25 @@ int state_v2_forced_warps() {
 }
 
 // Rows per block (16·kWarps): the fewest waves of blocks (all sequences are taken as equally long), among the
-// kWarps that give at least half the SMs a block (kWarps = 1 when none does); on a tie, more rows per block. More
-// warps per block share one copy of the chunk's W and Kd tiles: session 23 (call C, kWarps = 1 at B1×T16384 H32,
-// 256 one-warp blocks) measured ~7 µs per chunk step against ~2.6 µs with 2 warps per block at B2×T4096 (also 256
-// blocks), so one-warp blocks are the last resort.
+// kWarps that give at least half the SMs a block (kWarps = 1 when none does); on a tie, the order below. More warps
+// per block share one copy of the chunk's W and Kd tiles: session 23 (call C, kWarps = 1 at B1×T16384 H32, 256
+// one-warp blocks) measured ~7 µs per chunk step against ~2.6 µs with 2 warps per block at B2×T4096 (also 256
+// blocks), so one-warp blocks are the last resort. B8×T1024 H32: 8 warps (256 blocks, one wave); the 4B shape
+// (4 sequences × 32 heads) and B2×T4096: 4; B1×T16384: 2.
 void launch_state_v2(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
   int device = 0, sms = 0;
   HLM_CUDA_CHECK(cudaGetDevice(&device));
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t strips = (p.dv + fwd_v2::kStateRowsPerWarp - 1) / fwd_v2::kStateRowsPerWarp;
-  const int per_sm[4] = {state_v2_blocks_per_sm<8>(), state_v2_blocks_per_sm<4>(), state_v2_blocks_per_sm<2>(),
+  // Candidates in order of preference on a tie: 4 (two U strips, so the next Ũ is copied a chunk ahead), then 8
+  // (one strip; taken only for fewer waves, e.g. B8×T1024 H32), 2, 1.
+  const int order[4] = {4, 8, 2, 1};
+  const int per_sm[4] = {state_v2_blocks_per_sm<4>(), state_v2_blocks_per_sm<8>(), state_v2_blocks_per_sm<2>(),
                          state_v2_blocks_per_sm<1>()};
   int best = 1;
   int64_t best_waves = INT64_MAX;
-  for (int i = 0, kw = 8; kw >= 1; ++i, kw /= 2) {
+  for (int i = 0; i < 4; ++i) {
+    const int kw = order[i];
     const int64_t blocks = p.N * p.Hv * ((strips + kw - 1) / kw);
     if (2 * blocks < sms && kw > 1) continue;
     const int64_t slots = static_cast<int64_t>(per_sm[i]) * sms, waves = (blocks + slots - 1) / slots;

@@ -32,8 +32,7 @@
 // operands q, k, v, W, U, dO, dU, X, Y, R and the per-chunk states stored for the output and the backward (as FLA
 // does, gdn.md §4; v2's prep forms R's off-diagonal blocks from split hi + lo bf16 operands, ~16 significant bits,
 // before R's own bf16 rounding). Errors are therefore ~bf16 (2^-9 relative per operand) instead of the fp32
-// recurrence's; the test
-// (tests/cuda/cases_gated_delta_rule_chunked.cpp) states the bound. Use the recurrent kernels
+// recurrence's; the test (tests/cuda/cases_gated_delta_rule_chunked.cpp) states the bound. Use the recurrent kernels
 // (gated_delta_rule_cuda.h) for fp32 work; this path serves the bf16 compute mode.
 // Limits: key_dim, value_dim ≤ 128 (zero-padded to 128 in shared memory, so small dims cost as much as 128).
 #pragma once

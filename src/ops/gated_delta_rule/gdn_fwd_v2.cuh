@@ -279,6 +279,28 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   }
 }
 
+// ---- Packed tile loads
+
+// dst[0..3] = bf16(s·v[0..3]) as one 8-byte store (dst 8-byte aligned).
+__device__ __forceinline__ void store4_bf16(bf16* dst, const float* v, float s) {
+  *reinterpret_cast<uint2*>(dst) =
+      make_uint2(gdn_mma::pack_bf16x2(s * v[0], s * v[1]), gdn_mma::pack_bf16x2(s * v[2], s * v[3]));
+}
+// load_tile_bf16 (gdn_chunked_tiles.cuh) with the vector path's four values stored as one 8-byte store instead of four
+// 2-byte ones (ld a multiple of 4 elements; the same bits).
+template <int kRows, int kCols, typename Scale>
+__device__ __forceinline__ void load_tile_bf16_packed(bf16* dst, int ld, const float* src, int64_t stride, int len,
+                                                      int width, Scale scale) {
+  for_tile<kRows, kCols>(src, stride, len, width, [&](int i, int d, const float* v, int n) {
+    const float sc = i < len ? scale(i) : 0.0f;
+    if (n == 4) {
+      store4_bf16(dst + i * ld + d, v, sc);
+    } else {
+      for (int e = 0; e < n; ++e) dst[i * ld + d + e] = __float2bfloat16_rn(sc * v[e]);
+    }
+  });
+}
+
 // ---- Unit-lower-triangular inverse on the tensor cores (prep_v2)
 
 // x ≈ hi + lo with hi = bf16(x), lo = bf16(x − hi) (16 significant bits), for a pair, as two bf16x2 registers.
@@ -471,8 +493,21 @@ __global__ void __launch_bounds__(kPrepV2Threads, 3) prep_v2_kernel(Problem p, F
   __syncthreads();
   // One read of k: Kb = k, Xb = βe^γ k, and the decayed keys Kd = e^{γ_c − γ} k (bf16, global).
   bf16* Kd = s.Kd + (t0 * p.Hv + h) * p.dk;
+  const bool kd_pairs = dk % 4 == 0 && hst % 4 == 0;  // Kd rows' 4-element groups are 8-byte aligned
   for_tile<kC, kD>(p.k + (t0 * p.Hk + hk) * p.dk, kst, len, dk, [&](int i, int d, const float* v, int n) {
     const float w = wx[i], e_out = dec[i];
+    if (n == 4) {  // the vector path: d < dk implies d + 3 < dk
+      store4_bf16(Kb + i * kLdD + d, v, 1.0f);
+      store4_bf16(Xb + i * kLdD + d, v, w);
+      if (i < len && d < dk) {
+        if (kd_pairs) {
+          store4_bf16(Kd + i * hst + d, v, e_out);
+        } else {
+          for (int e = 0; e < 4; ++e) Kd[i * hst + d + e] = __float2bfloat16_rn(e_out * v[e]);
+        }
+      }
+      return;
+    }
     for (int e = 0; e < n; ++e) {
       Kb[i * kLdD + d + e] = __float2bfloat16_rn(v[e]);
       Xb[i * kLdD + d + e] = __float2bfloat16_rn(w * v[e]);
@@ -538,7 +573,7 @@ __global__ void __launch_bounds__(kPrepV2Threads, 3) prep_v2_kernel(Problem p, F
     Rb[(idx / kC) * kLdC + idx % kC] = r;
     if (R_out) R_out[idx] = r;
   }
-  load_tile_bf16<kC, kD>(Kb, kLdD, p.v + (t0 * p.Hv + h) * p.dv, ust, len, dv, [&](int i) { return beta[i]; });
+  load_tile_bf16_packed<kC, kD>(Kb, kLdD, p.v + (t0 * p.Hv + h) * p.dv, ust, len, dv, [&](int i) { return beta[i]; });
   __syncthreads();
 
   // W = R (βe^γ K) and Ũ = R (β V) over columns 64hf..64hf+63; R is lower triangular: token tiles kk ≤ ws only.
@@ -627,9 +662,9 @@ __global__ void __launch_bounds__(kOutV2Threads, 2) output_v2_kernel(Problem p, 
   load_tile_async<kD, kD>(Mb, kLdD, s.states + (ci * p.Hv + h) * p.dv * p.dk, p.dk, dv, dk);
   cp_async_commit();
   if (tid < kC) gam[tid] = s.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
-  load_tile_bf16<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
-  load_tile_bf16<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
-  load_tile_bf16<kC, kD>(Ub, kLdD, s.U + (t0 * p.Hv + h) * p.dv, ust, len, dv, NoScale{});
+  load_tile_bf16_packed<kC, kD>(Qb, kLdD, p.q + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  load_tile_bf16_packed<kC, kD>(Kb, kLdD, p.k + (t0 * p.Hk + hk) * p.dk, qst, len, dk, NoScale{});
+  load_tile_bf16_packed<kC, kD>(Ub, kLdD, s.U + (t0 * p.Hv + h) * p.dv, ust, len, dv, NoScale{});
   cp_async_wait<0>();
   __syncthreads();
 

@@ -13,12 +13,13 @@
 //     M ← e^{γ_c} M + Uᵀ Kd   A = bf16(Uᵀ) re-packed from the U accumulators, B = Kd (ldmatrix.trans, k-major)
 //   The block's warps share the chunk's W and Kd tiles (bf16, 2 × 17 KB), copied by cp.async a chunk ahead into a
 //   second buffer; one block barrier per chunk (copies landed / the other buffer free).
-//   With 8 warps per block ≤ 128 registers (launch bounds: 2 blocks, 16 warps per SM); fewer warps use up to 188.
+//   With 8 warps per block ≤ 128 registers (launch bounds: 2 blocks, 16 warps per SM); fewer warps use 186.
 //   kWarps (1, 2, 4 or 8) is picked at launch (launch_state_v2): fewer rows per block when there are few
 //   sequences × heads, so at least half the 132 SMs get work (B1×T16384 H32: 128 blocks of 2 warps instead of 32 of 8).
 // prep_v2 and output_v2 (per chunk and v-head, 8 warps): see their comments below.
 // Numerics as v1: M0 and U enter the products as bf16, everything accumulates in fp32; U's sum starts from Ũ
-// instead of subtracting a separately summed W M0ᵀ (a different fp32 rounding order, the same error bound).
+// instead of subtracting a separately summed W M0ᵀ (a different fp32 rounding order, the same error bound); prep_v2's
+// inverse merges use split hi + lo bf16 operands (~16 significant bits; see invert_unit_lower64_tc).
 #pragma once
 #include "ops/gated_delta_rule/gdn_chunked_tiles.cuh"
 #include "ops/gated_delta_rule/gdn_mma.cuh"

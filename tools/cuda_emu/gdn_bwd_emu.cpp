@@ -13,9 +13,13 @@
 // Cases: partial chunks, a 1-token sequence, an empty sequence, dk ≠ dv (40/72, 7/5), GVA 2× and 3×, dk = dv = 128
 // (the kernels' kFull path, also with GVA and strong decay), with and without h0/dhT, and the β ≈ 2 regime with
 // near-parallel keys and g ≈ 0.
+// Then per case the same chain with the full dU held as bf16 (BackwardScratch::dUh, the kDuBf16 instantiations, as
+// the launcher runs v2): every output (D per chunk, dh0, dq, dW, the dk/dγ parts, dk, dv, dβ, dg) must equal the
+// fp32-dU chain's bit for bit, and the bf16 dU must be bf16 of the fp32 dU (82 checks over the six cases).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,6 +67,17 @@ void compare(const std::string& what, const std::vector<float>& got, const std::
   if (!ok) ++g_failed;
   std::printf("  %-5s %-28s rel RMS %.2e  max |err| %.2e  (|ref| %.2e)\n", ok ? "ok" : "FAIL", what.c_str(), rel, worst,
               std::sqrt(den));
+}
+
+// Bit-for-bit equality of two runs' outputs (the bf16-dU chain against the fp32-dU chain).
+template <class T>
+void same_bits(const std::string& what, const std::vector<T>& got, const std::vector<T>& want) {
+  size_t diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff += std::memcmp(&got[i], &want[i], sizeof(T)) != 0;
+  ++g_checks;
+  if (diff != 0) ++g_failed;
+  std::printf("  %-5s %-40s %zu of %zu values differ in bits\n", diff == 0 ? "ok" : "FAIL", what.c_str(), diff,
+              want.size());
 }
 
 void run_case(const Case& cs, uint32_t seed, bool with_wy) {
@@ -336,14 +351,16 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   // dstate_v2 with one and with two chunk buffers, each from du_local_v2's dU_loc; the second run's results feed
   // dqk_v2 and wy_v2.
   const Dim pass_grid{static_cast<unsigned>(v2::dstate_blocks(p)), 1, 1};
+  std::vector<bf16> f32_dstates[3];  // the fp32-dU chain's results per buffer count, for the bf16-dU chain's check
+  std::vector<float> f32_dU[3], f32_dh0[3];
   for (int bufs = 1; bufs <= 2; ++bufs) {
     dU = dU_loc_kernel;
     std::fill(dstates.begin(), dstates.end(), bf16(NAN));
     emu_launch(pass_grid, v2::kPassThreads, bufs == 1 ? v2::dstate_smem<1>() : v2::dstate_smem<2>(), [&] {
-      if (bufs == 1 && full) v2::dstate_kernel<1, true>(p, fs, bs, gr);
-      if (bufs == 1 && !full) v2::dstate_kernel<1, false>(p, fs, bs, gr);
-      if (bufs == 2 && full) v2::dstate_kernel<2, true>(p, fs, bs, gr);
-      if (bufs == 2 && !full) v2::dstate_kernel<2, false>(p, fs, bs, gr);
+      if (bufs == 1 && full) v2::dstate_kernel<1, true, false>(p, fs, bs, gr);
+      if (bufs == 1 && !full) v2::dstate_kernel<1, false, false>(p, fs, bs, gr);
+      if (bufs == 2 && full) v2::dstate_kernel<2, true, false>(p, fs, bs, gr);
+      if (bufs == 2 && !full) v2::dstate_kernel<2, false, false>(p, fs, bs, gr);
     });
     std::printf("dstate_v2<%d> lens=%s Hk=%ld Hv=%ld dk=%ld dv=%ld%s%s\n", bufs, lens.c_str(), long(Hk), long(Hv),
                 long(dk), long(dv), cs.with_state ? " h0/dhT" : "", full ? " (kFull)" : "");
@@ -358,20 +375,23 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
     compare("D leaving each chunk", Dgot, Dref);
     compare("dU", dU, e_dU);
     if (cs.with_state) compare("dh0", dh0_out, e_dh0);
+    f32_dstates[bufs] = dstates;
+    f32_dU[bufs] = dU;
+    f32_dh0[bufs] = dh0_out;
   }
   emu_launch(grid, v2::kThreads, v2::kDqkSmem, [&] {
     if (full)
-      v2::dqk_kernel<true>(p, fs, bs, gr);
+      v2::dqk_kernel<true, false>(p, fs, bs, gr);
     else
-      v2::dqk_kernel<false>(p, fs, bs, gr);
+      v2::dqk_kernel<false, false>(p, fs, bs, gr);
   });
   const std::vector<float> dkp_after_dqk = dkp, dgp_after_dqk = dgp;
   if (with_wy)
     emu_launch(grid, v2::kThreads, v2::kWySmem, [&] {
       if (full)
-        v2::wy_kernel<true>(p, fs, bs, gr);
+        v2::wy_kernel<true, false>(p, fs, bs, gr);
       else
-        v2::wy_kernel<false>(p, fs, bs, gr);
+        v2::wy_kernel<false, false>(p, fs, bs, gr);
     });
 
   std::printf("dqk_v2 lens=%s Hk=%ld Hv=%ld dk=%ld dv=%ld%s%s\n", lens.c_str(), long(Hk), long(Hv), long(dk), long(dv),
@@ -411,6 +431,67 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   compare("dv vs chunked_backward", dv_out, dbl(rdv));
   compare("dbeta vs chunked_backward", db_out, dbl(rdb));
   compare("dg vs chunked_backward", dg_out, dbl(rdg));
+
+  // The same chain with the full dU held as bf16 in dU's bytes (BackwardScratch::dUh, as the launcher sets it when
+  // dstate, dqk and wy are all v2): every output must equal the fp32-dU chain's above bit for bit, and the bf16 dU
+  // must be bf16 of that chain's fp32 dU.
+  const std::vector<float> f32_dqv = dqv, f32_dq = dq_out, f32_dkp = dkp, f32_dgp = dgp, f32_dk = dk_out,
+                           f32_dv = dv_out, f32_db = db_out, f32_dg = dg_out;
+  const std::vector<bf16> f32_dW = dW;
+  BackwardScratch bh = bs;
+  bh.dUh = reinterpret_cast<bf16*>(dU.data());
+  std::printf("bf16 dU chain (dstate_v2 writes dU as bf16; dqk_v2, wy_v2 read it) vs the fp32 dU chain\n");
+  for (int bufs = 1; bufs <= 2; ++bufs) {
+    dU = dU_loc_kernel;
+    std::fill(dstates.begin(), dstates.end(), bf16(NAN));
+    std::fill(dh0_out.begin(), dh0_out.end(), NAN);
+    emu_launch(pass_grid, v2::kPassThreads, bufs == 1 ? v2::dstate_smem<1>() : v2::dstate_smem<2>(), [&] {
+      if (bufs == 1 && full) v2::dstate_kernel<1, true, true>(p, fs, bh, gr);
+      if (bufs == 1 && !full) v2::dstate_kernel<1, false, true>(p, fs, bh, gr);
+      if (bufs == 2 && full) v2::dstate_kernel<2, true, true>(p, fs, bh, gr);
+      if (bufs == 2 && !full) v2::dstate_kernel<2, false, true>(p, fs, bh, gr);
+    });
+    const std::string tag = "dstate_v2<" + std::to_string(bufs) + "> ";
+    same_bits(tag + "D leaving each chunk", dstates, f32_dstates[bufs]);
+    if (cs.with_state) same_bits(tag + "dh0", dh0_out, f32_dh0[bufs]);
+    std::vector<bf16> got(T * Hv * dv), want(T * Hv * dv);
+    for (int64_t r = 0; r < T * Hv; ++r)
+      for (int64_t a = 0; a < dv; ++a) {
+        got[r * dv + a] = bh.dUh[du_h_index(r, dv, a)];
+        want[r * dv + a] = bf16(f32_dU[bufs][r * dv + a]);
+      }
+    same_bits(tag + "bf16 dU = bf16(fp32 dU)", got, want);
+  }
+  std::fill(dqv.begin(), dqv.end(), NAN);
+  std::fill(dq_out.begin(), dq_out.end(), NAN);
+  std::fill(dkp.begin(), dkp.end(), NAN);
+  std::fill(dgp.begin(), dgp.end(), NAN);
+  std::fill(dW.begin(), dW.end(), bf16(NAN));
+  std::fill(dk_out.begin(), dk_out.end(), NAN);
+  std::fill(dv_out.begin(), dv_out.end(), NAN);
+  std::fill(db_out.begin(), db_out.end(), NAN);
+  std::fill(dg_out.begin(), dg_out.end(), NAN);
+  emu_launch(grid, v2::kThreads, v2::kDqkSmem, [&] {
+    if (full)
+      v2::dqk_kernel<true, true>(p, fs, bh, gr);
+    else
+      v2::dqk_kernel<false, true>(p, fs, bh, gr);
+  });
+  same_bits("dqk_v2 dq", G > 1 ? dqv : dq_out, G > 1 ? f32_dqv : f32_dq);
+  same_bits("dqk_v2 dW", dW, f32_dW);
+  const std::vector<float> dkp_dqk = dkp, dgp_dqk = dgp;
+  same_bits("dqk_v2 dk (output/state part)", dkp_dqk, dkp_after_dqk);
+  same_bits("dqk_v2 dgamma (output/state part)", dgp_dqk, dgp_after_dqk);
+  emu_launch(grid, v2::kThreads, v2::kWySmem, [&] {
+    if (full)
+      v2::wy_kernel<true, true>(p, fs, bh, gr);
+    else
+      v2::wy_kernel<false, true>(p, fs, bh, gr);
+  });
+  same_bits("wy_v2 dk", G > 1 ? dkp : dk_out, G > 1 ? f32_dkp : f32_dk);
+  same_bits("wy_v2 dv", dv_out, f32_dv);
+  same_bits("wy_v2 dbeta", db_out, f32_db);
+  same_bits("wy_v2 dg", dg_out, f32_dg);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 # structs, constants and tile loaders of gdn_chunked_tiles.cuh (cp.async turned into plain copies), gdn_mma_bwd.cuh
 # and gdn_bwd_v2.cuh (extern shared memory pointed at the emulator's buffer). Checks the kernels' logic (fragment
 # layouts, strips, masks, decays, row/column sums, guards for partial chunks and odd dims, GVA), not nvcc's code or
-# the hardware. ~1 min on 2 cores.
+# the hardware. Then the chain again with the full dU held as bf16 (kDuBf16), compared bit for bit with the fp32-dU
+# chain. ~1.5 min on 2 cores. -fno-strict-aliasing: dstate writes bf16 dU over the fp32 dU_loc it has read.
 # usage: bash tools/cuda_emu/gdn_bwd_emu.sh      (prints one line per case and output; exit 0 when all pass)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,7 +40,7 @@ v2 = v2.replace('extern __shared__ __align__(128) char smem[];', 'char* smem = e
 v2 = re.sub(r'__launch_bounds__\([^)]*\)', '', v2)
 open(out + '/gdn_bwd_v2_emu.cuh', 'w').write(v2)
 PY
-g++ -std=c++20 -O2 -ffp-contract=off -pthread -I"$work" -I"$root/tools/cuda_emu" -I"$root/src" \
+g++ -std=c++20 -O2 -ffp-contract=off -fno-strict-aliasing -pthread -I"$work" -I"$root/tools/cuda_emu" -I"$root/src" \
   "$root/tools/cuda_emu/gdn_bwd_emu.cpp" "$root/src/ops/gated_delta_rule/gated_delta_rule_chunked.cpp" \
   "$root/src/ops/gated_delta_rule/gated_delta_rule_chunked_backward.cpp" \
   -o "$work/gdn_bwd_emu"

@@ -6,13 +6,15 @@
 # switches the forward's v2 kernels (gdnfwd's).
 #
 # usage: bash tools/device/gdn_v2_bwd_check.sh      (binaries under $BIN: test_cuda_ops, bench_cuda_kernels)
-# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~2.5 min (+ ~1 min when v2 fails: the
+# Environment: BIN (default /tmp/hlm/bin), OUT (default /tmp/gdn_v2_bwd_check). ~3 min (+ ~1 min when v2 fails: the
 # backward test is then rerun with one v2 backward kernel at a time, HLM_GDN_BWD_V2=<kernel>, to name the culprit).
 # Expect: both test runs "[  PASSED  ]" for GatedDeltaRuleChunkedCuda.* (ForwardBf16TensorCores,
 # BackwardBf16TensorCores, KeptForwardScratch; the [check] lines print each margin); bench lines
 # "gdn_fwd_bwd ... chunked-tc X ms" for v1 and v2 (session 23 call C, at e9925b9: v1 5.03 / 5.69 / 12.75 ms, v2 3.25 /
 # 3.73 / 9.57 ms at B8×T1024 / B2×T4096 / B1×T16384; FLA 3.76 / 3.50 / 4.80); the ncu summary per kernel (v1 at
-# B8×T1024, call A: du_local 272 µs, dstate 631 µs, dqk 1.09 ms, wy 722 µs).
+# B8×T1024, call A: du_local 272 µs, dstate 631 µs, dqk 1.09 ms, wy 722 µs). Since the bf16 dU (BackwardScratch::dUh):
+# the backward test and bench also under HLM_GDN_BWD_DU=f32 (v2 with the fp32 dU, as at call C): the plain v2 bench
+# should be no slower (dstate writes, dqk and wy read half of dU's bytes; ~+30 s).
 set -u
 BIN=${BIN:-/tmp/hlm/bin}
 OUT=${OUT:-/tmp/gdn_v2_bwd_check}
@@ -43,6 +45,16 @@ for kv in v1 v2; do
   echo "rc $?"
   grep chunked "$OUT/bench_$kv.log"
 done
+# v2 with the full dU kept fp32 (HLM_GDN_BWD_DU=f32): the A/B of holding it as bf16 (same output bits). Also the
+# backward test under it, so both dU paths of the v2 kernels pass on the GPU.
+echo "== tests + bench gdn HLM_GDN_KERNELS=v2 HLM_GDN_BWD_DU=f32"
+HLM_GDN_KERNELS=v2 HLM_GDN_BWD_DU=f32 timeout 120 "$BIN/test_cuda_ops" \
+  --gtest_filter='GatedDeltaRuleChunkedCuda.Backward*' > "$OUT/tests_v2_du_f32.log" 2>&1
+echo "rc $?"
+grep -E '^\[ *(OK|FAILED) *\]' "$OUT/tests_v2_du_f32.log" | head -4
+HLM_GDN_KERNELS=v2 HLM_GDN_BWD_DU=f32 timeout 200 "$BIN/bench_cuda_kernels" gdn > "$OUT/bench_v2_du_f32.log" 2>&1
+echo "rc $?"
+grep chunked "$OUT/bench_v2_du_f32.log"
 # One launch of each v2 backward kernel that exists (the first backward of the bench: B8×T1024). Kernels that were
 # not launched are reported by ncu as not profiled.
 if command -v ncu > /dev/null 2>&1; then

@@ -43,6 +43,15 @@ bool gdn_bwd_v2(BwdKernel k) {
   }();
   return (mask & k) != 0;
 }
+// v2 holds the full dU as bf16 (BackwardScratch::dUh) when dstate, dqk and wy are all v2, unless
+// HLM_GDN_BWD_DU=f32 (read once; A/B of that change alone: the outputs are the same bits either way).
+bool gdn_bwd_du_bf16() {
+  static const bool f32 = [] {
+    const char* e = std::getenv("HLM_GDN_BWD_DU");
+    return e != nullptr && std::string(e) == "f32";
+  }();
+  return !f32 && gdn_bwd_v2(kBwdDstate) && gdn_bwd_v2(kBwdDqk) && gdn_bwd_v2(kBwdWy);
+}
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;          // per-chunk kernels
 constexpr int kPassThreads = 128, kPassWarps = kPassThreads / 32;  // the reverse state pass
@@ -519,7 +528,9 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
             need);
   Carver c{static_cast<char*>(workspace)};
   const ForwardScratch fs = carve_forward(c, p, true);
-  const BackwardScratch bs = carve_backward(c, p, fs);
+  BackwardScratch bs = carve_backward(c, p, fs);
+  // v2's reverse pass leaves the full dU as bf16 (same bytes, BackwardScratch::dUh) when both its readers are v2.
+  if (gdn_bwd_du_bf16()) bs.dUh = reinterpret_cast<bf16*>(bs.dU);
   const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
   if (!forward_kept) launch_forward_passes(p, fs, nullptr, stream);  // else prep and state left it there
   const dim3 chunks(static_cast<unsigned>(fs.max_chunks), static_cast<unsigned>(p.Hv));
@@ -535,11 +546,17 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   HLM_CUDA_CHECK_LAUNCH();
   const dim3 pass_grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + kBV - 1) / kBV));
   const bool one_buffer = state_pass_buffers(static_cast<int64_t>(pass_grid.x) * pass_grid.y) == 1;
-  if (gdn_bwd_v2(kBwdDstate)) {
+  using Kernel = void (*)(Problem, ForwardScratch, BackwardScratch, Grads);
+  // v2 instantiation [kFull][kDuBf16] for the problem's dims and bs.dUh.
+  const auto pick = [&](Kernel part, Kernel full_part, Kernel bf16_part, Kernel full_bf16_part) {
     const bool full = p.dk == kD && p.dv == kD;
-    void (*ds)(Problem, ForwardScratch, BackwardScratch, Grads) =
-        one_buffer ? (full ? v2::dstate_kernel<1, true> : v2::dstate_kernel<1, false>)
-                   : (full ? v2::dstate_kernel<2, true> : v2::dstate_kernel<2, false>);
+    return bs.dUh != nullptr ? (full ? full_bf16_part : bf16_part) : (full ? full_part : part);
+  };
+  if (gdn_bwd_v2(kBwdDstate)) {
+    const Kernel ds = one_buffer ? pick(v2::dstate_kernel<1, false, false>, v2::dstate_kernel<1, true, false>,
+                                        v2::dstate_kernel<1, false, true>, v2::dstate_kernel<1, true, true>)
+                                 : pick(v2::dstate_kernel<2, false, false>, v2::dstate_kernel<2, true, false>,
+                                        v2::dstate_kernel<2, false, true>, v2::dstate_kernel<2, true, true>);
     const size_t bytes = one_buffer ? v2::dstate_smem<1>() : v2::dstate_smem<2>();
     set_smem(ds, bytes);
     ds<<<static_cast<unsigned>(v2::dstate_blocks(p)), v2::kPassThreads, bytes, stream>>>(p, fs, bs, gr);
@@ -552,8 +569,8 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   }
   HLM_CUDA_CHECK_LAUNCH();
   if (gdn_bwd_v2(kBwdDqk)) {
-    void (*dqk)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::dqk_kernel<false>;
-    if (p.dk == kD && p.dv == kD) dqk = v2::dqk_kernel<true>;
+    const Kernel dqk = pick(v2::dqk_kernel<false, false>, v2::dqk_kernel<true, false>, v2::dqk_kernel<false, true>,
+                            v2::dqk_kernel<true, true>);
     set_smem(dqk, v2::kDqkSmem);
     dqk<<<chunks, v2::kThreads, v2::kDqkSmem, stream>>>(p, fs, bs, gr);
   } else {
@@ -562,8 +579,8 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   }
   HLM_CUDA_CHECK_LAUNCH();
   if (gdn_bwd_v2(kBwdWy)) {
-    void (*wy)(Problem, ForwardScratch, BackwardScratch, Grads) = v2::wy_kernel<false>;
-    if (p.dk == kD && p.dv == kD) wy = v2::wy_kernel<true>;
+    const Kernel wy = pick(v2::wy_kernel<false, false>, v2::wy_kernel<true, false>, v2::wy_kernel<false, true>,
+                           v2::wy_kernel<true, true>);
     set_smem(wy, v2::kWySmem);
     wy<<<chunks, v2::kThreads, v2::kWySmem, stream>>>(p, fs, bs, gr);
   } else {

@@ -11,24 +11,27 @@
 // registers (du_local) or re-stored once as bf16 (dqk's Pm, wy's X and Y, EG); shared tiles are bf16 only (no fp32
 // staging of products) and read by ldmatrix; products skip the k-tiles and n-tiles a triangular operand (R, the
 // causal masks, EG) makes zero; kFull instantiations (dk = dv = 128) drop the column guards. Same scratch contents,
-// same outputs as v1 (bf16-sized differences only). Barriers per block: du_local 1, dqk 5, wy 6 (v1: ~8-14);
+// same outputs as v1 (bf16-sized differences only), except that with dstate, dqk and wy all v2 the full dU is held
+// as bf16 (kDuBf16 instantiations, BackwardScratch::dUh; bit-identical outputs, half dU's bytes). Barriers per block: du_local 1, dqk 5, wy 6 (v1: ~8-14);
 // dstate 2 per chunk with two buffers, 3 with one (v1: 4).
 //
 //   kernel    threads  smem (B) blocks/SM  registers (ptxas, kFull)   v1 (session 23 ncu, B8×T1024 H32)
 //   du_local  128      52,480   4          128                        256 thr, 95 KB, 2 blocks, 272 µs
-//   dstate    128      70,784   3 (1 buf)  114 (two buffers: 104)     128 thr, 98 KB, 2 blocks, 144 r, 631 µs
-//   dqk       256      99,200   2          128 (8 B spill)            256 thr, 114 KB, 2 blocks, 1.09 ms
+//   dstate    128      70,784   3 (1 buf)  114 (two buffers: 104/102)  128 thr, 98 KB, 2 blocks, 144 r, 631 µs
+//   dqk       256      99,200   2          128 (8 B spill / none)     256 thr, 114 KB, 2 blocks, 1.09 ms
 //   wy        256      109,056  2          128                        256 thr, 114 KB, 2 blocks, 722 µs
+// (a/b: fp32 dU / bf16 dU. Not kFull: dstate 126/110 and 128/128 registers, dqk 32/20 B spill, wy 0/4 B spill.)
 //
 // du_local_v2 (per chunk and v-head, 4 warps, warp w = key rows j = 16w..): Aᵀ strip = K Qᵀ · scale·e^{γ_i − γ_j}
 // for j ≤ i < len on the accumulators, re-packed to A fragments, times dO → dU_loc; dO also copied to bf16 (dOh).
 //
 // dstate_v2 (per sequence, v-head and 32 state rows, 4 warps; reverse over chunks): D = dL/dM [32][128] in fp32
 // accumulators for the whole pass (warp w: rows 16(w % 2), columns 64(w / 2)); per chunk D → bf16 (shared, and the
-// scratch as D leaving the chunk), Pf = Kd Dᵀ (warp w: rows i = 16w), dU = dU_loc + Pf in place and −dU (bf16)
-// shared, D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W with dOᵀ, −dUᵀ by ldmatrix.trans. The next chunk's tiles by cp.async
-// into a second buffer when the grid is small (state_pass_buffers), as v1. The row tiles of a (sequence, head) are
-// neighbours in the (one-dimensional) grid, so they run together and share the chunk tiles through L2.
+// scratch as D leaving the chunk), Pf = Kd Dᵀ (warp w: rows i = 16w), dU = dU_loc + Pf in place (fp32, or with
+// kDuBf16 bf16 over dU_loc's bytes) and −dU (bf16) shared, D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W with dOᵀ, −dUᵀ by
+// ldmatrix.trans. The next chunk's tiles by cp.async into a second buffer when the grid is small
+// (state_pass_buffers), as v1. The row tiles of a (sequence, head) are neighbours in the (one-dimensional) grid, so
+// they run together and share the chunk tiles through L2.
 //
 // dqk_v2 (per chunk and v-head, 8 warps: strip s = warp % 4 (rows 16s..16s+15), half hf = warp / 4):
 //   P1  Q Kᵀ and dO Uᵀ for the strip × columns 32hf..32hf+31 → Pm = scale·(dO Uᵀ) ⊙ Γ on the fragments, Pm ⊙ QK
@@ -55,7 +58,20 @@ struct BackwardScratch {
   float* dgp;     // [T, Hv]      output/state part of dγ
   float* dqv;     // [T, Hv, dk]  per-v-head dq (Hv > Hk only)
   bf16* dOh;      // [T, Hv, dv]  dO in bf16 (written by dU_loc; operand of the reverse pass and dqk)
+  // Non-null (set by the launcher when dstate, dqk and wy are all v2): dstate_v2 leaves the full dU as bf16 in dU's
+  // own bytes (dUh == (bf16*)dU, layout du_h_index) instead of fp32, and dqk_v2, wy_v2 read it from there. dU_loc
+  // stays fp32 (dstate adds it to K̃ Dᵀ in fp32); every reader of the full dU rounds it to bf16 first, so the results
+  // are bit-identical to the fp32 dU's (checked by gdn_bwd_emu.sh) with half the bytes written and read.
+  // The kernels' template flag kDuBf16 (true exactly when dUh is set) picks the path at compile time.
+  bf16* dUh = nullptr;
 };
+
+// bf16 index in dUh of dU[row][a] (row = t·Hv + h, a < dv): each group of kBV = 32 columns keeps its fp32 bytes
+// (row·dv + 32q .. +31 floats) and holds its 32 bf16 in the first half of them. dstate_v2's block for columns
+// a0..a0+31 so overwrites only the dU_loc values it has itself read (no race with the other column tiles).
+__host__ __device__ constexpr int64_t du_h_index(int64_t row, int64_t dv, int64_t a) {
+  return 2 * row * dv + a + kBV * (a / kBV);
+}
 
 struct Grads {
   float *dq, *dk, *dv, *dg, *dbeta, *dh0;
@@ -207,7 +223,7 @@ constexpr size_t kDqkSmem = kDqkV + smem_piece<float>(kC + 2 * kC * 3 + 4 * kC +
 static_assert(blocks_fit_per_sm(kDqkSmem, 2), "dqk_v2: two blocks per SM");
 
 // kFull: dk = dv = 128 (the model's shape; loads and stores without column guards); else any dims ≤ 128.
-template <bool kFull>
+template <bool kFull, bool kDuBf16>
 __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);
   if (c.len == 0) return;
@@ -326,14 +342,23 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
   else
     store_strip(gr.dq + (t0 * p.Hk + hk) * p.dk, qst, acc, r0, d0, len, dk, dk_pairs, [](float x, int) { return x; });
 
-  // P3: dW = −dU M0 (dU fp32 from the scratch straight into A fragments). kFull: D's tile (bf16, 8 × 16 B per
+  // P3: dW = −dU M0 (dU, fp32 or bf16 (bs.dUh), from the scratch straight into A fragments). kFull: D's tile (bf16, 8 × 16 B per
   // thread) is loaded into registers before dW's stores and the barrier instead of after them.
   const bf16* Dg = bs.dstates + (ci * p.Hv + h) * p.dv * p.dk;
   constexpr int kDVecs = kD * kD / 8 / kThreads;  // 8
   uint4 dreg[kFull ? kDVecs : 1];
   mma::zero(acc);
-  strip_mma_kn<kD / 16, 8, 2>(
-      acc, [&](int kt) { return mma::ldg_a<kFull>(bs.dU + v_off, vst, r0, 16 * kt, len, dv); }, Ss, kLdD, d0);
+  if constexpr (kDuBf16)  // bf16 dU (du_h_index: k-tile kt lies in one column group)
+    strip_mma_kn<kD / 16, 8, 2>(
+        acc,
+        [&](int kt) {
+          return mma::ldg_a<kFull>(bs.dUh + du_h_index(t0 * p.Hv + h, p.dv, 0) + kBV * (16 * kt / kBV), 2 * vst, r0,
+                                   16 * kt, len, dv);
+        },
+        Ss, kLdD, d0);
+  else
+    strip_mma_kn<kD / 16, 8, 2>(
+        acc, [&](int kt) { return mma::ldg_a<kFull>(bs.dU + v_off, vst, r0, 16 * kt, len, dv); }, Ss, kLdD, d0);
   if constexpr (kFull) {
 #pragma unroll
     for (int u = 0; u < kDVecs; ++u) {
@@ -417,7 +442,7 @@ static_assert(blocks_fit_per_sm(kWySmem, 2), "wy_v2: two blocks per SM");
 //   P2  E' = X Wᵀ + Y Ũᵀ and K Kᵀ for the strip × columns 32hf.. (skipped where j < i cannot occur): EG = −E' ⊙ Γ
 //       strictly below the diagonal, EG ⊙ KK row sums (rowE) and β-weighted column sums (colE), diag(β) EG (bf16)
 //   P3  F += diag(β) EG K + (diag(β) EG)ᵀ K; dk = dkp + F; dβ, dγ and dg (suffix sums)
-template <bool kFull>
+template <bool kFull, bool kDuBf16>
 __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);
   if (c.len == 0) return;
@@ -456,7 +481,15 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
   load_tile_async<kC, kD>(Ws, kLdD, fs.W + w_off, wst, len, dk);
   load_tile_async<kC, kD>(Ts, kLdD, fs.Ut + v_off, vst, len, dv);
   cp_async_commit();
-  load_tile_bf16<kC, kD>(Ys, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
+  if constexpr (kDuBf16) {  // bf16 dU: one [64][32] copy per column group (du_h_index)
+    const bf16* du = bs.dUh + du_h_index(t0 * p.Hv + h, p.dv, 0);
+#pragma unroll
+    for (int q = 0; q < kD / kBV; ++q)
+      load_tile_async<kC, kBV>(Ys + kBV * q, kLdD, du + 2 * kBV * q, 2 * vst, len, max(0, min(kBV, dv - kBV * q)));
+    cp_async_commit();
+  } else {
+    load_tile_bf16<kC, kD>(Ys, kLdD, bs.dU + v_off, vst, len, dv, NoScale{});
+  }
   load_tile_bf16<kC, kD>(Ks, kLdD, k0, kst, len, dk, NoScale{});
   cp_async_wait<0>();
   __syncthreads();  // gam, beta, tiles
@@ -625,7 +658,7 @@ static_assert(blocks_fit_per_sm(dstate_smem<2>(), 1), "dstate_v2, two buffers: o
 // Blocks of dstate_kernel (a one-dimensional grid): N·Hv·ceil(dv / kBV).
 __host__ __device__ inline int64_t dstate_blocks(const Problem& p) { return p.N * p.Hv * ((p.dv + kBV - 1) / kBV); }
 
-template <int kBufs, bool kFull>
+template <int kBufs, bool kFull, bool kDuBf16>
 __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
                                                                Grads gr) {
   static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
@@ -732,6 +765,9 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
         mma::mma_bf16(pf[2 * np + 1], ak, b1);
       }
     }
+    // kDuBf16: a row's bf16 pairs land on fp32 slots that other lanes of its group loaded: every lane's loads come
+    // before any lane's store. (Rows ≥ len load row len − 1, possibly another warp's; those values are never used.)
+    if constexpr (kDuBf16) __syncwarp();
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -739,14 +775,25 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
         const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
         float u0 = 0.0f, u1 = 0.0f;
         if (i < len) {
-          float* du = bs.dU + (t0 + i) * vst + h * p.dv + a0 + a;
           u0 = loc[n][half][0] + pf[n].r[2 * half];
           u1 = loc[n][half][1] + pf[n].r[2 * half + 1];
-          if (a_pairs) {
-            if (a < rows) *reinterpret_cast<float2*>(du) = make_float2(u0, u1);
+          if constexpr (kDuBf16) {  // bf16 over the dU_loc bytes this warp has read (__syncwarp above)
+            // du_h_index((t0 + i)·Hv + h, dv, a0 + a): a0 is a multiple of kBV, a < kBV
+            bf16* du = reinterpret_cast<bf16*>(bs.dU + (t0 + i) * vst + h * p.dv + a0) + a;
+            if (a_pairs) {
+              if (a < rows) *reinterpret_cast<uint32_t*>(du) = mma::pack_bf16x2(u0, u1);
+            } else {
+              if (a < rows) du[0] = __float2bfloat16_rn(u0);
+              if (a + 1 < rows) du[1] = __float2bfloat16_rn(u1);
+            }
           } else {
-            if (a < rows) du[0] = u0;
-            if (a + 1 < rows) du[1] = u1;
+            float* du = bs.dU + (t0 + i) * vst + h * p.dv + a0 + a;
+            if (a_pairs) {
+              if (a < rows) *reinterpret_cast<float2*>(du) = make_float2(u0, u1);
+            } else {
+              if (a < rows) du[0] = u0;
+              if (a + 1 < rows) du[1] = u1;
+            }
           }
         }
         *reinterpret_cast<uint32_t*>(nUb + i * kLdV + a) = mma::pack_bf16x2(-u0, -u1);

@@ -15,7 +15,8 @@
 // near-parallel keys and g ≈ 0.
 // Then per case the same chain with the full dU held as bf16 (BackwardScratch::dUh, the kDuBf16 instantiations, as
 // the launcher runs v2): every output (D per chunk, dh0, dq, dW, the dk/dγ parts, dk, dv, dβ, dg) must equal the
-// fp32-dU chain's bit for bit, and the bf16 dU must be bf16 of the fp32 dU (82 checks over the six cases).
+// fp32-dU chain's bit for bit, and the bf16 dU must be bf16 of the fp32 dU (82 checks over the six cases). With
+// GVA and kFull, wy_v2's dq (summed over the group's v-heads) must equal gva_kernel's float sum bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -431,6 +432,17 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   compare("dv vs chunked_backward", dv_out, dbl(rdv));
   compare("dbeta vs chunked_backward", db_out, dbl(rdb));
   compare("dg vs chunked_backward", dg_out, dbl(rdg));
+  if (full && G > 1) {  // wy_v2<kFull> sums dq over the group's v-heads: gva_kernel's float steps, bit for bit
+    std::vector<float> want(T * Hk * dk);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hk = 0; hk < Hk; ++hk)
+        for (int64_t d = 0; d < dk; ++d) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < G; ++j) acc += dqv[(t * Hv + hk * G + j) * dk + d];
+          want[(t * Hk + hk) * dk + d] = acc;
+        }
+    same_bits("wy_v2 dq = gva_kernel's sum of dqk_v2's dq", dq_out, want);
+  }
 
   // The same chain with the full dU held as bf16 in dU's bytes (BackwardScratch::dUh, as the launcher sets it when
   // dstate, dqk and wy are all v2): every output must equal the fp32-dU chain's above bit for bit, and the bf16 dU
@@ -492,6 +504,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   same_bits("wy_v2 dv", dv_out, f32_dv);
   same_bits("wy_v2 dbeta", db_out, f32_db);
   same_bits("wy_v2 dg", dg_out, f32_dg);
+  if (full && G > 1) same_bits("wy_v2 dq (GVA sum)", dq_out, f32_dq);
 }
 
 }  // namespace

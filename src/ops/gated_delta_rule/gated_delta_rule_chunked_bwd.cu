@@ -590,9 +590,11 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
   HLM_CUDA_CHECK_LAUNCH();
   if (p.group() > 1 && p.T > 0) {
     const int64_t n = p.T * p.Hk * p.dk;
-    gva_kernel<<<cuda::grid_blocks(n), cuda::kElementwiseThreads, 0, stream>>>(grads.dq, bs.dqv, p.T, p.Hk,
-                                                                             p.group(), p.dk);
-    HLM_CUDA_CHECK_LAUNCH();
+    if (!gdn_bwd_v2(kBwdWy) || p.dk != kD || p.dv != kD) {  // else wy_v2<kFull> summed dq (same bits)
+      gva_kernel<<<cuda::grid_blocks(n), cuda::kElementwiseThreads, 0, stream>>>(grads.dq, bs.dqv, p.T, p.Hk,
+                                                                               p.group(), p.dk);
+      HLM_CUDA_CHECK_LAUNCH();
+    }
     gva_kernel<<<cuda::grid_blocks(n), cuda::kElementwiseThreads, 0, stream>>>(grads.dk, bs.dkp, p.T, p.Hk,
                                                                              p.group(), p.dk);
     HLM_CUDA_CHECK_LAUNCH();

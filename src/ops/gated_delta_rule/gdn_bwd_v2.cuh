@@ -442,6 +442,8 @@ static_assert(blocks_fit_per_sm(kWySmem, 2), "wy_v2: two blocks per SM");
 //   P2  E' = X Wᵀ + Y Ũᵀ and K Kᵀ for the strip × columns 32hf.. (skipped where j < i cannot occur): EG = −E' ⊙ Γ
 //       strictly below the diagonal, EG ⊙ KK row sums (rowE) and β-weighted column sums (colE), diag(β) EG (bf16)
 //   P3  F += diag(β) EG K + (diag(β) EG)ᵀ K; dk = dkp + F; dβ, dγ and dg (suffix sums)
+//   GVA (Hv > Hk, kFull): dq summed over the group's v-heads (dqk_v2's per-v-head dq; the launcher drops dq's gva
+//       pass)
 template <bool kFull, bool kDuBf16>
 __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   const ChunkHead c = chunk_head(p, fs.table);
@@ -481,6 +483,23 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
   load_tile_async<kC, kD>(Ws, kLdD, fs.W + w_off, wst, len, dk);
   load_tile_async<kC, kD>(Ts, kLdD, fs.Ut + v_off, vst, len, dv);
   cp_async_commit();
+  // GVA (Hv > Hk), kFull, while the copies are in flight: dq of the k-head = Σ over its v-heads in order of dqk's
+  // per-v-head dq (bs.dqv), the sum gva_kernel does in its own pass otherwise, with its float steps (from 0, v-head
+  // order: the same bits). The group's G blocks of this chunk split the rows: v-head j sums rows j·len/G ..
+  // (j + 1)·len/G − 1. (Not kFull: gva_kernel still; here it would cost the other dims' instantiations 12 B of spill.)
+  if constexpr (kFull) {
+    if (p.group() > 1) {
+      const int G = static_cast<int>(p.group()), j = h % G, i0 = j * len / G, i1 = (j + 1) * len / G;
+      const float* src = bs.dqv + (t0 * p.Hv + hk * G) * kD;
+      float* dst = gr.dq + (t0 * p.Hk + hk) * kD;
+      for (int idx = tid; idx < (i1 - i0) * kD; idx += kThreads) {
+        const int i = i0 + idx / kD, d = idx % kD;
+        float acc = 0.0f;
+        for (int v = 0; v < G; ++v) acc += src[i * wst + v * kD + d];
+        dst[i * kst + d] = acc;
+      }
+    }
+  }
   if constexpr (kDuBf16) {  // bf16 dU: one [64][32] copy per column group (du_h_index)
     const bf16* du = bs.dUh + du_h_index(t0 * p.Hv + h, p.dv, 0);
 #pragma unroll

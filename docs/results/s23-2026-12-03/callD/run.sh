@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 23, device call D (binaries of b3f7d28: every GDN v2 kernel — prep_v2, state_v2 with the warp-count rule
-# and two Ũ buffers, output_v2, du_local/dstate/dqk/wy v2 — selected by HLM_GDN_KERNELS=v2; v1 still the built-in
+# Session 23, device call D (binaries of 9fd7bcb: every GDN v2 kernel — prep_v2, state_v2 with the warp-count rule
+# and two Ũ buffers, output_v2, du_local/dstate/dqk/wy v2 with dU held in bf16 and dq's GVA sum in wy — selected by
+# HLM_GDN_KERNELS=v2; v1 still the built-in
 # default). Fitted to ~200 s of device time (a refused start took 122 s of the session's budget):
 #   1. the chunked op tests with v2; if they fail, with HLM_GDN_PREP=v1, else v1: the first that passes is GOOD
 #   2. the 4B distillation step (lean, micro-batch 4) with GOOD on a device left with 45.4 GiB free by a ballast

@@ -22,7 +22,7 @@
 //   dqk     per (chunk, v-head): dq (complete), the output/state parts of dk and dγ, dW = −dU M0
 //   wy      per (chunk, v-head): X = Rᵀ dW, Y = Rᵀ dU; dv, dβ, the WY parts of dk and dγ, dg
 //   gva     dq, dk summed over the v-heads of each k-head in order (only when Hv > Hk)
-// v2 kernels (HLM_GDN_KERNELS=v2, read once; default v1): the same stages, scratch contents and outputs with
+// v2 kernels (HLM_GDN_KERNELS=v2, read once; the default since session 23; v1 selects the v1 kernels): the same stages, scratch contents and outputs with
 // mma.sync m16n8k16 products whose accumulators stay in registers (gdn_mma.cuh). Forward (gdn_fwd_v2.cuh): prep_v2,
 // state_v2 (16 state rows per warp held for the whole sequence, 1-8 warps per block picked at launch so that at least
 // half the SMs get work), output_v2; backward: gdn_bwd_v2.cuh. docs/cuda.md has the design and the CPU emulation.

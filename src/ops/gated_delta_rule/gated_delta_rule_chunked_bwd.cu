@@ -24,17 +24,14 @@ namespace gdn_chunked {
 
 namespace {
 
-// HLM_GDN_KERNELS unset or v2 (the default since session 23) selects the v2 backward kernels (gdn_bwd_v2.cuh); v1:
-// the v1 kernels; any other value is an input error. With v2,
+// gdn_kernels_v2() (gdn_chunked_tiles.cuh: HLM_GDN_KERNELS unset or v2, the default) selects the v2 backward kernels
+// (gdn_bwd_v2.cuh); HLM_GDN_KERNELS=v1 the v1 kernels. With v2,
 // HLM_GDN_BWD_V2 (a comma list of du_local, dstate, dqk, wy; default all four) limits v2 to the kernels named, the
 // others running v1 (A/B per kernel, bisecting). Both read once.
 enum BwdKernel { kBwdDuLocal = 1, kBwdDstate = 2, kBwdDqk = 4, kBwdWy = 8 };
 bool gdn_bwd_v2(BwdKernel k) {
   static const int mask = [] {
-    const char* e = std::getenv("HLM_GDN_KERNELS");
-    const std::string v = e == nullptr ? "v2" : e;
-    HLM_CHECK_INPUT(v == "v1" || v == "v2", "HLM_GDN_KERNELS must be v1 or v2 (unset: v2), not '", v, "'");
-    if (v == "v1") return 0;
+    if (!gdn_kernels_v2()) return 0;
     const char* list = std::getenv("HLM_GDN_BWD_V2");
     if (list == nullptr) return kBwdDuLocal | kBwdDstate | kBwdDqk | kBwdWy;
     const std::string l = std::string(",") + list + ",";

@@ -262,19 +262,7 @@ __global__ void __launch_bounds__(kOutThreads) output_kernel(Problem p, ForwardS
   }
 }
 
-// ---- v2 selection (HLM_GDN_KERNELS=v2; gdn_fwd_v2.cuh)
-
-// Unset or v2 (the default since session 23, after the H200 ran the chunked and model tests with v2): the v2 kernels
-// where one exists; v1: the v1 kernels above (A/B, and a fallback). Any other value is an input error. Read once.
-bool gdn_kernels_v2() {
-  static const bool v2 = [] {
-    const char* e = std::getenv("HLM_GDN_KERNELS");
-    const std::string v = e == nullptr ? "v2" : e;
-    HLM_CHECK_INPUT(v == "v1" || v == "v2", "HLM_GDN_KERNELS must be v1 or v2 (unset: v2), not '", v, "'");
-    return v == "v2";
-  }();
-  return v2;
-}
+// ---- v2 selection (gdn_kernels_v2() in gdn_chunked_tiles.cuh: HLM_GDN_KERNELS unset or v2; gdn_fwd_v2.cuh)
 
 // HLM_GDN_PREP=v1 keeps v1's prep kernel under HLM_GDN_KERNELS=v2 (A/B of prep_v2 alone; call C ran state_v2 and
 // output_v2 after v1's prep). Read once.

@@ -14,12 +14,28 @@
 #include <mma.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_error.h"
+#include "core/error.h"
 #include "ops/gated_delta_rule/gated_delta_rule.h"
 
 namespace hlm::gdn_chunked {
+
+// Which kernels the forward and backward launchers take: HLM_GDN_KERNELS unset or v2 (the default since session 23,
+// after the H200 ran the chunked and model tests with v2): the v2 kernels (gdn_fwd_v2.cuh, gdn_bwd_v2.cuh); v1: the
+// v1 kernels (A/B, and a fallback). Any other value is an input error. Read once per process.
+inline bool gdn_kernels_v2() {
+  static const bool v2 = [] {
+    const char* e = std::getenv("HLM_GDN_KERNELS");
+    const std::string v = e == nullptr ? "v2" : e;
+    HLM_CHECK_INPUT(v == "v1" || v == "v2", "HLM_GDN_KERNELS must be v1 or v2 (unset: v2), not '", v, "'");
+    return v == "v2";
+  }();
+  return v2;
+}
 
 using bf16 = __nv_bfloat16;
 

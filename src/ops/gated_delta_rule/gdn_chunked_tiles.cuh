@@ -421,12 +421,13 @@ __device__ __forceinline__ void chunk_suffix_sum(float* y, const float* x, int l
 
 // ---- Triangular inverse
 
-// On entry A [64][lda] fp32 holds a strictly lower triangular L (zeros on and above the diagonal); on return it
-// holds R = (I + L)^-1 (unit diagonal, zeros above). fp32 throughout (gdn.md §4): forward substitution inside the four
-// 16×16 diagonal blocks (one thread per column), then two block merges R21 = −R22 · L21 · R11 (16 → 32 → 64).
-// `tmp` holds 1024 floats. Contains block barriers (call from uniform control flow); any blockDim ≥ 64.
-__device__ inline void invert_unit_lower64(float* A, int lda, float* tmp) {
-  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+// The first step of both 64×64 unit-lower inverses (invert_unit_lower64 below, gdn_fwd_v2.cuh's
+// invert_unit_lower64_tc): the four 16×16 diagonal blocks of L (A, fp32, lda) replaced by their inverses in place, by
+// fp32 forward substitution, thread (b, j) < 64 solving column j of block b in registers. Contains block barriers
+// (call from uniform control flow; blockDim ≥ 64); the first orders L's writes before the reads, the last makes the
+// blocks visible.
+__device__ inline void invert_diagonal_blocks16(float* A, int lda) {
+  const int tid = static_cast<int>(threadIdx.x);
   __syncthreads();  // L written
   // 1. Diagonal blocks: thread (b, j) solves column j of block b into registers (L is read until the barrier).
   float col[16];
@@ -449,6 +450,15 @@ __device__ inline void invert_unit_lower64(float* A, int lda, float* tmp) {
     for (int i = 0; i < 16; ++i) R[i * lda + j] = col[i];
   }
   __syncthreads();
+}
+
+// On entry A [64][lda] fp32 holds a strictly lower triangular L (zeros on and above the diagonal); on return it
+// holds R = (I + L)^-1 (unit diagonal, zeros above). fp32 throughout (gdn.md §4): forward substitution inside the four
+// 16×16 diagonal blocks (one thread per column), then two block merges R21 = −R22 · L21 · R11 (16 → 32 → 64).
+// `tmp` holds 1024 floats. Contains block barriers (call from uniform control flow); any blockDim ≥ 64.
+__device__ inline void invert_unit_lower64(float* A, int lda, float* tmp) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  invert_diagonal_blocks16(A, lda);
   // 2. Merges: size 16 (block pairs (0,1), (2,3)), then 32 (halves). R21 = −R22 · (L21 · R11).
   for (int size = 16; size <= 32; size *= 2) {
     const int pairs = 64 / (2 * size), per = size * size;

@@ -349,28 +349,7 @@ constexpr int kLdLow = 36;
 __device__ inline void invert_unit_lower64_tc(float* A, int lda, float* low) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32;
   const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
-  __syncthreads();  // L written
-  // 1. Diagonal blocks: thread (b, j) solves column j of block b into registers (L is read until the barrier).
-  float col[16];
-  const int b = tid / 16, j = tid % 16;
-  if (tid < 64) {
-    const float* L = A + (16 * b) * lda + 16 * b;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      float acc = i == j ? 1.0f : 0.0f;
-#pragma unroll
-      for (int m = 0; m < i; ++m)  // static register indices; rows above j are zero in column j
-        if (m >= j) acc -= L[i * lda + m] * col[m];
-      col[i] = i < j ? 0.0f : acc;
-    }
-  }
-  __syncthreads();
-  if (tid < 64) {
-    float* R = A + (16 * b) * lda + 16 * b;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) R[i * lda + j] = col[i];
-  }
-  __syncthreads();
+  invert_diagonal_blocks16(A, lda);  // 1. the diagonal blocks (gdn_chunked_tiles.cuh)
   // 2. Size 16, pair o = 32·warp: R21 = −(R22 L21) R11 in place of L21 (read only by this warp).
   if (warp < 2) {
     const int o = 32 * warp;

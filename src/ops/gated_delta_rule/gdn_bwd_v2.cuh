@@ -322,13 +322,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
   strip_mma_kn<kD / 16>(acc, [&](int kt) { return ado[kt]; }, Ss, kLdD, d0);
   {
     const float f_lo = i_lo < len ? p.scale * expf(g_lo) : 0.0f, f_hi = i_hi < len ? p.scale * expf(g_hi) : 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      acc[n].r[0] *= f_lo;
-      acc[n].r[1] *= f_lo;
-      acc[n].r[2] *= f_hi;
-      acc[n].r[3] *= f_hi;
-    }
+    mma::scale_rows(acc, f_lo, f_hi);
     float lo, hi;
     strip_row_dots(lo, hi, acc, Qs, kLdD, r0, d0);
     if (t == 0) {
@@ -394,13 +388,7 @@ __global__ void __launch_bounds__(kThreads, 2) dqk_kernel(Problem p, ForwardScra
   strip_mma_kn<kD / 16>(acc, [&](int kt) { return mma::lds_a(Us, kLdD, r0, 16 * kt); }, Ss, kLdD, d0);
   {
     const float e_lo = i_lo < len ? expf(gc - g_lo) : 0.0f, e_hi = i_hi < len ? expf(gc - g_hi) : 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      acc[n].r[0] *= e_lo;
-      acc[n].r[1] *= e_lo;
-      acc[n].r[2] *= e_hi;
-      acc[n].r[3] *= e_hi;
-    }
+    mma::scale_rows(acc, e_lo, e_hi);
     float lo, hi;
     strip_row_dots(lo, hi, acc, Ks, kLdD, r0, d0);
     if (t == 0) {
@@ -543,13 +531,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
   const float g_lo = gam[i_lo], g_hi = gam[i_hi];
   {
     const float f_lo = i_lo < len ? beta[i_lo] * expf(g_lo) : 0.0f, f_hi = i_hi < len ? beta[i_hi] * expf(g_hi) : 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {  // x becomes F = diag(β e^γ) X, the first WY term of dk
-      x[n].r[0] *= f_lo;
-      x[n].r[1] *= f_lo;
-      x[n].r[2] *= f_hi;
-      x[n].r[3] *= f_hi;
-    }
+    mma::scale_rows(x, f_lo, f_hi);  // x becomes F = diag(β e^γ) X, the first WY term of dk
   }
   __syncthreads();  // X, Y
 

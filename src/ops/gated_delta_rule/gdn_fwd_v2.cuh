@@ -705,11 +705,7 @@ __global__ void __launch_bounds__(kOutV2Threads, 2) output_v2_kernel(Problem p, 
     }
   }
   const float ea = expf(gam[ia]), eb = expf(gam[ib]);
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    O[n].r[0] *= ea, O[n].r[1] *= ea;
-    O[n].r[2] *= eb, O[n].r[3] *= eb;
-  }
+  gdn_mma::scale_rows(O, ea, eb);
 #pragma unroll
   for (int kk = 0; kk < kC / 16; ++kk)  // tokens 16kk.. (only up to the strip's diagonal)
     if (kk <= ws) {

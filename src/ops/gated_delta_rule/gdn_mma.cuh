@@ -214,4 +214,17 @@ __device__ __forceinline__ void zero(FragC& c) {
   for (int e = 0; e < 4; ++e) c.r[e] = 0.0f;
 }
 
+// A 16-row strip of accumulators (c[0..N), one per 8 columns) with its rows scaled: this lane's row acc_row(0) by lo,
+// row acc_row(2) (8 further down) by hi — diag(f) · C on the fragments.
+template <int N>
+__device__ __forceinline__ void scale_rows(FragC (&c)[N], float lo, float hi) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    c[n].r[0] *= lo;
+    c[n].r[1] *= lo;
+    c[n].r[2] *= hi;
+    c[n].r[3] *= hi;
+  }
+}
+
 }  // namespace hlm::gdn_mma

@@ -18,6 +18,7 @@ using gdn_mma::FragB;
 using gdn_mma::FragC;
 using gdn_mma::lane_id;
 using gdn_mma::pack_bf16x2;
+using gdn_mma::scale_rows;
 
 __device__ __forceinline__ void mma_bf16(FragC& d, const FragA& a, const FragB& b) { gdn_mma::mma_16816(d, a, b); }
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }

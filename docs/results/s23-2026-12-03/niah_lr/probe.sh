@@ -7,6 +7,8 @@
 # rate side by side on one GPU, each cut at SECONDS, and prints the train CE each logged at its last logged steps.
 # From the repo root: HLM=/tmp/hlm/bin/hybridlm OUT=$OUT bash docs/results/s23-2026-12-03/niah_lr/probe.sh
 # Needs data/corpus/demo or CORPUS_TGZ (default out/niah_keys/corpus.tgz) as session 22's run.sh.
+# (As run in call A, the summary read a valid record's per-language "ce" object and stopped with a TypeError; the
+# probe's figures in docs/results.md come from the progress lines of its logs. Fixed after the call, not re-run.)
 # Variables (defaults): LRS ("5e-4 1e-3 4e-3"), SECONDS_EACH (150), WORK (/tmp/niah_lr_work), ARCH (full_attention).
 set -u
 HLM=${HLM:?set HLM}; OUT=${OUT:-out/niah_lr_out}; WORK=${WORK:-/tmp/niah_lr_work}
@@ -39,7 +41,7 @@ for lr in $LRS; do
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 st = [(r["step"], r["loss"]) for r in rows if r.get("type") == "step" and r.get("loss") is not None]
-va = [(r["step"], round(r["ce"], 4)) for r in rows if r.get("type") == "valid"]
+va = [(r["step"], round(r["mean"]["ce"], 4)) for r in rows if r.get("type") == "valid"]  # "ce" is per language
 # mean train loss over windows of 128 steps: the plateau is ~0.45-0.5, leaving it shows as a fall below ~0.1
 win = {}
 for s_, l in st: win.setdefault((s_ - 1) // 128, []).append(l)

@@ -2,7 +2,9 @@
 // ../shared/bench/peer_probe.py prints in the same run (FLA chunk_gated_delta_rule, PyTorch SDPA):
 //   gdn  : gated delta rule forward and forward+backward, H = 32 heads (Hk = Hv), dk = dv = 128, fp32 storage, at
 //          B8×T1024, B2×T4096, B1×T16384 (B packed sequences of T tokens): the fp32 token recurrence
-//          (gated_delta_rule_cuda.h) and the chunked tensor-core form (gated_delta_rule_chunked_cuda.h, bf16 operands);
+//          (gated_delta_rule_cuda.h) and the chunked tensor-core form (gated_delta_rule_chunked_cuda.h, bf16 operands),
+//          whose fwd+bwd is timed twice: the backward rerunning prep and state (what FLA's does: it keeps only the
+//          inverse), and with the forward's scratch kept for the backward ("keep": the recomputing layer's path);
 //   attn : causal GQA attention forward and forward+backward, 32 q / 8 kv heads, D = 128, B8×T1024, bf16 and fp32;
 //   decode: one gated delta rule decode step (gated_delta_rule_decode_cuda.h), B = 64 sequences, H = 32 heads
 //          (Hk = Hv), dk = dv = 128, fp32 state updated in place (128 MiB read + 128 MiB written per step). Prints
@@ -36,6 +38,10 @@
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
 // Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv]   (all when none is given)
+//          [--shapes BxT,...]   gdn and attn_engines: only these of their three shapes (e.g. 1x16384; profiling)
+//          [--chunked-only]     gdn: skip the fp32 token recurrence (tens of ms per call at T16384)
+//          [--d-out-ones]       attn_engines: the output gradient all ones (as peer_probe.py's sdpa section: its
+//                               o.backward(ones_like(o))) instead of normal values
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -75,6 +81,30 @@ double time_ms(cudaStream_t stream, const std::function<void()>& fn, int warmup 
   return median_ms(stream, fn, warmup, iters);
 }
 
+// --shapes: the B×T shapes gdn and attn_engines run (empty: all of theirs).
+std::vector<std::pair<int64_t, int64_t>> g_shapes;
+bool g_chunked_only = false;
+bool g_dout_ones = false;
+bool shape_selected(int64_t B, int64_t T) {
+  if (g_shapes.empty()) return true;
+  return std::find(g_shapes.begin(), g_shapes.end(), std::make_pair(B, T)) != g_shapes.end();
+}
+// "8x1024,1x16384" → {(8, 1024), (1, 16384)}; false on anything else.
+bool parse_shapes(const char* text, std::vector<std::pair<int64_t, int64_t>>& out) {
+  std::string s(text);
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    long long b = 0, t = 0;
+    char tail = 0;
+    if (std::sscanf(s.substr(at, end - at).c_str(), "%lldx%lld%c", &b, &t, &tail) != 2 || b <= 0 || t <= 0)
+      return false;
+    out.emplace_back(b, t);
+    at = end + 1;
+  }
+  return !out.empty();
+}
+
 std::vector<int64_t> packed(int64_t B, int64_t T) {
   std::vector<int64_t> cu(static_cast<size_t>(B + 1));
   for (int64_t b = 0; b <= B; ++b) cu[static_cast<size_t>(b)] = b * T;
@@ -87,6 +117,7 @@ void bench_gdn(CudaContext& ctx) {
     int64_t B, T;
   } shapes[] = {{8, 1024}, {2, 4096}, {1, 16384}};
   for (const auto& s : shapes) {
+    if (!shape_selected(s.B, s.T)) continue;
     const int64_t N = s.B * s.T;
     std::vector<float> q = normal(static_cast<size_t>(N * H * D), 1), k = normal(static_cast<size_t>(N * H * D), 2);
     for (std::vector<float>* x : {&q, &k})
@@ -137,11 +168,13 @@ void bench_gdn(CudaContext& ctx) {
       fwd();
       gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws.raw(), ws_bytes, ctx.stream());
     };
-    const double t_fwd = time_ms(ctx.stream(), fwd), t_fb = time_ms(ctx.stream(), fb);
-    std::printf("gdn_fwd      B%lld T%lld H%lld D%lld f32 recurrent  %.3f ms\n", (long long)s.B, (long long)s.T,
-                (long long)H, (long long)D, t_fwd);
-    std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld f32 recurrent  %.3f ms\n", (long long)s.B, (long long)s.T,
-                (long long)H, (long long)D, t_fb);
+    if (!g_chunked_only) {
+      const double t_fwd = time_ms(ctx.stream(), fwd), t_fb = time_ms(ctx.stream(), fb);
+      std::printf("gdn_fwd      B%lld T%lld H%lld D%lld f32 recurrent  %.3f ms\n", (long long)s.B, (long long)s.T,
+                  (long long)H, (long long)D, t_fwd);
+      std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld f32 recurrent  %.3f ms\n", (long long)s.B, (long long)s.T,
+                  (long long)H, (long long)D, t_fb);
+    }
     ws = CudaTensor();
     // The chunked tensor-core form (bf16 operands, fp32 state), same inputs.
     const size_t cws_bytes = gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, s.B);
@@ -153,11 +186,21 @@ void bench_gdn(CudaContext& ctx) {
       cfwd();
       gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, cws.raw(), cws_bytes, ctx.stream());
     };
-    const double c_fwd = time_ms(ctx.stream(), cfwd), c_fb = time_ms(ctx.stream(), cfb);
+    // The forward keeping its scratch for the backward (keep_for_backward / forward_kept: the recomputing layer's
+    // path, whose forward runs right before its backward), so the backward skips its rerun of prep and state; the
+    // scratch it keeps is the backward's workspace (cws_bytes), not FLA's saved inverse alone.
+    const auto cfb_keep = [&] {
+      gated_delta_rule_chunked_forward_cuda(out, in, shape, scale, cws.raw(), cws_bytes, ctx.stream(), true);
+      gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, cws.raw(), cws_bytes, ctx.stream(), true);
+    };
+    const double c_fwd = time_ms(ctx.stream(), cfwd), c_fb = time_ms(ctx.stream(), cfb),
+                 c_fb_keep = time_ms(ctx.stream(), cfb_keep);
     std::printf("gdn_fwd      B%lld T%lld H%lld D%lld chunked-tc  %.3f ms\n", (long long)s.B, (long long)s.T,
                 (long long)H, (long long)D, c_fwd);
     std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld chunked-tc  %.3f ms\n", (long long)s.B, (long long)s.T,
                 (long long)H, (long long)D, c_fb);
+    std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld chunked-tc keep  %.3f ms  (scratch kept: %.0f MB)\n",
+                (long long)s.B, (long long)s.T, (long long)H, (long long)D, c_fb_keep, cws_bytes / 1e6);
   }
 }
 
@@ -243,11 +286,16 @@ void bench_attention_engines(CudaContext& ctx) {
   constexpr int64_t Hq = 32, Hkv = 8, D = 128;
   const std::pair<int64_t, int64_t> shapes[] = {{8, 1024}, {2, 4096}, {1, 16384}};
   for (const auto& [B, S] : shapes) {
+    if (!shape_selected(B, S)) continue;
     const int64_t N = B * S;
     const auto up = [&](uint64_t stream, int64_t heads) {
       return upload_bf16(ctx, normal(static_cast<size_t>(N * heads * D), stream), {N, heads, D});
     };
-    const CudaTensor q = up(11, Hq), k = up(12, Hkv), v = up(13, Hkv), d_out = up(14, Hq);
+    const CudaTensor q = up(11, Hq), k = up(12, Hkv), v = up(13, Hkv);
+    const CudaTensor d_out = g_dout_ones ? upload_bf16(ctx, std::vector<float>(static_cast<size_t>(N * Hq * D), 1.0f),
+                                                       {N, Hq, D})
+                                         : up(14, Hq);
+    std::printf("attn_engines B%lld T%lld d_out %s\n", (long long)B, (long long)S, g_dout_ones ? "ones" : "normal");
     struct Out {
       CudaTensor out, lse, dq, dk, dv;
     };
@@ -550,8 +598,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
     return 2;
   }
-  bool gdn = argc == 1, attn = argc == 1, engines = argc == 1, decode = argc == 1, lmhead = argc == 1,
-       adamw8 = argc == 1, conv = argc == 1;
+  bool gdn = false, attn = false, engines = false, decode = false, lmhead = false, adamw8 = false, conv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
@@ -560,11 +607,17 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "lmhead") == 0) lmhead = true;
     else if (std::strcmp(argv[i], "adamw8") == 0) adamw8 = true;
     else if (std::strcmp(argv[i], "conv") == 0) conv = true;
+    else if (std::strcmp(argv[i], "--chunked-only") == 0) g_chunked_only = true;
+    else if (std::strcmp(argv[i], "--d-out-ones") == 0) g_dout_ones = true;
+    else if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc && parse_shapes(argv[i + 1], g_shapes)) ++i;
     else {
-      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv]\n");
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] "
+                           "[--shapes BxT,...] [--chunked-only] [--d-out-ones]\n");
       return 2;
     }
   }
+  if (!(gdn || attn || engines || decode || lmhead || adamw8 || conv))  // no section named: all of them
+    gdn = attn = engines = decode = lmhead = adamw8 = conv = true;
   CudaContext& ctx = cuda_context();
   if (gdn) bench_gdn(ctx);
   if (attn) {

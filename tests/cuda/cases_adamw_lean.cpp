@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "harness.h"
 #include "ops/adamw/adamw_lowmem_cuda.h"
 #include "ops/adamw/grad_norm_cuda.h"

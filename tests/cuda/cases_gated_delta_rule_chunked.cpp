@@ -5,6 +5,8 @@
 // sequences (1000 and 700 + 400 tokens, dk = dv = 128) where the state crosses 11-16 chunks; and a rerun for
 // bit-identical gradients (no atomics). KeptForwardScratch: a forward with keep_for_backward followed by a backward
 // with forward_kept gives the very bits of the plain forward and the plain (rerunning) backward.
+// The state pass's launch rule gives these small shapes the split-key form (a warp pair per 16 state rows); run the
+// suite again with HLM_GDN_STATE_SPLIT=off for the one-warp-per-16-rows form (session 25 ran both, and `on`).
 //
 // Tolerance: the magnitudes of the fp32 test (gdn_cases.h: SM, SD and the per-output mag) with bf16 in place of fp32
 // roundings. u_b = 2^-8 is bf16's unit roundoff; every GEMM operand is rounded once to bf16 (q, k, v, R, W, U, M0,

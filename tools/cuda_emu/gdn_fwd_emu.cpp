@@ -13,11 +13,13 @@
 // 2e-3 of the RMS: bf16 rounding flips of single terms); and the chain (host prep → state_v2 → output_v2) against
 // the CPU chunked reference gated_delta_rule_chunked_forward (o and hT: relative RMS error ≤ 1e-2, bf16 operands).
 // Cases: weak (g ∈ (−0.003, 0)) and strong decay, packed sequences with partial chunks and empty sequences, dk ≠ dv, odd dims (scalar copy paths and the
-// 16-bit M0 stores), GVA (Hv = 2 Hk), h0 / hT on and off; each with 1, 2, 4 and 8 warps per block.
+// 16-bit M0 stores), GVA (Hv = 2 Hk), h0 / hT on and off; each with 1, 2, 4 and 8 warps per block, and
+// 4 warps with split keys (a warp pair per 16 rows, each warp 64 key columns: state_v2_kernel<4, 2>).
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/gated_delta_rule/gated_delta_rule.h"
@@ -267,7 +269,7 @@ void run_state_case(const Case& c, std::mt19937& rng) {
     cqd.report_rel_rms("prep_v2 Qd", 5e-3);
     std::vector<float> hT(N * Hv * dv * dk), o(T * Hv * dv);
     emu_launch({static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + 63) / 64), 1}, 128,
-               fwd_v2::state_v2_smem<4>(), [&] { fwd_v2::state_v2_kernel<4>(p, s, hT.data()); });
+               fwd_v2::state_v2_smem<4, 1>(), [&] { fwd_v2::state_v2_kernel<4, 1>(p, s, hT.data()); });
     emu_launch({static_cast<unsigned>(chunks), static_cast<unsigned>(Hv), 1}, fwd_v2::kOutV2Threads,
                fwd_v2::kOutV2Smem, [&] { fwd_v2::output_v2_kernel(p, s, o.data()); });
     Cmp co, ch;
@@ -277,7 +279,7 @@ void run_state_case(const Case& c, std::mt19937& rng) {
     ch.report_rel_rms("chain v2: hT vs CPU reference", 1e-2);
   }
 
-  for (int kw : {1, 2, 4, 8}) {
+  for (const auto [kw, split] : {std::pair{1, 1}, {2, 1}, {4, 1}, {8, 1}, {4, 2}}) {
     constexpr float kSentinel = 1234.5f;
     std::vector<float> U(Ut), hT(N * Hv * dv * dk, kSentinel);
     std::vector<bf16> states(chunks * Hv * dv * dk, __float2bfloat16_rn(kSentinel));
@@ -290,16 +292,17 @@ void run_state_case(const Case& c, std::mt19937& rng) {
     s.Kd = Kd.data();
     s.U = U.data();
     s.states = states.data();
-    const int rows = 16 * kw;
+    const int rows = 16 * kw / split;
     const Dim grid{static_cast<unsigned>(N * Hv), static_cast<unsigned>((dv + rows - 1) / rows), 1};
     const auto run = [&](auto kernel, size_t smem) { emu_launch(grid, 32 * kw, smem, [&] { kernel(p, s, hT.data()); }); };
-    switch (kw) {
-      case 1: run(fwd_v2::state_v2_kernel<1>, fwd_v2::state_v2_smem<1>()); break;
-      case 2: run(fwd_v2::state_v2_kernel<2>, fwd_v2::state_v2_smem<2>()); break;
-      case 4: run(fwd_v2::state_v2_kernel<4>, fwd_v2::state_v2_smem<4>()); break;
-      default: run(fwd_v2::state_v2_kernel<8>, fwd_v2::state_v2_smem<8>()); break;
+    switch (split == 2 ? 0 : kw) {
+      case 0: run(fwd_v2::state_v2_kernel<4, 2>, fwd_v2::state_v2_smem<4, 2>()); break;
+      case 1: run(fwd_v2::state_v2_kernel<1, 1>, fwd_v2::state_v2_smem<1, 1>()); break;
+      case 2: run(fwd_v2::state_v2_kernel<2, 1>, fwd_v2::state_v2_smem<2, 1>()); break;
+      case 4: run(fwd_v2::state_v2_kernel<4, 1>, fwd_v2::state_v2_smem<4, 1>()); break;
+      default: run(fwd_v2::state_v2_kernel<8, 1>, fwd_v2::state_v2_smem<8, 1>()); break;
     }
-    std::printf("%s, %d warps per block\n", c.name.c_str(), kw);
+    std::printf("%s, %d warps per block%s\n", c.name.c_str(), kw, split == 2 ? " (split keys: 2 warps per 16 rows)" : "");
     std::vector<float> M0_ref, U_ref, hT_ref;
     model(states, U, M0_ref, U_ref, hT_ref);
     Cmp m0, u, ht;

@@ -56,6 +56,12 @@ v = open(src + '/gdn_fwd_v2.cuh').read()
 old = 'extern __shared__ __align__(128) char smem[];'
 assert old in v
 v = v.replace(old, 'char* smem = emu_dyn_smem;')
+# The split-key pair barrier (bar.sync on 64 threads) as the block barrier: every warp of state_v2 reaches it at the
+# same points, and pairs exchange data only within themselves, so the stronger barrier orders the same accesses.
+for bar in range(1, 5):
+    old = 'asm volatile("bar.sync %d, 64;" ::: "memory");' % bar
+    assert old in v, old
+    v = v.replace(old, '__syncthreads();')
 open(dst + '/gdn_fwd_v2.cuh', 'w').write(v)
 PY
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -w -DHLM_CUDA_EMU=1 -I"$work" -I"$root/tools/cuda_emu" -I"$root/src" \

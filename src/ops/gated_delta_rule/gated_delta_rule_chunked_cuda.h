@@ -25,7 +25,8 @@
 // v2 kernels (HLM_GDN_KERNELS=v2, read once; the default since session 23; v1 selects the v1 kernels): the same stages, scratch contents and outputs with
 // mma.sync m16n8k16 products whose accumulators stay in registers (gdn_mma.cuh). Forward (gdn_fwd_v2.cuh): prep_v2,
 // state_v2 (16 state rows per warp held for the whole sequence, 1-8 warps per block picked at launch so that at least
-// half the SMs get work), output_v2; backward: gdn_bwd_v2.cuh. docs/cuda.md has the design and the CPU emulation.
+// half the SMs get work; with few sequences × heads a warp pair per 16 rows, each warp half the key columns:
+// HLM_GDN_STATE_SPLIT=on|off forces it), output_v2; backward: gdn_bwd_v2.cuh. docs/cuda.md has the design and the CPU emulation.
 // Deterministic: no atomics; every sum has a fixed order.
 //
 // Numerics: the state M and D, γ and every exponent, L and R, and all accumulations are fp32; bf16 are the GEMM

@@ -274,52 +274,82 @@ bool gdn_prep_v1_forced() {
   return v1;
 }
 
-template <int kWarps>
+template <int kWarps, int kSplit>
 int state_v2_blocks_per_sm() {
   static const int n = [] {
-    set_smem(fwd_v2::state_v2_kernel<kWarps>, fwd_v2::state_v2_smem<kWarps>());
+    const auto kernel = fwd_v2::state_v2_kernel<kWarps, kSplit>;
+    set_smem(kernel, fwd_v2::state_v2_smem<kWarps, kSplit>());
     int b = 0;
-    HLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fwd_v2::state_v2_kernel<kWarps>, kWarps * 32,
-                                                                 fwd_v2::state_v2_smem<kWarps>()));
+    HLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32,
+                                                                 fwd_v2::state_v2_smem<kWarps, kSplit>()));
     return std::max(b, 1);
   }();
   return n;
 }
 
-template <int kWarps>
+template <int kWarps, int kSplit>
 void launch_state_v2_as(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
-  const int64_t rows = kWarps * fwd_v2::kStateRowsPerWarp;
+  const int64_t rows = kWarps / kSplit * fwd_v2::kStateRowsPerWarp;
   const dim3 grid(static_cast<unsigned>(p.N * p.Hv), static_cast<unsigned>((p.dv + rows - 1) / rows));
-  set_smem(fwd_v2::state_v2_kernel<kWarps>, fwd_v2::state_v2_smem<kWarps>());
-  fwd_v2::state_v2_kernel<kWarps><<<grid, kWarps * 32, fwd_v2::state_v2_smem<kWarps>(), stream>>>(p, s, hT);
+  const auto kernel = fwd_v2::state_v2_kernel<kWarps, kSplit>;
+  set_smem(kernel, fwd_v2::state_v2_smem<kWarps, kSplit>());
+  kernel<<<grid, kWarps * 32, fwd_v2::state_v2_smem<kWarps, kSplit>(), stream>>>(p, s, hT);
 }
 
-// HLM_GDN_STATE_WARPS=1|2|4|8 forces state_v2's warps per block (A/B runs); unset: launch_state_v2's rule. Read once.
+// HLM_GDN_STATE_WARPS=1|2|4|8 forces state_v2's warps per block without split keys (A/B runs); unset: launch_state_v2's
+// rule. Any other value is refused. Read once.
 int state_v2_forced_warps() {
   static const int w = [] {
     const char* e = std::getenv("HLM_GDN_STATE_WARPS");
-    const int v = e ? std::atoi(e) : 0;
-    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
+    if (e == nullptr || *e == '\0') return 0;
+    const std::string v(e);
+    HLM_CHECK(v == "1" || v == "2" || v == "4" || v == "8", "HLM_GDN_STATE_WARPS=", v, ": expected 1, 2, 4 or 8");
+    return std::stoi(v);
   }();
   return w;
 }
+// HLM_GDN_STATE_SPLIT=on|off forces split keys (4 warps per block: 2 row strips × 2 key halves) on or off (A/B runs);
+// unset: launch_state_v2's rule. Any other value is refused. Read once.
+int state_v2_forced_split() {  // 0 unset, 1 off, 2 on
+  static const int f = [] {
+    const char* e = std::getenv("HLM_GDN_STATE_SPLIT");
+    if (e == nullptr || *e == '\0') return 0;
+    const std::string v(e);
+    HLM_CHECK(v == "on" || v == "off", "HLM_GDN_STATE_SPLIT=", v, ": expected on or off");
+    return v == "on" ? 2 : 1;
+  }();
+  return f;
+}
 
-// Rows per block (16·kWarps): the fewest waves of blocks (all sequences are taken as equally long), among the
+// Split keys (state_v2_kernel<4, 2>: a warp pair per 16 rows) when the sequences × heads × 16-row strips are at most
+// two per SM, so one warp per 16 rows would leave half the SMs' schedulers idle, and the split grid still runs in one
+// wave: B1×T16384 H32 (256 strips: 128 blocks of 4 warps; session 25, H200: 621 µs against 727 with 2 warps per
+// block). Not at B2×T4096 H32 (512 strips): there the split form took 224 µs against 202 for 4 unsplit warps.
+// Otherwise rows per block (16·kWarps): the fewest waves of blocks (all sequences are taken as equally long), among the
 // kWarps that give at least half the SMs a block (kWarps = 1 when none does); on a tie, the order below. More warps
 // per block share one copy of the chunk's W and Kd tiles: session 23 (call C, kWarps = 1 at B1×T16384 H32, 256
 // one-warp blocks) measured ~7 µs per chunk step against ~2.6 µs with 2 warps per block at B2×T4096 (also 256
 // blocks), so one-warp blocks are the last resort. B8×T1024 H32: 8 warps (256 blocks, one wave); the 4B shape
-// (4 sequences × 32 heads) and B2×T4096: 4; B1×T16384: 2.
+// (4 sequences × 32 heads): 4.
 void launch_state_v2(const Problem& p, const ForwardScratch& s, float* hT, cudaStream_t stream) {
   int device = 0, sms = 0;
   HLM_CUDA_CHECK(cudaGetDevice(&device));
   HLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t strips = (p.dv + fwd_v2::kStateRowsPerWarp - 1) / fwd_v2::kStateRowsPerWarp;
+  const int64_t split_blocks = p.N * p.Hv * ((strips + 1) / 2);
+  bool split = p.N * p.Hv * strips <= 2 * static_cast<int64_t>(sms) &&
+               split_blocks <= static_cast<int64_t>(state_v2_blocks_per_sm<4, 2>()) * sms;
+  if (state_v2_forced_split()) split = state_v2_forced_split() == 2;
+  if (state_v2_forced_warps()) split = false;
+  if (split) {
+    launch_state_v2_as<4, 2>(p, s, hT, stream);
+    return;
+  }
   // Candidates in order of preference on a tie: 4 (two U strips, so the next Ũ is copied a chunk ahead), then 8
   // (one strip; taken only for fewer waves, e.g. B8×T1024 H32), 2, 1.
   const int order[4] = {4, 8, 2, 1};
-  const int per_sm[4] = {state_v2_blocks_per_sm<4>(), state_v2_blocks_per_sm<8>(), state_v2_blocks_per_sm<2>(),
-                         state_v2_blocks_per_sm<1>()};
+  const int per_sm[4] = {state_v2_blocks_per_sm<4, 1>(), state_v2_blocks_per_sm<8, 1>(),
+                         state_v2_blocks_per_sm<2, 1>(), state_v2_blocks_per_sm<1, 1>()};
   int best = 1;
   int64_t best_waves = INT64_MAX;
   for (int i = 0; i < 4; ++i) {
@@ -331,10 +361,10 @@ void launch_state_v2(const Problem& p, const ForwardScratch& s, float* hT, cudaS
   }
   if (state_v2_forced_warps()) best = state_v2_forced_warps();
   switch (best) {
-    case 8: launch_state_v2_as<8>(p, s, hT, stream); break;
-    case 4: launch_state_v2_as<4>(p, s, hT, stream); break;
-    case 2: launch_state_v2_as<2>(p, s, hT, stream); break;
-    default: launch_state_v2_as<1>(p, s, hT, stream); break;
+    case 8: launch_state_v2_as<8, 1>(p, s, hT, stream); break;
+    case 4: launch_state_v2_as<4, 1>(p, s, hT, stream); break;
+    case 2: launch_state_v2_as<2, 1>(p, s, hT, stream); break;
+    default: launch_state_v2_as<1, 1>(p, s, hT, stream); break;
   }
 }
 

@@ -640,12 +640,12 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
 constexpr int kPassThreads = 128;  // 4 warps
 
 // Shared memory: kBufs × (the decayed keys Kd, Qd = scale·e^γ Q, W: bf16 [64][136]; the dO columns: bf16 [64][40]),
-// D (bf16 [32][136]), −dU (bf16 [64][40]), γ. kBufs = 2: 127,744 B (one block per SM, the next chunk's tiles copied
-// while this one is processed); kBufs = 1: 70,784 B (three blocks per SM hide each other's copies).
+// D (bf16 [32][136]), −dU (bf16 [64][40]). kBufs = 2: 128,512 B (one block per SM, the next chunk's tiles copied
+// while this one is processed); kBufs = 1: 71,168 B (three blocks per SM hide each other's copies).
 template <int kBufs>
 constexpr size_t dstate_smem() {
   return kBufs * (3 * kTileB + smem_piece<bf16>(kC * kLdV)) + smem_piece<bf16>(kBV * kLdD) +
-         smem_piece<bf16>(kC * kLdV) + smem_piece<float>(kC);
+         smem_piece<bf16>(kC * kLdV);
 }
 static_assert(blocks_fit_per_sm(dstate_smem<1>(), 3), "dstate_v2, one buffer: three blocks per SM");
 static_assert(blocks_fit_per_sm(dstate_smem<2>(), 1), "dstate_v2, two buffers: one block per SM");
@@ -678,20 +678,49 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
   bf16* dOb2 = sc.take<bf16>(kBufs * kC * kLdV);
   bf16* Ds = sc.take<bf16>(kBV * kLdD);
   bf16* nUb = sc.take<bf16>(kC * kLdV);  // −dU [i][a]
-  float* gam = sc.take<float>(kC);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int ra = 16 * (warp % 2), cd = 64 * (warp / 2), ri = 16 * warp;
   const bool dk_pairs = kFull || dk % 2 == 0, a_pairs = kFull || (rows % 2 == 0 && p.dv % 2 == 0);
   const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk, vst = p.Hv * p.dv;
-  const auto issue = [&](int64_t ci, int buf) {
-    const ChunkInfo info = fs.table[ci];
+  const int64_t kst = p.Hv * p.dk;  // token stride of Kd, Qd, W
+  const bool rows_vec = vector_ok(fs.Kd, kst, dk) && vector_ok(fs.Qd, kst, dk) && vector_ok(fs.W, kst, dk);
+  const auto issue = [&](const ChunkInfo& info, int buf) {
     const int64_t off = (info.t0 * p.Hv + h) * p.dk;
-    load_tile_async<kC, kD>(Kb2 + buf * kC * kLdD, kLdD, fs.Kd + off, p.Hv * p.dk, info.len, dk);
-    load_tile_async<kC, kD>(Qb2 + buf * kC * kLdD, kLdD, fs.Qd + off, p.Hv * p.dk, info.len, dk);
-    load_tile_async<kC, kD>(Wb2 + buf * kC * kLdD, kLdD, fs.W + off, p.Hv * p.dk, info.len, dk);
+    if (rows_vec) {  // every chunk's rows then are too
+      copy_rows_async<kPassThreads>(Kb2 + buf * kC * kLdD, fs.Kd + off, kst, info.len, dk);
+      copy_rows_async<kPassThreads>(Qb2 + buf * kC * kLdD, fs.Qd + off, kst, info.len, dk);
+      copy_rows_async<kPassThreads>(Wb2 + buf * kC * kLdD, fs.W + off, kst, info.len, dk);
+    } else {
+      load_tile_async<kC, kD>(Kb2 + buf * kC * kLdD, kLdD, fs.Kd + off, kst, info.len, dk);
+      load_tile_async<kC, kD>(Qb2 + buf * kC * kLdD, kLdD, fs.Qd + off, kst, info.len, dk);
+      load_tile_async<kC, kD>(Wb2 + buf * kC * kLdD, kLdD, fs.W + off, kst, info.len, dk);
+    }
     load_tile_async<kC, kBV>(dOb2 + buf * kC * kLdV, kLdV, bs.dOh + (info.t0 * p.Hv + h) * p.dv + a0, vst, info.len,
                              rows);
   };
+  // This lane's dU_loc values of a chunk (rows i = ri + g + 8·half, columns a = 8n + 2t, +1), into registers.
+  // (Rows ≥ len load row len − 1, possibly another warp's; those values are never used.)
+  const auto load_loc = [&](const ChunkInfo& info, float (&loc)[4][2][2]) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
+        const float* du = bs.dU + (info.t0 + min(i, info.len - 1)) * vst + h * p.dv + a0 + a;
+        loc[n][half][0] = loc[n][half][1] = 0.0f;
+        if (a_pairs) {
+          if (a < rows) {
+            const float2 v = *reinterpret_cast<const float2*>(du);
+            loc[n][half][0] = v.x;
+            loc[n][half][1] = v.y;
+          }
+        } else {
+          if (a < rows) loc[n][half][0] = du[0];
+          if (a + 1 < rows) loc[n][half][1] = du[1];
+        }
+      }
+  };
+  const auto gamma_c = [&](const ChunkInfo& info) { return fs.gam[(info.t0 + info.len - 1) * p.Hv + h]; };
 
   FragC D[8];
   mma::zero(D);
@@ -705,54 +734,44 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
         if (a < rows && d < dk) D[n].r[e] = src[a * p.dk + d];
       }
   }
+  // The pass runs one chunk after another, so every global load on a chunk's path is latency the SM cannot hide:
+  // the chunk table, γ_c and the dU_loc values are read a chunk ahead of their use (cur: chunk ci, nxt: ci − 1, its
+  // γ_c in gc_next, its dU_loc in loc once chunk ci's are consumed), as the forward's state pass does.
   const int64_t first = fs.seq_first[seq], last = fs.seq_first[seq + 1];
-  if (kBufs == 2 && first < last) issue(last - 1, 0);
+  const ChunkInfo none{0, 0, 0};
+  ChunkInfo cur = first < last ? fs.table[last - 1] : none;
+  ChunkInfo nxt = first + 1 < last ? fs.table[last - 2] : none;
+  float gc_cur = first < last ? gamma_c(cur) : 0.0f;
+  float loc[4][2][2];
+  if (first < last) load_loc(cur, loc);
+  if (kBufs == 2 && first < last) issue(cur, 0);
   cp_async_commit();
   for (int64_t ci = last - 1; ci >= first; --ci) {
     const int buf = kBufs == 2 ? static_cast<int>((last - 1 - ci) & 1) : 0;
-    const ChunkInfo info = fs.table[ci];
+    const ChunkInfo info = cur;
     const int len = info.len;
     const int64_t t0 = info.t0;
-    if (tid < kC) gam[tid] = fs.gam[(t0 + min(tid, len - 1)) * p.Hv + h];
+    const float gc = gc_cur;
+    const ChunkInfo after = ci - 2 >= first ? fs.table[ci - 2] : none;  // used from the next chunk on
+    const float gc_next = ci - 1 >= first ? gamma_c(nxt) : 0.0f;
     // D leaving chunk ci: bf16 to Ds (the B operand of Kd Dᵀ) and to the scratch (dqk reads it).
     strip_to_smem(Ds, kLdD, D, ra, cd);
     store_strip(bs.dstates + ((ci * p.Hv + h) * p.dv + a0) * p.dk, p.dk, D, ra, cd, rows, dk, dk_pairs,
                 [](float x, int) { return x; });
     if (kBufs == 1) {
       __syncthreads();  // every warp is done with chunk ci+1's tiles
-      issue(ci, 0);
+      issue(info, 0);
       cp_async_commit();
     }
     cp_async_wait<0>();
-    __syncthreads();  // Ds, γ, chunk ci's tiles; with two buffers every warp is done with the other one
-    if (kBufs == 2 && ci > first) issue(ci - 1, buf ^ 1);
+    __syncthreads();  // Ds, chunk ci's tiles; with two buffers every warp is done with the other one
+    if (kBufs == 2 && ci > first) issue(nxt, buf ^ 1);
     cp_async_commit();
     const bf16* Kb = Kb2 + buf * kC * kLdD;
     const bf16* Qb = Qb2 + buf * kC * kLdD;
     const bf16* Wb = Wb2 + buf * kC * kLdD;
     const bf16* dOb = dOb2 + buf * kC * kLdV;
-    const float gc = gam[len - 1];
-    // Pf = Kd Dᵀ (rows i = ri.., columns a 0..31); dU = dU_loc + Pf in place; nUb = −dU. The dU_loc values are
-    // loaded before the product, so their latency overlaps it (the pass is sequential: nothing else would hide it).
-    float loc[4][2][2];
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
-        const float* du = bs.dU + (t0 + min(i, len - 1)) * vst + h * p.dv + a0 + a;
-        loc[n][half][0] = loc[n][half][1] = 0.0f;
-        if (a_pairs) {
-          if (a < rows) {
-            const float2 v = *reinterpret_cast<const float2*>(du);
-            loc[n][half][0] = v.x;
-            loc[n][half][1] = v.y;
-          }
-        } else {
-          if (a < rows) loc[n][half][0] = du[0];
-          if (a + 1 < rows) loc[n][half][1] = du[1];
-        }
-      }
+    // Pf = Kd Dᵀ (rows i = ri.., columns a 0..31); dU = dU_loc + Pf in place; nUb = −dU.
     FragC pf[4];
     mma::zero(pf);
 #pragma unroll
@@ -767,7 +786,7 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
       }
     }
     // kDuBf16: a row's bf16 pairs land on fp32 slots that other lanes of its group loaded: every lane's loads come
-    // before any lane's store. (Rows ≥ len load row len − 1, possibly another warp's; those values are never used.)
+    // before any lane's store (they were issued a chunk ago; the first chunk's before the loop).
     if constexpr (kDuBf16) __syncwarp();
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -799,6 +818,7 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
         }
         *reinterpret_cast<uint32_t*>(nUb + i * kLdV + a) = mma::pack_bf16x2(-u0, -u1);
       }
+    if (ci > first) load_loc(nxt, loc);  // chunk ci − 1's rows: other tokens than those just written
     __syncthreads();  // nUb
     // D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W (rows a = ra.., columns d = cd..).
     const float decay = expf(gc);
@@ -820,6 +840,7 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
         mma::mma_bf16(D[2 * np + 1], an, b1);
       }
     }
+    cur = nxt, nxt = after, gc_cur = gc_next;
   }
   cp_async_wait<0>();
   if (gr.dh0)

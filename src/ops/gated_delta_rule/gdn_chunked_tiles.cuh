@@ -244,6 +244,26 @@ __device__ __forceinline__ void load_tile_async(bf16* dst, int ld, const bf16* s
   }
 }
 
+// dst [64][kLdD] bf16 (zeros beyond len rows / width columns) = src rows (row stride `stride`) by cp.async, for
+// kThreads threads, when vector_ok(src, stride, width) (the caller checks): thread tid always copies the 16-byte
+// column piece tid % 16 of rows tid / 16 + (kThreads / 16)·it, so the loop is unrolled with one pointer step per piece
+// (load_tile_async's general loop spends ~3× the instructions per copy, which one-warp blocks pay alone).
+template <int kThreads>
+__device__ __forceinline__ void copy_rows_async(bf16* dst, const bf16* src, int64_t stride, int len, int width) {
+  static_assert(kThreads % 16 == 0 && kC * 16 % kThreads == 0, "whole rows per step");
+  constexpr int kStep = kThreads / 16, kIters = kC * 16 / kThreads;
+  const int tid = static_cast<int>(threadIdx.x), v = 8 * (tid % 16), r = tid / 16;
+  const bool col_ok = v < width;
+  const bf16* sp = src + r * stride + v;
+  bf16* dp = dst + r * kLdD + v;
+  const int64_t sstep = kStep * stride;
+#pragma unroll 4
+  for (int it = 0; it < kIters; ++it, sp += sstep, dp += kStep * kLdD) {
+    const bool valid = col_ok && r + it * kStep < len;
+    cp_async16(dp, valid ? sp : src, valid);
+  }
+}
+
 // ---- Block GEMM on tensor cores
 
 // C[M×N] (fp32, row-major, ldc) = (kAccumulate ? C : 0) + op(A)[M×K] · op(B)[K×N], bf16 operands in shared memory.

@@ -15,7 +15,9 @@
 //   second buffer; one block barrier per chunk (copies landed / the other buffer free).
 //   With 8 warps per block ≤ 128 registers (launch bounds: 2 blocks, 16 warps per SM); fewer warps use 186.
 //   kWarps (1, 2, 4 or 8) is picked at launch (launch_state_v2): fewer rows per block when there are few
-//   sequences × heads, so at least half the 132 SMs get work (B1×T16384 H32: 128 blocks of 2 warps instead of 32 of 8).
+//   sequences × heads, so at least half the 132 SMs get work. With split keys (kSplit = 2, state_v2_kernel<4, 2>,
+//   taken when the row strips are at most two per SM: B1×T16384 H32) a pair of warps shares 16 rows, each warp 64
+//   key columns, and the pair adds its two halves of Uᵀ through shared memory (see the kernel's comment).
 // prep_v2 and output_v2 (per chunk and v-head, 8 warps): see their comments below.
 // Numerics as v1: M0 and U enter the products as bf16, everything accumulates in fp32; U's sum starts from Ũ
 // instead of subtracting a separately summed W M0ᵀ (a different fp32 rounding order, the same error bound); prep_v2's
@@ -45,12 +47,29 @@ template <int kWarps>
 __host__ __device__ constexpr int state_v2_strips() {
   return kWarps == 8 ? 1 : 2;
 }
-template <int kWarps>
-constexpr size_t state_v2_smem() {  // W and Kd, two buffers each, and the U strips of every warp
-  return 4 * smem_piece<bf16>(kC * kLdD) + kWarps * state_v2_strips<kWarps>() * kStripBytes;
+// Bytes of one warp's exchange buffer for split-key passes: its partial Uᵀ accumulators [8 tiles][4][32 lanes] fp32.
+constexpr size_t kExchangeBytes = smem_piece<float>(kC / 8 * 4 * 32);
+// kSplit = 1: each warp owns 16 state rows × all 128 key columns. kSplit = 2: a pair of warps owns 16 rows, each warp
+// 64 key columns (see state_v2_kernel), so one sequence × few heads still fills every scheduler of the SMs it runs on.
+template <int kWarps, int kSplit>
+constexpr size_t state_v2_smem() {  // W and Kd, two buffers each, the U strips of every row strip, the exchange
+  return 4 * smem_piece<bf16>(kC * kLdD) + kWarps / kSplit * state_v2_strips<kWarps>() * kStripBytes +
+         (kSplit == 2 ? kWarps * kExchangeBytes : 0);
 }
-static_assert(blocks_fit_per_sm(state_v2_smem<8>(), 2) && blocks_fit_per_sm(state_v2_smem<4>(), 2),
+static_assert(blocks_fit_per_sm(state_v2_smem<8, 1>(), 2) && blocks_fit_per_sm(state_v2_smem<4, 1>(), 2) &&
+                  blocks_fit_per_sm(state_v2_smem<4, 2>(), 2),
               "state_v2: two blocks of 8 or 4 warps per SM");
+
+// Barrier of the two warps (64 threads) of split-key pair `pair` < 4 (named barriers 1-4; 0 is __syncthreads'). The
+// ids are immediates: a register id makes ptxas reserve all 16 of the block's barriers.
+__device__ __forceinline__ void pair_sync(int pair) {
+  switch (pair) {
+    case 0: asm volatile("bar.sync 1, 64;" ::: "memory"); break;
+    case 1: asm volatile("bar.sync 2, 64;" ::: "memory"); break;
+    case 2: asm volatile("bar.sync 3, 64;" ::: "memory"); break;
+    default: asm volatile("bar.sync 4, 64;" ::: "memory"); break;
+  }
+}
 
 // The warp's strips of U (one or two buffers, kStripBytes apart) for one chunk each: columns r0..r0+15 of the
 // chunk's rows [len][dv] of U (row stride ust).
@@ -102,40 +121,38 @@ struct UStrip {
   }
 };
 
-// dst [64][kLdD] bf16 (zeros beyond len rows / width columns) = src rows (row stride `stride`) by cp.async, for
-// kThreads threads, when vector_ok(src, stride, width) (the caller checks): thread tid always copies the 16-byte
-// column piece tid % 16 of rows tid / 16 + (kThreads / 16)·it, so the loop is unrolled with one pointer step per piece
-// (load_tile_async's general loop spends ~3× the instructions per copy, which one-warp blocks pay alone).
-template <int kThreads>
-__device__ __forceinline__ void copy_rows_async(bf16* dst, const bf16* src, int64_t stride, int len, int width) {
-  static_assert(kThreads % 16 == 0 && kC * 16 % kThreads == 0, "whole rows per step");
-  constexpr int kStep = kThreads / 16, kIters = kC * 16 / kThreads;
-  const int tid = static_cast<int>(threadIdx.x), v = 8 * (tid % 16), r = tid / 16;
-  const bool col_ok = v < width;
-  const bf16* sp = src + r * stride + v;
-  bf16* dp = dst + r * kLdD + v;
-  const int64_t sstep = kStep * stride;
-#pragma unroll 4
-  for (int it = 0; it < kIters; ++it, sp += sstep, dp += kStep * kLdD) {
-    const bool valid = col_ok && r + it * kStep < len;
-    cp_async16(dp, valid ? sp : src, valid);
-  }
-}
-
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_kernel(Problem p, ForwardScratch s, float* hT) {
+// kSplit = 2 (split keys): warps 2p and 2p + 1 own the same 16 rows, warp 2p + h the key columns 64h..64h + 63 of
+// them (32 accumulator registers instead of 64). Uᵀ = Ũᵀ − M0 Wᵀ sums over the keys, so each warp forms its half of
+// the sum (warp 2p from Ũᵀ, warp 2p + 1 from 0), the pair swaps them through shared memory (exchange buffer, pair
+// barrier) and both add them in one order (half 0 + half 1: the same bits in both warps); M ← e^{γ_c} M + Uᵀ Kd then
+// needs no exchange (each warp updates its own key columns). Warp 2p copies Ũ and stores U through its strip. Half
+// the products per warp and twice the warps for the SMs' schedulers, for one barrier and 64 shared accesses per lane
+// per chunk; the launch takes it when the sequences × heads × row strips are fewer than the schedulers.
+// Sums in U: one fp32 order for kSplit = 1 (keys 0..127 in one chain), another for kSplit = 2 (two chains of 64, then
+// added): results differ in the last bits between the two forms, as between any two fp32 orders (the bound is bf16's).
+template <int kWarps, int kSplit>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == 8 || kSplit == 2 ? 2 : 1)
+    state_v2_kernel(Problem p, ForwardScratch s, float* hT) {
+  static_assert(kSplit == 1 || (kSplit == 2 && kWarps % 2 == 0 && kWarps <= 8), "split keys over warp pairs (≤ 4)");
+  constexpr int kKeyTiles = kD / 8 / kSplit;    // the warp's 8-key accumulator tiles of the state
+  constexpr int kKeyGroups = kD / 16 / kSplit;  // the warp's 16-key groups (k steps of Uᵀ, n pairs of the update)
   const int64_t seq = blockIdx.x / p.Hv;
   const int h = static_cast<int>(blockIdx.x % p.Hv);
   const int dk = static_cast<int>(p.dk), dv = static_cast<int>(p.dv);
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int r0 = static_cast<int>(blockIdx.y) * kWarps * kStateRowsPerWarp + warp * kStateRowsPerWarp;  // strip
+  const int strip_id = warp / kSplit, half = warp % kSplit;  // row strip of the block; key half (0 when kSplit = 1)
+  const int kg0 = half * kKeyGroups;                         // the warp's first 16-key group
+  const int r0 = static_cast<int>(blockIdx.y) * (kWarps / kSplit) * kStateRowsPerWarp + strip_id * kStateRowsPerWarp;
   extern __shared__ __align__(128) char smem[];
   SmemCarver sc{smem};
   bf16* Wb2 = sc.take<bf16>(2 * kC * kLdD);
   bf16* Kb2 = sc.take<bf16>(2 * kC * kLdD);  // e^{γ_c − γ_i} k_i (Kd)
   constexpr int kStrips = state_v2_strips<kWarps>();
   constexpr int kStripFloats = static_cast<int>(kStripBytes / sizeof(float));
-  float* strip_sm = sc.take<float>(kWarps * kStrips * kStripFloats) + warp * kStrips * kStripFloats;
+  float* strip_sm = sc.take<float>(kWarps / kSplit * kStrips * kStripFloats) + strip_id * kStrips * kStripFloats;
+  constexpr int kXFloats = static_cast<int>(kExchangeBytes / sizeof(float));
+  float* xchg = kSplit == 2 ? sc.take<float>(kWarps * kXFloats) : nullptr;  // [warp][tile·4 + e][lane]
+  const bool owns_strip = half == 0;  // the warp that copies Ũ in and U out
   // This lane's ldmatrix row addresses in buffer 0 (bytes; buffer 1 is kTileBytes further).
   constexpr int kTileBytes = kC * kLdD * 2;
   const gdn_mma::saddr_t w_lane = gdn_mma::smem_addr(Wb2 + gdn_mma::lane_off_b2(kLdD));
@@ -158,18 +175,19 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   // This lane's accumulator coordinates: rows (state rows / value channels) r0 + g, r0 + g + 8; columns 2t, 2t + 1
   // of each 8-wide tile (key dims for the state, tokens for Uᵀ). In the strip, Uᵀ element (row c, token i) is at
   // i·kLdStrip + c: this lane's elements are at lane_strip + (8j + e % 2)·kLdStrip + 8(e / 2).
-  const int g = gdn_mma::lane_id() / 4, t2 = 2 * (gdn_mma::lane_id() % 4);
+  const int lane = gdn_mma::lane_id();
+  const int g = lane / 4, t2 = 2 * (lane % 4);
   const int ra = r0 + g, rb = r0 + g + 8;
   float* lane_strip = strip_sm + t2 * kLdStrip + g;
 
-  // The state strip: S[n] holds key columns 8n..8n+7.
-  FragC S[kD / 8];
+  // The state strip: S[n] holds key columns 8(n + half·kKeyTiles)..+7.
+  FragC S[kKeyTiles];
   const int64_t state_off = ((seq * p.Hv + h) * p.dv) * p.dk;
 #pragma unroll
-  for (int n = 0; n < kD / 8; ++n)
+  for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int a = e < 2 ? ra : rb, d = 8 * n + t2 + (e % 2);
+      const int a = e < 2 ? ra : rb, d = 8 * (n + half * kKeyTiles) + t2 + (e % 2);
       S[n].r[e] = (p.h0 && a < dv && d < dk) ? p.h0[state_off + static_cast<int64_t>(a) * p.dk + d] : 0.0f;
     }
 
@@ -182,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   float gc_cur = first < last ? gamma_c(cur) : 0.0f;
   if (first < last) {
     issue(cur, 0);
-    strip.load(0, u_head + cur.t0 * ust, cur.len);
+    if (owns_strip) strip.load(0, u_head + cur.t0 * ust, cur.len);
   }
   cp_async_commit();
   for (int64_t ci = first; ci < last; ++ci) {
@@ -193,29 +211,30 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
     const ChunkInfo after = ci + 2 < last ? s.table[ci + 2] : ChunkInfo{0, 0, 0};  // used from the next chunk on
     const float gc_next = ci + 1 < last ? gamma_c(next) : 0.0f;
     cp_async_wait<0>();  // this thread's copies of chunk ci (W, Kd, Ũ strip) have landed
-    __syncthreads();     // everyone's have; everyone is done with chunk ci − 1 (the other buffer is free)
+    __syncthreads();     // everyone's have; everyone is done with chunk ci − 1 (the other buffer, the exchange)
     if (ci + 1 < last) {
       issue(next, buf ^ 1);
-      if (kStrips == 2) strip.load(buf ^ 1, u_head + next.t0 * ust, next.len);  // its old U was stored in ci − 1
+      if (kStrips == 2 && owns_strip) strip.load(buf ^ 1, u_head + next.t0 * ust, next.len);  // U of ci − 1 stored
     }
     cp_async_commit();
     const int sb = kStrips == 2 ? buf : 0;  // the strip holding chunk ci's Ũ
     float* lane_sb = lane_strip + sb * kStripFloats;
     const gdn_mma::saddr_t wl = w_lane + buf * kTileBytes, kl = k_lane + buf * kTileBytes;
 
-    // Uᵀ = Ũᵀ − M0 Wᵀ: the accumulators start as Ũᵀ (from the strip); M0 (bf16) to the per-chunk states on the way.
+    // Uᵀ = Ũᵀ − M0 Wᵀ (this warp's keys): the accumulators start as Ũᵀ (from the strip; zeros for the second key
+    // half); M0 (bf16) to the per-chunk states on the way.
     FragC U[kC / 8];
 #pragma unroll
     for (int j = 0; j < kC / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) U[j].r[e] = lane_sb[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)];
+      for (int e = 0; e < 4; ++e) U[j].r[e] = owns_strip ? lane_sb[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)] : 0.0f;
     bf16* m0a = s.states + (ci * p.Hv + h) * p.dv * p.dk + static_cast<int64_t>(ra) * p.dk;  // row ra; rb 8 rows on
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {  // key dims 16kk..16kk+15
+    for (int kk = 0; kk < kKeyGroups; ++kk) {  // key dims 16(kg0 + kk)..+15
       const FragA A = gdn_mma::a_from_acc(S[2 * kk], S[2 * kk + 1], -1.0f);  // bf16(−M0) = −bf16(M0)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {  // A.r[x]: row x % 2 ? rb : ra, columns 16kk + t2 + 8(x / 2), +1
-        const int a = x % 2 ? rb : ra, d = 16 * kk + t2 + 8 * (x / 2);
+        const int a = x % 2 ? rb : ra, d = 16 * (kg0 + kk) + t2 + 8 * (x / 2);
         if (a < dv && d < dk) {
           const uint32_t bits = A.r[x] ^ 0x80008000u;  // both signs flipped back: bf16(M0)
           bf16* dst = m0a + (x % 2) * 8 * p.dk + d;
@@ -230,40 +249,58 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
 #pragma unroll
       for (int jj = 0; jj < kC / 16; ++jj) {  // tokens 16jj..16jj+15
         FragB b[2];
-        gdn_mma::load_b2(b, wl + 2 * ((16 * jj) * kLdD + 16 * kk));
+        gdn_mma::load_b2(b, wl + 2 * ((16 * jj) * kLdD + 16 * (kg0 + kk)));
         gdn_mma::mma_16816(U[2 * jj], A, b[0]);
         gdn_mma::mma_16816(U[2 * jj + 1], A, b[1]);
       }
     }
+    if constexpr (kSplit == 2) {  // the pair's two halves of the key sum, added in one order in both warps
+      float* mine = xchg + warp * kXFloats + lane;
+      const float* other = xchg + (warp ^ 1) * kXFloats + lane;
+#pragma unroll
+      for (int j = 0; j < kC / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mine[(4 * j + e) * 32] = U[j].r[e];
+      pair_sync(static_cast<int>(threadIdx.x) / 64);
+#pragma unroll
+      for (int j = 0; j < kC / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float o = other[(4 * j + e) * 32];
+          U[j].r[e] = half == 0 ? U[j].r[e] + o : o + U[j].r[e];
+        }
+    }
     // U: through the strip to global (in place of Ũ), and as bf16 A operands (tokens 16kk..16kk+15 as k).
-    __syncwarp();  // every lane has read its Ũ from the strip
+    if (owns_strip) {
+      __syncwarp();  // every lane has read its Ũ from the strip
 #pragma unroll
-    for (int j = 0; j < kC / 8; ++j)
+      for (int j = 0; j < kC / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) lane_sb[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)] = U[j].r[e];
+        for (int e = 0; e < 4; ++e) lane_sb[(8 * j + e % 2) * kLdStrip + 8 * (e / 2)] = U[j].r[e];
+    }
     FragA UA[kC / 16];
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk) UA[kk] = gdn_mma::a_from_acc(U[2 * kk], U[2 * kk + 1]);
-    __syncwarp();
-    strip.store(sb, s.U + info.t0 * ust + static_cast<int64_t>(h) * p.dv, len);
-    __syncwarp();  // the strip is read: the next chunk's Ũ may land in it
-    if (kStrips == 1) {
-      if (ci + 1 < last) strip.load(0, u_head + next.t0 * ust, next.len);
-      cp_async_commit();
+    if (owns_strip) {
+      __syncwarp();
+      strip.store(sb, s.U + info.t0 * ust + static_cast<int64_t>(h) * p.dv, len);
+      __syncwarp();  // the strip is read: the next chunk's Ũ may land in it
+      if (kStrips == 1 && ci + 1 < last) strip.load(0, u_head + next.t0 * ust, next.len);
     }
+    if (kStrips == 1) cp_async_commit();
 
-    // M ← e^{γ_c} M + Uᵀ Kd.
+    // M ← e^{γ_c} M + Uᵀ Kd (this warp's key columns).
     const float decay = expf(gc);
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
+    for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) S[n].r[e] *= decay;
 #pragma unroll
-    for (int jj = 0; jj < kD / 16; ++jj)  // key dims 16jj..16jj+15
+    for (int jj = 0; jj < kKeyGroups; ++jj)  // key dims 16(kg0 + jj)..+15
 #pragma unroll
       for (int kk = 0; kk < kC / 16; ++kk) {  // tokens 16kk..
         FragB b[2];
-        gdn_mma::load_b2_trans(b, kl + 2 * ((16 * kk) * kLdD + 16 * jj));
+        gdn_mma::load_b2_trans(b, kl + 2 * ((16 * kk) * kLdD + 16 * (kg0 + jj)));
         gdn_mma::mma_16816(S[2 * jj], UA[kk], b[0]);
         gdn_mma::mma_16816(S[2 * jj + 1], UA[kk], b[1]);
       }
@@ -271,10 +308,10 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1) state_v2_ker
   }
   if (hT) {
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
+    for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int a = e < 2 ? ra : rb, d = 8 * n + t2 + (e % 2);
+        const int a = e < 2 ? ra : rb, d = 8 * (n + half * kKeyTiles) + t2 + (e % 2);
         if (a < dv && d < dk) hT[state_off + static_cast<int64_t>(a) * p.dk + d] = S[n].r[e];
       }
   }

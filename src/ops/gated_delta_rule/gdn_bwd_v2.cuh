@@ -25,9 +25,10 @@
 // du_local_v2 (per chunk and v-head, 4 warps, warp w = key rows j = 16w..): Aᵀ strip = K Qᵀ · scale·e^{γ_i − γ_j}
 // for j ≤ i < len on the accumulators, re-packed to A fragments, times dO → dU_loc; dO also copied to bf16 (dOh).
 //
-// dstate_v2 (per sequence, v-head and 32 state rows, 4 warps; reverse over chunks): D = dL/dM [32][128] in fp32
-// accumulators for the whole pass (warp w: rows 16(w % 2), columns 64(w / 2)); per chunk D → bf16 (shared, and the
-// scratch as D leaving the chunk), Pf = Kd Dᵀ (warp w: rows i = 16w), dU = dU_loc + Pf in place (fp32, or with
+// dstate_v2 (per sequence, v-head and 32 state rows, 4 warps with one chunk buffer, 8 with two; reverse over chunks):
+// D = dL/dM [32][128] in fp32 accumulators for the whole pass (4 warps: warp w rows 16(w % 2), columns 64(w / 2);
+// 8 warps: 32-column quarters); per chunk D → bf16 (shared, and the scratch as D leaving the chunk), Pf = Kd Dᵀ
+// (warp w: rows i = 16(w % 4), all 32 columns a, or with 8 warps half of them), dU = dU_loc + Pf in place (fp32, or with
 // kDuBf16 bf16 over dU_loc's bytes) and −dU (bf16) shared, D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W with dOᵀ, −dUᵀ by
 // ldmatrix.trans. The next chunk's tiles by cp.async into a second buffer when the grid is small
 // (state_pass_buffers), as v1. The row tiles of a (sequence, head) are neighbours in the (one-dimensional) grid, so
@@ -637,7 +638,18 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
 
 // ---- dstate_v2: per (sequence, v-head, kBV = 32 state rows), reverse over the sequence's chunks
 
-constexpr int kPassThreads = 128;  // 4 warps
+// Threads of dstate_kernel<kBufs>: 4 warps with one buffer (2-3 blocks share an SM, so registers stay ≤ 128 per
+// thread), 8 with two (one block per SM; session 25 split its D columns over twice the warps, so each of the SM's four
+// schedulers gets two warps of the sequential pass instead of one).
+template <int kBufs>
+__host__ __device__ constexpr int dstate_threads() {
+  return kBufs == 2 ? 256 : 128;
+}
+// Its launch bounds (no parentheses inside, for tools/cuda_emu's patterns): 3 one-buffer blocks per SM, one of two.
+template <int kBufs>
+constexpr int kDstateThreads = dstate_threads<kBufs>();
+template <int kBufs>
+constexpr int kDstateMinBlocks = kBufs == 1 ? 3 : 1;
 
 // Shared memory: kBufs × (the decayed keys Kd, Qd = scale·e^γ Q, W: bf16 [64][136]; the dO columns: bf16 [64][40]),
 // D (bf16 [32][136]), −dU (bf16 [64][40]). kBufs = 2: 128,512 B (one block per SM, the next chunk's tiles copied
@@ -651,18 +663,22 @@ static_assert(blocks_fit_per_sm(dstate_smem<1>(), 3), "dstate_v2, one buffer: th
 static_assert(blocks_fit_per_sm(dstate_smem<2>(), 1), "dstate_v2, two buffers: one block per SM");
 
 // The state-gradient tile D = dL/dM [kBV rows a][128 columns d] stays in fp32 accumulators for the whole pass: warp w
-// holds rows 16(w % 2).. and columns 64(w / 2).. (8 n-tiles). Per chunk (reverse order):
+// holds rows 16(w % 2).. and columns (128 / (W / 2))·(w / 2).. (W = 4 warps: 64 columns, 8 n-tiles; W = 8: 32, 4).
+// Per chunk (reverse order):
 //   D (bf16) to shared memory and to the scratch (D leaving the chunk)             | barrier (tiles of the chunk landed)
-//   Pf = Kd Dᵀ, warp w rows i = 16w.. × the 32 columns a; dU = dU_loc + Pf in place (global fp32), −dU (bf16) shared
-//                                                                                   | barrier
+//   Pf = Kd Dᵀ, warp w rows i = 16(w % 4).. × columns a (32 / (W / 4))·(w / 4)..; dU = dU_loc + Pf in place (global
+//   fp32), −dU (bf16) shared                                                        | barrier
 //   D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W   (A = dOᵀ, −dUᵀ by ldmatrix.trans from [i][a] tiles; B = Qd, W k-major)
 // Blocks of dstate_kernel (a one-dimensional grid): N·Hv·ceil(dv / kBV).
 __host__ __device__ inline int64_t dstate_blocks(const Problem& p) { return p.N * p.Hv * ((p.dv + kBV - 1) / kBV); }
 
 template <int kBufs, bool kFull, bool kDuBf16>
-__global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs,
-                                                               Grads gr) {
+__global__ void __launch_bounds__(kDstateThreads<kBufs>, kDstateMinBlocks<kBufs>)
+    dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
+  constexpr int kThreadsDs = dstate_threads<kBufs>(), kWarpsDs = kThreadsDs / 32;
+  constexpr int kDN = kD / 8 / (kWarpsDs / 2);   // the warp's 8-column n-tiles of D
+  constexpr int kPN = kBV / 8 / (kWarpsDs / 4);  // the warp's 8-column n-tiles of Pf (columns a)
   // Grid: x = (seq·Hv + h)·tiles + tile (dstate_blocks): the row tiles of one (sequence, head) are neighbours in
   // launch order, so they run together and three of the four reads of each chunk's Kd, Qd, W hit L2.
   const int64_t tiles = (p.dv + kBV - 1) / kBV, sh = blockIdx.x / tiles;
@@ -679,7 +695,8 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
   bf16* Ds = sc.take<bf16>(kBV * kLdD);
   bf16* nUb = sc.take<bf16>(kC * kLdV);  // −dU [i][a]
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int ra = 16 * (warp % 2), cd = 64 * (warp / 2), ri = 16 * warp;
+  const int ra = 16 * (warp % 2), cd = 8 * kDN * (warp / 2);  // the warp's D rows and columns
+  const int ri = 16 * (warp % 4), ca = 8 * kPN * (warp / 4);   // the warp's Pf rows (tokens) and columns a
   const bool dk_pairs = kFull || dk % 2 == 0, a_pairs = kFull || (rows % 2 == 0 && p.dv % 2 == 0);
   const int64_t state_off = ((seq * p.Hv + h) * p.dv + a0) * p.dk, vst = p.Hv * p.dv;
   const int64_t kst = p.Hv * p.dk;  // token stride of Kd, Qd, W
@@ -687,9 +704,9 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
   const auto issue = [&](const ChunkInfo& info, int buf) {
     const int64_t off = (info.t0 * p.Hv + h) * p.dk;
     if (rows_vec) {  // every chunk's rows then are too
-      copy_rows_async<kPassThreads>(Kb2 + buf * kC * kLdD, fs.Kd + off, kst, info.len, dk);
-      copy_rows_async<kPassThreads>(Qb2 + buf * kC * kLdD, fs.Qd + off, kst, info.len, dk);
-      copy_rows_async<kPassThreads>(Wb2 + buf * kC * kLdD, fs.W + off, kst, info.len, dk);
+      copy_rows_async<kThreadsDs>(Kb2 + buf * kC * kLdD, fs.Kd + off, kst, info.len, dk);
+      copy_rows_async<kThreadsDs>(Qb2 + buf * kC * kLdD, fs.Qd + off, kst, info.len, dk);
+      copy_rows_async<kThreadsDs>(Wb2 + buf * kC * kLdD, fs.W + off, kst, info.len, dk);
     } else {
       load_tile_async<kC, kD>(Kb2 + buf * kC * kLdD, kLdD, fs.Kd + off, kst, info.len, dk);
       load_tile_async<kC, kD>(Qb2 + buf * kC * kLdD, kLdD, fs.Qd + off, kst, info.len, dk);
@@ -698,14 +715,14 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     load_tile_async<kC, kBV>(dOb2 + buf * kC * kLdV, kLdV, bs.dOh + (info.t0 * p.Hv + h) * p.dv + a0, vst, info.len,
                              rows);
   };
-  // This lane's dU_loc values of a chunk (rows i = ri + g + 8·half, columns a = 8n + 2t, +1), into registers.
+  // This lane's dU_loc values of a chunk (rows i = ri + g + 8·half, columns a = ca + 8n + 2t, +1), into registers.
   // (Rows ≥ len load row len − 1, possibly another warp's; those values are never used.)
-  const auto load_loc = [&](const ChunkInfo& info, float (&loc)[4][2][2]) {
+  const auto load_loc = [&](const ChunkInfo& info, float (&loc)[kPN][2][2]) {
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+    for (int n = 0; n < kPN; ++n)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
+        const int i = ri + g + 8 * half, a = ca + 8 * n + 2 * t;
         const float* du = bs.dU + (info.t0 + min(i, info.len - 1)) * vst + h * p.dv + a0 + a;
         loc[n][half][0] = loc[n][half][1] = 0.0f;
         if (a_pairs) {
@@ -722,12 +739,12 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
   };
   const auto gamma_c = [&](const ChunkInfo& info) { return fs.gam[(info.t0 + info.len - 1) * p.Hv + h]; };
 
-  FragC D[8];
+  FragC D[kDN];
   mma::zero(D);
   if (gr.d_hT) {
     const float* src = gr.d_hT + state_off;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < kDN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int a = ra + g + 8 * (e / 2), d = cd + 8 * n + 2 * t + (e % 2);
@@ -742,7 +759,7 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
   ChunkInfo cur = first < last ? fs.table[last - 1] : none;
   ChunkInfo nxt = first + 1 < last ? fs.table[last - 2] : none;
   float gc_cur = first < last ? gamma_c(cur) : 0.0f;
-  float loc[4][2][2];
+  float loc[kPN][2][2];
   if (first < last) load_loc(cur, loc);
   if (kBufs == 2 && first < last) issue(cur, 0);
   cp_async_commit();
@@ -771,28 +788,28 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     const bf16* Qb = Qb2 + buf * kC * kLdD;
     const bf16* Wb = Wb2 + buf * kC * kLdD;
     const bf16* dOb = dOb2 + buf * kC * kLdV;
-    // Pf = Kd Dᵀ (rows i = ri.., columns a 0..31); dU = dU_loc + Pf in place; nUb = −dU.
-    FragC pf[4];
+    // Pf = Kd Dᵀ (rows i = ri.., columns a = ca..); dU = dU_loc + Pf in place; nUb = −dU.
+    FragC pf[kPN];
     mma::zero(pf);
 #pragma unroll
     for (int kt = 0; kt < kD / 16; ++kt) {
       const FragA ak = mma::lds_a(Kb, kLdD, ri, 16 * kt);
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
+      for (int np = 0; np < kPN / 2; ++np) {
         FragB b0, b1;
-        mma::lds_b_nk(b0, b1, Ds, kLdD, 16 * kt, 16 * np);
+        mma::lds_b_nk(b0, b1, Ds, kLdD, 16 * kt, ca + 16 * np);
         mma::mma_bf16(pf[2 * np], ak, b0);
         mma::mma_bf16(pf[2 * np + 1], ak, b1);
       }
     }
-    // kDuBf16: a row's bf16 pairs land on fp32 slots that other lanes of its group loaded: every lane's loads come
-    // before any lane's store (they were issued a chunk ago; the first chunk's before the loop).
-    if constexpr (kDuBf16) __syncwarp();
+    // kDuBf16: a row's bf16 pairs land on fp32 slots that other lanes (with 8 warps, another warp) loaded: every
+    // load comes before any store, since the loads were issued a chunk ago, before this chunk's block barrier (the
+    // first chunk's before the loop).
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+    for (int n = 0; n < kPN; ++n)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int i = ri + g + 8 * half, a = 8 * n + 2 * t;
+        const int i = ri + g + 8 * half, a = ca + 8 * n + 2 * t;
         float u0 = 0.0f, u1 = 0.0f;
         if (i < len) {
           u0 = loc[n][half][0] + pf[n].r[2 * half];
@@ -823,14 +840,14 @@ __global__ void __launch_bounds__(kPassThreads) dstate_kernel(Problem p, Forward
     // D ← e^{γ_c} D + dOᵀ Qd − dUᵀ W (rows a = ra.., columns d = cd..).
     const float decay = expf(gc);
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < kDN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) D[n].r[e] *= decay;
 #pragma unroll
     for (int kt = 0; kt < kC / 16; ++kt) {
       const FragA ad = mma::lds_a_trans(dOb, kLdV, ra, 16 * kt), an = mma::lds_a_trans(nUb, kLdV, ra, 16 * kt);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < kDN / 2; ++np) {
         FragB b0, b1;
         mma::lds_b_kn(b0, b1, Qb, kLdD, 16 * kt, cd + 16 * np);
         mma::mma_bf16(D[2 * np], ad, b0);

@@ -17,7 +17,8 @@
 //
 //   kernel    threads  smem (B) blocks/SM  registers (ptxas, kFull)   v1 (session 23 ncu, B8×T1024 H32)
 //   du_local  128      52,480   4          128                        256 thr, 95 KB, 2 blocks, 272 µs
-//   dstate    128      70,784   3 (1 buf)  114 (two buffers: 104/102)  128 thr, 98 KB, 2 blocks, 144 r, 631 µs
+//   dstate    128/256  71,168   3 (1 buf)  150/151 (two buffers, 256 threads: 133/137; session 25)
+//                                                                         128 thr, 98 KB, 2 blocks, 144 r, 631 µs
 //   dqk       256      99,200   2          128 (8 B spill / none)     256 thr, 114 KB, 2 blocks, 1.09 ms
 //   wy        256      109,056  2          128                        256 thr, 114 KB, 2 blocks, 722 µs
 // (a/b: fp32 dU / bf16 dU. Not kFull: dstate 126/110 and 128/128 registers, dqk 32/20 B spill, wy 0/4 B spill.)

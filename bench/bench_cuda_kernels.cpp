@@ -38,7 +38,8 @@
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
 // Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv]   (all when none is given)
-//          [--shapes BxT,...]   gdn and attn_engines: only these of their three shapes (e.g. 1x16384; profiling)
+//          [--shapes BxT,...]   gdn and attn_engines: only these of their three shapes 8x1024, 2x4096, 1x16384
+//                               (e.g. --shapes 1x16384 for a profile; any other shape is refused)
 //          [--chunked-only]     gdn: skip the fp32 token recurrence (tens of ms per call at T16384)
 //          [--d-out-ones]       attn_engines: the output gradient all ones (as peer_probe.py's sdpa section: its
 //                               o.backward(ones_like(o))) instead of normal values
@@ -89,7 +90,8 @@ bool shape_selected(int64_t B, int64_t T) {
   if (g_shapes.empty()) return true;
   return std::find(g_shapes.begin(), g_shapes.end(), std::make_pair(B, T)) != g_shapes.end();
 }
-// "8x1024,1x16384" → {(8, 1024), (1, 16384)}; false on anything else.
+// "8x1024,1x16384" → {(8, 1024), (1, 16384)}; false on anything else, or on a shape gdn and attn_engines do not run
+// (8x1024, 2x4096, 1x16384), so a mistyped shape is refused instead of running nothing.
 bool parse_shapes(const char* text, std::vector<std::pair<int64_t, int64_t>>& out) {
   std::string s(text);
   size_t at = 0;
@@ -99,6 +101,7 @@ bool parse_shapes(const char* text, std::vector<std::pair<int64_t, int64_t>>& ou
     char tail = 0;
     if (std::sscanf(s.substr(at, end - at).c_str(), "%lldx%lld%c", &b, &t, &tail) != 2 || b <= 0 || t <= 0)
       return false;
+    if (!((b == 8 && t == 1024) || (b == 2 && t == 4096) || (b == 1 && t == 16384))) return false;
     out.emplace_back(b, t);
     at = end + 1;
   }
@@ -594,10 +597,6 @@ void bench_conv(CudaContext& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!cuda_available()) {
-    std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
-    return 2;
-  }
   bool gdn = false, attn = false, engines = false, decode = false, lmhead = false, adamw8 = false, conv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
@@ -611,13 +610,21 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--d-out-ones") == 0) g_dout_ones = true;
     else if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc && parse_shapes(argv[i + 1], g_shapes)) ++i;
     else {
+      const bool with_value = std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc;
+      std::fprintf(stderr, "bench_cuda_kernels: cannot use '%s%s%s'\n", argv[i], with_value ? " " : "",
+                   with_value ? argv[i + 1] : "");
       std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] "
-                           "[--shapes BxT,...] [--chunked-only] [--d-out-ones]\n");
+                           "[--shapes BxT,...] [--chunked-only] [--d-out-ones]\n"
+                           "  --shapes takes 8x1024, 2x4096 and/or 1x16384, e.g. --shapes 1x16384\n");
       return 2;
     }
   }
   if (!(gdn || attn || engines || decode || lmhead || adamw8 || conv))  // no section named: all of them
     gdn = attn = engines = decode = lmhead = adamw8 = conv = true;
+  if (!cuda_available()) {
+    std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
+    return 2;
+  }
   CudaContext& ctx = cuda_context();
   if (gdn) bench_gdn(ctx);
   if (attn) {

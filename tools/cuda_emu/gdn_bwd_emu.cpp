@@ -357,7 +357,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
   for (int bufs = 1; bufs <= 2; ++bufs) {
     dU = dU_loc_kernel;
     std::fill(dstates.begin(), dstates.end(), bf16(NAN));
-    emu_launch(pass_grid, bufs == 1 ? v2::dstate_threads<1>() : v2::dstate_threads<2>(),
+    emu_launch(pass_grid, bufs == 1 ? v2::kDstateThreads<1> : v2::kDstateThreads<2>,
                bufs == 1 ? v2::dstate_smem<1>() : v2::dstate_smem<2>(), [&] {
       if (bufs == 1 && full) v2::dstate_kernel<1, true, false>(p, fs, bs, gr);
       if (bufs == 1 && !full) v2::dstate_kernel<1, false, false>(p, fs, bs, gr);
@@ -458,7 +458,7 @@ void run_case(const Case& cs, uint32_t seed, bool with_wy) {
     dU = dU_loc_kernel;
     std::fill(dstates.begin(), dstates.end(), bf16(NAN));
     std::fill(dh0_out.begin(), dh0_out.end(), NAN);
-    emu_launch(pass_grid, bufs == 1 ? v2::dstate_threads<1>() : v2::dstate_threads<2>(),
+    emu_launch(pass_grid, bufs == 1 ? v2::kDstateThreads<1> : v2::kDstateThreads<2>,
                bufs == 1 ? v2::dstate_smem<1>() : v2::dstate_smem<2>(), [&] {
       if (bufs == 1 && full) v2::dstate_kernel<1, true, true>(p, fs, bh, gr);
       if (bufs == 1 && !full) v2::dstate_kernel<1, false, true>(p, fs, bh, gr);

@@ -58,7 +58,7 @@ assert old in v
 v = v.replace(old, 'char* smem = emu_dyn_smem;')
 # The split-key pair barrier (bar.sync on 64 threads) as the block barrier: every warp of state_v2 reaches it at the
 # same points, and pairs exchange data only within themselves, so the stronger barrier orders the same accesses.
-for bar in range(1, 5):
+for bar in range(1, 3):
     old = 'asm volatile("bar.sync %d, 64;" ::: "memory");' % bar
     assert old in v, old
     v = v.replace(old, '__syncthreads();')

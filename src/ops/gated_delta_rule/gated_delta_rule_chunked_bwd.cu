@@ -559,7 +559,7 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
                                         v2::dstate_kernel<2, false, true>, v2::dstate_kernel<2, true, true>);
     const size_t bytes = one_buffer ? v2::dstate_smem<1>() : v2::dstate_smem<2>();
     set_smem(ds, bytes);
-    const int threads = one_buffer ? v2::dstate_threads<1>() : v2::dstate_threads<2>();
+    const int threads = one_buffer ? v2::kDstateThreads<1> : v2::kDstateThreads<2>;
     ds<<<static_cast<unsigned>(v2::dstate_blocks(p)), threads, bytes, stream>>>(p, fs, bs, gr);
   } else if (one_buffer) {
     set_smem(dstate_kernel<1>, dstate_smem<1>());

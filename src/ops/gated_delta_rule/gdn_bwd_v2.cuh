@@ -639,16 +639,12 @@ __global__ void __launch_bounds__(kThreads, 2) wy_kernel(Problem p, ForwardScrat
 
 // ---- dstate_v2: per (sequence, v-head, kBV = 32 state rows), reverse over the sequence's chunks
 
-// Threads of dstate_kernel<kBufs>: 4 warps with one buffer (2-3 blocks share an SM, so registers stay ≤ 128 per
-// thread), 8 with two (one block per SM; session 25 split its D columns over twice the warps, so each of the SM's four
-// schedulers gets two warps of the sequential pass instead of one).
+// Threads of dstate_kernel<kBufs>: 4 warps with one buffer (3 blocks share an SM, ≤ 170 registers each), 8 with two
+// (one block per SM; session 25 split its D columns over twice the warps, so each of the SM's four schedulers gets
+// two warps of the sequential pass instead of one). Its launch bounds take these constants as they are (no
+// parentheses inside, for tools/cuda_emu's patterns).
 template <int kBufs>
-__host__ __device__ constexpr int dstate_threads() {
-  return kBufs == 2 ? 256 : 128;
-}
-// Its launch bounds (no parentheses inside, for tools/cuda_emu's patterns): 3 one-buffer blocks per SM, one of two.
-template <int kBufs>
-constexpr int kDstateThreads = dstate_threads<kBufs>();
+constexpr int kDstateThreads = kBufs == 2 ? 256 : 128;
 template <int kBufs>
 constexpr int kDstateMinBlocks = kBufs == 1 ? 3 : 1;
 
@@ -677,7 +673,7 @@ template <int kBufs, bool kFull, bool kDuBf16>
 __global__ void __launch_bounds__(kDstateThreads<kBufs>, kDstateMinBlocks<kBufs>)
     dstate_kernel(Problem p, ForwardScratch fs, BackwardScratch bs, Grads gr) {
   static_assert(kBufs == 1 || kBufs == 2, "one or two chunk buffers");
-  constexpr int kThreadsDs = dstate_threads<kBufs>(), kWarpsDs = kThreadsDs / 32;
+  constexpr int kThreadsDs = kDstateThreads<kBufs>, kWarpsDs = kThreadsDs / 32;
   constexpr int kDN = kD / 8 / (kWarpsDs / 2);   // the warp's 8-column n-tiles of D
   constexpr int kPN = kBV / 8 / (kWarpsDs / 4);  // the warp's 8-column n-tiles of Pf (columns a)
   // Grid: x = (seq·Hv + h)·tiles + tile (dstate_blocks): the row tiles of one (sequence, head) are neighbours in

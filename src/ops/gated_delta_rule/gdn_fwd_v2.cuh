@@ -60,15 +60,13 @@ static_assert(blocks_fit_per_sm(state_v2_smem<8, 1>(), 2) && blocks_fit_per_sm(s
                   blocks_fit_per_sm(state_v2_smem<4, 2>(), 2),
               "state_v2: two blocks of 8 or 4 warps per SM");
 
-// Barrier of the two warps (64 threads) of split-key pair `pair` < 4 (named barriers 1-4; 0 is __syncthreads'). The
+// Barrier of the two warps (64 threads) of split-key pair 0 or 1 (named barriers 1 and 2; 0 is __syncthreads'). The
 // ids are immediates: a register id makes ptxas reserve all 16 of the block's barriers.
 __device__ __forceinline__ void pair_sync(int pair) {
-  switch (pair) {
-    case 0: asm volatile("bar.sync 1, 64;" ::: "memory"); break;
-    case 1: asm volatile("bar.sync 2, 64;" ::: "memory"); break;
-    case 2: asm volatile("bar.sync 3, 64;" ::: "memory"); break;
-    default: asm volatile("bar.sync 4, 64;" ::: "memory"); break;
-  }
+  if (pair == 0)
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+  else
+    asm volatile("bar.sync 2, 64;" ::: "memory");
 }
 
 // The warp's strips of U (one or two buffers, kStripBytes apart) for one chunk each: columns r0..r0+15 of the
@@ -133,7 +131,7 @@ struct UStrip {
 template <int kWarps, int kSplit>
 __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 || kSplit == 2 ? 2 : 1)
     state_v2_kernel(Problem p, ForwardScratch s, float* hT) {
-  static_assert(kSplit == 1 || (kSplit == 2 && kWarps % 2 == 0 && kWarps <= 8), "split keys over warp pairs (≤ 4)");
+  static_assert(kSplit == 1 || (kSplit == 2 && kWarps == 4), "split keys: two warp pairs (pair_sync, launch bounds)");
   constexpr int kKeyTiles = kD / 8 / kSplit;    // the warp's 8-key accumulator tiles of the state
   constexpr int kKeyGroups = kD / 16 / kSplit;  // the warp's 16-key groups (k steps of Uᵀ, n pairs of the update)
   const int64_t seq = blockIdx.x / p.Hv;

@@ -325,12 +325,14 @@ TEST(RmsnormCuda, BackwardBf16) {
 }
 
 // The fused residual + norm of a pre-norm block against the two launches it replaces, bit for bit: x after the add
-// and the norm's output, on the fused lengths (1025–4096) and on both sides of them (two launches inside).
+// and the norm's output, on the fused lengths (the warp path up to 1024: vector and scalar slices, row counts that
+// are not multiples of a block's 8 rows; the block path 1025–4096) and beyond them (4100: two launches inside).
 TEST(RmsnormCuda, ResidualFused) {
   HLM_REQUIRE_CUDA();
   const RmsCase shapes[] = {{1, 2560, Fill::Normal}, {3, 1025, Fill::Normal}, {2, 4096, Fill::Large},
                             {5, 1000, Fill::Normal}, {2, 4100, Fill::Normal}, {7, 2049, Fill::Special},
-                            {4, 3000, Fill::Denormal}};
+                            {4, 3000, Fill::Denormal}, {9, 1024, Fill::Normal}, {301, 128, Fill::Large},
+                            {13, 65, Fill::Special}, {3, 37, Fill::Denormal}, {1, 1, Fill::Normal}};
   for (const RmsCase& c : shapes) {
     for (const float scale : {1.0f, 0.22f}) {
       const Inputs in = make_inputs(c, false);
@@ -354,6 +356,40 @@ TEST(RmsnormCuda, ResidualFused) {
       EXPECT_TRUE(check_exact(name(c, (what + " out = delta").c_str()), d_alias.download<float>(), ref_out));
       EXPECT_TRUE(buffers_ok({&out_one, &x_one}, {&d, &w})) << name(c, what.c_str());
       EXPECT_TRUE(d_alias.guards_intact() && x_alias.guards_intact());
+    }
+  }
+}
+
+// The backward adding into dx (accumulate_dx: a pre-norm block's residual gradient) against the overwriting backward
+// followed by residual_add_forward_cuda at scale 1, bit for bit: dx and dweight, on the warp path (vector and scalar
+// slices) and the block path, with and without dweight.
+TEST(RmsnormCuda, BackwardAccumulateEqualsOverwriteThenAdd) {
+  HLM_REQUIRE_CUDA();
+  const RmsCase shapes[] = {{9, 1024, Fill::Normal}, {301, 128, Fill::Large}, {13, 65, Fill::Special},
+                            {3, 37, Fill::Denormal}, {3, 2560, Fill::Normal}, {2, 4100, Fill::Normal},
+                            {1, 1, Fill::Normal}};
+  for (const RmsCase& c : shapes) {
+    const Inputs in = make_inputs(c, false);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    const std::vector<float> base = make_values(n, Fill::Normal, 11);
+    const RmsnormCudaParams p{c.R, c.D, kEps};
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "weight"),
+                 dy = DeviceBuffer::from(in.dy, "d_out"), ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+    for (const bool want_dw : {true, false}) {
+      DeviceBuffer dx(n * 4, "dx"), sum = DeviceBuffer::from(base, "dx before (two launches)"),
+                   acc = DeviceBuffer::from(base, "dx before (accumulated)"),
+                   dw_two = DeviceBuffer::from(in.dw0, "dweight (two launches)"),
+                   dw_acc = DeviceBuffer::from(in.dw0, "dweight (accumulated)");
+      rmsnorm_backward_cuda(dx.as<float>(), want_dw ? dw_two.as<float>() : nullptr, dy.as<float>(), x.as<float>(),
+                            w.as<float>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+      residual_add_forward_cuda(sum.as<float>(), dx.as<float>(), 1.0f, static_cast<int64_t>(n), ctx().stream());
+      rmsnorm_backward_cuda(acc.as<float>(), want_dw ? dw_acc.as<float>() : nullptr, dy.as<float>(), x.as<float>(),
+                            w.as<float>(), p, ws.as<void>(), ws.bytes(), ctx().stream(), /*accumulate_dx=*/true);
+      const std::string what = std::string("bwd accumulate") + (want_dw ? " + dweight" : "");
+      EXPECT_TRUE(check_exact(name(c, (what + " dx").c_str()), acc.download<float>(), sum.download<float>()));
+      EXPECT_TRUE(check_exact(name(c, (what + " dweight").c_str()), dw_acc.download<float>(),
+                              dw_two.download<float>()));
+      EXPECT_TRUE(buffers_ok({&acc, &dw_acc, &ws}, {&x, &w, &dy})) << name(c, what.c_str());
     }
   }
 }

@@ -153,6 +153,9 @@ TEST(RopeCuda, TableRefusesPositionsBeyondDynamicLimit) {
 TEST(RopeCuda, Bf16ForwardIsTheCastOfTheF32One) {
   HLM_REQUIRE_CUDA();
   std::vector<RopeCase> cases = kCases;
+  // An odd half rotary dim (R = 6: the one-item kernel; every case above takes the two-item one), then the case that
+  // gets bad positions (the two-item kernel).
+  cases.push_back({"default", 1e4, 0.09375, 64, 5, 3, Fill::Normal, true});
   cases.push_back({"default", 1e6, 0.5, 64, 6, 2, Fill::Normal, true});  // gets the bad positions below
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const RopeCase& c = cases[ci];

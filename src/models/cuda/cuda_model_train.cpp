@@ -36,12 +36,13 @@ void visit_linear(Lin& d, Linear& h, const Fn& fn) {
   if (d.has_bias) fn(d.bias, h.bias);
 }
 
-// rmsnorm_backward_cuda with its workspace: dx OVERWRITTEN (may alias d_out), dweight ACCUMULATED.
+// rmsnorm_backward_cuda with its workspace: dx OVERWRITTEN (may alias d_out), or ADDED when accumulate_dx (the
+// bits of the overwrite followed by residual_add_forward_cuda at scale 1); dweight ACCUMULATED.
 void rmsnorm_backward(CudaContext& ctx, float* dx, float* dweight, const float* d_out, const float* x,
-                      const float* weight, const RmsnormCudaParams& p) {
+                      const float* weight, const RmsnormCudaParams& p, bool accumulate_dx = false) {
   const size_t bytes = rmsnorm_backward_cuda_workspace_bytes(p);
   CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-  rmsnorm_backward_cuda(dx, dweight, d_out, x, weight, p, ws.raw(), bytes, ctx.stream());
+  rmsnorm_backward_cuda(dx, dweight, d_out, x, weight, p, ws.raw(), bytes, ctx.stream(), accumulate_dx);
 }
 
 // out = m · in over n floats: 0 + fmul(m, in), the CPU's single float product (0 + x is exact but for −0 → +0).
@@ -268,6 +269,14 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
   rmsnorm_backward(ctx, d_hidden, grads.norm_.data<float>(), d_final_hidden, trace.final_stream.data<float>(),
                    norm_.data<float>(), row_norm);
   if (layer_done) layer_done(static_cast<int>(L));
+  // The gradient reaching a pre-norm branch's output, residual_multiplier · d_hidden: d_hidden itself at multiplier 1
+  // (the CPU's m · x is then exact, −0 included: no copy), else scaled into d_branch. The branch's backward only reads
+  // it; its input norm's backward then adds into d_hidden in the same pass (accumulate_dx).
+  const auto branch_grad = [&]() -> const float* {
+    if (hyper.residual_multiplier == 1.0f) return d_hidden;
+    scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
+    return d_branch;
+  };
 
   for (int i = static_cast<int>(L) - 1; i >= 0; --i) {
     const Layer& lw = *layers_[static_cast<size_t>(i)];
@@ -319,11 +328,9 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       const CudaLinearInput mlp_in = kept_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, normed, [&] {
         rmsnorm_forward_cuda(normed, mid, lw.post_attention_layernorm.data<float>(), row_norm, stream);
       });
-      scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
-      mlp_backward(d_normed, d_branch, mlp_in);
-      rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_normed, mid,
-                       lw.post_attention_layernorm.data<float>(), row_norm);
-      residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);
+      mlp_backward(d_normed, branch_grad(), mlp_in);
+      rmsnorm_backward(ctx, d_hidden, lg.post_attention_layernorm.data<float>(), d_normed, mid,
+                       lw.post_attention_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true);
     }
 
     // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
@@ -350,11 +357,9 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       const CudaLinearInput mixer_in = kept_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, normed, [&] {
         rmsnorm_forward_cuda(normed, in, lw.input_layernorm.data<float>(), row_norm, stream);
       });
-      scale_into(ctx, d_branch, d_hidden, hyper.residual_multiplier, n);
-      mixer_backward(d_normed, d_branch, mixer_in);
-      rmsnorm_backward(ctx, d_branch, lg.input_layernorm.data<float>(), d_normed, in,
-                       lw.input_layernorm.data<float>(), row_norm);
-      residual_add_forward_cuda(d_hidden, d_branch, 1.0f, n, stream);
+      mixer_backward(d_normed, branch_grad(), mixer_in);
+      rmsnorm_backward(ctx, d_hidden, lg.input_layernorm.data<float>(), d_normed, in,
+                       lw.input_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true);
     }
     if (layer_done) layer_done(i);
   }

@@ -21,6 +21,8 @@
 // bits either way. Non-goals for now: vectorized loads and a fused backward for rows longer than
 // rmsnorm_cuda_warp_max_dim(). The warp path's shared helpers (slices, warp sum, partial rows, V/P dispatch):
 // backend/cuda/warp_rows.cuh.
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
@@ -51,9 +53,14 @@ static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane a
 
 // ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
+// With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
+// residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block;
+// the lane stores its own slice of x, which only it reads).
 template <typename T, int V, int P>
-__global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, const T* x, const T* w, int64_t R,
-                                                                        int64_t D, float eps) {
+__global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, T* x, const T* w, int64_t R,
+                                                                        int64_t D, float eps,
+                                                                        const float* delta = nullptr,
+                                                                        float scale = 1.0f) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   const int lane = static_cast<int>(threadIdx.x % 32);
   float wv[P];
@@ -62,6 +69,15 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
        r += static_cast<int64_t>(gridDim.x) * kWarpRows) {
     float xv[P];
     load_slice<V, P>(xv, x + r * D, D, lane);
+    if constexpr (std::is_same_v<T, float>) {
+      if (delta != nullptr) {
+        float dv[P];
+        load_slice<V, P>(dv, delta + r * D, D, lane);
+#pragma unroll
+        for (int i = 0; i < P; ++i) xv[i] = __fadd_rn(xv[i], __fmul_rn(scale, dv[i]));
+        store_slice<V, P>(x + r * D, xv, D, lane);
+      }
+    }
     float ss = cuda::slice_sum_squares<V, P>(xv, D, lane);
     ss = warp_sum(ss);  // every read of this lane's elements happened above: out may alias x
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
@@ -79,7 +95,8 @@ template <typename T, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* dx, float* dw_partial,
                                                                          const T* d_out, const T* x, const T* w,
                                                                          int64_t R, int64_t D,
-                                                                         int64_t rows_per_warp, float eps) {
+                                                                         int64_t rows_per_warp, float eps,
+                                                                         bool accumulate_dx) {
   __shared__ float red[kWarpRows][32 * P];  // the warps' dweight accumulators, by column
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   float wv[P], acc[P];
@@ -108,6 +125,12 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
     float dv[P];
 #pragma unroll
     for (int i = 0; i < P; ++i) dv[i] = inv * (gv[i] * wv[i] - xv[i] * inv * mean_gn);
+    if (accumulate_dx) {  // dx += the value above, one rounding (residual_add_forward_cuda's bits at scale 1)
+      float old[P];
+      load_slice<V, P>(old, dx + r * D, D, lane);
+#pragma unroll
+      for (int i = 0; i < P; ++i) dv[i] = __fadd_rn(old[i], dv[i]);
+    }
     store_slice<V, P>(dx + r * D, dv, D, lane);
   }
   if (dw_partial == nullptr) return;  // the same for every thread of the grid
@@ -210,14 +233,15 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_row_stats_kernel(float* inv_
 
 template <typename T>
 __global__ void rmsnorm_dx_kernel(T* dx, const T* d_out, const T* x, const T* w, const float* inv,
-                                  const float* mean_gn, int64_t R, int64_t D) {
+                                  const float* mean_gn, int64_t R, int64_t D, bool accumulate_dx) {
   const int64_t n = R * D;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / D, d = i - r * D;
     const float ir = inv[r];
     const float g = to_f32(d_out[i]) * to_f32(w[d]);
-    dx[i] = from_f32<T>(ir * (g - to_f32(x[i]) * ir * mean_gn[r]));
+    const float v = ir * (g - to_f32(x[i]) * ir * mean_gn[r]);
+    dx[i] = from_f32<T>(accumulate_dx ? __fadd_rn(to_f32(dx[i]), v) : v);
   }
 }
 
@@ -247,7 +271,7 @@ void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cu
   if (p.dim <= kWarpMaxDim) {
     dispatch_warp<T>(p.dim, aligned16(out) && aligned16(x) && aligned16(w), [&](auto v, auto pl) {
       rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
-          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
+          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, const_cast<T*>(x), w, p.rows, p.dim, p.eps);
     });
   } else if (p.dim <= 8 * kThreads) {
     rmsnorm_forward_regs_kernel<T, 8>
@@ -293,14 +317,14 @@ Workspace carve(void* base, const RmsnormCudaParams& p) {
 
 template <typename T>
 void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
-                   const Workspace& ws, cudaStream_t stream) {
+                   const Workspace& ws, bool accumulate_dx, cudaStream_t stream) {
   if (dx == nullptr && dweight == nullptr) return;
   const bool vec = aligned16(d_out) && aligned16(x) && aligned16(w) && (dx == nullptr || aligned16(dx));
   float* partial = dweight != nullptr ? ws.partial : nullptr;
   dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
     rmsnorm_backward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
         <<<static_cast<unsigned>(ws.warp_plan.groups), kWarpThreads, 0, stream>>>(
-            dx, partial, d_out, x, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps);
+            dx, partial, d_out, x, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps, accumulate_dx);
   });
   HLM_CUDA_CHECK_LAUNCH();
   if (dweight == nullptr) return;
@@ -310,7 +334,7 @@ void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w
 
 template <typename T>
 void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, bool accumulate_dx, cudaStream_t stream) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
   HLM_CHECK(workspace != nullptr, "rmsnorm_backward_cuda: no workspace");
@@ -318,7 +342,7 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
   HLM_CHECK(workspace_bytes >= ws.bytes, "rmsnorm_backward_cuda: workspace of ",
             workspace_bytes, " bytes, needs ", ws.bytes);
   if (p.dim <= kWarpMaxDim) {
-    backward_warp(dx, dweight, d_out, x, w, p, ws, stream);
+    backward_warp(dx, dweight, d_out, x, w, p, ws, accumulate_dx, stream);
     return;
   }
   rmsnorm_row_stats_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(ws.inv, ws.mean_gn, d_out, x, w, p.rows,
@@ -329,7 +353,7 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
                                 stream);
   if (dx != nullptr) {
     rmsnorm_dx_kernel<T><<<cuda::grid_blocks(p.rows * p.dim), cuda::kElementwiseThreads, 0, stream>>>(
-        dx, d_out, x, w, ws.inv, ws.mean_gn, p.rows, p.dim);
+        dx, d_out, x, w, ws.inv, ws.mean_gn, p.rows, p.dim, accumulate_dx);
     HLM_CUDA_CHECK_LAUNCH();
   }
 }
@@ -351,10 +375,17 @@ void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, flo
   check_params(p);
   HLM_CHECK(out != x, "rmsnorm_residual_forward_cuda: out may not alias x (the residual stream)");
   if (p.rows == 0 || p.dim == 0) return;
-  if (p.dim > kWarpMaxDim && p.dim <= 8 * kThreads) {
+  if (p.dim <= kWarpMaxDim) {
+    dispatch_warp<float>(p.dim, aligned16(out) && aligned16(x) && aligned16(weight) && aligned16(delta),
+                         [&](auto v, auto pl) {
+                           rmsnorm_forward_warp_kernel<float, decltype(v)::value, decltype(pl)::value>
+                               <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, weight, p.rows, p.dim,
+                                                                                      p.eps, delta, scale);
+                         });
+  } else if (p.dim <= 8 * kThreads) {
     rmsnorm_forward_regs_kernel<float, 8>
         <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, weight, p.rows, p.dim, p.eps, delta, scale);
-  } else if (p.dim > kWarpMaxDim && p.dim <= 16 * kThreads) {
+  } else if (p.dim <= 16 * kThreads) {
     rmsnorm_forward_regs_kernel<float, 16>
         <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, weight, p.rows, p.dim, p.eps, delta, scale);
   } else {
@@ -371,14 +402,16 @@ size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p) {
 }
 
 void rmsnorm_backward_cuda(float* dx, float* dweight, const float* d_out, const float* x, const float* weight,
-                           const RmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, stream);
+                           const RmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                           bool accumulate_dx) {
+  HLM_CHECK(!accumulate_dx || dx != d_out, "rmsnorm_backward_cuda: an accumulated dx may not alias d_out");
+  backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, accumulate_dx, stream);
 }
 
 void rmsnorm_backward_cuda(__nv_bfloat16* dx, float* dweight, const __nv_bfloat16* d_out, const __nv_bfloat16* x,
                            const __nv_bfloat16* weight, const RmsnormCudaParams& p, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream) {
-  backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, stream);
+  backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, false, stream);
 }
 
 }  // namespace hlm

@@ -74,8 +74,8 @@ void rmsnorm_forward_cuda(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv
 
 // A pre-norm block's residual add and the next norm: x += scale · delta (in place; product and sum rounded
 // separately, as residual_add_forward_cuda), then out = rmsnorm(x) · weight. Bit-identical to those two calls; one
-// launch for rows of rmsnorm_cuda_warp_max_dim() < dim ≤ 16 · rmsnorm_cuda_threads() (hidden sizes 1025–4096), the
-// two launches otherwise. out may alias delta, never x.
+// launch for rows of dim ≤ 16 · rmsnorm_cuda_threads() (hidden sizes up to 4096: the warp path up to
+// rmsnorm_cuda_warp_max_dim(), the block path above), the two launches beyond. out may alias delta, never x.
 void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, float scale, const float* weight,
                                    const RmsnormCudaParams& p, cudaStream_t stream);
 
@@ -85,9 +85,12 @@ size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p);
 
 // dx = r · (g − n · mean(g · n)) OVERWRITTEN (dx may alias d_out); dweight += Σ_rows d_out · n ACCUMULATED
 // (nullptr = not wanted). `workspace` holds rmsnorm_backward_cuda_workspace_bytes(p) bytes, used only by work on
-// `stream`.
+// `stream`. accumulate_dx (f32 only): dx += that value instead, one fp32 addition, the bits of the overwriting call
+// followed by residual_add_forward_cuda(dx_before, dx, 1) (a pre-norm block's residual gradient in one pass); dx
+// may then not alias d_out.
 void rmsnorm_backward_cuda(float* dx, float* dweight, const float* d_out, const float* x, const float* weight,
-                           const RmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                           const RmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                           bool accumulate_dx = false);
 void rmsnorm_backward_cuda(__nv_bfloat16* dx, float* dweight, const __nv_bfloat16* d_out, const __nv_bfloat16* x,
                            const __nv_bfloat16* weight, const RmsnormCudaParams& p, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

@@ -1,7 +1,8 @@
-// `hybridlm niah experiment --config cfg.json --out DIR [--device cpu|cuda]`: the trained retrieval experiment of
-// issue #21 item 4 (evals/niah/niah_experiment.h, docs/niah.md): NIAH-format training examples from training text,
-// full-attention / hybrid / pure-GDN models trained with the pretrain trainer, evaluated with the `hybridlm niah`
-// harness over languages × tasks × lengths; CSV, Markdown and SVG reports. Resumable.
+// `hybridlm niah experiment --config cfg.json --out DIR [--device cpu|cuda] [--seed N]`: the trained retrieval
+// experiment of issue #21 item 4 (evals/niah/niah_experiment.h, docs/niah.md): NIAH-format training examples from
+// training text, full-attention / hybrid / pure-GDN models trained with the pretrain trainer, evaluated with the
+// `hybridlm niah` harness over languages × tasks × lengths; CSV, Markdown and SVG reports. Resumable.
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 struct NiahExperimentCliOptions {
   std::string config, out, device;
   std::vector<std::string> architectures;
+  int64_t seed = -1;  // -1: the config's train.init_seed and train.data_seed
   bool print_default = false, report_only = false;
 };
 
@@ -54,6 +56,7 @@ int run_experiment(const NiahExperimentCliOptions& o) {
                                     ? niah_experiment_defaults()
                                     : niah_experiment_config_from_json(json_file_read(o.config), o.config);
   if (!o.device.empty()) config.device = o.device;
+  if (o.seed >= 0) config.train.init_seed = config.train.data_seed = static_cast<uint64_t>(o.seed);
   if (!o.report_only) check_device_option(config.device);  // before anything is loaded or written
   fs::create_directories(o.out);
   if (!o.config.empty()) file_write_atomic(fs::path(o.out) / "config_given.json", json_file_read(o.config).dump(2) + "\n");
@@ -94,6 +97,9 @@ CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& a
       "            evaluation is marked); config.json is the resolved config\n"
       "Parallel: one process per architecture on the same --out (the data stage runs once, under a lock), then\n"
       "--report-only for the reports over all of them (docs/niah.md).\n"
+      "Seeds: --seed N sets train.init_seed and train.data_seed (the weights and the training documents' order; the\n"
+      "examples stay the config's), so one config serves several runs per architecture: one --out per seed (an --out\n"
+      "holding another seed is refused). The onset of retrieval at small scale depends on the seed (docs/results.md).\n"
       "Config (JSON over the defaults of --print-default-config):\n" +
       niah_experiment_fields_text() +
       "Examples:\n"
@@ -104,7 +110,9 @@ CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& a
       "    hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --device cuda \\\n"
       "      --architectures $a > runs/niah-$a.log 2>&1 &\n"
       "  done; wait\n"
-      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --report-only");
+      "  hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-gpu --report-only\n"
+      "  for s in 1 2 3; do hybridlm niah experiment --config configs/niah/experiment-gpu.json --out runs/niah-s$s \\\n"
+      "    --device cuda --seed $s > runs/niah-s$s.log 2>&1 & done; wait");
   cmd->add_option("--config", o->config, "Experiment config (JSON); default: the compiled-in tiny CPU config");
   cmd->add_option("--out", o->out, "Output folder (created; reused to resume)");
   cmd->add_option("--device", o->device, "cpu or cuda: replaces the config's device (training and evaluation)");
@@ -112,6 +120,9 @@ CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& a
                   "Train and evaluate only these of the config's architectures (comma-separated; default all), e.g. "
                   "one per process on the same --out")
       ->delimiter(',');
+  cmd->add_option("--seed", o->seed,
+                  "Replaces train.init_seed and train.data_seed (weights, training-document order); one --out per seed")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--report-only", o->report_only,
                 "Run no stage: rewrite the reports over every architecture with results in --out");
   cmd->add_flag("--print-default-config", o->print_default, "Print the default config (resolved form) and exit");

@@ -176,14 +176,14 @@ TEST(NiahExperiment, ConfigRoundTripsAndRefusesBadInput) {
   EXPECT_EQ(niah_experiment_config_to_json(g)["eval"]["precision"], "bf16");
 }
 
-TEST(NiahExperiment, ArchitectureSubsetsShareAnOutputFolder) {
-  // One process per architecture on one --out (as on the GPU, where they run side by side), then --report-only;
-  // an evaluation cut short continues after its last finished cell.
-  hlm::test::ScratchDir dir("niah-exp-subset");
-  hlm::test::write_niah_fixture_corpus(dir.path() / "corpus");
-  const nlohmann::json config = {
+namespace {
+
+// A two-architecture experiment over the fixture corpus in `dir`, small enough to train in seconds.
+nlohmann::json subset_fixture_config(const fs::path& dir) {
+  hlm::test::write_niah_fixture_corpus(dir / "corpus");
+  return {
       {"format", "hybridlm-niah-experiment"},
-      {"corpus", (dir.path() / "corpus").string()},
+      {"corpus", (dir / "corpus").string()},
       {"langs", {"eng_Latn"}},
       {"held_out_docs", hlm::test::kNiahFixtureHeldOut},
       {"architectures", {"full_attention", "gdn"}},
@@ -195,6 +195,39 @@ TEST(NiahExperiment, ArchitectureSubsetsShareAnOutputFolder) {
        {{"tokens", 3200}, {"seq_len", 800}, {"batch_rows", 2}, {"micro_batch_rows", 2}, {"lr", 3e-3},
         {"held_out_docs", 1}, {"eval_tokens", 800}, {"checkpoint_every_steps", 2}, {"log_every_steps", 1}}},
       {"eval", {{"tasks", {"single", "none"}}, {"lengths", {100, 200}}, {"n", 2}, {"max_batch", 2}}}};
+}
+
+}  // namespace
+
+TEST(NiahExperiment, SeedOptionSetsTheTrainingSeedsAndNeedsItsOwnFolder) {
+  // --seed N: train.init_seed and train.data_seed become N in the resolved config and the trainer's run; an --out
+  // that holds another seed is refused before any stage runs.
+  hlm::test::ScratchDir dir("niah-exp-seed");
+  const fs::path cfg = dir.path() / "exp.json";
+  {
+    std::ofstream(cfg) << subset_fixture_config(dir.path()).dump(2);
+  }
+  const fs::path out = dir.path() / "out-s7";
+  const std::string cmd = "niah experiment --config " + cfg.string() + " --out " + out.string() + " --architectures gdn";
+  const auto r = hlm::test::run_hybridlm(cmd + " --seed 7");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json resolved = nlohmann::json::parse(hlm::test::read_text(out / "config.json"));
+  EXPECT_EQ(resolved["train"]["init_seed"], 7);
+  EXPECT_EQ(resolved["train"]["data_seed"], 7);
+  const auto other = hlm::test::run_hybridlm(cmd + " --seed 8");
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("holds an experiment with another config (differs in: train)"), std::string::npos)
+      << other.err;
+  const auto negative = hlm::test::run_hybridlm(cmd + " --seed -1");
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.err.find("--seed"), std::string::npos) << negative.err;
+}
+
+TEST(NiahExperiment, ArchitectureSubsetsShareAnOutputFolder) {
+  // One process per architecture on one --out (as on the GPU, where they run side by side), then --report-only;
+  // an evaluation cut short continues after its last finished cell.
+  hlm::test::ScratchDir dir("niah-exp-subset");
+  const nlohmann::json config = subset_fixture_config(dir.path());
   const fs::path cfg = dir.path() / "exp.json";
   {
     std::ofstream(cfg) << config.dump(2);

@@ -1,6 +1,7 @@
 // Residual add CUDA kernel and launcher (contract: residual.h, residual_cuda.h).
 #include "backend/cuda/cuda_common.cuh"
 #include "core/error.h"
+#include "ops/residual/residual_add.cuh"
 #include "ops/residual/residual_cuda.h"
 
 namespace hlm {
@@ -10,7 +11,7 @@ namespace {
 __global__ void residual_add_kernel(float* x, const float* delta, float scale, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    x[i] = __fadd_rn(x[i], __fmul_rn(scale, delta[i]));  // two roundings, as on the CPU
+    x[i] = cuda::residual_add_value(x[i], scale, delta[i]);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
+#include "ops/residual/residual_add.cuh"
 #include "ops/residual/residual_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
         float dv[P];
         load_slice<V, P>(dv, delta + r * D, D, lane);
 #pragma unroll
-        for (int i = 0; i < P; ++i) xv[i] = __fadd_rn(xv[i], __fmul_rn(scale, dv[i]));
+        for (int i = 0; i < P; ++i) xv[i] = cuda::residual_add_value(xv[i], scale, dv[i]);
         store_slice<V, P>(x + r * D, xv, D, lane);
       }
     }
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
     float dv[P];
 #pragma unroll
     for (int i = 0; i < P; ++i) dv[i] = inv * (gv[i] * wv[i] - xv[i] * inv * mean_gn);
-    if (accumulate_dx) {  // dx += the value above, one rounding (residual_add_forward_cuda's bits at scale 1)
+    if (accumulate_dx) {  // dx += the value above: residual_add_value(old, 1, dv), its exact 1 · dv left out
       float old[P];
       load_slice<V, P>(old, dx + r * D, D, lane);
 #pragma unroll
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
       for (int e = 0; e < E; ++e) {
         const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
         if (d < D) {
-          v[e] = __fadd_rn(v[e], __fmul_rn(scale, delta[r * D + d]));
+          v[e] = cuda::residual_add_value(v[e], scale, delta[r * D + d]);
           xr[d] = from_f32<T>(v[e]);
         }
       }
@@ -241,7 +242,7 @@ __global__ void rmsnorm_dx_kernel(T* dx, const T* d_out, const T* x, const T* w,
     const float ir = inv[r];
     const float g = to_f32(d_out[i]) * to_f32(w[d]);
     const float v = ir * (g - to_f32(x[i]) * ir * mean_gn[r]);
-    dx[i] = from_f32<T>(accumulate_dx ? __fadd_rn(to_f32(dx[i]), v) : v);
+    dx[i] = from_f32<T>(accumulate_dx ? __fadd_rn(to_f32(dx[i]), v) : v);  // as the warp path
   }
 }
 
@@ -264,22 +265,30 @@ void check_params(const RmsnormCudaParams& p) {
 
 unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R); }
 
+// out = rmsnorm(x) · w, after x += scale · delta in place when delta is given (T = float only; the kernels that
+// hold the row fuse the add, rows longer than 16 · kThreads take residual_add_forward_cuda first). x is written only
+// when delta is given.
 template <typename T>
-void forward_impl(T* out, const T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream) {
+void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream,
+                  const float* delta = nullptr, float scale = 1.0f) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
   if (p.dim <= kWarpMaxDim) {
-    dispatch_warp<T>(p.dim, aligned16(out) && aligned16(x) && aligned16(w), [&](auto v, auto pl) {
+    const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
+    dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
       rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
-          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, const_cast<T*>(x), w, p.rows, p.dim, p.eps);
+          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps, delta, scale);
     });
   } else if (p.dim <= 8 * kThreads) {
     rmsnorm_forward_regs_kernel<T, 8>
-        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, const_cast<T*>(x), w, p.rows, p.dim, p.eps);
+        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps, delta, scale);
   } else if (p.dim <= 16 * kThreads) {
     rmsnorm_forward_regs_kernel<T, 16>
-        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, const_cast<T*>(x), w, p.rows, p.dim, p.eps);
+        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps, delta, scale);
   } else {
+    if constexpr (std::is_same_v<T, float>) {
+      if (delta != nullptr) residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);
+    }
     rmsnorm_forward_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
   }
   HLM_CUDA_CHECK_LAUNCH();
@@ -362,38 +371,18 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
 
 void rmsnorm_forward_cuda(float* out, const float* x, const float* weight, const RmsnormCudaParams& p,
                           cudaStream_t stream) {
-  forward_impl(out, x, weight, p, stream);
+  forward_impl(out, const_cast<float*>(x), weight, p, stream);  // x is read only (no delta)
 }
 
 void rmsnorm_forward_cuda(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* weight,
                           const RmsnormCudaParams& p, cudaStream_t stream) {
-  forward_impl(out, x, weight, p, stream);
+  forward_impl(out, const_cast<__nv_bfloat16*>(x), weight, p, stream);
 }
 
 void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, float scale, const float* weight,
                                    const RmsnormCudaParams& p, cudaStream_t stream) {
-  check_params(p);
   HLM_CHECK(out != x, "rmsnorm_residual_forward_cuda: out may not alias x (the residual stream)");
-  if (p.rows == 0 || p.dim == 0) return;
-  if (p.dim <= kWarpMaxDim) {
-    dispatch_warp<float>(p.dim, aligned16(out) && aligned16(x) && aligned16(weight) && aligned16(delta),
-                         [&](auto v, auto pl) {
-                           rmsnorm_forward_warp_kernel<float, decltype(v)::value, decltype(pl)::value>
-                               <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, weight, p.rows, p.dim,
-                                                                                      p.eps, delta, scale);
-                         });
-  } else if (p.dim <= 8 * kThreads) {
-    rmsnorm_forward_regs_kernel<float, 8>
-        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, weight, p.rows, p.dim, p.eps, delta, scale);
-  } else if (p.dim <= 16 * kThreads) {
-    rmsnorm_forward_regs_kernel<float, 16>
-        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, weight, p.rows, p.dim, p.eps, delta, scale);
-  } else {
-    residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);
-    forward_impl(out, static_cast<const float*>(x), weight, p, stream);
-    return;
-  }
-  HLM_CUDA_CHECK_LAUNCH();
+  forward_impl(out, x, weight, p, stream, delta, scale);
 }
 
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p) {

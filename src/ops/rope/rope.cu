@@ -18,6 +18,15 @@ namespace hlm {
 
 namespace {
 
+// One rotary pair: lo = x1·c − x2·s, hi = x2·c + x1·s, each product and sum rounded separately (rope_apply's order in
+// rope_ref.cpp, no FMA): the single definition of the bits for every kernel below.
+__device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s, float& lo, float& hi) {
+  const float lo_a = __fmul_rn(x1, c), lo_b = __fmul_rn(-x2, s);
+  const float hi_a = __fmul_rn(x2, c), hi_b = __fmul_rn(x1, s);
+  lo = __fadd_rn(lo_a, lo_b);
+  hi = __fadd_rn(hi_a, hi_b);
+}
+
 // sign = +1: forward; -1: backward (transpose). Same operation order as rope_apply in rope_ref.cpp.
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t T, int64_t H, int64_t D, int64_t half,
                             const float* cos_table, const float* sin_table, int64_t num_positions, float sign,
@@ -38,11 +47,10 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t T, int64
     }
     const float c = cos_table[static_cast<int64_t>(pos) * half + i];
     const float s = sign * sin_table[static_cast<int64_t>(pos) * half + i];  // exact: sign is ±1
-    const float x1 = v[i], x2 = v[i + half];
-    const float lo_a = __fmul_rn(x1, c), lo_b = __fmul_rn(-x2, s);
-    const float hi_a = __fmul_rn(x2, c), hi_b = __fmul_rn(x1, s);
-    v[i] = __fadd_rn(lo_a, lo_b);
-    v[i + half] = __fadd_rn(hi_a, hi_b);
+    float lo, hi;
+    rotate_pair(v[i], v[i + half], c, s, lo, hi);
+    v[i] = lo;
+    v[i + half] = hi;
   }
 }
 
@@ -74,17 +82,16 @@ __global__ void rope_forward_bf16_kernel(uint16_t* out, const float* x, const in
     }
     const float c = cos_table[static_cast<int64_t>(pos) * half + i];
     const float s = sin_table[static_cast<int64_t>(pos) * half + i];  // forward: sign +1
-    const float x1 = v[i], x2 = v[i + half];
-    const float lo_a = __fmul_rn(x1, c), lo_b = __fmul_rn(-x2, s);
-    const float hi_a = __fmul_rn(x2, c), hi_b = __fmul_rn(x1, s);
-    o[i] = cuda::f32_to_bf16_bits(__fadd_rn(lo_a, lo_b));
-    o[i + half] = cuda::f32_to_bf16_bits(__fadd_rn(hi_a, hi_b));
+    float lo, hi;
+    rotate_pair(v[i], v[i + half], c, s, lo, hi);
+    o[i] = cuda::f32_to_bf16_bits(lo);
+    o[i + half] = cuda::f32_to_bf16_bits(hi);
   }
 }
 
 // rope_forward_bf16_kernel two items at a time: item pair j2 of row th covers the rotated pairs (i, i + half) and
 // (i + 1, i + 1 + half), i = 2·j2, or two adjacent pass-through dims; 8-byte loads, 4-byte stores, 32-bit indices.
-// Each output is the same two products and one sum as the one-item kernel's (the same bits); taken when half and D
+// Each output is rotate_pair's, as in the one-item kernel (the same bits); taken when half and D
 // are even, x and the tables are 8-byte aligned, out 4-byte aligned and the items fit an int. Session 26's trace of
 // the 0.86B distillation step: the one-item kernel took 56.7 µs per q/k call at [8192 × 16 × 128] (1.7 TB/s), its
 // 64-bit divisions and 2-byte stores the likely limit.
@@ -114,10 +121,9 @@ __global__ void rope_forward_bf16_pairs_kernel(uint32_t* out, const float2* x, c
     const float2 c = cos_table[static_cast<int64_t>(pos) * half2 + j2];
     const float2 sn = sin_table[static_cast<int64_t>(pos) * half2 + j2];  // forward: sign +1
     const float2 x1 = v[j2], x2 = v[j2 + half2];
-    const float lo0 = __fadd_rn(__fmul_rn(x1.x, c.x), __fmul_rn(-x2.x, sn.x));
-    const float lo1 = __fadd_rn(__fmul_rn(x1.y, c.y), __fmul_rn(-x2.y, sn.y));
-    const float hi0 = __fadd_rn(__fmul_rn(x2.x, c.x), __fmul_rn(x1.x, sn.x));
-    const float hi1 = __fadd_rn(__fmul_rn(x2.y, c.y), __fmul_rn(x1.y, sn.y));
+    float lo0, hi0, lo1, hi1;
+    rotate_pair(x1.x, x2.x, c.x, sn.x, lo0, hi0);
+    rotate_pair(x1.y, x2.y, c.y, sn.y, lo1, hi1);
     o[j2] = cuda::f32_to_bf16_bits(lo0) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(lo1)) << 16);
     o[j2 + half2] = cuda::f32_to_bf16_bits(hi0) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(hi1)) << 16);
   }

@@ -1,9 +1,12 @@
 // The CUDA engine's fused launches against the separate launches they replace, end to end: two engines over the same
 // CudaModel run the same teacher-forced steps (three sequences of different lengths prefilled in chunks of 5, then
 // decoded together with CUDA graphs, one sequence closed half-way), one with
-//   - the fused q/k norm + RoPE + KV-cache write (CudaEngineOptions::fused_qk_norm_rope, ops/qk_norm_rope) and the
-//     flash-decoding split merge folded into the decode kernel (attention_cache_cuda_set_decode_merge),
-// the other with both off (five launches per attention layer, then the separate merge kernel); a third engine merges
+//   - the fused q/k norm + RoPE + KV-cache write (CudaEngineOptions::fused_qk_norm_rope, ops/qk_norm_rope),
+//   - the fused GDN decode preparation (CudaEngineOptions::fused_gdn_decode_prep, ops/gdn_decode_prep: convs, q/k
+//     l2norms and gate in one launch per GDN layer and decode step) and
+//   - the flash-decoding split merge folded into the decode kernel (attention_cache_cuda_set_decode_merge),
+// the other with all three off (five launches per attention layer, six per GDN layer, then the separate merge
+// kernel); a third engine merges
 // the splits inside thread-block clusters. Both are meant to be
 // bit-identical to what they replace, so every step's logits must have the same bytes. Models: qwen3 (per-head q/k
 // norms), granite (no q/k norms), olmo_hybrid (q/k norms over the whole projection), a qwen3_hybrid student (GQA),
@@ -11,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -104,6 +108,8 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
       CudaEngineOptions fused, separate;
       fused.fused_qk_norm_rope = true;
       separate.fused_qk_norm_rope = false;
+      fused.fused_gdn_decode_prep = true;
+      separate.fused_gdn_decode_prep = false;
       std::vector<float> lf, ls, lc;
       {
         MergeMode mode(DecodeMerge::fused);
@@ -133,5 +139,63 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
       EXPECT_EQ(differ, 0u);
       EXPECT_EQ(differ_cluster, 0u);
     }
+  }
+}
+
+// At one sequence in bf16 the LM head runs on the small-row GEMV (CudaEngineOptions::head_gemv) instead of cuBLASLt:
+// another fp32 summation order over the hidden size H, so the logits agree to rounding, not bit for bit. Bound per
+// logit: H·u·Σ|w·x| for each side, taken as 2·H·u·(1 + max |logit| of the step) with u = 2^−24 (the row's Σ|w·x| is
+// not at hand; a layout or indexing defect moves logits by O(max |logit|), far past it). Models: qwen3 with an untied
+// head, qwen3 with a tied one (the embedding table as the head) and olmo_hybrid (GDN layers); one sequence prefilled
+// in chunks of 5, then 12 decode steps.
+TEST(CudaEngineFusions, HeadGemvAgreesWithCublasLtToRounding) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  for (const char* name : {"qwen3_untied", "qwen3_tied", "olmo_hybrid_tiny"}) {
+    SCOPED_TRACE(name);
+    Model model = Model::load(cuda_golden_dir(name));
+    const int64_t V = model.config().vocab_size, H = model.config().hidden_size;
+    const int64_t prompt = 11, total = prompt + 12;
+    const std::vector<int32_t> ids = ids_for(total, V, 7);
+    CudaModel gpu = CudaModel::upload(model, ctx);
+    gpu.drop_fp32_weights();
+    const MemoryPlan plan = plan_for(model, 1, total, 2);
+    // One sequence, teacher-forced: the prompt in chunks of 5, then one token per step; every step's logits.
+    const auto run = [&](const CudaEngineOptions& options) {
+      auto e = make_cuda_engine(gpu, plan, options);
+      const std::vector<int> slot{e->open_sequence(total)};
+      std::vector<float> all;
+      for (int64_t at = 0; at < total;) {
+        const int64_t end = at < prompt ? std::min(prompt, at + 5) : at + 1;
+        TokenBatch b;
+        b.add_sequence(std::vector<int32_t>(ids.begin() + at, ids.begin() + end));
+        const Tensor logits = e->step(slot, b);
+        all.insert(all.end(), logits.f32(), logits.f32() + logits.numel());
+        at = end;
+      }
+      return all;
+    };
+    CudaEngineOptions gemv, blaslt;
+    gemv.head_gemv = true;
+    blaslt.head_gemv = false;
+    const std::vector<float> lg = run(gemv), lb = run(blaslt);
+    ASSERT_EQ(lg.size(), lb.size());
+    const double u = std::ldexp(1.0, -24);
+    size_t bad = 0, differ = 0;
+    double worst = 0.0;
+    for (size_t r = 0; r < lg.size() / static_cast<size_t>(V); ++r) {
+      double mx = 0.0;
+      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, std::abs(static_cast<double>(lb[r * V + j])));
+      const double bound = 2.0 * static_cast<double>(H) * u * (1.0 + mx);
+      for (int64_t j = 0; j < V; ++j) {
+        const double d = std::abs(static_cast<double>(lg[r * V + j]) - lb[r * V + j]);
+        differ += d != 0.0;
+        worst = std::max(worst, d / bound);
+        bad += !(d <= bound);
+      }
+    }
+    std::printf("[head gemv] %s: %zu logits, %zu differ, worst difference %.3g of the bound\n", name, lg.size(), differ,
+                worst);
+    EXPECT_EQ(bad, 0u);
   }
 }

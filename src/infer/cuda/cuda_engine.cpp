@@ -24,9 +24,11 @@
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
+#include "ops/gdn_decode_prep/gdn_decode_prep_cuda.h"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 #include "ops/gdn_gate/gdn_gate_cuda.h"
 #include "ops/l2norm/l2norm_cuda.h"
+#include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/qk_norm_rope/qk_norm_rope_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -513,28 +515,54 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
 
   CudaTensor qc = CudaTensor::empty(ctx_, {T, Ck}), kc = CudaTensor::empty(ctx_, {T, Ck});
   CudaTensor vc = CudaTensor::empty(ctx_, {T, Cv});
-  const CausalConv1dCudaParams sk{T, Ck, d.conv_kernel, N, true}, sv{T, Cv, d.conv_kernel, N, true};
-  // The conv state advances in place (state_out may alias state_in, causal_conv1d_cuda.h). Decode steps take the
-  // one-token-per-sequence kernel (same bits, one launch instead of two, no sequence search).
-  if (s.decode) {
-    causal_conv1d_decode_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), sk, stream);
-    causal_conv1d_decode_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), sk, stream);
-    causal_conv1d_decode_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), sv, stream);
-  } else {
-    causal_conv1d_forward_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), q_state,
-                               s.batch.cu_seqlens, sk, stream);
-    causal_conv1d_forward_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), k_state,
-                               s.batch.cu_seqlens, sk, stream);
-    causal_conv1d_forward_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), v_state,
-                               s.batch.cu_seqlens, sv, stream);
-  }
-  // The conv outputs are no longer needed raw: normalise q, k into the projections' buffers.
-  const L2normCudaParams l2{T * d.key_heads, d.key_dim};
-  l2norm_forward_cuda(qp.data<float>(), qc.data<float>(), l2, stream);
-  l2norm_forward_cuda(kp.data<float>(), kc.data<float>(), l2, stream);
   CudaTensor g = CudaTensor::empty(ctx_, {T, Hv}), beta = CudaTensor::empty(ctx_, {T, Hv});
-  gdn_gate_forward_cuda(g.data<float>(), beta.data<float>(), a.data<float>(), b.data<float>(), w.A_log.data<float>(),
-                        w.dt_bias.data<float>(), {T, Hv, d.neg_eigval}, stream);
+  const GdnDecodePrepCudaShape prep{N, d.key_heads, Hv, d.key_dim, d.value_dim, d.conv_kernel, d.neg_eigval};
+  // The normalised q, k go to the projections' buffers (qp, kp) on both paths; v' to vc.
+  if (s.decode && options_.fused_gdn_decode_prep && gdn_decode_prep_cuda_supported(prep)) {
+    // One launch for the convs (states advanced in place), the q/k norms and the gate: the bits of the six below.
+    GdnDecodePrepCudaArgs pa;
+    pa.q = qp.data<float>();
+    pa.k = kp.data<float>();
+    pa.v = vp.data<float>();
+    pa.a = a.data<float>();
+    pa.b = b.data<float>();
+    pa.q_conv = w.q_conv.data<float>();
+    pa.k_conv = w.k_conv.data<float>();
+    pa.v_conv = w.v_conv.data<float>();
+    pa.A_log = w.A_log.data<float>();
+    pa.dt_bias = w.dt_bias.data<float>();
+    pa.q_state = q_state;
+    pa.k_state = k_state;
+    pa.v_state = v_state;
+    pa.q_out = qp.data<float>();  // each element read and written by one thread (the contract allows it)
+    pa.k_out = kp.data<float>();
+    pa.v_out = vc.data<float>();
+    pa.g = g.data<float>();
+    pa.beta = beta.data<float>();
+    gdn_decode_prep_cuda(pa, prep, stream);
+  } else {
+    const CausalConv1dCudaParams sk{T, Ck, d.conv_kernel, N, true}, sv{T, Cv, d.conv_kernel, N, true};
+    // The conv state advances in place (state_out may alias state_in, causal_conv1d_cuda.h). Decode steps take the
+    // one-token-per-sequence kernel (same bits, one launch instead of two, no sequence search).
+    if (s.decode) {
+      causal_conv1d_decode_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), sk, stream);
+      causal_conv1d_decode_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), sk, stream);
+      causal_conv1d_decode_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), sv, stream);
+    } else {
+      causal_conv1d_forward_cuda(qc.data<float>(), q_state, qp.data<float>(), w.q_conv.data<float>(), q_state,
+                                 s.batch.cu_seqlens, sk, stream);
+      causal_conv1d_forward_cuda(kc.data<float>(), k_state, kp.data<float>(), w.k_conv.data<float>(), k_state,
+                                 s.batch.cu_seqlens, sk, stream);
+      causal_conv1d_forward_cuda(vc.data<float>(), v_state, vp.data<float>(), w.v_conv.data<float>(), v_state,
+                                 s.batch.cu_seqlens, sv, stream);
+    }
+    // The conv outputs are no longer needed raw: normalise q, k into the projections' buffers.
+    const L2normCudaParams l2{T * d.key_heads, d.key_dim};
+    l2norm_forward_cuda(qp.data<float>(), qc.data<float>(), l2, stream);
+    l2norm_forward_cuda(kp.data<float>(), kc.data<float>(), l2, stream);
+    gdn_gate_forward_cuda(g.data<float>(), beta.data<float>(), a.data<float>(), b.data<float>(),
+                          w.A_log.data<float>(), w.dt_bias.data<float>(), {T, Hv, d.neg_eigval}, stream);
+  }
   CudaTensor o = CudaTensor::empty(ctx_, {T, Cv});
   const float scale = static_cast<float>(d.q_scale());  // as the CPU reference gets it for T = float
   if (s.decode) {
@@ -757,6 +785,16 @@ CudaTensor CudaEngine::head_logits(const CudaTensor& rows) {
   const ModelConfig& c = model_.config();
   const int64_t N = rows.shape()[0], H = c.hidden_size, V = c.vocab_size;
   CudaTensor logits_device = CudaTensor::empty(ctx_, {N, V});
+  if (model_.bf16_compute() && N == 1 && options_.head_gemv) {
+    // One row (batch-1 decode): the small-row GEMV streams the head's rows at a higher rate than cuBLASLt's GEMV
+    // kernel (olmo_hybrid_7b's untied 100,278 × 4,096 head: 263 µs = 3.1 TB/s in session 27's trace) and rounds
+    // the row to bf16 itself.
+    const GemvOutput head{model_.lm_head_weight_bf16(), nullptr, logits_device.data<float>(), V};
+    if (gemv_supported(1, H, &head, 1)) {
+      gemv_bf16_cuda(&head, 1, rows.data<float>(), nullptr, 1, H, ctx_.stream());
+      return logits_device;
+    }
+  }
   if (model_.bf16_compute()) {  // bf16 precision: the head on bf16 tensor cores, fp32 logits
     const CudaTensor rows16 = cuda_round_bf16(ctx_, rows);
     matmul_forward_mixed_cuda(ctx_.blaslt(), logits_device.data<float>(), rows16.data<__nv_bfloat16>(),
@@ -867,6 +905,13 @@ CudaEngineOptions cuda_engine_default_options() {
   const char* fuse = std::getenv("HLM_QK_FUSE");
   if (fuse != nullptr && (std::strcmp(fuse, "0") == 0 || std::strcmp(fuse, "off") == 0)) o.fused_qk_norm_rope = false;
   if (fuse != nullptr && (std::strcmp(fuse, "1") == 0 || std::strcmp(fuse, "on") == 0)) o.fused_qk_norm_rope = true;
+  const auto env_switch = [](const char* name, bool& option) {  // 0|off → false, 1|on → true, else unchanged
+    const char* v = std::getenv(name);
+    if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0)) option = false;
+    if (v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0)) option = true;
+  };
+  env_switch("HLM_GDN_DECODE_FUSE", o.fused_gdn_decode_prep);
+  env_switch("HLM_HEAD_GEMV", o.head_gemv);
   const char* fused = std::getenv("HLM_FUSED_DECODE");
   if (fused != nullptr && (std::strcmp(fused, "0") == 0 || std::strcmp(fused, "off") == 0)) o.fused_decode = false;
   if (fused != nullptr && (std::strcmp(fused, "1") == 0 || std::strcmp(fused, "on") == 0)) o.fused_decode = true;

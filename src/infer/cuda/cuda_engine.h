@@ -53,6 +53,14 @@ struct CudaEngineOptions {
   // over one block per KV group (per-head norms): qwen3_4b's batch-1 decode step 3.86 → 3.80 ms, with the GEMVs'
   // dependent launch 3.72 → 3.64 ms (H200, session 13, call 1; one block per token had made it slower, 3.96 vs 3.85).
   bool fused_qk_norm_rope = true;
+  // A GDN layer's decode step prepared in one launch (ops/gdn_decode_prep/gdn_decode_prep_cuda.h: the q/k/v convs,
+  // the q/k l2norms and the gate, bit-identical to the six separate launches) when every sequence brings one token;
+  // false: the six launches (A/B in one binary).
+  bool fused_gdn_decode_prep = true;
+  // bf16 precision, one row (batch-1 decode): the LM head by the small-row GEMV (ops/matmul/gemv_cuda.h: x rounded in
+  // the kernel, no cast launch) instead of cuBLASLt's pick; the logits then differ from cuBLASLt's in fp32 rounding
+  // (another summation order). false: cuBLASLt at every row count.
+  bool head_gemv = true;
   // A batch-1 decode step of a model the fused decode kernel runs (ops/fused_decode/fused_decode_cuda.h: pre-norm
   // full-attention layers with dense SwiGLU MLPs, bf16 weights and a bf16 KV cache, an sm_90 device) as ONE
   // persistent launch for the whole decoder (plus the embedding, the final norm and the LM head) instead of ~10
@@ -67,8 +75,10 @@ struct CudaEngineOptions {
 };
 
 // The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off, HLM_QK_FUSE=0|off the fused
-// q/k norm + RoPE + cache write off (1|on: on, the default), HLM_FUSED_DECODE=1|on the fused batch-1 decode on
-// (0|off: off, the default) and HLM_FUSED_DECODE_TIMELINE=FILE its profiling timeline on.
+// q/k norm + RoPE + cache write off (1|on: on, the default), HLM_GDN_DECODE_FUSE=0|off the fused GDN decode
+// preparation off (1|on: on, the default), HLM_HEAD_GEMV=0|off the batch-1 LM head GEMV off (1|on: on, the default),
+// HLM_FUSED_DECODE=1|on the fused batch-1 decode on (0|off: off, the default) and HLM_FUSED_DECODE_TIMELINE=FILE its
+// profiling timeline on.
 CudaEngineOptions cuda_engine_default_options();
 
 std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,

@@ -48,6 +48,7 @@
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/causal_conv1d/conv_silu.cuh"
 
 namespace hlm {
 
@@ -116,7 +117,7 @@ __device__ float pre_activation(const float* x, const float* w, const float* sta
   return acc;
 }
 
-__device__ __forceinline__ float silu_of(float pre) { return pre / (1.0f + expf(-pre)); }
+using cuda::conv_silu;  // conv_silu.cuh: shared with the fused GDN decode preparation
 
 // dy · silu'(pre) with silu'(p) = σ(p)·(1 + p·σ(−p)), from one exponential: e = e^−p, σ(p) = 1/(1 + e) and
 // σ(−p) = e·σ(p), taken as 1 where e overflows (σ(p) = 0; e·σ(p) would be ∞·0). No 1 − σ cancellation; σ(−p) carries
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(kTileThreads)
     for (int v = 0; v < V; ++v) {
       shift_in(win[v], xv[v]);
       const float pre = window_pre(wr[v], win[v], K);
-      out[v] = silu ? silu_of(pre) : pre;
+      out[v] = silu ? conv_silu(pre) : pre;
     }
     store_row(yp, out);
     yp += C;
@@ -340,7 +341,7 @@ __global__ void conv_decode_kernel(float* y, float* state_out, const float* __re
 #pragma unroll
   for (int j = 0; j < KMAX; ++j)
     if (j < g.K) acc = fmaf(w[c * g.K + j], in[j], acc);
-  y[item] = silu ? silu_of(acc) : acc;
+  y[item] = silu ? conv_silu(acc) : acc;
   if (state_out != nullptr)
 #pragma unroll
     for (int j = 0; j + 1 < KMAX; ++j)

@@ -6,26 +6,21 @@
 #include "core/error.h"
 #include "ops/gdn_gate/gdn_gate.h"
 #include "ops/gdn_gate/gdn_gate_cuda.h"
+#include "ops/gdn_gate/gdn_gate_math.cuh"
 
 namespace hlm {
 
 namespace {
 
-constexpr float kThreshold = static_cast<float>(kSoftplusThreshold);
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float softplus(float u) { return u > kThreshold ? u : log1pf(expf(u)); }
-__device__ __forceinline__ float softplus_grad(float u) { return u > kThreshold ? 1.0f : sigmoid(u); }
+using cuda::gdn_sigmoid;
+using cuda::gdn_softplus_grad;
 
 __global__ void gdn_gate_forward_kernel(float* g, float* beta, const float* a, const float* b, const float* A_log,
                                         const float* dt_bias, int64_t n, int64_t H, float beta_scale) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t h = i % H;
-    const float u = a[i] + dt_bias[h];  // rounded to fp32 as HF and the CPU reference do
-    const float bi = b[i];
-    g[i] = -expf(A_log[h]) * softplus(u);
-    beta[i] = beta_scale * sigmoid(bi);
+    cuda::gdn_gate_element(g[i], beta[i], a[i], b[i], A_log[h], dt_bias[h], beta_scale);
   }
 }
 
@@ -36,8 +31,8 @@ __global__ void gdn_gate_backward_kernel(float* da, float* db, const float* dg, 
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t h = i % H;
     const float u = a[i] + dt_bias[h];
-    da[i] = dg[i] * -expf(A_log[h]) * softplus_grad(u);
-    db[i] = dbeta[i] * beta_scale * (sigmoid(b[i]) * sigmoid(-b[i]));
+    da[i] = dg[i] * -expf(A_log[h]) * gdn_softplus_grad(u);
+    db[i] = dbeta[i] * beta_scale * (gdn_sigmoid(b[i]) * gdn_sigmoid(-b[i]));
   }
 }
 
@@ -47,7 +42,7 @@ struct DdtBiasTerm {
   int64_t H;
   __device__ float operator()(int64_t t, int64_t h) const {
     const int64_t i = t * H + h;
-    return dg[i] * -expf(A_log[h]) * softplus_grad(a[i] + dt_bias[h]);
+    return dg[i] * -expf(A_log[h]) * gdn_softplus_grad(a[i] + dt_bias[h]);
   }
 };
 struct DALogTerm {  // dg · g: dg/dA_log = g
@@ -55,7 +50,7 @@ struct DALogTerm {  // dg · g: dg/dA_log = g
   int64_t H;
   __device__ float operator()(int64_t t, int64_t h) const {
     const int64_t i = t * H + h;
-    return dg[i] * (-expf(A_log[h]) * softplus(a[i] + dt_bias[h]));
+    return dg[i] * (-expf(A_log[h]) * cuda::gdn_softplus(a[i] + dt_bias[h]));
   }
 };
 

@@ -26,6 +26,7 @@
 #include <limits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "core/error.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
 
@@ -71,6 +72,8 @@ struct VecGeometry {
 
 template <int DK>
 __global__ void __launch_bounds__(kThreads) decode_vec_kernel(const DecodeArgs a) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself (launch()): q, k, v, g, β are written
   constexpr int kLanes = VecGeometry<DK>::kLanes;    // lanes per row
   constexpr int kGroups = VecGeometry<DK>::kGroups;  // rows per warp and round
   constexpr int kRowChunks = DK / 4;                 // float4 per row
@@ -153,6 +156,8 @@ __global__ void __launch_bounds__(kThreads) decode_vec_kernel(const DecodeArgs a
 }
 
 __global__ void __launch_bounds__(kThreads) decode_scalar_kernel(const DecodeArgs a) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself (launch()): q, k, v, g, β are written
   const unsigned pair = blockIdx.x / a.tiles, tile = blockIdx.x % a.tiles;
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int64_t row = static_cast<int64_t>(tile) * kWarps + warp;
@@ -186,7 +191,9 @@ void launch(Kernel kernel, DecodeArgs a, int64_t pairs, int64_t rows_per_tile, c
   HLM_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "gated_delta_rule_decode_cuda: ", blocks,
             " blocks exceed the grid limit");
   a.tiles = static_cast<unsigned>(tiles);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+  // A programmatic dependent (dependent_launch.cuh): its launch overlaps the kernel before it, which it waits for.
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), kernel,
+                                              dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, a));
   HLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
@@ -86,6 +87,8 @@ template <typename Y, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) gated_rmsnorm_forward_warp_kernel(Y* y, const float* x,
                                                                               const float* z, const float* w,
                                                                               int64_t R, int64_t D, float eps) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself (forward_impl): x and z are written
   const int lane = static_cast<int>(threadIdx.x % 32);
   float wv[P];
   load_slice<V, P>(wv, w, D, lane);
@@ -252,9 +255,11 @@ void forward_impl(Y* y, const float* x, const float* z, const float* w, const Ga
   if (p.rows == 0) return;
   if (p.dim <= kWarpMaxDim) {
     const bool vec = vec_out(y) && aligned16(x) && aligned16(z) && aligned16(w);
+    const bool pdl = cuda::dependent_launch_enabled();  // a programmatic dependent (dependent_launch.cuh)
     cuda::dispatch_warp<float>(p.dim, vec, [&](auto v, auto pl) {
-      gated_rmsnorm_forward_warp_kernel<Y, decltype(v)::value, decltype(pl)::value>
-          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);
+      HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
+          pdl, gated_rmsnorm_forward_warp_kernel<Y, decltype(v)::value, decltype(pl)::value>,
+          dim3(warp_row_blocks(p.rows)), dim3(kWarpThreads), 0, stream, y, x, z, w, p.rows, p.dim, p.eps));
     });
   } else {
     gated_rmsnorm_forward_kernel<Y><<<row_blocks(p.rows), kThreads, 0, stream>>>(y, x, z, w, p.rows, p.dim, p.eps);

@@ -6,6 +6,7 @@
 // Why: at batch 1 the six separate launches (three convs, two l2norms, the gate) cost ~9 µs of kernel time per GDN
 // layer on the H200 plus their launch gaps (session 27 trace of olmo_hybrid_7b: 24 GDN layers per step).
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/causal_conv1d/conv_silu.cuh"
@@ -47,6 +48,8 @@ __device__ __forceinline__ float conv_channel(const float* x, const float* w, fl
 
 template <int V, int P, int KMAX>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) gdn_decode_prep_kernel(const Prep p) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself: the projections are written
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t rows = 2 * p.Hk + p.Hv;
   const int64_t w = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -104,10 +107,11 @@ void gdn_decode_prep_cuda(const GdnDecodePrepCudaArgs& args, const GdnDecodePrep
   const bool vec = cuda::aligned16(args.q_out) && cuda::aligned16(args.k_out);
   cuda::dispatch_warp<float>(s.key_dim, vec, [&](auto v, auto pl) {
     constexpr int V = decltype(v)::value, P = decltype(pl)::value;
-    if (s.conv_kernel <= 4)
-      gdn_decode_prep_kernel<V, P, 4><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
-    else
-      gdn_decode_prep_kernel<V, P, 8><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
+    // A programmatic dependent (dependent_launch.cuh): its launch overlaps the projections' GEMV.
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
+        cuda::dependent_launch_enabled(),
+        s.conv_kernel <= 4 ? gdn_decode_prep_kernel<V, P, 4> : gdn_decode_prep_kernel<V, P, 8>, dim3(blocks),
+        dim3(32 * kWarpsPerBlock), 0, stream, p));
   });
   HLM_CUDA_CHECK_LAUNCH();
 }

@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   const int lane = static_cast<int>(threadIdx.x % 32);
   float wv[P];
   load_slice<V, P>(wv, w, D, lane);
@@ -171,6 +172,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   __shared__ float smem[kThreads / 32];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     T* xr = x + r * D;
@@ -275,16 +277,22 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
   if (p.rows == 0 || p.dim == 0) return;
   if (p.dim <= kWarpMaxDim) {
     const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
+    // Launched as programmatic dependents (dependent_launch.cuh): the launch overlaps the producer's tail, the
+    // kernels wait for it before any read.
+    const bool pdl = cuda::dependent_launch_enabled();
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
-      rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
-          <<<warp_row_blocks(p.rows), kWarpThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps, delta, scale);
+      HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
+          pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),
+          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale));
     });
   } else if (p.dim <= 8 * kThreads) {
-    rmsnorm_forward_regs_kernel<T, 8>
-        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps, delta, scale);
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), rmsnorm_forward_regs_kernel<T, 8>,
+                                                dim3(row_blocks(p.rows)), dim3(kThreads), 0, stream, out, x, w, p.rows,
+                                                p.dim, p.eps, delta, scale));
   } else if (p.dim <= 16 * kThreads) {
-    rmsnorm_forward_regs_kernel<T, 16>
-        <<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps, delta, scale);
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), rmsnorm_forward_regs_kernel<T, 16>,
+                                                dim3(row_blocks(p.rows)), dim3(kThreads), 0, stream, out, x, w, p.rows,
+                                                p.dim, p.eps, delta, scale));
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (delta != nullptr) residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);

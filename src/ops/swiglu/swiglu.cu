@@ -92,6 +92,7 @@ template <typename Out>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
     swiglu_forward_kernel(Out* out, const float* gate, const float* up, int64_t n_vec, int64_t n) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
+  cuda::dependent_launch_wait();     // launched as a dependent itself: gate and up are written
   const int64_t vec_stride = grid_threads() * kForwardUnroll;
   for (int64_t base = vector_start<kForwardUnroll>(); base < n_vec; base += vec_stride) {
     float4 g[kForwardUnroll], u[kForwardUnroll];
@@ -174,8 +175,9 @@ void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t
   HLM_CHECK(n >= 0, "swiglu_forward_cuda: negative length ", n);
   if (n == 0) return;
   const int64_t n_vec = aligned(out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_forward_kernel<float><<<swiglu_grid<kForwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
-      out, gate, up, n_vec, n);
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<float>,
+                                              dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
+                                              dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
   HLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -184,9 +186,9 @@ void swiglu_forward_bf16_cuda(__nv_bfloat16* out, const float* gate, const float
   HLM_CHECK(n >= 0, "swiglu_forward_bf16_cuda: negative length ", n);
   if (n == 0) return;
   const int64_t n_vec = aligned(out, 8) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_forward_kernel<__nv_bfloat16>
-      <<<swiglu_grid<kForwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
-      out, gate, up, n_vec, n);
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<__nv_bfloat16>,
+                                              dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
+                                              dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
   HLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -513,7 +513,6 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
   const StepStates states = step_states(layers_[static_cast<size_t>(layer)].gdn.tensors(), s);
   float *q_state = states.rows[0], *k_state = states.rows[1], *v_state = states.rows[2], *h_state = states.rows[3];
 
-  CudaTensor qc = CudaTensor::empty(ctx_, {T, Ck}), kc = CudaTensor::empty(ctx_, {T, Ck});
   CudaTensor vc = CudaTensor::empty(ctx_, {T, Cv});
   CudaTensor g = CudaTensor::empty(ctx_, {T, Hv}), beta = CudaTensor::empty(ctx_, {T, Hv});
   const GdnDecodePrepCudaShape prep{N, d.key_heads, Hv, d.key_dim, d.value_dim, d.conv_kernel, d.neg_eigval};
@@ -541,6 +540,7 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
     pa.beta = beta.data<float>();
     gdn_decode_prep_cuda(pa, prep, stream);
   } else {
+    CudaTensor qc = CudaTensor::empty(ctx_, {T, Ck}), kc = CudaTensor::empty(ctx_, {T, Ck});  // the raw conv outputs
     const CausalConv1dCudaParams sk{T, Ck, d.conv_kernel, N, true}, sv{T, Cv, d.conv_kernel, N, true};
     // The conv state advances in place (state_out may alias state_in, causal_conv1d_cuda.h). Decode steps take the
     // one-token-per-sequence kernel (same bits, one launch instead of two, no sequence search).

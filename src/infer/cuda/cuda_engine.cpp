@@ -898,23 +898,20 @@ CudaEngineGraphStats cuda_engine_graph_stats(const InferenceEngine& engine) {
 
 CudaEngineOptions cuda_engine_default_options() {
   CudaEngineOptions o;
-  const char* env = std::getenv("HLM_CUDA_GRAPHS");
-  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) o.cuda_graphs = false;
-  // HLM_QK_FUSE=1|on: the fused q/k norm + RoPE + cache write instead of the five launches (the default); 0|off: the
-  // five (A/B in one binary).
-  const char* fuse = std::getenv("HLM_QK_FUSE");
-  if (fuse != nullptr && (std::strcmp(fuse, "0") == 0 || std::strcmp(fuse, "off") == 0)) o.fused_qk_norm_rope = false;
-  if (fuse != nullptr && (std::strcmp(fuse, "1") == 0 || std::strcmp(fuse, "on") == 0)) o.fused_qk_norm_rope = true;
-  const auto env_switch = [](const char* name, bool& option) {  // 0|off → false, 1|on → true, else unchanged
-    const char* v = std::getenv(name);
-    if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0)) option = false;
-    if (v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0)) option = true;
-  };
-  env_switch("HLM_GDN_DECODE_FUSE", o.fused_gdn_decode_prep);
-  env_switch("HLM_HEAD_GEMV", o.head_gemv);
-  const char* fused = std::getenv("HLM_FUSED_DECODE");
-  if (fused != nullptr && (std::strcmp(fused, "0") == 0 || std::strcmp(fused, "off") == 0)) o.fused_decode = false;
-  if (fused != nullptr && (std::strcmp(fused, "1") == 0 || std::strcmp(fused, "on") == 0)) o.fused_decode = true;
+  // Each switch: 0|off → false, 1|on → true, else the default (cuda_engine.h says which are on); A/B in one binary.
+  const struct {
+    const char* name;
+    bool* option;
+  } switches[] = {{"HLM_CUDA_GRAPHS", &o.cuda_graphs},
+                  {"HLM_QK_FUSE", &o.fused_qk_norm_rope},
+                  {"HLM_GDN_DECODE_FUSE", &o.fused_gdn_decode_prep},
+                  {"HLM_HEAD_GEMV", &o.head_gemv},
+                  {"HLM_FUSED_DECODE", &o.fused_decode}};
+  for (const auto& sw : switches) {
+    const char* v = std::getenv(sw.name);
+    if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0)) *sw.option = false;
+    if (v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0)) *sw.option = true;
+  }
   if (const char* t = std::getenv("HLM_FUSED_DECODE_TIMELINE"); t != nullptr && *t != '\0')
     o.fused_decode_timeline = t;
   return o;

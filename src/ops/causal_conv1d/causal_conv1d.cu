@@ -48,7 +48,7 @@
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
-#include "ops/causal_conv1d/conv_silu.cuh"
+#include "ops/causal_conv1d/conv_decode.cuh"
 
 namespace hlm {
 
@@ -117,7 +117,7 @@ __device__ float pre_activation(const float* x, const float* w, const float* sta
   return acc;
 }
 
-using cuda::conv_silu;  // conv_silu.cuh: shared with the fused GDN decode preparation
+using cuda::conv_silu;  // conv_decode.cuh: shared with the fused GDN decode preparation
 
 // dy · silu'(pre) with silu'(p) = σ(p)·(1 + p·σ(−p)), from one exponential: e = e^−p, σ(p) = 1/(1 + e) and
 // σ(−p) = e·σ(p), taken as 1 where e overflows (σ(p) = 0; e·σ(p) would be ∞·0). No 1 − σ cancellation; σ(−p) carries
@@ -332,20 +332,8 @@ __global__ void conv_decode_kernel(float* y, float* state_out, const float* __re
                                    const float* __restrict__ w, const float* state_in, Geometry g, bool silu) {
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // n · C + c
   if (item >= g.N * g.C) return;
-  const int64_t c = item % g.C, Km1 = g.K - 1;
-  float in[KMAX];  // in[j] = the input at position t − K + 1 + j, j < K (in[K − 1] = x)
-#pragma unroll
-  for (int j = 0; j < KMAX; ++j)
-    in[j] = j < Km1 ? (state_in != nullptr ? state_in[item * Km1 + j] : 0.0f) : j == Km1 ? x[item] : 0.0f;
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < KMAX; ++j)
-    if (j < g.K) acc = fmaf(w[c * g.K + j], in[j], acc);
+  const float acc = cuda::conv_decode_pre<KMAX>(x, w, state_in, state_out, item, item % g.C, g.K);
   y[item] = silu ? conv_silu(acc) : acc;
-  if (state_out != nullptr)
-#pragma unroll
-    for (int j = 0; j + 1 < KMAX; ++j)
-      if (j < Km1) state_out[item * Km1 + j] = in[j + 1];
 }
 
 

@@ -9,7 +9,7 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
-#include "ops/causal_conv1d/conv_silu.cuh"
+#include "ops/causal_conv1d/conv_decode.cuh"
 #include "ops/gdn_decode_prep/gdn_decode_prep_cuda.h"
 #include "ops/gdn_gate/gdn_gate_math.cuh"
 #include "ops/l2norm/l2norm_cuda.h"
@@ -27,23 +27,12 @@ struct Prep {
   float beta_scale, eps;
 };
 
-// silu(conv) of channel c of sequence n's row x[n·C, (n+1)·C), advancing the channel's K − 1 state slots: the
-// operations of conv_decode_kernel (causal_conv1d.cu) in the same order.
+// silu(conv) of channel c of sequence n, the channel's state advanced: conv_decode_kernel's operations
+// (conv_decode.cuh, the same function).
 template <int KMAX>
 __device__ __forceinline__ float conv_channel(const float* x, const float* w, float* state, int64_t n, int64_t C,
                                               int64_t c, int64_t K) {
-  const int64_t item = n * C + c, Km1 = K - 1;
-  float in[KMAX];
-#pragma unroll
-  for (int j = 0; j < KMAX; ++j) in[j] = j < Km1 ? state[item * Km1 + j] : j == Km1 ? x[item] : 0.0f;
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < KMAX; ++j)
-    if (j < K) acc = fmaf(w[c * K + j], in[j], acc);
-#pragma unroll
-  for (int j = 0; j + 1 < KMAX; ++j)
-    if (j < Km1) state[item * Km1 + j] = in[j + 1];
-  return cuda::conv_silu(acc);
+  return cuda::conv_silu(cuda::conv_decode_pre<KMAX, false>(x, w, state, state, n * C + c, c, K));
 }
 
 template <int V, int P, int KMAX>

@@ -8,9 +8,12 @@
 // a, b, g, β [N, Hv]; conv weights [C, K]; conv states [N, C, K − 1]; A_log, dt_bias [Hv].
 //
 // Bits: equal to causal_conv1d_decode_cuda (silu on) + l2norm_forward_cuda (dim dk, its default eps) +
-// gdn_gate_forward_cuda on the same buffers: the same per-element operations (conv_silu.cuh, gdn_gate_math.cuh), and
+// gdn_gate_forward_cuda on the same buffers: the same per-element operations (conv_decode.cuh, gdn_gate_math.cuh), and
 // each q/k head row summed in the l2norm warp path's order (warp_rows.cuh: the lane's V-element chunks in order, then
 // the xor-shuffle tree) with V chosen as l2norm_forward_cuda chooses it for these pointers (tests/cuda: bit for bit).
+// CPU reference: the composition of the three ops' references (causal_conv1d, l2norm, gdn_gate: each with its CPU
+// forward and backward, finite-difference checks and CUDA harness cases); this fusion is forward-only (decode steps
+// need no gradient) and its harness case compares it with the separate CUDA launches byte for byte.
 // Aliasing: an output may alias its own input (each element is read and written by one thread); nothing else aliases.
 // Supported (gdn_decode_prep_cuda_supported): dk ≤ l2norm_cuda_warp_max_dim(), 1 ≤ K ≤ 8; otherwise the caller runs
 // the separate kernels.

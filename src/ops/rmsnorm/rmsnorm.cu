@@ -275,24 +275,24 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
                   const float* delta = nullptr, float scale = 1.0f) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
+  // The warp and register kernels are launched as programmatic dependents (dependent_launch.cuh): the launch overlaps
+  // the producer's tail, the kernels wait for it before any read.
+  const bool pdl = cuda::dependent_launch_enabled();
   if (p.dim <= kWarpMaxDim) {
     const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
-    // Launched as programmatic dependents (dependent_launch.cuh): the launch overlaps the producer's tail, the
-    // kernels wait for it before any read.
-    const bool pdl = cuda::dependent_launch_enabled();
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
       HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
           pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),
           dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale));
     });
   } else if (p.dim <= 8 * kThreads) {
-    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), rmsnorm_forward_regs_kernel<T, 8>,
-                                                dim3(row_blocks(p.rows)), dim3(kThreads), 0, stream, out, x, w, p.rows,
-                                                p.dim, p.eps, delta, scale));
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 8>, dim3(row_blocks(p.rows)),
+                                                dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
+                                                scale));
   } else if (p.dim <= 16 * kThreads) {
-    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), rmsnorm_forward_regs_kernel<T, 16>,
-                                                dim3(row_blocks(p.rows)), dim3(kThreads), 0, stream, out, x, w, p.rows,
-                                                p.dim, p.eps, delta, scale));
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 16>, dim3(row_blocks(p.rows)),
+                                                dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
+                                                scale));
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (delta != nullptr) residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);

@@ -33,11 +33,16 @@
 //          path; its y, dx and dw are compared bit for bit with the 4-channel path's), and the conv time of one 4B
 //          distillation step at the trace's call counts (324 forward, 162 backward calls). L2 (50 MiB) is flushed
 //          by a 256 MiB memset before each timed run; median of 20 runs after 3 warm-ups.
+//   gemv : the batch-1 decode GEMV (gemv_cuda.h, one row of x, bf16 weights) at the projection groups of Table 8's
+//          7B shapes and of Qwen3-4B (q/k/v, o_proj, gate/up, down, a GDN layer's six projections, the untied head),
+//          each launch on a different copy of the weights (≥ 512 MB of copies per shape, so L2 holds none of them),
+//          back to back on one stream as the decode step runs them: µs per launch and the weight bytes read per
+//          second, with its share of 4.27 TB/s. HLM_GEMV_KERNEL picks the kernel form (gemv.cu).
 // Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
-// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv]   (all when none is given)
+// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] [gemv]   (all: none given)
 //          [--shapes BxT,...]   gdn and attn_engines: only these of their three shapes 8x1024, 2x4096, 1x16384
 //                               (e.g. --shapes 1x16384 for a profile; any other shape is refused)
 //          [--chunked-only]     gdn: skip the fp32 token recurrence (tens of ms per call at T16384)
@@ -71,6 +76,7 @@
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
+#include "ops/matmul/gemv_cuda.h"
 
 using namespace hlm;
 using namespace hlm::bench;  // median_ms, normal, upload, upload_bf16, upload_i64
@@ -452,6 +458,57 @@ void bench_decode(CudaContext& ctx) {
 }
 
 
+void bench_gemv(CudaContext& ctx) {
+  struct GemvShape {
+    const char* name;
+    int64_t K;
+    std::vector<int64_t> n;  // the group's outputs
+  };
+  const std::vector<GemvShape> shapes = {
+      {"7b q/k/v", 4096, {4096, 4096, 4096}},
+      {"7b o_proj", 4096, {4096}},
+      {"7b gate/up", 4096, {11008, 11008}},
+      {"7b down", 11008, {4096}},
+      {"7b gdn in (q,k,v,g,a,b)", 4096, {4096, 4096, 4096, 4096, 32, 32}},
+      {"7b head", 4096, {100278}},
+      {"4b q/k/v", 2560, {4096, 1024, 1024}},
+      {"4b o_proj", 4096, {2560}},
+      {"4b gate/up", 2560, {9728, 9728}},
+      {"4b down", 9728, {2560}},
+      {"4b head", 2560, {151936}},
+  };
+  const CudaTensor x = upload(ctx, normal(11008, 41), {11008});
+  for (const GemvShape& sh : shapes) {
+    int64_t columns = 0;
+    for (int64_t n : sh.n) columns += n;
+    const double bytes = 2.0 * double(columns) * double(sh.K);
+    const int copies = static_cast<int>(std::max(2.0, std::ceil(512e6 / bytes)));
+    std::vector<CudaTensor> w, y;
+    for (int c = 0; c < copies; ++c) {
+      w.push_back(CudaTensor::empty(ctx, {columns, sh.K}, DType::BF16));
+      HLM_CUDA_CHECK(cudaMemsetAsync(w.back().raw(), 0x3c, static_cast<size_t>(bytes), ctx.stream()));
+      y.push_back(CudaTensor::empty(ctx, {columns}));
+    }
+    const auto run_all = [&] {
+      for (int c = 0; c < copies; ++c) {
+        GemvOutput outs[gemv_max_outputs()];
+        int64_t at = 0;
+        for (size_t i = 0; i < sh.n.size(); ++i) {
+          outs[i].w = static_cast<const __nv_bfloat16*>(w[c].raw()) + at * sh.K;
+          outs[i].y = y[c].data<float>() + at;
+          outs[i].n = sh.n[i];
+          at += sh.n[i];
+        }
+        gemv_bf16_cuda(outs, static_cast<int>(sh.n.size()), x.data<float>(), nullptr, 1, sh.K, ctx.stream());
+      }
+    };
+    const double us = 1e3 * time_ms(ctx.stream(), run_all, 2, 10) / copies;
+    const double tbs = bytes / (us * 1e6);
+    std::printf("gemv  %-26s K %5lld  N %6lld  %7.2f us  %.2f TB/s  %.1f%% of 4.27 TB/s  (%d copies)\n", sh.name,
+                (long long)sh.K, (long long)columns, us, tbs, 100.0 * tbs / 4.27, copies);
+  }
+}
+
 // Chunked LM head + forward KL with the student gradient, bf16 compute mode, at the distillation step's shape.
 void bench_lm_head_kl(CudaContext& ctx) {
   const int64_t N = 8192, H = 1024, V = 151936;
@@ -597,7 +654,8 @@ void bench_conv(CudaContext& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool gdn = false, attn = false, engines = false, decode = false, lmhead = false, adamw8 = false, conv = false;
+  bool gdn = false, attn = false, engines = false, decode = false, lmhead = false, adamw8 = false, conv = false,
+       gemv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
@@ -606,6 +664,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "lmhead") == 0) lmhead = true;
     else if (std::strcmp(argv[i], "adamw8") == 0) adamw8 = true;
     else if (std::strcmp(argv[i], "conv") == 0) conv = true;
+    else if (std::strcmp(argv[i], "gemv") == 0) gemv = true;
     else if (std::strcmp(argv[i], "--chunked-only") == 0) g_chunked_only = true;
     else if (std::strcmp(argv[i], "--d-out-ones") == 0) g_dout_ones = true;
     else if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc && parse_shapes(argv[i + 1], g_shapes)) ++i;
@@ -613,14 +672,14 @@ int main(int argc, char** argv) {
       const bool with_value = std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc;
       std::fprintf(stderr, "bench_cuda_kernels: cannot use '%s%s%s'\n", argv[i], with_value ? " " : "",
                    with_value ? argv[i + 1] : "");
-      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] "
+      std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] [gemv] "
                            "[--shapes BxT,...] [--chunked-only] [--d-out-ones]\n"
                            "  --shapes takes 8x1024, 2x4096 and/or 1x16384, e.g. --shapes 1x16384\n");
       return 2;
     }
   }
-  if (!(gdn || attn || engines || decode || lmhead || adamw8 || conv))  // no section named: all of them
-    gdn = attn = engines = decode = lmhead = adamw8 = conv = true;
+  if (!(gdn || attn || engines || decode || lmhead || adamw8 || conv || gemv))  // no section named: all of them
+    gdn = attn = engines = decode = lmhead = adamw8 = conv = gemv = true;
   if (!cuda_available()) {
     std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
     return 2;
@@ -636,5 +695,6 @@ int main(int argc, char** argv) {
   if (lmhead) bench_lm_head_kl(ctx);
   if (adamw8) bench_adamw8(ctx);
   if (conv) bench_conv(ctx);
+  if (gemv) bench_gemv(ctx);
   return 0;
 }

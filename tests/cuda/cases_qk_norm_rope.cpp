@@ -59,6 +59,15 @@ const std::vector<QkCase> kCases = {
     {3, 32, 32, 128, Norm::Whole, Norm::Whole, 1.0, true, Fill::Normal},
     {5, 24, 8, 80, Norm::Whole, Norm::Whole, 1.0, true, Fill::Normal},
     {3, 12, 4, 66, Norm::Whole, Norm::PerHead, 1.0, false, Fill::Normal},
+    // whole-projection norms at ≤ 64 tokens run as a cluster of blocks per token (the largest divisor of Hkv ≤ 8):
+    // OLMo's batch-1 decode (8 blocks), 6 KV heads (6 blocks), 5 (5), a per-head k norm in a cluster, one KV head
+    // (no cluster); at 70 tokens one block per token again
+    {1, 32, 32, 128, Norm::Whole, Norm::Whole, 1.0, true, Fill::Normal},
+    {4, 12, 6, 64, Norm::Whole, Norm::Whole, 0.5, false, Fill::Normal},
+    {2, 10, 5, 128, Norm::Whole, Norm::Whole, 1.0, true, Fill::Normal, true},
+    {3, 16, 8, 64, Norm::PerHead, Norm::Whole, 1.0, false, Fill::Normal},
+    {2, 8, 1, 128, Norm::Whole, Norm::Whole, 1.0, true, Fill::Normal},
+    {70, 16, 16, 128, Norm::Whole, Norm::Whole, 1.0, true, Fill::Normal},
     // one norm only, no norms, no RoPE
     {11, 6, 3, 128, Norm::PerHead, Norm::None, 1.0, true, Fill::Normal},
     {9, 4, 2, 64, Norm::None, Norm::None, 1.0, false, Fill::Normal},

@@ -30,6 +30,17 @@ __device__ __forceinline__ void dependent_launch_trigger() {
 
 bool dependent_launch_enabled();
 
+// The decode attention's three launches as dependents too, each on its own: the q/k norm + RoPE + cache write, the
+// split kernel (which loads its first K/V tile before its wait when every key in it is older than the step's new
+// token: the kernel before it writes only q and the new token's cache row) and the split merge. HLM_PDL_ATTN picks
+// them: on (all), off (none) or a comma list of qk, split, merge; unset: split alone; never without
+// dependent_launch_enabled(). Session 28 (H200, batch-1 decode, L 1024, one call, ms per step): none 3.39 / 4.74
+// (qwen3_4b / olmo3_7b), qk 3.36 / 4.69, split 3.31 / 4.65, merge 3.53 / 4.71, split + merge 3.43 / 4.62, all 3.57 /
+// 4.60; olmo_hybrid_7b 4.68-4.69 with each of none, split + merge, all. The merge as a dependent costs qwen3_4b
+// 0.14 ms (not understood), hence split alone.
+enum class AttentionLaunch { kQk = 1, kSplit = 2, kMerge = 4 };
+bool dependent_launch_attention(AttentionLaunch which);
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute when `pdl`.
 template <typename... KArgs, typename... Args>
 cudaError_t launch_maybe_dependent(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,

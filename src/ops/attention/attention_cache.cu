@@ -552,10 +552,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int chunks = dm.D / kVec;  // 16-byte chunks per row
 
-  for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
-    const int g = i / DMAX, d = i % DMAX;
-    q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
-  }
   if (t < HPB) {
     m_s[t] = -INFINITY;
     l_s[t] = 0.0f;
@@ -588,7 +584,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int grp = t / kGroupThreads, d0 = (t % kGroupThreads) * 2;
   const int key_set = kKeySets > 1 ? grp / HPB : 0;
 
-  if (n_tiles > 0) load_tile(0, 0);
+  // Launched as a programmatic dependent of the q/k norm + RoPE + cache write (dependent_launch_attention), which
+  // writes q and the new token's K/V row (position ctx − 1): tile 0 is loaded before the wait when all its keys are
+  // older (written by earlier steps), q and everything else after it.
+  const bool early = n_tiles > 0 && (kb + kTileKeys < ke ? kb + kTileKeys : ke) <= sv.ctx - 1;
+  if (early) load_tile(0, 0);
+  cuda::dependent_launch_wait();
+  for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
+    const int g = i / DMAX, d = i % DMAX;
+    q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
+  }
+  if (n_tiles > 0 && !early) load_tile(0, 0);
   cp_async_commit();
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int buf = static_cast<int>(tile & 1);
@@ -704,6 +710,7 @@ __global__ void cache_decode_merge_kernel(float* out, const float* part, const i
                                           const int64_t* context_lens, const int64_t* cu, CacheDims dm,
                                           int64_t splits) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
+  cuda::dependent_launch_wait();     // the split kernel's partial results (dependent_launch_attention)
   const int64_t seq = blockIdx.x, h = blockIdx.y;
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, nullptr);
   if (!sv.ok || sv.nq == 0) return;
@@ -781,9 +788,10 @@ void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, 
   }();
   (void)attribute_set;
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
-  cache_decode_tiled_kernel<DMAX, HPB, C, false>
-      <<<grid, kDecodeThreads, smem, stream>>>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm);
-  HLM_CUDA_CHECK_LAUNCH();
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_attention(cuda::AttentionLaunch::kSplit),
+                                              cache_decode_tiled_kernel<DMAX, HPB, C, false>, grid,
+                                              dim3(kDecodeThreads), smem, stream, part, q, kc, vc, tables, ctx, cu,
+                                              dm, splits, len, flag, fm));
 }
 
 // The tiled kernel as a cluster launch (splits blocks per cluster, merged through distributed shared memory):
@@ -1003,9 +1011,10 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
     decode_dispatch<128>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
                          error_flag, fm, stream);
   if (fm.counters != nullptr) return;  // merged by each group's last split block
-  cache_decode_merge_kernel<<<dim3(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq)), 128, 0, stream>>>(
-      out, part, block_tables, context_lens, cu_seqlens, dm, splits);
-  HLM_CUDA_CHECK_LAUNCH();
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
+      cuda::dependent_launch_attention(cuda::AttentionLaunch::kMerge), cache_decode_merge_kernel,
+      dim3(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq)), dim3(128), 0, stream, out,
+      static_cast<const float*>(part), block_tables, context_lens, cu_seqlens, dm, splits));
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 //
 // Why: at batch 1 cuBLASLt's GEMV-shaped kernels reached 0.7–1.8 TB/s on the 5–21 MB projections of a Qwen3-4B layer
 // (H200, session 11 trace), each projection a launch of its own plus a cast and sometimes a split-K reduction. This
-// kernel streams each weight row once with 16-byte loads (one warp per output column, four loads in flight per lane),
-// x staged in shared memory as bf16.
+// kernel streams each weight row once with 16-byte loads (one warp per output column; each lane keeps two rounds of
+// four loads in flight, across column boundaries; a grid of the blocks that fit at once), x staged in shared memory
+// as bf16.
 // Numerics: fp32 products of bf16 values (exact) summed in fp32; lane l sums the 8-element chunks l, l + 32, ... in
 // order, then a 5-level xor-shuffle tree; the bias is added last. A different summation order than cuBLASLt's, so
 // results agree with it to fp32 rounding (the tests' tolerance), not bit for bit. Deterministic run to run.

@@ -19,7 +19,10 @@
 // q heads, its k and v head) when every norm row lies inside one group (per-head norms or none), else the whole
 // token (a norm over whole q or k rows); the unit's q, k and v rows and its cos/sin row are loaded together into
 // shared memory (((Hq + 2·Hkv)·D / units + R) floats), normalized and rotated there, then q and k are written back
-// in place and k, v to the cache slot. qk_norm_rope_cuda_supported says whether the rows fit
+// in place and k, v to the cache slot. With a norm over whole rows at ≤ 64 tokens (decode) on sm_90+, a token is a
+// cluster of C blocks instead (C the largest divisor of Hkv ≤ 8, when above 1): each loads the whole q and k rows,
+// sums them as the one block would (same bits), and normalizes, rotates and stores only its Hkv/C KV groups, after a
+// cluster barrier that orders every block's reads of q and k before any write back. qk_norm_rope_cuda_supported says whether the rows fit
 // in the device's shared memory (any model with (Hq + 2·Hkv)·D ≲ 56k does); the caller keeps the five launches
 // otherwise.
 //

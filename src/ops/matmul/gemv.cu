@@ -286,19 +286,20 @@ void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16,
   const GemvForm form = gemv_form();
   const GemvKernel kernel = kernel_of<M>(form);
   // Once per process: the opt-in to M · gemv_max_k() · 2 bytes of shared memory, and the blocks of 256 threads that
-  // are resident per SM with the most shared memory a launch asks for (registers usually decide).
+  // registers and threads let reside per SM (4 for the pipelined form).
   static const int resident = [&] {
-    const int max_smem = static_cast<int>(M * gemv_max_k() * sizeof(uint16_t));
-    HLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(M * gemv_max_k() * sizeof(uint16_t))));
     int n = 0;
-    HLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, static_cast<size_t>(max_smem)));
+    HLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0));
     return std::max(n, 1);
   }();
   static const int sms = sm_count();
   const int64_t needed = (g.first[g.outs] + kWarps - 1) / kWarps;
-  int64_t per_sm = resident;
-  if (form == GemvForm::kV1)  // its grid: 8 blocks per SM by threads, fewer when x's copy is large (227 KiB)
-    per_sm = std::clamp<int64_t>(static_cast<int64_t>((227u << 10) / (smem + 1024)), 1, 8);
+  // Fewer when x's copy is large (~227 KiB of shared memory per SM, 1 KiB of it reserved per block); the former
+  // kernel's grid took 8 blocks per SM (by threads) whatever its registers allowed.
+  const int64_t by_smem = static_cast<int64_t>((227u << 10) / (smem + 1024));
+  const int64_t per_sm = std::clamp<int64_t>(form == GemvForm::kV1 ? 8 : resident, 1, std::max<int64_t>(by_smem, 1));
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(needed, 1, per_sm * sms));
   HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), kernel, dim3(blocks), dim3(kThreads),
                                               smem, stream, g, x_f32, x_bf16, K));

@@ -37,7 +37,7 @@
 //          7B shapes and of Qwen3-4B (q/k/v, o_proj, gate/up, down, a GDN layer's six projections, the untied head),
 //          each launch on a different copy of the weights (≥ 512 MB of copies per shape, so L2 holds none of them),
 //          back to back on one stream as the decode step runs them: µs per launch and the weight bytes read per
-//          second, with its share of 4.27 TB/s. HLM_GEMV_KERNEL picks the kernel form (gemv.cu).
+//          second, with its share of 4.27 TB/s.
 // Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for

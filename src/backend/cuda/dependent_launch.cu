@@ -1,25 +1,13 @@
-// dependent_launch_enabled (dependent_launch.cuh): HLM_PDL read once.
+// dependent_launch_enabled, dependent_launch_attention (dependent_launch.cuh): HLM_PDL, HLM_PDL_ATTN read once.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backend/cuda/dependent_launch.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace hlm::cuda {
-
-namespace {
-
-// An on/off environment switch, on when unset or empty.
-bool switch_on(const char* name) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "on") == 0 || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "off") != 0 && std::strcmp(e, "0") != 0) throw_input_error(name, "=", e, ": expected on or off");
-  return false;
-}
-
-}  // namespace
 
 bool dependent_launch_attention(AttentionLaunch which) {
   static const int parts = [] {  // a bit per AttentionLaunch
@@ -47,7 +35,7 @@ bool dependent_launch_attention(AttentionLaunch which) {
 
 bool dependent_launch_enabled() {
   static const bool enabled = [] {
-    const bool want = switch_on("HLM_PDL");
+    const bool want = env_switch("HLM_PDL", true);
     // The launch attribute exists from compute capability 9.0 (a build for older GPUs launches the ordinary way).
     int device = 0, major = 0;
     if (!want || cudaGetDevice(&device) != cudaSuccess ||

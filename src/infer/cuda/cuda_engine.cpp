@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_graph.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "infer/sequence_slots.h"
 #include "models/architecture.h"
@@ -898,7 +899,8 @@ CudaEngineGraphStats cuda_engine_graph_stats(const InferenceEngine& engine) {
 
 CudaEngineOptions cuda_engine_default_options() {
   CudaEngineOptions o;
-  // Each switch: 0|off → false, 1|on → true, else the default (cuda_engine.h says which are on); A/B in one binary.
+  // Each switch: 0|off → false, 1|on → true, unset → the default (cuda_engine.h says which are on), anything else an
+  // input error (core/env_switch.h); A/B in one binary.
   const struct {
     const char* name;
     bool* option;
@@ -907,11 +909,7 @@ CudaEngineOptions cuda_engine_default_options() {
                   {"HLM_GDN_DECODE_FUSE", &o.fused_gdn_decode_prep},
                   {"HLM_HEAD_GEMV", &o.head_gemv},
                   {"HLM_FUSED_DECODE", &o.fused_decode}};
-  for (const auto& sw : switches) {
-    const char* v = std::getenv(sw.name);
-    if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0)) *sw.option = false;
-    if (v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "on") == 0)) *sw.option = true;
-  }
+  for (const auto& sw : switches) *sw.option = env_switch(sw.name, *sw.option);
   if (const char* t = std::getenv("HLM_FUSED_DECODE_TIMELINE"); t != nullptr && *t != '\0')
     o.fused_decode_timeline = t;
   return o;

@@ -78,7 +78,7 @@ struct CudaEngineOptions {
 // q/k norm + RoPE + cache write off (1|on: on, the default), HLM_GDN_DECODE_FUSE=0|off the fused GDN decode
 // preparation off (1|on: on, the default), HLM_HEAD_GEMV=0|off the batch-1 LM head GEMV off (1|on: on, the default),
 // HLM_FUSED_DECODE=1|on the fused batch-1 decode on (0|off: off, the default) and HLM_FUSED_DECODE_TIMELINE=FILE its
-// profiling timeline on.
+// profiling timeline on. Any other value of a switch is an input error (core/env_switch.h).
 CudaEngineOptions cuda_engine_default_options();
 
 std::unique_ptr<InferenceEngine> make_cuda_engine(CudaModel& model, const MemoryPlan& plan,

@@ -1,13 +1,13 @@
 // Small-row bf16 linear products (contract: gemv_cuda.h). One warp per output column of the group (columns of the
 // outputs in order), a grid of whole blocks striding over the columns; x [M, K] staged once per block in shared
-// memory as bf16 (16-byte loads when aligned) after each warp has issued its first weight loads. gemv_pipe_kernel
-// (the default) keeps two rounds of loads in flight per lane from start to end, with a grid of the resident blocks
-// only; gemv_kernel (HLM_GEMV_KERNEL=v1) waits for each round before the next and launches 8 blocks per SM.
+// memory as bf16 (16-byte loads when aligned) after each warp has issued its first weight loads; each lane keeps two
+// rounds of loads in flight from start to end, and the grid is the blocks resident at once. Session 28 (H200,
+// bench_cuda_kernels gemv, one call) measured this 1-14 % faster per shape than session 11's kernel (one round in
+// flight, waited for before the next; 8 blocks per SM launched where 4 fit), which it replaced; a 256-byte L2
+// prefetch on each load, or 8 loads per round at 2 blocks per SM, was slower than either.
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/dependent_launch.cuh"
@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+constexpr int kRound = 4;  // 16-byte weight loads per lane and round; two rounds in flight
 
 struct GemvGroup {
   const __nv_bfloat16* w[gemv_max_outputs()];
@@ -60,15 +60,6 @@ __device__ __forceinline__ int output_of(const GemvGroup& g, int64_t col) {
   return o;
 }
 
-// One pass of kUnroll 16-byte loads of a weight row from chunk c0 on (lanes 32 apart); zeros past the row.
-__device__ __forceinline__ void load_round(uint4 (&wv)[kUnroll], const uint4* wr, int64_t c0, int64_t chunks) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t c = c0 + u * 32;
-    wv[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
-  }
-}
-
 // x [M, K] (fp32, rounded here, or bf16) → xs as bf16 bits; every thread of the block takes part; the caller syncs.
 template <int M>
 __device__ __forceinline__ void stage_x(uint16_t* xs, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K) {
@@ -95,78 +86,10 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, const float* x_f32, const 
   }
 }
 
-template <int M>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvGroup g, const float* x_f32, const __nv_bfloat16* x_bf16,
-                                                        int64_t K) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [M, K] bf16 bits
-  const int lane = threadIdx.x % 32;
-  const int64_t chunks = K / 8;  // 8 bf16 = 16 bytes
-  const int64_t columns = g.first[g.outs];
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const int64_t col_step = static_cast<int64_t>(gridDim.x) * kWarps;
-
-  // The next kernel, if launched as a programmatic dependent (another GEMV), may start taking free SMs now.
-  cuda::dependent_launch_trigger();
-  // The warp's first weight loads go out before x is staged, so the staging's latency overlaps the stream; launched
-  // as a programmatic dependent, they also overlap the end of the kernel that writes x (weights are not written
-  // during inference: dependent_launch.cuh's contract), and x is read only after the wait.
-  uint4 first[kUnroll];
-  if (col0 < columns) {
-    const int o = output_of(g, col0);
-    load_round(first, reinterpret_cast<const uint4*>(g.w[o] + (col0 - g.first[o]) * K), lane, chunks);
-  }
-  cuda::dependent_launch_wait();
-
-  stage_x<M>(xs, x_f32, x_bf16, K);
-  __syncthreads();
-
-  bool prefetched = true;
-  for (int64_t col = col0; col < columns; col += col_step) {
-    const int o = output_of(g, col);
-    const int64_t c_local = col - g.first[o];
-    const uint4* wr = reinterpret_cast<const uint4*>(g.w[o] + c_local * K);
-    float acc[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-      uint4 wv[kUnroll];
-      if (prefetched) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) wv[u] = first[u];
-        prefetched = false;
-      } else {
-        load_round(wv, wr, c0, chunks);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c0 + u * 32;
-        if (c < chunks) {
-          float wf[8];
-          widen8(wf, wv[u]);
-#pragma unroll
-          for (int m = 0; m < M; ++m) dot8(acc[m], wf, reinterpret_cast<const uint4*>(xs + m * K)[c]);
-        }
-      }
-    }
-    prefetched = false;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
-    }
-    if (lane == 0) {
-      const float b = g.bias[o] != nullptr ? g.bias[o][c_local] : 0.0f;
-#pragma unroll
-      for (int m = 0; m < M; ++m) g.y[o][m * g.n[o] + c_local] = acc[m] + b;
-    }
-  }
-}
-
-// The pipelined form: a warp's work is one sequence of rounds (its columns col0, col0 + col_step, ..., each
-// `rounds` rounds of U loads per lane), two rounds' loads in flight at all times: round i + 1's are issued before
-// round i is consumed, across column boundaries, and both of the first two rounds go out before the wait for x.
-// The chunks each lane sums, and their order (l, l + 32, l + 64, ...), are gemv_kernel's: the same bits.
+// A warp's work is one sequence of rounds (its columns col0, col0 + col_step, ..., each `rounds` rounds of U loads
+// per lane), two rounds' loads in flight at all times: round i + 1's are issued before round i is consumed, across
+// column boundaries, and both of the first two rounds go out before the wait for x. Lane l sums its chunks l, l + 32,
+// l + 64, ... in that order (gemv_cuda.h's numerics).
 template <int M, int U>  // U 4: 4 blocks of 256 resident per SM (64 registers)
 __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g, const float* x_f32,
                                                              const __nv_bfloat16* x_bf16, int64_t K) {
@@ -260,34 +183,13 @@ int sm_count() {
   return std::max(count, 1);
 }
 
-using GemvKernel = void (*)(GemvGroup, const float*, const __nv_bfloat16*, int64_t);
-
-// The kernel form, chosen once per process: the pipelined one, or gemv_kernel with HLM_GEMV_KERNEL=v1 (A/B runs).
-// Session 28 (H200, bench_cuda_kernels gemv, same call): the pipelined form 1-14 % faster per shape (7B o_proj
-// 11.64 → 10.75 µs, 4B down 19.47 → 17.64 µs), batch-1 decode 0.06-0.19 ms per step faster; the same with a 256-byte
-// L2 prefetch on each load, or with 8 loads per round (2 blocks per SM), was slower than either.
-enum class GemvForm { kV1, kPipe };
-GemvForm gemv_form() {
-  static const GemvForm form = [] {
-    const char* e = std::getenv("HLM_GEMV_KERNEL");
-    return e != nullptr && std::string(e) == "v1" ? GemvForm::kV1 : GemvForm::kPipe;
-  }();
-  return form;
-}
-
-template <int M>
-GemvKernel kernel_of(GemvForm form) {
-  return form == GemvForm::kV1 ? gemv_kernel<M> : gemv_pipe_kernel<M, 4>;
-}
-
 template <int M>
 void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(M) * static_cast<size_t>(K) * sizeof(uint16_t);
-  const GemvForm form = gemv_form();
-  const GemvKernel kernel = kernel_of<M>(form);
+  const auto kernel = gemv_pipe_kernel<M, kRound>;
   // Once per process: the opt-in to M · gemv_max_k() · 2 bytes of shared memory, and the blocks of 256 threads that
   // registers and threads let reside per SM (4 for the pipelined form).
-  static const int resident = [&] {
+  static const int resident = [kernel] {
     HLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(M * gemv_max_k() * sizeof(uint16_t))));
     int n = 0;
@@ -296,10 +198,9 @@ void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16,
   }();
   static const int sms = sm_count();
   const int64_t needed = (g.first[g.outs] + kWarps - 1) / kWarps;
-  // Fewer when x's copy is large (~227 KiB of shared memory per SM, 1 KiB of it reserved per block); the former
-  // kernel's grid took 8 blocks per SM (by threads) whatever its registers allowed.
+  // Fewer when x's copy is large (~227 KiB of shared memory per SM, 1 KiB of it reserved per block).
   const int64_t by_smem = static_cast<int64_t>((227u << 10) / (smem + 1024));
-  const int64_t per_sm = std::clamp<int64_t>(form == GemvForm::kV1 ? 8 : resident, 1, std::max<int64_t>(by_smem, 1));
+  const int64_t per_sm = std::clamp<int64_t>(resident, 1, std::max<int64_t>(by_smem, 1));
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(needed, 1, per_sm * sms));
   HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), kernel, dim3(blocks), dim3(kThreads),
                                               smem, stream, g, x_f32, x_bf16, K));

@@ -15,13 +15,14 @@
 // normalizes, rotates and stores only its own heads. Since q and k are written back in place, no block writes before
 // every block of its cluster has read them: a cluster barrier (arrive after the loads, wait before the stores).
 // Non-goals: interleaved RoPE pairs (the CUDA model refuses them), bf16 q/k/v inputs.
+#include <cooperative_groups.h>
+
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/qk_norm_rope/qk_norm_rope_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -63,19 +64,6 @@ template <>
 __device__ __forceinline__ float narrow<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// The cluster barrier in two halves (every thread of every block of the cluster calls both, in turn): arrive with
-// release semantics, wait with acquire. No-ops below sm_90 (the launcher uses clusters only there).
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
 
 // dst[0, n) ← src[0, n): 16-byte accesses when `vec` (both 16-byte aligned, n % 4 == 0), else one float per thread.
 __device__ __forceinline__ void copy_row(float* dst, const float* src, int64_t n, bool vec) {
@@ -171,7 +159,8 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C*
       }
     }
     __syncthreads();
-    if (a.whole_rows) cluster_arrive();  // this block has read the token's q and k: its cluster may write them
+    // This block has read the token's q and k: its cluster may write them (every thread arrives, release semantics).
+    if (a.whole_rows) cooperative_groups::this_cluster().barrier_arrive();
     // 2. norms (q then k; they touch disjoint rows, so no barrier between them)
     if (a.q_norm != nullptr) norm_rows(qs, q_rows, a.q_norm_size, a.q_norm, a.q_vec, a.eps, red, q_lo, q_lo + a.q_span);
     if (a.k_norm != nullptr) norm_rows(ks, k_rows, a.k_norm_size, a.k_norm, a.k_vec, a.eps, red, k_lo, k_lo + a.kv_span);
@@ -198,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C*
       __syncthreads();
     }
     // 4. stores (after every block of the cluster has read the rows these overwrite)
-    if (a.whole_rows) cluster_wait();
+    if (a.whole_rows) cooperative_groups::this_cluster().barrier_wait();
     copy_row(qg, qo, a.q_span, a.io_vec);
     copy_row(kg, ko, a.kv_span, a.io_vec);
     if (slot < 0 || slot >= a.cache_slots) {
@@ -245,8 +234,7 @@ constexpr int64_t kMaxCluster = 8;  // the portable cluster size
 int64_t cluster_size(const QkNormRopeShape& s) {
   if (units_per_token(s) != 1 || s.tokens > kClusterMaxTokens || s.q_heads % s.kv_heads != 0) return 1;
   static const bool has_clusters = [] {  // HLM_QK_CLUSTER=off: one block per token (session 28's A/B)
-    const char* e = std::getenv("HLM_QK_CLUSTER");
-    if (e != nullptr && (std::string(e) == "off" || std::string(e) == "0")) return false;
+    if (!env_switch("HLM_QK_CLUSTER", true)) return false;
     int device = 0, major = 0;
     HLM_CUDA_CHECK(cudaGetDevice(&device));
     HLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

@@ -100,7 +100,8 @@ class StepGraphCache {
   StepGraphStats stats_;
 };
 
-// `requested` unless the environment says HLM_CUDA_GRAPHS=0 or off (the decode graphs' switch, infer/cuda).
+// `requested` unless the environment says HLM_CUDA_GRAPHS=0 or off (the decode graphs' switch, infer/cuda); any
+// other value than on / off / 1 / 0 is an input error (core/env_switch.h).
 bool step_graphs_enabled(bool requested);
 
 }  // namespace hlm

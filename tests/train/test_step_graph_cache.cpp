@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "core/error.h"
 #include "train/step_graph_cache.h"
 
 using namespace hlm;
@@ -100,6 +101,8 @@ TEST(StepGraphCache, EnvironmentSwitch) {
   setenv("HLM_CUDA_GRAPHS", "on", 1);
   EXPECT_TRUE(step_graphs_enabled(true));
   EXPECT_FALSE(step_graphs_enabled(false));  // the environment only turns graphs off
+  setenv("HLM_CUDA_GRAPHS", "of", 1);        // a typo is refused, not read as the default
+  EXPECT_THROW((void)step_graphs_enabled(true), Error);
   if (old != nullptr)
     setenv("HLM_CUDA_GRAPHS", saved.c_str(), 1);
   else

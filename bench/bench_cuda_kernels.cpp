@@ -38,11 +38,19 @@
 //          each launch on a different copy of the weights (≥ 512 MB of copies per shape, so L2 holds none of them),
 //          back to back on one stream as the decode step runs them: µs per launch and the weight bytes read per
 //          second, with its share of 4.27 TB/s.
+//   attn_decode: the decode path of the paged-cache attention (attention_cache_cuda.h: split kernel + merge) at
+//          batch-1 and batch-64 decode shapes of Table 8's 7B models (32 q / 32 kv heads) and of Qwen3-4B (32 / 8),
+//          D 128, bf16 cache in blocks of 16 tokens, contexts 1,024 + 64, 4,096 + 64 and 32,768 + 64 with
+//          max_context bucketed to 256 as the engine's decode graphs do: each decode kernel (tiled, streams, warps)
+//          and, for tiled and warps, the merge folded into the last split block; each launch on another copy of the
+//          cache (≥ 512 MB of copies, so L2 holds none), back to back: µs per call, the K/V bytes read per second,
+//          the splits, and the largest |difference| of each kernel's output from the tiled kernel's.
 // Inputs are random (q, k L2-normalised per head; g = log-decay in [-0.1, 0); β in (0, 1)). Each figure is the median
 // of 10 timed runs after 2 warm-ups, measured with CUDA events on the context's stream. Prints one line per
 // measurement: `name shape ms` plus achieved TFLOP/s for attention (4·T·T/2·D·Hq flops forward, 3.5× that for
 // forward+backward: the backward counts 2.5×, the FlashAttention convention).
-// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] [gemv]   (all: none given)
+// Usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] [gemv] [attn_decode]
+//                           (all sections when none is given)
 //          [--shapes BxT,...]   gdn and attn_engines: only these of their three shapes 8x1024, 2x4096, 1x16384
 //                               (e.g. --shapes 1x16384 for a profile; any other shape is refused)
 //          [--chunked-only]     gdn: skip the fp32 token recurrence (tens of ms per call at T16384)
@@ -69,6 +77,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "ops/adamw/adamw_lowmem_cuda.h"
+#include "ops/attention/attention_cache_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/attention/attention_cudnn.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
@@ -509,6 +518,109 @@ void bench_gemv(CudaContext& ctx) {
   }
 }
 
+// The decode path of the paged-cache attention (header comment, attn_decode).
+void bench_attn_decode(CudaContext& ctx) {
+  struct Shape {
+    const char* name;
+    int64_t Hq, Hkv;
+  };
+  const Shape shapes[] = {{"7b (32/32)", 32, 32}, {"4b (32/8)", 32, 8}};
+  const std::pair<int64_t, int64_t> runs[] = {{1, 1024}, {1, 4096}, {1, 32768}, {64, 1024}};  // (B, L)
+  constexpr int64_t D = 128, kBlock = 16, kBucket = 256, kExtra = 64;
+  struct Variant {
+    const char* name;
+    DecodeKernel kernel;
+    DecodeMerge merge;
+  };
+  const Variant variants[] = {{"tiled", DecodeKernel::tiled, DecodeMerge::kernel},
+                              {"tiled+fused", DecodeKernel::tiled, DecodeMerge::fused},
+                              {"streams", DecodeKernel::streams, DecodeMerge::kernel},
+                              {"warps", DecodeKernel::warps, DecodeMerge::kernel},
+                              {"warps+fused", DecodeKernel::warps, DecodeMerge::fused}};
+  const DecodeKernel saved_kernel = attention_cache_cuda_decode_kernel();
+  const DecodeMerge saved_merge = attention_cache_cuda_decode_merge();
+  for (const Shape& sh : shapes)
+    for (const auto& [B, L] : runs) {
+      const int64_t ctx_len = L + kExtra, blocks_per_seq = (ctx_len + kBlock - 1) / kBlock;
+      const int64_t bucket = (ctx_len + kBucket - 1) / kBucket * kBucket;
+      const int64_t max_blocks = bucket / kBlock;
+      AttentionCacheCudaParams p;
+      p.total_tokens = B;
+      p.n_seqs = B;
+      p.q_heads = sh.Hq;
+      p.kv_heads = sh.Hkv;
+      p.head_dim = D;
+      p.num_blocks = B * blocks_per_seq;
+      p.block_size = kBlock;
+      p.max_blocks = max_blocks;
+      p.max_query_len = 1;
+      p.max_context = bucket;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+      const int64_t cache_elems = p.num_blocks * kBlock * sh.Hkv * D;
+      const double kv_bytes = 2.0 * double(B * ctx_len * sh.Hkv * D) * 2.0;  // K and V rows read, bf16
+      const int copies = static_cast<int>(std::max(2.0, std::ceil(512e6 / kv_bytes)));
+      std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1);
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t b = 0; b < blocks_per_seq; ++b) tables[n * max_blocks + b] = static_cast<int32_t>(n * blocks_per_seq + b);
+      std::vector<int64_t> ctxs(static_cast<size_t>(B), ctx_len), cu(static_cast<size_t>(B + 1));
+      for (int64_t n = 0; n <= B; ++n) cu[n] = n;
+      CudaTensor tables_d = CudaTensor::empty(ctx, {B * max_blocks}, DType::I32);
+      HLM_CUDA_CHECK(cudaMemcpy(tables_d.raw(), tables.data(), tables.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+      const CudaTensor ctx_d = upload_i64(ctx, ctxs), cu_d = upload_i64(ctx, cu);
+      const CudaTensor q = upload(ctx, normal(static_cast<size_t>(B * sh.Hq * D), 51), {B * sh.Hq * D});
+      std::vector<CudaTensor> kc, vc;
+      // Random rows (at most 2^24 values drawn, repeated across the pool: the timing does not depend on them).
+      const auto pool_values = [&](uint64_t stream) {
+        const std::vector<float> drawn = normal(static_cast<size_t>(std::min<int64_t>(cache_elems, 1 << 24)), stream);
+        std::vector<float> v(static_cast<size_t>(cache_elems));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = drawn[i % drawn.size()];
+        return v;
+      };
+      const CudaTensor k_src = upload_bf16(ctx, pool_values(52), {cache_elems});
+      const CudaTensor v_src = upload_bf16(ctx, pool_values(53), {cache_elems});
+      for (int c = 0; c < copies; ++c) {
+        kc.push_back(CudaTensor::empty(ctx, {cache_elems}, DType::BF16));
+        vc.push_back(CudaTensor::empty(ctx, {cache_elems}, DType::BF16));
+        HLM_CUDA_CHECK(cudaMemcpyAsync(kc.back().raw(), k_src.raw(), cache_elems * 2, cudaMemcpyDeviceToDevice, ctx.stream()));
+        HLM_CUDA_CHECK(cudaMemcpyAsync(vc.back().raw(), v_src.raw(), cache_elems * 2, cudaMemcpyDeviceToDevice, ctx.stream()));
+      }
+      const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
+      CudaTensor ws = CudaTensor::empty(ctx, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 4) / 4)});
+      CudaTensor out = CudaTensor::empty(ctx, {B * sh.Hq * D}), flag = CudaTensor::empty(ctx, {1}, DType::I32);
+      HLM_CUDA_CHECK(cudaMemsetAsync(flag.raw(), 0, sizeof(int), ctx.stream()));
+      const auto call = [&](int c) {
+        attention_cache_forward_cuda(out.data<float>(), q.data<float>(),
+                                     static_cast<const __nv_bfloat16*>(kc[static_cast<size_t>(c)].raw()),
+                                     static_cast<const __nv_bfloat16*>(vc[static_cast<size_t>(c)].raw()),
+                                     static_cast<const int32_t*>(tables_d.raw()), static_cast<const int64_t*>(ctx_d.raw()),
+                                     static_cast<const int64_t*>(cu_d.raw()), p, ws.raw(), ws_bytes,
+                                     static_cast<int*>(flag.raw()), ctx.stream());
+      };
+      std::vector<float> reference;
+      for (const Variant& v : variants) {
+        attention_cache_cuda_set_decode_kernel(v.kernel);
+        attention_cache_cuda_set_decode_merge(v.merge);
+        const double us = 1e3 * time_ms(ctx.stream(), [&] { for (int c = 0; c < copies; ++c) call(c); }, 2, 10) / copies;
+        call(0);
+        std::vector<float> o(static_cast<size_t>(B * sh.Hq * D));
+        HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+        HLM_CUDA_CHECK(cudaMemcpy(o.data(), out.raw(), o.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        int flag_h = 0;
+        HLM_CUDA_CHECK(cudaMemcpy(&flag_h, flag.raw(), sizeof(int), cudaMemcpyDeviceToHost));
+        if (reference.empty()) reference = o;
+        double diff = 0.0;
+        for (size_t i = 0; i < o.size(); ++i) diff = std::max(diff, double(std::fabs(o[i] - reference[i])));
+        const double tbs = kv_bytes / (us * 1e6);
+        std::printf("attn_decode  %-10s B%-3lld L%-6lld %-12s %3lld splits  %8.2f us  %.2f TB/s  %.1f%% of 4.27 TB/s  "
+                    "max|d| vs tiled %.2e  flag %d  (%d copies)\n",
+                    sh.name, (long long)B, (long long)ctx_len, v.name, (long long)attention_cache_cuda_decode_splits(p),
+                    us, tbs, 100.0 * tbs / 4.27, diff, flag_h, copies);
+      }
+    }
+  attention_cache_cuda_set_decode_kernel(saved_kernel);
+  attention_cache_cuda_set_decode_merge(saved_merge);
+}
+
 // Chunked LM head + forward KL with the student gradient, bf16 compute mode, at the distillation step's shape.
 void bench_lm_head_kl(CudaContext& ctx) {
   const int64_t N = 8192, H = 1024, V = 151936;
@@ -655,7 +767,7 @@ void bench_conv(CudaContext& ctx) {
 
 int main(int argc, char** argv) {
   bool gdn = false, attn = false, engines = false, decode = false, lmhead = false, adamw8 = false, conv = false,
-       gemv = false;
+       gemv = false, attn_decode = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "gdn") == 0) gdn = true;
     else if (std::strcmp(argv[i], "attn") == 0) attn = true;
@@ -665,6 +777,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "adamw8") == 0) adamw8 = true;
     else if (std::strcmp(argv[i], "conv") == 0) conv = true;
     else if (std::strcmp(argv[i], "gemv") == 0) gemv = true;
+    else if (std::strcmp(argv[i], "attn_decode") == 0) attn_decode = true;
     else if (std::strcmp(argv[i], "--chunked-only") == 0) g_chunked_only = true;
     else if (std::strcmp(argv[i], "--d-out-ones") == 0) g_dout_ones = true;
     else if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc && parse_shapes(argv[i + 1], g_shapes)) ++i;
@@ -673,13 +786,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_cuda_kernels: cannot use '%s%s%s'\n", argv[i], with_value ? " " : "",
                    with_value ? argv[i + 1] : "");
       std::fprintf(stderr, "usage: bench_cuda_kernels [gdn] [attn] [attn_engines] [decode] [lmhead] [adamw8] [conv] [gemv] "
-                           "[--shapes BxT,...] [--chunked-only] [--d-out-ones]\n"
+                           "[attn_decode] [--shapes BxT,...] [--chunked-only] [--d-out-ones]\n"
                            "  --shapes takes 8x1024, 2x4096 and/or 1x16384, e.g. --shapes 1x16384\n");
       return 2;
     }
   }
-  if (!(gdn || attn || engines || decode || lmhead || adamw8 || conv || gemv))  // no section named: all of them
-    gdn = attn = engines = decode = lmhead = adamw8 = conv = gemv = true;
+  if (!(gdn || attn || engines || decode || lmhead || adamw8 || conv || gemv || attn_decode))  // none named: all
+    gdn = attn = engines = decode = lmhead = adamw8 = conv = gemv = attn_decode = true;
   if (!cuda_available()) {
     std::fprintf(stderr, "bench_cuda_kernels: no usable GPU (%s)\n", cuda_unavailable_reason().c_str());
     return 2;
@@ -696,5 +809,6 @@ int main(int argc, char** argv) {
   if (adamw8) bench_adamw8(ctx);
   if (conv) bench_conv(ctx);
   if (gemv) bench_gemv(ctx);
+  if (attn_decode) bench_attn_decode(ctx);
   return 0;
 }

@@ -13,6 +13,9 @@
 //   every run is repeated: same bits (determinism); guards and unchanged inputs after each call; decode runs (and the
 //     bad-metadata decodes) also run twice with each other split merge (attention_cache_cuda_set_decode_merge: inside
 //     a thread-block cluster, the separate merge kernel, or the decode kernel's last split block): the same bytes;
+//   every decode run with each decode kernel (attention_cache_cuda_set_decode_kernel: tiled, streams, warps), each
+//     checked against the references on its own (their sums run in different orders) and its merges against its
+//     first run byte for byte; the bad-metadata decodes raise the flag and leave the bad rows unwritten with each;
 //   bf16 cache (the CUDA engine's bf16 precision): the write rounds k/v to bf16 (bit-identical to the host rounding
 //     of the CPU-written fp32 cache); the fp32 kernels over the bf16 cache are checked like the fp32 ones on the
 //     rounded cache values (they widen exactly); the tensor-core chunk kernel (bf16 q and out, D 64 and 128) with the
@@ -70,6 +73,20 @@ struct MergeMode {
   explicit MergeMode(DecodeMerge m) : saved(attention_cache_cuda_decode_merge()) { attention_cache_cuda_set_decode_merge(m); }
   ~MergeMode() { attention_cache_cuda_set_decode_merge(saved); }
 };
+
+// Sets the decode kernel (attention_cache_cuda_set_decode_kernel) for a scope.
+struct KernelMode {
+  DecodeKernel saved;
+  explicit KernelMode(DecodeKernel k) : saved(attention_cache_cuda_decode_kernel()) {
+    attention_cache_cuda_set_decode_kernel(k);
+  }
+  ~KernelMode() { attention_cache_cuda_set_decode_kernel(saved); }
+};
+
+const char* kernel_name(DecodeKernel k) {
+  return k == DecodeKernel::warps ? "warps" : k == DecodeKernel::streams ? "streams" : "tiled";
+}
+constexpr DecodeKernel kDecodeKernels[] = {DecodeKernel::tiled, DecodeKernel::streams, DecodeKernel::warps};
 
 const char* merge_name(DecodeMerge m) {
   return m == DecodeMerge::cluster ? "cluster" : m == DecodeMerge::fused ? "fused" : "kernel";
@@ -234,31 +251,39 @@ void run_case(const CacheCase& c, uint64_t seed) {
   DeviceBuffer ctx_d = DeviceBuffer::from(L.context, "context"), cu_d = DeviceBuffer::from(L.cu, "cu");
   const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
   DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
-  std::vector<float> first;
-  // reps 0, 1: the default split merge; decode path, then each other merge twice (decode_merge_runs): the same bits.
-  const std::vector<DecodeMerge> runs =
-      p.max_query_len == 1 ? decode_merge_runs()
-                           : std::vector<DecodeMerge>{attention_cache_cuda_decode_merge(), attention_cache_cuda_decode_merge()};
-  for (int rep = 0; rep < static_cast<int>(runs.size()); ++rep) {
-    MergeMode mode(runs[static_cast<size_t>(rep)]);
-    DeviceBuffer out(cpu.size() * sizeof(float), "out");
-    attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<float>(), vc_d.as<float>(),
-                                 tables_d.as<int32_t>(), ctx_d.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
-                                 ws_bytes, flag.as<int>(), ctx().stream());
-    ctx().synchronize();
-    EXPECT_EQ(read_flag(flag), 0);
-    const std::vector<float> gpu = out.download<float>();
-    EXPECT_TRUE(buffers_ok({&out, &ws}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
-    if (rep == 0) {
-      const std::string path = p.max_query_len == 1
-                                   ? "decode (" + std::to_string(attention_cache_cuda_decode_splits(p)) + " splits)"
-                                   : "chunk";
-      EXPECT_TRUE(check_f32(c.name + " " + path, gpu, cpu, ref, bound, {1}));
-      first = gpu;
-    } else {
-      EXPECT_EQ(0, std::memcmp(first.data(), gpu.data(), gpu.size() * sizeof(float)))
-          << (rep < 2 ? "not deterministic" : "the split merges differ") << " (rep " << rep << ": "
-          << merge_name(runs[static_cast<size_t>(rep)]) << " vs " << merge_name(runs[0]) << ")";
+  // The decode path with each decode kernel; the chunk path once (no decode kernel runs).
+  const std::vector<DecodeKernel> kernels =
+      p.max_query_len == 1 ? std::vector<DecodeKernel>(std::begin(kDecodeKernels), std::end(kDecodeKernels))
+                           : std::vector<DecodeKernel>{attention_cache_cuda_decode_kernel()};
+  for (const DecodeKernel kernel : kernels) {
+    KernelMode kernel_mode(kernel);
+    std::vector<float> first;
+    // reps 0, 1: the default split merge; decode path, then each other merge twice (decode_merge_runs): the same bits.
+    const DecodeMerge def = attention_cache_cuda_decode_merge();
+    const std::vector<DecodeMerge> runs = p.max_query_len == 1 ? decode_merge_runs() : std::vector<DecodeMerge>{def, def};
+    for (int rep = 0; rep < static_cast<int>(runs.size()); ++rep) {
+      MergeMode mode(runs[static_cast<size_t>(rep)]);
+      DeviceBuffer out(cpu.size() * sizeof(float), "out");
+      attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<float>(), vc_d.as<float>(),
+                                   tables_d.as<int32_t>(), ctx_d.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
+                                   ws_bytes, flag.as<int>(), ctx().stream());
+      ctx().synchronize();
+      EXPECT_EQ(read_flag(flag), 0);
+      const std::vector<float> gpu = out.download<float>();
+      EXPECT_TRUE(buffers_ok({&out, &ws}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
+      if (rep == 0) {
+        const std::string path = p.max_query_len == 1
+                                     ? std::string("decode, ") + kernel_name(kernel) + " kernel (" +
+                                           std::to_string(attention_cache_cuda_decode_splits(p)) + " splits)"
+                                     : "chunk";
+        EXPECT_TRUE(check_f32(c.name + " " + path, gpu, cpu, ref, bound, {1}));
+        first = gpu;
+      } else {
+        EXPECT_EQ(0, std::memcmp(first.data(), gpu.data(), gpu.size() * sizeof(float)))
+            << (rep < 2 ? "not deterministic" : "the split merges differ") << " (" << kernel_name(kernel)
+            << " kernel, rep " << rep << ": " << merge_name(runs[static_cast<size_t>(rep)]) << " vs "
+            << merge_name(runs[0]) << ")";
+      }
     }
   }
 }
@@ -309,15 +334,22 @@ void run_case_bf16(const CacheCase& c, uint64_t seed) {
     reference(c, L, q, kc, vc, scale, ref, bound);
     DeviceBuffer q_d = DeviceBuffer::from(q, "q");
     const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
-    DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace"), out(cpu.size() * sizeof(float), "out");
-    attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<__nv_bfloat16>(),
-                                 vc_d.as<__nv_bfloat16>(), tables_d.as<int32_t>(), ctx_d.as<int64_t>(),
-                                 cu_d.as<int64_t>(), p, ws.as<void>(), ws_bytes, flag.as<int>(), ctx().stream());
-    ctx().synchronize();
-    EXPECT_EQ(read_flag(flag), 0);
-    EXPECT_TRUE(check_f32(c.name + (p.max_query_len == 1 ? " decode" : " chunk") + " over a bf16 cache",
-                          out.download<float>(), cpu, ref, bound, {1}));
-    EXPECT_TRUE(buffers_ok({&out, &ws}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
+    const std::vector<DecodeKernel> kernels =
+        p.max_query_len == 1 ? std::vector<DecodeKernel>(std::begin(kDecodeKernels), std::end(kDecodeKernels))
+                             : std::vector<DecodeKernel>{attention_cache_cuda_decode_kernel()};
+    for (const DecodeKernel kernel : kernels) {
+      KernelMode kernel_mode(kernel);
+      DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace"), out(cpu.size() * sizeof(float), "out");
+      attention_cache_forward_cuda(out.as<float>(), q_d.as<float>(), kc_d.as<__nv_bfloat16>(),
+                                   vc_d.as<__nv_bfloat16>(), tables_d.as<int32_t>(), ctx_d.as<int64_t>(),
+                                   cu_d.as<int64_t>(), p, ws.as<void>(), ws_bytes, flag.as<int>(), ctx().stream());
+      ctx().synchronize();
+      EXPECT_EQ(read_flag(flag), 0);
+      const std::string what = p.max_query_len == 1 ? std::string(" decode, ") + kernel_name(kernel) + " kernel,"
+                                                     : std::string(" chunk");
+      EXPECT_TRUE(check_f32(c.name + what + " over a bf16 cache", out.download<float>(), cpu, ref, bound, {1}));
+      EXPECT_TRUE(buffers_ok({&out, &ws}, {&q_d, &kc_d, &vc_d, &tables_d, &ctx_d, &cu_d}));
+    }
   }
   if (p.max_query_len > 1 && attention_cache_tc_supported(p)) {  // the tensor-core chunk kernel
     const std::vector<float> q16 = round_bf16(q);
@@ -446,37 +478,48 @@ TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
       EXPECT_TRUE(buffers_ok({&kc, &vc}, {&k, &slots_d}));
       continue;
     }
-    const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
-    DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
-    attention_cache_forward_cuda(out.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
-                                 tables.as<int32_t>(), ctxs.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
-                                 ws_bytes, flag.as<int>(), ctx().stream());
-    ctx().synchronize();
-    EXPECT_EQ(read_flag(flag), 1);
-    if (p.max_query_len == 1) {  // the other split merges: the same flag and bytes (twice: the counters stay usable)
-      const std::vector<DecodeMerge> runs = decode_merge_runs();
-      for (int rep = 2; rep < static_cast<int>(runs.size()); ++rep) {
-        MergeMode mode(runs[static_cast<size_t>(rep)]);
-        DeviceBuffer out2(static_cast<size_t>(p.total_tokens * c.Hq * c.D) * sizeof(float), "out2"),
-            flag2(sizeof(int), "flag2");
-        HLM_CUDA_CHECK(cudaMemset(flag2.as<int>(), 0, sizeof(int)));
-        attention_cache_forward_cuda(out2.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
-                                     tables.as<int32_t>(), ctxs.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
-                                     ws_bytes, flag2.as<int>(), ctx().stream());
-        ctx().synchronize();
-        EXPECT_EQ(read_flag(flag2), 1);
-        EXPECT_EQ(out.download_bytes(), out2.download_bytes())
-            << merge_name(runs[static_cast<size_t>(rep)]) << " vs " << merge_name(runs[0]) << " split merge, rep " << rep;
+    // Each decode kernel (the chunk case once): the flag, and the bad sequence's rows left unwritten.
+    const std::vector<DecodeKernel> kernels =
+        p.max_query_len == 1 ? std::vector<DecodeKernel>(std::begin(kDecodeKernels), std::end(kDecodeKernels))
+                             : std::vector<DecodeKernel>{attention_cache_cuda_decode_kernel()};
+    for (const DecodeKernel kernel : kernels) {
+      SCOPED_TRACE(std::string(kernel_name(kernel)) + " decode kernel");
+      KernelMode kernel_mode(kernel);
+      HLM_CUDA_CHECK(cudaMemset(flag.as<int>(), 0, sizeof(int)));
+      HLM_CUDA_CHECK(cudaMemset(out.as<void>(), 0xFF, out.bytes()));
+      const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
+      DeviceBuffer ws(std::max<size_t>(ws_bytes, 4), "workspace");
+      attention_cache_forward_cuda(out.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
+                                   tables.as<int32_t>(), ctxs.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
+                                   ws_bytes, flag.as<int>(), ctx().stream());
+      ctx().synchronize();
+      EXPECT_EQ(read_flag(flag), 1);
+      if (p.max_query_len == 1) {  // the other split merges: the same flag and bytes (twice: the counters stay usable)
+        const std::vector<DecodeMerge> runs = decode_merge_runs();
+        for (int rep = 2; rep < static_cast<int>(runs.size()); ++rep) {
+          MergeMode mode(runs[static_cast<size_t>(rep)]);
+          DeviceBuffer out2(static_cast<size_t>(p.total_tokens * c.Hq * c.D) * sizeof(float), "out2"),
+              flag2(sizeof(int), "flag2");
+          HLM_CUDA_CHECK(cudaMemset(flag2.as<int>(), 0, sizeof(int)));
+          attention_cache_forward_cuda(out2.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
+                                       tables.as<int32_t>(), ctxs.as<int64_t>(), cu_d.as<int64_t>(), p, ws.as<void>(),
+                                       ws_bytes, flag2.as<int>(), ctx().stream());
+          ctx().synchronize();
+          EXPECT_EQ(read_flag(flag2), 1);
+          EXPECT_EQ(out.download_bytes(), out2.download_bytes())
+              << merge_name(runs[static_cast<size_t>(rep)]) << " vs " << merge_name(runs[0]) << " split merge, rep "
+              << rep;
+        }
       }
-    }
-    EXPECT_TRUE(buffers_ok({&out, &ws}, {&q, &kc, &vc, &tables, &ctxs, &cu_d}));
-    if (what != "bad block") {  // the bad sequence's rows stay unwritten (0xFF poison), the good one's are written
-      const std::vector<uint8_t> bytes = out.download_bytes();
-      const size_t row_bytes = static_cast<size_t>(c.Hq * c.D) * sizeof(float);
-      EXPECT_TRUE(std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(row_bytes), bytes.end(),
-                              [](uint8_t b) { return b == 0xFF; }));
-      EXPECT_FALSE(std::all_of(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(row_bytes),
-                               [](uint8_t b) { return b == 0xFF; }));
+      EXPECT_TRUE(buffers_ok({&out, &ws}, {&q, &kc, &vc, &tables, &ctxs, &cu_d}));
+      if (what != "bad block") {  // the bad sequence's rows stay unwritten (0xFF poison), the good one's are written
+        const std::vector<uint8_t> bytes = out.download_bytes();
+        const size_t row_bytes = static_cast<size_t>(c.Hq * c.D) * sizeof(float);
+        EXPECT_TRUE(std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(row_bytes), bytes.end(),
+                                [](uint8_t b) { return b == 0xFF; }));
+        EXPECT_FALSE(std::all_of(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(row_bytes),
+                                 [](uint8_t b) { return b == 0xFF; }));
+      }
     }
   }
 }

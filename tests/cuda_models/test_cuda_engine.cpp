@@ -27,6 +27,7 @@
 #include "infer/infer_models.h"  // the CPU inference tests' student config
 #include "models/cuda/cuda_model.h"
 #include "models/model.h"
+#include "ops/attention/attention_cache_cuda.h"
 
 using namespace hlm;
 using namespace hlm::test;
@@ -115,6 +116,29 @@ TEST(CudaEngine, PrefillChunkingsAndDecodeMatchTheCpu) {
                   static_cast<long long>(chunk), static_cast<long long>(block_size), worst);
     }
   }
+}
+
+// The decode steps with each decode attention kernel (attention_cache_cuda_set_decode_kernel): the kernels sum in
+// different orders, so each is held to the same bound against the CPU; the warp kernel writes the output rows itself
+// when a step has one split (no merge launch), which these one-sequence steps exercise.
+TEST(CudaEngine, EveryDecodeAttentionKernelMatchesTheCpu) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  const DecodeKernel saved = attention_cache_cuda_decode_kernel();
+  for (const ModelCase& m : kModels) {
+    SCOPED_TRACE(m.name);
+    Model model = make_model(m);
+    CudaModel gpu_model = CudaModel::upload(model, ctx);
+    const std::vector<int32_t> ids = ids_for(23, model.config().vocab_size, 7);
+    for (const DecodeKernel kernel : {DecodeKernel::tiled, DecodeKernel::streams, DecodeKernel::warps}) {
+      const char* name = kernel == DecodeKernel::warps ? "warps" : kernel == DecodeKernel::streams ? "streams" : "tiled";
+      SCOPED_TRACE(name);
+      attention_cache_cuda_set_decode_kernel(kernel);
+      const double worst = prefill_then_decode(model, gpu_model, ids, 17, 17, 16);
+      std::printf("[engine] %s decode with the %s kernel: worst row error %.3g\n", m.name.c_str(), name, worst);
+    }
+  }
+  attention_cache_cuda_set_decode_kernel(saved);
 }
 
 TEST(CudaEngine, BatchedDecodeOfDifferentLengths) {

@@ -9,9 +9,12 @@
 //            shared memory by cp.async, each K/V row read once for up to 4 query heads (cache_decode_tiled_kernel).
 //            Stream kernel (other head dims, or HLM_DECODE_KERNEL=streams): 16 key streams of 8 lanes; each lane
 //            holds every 8th dim of q, of the key/value row it loads and of its stream's output; streams merge in
-//            shared memory. Splits merge in cache_decode_merge_kernel (default), inside a thread-block cluster (the
-//            tiled kernel's cluster launch, DecodeMerge::cluster; decode_cluster_merge), or in the decode kernel's last
-//            block of each (sequence, head group) (DecodeMerge::fused).
+//            shared memory. Warp kernel (HLM_DECODE_KERNEL=warps, 16-byte rows): lane groups hold key rows as
+//            16-byte chunks in registers, 8 steps of loads in flight, no block barrier in the key loop
+//            (cache_decode_warps_kernel); with one split it writes the output rows itself. Splits merge in
+//            cache_decode_merge_kernel (default), inside a thread-block cluster (the tiled kernel's cluster launch,
+//            DecodeMerge::cluster; decode_cluster_merge), or in the decode kernel's last block of each (sequence,
+//            head group) (DecodeMerge::fused).
 // Every kernel is a template over the cache's element type C (float, or __nv_bfloat16 for the bf16 cache): cached
 // values are widened to fp32 as they are loaded and everything after the load is the same fp32 code.
 #include <cooperative_groups.h>
@@ -705,6 +708,187 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (fm.counters != nullptr) decode_merge_if_last<HPB>(fm, part, seq, h0, sv.begin, dm, splits);
 }
 
+// Warp-streaming decode (DecodeKernel::warps): the tiled kernel's grid, split and partial-result layout, without
+// shared-memory tiles or block barriers in the key loop. A key row is kLanesPerKey 16-byte chunks; each group of
+// kLanesPerKey lanes of a warp holds one key per step (chunk c of its K and V rows in lane c, kVec dims each) and
+// loads kSteps steps at once, so a block has kGroups · kSteps keys of loads in flight (64 rows of bf16 D 128), all of
+// them issued before the first is used. Per batch of kSteps keys, each group computes every (head, key) score (kVec
+// FMAs per lane in order, then an xor-shuffle tree over the group's lanes: every lane gets the same bits), ×scale
+// (−Inf for keys outside the split or with a bad block id, whose V is zero), takes the batch max with fmaxf (NaN
+// skipped), rescales its running sum and output by alpha = exp(m_old − m_use) once per batch and adds p = exp(s −
+// m_use) and p·v key by key. At the end the block's kGroups partial softmaxes are merged in shared memory in group
+// order (as the streams kernel merges its streams) into the split's (O, max, sum), or into `out` itself when there is
+// one split (then no merge launch: attention_cache.cu's launcher). Same non-finite behaviour as the other kernels.
+// Launched as a programmatic dependent of the q/k norm + RoPE + cache write: the first batch's keys older than the
+// step's new token are loaded before the wait, q and the new token's row after it.
+template <int DMAX, typename C>
+struct WarpDecodeShape {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(C));         // cache elements per 16-byte chunk
+  static constexpr int kLanesPerKey = DMAX / kVec;                       // 16 (bf16, D 128), 8, 32 (fp32, D 128), 16
+  static constexpr int kKeysPerStep = 32 / kLanesPerKey;                 // keys a warp holds per step
+  static constexpr int kGroups = (kDecodeThreads / 32) * kKeysPerStep;   // partial softmaxes per block
+  static constexpr int kSteps = 8;                                       // loads in flight per lane: 8 K + 8 V chunks
+  static constexpr int kBatchKeys = kGroups * kSteps;
+  static_assert(kLanesPerKey >= 1 && kLanesPerKey <= 32 && 32 % kLanesPerKey == 0, "a key row within a warp");
+};
+
+__device__ __forceinline__ uint4 load_chunk_l2(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
+
+template <int DMAX, int HPB, typename C>
+__global__ void __launch_bounds__(kDecodeThreads)
+    cache_decode_warps_kernel(float* part, float* out, const float* q, const C* k_cache, const C* v_cache,
+                              const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
+                              int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
+  cuda::dependent_launch_trigger();  // a programmatic dependent (the merge or the next GEMV) may start now
+  using Sh = WarpDecodeShape<DMAX, C>;
+  constexpr int kVec = Sh::kVec, LPK = Sh::kLanesPerKey, G = Sh::kGroups, R = Sh::kSteps;
+  __shared__ __align__(16) float o_s[G][HPB][DMAX];
+  __shared__ float m_s[G][HPB], l_s[G][HPB];
+
+  const int64_t seq = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * HPB, split = blockIdx.z;
+  const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
+  if (!sv.ok || sv.nq == 0) return;  // uniform over the block
+  const int64_t kvh = h0 / dm.group;
+  int64_t kb = split * split_len;
+  const int64_t ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
+  if (dm.window > 0 && kb < sv.ctx - dm.window) kb = sv.ctx - dm.window;
+  const int t = static_cast<int>(threadIdx.x), lane = t & 31;
+  const int c = lane % LPK;                              // this lane's chunk of every row
+  const int grp = (t / 32) * Sh::kKeysPerStep + lane / LPK;  // this lane's group: key kb + batch·B + step·G + grp
+  const bool has_chunk = c < dm.D / kVec;                // rows narrower than DMAX: the upper lanes hold zeros
+  const int64_t last = sv.ctx - 1;                       // the step's new key: written by the kernel before this one
+
+  uint4 kr[R], vr[R];
+  int64_t off[R];
+  // locate: offsets of batch `b`'s keys (−1: outside the split or a bad block id, the flag raised by the chunk-0 lane)
+  // and zeroed rows; load: this lane's chunks of those keys, all of them, all but the step's new key (before the
+  // wait), or only the new key (after it). Rows not loaded stay zero.
+  const auto locate = [&](int64_t b) {
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int64_t pos = kb + b * Sh::kBatchKeys + s * G + grp;
+      off[s] = pos < ke ? key_row(sv.table, pos, kvh, dm, c == 0 ? flag : nullptr) : -1;
+      kr[s] = vr[s] = make_uint4(0, 0, 0, 0);
+    }
+  };
+  const auto load = [&](int64_t b, bool new_key_only, bool skip_new_key) {
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int64_t pos = kb + b * Sh::kBatchKeys + s * G + grp;
+      const bool is_new = pos == last;
+      if (off[s] >= 0 && has_chunk && (new_key_only ? is_new : !(skip_new_key && is_new))) {
+        kr[s] = load_chunk_l2(k_cache + off[s] + c * kVec);
+        vr[s] = load_chunk_l2(v_cache + off[s] + c * kVec);
+      }
+    }
+  };
+
+  const int64_t n_batches = ke > kb ? (ke - kb + Sh::kBatchKeys - 1) / Sh::kBatchKeys : 0;
+  if (n_batches > 0) {
+    locate(0);
+    load(0, false, true);  // the first batch's older keys, before the wait
+  }
+  cuda::dependent_launch_wait();
+  float qr[HPB][kVec];
+#pragma unroll
+  for (int hh = 0; hh < HPB; ++hh)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const int d = c * kVec + e;
+      qr[hh][e] = d < dm.D ? __ldcg(q + (sv.begin * dm.Hq + h0 + hh) * dm.D + d) : 0.0f;
+    }
+  if (n_batches > 0) load(0, true, false);  // the new key's row, if it is in the first batch
+
+  float m[HPB], l[HPB], acc[HPB][kVec];
+#pragma unroll
+  for (int hh = 0; hh < HPB; ++hh) {
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[hh][e] = 0.0f;
+  }
+  for (int64_t b = 0; b < n_batches; ++b) {
+    if (b > 0) {
+      locate(b);
+      load(b, false, false);
+    }
+    float sc[R][HPB];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      float kf[kVec];
+      widen16(kr[s], kf);
+#pragma unroll
+      for (int hh = 0; hh < HPB; ++hh) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot = fmaf(qr[hh][e], kf[e], dot);
+#pragma unroll
+        for (int w = 1; w < LPK; w *= 2) dot += __shfl_xor_sync(kFullMask, dot, w);
+        sc[s][hh] = off[s] >= 0 ? dot * dm.scale : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < HPB; ++hh) {
+      float mx = m[hh];
+#pragma unroll
+      for (int s = 0; s < R; ++s) mx = fmaxf(mx, sc[s][hh]);  // fmaxf skips NaN, like the CPU's std::max
+      const float m_use = mx == -INFINITY ? 0.0f : mx;
+      const float alpha = expf(m[hh] - m_use);
+      m[hh] = mx;
+      l[hh] *= alpha;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[hh][e] *= alpha;
+#pragma unroll
+      for (int s = 0; s < R; ++s) {
+        const float p = expf(sc[s][hh] - m_use);
+        l[hh] += p;
+        float vf[kVec];
+        widen16(vr[s], vf);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[hh][e] = fmaf(p, vf[e], acc[hh][e]);
+      }
+    }
+  }
+
+  // The block's groups merged in group order: M = the groups' max, each weighted by exp(m_g − M).
+#pragma unroll
+  for (int hh = 0; hh < HPB; ++hh) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) o_s[grp][hh][c * kVec + e] = acc[hh][e];
+    if (c == 0) {
+      m_s[grp][hh] = m[hh];
+      l_s[grp][hh] = l[hh];
+    }
+  }
+  __syncthreads();
+  const bool direct = splits == 1;  // one split: the result is the row itself
+  for (int idx = t; idx < HPB * dm.D; idx += kDecodeThreads) {
+    const int hh = idx / dm.D, d = idx % dm.D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < G; ++g) mx = fmaxf(mx, m_s[g][hh]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, a = 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float w = expf(m_s[g][hh] - m_use);
+      sum = fmaf(l_s[g][hh], w, sum);
+      a = fmaf(o_s[g][hh][d], w, a);
+    }
+    if (direct) {
+      out[(sv.begin * dm.Hq + h0 + hh) * dm.D + d] = mx == -INFINITY ? quiet_nan() : a * (1.0f / sum);
+    } else {
+      float* dst = part + ((seq * dm.Hq + h0 + hh) * splits + split) * (dm.D + 2);
+      dst[d] = a;
+      if (d == 0) {
+        dst[dm.D] = mx;
+        dst[dm.D + 1] = sum;
+      }
+    }
+  }
+  if (!direct && fm.counters != nullptr) decode_merge_if_last<HPB>(fm, part, seq, h0, sv.begin, dm, splits);
+}
+
 // out row (seq, h) from the splits' partial results.
 __global__ void cache_decode_merge_kernel(float* out, const float* part, const int32_t* tables,
                                           const int64_t* context_lens, const int64_t* cu, CacheDims dm,
@@ -794,6 +978,17 @@ void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, 
                                               dm, splits, len, flag, fm));
 }
 
+template <int DMAX, int HPB, typename C>
+void decode_warps_launch(float* part, float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
+                         const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                         int* flag, FusedMerge fm, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_attention(cuda::AttentionLaunch::kSplit),
+                                              cache_decode_warps_kernel<DMAX, HPB, C>, grid, dim3(kDecodeThreads),
+                                              0, stream, part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag,
+                                              fm));
+}
+
 // The tiled kernel as a cluster launch (splits blocks per cluster, merged through distributed shared memory):
 // false when the device cannot run such a cluster (compute capability below 9.0, or no cluster of this size fits),
 // then nothing is queued. Cluster sizes above 8 need the non-portable opt-in (Hopper allows 16).
@@ -844,16 +1039,13 @@ bool decode_cluster_launch(float* out, const float* q, const C* kc, const C* vc,
   return true;
 }
 
-// The tiled kernel needs 16-byte rows: D·sizeof(C) a multiple of 16 and both caches 16-byte aligned.
-// HLM_DECODE_KERNEL=streams selects the older stream kernel everywhere (comparisons, bisecting).
+// The kernel that runs: the chosen one (attention_cache_cuda_decode_kernel) where its rows fit — tiled and warps need
+// 16-byte rows: D·sizeof(C) a multiple of 16 and both caches 16-byte aligned — else the stream kernel.
 template <typename C>
-bool decode_tiled_usable(const C* kc, const C* vc, const CacheDims& dm) {
-  static const bool streams = [] {
-    const char* e = std::getenv("HLM_DECODE_KERNEL");
-    return e != nullptr && std::string(e) == "streams";
-  }();
-  return !streams && (dm.D * sizeof(C)) % 16 == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(vc) % 16 == 0;
+DecodeKernel decode_kernel_for(const C* kc, const C* vc, const CacheDims& dm) {
+  const bool rows16 = (dm.D * sizeof(C)) % 16 == 0 && reinterpret_cast<uintptr_t>(kc) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(vc) % 16 == 0;
+  return rows16 ? attention_cache_cuda_decode_kernel() : DecodeKernel::streams;
 }
 
 // The cluster launch (merge in distributed shared memory), when chosen and possible; true: queued, nothing else to do.
@@ -861,17 +1053,27 @@ template <int DMAX, typename C>
 bool decode_cluster_dispatch(int hpb, float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
                              const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
                              int* flag, cudaStream_t stream) {
-  if (attention_cache_cuda_decode_merge() != DecodeMerge::cluster || !decode_tiled_usable(kc, vc, dm)) return false;
+  if (attention_cache_cuda_decode_merge() != DecodeMerge::cluster || decode_kernel_for(kc, vc, dm) != DecodeKernel::tiled)
+    return false;
   if (hpb == 4) return decode_cluster_launch<DMAX, 4, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   if (hpb == 2) return decode_cluster_launch<DMAX, 2, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   return decode_cluster_launch<DMAX, 1, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
 }
 
 template <int DMAX, typename C>
-void decode_dispatch(int hpb, float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
-                     const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
-                     int* flag, FusedMerge fm, cudaStream_t stream) {
-  if (decode_tiled_usable(kc, vc, dm)) {
+void decode_dispatch(DecodeKernel kernel, int hpb, float* part, float* out, const float* q, const C* kc, const C* vc,
+                     const int32_t* tables, const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits,
+                     int64_t len, int* flag, FusedMerge fm, cudaStream_t stream) {
+  if (kernel == DecodeKernel::warps) {
+    if (hpb == 4)
+      decode_warps_launch<DMAX, 4, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+    else if (hpb == 2)
+      decode_warps_launch<DMAX, 2, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+    else
+      decode_warps_launch<DMAX, 1, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+    return;
+  }
+  if (kernel == DecodeKernel::tiled) {
     if (hpb == 4)
       decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
     else if (hpb == 2)
@@ -892,6 +1094,8 @@ void decode_dispatch(int hpb, float* part, const float* q, const C* kc, const C*
 
 // -1: not read yet (HLM_DECODE_MERGE in the environment), else a DecodeMerge value.
 std::atomic<int> g_decode_merge{-1};
+// -1: not read yet (HLM_DECODE_KERNEL), else a DecodeKernel value.
+std::atomic<int> g_decode_kernel{-1};
 constexpr int64_t kMergeCounters = int64_t{1} << 16;  // (sequence, head group) pairs one launch may count
 constexpr int kMaxDevices = 64;
 
@@ -953,6 +1157,25 @@ DecodeMerge attention_cache_cuda_decode_merge() {
 
 void attention_cache_cuda_set_decode_merge(DecodeMerge merge) { g_decode_merge.store(static_cast<int>(merge)); }
 
+DecodeKernel attention_cache_cuda_decode_kernel() {
+  int v = g_decode_kernel.load();
+  if (v < 0) {
+    const char* e = std::getenv("HLM_DECODE_KERNEL");
+    const std::string name = e != nullptr ? e : "";
+    HLM_CHECK_INPUT(name.empty() || name == "tiled" || name == "streams" || name == "warps",
+                    "HLM_DECODE_KERNEL=", name, ": expected tiled, streams or warps");
+    v = static_cast<int>(name == "streams" ? DecodeKernel::streams
+                         : name == "warps" ? DecodeKernel::warps
+                                           : DecodeKernel::tiled);
+    int expected = -1;
+    g_decode_kernel.compare_exchange_strong(expected, v);
+    v = g_decode_kernel.load();
+  }
+  return static_cast<DecodeKernel>(v);
+}
+
+void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel) { g_decode_kernel.store(static_cast<int>(kernel)); }
+
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
   if (!decode_path(p) || p.n_seqs <= 0 || p.max_context <= 0 || p.kv_heads <= 0 || p.q_heads <= 0) return 1;
   int device = 0, sms = 0;
@@ -1003,14 +1226,16 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
                  : decode_cluster_dispatch<128>(hpb, out, q, k_cache, v_cache, block_tables, context_lens,
                                                 cu_seqlens, dm, splits, len, error_flag, stream))
     return;  // merged inside the clusters
-  const FusedMerge fm{out, fused_merge_counters(dm.N * (dm.Hq / hpb), stream)};
+  const DecodeKernel kernel = decode_kernel_for(k_cache, v_cache, dm);
+  const bool direct = kernel == DecodeKernel::warps && splits == 1;  // the kernel writes out itself
+  const FusedMerge fm{out, direct ? nullptr : fused_merge_counters(dm.N * (dm.Hq / hpb), stream)};
   if (dm.D <= 64)
-    decode_dispatch<64>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
-                        error_flag, fm, stream);
+    decode_dispatch<64>(kernel, hpb, part, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm,
+                        splits, len, error_flag, fm, stream);
   else
-    decode_dispatch<128>(hpb, part, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm, splits, len,
-                         error_flag, fm, stream);
-  if (fm.counters != nullptr) return;  // merged by each group's last split block
+    decode_dispatch<128>(kernel, hpb, part, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm,
+                         splits, len, error_flag, fm, stream);
+  if (direct || fm.counters != nullptr) return;  // no merge, or merged by each group's last split block
   HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
       cuda::dependent_launch_attention(cuda::AttentionLaunch::kMerge), cache_decode_merge_kernel,
       dim3(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq)), dim3(128), 0, stream, out,

@@ -93,6 +93,20 @@ enum class DecodeMerge { kernel = 0, fused = 1, cluster = 2 };
 DecodeMerge attention_cache_cuda_decode_merge();
 void attention_cache_cuda_set_decode_merge(DecodeMerge merge);
 
+// Which kernel reads the cache on the decode path (the split merge above applies to each; different kernels sum in
+// different orders, so their outputs agree to rounding, not bit for bit):
+//   tiled (the default): 32-key K/V tiles double-buffered in shared memory by cp.async, a block barrier per phase;
+//   streams: 16 key rows in flight per block, 8 lanes per row holding every 8th dim (the only kernel for rows that
+//     are not 16-byte multiples, which every choice falls back to);
+//   warps: each lane group of a warp holds one key's row as 16-byte chunks in registers, 8 steps of K/V loads in
+//     flight per lane for 8·(128 / 32)·(keys per warp step) keys per block, no block barrier until the split's end;
+//     with one split (large batches) it writes `out` itself and no merge runs. Opt-in until measured (session 29).
+// HLM_DECODE_KERNEL=tiled|streams|warps in the environment picks one (read once; another word is an input error);
+// the setter overrides (tests, A/B).
+enum class DecodeKernel { tiled = 0, streams = 1, warps = 2 };
+DecodeKernel attention_cache_cuda_decode_kernel();
+void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel);
+
 // Key splits the decode path uses for these params on the current device (1 when the batch fills the GPU).
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p);
 // Bytes of device scratch attention_cache_forward_cuda needs: 0 on the chunk path; on the decode path the splits'

@@ -20,12 +20,14 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/column_sum.h"
 #include "harness.h"
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
+#include "ops/swiglu/swiglu_cuda.h"
 #if HLM_CUDA_TEST_HAVE_CBLAS
 #include "ops/matmul/matmul.h"
 #endif
@@ -420,4 +422,69 @@ TEST(MatmulCuda, GemvGroup) {
   GemvOutput misaligned = ok;
   misaligned.w = w.as<__nv_bfloat16>() + 1;
   EXPECT_FALSE(gemv_supported(1, 24, &misaligned, 1));
+}
+
+// The small-row GEMV with SwiGLU in its epilogue (gemv_bf16_swiglu_cuda) against what it replaces: the group GEMV of
+// the same gate and up products followed by swiglu_forward_cuda (h in fp32) or swiglu_forward_bf16_cuda (h in bf16),
+// byte for byte (the same fp32 sums, the same SwiGLU expression: swiglu_math.cuh). x in fp32 and in bf16, biases on
+// and off, M = 1..4, and (K, n) = (8, 5003: more (gate, up) pairs than the GEMV's resident warps, so warps take
+// several), (1000, 37), (2560, 1), (4104, 300); fills Normal, Large (SwiGLU's exp over- and underflows), Special
+// (NaN/±Inf). Also what it refuses.
+TEST(MatmulCuda, GemvSwigluEqualsGemvThenSwigluBitForBit) {
+  HLM_REQUIRE_CUDA();
+  const std::pair<int64_t, int64_t> shapes[] = {{8, 5003}, {1000, 37}, {2560, 1}, {4104, 300}};
+  uint64_t seed = 300;
+  size_t compared = 0;
+  for (const Fill fill : {Fill::Normal, Fill::Large, Fill::Special}) {
+    for (const auto& [K, n] : shapes) {
+      const DeviceBuffer wg = DeviceBuffer::from(to_bf16(make_values(static_cast<size_t>(n * K), fill, ++seed)), "w gate");
+      const DeviceBuffer wu = DeviceBuffer::from(to_bf16(make_values(static_cast<size_t>(n * K), fill, ++seed)), "w up");
+      const DeviceBuffer bg = DeviceBuffer::from(make_values(static_cast<size_t>(n), fill, ++seed), "b gate");
+      const DeviceBuffer bu = DeviceBuffer::from(make_values(static_cast<size_t>(n), fill, ++seed), "b up");
+      for (int64_t M = 1; M <= gemv_max_rows(); ++M) {
+        const std::vector<float> x_raw = make_values(static_cast<size_t>(M * K), fill, ++seed);
+        const DeviceBuffer x32 = DeviceBuffer::from(x_raw, "x f32"), x16 = DeviceBuffer::from(to_bf16(x_raw), "x bf16");
+        for (const bool bias : {false, true}) {
+          for (const bool bf16_input : {false, true}) {
+            SCOPED_TRACE("gemv swiglu K " + std::to_string(K) + " n " + std::to_string(n) + " M " + std::to_string(M) +
+                         (bias ? " bias " : " ") + (bf16_input ? "bf16 x " : "f32 x ") + fill_name(fill));
+            const float* xf = bf16_input ? nullptr : x32.as<float>();
+            const __nv_bfloat16* xb = bf16_input ? x16.as<__nv_bfloat16>() : nullptr;
+            const size_t hn = static_cast<size_t>(M * n);
+            DeviceBuffer yg(hn * 4, "y gate"), yu(hn * 4, "y up");
+            const GemvOutput gate{wg.as<__nv_bfloat16>(), bias ? bg.as<float>() : nullptr, yg.as<float>(), n};
+            const GemvOutput up{wu.as<__nv_bfloat16>(), bias ? bu.as<float>() : nullptr, yu.as<float>(), n};
+            const GemvOutput group[2] = {gate, up};
+            ASSERT_TRUE(gemv_supported(M, K, group, 2));
+            ASSERT_TRUE(gemv_swiglu_supported(M, K, gate, up));
+            gemv_bf16_cuda(group, 2, xf, xb, M, K, ctx().stream());
+            DeviceBuffer ref32(hn * 4, "h f32 (separate)"), ref16(hn * 2, "h bf16 (separate)");
+            swiglu_forward_cuda(ref32.as<float>(), yg.as<float>(), yu.as<float>(), M * n, ctx().stream());
+            swiglu_forward_bf16_cuda(ref16.as<__nv_bfloat16>(), yg.as<float>(), yu.as<float>(), M * n, ctx().stream());
+            DeviceBuffer h32(hn * 4, "h f32 (fused)"), h16(hn * 2, "h bf16 (fused)");
+            gemv_bf16_swiglu_cuda(gate, up, h32.as<float>(), nullptr, xf, xb, M, K, ctx().stream());
+            gemv_bf16_swiglu_cuda(gate, up, nullptr, h16.as<__nv_bfloat16>(), xf, xb, M, K, ctx().stream());
+            ctx().synchronize();
+            EXPECT_EQ(h32.download_bytes(), ref32.download_bytes()) << "fp32 h";
+            EXPECT_EQ(h16.download_bytes(), ref16.download_bytes()) << "bf16 h";
+            EXPECT_TRUE(buffers_ok({&h32, &h16, &ref32, &ref16, &yg, &yu}, {&x32, &x16, &wg, &wu, &bg, &bu}));
+            compared += 3 * hn;
+          }
+        }
+      }
+    }
+  }
+  std::printf("[check] gemv swiglu: %zu outputs compared byte for byte with the separate launches\n", compared);
+  // Refused: unequal n, a misaligned weight, K not a multiple of 8, too many rows.
+  DeviceBuffer w = DeviceBuffer::from(std::vector<uint16_t>(64 * 24, 0), "w");
+  const GemvOutput ok{w.as<__nv_bfloat16>(), nullptr, nullptr, 8};
+  GemvOutput other = ok;
+  EXPECT_TRUE(gemv_swiglu_supported(1, 24, ok, ok));
+  other.n = 7;
+  EXPECT_FALSE(gemv_swiglu_supported(1, 24, ok, other));
+  other = ok;
+  other.w = w.as<__nv_bfloat16>() + 1;
+  EXPECT_FALSE(gemv_swiglu_supported(1, 24, ok, other));
+  EXPECT_FALSE(gemv_swiglu_supported(1, 20, ok, ok));
+  EXPECT_FALSE(gemv_swiglu_supported(gemv_max_rows() + 1, 24, ok, ok));
 }

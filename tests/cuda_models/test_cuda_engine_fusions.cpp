@@ -23,6 +23,7 @@
 #include "cuda_models/cuda_model_support.h"
 #include "infer/cuda/cuda_engine.h"
 #include "infer/infer_models.h"
+#include "layers/cuda/cuda_linear.h"
 #include "models/cuda/cuda_model.h"
 #include "models/model.h"
 #include "ops/attention/attention_cache_cuda.h"
@@ -141,6 +142,50 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
       EXPECT_EQ(differ_cluster, 0u);
     }
   }
+}
+
+// At one sequence in bf16 (the rows the small-row GEMV takes) the MLP's gate and up products and SwiGLU can run as
+// ONE GEMV launch with SwiGLU in its epilogue (cuda_linear_try_swiglu_gemv, HLM_GATE_UP_SWIGLU): meant to give the
+// bits of the group GEMV + SwiGLU kernel it replaces, so every step's logits must have the same bytes with the fold
+// on and off; and the fold must have run (its launch count grows). Models with SwiGLU MLPs after attention and after
+// GDN layers: qwen3 (untied head), granite, olmo_hybrid, the qwen3_hybrid student; one sequence prefilled in chunks
+// of 5, then 14 decode steps with CUDA graphs.
+TEST(CudaEngineFusions, GateUpSwigluGemvEqualsTheSeparateLaunchesBitForBit) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  const bool saved = cuda_linear_swiglu_gemv_enabled();
+  for (const auto& [name, golden] : {std::pair<const char*, bool>{"qwen3_untied", true}, {"granite", true},
+                                     {"olmo_hybrid_tiny", true}, {"qwen3_hybrid_student", false}}) {
+    SCOPED_TRACE(name);
+    Model model = golden ? Model::load(cuda_golden_dir(name))
+                         : Model::create(parse_model_config(student_config_json(), "test"), 11);
+    const std::vector<std::vector<int32_t>> seqs{ids_for(17 + 14, model.config().vocab_size, 95)};
+    const std::vector<int64_t> prompts{17};
+    CudaModel gpu = CudaModel::upload(model, ctx);
+    gpu.drop_fp32_weights();
+    const MemoryPlan plan = plan_for(model, 1, 17 + 14, 2);
+    std::vector<float> on, off;
+    cuda_linear_set_swiglu_gemv(true);
+    const int64_t before = cuda_linear_swiglu_gemv_launches();
+    {
+      auto e = make_cuda_engine(gpu, plan);
+      on = run_steps(*e, seqs, prompts);
+    }
+    const int64_t folded = cuda_linear_swiglu_gemv_launches() - before;
+    cuda_linear_set_swiglu_gemv(false);
+    {
+      auto e = make_cuda_engine(gpu, plan);
+      off = run_steps(*e, seqs, prompts);
+    }
+    ASSERT_EQ(on.size(), off.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < on.size(); ++i) differ += std::memcmp(&on[i], &off[i], sizeof(float)) != 0;
+    std::printf("[fusions] %s bf16: gate/up SwiGLU GEMV launches %lld, %zu logits, %zu differ\n", name,
+                static_cast<long long>(folded), on.size(), differ);
+    EXPECT_GT(folded, 0);
+    EXPECT_EQ(differ, 0u);
+  }
+  cuda_linear_set_swiglu_gemv(saved);
 }
 
 // At one sequence in bf16 the LM head runs on the small-row GEMV (CudaEngineOptions::head_gemv) instead of cuBLASLt:

@@ -8,7 +8,8 @@
 # usage: OUT=$OUT bash tools/device/decode_attention_check.sh [MODELS] [SETTING...]
 #   MODELS   comma-separated bench_generate shapes (default olmo3_7b,qwen3_4b,olmo_hybrid_7b)
 #   SETTING  a label and VAR=VALUE pairs joined by ',' (e.g. warps128,HLM_DECODE_KERNEL=warps,HLM_DECODE_MIN_SPLIT_KEYS=128)
-#            Default: tiled, warps, warps+fused merge, warps with ≥ 128 keys per split, then tiled and warps again.
+#            Default: tiled, warps, warps+fused merge, warps with ≥ 128 keys per split, the gate/up SwiGLU GEMV
+#            (HLM_GATE_UP_SWIGLU=on), both changes, then tiled and warps again.
 # Prints the test verdicts, the attn_decode lines and one line per (setting, model): ms per decode step.
 set -u
 BIN=${BIN:-/tmp/hlm/bin}
@@ -24,13 +25,17 @@ settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(tiled,HLM_DECODE_KERNEL=tiled warps,HLM_DECODE_KERNEL=warps
   warps_fused,HLM_DECODE_KERNEL=warps,HLM_DECODE_MERGE=fused
   warps_128keys,HLM_DECODE_KERNEL=warps,HLM_DECODE_MIN_SPLIT_KEYS=128
+  swiglu_gemv,HLM_GATE_UP_SWIGLU=on both,HLM_DECODE_KERNEL=warps,HLM_GATE_UP_SWIGLU=on
   tiled2,HLM_DECODE_KERNEL=tiled warps2,HLM_DECODE_KERNEL=warps)
 
-timeout 120 "$BIN/test_cuda_ops" --gtest_filter='AttentionCacheCuda.*' > "$W/ops.log" 2>&1
-echo "test_cuda_ops AttentionCacheCuda.* rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$W/ops.log" | tr '\n' ' ')"
+timeout 120 "$BIN/test_cuda_ops" --gtest_filter='AttentionCacheCuda.*:MatmulCuda.Gemv*:SwigluCuda.*' \
+  > "$W/ops.log" 2>&1
+echo "test_cuda_ops rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$W/ops.log" | tr '\n' ' ')"
+grep -E "gemv swiglu" "$W/ops.log"
 grep -E "decode, .* kernel" "$W/ops.log" | head -40
 timeout 180 "$BIN/test_cuda_models" \
-  --gtest_filter='CudaEngine.EveryDecodeAttentionKernelMatchesTheCpu:CudaEngine.PrefillChunkingsAndDecodeMatchTheCpu:CudaEngineFusions.*:CudaEngineGraphs.*' \
+  --gtest_filter='CudaEngine.EveryDecodeAttentionKernelMatchesTheCpu:CudaEngine.PrefillChunkings*:CudaEngineFusions.*'\
+':CudaEngineGraphs.*' \
   > "$W/models.log" 2>&1
 echo "test_cuda_models rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$W/models.log" | tr '\n' ' ')"
 grep -E "decode with the|FAILED" "$W/models.log" | head -40

@@ -2,10 +2,12 @@
 #include "layers/cuda/cuda_linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/cast/cast_cuda.h"
 #include "ops/matmul/gemv_cuda.h"
@@ -87,16 +89,25 @@ CudaLinearInput cuda_linear_round_input(CudaContext& ctx, CudaTensor& rounded, c
 
 namespace {
 
-// The small-row GEMV for these outputs, when it applies (see cuda_linear_forward_group); false: not launched.
-bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x, int64_t rows) {
-  // Rows up to which the GEMV is taken: 1 by default (H200, session 11: at 1 row it beat cuBLASLt, 4.88 → 3.70 ms per
-  // Qwen3-4B decode step; at 4 rows the first version lost, 5.23 → 7.23 ms). HLM_GEMV=off (or 0) never, =N up to N.
+// Rows up to which the GEMV is taken: 1 by default (H200, session 11: at 1 row it beat cuBLASLt, 4.88 → 3.70 ms per
+// Qwen3-4B decode step; at 4 rows the first version lost, 5.23 → 7.23 ms). HLM_GEMV=off (or 0) never, =N up to N.
+int64_t gemv_max_rows_taken() {
   static const int64_t max_rows = [] {
     const char* v = std::getenv("HLM_GEMV");
     if (v == nullptr || std::string(v).empty()) return int64_t{1};
     if (std::string(v) == "off") return int64_t{0};
     return std::clamp<int64_t>(std::atoll(v), 0, gemv_max_rows());
   }();
+  return max_rows;
+}
+
+// -1: not read yet (HLM_GATE_UP_SWIGLU), else 0 / 1; and the launches queued so far.
+std::atomic<int> g_swiglu_gemv{-1};
+std::atomic<int64_t> g_swiglu_gemv_launches{0};
+
+// The small-row GEMV for these outputs, when it applies (see cuda_linear_forward_group); false: not launched.
+bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x, int64_t rows) {
+  const int64_t max_rows = gemv_max_rows_taken();
   if (rows < 1 || rows > max_rows || outs.empty() ||
       outs.size() > static_cast<size_t>(gemv_max_outputs()))
     return false;
@@ -116,6 +127,37 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
 }
 
 }  // namespace
+
+bool cuda_linear_swiglu_gemv_enabled() {
+  int v = g_swiglu_gemv.load();
+  if (v < 0) {
+    int expected = -1;
+    g_swiglu_gemv.compare_exchange_strong(expected, env_switch("HLM_GATE_UP_SWIGLU", false) ? 1 : 0);
+    v = g_swiglu_gemv.load();
+  }
+  return v == 1;
+}
+
+void cuda_linear_set_swiglu_gemv(bool on) { g_swiglu_gemv.store(on ? 1 : 0); }
+
+bool cuda_linear_try_swiglu_gemv(CudaContext& ctx, float* h_f32, __nv_bfloat16* h_bf16, const CudaLinearInput& x,
+                                 const CudaLinear& gate, const CudaLinear& up, int64_t rows) {
+  HLM_CHECK((h_f32 != nullptr) != (h_bf16 != nullptr), "swiglu gemv: exactly one output");
+  if (!cuda_linear_swiglu_gemv_enabled() || rows < 1 || rows > gemv_max_rows_taken()) return false;
+  if (x.f32 == nullptr && x.bf16 == nullptr) return false;
+  if (!cuda_linear_is_bf16(gate) || !cuda_linear_is_bf16(up) || gate.in_features != up.in_features) return false;
+  const GemvOutput g{gate.weight_bf16.data<__nv_bfloat16>(), gate.has_bias ? gate.bias.data<float>() : nullptr,
+                     nullptr, gate.out_features};
+  const GemvOutput u{up.weight_bf16.data<__nv_bfloat16>(), up.has_bias ? up.bias.data<float>() : nullptr, nullptr,
+                     up.out_features};
+  const int64_t K = gate.in_features;
+  if (!gemv_swiglu_supported(rows, K, g, u)) return false;
+  gemv_bf16_swiglu_cuda(g, u, h_f32, h_bf16, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream());
+  g_swiglu_gemv_launches.fetch_add(1);
+  return true;
+}
+
+int64_t cuda_linear_swiglu_gemv_launches() { return g_swiglu_gemv_launches.load(); }
 
 void cuda_linear_forward_group(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x,
                                int64_t rows) {

@@ -89,6 +89,20 @@ struct CudaLinearOut {
 void cuda_linear_forward_group(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x,
                                int64_t rows);
 
+// A SwiGLU MLP's h [rows, F] = silu(x · gateᵀ) ⊙ (x · upᵀ) as ONE launch of the small-row GEMV with SwiGLU in its
+// epilogue (ops/matmul/gemv_cuda.h, gemv_bf16_swiglu_cuda: bit-identical to cuda_linear_forward_group's GEMV of the
+// two products followed by swiglu_forward_cuda / swiglu_forward_bf16_cuda), h as fp32 (h_f32) or its bf16 rounding
+// (h_bf16), exactly one non-null. Taken where that GEMV would be (bf16 mode, rows within HLM_GEMV's limit) and the
+// fold is on; false: nothing launched, the caller runs the separate ops. The fold is off by default until measured
+// on the GPU (session 29 wrote it without one): HLM_GATE_UP_SWIGLU=on|off (core/env_switch.h), or the setter.
+bool cuda_linear_try_swiglu_gemv(CudaContext& ctx, float* h_f32, __nv_bfloat16* h_bf16, const CudaLinearInput& x,
+                                 const CudaLinear& gate, const CudaLinear& up, int64_t rows);
+bool cuda_linear_swiglu_gemv_enabled();
+void cuda_linear_set_swiglu_gemv(bool on);
+// Launches cuda_linear_try_swiglu_gemv has queued in this process (host calls: a CUDA graph's replays do not count),
+// so tests can tell that the fold ran.
+int64_t cuda_linear_swiglu_gemv_launches();
+
 // The backward of cuda_linear_forward (matmul_backward_cuda): dx [rows, in] = dy · W, OVERWRITTEN (ADDED when
 // accumulate_dx; nullptr = not wanted); grad.weight += dyᵀ · x and grad.bias += Σ_rows dy (ACCUMULATED). grad has
 // the layout of `layer` (a device gradient holder uploaded like the weights). x as in the forward; dy is fp32 and is

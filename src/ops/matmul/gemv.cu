@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/matmul/gemv_cuda.h"
+#include "ops/swiglu/swiglu_math.cuh"
 
 namespace hlm {
 
@@ -30,6 +31,10 @@ struct GemvGroup {
   int64_t n[gemv_max_outputs()];
   int64_t first[gemv_max_outputs() + 1];  // first column of each output in the group's numbering; first[outs] = total
   int outs;
+  // The fused gate/up SwiGLU (gemv_bf16_swiglu_cuda; outputs 0 and 1 are gate and up, n[0] columns each): h [M, n[0]]
+  // as fp32 or bf16 (one of the two), y unused.
+  float* h_f32;
+  __nv_bfloat16* h_bf16;
 };
 
 // acc += Σ_i w_i · x_i over one 16-byte chunk (8 bf16) of a weight row, w already widened to fp32.
@@ -90,7 +95,10 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, const float* x_f32, const 
 // per lane), two rounds' loads in flight at all times: round i + 1's are issued before round i is consumed, across
 // column boundaries, and both of the first two rounds go out before the wait for x. Lane l sums its chunks l, l + 32,
 // l + 64, ... in that order (gemv_cuda.h's numerics).
-template <int M, int U>  // U 4: 4 blocks of 256 resident per SM (64 registers)
+// kSwiglu: the columns are numbered 2j (gate row j) and 2j + 1 (up row j); a warp takes pairs j0, j0 + col_step, ...,
+// the gate column then the up column of each, keeps the gate sums in registers and stores silu(gate) · up (the same
+// fp32 sums, bias added the same way, swiglu_math.cuh's value: the bits of the separate launches).
+template <int M, int U, bool kSwiglu>  // U 4: 4 blocks of 256 resident per SM (64 registers)
 __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g, const float* x_f32,
                                                              const __nv_bfloat16* x_bf16, int64_t K) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -99,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
   // 32-bit indices: columns (≤ 6 outputs of < 2^31 / 8 rows) and chunks (K ≤ gemv_max_k()) fit, fewer registers.
   const int chunks = static_cast<int>(K / 8);
   const int rounds = (chunks + 32 * U - 1) / (32 * U);
-  const int columns = static_cast<int>(g.first[g.outs]);
+  const int columns = kSwiglu ? 2 * static_cast<int>(g.n[0]) : static_cast<int>(g.first[g.outs]);
   const int col_step = static_cast<int>(gridDim.x) * kWarps;
 
   // A round: (column, round index r, the column's weight row).
@@ -108,12 +116,14 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
     const uint4* row;
   };
   const auto row_of = [&](int col) -> const uint4* {
+    if constexpr (kSwiglu) return reinterpret_cast<const uint4*>(g.w[col & 1] + static_cast<int64_t>(col >> 1) * K);
     const int o = output_of(g, col);
     return reinterpret_cast<const uint4*>(g.w[o] + (col - g.first[o]) * K);
   };
   const auto next_of = [&](const Round& x) -> Round {
     if (x.r + 1 < rounds) return {x.col, x.r + 1, x.row};
-    const int col = x.col + col_step;
+    int col = x.col + col_step;
+    if constexpr (kSwiglu) col = (x.col & 1) == 0 ? x.col + 1 : x.col - 1 + 2 * col_step;  // up, then the next pair
     return {col, 0, col < columns ? row_of(col) : nullptr};
   };
   const auto load = [&](uint4 (&buf)[U], const Round& x) {
@@ -124,9 +134,9 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
       buf[u] = c < chunks ? __ldcs(x.row + c) : make_uint4(0, 0, 0, 0);
     }
   };
-  float acc[M];
+  float acc[M], gate[M];  // gate: kSwiglu's gate sums of the current pair
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.0f;
   const auto consume = [&](const uint4 (&buf)[U], const Round& x) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -144,7 +154,24 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
     }
-    if (lane == 0) {
+    if constexpr (kSwiglu) {
+      const int o = x.col & 1;
+      const int64_t j = x.col >> 1;
+      const float b = g.bias[o] != nullptr ? g.bias[o][j] : 0.0f;
+      if (o == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) gate[m] = acc[m] + b;
+      } else if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const float h = cuda::swiglu_forward_value(gate[m], acc[m] + b);
+          if (g.h_f32 != nullptr)
+            g.h_f32[m * g.n[0] + j] = h;
+          else
+            reinterpret_cast<uint16_t*>(g.h_bf16)[m * g.n[0] + j] = cuda::f32_to_bf16_bits(h);
+        }
+      }
+    } else if (lane == 0) {
       const int o = output_of(g, x.col);
       const int64_t c_local = x.col - g.first[o];
       const float b = g.bias[o] != nullptr ? g.bias[o][c_local] : 0.0f;
@@ -156,7 +183,8 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
   };
 
   cuda::dependent_launch_trigger();
-  const int col0 = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x / 32);
+  const int warp0 = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x / 32);
+  const int col0 = kSwiglu ? 2 * warp0 : warp0;
   Round a{col0, 0, col0 < columns ? row_of(col0) : nullptr};
   Round b = next_of(a);
   uint4 wa[U], wb[U];
@@ -183,10 +211,10 @@ int sm_count() {
   return std::max(count, 1);
 }
 
-template <int M>
+template <int M, bool kSwiglu>
 void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(M) * static_cast<size_t>(K) * sizeof(uint16_t);
-  const auto kernel = gemv_pipe_kernel<M, kRound>;
+  const auto kernel = gemv_pipe_kernel<M, kRound, kSwiglu>;
   // Once per process: the opt-in to M · gemv_max_k() · 2 bytes of shared memory, and the blocks of 256 threads that
   // registers and threads let reside per SM (4 for the pipelined form).
   static const int resident = [kernel] {
@@ -197,7 +225,8 @@ void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16,
     return std::max(n, 1);
   }();
   static const int sms = sm_count();
-  const int64_t needed = (g.first[g.outs] + kWarps - 1) / kWarps;
+  const int64_t warps = kSwiglu ? g.n[0] : g.first[g.outs];  // kSwiglu: a warp per (gate, up) pair
+  const int64_t needed = (warps + kWarps - 1) / kWarps;
   // Fewer when x's copy is large (~227 KiB of shared memory per SM, 1 KiB of it reserved per block).
   const int64_t by_smem = static_cast<int64_t>((227u << 10) / (smem + 1024));
   const int64_t per_sm = std::clamp<int64_t>(resident, 1, std::max<int64_t>(by_smem, 1));
@@ -234,10 +263,46 @@ void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, cons
     g.first[i + 1] = g.first[i] + outs[i].n;
   }
   switch (M) {
-    case 1: return launch<1>(g, x_f32, x_bf16, K, stream);
-    case 2: return launch<2>(g, x_f32, x_bf16, K, stream);
-    case 3: return launch<3>(g, x_f32, x_bf16, K, stream);
-    default: return launch<4>(g, x_f32, x_bf16, K, stream);
+    case 1: return launch<1, false>(g, x_f32, x_bf16, K, stream);
+    case 2: return launch<2, false>(g, x_f32, x_bf16, K, stream);
+    case 3: return launch<3, false>(g, x_f32, x_bf16, K, stream);
+    default: return launch<4, false>(g, x_f32, x_bf16, K, stream);
+  }
+}
+
+bool gemv_swiglu_supported(int64_t M, int64_t K, const GemvOutput& gate, const GemvOutput& up) {
+  if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
+  if (gate.n < 1 || up.n != gate.n || gate.n > (int64_t{1} << 29)) return false;  // 2n columns in an int
+  for (const GemvOutput* o : {&gate, &up})
+    if (o->w == nullptr || reinterpret_cast<uintptr_t>(o->w) % 16 != 0) return false;
+  return true;
+}
+
+void gemv_bf16_swiglu_cuda(const GemvOutput& gate, const GemvOutput& up, float* h_f32, __nv_bfloat16* h_bf16,
+                           const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M, int64_t K,
+                           cudaStream_t stream) {
+  HLM_CHECK(gemv_swiglu_supported(M, K, gate, up), "gemv_bf16_swiglu_cuda: unsupported shape M ", M, ", K ", K,
+            ", n ", gate.n, " and ", up.n, " (gemv_swiglu_supported)");
+  HLM_CHECK(x_f32 != nullptr || x_bf16 != nullptr, "gemv_bf16_swiglu_cuda: no input");
+  HLM_CHECK((h_f32 != nullptr) != (h_bf16 != nullptr), "gemv_bf16_swiglu_cuda: exactly one output (fp32 or bf16)");
+  GemvGroup g{};
+  g.outs = 2;
+  g.first[0] = 0;
+  const GemvOutput* outs[2] = {&gate, &up};
+  for (int i = 0; i < 2; ++i) {
+    g.w[i] = outs[i]->w;
+    g.bias[i] = outs[i]->bias;
+    g.y[i] = nullptr;
+    g.n[i] = outs[i]->n;
+    g.first[i + 1] = g.first[i] + outs[i]->n;
+  }
+  g.h_f32 = h_f32;
+  g.h_bf16 = h_bf16;
+  switch (M) {
+    case 1: return launch<1, true>(g, x_f32, x_bf16, K, stream);
+    case 2: return launch<2, true>(g, x_f32, x_bf16, K, stream);
+    case 3: return launch<3, true>(g, x_f32, x_bf16, K, stream);
+    default: return launch<4, true>(g, x_f32, x_bf16, K, stream);
   }
 }
 

@@ -40,4 +40,15 @@ bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs);
 void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M,
                     int64_t K, cudaStream_t stream);
 
+// The MLP's gate and up products with SwiGLU in the epilogue (decode steps): h [M, n] = silu(y_gate) ⊙ y_up, where
+// y_gate and y_up are what gemv_bf16_cuda writes for the group {gate, up} (n columns each, biases optional), in ONE
+// launch: each warp computes a gate column and then the same up column and stores their SwiGLU, as fp32 (h_f32) or
+// its bf16 rounding (h_bf16; exactly one of the two non-null). Bit-identical to gemv_bf16_cuda followed by
+// swiglu_forward_cuda / swiglu_forward_bf16_cuda (swiglu_cuda.h), without the launch between them and the fp32
+// gate/up round trip through memory; gate.y and up.y are ignored. Requirements (gemv_swiglu_supported): those of
+// gemv_supported, and equal n.
+bool gemv_swiglu_supported(int64_t M, int64_t K, const GemvOutput& gate, const GemvOutput& up);
+void gemv_bf16_swiglu_cuda(const GemvOutput& gate, const GemvOutput& up, float* h_f32, __nv_bfloat16* h_bf16,
+                           const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M, int64_t K, cudaStream_t stream);
+
 }  // namespace hlm

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/swiglu/swiglu_cuda.h"
+#include "ops/swiglu/swiglu_math.cuh"
 
 namespace hlm {
 
@@ -39,9 +40,7 @@ constexpr int kMinBlocksPerSm = 4;
 
 // ---- Per-element arithmetic, shared by the vector path and the scalar path.
 
-__device__ __forceinline__ float swiglu_forward_value(float g, float u) {
-  return g / (1.0f + expf(-g)) * u;  // the CPU's expression and order
-}
+using cuda::swiglu_forward_value;  // swiglu_math.cuh: shared with the GEMV's fused gate/up epilogue
 
 __device__ __forceinline__ void swiglu_backward_value(float dy, float g, float u, float& dgate, float& dup) {
   const float sig = 1.0f / (1.0f + expf(-g));

@@ -49,6 +49,11 @@
 // each configuration's decode steps with cudaProfilerStart/Stop (the kernel tracer's profiler range).
 // Usage: bench_generate [--models LIST] [--contexts 1024,4096,...] [--batches 1,4,...] [--decode-steps N]
 //                       [--prefill-chunk N] [--layers N] [--max-prefill-tokens N] [--precision bf16|fp32]
+//                       [--decode-variants LIST] (decode-path kernel choices, each run on the same weights in
+//                       this order for every (L, B): a variant is `default` or '+'-joined items of tiled, streams,
+//                       warps (the decode attention kernel, attention_cache_cuda.h), swiglu (the gate/up GEMV with
+//                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel);
+//                       unnamed choices stay as the environment set them; e.g. tiled,warps,warps+swiglu,tiled)
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
 //                       (--batches may end with `max`: the largest B that fits, after the smaller ones)
@@ -86,6 +91,8 @@
 #include "models/model.h"
 #include "models/state_size.h"
 #include "models/tensor_table.h"
+#include "layers/cuda/cuda_linear.h"
+#include "ops/attention/attention_cache_cuda.h"
 #include "ops/attention/attention_cudnn.h"
 
 using namespace hlm;
@@ -107,6 +114,8 @@ struct Options {
   // --cuda-graphs on|off|off,on: decode steps as CUDA graphs (infer/cuda/cuda_engine.h); with both, each (L, B) runs
   // once per mode on the same weights (before/after in one process).
   std::vector<bool> graph_modes{true};
+  // --decode-variants: decode-path kernel choices run one after another on the same weights (header comment).
+  std::vector<std::string> decode_variants{"default"};
   bool search_context = false;
   std::vector<std::string> memory_caps{"48G", "device"};
   // The longest of the three timed probe prefills (L/4, L/2, L). 131072: probes of 4K-16K extrapolated the hybrid's
@@ -122,6 +131,48 @@ std::vector<std::string> split(const std::string& s) {
   for (std::string p; std::getline(ss, p, ',');)
     if (!p.empty()) parts.push_back(p);
   return parts;
+}
+
+// The '+'-joined items of a --decode-variants entry.
+std::vector<std::string> variant_items(const std::string& v) {
+  std::vector<std::string> items;
+  std::stringstream ss(v);
+  for (std::string p; std::getline(ss, p, '+');) items.push_back(p);
+  return items;
+}
+
+bool decode_variant_valid(const std::string& v) {
+  if (v == "default") return true;
+  int kernels = 0;
+  for (const std::string& i : variant_items(v)) {
+    if (i == "tiled" || i == "streams" || i == "warps")
+      ++kernels;
+    else if (i != "swiglu" && i != "fused-merge")
+      return false;
+  }
+  return kernels <= 1 && !v.empty();
+}
+
+// The decode-path choices as the process started (the environment's), restored before each variant sets its own.
+struct DecodeChoices {
+  DecodeKernel kernel;
+  DecodeMerge merge;
+  bool swiglu;
+};
+
+void apply_decode_variant(const std::string& v, const DecodeChoices& base) {
+  DecodeChoices c = base;
+  if (v != "default")
+    for (const std::string& i : variant_items(v)) {
+      if (i == "tiled") c.kernel = DecodeKernel::tiled;
+      if (i == "streams") c.kernel = DecodeKernel::streams;
+      if (i == "warps") c.kernel = DecodeKernel::warps;
+      if (i == "swiglu") c.swiglu = true;
+      if (i == "fused-merge") c.merge = DecodeMerge::fused;
+    }
+  attention_cache_cuda_set_decode_kernel(c.kernel);
+  attention_cache_cuda_set_decode_merge(c.merge);
+  cuda_linear_set_swiglu_gemv(c.swiglu);
 }
 
 Options parse(int argc, char** argv) {
@@ -161,6 +212,10 @@ Options parse(int argc, char** argv) {
       }
       if (o.graph_modes.empty()) o.graph_modes.push_back(true);
     }
+    else if (a == "--decode-variants") {
+      o.decode_variants = split(next());
+      if (o.decode_variants.empty()) o.decode_variants.push_back("default");
+    }
     else if (a == "--search-context") o.search_context = true;
     else if (a == "--memory-caps") o.memory_caps = split(next());
     else if (a == "--search-probe") o.search_probe = std::atoll(next().c_str());
@@ -178,6 +233,12 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr, "--prefill-chunk must be > 0, --decode-steps >= 0, --search-probe >= 1024\n");
     std::exit(2);
   }
+  for (const std::string& v : o.decode_variants)
+    if (!decode_variant_valid(v)) {
+      std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
+                           "swiglu, fused-merge\n", v.c_str());
+      std::exit(2);
+    }
   std::sort(o.contexts.begin(), o.contexts.end());
   std::sort(o.batches.begin(), o.batches.end());
   return o;
@@ -610,6 +671,14 @@ int main(int argc, char** argv) {
     search_contexts(o);
     return 0;
   }
+  DecodeChoices base_choices{};
+  try {  // the environment's choices (HLM_DECODE_KERNEL, HLM_DECODE_MERGE, HLM_GATE_UP_SWIGLU): a typo is refused here
+    base_choices = {attention_cache_cuda_decode_kernel(), attention_cache_cuda_decode_merge(),
+                    cuda_linear_swiglu_gemv_enabled()};
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_generate: %s\n", e.what());
+    return 2;
+  }
   json results = json::array();
   std::ostringstream md;
   const auto write_outputs = [&] {
@@ -622,6 +691,7 @@ int main(int argc, char** argv) {
                         {"prefill_chunk", o.prefill_chunk},
                         {"precision", o.precision},
                         {"max_prefill_tokens", o.max_prefill_tokens},
+                        {"decode_variants", o.decode_variants},
                         {"layers_override", o.layers}}},
                       {"results", results}};
     std::ofstream(std::filesystem::path(o.out) / "bench_generate.json") << doc.dump(2) << "\n";
@@ -664,10 +734,19 @@ int main(int argc, char** argv) {
       double activation_peak_b1 = -1;
       int64_t largest_b = -1;  // from the smallest-B run at this L
       const int64_t tokens_each = L + o.decode_steps;
-      std::vector<std::pair<int64_t, bool>> runs;  // (B, CUDA graphs)
+      struct Run {
+        int64_t batch;
+        bool graphs;
+        std::string variant;
+      };
+      std::vector<Run> runs;
       for (const int64_t b : o.batches)
-        for (const bool g : o.graph_modes) runs.emplace_back(b, g);
-      for (const auto& [B_opt, graphs] : runs) {
+        for (const bool g : o.graph_modes)
+          for (const std::string& v : o.decode_variants) runs.push_back({b, g, v});
+      for (const Run& run : runs) {
+        const int64_t B_opt = run.batch;
+        const bool graphs = run.graphs;
+        apply_decode_variant(run.variant, base_choices);
         const bool max_batch = B_opt == kMaxBatch;
         const int64_t B = max_batch ? largest_b : B_opt;
         if (B < 1) {
@@ -682,7 +761,7 @@ int main(int argc, char** argv) {
         json row = {{"model", name},        {"layers", config.num_hidden_layers},
                     {"context", L},         {"batch", B},
                     {"max_batch_run", max_batch}, {"prefill_group", group},
-                    {"precision", o.precision}, {"cuda_graphs", graphs},
+                    {"precision", o.precision}, {"cuda_graphs", graphs}, {"decode_variant", run.variant},
                     {"decode_steps", o.decode_steps}, {"prefill_chunk", o.prefill_chunk},
                     {"plan_state_bytes", plan.total_bytes()}};
         if (o.max_prefill_tokens > 0 && B * L > o.max_prefill_tokens) {
@@ -823,7 +902,9 @@ int main(int argc, char** argv) {
           std::snprintf(line, sizeof line,
                         "| %s | %s | %lld | %lld | %lld | %.3f | %.0f | %.2f | %.1f | %.2f | %.2f | %s | %s | %lld | "
                         "%lld |\n",
-                        name.c_str(), (o.precision + (graphs ? "" : ", no graphs")).c_str(),
+                        name.c_str(),
+                        (o.precision + (graphs ? "" : ", no graphs") +
+                         (run.variant == "default" ? "" : ", " + run.variant)).c_str(),
                         static_cast<long long>(config.num_hidden_layers),
                         static_cast<long long>(L), static_cast<long long>(B), prefill_s, double(B * L) / prefill_s,
                         1e3 * median_step, o.decode_steps > 0 ? double(B * o.decode_steps) / decode_s : 0.0,

@@ -52,7 +52,8 @@
 //                       [--decode-variants LIST] (decode-path kernel choices, each run on the same weights in
 //                       this order for every (L, B): a variant is `default` or '+'-joined items of tiled, streams,
 //                       warps (the decode attention kernel, attention_cache_cuda.h), swiglu (the gate/up GEMV with
-//                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel);
+//                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel),
+//                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only);
 //                       unnamed choices stay as the environment set them; e.g. tiled,warps,warps+swiglu,tiled)
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
@@ -147,7 +148,7 @@ bool decode_variant_valid(const std::string& v) {
   for (const std::string& i : variant_items(v)) {
     if (i == "tiled" || i == "streams" || i == "warps")
       ++kernels;
-    else if (i != "swiglu" && i != "fused-merge")
+    else if (i != "swiglu" && i != "fused-merge" && i != "qkfold")
       return false;
   }
   return kernels <= 1 && !v.empty();
@@ -158,9 +159,11 @@ struct DecodeChoices {
   DecodeKernel kernel;
   DecodeMerge merge;
   bool swiglu;
+  bool qk_fold;  // an engine option (CudaEngineOptions::fold_qk_into_decode_attention), not a process setting
 };
 
-void apply_decode_variant(const std::string& v, const DecodeChoices& base) {
+// Sets the process-wide choices of variant `v`; returns whether its engine folds the q/k preparation.
+bool apply_decode_variant(const std::string& v, const DecodeChoices& base) {
   DecodeChoices c = base;
   if (v != "default")
     for (const std::string& i : variant_items(v)) {
@@ -169,10 +172,12 @@ void apply_decode_variant(const std::string& v, const DecodeChoices& base) {
       if (i == "warps") c.kernel = DecodeKernel::warps;
       if (i == "swiglu") c.swiglu = true;
       if (i == "fused-merge") c.merge = DecodeMerge::fused;
+      if (i == "qkfold") c.qk_fold = true;
     }
   attention_cache_cuda_set_decode_kernel(c.kernel);
   attention_cache_cuda_set_decode_merge(c.merge);
   cuda_linear_set_swiglu_gemv(c.swiglu);
+  return c.qk_fold;
 }
 
 Options parse(int argc, char** argv) {
@@ -236,7 +241,7 @@ Options parse(int argc, char** argv) {
   for (const std::string& v : o.decode_variants)
     if (!decode_variant_valid(v)) {
       std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
-                           "swiglu, fused-merge\n", v.c_str());
+                           "swiglu, fused-merge, qkfold\n", v.c_str());
       std::exit(2);
     }
   std::sort(o.contexts.begin(), o.contexts.end());
@@ -674,7 +679,7 @@ int main(int argc, char** argv) {
   DecodeChoices base_choices{};
   try {  // the environment's choices (HLM_DECODE_KERNEL, HLM_DECODE_MERGE, HLM_GATE_UP_SWIGLU): a typo is refused here
     base_choices = {attention_cache_cuda_decode_kernel(), attention_cache_cuda_decode_merge(),
-                    cuda_linear_swiglu_gemv_enabled()};
+                    cuda_linear_swiglu_gemv_enabled(), cuda_engine_default_options().fold_qk_into_decode_attention};
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());
     return 2;
@@ -746,7 +751,7 @@ int main(int argc, char** argv) {
       for (const Run& run : runs) {
         const int64_t B_opt = run.batch;
         const bool graphs = run.graphs;
-        apply_decode_variant(run.variant, base_choices);
+        const bool qk_fold = apply_decode_variant(run.variant, base_choices);
         const bool max_batch = B_opt == kMaxBatch;
         const int64_t B = max_batch ? largest_b : B_opt;
         if (B < 1) {
@@ -791,7 +796,9 @@ int main(int argc, char** argv) {
         try {  // an out-of-memory (or any) failure is recorded and the next configuration runs
           ctx.allocator().release_cached();
           ctx.allocator().reset_peaks();
-          auto engine = make_cuda_engine(*gpu, plan, engine_options(graphs));
+          CudaEngineOptions options = engine_options(graphs);
+          options.fold_qk_into_decode_attention = qk_fold;
+          auto engine = make_cuda_engine(*gpu, plan, options);
           std::vector<int> slots;
           std::vector<std::vector<int32_t>> prompts;
           for (int64_t b = 0; b < B; ++b) {
@@ -868,7 +875,8 @@ int main(int argc, char** argv) {
                       {"graph_replays", gstats.replays},
                       {"graph_failures", gstats.failures},
                       {"fused_decode_steps", gstats.fused_decode_steps},
-                      {"fused_decode", gstats.fused_decode_refusal.empty() ? "on" : gstats.fused_decode_refusal}});
+                      {"fused_decode", gstats.fused_decode_refusal.empty() ? "on" : gstats.fused_decode_refusal},
+                      {"qk_folded_launches", gstats.qk_folded_launches}});
           row.update({{"prefill_seconds", prefill_s},
                       {"prefill_tokens_per_second", double(B * L) / prefill_s},
                       {"decode_seconds", decode_s},

@@ -144,6 +144,67 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
   }
 }
 
+// With the warp decode attention kernel (DecodeKernel::warps), the q/k norms, RoPE and KV-cache write folded into it
+// (CudaEngineOptions::fold_qk_into_decode_attention, attention_cache_decode_prep_cuda) against the q/k launch + the same
+// kernel: every step's logits with the same bytes (fp32 and bf16; three sequences prefilled in chunks of 5, then
+// decoded together with graphs, one closed half-way), and the fold taken where it applies (per-head q/k norms or none:
+// qwen3, granite, the qwen3_hybrid student in fp32; OLMo's whole-projection norms keep the q/k launch, and so do rows
+// the warp kernel cannot take).
+TEST(CudaEngineFusions, QkFoldIntoTheWarpKernelEqualsTheSeparateLaunchesBitForBit) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  const DecodeKernel saved = attention_cache_cuda_decode_kernel();
+  attention_cache_cuda_set_decode_kernel(DecodeKernel::warps);
+  struct Case {
+    const char* name;
+    bool golden, folds;
+  };
+  for (const Case& m : {Case{"qwen3_untied", true, true}, Case{"granite", true, true},
+                        Case{"olmo_hybrid_tiny", true, false}, Case{"qwen3_hybrid_student", false, true},
+                        Case{"olmo3_swa", true, false}}) {
+    Model model = m.golden ? Model::load(cuda_golden_dir(m.name))
+                           : Model::create(parse_model_config(student_config_json(), "test"), 11);
+    const int64_t V = model.config().vocab_size;
+    const std::vector<int64_t> prompts{17, 9, 23};
+    std::vector<std::vector<int32_t>> seqs;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      seqs.push_back(ids_for(prompts[i] + 14, V, 120 + static_cast<uint32_t>(i)));
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(m.name) + (bf16 ? " bf16" : " fp32"));
+      CudaModel gpu = CudaModel::upload(model, ctx);
+      if (bf16) gpu.drop_fp32_weights();
+      const MemoryPlan plan = plan_for(model, 3, prompts.back() + 14, bf16 ? 2 : 4);
+      CudaEngineOptions folded = cuda_engine_default_options(), separate = cuda_engine_default_options();
+      folded.fold_qk_into_decode_attention = true;
+      separate.fold_qk_into_decode_attention = false;
+      std::vector<float> lf, ls;
+      int64_t fold_launches = 0;
+      {
+        auto e = make_cuda_engine(gpu, plan, folded);
+        lf = run_steps(*e, seqs, prompts);
+        fold_launches = cuda_engine_graph_stats(*e).qk_folded_launches;
+      }
+      {
+        auto e = make_cuda_engine(gpu, plan, separate);
+        ls = run_steps(*e, seqs, prompts);
+        EXPECT_EQ(cuda_engine_graph_stats(*e).qk_folded_launches, 0);
+      }
+      ASSERT_EQ(lf.size(), ls.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < lf.size(); ++i) differ += std::memcmp(&lf[i], &ls[i], sizeof(float)) != 0;
+      std::printf("[fusions] %s %s: q/k folded into the warp kernel in %lld layer launches, %zu logits, %zu differ\n",
+                  m.name, bf16 ? "bf16" : "fp32", static_cast<long long>(fold_launches), lf.size(), differ);
+      EXPECT_EQ(differ, 0u);
+      // The warp kernel needs rows of 16-byte multiples (the student's head_dim 12 in bf16 has 24-byte rows).
+      if (m.folds && model.config().head_dim * (bf16 ? 2 : 4) % 16 == 0)
+        EXPECT_GT(fold_launches, 0);
+      else
+        EXPECT_EQ(fold_launches, 0);
+    }
+  }
+  attention_cache_cuda_set_decode_kernel(saved);
+}
+
 // At one sequence in bf16 (the rows the small-row GEMV takes) the MLP's gate and up products and SwiGLU can run as
 // ONE GEMV launch with SwiGLU in its epilogue (cuda_linear_try_swiglu_gemv, HLM_GATE_UP_SWIGLU): meant to give the
 // bits of the group GEMV + SwiGLU kernel it replaces, so every step's logits must have the same bytes with the fold

@@ -10,8 +10,8 @@
 # usage: OUT=$OUT [PARTS=tests,bench,decode] [VARIANTS=...] [BATCHES=1] bash tools/device/decode_attention_check.sh
 #          [MODELS]
 #   MODELS    comma-separated bench_generate shapes (default olmo3_7b,qwen3_4b,olmo_hybrid_7b)
-#   VARIANTS  bench_generate --decode-variants list (default: tiled, warps, swiglu, warps+swiglu, warps+fused-merge,
-#             then tiled, warps, warps+swiglu again: repeats show the spread within the process)
+#   VARIANTS  bench_generate --decode-variants list (default: tiled, warps, swiglu, warps+qkfold, warps+qkfold+swiglu,
+#             warps+fused-merge, then tiled, warps, warps+qkfold+swiglu again: repeats show the spread in the process)
 #   BATCHES   bench_generate --batches for the decode rows (default 1; e.g. 64 for the serving batch)
 #   PARTS     which sections run (default all three; ~1 min of model set-up per model plus ~3 s per variant row)
 # Prints the test verdicts, the attn_decode lines and the decode rows (precision column names the variant; ms per
@@ -25,16 +25,16 @@ export LD_LIBRARY_PATH=$BIN/../lib HLM_GOLDEN_DIR=${HLM_GOLDEN_DIR:-$PWD/tests/g
 finish() { tar czf "$OUT/decode_attention.tgz" -C /tmp decode_attention; }
 trap finish EXIT
 models=${1:-olmo3_7b,qwen3_4b,olmo_hybrid_7b}
-variants=${VARIANTS:-tiled,warps,swiglu,warps+swiglu,warps+fused-merge,tiled,warps,warps+swiglu}
+variants=${VARIANTS:-tiled,warps,swiglu,warps+qkfold,warps+qkfold+swiglu,warps+fused-merge,tiled,warps,warps+qkfold+swiglu}
 
 PARTS=${PARTS:-tests,bench,decode}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 if has tests; then
-timeout 120 "$BIN/test_cuda_ops" --gtest_filter='AttentionCacheCuda.*:MatmulCuda.Gemv*:SwigluCuda.*' \
+timeout 120 "$BIN/test_cuda_ops" --gtest_filter='AttentionCacheCuda.*:AttentionDecodePrepCuda.*:MatmulCuda.Gemv*:SwigluCuda.*:QkNormRope*' \
   > "$W/ops.log" 2>&1
 echo "test_cuda_ops rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$W/ops.log" | tr '\n' ' ')"
-grep -E "gemv swiglu" "$W/ops.log"
+grep -E "gemv swiglu|\[prep\]" "$W/ops.log"
 grep -E "decode, .* kernel" "$W/ops.log" | head -40
 timeout 180 "$BIN/test_cuda_models" \
   --gtest_filter='CudaEngine.EveryDecodeAttentionKernelMatchesTheCpu:CudaEngine.PrefillChunkings*:CudaEngineFusions.*'\

@@ -61,6 +61,11 @@ struct CudaEngineOptions {
   // the kernel, no cast launch) instead of cuBLASLt's pick; the logits then differ from cuBLASLt's in fp32 rounding
   // (another summation order). false: cuBLASLt at every row count.
   bool head_gemv = true;
+  // Decode steps with the warp decode attention kernel (HLM_DECODE_KERNEL=warps) and per-head q/k norms (or none):
+  // each attention layer's q/k norms, RoPE and KV-cache write folded into that kernel
+  // (attention_cache_decode_prep_cuda: one launch fewer per layer, bit-identical to the q/k launch + the warp kernel).
+  // Off by default: written in session 29 without a GPU, not yet measured.
+  bool fold_qk_into_decode_attention = false;
   // A batch-1 decode step of a model the fused decode kernel runs (ops/fused_decode/fused_decode_cuda.h: pre-norm
   // full-attention layers with dense SwiGLU MLPs, bf16 weights and a bf16 KV cache, an sm_90 device) as ONE
   // persistent launch for the whole decoder (plus the embedding, the final norm and the LM head) instead of ~10
@@ -77,6 +82,7 @@ struct CudaEngineOptions {
 // The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off, HLM_QK_FUSE=0|off the fused
 // q/k norm + RoPE + cache write off (1|on: on, the default), HLM_GDN_DECODE_FUSE=0|off the fused GDN decode
 // preparation off (1|on: on, the default), HLM_HEAD_GEMV=0|off the batch-1 LM head GEMV off (1|on: on, the default),
+// HLM_DECODE_QK_FOLD=1|on the q/k preparation folded into the warp decode attention kernel (0|off: off, the default),
 // HLM_FUSED_DECODE=1|on the fused batch-1 decode on (0|off: off, the default) and HLM_FUSED_DECODE_TIMELINE=FILE its
 // profiling timeline on. Any other value of a switch is an input error (core/env_switch.h).
 CudaEngineOptions cuda_engine_default_options();
@@ -91,6 +97,9 @@ struct CudaEngineGraphStats {
   int64_t failures = 0;   // captures that failed (those shapes run eagerly)
   int64_t eager_decode_steps = 0;
   int64_t fused_decode_steps = 0;  // batch-1 decode steps run by the fused decode kernel (eager or in a graph)
+  // Attention layers queued with the q/k preparation folded into the decode kernel (fold_qk_into_decode_attention;
+  // host calls: eager steps and graph captures, not replays).
+  int64_t qk_folded_launches = 0;
   // Why the fused decode is off for this engine ("" when it is on).
   std::string fused_decode_refusal;
 };

@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "ops/attention/attention_cache_cuda.h"
 #include "ops/attention/attention_tc.cuh"
+#include "ops/qk_norm_rope/qk_row_math.cuh"
 
 namespace hlm {
 
@@ -734,11 +735,45 @@ struct WarpDecodeShape {
 
 __device__ __forceinline__ uint4 load_chunk_l2(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
 
-template <int DMAX, int HPB, typename C>
+// The q/k preparation folded into the warp kernel (attention_cache_decode_prep_cuda): the raw projections, the
+// per-head norms (or none), RoPE and the cache slots of the step's tokens, as qk_norm_rope_cache_write_cuda takes them.
+struct DecodePrep {
+  const float* q;       // [T, Hq·D] the raw projections: read by every split's block, so never written
+  const float* k;       // [T, Hkv·D]
+  const float* v;       // [T, Hkv·D]
+  const float* q_norm;  // [D] or nullptr
+  const float* k_norm;  // [D] or nullptr
+  float eps;
+  bool q_vec, k_vec;    // the norms' V = 4 order (qk_row_math.cuh)
+  const int32_t* positions;  // [T]
+  const float* cos;     // [num_positions, half] or nullptr (no RoPE)
+  const float* sin;
+  int64_t half, num_positions;
+  const int64_t* slots;  // [T] cache slots of the new k/v rows
+  int64_t cache_slots;
+};
+
+// kVec cache elements packed into 16 bytes from fp32 values (narrowed as the cache write narrows them).
+template <typename C, int kVec>
+__device__ __forceinline__ uint4 pack_chunk(const float* x) {
+  uint4 u;
+  C* e = reinterpret_cast<C*>(&u);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) e[i] = narrow<C>(x[i]);
+  return u;
+}
+
+// kPrep (attention_cache_decode_prep_cuda): q is the raw projection; after the wait each block prepares its HPB q
+// heads and its KV head's new k row in shared memory as qk_norm_rope.cu does (the same per-row operations:
+// qk_row_math.cuh) and uses them for q and for the new key (its k and v narrowed to the cache's type and widened back,
+// the values the cache would hold); the block whose split holds the new key, first head group of its KV head, writes
+// k, v into the cache slot. No other block reads that slot in this launch (the other splits end before it); the raw q
+// and k are not written back (every split's block reads them).
+template <int DMAX, int HPB, typename C, bool kPrep>
 __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_warps_kernel(float* part, float* out, const float* q, const C* k_cache, const C* v_cache,
                               const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
-                              int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
+                              int64_t splits, int64_t split_len, int* flag, FusedMerge fm, DecodePrep pr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the merge or the next GEMV) may start now
   using Sh = WarpDecodeShape<DMAX, C>;
   constexpr int kVec = Sh::kVec, LPK = Sh::kLanesPerKey, G = Sh::kGroups, R = Sh::kSteps;
@@ -771,14 +806,21 @@ __global__ void __launch_bounds__(kDecodeThreads)
       kr[s] = vr[s] = make_uint4(0, 0, 0, 0);
     }
   };
+  // kPrep: the new key's row (normalized, rotated k and v, narrowed) from shared memory instead of the cache.
+  __shared__ __align__(16) float kp_s[kPrep ? DMAX : 1], vp_s[kPrep ? DMAX : 1];
   const auto load = [&](int64_t b, bool new_key_only, bool skip_new_key) {
 #pragma unroll
     for (int s = 0; s < R; ++s) {
       const int64_t pos = kb + b * Sh::kBatchKeys + s * G + grp;
       const bool is_new = pos == last;
       if (off[s] >= 0 && has_chunk && (new_key_only ? is_new : !(skip_new_key && is_new))) {
-        kr[s] = load_chunk_l2(k_cache + off[s] + c * kVec);
-        vr[s] = load_chunk_l2(v_cache + off[s] + c * kVec);
+        if (kPrep && is_new) {
+          kr[s] = pack_chunk<C, kVec>(kp_s + c * kVec);
+          vr[s] = pack_chunk<C, kVec>(vp_s + c * kVec);
+        } else {
+          kr[s] = load_chunk_l2(k_cache + off[s] + c * kVec);
+          vr[s] = load_chunk_l2(v_cache + off[s] + c * kVec);
+        }
       }
     }
   };
@@ -790,13 +832,76 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   cuda::dependent_launch_wait();
   float qr[HPB][kVec];
-#pragma unroll
-  for (int hh = 0; hh < HPB; ++hh)
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const int d = c * kVec + e;
-      qr[hh][e] = d < dm.D ? __ldcg(q + (sv.begin * dm.Hq + h0 + hh) * dm.D + d) : 0.0f;
+  if constexpr (kPrep) {
+    __shared__ __align__(16) float qp_s[HPB][DMAX];
+    __shared__ float cs_s[DMAX / 2], sn_s[DMAX / 2];
+    const int64_t tok = sv.begin, D = dm.D;
+    const int32_t pos = pr.cos != nullptr ? pr.positions[tok] : 0;
+    const bool pos_ok = pr.cos != nullptr && pos >= 0 && pos < pr.num_positions;
+    for (int64_t i = t; i < HPB * D; i += kDecodeThreads)
+      qp_s[i / D][i % D] = __ldcg(pr.q + (tok * dm.Hq + h0) * D + i);
+    for (int64_t i = t; i < D; i += kDecodeThreads) {
+      kp_s[i] = __ldcg(pr.k + (tok * dm.Hkv + kvh) * D + i);
+      vp_s[i] = __ldcg(pr.v + (tok * dm.Hkv + kvh) * D + i);
     }
+    if (pos_ok)
+      for (int64_t i = t; i < pr.half; i += kDecodeThreads) {
+        cs_s[i] = pr.cos[static_cast<int64_t>(pos) * pr.half + i];
+        sn_s[i] = pr.sin[static_cast<int64_t>(pos) * pr.half + i];
+      }
+    __syncthreads();
+    // Norms: a warp per row (the q heads, then the k head), rmsnorm.cu's warp order.
+    for (int r = t / 32; r <= HPB; r += kDecodeThreads / 32) {
+      const float* w = r < HPB ? pr.q_norm : pr.k_norm;
+      if (w != nullptr)
+        cuda::qk_norm_row_warp(r < HPB ? &qp_s[r][0] : kp_s, D, w, r < HPB ? pr.q_vec : pr.k_vec, pr.eps, 0, D);
+    }
+    __syncthreads();
+    if (pr.cos != nullptr) {  // RoPE over the q heads and the k head (a bad position: NaN on the rotary dims, flag)
+      if (!pos_ok && t == 0 && flag != nullptr) atomicOr(flag, 1);
+      for (int64_t p = t; p < (HPB + 1) * pr.half; p += kDecodeThreads) {
+        const int64_t h = p / pr.half, i = p - h * pr.half;
+        float* x = h < HPB ? &qp_s[h][0] : kp_s;
+        if (!pos_ok) {
+          x[i] = quiet_nan();
+          x[i + pr.half] = quiet_nan();
+        } else {
+          cuda::qk_rope_pair(x, i, pr.half, cs_s[i], sn_s[i]);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int hh = 0; hh < HPB; ++hh)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const int d = c * kVec + e;
+        qr[hh][e] = d < dm.D ? qp_s[hh][d] : 0.0f;
+      }
+    // The block whose split holds the new key (the KV head's first head group) writes k, v into the cache slot, as
+    // the q/k kernel would.
+    if (kb <= last && last < ke && h0 % dm.group == 0) {
+      const int64_t slot = pr.slots[tok];
+      if (slot < 0 || slot >= pr.cache_slots) {
+        if (t == 0 && flag != nullptr) atomicOr(flag, 1);
+      } else {  // the caches are written only here (the kernel's other accesses read them)
+        C* kc = const_cast<C*>(k_cache) + (slot * dm.Hkv + kvh) * D;
+        C* vc = const_cast<C*>(v_cache) + (slot * dm.Hkv + kvh) * D;
+        for (int64_t i = t; i < D; i += kDecodeThreads) {
+          kc[i] = narrow<C>(kp_s[i]);
+          vc[i] = narrow<C>(vp_s[i]);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int hh = 0; hh < HPB; ++hh)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const int d = c * kVec + e;
+        qr[hh][e] = d < dm.D ? __ldcg(q + (sv.begin * dm.Hq + h0 + hh) * dm.D + d) : 0.0f;
+      }
+  }
   if (n_batches > 0) load(0, true, false);  // the new key's row, if it is in the first batch
 
   float m[HPB], l[HPB], acc[HPB][kVec];
@@ -978,15 +1083,21 @@ void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, 
                                               dm, splits, len, flag, fm));
 }
 
+// prep != nullptr: the q/k preparation folded in (attention_cache_decode_prep_cuda).
 template <int DMAX, int HPB, typename C>
 void decode_warps_launch(float* part, float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
                          const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
-                         int* flag, FusedMerge fm, cudaStream_t stream) {
+                         int* flag, FusedMerge fm, const DecodePrep* prep, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_attention(cuda::AttentionLaunch::kSplit),
-                                              cache_decode_warps_kernel<DMAX, HPB, C>, grid, dim3(kDecodeThreads),
-                                              0, stream, part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag,
-                                              fm));
+  const bool pdl = cuda::dependent_launch_attention(cuda::AttentionLaunch::kSplit);
+  if (prep != nullptr)
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, cache_decode_warps_kernel<DMAX, HPB, C, true>, grid,
+                                                dim3(kDecodeThreads), 0, stream, part, out, q, kc, vc, tables, ctx, cu,
+                                                dm, splits, len, flag, fm, *prep));
+  else
+    HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, cache_decode_warps_kernel<DMAX, HPB, C, false>, grid,
+                                                dim3(kDecodeThreads), 0, stream, part, out, q, kc, vc, tables, ctx, cu,
+                                                dm, splits, len, flag, fm, DecodePrep{}));
 }
 
 // The tiled kernel as a cluster launch (splits blocks per cluster, merged through distributed shared memory):
@@ -1063,16 +1174,17 @@ bool decode_cluster_dispatch(int hpb, float* out, const float* q, const C* kc, c
 template <int DMAX, typename C>
 void decode_dispatch(DecodeKernel kernel, int hpb, float* part, float* out, const float* q, const C* kc, const C* vc,
                      const int32_t* tables, const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits,
-                     int64_t len, int* flag, FusedMerge fm, cudaStream_t stream) {
+                     int64_t len, int* flag, FusedMerge fm, const DecodePrep* prep, cudaStream_t stream) {
   if (kernel == DecodeKernel::warps) {
     if (hpb == 4)
-      decode_warps_launch<DMAX, 4, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+      decode_warps_launch<DMAX, 4, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     else if (hpb == 2)
-      decode_warps_launch<DMAX, 2, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+      decode_warps_launch<DMAX, 2, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     else
-      decode_warps_launch<DMAX, 1, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+      decode_warps_launch<DMAX, 1, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     return;
   }
+  HLM_CHECK(prep == nullptr, "attention_cache: the q/k preparation is folded into the warp kernel only");
   if (kernel == DecodeKernel::tiled) {
     if (hpb == 4)
       decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
@@ -1137,7 +1249,8 @@ void cache_write(C* k_cache, C* v_cache, const float* k, const float* v, const i
 template <typename C>
 void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cache, const int32_t* block_tables,
                    const int64_t* context_lens, const int64_t* cu_seqlens, const AttentionCacheCudaParams& p,
-                   void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream);
+                   void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream,
+                   const DecodePrep* prep = nullptr);
 
 }  // namespace
 
@@ -1200,10 +1313,13 @@ size_t attention_cache_forward_cuda_workspace_bytes(const AttentionCacheCudaPara
 
 namespace {
 
+// prep != nullptr: the decode path with the q/k preparation folded into the warp kernel (the caller checked
+// attention_cache_decode_prep_supported).
 template <typename C>
 void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cache, const int32_t* block_tables,
                    const int64_t* context_lens, const int64_t* cu_seqlens, const AttentionCacheCudaParams& p,
-                   void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, int* error_flag, cudaStream_t stream,
+                   const DecodePrep* prep) {
   const CacheDims dm = make_dims(p, "attention_cache_forward_cuda");
   if (dm.T == 0 || dm.N == 0) return;
   if (!decode_path(p)) {
@@ -1221,20 +1337,21 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
   auto* part = static_cast<float*>(workspace);
   const int64_t len = split_len(p, splits);
   const int hpb = heads_per_block(p);
-  if (dm.D <= 64 ? decode_cluster_dispatch<64>(hpb, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens,
-                                               dm, splits, len, error_flag, stream)
-                 : decode_cluster_dispatch<128>(hpb, out, q, k_cache, v_cache, block_tables, context_lens,
-                                                cu_seqlens, dm, splits, len, error_flag, stream))
+  if (prep == nullptr &&
+      (dm.D <= 64 ? decode_cluster_dispatch<64>(hpb, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens,
+                                                dm, splits, len, error_flag, stream)
+                  : decode_cluster_dispatch<128>(hpb, out, q, k_cache, v_cache, block_tables, context_lens,
+                                                 cu_seqlens, dm, splits, len, error_flag, stream)))
     return;  // merged inside the clusters
-  const DecodeKernel kernel = decode_kernel_for(k_cache, v_cache, dm);
+  const DecodeKernel kernel = prep != nullptr ? DecodeKernel::warps : decode_kernel_for(k_cache, v_cache, dm);
   const bool direct = kernel == DecodeKernel::warps && splits == 1;  // the kernel writes out itself
   const FusedMerge fm{out, direct ? nullptr : fused_merge_counters(dm.N * (dm.Hq / hpb), stream)};
   if (dm.D <= 64)
     decode_dispatch<64>(kernel, hpb, part, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm,
-                        splits, len, error_flag, fm, stream);
+                        splits, len, error_flag, fm, prep, stream);
   else
     decode_dispatch<128>(kernel, hpb, part, out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, dm,
-                         splits, len, error_flag, fm, stream);
+                         splits, len, error_flag, fm, prep, stream);
   if (direct || fm.counters != nullptr) return;  // no merge, or merged by each group's last split block
   HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
       cuda::dependent_launch_attention(cuda::AttentionLaunch::kMerge), cache_decode_merge_kernel,
@@ -1292,6 +1409,72 @@ void attention_cache_forward_cuda(float* out, const float* q, const __nv_bfloat1
                                   int* error_flag, cudaStream_t stream) {
   cache_forward(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, p, workspace, workspace_bytes,
                 error_flag, stream);
+}
+
+namespace {
+
+// The kernel's DecodePrep from the caller's, with the norms' V = 4 order decided as qk_norm_rope.cu decides it.
+DecodePrep decode_prep_args(const AttentionDecodePrepCuda& a, const AttentionCacheCudaParams& p) {
+  using cuda::aligned16;
+  DecodePrep d{};
+  d.q = a.q;
+  d.k = a.k;
+  d.v = a.v;
+  d.q_norm = a.q_norm;
+  d.k_norm = a.k_norm;
+  d.eps = a.eps;
+  d.q_vec = a.q_norm != nullptr && aligned16(a.q) && aligned16(a.q_norm) && p.head_dim % 4 == 0;
+  d.k_vec = a.k_norm != nullptr && aligned16(a.k) && aligned16(a.k_norm) && p.head_dim % 4 == 0;
+  d.positions = a.positions;
+  d.cos = a.rope != nullptr ? a.rope->cos : nullptr;
+  d.sin = a.rope != nullptr ? a.rope->sin : nullptr;
+  d.half = a.rope != nullptr ? a.rope->rotary_dim / 2 : 0;
+  d.num_positions = a.rope != nullptr ? a.rope->num_positions : 0;
+  d.slots = a.slot_mapping;
+  d.cache_slots = a.cache_slots;
+  return d;
+}
+
+template <typename C>
+void decode_prep_forward(float* out, const AttentionDecodePrepCuda& a, C* k_cache, C* v_cache,
+                         const int32_t* block_tables, const int64_t* context_lens, const int64_t* cu_seqlens,
+                         const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes, int* error_flag,
+                         cudaStream_t stream) {
+  HLM_CHECK(attention_cache_decode_prep_supported(p, a, k_cache, v_cache),
+            "attention_cache_decode_prep_cuda: unsupported shape or inputs (attention_cache_decode_prep_supported)");
+  const DecodePrep prep = decode_prep_args(a, p);
+  cache_forward(out, a.q, k_cache, v_cache, block_tables, context_lens, cu_seqlens, p, workspace, workspace_bytes,
+                error_flag, stream, &prep);
+}
+
+}  // namespace
+
+bool attention_cache_decode_prep_supported(const AttentionCacheCudaParams& p, const AttentionDecodePrepCuda& a,
+                                           const void* k_cache, const void* v_cache, size_t cache_element_bytes) {
+  if (p.max_query_len != 1 || p.head_dim < 2 || p.head_dim > attention_cache_cuda_max_head_dim()) return false;
+  if ((p.head_dim * static_cast<int64_t>(cache_element_bytes)) % 16 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(k_cache) % 16 != 0 || reinterpret_cast<uintptr_t>(v_cache) % 16 != 0) return false;
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.slot_mapping == nullptr) return false;
+  if (a.rope != nullptr && (a.positions == nullptr || a.rope->head_dim != p.head_dim || a.rope->rotary_dim < 2 ||
+                            a.rope->rotary_dim % 2 != 0 || a.rope->rotary_dim > p.head_dim))
+    return false;
+  return true;
+}
+
+void attention_cache_decode_prep_cuda(float* out, const AttentionDecodePrepCuda& prep, float* k_cache, float* v_cache,
+                                      const int32_t* block_tables, const int64_t* context_lens,
+                                      const int64_t* cu_seqlens, const AttentionCacheCudaParams& p, void* workspace,
+                                      size_t workspace_bytes, int* error_flag, cudaStream_t stream) {
+  decode_prep_forward(out, prep, k_cache, v_cache, block_tables, context_lens, cu_seqlens, p, workspace,
+                      workspace_bytes, error_flag, stream);
+}
+void attention_cache_decode_prep_cuda(float* out, const AttentionDecodePrepCuda& prep, __nv_bfloat16* k_cache,
+                                      __nv_bfloat16* v_cache, const int32_t* block_tables,
+                                      const int64_t* context_lens, const int64_t* cu_seqlens,
+                                      const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                      int* error_flag, cudaStream_t stream) {
+  decode_prep_forward(out, prep, k_cache, v_cache, block_tables, context_lens, cu_seqlens, p, workspace,
+                      workspace_bytes, error_flag, stream);
 }
 
 }  // namespace hlm

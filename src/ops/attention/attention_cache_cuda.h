@@ -44,6 +44,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/rope/rope_cuda.h"
+
 namespace hlm {
 
 struct AttentionCacheCudaParams {
@@ -125,6 +127,48 @@ void attention_cache_forward_cuda(float* out, const float* q, const __nv_bfloat1
                                   const int64_t* context_lens, const int64_t* cu_seqlens,
                                   const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
                                   int* error_flag, cudaStream_t stream);
+
+// The decode path with an attention layer's q/k preparation folded into the warp kernel (DecodeKernel::warps), for
+// per-head q/k norms or none: ONE launch (plus the split merge) does what qk_norm_rope_cache_write_cuda
+// (ops/qk_norm_rope/qk_norm_rope_cuda.h) followed by attention_cache_forward_cuda with the warp kernel does at a decode
+// step, with the same bits in `out` and in the new k, v rows of the caches. Unlike the q/k launch it leaves q and k
+// as they were (the raw projections: every key split's block reads them; nothing after the attention reads the
+// normalized ones). Each block prepares its own q heads and its KV head's new k row from the raw projections in
+// shared memory (the q/k kernel's per-row operations, qk_row_math.cuh); the block whose key split holds the new token
+// writes the cache slot. The new key's k, v enter its scores as the cache would hold them (narrowed, widened back).
+// Differences from the two launches, for bad metadata only: a slot outside the pool raises the flag and is not
+// written, and the new key still enters the attention (the separate launches would read whatever the block table's
+// slot holds). Launched as a programmatic dependent of the projections (HLM_PDL_ATTN's split part).
+struct AttentionDecodePrepCuda {
+  const float* q = nullptr;              // [T, Hq·D] the raw q projection (not written)
+  const float* k = nullptr;              // [T, Hkv·D] the raw k projection (not written)
+  const float* v = nullptr;              // [T, Hkv·D]
+  const float* q_norm = nullptr;         // [D] per-head RMSNorm weight, or nullptr (no q norm)
+  const float* k_norm = nullptr;         // [D] or nullptr
+  float eps = 1e-6f;
+  const int32_t* positions = nullptr;    // [T] RoPE positions (device)
+  const RopeCudaTable* rope = nullptr;   // nullptr: no RoPE; else head_dim = D
+  const int64_t* slot_mapping = nullptr;  // [T] cache slots of the new rows (device)
+  int64_t cache_slots = 0;               // num_blocks · block_size
+};
+// Whether the folded path takes these params (decode: max_query_len 1; rows of 16-byte multiples, 16-byte aligned
+// caches; a valid RoPE table); otherwise run the two launches.
+bool attention_cache_decode_prep_supported(const AttentionCacheCudaParams& p, const AttentionDecodePrepCuda& prep,
+                                           const void* k_cache, const void* v_cache, size_t cache_element_bytes);
+template <typename C>
+bool attention_cache_decode_prep_supported(const AttentionCacheCudaParams& p, const AttentionDecodePrepCuda& prep,
+                                           const C* k_cache, const C* v_cache) {
+  return attention_cache_decode_prep_supported(p, prep, k_cache, v_cache, sizeof(C));
+}
+void attention_cache_decode_prep_cuda(float* out, const AttentionDecodePrepCuda& prep, float* k_cache, float* v_cache,
+                                      const int32_t* block_tables, const int64_t* context_lens,
+                                      const int64_t* cu_seqlens, const AttentionCacheCudaParams& p, void* workspace,
+                                      size_t workspace_bytes, int* error_flag, cudaStream_t stream);
+void attention_cache_decode_prep_cuda(float* out, const AttentionDecodePrepCuda& prep, __nv_bfloat16* k_cache,
+                                      __nv_bfloat16* v_cache, const int32_t* block_tables,
+                                      const int64_t* context_lens, const int64_t* cu_seqlens,
+                                      const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
+                                      int* error_flag, cudaStream_t stream);
 
 // Tensor-core chunk path (prefill chunks over a bf16 cache, head dims 64 and 128): bf16 q and out [T, Hq, D], one
 // block of 4 warps per (sequence, 64-query tile, query head) stages the sequence's cached K/V tiles through its block

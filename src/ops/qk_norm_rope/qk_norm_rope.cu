@@ -25,6 +25,7 @@
 #include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/qk_norm_rope/qk_norm_rope_cuda.h"
+#include "ops/qk_norm_rope/qk_row_math.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
@@ -83,31 +84,12 @@ __device__ void norm_rows(float* x, int64_t C, int64_t n, const float* w, bool v
                           int64_t hi) {
   const int64_t rows = C / n;
   if (n <= kWarpMaxDim) {  // rmsnorm_forward_warp_kernel: lane l's chunks of V at (32j + l)·V, in order
-    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+    const int warp = static_cast<int>(threadIdx.x / 32);
     for (int64_t r = warp; r < rows; r += kWarps) {
       if ((r + 1) * n <= lo || r * n >= hi) continue;
-      float* xr = x + r * n;
-      float ss = 0.0f;
-      if (vec) {  // V = 4: 16-byte shared loads; rows start 16-byte aligned (n % 4 == 0, and ks = qs + q_span
-                  // with q_span = Hq·D = (Hq/Hkv)·Hkv·D, or (Hq/Hkv)·D per KV group, a multiple of 4 whenever the
-                  // k rows are)
-        for (int64_t s = static_cast<int64_t>(lane) * 4; s < n; s += 128) {
-          const float4 c = *reinterpret_cast<const float4*>(xr + s);
-          ss = fmaf(c.x, c.x, ss);
-          ss = fmaf(c.y, c.y, ss);
-          ss = fmaf(c.z, c.z, ss);
-          ss = fmaf(c.w, c.w, ss);
-        }
-      } else {
-        for (int64_t s = lane; s < n; s += 32) ss = fmaf(xr[s], xr[s], ss);
-      }
-      ss = cuda::warp_sum(ss);  // this lane's reads are done; it writes only its own elements below
-      const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-      const int V = vec ? 4 : 1;
-      const int64_t wlo = lo - r * n, whi = hi - r * n;  // the row's writable range
-      for (int64_t s = static_cast<int64_t>(lane) * V; s < n; s += 32 * V)
-        for (int e = 0; e < V; ++e)
-          if (s + e >= wlo && s + e < whi) xr[s + e] = w[s + e] * (xr[s + e] * inv);
+      // V = 4 (vec): rows start 16-byte aligned (n % 4 == 0, and ks = qs + q_span with q_span = Hq·D = (Hq/Hkv)·Hkv·D,
+      // or (Hq/Hkv)·D per KV group, a multiple of 4 whenever the k rows are)
+      cuda::qk_norm_row_warp(x + r * n, n, w, vec, eps, lo - r * n, hi - r * n);
     }
     return;
   }
@@ -177,12 +159,7 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_cache_kernel(Args a, C*
           x[i + a.half] = cuda::quiet_nan();
           continue;
         }
-        const float c = cs[i], s = sn[i];
-        const float x1 = x[i], x2 = x[i + a.half];
-        const float lo_a = __fmul_rn(x1, c), lo_b = __fmul_rn(-x2, s);
-        const float hi_a = __fmul_rn(x2, c), hi_b = __fmul_rn(x1, s);
-        x[i] = __fadd_rn(lo_a, lo_b);
-        x[i + a.half] = __fadd_rn(hi_a, hi_b);
+        cuda::qk_rope_pair(x, i, a.half, cs[i], sn[i]);
       }
       __syncthreads();
     }

@@ -84,6 +84,20 @@ struct MergeMode {
   ~MergeMode() { attention_cache_cuda_set_decode_merge(saved); }
 };
 
+// A test model: a golden's, or the qwen3_hybrid student with random weights.
+Model load_case_model(const char* name, bool golden) {
+  return golden ? Model::load(cuda_golden_dir(name))
+                : Model::create(parse_model_config(student_config_json(), "test"), 11);
+}
+
+// The fusion tests' three sequences (prompts of 17, 9 and 23 tokens, 14 more each), ids from stream `seed0` + i.
+std::vector<std::vector<int32_t>> three_sequences(const std::vector<int64_t>& prompts, int64_t vocab, uint32_t seed0) {
+  std::vector<std::vector<int32_t>> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    seqs.push_back(ids_for(prompts[i] + 14, vocab, seed0 + static_cast<uint32_t>(i)));
+  return seqs;
+}
+
 }  // namespace
 
 TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
@@ -95,13 +109,9 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
   };
   for (const Case& m : {Case{"qwen3_untied", true}, Case{"granite", true}, Case{"olmo_hybrid_tiny", true},
                         Case{"qwen3_hybrid_student", false}, Case{"olmo3_swa", true}}) {
-    Model model = m.golden ? Model::load(cuda_golden_dir(m.name))
-                           : Model::create(parse_model_config(student_config_json(), "test"), 11);
-    const int64_t V = model.config().vocab_size;
+    Model model = load_case_model(m.name, m.golden);
     const std::vector<int64_t> prompts{17, 9, 23};
-    std::vector<std::vector<int32_t>> seqs;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      seqs.push_back(ids_for(prompts[i] + 14, V, 90 + static_cast<uint32_t>(i)));
+    const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 90);
     for (const bool bf16 : {false, true}) {
       SCOPED_TRACE(std::string(m.name) + (bf16 ? " bf16" : " fp32"));
       CudaModel gpu = CudaModel::upload(model, ctx);
@@ -162,13 +172,9 @@ TEST(CudaEngineFusions, QkFoldIntoTheWarpKernelEqualsTheSeparateLaunchesBitForBi
   for (const Case& m : {Case{"qwen3_untied", true, true}, Case{"granite", true, true},
                         Case{"olmo_hybrid_tiny", true, false}, Case{"qwen3_hybrid_student", false, true},
                         Case{"olmo3_swa", true, false}}) {
-    Model model = m.golden ? Model::load(cuda_golden_dir(m.name))
-                           : Model::create(parse_model_config(student_config_json(), "test"), 11);
-    const int64_t V = model.config().vocab_size;
+    Model model = load_case_model(m.name, m.golden);
     const std::vector<int64_t> prompts{17, 9, 23};
-    std::vector<std::vector<int32_t>> seqs;
-    for (size_t i = 0; i < prompts.size(); ++i)
-      seqs.push_back(ids_for(prompts[i] + 14, V, 120 + static_cast<uint32_t>(i)));
+    const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 120);
     for (const bool bf16 : {false, true}) {
       SCOPED_TRACE(std::string(m.name) + (bf16 ? " bf16" : " fp32"));
       CudaModel gpu = CudaModel::upload(model, ctx);
@@ -218,8 +224,7 @@ TEST(CudaEngineFusions, GateUpSwigluGemvEqualsTheSeparateLaunchesBitForBit) {
   for (const auto& [name, golden] : {std::pair<const char*, bool>{"qwen3_untied", true}, {"granite", true},
                                      {"olmo_hybrid_tiny", true}, {"qwen3_hybrid_student", false}}) {
     SCOPED_TRACE(name);
-    Model model = golden ? Model::load(cuda_golden_dir(name))
-                         : Model::create(parse_model_config(student_config_json(), "test"), 11);
+    Model model = load_case_model(name, golden);
     const std::vector<std::vector<int32_t>> seqs{ids_for(17 + 14, model.config().vocab_size, 95)};
     const std::vector<int64_t> prompts{17};
     CudaModel gpu = CudaModel::upload(model, ctx);

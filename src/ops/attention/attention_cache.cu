@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 
@@ -1254,37 +1255,42 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
 
 }  // namespace
 
-DecodeMerge attention_cache_cuda_decode_merge() {
-  int v = g_decode_merge.load();
-  if (v < 0) {
-    const char* e = std::getenv("HLM_DECODE_MERGE");
-    const std::string name = e != nullptr ? e : "";
-    v = static_cast<int>(name == "fused" ? DecodeMerge::fused : name == "cluster" ? DecodeMerge::cluster
-                                                                                  : DecodeMerge::kernel);
-    int expected = -1;
-    g_decode_merge.compare_exchange_strong(expected, v);
-    v = g_decode_merge.load();
+namespace {
+
+// A choice read once from the environment into `slot` (−1: not read yet): unset or empty → 0, the i-th of `names` → i,
+// any other word an input error naming the variable (the first caller's answer is kept).
+int env_choice_once(std::atomic<int>& slot, const char* var, std::initializer_list<const char*> names) {
+  int v = slot.load();
+  if (v >= 0) return v;
+  const char* e = std::getenv(var);
+  const std::string word = e != nullptr ? e : "";
+  int chosen = word.empty() ? 0 : -1;
+  std::string expected;
+  int i = 0;
+  for (const char* n : names) {
+    if (word == n) chosen = i;
+    expected += (i++ > 0 ? ", " : "") + std::string(n);
   }
-  return static_cast<DecodeMerge>(v);
+  HLM_CHECK_INPUT(chosen >= 0, var, "=", word, ": expected one of ", expected);
+  int unset = -1;
+  slot.compare_exchange_strong(unset, chosen);
+  return slot.load();
+}
+
+}  // namespace
+
+static_assert(static_cast<int>(DecodeMerge::fused) == 1 && static_cast<int>(DecodeMerge::cluster) == 2 &&
+                  static_cast<int>(DecodeKernel::streams) == 1 && static_cast<int>(DecodeKernel::warps) == 2,
+              "env_choice_once's names are in the enums' order");
+
+DecodeMerge attention_cache_cuda_decode_merge() {
+  return static_cast<DecodeMerge>(env_choice_once(g_decode_merge, "HLM_DECODE_MERGE", {"kernel", "fused", "cluster"}));
 }
 
 void attention_cache_cuda_set_decode_merge(DecodeMerge merge) { g_decode_merge.store(static_cast<int>(merge)); }
 
 DecodeKernel attention_cache_cuda_decode_kernel() {
-  int v = g_decode_kernel.load();
-  if (v < 0) {
-    const char* e = std::getenv("HLM_DECODE_KERNEL");
-    const std::string name = e != nullptr ? e : "";
-    HLM_CHECK_INPUT(name.empty() || name == "tiled" || name == "streams" || name == "warps",
-                    "HLM_DECODE_KERNEL=", name, ": expected tiled, streams or warps");
-    v = static_cast<int>(name == "streams" ? DecodeKernel::streams
-                         : name == "warps" ? DecodeKernel::warps
-                                           : DecodeKernel::tiled);
-    int expected = -1;
-    g_decode_kernel.compare_exchange_strong(expected, v);
-    v = g_decode_kernel.load();
-  }
-  return static_cast<DecodeKernel>(v);
+  return static_cast<DecodeKernel>(env_choice_once(g_decode_kernel, "HLM_DECODE_KERNEL", {"tiled", "streams", "warps"}));
 }
 
 void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel) { g_decode_kernel.store(static_cast<int>(kernel)); }

@@ -90,7 +90,8 @@ void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, 
 //     leaves them unusable. Not taken (the separate merge runs) for more than 65,536 (sequence, head group) pairs, or
 //     when the counters do not exist yet and the stream is capturing a CUDA graph. Measured slower than `kernel`
 //     (H200, sessions 13 and 15): opt-in.
-// HLM_DECODE_MERGE=kernel|cluster|fused in the environment picks one (read once); the setter overrides (tests, A/B).
+// HLM_DECODE_MERGE=kernel|cluster|fused in the environment picks one (read once; another word is an input error); the
+// setter overrides (tests, A/B).
 enum class DecodeMerge { kernel = 0, fused = 1, cluster = 2 };
 DecodeMerge attention_cache_cuda_decode_merge();
 void attention_cache_cuda_set_decode_merge(DecodeMerge merge);

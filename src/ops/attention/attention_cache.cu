@@ -338,6 +338,18 @@ __device__ void decode_merge_if_last(const FusedMerge& fm, const float* part, in
                    static_cast<int>(blockDim.x));
 }
 
+// Keys [kb, ke) of key split `split` (split_len keys each) of a sequence whose query is at ctx − 1: the window's first
+// key when that is later (a query at ctx − 1 sees ctx − W .. ctx − 1); kb ≥ ke for a split with nothing to read.
+struct KeyRange {
+  int64_t kb, ke;
+};
+__device__ __forceinline__ KeyRange split_keys(int64_t split, int64_t split_len, int64_t ctx, int64_t window) {
+  int64_t kb = split * split_len;
+  const int64_t ke = kb + split_len < ctx ? kb + split_len : ctx;
+  if (window > 0 && kb < ctx - window) kb = ctx - window;
+  return {kb, ke};
+}
+
 // part: [N, Hq, splits, D + 2] = unnormalised O (D floats), running max, running sum of the split.
 template <int DMAX, int HPB, typename C>
 __global__ void __launch_bounds__(kDecodeThreads)
@@ -352,9 +364,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int64_t kvh = h0 / dm.group;
   const int lane = threadIdx.x & 31, l8 = lane & (kKeyLanes - 1);
   const int stream = threadIdx.x / kKeyLanes;
-  int64_t kb = split * split_len;
-  const int64_t ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
-  if (dm.window > 0 && kb < sv.ctx - dm.window) kb = sv.ctx - dm.window;  // the query at ctx−1 sees ctx−W .. ctx−1
+  const KeyRange keys = split_keys(split, split_len, sv.ctx, dm.window);
+  const int64_t kb = keys.kb, ke = keys.ke;
 
   float qr[HPB][DPL], o[HPB][DPL], m[HPB], l[HPB];
 #pragma unroll
@@ -550,9 +561,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
   if (!sv.ok || sv.nq == 0) return;  // uniform over the block
   const int64_t kvh = h0 / dm.group;
-  int64_t kb = split * split_len;
-  const int64_t ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
-  if (dm.window > 0 && kb < sv.ctx - dm.window) kb = sv.ctx - dm.window;
+  const KeyRange keys = split_keys(split, split_len, sv.ctx, dm.window);
+  const int64_t kb = keys.kb, ke = keys.ke;
   const int64_t n_tiles = ke > kb ? (ke - kb + kTileKeys - 1) / kTileKeys : 0;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int chunks = dm.D / kVec;  // 16-byte chunks per row
@@ -785,9 +795,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
   if (!sv.ok || sv.nq == 0) return;  // uniform over the block
   const int64_t kvh = h0 / dm.group;
-  int64_t kb = split * split_len;
-  const int64_t ke = kb + split_len < sv.ctx ? kb + split_len : sv.ctx;
-  if (dm.window > 0 && kb < sv.ctx - dm.window) kb = sv.ctx - dm.window;
+  const KeyRange keys = split_keys(split, split_len, sv.ctx, dm.window);
+  const int64_t kb = keys.kb, ke = keys.ke;
   const int t = static_cast<int>(threadIdx.x), lane = t & 31;
   const int c = lane % LPK;                              // this lane's chunk of every row
   const int grp = (t / 32) * Sh::kKeysPerStep + lane / LPK;  // this lane's group: key kb + batch·B + step·G + grp

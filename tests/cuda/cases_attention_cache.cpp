@@ -260,7 +260,8 @@ void run_case(const CacheCase& c, uint64_t seed) {
     std::vector<float> first;
     // reps 0, 1: the default split merge; decode path, then each other merge twice (decode_merge_runs): the same bits.
     const DecodeMerge def = attention_cache_cuda_decode_merge();
-    const std::vector<DecodeMerge> runs = p.max_query_len == 1 ? decode_merge_runs() : std::vector<DecodeMerge>{def, def};
+    const std::vector<DecodeMerge> runs =
+        p.max_query_len == 1 ? decode_merge_runs() : std::vector<DecodeMerge>{def, def};
     for (int rep = 0; rep < static_cast<int>(runs.size()); ++rep) {
       MergeMode mode(runs[static_cast<size_t>(rep)]);
       DeviceBuffer out(cpu.size() * sizeof(float), "out");

@@ -54,7 +54,8 @@ struct PrepCase {
 struct Modes {
   DecodeKernel kernel;
   DecodeMerge merge;
-  Modes(DecodeKernel k, DecodeMerge m) : kernel(attention_cache_cuda_decode_kernel()), merge(attention_cache_cuda_decode_merge()) {
+  Modes(DecodeKernel k, DecodeMerge m)
+      : kernel(attention_cache_cuda_decode_kernel()), merge(attention_cache_cuda_decode_merge()) {
     attention_cache_cuda_set_decode_kernel(k);
     attention_cache_cuda_set_decode_merge(m);
   }
@@ -72,7 +73,8 @@ struct Outputs {
 void expect_same(const std::string& what, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   ASSERT_EQ(a.size(), b.size()) << what;
   size_t bad = 0;
-  for (size_t i = 0; i < a.size(); i += 4) bad += std::memcmp(a.data() + i, b.data() + i, std::min<size_t>(4, a.size() - i)) != 0;
+  for (size_t i = 0; i < a.size(); i += 4)
+    bad += std::memcmp(a.data() + i, b.data() + i, std::min<size_t>(4, a.size() - i)) != 0;
   std::printf("[check] %s: %zu words, %zu differ\n", what.c_str(), a.size() / 4, bad);
   EXPECT_EQ(bad, 0u) << what;
 }
@@ -225,7 +227,8 @@ void run_case(const PrepCase& c, uint64_t seed) {
     expect_same(tag + "v_cache", one.vc, two.vc);
     EXPECT_EQ(one.flag, two.flag) << tag;
   }
-  std::printf("[prep] %s: %lld splits\n", c.name.c_str(), static_cast<long long>(attention_cache_cuda_decode_splits(p)));
+  std::printf("[prep] %s: %lld splits\n", c.name.c_str(),
+              static_cast<long long>(attention_cache_cuda_decode_splits(p)));
 }
 
 }  // namespace

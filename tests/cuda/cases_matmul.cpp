@@ -437,8 +437,9 @@ TEST(MatmulCuda, GemvSwigluEqualsGemvThenSwigluBitForBit) {
   size_t compared = 0;
   for (const Fill fill : {Fill::Normal, Fill::Large, Fill::Special}) {
     for (const auto& [K, n] : shapes) {
-      const DeviceBuffer wg = DeviceBuffer::from(to_bf16(make_values(static_cast<size_t>(n * K), fill, ++seed)), "w gate");
-      const DeviceBuffer wu = DeviceBuffer::from(to_bf16(make_values(static_cast<size_t>(n * K), fill, ++seed)), "w up");
+      const size_t wn = static_cast<size_t>(n * K);
+      const DeviceBuffer wg = DeviceBuffer::from(to_bf16(make_values(wn, fill, ++seed)), "w gate");
+      const DeviceBuffer wu = DeviceBuffer::from(to_bf16(make_values(wn, fill, ++seed)), "w up");
       const DeviceBuffer bg = DeviceBuffer::from(make_values(static_cast<size_t>(n), fill, ++seed), "b gate");
       const DeviceBuffer bu = DeviceBuffer::from(make_values(static_cast<size_t>(n), fill, ++seed), "b up");
       for (int64_t M = 1; M <= gemv_max_rows(); ++M) {

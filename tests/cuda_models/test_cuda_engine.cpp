@@ -131,7 +131,9 @@ TEST(CudaEngine, EveryDecodeAttentionKernelMatchesTheCpu) {
     CudaModel gpu_model = CudaModel::upload(model, ctx);
     const std::vector<int32_t> ids = ids_for(23, model.config().vocab_size, 7);
     for (const DecodeKernel kernel : {DecodeKernel::tiled, DecodeKernel::streams, DecodeKernel::warps}) {
-      const char* name = kernel == DecodeKernel::warps ? "warps" : kernel == DecodeKernel::streams ? "streams" : "tiled";
+      const char* name = kernel == DecodeKernel::warps     ? "warps"
+                         : kernel == DecodeKernel::streams ? "streams"
+                                                           : "tiled";
       SCOPED_TRACE(name);
       attention_cache_cuda_set_decode_kernel(kernel);
       const double worst = prefill_then_decode(model, gpu_model, ids, 17, 17, 16);

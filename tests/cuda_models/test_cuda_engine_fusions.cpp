@@ -155,8 +155,8 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
 }
 
 // With the warp decode attention kernel (DecodeKernel::warps), the q/k norms, RoPE and KV-cache write folded into it
-// (CudaEngineOptions::fold_qk_into_decode_attention, attention_cache_decode_prep_cuda) against the q/k launch + the same
-// kernel: every step's logits with the same bytes (fp32 and bf16; three sequences prefilled in chunks of 5, then
+// (CudaEngineOptions::fold_qk_into_decode_attention, attention_cache_decode_prep_cuda) against the q/k launch + the
+// same kernel: every step's logits with the same bytes (fp32 and bf16; three sequences prefilled in chunks of 5, then
 // decoded together with graphs, one closed half-way), and the fold taken where it applies (per-head q/k norms or none:
 // qwen3, granite, the qwen3_hybrid student in fp32; OLMo's whole-projection norms keep the q/k launch, and so do rows
 // the warp kernel cannot take).

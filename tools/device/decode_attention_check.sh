@@ -25,13 +25,15 @@ export LD_LIBRARY_PATH=$BIN/../lib HLM_GOLDEN_DIR=${HLM_GOLDEN_DIR:-$PWD/tests/g
 finish() { tar czf "$OUT/decode_attention.tgz" -C /tmp decode_attention; }
 trap finish EXIT
 models=${1:-olmo3_7b,qwen3_4b,olmo_hybrid_7b}
-variants=${VARIANTS:-tiled,warps,swiglu,warps+qkfold,warps+qkfold+swiglu,warps+fused-merge,tiled,warps,warps+qkfold+swiglu}
+default_variants=tiled,warps,swiglu,warps+qkfold,warps+qkfold+swiglu,warps+fused-merge
+variants=${VARIANTS:-$default_variants,tiled,warps,warps+qkfold+swiglu}
 
 PARTS=${PARTS:-tests,bench,decode}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 if has tests; then
-timeout 120 "$BIN/test_cuda_ops" --gtest_filter='AttentionCacheCuda.*:AttentionDecodePrepCuda.*:MatmulCuda.Gemv*:SwigluCuda.*:QkNormRope*' \
+timeout 120 "$BIN/test_cuda_ops" \
+  --gtest_filter='AttentionCacheCuda.*:AttentionDecodePrepCuda.*:MatmulCuda.Gemv*:SwigluCuda.*:QkNormRope*' \
   > "$W/ops.log" 2>&1
 echo "test_cuda_ops rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$W/ops.log" | tr '\n' ' ')"
 grep -E "gemv swiglu|\[prep\]" "$W/ops.log"

@@ -1174,8 +1174,8 @@ template <int DMAX, typename C>
 bool decode_cluster_dispatch(int hpb, float* out, const float* q, const C* kc, const C* vc, const int32_t* tables,
                              const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
                              int* flag, cudaStream_t stream) {
-  if (attention_cache_cuda_decode_merge() != DecodeMerge::cluster || decode_kernel_for(kc, vc, dm) != DecodeKernel::tiled)
-    return false;
+  if (attention_cache_cuda_decode_merge() != DecodeMerge::cluster) return false;
+  if (decode_kernel_for(kc, vc, dm) != DecodeKernel::tiled) return false;
   if (hpb == 4) return decode_cluster_launch<DMAX, 4, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   if (hpb == 2) return decode_cluster_launch<DMAX, 2, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
   return decode_cluster_launch<DMAX, 1, C>(out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, stream);
@@ -1299,7 +1299,8 @@ DecodeMerge attention_cache_cuda_decode_merge() {
 void attention_cache_cuda_set_decode_merge(DecodeMerge merge) { g_decode_merge.store(static_cast<int>(merge)); }
 
 DecodeKernel attention_cache_cuda_decode_kernel() {
-  return static_cast<DecodeKernel>(env_choice_once(g_decode_kernel, "HLM_DECODE_KERNEL", {"tiled", "streams", "warps"}));
+  return static_cast<DecodeKernel>(
+      env_choice_once(g_decode_kernel, "HLM_DECODE_KERNEL", {"tiled", "streams", "warps"}));
 }
 
 void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel) { g_decode_kernel.store(static_cast<int>(kernel)); }

@@ -13,7 +13,11 @@
 #   VARIANTS  bench_generate --decode-variants list (default: tiled, warps, swiglu, warps+qkfold, warps+qkfold+swiglu,
 #             warps+fused-merge, then tiled, warps, warps+qkfold+swiglu again: repeats show the spread in the process)
 #   BATCHES   bench_generate --batches for the decode rows (default 1; e.g. 64 for the serving batch)
-#   PARTS     which sections run (default all three; ~1 min of model set-up per model plus ~3 s per variant row)
+#   SPLIT_KEYS  space-separated HLM_DECODE_MIN_SPLIT_KEYS values (read once per process: one more process per value
+#             and model, variants warps+qkfold+swiglu and tiled; default "32 128"; empty: none)
+#   PARTS     which sections run (default all three; ~1 min of model set-up per bench_generate process plus ~3 s per
+#             variant row: all of it exceeds one 600-s call, so e.g. PARTS=tests,bench, then PARTS=decode SPLIT_KEYS=,
+#             then PARTS=decode with VARIANTS=tiled and the split-key rows)
 # Prints the test verdicts, the attn_decode lines and the decode rows (precision column names the variant; ms per
 # step in column 9).
 set -u
@@ -58,4 +62,13 @@ for m in "${model_list[@]}"; do
     --cuda-graphs on --decode-variants "$variants" --out "$W/bg_$m" > "$W/bg_$m.log" 2>&1
   echo "$m rc $?"
   grep -E "^\| $m " "$W/bg_$m/bench_generate.md" | awk -F'|' '{print $2 "|" $3 "| B" $6 " | " $9 " ms/step"}'
+done
+for keys in ${SPLIT_KEYS-32 128}; do
+  for m in "${model_list[@]}"; do
+    HLM_DECODE_MIN_SPLIT_KEYS=$keys timeout 300 "$BIN/bench_generate" --models "$m" --contexts 1024 \
+      --batches "${BATCHES:-1}" --decode-steps 128 --cuda-graphs on --decode-variants tiled,warps+qkfold+swiglu \
+      --out "$W/bg_${m}_keys$keys" > "$W/bg_${m}_keys$keys.log" 2>&1
+    echo "$m, >= $keys keys per split: rc $?"
+    grep -E "^\| $m " "$W/bg_${m}_keys$keys/bench_generate.md" | awk -F'|' '{print $2 "|" $3 "| B" $6 " | " $9 " ms/step"}'
+  done
 done

@@ -53,7 +53,8 @@
 //                       this order for every (L, B): a variant is `default` or '+'-joined items of tiled, streams,
 //                       warps (the decode attention kernel, attention_cache_cuda.h), swiglu (the gate/up GEMV with
 //                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel),
-//                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only);
+//                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only, else
+//                       refused);
 //                       unnamed choices stay as the environment set them; e.g. tiled,warps,warps+swiglu,tiled)
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
@@ -142,16 +143,21 @@ std::vector<std::string> variant_items(const std::string& v) {
   return items;
 }
 
+// At most one kernel; qkfold only with warps (the engine folds the q/k preparation into that kernel alone, and would
+// otherwise run the variant unfolded without a word).
 bool decode_variant_valid(const std::string& v) {
   if (v == "default") return true;
   int kernels = 0;
+  bool warps = false, qkfold = false;
   for (const std::string& i : variant_items(v)) {
     if (i == "tiled" || i == "streams" || i == "warps")
       ++kernels;
     else if (i != "swiglu" && i != "fused-merge" && i != "qkfold")
       return false;
+    warps = warps || i == "warps";
+    qkfold = qkfold || i == "qkfold";
   }
-  return kernels <= 1 && !v.empty();
+  return kernels <= 1 && !v.empty() && (!qkfold || warps);
 }
 
 // The decode-path choices as the process started (the environment's), restored before each variant sets its own.
@@ -241,7 +247,7 @@ Options parse(int argc, char** argv) {
   for (const std::string& v : o.decode_variants)
     if (!decode_variant_valid(v)) {
       std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
-                           "swiglu, fused-merge, qkfold\n", v.c_str());
+                           "swiglu, fused-merge, qkfold (at most one kernel; qkfold with warps)\n", v.c_str());
       std::exit(2);
     }
   std::sort(o.contexts.begin(), o.contexts.end());

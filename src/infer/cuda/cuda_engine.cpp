@@ -391,11 +391,13 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions; then k, v into the cache.
   float* q = q_lin.data<float>();
   float* k = k_lin.data<float>();
+  // Decode steps with the warp decode kernel and per-head q/k norms (or none): the q/k norms, RoPE and cache write
+  // inside that kernel (attention_cache_decode_prep_cuda, the same bits as the q/k launch below + the kernel).
+  AttentionDecodePrepCuda prep;
+  bool fold = false;
   if (s.decode && options_.fold_qk_into_decode_attention &&
       attention_cache_cuda_decode_kernel() == DecodeKernel::warps && (w.q_norm_size == 0 || w.q_norm_size == D) &&
       (w.k_norm_size == 0 || w.k_norm_size == D)) {
-    // The q/k norms, RoPE and cache write inside the warp decode kernel (the same bits as the two launches below).
-    AttentionDecodePrepCuda prep;
     prep.q = q;
     prep.k = k;
     prep.v = v.data<float>();
@@ -406,32 +408,18 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
     prep.rope = s.rope;
     prep.slot_mapping = s.cache_slots;
     prep.cache_slots = plan_.num_blocks * plan_.block_size;
-    const bool ok = bf16_cache ? attention_cache_decode_prep_supported(p, prep, l.k_cache.data<__nv_bfloat16>(),
-                                                                       l.v_cache.data<__nv_bfloat16>())
-                               : attention_cache_decode_prep_supported(p, prep, l.k_cache.data<float>(),
-                                                                       l.v_cache.data<float>());
-    if (ok) {
-      CudaTensor o = CudaTensor::empty(ctx_, {T, Cq});
-      const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
-      CudaTensor ws = cuda_scratch_bytes(ctx_, std::max<size_t>(ws_bytes, 16));
-      if (bf16_cache)
-        attention_cache_decode_prep_cuda(o.data<float>(), prep, l.k_cache.data<__nv_bfloat16>(),
-                                         l.v_cache.data<__nv_bfloat16>(), s.tables, s.context, s.batch.cu_seqlens, p,
-                                         ws.raw(), ws_bytes, s.batch.error_flag, stream);
-      else
-        attention_cache_decode_prep_cuda(o.data<float>(), prep, l.k_cache.data<float>(), l.v_cache.data<float>(),
-                                         s.tables, s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes,
-                                         s.batch.error_flag, stream);
-      ++graph_stats_.qk_folded_launches;
-      cuda_linear_forward(ctx_, out, o.data<float>(), w.o_proj, T);
-      return;
-    }
+    fold = bf16_cache ? attention_cache_decode_prep_supported(p, prep, l.k_cache.data<__nv_bfloat16>(),
+                                                              l.v_cache.data<__nv_bfloat16>())
+                      : attention_cache_decode_prep_supported(p, prep, l.k_cache.data<float>(),
+                                                              l.v_cache.data<float>());
   }
   QkNormRopeCudaParams fp;
   fp.shape = {T, d.q_heads, d.kv_heads, D, w.q_norm_size, w.k_norm_size, d.norm_eps};
   fp.cache_slots = plan_.num_blocks * plan_.block_size;
   CudaTensor q_n, k_n;
-  if (options_.fused_qk_norm_rope && qk_norm_rope_cuda_supported(fp)) {
+  if (fold) {
+    // nothing here: the decode kernel below prepares q and k and writes the cache
+  } else if (options_.fused_qk_norm_rope && qk_norm_rope_cuda_supported(fp)) {
     // One launch, q and k normalized and rotated in place (the same bits as the sequence below).
     const float* qn = w.q_norm_size > 0 ? w.q_norm.data<float>() : nullptr;
     const float* kn = w.k_norm_size > 0 ? w.k_norm.data<float>() : nullptr;
@@ -522,13 +510,22 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   CudaTensor o = CudaTensor::empty(ctx_, {T, Cq});
   const size_t ws_bytes = attention_cache_forward_cuda_workspace_bytes(p);
   CudaTensor ws = cuda_scratch_bytes(ctx_, std::max<size_t>(ws_bytes, 16));
-  if (bf16_cache)
+  if (fold && bf16_cache)
+    attention_cache_decode_prep_cuda(o.data<float>(), prep, l.k_cache.data<__nv_bfloat16>(),
+                                     l.v_cache.data<__nv_bfloat16>(), s.tables, s.context, s.batch.cu_seqlens, p,
+                                     ws.raw(), ws_bytes, s.batch.error_flag, stream);
+  else if (fold)
+    attention_cache_decode_prep_cuda(o.data<float>(), prep, l.k_cache.data<float>(), l.v_cache.data<float>(),
+                                     s.tables, s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes,
+                                     s.batch.error_flag, stream);
+  else if (bf16_cache)
     attention_cache_forward_cuda(o.data<float>(), q, l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
                                  s.tables, s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes, s.batch.error_flag,
                                  stream);
   else
     attention_cache_forward_cuda(o.data<float>(), q, l.k_cache.data<float>(), l.v_cache.data<float>(), s.tables,
                                  s.context, s.batch.cu_seqlens, p, ws.raw(), ws_bytes, s.batch.error_flag, stream);
+  if (fold) ++graph_stats_.qk_folded_launches;
   cuda_linear_forward(ctx_, out, o.data<float>(), w.o_proj, T);
 }
 

@@ -140,9 +140,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int64_t tok = sv.begin, D = dm.D;
     const int32_t pos = pr.cos != nullptr ? pr.positions[tok] : 0;
     const bool pos_ok = pr.cos != nullptr && pos >= 0 && pos < pr.num_positions;
+    // Only the block whose split holds the new key prepares its k and v rows (the other splits never read them).
+    const bool holds_new = kb <= last && last < ke;
+    const int rows = HPB + (holds_new ? 1 : 0);  // rows to normalize and rotate: the q heads, then k
     for (int64_t i = t; i < HPB * D; i += kDecodeThreads)
       qp_s[i / D][i % D] = __ldcg(pr.q + (tok * dm.Hq + h0) * D + i);
-    for (int64_t i = t; i < D; i += kDecodeThreads) {
+    for (int64_t i = t; holds_new && i < D; i += kDecodeThreads) {
       kp_s[i] = __ldcg(pr.k + (tok * dm.Hkv + kvh) * D + i);
       vp_s[i] = __ldcg(pr.v + (tok * dm.Hkv + kvh) * D + i);
     }
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     __syncthreads();
     // Norms: a warp per row (the q heads, then the k head), rmsnorm.cu's warp order.
-    for (int r = t / 32; r <= HPB; r += kDecodeThreads / 32) {
+    for (int r = t / 32; r < rows; r += kDecodeThreads / 32) {
       const float* w = r < HPB ? pr.q_norm : pr.k_norm;
       if (w != nullptr)
         cuda::qk_norm_row_warp(r < HPB ? &qp_s[r][0] : kp_s, D, w, r < HPB ? pr.q_vec : pr.k_vec, pr.eps, 0, D);
@@ -161,7 +164,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     __syncthreads();
     if (pr.cos != nullptr) {  // RoPE over the q heads and the k head (a bad position: NaN on the rotary dims, flag)
       if (!pos_ok && t == 0 && flag != nullptr) atomicOr(flag, 1);
-      for (int64_t p = t; p < (HPB + 1) * pr.half; p += kDecodeThreads) {
+      for (int64_t p = t; p < rows * pr.half; p += kDecodeThreads) {
         const int64_t h = p / pr.half, i = p - h * pr.half;
         float* x = h < HPB ? &qp_s[h][0] : kp_s;
         if (!pos_ok) {
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     // The block whose split holds the new key (the KV head's first head group) writes k, v into the cache slot, as
     // the q/k kernel would.
-    if (kb <= last && last < ke && h0 % dm.group == 0) {
+    if (holds_new && h0 % dm.group == 0) {
       const int64_t slot = pr.slots[tok];
       if (slot < 0 || slot >= pr.cache_slots) {
         if (t == 0 && flag != nullptr) atomicOr(flag, 1);

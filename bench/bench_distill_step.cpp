@@ -23,7 +23,9 @@
 // the step-time overhead of the distributed path against the plain step is measured in one process (issue #25);
 // alternate them (off,zero1,off,zero1) to see the run-to-run spread. zero0 and zero1 overlap the gradient sums with
 // the last micro-batch's backward as HYBRIDLM_DP_OVERLAP says (default on); zero0-blocking and zero1-blocking turn
-// the overlap off (the sums after the backward). Each step line ends with the loss and the norm in hex floats, so
+// the overlap off (the sums after the backward). --recompute layer|none[,...]: the trainer's --recompute (none keeps
+// every layer's intermediates for the backward instead of recomputing each layer's forward there; the GDN layers'
+// chunked rule keeps its forward too); a list runs each in turn, inside each plan. Each step line ends with the loss and the norm in hex floats, so
 // that entries can be compared bit for bit (every entry starts from the same host weights).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
@@ -31,6 +33,7 @@
 // other GPU work of the same device call whose timings do not matter (tests) while the steps are timed alone.
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
+//                           [--recompute layer|none[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -69,7 +72,7 @@ struct Options {
   int64_t rows = 8, seq = 1024;
   int layers = 28;
   std::string micro = "0";  // 0: one micro-batch of all rows; a comma-separated list times each
-  std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off";
+  std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off", recompute = "layer";
 };
 
 std::vector<std::string> split_list(const std::string& list) {
@@ -112,10 +115,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--shape") o.shape = next();
     else if (a == "--memory-plan") o.memory_plan = next();
     else if (a == "--data-parallel") o.data_parallel = next();
+    else if (a == "--recompute") o.recompute = next();
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
                            "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
-                           "[--data-parallel off|zero0|zero1,...]\n");
+                           "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...]\n");
       std::exit(2);
     }
   }
@@ -202,6 +206,14 @@ int main(int argc, char** argv) {
   batch.rows = o.rows;
 
   const std::vector<std::string> plans = split_list(o.memory_plan), dps = split_list(o.data_parallel);
+  std::vector<Recompute> recomputes;
+  for (const std::string& r : split_list(o.recompute)) {
+    if (r != "layer" && r != "none") {
+      std::fprintf(stderr, "--recompute: '%s' is not layer or none\n", r.c_str());
+      return 2;
+    }
+    recomputes.push_back(recompute_from_name(r));
+  }
   for (const std::string& dp : dps)
     if (dp != "off" && dp != "zero0" && dp != "zero1" && dp != "zero0-blocking" && dp != "zero1-blocking") {
       std::fprintf(stderr, "--data-parallel: '%s' is not off, zero0, zero1, zero0-blocking or zero1-blocking\n",
@@ -214,7 +226,8 @@ int main(int argc, char** argv) {
   wait_for_gate("HLM_BENCH_START_AFTER", "");
   CudaAllocator& allocator = cuda_context().allocator();
   for (const std::string& dp : dps)
-  for (const std::string& plan_name : plans) {
+  for (const std::string& plan_name : plans)
+  for (const Recompute recompute : recomputes) {
     const MemoryPlanOption& plan = memory_plan_named(plan_name);
     allocator.release_cached();
     allocator.reset_peaks();
@@ -228,10 +241,14 @@ int main(int argc, char** argv) {
     adamw_config.sr_seed = 1;
     AdamW optimizer(std::move(groups), std::move(params), adamw_config);
     MemoryPlanInputs plan_in{student.config(), &teacher.config(), o.precision == "bf16", micros.front() * o.seq};
+    plan_in.gpu = true;
+    plan_in.recompute = recompute;
+    plan_in.micro_batch_sequences = micros.front();  // one sequence per row here
     std::printf("%s\n", memory_plan_describe({&plan, memory_plan_estimate(plan, plan_in), "--memory-plan"}).c_str());
 
     CudaTrainDeviceOptions dev_options;
     dev_options.bf16 = o.precision == "bf16";
+    dev_options.recompute = recompute;
     CudaTrainDevice device(dev_options);
     device.set_memory_plan(plan);
     const bool blocking = dp.find("-blocking") != std::string::npos;
@@ -283,10 +300,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s precision=%s rows=%lld micro=%lld seq=%lld layers=%d: %.1f ms/step, "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s precision=%s rows=%lld micro=%lld seq=%lld "
+                  "layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
-                  dp.c_str(), o.shape.c_str(), plan.name, o.precision.c_str(), static_cast<long long>(o.rows),
+                  dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute), o.precision.c_str(),
+                  static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                   tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),
                   gib(st.peak_bytes_reserved), gib(total_b - free_b),

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/architecture.h"
 #include "models/model.h"
 #include "models/tensor_table.h"
 
@@ -70,6 +71,60 @@ bool zero1_masters_sharded_from_env() {
   if (v == nullptr || *v == '\0' || std::strcmp(v, "sharded") == 0) return true;
   if (std::strcmp(v, "whole") == 0) return false;
   throw_input_error("environment variable ", kZero1MastersEnv, "='", v, "' is not sharded or whole");
+}
+
+namespace {
+
+// gated_delta_rule_chunked_kept_bytes's arithmetic (ops/gated_delta_rule/gdn_chunked_tiles.cuh, carve_forward with
+// the backward's pieces): 256-byte aligned pieces of the chunk table, sequence starts, γ, W, Kd, U, per-chunk
+// states, R, Ũ, Qd. Mirrored here because the plan is CPU arithmetic; CudaKeptActivations compares the two.
+uint64_t chunked_rule_kept_bytes(const GdnDims& g, int64_t tokens, int64_t sequences) {
+  const auto T = static_cast<uint64_t>(tokens), N = static_cast<uint64_t>(sequences);
+  const auto Hv = static_cast<uint64_t>(g.value_heads), dk = static_cast<uint64_t>(g.key_dim);
+  const auto dv = static_cast<uint64_t>(g.value_dim);
+  const uint64_t chunks = T / 64 + N + 1, chunk_info = 16;  // gdn_chunked::ChunkInfo: an int64 and two int32
+  uint64_t used = 0;
+  for (const uint64_t piece : {chunks * chunk_info, 8 * (N + 1), 4 * T * Hv, 2 * T * Hv * dk, 2 * T * Hv * dk,
+                               4 * T * Hv * dv, 2 * chunks * Hv * dv * dk, 2 * chunks * Hv * 64 * 64, 2 * T * Hv * dv,
+                               2 * T * Hv * dk})
+    used = (used + 255) / 256 * 256 + piece;
+  return used;
+}
+
+}  // namespace
+
+uint64_t kept_intermediate_bytes(const ModelConfig& c, int64_t tokens, int64_t sequences, bool bf16) {
+  const auto T = static_cast<uint64_t>(std::max<int64_t>(0, tokens));
+  const auto H = static_cast<uint64_t>(c.hidden_size), F = static_cast<uint64_t>(c.intermediate_size);
+  const bool attention_post_norm = architecture_spec(c.architecture).attention_post_norm;
+  uint64_t bytes = 0;
+  for (const LayerKind kind : c.layer_kinds) {
+    const bool attention = kind == LayerKind::FullAttention;
+    // The block's kept tensors: a pre-norm block's two normed branch inputs (bf16 roundings in the bf16 mode), a
+    // post-norm block's two branch outputs (fp32).
+    uint64_t per_token = attention && attention_post_norm ? 8 * H : (bf16 ? 4 * H : 8 * H);
+    // The MLP: gate, up (fp32) and h (fp32, or its bf16 rounding).
+    per_token += 8 * F + (bf16 ? 2 : 4) * F;
+    if (attention) {
+      const auto D = static_cast<uint64_t>(c.head_dim), Hq = static_cast<uint64_t>(c.num_attention_heads);
+      const uint64_t Cq = Hq * D, Ckv = static_cast<uint64_t>(c.num_key_value_heads) * D;
+      // q̃, k̃ and lse in fp32; then q16, k16, v16, o16 (bf16 mode) or q, k, v, o (fp32).
+      per_token += 4 * (Cq + Ckv + Hq) + (bf16 ? 2 : 4) * (2 * Cq + 2 * Ckv);
+      bytes += per_token * T;
+    } else if (kind == LayerKind::LinearAttention) {
+      const GdnDims g = gdn_dims(c);
+      const auto Ck = static_cast<uint64_t>(g.key_channels()), Cv = static_cast<uint64_t>(g.value_channels());
+      const auto Hv = static_cast<uint64_t>(g.value_heads);
+      // q̃ k̃ ṽ z, a b, the conv outputs, the L2-normed q k, g β, o (fp32), and y (fp32, or its bf16 rounding).
+      per_token += 4 * (6 * Ck + 4 * Cv + 4 * Hv) + (bf16 ? 2 : 4) * Cv;
+      bytes += per_token * T + (bf16 && T > 0 ? chunked_rule_kept_bytes(g, tokens, sequences) : 0);
+    } else {
+      // Mamba-2, Lightning: no CUDA training (refused there); the CPU keeps an fp32 set of the same order: counted as
+      // the block and MLP alone (an approximation).
+      bytes += per_token * T;
+    }
+  }
+  return bytes;
 }
 
 MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPlanInputs& in) {
@@ -144,6 +199,10 @@ MemoryEstimate memory_plan_estimate(const MemoryPlanOption& plan, const MemoryPl
   const uint64_t working =
       2 * 4 * tokens * (layer_floats + 3 * F) + 4 * tokens * chunk_state_floats + (uint64_t{1} << 30);
   e.activations = kept + working;
+  if (in.recompute == Recompute::None)
+    e.kept_intermediates = kept_intermediate_bytes(c, in.micro_batch_tokens,
+                                                   std::max<int64_t>(1, in.micro_batch_sequences), in.bf16);
+  e.activations += e.kept_intermediates;
   return e;
 }
 
@@ -211,7 +270,11 @@ std::string memory_plan_describe(const MemoryPlanChoice& c) {
                  gib_str(e.student_copies), " + gradients ", gib_str(e.gradients),
                  ranks && c.zero_stage == 1 ? " + gradient shard " + gib_str(e.gradient_shard) : "", " + AdamW ",
                  adamw_state_format_name(c.plan->state), ranks && c.zero_stage == 1 ? " shard " : " ",
-                 gib_str(e.optimizer), " + teacher ", gib_str(e.teacher), " + activations ~", gib_str(e.activations));
+                 gib_str(e.optimizer), " + teacher ", gib_str(e.teacher), " + activations ~", gib_str(e.activations),
+                 e.kept_intermediates > 0
+                     ? str_cat(" (", gib_str(e.kept_intermediates), " of them every layer's kept intermediates, ",
+                               "--recompute none)")
+                     : "");
 }
 
 }  // namespace hlm

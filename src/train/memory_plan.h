@@ -19,8 +19,9 @@
 // reaches them without changing the math (docs/memory.md).
 //
 // The estimate: exact bytes of weights, copies, gradients and optimizer state from the tensor shapes; activations as
-// the kept layer inputs of one micro-batch (exact) plus an allowance for one layer's working set and the LM-head loss
-// (a stated approximation; the run prints its measured peak after the first step).
+// the kept layer inputs of one micro-batch (exact; under --recompute none also every layer's intermediates) plus an
+// allowance for one layer's working set and the LM-head loss (a stated approximation; the run prints its measured
+// peak after the first step).
 // Data parallel (W ranks, docs/distributed.md): the estimate is per rank. With --zero-stage 1 and W > 1 the moments
 // (fp32 or 8-bit) are divided by W; the reduce-scatter's fp32 gradient shard (4 bytes per parameter / W) comes on top,
 // except under lean (its reduced chunks go back into the gradients); on the GPU in the bf16 mode with fp32 masters
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "models/hf_config.h"
+#include "models/model_train.h"
 #include "ops/adamw/adamw_lowmem.h"
 
 namespace hlm {
@@ -60,7 +62,18 @@ struct MemoryPlanInputs {
   int zero_stage = 1;                    // --zero-stage (0: nothing is sharded)
   bool gpu = false;                      // the GPU trainer (it shards the fp32 masters of the bf16 copies)
   bool shard_masters = true;             // HYBRIDLM_ZERO1_MASTERS=sharded (GPU, bf16 mode, fp32 masters)
+  // --recompute: Layer (default) keeps the layer inputs only; None also keeps every layer's intermediates
+  // (kept_intermediate_bytes below) for the whole micro-batch.
+  Recompute recompute = Recompute::Layer;
+  int64_t micro_batch_sequences = 1;     // sequences (documents) per micro-batch: the chunked rule's chunk count
 };
+
+// Under --recompute none, the bytes one micro-batch keeps beyond the layer inputs: every layer's intermediates as the
+// GPU trainer holds them (models/cuda/cuda_model_train.h's CudaKeptLayer), in the bf16 compute mode (bf16 operand
+// roundings, and the chunked gated delta rule's kept forward, gated_delta_rule_chunked_kept_bytes) or in fp32. Exact
+// for the GPU at `sequences` sequences of `tokens` in all (CudaKeptActivations checks it against the trace); the CPU
+// trainer's stash holds its own fp32 set in an arena, for which this is an approximation.
+uint64_t kept_intermediate_bytes(const ModelConfig& config, int64_t tokens, int64_t sequences, bool bf16);
 
 // HYBRIDLM_ZERO1_MASTERS: sharded (default) | whole; input error otherwise. Whether ZeRO-1 on the GPU in the bf16
 // compute mode frees the fp32 masters of the weights that have bf16 copies and keeps this rank's shard of them
@@ -76,7 +89,8 @@ struct MemoryEstimate {
   uint64_t gradient_shard = 0;   // ZeRO-1: this rank's summed gradients (fp32; 0 under lean)
   uint64_t optimizer = 0;        // m and v (ZeRO-1: this rank's shard)
   uint64_t teacher = 0;
-  uint64_t activations = 0;      // kept layer inputs + working-set allowance (approximate)
+  uint64_t activations = 0;      // kept layer inputs + working-set allowance (approximate) + kept_intermediates
+  uint64_t kept_intermediates = 0;  // --recompute none: every layer's intermediates (part of activations)
   uint64_t before_activations() const {
     return student_weights + master_shard + student_copies + gradients + gradient_shard + optimizer + teacher;
   }

@@ -4,7 +4,8 @@
 // empty sequences —, GVA 2× and 3×, dims 7/5, 40/72, 64, 128, every gate regime, with and without h0/dhT) plus long
 // sequences (1000 and 700 + 400 tokens, dk = dv = 128) where the state crosses 11-16 chunks; and a rerun for
 // bit-identical gradients (no atomics). KeptForwardScratch: a forward with keep_for_backward followed by a backward
-// with forward_kept gives the very bits of the plain forward and the plain (rerunning) backward.
+// with forward_kept gives the very bits of the plain forward and the plain (rerunning) backward, and so does the
+// kept forward held in a buffer of its own (gated_delta_rule_chunked_backward_kept_cuda, kept activations' path).
 // The state pass's launch rule gives these small shapes the split-key form (a warp pair per 16 state rows); run the
 // suite again with HLM_GDN_STATE_SPLIT=off for the one-warp-per-16-rows form (session 25 ran both, and `on`).
 //
@@ -124,19 +125,40 @@ TEST(GatedDeltaRuleChunkedCuda, KeptForwardScratch) {
                                           ctx().stream(), /*keep_for_backward=*/true);
     gated_delta_rule_chunked_backward_cuda(grads(kept), dout, in, p.s, p.scale, kept.ws.as<void>(), kept.ws.bytes(),
                                            ctx().stream(), /*forward_kept=*/true);
-    const std::string label = "kept " + name(c, "");
-    EXPECT_TRUE(check_exact(label + "o", kept.o.download<float>(), plain.o.download<float>()));
-    if (c.with_state) {
-      EXPECT_TRUE(check_exact(label + "hT", kept.hT.download<float>(), plain.hT.download<float>()));
-      EXPECT_TRUE(check_exact(label + "dh0", kept.dh0.download<float>(), plain.dh0.download<float>()));
+    // Kept activations' path: the kept forward in a buffer of exactly kept_bytes, the backward's own scratch of
+    // exactly backward_scratch_bytes apart (the buffers' guard bands catch an overrun), and the backward run twice from
+    // the same kept buffer (it only reads it).
+    const size_t kept_bytes = gated_delta_rule_chunked_kept_bytes(p.s, n_seqs);
+    const size_t scratch_bytes = gated_delta_rule_chunked_backward_scratch_bytes(p.s, n_seqs);
+    EXPECT_LT(kept_bytes, bwd_bytes);
+    EXPECT_LE(bwd_bytes, kept_bytes + scratch_bytes);
+    EXPECT_LE(kept_bytes + scratch_bytes, bwd_bytes + 256);  // at most one piece's alignment apart
+    Run apart = make_run(scratch_bytes), again = make_run(scratch_bytes);
+    DeviceBuffer kept_fwd(kept_bytes, "kept forward");
+    gated_delta_rule_chunked_forward_cuda(outs(apart), in, p.s, p.scale, kept_fwd.as<void>(), kept_fwd.bytes(),
+                                          ctx().stream(), /*keep_for_backward=*/true);
+    for (Run* r : {&apart, &again})
+      gated_delta_rule_chunked_backward_kept_cuda(grads(*r), dout, in, p.s, p.scale, kept_fwd.as<void>(),
+                                                  kept_fwd.bytes(), r->ws.as<void>(), r->ws.bytes(), ctx().stream());
+    for (Run* r : {&kept, &apart, &again}) {
+      const std::string label = (r == &kept ? "kept " : r == &apart ? "kept apart " : "kept apart, again ") + name(c, "");
+      if (r != &again) {
+        EXPECT_TRUE(check_exact(label + "o", r->o.download<float>(), plain.o.download<float>()));
+        if (c.with_state) {
+          EXPECT_TRUE(check_exact(label + "hT", r->hT.download<float>(), plain.hT.download<float>()));
+        }
+      }
+      if (c.with_state) {
+        EXPECT_TRUE(check_exact(label + "dh0", r->dh0.download<float>(), plain.dh0.download<float>()));
+      }
+      EXPECT_TRUE(check_exact(label + "dq", r->dq.download<float>(), plain.dq.download<float>()));
+      EXPECT_TRUE(check_exact(label + "dk", r->dk.download<float>(), plain.dk.download<float>()));
+      EXPECT_TRUE(check_exact(label + "dv", r->dv.download<float>(), plain.dv.download<float>()));
+      EXPECT_TRUE(check_exact(label + "dg", r->dg.download<float>(), plain.dg.download<float>()));
+      EXPECT_TRUE(check_exact(label + "dbeta", r->dbeta.download<float>(), plain.dbeta.download<float>()));
+      EXPECT_TRUE(buffers_ok({&r->o, &r->hT, &r->dq, &r->dk, &r->dv, &r->dg, &r->dbeta, &r->dh0, &r->ws, &kept_fwd},
+                             {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.d_o, &dev.d_hT, &dev.cu}))
+          << label;
     }
-    EXPECT_TRUE(check_exact(label + "dq", kept.dq.download<float>(), plain.dq.download<float>()));
-    EXPECT_TRUE(check_exact(label + "dk", kept.dk.download<float>(), plain.dk.download<float>()));
-    EXPECT_TRUE(check_exact(label + "dv", kept.dv.download<float>(), plain.dv.download<float>()));
-    EXPECT_TRUE(check_exact(label + "dg", kept.dg.download<float>(), plain.dg.download<float>()));
-    EXPECT_TRUE(check_exact(label + "dbeta", kept.dbeta.download<float>(), plain.dbeta.download<float>()));
-    EXPECT_TRUE(buffers_ok({&kept.o, &kept.hT, &kept.dq, &kept.dk, &kept.dv, &kept.dg, &kept.dbeta, &kept.dh0, &kept.ws},
-                           {&dev.q, &dev.k, &dev.v, &dev.g, &dev.beta, &dev.h0, &dev.d_o, &dev.d_hT, &dev.cu}))
-        << label;
   }
 }

@@ -5,9 +5,12 @@
 // converted from qwen3_untied (pre-norm blocks with attention and GDN: the kept normed inputs, biases, neg_eigval).
 // The recompute is deterministic and the kept tensors come from the same functions on the same inputs, so any
 // difference at all is a bug (a missed kept tensor, a stale buffer, a different operation order); no tolerance.
-// Also checked: the kept trace holds one CudaKeptLayer per layer and counts more bytes than the streams alone.
+// Also checked: the kept trace holds one CudaKeptLayer per layer and counts more bytes than the streams alone, in
+// the bf16 mode every GDN layer kept its chunked rule's forward (so the bit-identity covers the backward from it),
+// and the memory plan's kept_intermediate_bytes equals the kept layers' bytes exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,6 +22,7 @@
 #include "models/cuda/cuda_model_train.h"
 #include "models/model_train.h"
 #include "support/random.h"
+#include "train/memory_plan.h"
 
 using namespace hlm;
 using namespace hlm::test;
@@ -30,6 +34,7 @@ struct GpuGradients {
   DecoderWeights grads;    // every parameter's gradient, host
   size_t kept_bytes = 0;   // the trace's count
   size_t kept_layers = 0;  // CudaTrainTrace::kept.size()
+  size_t kept_rule_scratches = 0;  // GDN layers whose chunked rule's forward was kept for the backward
 };
 
 GpuGradients forward_backward(CudaModel& model, const TokenBatch& batch, const CudaTensor& d_final,
@@ -40,6 +45,7 @@ GpuGradients forward_backward(CudaModel& model, const TokenBatch& batch, const C
   model.backward(trace, d_final.data<float>(), grads);
   GpuGradients out{cuda_download(ctx, trace.final_hidden), zero_grads_like(model.config()), trace.kept_bytes(),
                    trace.kept.size()};
+  for (const CudaKeptLayer& k : trace.kept) out.kept_rule_scratches += k.gdn.rule_scratch.raw() != nullptr ? 1 : 0;
   grads.download_into(out.grads);
   return out;
 }
@@ -65,6 +71,16 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
     EXPECT_EQ(kept.kept_layers, static_cast<size_t>(L)) << mode;
     EXPECT_EQ(recomputed.kept_bytes, static_cast<size_t>(2 * L + 2) * sizeof(float) * T * H) << mode;
     EXPECT_GT(kept.kept_bytes, recomputed.kept_bytes) << mode;
+    // The bf16 mode's chunked rule keeps its forward for the backward (no prep / state rerun); fp32 runs the
+    // recurrence, which has nothing to keep.
+    const auto gdn_layers = static_cast<size_t>(
+        std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::LinearAttention));
+    ASSERT_GT(gdn_layers, 0u) << mode;
+    EXPECT_EQ(kept.kept_rule_scratches, bf16 ? gdn_layers : 0u) << mode;
+    // The memory plan's arithmetic for --recompute none (train/memory_plan.h) is exact for the GPU's kept layers.
+    const int64_t n_seqs = static_cast<int64_t>(batch.cu_seqlens.size()) - 1;
+    EXPECT_EQ(kept.kept_bytes - recomputed.kept_bytes, kept_intermediate_bytes(c, T, n_seqs, bf16))
+        << mode << ": the memory plan's kept_intermediate_bytes differs from the trace's kept layers";
     EXPECT_EQ(std::memcmp(kept.final_hidden.raw(), recomputed.final_hidden.raw(), kept.final_hidden.nbytes()), 0)
         << mode << ": final hidden states differ";
 

@@ -8,6 +8,7 @@
 //   (converted) and the run completes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -78,7 +79,9 @@ TEST(MemoryPlan, EstimatesOfTheTwoTargets) {
     for (const MemoryPlanOption& p : memory_plan_options()) {
       MemoryPlanChoice c{&p, memory_plan_estimate(p, in), std::string("target ") + s.name};
       std::printf("%s\n", memory_plan_describe(c).c_str());
-      if (previous != 0) EXPECT_LT(c.estimate.total(), previous) << p.name;
+      if (previous != 0) {
+        EXPECT_LT(c.estimate.total(), previous) << p.name;
+      }
       previous = c.estimate.total();
     }
     const MemoryEstimate f = memory_plan_estimate(memory_plan_named("fp32"), in);
@@ -320,4 +323,62 @@ TEST_F(TrainerMemoryPlan, ACheckpointResumesUnderAnotherPlan) {
     ASSERT_EQ(rest.status, TrainStatus::Completed) << rest.message;
     for (double l : rest.losses) EXPECT_TRUE(std::isfinite(l));
   }
+}
+
+// --recompute none keeps every layer's intermediates for the whole micro-batch: the estimate adds exactly
+// kept_intermediate_bytes (the activations term only), and that term, for the 4B student in the bf16 mode, is the
+// tensors CudaKeptLayer holds, listed here one by one from the layer headers (the GPU test CudaKeptActivations checks
+// the function against a real trace's bytes; this one pins the per-token arithmetic of the seed-scale shape).
+TEST(MemoryPlan, RecomputeNoneCountsEveryLayersKeptIntermediates) {
+  const TargetShape s = shape("qwen3-4b", 36, 2560, 32, 8, 9728);
+  const ModelConfig& c = s.student;
+  const int64_t tokens = 4 * 1024, sequences = 4;
+  MemoryPlanInputs layer = inputs(s, tokens), none = layer;
+  none.recompute = Recompute::None;
+  none.micro_batch_sequences = sequences;
+  for (const MemoryPlanOption& p : memory_plan_options()) {
+    const MemoryEstimate a = memory_plan_estimate(p, layer), b = memory_plan_estimate(p, none);
+    EXPECT_EQ(a.before_activations(), b.before_activations()) << p.name;
+    EXPECT_EQ(a.kept_intermediates, 0u) << p.name;
+    EXPECT_EQ(b.kept_intermediates, kept_intermediate_bytes(c, tokens, sequences, true)) << p.name;
+    EXPECT_EQ(b.activations - a.activations, b.kept_intermediates) << p.name;
+    const std::string line = memory_plan_describe({&p, b, "test"});
+    EXPECT_NE(line.find("--recompute none"), std::string::npos) << line;
+    EXPECT_EQ(memory_plan_describe({&p, a, "test"}).find("--recompute none"), std::string::npos);
+  }
+  // By hand: hidden 2560, MLP 9728, 32 q / 8 kv heads of 128; the GDN layers 32 k / 32 v heads of 128 (the student's
+  // conversion keeps the attention's q-heads count and head size for the GDN heads, checked here).
+  const GdnDims g = gdn_dims(c);
+  ASSERT_EQ(g.key_heads, 32);
+  ASSERT_EQ(g.value_heads, 32);
+  ASSERT_EQ(g.key_dim, 128);
+  ASSERT_EQ(g.value_dim, 128);
+  const uint64_t T = tokens, H = 2560, F = 9728, Cq = 4096, Ckv = 1024, Hq = 32, Ck = 4096, Cv = 4096, Hv = 32;
+  const uint64_t block = 2 * 2 * H;                 // mixer_in16, mlp_in16
+  const uint64_t mlp = 4 * F + 4 * F + 2 * F;       // gate, up, h16
+  const uint64_t attention = 4 * Cq + 4 * Ckv + 4 * Hq + 2 * Cq + 2 * Ckv + 2 * Ckv + 2 * Cq;  // q̃ k̃ lse q16 k16 v16 o16
+  const uint64_t gdn = 4 * (3 * Ck + 3 * Ck + Cv + Cv + Cv + Cv) + 4 * 4 * Hv + 2 * Cv;  // q̃k̃ qc kc qn kn, ṽ z vc o,
+                                                                                       // a b g β, y16
+  // The chunked rule's kept forward: pieces aligned to 256 bytes; chunks = T/64 + N + 1 = 69.
+  const uint64_t chunks = T / 64 + sequences + 1;
+  uint64_t rule = 0;
+  for (const uint64_t piece : {chunks * 16, uint64_t{8} * (sequences + 1), 4 * T * Hv, 2 * T * Ck, 2 * T * Ck,
+                               4 * T * Cv, 2 * chunks * Hv * 128 * 128, 2 * chunks * Hv * 64 * 64, 2 * T * Cv,
+                               2 * T * Ck})
+    rule = (rule + 255) / 256 * 256 + piece;
+  const uint64_t attention_layers = 9, gdn_layers = 27;
+  ASSERT_EQ(static_cast<uint64_t>(std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::FullAttention)),
+            attention_layers);
+  const uint64_t expected = attention_layers * T * (block + mlp + attention) + gdn_layers * (T * (block + mlp + gdn) + rule);
+  EXPECT_EQ(kept_intermediate_bytes(c, tokens, sequences, true), expected);
+  std::printf("[memory plan] --recompute none, 4B student, bf16, 4 x 1024 tokens: %.2f GiB kept intermediates "
+              "(%.1f MiB per attention layer, %.1f MiB per GDN layer of which %.1f MiB the chunked rule's forward); "
+              "lean estimate %.2f GiB (recompute layer: %.2f GiB)\n",
+              expected / kGiB, T * (block + mlp + attention) / 1048576.0,
+              (T * (block + mlp + gdn) + rule) / 1048576.0, rule / 1048576.0,
+              memory_plan_estimate(memory_plan_named("lean"), none).total() / kGiB,
+              memory_plan_estimate(memory_plan_named("lean"), layer).total() / kGiB);
+  // The fp32 mode keeps fp32 operands and no chunked-rule forward (the recurrence runs there).
+  EXPECT_GT(kept_intermediate_bytes(c, tokens, sequences, false), 0u);
+  EXPECT_EQ(kept_intermediate_bytes(c, 0, 1, true), 0u);
 }

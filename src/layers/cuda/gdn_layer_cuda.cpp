@@ -87,7 +87,7 @@ GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLine
   // The CPU reference gets static_cast<float>(q_scale()) for T = float.
   const float scale = static_cast<float>(d.q_scale());
   if (w.bf16_compute) {
-    const size_t bytes = keep_rule_scratch ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, b.n_seqs)
+    const size_t bytes = keep_rule_scratch ? gated_delta_rule_chunked_kept_bytes(shape, b.n_seqs)
                                            : gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, b.n_seqs);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     gated_delta_rule_chunked_forward_cuda(out, gdn_rule_inputs_cuda(act, b), shape, scale, ws.raw(), bytes, stream,
@@ -113,10 +113,11 @@ GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLine
 }
 
 GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
-                                               const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
+                                               const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b,
+                                               bool keep_rule_scratch) {
   HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
             "GDN forward: out may not alias x");
-  GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b);
+  GdnCudaActivations act = gdn_forward_activations_cuda(ctx, x, w, d, b, keep_rule_scratch);
   cuda_linear_forward(ctx, out, cuda_linear_input(act.y, act.y16), w.o_proj, b.tokens);
   return act;
 }

@@ -42,16 +42,17 @@ struct GdnCudaActivations {
   CudaTensor o;           // rule output [T, Cv]
   CudaTensor y;           // gated-norm output [T, Cv] (the output projection's input): fp32 mode only (else empty)
   CudaTensor y16;         // y rounded to bf16: bf16 compute mode only (else empty); the fp32 y is not kept
-  // bf16 mode with keep_rule_scratch: the chunked rule's workspace as its forward left it, in the backward's layout
-  // (gated_delta_rule_chunked_cuda.h, keep_for_backward); else empty.
+  // bf16 mode with keep_rule_scratch: what the chunked rule's forward left for its backward
+  // (gated_delta_rule_chunked_kept_bytes, keep_for_backward); else empty.
   CudaTensor rule_scratch;
 };
 
 // Runs the forward up to y (zero initial state), keeping every intermediate (in the bf16 mode y is computed in fp32
 // scratch, rounded once and only the rounding kept). x: fp32, with its bf16 rounding if the caller has it
 // (cuda_linear.h), else rounded once here for the six projections.
-// keep_rule_scratch (bf16 mode; the recomputing backward, whose forward runs right before it): the chunked rule
-// runs with keep_for_backward into act.rule_scratch, so the backward does not rerun its prep and state passes.
+// keep_rule_scratch (bf16 mode; the recomputing backward, whose forward runs right before it, and kept activations):
+// the chunked rule runs with keep_for_backward into act.rule_scratch, so the backward does not rerun its prep and
+// state passes (it allocates only its own scratch).
 GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaGdnWeights& w,
                                                 const GdnDims& dims, const CudaBatchView& batch,
                                                 bool keep_rule_scratch = false);
@@ -62,10 +63,11 @@ GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaB
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& dims, const CudaBatchView& batch);
 // The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
-// tensors the recomputing backward would rebuild from x.
+// tensors the recomputing backward would rebuild from x, and with keep_rule_scratch (bf16 mode) the chunked rule's
+// kept forward too, so the backward skips the rule's prep and state passes as the recomputing backward does.
 GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
                                                const CudaGdnWeights& w, const GdnDims& dims,
-                                               const CudaBatchView& batch);
+                                               const CudaBatchView& batch, bool keep_rule_scratch = false);
 
 // The backward of layers/gdn_layer.h with per-layer recomputation and a zero initial state
 // (gdn_layer_cuda_backward.cpp): gdn_forward_activations_cuda (every intermediate of gdn_layer_ref.cpp's

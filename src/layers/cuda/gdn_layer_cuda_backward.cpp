@@ -76,17 +76,22 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
     dout.d_o = d_o.data<float>();
     const GdnShape shape{n, d.key_heads, d.value_heads, d.key_dim, d.value_dim};
     const float scale = static_cast<float>(d.q_scale());
-    const size_t bytes = w.bf16_compute ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, b.n_seqs)
-                                        : gated_delta_rule_backward_cuda_workspace_bytes(shape, b.n_seqs);
-    // The recomputed forward's scratch (bf16 mode) already holds prep's and the state pass's results.
-    const bool forward_kept = w.bf16_compute && act.rule_scratch.raw() != nullptr;
-    HLM_CHECK(!forward_kept || act.rule_scratch.nbytes() >= bytes, "GDN backward: the kept rule scratch is too small");
-    CudaTensor fresh = forward_kept ? CudaTensor() : cuda_scratch_bytes(ctx, bytes);
-    void* ws = forward_kept ? act.rule_scratch.raw() : fresh.raw();
-    if (w.bf16_compute)
-      gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, ws, bytes, stream, forward_kept);
-    else
-      gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws, bytes, stream);
+    if (w.bf16_compute && act.rule_scratch.raw() != nullptr) {
+      // The forward kept prep's and the state pass's results (recomputed right before, or kept activations): only
+      // the backward's own scratch is needed.
+      const size_t bytes = gated_delta_rule_chunked_backward_scratch_bytes(shape, b.n_seqs);
+      CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+      gated_delta_rule_chunked_backward_kept_cuda(grads, dout, in, shape, scale, act.rule_scratch.raw(),
+                                                  act.rule_scratch.nbytes(), ws.raw(), bytes, stream);
+    } else {
+      const size_t bytes = w.bf16_compute ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, b.n_seqs)
+                                          : gated_delta_rule_backward_cuda_workspace_bytes(shape, b.n_seqs);
+      CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+      if (w.bf16_compute)
+        gated_delta_rule_chunked_backward_cuda(grads, dout, in, shape, scale, ws.raw(), bytes, stream);
+      else
+        gated_delta_rule_backward_cuda(grads, dout, in, shape, scale, ws.raw(), bytes, stream);
+    }
   }
 
   // Gate.

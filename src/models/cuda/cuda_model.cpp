@@ -210,8 +210,9 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
                         c.model_type, "): training is not supported");
         lightning_layer_forward_cuda(ctx, out, in.f32, layer.lightning_attn, lightning_dims(c, i), rope, b);
       }
-      else if (keep != nullptr)
-        keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
+      else if (keep != nullptr)  // with the chunked rule's kept forward (bf16 mode): its backward reruns nothing
+        keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b,
+                                                /*keep_rule_scratch=*/true);
       else
         gdn_layer_forward_cuda(ctx, out, in.f32, layer.linear_attn, gdn_dims(c), b);
     };

@@ -503,32 +503,36 @@ __global__ void gva_kernel(float* out, const float* per_v, int64_t T, int64_t Hk
 size_t gated_delta_rule_chunked_backward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs) {
   using namespace gdn_chunked;
   Carver c;
-  Problem p{};
-  p.T = shape.total_tokens;
-  p.Hk = shape.k_heads;
-  p.Hv = shape.v_heads;
-  p.dk = shape.key_dim;
-  p.dv = shape.value_dim;
-  p.N = n_seqs;
+  const Problem p = sizing_problem(shape, n_seqs);
   const ForwardScratch fs = carve_forward(c, p, true);
   carve_backward(c, p, fs);
   return c.used;
 }
 
-void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
-                                            const GdnInputs<float>& in, const GdnShape& shape, float scale,
-                                            void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                                            bool forward_kept) {
+size_t gated_delta_rule_chunked_kept_bytes(const GdnShape& shape, int64_t n_seqs) {
   using namespace gdn_chunked;
-  const Problem p = make_problem(in, shape, scale);
+  Carver c;
+  carve_forward(c, sizing_problem(shape, n_seqs), true);
+  return c.used;
+}
+
+size_t gated_delta_rule_chunked_backward_scratch_bytes(const GdnShape& shape, int64_t n_seqs) {
+  using namespace gdn_chunked;
+  const Problem p = sizing_problem(shape, n_seqs);
+  Carver kept, c;
+  carve_backward(c, p, carve_forward(kept, p, true));
+  return c.used;
+}
+
+namespace gdn_chunked {
+namespace {
+
+// The backward's launches on carved scratch: fs as prep and the state pass left it (forward_kept) or to be filled
+// by them here, bs the backward's own.
+void run_backward(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout, const Problem& p,
+                  const ForwardScratch& fs, BackwardScratch bs, bool forward_kept, cudaStream_t stream) {
   HLM_CHECK(p.T == 0 || (grads.dq && grads.dk && grads.dv && grads.dg && grads.dbeta && dout.d_o),
             "chunked gated delta rule: missing gradient buffer");
-  const size_t need = gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, in.n_seqs);
-  HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
-            need);
-  Carver c{static_cast<char*>(workspace)};
-  const ForwardScratch fs = carve_forward(c, p, true);
-  BackwardScratch bs = carve_backward(c, p, fs);
   // v2's reverse pass leaves the full dU as bf16 (same bytes, BackwardScratch::dUh) when both its readers are v2.
   if (gdn_bwd_du_bf16()) bs.dUh = reinterpret_cast<bf16*>(bs.dU);
   const Grads gr{grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0, dout.d_o, dout.d_hT};
@@ -600,6 +604,45 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
                                                                              p.group(), p.dk);
     HLM_CUDA_CHECK_LAUNCH();
   }
+}
+
+}  // namespace
+}  // namespace gdn_chunked
+
+void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
+                                            const GdnInputs<float>& in, const GdnShape& shape, float scale,
+                                            void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                            bool forward_kept) {
+  using namespace gdn_chunked;
+  const Problem p = make_problem(in, shape, scale);
+  const size_t need = gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, in.n_seqs);
+  HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
+            need);
+  Carver c{static_cast<char*>(workspace)};
+  const ForwardScratch fs = carve_forward(c, p, true);
+  const BackwardScratch bs = carve_backward(c, p, fs);
+  run_backward(grads, dout, p, fs, bs, forward_kept, stream);
+}
+
+void gated_delta_rule_chunked_backward_kept_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
+                                                 const GdnInputs<float>& in, const GdnShape& shape, float scale,
+                                                 const void* kept, size_t kept_bytes, void* scratch,
+                                                 size_t scratch_bytes, cudaStream_t stream) {
+  using namespace gdn_chunked;
+  const Problem p = make_problem(in, shape, scale);
+  const size_t need_kept = gated_delta_rule_chunked_kept_bytes(shape, in.n_seqs);
+  const size_t need_scratch = gated_delta_rule_chunked_backward_scratch_bytes(shape, in.n_seqs);
+  HLM_CHECK(kept != nullptr || p.T == 0, "chunked gated delta rule: no kept forward");
+  HLM_CHECK(kept_bytes >= need_kept, "chunked gated delta rule: kept forward of ", kept_bytes, " bytes, needs ",
+            need_kept);
+  HLM_CHECK(scratch_bytes >= need_scratch, "chunked gated delta rule: backward scratch of ", scratch_bytes,
+            " bytes, needs ", need_scratch);
+  // The kernels only read the forward's part (ForwardScratch's pointers are non-const for prep and the state pass,
+  // which do not run here).
+  Carver kc{static_cast<char*>(const_cast<void*>(kept))}, c{static_cast<char*>(scratch)};
+  const ForwardScratch fs = carve_forward(kc, p, true);
+  const BackwardScratch bs = carve_backward(c, p, fs);
+  run_backward(grads, dout, p, fs, bs, /*forward_kept=*/true, stream);
 }
 
 }  // namespace hlm

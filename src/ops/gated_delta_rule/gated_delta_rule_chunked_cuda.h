@@ -53,15 +53,19 @@ constexpr int64_t gated_delta_rule_chunked_cuda_max_dim() { return 128; }
 size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs);
 // o [T, Hv, dv] and hT (nullable) OVERWRITTEN; h0 nullable (zeros). No output may alias an input. `workspace` holds
 // the bytes above, used only by work on `stream`.
-// keep_for_backward: the workspace holds gated_delta_rule_chunked_backward_cuda_workspace_bytes instead, and the
-// forward leaves in it what the backward's rerun of prep and state would compute (the same kernels on the same
-// inputs, so the same bits); a backward with forward_kept on these inputs and this workspace then skips that rerun
-// (the recomputing layer backward: its forward runs right before its backward).
+// keep_for_backward: the workspace holds at least gated_delta_rule_chunked_kept_bytes (the front of the backward's
+// workspace), and the forward leaves in it what the backward's rerun of prep and state would compute (the same
+// kernels on the same inputs, so the same bits); a backward with forward_kept on these inputs and this workspace, or
+// gated_delta_rule_chunked_backward_kept_cuda on this buffer, then skips that rerun (the recomputing layer backward,
+// whose forward runs right before it; kept activations, whose forward runs a whole model earlier).
 void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const GdnInputs<float>& in,
                                            const GdnShape& shape, float scale, void* workspace,
                                            size_t workspace_bytes, cudaStream_t stream,
                                            bool keep_for_backward = false);
 
+// What a keep_for_backward forward leaves for the backward: the forward's scratch plus R per chunk, Ũ and scale·e^γ Q
+// in bf16 (the front of the backward's workspace). ≈ 0.58 GB at the shape above.
+size_t gated_delta_rule_chunked_kept_bytes(const GdnShape& shape, int64_t n_seqs);
 // Scratch of the backward: the forward's plus R per chunk, Ũ, scale·e^γ Q and dO in bf16, per-chunk D (bf16),
 // dU [T, Hv, dv] fp32, dW [T, Hv, dk] bf16, dk partials [T, Hv, dk] fp32, dγ partials [T, Hv] and, when Hv > Hk, dq
 // per v-head [T, Hv, dk] fp32. ≈ 1.13 GB at the shape above (Hv = Hk).
@@ -74,5 +78,16 @@ void gated_delta_rule_chunked_backward_cuda(const GdnInputGrads<float>& grads, c
                                             const GdnInputs<float>& in, const GdnShape& shape, float scale,
                                             void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                             bool forward_kept = false);
+// The backward's own scratch (per-chunk D, dU, dW, dk and dγ partials, dO in bf16, per-v-head dq under GVA) when the
+// kept forward lives in a buffer of its own. ≈ 0.55 GB at the shape above.
+size_t gated_delta_rule_chunked_backward_scratch_bytes(const GdnShape& shape, int64_t n_seqs);
+// The backward of a forward kept in a buffer of its own: `kept` (kept_bytes) as gated_delta_rule_chunked_forward_cuda
+// with keep_for_backward left it on the same inputs, shape and scale (only read here, so it stays valid), `scratch`
+// (backward_scratch_bytes) the backward's own. The same kernels on the same data as the one-workspace backward with
+// forward_kept, so the same bits. Outputs as gated_delta_rule_chunked_backward_cuda.
+void gated_delta_rule_chunked_backward_kept_cuda(const GdnInputGrads<float>& grads, const GdnOutputGrads<float>& dout,
+                                                 const GdnInputs<float>& in, const GdnShape& shape, float scale,
+                                                 const void* kept, size_t kept_bytes, void* scratch,
+                                                 size_t scratch_bytes, cudaStream_t stream);
 
 }  // namespace hlm

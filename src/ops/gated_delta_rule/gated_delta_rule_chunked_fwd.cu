@@ -429,16 +429,22 @@ void launch_forward_passes(const Problem& p, const ForwardScratch& s, float* hT,
 
 }  // namespace gdn_chunked
 
-size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs) {
-  gdn_chunked::Carver c;
-  gdn_chunked::Problem p{};
+namespace gdn_chunked {
+Problem sizing_problem(const GdnShape& shape, int64_t n_seqs) {
+  Problem p{};
   p.T = shape.total_tokens;
   p.Hk = shape.k_heads;
   p.Hv = shape.v_heads;
   p.dk = shape.key_dim;
   p.dv = shape.value_dim;
   p.N = n_seqs;
-  gdn_chunked::carve_forward(c, p, false);
+  return p;
+}
+}  // namespace gdn_chunked
+
+size_t gated_delta_rule_chunked_forward_cuda_workspace_bytes(const GdnShape& shape, int64_t n_seqs) {
+  gdn_chunked::Carver c;
+  gdn_chunked::carve_forward(c, gdn_chunked::sizing_problem(shape, n_seqs), false);
   return c.used;
 }
 
@@ -448,13 +454,13 @@ void gated_delta_rule_chunked_forward_cuda(const GdnOutputs<float>& out, const G
   using namespace gdn_chunked;
   const Problem p = make_problem(in, shape, scale);
   HLM_CHECK(out.o != nullptr || p.T == 0, "chunked gated delta rule: output o missing");
-  const size_t need = keep_for_backward ? gated_delta_rule_chunked_backward_cuda_workspace_bytes(shape, in.n_seqs)
+  const size_t need = keep_for_backward ? gated_delta_rule_chunked_kept_bytes(shape, in.n_seqs)
                                         : gated_delta_rule_chunked_forward_cuda_workspace_bytes(shape, in.n_seqs);
   HLM_CHECK(workspace_bytes >= need, "chunked gated delta rule: workspace of ", workspace_bytes, " bytes, needs ",
             need, keep_for_backward ? " (kept for the backward)" : "");
   Carver c{static_cast<char*>(workspace)};
-  // Kept for the backward: the backward's layout, whose forward part (carved first, identically) also takes R, Ũ
-  // and Qd, which prep fills when present.
+  // Kept for the backward: the front of the backward's layout (carved first, identically there), which also takes R,
+  // Ũ and Qd, filled by prep when present; the backward's own scratch behind it is not touched here.
   const ForwardScratch s = carve_forward(c, p, keep_for_backward);
   launch_forward_passes(p, s, out.hT, stream);
   if (gdn_kernels_v2()) {

@@ -568,6 +568,8 @@ struct ForwardScratch {
 };
 
 Problem make_problem(const GdnInputs<float>& in, const GdnShape& shape, float scale);
+// The dims and sequence count alone (no pointers): what the scratch-sizing functions carve for.
+Problem sizing_problem(const GdnShape& shape, int64_t n_seqs);
 
 // What a per-chunk kernel's block works on (grid: x = chunk slot, y = v-head): len = 0 marks an unused slot.
 struct ChunkHead {

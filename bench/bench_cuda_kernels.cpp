@@ -5,6 +5,9 @@
 //          (gated_delta_rule_cuda.h) and the chunked tensor-core form (gated_delta_rule_chunked_cuda.h, bf16 operands),
 //          whose fwd+bwd is timed twice: the backward rerunning prep and state (what FLA's does: it keeps only the
 //          inverse), and with the forward's scratch kept for the backward ("keep": the recomputing layer's path);
+//          every time here is the median of calls synchronized one by one (bench_timing.h, median_ms), and a
+//          "gdn_peer_timing" line times the chunked fwd and fwd+bwd as peer_probe.py times FLA (back_to_back_ms: 10
+//          calls back to back, the mean; the host's launch work then overlaps the previous call, as the peer's);
 //   attn : causal GQA attention forward and forward+backward, 32 q / 8 kv heads, D = 128, B8×T1024, bf16 and fp32;
 //   decode: one gated delta rule decode step (gated_delta_rule_decode_cuda.h), B = 64 sequences, H = 32 heads
 //          (Hk = Hv), dk = dv = 128, fp32 state updated in place (128 MiB read + 128 MiB written per step). Prints
@@ -20,7 +23,9 @@
 //          its reason when cuDNN cannot be loaded or refuses), cuDNN once with each plan choice (HLM_CUDNN_PLAN first,
 //          then timed; plans rebuilt for each): ms, TFLOP/s, the ratios, the cuDNN plans' build time (first call), per
 //          direction and choice the plan that runs (candidate, count, engine, each candidate's trial ms when timed),
-//          and the largest |difference| of out, lse, dq, dk, dv between the native engine and the timed plans.
+//          and the largest |difference| of out, lse, dq, dk, dv between the native engine and the timed plans; then
+//          an "attn_peer_timing" line: the timed plans' fwd and fwd+bwd timed as peer_probe.py times torch's SDPA
+//          (back_to_back_ms), the figures to set beside the peer's.
 //   adamw8: the lean plan's optimizer step (adamw_lowmem_cuda.h: 8-bit moments, bf16 master with stochastic rounding,
 //          bf16 gradient) over one tensor of 2^29 elements; ms, the bandwidth counting 10 bytes per element (gradient
 //          2, parameter 2 + 2, the two codes 1 + 1 each; the block scales aside) and the time scaled to the 4B
@@ -219,6 +224,11 @@ void bench_gdn(CudaContext& ctx) {
                 (long long)H, (long long)D, c_fb);
     std::printf("gdn_fwd_bwd  B%lld T%lld H%lld D%lld chunked-tc keep  %.3f ms  (scratch kept: %.0f MB)\n",
                 (long long)s.B, (long long)s.T, (long long)H, (long long)D, c_fb_keep, cws_bytes / 1e6);
+    // The same calls timed as peer_probe.py times FLA (back to back, the mean): the figures to set beside FLA's.
+    const double b_fwd = back_to_back_ms(ctx.stream(), cfwd), b_fb = back_to_back_ms(ctx.stream(), cfb);
+    std::printf("gdn_peer_timing B%lld T%lld H%lld D%lld chunked-tc back-to-back (peer_probe.py's timing: 3 warm-ups, "
+                "10 calls between two events, mean)  fwd %.3f ms  fwd+bwd %.3f ms\n",
+                (long long)s.B, (long long)s.T, (long long)H, (long long)D, b_fwd, b_fb);
   }
 }
 
@@ -386,6 +396,12 @@ void bench_attention_engines(CudaContext& ctx) {
       std::printf("attn_engines B%lld T%lld: cuDNN refused: %s\n", (long long)B, (long long)S, err.c_str());
       continue;
     }
+    // The timed plans again (still cached), timed as peer_probe.py times torch's SDPA (back to back, the mean): the
+    // figures to set beside the peer's.
+    const double b_fwd = back_to_back_ms(ctx.stream(), cudnn_fwd), b_fb = back_to_back_ms(ctx.stream(), cudnn_fb);
+    std::printf("attn_peer_timing B%lld T%lld Hq%lld Hkv%lld D%lld bf16 cudnn-timed back-to-back (peer_probe.py's "
+                "timing: 3 warm-ups, 10 calls between two events, mean)  fwd %.3f ms  fwd+bwd %.3f ms\n",
+                (long long)B, (long long)S, (long long)Hq, (long long)Hkv, (long long)D, b_fwd, b_fb);
     const Run &first = runs[0], &timed = runs[1];
     std::printf("attn_engines B%lld T%lld Hq%lld Hkv%lld D%lld bf16 fwd: native %.3f ms (%.0f TFLOP/s) cudnn-first "
                 "%.3f ms (%.0f) cudnn-timed %.3f ms (%.0f) first/timed %.3f; fwd+bwd: native %.3f ms (%.0f) "

@@ -43,6 +43,28 @@ inline double median_ms(cudaStream_t stream, const std::function<void()>& fn, in
   return ms[ms.size() / 2];
 }
 
+// The peer's timing (../shared/bench/peer_probe.py's `timed`): `warmup` calls, a synchronize, then `iters` calls back
+// to back between two events; the mean ms per call. The host's work for a call (argument checks, cuDNN's variant
+// pack, launches) overlaps the GPU's previous call there, whereas median_ms synchronizes around every sample, so each
+// of its samples also holds the host latency before the first kernel starts (tens of µs for a cuDNN call): ratios
+// against the peer use this one, both are printed.
+inline double back_to_back_ms(cudaStream_t stream, const std::function<void()>& fn, int warmup = 3, int iters = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  HLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t start, stop;
+  HLM_CUDA_CHECK(cudaEventCreate(&start));
+  HLM_CUDA_CHECK(cudaEventCreate(&stop));
+  HLM_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) fn();
+  HLM_CUDA_CHECK(cudaEventRecord(stop, stream));
+  HLM_CUDA_CHECK(cudaEventSynchronize(stop));
+  float t = 0.0f;
+  HLM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+  HLM_CUDA_CHECK(cudaEventDestroy(start));
+  HLM_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(t) / iters;
+}
+
 // n standard-normal values of the given rng stream (seed 1234).
 inline std::vector<float> normal(size_t n, uint64_t stream) {
   std::vector<float> v(n);

@@ -3,11 +3,27 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "core/host_alloc.h"
 
 namespace hlm {
 
+namespace {
+// HLM_ARENA_POISON=on: every piece allocate() hands out is filled with 0xFF bytes (a NaN in f32, bf16 and f64) — a
+// reader of scratch it never wrote then sees NaN instead of a block's lucky zeros or a previous pass's values.
+bool poison_enabled() {
+  static const bool on = env_switch("HLM_ARENA_POISON", false);
+  return on;
+}
+}  // namespace
+
 void* Arena::allocate(size_t bytes) {
+  void* p = allocate_raw(bytes);
+  if (poison_enabled() && bytes > 0) std::memset(p, 0xFF, bytes);
+  return p;
+}
+
+void* Arena::allocate_raw(size_t bytes) {
   const size_t need = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   // Find a block from `current_` on with room; later blocks are empty after a release.
   while (current_ < blocks_.size()) {
@@ -23,7 +39,7 @@ void* Arena::allocate(size_t bytes) {
   }
   Block b;
   b.capacity = std::max(need, block_bytes_);
-  b.data = host_alloc(b.capacity);
+  b.data = host_alloc_uninitialized(b.capacity);  // allocate() promises no contents; tensor() zeroes its own piece
   b.used = need;
   blocks_.push_back(std::move(b));
   current_ = blocks_.size() - 1;
@@ -33,7 +49,7 @@ void* Arena::allocate(size_t bytes) {
 
 Tensor Arena::tensor(Shape shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  void* p = allocate(bytes);
+  void* p = allocate_raw(bytes);
   std::memset(p, 0, bytes);
   // The block owns the memory; the tensor holds the block alive but not the arena's bookkeeping.
   return Tensor::wrap(blocks_[current_].data, p, shape, dtype);

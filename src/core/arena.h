@@ -20,7 +20,8 @@ class Arena {
 
   explicit Arena(size_t block_bytes = size_t{64} << 20) : block_bytes_(block_bytes) {}
 
-  // Returns kHostAlignment-aligned, uninitialised memory.
+  // Returns kHostAlignment-aligned, uninitialised memory (fresh blocks are not zero-filled; with HLM_ARENA_POISON=on
+  // every piece is filled with 0xFF bytes, NaN in every float type, so reads of unwritten scratch show in tests).
   void* allocate(size_t bytes);
   // A contiguous tensor whose storage lives in the arena (valid until reset/release past it). Zero-filled.
   Tensor tensor(Shape shape, DType dtype = DType::F32);
@@ -34,6 +35,7 @@ class Arena {
   size_t high_water() const { return high_water_; }
 
  private:
+  void* allocate_raw(size_t bytes);
   struct Block {
     std::shared_ptr<std::byte> data;
     size_t capacity = 0;

@@ -1,5 +1,9 @@
 // Tensor views, copies and conversions; the activation arena; the counter-based RNG.
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <omp.h>
 
 #include <set>
@@ -64,6 +68,36 @@ TEST(Arena, MarkReleaseReusesMemory) {
   EXPECT_EQ(arena.bytes_in_use(), 0u);
   EXPECT_EQ(arena.allocate(100), a);  // first block reused
   EXPECT_GE(arena.high_water(), 2048u);
+}
+
+// tensor() pieces are zero-filled even where a released piece left other values; allocate() promises nothing, and
+// under HLM_ARENA_POISON=on (read once per process: ctest's arena_poison_* entries run whole test programs with it)
+// every piece it hands out holds 0xFF bytes, fresh block or reused.
+TEST(Arena, TensorsAreZeroedAndPoisonFillsRawPieces) {
+  const char* env = std::getenv("HLM_ARENA_POISON");
+  const bool poison = env != nullptr && (std::string(env) == "on" || std::string(env) == "1");
+  Arena arena(4096);
+  const Arena::Mark m = arena.mark();
+  auto* raw = static_cast<unsigned char*>(arena.allocate(256));
+  if (poison) {
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(raw[i], 0xFF) << i;
+  }
+  for (int i = 0; i < 256; ++i) raw[i] = 0x5A;
+  arena.release(m);
+  const Tensor t = arena.tensor({64});  // the same bytes again
+  ASSERT_EQ(static_cast<const void*>(t.f32()), static_cast<const void*>(raw));
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(t.f32()[i], 0.0f) << i;
+  arena.release(m);
+  auto* again = static_cast<unsigned char*>(arena.allocate(256));
+  ASSERT_EQ(again, raw);
+  if (poison) {
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(again[i], 0xFF) << "reused piece, byte " << i;
+  }
+  auto* fresh = static_cast<unsigned char*>(arena.allocate(8192));  // a block of its own
+  if (poison) {
+    for (int i = 0; i < 8192; ++i) ASSERT_EQ(fresh[i], 0xFF) << "fresh block, byte " << i;
+  }
+  std::printf("[check] arena poison %s\n", poison ? "on: raw pieces held 0xFF" : "off");
 }
 
 TEST(Rng, PhiloxKnownAnswer) {

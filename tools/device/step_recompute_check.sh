@@ -56,7 +56,8 @@ if has bench; then
     gate="$W/gate"
   fi
   el "bench: plans $PLANS, recompute $RECOMPUTE, micro $MICRO${gate:+ (waits for the peer)}"
-  HLM_PROFILE_STEP=1 ${gate:+HLM_BENCH_START_AFTER=$gate} timeout 590 "$BIN/bench_distill_step" --shape qwen3-4b \
+  # env: an expanded NAME=VALUE word is an assignment for env, not for the shell
+  env HLM_PROFILE_STEP=1 ${gate:+HLM_BENCH_START_AFTER=$gate} timeout 590 "$BIN/bench_distill_step" --shape qwen3-4b \
     --precision bf16 --rows 8 --seq 1024 --steps "$STEPS" --micro "$MICRO" --memory-plan "$PLANS" \
     --recompute "$RECOMPUTE" > "$W/distill.log" 2>&1 &
   BENCH=$!
@@ -66,7 +67,7 @@ if has bench; then
     [ -z "$peer" ] && for p in .anchors/peer_probe.py ../shared/bench/peer_probe.py; do [ -f "$p" ] && peer=$p && break; done
     el "peer: ${peer:-not found}"
     if [ -n "$peer" ]; then
-      SHAPE=qwen3-4b ROWS=8 WITH_FLA=1 STRONG=1 ${PEER_CHECKPOINT:+CHECKPOINT=1} timeout 420 python3 "$peer" hf_distill \
+      env SHAPE=qwen3-4b ROWS=8 WITH_FLA=1 STRONG=1 ${PEER_CHECKPOINT:+CHECKPOINT=1} timeout 420 python3 "$peer" hf_distill \
         > "$W/peer.log" 2>&1
       el "peer rc=$?"
       grep -E 'hf_distill|took' "$W/peer.log" | cut -c1-400 | tee -a "$W/summary.txt"

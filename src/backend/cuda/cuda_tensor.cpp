@@ -5,14 +5,27 @@
 
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_error.h"
+#include "core/env_switch.h"
 
 namespace hlm {
+
+namespace {
+// HLM_CUDA_POISON=on: every empty() tensor is filled with 0xFF bytes (NaN in f32 and bf16) on the context's stream, so
+// a kernel reading device scratch nobody wrote sees NaN instead of whatever the caching allocator's block last held
+// (tests: run test_cuda_models with it; the fills are queued, captured into CUDA graphs like any other work).
+bool cuda_poison_enabled() {
+  static const bool on = env_switch("HLM_CUDA_POISON", false);
+  return on;
+}
+}  // namespace
 
 CudaTensor CudaTensor::empty(CudaContext& ctx, Shape shape, DType dtype) {
   CudaTensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.buffer_ = CudaBuffer(ctx.allocator(), t.nbytes());
+  if (cuda_poison_enabled() && t.nbytes() > 0)
+    HLM_CUDA_CHECK(cudaMemsetAsync(t.buffer_.data(), 0xFF, t.nbytes(), ctx.stream()));
   return t;
 }
 

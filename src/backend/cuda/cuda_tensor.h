@@ -15,7 +15,8 @@ class CudaContext;
 class CudaTensor {
  public:
   CudaTensor() = default;
-  // Uninitialized device memory for a contiguous tensor of this shape and dtype.
+  // Uninitialized device memory for a contiguous tensor of this shape and dtype (with HLM_CUDA_POISON=on: 0xFF bytes,
+  // NaN in every float type, filled on ctx's stream — for tests that hunt reads of never-written scratch).
   static CudaTensor empty(CudaContext& ctx, Shape shape, DType dtype = DType::F32);
 
   DType dtype() const { return dtype_; }

@@ -33,10 +33,12 @@
 // eps) is a cancellation the CPU does in double); dweight (fp32) by the fp32 rule on the bf16-rounded inputs.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "harness.h"
+#include "ops/cast/cast_cuda.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/residual/residual_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -358,6 +360,62 @@ TEST(RmsnormCuda, ResidualFused) {
       EXPECT_TRUE(d_alias.guards_intact() && x_alias.guards_intact());
     }
   }
+}
+
+// The forwards that also write the output's bf16 rounding (rmsnorm_forward_rounded_cuda, _residual_forward_rounded_):
+// out and the updated x bit for bit as the plain launchers, out16 bit for bit as cast_f32_to_bf16_cuda of the plain
+// out (NaN payloads included: Special fills) — on the warp path's vector and scalar slices (out16 8-byte aligned, and
+// one element off: 2-byte aligned, the scalar path), the register paths (E 8 and 16) and the block path (D > 4096,
+// the cast as its own launch).
+TEST(RmsnormCuda, RoundedOutputEqualsTheCastBitForBit) {
+  HLM_REQUIRE_CUDA();
+  const RmsCase shapes[] = {{9, 1024, Fill::Normal}, {301, 128, Fill::Large}, {13, 65, Fill::Special},
+                            {3, 37, Fill::Denormal}, {1, 1, Fill::Normal},     {3, 2560, Fill::Normal},
+                            {7, 2049, Fill::Special}, {2, 4096, Fill::Large},  {2, 4100, Fill::Normal}};
+  size_t compared = 0, differing = 0;
+  for (const RmsCase& c : shapes) {
+    for (const bool residual : {false, true}) {
+      for (const int offset : {0, 1}) {  // out16 elements: 1 = 2-byte aligned only
+        const Inputs in = make_inputs(c, false);
+        const size_t n = static_cast<size_t>(c.R * c.D);
+        const std::vector<float> delta = make_values(n, Fill::Normal, 9);
+        const RmsnormCudaParams p{c.R, c.D, kEps};
+        DeviceBuffer x_plain = DeviceBuffer::from(in.x, "x"), x_round = DeviceBuffer::from(in.x, "x (rounded form)"),
+                     d = DeviceBuffer::from(delta, "delta"), w = DeviceBuffer::from(in.w, "weight"),
+                     out_plain(n * 4, "out"), out_round(n * 4, "out (rounded form)"), cast16(n * 2, "cast of out"),
+                     out16((n + 1) * 2, "out16");
+        __nv_bfloat16* o16 = out16.as<__nv_bfloat16>() + offset;
+        if (residual) {
+          rmsnorm_residual_forward_cuda(out_plain.as<float>(), x_plain.as<float>(), d.as<float>(), 0.5f, w.as<float>(),
+                                        p, ctx().stream());
+          rmsnorm_residual_forward_rounded_cuda(out_round.as<float>(), o16, x_round.as<float>(), d.as<float>(), 0.5f,
+                                                w.as<float>(), p, ctx().stream());
+        } else {
+          rmsnorm_forward_cuda(out_plain.as<float>(), x_plain.as<float>(), w.as<float>(), p, ctx().stream());
+          rmsnorm_forward_rounded_cuda(out_round.as<float>(), o16, x_round.as<float>(), w.as<float>(), p,
+                                       ctx().stream());
+        }
+        cast_f32_to_bf16_cuda(cast16.as<__nv_bfloat16>(), out_plain.as<float>(), static_cast<int64_t>(n),
+                              ctx().stream());
+        const std::string what = std::string(residual ? "residual " : "") + "rounded, out16 offset " +
+                                 std::to_string(offset);
+        EXPECT_TRUE(check_exact(name(c, (what + " out").c_str()), out_round.download<float>(),
+                                out_plain.download<float>()));
+        EXPECT_TRUE(check_exact(name(c, (what + " x").c_str()), x_round.download<float>(), x_plain.download<float>()));
+        const std::vector<uint16_t> got = out16.download<uint16_t>(), want = cast16.download<uint16_t>();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) bad += got[i + static_cast<size_t>(offset)] != want[i] ? 1 : 0;
+        EXPECT_EQ(bad, 0u) << name(c, what.c_str()) << ": out16 differs from the cast of out";
+        // Nothing written outside the n elements (the poisoned element before or after them keeps 0xFFFF).
+        EXPECT_EQ(got[offset == 1 ? 0 : n], 0xFFFFu) << name(c, what.c_str());
+        EXPECT_TRUE(buffers_ok({&out_round, &x_round, &out16}, {&d, &w})) << name(c, what.c_str());
+        compared += n;
+        differing += bad;
+      }
+    }
+  }
+  std::printf("[check] rmsnorm rounded output: %zu bf16 values against the cast, %zu differ (want 0)\n", compared,
+              differing);
 }
 
 // The backward adding into dx (accumulate_dx: a pre-norm block's residual gradient) against the overwriting backward

@@ -78,6 +78,10 @@ AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, flo
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
                                    const float* x, const CudaAttentionWeights& w, const AttentionDims& dims,
                                    const RopeCudaTable* rope, const CudaBatchView& batch);
+// The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
+void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
+                                   const CudaLinearInput& x, const CudaAttentionWeights& w, const AttentionDims& dims,
+                                   const RopeCudaTable* rope, const CudaBatchView& batch);
 // The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, flash attention
 // backward, rope, q/k norms, q/k/v projections. Same contract as attention_layer_backward_cuda; act is only read.
 // x as in attention_forward_activations_cuda (in the bf16 mode its bf16 rounding alone is enough; it is rounded once

@@ -24,8 +24,14 @@ void qk_norm_backward(CudaContext& ctx, float* d, float* dweight, const float* l
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
                                    const float* x, const CudaAttentionWeights& w, const AttentionDims& d,
                                    const RopeCudaTable* rope, const CudaBatchView& b) {
-  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward
-  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.q_proj, b.tokens);
+  attention_layer_backward_cuda(ctx, dx, g, d_out, CudaLinearInput{x, nullptr}, w, d, rope, b);
+}
+
+void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
+                                   const CudaLinearInput& x, const CudaAttentionWeights& w, const AttentionDims& d,
+                                   const RopeCudaTable* rope, const CudaBatchView& b) {
+  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward (unless given rounded)
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.q_proj, b.tokens);
   const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, in, w, d, rope, b);
   attention_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, d, rope, b);
 }

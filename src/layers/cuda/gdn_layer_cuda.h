@@ -75,6 +75,10 @@ GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, con
 // ACCUMULATED (+=). dx may not alias d_out or x.
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& dims, const CudaBatchView& batch);
+// The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
+void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out,
+                             const CudaLinearInput& x, const CudaGdnWeights& w, const GdnDims& dims,
+                             const CudaBatchView& batch);
 // The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, gated norm, gated
 // delta rule, gate, L2 norms, convs, input projections. Op-level weight gradients (o_norm, convs, A_log, dt_bias) are
 // overwritten into scratch and added into grads as the CPU does. Same contract as gdn_layer_backward_cuda; act is

@@ -16,8 +16,14 @@ namespace hlm {
 
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& d, const CudaBatchView& b) {
-  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward
-  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.q_proj, b.tokens);
+  gdn_layer_backward_cuda(ctx, dx, gr, d_out, CudaLinearInput{x, nullptr}, w, d, b);
+}
+
+void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out,
+                             const CudaLinearInput& x, const CudaGdnWeights& w, const GdnDims& d,
+                             const CudaBatchView& b) {
+  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward (unless given rounded)
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.q_proj, b.tokens);
   const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, in, w, d, b, /*keep_rule_scratch=*/true);
   gdn_layer_backward_from_cuda(ctx, dx, gr, d_out, in, act, w, d, b);
 }

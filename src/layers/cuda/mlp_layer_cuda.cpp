@@ -21,18 +21,23 @@ CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w) {
 }
 
 void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w, int64_t tokens) {
-  HLM_CHECK(out != x, "mlp forward: out may not alias x");
+  mlp_layer_forward_cuda(ctx, out, CudaLinearInput{x, nullptr}, w, tokens);
+}
+
+void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x, const CudaMlpWeights& w,
+                            int64_t tokens) {
+  HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
+            "mlp forward: out may not alias x");
   const int64_t F = w.gate_proj.out_features;
   if (cuda_linear_is_bf16(w.down_proj)) {  // h only as down_proj's bf16 operand (the bits it would round to)
     CudaTensor h16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
     // Decode rows: gate, up and SwiGLU as one GEMV launch (the same bits) when that fold is on; else the group GEMV
     // (or cuBLASLt) and the SwiGLU kernel.
-    if (!cuda_linear_try_swiglu_gemv(ctx, nullptr, h16.data<__nv_bfloat16>(), CudaLinearInput{x, nullptr},
-                                     w.gate_proj, w.up_proj, tokens)) {
+    if (!cuda_linear_try_swiglu_gemv(ctx, nullptr, h16.data<__nv_bfloat16>(), x, w.gate_proj, w.up_proj, tokens)) {
       CudaTensor gate = CudaTensor::empty(ctx, {tokens, F});
       CudaTensor up = CudaTensor::empty(ctx, {tokens, F});
       const CudaLinearOut gate_up[] = {{gate.data<float>(), &w.gate_proj}, {up.data<float>(), &w.up_proj}};
-      cuda_linear_forward_group(ctx, gate_up, CudaLinearInput{x, nullptr}, tokens);
+      cuda_linear_forward_group(ctx, gate_up, x, tokens);
       swiglu_forward_bf16_cuda(h16.data<__nv_bfloat16>(), gate.data<float>(), up.data<float>(), tokens * F,
                                ctx.stream());
     }
@@ -43,7 +48,7 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const 
   CudaTensor up = CudaTensor::empty(ctx, {tokens, F});
   // gate and up in one launch at decode batch sizes, else x rounded once for both (bf16 mode).
   const CudaLinearOut gate_up[] = {{gate.data<float>(), &w.gate_proj}, {up.data<float>(), &w.up_proj}};
-  cuda_linear_forward_group(ctx, gate_up, CudaLinearInput{x, nullptr}, tokens);
+  cuda_linear_forward_group(ctx, gate_up, x, tokens);
   swiglu_forward_cuda(gate.data<float>(), gate.data<float>(), up.data<float>(), tokens * F, ctx.stream());
   cuda_linear_forward(ctx, out, gate.data<float>(), w.down_proj, tokens);
 }

@@ -20,6 +20,9 @@ struct CudaMlpWeights {
 CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w);
 
 void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaMlpWeights& w, int64_t tokens);
+// The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
+void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x, const CudaMlpWeights& w,
+                            int64_t tokens);
 
 // The forward's intermediates, device tensors [T, F] each: what the backward needs.
 struct MlpCudaActivations {
@@ -45,6 +48,9 @@ MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, con
 // as w, device) ACCUMULATED (+=), in the CPU's order. dx may not alias d_out or x.
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out, const float* x,
                              const CudaMlpWeights& w, int64_t tokens);
+// The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
+void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out,
+                             const CudaLinearInput& x, const CudaMlpWeights& w, int64_t tokens);
 // The walk back from given activations `act` (of this x and w): down_proj, swiglu, gate/up projections. Same contract
 // as mlp_layer_backward_cuda; act is only read. x as in mlp_forward_activations_cuda (in the bf16 mode its bf16
 // rounding alone is enough; it is rounded once here otherwise).

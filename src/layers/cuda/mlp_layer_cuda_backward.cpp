@@ -8,8 +8,13 @@ namespace hlm {
 
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, const float* d_out, const float* x,
                              const CudaMlpWeights& w, int64_t tokens) {
-  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward
-  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, {x, nullptr}, w.gate_proj, tokens);
+  mlp_layer_backward_cuda(ctx, dx, g, d_out, CudaLinearInput{x, nullptr}, w, tokens);
+}
+
+void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, const float* d_out,
+                             const CudaLinearInput& x, const CudaMlpWeights& w, int64_t tokens) {
+  CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward (unless given rounded)
+  const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, tokens);
   const MlpCudaActivations a = mlp_forward_activations_cuda(ctx, in, w, tokens);
   mlp_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, tokens);
 }

@@ -2,9 +2,11 @@
 #include "models/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "models/architecture.h"
 #include "models/cuda/cuda_model_layer.h"
@@ -15,6 +17,17 @@
 #include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
+
+namespace {
+std::atomic<int> g_norm_bf16_out{-1};  // -1: HLM_NORM_BF16_OUT
+}  // namespace
+
+bool cuda_model_norm_bf16_out() {
+  if (const int o = g_norm_bf16_out.load(); o >= 0) return o != 0;
+  static const bool env = env_switch("HLM_NORM_BF16_OUT", false);
+  return env;
+}
+void cuda_model_set_norm_bf16_out(int on) { g_norm_bf16_out = on < 0 ? -1 : (on != 0 ? 1 : 0); }
 
 namespace {
 
@@ -144,6 +157,13 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   float *h = hidden.data<float>(), *nr = normed.data<float>(), *dl = delta.data<float>();
   embed(b, h);
   const RmsnormCudaParams row_norm{T, H, eps};
+  // Pre-norm blocks in the bf16 mode (HLM_NORM_BF16_OUT=on): the input norms also write their output's bf16 rounding
+  // (rmsnorm_*_rounded_cuda), the branch's projections read it instead of a cast launch of nr (the same bits). Not
+  // with kept activations (their inputs are kept as such roundings already) nor a mixer override (fp32 readers).
+  CudaTensor normed16;
+  if (bf16_compute_ && kept == nullptr && mixer_override == nullptr && cuda_model_norm_bf16_out())
+    normed16 = CudaTensor::empty(ctx, {T, H}, DType::BF16);
+  __nv_bfloat16* nr16 = normed16.raw() != nullptr ? normed16.data<__nv_bfloat16>() : nullptr;
   if (kept != nullptr) {
     kept->clear();
     kept->resize(layers_.size());
@@ -179,12 +199,23 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     if (pending) residual_add_forward_cuda(h, dl, pending_scale, T * H, stream);
     pending = false;
   };
-  const auto norm_after_pending = [&](const float* weight) {  // nr = rmsnorm(h (+ the pending branch))
-    if (pending)
+  // nr = rmsnorm(h (+ the pending branch)), and its bf16 rounding into out16 when given.
+  const auto norm_after_pending = [&](const float* weight, __nv_bfloat16* out16 = nullptr) {
+    if (pending && out16 != nullptr)
+      rmsnorm_residual_forward_rounded_cuda(nr, out16, h, dl, pending_scale, weight, row_norm, stream);
+    else if (pending)
       rmsnorm_residual_forward_cuda(nr, h, dl, pending_scale, weight, row_norm, stream);
+    else if (out16 != nullptr)
+      rmsnorm_forward_rounded_cuda(nr, out16, h, weight, row_norm, stream);
     else
       rmsnorm_forward_cuda(nr, h, weight, row_norm, stream);
     pending = false;
+  };
+  // A pre-norm branch's input: nr with its rounding when the norm wrote one, else as keep_input gives it.
+  const auto branch_input = [&](CudaTensor CudaKeptLayer::*slot, CudaTensor CudaKeptLayer::*slot16,
+                                int layer) -> CudaLinearInput {
+    if (nr16 != nullptr) return {nr, nr16};
+    return keep_input(slot, slot16, layer, normed);
   };
 
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
@@ -199,6 +230,8 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         (*mixer_override)(i, out, in.f32);  // no kept activations here: in.f32 is set
       else if (layer.full_attention && keep != nullptr)
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
+      else if (layer.full_attention && in.bf16 != nullptr)  // the norm's rounding given: the intermediates dropped
+        attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.full_attention)
         attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, ldims, rope, b);
       else if (layer.mamba2) {  // forward only: training a Mamba-2 model on CUDA is refused (no layer backward)
@@ -213,6 +246,8 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       else if (keep != nullptr)  // with the chunked rule's kept forward (bf16 mode): its backward reruns nothing
         keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b,
                                                 /*keep_rule_scratch=*/true);
+      else if (in.bf16 != nullptr)  // the norm's rounding given: the intermediates dropped
+        gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
       else
         gdn_layer_forward_cuda(ctx, out, in.f32, layer.linear_attn, gdn_dims(c), b);
     };
@@ -231,12 +266,12 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       } else if (keep != nullptr)
         keep->mlp = mlp_layer_forward_keep_cuda(ctx, out, in, layer.mlp, T);
       else
-        mlp_layer_forward_cuda(ctx, out, in.f32, layer.mlp, T);
+        mlp_layer_forward_cuda(ctx, out, in, layer.mlp, T);
     };
     // A pre-norm layer adds the previous layer's pending MLP branch inside its input norm (one launch); any other
     // reader of the residual stream needs it added first.
     if (post_norm) flush_pending();
-    else norm_after_pending(layer.input_layernorm.data<float>());
+    else norm_after_pending(layer.input_layernorm.data<float>(), nr16);
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
       mixer(nr, {h, nullptr});
@@ -251,13 +286,17 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       emit(CapturePoint::MlpDelta, i, delta);
       residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
     } else {
-      mixer(dl, keep_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i, normed));
+      mixer(dl, branch_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i));
       emit(CapturePoint::AttnDelta, i, delta);
       // h += branch, then the post-attention norm of h: one launch (rmsnorm_residual_forward_cuda, the same bits).
-      rmsnorm_residual_forward_cuda(nr, h, dl, hyper.residual_multiplier,
-                                    layer.post_attention_layernorm.data<float>(), row_norm, stream);
+      if (nr16 != nullptr)
+        rmsnorm_residual_forward_rounded_cuda(nr, nr16, h, dl, hyper.residual_multiplier,
+                                              layer.post_attention_layernorm.data<float>(), row_norm, stream);
+      else
+        rmsnorm_residual_forward_cuda(nr, h, dl, hyper.residual_multiplier,
+                                      layer.post_attention_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::AttnOut, i, hidden);
-      mlp(dl, keep_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i, normed));
+      mlp(dl, branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));
       emit(CapturePoint::MlpDelta, i, delta);
       pending_scale = hyper.residual_multiplier;  // added by the next norm (or flush_pending)
       pending = true;

@@ -49,6 +49,15 @@ using CaptureWanted = std::function<bool(CapturePoint point, int layer)>;
 struct CudaTrainTrace;  // models/cuda/cuda_model_train.h
 struct CudaKeptLayer;   // models/cuda/cuda_model_train.h
 
+// Whether a pre-norm block's input norms, in the bf16 compute mode, also write their output's bf16 rounding for the
+// branch's projections (ops/rmsnorm/rmsnorm_cuda.h, *_rounded_cuda) instead of the cast launch that rounds it after:
+// the forward (without kept activations) and the recomputing backward; the same bits either way
+// (CudaNormBf16Out.* checks). HLM_NORM_BF16_OUT=on|off (core/env_switch.h, read once), off by default until measured
+// on the GPU (written in session 30 without one); cuda_model_set_norm_bf16_out overrides it process-wide (tests, A/B
+// benches; -1 goes back to the environment).
+bool cuda_model_norm_bf16_out();
+void cuda_model_set_norm_bf16_out(int on);
+
 class CudaModel {
  public:
   // Uploads `model`'s weights to ctx's device (checks every tensor's shape first, input errors as the CPU). The host

@@ -264,6 +264,19 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
   CudaTensor d_branch_t = CudaTensor::empty(ctx, {T, H});
   CudaTensor d_normed_t = CudaTensor::empty(ctx, {T, H});
   float *d_hidden = d_hidden_t.data<float>(), *normed = normed_t.data<float>(), *branch = branch_t.data<float>();
+  // HLM_NORM_BF16_OUT (cuda_model.h): a recomputed pre-norm input also written as its bf16 rounding, which the
+  // branch's recomputing backward then reads instead of rounding normed again (the same bits).
+  CudaTensor normed16_t;
+  if (bf16_compute_ && trace.kept.empty() && cuda_model_norm_bf16_out())
+    normed16_t = CudaTensor::empty(ctx, {T, H}, DType::BF16);
+  __nv_bfloat16* normed16 = normed16_t.raw() != nullptr ? normed16_t.data<__nv_bfloat16>() : nullptr;
+  // normed = rmsnorm(x)·weight, and its rounding into normed16 when that is on.
+  const auto recompute_norm = [&](const float* x, const float* weight) {
+    if (normed16 != nullptr)
+      rmsnorm_forward_rounded_cuda(normed, normed16, x, weight, row_norm, stream);
+    else
+      rmsnorm_forward_cuda(normed, x, weight, row_norm, stream);
+  };
   float *d_branch = d_branch_t.data<float>(), *d_normed = d_normed_t.data<float>();
 
   rmsnorm_backward(ctx, d_hidden, grads.norm_.data<float>(), d_final_hidden, trace.final_stream.data<float>(),
@@ -306,7 +319,8 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
         HLM_CHECK((kept->*slot16).numel() == n, "layer ", i, ": the trace kept no [T, hidden] tensor for this block");
         return {nullptr, (kept->*slot16).data<__nv_bfloat16>()};
       }
-      return {kept_or(slot, scratch, recompute), nullptr};
+      const float* x = kept_or(slot, scratch, recompute);
+      return {x, kept == nullptr && x == normed ? normed16 : nullptr};  // recomputed by recompute_norm
     };
 
     // MLP branch: d_mid = d_out + branchᵀ(d_out).
@@ -314,7 +328,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       if (kept != nullptr)
         mlp_layer_backward_from_cuda(ctx, dx, lg.mlp, d_out, x, kept->mlp, lw.mlp, T);
       else
-        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x.f32, lw.mlp, T);
+        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x, lw.mlp, T);
     };
     if (post_norm) {
       const float* mlp_out = kept_or(&CudaKeptLayer::mlp_branch, branch, [&] {
@@ -326,7 +340,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
     } else {
       const CudaLinearInput mlp_in = kept_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, normed, [&] {
-        rmsnorm_forward_cuda(normed, mid, lw.post_attention_layernorm.data<float>(), row_norm, stream);
+        recompute_norm(mid, lw.post_attention_layernorm.data<float>());
       });
       mlp_backward(d_normed, branch_grad(), mlp_in);
       rmsnorm_backward(ctx, d_hidden, lg.post_attention_layernorm.data<float>(), d_normed, mid,
@@ -339,11 +353,11 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
         attention_layer_backward_from_cuda(ctx, dx, lg.self_attn, d_out, x, kept->attention, lw.self_attn, ldims,
                                            rope, b);
       else if (lw.full_attention)
-        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x.f32, lw.self_attn, ldims, rope, b);
+        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x, lw.self_attn, ldims, rope, b);
       else if (kept != nullptr)
         gdn_layer_backward_from_cuda(ctx, dx, lg.linear_attn, d_out, x, kept->gdn, lw.linear_attn, gdn_dims(c), b);
       else
-        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x.f32, lw.linear_attn, gdn_dims(c), b);
+        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x, lw.linear_attn, gdn_dims(c), b);
     };
     if (post_norm) {
       const float* mixer_out = kept_or(&CudaKeptLayer::mixer_branch, branch, [&] {
@@ -355,7 +369,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
     } else {
       const CudaLinearInput mixer_in = kept_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, normed, [&] {
-        rmsnorm_forward_cuda(normed, in, lw.input_layernorm.data<float>(), row_norm, stream);
+        recompute_norm(in, lw.input_layernorm.data<float>());
       });
       mixer_backward(d_normed, branch_grad(), mixer_in);
       rmsnorm_backward(ctx, d_hidden, lg.input_layernorm.data<float>(), d_normed, in,

@@ -27,6 +27,8 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
+#include "ops/cast/bf16_round.cuh"
+#include "ops/cast/cast_cuda.h"
 #include "ops/residual/residual_add.cuh"
 #include "ops/residual/residual_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -54,14 +56,34 @@ static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane a
 
 // ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
+// store_slice's chunks as bf16 with cast_f32_to_bf16_cuda's rounding (f32_to_bf16_bits: NaN keeps sign and payload,
+// unlike __float2bfloat16_rn), so a norm writing its output's rounding gives the bits of the cast launch it replaces.
+// V floats become V bf16 (a 2V-byte pack; out16 8-byte aligned on the vector path).
+template <int V, int P>
+__device__ __forceinline__ void store_slice_rounded(__nv_bfloat16* row, const float (&src)[P], int64_t D, int lane) {
+#pragma unroll
+  for (int j = 0; j < P / V; ++j) {
+    const int64_t s = cuda::chunk_start<V>(lane, j);
+    if (s < D) {
+      cuda::Pack<uint16_t, V> p;
+#pragma unroll
+      for (int e = 0; e < V; ++e) p.e[e] = cuda::f32_to_bf16_bits(src[j * V + e]);
+      *reinterpret_cast<cuda::Pack<uint16_t, V>*>(reinterpret_cast<uint16_t*>(row) + s) = p;
+    }
+  }
+}
+
 // With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
 // residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block;
 // the lane stores its own slice of x, which only it reads).
+// With `out16` (T = float only): the output's bf16 rounding is stored too, from the same registers (the bits of
+// casting `out`), for readers that only multiply it on the tensor cores.
 template <typename T, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, T* x, const T* w, int64_t R,
                                                                         int64_t D, float eps,
                                                                         const float* delta = nullptr,
-                                                                        float scale = 1.0f) {
+                                                                        float scale = 1.0f,
+                                                                        __nv_bfloat16* out16 = nullptr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -87,6 +109,9 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
 #pragma unroll
     for (int i = 0; i < P; ++i) ov[i] = wv[i] * (xv[i] * inv);
     store_slice<V, P>(out + r * D, ov, D, lane);
+    if constexpr (std::is_same_v<T, float>) {
+      if (out16 != nullptr) store_slice_rounded<V, P>(out16 + r * D, ov, D, lane);
+    }
   }
 }
 
@@ -166,11 +191,13 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const
 // ... in order and block_sum adds the same partials, so the bits equal rmsnorm_forward_kernel's.
 // With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
 // residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block).
+// With `out16` (T = float only): the output's bf16 rounding is stored too (as the warp kernel).
 template <typename T, int E>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, T* x, const T* w, int64_t R,
                                                                         int64_t D, float eps,
                                                                         const float* delta = nullptr,
-                                                                        float scale = 1.0f) {
+                                                                        float scale = 1.0f,
+                                                                        __nv_bfloat16* out16 = nullptr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   __shared__ float smem[kThreads / 32];
@@ -204,7 +231,13 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
-      if (d < D) o[d] = from_f32<T>(wv[e] * (v[e] * inv));
+      if (d < D) {
+        const float y = wv[e] * (v[e] * inv);
+        o[d] = from_f32<T>(y);
+        if constexpr (std::is_same_v<T, float>) {
+          if (out16 != nullptr) reinterpret_cast<uint16_t*>(out16)[r * D + d] = cuda::f32_to_bf16_bits(y);
+        }
+      }
     }
   }
 }
@@ -272,32 +305,41 @@ unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R)
 // when delta is given.
 template <typename T>
 void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream,
-                  const float* delta = nullptr, float scale = 1.0f) {
+                  const float* delta = nullptr, float scale = 1.0f, __nv_bfloat16* out16 = nullptr) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
+  if constexpr (!std::is_same_v<T, float>) HLM_CHECK(out16 == nullptr, "rmsnorm_cuda: out16 with bf16 rows");
   // The warp and register kernels are launched as programmatic dependents (dependent_launch.cuh): the launch overlaps
   // the producer's tail, the kernels wait for it before any read.
   const bool pdl = cuda::dependent_launch_enabled();
   if (p.dim <= kWarpMaxDim) {
-    const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
+    // out16's packs are half the bytes of out's: 8-byte aligned is enough for them (V = 4 floats → 4 bf16).
+    const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta)) &&
+                     (out16 == nullptr || reinterpret_cast<uintptr_t>(out16) % 8 == 0);
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
       HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
           pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),
-          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale));
+          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale, out16));
     });
   } else if (p.dim <= 8 * kThreads) {
     HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 8>, dim3(row_blocks(p.rows)),
                                                 dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
-                                                scale));
+                                                scale, out16));
   } else if (p.dim <= 16 * kThreads) {
     HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 16>, dim3(row_blocks(p.rows)),
                                                 dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
-                                                scale));
+                                                scale, out16));
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (delta != nullptr) residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);
     }
     rmsnorm_forward_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(out, x, w, p.rows, p.dim, p.eps);
+    if constexpr (std::is_same_v<T, float>) {
+      if (out16 != nullptr) {  // rows this long: the cast as its own launch (the same bits)
+        HLM_CUDA_CHECK_LAUNCH();
+        cast_f32_to_bf16_cuda(out16, out, p.rows * p.dim, stream);
+      }
+    }
   }
   HLM_CUDA_CHECK_LAUNCH();
 }
@@ -391,6 +433,25 @@ void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, flo
                                    const RmsnormCudaParams& p, cudaStream_t stream) {
   HLM_CHECK(out != x, "rmsnorm_residual_forward_cuda: out may not alias x (the residual stream)");
   forward_impl(out, x, weight, p, stream, delta, scale);
+}
+
+void rmsnorm_forward_rounded_cuda(float* out, __nv_bfloat16* out16, const float* x, const float* weight,
+                                  const RmsnormCudaParams& p, cudaStream_t stream) {
+  HLM_CHECK(out16 != nullptr && static_cast<const void*>(out16) != static_cast<const void*>(x) &&
+                static_cast<const void*>(out16) != static_cast<const void*>(out),
+            "rmsnorm_forward_rounded_cuda: out16 missing or aliasing x / out");
+  forward_impl(out, const_cast<float*>(x), weight, p, stream, nullptr, 1.0f, out16);
+}
+
+void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, float* x, const float* delta,
+                                           float scale, const float* weight, const RmsnormCudaParams& p,
+                                           cudaStream_t stream) {
+  HLM_CHECK(out != x, "rmsnorm_residual_forward_rounded_cuda: out may not alias x (the residual stream)");
+  HLM_CHECK(out16 != nullptr && static_cast<const void*>(out16) != static_cast<const void*>(x) &&
+                static_cast<const void*>(out16) != static_cast<const void*>(out) &&
+                static_cast<const void*>(out16) != static_cast<const void*>(delta),
+            "rmsnorm_residual_forward_rounded_cuda: out16 missing or aliasing x / out / delta");
+  forward_impl(out, x, weight, p, stream, delta, scale, out16);
 }
 
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p) {

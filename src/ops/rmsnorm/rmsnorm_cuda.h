@@ -79,6 +79,16 @@ void rmsnorm_forward_cuda(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv
 void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, float scale, const float* weight,
                                    const RmsnormCudaParams& p, cudaStream_t stream);
 
+// The same two forwards also writing out16 [rows, dim], the bf16 rounding of `out` (cast_f32_to_bf16_cuda's bits,
+// NaN payloads included) from the same registers: for a pre-norm block whose branch multiplies its normed input on
+// the tensor cores, the cast launch that would follow goes away (one read of out and one launch less). Rows longer
+// than 16 · rmsnorm_cuda_threads() take the cast as a second launch. out16 may alias nothing.
+void rmsnorm_forward_rounded_cuda(float* out, __nv_bfloat16* out16, const float* x, const float* weight,
+                                  const RmsnormCudaParams& p, cudaStream_t stream);
+void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, float* x, const float* delta,
+                                           float scale, const float* weight, const RmsnormCudaParams& p,
+                                           cudaStream_t stream);
+
 // Bytes of device scratch rmsnorm_backward_cuda needs: dim ≤ rmsnorm_cuda_warp_max_dim(): the dweight partial rows
 // (groups · dim floats); longer rows: per-row statistics and the column sum's partials.
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p);

@@ -1,0 +1,111 @@
+// HLM_NORM_BF16_OUT (models/cuda/cuda_model.h): in the bf16 compute mode a pre-norm block's input norms also write
+// their output's bf16 rounding (rmsnorm_*_rounded_cuda) for the branch's projections, in the forward and in the
+// recomputing backward, instead of a cast launch after them. The rounding is cast_f32_to_bf16_cuda's, so everything
+// must be BIT-IDENTICAL with the switch off: the logits of a forward, and a forward_train + backward's final hidden
+// states and every parameter gradient (memcmp; no tolerance). Models: olmo_hybrid_tiny (post-norm attention blocks,
+// which keep their path, and pre-norm GDN blocks) and a qwen3_hybrid student converted from qwen3_untied (pre-norm
+// attention and GDN blocks). Also checked: the fp32 mode ignores the switch (still identical), and the switch's
+// override goes back to the environment.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_context.h"
+#include "cuda_models/cuda_model_support.h"
+#include "models/convert.h"
+#include "models/cuda/cuda_model.h"
+#include "models/cuda/cuda_model_train.h"
+#include "models/model_train.h"
+#include "support/random.h"
+
+using namespace hlm;
+using namespace hlm::test;
+
+namespace {
+
+struct Run {
+  Tensor logits;        // [T, V] host: CudaModel::forward with every token's logits
+  Tensor final_hidden;  // [T, hidden] host: forward_train
+  DecoderWeights grads; // every parameter's gradient, host
+};
+
+Run run_once(CudaModel& gpu, const ModelConfig& c, const TokenBatch& batch, const CudaTensor& d_final) {
+  CudaContext& ctx = cuda_context();
+  Run r;
+  ForwardOptions options;
+  options.all_logits = true;
+  r.logits = gpu.forward(batch, options, {}, {});
+  CudaModel grads = CudaModel::zeros_like(c, ctx);
+  const CudaTrainTrace trace = gpu.forward_train(batch, Recompute::Layer);
+  gpu.backward(trace, d_final.data<float>(), grads);
+  r.final_hidden = cuda_download(ctx, trace.final_hidden);
+  r.grads = zero_grads_like(c);
+  grads.download_into(r.grads);
+  return r;
+}
+
+void expect_switch_changes_no_bit(Model& cpu_model, const std::string& label) {
+  const ModelConfig& c = cpu_model.config();
+  const TokenBatch batch = odd_length_batch(c.vocab_size);
+  const int64_t T = batch.total_tokens(), H = c.hidden_size;
+  Tensor d_final_host = Tensor::zeros({T, H});
+  const std::vector<float> d = random_vector(static_cast<size_t>(T * H), /*stream=*/13, 0.05f);
+  std::memcpy(d_final_host.f32(), d.data(), d.size() * sizeof(float));
+  CudaContext& ctx = cuda_context();
+  const CudaTensor d_final = cuda_upload(ctx, d_final_host);
+  CudaModel gpu = CudaModel::upload(cpu_model, ctx);
+  for (const bool bf16 : {true, false}) {
+    gpu.set_bf16_compute(bf16);
+    const std::string mode = label + (bf16 ? " bf16" : " fp32");
+    cuda_model_set_norm_bf16_out(0);
+    const Run off = run_once(gpu, c, batch, d_final);
+    cuda_model_set_norm_bf16_out(1);
+    ASSERT_TRUE(cuda_model_norm_bf16_out());
+    const Run on = run_once(gpu, c, batch, d_final);
+    cuda_model_set_norm_bf16_out(-1);
+    ASSERT_EQ(on.logits.nbytes(), off.logits.nbytes()) << mode;
+    EXPECT_EQ(std::memcmp(on.logits.raw(), off.logits.raw(), on.logits.nbytes()), 0) << mode << ": logits differ";
+    EXPECT_EQ(std::memcmp(on.final_hidden.raw(), off.final_hidden.raw(), on.final_hidden.nbytes()), 0)
+        << mode << ": final hidden states differ";
+    DecoderWeights& weights = cpu_model.mutable_weights();
+    DecoderWeights on_grads = on.grads, off_grads = off.grads;
+    const std::vector<NamedParameter> a = named_parameters(c, weights, off_grads);
+    const std::vector<NamedParameter> b = named_parameters(c, weights, on_grads);
+    ASSERT_EQ(a.size(), b.size()) << mode;
+    size_t differing = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].grad.nbytes(), b[i].grad.nbytes()) << mode << " " << a[i].name;
+      const bool same = std::memcmp(a[i].grad.raw(), b[i].grad.raw(), a[i].grad.nbytes()) == 0;
+      EXPECT_TRUE(same) << mode << " " << a[i].name << ": gradient differs with HLM_NORM_BF16_OUT on";
+      differing += same ? 0 : 1;
+    }
+    std::printf("[check] norm bf16 out %s: logits, final hidden and %zu gradients, %zu differ (want 0)\n",
+                mode.c_str(), a.size(), differing);
+  }
+}
+
+}  // namespace
+
+TEST(CudaNormBf16Out, OlmoHybridBitIdentical) {
+  HLM_REQUIRE_CUDA_MODEL();
+  Model m = Model::load(cuda_golden_dir("olmo_hybrid_tiny"));
+  expect_switch_changes_no_bit(m, "olmo_hybrid_tiny");
+}
+
+TEST(CudaNormBf16Out, ConvertedQwen3HybridBitIdentical) {
+  HLM_REQUIRE_CUDA_MODEL();
+  const Model teacher = Model::load(cuda_golden_dir("qwen3_untied"));
+  Model student = convert_to_hybrid(teacher, {1}, {.neg_eigval = true, .seed = 3});
+  expect_switch_changes_no_bit(student, "qwen3_hybrid student");
+}
+
+TEST(CudaNormBf16Out, OverrideGoesBackToTheEnvironment) {
+  const bool env = cuda_model_norm_bf16_out();  // the environment's choice (this test binary does not set it)
+  cuda_model_set_norm_bf16_out(!env ? 1 : 0);
+  EXPECT_NE(cuda_model_norm_bf16_out(), env);
+  cuda_model_set_norm_bf16_out(-1);
+  EXPECT_EQ(cuda_model_norm_bf16_out(), env);
+}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -19,6 +20,7 @@
 #include "backend/cuda/device_query.h"
 #include "layers/capture.h"
 #include "layers/token_batch.h"
+#include "models/model_train.h"
 #include "support/run_binary.h"
 
 namespace hlm::test {
@@ -116,6 +118,25 @@ inline bool clear_winner(const float* row, int64_t V, double bound) {
   double scale = 0.0;
   for (int64_t v = 0; v < V; ++v) scale = std::max(scale, std::abs(double(row[v])));
   return double(r[0]) - double(r[1]) > 2.0 * bound * (1.0 + scale);
+}
+
+// Two gradient holders of `config` compared byte for byte, parameter by parameter (`weights` names them:
+// named_parameters): one failed expectation per differing tensor, labelled with `what` and the parameter's name;
+// returns how many differ and sets *count to the number compared.
+inline size_t count_differing_gradients(const ModelConfig& config, DecoderWeights& weights, DecoderWeights& expected,
+                                        DecoderWeights& actual, const std::string& what, size_t* count) {
+  const std::vector<NamedParameter> a = named_parameters(config, weights, expected);
+  const std::vector<NamedParameter> b = named_parameters(config, weights, actual);
+  EXPECT_EQ(a.size(), b.size()) << what;
+  size_t differing = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const bool same = a[i].grad.nbytes() == b[i].grad.nbytes() &&
+                      std::memcmp(a[i].grad.raw(), b[i].grad.raw(), a[i].grad.nbytes()) == 0;
+    EXPECT_TRUE(same) << what << " " << a[i].name << ": gradient differs";
+    differing += same ? 0 : 1;
+  }
+  *count = a.size();
+  return differing;
 }
 
 }  // namespace hlm::test

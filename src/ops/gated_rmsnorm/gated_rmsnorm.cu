@@ -30,6 +30,7 @@
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
+#include "ops/cast/bf16_store_slice.cuh"
 #include "ops/gated_rmsnorm/gated_rmsnorm_cuda.h"
 
 namespace hlm {
@@ -60,17 +61,7 @@ __device__ __forceinline__ void store_out(float* row, const float (&src)[P], int
 }
 template <int V, int P>
 __device__ __forceinline__ void store_out(__nv_bfloat16* row, const float (&src)[P], int64_t D, int lane) {
-  uint16_t* bits = reinterpret_cast<uint16_t*>(row);
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = cuda::chunk_start<V>(lane, j);
-    if (s < D) {
-      cuda::Pack<uint16_t, V> p;
-#pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = cuda::f32_to_bf16_bits(src[j * V + e]);
-      *reinterpret_cast<cuda::Pack<uint16_t, V>*>(bits + s) = p;
-    }
-  }
+  cuda::store_slice_bf16<V, P>(row, src, D, lane);
 }
 __device__ __forceinline__ void store_one(float* out, int64_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void store_one(__nv_bfloat16* out, int64_t i, float v) {

@@ -28,6 +28,7 @@
 #include "backend/cuda/warp_rows.cuh"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
+#include "ops/cast/bf16_store_slice.cuh"
 #include "ops/cast/cast_cuda.h"
 #include "ops/residual/residual_add.cuh"
 #include "ops/residual/residual_cuda.h"
@@ -55,23 +56,6 @@ constexpr int kWarpThreads = 32 * kWarpRows;
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
 
 // ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
-
-// store_slice's chunks as bf16 with cast_f32_to_bf16_cuda's rounding (f32_to_bf16_bits: NaN keeps sign and payload,
-// unlike __float2bfloat16_rn), so a norm writing its output's rounding gives the bits of the cast launch it replaces.
-// V floats become V bf16 (a 2V-byte pack; out16 8-byte aligned on the vector path).
-template <int V, int P>
-__device__ __forceinline__ void store_slice_rounded(__nv_bfloat16* row, const float (&src)[P], int64_t D, int lane) {
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = cuda::chunk_start<V>(lane, j);
-    if (s < D) {
-      cuda::Pack<uint16_t, V> p;
-#pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = cuda::f32_to_bf16_bits(src[j * V + e]);
-      *reinterpret_cast<cuda::Pack<uint16_t, V>*>(reinterpret_cast<uint16_t*>(row) + s) = p;
-    }
-  }
-}
 
 // With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
 // residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block;
@@ -110,7 +94,7 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
     for (int i = 0; i < P; ++i) ov[i] = wv[i] * (xv[i] * inv);
     store_slice<V, P>(out + r * D, ov, D, lane);
     if constexpr (std::is_same_v<T, float>) {
-      if (out16 != nullptr) store_slice_rounded<V, P>(out16 + r * D, ov, D, lane);
+      if (out16 != nullptr) cuda::store_slice_bf16<V, P>(out16 + r * D, ov, D, lane);  // the cast's bits
     }
   }
 }

@@ -88,7 +88,7 @@ uint64_t chunked_rule_kept_bytes(const GdnDims& g, int64_t tokens, int64_t seque
                                4 * T * Hv * dv, 2 * chunks * Hv * dv * dk, 2 * chunks * Hv * 64 * 64, 2 * T * Hv * dv,
                                2 * T * Hv * dk})
     used = (used + 255) / 256 * 256 + piece;
-  return used;
+  return (used + 3) / 4 * 4;  // held in whole 4-byte words (layers/cuda/cuda_linear.h, cuda_scratch_bytes)
 }
 
 }  // namespace

@@ -110,19 +110,17 @@ uint64_t kept_intermediate_bytes(const ModelConfig& c, int64_t tokens, int64_t s
       const uint64_t Cq = Hq * D, Ckv = static_cast<uint64_t>(c.num_key_value_heads) * D;
       // q̃, k̃ and lse in fp32; then q16, k16, v16, o16 (bf16 mode) or q, k, v, o (fp32).
       per_token += 4 * (Cq + Ckv + Hq) + (bf16 ? 2 : 4) * (2 * Cq + 2 * Ckv);
-      bytes += per_token * T;
     } else if (kind == LayerKind::LinearAttention) {
       const GdnDims g = gdn_dims(c);
       const auto Ck = static_cast<uint64_t>(g.key_channels()), Cv = static_cast<uint64_t>(g.value_channels());
       const auto Hv = static_cast<uint64_t>(g.value_heads);
       // q̃ k̃ ṽ z, a b, the conv outputs, the L2-normed q k, g β, o (fp32), and y (fp32, or its bf16 rounding).
       per_token += 4 * (6 * Ck + 4 * Cv + 4 * Hv) + (bf16 ? 2 : 4) * Cv;
-      bytes += per_token * T + (bf16 && T > 0 ? chunked_rule_kept_bytes(g, tokens, sequences) : 0);
-    } else {
-      // Mamba-2, Lightning: no CUDA training (refused there); the CPU keeps an fp32 set of the same order: counted as
-      // the block and MLP alone (an approximation).
-      bytes += per_token * T;
+      if (bf16 && T > 0) bytes += chunked_rule_kept_bytes(g, tokens, sequences);
     }
+    // Mamba-2, Lightning: no CUDA training (refused there); the CPU keeps an fp32 set of the same order: counted as the
+    // block and MLP alone (an approximation).
+    bytes += per_token * T;
   }
   return bytes;
 }

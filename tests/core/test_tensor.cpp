@@ -2,13 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 #include <omp.h>
 
 #include <set>
 
 #include "core/arena.h"
+#include "core/env_switch.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -74,8 +73,7 @@ TEST(Arena, MarkReleaseReusesMemory) {
 // under HLM_ARENA_POISON=on (read once per process: ctest's arena_poison_* entries run whole test programs with it)
 // every piece it hands out holds 0xFF bytes, fresh block or reused.
 TEST(Arena, TensorsAreZeroedAndPoisonFillsRawPieces) {
-  const char* env = std::getenv("HLM_ARENA_POISON");
-  const bool poison = env != nullptr && (std::string(env) == "on" || std::string(env) == "1");
+  const bool poison = env_switch("HLM_ARENA_POISON", false);  // the arena's own parser
   Arena arena(4096);
   const Arena::Mark m = arena.mark();
   auto* raw = static_cast<unsigned char*>(arena.allocate(256));

@@ -147,9 +147,15 @@ AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, flo
   return a;
 }
 
+void attention_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
+                                  const CudaAttentionWeights& w, const AttentionDims& d, const RopeCudaTable* rope,
+                                  const CudaBatchView& b) {
+  attention_layer_forward_keep_cuda(ctx, out, x, w, d, rope, b);  // the intermediates go back
+}
+
 void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
                                   const AttentionDims& d, const RopeCudaTable* rope, const CudaBatchView& b) {
-  attention_layer_forward_keep_cuda(ctx, out, {x, nullptr}, w, d, rope, b);  // the intermediates go back
+  attention_layer_forward_cuda(ctx, out, CudaLinearInput{x, nullptr}, w, d, rope, b);
 }
 
 }  // namespace hlm

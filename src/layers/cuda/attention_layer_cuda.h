@@ -65,6 +65,10 @@ CudaLinearInput attention_o_input(const AttentionCudaActivations& act);
 // out = o Woᵀ after attention_forward_activations_cuda.
 void attention_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaAttentionWeights& w,
                                   const AttentionDims& dims, const RopeCudaTable* rope, const CudaBatchView& batch);
+// The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
+void attention_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
+                                  const CudaAttentionWeights& w, const AttentionDims& dims, const RopeCudaTable* rope,
+                                  const CudaBatchView& batch);
 // The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
 // tensors the recomputing backward would rebuild from x, bf16 operands in the bf16 compute mode.
 AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,

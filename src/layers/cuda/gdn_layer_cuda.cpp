@@ -122,9 +122,14 @@ GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, con
   return act;
 }
 
+void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x, const CudaGdnWeights& w,
+                            const GdnDims& d, const CudaBatchView& b) {
+  gdn_layer_forward_keep_cuda(ctx, out, x, w, d, b);  // the intermediates go back to the allocator
+}
+
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& d, const CudaBatchView& b) {
-  gdn_layer_forward_keep_cuda(ctx, out, {x, nullptr}, w, d, b);  // the intermediates go back to the allocator
+  gdn_layer_forward_cuda(ctx, out, CudaLinearInput{x, nullptr}, w, d, b);
 }
 
 }  // namespace hlm

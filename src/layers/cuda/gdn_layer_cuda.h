@@ -62,6 +62,9 @@ GdnInputs<float> gdn_rule_inputs_cuda(const GdnCudaActivations& act, const CudaB
 // out = y Woᵀ after gdn_forward_activations_cuda.
 void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const float* x, const CudaGdnWeights& w,
                             const GdnDims& dims, const CudaBatchView& batch);
+// The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
+void gdn_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x, const CudaGdnWeights& w,
+                            const GdnDims& dims, const CudaBatchView& batch);
 // The same forward, handing its intermediates back (kept activations, models/cuda/cuda_model_train.h): the very
 // tensors the recomputing backward would rebuild from x, and with keep_rule_scratch (bf16 mode) the chunked rule's
 // kept forward too, so the backward skips the rule's prep and state passes as the recomputing backward does.

@@ -230,10 +230,8 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         (*mixer_override)(i, out, in.f32);  // no kept activations here: in.f32 is set
       else if (layer.full_attention && keep != nullptr)
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
-      else if (layer.full_attention && in.bf16 != nullptr)  // the norm's rounding given: the intermediates dropped
-        attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.full_attention)
-        attention_layer_forward_cuda(ctx, out, in.f32, layer.self_attn, ldims, rope, b);
+        attention_layer_forward_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.mamba2) {  // forward only: training a Mamba-2 model on CUDA is refused (no layer backward)
         HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no Mamba-2 backward (",
                         c.model_type, "): training is not supported");
@@ -246,10 +244,8 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       else if (keep != nullptr)  // with the chunked rule's kept forward (bf16 mode): its backward reruns nothing
         keep->gdn = gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b,
                                                 /*keep_rule_scratch=*/true);
-      else if (in.bf16 != nullptr)  // the norm's rounding given: the intermediates dropped
-        gdn_layer_forward_keep_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
       else
-        gdn_layer_forward_cuda(ctx, out, in.f32, layer.linear_attn, gdn_dims(c), b);
+        gdn_layer_forward_cuda(ctx, out, in, layer.linear_attn, gdn_dims(c), b);
     };
     const auto mlp = [&](float* out, const CudaLinearInput& in) {
       if (layer.moe) {  // no kept activations: training an MoE model on CUDA is refused (cuda_model_train.cpp)

@@ -54,8 +54,8 @@
 //                       warps (the decode attention kernel, attention_cache_cuda.h), swiglu (the gate/up GEMV with
 //                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel),
 //                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only, else
-//                       refused);
-//                       unnamed choices stay as the environment set them; e.g. tiled,warps,warps+swiglu,tiled)
+//                       refused), no-swiglu and no-qkfold (those two off: both are on by default);
+//                       unnamed choices stay as the environment set them; e.g. tiled,warps,tiled+no-swiglu,tiled)
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
 //                       (--batches may end with `max`: the largest B that fits, after the smaller ones)
@@ -144,20 +144,23 @@ std::vector<std::string> variant_items(const std::string& v) {
 }
 
 // At most one kernel; qkfold only with warps (the engine folds the q/k preparation into that kernel alone, and would
-// otherwise run the variant unfolded without a word).
+// otherwise run the variant unfolded without a word); an item and its no- form not both.
 bool decode_variant_valid(const std::string& v) {
   if (v == "default") return true;
   int kernels = 0;
-  bool warps = false, qkfold = false;
+  bool warps = false, qkfold = false, no_qkfold = false, swiglu = false, no_swiglu = false;
   for (const std::string& i : variant_items(v)) {
     if (i == "tiled" || i == "streams" || i == "warps")
       ++kernels;
-    else if (i != "swiglu" && i != "fused-merge" && i != "qkfold")
+    else if (i != "swiglu" && i != "fused-merge" && i != "qkfold" && i != "no-swiglu" && i != "no-qkfold")
       return false;
     warps = warps || i == "warps";
     qkfold = qkfold || i == "qkfold";
+    no_qkfold = no_qkfold || i == "no-qkfold";
+    swiglu = swiglu || i == "swiglu";
+    no_swiglu = no_swiglu || i == "no-swiglu";
   }
-  return kernels <= 1 && !v.empty() && (!qkfold || warps);
+  return kernels <= 1 && !v.empty() && (!qkfold || warps) && !(qkfold && no_qkfold) && !(swiglu && no_swiglu);
 }
 
 // The decode-path choices as the process started (the environment's), restored before each variant sets its own.
@@ -177,6 +180,8 @@ bool apply_decode_variant(const std::string& v, const DecodeChoices& base) {
       if (i == "streams") c.kernel = DecodeKernel::streams;
       if (i == "warps") c.kernel = DecodeKernel::warps;
       if (i == "swiglu") c.swiglu = true;
+      if (i == "no-swiglu") c.swiglu = false;
+      if (i == "no-qkfold") c.qk_fold = false;
       if (i == "fused-merge") c.merge = DecodeMerge::fused;
       if (i == "qkfold") c.qk_fold = true;
     }
@@ -247,7 +252,8 @@ Options parse(int argc, char** argv) {
   for (const std::string& v : o.decode_variants)
     if (!decode_variant_valid(v)) {
       std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
-                           "swiglu, fused-merge, qkfold (at most one kernel; qkfold with warps)\n", v.c_str());
+                           "swiglu, no-swiglu, fused-merge, qkfold, no-qkfold (at most one kernel; qkfold with "
+                           "warps; not an item and its no- form)\n", v.c_str());
       std::exit(2);
     }
   std::sort(o.contexts.begin(), o.contexts.end());

@@ -364,9 +364,10 @@ TEST(RmsnormCuda, ResidualFused) {
 
 // The forwards that also write the output's bf16 rounding (rmsnorm_forward_rounded_cuda, _residual_forward_rounded_):
 // out and the updated x bit for bit as the plain launchers, out16 bit for bit as cast_f32_to_bf16_cuda of the plain
-// out (NaN payloads included: Special fills) — on the warp path's vector and scalar slices (out16 8-byte aligned, and
-// one element off: 2-byte aligned, the scalar path), the register paths (E 8 and 16) and the block path (D > 4096,
-// the cast as its own launch).
+// out (NaN payloads included: Special fills) — on the warp path's vector and scalar slices (D a multiple of 4 or
+// not), each with out16 8-byte aligned and one element off (2-byte aligned: the vector slices' bf16 stored element by
+// element; out must keep the plain launcher's bits, whose slices are chosen without out16), the register paths (E 8
+// and 16) and the block path (D > 4096, the cast as its own launch).
 TEST(RmsnormCuda, RoundedOutputEqualsTheCastBitForBit) {
   HLM_REQUIRE_CUDA();
   const RmsCase shapes[] = {{9, 1024, Fill::Normal}, {301, 128, Fill::Large}, {13, 65, Fill::Special},

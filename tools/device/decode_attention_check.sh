@@ -10,8 +10,9 @@
 # usage: OUT=$OUT [PARTS=tests,bench,decode] [VARIANTS=...] [BATCHES=1] bash tools/device/decode_attention_check.sh
 #          [MODELS]
 #   MODELS    comma-separated bench_generate shapes (default olmo3_7b,qwen3_4b,olmo_hybrid_7b)
-#   VARIANTS  bench_generate --decode-variants list (default: tiled, warps, swiglu, warps+qkfold, warps+qkfold+swiglu,
-#             warps+fused-merge, then tiled, warps, warps+qkfold+swiglu again: repeats show the spread in the process)
+#   VARIANTS  bench_generate --decode-variants list (default: session 29's six variants in today's names:
+#             tiled+no-swiglu, warps+no-qkfold+no-swiglu, tiled (swiglu), warps+qkfold+no-swiglu, warps (qkfold, swiglu),
+#             warps+fused-merge, then three again: repeats show the spread in the process)
 #   BATCHES   bench_generate --batches for the decode rows (default 1; e.g. 64 for the serving batch)
 #   SPLIT_KEYS  space-separated HLM_DECODE_MIN_SPLIT_KEYS values (read once per process: one more process per value
 #             and model, variants warps+qkfold+swiglu and tiled; default "32 128"; empty: none)
@@ -29,8 +30,9 @@ export LD_LIBRARY_PATH=$BIN/../lib HLM_GOLDEN_DIR=${HLM_GOLDEN_DIR:-$PWD/tests/g
 finish() { tar czf "$OUT/decode_attention.tgz" -C /tmp decode_attention; }
 trap finish EXIT
 models=${1:-olmo3_7b,qwen3_4b,olmo_hybrid_7b}
-default_variants=tiled,warps,swiglu,warps+qkfold,warps+qkfold+swiglu,warps+fused-merge
-variants=${VARIANTS:-$default_variants,tiled,warps,warps+qkfold+swiglu}
+# swiglu and qkfold are on by default since session 31: the no- items give the launches they replace
+default_variants=tiled+no-swiglu,warps+no-qkfold+no-swiglu,tiled,warps+qkfold+no-swiglu,warps,warps+fused-merge
+variants=${VARIANTS:-$default_variants,tiled+no-swiglu,warps+no-qkfold+no-swiglu,warps}
 
 PARTS=${PARTS:-tests,bench,decode}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }

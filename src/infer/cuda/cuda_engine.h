@@ -64,8 +64,10 @@ struct CudaEngineOptions {
   // Decode steps with the warp decode attention kernel (HLM_DECODE_KERNEL=warps) and per-head q/k norms (or none):
   // each attention layer's q/k norms, RoPE and KV-cache write folded into that kernel
   // (attention_cache_decode_prep_cuda: one launch fewer per layer, bit-identical to the q/k launch + the warp kernel).
-  // Off by default: written in session 29 without a GPU, not yet measured.
-  bool fold_qk_into_decode_attention = false;
+  // No effect with the default (tiled) decode kernel. H200, session 31, batch 1 at L 1024 with the warp kernel:
+  // qwen3_4b 3.41 -> 3.22 ms per step (tiled, unfolded: 3.32), olmo3_7b 4.80 -> 4.77, olmo_hybrid_7b 4.76 -> 4.75
+  // (OLMo's whole-projection q/k norms keep the q/k launch; tiled: 4.66 / 4.71).
+  bool fold_qk_into_decode_attention = true;
   // A batch-1 decode step of a model the fused decode kernel runs (ops/fused_decode/fused_decode_cuda.h: pre-norm
   // full-attention layers with dense SwiGLU MLPs, bf16 weights and a bf16 KV cache, an sm_90 device) as ONE
   // persistent launch for the whole decoder (plus the embedding, the final norm and the LM head) instead of ~10
@@ -82,7 +84,8 @@ struct CudaEngineOptions {
 // The defaults, with HLM_CUDA_GRAPHS=0|off in the environment turning graphs off, HLM_QK_FUSE=0|off the fused
 // q/k norm + RoPE + cache write off (1|on: on, the default), HLM_GDN_DECODE_FUSE=0|off the fused GDN decode
 // preparation off (1|on: on, the default), HLM_HEAD_GEMV=0|off the batch-1 LM head GEMV off (1|on: on, the default),
-// HLM_DECODE_QK_FOLD=1|on the q/k preparation folded into the warp decode attention kernel (0|off: off, the default),
+// HLM_DECODE_QK_FOLD=0|off the q/k preparation not folded into the warp decode attention kernel (1|on: folded, the
+// default),
 // HLM_FUSED_DECODE=1|on the fused batch-1 decode on (0|off: off, the default) and HLM_FUSED_DECODE_TIMELINE=FILE its
 // profiling timeline on. Any other value of a switch is an input error (core/env_switch.h).
 CudaEngineOptions cuda_engine_default_options();

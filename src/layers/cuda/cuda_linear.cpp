@@ -132,7 +132,7 @@ bool cuda_linear_swiglu_gemv_enabled() {
   int v = g_swiglu_gemv.load();
   if (v < 0) {
     int expected = -1;
-    g_swiglu_gemv.compare_exchange_strong(expected, env_switch("HLM_GATE_UP_SWIGLU", false) ? 1 : 0);
+    g_swiglu_gemv.compare_exchange_strong(expected, env_switch("HLM_GATE_UP_SWIGLU", true) ? 1 : 0);
     v = g_swiglu_gemv.load();
   }
   return v == 1;

@@ -297,9 +297,10 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
   // the producer's tail, the kernels wait for it before any read.
   const bool pdl = cuda::dependent_launch_enabled();
   if (p.dim <= kWarpMaxDim) {
-    // out16's packs are half the bytes of out's: 8-byte aligned is enough for them (V = 4 floats → 4 bf16).
-    const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta)) &&
-                     (out16 == nullptr || reinterpret_cast<uintptr_t>(out16) % 8 == 0);
+    // out16 takes no part in the choice: the vector and scalar slices sum the row in different orders, so choosing
+    // by out16 too would give out other bits than the plain launcher's; store_slice_bf16 stores a row that is not
+    // 8-byte aligned element by element instead.
+    const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
       HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
           pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),

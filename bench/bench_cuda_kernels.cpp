@@ -15,9 +15,10 @@
 //          divided by 20), with the achieved bandwidth counting the state read + write plus q, k, v, o, g, β, and its
 //          share of the H200's 4.27 TB/s. Peer: FLA's fused recurrent decode, 0.155-0.166 ms at this shape.
 //   lmhead: the chunked LM head + forward KL with the student gradient (lm_head_loss_cuda.h) at the distillation
-//          step's shape: N = 8192 tokens, H = 1024, V = 151,936, teacher and student heads, bf16 compute mode; one line
-//          per chunking (row block × vocabulary chunk) with ms and the TFLOP/s of its six logits-sized products
-//          (two passes × two heads + dh + dW, 6·2·N·V·H flops).
+//          steps' shapes: N = 8192 tokens, H = 1024 (the 0.86B step) and 2560 (the 4B step), V = 151,936, teacher and
+//          student heads, bf16 compute mode; one line per chunking (row block × vocabulary chunk) with ms and the
+//          TFLOP/s of its logits-sized products: six (two passes × two heads + dh + dW, 6·2·N·V·H flops), four when
+//          one chunk covers the vocabulary (pass 2 reuses pass 1's tiles).
 //   attn_engines: bf16 causal attention forward and forward+backward (32 q / 8 kv heads, D 128) at B8×T1024, B2×T4096
 //          and B1×T16384 by the native tensor-core kernels and by the cuDNN engine (attention_cudnn.h; skipped with
 //          its reason when cuDNN cannot be loaded or refuses), cuDNN once with each plan choice (HLM_CUDNN_PLAN first,
@@ -646,8 +647,8 @@ void bench_attn_decode(CudaContext& ctx) {
 }
 
 // Chunked LM head + forward KL with the student gradient, bf16 compute mode, at the distillation step's shape.
-void bench_lm_head_kl(CudaContext& ctx) {
-  const int64_t N = 8192, H = 1024, V = 151936;
+void bench_lm_head_kl(CudaContext& ctx, int64_t H) {
+  const int64_t N = 8192, V = 151936;
   const std::vector<float> w_host = normal(static_cast<size_t>(V * H), 41);
   std::vector<float> h_host = normal(static_cast<size_t>(N * H), 42);
   for (float& x : h_host) x *= 0.05f;  // logits of a few units, as a trained model's
@@ -663,10 +664,12 @@ void bench_lm_head_kl(CudaContext& ctx) {
   LmHeadCuda teacher{w_t.data<float>(), V, H, 1.0, w_t16.data<__nv_bfloat16>(), h_t16.data<__nv_bfloat16>()};
   LmHeadCuda student{w_s.data<float>(), V, H, 1.0, w_s16.data<__nv_bfloat16>(), h_s16.data<__nv_bfloat16>()};
   const LmHeadGradCuda grad{dh.data<float>(), dw.data<float>()};
-  const double flops = 6.0 * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(H);
+  // The last three: one chunk over the vocabulary, so pass 2 reuses pass 1's tiles (four products instead of six).
   const LmHeadCudaChunking chunkings[] = {{4096, 1024}, {4096, 2048}, {4096, 4096}, {4096, 8192}, {8192, 4096},
-                                          {16384, 2048}, {2048, 8192}};
+                                          {16384, 2048}, {2048, 8192}, {V, 1024},     {V, 2048},    {V, 4096}};
   for (const LmHeadCudaChunking& c : chunkings) {
+    const int products = c.vocab_chunk >= V ? 4 : 6;
+    const double flops = products * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(H);
     const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, V, c);
     CudaTensor ws = CudaTensor::empty(ctx, {static_cast<int64_t>(bytes / 4) + 1}, DType::I32);
     const double ms = time_ms(ctx.stream(), [&] {
@@ -674,9 +677,10 @@ void bench_lm_head_kl(CudaContext& ctx) {
                               h_t.data<float>(), teacher, h_s.data<float>(), student, N, 1.0, nullptr, &grad, c,
                               ws.raw(), bytes);
     }, 1, 5);
-    std::printf("lm_head_kl   N%lld H%lld V%lld bf16 rows %5lld x vocab %5lld  %.3f ms  %.0f TFLOP/s  workspace %.0f MiB\n",
+    std::printf("lm_head_kl   N%lld H%lld V%lld bf16 rows %5lld x vocab %6lld  %.3f ms  %d products  %.0f TFLOP/s  "
+                "workspace %.0f MiB\n",
                 (long long)N, (long long)H, (long long)V, (long long)c.row_block, (long long)c.vocab_chunk, ms,
-                flops / (ms * 1e-3) / 1e12, static_cast<double>(bytes) / (1 << 20));
+                products, flops / (ms * 1e-3) / 1e12, static_cast<double>(bytes) / (1 << 20));
   }
 }
 
@@ -829,7 +833,8 @@ int main(int argc, char** argv) {
   }
   if (engines) bench_attention_engines(ctx);
   if (decode) bench_decode(ctx);
-  if (lmhead) bench_lm_head_kl(ctx);
+  if (lmhead)
+    for (const int64_t H : {int64_t{1024}, int64_t{2560}}) bench_lm_head_kl(ctx, H);
   if (adamw8) bench_adamw8(ctx);
   if (conv) bench_conv(ctx);
   if (gemv) bench_gemv(ctx);

@@ -70,6 +70,8 @@ const std::vector<LossCase> kCeCases = {
     {1, 1, {1, 1.0}, {}, 4096, 1024, 3.0, 1.0, false, true},
     {65, 4097, {33, 8.0}, {}, 1024, 64, 30.0, 1.0, true, true},   // Granite divisor, large logits, weights
     {37, 1000, {64, 1.0}, {}, 4096, 1024, 3.0, 1.0, false, true},  // one chunk, one row block
+    {37, 1000, {48, 1.0}, {}, 1000, 16, 3.0, 1.0, true, true},     // one chunk of exactly V, three row blocks: pass 2
+                                                                   // reuses pass 1's tile in each
     {9, 300, {16, 1.0}, {}, 7, 1, 30.0, 1.0, true, true},          // tiny chunks, one-row blocks
     {5, 300, {16, 1.0}, {}, 128, 2, 3.0, 1.0, false, true, true},  // zero hidden: uniform softmax
     {37, 1000, {48, 1.0}, {}, 256, 16, 3.0, 1.0, true, false},     // forward only
@@ -83,6 +85,9 @@ const std::vector<LossCase> kKlCases = {
     {65, 4097, {33, 4.0}, {40, 1.0}, 1024, 64, 30.0, 2.0, true, true},
     {65, 4097, {33, 1.0}, {40, 1.0}, 1024, 64, 30.0, 1.0, false, true},
     {9, 300, {16, 1.0}, {24, 1.0}, 7, 1, 3.0, 1.0, true, true},
+    {37, 1000, {48, 1.0}, {40, 1.0}, 1000, 16, 3.0, 2.0, true, true},  // one chunk of exactly V, three row blocks:
+                                                                       // pass 2 reuses pass 1's two tiles
+    {65, 4097, {33, 4.0}, {40, 1.0}, 8192, 64, 30.0, 1.0, false, true},   // one chunk beyond V, large logits
     {37, 1000, {48, 1.0}, {40, 1.0}, 4096, 1024, 3.0, 2.0, true, false},  // forward only
 };
 

@@ -36,10 +36,20 @@ inline std::filesystem::path cuda_golden_dir(const std::string& case_name) {
   return std::filesystem::path(env != nullptr && *env != '\0' ? env : HLM_GOLDEN_DIR) / case_name;
 }
 
-// $HLM_BINARY when set, else the hybridlm this build made.
+// $HLM_BINARY when set; else the hybridlm this build made, where it is; else a hybridlm beside this test program (the
+// GPU machine's unpacked binaries, tools/device/pack_binaries.sh, sit together in one bin/ folder away from the build
+// path). None of them: the build path, whose "not found" then names what is missing.
 inline std::string cuda_test_binary() {
   const char* env = std::getenv("HLM_BINARY");
-  return env != nullptr && *env != '\0' ? env : HLM_BINARY;
+  if (env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  if (std::filesystem::exists(HLM_BINARY, ec)) return HLM_BINARY;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path beside = self.parent_path() / std::filesystem::path(HLM_BINARY).filename();
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return HLM_BINARY;
 }
 
 // As test::run_hybridlm (support/run_binary.h), but with the binary of cuda_test_binary(): `args` after the

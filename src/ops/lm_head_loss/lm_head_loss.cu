@@ -1,8 +1,10 @@
 // Chunked LM-head cross-entropy and forward KL on CUDA (contract: lm_head_loss_cuda.h, which follows
 // train/lm_head_loss.h). Host loop over row blocks and vocabulary chunks; per tile:
 //   matmul_forward_cuda (logits tile [R, C] = h_block · W_chunkᵀ)  ->  lse_update_kernel (one block per row)
-// then, per row block, row_finish_* (lse, per-token value); pass 2 recomputes each tile, *_dz_kernel turns it into dz
-// (in place, or straight into the bf16 dz operand in the bf16 mode), and matmul_backward_*_cuda accumulates dh and dW. A final one-block kernel forms loss / mean / count.
+// then, per row block, row_finish_* (lse, per-token value); pass 2 recomputes each tile (not when one chunk covers
+// the vocabulary: pass 1's tiles are still in the workspace, unchanged, as lse_update only reads them), *_dz_kernel
+// turns it into dz (in place, or straight into the bf16 dz operand in the bf16 mode), and matmul_backward_*_cuda
+// accumulates dh and dW. A final one-block kernel forms loss / mean / count.
 // Workspace (carve()): tiles, per-row statistics of one row block, per-token weights and values (fp64), the count.
 #include <cmath>
 
@@ -371,6 +373,7 @@ void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaRe
 
   ce_prepare_kernel<<<1, kThreads, 0, stream>>>(ws.weights, ws.count, targets, token_weight, N, V, error_flag);
   HLM_CUDA_CHECK_LAUNCH();
+  const bool one_chunk = ws.Cb >= V;  // pass 2 reuses pass 1's tile
   for (int64_t r0 = 0; r0 < N; r0 += ws.Rb) {
     const int64_t R = std::min(ws.Rb, N - r0);
     init_rows_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.max_a, ws.sum_a, nullptr,
@@ -389,7 +392,7 @@ void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaRe
     // Pass 2: dz = w · (softmax − onehot) / divisor, chunk by chunk, into dh (+=) and dW (+=).
     for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
       const int64_t C = std::min(ws.Cb, V - c0);
-      logits_tile(lt, ws.tile_a, hidden, head, r0, R, c0, C);
+      if (!one_chunk) logits_tile(lt, ws.tile_a, hidden, head, r0, R, c0, C);
       ce_dz_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(ws.tile_a, dz16_for(head, ws), C, scale_f,
                                                                      scale, ws.lse_a, ws.weights, targets, r0, c0);
       HLM_CUDA_CHECK_LAUNCH();
@@ -433,6 +436,7 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
   kl_prepare_kernel<<<cuda::grid_blocks(N), cuda::kElementwiseThreads, 0, stream>>>(ws.weights, ws.count,
                                                                                    token_weight, N);
   HLM_CUDA_CHECK_LAUNCH();
+  const bool one_chunk = ws.Cb >= V;  // pass 2 reuses pass 1's tiles
   for (int64_t r0 = 0; r0 < N; r0 += ws.Rb) {
     const int64_t R = std::min(ws.Rb, N - r0);
     // a = student, b = teacher; aux = the running KL of each row.
@@ -456,8 +460,10 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
     // Pass 2: KL terms and, with gradients, dz for the student.
     for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
       const int64_t C = std::min(ws.Cb, V - c0);
-      logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
-      logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
+      if (!one_chunk) {
+        logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
+        logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
+      }
       kl_chunk_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
           ws.tile_a, dz16_for(student, ws), ws.tile_b, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a, ws.lse_b,
           ws.aux, ws.weights, dz_scale, grad != nullptr, r0);

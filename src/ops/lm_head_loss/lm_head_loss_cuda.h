@@ -10,6 +10,8 @@
 // (matmul_forward_cuda) and folds it into a running (max, Σ exp) per row; pass 2 recomputes each tile (cuBLASLt
 // results are reproducible on one GPU, so pass 2 sees pass 1's logits), turns it into dz in place and accumulates
 // dh += dz · W_chunk and dW_chunk += dzᵀ · h (matmul_backward_cuda). Cross-entropy without gradients needs pass 1 only.
+// When one chunk covers the vocabulary (vocab_chunk ≥ V) pass 2 takes pass 1's tiles as they are: the KL's six
+// logits-sized products become four, the cross-entropy's three two, for [row_block, V] tiles in the workspace.
 // Numerics (differences from the CPU, which uses double for everything after the sgemm):
 //   - logits: fp32 cuBLASLt product, then · (1/divisor) as a separate fp32 multiply (the CPU folds it into sgemm's
 //     alpha): one more rounding.

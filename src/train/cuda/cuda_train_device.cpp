@@ -21,6 +21,7 @@
 #include "train/cuda/cuda_bf16_masters.h"
 #include "train/cuda/cuda_eval.h"
 #include "train/cuda/device_collectives.h"
+#include "train/lm_head_chunking_text.h"
 #include "train/memory_plan.h"
 
 namespace hlm {
@@ -28,6 +29,21 @@ namespace hlm {
 namespace {
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
+
+// The training loss's chunking: LmHeadCudaChunking's default, or HLM_LM_HEAD_CHUNKING=ROWSxCOLS|ROWSxfull
+// (train/lm_head_chunking_text.h; read once, a malformed value is an input error). An experiment knob for the step's
+// loss phase: ROWSxfull runs four logits-sized products instead of six for a workspace of ~ROWS·V·10 bytes (KL: two
+// fp32 tiles and the bf16 dz), which the memory plan's ~1 GiB loss allowance does not count (for the 4B student at
+// 4096xfull: 6.2 GB). Evaluation keeps the default.
+LmHeadCudaChunking train_loss_chunking() {
+  static const LmHeadCudaChunking chunking = [] {
+    const char* e = std::getenv("HLM_LM_HEAD_CHUNKING");
+    if (e == nullptr || *e == '\0') return LmHeadCudaChunking{};
+    const LmHeadChunking c = parse_lm_head_chunking(e);
+    return LmHeadCudaChunking{.vocab_chunk = c.vocab_chunk, .row_block = c.row_block};
+  }();
+  return chunking;
+}
 
 // HLM_PROFILE_STEP=1: each micro-batch prints the GPU milliseconds of its phases (CUDA events on the stream; adds no
 // host wait until the end of the micro-batch). For finding where a step's time goes; off by default.
@@ -429,17 +445,17 @@ CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const CudaTen
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result);
   if (teacher_hidden != nullptr) {
-    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size);
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, train_loss_chunking());
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden->data<float>(),
                             teacher_->lm_head_for(teacher_hidden->data<float>(), N, teacher16),
                             trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
-                            LmHeadCudaChunking{}, ws.raw(), bytes);
+                            train_loss_chunking(), ws.raw(), bytes);
   } else {
-    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size);
+    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, train_loss_chunking());
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_cross_entropy_cuda(ctx.blaslt(), per_token, r, trace.final_hidden.data<float>(), N, student_head, targets,
-                               weights, &grad, LmHeadCudaChunking{}, ws.raw(), bytes, nullptr);
+                               weights, &grad, train_loss_chunking(), ws.raw(), bytes, nullptr);
   }
   return d_hidden;
 }

@@ -25,7 +25,9 @@
 // the last micro-batch's backward as HYBRIDLM_DP_OVERLAP says (default on); zero0-blocking and zero1-blocking turn
 // the overlap off (the sums after the backward). --recompute layer|none[,...]: the trainer's --recompute (none keeps
 // every layer's intermediates for the backward instead of recomputing each layer's forward there; the GDN layers'
-// chunked rule keeps its forward too); a list runs each in turn, inside each plan. Each step line ends with the loss and the norm in hex floats, so
+// chunked rule keeps its forward too); a list runs each in turn, inside each plan. --loss-chunking ROWSxCOLS|ROWSxfull
+// [,...]: the training loss's chunking (CudaTrainDevice::set_loss_chunking; default: HLM_LM_HEAD_CHUNKING or the
+// loss's 4096x4096), a list runs each in turn inside each recompute mode. Each step line ends with the loss and the norm in hex floats, so
 // that entries can be compared bit for bit (every entry starts from the same host weights).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
@@ -33,7 +35,7 @@
 // other GPU work of the same device call whose timings do not matter (tests) while the steps are timed alone.
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
-//                           [--recompute layer|none[,...]]
+//                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -43,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +53,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_context.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
 #include "models/convert.h"
@@ -61,6 +65,7 @@
 #include "train/data_parallel.h"
 #include "train/memory_plan.h"
 #include "train/cuda/cuda_train_device.h"
+#include "train/lm_head_chunking_text.h"
 
 using namespace hlm;
 
@@ -73,6 +78,8 @@ struct Options {
   int layers = 28;
   std::string micro = "0";  // 0: one micro-batch of all rows; a comma-separated list times each
   std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off", recompute = "layer";
+  std::string loss_chunking;  // empty: the device's default (HLM_LM_HEAD_CHUNKING or 4096x4096)
+  std::vector<std::optional<LmHeadChunking>> chunkings;  // loss_chunking parsed; {nullopt} when empty
 };
 
 std::vector<std::string> split_list(const std::string& list) {
@@ -116,13 +123,24 @@ Options parse(int argc, char** argv) {
     else if (a == "--memory-plan") o.memory_plan = next();
     else if (a == "--data-parallel") o.data_parallel = next();
     else if (a == "--recompute") o.recompute = next();
+    else if (a == "--loss-chunking") o.loss_chunking = next();
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
                            "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
-                           "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...]\n");
+                           "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] [--loss-chunking ROWSxCOLS|ROWSxfull,...]\n");
       std::exit(2);
     }
   }
+  // Checked here, before the minute of model set-up.
+  for (const std::string& t : o.loss_chunking.empty() ? std::vector<std::string>{} : split_list(o.loss_chunking)) {
+    try {
+      o.chunkings.push_back(parse_lm_head_chunking(t));
+    } catch (const Error& e) {
+      std::fprintf(stderr, "--loss-chunking: %s\n", e.what());
+      std::exit(2);
+    }
+  }
+  if (o.chunkings.empty()) o.chunkings.push_back(std::nullopt);  // the device's default
   return o;
 }
 
@@ -227,7 +245,8 @@ int main(int argc, char** argv) {
   CudaAllocator& allocator = cuda_context().allocator();
   for (const std::string& dp : dps)
   for (const std::string& plan_name : plans)
-  for (const Recompute recompute : recomputes) {
+  for (const Recompute recompute : recomputes)
+  for (const std::optional<LmHeadChunking>& chunking : o.chunkings) {
     const MemoryPlanOption& plan = memory_plan_named(plan_name);
     allocator.release_cached();
     allocator.reset_peaks();
@@ -251,6 +270,7 @@ int main(int argc, char** argv) {
     dev_options.recompute = recompute;
     CudaTrainDevice device(dev_options);
     device.set_memory_plan(plan);
+    if (chunking) device.set_loss_chunking(chunking);
     const bool blocking = dp.find("-blocking") != std::string::npos;
     const char* overlap_env = std::getenv("HYBRIDLM_DP_OVERLAP");
     const std::string overlap_was = overlap_env != nullptr ? overlap_env : "";
@@ -300,11 +320,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s precision=%s rows=%lld micro=%lld seq=%lld "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s precision=%s rows=%lld micro=%lld seq=%lld "
                   "layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
-                  dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute), o.precision.c_str(),
+                  dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                   tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),

@@ -24,19 +24,25 @@
 // - GPU vs GPU (stop after 10 steps, resume for 10 in a fresh device, vs 20 straight): exactly equal losses,
 //   byte-identical model.safetensors and an equal test KL: the GPU step is deterministic (no float atomics) and a
 //   checkpoint holds the full fp32 state (weights, m, v, step count).
+// - The loss chunked as one vocabulary chunk with row blocks of 16 (CudaTrainDevice::set_loss_chunking, "16xfull"):
+//   the same bounds as the default chunking (another summation order of the log-sum-exp, far below them).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/device_query.h"
+#include "core/error.h"
 #include "cuda_models/cuda_model_support.h"
 #include "support/run_binary.h"
 #include "train/cuda/cuda_train_device.h"
+#include "train/lm_head_chunking_text.h"
 #include "train/test_trainer_fixture.h"
 
 using namespace hlm;
@@ -78,15 +84,17 @@ class CudaTrainer : public ::testing::Test {
     c.device = device;
     return c;
   }
-  TrainResult run(const TrainConfig& c) {
+  TrainResult run(const TrainConfig& c, const std::optional<LmHeadChunking>& loss_chunking = std::nullopt) {
     if (c.device == "cpu") return train_run(c);
     CudaTrainDevice device;
+    if (loss_chunking) device.set_loss_chunking(loss_chunking);
     return train_run(c, {}, &device);
   }
-  // Runs job on the CPU and on the GPU and checks the bounds of the header comment.
-  void compare_with_cpu(TrainJob job) {
+  // Runs job on the CPU and on the GPU (its loss chunked as given, else by default) and checks the bounds of the
+  // header comment.
+  void compare_with_cpu(TrainJob job, const std::optional<LmHeadChunking>& loss_chunking = std::nullopt) {
     const TrainResult cpu = run(config(job, "cpu", "cpu"));
-    const TrainResult gpu = run(config(job, "gpu", "cuda"));
+    const TrainResult gpu = run(config(job, "gpu", "cuda"), loss_chunking);
     ASSERT_EQ(cpu.status, TrainStatus::Completed) << cpu.message;
     ASSERT_EQ(gpu.status, TrainStatus::Completed) << gpu.message;
     const std::vector<nlohmann::json> c = steps_of(scratch.path() / "cpu"), g = steps_of(scratch.path() / "gpu");
@@ -163,6 +171,39 @@ TEST_F(CudaTrainer, DistillTracksTheCpuRun) {
 TEST_F(CudaTrainer, PretrainTracksTheCpuRun) {
   HLM_REQUIRE_CUDA_MODEL();
   compare_with_cpu(TrainJob::Pretrain);
+}
+
+// One chunk over the vocabulary and row blocks of 16 tokens (several per micro-batch): the loss's second pass takes the
+// first pass's logits tiles (lm_head_loss_cuda.h); both jobs track the CPU within the same bounds.
+TEST_F(CudaTrainer, DistillWithOneVocabularyChunkTracksTheCpuRun) {
+  HLM_REQUIRE_CUDA_MODEL();
+  compare_with_cpu(TrainJob::Distill, parse_lm_head_chunking("16xfull"));
+}
+
+TEST_F(CudaTrainer, PretrainWithOneVocabularyChunkTracksTheCpuRun) {
+  HLM_REQUIRE_CUDA_MODEL();
+  compare_with_cpu(TrainJob::Pretrain, parse_lm_head_chunking("16xfull"));
+}
+
+// A malformed HLM_LM_HEAD_CHUNKING, or a chunking with a zero part, is an input error when the device takes it.
+TEST_F(CudaTrainer, BadLossChunkingIsAnInputError) {
+  HLM_REQUIRE_CUDA_MODEL();
+  const auto expect_input_error = [](const std::function<void()>& f, const char* what) {
+    try {
+      f();
+      ADD_FAILURE() << what << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Input) << what << ": " << e.what();
+    }
+  };
+  setenv("HLM_LM_HEAD_CHUNKING", "4096", 1);
+  expect_input_error([] { CudaTrainDevice device; }, "HLM_LM_HEAD_CHUNKING=4096");
+  unsetenv("HLM_LM_HEAD_CHUNKING");
+  CudaTrainDevice device;
+  expect_input_error([&] { device.set_loss_chunking(LmHeadChunking{.vocab_chunk = 0, .row_block = 16}); },
+                     "vocab_chunk 0");
+  expect_input_error([&] { device.set_loss_chunking(LmHeadChunking{.vocab_chunk = 4096, .row_block = 0}); },
+                     "row_block 0");
 }
 
 TEST_F(CudaTrainer, ResumeOnTheGpuIsBitIdentical) {

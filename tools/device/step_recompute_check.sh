@@ -7,7 +7,9 @@
 # $OUT/step_recompute.tgz (written on exit, also after a timeout).
 #
 # usage: OUT=$OUT [PARTS=tests,bench,peer] [PLANS=lean,adam8] [MICRO=4] [RECOMPUTE=layer,none] [STEPS=3]
-#          bash tools/device/step_recompute_check.sh
+#          [LOSS_CHUNKING=4096x4096,2048xfull,...] bash tools/device/step_recompute_check.sh
+#   LOSS_CHUNKING  bench_distill_step --loss-chunking (session 31: ROWSxfull = one vocabulary chunk, the loss's
+#          second pass reusing the first pass's logits; each entry runs inside each recompute mode); default: none given
 #   tests  test_cuda_ops GatedDeltaRuleChunkedCuda.* (KeptForwardScratch: the kept forward in its own buffer, the
 #          backward twice from it, bit for bit against the plain passes) and test_cuda_models CudaKeptActivations.*
 #          (kept vs recomputed gradients bit for bit, every GDN layer's rule forward kept, the memory plan's
@@ -59,7 +61,7 @@ if has bench; then
   # env: an expanded NAME=VALUE word is an assignment for env, not for the shell
   env HLM_PROFILE_STEP=1 ${gate:+HLM_BENCH_START_AFTER=$gate} timeout 590 "$BIN/bench_distill_step" --shape qwen3-4b \
     --precision bf16 --rows 8 --seq 1024 --steps "$STEPS" --micro "$MICRO" --memory-plan "$PLANS" \
-    --recompute "$RECOMPUTE" > "$W/distill.log" 2>&1 &
+    --recompute "$RECOMPUTE" ${LOSS_CHUNKING:+--loss-chunking "$LOSS_CHUNKING"} > "$W/distill.log" 2>&1 &
   BENCH=$!
   if has peer; then
     sleep 5

@@ -30,19 +30,17 @@ namespace {
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
 
-// The training loss's chunking: LmHeadCudaChunking's default, or HLM_LM_HEAD_CHUNKING=ROWSxCOLS|ROWSxfull
-// (train/lm_head_chunking_text.h; read once, a malformed value is an input error). An experiment knob for the step's
-// loss phase: ROWSxfull runs four logits-sized products instead of six for a workspace of ~ROWS·V·10 bytes (KL: two
-// fp32 tiles and the bf16 dz), which the memory plan's ~1 GiB loss allowance does not count (for the 4B student at
-// 4096xfull: 6.2 GB). Evaluation keeps the default.
-LmHeadCudaChunking train_loss_chunking() {
-  static const LmHeadCudaChunking chunking = [] {
+// A chunking as the CUDA loss takes it: the given one, else HLM_LM_HEAD_CHUNKING, else the loss's default.
+LmHeadCudaChunking resolve_loss_chunking(const std::optional<LmHeadChunking>& option) {
+  std::optional<LmHeadChunking> c = option;
+  if (!c) {
     const char* e = std::getenv("HLM_LM_HEAD_CHUNKING");
-    if (e == nullptr || *e == '\0') return LmHeadCudaChunking{};
-    const LmHeadChunking c = parse_lm_head_chunking(e);
-    return LmHeadCudaChunking{.vocab_chunk = c.vocab_chunk, .row_block = c.row_block};
-  }();
-  return chunking;
+    if (e != nullptr && *e != '\0') c = parse_lm_head_chunking(e);
+  }
+  if (!c) return LmHeadCudaChunking{};
+  HLM_CHECK_INPUT(c->vocab_chunk > 0 && c->row_block > 0, "LM-head loss chunking ", lm_head_chunking_text(*c),
+                  ": both parts must be positive");
+  return LmHeadCudaChunking{.vocab_chunk = c->vocab_chunk, .row_block = c->row_block};
 }
 
 // HLM_PROFILE_STEP=1: each micro-batch prints the GPU milliseconds of its phases (CUDA events on the stream; adds no
@@ -105,6 +103,11 @@ CudaTrainDevice::CudaTrainDevice(const CudaTrainDeviceOptions& options) : option
   HLM_CHECK_INPUT(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
   ctx_ = &cuda_context();
   options_.cuda_graphs = step_graphs_enabled(options_.cuda_graphs);
+  loss_chunking_ = resolve_loss_chunking(std::nullopt);
+}
+
+void CudaTrainDevice::set_loss_chunking(const std::optional<LmHeadChunking>& chunking) {
+  loss_chunking_ = resolve_loss_chunking(chunking);
 }
 
 CudaTrainDevice::~CudaTrainDevice() {
@@ -126,10 +129,17 @@ std::string CudaTrainDevice::describe() const {
   if (it == devices.end()) return str_cat("cuda:", ctx_->device());
   char memory[32];
   std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(it->total_memory_bytes) / 1073741824.0);
+  const LmHeadCudaChunking default_chunking{};
+  const bool chunking_set = loss_chunking_.vocab_chunk != default_chunking.vocab_chunk ||
+                            loss_chunking_.row_block != default_chunking.row_block;
   return str_cat("cuda:", it->index, " ", it->name, " (sm_", it->compute_major, it->compute_minor, ", ",
                  it->multiprocessors, " SMs, ", memory, "); fp32 weights, gradients and AdamW state",
                  options_.bf16 ? "; bf16 products (tensor cores, fp32 results)" : "; fp32 products",
-                 options_.recompute == Recompute::None ? "; kept activations" : "");
+                 options_.recompute == Recompute::None ? "; kept activations" : "",
+                 chunking_set ? "; loss chunking " + lm_head_chunking_text(LmHeadChunking{
+                                                         .vocab_chunk = loss_chunking_.vocab_chunk,
+                                                         .row_block = loss_chunking_.row_block})
+                              : std::string());
 }
 
 void CudaTrainDevice::set_data_parallel(Communicator& comm, int zero_stage, size_t bucket_elements) {
@@ -445,17 +455,17 @@ CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const CudaTen
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result);
   if (teacher_hidden != nullptr) {
-    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, train_loss_chunking());
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, loss_chunking_);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden->data<float>(),
                             teacher_->lm_head_for(teacher_hidden->data<float>(), N, teacher16),
                             trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
-                            train_loss_chunking(), ws.raw(), bytes);
+                            loss_chunking_, ws.raw(), bytes);
   } else {
-    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, train_loss_chunking());
+    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, loss_chunking_);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_cross_entropy_cuda(ctx.blaslt(), per_token, r, trace.final_hidden.data<float>(), N, student_head, targets,
-                               weights, &grad, train_loss_chunking(), ws.raw(), bytes, nullptr);
+                               weights, &grad, loss_chunking_, ws.raw(), bytes, nullptr);
   }
   return d_hidden;
 }

@@ -58,6 +58,7 @@
 #include "models/cuda/cuda_model.h"
 #include "models/model_train.h"
 #include "train/cuda/cuda_data_parallel.h"
+#include "train/lm_head_loss.h"
 #include "train/step_graph_cache.h"
 #include "train/train_device.h"
 
@@ -83,6 +84,13 @@ class CudaTrainDevice final : public TrainDevice {
   std::string describe() const override;
   size_t free_memory_bytes() const override;  // cudaMemGetInfo on GPU 0
   void set_memory_plan(const MemoryPlanOption& plan) override { teacher_bf16_only_ = plan.teacher_bf16_only; }
+  // The training loss's chunking (row block × vocabulary chunk, ops/lm_head_loss/lm_head_loss_cuda.h); nullopt: the
+  // constructor's choice, HLM_LM_HEAD_CHUNKING=ROWSxCOLS|ROWSxfull when set (train/lm_head_chunking_text.h; malformed:
+  // an input error there), else the loss's default 4096x4096. An experiment knob (session 31, not yet measured in a
+  // step): one chunk over the vocabulary (ROWSxfull) makes the forward KL four logits-sized products instead of six,
+  // for a workspace of ~ROWS·V·10 bytes that the memory plan's ~1 GiB loss allowance does not count (4096xfull,
+  // V 151,936: 6.2 GB). Evaluation passes keep the default. Set before the first step (captured steps keep theirs).
+  void set_loss_chunking(const std::optional<LmHeadChunking>& chunking);
   // Creates the device collectives (HYBRIDLM_GPU_COLLECTIVES; collective: every rank calls it).
   void set_data_parallel(Communicator& comm, int zero_stage, size_t bucket_elements) override;
   void attach(Model& student, Model* teacher, AdamW& optimizer) override;
@@ -118,6 +126,7 @@ class CudaTrainDevice final : public TrainDevice {
   CudaTrainDeviceOptions options_;
   bool activation_plan_printed_ = false;
   bool teacher_bf16_only_ = false;
+  LmHeadCudaChunking loss_chunking_;  // set_loss_chunking's (or the constructor's) resolved chunking
   CudaContext* ctx_ = nullptr;
   Model* host_student_ = nullptr;
   AdamW* host_optimizer_ = nullptr;

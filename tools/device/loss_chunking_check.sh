@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# loss_chunking_check.sh: session 31's unmeasured GPU work in one device call ([perf] #20 items 1 and 4): the op and
+# trainer tests of the loss's one-chunk path and of the two fixed op tests, the LM-head loss alone by chunking, the
+# attention engines at B1×T16384 with the peer's all-ones output gradient, and the 4B step by loss chunking.
+# Binaries unpacked under $BIN (default /tmp/hlm/bin, libraries in $BIN/../lib; pack_binaries.sh with PIECE_MB for the
+# transfer); logs and a summary in $OUT/loss_chunking.tgz (written on exit, also after a timeout).
+#
+# usage: OUT=$OUT [PARTS=tests,kernels,step] [CHUNKINGS=4096x4096,2048xfull,4096xfull] [MICRO=4]
+#          [RECOMPUTE=none] bash tools/device/loss_chunking_check.sh
+#   tests    test_cuda_ops LmHeadLossCuda.* (single-chunk cases with several row blocks), GatedDeltaRuleChunkedCuda.
+#            KeptForwardScratch and RmsnormCuda.* (fixed in session 31); test_cuda_models CudaTrainer.* (one
+#            vocabulary chunk tracking the CPU, bad chunkings refused; the CLI tests find hybridlm beside the test
+#            program) (~1-2 min)
+#   kernels  bench_cuda_kernels lmhead (H 1024 and 2560, the full-vocabulary chunkings last) and attn_engines
+#            --d-out-ones --shapes 1x16384 (item 1's last shape as peer_probe.py's sdpa times it) (~2 min)
+#   step     bench_distill_step --shape qwen3-4b --precision bf16 --rows 8 --seq 1024 --memory-plan lean
+#            --recompute $RECOMPUTE --micro $MICRO --loss-chunking $CHUNKINGS, HLM_PROFILE_STEP=1 (~90 s of set-up,
+#            then ~10 s per chunking); at micro-batch 8 with --recompute none keep the chunkings ≤ 2048xfull
+#            (128.7 GiB measured there with the default loss chunking)
+set -u
+BIN=${BIN:-/tmp/hlm/bin}
+OUT=${OUT:-/tmp/loss_chunking_out}
+PARTS=${PARTS:-tests,kernels,step}
+CHUNKINGS=${CHUNKINGS:-4096x4096,2048xfull,4096xfull}
+MICRO=${MICRO:-4}
+RECOMPUTE=${RECOMPUTE:-none}
+W=/tmp/loss_chunking
+rm -rf "$W"; mkdir -p "$W" "$OUT"
+export LD_LIBRARY_PATH=$BIN/../lib HLM_GOLDEN_DIR=${HLM_GOLDEN_DIR:-$PWD/tests/golden}
+# cuDNN 9 for the attention engines: torch's copy on the GPU machine
+cudnn=$(python3 -c "import nvidia.cudnn,os;print(os.path.dirname(nvidia.cudnn.__file__)+'/lib')" 2>/dev/null)
+[ -n "$cudnn" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn
+finish() { tar czf "$OUT/loss_chunking.tgz" -C /tmp loss_chunking; }
+trap finish EXIT
+START=$(date +%s)
+el() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$W/summary.txt"; }
+has() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader | tee -a "$W/summary.txt"
+
+if has tests; then
+  timeout 150 "$BIN/test_cuda_ops" \
+    --gtest_filter='LmHeadLossCuda.*:GatedDeltaRuleChunkedCuda.KeptForwardScratch:RmsnormCuda.*' > "$W/ops.log" 2>&1
+  el "test_cuda_ops rc=$?"
+  grep -E '^\[  (PASSED|FAILED) |Failure' "$W/ops.log" | tail -10 | tee -a "$W/summary.txt"
+  timeout 200 "$BIN/test_cuda_models" --gtest_filter='CudaTrainer.*' > "$W/models.log" 2>&1
+  el "test_cuda_models rc=$?"
+  grep -E '^\[  (PASSED|FAILED) |^\[check\] cuda_trainer' "$W/models.log" | tail -14 | tee -a "$W/summary.txt"
+fi
+if has kernels; then
+  timeout 200 "$BIN/bench_cuda_kernels" lmhead > "$W/lmhead.log" 2>&1
+  el "bench_cuda_kernels lmhead rc=$?"
+  grep -E '^lm_head_kl' "$W/lmhead.log" | tee -a "$W/summary.txt"
+  timeout 120 "$BIN/bench_cuda_kernels" attn_engines --d-out-ones --shapes 1x16384 > "$W/attn_ones.log" 2>&1
+  el "bench_cuda_kernels attn_engines --d-out-ones rc=$?"
+  grep -E '^attn_peer_timing|fwd\+bwd' "$W/attn_ones.log" | cut -c1-300 | tee -a "$W/summary.txt"
+fi
+if has step; then
+  el "step: recompute $RECOMPUTE, micro $MICRO, loss chunkings $CHUNKINGS"
+  env HLM_PROFILE_STEP=1 timeout 500 "$BIN/bench_distill_step" --shape qwen3-4b --precision bf16 --rows 8 --seq 1024 \
+    --steps 3 --micro "$MICRO" --memory-plan lean --recompute "$RECOMPUTE" --loss-chunking "$CHUNKINGS" \
+    > "$W/distill.log" 2>&1
+  el "bench_distill_step rc=$?"
+  grep -E '^distill_step|rror' "$W/distill.log" | cut -c1-420 | tee -a "$W/summary.txt"
+  grep -E '^profile +teacher' "$W/distill.log" | tail -6 | tee -a "$W/summary.txt"
+fi
+el done

@@ -16,4 +16,16 @@ bool env_switch(const char* name, bool fallback) {
   throw_input_error(name, "=", v, ": expected on or off (or 1 / 0)");
 }
 
+bool OverridableSwitch::on() const {
+  if (const int s = set_.load(); s >= 0) return s != 0;
+  int e = env_.load();
+  if (e < 0) {
+    e = env_switch(name_, fallback_) ? 1 : 0;  // the environment does not change while the process runs
+    env_.store(e);
+  }
+  return e != 0;
+}
+
+void OverridableSwitch::set(int on) { set_.store(on < 0 ? -1 : (on != 0 ? 1 : 0)); }
+
 }  // namespace hlm

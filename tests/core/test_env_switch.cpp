@@ -1,4 +1,5 @@
-// env_switch: the words it takes, the fallback when unset or empty, the refusal of anything else.
+// env_switch: the words it takes, the fallback when unset or empty, the refusal of anything else; OverridableSwitch:
+// the environment read once, a set value winning until set(-1).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -36,5 +37,30 @@ TEST(EnvSwitch, WordsFallbackAndRefusal) {
       EXPECT_NE(std::string(e.what()).find(kName), std::string::npos) << e.what();
     }
   }
+  ::unsetenv(kName);
+}
+
+TEST(OverridableSwitch, SetValueWinsUntilReset) {
+  ::setenv(kName, "off", 1);
+  OverridableSwitch sw{kName, true};
+  EXPECT_FALSE(sw.on());
+  ::setenv(kName, "on", 1);
+  EXPECT_FALSE(sw.on());  // read once
+  sw.set(1);
+  EXPECT_TRUE(sw.on());
+  sw.set(0);
+  EXPECT_FALSE(sw.on());
+  sw.set(7);
+  EXPECT_TRUE(sw.on());
+  sw.set(-1);
+  EXPECT_FALSE(sw.on());  // the environment's answer as first read
+  ::unsetenv(kName);
+  OverridableSwitch fallback{kName, true};
+  EXPECT_TRUE(fallback.on());
+  ::setenv(kName, "maybe", 1);
+  OverridableSwitch bad{kName, false};
+  EXPECT_THROW((void)bad.on(), Error);
+  bad.set(1);
+  EXPECT_TRUE(bad.on());  // a set value needs no environment
   ::unsetenv(kName);
 }

@@ -367,7 +367,7 @@ TEST(RmsnormCuda, ResidualFused) {
 // out (NaN payloads included: Special fills) — on the warp path's vector and scalar slices (D a multiple of 4 or
 // not), each with out16 8-byte aligned and one element off (2-byte aligned: the vector slices' bf16 stored element by
 // element; out must keep the plain launcher's bits, whose slices are chosen without out16), the register paths (E 8
-// and 16) and the block path (D > 4096, the cast as its own launch).
+// and 16) and the block path (D > 4096, the cast as its own launch); with out16 null, out and x as the plain launchers.
 TEST(RmsnormCuda, RoundedOutputEqualsTheCastBitForBit) {
   HLM_REQUIRE_CUDA();
   const RmsCase shapes[] = {{9, 1024, Fill::Normal}, {301, 128, Fill::Large}, {13, 65, Fill::Special},
@@ -410,6 +410,19 @@ TEST(RmsnormCuda, RoundedOutputEqualsTheCastBitForBit) {
         // Nothing written outside the n elements (the poisoned element before or after them keeps 0xFFFF).
         EXPECT_EQ(got[offset == 1 ? 0 : n], 0xFFFFu) << name(c, what.c_str());
         EXPECT_TRUE(buffers_ok({&out_round, &x_round, &out16}, {&d, &w})) << name(c, what.c_str());
+        if (offset == 0) {  // out16 null: the plain launcher's bits (callers pass an optional rounding through)
+          DeviceBuffer x_null = DeviceBuffer::from(in.x, "x (no rounding)"), out_null(n * 4, "out (no rounding)");
+          if (residual)
+            rmsnorm_residual_forward_rounded_cuda(out_null.as<float>(), nullptr, x_null.as<float>(), d.as<float>(),
+                                                  0.5f, w.as<float>(), p, ctx().stream());
+          else
+            rmsnorm_forward_rounded_cuda(out_null.as<float>(), nullptr, x_null.as<float>(), w.as<float>(), p,
+                                         ctx().stream());
+          EXPECT_TRUE(check_exact(name(c, (what + " null out16: out").c_str()), out_null.download<float>(),
+                                  out_plain.download<float>()));
+          EXPECT_TRUE(check_exact(name(c, (what + " null out16: x").c_str()), x_null.download<float>(),
+                                  x_plain.download<float>()));
+        }
         compared += n;
         differing += bad;
       }

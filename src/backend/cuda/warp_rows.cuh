@@ -2,9 +2,9 @@
 // gated_rmsnorm): one warp per row, a block of kWarpRows warps, each lane holding its slice of the row in registers.
 //   - warp_sum: a fixed 5-level xor-shuffle tree; every lane performs the same additions in the same order
 //     (a + b = b + a in IEEE), so every lane holds the same bits of the row sum.
-//   - Pack, chunk_start, load_slice, store_slice, for_slice, slice_sum_squares: a lane's slice is P elements in P/V chunks of V
-//     consecutive elements; chunk j starts at element (32·j + lane)·V. Loads convert storage (f32, bf16) to fp32,
-//     stores round once. Vector accesses (V > 1) are valid only when the launcher guarantees that every pointer is
+//   - Pack, chunk_start, load_slice, store_slice(_as), for_slice, slice_sum_squares: a lane's slice is P elements in P/V
+//     chunks of V consecutive elements; chunk j starts at element (32·j + lane)·V. Loads convert storage (f32, bf16)
+//     to fp32, stores round once (store_slice_as through a given conversion, optionally element by element). Vector accesses (V > 1) are valid only when the launcher guarantees that every pointer is
 //     16-byte aligned and D % V == 0 (dispatch_warp checks the latter; the caller passes the alignment as `vec`),
 //     so a chunk is wholly in the row or wholly past it; chunks past the row load as 0 and are not stored.
 //   - dispatch_warp: picks V (16 / sizeof(storage) or 1) and P (the smallest of 4, 8, 16, 32 that is ≥ V and holds
@@ -63,18 +63,31 @@ __device__ __forceinline__ void load_slice(float (&dst)[P], const T* row, int64_
   }
 }
 
-template <int V, int P, typename T>
-__device__ __forceinline__ void store_slice(T* row, const float (&src)[P], int64_t D, int lane) {
+// The slice stored through `convert` (float -> T): one V-element pack per chunk, or with `packed` false the chunk's
+// elements one by one (a row that is not aligned to the pack; the same bits).
+template <int V, int P, typename T, typename Convert>
+__device__ __forceinline__ void store_slice_as(T* row, const float (&src)[P], int64_t D, int lane, Convert convert,
+                                               bool packed = true) {
 #pragma unroll
   for (int j = 0; j < P / V; ++j) {
     const int64_t s = chunk_start<V>(lane, j);
     if (s < D) {
       Pack<T, V> p;
 #pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = from_f32<T>(src[j * V + e]);
-      *reinterpret_cast<Pack<T, V>*>(row + s) = p;
+      for (int e = 0; e < V; ++e) p.e[e] = convert(src[j * V + e]);
+      if (packed) {
+        *reinterpret_cast<Pack<T, V>*>(row + s) = p;
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) row[s + e] = p.e[e];
+      }
     }
   }
+}
+
+template <int V, int P, typename T>
+__device__ __forceinline__ void store_slice(T* row, const float (&src)[P], int64_t D, int lane) {
+  store_slice_as<V, P>(row, src, D, lane, [](float v) { return from_f32<T>(v); });
 }
 
 // f(i) for the slice index i of every element of the lane's chunks inside the row, in increasing i (fully unrolled,

@@ -101,8 +101,8 @@ int64_t gemv_max_rows_taken() {
   return max_rows;
 }
 
-// -1: not read yet (HLM_GATE_UP_SWIGLU), else 0 / 1; and the launches queued so far.
-std::atomic<int> g_swiglu_gemv{-1};
+// The gate/up SwiGLU GEMV fold (cuda_linear.h), and the launches queued so far.
+OverridableSwitch g_swiglu_gemv{"HLM_GATE_UP_SWIGLU", true};
 std::atomic<int64_t> g_swiglu_gemv_launches{0};
 
 // The small-row GEMV for these outputs, when it applies (see cuda_linear_forward_group); false: not launched.
@@ -128,17 +128,9 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
 
 }  // namespace
 
-bool cuda_linear_swiglu_gemv_enabled() {
-  int v = g_swiglu_gemv.load();
-  if (v < 0) {
-    int expected = -1;
-    g_swiglu_gemv.compare_exchange_strong(expected, env_switch("HLM_GATE_UP_SWIGLU", true) ? 1 : 0);
-    v = g_swiglu_gemv.load();
-  }
-  return v == 1;
-}
+bool cuda_linear_swiglu_gemv_enabled() { return g_swiglu_gemv.on(); }
 
-void cuda_linear_set_swiglu_gemv(bool on) { g_swiglu_gemv.store(on ? 1 : 0); }
+void cuda_linear_set_swiglu_gemv(bool on) { g_swiglu_gemv.set(on ? 1 : 0); }
 
 bool cuda_linear_try_swiglu_gemv(CudaContext& ctx, float* h_f32, __nv_bfloat16* h_bf16, const CudaLinearInput& x,
                                  const CudaLinear& gate, const CudaLinear& up, int64_t rows) {

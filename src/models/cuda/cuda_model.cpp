@@ -2,7 +2,6 @@
 #include "models/cuda/cuda_model.h"
 
 #include <algorithm>
-#include <atomic>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
@@ -19,15 +18,11 @@
 namespace hlm {
 
 namespace {
-std::atomic<int> g_norm_bf16_out{-1};  // -1: HLM_NORM_BF16_OUT
+OverridableSwitch g_norm_bf16_out{"HLM_NORM_BF16_OUT", false};
 }  // namespace
 
-bool cuda_model_norm_bf16_out() {
-  if (const int o = g_norm_bf16_out.load(); o >= 0) return o != 0;
-  static const bool env = env_switch("HLM_NORM_BF16_OUT", false);
-  return env;
-}
-void cuda_model_set_norm_bf16_out(int on) { g_norm_bf16_out = on < 0 ? -1 : (on != 0 ? 1 : 0); }
+bool cuda_model_norm_bf16_out() { return g_norm_bf16_out.on(); }
+void cuda_model_set_norm_bf16_out(int on) { g_norm_bf16_out.set(on); }
 
 namespace {
 
@@ -199,16 +194,12 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     if (pending) residual_add_forward_cuda(h, dl, pending_scale, T * H, stream);
     pending = false;
   };
-  // nr = rmsnorm(h (+ the pending branch)), and its bf16 rounding into out16 when given.
+  // nr = rmsnorm(h (+ the pending branch)), and its bf16 rounding into out16 when given (null: none).
   const auto norm_after_pending = [&](const float* weight, __nv_bfloat16* out16 = nullptr) {
-    if (pending && out16 != nullptr)
+    if (pending)
       rmsnorm_residual_forward_rounded_cuda(nr, out16, h, dl, pending_scale, weight, row_norm, stream);
-    else if (pending)
-      rmsnorm_residual_forward_cuda(nr, h, dl, pending_scale, weight, row_norm, stream);
-    else if (out16 != nullptr)
-      rmsnorm_forward_rounded_cuda(nr, out16, h, weight, row_norm, stream);
     else
-      rmsnorm_forward_cuda(nr, h, weight, row_norm, stream);
+      rmsnorm_forward_rounded_cuda(nr, out16, h, weight, row_norm, stream);
     pending = false;
   };
   // A pre-norm branch's input: nr with its rounding when the norm wrote one, else as keep_input gives it.
@@ -284,13 +275,10 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     } else {
       mixer(dl, branch_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i));
       emit(CapturePoint::AttnDelta, i, delta);
-      // h += branch, then the post-attention norm of h: one launch (rmsnorm_residual_forward_cuda, the same bits).
-      if (nr16 != nullptr)
-        rmsnorm_residual_forward_rounded_cuda(nr, nr16, h, dl, hyper.residual_multiplier,
-                                              layer.post_attention_layernorm.data<float>(), row_norm, stream);
-      else
-        rmsnorm_residual_forward_cuda(nr, h, dl, hyper.residual_multiplier,
-                                      layer.post_attention_layernorm.data<float>(), row_norm, stream);
+      // h += branch, then the post-attention norm of h: one launch (the same bits as the add, then the norm), with
+      // nr's rounding when nr16 is on.
+      rmsnorm_residual_forward_rounded_cuda(nr, nr16, h, dl, hyper.residual_multiplier,
+                                            layer.post_attention_layernorm.data<float>(), row_norm, stream);
       emit(CapturePoint::AttnOut, i, hidden);
       mlp(dl, branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));
       emit(CapturePoint::MlpDelta, i, delta);

@@ -272,10 +272,7 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
   __nv_bfloat16* normed16 = normed16_t.raw() != nullptr ? normed16_t.data<__nv_bfloat16>() : nullptr;
   // normed = rmsnorm(x)·weight, and its rounding into normed16 when that is on.
   const auto recompute_norm = [&](const float* x, const float* weight) {
-    if (normed16 != nullptr)
-      rmsnorm_forward_rounded_cuda(normed, normed16, x, weight, row_norm, stream);
-    else
-      rmsnorm_forward_cuda(normed, x, weight, row_norm, stream);
+    rmsnorm_forward_rounded_cuda(normed, normed16, x, weight, row_norm, stream);
   };
   float *d_branch = d_branch_t.data<float>(), *d_normed = d_normed_t.data<float>();
 

@@ -16,23 +16,9 @@ namespace hlm::cuda {
 
 template <int V, int P>
 __device__ __forceinline__ void store_slice_bf16(__nv_bfloat16* row, const float (&src)[P], int64_t D, int lane) {
-  uint16_t* bits = reinterpret_cast<uint16_t*>(row);
   const bool packed = V == 1 || reinterpret_cast<uintptr_t>(row) % (2 * V) == 0;
-#pragma unroll
-  for (int j = 0; j < P / V; ++j) {
-    const int64_t s = chunk_start<V>(lane, j);
-    if (s < D) {
-      Pack<uint16_t, V> p;
-#pragma unroll
-      for (int e = 0; e < V; ++e) p.e[e] = f32_to_bf16_bits(src[j * V + e]);
-      if (packed) {
-        *reinterpret_cast<Pack<uint16_t, V>*>(bits + s) = p;
-      } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e) bits[s + e] = p.e[e];
-      }
-    }
-  }
+  store_slice_as<V, P>(reinterpret_cast<uint16_t*>(row), src, D, lane, [](float v) { return f32_to_bf16_bits(v); },
+                       packed);
 }
 
 }  // namespace hlm::cuda

@@ -231,13 +231,6 @@ void check_head(const LmHeadCuda& head, const char* what) {
                   " logits divisor must be finite and non-zero, got ", head.divisor);
 }
 
-void check_chunking(const LmHeadCudaChunking& c) {
-  HLM_CHECK_INPUT(c.vocab_chunk > 0 && c.vocab_chunk <= INT32_MAX, "vocab_chunk must be in [1, INT_MAX], got ",
-                  c.vocab_chunk);
-  HLM_CHECK_INPUT(c.row_block > 0 && c.row_block <= INT32_MAX, "row_block must be in [1, INT_MAX], got ",
-                  c.row_block);
-}
-
 void check_grad(const LmHeadGradCuda* grad) {
   if (grad != nullptr)
     HLM_CHECK_INPUT(grad->d_hidden != nullptr && grad->d_weight != nullptr, "gradient outputs must both be set");
@@ -337,13 +330,20 @@ void finish_loss(cudaStream_t stream, TokenLossCudaResult* result, const Workspa
 
 }  // namespace
 
+void lm_head_cuda_check_chunking(const LmHeadCudaChunking& c) {
+  HLM_CHECK_INPUT(c.vocab_chunk > 0 && c.vocab_chunk <= INT32_MAX, "vocab_chunk must be in [1, INT_MAX], got ",
+                  c.vocab_chunk);
+  HLM_CHECK_INPUT(c.row_block > 0 && c.row_block <= INT32_MAX, "row_block must be in [1, INT_MAX], got ",
+                  c.row_block);
+}
+
 size_t lm_head_cross_entropy_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking) {
-  check_chunking(chunking);
+  lm_head_cuda_check_chunking(chunking);
   return carve(nullptr, N, V, chunking, false).bytes;
 }
 
 size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking) {
-  check_chunking(chunking);
+  lm_head_cuda_check_chunking(chunking);
   return carve(nullptr, N, V, chunking, true).bytes;
 }
 
@@ -352,7 +352,7 @@ void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaRe
                                 const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
                                 size_t workspace_bytes, int* error_flag) {
   check_head(head, "LM");
-  check_chunking(chunking);
+  lm_head_cuda_check_chunking(chunking);
   check_grad(grad);
   HLM_CHECK_INPUT(N >= 0, "negative token count ", N);
   HLM_CHECK(result != nullptr, "lm_head_cross_entropy_cuda: no result pointer");
@@ -409,7 +409,7 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
                              size_t workspace_bytes) {
   check_head(teacher, "teacher");
   check_head(student, "student");
-  check_chunking(chunking);
+  lm_head_cuda_check_chunking(chunking);
   check_grad(grad);
   HLM_CHECK_INPUT(teacher.vocab == student.vocab, "teacher and student vocabularies differ: ", teacher.vocab, " vs ",
                   student.vocab);

@@ -67,6 +67,9 @@ struct TokenLossCudaResult {
   int64_t count = 0;  // counted tokens (CE: 0 ≤ target < V; KL: N)
 };
 
+// An input error unless both parts of c are in [1, INT32_MAX] (every launcher below checks its chunking so).
+void lm_head_cuda_check_chunking(const LmHeadCudaChunking& c);
+
 // Threads per logits row in the row kernels; the tests derive their tolerances from it.
 constexpr int lm_head_cuda_threads() { return 256; }
 

@@ -422,9 +422,9 @@ void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, flo
 
 void rmsnorm_forward_rounded_cuda(float* out, __nv_bfloat16* out16, const float* x, const float* weight,
                                   const RmsnormCudaParams& p, cudaStream_t stream) {
-  HLM_CHECK(out16 != nullptr && static_cast<const void*>(out16) != static_cast<const void*>(x) &&
-                static_cast<const void*>(out16) != static_cast<const void*>(out),
-            "rmsnorm_forward_rounded_cuda: out16 missing or aliasing x / out");
+  HLM_CHECK(out16 == nullptr || (static_cast<const void*>(out16) != static_cast<const void*>(x) &&
+                                  static_cast<const void*>(out16) != static_cast<const void*>(out)),
+            "rmsnorm_forward_rounded_cuda: out16 aliases x or out");
   forward_impl(out, const_cast<float*>(x), weight, p, stream, nullptr, 1.0f, out16);
 }
 
@@ -432,10 +432,10 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                            float scale, const float* weight, const RmsnormCudaParams& p,
                                            cudaStream_t stream) {
   HLM_CHECK(out != x, "rmsnorm_residual_forward_rounded_cuda: out may not alias x (the residual stream)");
-  HLM_CHECK(out16 != nullptr && static_cast<const void*>(out16) != static_cast<const void*>(x) &&
-                static_cast<const void*>(out16) != static_cast<const void*>(out) &&
-                static_cast<const void*>(out16) != static_cast<const void*>(delta),
-            "rmsnorm_residual_forward_rounded_cuda: out16 missing or aliasing x / out / delta");
+  HLM_CHECK(out16 == nullptr || (static_cast<const void*>(out16) != static_cast<const void*>(x) &&
+                                  static_cast<const void*>(out16) != static_cast<const void*>(out) &&
+                                  static_cast<const void*>(out16) != static_cast<const void*>(delta)),
+            "rmsnorm_residual_forward_rounded_cuda: out16 aliases x, out or delta");
   forward_impl(out, x, weight, p, stream, delta, scale, out16);
 }
 

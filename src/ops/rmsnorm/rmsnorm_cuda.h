@@ -82,7 +82,8 @@ void rmsnorm_residual_forward_cuda(float* out, float* x, const float* delta, flo
 // The same two forwards also writing out16 [rows, dim], the bf16 rounding of `out` (cast_f32_to_bf16_cuda's bits,
 // NaN payloads included) from the same registers: for a pre-norm block whose branch multiplies its normed input on
 // the tensor cores, the cast launch that would follow goes away (one read of out and one launch less). Rows longer
-// than 16 · rmsnorm_cuda_threads() take the cast as a second launch. out16 may alias nothing.
+// than 16 · rmsnorm_cuda_threads() take the cast as a second launch. out16 may alias nothing; null: exactly the
+// plain launchers above (so a caller whose rounding is optional passes it through).
 void rmsnorm_forward_rounded_cuda(float* out, __nv_bfloat16* out16, const float* x, const float* weight,
                                   const RmsnormCudaParams& p, cudaStream_t stream);
 void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, float* x, const float* delta,

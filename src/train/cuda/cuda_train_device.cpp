@@ -30,17 +30,21 @@ namespace {
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
 
-// A chunking as the CUDA loss takes it: the given one, else HLM_LM_HEAD_CHUNKING, else the loss's default.
-LmHeadCudaChunking resolve_loss_chunking(const std::optional<LmHeadChunking>& option) {
+// The CUDA loss's chunking for a chosen one (nullopt: the loss's default).
+LmHeadCudaChunking as_cuda_chunking(const std::optional<LmHeadChunking>& c) {
+  return c ? LmHeadCudaChunking{.vocab_chunk = c->vocab_chunk, .row_block = c->row_block} : LmHeadCudaChunking{};
+}
+
+// The given chunking, else HLM_LM_HEAD_CHUNKING's, else nullopt (the loss's default); checked here, not at the first
+// step.
+std::optional<LmHeadChunking> resolve_loss_chunking(const std::optional<LmHeadChunking>& option) {
   std::optional<LmHeadChunking> c = option;
   if (!c) {
     const char* e = std::getenv("HLM_LM_HEAD_CHUNKING");
     if (e != nullptr && *e != '\0') c = parse_lm_head_chunking(e);
   }
-  if (!c) return LmHeadCudaChunking{};
-  HLM_CHECK_INPUT(c->vocab_chunk > 0 && c->row_block > 0, "LM-head loss chunking ", lm_head_chunking_text(*c),
-                  ": both parts must be positive");
-  return LmHeadCudaChunking{.vocab_chunk = c->vocab_chunk, .row_block = c->row_block};
+  lm_head_cuda_check_chunking(as_cuda_chunking(c));
+  return c;
 }
 
 // HLM_PROFILE_STEP=1: each micro-batch prints the GPU milliseconds of its phases (CUDA events on the stream; adds no
@@ -129,17 +133,11 @@ std::string CudaTrainDevice::describe() const {
   if (it == devices.end()) return str_cat("cuda:", ctx_->device());
   char memory[32];
   std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(it->total_memory_bytes) / 1073741824.0);
-  const LmHeadCudaChunking default_chunking{};
-  const bool chunking_set = loss_chunking_.vocab_chunk != default_chunking.vocab_chunk ||
-                            loss_chunking_.row_block != default_chunking.row_block;
   return str_cat("cuda:", it->index, " ", it->name, " (sm_", it->compute_major, it->compute_minor, ", ",
                  it->multiprocessors, " SMs, ", memory, "); fp32 weights, gradients and AdamW state",
                  options_.bf16 ? "; bf16 products (tensor cores, fp32 results)" : "; fp32 products",
                  options_.recompute == Recompute::None ? "; kept activations" : "",
-                 chunking_set ? "; loss chunking " + lm_head_chunking_text(LmHeadChunking{
-                                                         .vocab_chunk = loss_chunking_.vocab_chunk,
-                                                         .row_block = loss_chunking_.row_block})
-                              : std::string());
+                 loss_chunking_ ? "; loss chunking " + lm_head_chunking_text(*loss_chunking_) : std::string());
 }
 
 void CudaTrainDevice::set_data_parallel(Communicator& comm, int zero_stage, size_t bucket_elements) {
@@ -454,18 +452,19 @@ CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const CudaTen
   CudaTensor student16, teacher16;  // bf16 roundings of the final hidden states (bf16 mode only)
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result);
+  const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
   if (teacher_hidden != nullptr) {
-    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, loss_chunking_);
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, chunking);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden->data<float>(),
                             teacher_->lm_head_for(teacher_hidden->data<float>(), N, teacher16),
                             trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
-                            loss_chunking_, ws.raw(), bytes);
+                            chunking, ws.raw(), bytes);
   } else {
-    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, loss_chunking_);
+    const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, chunking);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
     lm_head_cross_entropy_cuda(ctx.blaslt(), per_token, r, trace.final_hidden.data<float>(), N, student_head, targets,
-                               weights, &grad, loss_chunking_, ws.raw(), bytes, nullptr);
+                               weights, &grad, chunking, ws.raw(), bytes, nullptr);
   }
   return d_hidden;
 }

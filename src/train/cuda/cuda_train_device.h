@@ -126,7 +126,7 @@ class CudaTrainDevice final : public TrainDevice {
   CudaTrainDeviceOptions options_;
   bool activation_plan_printed_ = false;
   bool teacher_bf16_only_ = false;
-  LmHeadCudaChunking loss_chunking_;  // set_loss_chunking's (or the constructor's) resolved chunking
+  std::optional<LmHeadChunking> loss_chunking_;  // resolved by set_loss_chunking or the constructor; nullopt: default
   CudaContext* ctx_ = nullptr;
   Model* host_student_ = nullptr;
   AdamW* host_optimizer_ = nullptr;

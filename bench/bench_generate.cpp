@@ -77,6 +77,7 @@
 #include <filesystem>
 #include <map>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -147,20 +148,14 @@ std::vector<std::string> variant_items(const std::string& v) {
 // otherwise run the variant unfolded without a word); an item and its no- form not both.
 bool decode_variant_valid(const std::string& v) {
   if (v == "default") return true;
-  int kernels = 0;
-  bool warps = false, qkfold = false, no_qkfold = false, swiglu = false, no_swiglu = false;
-  for (const std::string& i : variant_items(v)) {
-    if (i == "tiled" || i == "streams" || i == "warps")
-      ++kernels;
-    else if (i != "swiglu" && i != "fused-merge" && i != "qkfold" && i != "no-swiglu" && i != "no-qkfold")
-      return false;
-    warps = warps || i == "warps";
-    qkfold = qkfold || i == "qkfold";
-    no_qkfold = no_qkfold || i == "no-qkfold";
-    swiglu = swiglu || i == "swiglu";
-    no_swiglu = no_swiglu || i == "no-swiglu";
-  }
-  return kernels <= 1 && !v.empty() && (!qkfold || warps) && !(qkfold && no_qkfold) && !(swiglu && no_swiglu);
+  static const std::set<std::string> known{"tiled",       "streams", "warps",    "swiglu",
+                                           "no-swiglu",   "qkfold",  "no-qkfold", "fused-merge"};
+  const std::vector<std::string> list = variant_items(v);
+  const std::set<std::string> items(list.begin(), list.end());
+  if (items.empty() || !std::includes(known.begin(), known.end(), items.begin(), items.end())) return false;
+  const auto has = [&](const char* i) { return items.count(i) > 0; };
+  return has("tiled") + has("streams") + has("warps") <= 1 && (!has("qkfold") || has("warps")) &&
+         !(has("qkfold") && has("no-qkfold")) && !(has("swiglu") && has("no-swiglu"));
 }
 
 // The decode-path choices as the process started (the environment's), restored before each variant sets its own.

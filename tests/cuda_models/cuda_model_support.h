@@ -17,10 +17,12 @@
 
 #include <sys/wait.h>
 
+#include "backend/cuda/cuda_tensor.h"
 #include "backend/cuda/device_query.h"
 #include "layers/capture.h"
 #include "layers/token_batch.h"
 #include "models/model_train.h"
+#include "support/random.h"
 #include "support/run_binary.h"
 
 namespace hlm::test {
@@ -128,6 +130,15 @@ inline bool clear_winner(const float* row, int64_t V, double bound) {
   double scale = 0.0;
   for (int64_t v = 0; v < V; ++v) scale = std::max(scale, std::abs(double(row[v])));
   return double(r[0]) - double(r[1]) > 2.0 * bound * (1.0 + scale);
+}
+
+// The backward tests' gradient of the final hidden states, on the device: [T, H] normal values · 0.05 drawn from
+// random_vector's `stream`.
+inline CudaTensor random_final_gradient(CudaContext& ctx, int64_t T, int64_t H, uint64_t stream) {
+  Tensor host = Tensor::zeros({T, H});
+  const std::vector<float> d = random_vector(static_cast<size_t>(T * H), stream, 0.05f);
+  std::memcpy(host.f32(), d.data(), d.size() * sizeof(float));
+  return cuda_upload(ctx, host);
 }
 
 // Two gradient holders of `config` compared byte for byte, parameter by parameter (`weights` names them:

@@ -21,7 +21,6 @@
 #include "models/convert.h"
 #include "models/cuda/cuda_model_train.h"
 #include "models/model_train.h"
-#include "support/random.h"
 #include "train/memory_plan.h"
 
 using namespace hlm;
@@ -54,11 +53,8 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
   const ModelConfig& c = cpu_model.config();
   const TokenBatch batch = odd_length_batch(c.vocab_size);
   const int64_t T = batch.total_tokens(), H = c.hidden_size, L = c.num_hidden_layers;
-  Tensor d_final_host = Tensor::zeros({T, H});
-  const std::vector<float> d = random_vector(static_cast<size_t>(T * H), /*stream=*/11, 0.05f);
-  std::memcpy(d_final_host.f32(), d.data(), d.size() * sizeof(float));
   CudaContext& ctx = cuda_context();
-  const CudaTensor d_final = cuda_upload(ctx, d_final_host);
+  const CudaTensor d_final = random_final_gradient(ctx, T, H, /*stream=*/11);
   CudaModel gpu = CudaModel::upload(cpu_model, ctx);
 
   for (const bool bf16 : {false, true}) {

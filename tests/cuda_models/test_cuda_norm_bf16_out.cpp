@@ -19,7 +19,6 @@
 #include "models/cuda/cuda_model.h"
 #include "models/cuda/cuda_model_train.h"
 #include "models/model_train.h"
-#include "support/random.h"
 
 using namespace hlm;
 using namespace hlm::test;
@@ -51,11 +50,8 @@ void expect_switch_changes_no_bit(Model& cpu_model, const std::string& label) {
   const ModelConfig& c = cpu_model.config();
   const TokenBatch batch = odd_length_batch(c.vocab_size);
   const int64_t T = batch.total_tokens(), H = c.hidden_size;
-  Tensor d_final_host = Tensor::zeros({T, H});
-  const std::vector<float> d = random_vector(static_cast<size_t>(T * H), /*stream=*/13, 0.05f);
-  std::memcpy(d_final_host.f32(), d.data(), d.size() * sizeof(float));
   CudaContext& ctx = cuda_context();
-  const CudaTensor d_final = cuda_upload(ctx, d_final_host);
+  const CudaTensor d_final = random_final_gradient(ctx, T, H, /*stream=*/13);
   CudaModel gpu = CudaModel::upload(cpu_model, ctx);
   for (const bool bf16 : {true, false}) {
     gpu.set_bf16_compute(bf16);

@@ -24,18 +24,8 @@ PARTS=${PARTS:-tests,kernels,step}
 CHUNKINGS=${CHUNKINGS:-4096x4096,2048xfull,4096xfull}
 MICRO=${MICRO:-4}
 RECOMPUTE=${RECOMPUTE:-none}
-W=/tmp/loss_chunking
-rm -rf "$W"; mkdir -p "$W" "$OUT"
-export LD_LIBRARY_PATH=$BIN/../lib HLM_GOLDEN_DIR=${HLM_GOLDEN_DIR:-$PWD/tests/golden}
-# cuDNN 9 for the attention engines: torch's copy on the GPU machine
-cudnn=$(python3 -c "import nvidia.cudnn,os;print(os.path.dirname(nvidia.cudnn.__file__)+'/lib')" 2>/dev/null)
-[ -n "$cudnn" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn
-finish() { tar czf "$OUT/loss_chunking.tgz" -C /tmp loss_chunking; }
-trap finish EXIT
-START=$(date +%s)
-el() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$W/summary.txt"; }
-has() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader | tee -a "$W/summary.txt"
+source "$(dirname "$0")/check_prologue.sh"
+check_prologue loss_chunking  # with torch's cuDNN on the library path (the attention engines)
 
 if has tests; then
   timeout 150 "$BIN/test_cuda_ops" \

@@ -30,15 +30,8 @@ PLANS=${PLANS:-lean,adam8}
 MICRO=${MICRO:-4}
 RECOMPUTE=${RECOMPUTE:-layer,none}
 STEPS=${STEPS:-3}
-W=/tmp/step_recompute
-rm -rf "$W"; mkdir -p "$W" "$OUT"
-export LD_LIBRARY_PATH=$BIN/../lib HLM_GOLDEN_DIR=${HLM_GOLDEN_DIR:-$PWD/tests/golden}
-finish() { tar czf "$OUT/step_recompute.tgz" -C /tmp step_recompute; }
-trap finish EXIT
-START=$(date +%s)
-el() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$W/summary.txt"; }
-has() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader | tee -a "$W/summary.txt"
+source "$(dirname "$0")/check_prologue.sh"
+check_prologue step_recompute
 
 if has tests; then
   el "tests"

@@ -29,6 +29,12 @@
 // [,...]: the training loss's chunking (CudaTrainDevice::set_loss_chunking; default: HLM_LM_HEAD_CHUNKING or the
 // loss's 4096x4096), a list runs each in turn inside each recompute mode. Each step line ends with the loss and the norm in hex floats, so
 // that entries can be compared bit for bit (every entry starts from the same host weights).
+// --dw-paths overwrite|scratch|epilogue[,...]: how the lean plan's bf16 weight gradients take each micro-batch's
+// product (layers/cuda/cuda_linear.h), set in-process for each entry in turn inside each micro-batch size (same
+// attached device): overwrite = the first micro-batch writes bf16(dyᵀ·x), the later ones add through the fp32 scratch
+// and round once (the default); scratch = every micro-batch through the scratch (HLM_DW_BF16_OVERWRITE=off);
+// epilogue = the first writes, the later ones take cuBLASLt's bf16 epilogue with beta 1 (HLM_DW_BF16_EPILOGUE=on:
+// no scratch, two roundings). Without the option the environment decides (line: dw=env).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
 // attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps
@@ -36,6 +42,7 @@
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
 //                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
+//                           [--dw-paths overwrite|scratch|epilogue[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -65,6 +72,7 @@
 #include "train/data_parallel.h"
 #include "train/memory_plan.h"
 #include "train/cuda/cuda_train_device.h"
+#include "layers/cuda/cuda_linear.h"
 #include "train/lm_head_chunking_text.h"
 
 using namespace hlm;
@@ -80,7 +88,22 @@ struct Options {
   std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off", recompute = "layer";
   std::string loss_chunking;  // empty: the device's default (HLM_LM_HEAD_CHUNKING or 4096x4096)
   std::vector<std::optional<LmHeadChunking>> chunkings;  // loss_chunking parsed; {nullopt} when empty
+  std::string dw_paths_arg;                              // --dw-paths as given
+  std::vector<std::string> dw_paths;                     // checked; {"env"} without the option
 };
+
+// --dw-paths: the bf16 weight-gradient path's two switches (cuda_linear.h) for one entry; "env" leaves both to the
+// environment.
+struct DwPath {
+  const char* name;
+  int overwrite, epilogue;  // OverridableSwitch::set values (-1: the environment's)
+};
+constexpr DwPath kDwPaths[] = {{"env", -1, -1}, {"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
+const DwPath* dw_path_named(const std::string& name) {
+  for (const DwPath& d : kDwPaths)
+    if (name == d.name) return &d;
+  return nullptr;
+}
 
 std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
@@ -124,10 +147,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--data-parallel") o.data_parallel = next();
     else if (a == "--recompute") o.recompute = next();
     else if (a == "--loss-chunking") o.loss_chunking = next();
+    else if (a == "--dw-paths") o.dw_paths_arg = next();
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
                            "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
-                           "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] [--loss-chunking ROWSxCOLS|ROWSxfull,...]\n");
+                           "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] "
+                           "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...]\n");
       std::exit(2);
     }
   }
@@ -141,6 +166,12 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.chunkings.empty()) o.chunkings.push_back(std::nullopt);  // the device's default
+  o.dw_paths = o.dw_paths_arg.empty() ? std::vector<std::string>{"env"} : split_list(o.dw_paths_arg);
+  for (const std::string& d : o.dw_paths)
+    if (dw_path_named(d) == nullptr || (d == "env" && !o.dw_paths_arg.empty())) {
+      std::fprintf(stderr, "--dw-paths: '%s' is not overwrite, scratch or epilogue\n", d.c_str());
+      std::exit(2);
+    }
   return o;
 }
 
@@ -291,7 +322,11 @@ int main(int argc, char** argv) {
                 gib(after_attach.bytes_in_use), gib(after_attach.peak_bytes_in_use));
     const size_t attach_peak = after_attach.peak_bytes_in_use;
     wait_for_gate("HLM_BENCH_TIME_AFTER", " before the steps");
-    for (const int64_t micro : micros) {
+    for (const int64_t micro : micros)
+    for (const std::string& dw_name : o.dw_paths) {
+      const DwPath& dw = *dw_path_named(dw_name);
+      cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
+      cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
       allocator.reset_peaks();
 
       std::vector<double> ms;
@@ -320,12 +355,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s precision=%s rows=%lld micro=%lld seq=%lld "
-                  "layers=%d: %.1f ms/step, "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s precision=%s rows=%lld micro=%lld "
+                  "seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
-                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", o.precision.c_str(),
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                   tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),

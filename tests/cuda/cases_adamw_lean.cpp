@@ -15,7 +15,8 @@
 //   (itself a bf16 value) while cuBLASLt reported split-K 1 and no reduction scheme (HLM_MATMUL_LOG_ALGO=1), so the
 //   bf16 epilogue itself rounds more than once. The bf16-dw path now writes the fp32 product to a scratch and adds
 //   and rounds in its own kernel (matmul_cuda.h); the epilogue form (no scratch) stays selectable and is held to
-//   the bound of two roundings (last test).
+//   the bound of two roundings; the overwrite form (beta 0, for a holder known to hold zeros) is one rounding of the
+//   product.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -259,6 +260,45 @@ TEST(AdamWLeanCuda, Bf16WeightGradientEpilogueFormIsWithinTwoRoundings) {
                 "exact sum; the rest within two roundings (largest error %g)\n",
                 static_cast<long long>(c.M), static_cast<long long>(c.N), static_cast<long long>(c.K), one_rounding,
                 nk, worst);
+    EXPECT_TRUE(buffers_ok({&dw16}, {&x, &dy, &w}));
+  }
+}
+
+// The overwrite form (matmul_backward_mixed_bf16_overwrite_cuda: cuBLASLt's bf16 output, beta 0; the linears take it
+// for a holder known to hold zeros) on the same integer inputs, with dw starting at the nonzero integers above to show
+// that the held value is not read: every element a nearest bf16 value of the exact product (one rounding: no C term
+// is added to a rounded product here, unlike the epilogue form).
+TEST(AdamWLeanCuda, Bf16WeightGradientOverwriteFormIsOneRoundingOfTheProduct) {
+  HLM_REQUIRE_CUDA();
+  for (const DwCase& c : kDwCases) {
+    const size_t nk = static_cast<size_t>(c.N * c.K);
+    const DwInputs in = dw_inputs(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x16, "x"), dy = DeviceBuffer::from(in.dy16, "dy"),
+                 w = DeviceBuffer::from(in.w16, "w"), dw16 = DeviceBuffer::from(in.dw0_16, "dw16");
+    matmul_backward_mixed_bf16_overwrite_cuda(ctx().blaslt(), nullptr, dw16.as<__nv_bfloat16>(), nullptr,
+                                              dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                                              {c.M, c.N, c.K});
+    const std::vector<float> got = bf16_to_f32(dw16.download<uint16_t>());
+    const std::vector<float> xf = bf16_to_f32(in.x16), dyf = bf16_to_f32(in.dy16);
+    size_t nearest_even = 0, inexact = 0;
+    for (int64_t n = 0; n < c.N; ++n) {
+      for (int64_t k = 0; k < c.K; ++k) {
+        const size_t i = static_cast<size_t>(n * c.K + k);
+        double product = 0.0;  // integers below 2^24: exact
+        for (int64_t m = 0; m < c.M; ++m)
+          product += static_cast<double>(dyf[static_cast<size_t>(m * c.N + n)]) * xf[static_cast<size_t>(m * c.K + k)];
+        const float rne = bf16_to_f32(to_bf16(std::vector<float>{static_cast<float>(product)}))[0];
+        ASSERT_LE(std::abs(static_cast<double>(got[i]) - product), std::abs(static_cast<double>(rne) - product))
+            << "M " << c.M << " element " << i << ": bf16 " << got[i] << " product " << product << " (nearest " << rne
+            << ", held before " << bf16_to_f32(std::vector<uint16_t>{in.dw0_16[i]})[0] << ")";
+        nearest_even += got[i] == rne ? 1 : 0;
+        inexact += static_cast<double>(rne) != product ? 1 : 0;
+      }
+    }
+    std::printf("[check] bf16 dw overwrite form M %lld N %lld K %lld: every element a nearest bf16 value of the exact "
+                "product (%zu of %zu the round-to-nearest-even one; %zu needed rounding)\n",
+                static_cast<long long>(c.M), static_cast<long long>(c.N), static_cast<long long>(c.K), nearest_even,
+                nk, inexact);
     EXPECT_TRUE(buffers_ok({&dw16}, {&x, &dy, &w}));
   }
 }

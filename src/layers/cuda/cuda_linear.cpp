@@ -178,16 +178,18 @@ void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaL
   cuda_linear_forward(ctx, y, CudaLinearInput{x, nullptr}, layer, rows);
 }
 
-bool cuda_linear_dw_bf16_epilogue() {
-  static const bool on = [] {
-    const char* v = std::getenv("HLM_DW_BF16_EPILOGUE");
-    const std::string s = v == nullptr ? "" : v;
-    HLM_CHECK_INPUT(s.empty() || s == "off" || s == "0" || s == "on" || s == "1", "HLM_DW_BF16_EPILOGUE=", s,
-                    ": expected on or off");
-    return s == "on" || s == "1";
-  }();
-  return on;
-}
+namespace {
+OverridableSwitch g_dw_bf16_overwrite{"HLM_DW_BF16_OVERWRITE", true};
+OverridableSwitch g_dw_bf16_epilogue{"HLM_DW_BF16_EPILOGUE", false};
+std::atomic<int64_t> g_dw_overwrites{0};
+}  // namespace
+
+bool cuda_linear_dw_bf16_epilogue() { return g_dw_bf16_epilogue.on(); }
+void cuda_linear_set_dw_bf16_epilogue(int on) { g_dw_bf16_epilogue.set(on); }
+
+bool cuda_linear_dw_bf16_overwrite() { return g_dw_bf16_overwrite.on(); }
+void cuda_linear_set_dw_bf16_overwrite(int on) { g_dw_bf16_overwrite.set(on); }
+int64_t cuda_linear_dw_overwrites() { return g_dw_overwrites.load(); }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const CudaLinearInput& x,
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx) {
@@ -205,6 +207,7 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
   HLM_CHECK(x.f32 != nullptr || rows == 0, "linear backward: the fp32 mode needs an fp32 input");
   matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x.f32, layer.weight.data<float>(), p,
                        accumulate_dx);
+  grad.weight_zeroed = false;
 }
 
 void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad, const __nv_bfloat16* dy16,
@@ -218,10 +221,15 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
   CudaTensor scratch;
   const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
   if (grad.weight.dtype() == DType::BF16) {  // a bf16 gradient holder (the lean plan: cuda_hold_bf16_linear_grads)
-    // Default: the product in fp32 scratch, then added and rounded to bf16 once (matmul_cuda.h); the block goes back
-    // to the allocator's cache on return, so one block per linear shape serves every call. HLM_DW_BF16_EPILOGUE=on:
+    // A holder known to hold zeros: the product's bf16 rounding written by the GEMM (nothing to add). Otherwise the
+    // product in fp32 scratch, then added and rounded to bf16 once (matmul_cuda.h); the block goes back to the
+    // allocator's cache on return, so one block per linear shape serves every call. HLM_DW_BF16_EPILOGUE=on:
     // cuBLASLt's bf16 output with beta 1 into dw itself, no scratch (not one rounding; cuda_linear.h).
-    if (cuda_linear_dw_bf16_epilogue()) {
+    if (grad.weight_zeroed && cuda_linear_dw_bf16_overwrite()) {
+      matmul_backward_mixed_bf16_overwrite_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), dbias, dy16,
+                                                in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
+      g_dw_overwrites.fetch_add(1);
+    } else if (cuda_linear_dw_bf16_epilogue()) {
       matmul_backward_mixed_bf16_epilogue_cuda(ctx.blaslt(), dx, grad.weight.data<__nv_bfloat16>(), dbias, dy16,
                                                in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
     } else {
@@ -233,6 +241,7 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
     matmul_backward_mixed_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy16, in.bf16,
                                layer.weight_bf16.data<__nv_bfloat16>(), p, accumulate_dx);
   }
+  grad.weight_zeroed = false;
 }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,

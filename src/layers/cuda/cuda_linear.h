@@ -29,6 +29,10 @@ struct CudaLinear {
   bool has_bias = false;
   int64_t out_features = 0;
   int64_t in_features = 0;
+  // Gradient holders only: `weight` is known to hold zeros (CudaModel::set_zero sets this after its memset; the next
+  // cuda_linear_backward into the holder clears it). A bf16 holder is then OVERWRITTEN with the product's bf16
+  // rounding instead of taking the add-and-round path (matmul_backward_mixed_bf16_overwrite_cuda).
+  bool weight_zeroed = false;
 };
 
 // Uploads a host Linear (contiguous f32; input error otherwise).
@@ -118,15 +122,26 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
 void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad, const __nv_bfloat16* dy16,
                                   const CudaLinearInput& x, const CudaLinear& layer, int64_t rows, bool accumulate_dx);
 
-// How a bf16 weight-gradient holder (the lean plan) takes each call's dyᵀ·x, read once from HLM_DW_BF16_EPILOGUE:
+// How a bf16 weight-gradient holder (the lean plan) takes each call's dyᵀ·x. A holder with weight_zeroed (the first
+// micro-batch of a step: nothing to add to) gets it written, bf16(dyᵀ·x) in the GEMM's epilogue: no scratch, no
+// add-and-round kernel, 10 bytes per element less traffic (HLM_DW_BF16_OVERWRITE=off keeps the add-and-round path
+// there too, for A/B timing). Otherwise, as HLM_DW_BF16_EPILOGUE says:
 //   off (default, or 0): the fp32 product in an fp32 scratch block [out, in] (allocator-cached, one per linear shape;
 //     4·out·in bytes: 99.6 MB for the 4B student's 9,728 × 2,560 MLP products), then dw = bf16_rn(dw + product), one
 //     rounding (matmul_backward_mixed_cuda with dw_scratch);
 //   on (or 1): cuBLASLt's bf16 output with C = D = dw and beta 1: no scratch, no add-and-round kernel (8 bytes per
 //     element less memory traffic), but not one rounding (the held value plus the product rounded to bf16 first:
 //     within half a bf16 ulp of the product plus half of the result; matmul_cuda.h). For A/B timing.
-// Any other value: input error.
+// Any other value: input error (core/env_switch.h). The setter overrides the variable for the process (1 / 0; −1: the
+// environment again), e.g. bench_distill_step --dw-paths.
 bool cuda_linear_dw_bf16_epilogue();
+void cuda_linear_set_dw_bf16_epilogue(int on);
+// HLM_DW_BF16_OVERWRITE (core/env_switch.h, on by default); the setter overrides it for the process (1 / 0; −1: the
+// environment again), e.g. for a test that runs a step both ways.
+bool cuda_linear_dw_bf16_overwrite();
+void cuda_linear_set_dw_bf16_overwrite(int on);
+// Weight gradients written by the overwrite path in this process (host calls), so tests can tell that it ran.
+int64_t cuda_linear_dw_overwrites();
 
 // Device scratch of `bytes` bytes from ctx's allocator (released when the tensor goes; safe on ctx's one stream).
 CudaTensor cuda_scratch_bytes(CudaContext& ctx, size_t bytes);

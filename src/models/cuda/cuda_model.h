@@ -96,7 +96,8 @@ class CudaModel {
   // embedding's gradient is queued last, after the call with 0. The hook queues nothing on the stream itself.
   void backward(const CudaTrainTrace& trace, const float* d_final_hidden, CudaModel& grads,
                 const std::function<void(int)>& layer_done = {});
-  // Every tensor to zero (queued on the stream).
+  // Every tensor to zero (queued on the stream), and every linear marked weight_zeroed, so that the next backward
+  // into this gradient holder writes each linear's weight gradient instead of adding it (cuda_linear.h).
   void set_zero();
   // Copies every tensor into the same slot of `host`, which must be shaped like this model (zero_grads_like(config())
   // or the host weights).

@@ -51,4 +51,28 @@ struct CudaModel::Layer {
   CudaTensor post_feedforward_layernorm;  // [hidden]; post-norm blocks only
 };
 
+// Every linear of every layer (the LM head is not a CudaLinear): the bf16 copies (cuda_model_precision.cpp), the
+// gradient holders' zeroed marks (set_zero).
+template <class Fn>
+void CudaModel::for_each_linear(const Fn& fn) {
+  for (auto& layer : layers_) {
+    Layer& d = *layer;
+    if (d.full_attention) {
+      for (const auto& slots : kAttentionLinears) fn(d.self_attn.*slots.first);
+    } else if (d.mamba2) {
+      for (const auto slot : kMamba2Linears) fn(d.mamba.*slot);
+    } else if (d.lightning) {
+      for (const auto slot : kLightningLinears) fn(d.lightning_attn.*slot);
+    } else {
+      for (const auto& slots : kGdnLinears) fn(d.linear_attn.*slots.first);
+    }
+    if (!d.moe || d.shared_mlp) for (const auto& slots : kMlpLinears) fn(d.mlp.*slots.first);
+    if (!d.moe) continue;
+    fn(d.moe_ffn.gate_up);  // the stacked experts; the router stays fp32 (moe_layer_cuda.h says why)
+    fn(d.moe_ffn.down);
+    if (d.moe_ffn.has_shared)
+      for (const auto& slots : kMlpLinears) fn(d.moe_ffn.shared_expert.*slots.first);
+  }
+}
+
 }  // namespace hlm

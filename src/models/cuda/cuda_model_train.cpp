@@ -140,6 +140,8 @@ void CudaModel::set_zero() {
   for_each_tensor(*this, unused, [&](CudaTensor& d, Tensor&) {
     if (d.nbytes() > 0) HLM_CUDA_CHECK(cudaMemsetAsync(d.raw(), 0, d.nbytes(), ctx_->stream()));
   });
+  // A gradient holder's linears may now be written instead of added to by their first backward (cuda_linear.h).
+  for_each_linear([](CudaLinear& l) { l.weight_zeroed = true; });
 }
 
 size_t CudaModel::weight_bytes() const {

@@ -265,18 +265,24 @@ void forward_impl(const CudaBlasLt& lt, TO* y, const TI* x, const TI* w, const T
   lt_gemm(lt, g);
 }
 
-// TI: operand storage (dy, x, w); TO: dx storage; TW: dw storage (fp32: accumulated by the GEMM, beta 1; or bf16:
-// the product written in fp32 to dw_scratch [N, K], beta 0, then added to dw and rounded once by
-// add_round_bf16_kernel; or, with dw_epilogue, cuBLASLt's bf16 output with C = D = dw and beta 1, no scratch and no
-// extra kernel, but not one rounding: matmul_cuda.h). dbias is fp32.
+// How a bf16 dw takes the product dyᵀ·x (matmul_cuda.h): added through an fp32 scratch and rounded once
+// (Scratch), cuBLASLt's bf16 output with C = D = dw and beta 1 (Epilogue: no scratch, not one rounding), or
+// cuBLASLt's bf16 output with beta 0 (Overwrite: dw = bf16(product), the held value is not read).
+enum class Bf16Dw { Scratch, Epilogue, Overwrite };
+
+// TI: operand storage (dy, x, w); TO: dx storage; TW: dw storage (fp32: accumulated by the GEMM, beta 1; or bf16 as
+// `mode` says: the product written in fp32 to dw_scratch [N, K], beta 0, then added to dw and rounded once by
+// add_round_bf16_kernel; or cuBLASLt's bf16 output into dw with beta 1 or 0, no scratch and no extra kernel).
+// dbias is fp32.
 template <typename TI, typename TO, typename TW = float>
 void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI* dy, const TI* x, const TI* w,
                    const MatmulCudaParams& p, bool accumulate_dx, float* dw_scratch = nullptr,
-                   bool dw_epilogue = false) {
+                   Bf16Dw mode = Bf16Dw::Scratch) {
   check_params(p);
   if constexpr (!std::is_same_v<TW, float>)
-    HLM_CHECK(dw_epilogue || dw == nullptr || dw_scratch != nullptr,
-              "matmul backward: a bf16 dw needs an fp32 scratch of N*K floats (or the epilogue entry point)");
+    HLM_CHECK(mode != Bf16Dw::Scratch || dw == nullptr || dw_scratch != nullptr,
+              "matmul backward: a bf16 dw needs an fp32 scratch of N*K floats (or the epilogue or overwrite entry "
+              "point)");
   const int64_t M = p.M, N = p.N, K = p.K;
   if (dx != nullptr && M > 0 && K > 0) {
     if (N == 0) {
@@ -318,11 +324,12 @@ void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI*
       g.d_type = CUDA_R_32F;
       g.beta = 1.0f;
       lt_gemm(lt, g);
-    } else if (dw_epilogue) {
-      // The epilogue form: D = C = dw (one layout descriptor for both, as cuBLASLt requires for C == D), beta 1.
+    } else if (mode != Bf16Dw::Scratch) {
+      // cuBLASLt's bf16 output: D = C = dw (one layout descriptor for both, as cuBLASLt requires for C == D), beta 1
+      // (Epilogue: added to the held value) or 0 (Overwrite: the held value is not read).
       g.D = dw;
       g.d_type = CUDA_R_16BF;
-      g.beta = 1.0f;
+      g.beta = mode == Bf16Dw::Epilogue ? 1.0f : 0.0f;
       lt_gemm(lt, g);
     } else {
       g.D = dw_scratch;
@@ -382,7 +389,14 @@ void matmul_backward_mixed_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* 
 void matmul_backward_mixed_bf16_epilogue_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
                                               const __nv_bfloat16* dy, const __nv_bfloat16* x,
                                               const __nv_bfloat16* w, const MatmulCudaParams& p, bool accumulate_dx) {
-  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx, nullptr, /*dw_epilogue=*/true);
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx, nullptr, Bf16Dw::Epilogue);
+}
+
+void matmul_backward_mixed_bf16_overwrite_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+                                               const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                               const __nv_bfloat16* w, const MatmulCudaParams& p,
+                                               bool accumulate_dx) {
+  backward_impl(lt, dx, dw, dbias, dy, x, w, p, accumulate_dx, nullptr, Bf16Dw::Overwrite);
 }
 
 }  // namespace hlm

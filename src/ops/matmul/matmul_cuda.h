@@ -68,5 +68,16 @@ void matmul_backward_mixed_bf16_epilogue_cuda(const CudaBlasLt& lt, float* dx, _
                                               const __nv_bfloat16* dy, const __nv_bfloat16* x,
                                               const __nv_bfloat16* w, const MatmulCudaParams& p,
                                               bool accumulate_dx = false);
+// The bf16 dw OVERWRITTEN instead: dw = bf16(dyᵀ·x), cuBLASLt's bf16 output with beta 0 (fp32 compute; the held
+// value is not read). For a dw known to hold zeros (the first micro-batch after the gradients were zeroed) this is
+// the scratch path's value without its traffic: cuBLASLt's conversion of the fp32 product is one rounding (no C term
+// to add: the double rounding above came from adding C to a product already rounded), so stored = a nearest bf16
+// value of the fp32 product, which is also what bf16_rn(0 + product) gives (up to −0 → +0 and the fp32 summation
+// order, which cuBLASLt may choose differently for a bf16 output: tests/cuda/cases_adamw_lean.cpp). The GEMM writes
+// 2 bytes per element instead of the scratch path's 4 + the add-and-round kernel's 8.
+void matmul_backward_mixed_bf16_overwrite_cuda(const CudaBlasLt& lt, float* dx, __nv_bfloat16* dw, float* dbias,
+                                               const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                               const __nv_bfloat16* w, const MatmulCudaParams& p,
+                                               bool accumulate_dx = false);
 
 }  // namespace hlm

@@ -164,6 +164,17 @@ DwInputs dw_inputs(const DwCase& c) {
   return {integers_bf16(mk, 1 + c.M, 2.0f, 4.0f), integers_bf16(mn, 2 + c.M, 2.0f, 4.0f),
           to_bf16(make_values(nk, Fill::Normal, 3 + c.M)), integers_bf16(nk, 4 + c.M, 64.0f, 256.0f)};
 }
+// The exact products (dyᵀ·x)[n, k] of the integer inputs (integers below 2^24: exact in double), [N·K].
+std::vector<double> exact_products(const DwCase& c, const DwInputs& in) {
+  const std::vector<float> xf = bf16_to_f32(in.x16), dyf = bf16_to_f32(in.dy16);
+  std::vector<double> out(static_cast<size_t>(c.N * c.K), 0.0);
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t k = 0; k < c.K; ++k)
+      for (int64_t m = 0; m < c.M; ++m)
+        out[static_cast<size_t>(n * c.K + k)] +=
+            static_cast<double>(dyf[static_cast<size_t>(m * c.N + n)]) * xf[static_cast<size_t>(m * c.K + k)];
+  return out;
+}
 
 }  // namespace
 
@@ -184,14 +195,12 @@ TEST(AdamWLeanCuda, Bf16WeightGradientIsWithinOneRoundingOfTheFp32One) {
                                x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), {c.M, c.N, c.K});
     const std::vector<float> got = bf16_to_f32(dw16.download<uint16_t>()), ref = dw32.download<float>();
     // The exact sum on the host (integers: exact in double), so the fp32 call is checked too.
-    const std::vector<float> xf = bf16_to_f32(x16), dyf = bf16_to_f32(dy16);
+    const std::vector<double> products = exact_products(c, in);
     size_t nearest_even = 0, inexact = 0;
     for (int64_t n = 0; n < c.N; ++n) {
       for (int64_t k = 0; k < c.K; ++k) {
         const size_t i = static_cast<size_t>(n * c.K + k);
-        double exact = dw0_32[i];
-        for (int64_t m = 0; m < c.M; ++m)
-          exact += static_cast<double>(dyf[static_cast<size_t>(m * c.N + n)]) * xf[static_cast<size_t>(m * c.K + k)];
+        const double exact = dw0_32[i] + products[i];
         ASSERT_EQ(static_cast<double>(ref[i]), exact) << "fp32 dw, M " << c.M << " element " << i;
         // One rounding: got is a nearest bf16 value of ref (at most as far as the round-to-nearest-even value).
         const float rne = bf16_to_f32(to_bf16(std::vector<float>{ref[i]}))[0];
@@ -237,15 +246,13 @@ TEST(AdamWLeanCuda, Bf16WeightGradientEpilogueFormIsWithinTwoRoundings) {
                                              dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
                                              {c.M, c.N, c.K});
     const std::vector<float> got = bf16_to_f32(dw16.download<uint16_t>());
-    const std::vector<float> xf = bf16_to_f32(x16), dyf = bf16_to_f32(dy16);
+    const std::vector<double> products = exact_products(c, in);
     size_t one_rounding = 0;
     double worst = 0.0;
     for (int64_t n = 0; n < c.N; ++n) {
       for (int64_t k = 0; k < c.K; ++k) {
         const size_t i = static_cast<size_t>(n * c.K + k);
-        double product = 0.0;  // integers below 2^24: exact
-        for (int64_t m = 0; m < c.M; ++m)
-          product += static_cast<double>(dyf[static_cast<size_t>(m * c.N + n)]) * xf[static_cast<size_t>(m * c.K + k)];
+        const double product = products[i];
         const double exact = dw0_32[i] + product;
         const float rne = bf16_to_f32(to_bf16(std::vector<float>{static_cast<float>(exact)}))[0];
         const double err = std::abs(static_cast<double>(got[i]) - exact);
@@ -279,14 +286,12 @@ TEST(AdamWLeanCuda, Bf16WeightGradientOverwriteFormIsOneRoundingOfTheProduct) {
                                               dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
                                               {c.M, c.N, c.K});
     const std::vector<float> got = bf16_to_f32(dw16.download<uint16_t>());
-    const std::vector<float> xf = bf16_to_f32(in.x16), dyf = bf16_to_f32(in.dy16);
+    const std::vector<double> products = exact_products(c, in);
     size_t nearest_even = 0, inexact = 0;
     for (int64_t n = 0; n < c.N; ++n) {
       for (int64_t k = 0; k < c.K; ++k) {
         const size_t i = static_cast<size_t>(n * c.K + k);
-        double product = 0.0;  // integers below 2^24: exact
-        for (int64_t m = 0; m < c.M; ++m)
-          product += static_cast<double>(dyf[static_cast<size_t>(m * c.N + n)]) * xf[static_cast<size_t>(m * c.K + k)];
+        const double product = products[i];
         const float rne = bf16_to_f32(to_bf16(std::vector<float>{static_cast<float>(product)}))[0];
         ASSERT_LE(std::abs(static_cast<double>(got[i]) - product), std::abs(static_cast<double>(rne) - product))
             << "M " << c.M << " element " << i << ": bf16 " << got[i] << " product " << product << " (nearest " << rne

@@ -2,7 +2,7 @@
 # adamw8_emu.sh: runs the 8-bit AdamW step kernel (src/ops/adamw/adamw_lowmem.cu) on the CPU against its reference,
 # bit for bit, on a machine without a GPU (tools/cuda_emu/emu.h emulates the CUDA it uses). It copies the kernel's
 # source (from "namespace {" to the host launch helpers), swaps its three asm approximations (lg2, ex2, rsqrt) for
-# libm, and builds adamw8_emu.cpp with g++. ~10 s. Not a substitute for the GPU tests (tests/cuda/
+# libm, and builds adamw8_emu.cpp with g++. ~4 s. Not a substitute for the GPU tests (tests/cuda/
 # cases_adamw_lowmem.cpp): it checks the kernel's logic (paths, indexing, packing, reductions, NaN rules), not
 # nvcc's code or the hardware.
 # usage: bash tools/cuda_emu/adamw8_emu.sh     (prints "N passed, M failed"; exit status 0 when none failed)

@@ -1,7 +1,7 @@
 // Host emulation of the warp-level tensor-core primitives that src/ops/gated_delta_rule/gdn_mma.cuh declares
 // (included from there when HLM_CUDA_EMU is defined), plus the bf16 type and conversions the GDN kernels use:
-// mma.sync m16n8k16 bf16 → fp32, ldmatrix m8n8 x1/x2/x4 (plain and .trans), bf16x2 packing. Each lane (a host
-// thread, emu.h) publishes its operands in its warp's exchange buffer, the warp meets at its barrier, every lane
+// mma.sync m16n8k16 bf16 → fp32, ldmatrix m8n8 x1/x2/x4 (plain and .trans), bf16x2 packing. Each lane (a fiber,
+// emu.h) publishes its operands in its warp's exchange buffer, the warp meets at its barrier, every lane
 // assembles the whole matrices from the published fragments by the PTX layouts (written out once more below, from
 // the spec, independently of gdn_mma.cuh's load helpers) and keeps its own part of the result. All 32 lanes must call
 // together, as on the GPU (.sync.aligned).

@@ -113,6 +113,30 @@ int main() {
     for (int n = 0; n < 2; ++n) check(names[v], got[v][n], want[n], 1e-6);
   check("A row x B n-major x4 (tile 1)", got[0][1], want[1], 1e-6);
   check(names[0], got[0][0], chain, 1e-6);
-  std::printf("emu_mma self-test: %d checks, %d failed; shuffles %s\n", g_checks, g_fail, shfl_bad ? "FAILED" : "ok");
-  return g_fail || shfl_bad;
+  // The launcher's schedule (emu.h): a read of what another thread writes before the same barrier must see the old
+  // value in some block, whichever of the two threads is the lower (consecutive blocks run in opposite thread orders),
+  // and never with the barrier in between. Two blocks of 64 threads: thread t writes s[t], then reads s[t ^ 1].
+  int stale_without[2] = {0, 0}, stale_with[2] = {0, 0};
+  for (const bool barrier : {false, true}) {
+    emu_launch({2, 1, 1}, 64, 0, [&] {
+      __shared__ int s[64];
+      const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
+      s[t] = 0;
+      __syncthreads();
+      s[t] = 1000 * (b + 1) + t;
+      if (barrier) __syncthreads();
+      const bool stale = s[t ^ 1] != 1000 * (b + 1) + (t ^ 1);
+      (barrier ? stale_with : stale_without)[b] += stale ? 1 : 0;
+    });
+  }
+#if HLM_EMU_FIBERS
+  const bool order_ok = stale_without[0] > 0 && stale_without[1] > 0 && stale_with[0] == 0 && stale_with[1] == 0;
+#else  // host threads: whether the race shows is up to the OS scheduler; the barrier must still order it
+  const bool order_ok = stale_with[0] == 0 && stale_with[1] == 0;
+#endif
+  std::printf("emu_mma self-test: %d checks, %d failed; shuffles %s; missing barrier %s (stale reads per block "
+              "without it %d, %d; with it %d, %d)\n",
+              g_checks, g_fail, shfl_bad ? "FAILED" : "ok", order_ok ? "shows" : "HIDDEN", stale_without[0],
+              stale_without[1], stale_with[0], stale_with[1]);
+  return g_fail || shfl_bad || !order_ok;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # emu_mma_selftest.sh: builds and runs the CPU self-test of the emulated mma.sync / ldmatrix (emu_mma.h) and of
-# gdn_mma.cuh's fragment helpers (emu_mma_selftest.cpp). A few seconds. Prints the check count; exit 0 when all pass.
+# gdn_mma.cuh's fragment helpers, and of emu.h's schedule (a read racing a write without a barrier sees the old
+# value in some block; emu_mma_selftest.cpp). A few seconds. Prints the check count; exit 0 when all pass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # gdn_bwd_emu.sh: runs the v2 backward kernels of the chunked gated delta rule (src/ops/gated_delta_rule/
-# gdn_bwd_v2.cuh) on the CPU, through tools/cuda_emu (emu.h: a host thread per CUDA thread; emu_mma.h: mma.sync and
+# gdn_bwd_v2.cuh) on the CPU, through tools/cuda_emu (emu.h: a fiber per CUDA thread; emu_mma.h: mma.sync and
 # ldmatrix by the PTX fragment layouts), on tiny shapes against a double-precision evaluation of the CPU chunked
 # backward's formulas (gdn_bwd_emu.cpp). It builds one translation unit from the sources as they are: the scratch
 # structs, constants and tile loaders of gdn_chunked_tiles.cuh (cp.async turned into plain copies), gdn_mma_bwd.cuh
 # and gdn_bwd_v2.cuh (extern shared memory pointed at the emulator's buffer). Checks the kernels' logic (fragment
 # layouts, strips, masks, decays, row/column sums, guards for partial chunks and odd dims, GVA), not nvcc's code or
 # the hardware. Then the chain again with the full dU held as bf16 (kDuBf16), compared bit for bit with the fp32-dU
-# chain. ~1.5 min on 2 cores. -fno-strict-aliasing: dstate writes bf16 dU over the fp32 dU_loc it has read.
+# chain. ~20 s (the build half of it). -fno-strict-aliasing: dstate writes bf16 dU over the fp32 dU_loc it has read.
 # usage: bash tools/cuda_emu/gdn_bwd_emu.sh      (prints one line per case and output; exit 0 when all pass)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # gdn_fwd_emu.sh: runs the v2 forward kernels of the chunked gated delta rule (src/ops/gated_delta_rule/
-# gdn_fwd_v2.cuh) on the CPU through tools/cuda_emu (emu.h: a host thread per CUDA thread; emu_mma.h: mma.sync and
+# gdn_fwd_v2.cuh) on the CPU through tools/cuda_emu (emu.h: a fiber per CUDA thread; emu_mma.h: mma.sync and
 # ldmatrix by their PTX layouts), against a double-precision host model of the same stage (gdn_fwd_emu.cpp), on tiny
 # shapes: partial last chunks, packed sequences, dk ≠ dv, odd dims (the scalar copy paths), GVA, h0 / hT, and every
 # rows-per-block variant. It copies the kernels' headers with the few host substitutions below (cp.async as a plain
-# copy, the dynamic shared memory from emu_launch, the wmma helpers left out) and builds with g++. ~1 min.
+# copy, the dynamic shared memory from emu_launch, the wmma helpers left out) and builds with g++. ~10 s.
 # It checks the kernels' logic (fragment and index math, masks, the chunk loop), not nvcc's code or the hardware;
 # the GPU test is tests/cuda/cases_gated_delta_rule_chunked.cpp with HLM_GDN_KERNELS=v2.
 # usage: bash tools/cuda_emu/gdn_fwd_emu.sh     (prints one line per check and a summary; exit 0 when all pass)

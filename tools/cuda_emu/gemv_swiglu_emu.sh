@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # gemv_swiglu_emu.sh: runs the small-row GEMV kernel (src/ops/matmul/gemv.cu, gemv_pipe_kernel) on the CPU through
-# tools/cuda_emu (emu.h: a host thread per CUDA thread), in both forms: the group GEMV of an MLP's gate and up products,
+# tools/cuda_emu (emu.h: a fiber per CUDA thread), in both forms: the group GEMV of an MLP's gate and up products,
 # followed by SwiGLU on the host with the kernels' own expression (swiglu_math.cuh), and the form with SwiGLU in its
 # epilogue (kSwiglu: (gate j, up j) column pairs per warp). The two must agree byte for byte (fp32 h and its bf16
 # rounding), and the group GEMV must match a double-precision product (gemv_swiglu_emu.cpp): rows M = 1..4, K of one
 # chunk, of unequal chunk counts per lane and of several rounds, n of one pair and of more pairs than the grid's warps
 # (pairs strided over warps), biases on and off. It copies the kernel part of gemv.cu (from "namespace {" to the host
 # launch code) with the dynamic shared memory from emu_launch; the CUDA headers it includes are tools/cuda_emu/stubs'
-# stand-ins. ~30 s. Checks the kernel's logic, not nvcc's code or
+# stand-ins. ~3 s. Checks the kernel's logic, not nvcc's code or
 # the hardware; the GPU test is tests/cuda/cases_matmul.cpp (GemvSwigluEqualsGemvThenSwigluBitForBit).
 # usage: bash tools/cuda_emu/gemv_swiglu_emu.sh     (prints one line per check; exit 0 when all pass)
 set -euo pipefail

@@ -21,6 +21,7 @@
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "models/json_file.h"
+#include "models/model.h"
 #include "data/text_io.h"
 #include "data/tokenizer.h"
 #include "infer/cpu_engine.h"
@@ -180,6 +181,7 @@ int run_generate(const GenerateCliOptions& o) {
   sampling_check(o.sampling);
   for (const std::string& s : o.stop) HLM_CHECK_INPUT(!s.empty(), "--stop: an empty stop string");
 
+  check_model_dir(o.model_dir);  // before the tokenizer checks, which would otherwise blame a missing tokenizer.json
   std::unique_ptr<Tokenizer> tok;
   if (!o.tokenizer.empty()) tok = tokenizer_load(o.tokenizer);
   else if (std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json"))

@@ -23,6 +23,10 @@
 
 namespace hlm {
 
+// An input error naming `dir` unless it is a directory (what Model::load checks first): for callers that want the
+// message before other checks that would otherwise speak first (a missing tokenizer.json beside the model).
+void check_model_dir(const std::filesystem::path& dir);
+
 // Kept activations of every layer (training without recomputation, layers/layer_stash.h): mixer[i] and mlp[i] are
 // filled by layer i's forward. Sized and given an arena by the caller (models/model_train.h does).
 struct ModelStash {

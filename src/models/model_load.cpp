@@ -5,10 +5,14 @@
 
 namespace hlm {
 
+void check_model_dir(const std::filesystem::path& dir) {
+  HLM_CHECK_INPUT(std::filesystem::is_directory(dir), dir.string(), ": not a model directory (does not exist)");
+}
+
 Model Model::load(const std::filesystem::path& dir) {
   Model m;
   m.dir_ = dir;
-  HLM_CHECK_INPUT(std::filesystem::is_directory(dir), dir.string(), ": not a model directory (does not exist)");
+  check_model_dir(dir);
   m.config_ = load_model_config(dir / "config.json");
   const ModelConfig& c = m.config_;
   const Checkpoint checkpoint = Checkpoint::open(dir);

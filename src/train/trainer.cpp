@@ -216,14 +216,14 @@ Trainer::Trainer(const TrainConfig& config, const TrainHooks& hooks, TrainDevice
     student_.emplace(Model::create(mc, cfg_.init_seed));
     if (hooks_.init_student) hooks_.init_student(*student_);
   } else {
-    HLM_CHECK_INPUT(fs::is_directory(cfg_.student), cfg_.student, ": not a model directory (does not exist)");
+    check_model_dir(cfg_.student);
     student_.emplace(model_load_trainable(cfg_.student));
   }
   const int64_t V = student_->config().vocab_size;
   HLM_CHECK_INPUT(tokenizer_->vocab_size() <= V, "tokenizer ", tokenizer_->name(), " has ",
                   tokenizer_->vocab_size(), " tokens but the model's vocabulary is ", V);
   if (cfg_.job == TrainJob::Distill) {
-    HLM_CHECK_INPUT(fs::is_directory(cfg_.teacher), cfg_.teacher, ": not a model directory (does not exist)");
+    check_model_dir(cfg_.teacher);
     teacher_.emplace(Model::load(cfg_.teacher));
     HLM_CHECK_INPUT(teacher_->config().vocab_size == V, "--teacher ", cfg_.teacher, ": its vocabulary (",
                     teacher_->config().vocab_size, ") differs from the student's (", V, ", ",

@@ -213,6 +213,8 @@ TEST(GenerateCli, BadInputIsAClearErrorWithExitCode2) {
   expect_input_error(m + " --ids 1,2 --temperature -1 --json", "--temperature");
   expect_input_error(m + " --ids 1,2 --top-p 1.5 --json", "--top-p");
   expect_input_error(m + " --ids 1,2", "needs a tokenizer");
+  // A model directory that does not exist is named as such, not blamed on its missing tokenizer.json.
+  expect_input_error("/nonexistent/model --prompt hi", "/nonexistent/model: not a model directory");
   expect_input_error(m + " --file /nonexistent/prompt.txt --tokenizer bytes", "cannot open");
   std::string long_ids = "1";
   for (int i = 1; i < 300; ++i) long_ids += ",1";  // 300 tokens > max_position_embeddings 256

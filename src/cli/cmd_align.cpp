@@ -8,6 +8,7 @@
 #include "analysis/align.h"
 #include "analysis/sentence_states.h"
 #include "cli/subcommands.h"
+#include "models/model.h"
 #ifdef HLM_WITH_CUDA
 #include "analysis/cuda/cuda_states_forward.h"
 #include "analysis/cuda/softcka_cuda_engine.h"
@@ -47,7 +48,7 @@ StatesForward make_states_forward(const std::string& device, const Model& model)
 }
 
 int run_align(const AlignCliOptions& o) {
-  HLM_CHECK_INPUT(fs::is_directory(o.model), o.model, ": not a model directory (does not exist)");
+  check_model_dir(o.model);
   const std::unique_ptr<KernelNormEngine> engine = make_engine(o.device);
   AlignSettings s;
   s.anchor = o.anchor;

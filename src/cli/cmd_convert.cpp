@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli/number_checks.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "models/convert.h"
+#include "models/model.h"
 #include "models/placements.h"
 #include "models/safetensors.h"
 
@@ -59,7 +61,7 @@ class TempDir {
 };
 
 int run_convert(const ConvertCliOptions& o) {
-  HLM_CHECK_INPUT(fs::is_directory(o.teacher), o.teacher, ": not a model directory (does not exist)");
+  check_model_dir(o.teacher);
   const ModelConfig teacher_config = load_model_config(fs::path(o.teacher) / "config.json");
   const int L = static_cast<int>(teacher_config.num_hidden_layers);
 
@@ -188,7 +190,7 @@ void add_convert_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--out", options->out, "Output directory for the student (must be absent or empty unless --force)")
       ->required();
   CLI::Option* full = cmd->add_option("--full", options->full, "Number of full-attention layers F")
-                          ->check(CLI::PositiveNumber);
+                          ->check(positive_number());
   CLI::Option* fraction = cmd->add_option("--full-fraction", options->full_fraction,
                                           "Fraction of full-attention layers: F = round(X * L), halves up (default "
                                           "0.25 for a named placement)")

@@ -48,9 +48,8 @@ int run_eval(const EvalOptions& o) {
   HLM_CHECK_INPUT(o.seq_len >= 2, "--seq-len must be at least 2");
   HLM_CHECK_INPUT(o.held_out_docs >= 1 && o.rows >= 1, "--held-out-docs and --rows must be positive");
   HLM_CHECK_INPUT(o.eval_tokens >= o.seq_len, "--eval-tokens must hold at least one row of --seq-len tokens");
-  HLM_CHECK_INPUT(fs::is_directory(o.model), o.model, ": not a model directory (does not exist)");
-  HLM_CHECK_INPUT(o.teacher.empty() || fs::is_directory(o.teacher), o.teacher,
-                  ": not a model directory (does not exist)");
+  check_model_dir(o.model);
+  if (!o.teacher.empty()) check_model_dir(o.teacher);
   HLM_CHECK_INPUT(fs::is_directory(o.data), o.data, ": not a corpus directory (does not exist)");
   if (!o.out.empty()) {
     const fs::path parent = fs::absolute(o.out).parent_path();

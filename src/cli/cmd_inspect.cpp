@@ -5,9 +5,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli/number_checks.h"
 #include "cli/subcommands.h"
 #include "models/architecture.h"
 #include "models/checkpoint.h"
+#include "models/model.h"
 #include "models/state_size.h"
 #include "models/tensor_check.h"
 
@@ -28,7 +30,7 @@ char layer_letter(const std::string& kind) {
 }
 
 int run_inspect(const InspectOptions& o) {
-  HLM_CHECK_INPUT(std::filesystem::is_directory(o.model_dir), o.model_dir, ": not a model directory (does not exist)");
+  check_model_dir(o.model_dir);
   const ModelConfig c = load_model_config(std::filesystem::path(o.model_dir) / "config.json");
   const Checkpoint checkpoint = Checkpoint::open(o.model_dir);
   for (const std::string& key : c.unknown_keys)
@@ -209,11 +211,11 @@ void add_inspect_command(CLI::App& app, std::function<int()>& action) {
   cmd->add_flag("--json", options->json, "Print one JSON object instead of text");
   cmd->add_option("--context", options->context, "Context length for the KV-cache vs recurrent-state figures")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--bytes-per-element", options->bytes_per_element,
                   "Bytes per cached element (2 = fp16/bf16 as in Olmo Hybrid's Table 1, 4 = fp32)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([options, &action] { action = [options] { return run_inspect(*options); }; });
 }
 

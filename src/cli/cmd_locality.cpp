@@ -7,6 +7,7 @@
 #include "analysis/locality.h"
 #include "analysis/sentence_states.h"
 #include "cli/subcommands.h"
+#include "models/model.h"
 
 namespace hlm {
 namespace {
@@ -20,7 +21,7 @@ struct LocalityCliOptions {
 };
 
 int run_locality(const LocalityCliOptions& o) {
-  for (const std::string& m : o.models) HLM_CHECK_INPUT(fs::is_directory(m), m, ": not a model directory (does not exist)");
+  for (const std::string& m : o.models) check_model_dir(m);
   LocalitySettings s;
   s.windows.clear();
   for (const std::string& k : split_list(o.windows, "--k")) {

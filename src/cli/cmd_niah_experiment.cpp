@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/device_option.h"
+#include "cli/number_checks.h"
 #include "cli/subcommands.h"
 #include "cli/train_device_cli.h"
 #include "core/error.h"
@@ -122,7 +123,7 @@ CLI::App* add_niah_experiment_subcommand(CLI::App* niah, std::function<int()>& a
       ->delimiter(',');
   cmd->add_option("--seed", o->seed,
                   "Replaces train.init_seed and train.data_seed (weights, training-document order); one --out per seed")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_flag("--report-only", o->report_only,
                 "Run no stage: rewrite the reports over every architecture with results in --out");
   cmd->add_flag("--print-default-config", o->print_default, "Print the default config (resolved form) and exit");

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli/number_checks.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "models/placements.h"
@@ -56,9 +57,9 @@ void add_placements_command(CLI::App& app, std::function<int()>& action) {
               "  hybridlm placements --layers 36 --full 9          # Qwen3-4B at the seed's 25% budget\n"
               "  hybridlm placements --layers 40 --full-fraction 0.25\n"
               "  hybridlm placements --layers 28 --full 7 --json | jq .endpoint_spread");
-  cmd->add_option("--layers", options->layers, "Number of decoder layers L")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", options->layers, "Number of decoder layers L")->required()->check(positive_number());
   CLI::Option* full = cmd->add_option("--full", options->full, "Number of full-attention layers F (1..L)")
-                          ->check(CLI::PositiveNumber);
+                          ->check(positive_number());
   CLI::Option* fraction =
       cmd->add_option("--full-fraction", options->full_fraction, "Fraction of full-attention layers: F = round(X * L)")
           ->check(CLI::Range(0.0, 1.0));

@@ -6,6 +6,7 @@
 
 #include "analysis/routing.h"
 #include "analysis/sentence_states.h"
+#include "cli/number_checks.h"
 #include "cli/subcommands.h"
 
 namespace hlm {
@@ -74,7 +75,7 @@ void add_routing_command(CLI::App& app, std::function<int()>& action) {
       ->check(CLI::IsMember({"topk", "softmax"}))
       ->capture_default_str();
   cmd->add_option("--max-pairs", o->max_pairs, "Pairs per language (first in file order; 0 = all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   cmd->add_flag("--keep-special", o->keep_special, "Keep special tokens (dropped by default)");
   cmd->add_option("--out", o->out, "Output directory (created)")->required();

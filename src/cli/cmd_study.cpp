@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/number_checks.h"
 #include "cli/subcommands.h"
 #include "cli/train_device_cli.h"
 #include "core/error.h"
@@ -87,7 +88,7 @@ void add_study_command(CLI::App& app, std::function<int()>& action) {
                   "process of its own with its output in <out>/logs/; CPU stages only; the results equal one job's. "
                   "Each process uses OMP_NUM_THREADS threads: set it to cores / jobs")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([o, &action] { action = [o] { return run_study(*o); }; });
 }
 

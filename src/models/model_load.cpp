@@ -6,7 +6,10 @@
 namespace hlm {
 
 void check_model_dir(const std::filesystem::path& dir) {
-  HLM_CHECK_INPUT(std::filesystem::is_directory(dir), dir.string(), ": not a model directory (does not exist)");
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(dir, ec);
+  HLM_CHECK_INPUT(std::filesystem::is_directory(dir, ec), dir.string(), ": not a model directory (",
+                  exists ? "not a directory: give the folder that holds config.json" : "does not exist", ")");
 }
 
 Model Model::load(const std::filesystem::path& dir) {

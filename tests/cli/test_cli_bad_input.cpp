@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "support/golden.h"
 #include "support/run_binary.h"
@@ -61,6 +65,34 @@ TEST(CliBadInput, NonexistentDirectory) {
   EXPECT_NE(r.err.find("/nonexistent/model/dir"), std::string::npos) << r.err;
   const auto r2 = run_hybridlm("run /nonexistent/model/dir --ids 1");
   EXPECT_EQ(r2.exit_code, 2);
+  EXPECT_NE(r2.err.find("does not exist"), std::string::npos) << r2.err;
+}
+
+// A file given where the model folder belongs (e.g. its config.json) is told apart from a missing path.
+TEST(CliBadInput, FileWhereTheModelDirectoryBelongs) {
+  const test::ScratchDir scratch{"cli-model-file"};
+  const std::filesystem::path file = scratch.path() / "config.json";
+  std::ofstream(file) << "{}";
+  for (const std::string cmd : {"inspect ", "run "}) {
+    const auto r = run_hybridlm(cmd + file.string() + (cmd == "run " ? " --ids 1" : ""));
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+    EXPECT_NE(r.err.find("not a directory: give the folder that holds config.json"), std::string::npos)
+        << cmd << r.err;
+  }
+}
+
+// Counts refused with the rule and the value in words (cli/number_checks.h), not CLI11's range print-out.
+TEST(CliBadInput, NonPositiveCountsSayTheRule) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"placements --layers 0 --full 1", "--layers: must be positive, got 0"},
+           {"placements --layers -3 --full 1", "--layers: must be positive, got -3"},
+           {"placements --layers twelve --full 1", "--layers: expected a number, got 'twelve'"},
+           {"placements --layers 12 --full 0", "--full: must be positive, got 0"}}) {
+    const auto r = run_hybridlm(args);
+    EXPECT_EQ(r.exit_code, 2) << args << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("1797693134862315708"), std::string::npos) << args << "\n" << r.err;
+  }
 }
 
 TEST(CliBadInput, TruncatedWeights) {

@@ -177,6 +177,25 @@ template <class T> int cudaMemcpyToSymbol(T& sym, const void* src, size_t bytes)
 #include <vector>
 #define __align__(n) alignas(n)
 inline thread_local char* emu_dyn_smem;
+#if HLM_EMU_FIBERS
+// One stack per thread, kept for the process (every launch reuses them; mapped lazily: only the pages a fiber touches
+// cost memory), each kEmuStack bytes above a PROT_NONE page, so that an overflow faults instead of overwriting the
+// neighbour. At least `threads` of them.
+inline constexpr size_t kEmuGuard = 4096, kEmuStack = size_t{1} << 20;
+inline const std::vector<char*>& emu_fiber_stacks(unsigned threads) {
+  static std::vector<char*> stacks;
+  while (stacks.size() < threads) {
+    void* m = mmap(nullptr, kEmuGuard + kEmuStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED || mprotect(m, kEmuGuard, PROT_NONE) != 0) {
+      std::fprintf(stderr, "emu_launch: no stack for thread %zu\n", stacks.size());
+      std::abort();
+    }
+    stacks.push_back(static_cast<char*>(m));
+  }
+  return stacks;
+}
+#endif
 template <class F>
 void emu_launch(Dim grid, unsigned threads, size_t smem_bytes, F&& body) {
   if (threads % 32 != 0) std::abort();
@@ -185,18 +204,7 @@ void emu_launch(Dim grid, unsigned threads, size_t smem_bytes, F&& body) {
   std::vector<char> smem_buf(smem_bytes + 128);
   char* smem = smem_buf.data() + (128 - reinterpret_cast<uintptr_t>(smem_buf.data()) % 128) % 128;
 #if HLM_EMU_FIBERS
-  // One stack per thread, kept for the process (launches reuse them; mapped lazily: only the pages a fiber touches
-  // cost memory), a PROT_NONE page below each, so that an overflow faults instead of overwriting the neighbour.
-  constexpr size_t kGuard = 4096, kStack = size_t{1} << 20;
-  static std::vector<char*> stacks;
-  while (stacks.size() < threads) {
-    void* m = mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED || mprotect(m, kGuard, PROT_NONE) != 0) {
-      std::fprintf(stderr, "emu_launch: no stack for thread %zu\n", stacks.size());
-      std::abort();
-    }
-    stacks.push_back(static_cast<char*>(m));
-  }
+  const std::vector<char*>& stacks = emu_fiber_stacks(threads);
   std::vector<EmuFiber> fibers(threads);
   for (unsigned t = 0; t < threads; ++t) {
     fibers[t].mapping = stacks[t];
@@ -221,7 +229,7 @@ void emu_launch(Dim grid, unsigned threads, size_t smem_bytes, F&& body) {
         uint32_t csr[2] = {0, 0};
         asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
         for (EmuFiber& f : fibers) {
-          auto* top = reinterpret_cast<uint64_t*>(f.mapping + kGuard + kStack);
+          auto* top = reinterpret_cast<uint64_t*>(f.mapping + kEmuGuard + kEmuStack);
           top[-1] = 0;  // the entry's (never used) return address
           top[-2] = reinterpret_cast<uint64_t>(&emu_fiber_entry);
           for (int r = 3; r <= 8; ++r) top[-r] = 0;

@@ -63,6 +63,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
+#include "layers/cuda/cuda_linear.h"
 #include "models/convert.h"
 #include "models/hf_config.h"
 #include "models/model.h"
@@ -72,12 +73,19 @@
 #include "train/data_parallel.h"
 #include "train/memory_plan.h"
 #include "train/cuda/cuda_train_device.h"
-#include "layers/cuda/cuda_linear.h"
 #include "train/lm_head_chunking_text.h"
 
 using namespace hlm;
 
 namespace {
+
+// --dw-paths: the bf16 weight-gradient path's two switches (cuda_linear.h) for one entry.
+struct DwPath {
+  const char* name;
+  int overwrite, epilogue;  // OverridableSwitch::set values (-1: the environment's)
+};
+constexpr DwPath kEnvDwPath{"env", -1, -1};  // without --dw-paths: both left to the environment
+constexpr DwPath kDwPaths[] = {{"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
 
 struct Options {
   std::string precision = "bf16";
@@ -88,22 +96,8 @@ struct Options {
   std::string shape = "qwen3-0.6b", memory_plan = "fp32", data_parallel = "off", recompute = "layer";
   std::string loss_chunking;  // empty: the device's default (HLM_LM_HEAD_CHUNKING or 4096x4096)
   std::vector<std::optional<LmHeadChunking>> chunkings;  // loss_chunking parsed; {nullopt} when empty
-  std::string dw_paths_arg;                              // --dw-paths as given
-  std::vector<std::string> dw_paths;                     // checked; {"env"} without the option
+  std::vector<const DwPath*> dw_paths;  // --dw-paths; {&kEnvDwPath} without the option
 };
-
-// --dw-paths: the bf16 weight-gradient path's two switches (cuda_linear.h) for one entry; "env" leaves both to the
-// environment.
-struct DwPath {
-  const char* name;
-  int overwrite, epilogue;  // OverridableSwitch::set values (-1: the environment's)
-};
-constexpr DwPath kDwPaths[] = {{"env", -1, -1}, {"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
-const DwPath* dw_path_named(const std::string& name) {
-  for (const DwPath& d : kDwPaths)
-    if (name == d.name) return &d;
-  return nullptr;
-}
 
 std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
@@ -147,7 +141,18 @@ Options parse(int argc, char** argv) {
     else if (a == "--data-parallel") o.data_parallel = next();
     else if (a == "--recompute") o.recompute = next();
     else if (a == "--loss-chunking") o.loss_chunking = next();
-    else if (a == "--dw-paths") o.dw_paths_arg = next();
+    else if (a == "--dw-paths") {
+      for (const std::string& name : split_list(next())) {
+        const DwPath* found = nullptr;
+        for (const DwPath& d : kDwPaths)
+          if (name == d.name) found = &d;
+        if (found == nullptr) {
+          std::fprintf(stderr, "--dw-paths: '%s' is not overwrite, scratch or epilogue\n", name.c_str());
+          std::exit(2);
+        }
+        o.dw_paths.push_back(found);
+      }
+    }
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
                            "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
@@ -166,12 +171,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.chunkings.empty()) o.chunkings.push_back(std::nullopt);  // the device's default
-  o.dw_paths = o.dw_paths_arg.empty() ? std::vector<std::string>{"env"} : split_list(o.dw_paths_arg);
-  for (const std::string& d : o.dw_paths)
-    if (dw_path_named(d) == nullptr || (d == "env" && !o.dw_paths_arg.empty())) {
-      std::fprintf(stderr, "--dw-paths: '%s' is not overwrite, scratch or epilogue\n", d.c_str());
-      std::exit(2);
-    }
+  if (o.dw_paths.empty()) o.dw_paths.push_back(&kEnvDwPath);
   return o;
 }
 
@@ -323,8 +323,8 @@ int main(int argc, char** argv) {
     const size_t attach_peak = after_attach.peak_bytes_in_use;
     wait_for_gate("HLM_BENCH_TIME_AFTER", " before the steps");
     for (const int64_t micro : micros)
-    for (const std::string& dw_name : o.dw_paths) {
-      const DwPath& dw = *dw_path_named(dw_name);
+    for (const DwPath* path : o.dw_paths) {
+      const DwPath& dw = *path;
       cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
       cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
       allocator.reset_peaks();

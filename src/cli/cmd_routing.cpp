@@ -8,6 +8,7 @@
 #include "analysis/sentence_states.h"
 #include "cli/number_checks.h"
 #include "cli/subcommands.h"
+#include "models/model.h"
 
 namespace hlm {
 namespace {
@@ -19,7 +20,7 @@ struct RoutingCliOptions {
 };
 
 int run_routing(const RoutingCliOptions& o) {
-  HLM_CHECK_INPUT(std::filesystem::is_directory(o.model), "--model ", o.model, ": not a model directory");
+  check_model_dir(o.model);
   RoutingSettings s;
   s.anchor = o.anchor;
   s.langs = split_list(o.langs, "--langs");

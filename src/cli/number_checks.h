@@ -8,7 +8,7 @@
 
 namespace hlm {
 
-// A value > 0 (`what` is "positive"), or ≥ 0 ("non-negative"); a value that is not a number is refused as such.
+// A value > 0 (strictly_positive) or ≥ 0; a value that is not a number is refused as such.
 inline CLI::Validator number_at_least(bool strictly_positive) {
   const std::string rule = strictly_positive ? "positive" : "non-negative";
   return CLI::Validator(

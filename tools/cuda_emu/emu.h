@@ -98,13 +98,14 @@ emu_switch:
 )");
 struct EmuFiber {
   void* sp = nullptr;          // saved stack pointer while switched out
-  char* mapping = nullptr;     // guard page + stack (emu_launch's pool)
+  char* mapping = nullptr;     // guard page + stack (emu_fiber_stacks' pool)
   bool done = false;
   unsigned thread = 0;
 };
 inline void* g_emu_sched_sp;           // the scheduler's stack pointer while a fiber runs
 inline EmuFiber* g_emu_fiber;          // the fiber running now
 inline uint64_t g_emu_progress;        // barrier completions and finished fibers (the deadlock check)
+inline uint64_t g_emu_blocks_run;      // blocks run by the process: consecutive ones start in opposite directions
 inline std::function<void()>* g_emu_body;
 inline void emu_yield() { emu_switch(&g_emu_fiber->sp, g_emu_sched_sp); }
 [[noreturn]] inline void emu_fiber_entry() {
@@ -238,8 +239,7 @@ void emu_launch(Dim grid, unsigned threads, size_t smem_bytes, F&& body) {
           f.done = false;
         }
         unsigned remaining = threads;
-        static uint64_t blocks_run = 0;  // over the process: consecutive blocks start in opposite directions
-        const uint64_t first = blocks_run++;
+        const uint64_t first = g_emu_blocks_run++;
         const unsigned n_warps = threads / 32;
         for (uint64_t sweep = first; remaining > 0; ++sweep) {
           const uint64_t before = g_emu_progress;

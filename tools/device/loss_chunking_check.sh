@@ -8,7 +8,7 @@
 # transfer); logs and a summary in $OUT/loss_chunking.tgz (written on exit, also after a timeout).
 #
 # usage: OUT=$OUT [PARTS=tests,kernels,step,peer_opt] [CHUNKINGS=4096x4096,2048xfull,4096xfull] [MICRO=4]
-#          [ROWS=8] [STEPS=3] [DW_PATHS=overwrite,scratch] [RECOMPUTE=none] bash tools/device/loss_chunking_check.sh
+#          [ROWS=8] [STEPS=3] [DW_PATHS=overwrite,scratch] [RECOMPUTE=none] [STEP_TIMEOUT=540] bash tools/device/loss_chunking_check.sh
 #   tests    test_cuda_ops LmHeadLossCuda.* (single-chunk cases with several row blocks), GatedDeltaRuleChunkedCuda.
 #            KeptForwardScratch and RmsnormCuda.* (fixed in session 31), AdamWLeanCuda.* (the overwrite form, session
 #            32); test_cuda_models CudaTrainer.* (one vocabulary chunk tracking the CPU, bad chunkings refused; the CLI
@@ -33,6 +33,7 @@ RECOMPUTE=${RECOMPUTE:-none}
 ROWS=${ROWS:-8}
 STEPS=${STEPS:-3}
 DW_PATHS=${DW_PATHS:-overwrite,scratch}
+STEP_TIMEOUT=${STEP_TIMEOUT:-540}  # seconds for the step part's bench (a shorter call budget)
 source "$(dirname "$0")/check_prologue.sh"
 check_prologue loss_chunking  # with torch's cuDNN on the library path (the attention engines)
 
@@ -58,7 +59,7 @@ if has kernels; then
 fi
 if has step; then
   el "step: rows $ROWS, recompute $RECOMPUTE, micro $MICRO, loss chunkings $CHUNKINGS, dw paths $DW_PATHS"
-  env HLM_PROFILE_STEP=1 timeout 540 "$BIN/bench_distill_step" --shape qwen3-4b --precision bf16 --rows "$ROWS" \
+  env HLM_PROFILE_STEP=1 timeout "$STEP_TIMEOUT" "$BIN/bench_distill_step" --shape qwen3-4b --precision bf16 --rows "$ROWS" \
     --seq 1024 --steps "$STEPS" --micro "$MICRO" --memory-plan lean --recompute "$RECOMPUTE" \
     --loss-chunking "$CHUNKINGS" --dw-paths "$DW_PATHS" > "$W/distill.log" 2>&1
   el "bench_distill_step rc=$?"

@@ -99,6 +99,17 @@ struct Options {
   std::vector<const DwPath*> dw_paths;  // --dw-paths; {&kEnvDwPath} without the option
 };
 
+// The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
+template <class Row, size_t N>
+const Row& row_named(const Row (&table)[N], const std::string& name, const char* option) {
+  for (const Row& row : table)
+    if (name == row.name) return row;
+  std::string names;
+  for (const Row& row : table) names += std::string(names.empty() ? "" : ", ") + row.name;
+  std::fprintf(stderr, "%s: '%s' is not one of %s\n", option, name.c_str(), names.c_str());
+  std::exit(2);
+}
+
 std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
   for (size_t at = 0; at <= list.size();) {
@@ -142,16 +153,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--recompute") o.recompute = next();
     else if (a == "--loss-chunking") o.loss_chunking = next();
     else if (a == "--dw-paths") {
-      for (const std::string& name : split_list(next())) {
-        const DwPath* found = nullptr;
-        for (const DwPath& d : kDwPaths)
-          if (name == d.name) found = &d;
-        if (found == nullptr) {
-          std::fprintf(stderr, "--dw-paths: '%s' is not overwrite, scratch or epilogue\n", name.c_str());
-          std::exit(2);
-        }
-        o.dw_paths.push_back(found);
-      }
+      for (const std::string& name : split_list(next())) o.dw_paths.push_back(&row_named(kDwPaths, name, "--dw-paths"));
     }
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
@@ -182,21 +184,15 @@ ModelConfig teacher_config(int layers, const std::string& shape) {
   };
   const Dims table[] = {{"qwen3-0.6b", 0, 1024, 16, 8, 3072}, {"qwen3-1.7b", 28, 2048, 16, 8, 6144},
                         {"qwen3-4b", 36, 2560, 32, 8, 9728}};
-  const Dims* d = nullptr;
-  for (const Dims& row : table)
-    if (shape == row.name) d = &row;
-  if (d == nullptr) {
-    std::fprintf(stderr, "--shape: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, qwen3-4b)\n", shape.c_str());
-    std::exit(2);
-  }
+  const Dims& d = row_named(table, shape, "--shape");
   const nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}},
                             {"model_type", "qwen3"},
-                            {"num_hidden_layers", d->layers > 0 ? d->layers : layers},
-                            {"hidden_size", d->hidden},
-                            {"num_attention_heads", d->heads},
-                            {"num_key_value_heads", d->kv},
+                            {"num_hidden_layers", d.layers > 0 ? d.layers : layers},
+                            {"hidden_size", d.hidden},
+                            {"num_attention_heads", d.heads},
+                            {"num_key_value_heads", d.kv},
                             {"head_dim", 128},
-                            {"intermediate_size", d->mlp},
+                            {"intermediate_size", d.mlp},
                             {"vocab_size", 151936},
                             {"max_position_embeddings", 4096},
                             {"rms_norm_eps", 1e-6},

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Session 34's H200 calls for [perf] #20 items 4 and 1. Call A carries out/carry/all.txz.part.00 (piece one of
+# bench_distill_step + bench_cuda_kernels, pack_binaries.sh, 13 MB: the tracked tree is 48.8 MB as tar, so the six
+# programs' 18.3-MB pieces of session 33 no longer fit beside it) with `mkdir -p /tmp/keep && cp out/carry/all.txz.part.00
+# /tmp/keep/`; the first call running this script carries out/carry/all.txz.part.01 and out/carry/anchors.txz.
+# PARTS (comma list), run in this order, each only if its expected time fits in what is left of BUDGET s:
+#   recipe     ours under the seed's recipe (one optimizer step per 96 × 1024 tokens: --rows 96 --micro 8 --recompute
+#              none --loss-chunking 2048xfull, the later micro-batches' weight gradients through the fp32 scratch or
+#              the bf16 epilogue), then the peer's optimizer step alone (peer_optimizer_time.py)   (~250 + ~60 s)
+#   peer_step  the peer's 8-row step, HF + FLA best setup without checkpointing (peer_probe.py hf_distill) (~250 s)
+#   attn_ones  item 1's B1×T16384 with the peer's all-ones output gradient: ours (bench_cuda_kernels attn_engines
+#              --d-out-ones), then the peer (peer_probe.py sdpa, every backend, its three shapes)        (~60 + ~90 s)
+set -u
+T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
+has() { case ",${PARTS:-recipe,peer_step,attn_ones}," in *",$1,"*) return 0 ;; esac; return 1; }
+for f in out/carry/all.txz.part.01 out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
+if [ ! -x /tmp/hlm/bin/bench_distill_step ]; then
+  mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
+fi
+ls /tmp/hlm/bin
+[ -d .anchors/fla ] || tar xJf /tmp/keep/anchors.txz || exit 3
+cudnn=$(python3 -c "import nvidia.cudnn,os;print(os.path.dirname(nvidia.cudnn.__file__)+'/lib')" 2>/dev/null)
+if has recipe && [ "$(left)" -ge 300 ]; then
+  OUT=$OUT PARTS=step,peer_opt ROWS=96 MICRO=8 RECOMPUTE=none CHUNKINGS=2048xfull DW_PATHS=overwrite,epilogue STEPS=2 \
+    STEP_TIMEOUT=$(( $(left) - 90 )) bash tools/device/loss_chunking_check.sh
+  mv "$OUT/loss_chunking.tgz" "$OUT/recipe.tgz"
+fi
+if has peer_step; then
+  echo "[$(( $(date +%s) - T0 )) s] peer step, $(left) s left"
+  if [ "$(left)" -ge 270 ]; then  # ~250 s in session 31 (two 4B HF models built, FLA's kernels compiled)
+    SHAPE=qwen3-4b ROWS=8 WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py hf_distill \
+      > "$OUT/peer_hf_distill.log" 2>&1; echo "rc=$?"
+    grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
+  else echo "peer step skipped: too little time left in this call"; fi
+fi
+if has attn_ones && [ "$(left)" -ge 160 ]; then
+  echo "[$(( $(date +%s) - T0 )) s] attention B1xT16384, all-ones output gradient"
+  LD_LIBRARY_PATH=/tmp/hlm/lib${cudnn:+:$cudnn} timeout 120 /tmp/hlm/bin/bench_cuda_kernels attn_engines --d-out-ones \
+    --shapes 1x16384 > "$OUT/attn_ones.log" 2>&1; echo "rc=$?"
+  grep -E '^attn_peer_timing|fwd\+bwd' "$OUT/attn_ones.log" | cut -c1-300
+  timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py sdpa > "$OUT/peer_sdpa.log" 2>&1; echo "rc=$?"
+  grep -E 'sdpa' "$OUT/peer_sdpa.log" | cut -c1-300
+fi
+echo "[$(( $(date +%s) - T0 )) s] done"

@@ -10,9 +10,11 @@
 #   peer_step  the peer's 8-row step, HF + FLA best setup without checkpointing (peer_probe.py hf_distill) (~250 s)
 #   attn_ones  item 1's B1×T16384 with the peer's all-ones output gradient: ours (bench_cuda_kernels attn_engines
 #              --d-out-ones), then the peer (peer_probe.py sdpa, every backend, its three shapes)        (~60 + ~90 s)
+#   lmhead     the chunked LM-head KL alone at N 8192, H 1024 and 2560, by chunking (bench_cuda_kernels lmhead), to set
+#              beside the step's loss phase                                                                  (~60 s)
 set -u
 T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
-has() { case ",${PARTS:-recipe,peer_step,attn_ones}," in *",$1,"*) return 0 ;; esac; return 1; }
+has() { case ",${PARTS:-recipe,peer_step,attn_ones,lmhead}," in *",$1,"*) return 0 ;; esac; return 1; }
 for f in out/carry/all.txz.part.01 out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
 if [ ! -x /tmp/hlm/bin/bench_distill_step ]; then
   mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
@@ -40,5 +42,10 @@ if has attn_ones && [ "$(left)" -ge 160 ]; then
   grep -E '^attn_peer_timing|fwd\+bwd' "$OUT/attn_ones.log" | cut -c1-300
   timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py sdpa > "$OUT/peer_sdpa.log" 2>&1; echo "rc=$?"
   grep -E 'sdpa' "$OUT/peer_sdpa.log" | cut -c1-300
+fi
+if has lmhead && [ "$(left)" -ge 70 ]; then
+  echo "[$(( $(date +%s) - T0 )) s] LM-head KL alone"
+  LD_LIBRARY_PATH=/tmp/hlm/lib timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_cuda_kernels lmhead > "$OUT/lmhead.log" 2>&1
+  echo "rc=$?"; grep -E '^lm_head_kl' "$OUT/lmhead.log" | cut -c1-200
 fi
 echo "[$(( $(date +%s) - T0 )) s] done"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Session 34's H200 calls for [perf] #20 items 4 and 1. Call A carries out/carry/all.txz.part.00 (piece one of
+# Session 34's H200 (or H100) calls for [perf] #20 items 4 and 1. Call A carries out/carry/all.txz.part.00 (piece one of
 # bench_distill_step + bench_cuda_kernels, pack_binaries.sh, 13 MB: the tracked tree is 48.8 MB as tar, so the six
 # programs' 18.3-MB pieces of session 33 no longer fit beside it) with `mkdir -p /tmp/keep && cp out/carry/all.txz.part.00
 # /tmp/keep/`; the first call running this script carries out/carry/all.txz.part.01 and out/carry/anchors.txz.
 # PARTS (comma list), run in this order, each only if its expected time fits in what is left of BUDGET s:
-#   recipe     ours under the seed's recipe (one optimizer step per 96 × 1024 tokens: --rows 96 --micro 8 --recompute
-#              none --loss-chunking 2048xfull, the later micro-batches' weight gradients through the fp32 scratch or
+#   recipe     ours under the seed's recipe (one optimizer step per 96 × 1024 tokens: --rows 96 --micro $MICRO (8;
+#              2 on an H100's 80 GB, the seed's own micro-batch) --recompute none --loss-chunking 2048xfull, the later micro-batches' weight gradients through the fp32 scratch or
 #              the bf16 epilogue), then the peer's optimizer step alone (peer_optimizer_time.py)   (~250 + ~60 s)
-#   peer_step  the peer's 8-row step, HF + FLA best setup without checkpointing (peer_probe.py hf_distill) (~250 s)
+#   peer_step  the peer's step of $PEER_ROWS rows (8; 2 on an H100), HF + FLA best setup without checkpointing
+#              (peer_probe.py hf_distill)                                                                   (~250 s)
 #   attn_ones  item 1's B1×T16384 with the peer's all-ones output gradient: ours (bench_cuda_kernels attn_engines
 #              --d-out-ones), then the peer (peer_probe.py sdpa, every backend, its three shapes)        (~60 + ~90 s)
 #   lmhead     the chunked LM-head KL alone at N 8192, H 1024 and 2560, by chunking (bench_cuda_kernels lmhead), to set
@@ -23,14 +24,14 @@ ls /tmp/hlm/bin
 [ -d .anchors/fla ] || tar xJf /tmp/keep/anchors.txz || exit 3
 cudnn=$(python3 -c "import nvidia.cudnn,os;print(os.path.dirname(nvidia.cudnn.__file__)+'/lib')" 2>/dev/null)
 if has recipe && [ "$(left)" -ge 300 ]; then
-  OUT=$OUT PARTS=step,peer_opt ROWS=96 MICRO=8 RECOMPUTE=none CHUNKINGS=2048xfull DW_PATHS=overwrite,epilogue STEPS=2 \
+  OUT=$OUT PARTS=step,peer_opt ROWS=96 MICRO=${MICRO:-8} RECOMPUTE=none CHUNKINGS=2048xfull DW_PATHS=overwrite,epilogue STEPS=2 \
     STEP_TIMEOUT=$(( $(left) - 90 )) bash tools/device/loss_chunking_check.sh
   mv "$OUT/loss_chunking.tgz" "$OUT/recipe.tgz"
 fi
 if has peer_step; then
   echo "[$(( $(date +%s) - T0 )) s] peer step, $(left) s left"
   if [ "$(left)" -ge 270 ]; then  # ~250 s in session 31 (two 4B HF models built, FLA's kernels compiled)
-    SHAPE=qwen3-4b ROWS=8 WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py hf_distill \
+    SHAPE=qwen3-4b ROWS=${PEER_ROWS:-8} WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py hf_distill \
       > "$OUT/peer_hf_distill.log" 2>&1; echo "rc=$?"
     grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
   else echo "peer step skipped: too little time left in this call"; fi

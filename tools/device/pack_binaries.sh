@@ -2,7 +2,7 @@
 # pack_binaries.sh: packs programs built HERE (Debian bookworm, nvcc, sm_90a) for the GPU machine, whose image lacks
 # the Debian -dev/runtime packages the full build links against (OpenBLAS, zstd, PCRE2, ICU, GoogleTest).
 #
-# Usage: [PIECE_MB=N] bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz -9)
+# Usage: [PIECE_MB=N|auto [RESERVE_MB=2]] bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz -9)
 #   Writes OUT_TGZ holding bin/<program> (stripped) and lib/<the shared libraries they need>, except the C library
 #   family and the CUDA libraries (CUPTI and NCCL included), which the GPU machine has. An argument ending in .so is a
 #   shared
@@ -46,12 +46,27 @@ echo "pack_binaries: $(du -h "$out" | cut -f1) -> $out ($(ls "$stage/bin" | tr '
 # PIECE_MB=N (an integer): also split the archive into pieces of N MiB (OUT.part.00, .01, ...; the archive itself removed): the
 # carry limit counts the tracked tree too (~47 MB in session 31), so a large archive travels one piece per call into
 # a folder that outlives the call on the warm machine, then is joined there.
+# PIECE_MB=auto: the fewest equal pieces that each fit beside the tracked tree as it travels (its files as a tar
+# archive, headers and padding included: 48.8 MB for 47.0 MB of files in session 34) under the 64-MiB limit, less
+# RESERVE_MB (default 2) for what else a call carries (the peer's FLA archive is 0.74 MB). The tree grows with every
+# commit, so pack shortly before the calls.
+if [ "${PIECE_MB:-}" = auto ]; then
+  tree_bytes=$(cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)" && git ls-files -z | tar --null -T - -cf - | wc -c)
+  room=$(( 64 * 1048576 - tree_bytes - ${RESERVE_MB:-2} * 1048576 ))
+  [ "$room" -gt 1048576 ] || { echo "pack_binaries: the tracked tree ($tree_bytes bytes as tar) leaves no room" >&2; exit 2; }
+  size=$(stat -c %s "$out")
+  pieces=$(( (size + room - 1) / room ))
+  piece_bytes=$(( (size + pieces - 1) / pieces ))
+  echo "pack_binaries: tree $tree_bytes bytes as tar, room $room per call -> $pieces piece(s) of $piece_bytes bytes"
+fi
 if [ -n "${PIECE_MB:-}" ]; then
   rm -f "$out".part.*
-  split -b "${PIECE_MB}M" -d "$out" "$out.part."
+  if [ "$PIECE_MB" = auto ]; then split -b "$piece_bytes" -d "$out" "$out.part."
+  else split -b "${PIECE_MB}M" -d "$out" "$out.part."; fi
   rm -f "$out"
   echo "pack_binaries: pieces $(ls "$out".part.* | tr '\n' ' ')"
   echo "  on the device, one call per piece (carry that piece): mkdir -p /tmp/keep && cp PIECE /tmp/keep/"
-  echo "  then: mkdir -p /tmp/hlm && cat /tmp/keep/$(basename "$out").part.* | tar xJ -C /tmp/hlm" \
+  case "$out" in *.txz|*.tar.xz) unpack=xJ ;; *) unpack=xz ;; esac
+  echo "  then: mkdir -p /tmp/hlm && cat /tmp/keep/$(basename "$out").part.* | tar $unpack -C /tmp/hlm" \
        "(the machine must stay warm between the calls: idle_release_s)"
 fi

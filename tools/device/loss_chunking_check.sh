@@ -7,7 +7,7 @@
 # Binaries unpacked under $BIN (default /tmp/hlm/bin, libraries in $BIN/../lib; pack_binaries.sh with PIECE_MB for the
 # transfer); logs and a summary in $OUT/loss_chunking.tgz (written on exit, also after a timeout).
 #
-# usage: OUT=$OUT [PARTS=tests,kernels,step,peer_opt] [CHUNKINGS=4096x4096,2048xfull,4096xfull] [MICRO=4]
+# usage: OUT=$OUT [PARTS=tests,kernels,step,peer_opt (the default; trace on request)] [CHUNKINGS=4096x4096,2048xfull,4096xfull] [MICRO=4]
 #          [ROWS=8] [STEPS=3] [DW_PATHS=overwrite,scratch] [RECOMPUTE=none] [STEP_TIMEOUT=540] bash tools/device/loss_chunking_check.sh
 #   tests    test_cuda_ops LmHeadLossCuda.* (single-chunk cases with several row blocks), GatedDeltaRuleChunkedCuda.
 #            KeptForwardScratch and RmsnormCuda.* (fixed in session 31), AdamWLeanCuda.* (the overwrite form, session
@@ -21,6 +21,10 @@
 #            path: ~0.8 s each at 8 rows, ~8.5 s at ROWS=96, the seed's 96 × 1024 tokens per optimizer step); at
 #            micro-batch 8 with --recompute none keep the chunkings ≤ 2048xfull (128.7 GiB measured there with the
 #            default loss chunking)
+#   trace    one 8-row step at micro-batch $MICRO (--recompute $RECOMPUTE, the first of $CHUNKINGS, the first of
+#            $DW_PATHS) under the CUPTI kernel tracer, the timed step only (HLM_TRACE_RANGE=profiler, docs/profiling.md):
+#            where the 4B step's time goes by kernel, for choosing what to fuse ($BIN/../lib/libhlm_kernel_trace.so packed
+#            with the binaries; ~2.5 min, most of it the attach)
 #   peer_opt tools/device/peer_optimizer_time.py: torch's fused AdamW step alone on the peer's 4B student (needs the
 #            peer's Python environment; ~1 min), for the peer's time per 8 rows under the seed's recipe
 set -u
@@ -65,6 +69,25 @@ if has step; then
   el "bench_distill_step rc=$?"
   grep -E '^distill_step|rror' "$W/distill.log" | cut -c1-420 | tee -a "$W/summary.txt"
   grep -E '^profile +teacher' "$W/distill.log" | tail -6 | tee -a "$W/summary.txt"
+fi
+if has trace; then
+  tracer=$BIN/../lib/libhlm_kernel_trace.so
+  cupti=$(ls /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 \
+    /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 2>/dev/null | head -1)
+  [ -n "$cupti" ] || cupti=$(find "$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)" \
+    -name 'libcupti.so.13' 2>/dev/null | head -1)
+  if [ -f "$tracer" ] && [ -n "$cupti" ]; then
+    el "trace: rows 8, micro $MICRO, recompute $RECOMPUTE, ${CHUNKINGS%%,*}, ${DW_PATHS%%,*}"
+    LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cupti") HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$W/trace.txt" \
+      HLM_TRACE_TSV="$W/trace.tsv" HLM_TRACE_TOP=60 timeout "$STEP_TIMEOUT" env LD_PRELOAD="$tracer" \
+      "$BIN/bench_distill_step" --shape qwen3-4b --precision bf16 --rows 8 --seq 1024 --steps 1 --micro "$MICRO" \
+      --memory-plan lean --recompute "$RECOMPUTE" --loss-chunking "${CHUNKINGS%%,*}" --dw-paths "${DW_PATHS%%,*}" \
+      > "$W/trace_step.log" 2>&1
+    el "traced bench_distill_step rc=$?"
+    head -12 "$W/trace.txt" 2>/dev/null | tee -a "$W/summary.txt"
+  else
+    el "trace skipped: no $tracer or no libcupti.so.13"
+  fi
 fi
 if has peer_opt; then
   timeout 300 python3 "$(dirname "$0")/peer_optimizer_time.py" > "$W/peer_opt.log" 2>&1

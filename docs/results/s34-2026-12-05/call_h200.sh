@@ -11,11 +11,15 @@
 #              (peer_probe.py hf_distill)                                                                   (~250 s)
 #   attn_ones  item 1's B1×T16384 with the peer's all-ones output gradient: ours (bench_cuda_kernels attn_engines
 #              --d-out-ones), then the peer (peer_probe.py sdpa, every backend, its three shapes)        (~60 + ~90 s)
+#   trace      one 8-row step at micro-batch $MICRO under the CUPTI kernel tracer (loss_chunking_check.sh PARTS=trace;
+#              needs libhlm_kernel_trace.so in the pack: PIECE_MB=auto bash tools/device/pack_binaries.sh
+#              out/carry/all.txz build-gpu/bench/bench_distill_step build-gpu/bench/bench_cuda_kernels
+#              build-gpu/tools/profile/libhlm_kernel_trace.so)                                              (~150 s)
 #   lmhead     the chunked LM-head KL alone at N 8192, H 1024 and 2560, by chunking (bench_cuda_kernels lmhead), to set
 #              beside the step's loss phase                                                                  (~60 s)
 set -u
 T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
-has() { case ",${PARTS:-recipe,peer_step,attn_ones,lmhead}," in *",$1,"*) return 0 ;; esac; return 1; }
+has() { case ",${PARTS:-recipe,peer_step,attn_ones,trace,lmhead}," in *",$1,"*) return 0 ;; esac; return 1; }
 for f in out/carry/all.txz.part.01 out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
 if [ ! -x /tmp/hlm/bin/bench_distill_step ]; then
   mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
@@ -31,7 +35,7 @@ fi
 if has peer_step; then
   echo "[$(( $(date +%s) - T0 )) s] peer step, $(left) s left"
   if [ "$(left)" -ge 270 ]; then  # ~250 s in session 31 (two 4B HF models built, FLA's kernels compiled)
-    SHAPE=qwen3-4b ROWS=${PEER_ROWS:-8} WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py hf_distill \
+    SHAPE=qwen3-4b ROWS=${PEER_ROWS:-8} WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 -u .anchors/peer_probe.py hf_distill \
       > "$OUT/peer_hf_distill.log" 2>&1; echo "rc=$?"
     grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
   else echo "peer step skipped: too little time left in this call"; fi
@@ -43,6 +47,11 @@ if has attn_ones && [ "$(left)" -ge 160 ]; then
   grep -E '^attn_peer_timing|fwd\+bwd' "$OUT/attn_ones.log" | cut -c1-300
   timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py sdpa > "$OUT/peer_sdpa.log" 2>&1; echo "rc=$?"
   grep -E 'sdpa' "$OUT/peer_sdpa.log" | cut -c1-300
+fi
+if has trace && [ "$(left)" -ge 170 ]; then
+  OUT=$OUT PARTS=trace MICRO=${MICRO:-8} RECOMPUTE=none CHUNKINGS=2048xfull DW_PATHS=overwrite \
+    STEP_TIMEOUT=$(( $(left) - 10 )) bash tools/device/loss_chunking_check.sh
+  mv "$OUT/loss_chunking.tgz" "$OUT/trace.tgz"
 fi
 if has lmhead && [ "$(left)" -ge 70 ]; then
   echo "[$(( $(date +%s) - T0 )) s] LM-head KL alone"

@@ -38,7 +38,7 @@ NiahExperimentDevice experiment_device(const std::string& device) {
   NiahExperimentDevice d;
   if (device == "cpu") return d;
 #ifdef HLM_WITH_CUDA
-  d.make_trainer = [](const TrainConfig& c) { return train_device_for(c.device, c.precision, c.recompute); };
+  d.make_trainer = [](const TrainConfig& c) { return train_device_for(c); };
   // The backend of `hybridlm niah --device cuda`: the weights uploaded once per model (bf16: held once, in bf16, and
   // a bf16 KV cache); each cell's engine holds its state in device memory; the default state budget is 90 % of the
   // device memory left free after the upload.

@@ -33,7 +33,7 @@ void add_pretrain_command(CLI::App& app, std::function<int()>& action) {
       if ((o.jobs & kTrainJobPretrain) && cmd->count(o.option) > 0) given.push_back(o.key);
     action = [config, given] {
       const TrainConfig resolved = train_config_resolve(TrainJob::Pretrain, *config, given);
-      const std::unique_ptr<TrainDevice> device = train_device_for(resolved.device, resolved.precision, resolved.recompute);
+      const std::unique_ptr<TrainDevice> device = train_device_for(resolved);
       return train_command_run(resolved, device.get());
     };
   });

@@ -216,7 +216,7 @@ int run_ladder(const LadderCommand& c) {
     return 0;
   }
   const std::unique_ptr<TrainDevice> device =
-      train_device_for(config.train.device, config.train.precision, config.train.recompute);
+      train_device_for(config.train);
   const LadderSummary s = ladder_run(config, c.out, device.get(), [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   });

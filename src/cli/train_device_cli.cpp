@@ -3,6 +3,8 @@
 
 #include "core/error.h"
 
+#include "train/lm_head_chunking_text.h"
+
 #ifdef HLM_WITH_CUDA
 #include "backend/cuda/cuda_device_select.h"
 #include "dist/communicator.h"
@@ -28,6 +30,19 @@ std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std
   (void)cuda_graphs;
   throw_input_error("--device cuda: this hybridlm was built without CUDA (configure with -DHYBRIDLM_CUDA=ON)");
 #endif
+}
+
+std::unique_ptr<TrainDevice> train_device_for(const TrainConfig& config) {
+  std::unique_ptr<TrainDevice> device = train_device_for(config.device, config.precision, config.recompute);
+  if (config.loss_chunking == "default") return device;
+  const LmHeadChunking chunking = parse_lm_head_chunking(config.loss_chunking);  // input error on a bad form
+  HLM_CHECK_INPUT(device != nullptr, "--loss-chunking ", config.loss_chunking, " needs --device cuda");
+#ifdef HLM_WITH_CUDA
+  static_cast<CudaTrainDevice&>(*device).set_loss_chunking(chunking);
+#else
+  (void)chunking;  // unreachable: a build without CUDA has no device to take it
+#endif
+  return device;
 }
 
 }  // namespace hlm

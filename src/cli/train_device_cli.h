@@ -6,6 +6,7 @@
 #include <string>
 
 #include "train/train_device.h"
+#include "train/trainer.h"
 
 namespace hlm {
 
@@ -15,5 +16,9 @@ namespace hlm {
 // (CudaTrainDeviceOptions::cuda_graphs; `hybridlm synth --cuda-graphs`).
 std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std::string& precision = "fp32",
                                               const std::string& recompute = "layer", bool cuda_graphs = false);
+
+// The device of a resolved run: its device, precision and recompute as above, and on the GPU its --loss-chunking
+// ("default": the loss's own, or HLM_LM_HEAD_CHUNKING where set; CudaTrainDevice::set_loss_chunking).
+std::unique_ptr<TrainDevice> train_device_for(const TrainConfig& config);
 
 }  // namespace hlm

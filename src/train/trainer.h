@@ -102,6 +102,8 @@ struct TrainConfig {
                                            // results, fp32 master weights, optimizer state and activations
   std::string memory_plan = "auto";        // train/memory_plan.h: auto, fp32, teacher-bf16, adam8, lean (may change
                                            // on resume: the optimizer state is converted, see checkpoint_io.h)
+  std::string loss_chunking = "default";   // cuda only: the LM-head loss's tiles, "ROWSxCOLS" or "ROWSxfull"
+                                           // (train/lm_head_chunking_text.h); "default": the loss's own (4096x4096)
 };
 
 // Defaults of each job (distill: Table C.3; pretrain: lr 1e-3 for both groups, the rest as distill).

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "data/data_stream.h"
 #include "models/model_train.h"
+#include "train/lm_head_chunking_text.h"
 #include "train/lr_schedule.h"
 #include "train/memory_plan.h"
 #include "train/trainer.h"
@@ -75,6 +76,11 @@ void train_config_validate(const TrainConfig& c) {
                   "' is not a precision (fp32 or bf16)");
   HLM_CHECK_INPUT(c.precision == "fp32" || c.device == "cuda",
                   "--precision bf16 needs --device cuda (the CPU trainer computes in fp32)");
+  if (c.loss_chunking != "default") {
+    parse_lm_head_chunking(c.loss_chunking);  // input error naming the forms
+    HLM_CHECK_INPUT(c.device == "cuda", "--loss-chunking ", c.loss_chunking,
+                    " needs --device cuda (the CPU trainer's loss keeps its own chunking)");
+  }
   HLM_CHECK_INPUT(!c.out.empty(), "--out is required");
   HLM_CHECK_INPUT(!c.data.empty(), "--data is required");
   if (c.job == TrainJob::Pretrain) {
@@ -130,6 +136,13 @@ std::string train_config_describe(const TrainConfig& c) {
   add("device", c.device == "cuda" ? "cuda (steps on GPU 0, fp32; validation and test on the CPU)" : "cpu");
   add("precision", c.precision == "bf16" ? "bf16 products (tensor cores, fp32 results), fp32 master weights"
                                          : "fp32");
+  if (c.loss_chunking != "default") {
+    const LmHeadChunking k = parse_lm_head_chunking(c.loss_chunking);
+    const bool whole = lm_head_chunking_text(k).ends_with("xfull");
+    add("loss tiles", str_cat(k.row_block, " logits rows by ",
+                              whole ? std::string("the whole vocabulary") : str_cat(k.vocab_chunk, " vocabulary columns"),
+                              " (--loss-chunking ", c.loss_chunking, ")"));
+  }
   return out;
 }
 

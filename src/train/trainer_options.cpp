@@ -105,6 +105,11 @@ const std::array kOptions{
                 "teacher-bf16 (teacher held once in bf16), adam8 (+ 8-bit block-wise AdamW moments), lean (+ bf16 "
                 "master weights with stochastic rounding; on the GPU with --precision bf16: the linears and their gradients "
                 "held in bf16)"},
+    TrainOption{"loss_chunking", "--loss-chunking", &C::loss_chunking, B, false, false, false,
+                "LM-head loss tiles on the GPU (--device cuda): ROWSxCOLS (ROWS logits rows by COLS vocabulary "
+                "columns at a time), ROWSxfull (one chunk over the vocabulary: the KL's six logits-sized products "
+                "become four, for a workspace of ~ROWS x vocabulary x 10 bytes that the memory plan does not count), "
+                "or default (4096x4096)"},
 };
 
 std::string value_text(const TrainConfig& c, const TrainField& field) {

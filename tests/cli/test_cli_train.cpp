@@ -187,6 +187,8 @@ TEST_F(CliTrain, BadInputExitsTwoWithoutOutput) {
       {distill_args("out", {{"--teacher", p("corpus")}}), "corpus"},
       {distill_args("out", {{"--resume", p("nowhere")}}), "nowhere"},
       {distill_args("out", {{"--batch", "banana"}}), "banana"},
+      {distill_args("out", {{"--loss-chunking", "2048xfull"}}), "--loss-chunking 2048xfull needs --device cuda"},
+      {distill_args("out", {{"--loss-chunking", "2048"}}), "expected ROWSxCOLS or ROWSxfull"},
       {"pretrain --model-config " + p("missing.json") + " --data " + p("corpus") + " --out " + p("out") +
            " --tokens 2048 --seq-len 64 --batch 4",
        "missing.json"},

@@ -266,6 +266,43 @@ TEST_F(CudaTrainer, DistillCommandRunsOnTheGpu) {
       EXPECT_EQ(again["languages"][i][key], run_test["languages"][i][key]) << key << " of language " << i;
 }
 
+// `distill --device cuda --loss-chunking 16xfull` takes the chunking to the device: it prints and saves it, and the
+// run's losses equal, bit for bit, those of train_run on a CudaTrainDevice given the same chunking in code with the
+// run's own saved settings (the GPU step is deterministic); without the option the device keeps its default.
+TEST_F(CudaTrainer, DistillCommandTakesTheLossChunking) {
+  HLM_REQUIRE_CUDA_MODEL();
+  const fs::path out = scratch.path() / "cli_chunked";
+  const std::string common = "distill --teacher '" + (scratch.path() / "teacher").string() + "' --student '" +
+                             (scratch.path() / "student").string() + "' --data '" +
+                             (scratch.path() / "corpus").string() +
+                             "' --tokens 1024 --seq-len 64 --batch 4 --micro-batch 2 --held-out-docs 20 "
+                             "--eval-tokens 256 --device cuda";
+  const test::RunResult r = test::run_cli(common + " --out '" + out.string() + "' --loss-chunking 16xfull");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("loss tiles   16 logits rows by the whole vocabulary"), std::string::npos) << r.out;
+  const nlohmann::json saved = nlohmann::json::parse(test::read_text(out / "config.json"));
+  EXPECT_EQ(saved["loss_chunking"], "16xfull");
+
+  TrainConfig again = train_config_from_json(saved, "config.json");
+  again.out = (scratch.path() / "api_chunked").string();
+  CudaTrainDevice device;
+  device.set_loss_chunking(parse_lm_head_chunking("16xfull"));
+  ASSERT_EQ(train_run(again, {}, &device).status, TrainStatus::Completed);
+  const std::vector<nlohmann::json> cli = steps_of(out), api = steps_of(scratch.path() / "api_chunked");
+  ASSERT_EQ(cli.size(), 4u);
+  ASSERT_EQ(api.size(), cli.size());
+  for (size_t s = 0; s < cli.size(); ++s) {
+    EXPECT_EQ(cli[s]["loss"], api[s]["loss"]) << "step " << s + 1;
+    EXPECT_EQ(cli[s]["grad_norm"], api[s]["grad_norm"]) << "step " << s + 1;
+  }
+  std::printf("[check] cuda_trainer --loss-chunking 16xfull: %zu steps equal to the in-code chunking\n", cli.size());
+
+  const test::RunResult bad =
+      test::run_cli(common + " --out '" + (scratch.path() / "bad").string() + "' --loss-chunking 16");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("expected ROWSxCOLS or ROWSxfull"), std::string::npos) << bad.err;
+}
+
 // The bf16 compute mode (CudaTrainDeviceOptions::bf16, `--precision bf16`) against the fp32 GPU run of the same
 // config, step by step. Both start from the same weights; bf16 rounds the operands of every linear, the attention
 // and the LM head (2^-9 relative each), so the losses differ by a small relative amount that the shared optimizer

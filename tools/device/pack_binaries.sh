@@ -49,11 +49,11 @@ echo "pack_binaries: $(du -h "$out" | cut -f1) -> $out ($(ls "$stage/bin" | tr '
 # PIECE_MB=auto: the fewest equal pieces that each fit beside the tracked tree as it travels (its files as a tar
 # archive, headers and padding included: 48.8 MB for 47.0 MB of files in session 34) under the 64-MiB limit, less
 # RESERVE_MB (default 2) for what else a call carries (the peer's FLA archive is 0.74 MB). The tree grows with every
-# commit, so pack shortly before the calls.
+# commit, so pack shortly before the calls. CARRY_LIMIT_BYTES replaces the 64 MiB (tools/device/test_pack_pieces.sh).
 if [ "${PIECE_MB:-}" = auto ]; then
   tree_bytes=$(cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)" && git ls-files -z | tar --null -T - -cf - | wc -c)
-  room=$(( 64 * 1048576 - tree_bytes - ${RESERVE_MB:-2} * 1048576 ))
-  [ "$room" -gt 1048576 ] || { echo "pack_binaries: the tracked tree ($tree_bytes bytes as tar) leaves no room" >&2; exit 2; }
+  room=$(( ${CARRY_LIMIT_BYTES:-67108864} - tree_bytes - ${RESERVE_MB:-2} * 1048576 ))
+  [ "$room" -ge 65536 ] || { echo "pack_binaries: the tracked tree ($tree_bytes bytes as tar) leaves no room" >&2; exit 2; }
   size=$(stat -c %s "$out")
   pieces=$(( (size + room - 1) / room ))
   piece_bytes=$(( (size + pieces - 1) / pieces ))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 34's H200 (or H100) calls for [perf] #20 items 4 and 1. Call A carries out/carry/all.txz.part.00 (piece one of
-# bench_distill_step + bench_cuda_kernels, pack_binaries.sh, 13 MB: the tracked tree is 48.8 MB as tar, so the six
-# programs' 18.3-MB pieces of session 33 no longer fit beside it) with `mkdir -p /tmp/keep && cp out/carry/all.txz.part.00
-# /tmp/keep/`; the first call running this script carries out/carry/all.txz.part.01 and out/carry/anchors.txz.
+# bench_distill_step + bench_cuda_kernels (+ libhlm_kernel_trace.so for the trace part), packed with PIECE_MB=auto
+# (13 MB pieces: the tracked tree is 48.9 MB as tar, so the six programs' 18.3-MB pieces of session 33 no longer fit
+# beside it) with `mkdir -p /tmp/keep && cp out/carry/all.txz.part.00 /tmp/keep/`; the first call running this
+# script carries out/carry/all.txz.part.01 and out/carry/anchors.txz.
 # PARTS (comma list), run in this order, each only if its expected time fits in what is left of BUDGET s:
 #   recipe     ours under the seed's recipe (one optimizer step per 96 × 1024 tokens: --rows 96 --micro $MICRO (8;
 #              2 on an H100's 80 GB, the seed's own micro-batch) --recompute none --loss-chunking 2048xfull, the later micro-batches' weight gradients through the fp32 scratch or

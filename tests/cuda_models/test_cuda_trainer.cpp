@@ -26,6 +26,8 @@
 //   checkpoint holds the full fp32 state (weights, m, v, step count).
 // - The loss chunked as one vocabulary chunk with row blocks of 16 (CudaTrainDevice::set_loss_chunking, "16xfull"):
 //   the same bounds as the default chunking (another summation order of the log-sum-exp, far below them).
+// - `distill --loss-chunking 16xfull` on the command line against train_run given "16xfull" in code with the CLI
+//   run's saved settings: exactly equal losses and gradient norms (the same deterministic GPU step either way).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -3,13 +3,12 @@
 
 #include "core/error.h"
 
-#include "train/lm_head_chunking_text.h"
-
 #ifdef HLM_WITH_CUDA
 #include "backend/cuda/cuda_device_select.h"
 #include "dist/communicator.h"
 #include "models/model_train.h"
 #include "train/cuda/cuda_train_device.h"
+#include "train/lm_head_chunking_text.h"
 #endif
 
 namespace hlm {
@@ -34,13 +33,10 @@ std::unique_ptr<TrainDevice> train_device_for(const std::string& name, const std
 
 std::unique_ptr<TrainDevice> train_device_for(const TrainConfig& config) {
   std::unique_ptr<TrainDevice> device = train_device_for(config.device, config.precision, config.recompute);
-  if (config.loss_chunking == "default") return device;
-  const LmHeadChunking chunking = parse_lm_head_chunking(config.loss_chunking);  // input error on a bad form
-  HLM_CHECK_INPUT(device != nullptr, "--loss-chunking ", config.loss_chunking, " needs --device cuda");
 #ifdef HLM_WITH_CUDA
-  static_cast<CudaTrainDevice&>(*device).set_loss_chunking(chunking);
-#else
-  (void)chunking;  // unreachable: a build without CUDA has no device to take it
+  // A chunking with --device cpu is refused by train_config_validate, with the other pairings.
+  if (device != nullptr && config.loss_chunking != "default")
+    static_cast<CudaTrainDevice&>(*device).set_loss_chunking(parse_lm_head_chunking(config.loss_chunking));
 #endif
   return device;
 }

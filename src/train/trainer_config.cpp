@@ -138,9 +138,9 @@ std::string train_config_describe(const TrainConfig& c) {
                                          : "fp32");
   if (c.loss_chunking != "default") {
     const LmHeadChunking k = parse_lm_head_chunking(c.loss_chunking);
-    const bool whole = lm_head_chunking_text(k).ends_with("xfull");
     add("loss tiles", str_cat(k.row_block, " logits rows by ",
-                              whole ? std::string("the whole vocabulary") : str_cat(k.vocab_chunk, " vocabulary columns"),
+                              c.loss_chunking.ends_with("xfull") ? std::string("the whole vocabulary")
+                                                                 : str_cat(k.vocab_chunk, " vocabulary columns"),
                               " (--loss-chunking ", c.loss_chunking, ")"));
   }
   return out;

@@ -72,13 +72,11 @@ if has step; then
 fi
 if has trace; then
   tracer=$BIN/../lib/libhlm_kernel_trace.so
-  cupti=$(ls /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 \
-    /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 2>/dev/null | head -1)
-  [ -n "$cupti" ] || cupti=$(find "$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)" \
-    -name 'libcupti.so.13' 2>/dev/null | head -1)
+  source "$(dirname "$0")/cupti_dir.sh"
+  cupti=$(cupti_dir)
   if [ -f "$tracer" ] && [ -n "$cupti" ]; then
     el "trace: rows 8, micro $MICRO, recompute $RECOMPUTE, ${CHUNKINGS%%,*}, ${DW_PATHS%%,*}"
-    LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$cupti") HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$W/trace.txt" \
+    LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cupti HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$W/trace.txt" \
       HLM_TRACE_TSV="$W/trace.tsv" HLM_TRACE_TOP=60 timeout "$STEP_TIMEOUT" env LD_PRELOAD="$tracer" \
       "$BIN/bench_distill_step" --shape qwen3-4b --precision bf16 --rows 8 --seq 1024 --steps 1 --micro "$MICRO" \
       --memory-plan lean --recompute "$RECOMPUTE" --loss-chunking "${CHUNKINGS%%,*}" --dw-paths "${DW_PATHS%%,*}" \

@@ -91,13 +91,12 @@ for section in "${sections[@]}"; do
       tail -3 "$OUT/peer_distill.log" | cut -c1-300 ;;
     trace)
       [ -f /tmp/hlm/lib/libhlm_kernel_trace.so ] || { echo "trace: libhlm_kernel_trace.so not packed"; continue; }
-      cupti="$(ls /usr/local/cuda/lib64/libcupti.so* /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* \
-        /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so* 2>/dev/null | head -1)"
-      [ -n "$cupti" ] || cupti="$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)"
-      echo "trace: CUPTI $cupti"
+      source "$(dirname "$0")/cupti_dir.sh"
+      cupti="$(cupti_dir)"
+      echo "trace: CUPTI in $cupti"
       # LD_PRELOAD through env, so that only the bench (not the timeout wrapper) loads the tracer.
       HLM_TRACE_RANGE=profiler HLM_TRACE_OUT="$OUT/trace.txt" HLM_TRACE_TSV="$OUT/trace.tsv" HLM_PROFILE_STEP=1 \
-        timeout 150 env LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cupti")" \
+        timeout 150 env LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cupti" \
         LD_PRELOAD=/tmp/hlm/lib/libhlm_kernel_trace.so "$B/bench_distill_step" --precision bf16 --steps 3 2>&1 |
         grep -vE "^memory plan|^setup|^device"
       head -45 "$OUT/trace.txt" | cut -c1-200 ;;

@@ -7,30 +7,29 @@
 # PARTS (comma list), run in this order, each only if its expected time fits in what is left of BUDGET s:
 #   recipe     ours under the seed's recipe (one optimizer step per 96 × 1024 tokens: --rows 96 --micro $MICRO (8;
 #              2 on an H100's 80 GB, the seed's own micro-batch) --recompute none --loss-chunking 2048xfull, the later micro-batches' weight gradients through the fp32 scratch or
-#              the bf16 epilogue), then the peer's optimizer step alone (peer_optimizer_time.py)   (~250 + ~60 s)
+#              the bf16 epilogue), then the peer's optimizer step alone (peer_optimizer_time.py) (~250 + ~60 s)
 #   peer_step  the peer's step of $PEER_ROWS rows (8; 2 on an H100), HF + FLA best setup without checkpointing
 #              (peer_probe.py hf_distill)                                                                   (~250 s)
-#   attn_ones  item 1's B1×T16384 with the peer's all-ones output gradient: ours (bench_cuda_kernels attn_engines
-#              --d-out-ones), then the peer (peer_probe.py sdpa, every backend, its three shapes)        (~60 + ~90 s)
 #   trace      one 8-row step at micro-batch $MICRO under the CUPTI kernel tracer (loss_chunking_check.sh PARTS=trace;
 #              needs libhlm_kernel_trace.so in the pack: PIECE_MB=auto bash tools/device/pack_binaries.sh
 #              out/carry/all.txz build-gpu/bench/bench_distill_step build-gpu/bench/bench_cuda_kernels
 #              build-gpu/tools/profile/libhlm_kernel_trace.so)                                              (~150 s)
-#   lmhead     the chunked LM-head KL alone at N 8192, H 1024 and 2560, by chunking (bench_cuda_kernels lmhead), to set
-#              beside the step's loss phase                                                                  (~60 s)
+#   kernels    loss_chunking_check.sh PARTS=kernels: the chunked LM-head KL alone by chunking (bench_cuda_kernels
+#              lmhead, beside the step's loss phase) and item 1's B1×T16384 with the peer's all-ones output gradient
+#              (attn_engines --d-out-ones); then the peer's SDPA backends (peer_probe.py sdpa)          (~120 + ~90 s)
 set -u
 T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
-has() { case ",${PARTS:-recipe,peer_step,attn_ones,trace,lmhead}," in *",$1,"*) return 0 ;; esac; return 1; }
+has() { case ",${PARTS:-recipe,peer_step,trace,kernels}," in *",$1,"*) return 0 ;; esac; return 1; }
 for f in out/carry/all.txz.part.01 out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
 if [ ! -x /tmp/hlm/bin/bench_distill_step ]; then
   mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
 fi
 ls /tmp/hlm/bin
 [ -d .anchors/fla ] || tar xJf /tmp/keep/anchors.txz || exit 3
-cudnn=$(python3 -c "import nvidia.cudnn,os;print(os.path.dirname(nvidia.cudnn.__file__)+'/lib')" 2>/dev/null)
+# loss_chunking_check.sh with this script's settings; the arguments are more VAR=value settings (PARTS first).
+check() { env OUT="$OUT" MICRO="${MICRO:-8}" RECOMPUTE=none CHUNKINGS=2048xfull "$@" bash tools/device/loss_chunking_check.sh; }
 if has recipe && [ "$(left)" -ge 300 ]; then
-  OUT=$OUT PARTS=step,peer_opt ROWS=96 MICRO=${MICRO:-8} RECOMPUTE=none CHUNKINGS=2048xfull DW_PATHS=overwrite,epilogue STEPS=2 \
-    STEP_TIMEOUT=$(( $(left) - 90 )) bash tools/device/loss_chunking_check.sh
+  check PARTS=step,peer_opt ROWS=96 DW_PATHS=overwrite,epilogue STEPS=2 STEP_TIMEOUT=$(( $(left) - 90 ))
   mv "$OUT/loss_chunking.tgz" "$OUT/recipe.tgz"
 fi
 if has peer_step; then
@@ -41,22 +40,14 @@ if has peer_step; then
     grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
   else echo "peer step skipped: too little time left in this call"; fi
 fi
-if has attn_ones && [ "$(left)" -ge 160 ]; then
-  echo "[$(( $(date +%s) - T0 )) s] attention B1xT16384, all-ones output gradient"
-  LD_LIBRARY_PATH=/tmp/hlm/lib${cudnn:+:$cudnn} timeout 120 /tmp/hlm/bin/bench_cuda_kernels attn_engines --d-out-ones \
-    --shapes 1x16384 > "$OUT/attn_ones.log" 2>&1; echo "rc=$?"
-  grep -E '^attn_peer_timing|fwd\+bwd' "$OUT/attn_ones.log" | cut -c1-300
-  timeout $(( $(left) - 5 )) python3 .anchors/peer_probe.py sdpa > "$OUT/peer_sdpa.log" 2>&1; echo "rc=$?"
-  grep -E 'sdpa' "$OUT/peer_sdpa.log" | cut -c1-300
-fi
 if has trace && [ "$(left)" -ge 170 ]; then
-  OUT=$OUT PARTS=trace MICRO=${MICRO:-8} RECOMPUTE=none CHUNKINGS=2048xfull DW_PATHS=overwrite \
-    STEP_TIMEOUT=$(( $(left) - 10 )) bash tools/device/loss_chunking_check.sh
+  check PARTS=trace DW_PATHS=overwrite STEP_TIMEOUT=$(( $(left) - 10 ))
   mv "$OUT/loss_chunking.tgz" "$OUT/trace.tgz"
 fi
-if has lmhead && [ "$(left)" -ge 70 ]; then
-  echo "[$(( $(date +%s) - T0 )) s] LM-head KL alone"
-  LD_LIBRARY_PATH=/tmp/hlm/lib timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_cuda_kernels lmhead > "$OUT/lmhead.log" 2>&1
-  echo "rc=$?"; grep -E '^lm_head_kl' "$OUT/lmhead.log" | cut -c1-200
+if has kernels && [ "$(left)" -ge 250 ]; then
+  check PARTS=kernels
+  mv "$OUT/loss_chunking.tgz" "$OUT/kernels.tgz"
+  timeout $(( $(left) - 5 )) python3 -u .anchors/peer_probe.py sdpa > "$OUT/peer_sdpa.log" 2>&1; echo "rc=$?"
+  grep -E 'sdpa' "$OUT/peer_sdpa.log" | cut -c1-300
 fi
 echo "[$(( $(date +%s) - T0 )) s] done"

@@ -35,6 +35,9 @@
 // and round once (the default); scratch = every micro-batch through the scratch (HLM_DW_BF16_OVERWRITE=off);
 // epilogue = the first writes, the later ones take cuBLASLt's bf16 epilogue with beta 1 (HLM_DW_BF16_EPILOGUE=on:
 // no scratch, two roundings). Without the option the environment decides (line: dw=env).
+// --mlp-gate-up fp32|bf16[,...]: the MLPs' gate and up products in fp32 or in bf16 (layers/mlp_bf16_gate_up.h,
+// HLM_MLP_BF16_GATE_UP), set in-process for each entry in turn inside each weight-gradient path; without the option
+// the environment decides (line: gate_up=env).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
 // attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps
@@ -42,7 +45,7 @@
 // Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
 //                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
-//                           [--dw-paths overwrite|scratch|epilogue[,...]]
+//                           [--dw-paths overwrite|scratch|epilogue[,...]] [--mlp-gate-up fp32|bf16[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -64,6 +67,7 @@
 #include "core/rng.h"
 #include "dist/communicator.h"
 #include "layers/cuda/cuda_linear.h"
+#include "layers/mlp_bf16_gate_up.h"
 #include "models/convert.h"
 #include "models/hf_config.h"
 #include "models/model.h"
@@ -87,6 +91,14 @@ struct DwPath {
 constexpr DwPath kEnvDwPath{"env", -1, -1};  // without --dw-paths: both left to the environment
 constexpr DwPath kDwPaths[] = {{"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
 
+// --mlp-gate-up: the bf16 gate/up switch's value for one entry (mlp_bf16_gate_up.h).
+struct GateUpForm {
+  const char* name;
+  int bf16;  // OverridableSwitch::set value (-1: the environment's)
+};
+constexpr GateUpForm kEnvGateUp{"env", -1};
+constexpr GateUpForm kGateUpForms[] = {{"fp32", 0}, {"bf16", 1}};
+
 struct Options {
   std::string precision = "bf16";
   int steps = 5;
@@ -97,6 +109,7 @@ struct Options {
   std::string loss_chunking;  // empty: the device's default (HLM_LM_HEAD_CHUNKING or 4096x4096)
   std::vector<std::optional<LmHeadChunking>> chunkings;  // loss_chunking parsed; {nullopt} when empty
   std::vector<const DwPath*> dw_paths;  // --dw-paths; {&kEnvDwPath} without the option
+  std::vector<const GateUpForm*> gate_ups;  // --mlp-gate-up; {&kEnvGateUp} without the option
 };
 
 // The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
@@ -154,12 +167,16 @@ Options parse(int argc, char** argv) {
     else if (a == "--loss-chunking") o.loss_chunking = next();
     else if (a == "--dw-paths") {
       for (const std::string& name : split_list(next())) o.dw_paths.push_back(&row_named(kDwPaths, name, "--dw-paths"));
+    } else if (a == "--mlp-gate-up") {
+      for (const std::string& name : split_list(next()))
+        o.gate_ups.push_back(&row_named(kGateUpForms, name, "--mlp-gate-up"));
     }
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
                            "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
                            "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] "
-                           "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...]\n");
+                           "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...] "
+                           "[--mlp-gate-up fp32|bf16,...]\n");
       std::exit(2);
     }
   }
@@ -174,6 +191,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.chunkings.empty()) o.chunkings.push_back(std::nullopt);  // the device's default
   if (o.dw_paths.empty()) o.dw_paths.push_back(&kEnvDwPath);
+  if (o.gate_ups.empty()) o.gate_ups.push_back(&kEnvGateUp);
   return o;
 }
 
@@ -319,10 +337,12 @@ int main(int argc, char** argv) {
     const size_t attach_peak = after_attach.peak_bytes_in_use;
     wait_for_gate("HLM_BENCH_TIME_AFTER", " before the steps");
     for (const int64_t micro : micros)
-    for (const DwPath* path : o.dw_paths) {
+    for (const DwPath* path : o.dw_paths)
+    for (const GateUpForm* gate_up : o.gate_ups) {
       const DwPath& dw = *path;
       cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
       cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
+      mlp_set_bf16_gate_up(gate_up->bf16);
       allocator.reset_peaks();
 
       std::vector<double> ms;
@@ -351,12 +371,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s precision=%s rows=%lld micro=%lld "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s precision=%s rows=%lld micro=%lld "
                   "seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
-                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, o.precision.c_str(),
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                   tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "layers/mlp_bf16_gate_up.h"
 #include "models/architecture.h"
 #include "models/model.h"
 #include "models/tensor_table.h"
@@ -97,14 +98,16 @@ uint64_t kept_intermediate_bytes(const ModelConfig& c, int64_t tokens, int64_t s
   const auto T = static_cast<uint64_t>(std::max<int64_t>(0, tokens));
   const auto H = static_cast<uint64_t>(c.hidden_size), F = static_cast<uint64_t>(c.intermediate_size);
   const bool attention_post_norm = architecture_spec(c.architecture).attention_post_norm;
+  const bool bf16_gate_up = mlp_bf16_gate_up() && T > 1 && !c.mlp_bias;  // mlp_takes_bf16_gate_up
   uint64_t bytes = 0;
   for (const LayerKind kind : c.layer_kinds) {
     const bool attention = kind == LayerKind::FullAttention;
     // The block's kept tensors: a pre-norm block's two normed branch inputs (bf16 roundings in the bf16 mode), a
     // post-norm block's two branch outputs (fp32).
     uint64_t per_token = attention && attention_post_norm ? 8 * H : (bf16 ? 4 * H : 8 * H);
-    // The MLP: gate, up (fp32) and h (fp32, or its bf16 rounding).
-    per_token += 8 * F + (bf16 ? 2 : 4) * F;
+    // The MLP: gate, up (fp32; bf16 in the bf16 gate/up form, layers/mlp_bf16_gate_up.h, which takes every batch
+    // beyond the small-row GEMV's one row unless HLM_GEMV raises that) and h (fp32, or its bf16 rounding).
+    per_token += (bf16 && bf16_gate_up ? 4 : 8) * F + (bf16 ? 2 : 4) * F;
     if (attention) {
       const auto D = static_cast<uint64_t>(c.head_dim), Hq = static_cast<uint64_t>(c.num_attention_heads);
       const uint64_t Cq = Hq * D, Ckv = static_cast<uint64_t>(c.num_key_value_heads) * D;

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "layers/mlp_bf16_gate_up.h"
 #include "models/convert.h"
 #include "models/hf_config.h"
 #include "models/placements.h"
@@ -381,4 +382,33 @@ TEST(MemoryPlan, RecomputeNoneCountsEveryLayersKeptIntermediates) {
   // The fp32 mode keeps fp32 operands and no chunked-rule forward (the recurrence runs there).
   EXPECT_GT(kept_intermediate_bytes(c, tokens, sequences, false), 0u);
   EXPECT_EQ(kept_intermediate_bytes(c, 0, 1, true), 0u);
+}
+
+// The bf16 gate/up form (HLM_MLP_BF16_GATE_UP, layers/mlp_bf16_gate_up.h) keeps an MLP's gate and up in bf16: exactly
+// 4·F bytes per token and layer fewer in the bf16 mode, nothing else changes; the fp32 mode, a one-row batch (the
+// small-row GEMV's, which keeps its fp32 form) and an MLP with biases are not affected.
+TEST(MemoryPlan, Bf16GateUpKeepsHalfTheGateAndUpBytes) {
+  const TargetShape s = shape("qwen3-4b", 36, 2560, 32, 8, 9728);
+  const ModelConfig& c = s.student;
+  const int64_t tokens = 2 * 1024, sequences = 2;
+  const uint64_t F = 9728, layers = 36;
+  mlp_set_bf16_gate_up(0);
+  const uint64_t off = kept_intermediate_bytes(c, tokens, sequences, true);
+  const uint64_t off_f32 = kept_intermediate_bytes(c, tokens, sequences, false);
+  const uint64_t off_row = kept_intermediate_bytes(c, 1, 1, true);
+  ModelConfig biased = c;
+  biased.mlp_bias = true;
+  const uint64_t off_biased = kept_intermediate_bytes(biased, tokens, sequences, true);
+  mlp_set_bf16_gate_up(1);
+  const uint64_t on = kept_intermediate_bytes(c, tokens, sequences, true);
+  const uint64_t on_f32 = kept_intermediate_bytes(c, tokens, sequences, false);
+  const uint64_t on_row = kept_intermediate_bytes(c, 1, 1, true);
+  const uint64_t on_biased = kept_intermediate_bytes(biased, tokens, sequences, true);
+  mlp_set_bf16_gate_up(-1);
+  EXPECT_EQ(off - on, layers * static_cast<uint64_t>(tokens) * 4 * F);
+  EXPECT_EQ(on_f32, off_f32);
+  EXPECT_EQ(on_row, off_row);
+  EXPECT_EQ(on_biased, off_biased);
+  std::printf("[memory plan] bf16 gate/up, 4B student, 2 x 1024 tokens: %.2f -> %.2f GiB kept intermediates\n",
+              off / kGiB, on / kGiB);
 }

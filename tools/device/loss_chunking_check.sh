@@ -8,15 +8,20 @@
 # transfer); logs and a summary in $OUT/loss_chunking.tgz (written on exit, also after a timeout).
 #
 # usage: OUT=$OUT [PARTS=tests,kernels,step,peer_opt (the default; trace on request)] [CHUNKINGS=4096x4096,2048xfull,4096xfull] [MICRO=4]
-#          [ROWS=8] [STEPS=3] [DW_PATHS=overwrite,scratch] [RECOMPUTE=none] [STEP_TIMEOUT=540] bash tools/device/loss_chunking_check.sh
+#          [ROWS=8] [STEPS=3] [DW_PATHS=overwrite,scratch] [GATE_UPS=fp32,bf16] [RECOMPUTE=none] [STEP_TIMEOUT=540]
+#          bash tools/device/loss_chunking_check.sh
 #   tests    test_cuda_ops LmHeadLossCuda.* (single-chunk cases with several row blocks), GatedDeltaRuleChunkedCuda.
 #            KeptForwardScratch and RmsnormCuda.* (fixed in session 31), AdamWLeanCuda.* (the overwrite form, session
-#            32); test_cuda_models CudaTrainer.* (one vocabulary chunk tracking the CPU, bad chunkings refused; the CLI
-#            tests find hybridlm beside the test program), CudaDwOverwrite.*, CudaMemoryPlans.* (~2-3 min)
+#            32), SwigluCuda.* (the bf16-input kernels, session 35); test_cuda_models CudaTrainer.* (one vocabulary
+#            chunk tracking the CPU, bad chunkings refused; the CLI tests find hybridlm beside the test program),
+#            CudaDwOverwrite.*, CudaMemoryPlans.*, CudaKeptActivations.* (with the bf16 gate/up form, session 35)
+#            (~2-3 min)
 #   kernels  bench_cuda_kernels lmhead (H 1024 and 2560, the full-vocabulary chunkings last) and attn_engines
 #            --d-out-ones --shapes 1x16384 (item 1's last shape as peer_probe.py's sdpa times it) (~2 min)
 #   step     bench_distill_step --shape qwen3-4b --precision bf16 --rows $ROWS --seq 1024 --memory-plan lean
-#            --recompute $RECOMPUTE --micro $MICRO --loss-chunking $CHUNKINGS --dw-paths $DW_PATHS --steps $STEPS,
+#            --recompute $RECOMPUTE --micro $MICRO --loss-chunking $CHUNKINGS --dw-paths $DW_PATHS --steps $STEPS
+#            [--mlp-gate-up $GATE_UPS: the MLPs' gate/up in fp32 and/or bf16, layers/mlp_bf16_gate_up.h; unset: the
+#            environment's],
 #            HLM_PROFILE_STEP=1 (~90 s of set-up, an attach per chunking, then (STEPS + 2) steps per weight-gradient
 #            path: ~0.8 s each at 8 rows, ~8.5 s at ROWS=96, the seed's 96 × 1024 tokens per optimizer step); at
 #            micro-batch 8 with --recompute none keep the chunkings ≤ 2048xfull (128.7 GiB measured there with the
@@ -37,20 +42,21 @@ RECOMPUTE=${RECOMPUTE:-none}
 ROWS=${ROWS:-8}
 STEPS=${STEPS:-3}
 DW_PATHS=${DW_PATHS:-overwrite,scratch}
+GATE_UPS=${GATE_UPS:-}  # empty: no --mlp-gate-up (HLM_MLP_BF16_GATE_UP decides)
 STEP_TIMEOUT=${STEP_TIMEOUT:-540}  # seconds for the step part's bench (a shorter call budget)
 source "$(dirname "$0")/check_prologue.sh"
 check_prologue loss_chunking  # with torch's cuDNN on the library path (the attention engines)
 
 if has tests; then
   timeout 150 "$BIN/test_cuda_ops" \
-    --gtest_filter='LmHeadLossCuda.*:GatedDeltaRuleChunkedCuda.KeptForwardScratch:RmsnormCuda.*:AdamWLeanCuda.*' \
+    --gtest_filter='LmHeadLossCuda.*:GatedDeltaRuleChunkedCuda.KeptForwardScratch:RmsnormCuda.*:AdamWLeanCuda.*:SwigluCuda.*' \
     > "$W/ops.log" 2>&1
   el "test_cuda_ops rc=$?"
   grep -E '^\[  (PASSED|FAILED) |Failure|^\[check\] bf16 dw overwrite' "$W/ops.log" | tail -14 | tee -a "$W/summary.txt"
-  timeout 300 "$BIN/test_cuda_models" --gtest_filter='CudaTrainer.*:CudaDwOverwrite.*:CudaMemoryPlans.*' \
+  timeout 300 "$BIN/test_cuda_models" --gtest_filter='CudaTrainer.*:CudaDwOverwrite.*:CudaMemoryPlans.*:CudaKeptActivations.*' \
     > "$W/models.log" 2>&1
   el "test_cuda_models rc=$?"
-  grep -E '^\[  (PASSED|FAILED) |^\[check\] (cuda_trainer|dw overwrite)' "$W/models.log" | tail -16 \
+  grep -E '^\[  (PASSED|FAILED) |^\[check\] (cuda_trainer|dw overwrite|kept activations|.*gate/up)' "$W/models.log" | tail -24 \
     | tee -a "$W/summary.txt"
 fi
 if has kernels; then
@@ -62,10 +68,10 @@ if has kernels; then
   grep -E '^attn_peer_timing|fwd\+bwd' "$W/attn_ones.log" | cut -c1-300 | tee -a "$W/summary.txt"
 fi
 if has step; then
-  el "step: rows $ROWS, recompute $RECOMPUTE, micro $MICRO, loss chunkings $CHUNKINGS, dw paths $DW_PATHS"
+  el "step: rows $ROWS, recompute $RECOMPUTE, micro $MICRO, loss chunkings $CHUNKINGS, dw paths $DW_PATHS${GATE_UPS:+, gate/up $GATE_UPS}"
   env HLM_PROFILE_STEP=1 timeout "$STEP_TIMEOUT" "$BIN/bench_distill_step" --shape qwen3-4b --precision bf16 --rows "$ROWS" \
     --seq 1024 --steps "$STEPS" --micro "$MICRO" --memory-plan lean --recompute "$RECOMPUTE" \
-    --loss-chunking "$CHUNKINGS" --dw-paths "$DW_PATHS" > "$W/distill.log" 2>&1
+    --loss-chunking "$CHUNKINGS" --dw-paths "$DW_PATHS" ${GATE_UPS:+--mlp-gate-up "$GATE_UPS"} > "$W/distill.log" 2>&1
   el "bench_distill_step rc=$?"
   grep -E '^distill_step|rror' "$W/distill.log" | cut -c1-420 | tee -a "$W/summary.txt"
   grep -E '^profile +teacher' "$W/distill.log" | tail -6 | tee -a "$W/summary.txt"

@@ -174,6 +174,18 @@ void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, c
   matmul_forward_cuda(ctx.blaslt(), y, x.f32, layer.weight.data<float>(), bias, p);
 }
 
+void cuda_linear_forward_bf16_out(CudaContext& ctx, __nv_bfloat16* y16, const CudaLinearInput& x,
+                                  const CudaLinear& layer, int64_t rows) {
+  HLM_CHECK(cuda_linear_is_bf16(layer) && !layer.has_bias,
+            "linear forward with a bf16 output: needs the bf16 mode and no bias");
+  CudaTensor scratch;  // x rounded here when the caller did not
+  const CudaLinearInput in = cuda_linear_round_input(ctx, scratch, x, layer, rows);
+  matmul_forward_cuda(ctx.blaslt(), y16, in.bf16, layer.weight_bf16.data<__nv_bfloat16>(), nullptr,
+                      MatmulCudaParams{rows, layer.out_features, layer.in_features});
+}
+
+bool cuda_linear_gemv_may_take(int64_t rows) { return rows >= 1 && rows <= gemv_max_rows_taken(); }
+
 void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows) {
   cuda_linear_forward(ctx, y, CudaLinearInput{x, nullptr}, layer, rows);
 }

@@ -81,6 +81,17 @@ void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, c
 // The same from an fp32 x (rounded in scratch in the bf16 compute mode).
 void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaLinear& layer, int64_t rows);
 
+// The bf16 compute mode's product written as bf16: y16 [rows, out] OVERWRITTEN with x · Wᵀ rounded once from
+// cuBLASLt's fp32 sum (matmul_forward_cuda's bf16 output; the row-by-row fp32 sums of cuda_linear_forward's cuBLASLt
+// path, though cuBLASLt may pick another algorithm for the other output type, so equal to rounding its fp32 y to
+// within the sums' order, not bit for bit). For consumers that read only the rounding (mlp_bf16_gate_up.h); never
+// takes the small-row GEMV. `layer` must be in the bf16 mode and have no bias (internal error otherwise).
+void cuda_linear_forward_bf16_out(CudaContext& ctx, __nv_bfloat16* y16, const CudaLinearInput& x,
+                                  const CudaLinear& layer, int64_t rows);
+// Whether cuda_linear_forward / _group take the small-row GEMV for `rows` rows (HLM_GEMV; 1 row by default), given
+// bf16 linears of a shape it supports.
+bool cuda_linear_gemv_may_take(int64_t rows);
+
 // Several linears reading the same x [rows, in], each into its own y [rows, out_i] (OVERWRITTEN). In the bf16 compute
 // mode with ONE row (batch-1 decode steps) they run as ONE launch of the small-row GEMV (ops/matmul/gemv_cuda.h: x
 // rounded inside it, no cast launch); otherwise one cuda_linear_forward each with x rounded once. cuda_linear_forward

@@ -3,9 +3,16 @@
 #include "layers/cuda/mlp_layer_cuda.h"
 
 #include "core/error.h"
+#include "layers/mlp_bf16_gate_up.h"
 #include "ops/swiglu/swiglu_cuda.h"
 
 namespace hlm {
+
+bool mlp_takes_bf16_gate_up(const CudaMlpWeights& w, int64_t tokens) {
+  return mlp_bf16_gate_up() && cuda_linear_is_bf16(w.gate_proj) && cuda_linear_is_bf16(w.up_proj) &&
+         cuda_linear_is_bf16(w.down_proj) && !w.gate_proj.has_bias && !w.up_proj.has_bias &&
+         !cuda_linear_gemv_may_take(tokens);
+}
 
 CudaMlpWeights cuda_upload_mlp(CudaContext& ctx, const MlpWeights& w) {
   CudaMlpWeights d;
@@ -29,6 +36,19 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput&
   HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
             "mlp forward: out may not alias x");
   const int64_t F = w.gate_proj.out_features;
+  if (mlp_takes_bf16_gate_up(w, tokens)) {  // the kept forward's form (same bits): gate and up in bf16
+    CudaTensor x16;
+    const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, tokens);
+    CudaTensor gate16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    CudaTensor up16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    cuda_linear_forward_bf16_out(ctx, gate16.data<__nv_bfloat16>(), in, w.gate_proj, tokens);
+    cuda_linear_forward_bf16_out(ctx, up16.data<__nv_bfloat16>(), in, w.up_proj, tokens);
+    // h into gate16's storage (the kernel reads each element before writing it)
+    swiglu_forward_bf16_in_cuda(gate16.data<__nv_bfloat16>(), gate16.data<__nv_bfloat16>(),
+                                up16.data<__nv_bfloat16>(), tokens * F, ctx.stream());
+    cuda_linear_forward(ctx, out, CudaLinearInput{nullptr, gate16.data<__nv_bfloat16>()}, w.down_proj, tokens);
+    return;
+  }
   if (cuda_linear_is_bf16(w.down_proj)) {  // h only as down_proj's bf16 operand (the bits it would round to)
     CudaTensor h16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
     // Decode rows: gate, up and SwiGLU as one GEMV launch (the same bits) when that fold is on; else the group GEMV
@@ -58,7 +78,18 @@ MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const CudaLine
   const int64_t F = w.gate_proj.out_features;
   CudaTensor x16;
   const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, tokens);
-  MlpCudaActivations a{CudaTensor::empty(ctx, {tokens, F}), CudaTensor::empty(ctx, {tokens, F}), {}, {}};
+  if (mlp_takes_bf16_gate_up(w, tokens)) {
+    MlpCudaActivations a;
+    a.gate16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    a.up16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    a.h16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
+    cuda_linear_forward_bf16_out(ctx, a.gate16.data<__nv_bfloat16>(), in, w.gate_proj, tokens);
+    cuda_linear_forward_bf16_out(ctx, a.up16.data<__nv_bfloat16>(), in, w.up_proj, tokens);
+    swiglu_forward_bf16_in_cuda(a.h16.data<__nv_bfloat16>(), a.gate16.data<__nv_bfloat16>(),
+                                a.up16.data<__nv_bfloat16>(), tokens * F, ctx.stream());
+    return a;
+  }
+  MlpCudaActivations a{CudaTensor::empty(ctx, {tokens, F}), CudaTensor::empty(ctx, {tokens, F}), {}, {}, {}, {}};
   cuda_linear_forward(ctx, a.gate.data<float>(), in, w.gate_proj, tokens);
   cuda_linear_forward(ctx, a.up.data<float>(), in, w.up_proj, tokens);
   // h in fp32; in the bf16 mode only its rounding, written directly (swiglu_forward_bf16_cuda: the same bits), since

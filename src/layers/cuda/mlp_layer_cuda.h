@@ -5,6 +5,11 @@
 // shared by gate_proj and up_proj (forward and backward); the kept h is bf16 only (down_proj is its one reader);
 // gate and up stay fp32 (swiglu's backward reads them). Every result is BIT-IDENTICAL to rounding inside each
 // projection (the rounding is deterministic), so the modes' numbers did not change with the sharing.
+// The bf16 gate/up form (layers/mlp_bf16_gate_up.h, HLM_MLP_BF16_GATE_UP, off by default; mlp_takes_bf16_gate_up
+// says when it applies): gate_proj and up_proj write bf16 (cuda_linear_forward_bf16_out), SwiGLU reads them
+// (swiglu_*_bf16_in_cuda), and the kept gate and up are those bf16 tensors. Every entry point below takes the same
+// form for the same call, so the lean forward, the kept forward and the recomputing backward still agree bit for bit
+// with each other.
 #pragma once
 #include "backend/cuda/cuda_context.h"
 #include "layers/cuda/cuda_linear.h"
@@ -26,20 +31,27 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput&
 
 // The forward's intermediates, device tensors [T, F] each: what the backward needs.
 struct MlpCudaActivations {
-  CudaTensor gate, up;  // x gate_projᵀ, x up_projᵀ, fp32
-  CudaTensor h;         // silu(gate) ⊙ up (down_proj's input), fp32: fp32 mode only (else empty)
-  CudaTensor h16;       // h rounded to bf16: bf16 compute mode only (else empty); the fp32 h is not kept
+  CudaTensor gate, up;      // x gate_projᵀ, x up_projᵀ, fp32 (empty in the bf16 gate/up form)
+  CudaTensor h;             // silu(gate) ⊙ up (down_proj's input), fp32: fp32 mode only (else empty)
+  CudaTensor h16;           // h rounded to bf16: bf16 compute mode only (else empty); the fp32 h is not kept
+  CudaTensor gate16, up16;  // the bf16 gate/up form only: the products written in bf16 (else empty)
 };
+
+// Whether a call of `tokens` rows takes the bf16 gate/up form: the switch is on, gate_proj and up_proj run in the bf16
+// mode without biases, and the rows are beyond what the small-row GEMV takes (decode keeps its fp32 GEMV and the
+// SwiGLU fold, cuda_linear.h).
+bool mlp_takes_bf16_gate_up(const CudaMlpWeights& w, int64_t tokens);
 
 // Runs the forward up to h, keeping gate, up and h (fp32 mode) or h16 (bf16 mode: swiglu_forward_bf16_cuda writes
 // the rounding of the fp32 h directly). swiglu is elementwise, so h has the bits of the in-place h that
 // mlp_layer_forward_cuda computes inside gate's storage. x: fp32, with its bf16 rounding if the caller has it
-// (cuda_linear.h), else rounded once here for both projections.
+// (cuda_linear.h), else rounded once here for both projections. In the bf16 gate/up form gate16 and up16 are kept
+// instead of gate and up.
 MlpCudaActivations mlp_forward_activations_cuda(CudaContext& ctx, const CudaLinearInput& x, const CudaMlpWeights& w,
                                                 int64_t tokens);
 // out = h down_projᵀ after mlp_forward_activations_cuda, handing the intermediates back (kept activations,
 // models/cuda/cuda_model_train.h). The same out as mlp_layer_forward_cuda, bit for bit; kept: 3·T·F floats (fp32
-// mode) or 2·T·F floats + T·F bf16 (bf16 mode).
+// mode), 2·T·F floats + T·F bf16 (bf16 mode) or 3·T·F bf16 (the bf16 gate/up form).
 MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, const CudaLinearInput& x,
                                                const CudaMlpWeights& w, int64_t tokens);
 

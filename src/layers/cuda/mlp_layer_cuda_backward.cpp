@@ -26,7 +26,8 @@ void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g
             "mlp backward: dx may not alias x or d_out");
   const int64_t n = tokens, F = w.gate_proj.out_features;
   const bool bf16_h = cuda_linear_is_bf16(w.down_proj);
-  HLM_CHECK((bf16_h ? a.h16 : a.h).numel() == n * F && a.gate.numel() == n * F,
+  const bool bf16_gate_up = a.gate16.raw() != nullptr;  // the forward's form (mlp_layer_cuda.h)
+  HLM_CHECK((bf16_h ? a.h16 : a.h).numel() == n * F && (bf16_gate_up ? a.gate16 : a.gate).numel() == n * F,
             "mlp backward: the activations do not match the batch or the compute mode");
   CudaTensor dh = CudaTensor::empty(ctx, {n, F});
   cuda_linear_backward(ctx, dh.data<float>(), g.down_proj, d_out, cuda_linear_input(a.h, a.h16), w.down_proj, n,
@@ -36,8 +37,12 @@ void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g
     // values, swiglu_cuda.h), without an fp32 round trip through memory.
     CudaTensor dgate16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
     CudaTensor dup16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
-    swiglu_backward_bf16_cuda(dgate16.data<__nv_bfloat16>(), dup16.data<__nv_bfloat16>(), dh.data<float>(),
-                              a.gate.data<float>(), a.up.data<float>(), n * F, ctx.stream());
+    if (bf16_gate_up)
+      swiglu_backward_bf16_in_cuda(dgate16.data<__nv_bfloat16>(), dup16.data<__nv_bfloat16>(), dh.data<float>(),
+                                   a.gate16.data<__nv_bfloat16>(), a.up16.data<__nv_bfloat16>(), n * F, ctx.stream());
+    else
+      swiglu_backward_bf16_cuda(dgate16.data<__nv_bfloat16>(), dup16.data<__nv_bfloat16>(), dh.data<float>(),
+                                a.gate.data<float>(), a.up.data<float>(), n * F, ctx.stream());
     CudaTensor x16;  // x rounded once for gate_proj and up_proj (unless the caller has it)
     const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, n);
     cuda_linear_backward_bf16_dy(ctx, dx, g.gate_proj, dgate16.data<__nv_bfloat16>(), in, w.gate_proj, n, false);

@@ -66,7 +66,7 @@ size_t CudaKeptLayer::bytes() const {
   const AttentionCudaActivations& a = attention;
   const GdnCudaActivations& g = gdn;
   return sum_bytes({&mixer_in, &mixer_branch, &mlp_in, &mlp_branch, &mixer_in16, &mlp_in16, &mlp.gate, &mlp.up,
-                    &mlp.h, &mlp.h16}) +
+                    &mlp.h, &mlp.h16, &mlp.gate16, &mlp.up16}) +
          sum_bytes({&a.q_lin, &a.k_lin, &a.q, &a.k, &a.v, &a.o, &a.lse, &a.q16, &a.k16, &a.v16, &a.o16}) +
          sum_bytes({&g.qp, &g.kp, &g.vp, &g.z, &g.a, &g.b, &g.qc, &g.kc, &g.vc, &g.qn, &g.kn, &g.g, &g.beta, &g.o,
                     &g.y, &g.y16, &g.rule_scratch});

@@ -37,7 +37,8 @@ namespace hlm {
 //                  (fp32 mode; in the bf16 mode mlp_in16, likewise)
 //   mlp_branch     empty                                       MLP output before post_feedforward_layernorm
 //   attention|gdn  the mixer's activations (layers/cuda/*_layer_cuda.h), the one of the layer's kind; the other empty
-//   mlp            the MLP's gate, up [T, F] fp32 and h [T, F] (fp32, or bf16 in the bf16 mode)
+//   mlp            the MLP's gate, up [T, F] fp32 and h [T, F] (fp32, or bf16 in the bf16 mode); gate, up in bf16
+//                  instead in the bf16 gate/up form (layers/mlp_bf16_gate_up.h)
 // The rounded inputs hold the very bits the layer forwards would have rounded, so gradients stay bit-identical to
 // the recomputing mode.
 struct CudaKeptLayer {

@@ -1,10 +1,11 @@
 // SwiGLU CUDA kernels and launchers (contract: swiglu.h, swiglu_cuda.h). Elementwise and bandwidth-bound: when every
-// pointer is 16-byte aligned (8-byte for the bf16 output), each thread loads kUnroll float4 of every input (all loads
-// issued before any store, to keep several in flight), computes, then stores float4 (bf16: 4 packed values in one
-// 8-byte store); the last n % 4 elements, and every element when a pointer is misaligned, go through a scalar
-// grid-stride loop. Each element is read before it is written by the same thread, which makes the aliasing legal (no
-// __restrict__, no read-only loads: out may be an input). The bf16-output forward rounds the very fp32 value of the
-// fp32 forward (bf16_round.cuh).
+// pointer is 16-byte aligned (8-byte for bf16 data), each thread loads kUnroll float4 of every input (bf16 gate / up:
+// 4 values in one 8-byte load, widened exactly to fp32; all loads issued before any store, to keep several in
+// flight), computes, then stores float4 (bf16: 4 packed values in one 8-byte store); the last n % 4 elements, and
+// every element when a pointer is misaligned, go through a scalar grid-stride loop. Each element is read before it is
+// written by the same thread, which makes the aliasing legal (no __restrict__, no read-only loads: out may be an
+// input). The bf16-output forward rounds the very fp32 value of the fp32 forward (bf16_round.cuh); the bf16-input
+// kernels are the same templates on the widened values, so they give the bits of the fp32-input ones on fp32 copies.
 //
 // Bit-identity: the vector and scalar paths call one __forceinline__ element function per kernel kind, so they run
 // the same operations in the same order, and the results equal those of the earlier scalar-only kernels.
@@ -32,8 +33,9 @@ namespace {
 
 // float4 per input per thread in flight, and blocks per SM the registers must allow (ptxas -v, sm_90a, nvcc 13:
 // forward 62 registers (bf16 output 60) with 4 float4 per input, backward 56 with 2, no spills; full occupancy, 2048
-// threads per SM, i.e. 256 KB (forward) and 192 KB (backward) of loads in flight per SM. Without the bound the forward
-// took 94 registers and the backward at 4 float4 took 128: 2 blocks per SM.)
+// threads per SM, i.e. 256 KB (forward) and 192 KB (backward) of loads in flight per SM (bf16 gate / up: 128 KB each,
+// forward 60 registers, backward 52). Without the bound the forward took 94 registers and the backward at 4 float4
+// took 128: 2 blocks per SM.)
 constexpr int kForwardUnroll = 4;
 constexpr int kBackwardUnroll = 2;
 constexpr int kMinBlocksPerSm = 4;
@@ -64,6 +66,28 @@ __device__ __forceinline__ int64_t vector_start() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x * kUnroll + threadIdx.x;
 }
 
+// Loads of gate / up / d_out as fp32: four values at float4 index j (In = bf16: one 8-byte load, element 4j in the low
+// half of .x, where the scalar path's uint16 loads find it), or one at element i. bf16 → fp32 is exact: the bits
+// shifted left by 16 (as __bfloat162float).
+__device__ __forceinline__ float widen_bf16(uint32_t bits) { return __uint_as_float(bits << 16); }
+template <typename In>
+__device__ __forceinline__ float4 load4(const In* p, int64_t j) {
+  if constexpr (sizeof(In) == 4) {
+    return reinterpret_cast<const float4*>(p)[j];
+  } else {
+    const uint2 v = reinterpret_cast<const uint2*>(p)[j];
+    return make_float4(widen_bf16(v.x & 0xffffu), widen_bf16(v.x >> 16), widen_bf16(v.y & 0xffffu),
+                       widen_bf16(v.y >> 16));
+  }
+}
+template <typename In>
+__device__ __forceinline__ float load1(const In* p, int64_t i) {
+  if constexpr (sizeof(In) == 4)
+    return p[i];
+  else
+    return widen_bf16(reinterpret_cast<const uint16_t*>(p)[i]);
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(cuda::f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(cuda::f32_to_bf16_bits(hi)) << 16);
 }
@@ -86,10 +110,11 @@ __device__ __forceinline__ void store1(Out* out, int64_t i, float v) {
     reinterpret_cast<uint16_t*>(out)[i] = cuda::f32_to_bf16_bits(v);
 }
 
-// out = silu(gate) · up as fp32 (Out = float) or its bf16 rounding (Out = __nv_bfloat16).
-template <typename Out>
+// out = silu(gate) · up as fp32 (Out = float) or its bf16 rounding (Out = __nv_bfloat16), of fp32 or bf16 (In) gate
+// and up.
+template <typename In, typename Out>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_forward_kernel(Out* out, const float* gate, const float* up, int64_t n_vec, int64_t n) {
+    swiglu_forward_kernel(Out* out, const In* gate, const In* up, int64_t n_vec, int64_t n) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: gate and up are written
   const int64_t vec_stride = grid_threads() * kForwardUnroll;
@@ -99,8 +124,8 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
     for (int k = 0; k < kForwardUnroll; ++k) {
       const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
       if (j < n_vec) {
-        g[k] = reinterpret_cast<const float4*>(gate)[j];
-        u[k] = reinterpret_cast<const float4*>(up)[j];
+        g[k] = load4(gate, j);
+        u[k] = load4(up, j);
       }
     }
 #pragma unroll
@@ -114,16 +139,16 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
     }
   }
   for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
-    store1(out, i, swiglu_forward_value(gate[i], up[i]));
+    store1(out, i, swiglu_forward_value(load1(gate, i), load1(up, i)));
   }
 }
 
 // dgate and dup as fp32 (Out = float) or their bf16 roundings (Out = __nv_bfloat16: the bf16 mode's gate_proj /
-// up_proj backward reads only these, so the fp32 values never reach memory).
-template <typename Out>
+// up_proj backward reads only these, so the fp32 values never reach memory), of fp32 or bf16 (In) gate and up.
+template <typename In, typename Out>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_backward_kernel(Out* dgate, Out* dup, const float* d_out, const float* gate, const float* up,
-                           int64_t n_vec, int64_t n) {
+    swiglu_backward_kernel(Out* dgate, Out* dup, const float* d_out, const In* gate, const In* up, int64_t n_vec,
+                           int64_t n) {
   const int64_t vec_stride = grid_threads() * kBackwardUnroll;
   for (int64_t base = vector_start<kBackwardUnroll>(); base < n_vec; base += vec_stride) {
     float4 dy[kBackwardUnroll], g[kBackwardUnroll], u[kBackwardUnroll];
@@ -131,9 +156,9 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
     for (int k = 0; k < kBackwardUnroll; ++k) {
       const int64_t j = base + static_cast<int64_t>(k) * blockDim.x;
       if (j < n_vec) {
-        dy[k] = reinterpret_cast<const float4*>(d_out)[j];
-        g[k] = reinterpret_cast<const float4*>(gate)[j];
-        u[k] = reinterpret_cast<const float4*>(up)[j];
+        dy[k] = load4(d_out, j);
+        g[k] = load4(gate, j);
+        u[k] = load4(up, j);
       }
     }
 #pragma unroll
@@ -152,7 +177,7 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
   }
   for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
     float dg, du;
-    swiglu_backward_value(d_out[i], gate[i], up[i], dg, du);
+    swiglu_backward_value(d_out[i], load1(gate, i), load1(up, i), dg, du);
     store1(dgate, i, dg);
     store1(dup, i, du);
   }
@@ -174,7 +199,7 @@ void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t
   HLM_CHECK(n >= 0, "swiglu_forward_cuda: negative length ", n);
   if (n == 0) return;
   const int64_t n_vec = aligned(out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<float>,
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<float, float>,
                                               dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
                                               dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
   HLM_CUDA_CHECK_LAUNCH();
@@ -185,7 +210,8 @@ void swiglu_forward_bf16_cuda(__nv_bfloat16* out, const float* gate, const float
   HLM_CHECK(n >= 0, "swiglu_forward_bf16_cuda: negative length ", n);
   if (n == 0) return;
   const int64_t n_vec = aligned(out, 8) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<__nv_bfloat16>,
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(),
+                                              swiglu_forward_kernel<float, __nv_bfloat16>,
                                               dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
                                               dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
   HLM_CUDA_CHECK_LAUNCH();
@@ -198,7 +224,7 @@ void swiglu_backward_cuda(float* dgate, float* dup, const float* d_out, const fl
   if (n == 0) return;
   const bool vec = aligned(dgate, 16) && aligned(dup, 16) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16);
   const int64_t n_vec = vec ? n / 4 : 0;
-  swiglu_backward_kernel<float>
+  swiglu_backward_kernel<float, float>
       <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       dgate, dup, d_out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
@@ -211,7 +237,32 @@ void swiglu_backward_bf16_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const f
   if (n == 0) return;
   const int64_t n_vec =
       aligned(dgate, 8) && aligned(dup, 8) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_backward_kernel<__nv_bfloat16>
+  swiglu_backward_kernel<float, __nv_bfloat16>
+      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+      dgate, dup, d_out, gate, up, n_vec, n);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_forward_bf16_in_cuda(__nv_bfloat16* out, const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n,
+                                 cudaStream_t stream) {
+  HLM_CHECK(n >= 0, "swiglu_forward_bf16_in_cuda: negative length ", n);
+  if (n == 0) return;
+  const int64_t n_vec = aligned(out, 8) && aligned(gate, 8) && aligned(up, 8) ? n / 4 : 0;
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(),
+                                              swiglu_forward_kernel<__nv_bfloat16, __nv_bfloat16>,
+                                              dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
+                                              dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward_bf16_in_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out,
+                                  const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, cudaStream_t stream) {
+  HLM_CHECK(n >= 0, "swiglu_backward_bf16_in_cuda: negative length ", n);
+  HLM_CHECK(dgate != dup || n == 0, "swiglu_backward_bf16_in_cuda: dgate and dup may not alias");
+  if (n == 0) return;
+  const int64_t n_vec =
+      aligned(dgate, 8) && aligned(dup, 8) && aligned(d_out, 16) && aligned(gate, 8) && aligned(up, 8) ? n / 4 : 0;
+  swiglu_backward_kernel<__nv_bfloat16, __nv_bfloat16>
       <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
       dgate, dup, d_out, gate, up, n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();

@@ -1,3 +1,6 @@
-// Emulation stand-in for <cuda_runtime.h> (stubs/README.md).
+// Emulation stand-in for <cuda_runtime.h> (stubs/README.md), and the device intrinsics it brings that emu.h lacks.
 #pragma once
+#include <cmath>
+
 #include "cuda_bf16.h"
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }  // one rounding, as on the GPU

@@ -1,0 +1,18 @@
+// HLM_MLP_BF16_GATE_UP=on|off (core/env_switch.h; off by default until measured on the GPU): in the GPU's bf16 compute
+// mode, whether a SwiGLU MLP's gate_proj and up_proj write their products as bf16 (cuBLASLt's bf16 output: the fp32
+// sum rounded once) instead of fp32, for batches beyond the small-row GEMV's rows (decode keeps its fp32 GEMV and
+// SwiGLU fold). SwiGLU then reads the bf16 values (ops/swiglu/swiglu_cuda.h, *_bf16_in_cuda), and training keeps
+// them for the backward: 4 bytes per element of gate and up instead of 8 (at the 4B student's micro-batch of 8 × 1024
+// tokens, 36 layers × 8,192 × 9,728 × 4 bytes = 10.7 GiB less kept) and half the bytes for SwiGLU to read.
+// Numerics: one more rounding (of gate and up, relative ≤ 2⁻⁹ each) before SwiGLU, which is what a bf16 PyTorch model
+// does anyway; the fp32 mode and the CPU are unchanged. Here, not in layers/cuda, because the memory plan
+// (train/memory_plan.h) counts the kept bytes on machines without CUDA too.
+#pragma once
+
+namespace hlm {
+
+bool mlp_bf16_gate_up();
+// 1 / 0 for the whole process; −1: the environment again (bench_distill_step --mlp-gate-up, tests).
+void mlp_set_bf16_gate_up(int on);
+
+}  // namespace hlm

@@ -4,6 +4,7 @@
 // d_in = d_mid + (mixer branch)ᵀ d_mid;  d_mid = d_out + (mlp branch)ᵀ d_out.
 #include "models/model_train.h"
 
+#include "core/host_alloc.h"
 #include "layers/attention_layer.h"
 #include "layers/gdn_layer.h"
 #include "layers/mlp_layer.h"
@@ -16,15 +17,34 @@
 
 namespace hlm {
 
-DecoderWeights zero_grads_like(const ModelConfig& config) {
+namespace {
+
+// Every tensor of config's model at its runtime shape, from make(shape); a tied head shares the embedding.
+template <class Make>
+DecoderWeights weights_shaped_like(const ModelConfig& config, const Make& make) {
   DecoderWeights g;
   g.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (const TensorSpec& spec : expected_tensors(config)) {
     const Shape shape = spec.row->runtime_shape ? spec.row->runtime_shape(config) : spec.shape;
-    tensor_slot(g, spec) = Tensor::zeros(shape);
+    tensor_slot(g, spec) = make(shape);
   }
   if (config.tie_word_embeddings) g.lm_head.weight = g.embed_tokens;
   return g;
+}
+
+}  // namespace
+
+DecoderWeights zero_grads_like(const ModelConfig& config) {
+  return weights_shaped_like(config, [](const Shape& shape) { return Tensor::zeros(shape); });
+}
+
+DecoderWeights unfilled_weights_like(const ModelConfig& config) {
+  return weights_shaped_like(config, [](const Shape& shape) {
+    const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+    std::shared_ptr<std::byte> storage = host_alloc_uninitialized(bytes);
+    void* data = storage.get();
+    return Tensor::wrap(std::move(storage), data, shape, DType::F32);
+  });
 }
 
 std::vector<NamedParameter> named_parameters(const ModelConfig& config, DecoderWeights& weights,

@@ -37,6 +37,9 @@ struct ForwardTrace {
 
 // A gradient holder shaped like a model's weights (zero-filled; tied configs share one tensor for embedding and head).
 DecoderWeights zero_grads_like(const ModelConfig& config);
+// The same tensors with unspecified contents (host_alloc_uninitialized: large ones stay untouched virtual memory):
+// shapes only, for a device upload that never reads them (CudaModel::zeros_like under CudaZeroUploadScope).
+DecoderWeights unfilled_weights_like(const ModelConfig& config);
 
 struct NamedParameter {
   std::string name;  // canonical HF name

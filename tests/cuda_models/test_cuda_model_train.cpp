@@ -8,6 +8,8 @@
 //     every gradient (gradients ACCUMULATE; kAccumulateBound);
 //   - the CUDA LM-head losses end to end (CE on train_ce_qwen3_untied; forward KL τ = 2 from qwen3_untied into
 //     qwen3_tied, whose head is the embedding): loss, per-token values and every gradient, the LM head's included.
+//   - CudaModel::zeros_like (a gradient holder built without reading host memory): every byte zero, uploads after
+//     it copy again.
 //
 // Bound: max |gpu − cpu| / max |cpu| ≤ kRelBound = 2e-4 per tensor. Both sides are fp32 and run the same operations
 // in the same order; they differ in summation order only: cuBLASLt vs OpenBLAS GEMMs (~√K·u ≈ 1e-6 per product at
@@ -20,8 +22,10 @@
 // comparison prints its worst ratio, so a passing log shows the margins.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/cuda_context.h"
 #include "cuda_models/cuda_model_support.h"
@@ -271,4 +275,48 @@ TEST(CudaLmHeadLossTraining, ForwardKlTau2IntoTiedHead) {
   Model student = Model::load(cuda_golden_dir(golden.metadata().at("student")));
   Model teacher = Model::load(cuda_golden_dir(golden.metadata().at("teacher")));
   expect_loss_and_grads_match(student, &teacher, golden_batch(golden), 2.0, "KL tau=2 qwen3_untied -> qwen3_tied");
+}
+
+// CudaModel::zeros_like builds its gradient holder without reading host memory (CudaZeroUploadScope: every device
+// tensor zero-filled instead of uploaded from unfilled host tensors): every byte of every tensor must be zero, the
+// shapes must be zero_grads_like's, a tied head must share the embedding, and an upload after the scope must copy
+// again (the scope ends with its object). Models: a tied qwen3, a MoE (its experts go through a raw-pointer upload),
+// and a hybrid with GDN layers.
+TEST(CudaModelZerosLike, EveryByteZeroAndUploadsCopyAgainAfterIt) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext& ctx = cuda_context();
+  for (const char* name : {"qwen3_tied", "qwen3_moe_tiny", "olmo_hybrid_tiny"}) {
+    Model m = Model::load(cuda_golden_dir(name));
+    const ModelConfig& c = m.config();
+    CudaModel zeros = CudaModel::zeros_like(c, ctx);
+    DecoderWeights host = zero_grads_like(c);
+    // Poison the host copy first, so that a download that skipped a tensor shows.
+    for (const NamedParameter& p : named_parameters(c, host, host))
+      std::fill(p.value.f32(), p.value.f32() + p.value.numel(), 7.0f);
+    zeros.download_into(host);
+    size_t tensors = 0, nonzero = 0;
+    for (const NamedParameter& p : named_parameters(c, host, host)) {
+      ++tensors;
+      for (int64_t i = 0; i < p.value.numel(); ++i) nonzero += p.value.f32()[i] != 0.0f ? 1 : 0;
+    }
+    EXPECT_EQ(nonzero, 0u) << name << ": zeros_like left nonzero elements";
+    if (c.tie_word_embeddings) {
+      const CudaModel::NamedTensor* embed = nullptr;
+      std::vector<CudaModel::NamedTensor> named = zeros.named_tensors();
+      for (const CudaModel::NamedTensor& t : named)
+        if (t.name == "model.embed_tokens.weight") embed = &t;
+      ASSERT_NE(embed, nullptr) << name;
+      EXPECT_EQ(static_cast<const void*>(zeros.lm_head_weight()), embed->tensor->raw()) << name << ": tied head";
+    }
+    // The scope is over: an upload copies the real weights, byte for byte.
+    CudaModel copied = CudaModel::upload(m, ctx);
+    DecoderWeights back = zero_grads_like(c);
+    copied.download_into(back);
+    size_t differing = 0;
+    for (const NamedParameter& p : named_parameters(c, m.mutable_weights(), back))
+      differing += std::memcmp(p.value.raw(), p.grad.raw(), p.value.nbytes()) != 0 ? 1 : 0;
+    EXPECT_EQ(differing, 0u) << name << ": an upload after zeros_like did not copy";
+    std::printf("[check] zeros_like %s: %zu tensors, %zu nonzero elements; upload after it: %zu tensors differ\n",
+                name, tensors, nonzero, differing);
+  }
 }

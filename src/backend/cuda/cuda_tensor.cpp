@@ -29,9 +29,19 @@ CudaTensor CudaTensor::empty(CudaContext& ctx, Shape shape, DType dtype) {
   return t;
 }
 
+namespace {
+thread_local int t_zero_upload_depth = 0;  // CudaZeroUploadScope nesting on this thread
+}  // namespace
+
+CudaZeroUploadScope::CudaZeroUploadScope() { ++t_zero_upload_depth; }
+CudaZeroUploadScope::~CudaZeroUploadScope() { --t_zero_upload_depth; }
+
 void cuda_copy_to_device(CudaContext& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  HLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
+  if (t_zero_upload_depth > 0)
+    HLM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ctx.stream()));
+  else
+    HLM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.stream()));
   ctx.synchronize();
 }
 

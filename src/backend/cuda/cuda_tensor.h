@@ -57,4 +57,18 @@ void cuda_copy_to_device(CudaContext& ctx, void* dst, const void* src, size_t by
 void cuda_copy_to_device_async(CudaContext& ctx, void* dst, const void* src, size_t bytes);
 void cuda_copy_to_host(CudaContext& ctx, void* dst, const void* src, size_t bytes);
 
+// While one of these lives on a thread, that thread's host -> device copies (cuda_copy_to_device, and so cuda_upload
+// and cuda_copy) do not read the host memory: each zero-fills its device bytes instead (cudaMemsetAsync, waited for
+// like the copy). For building a device holder of zeros shaped like a model (CudaModel::zeros_like) without a host
+// memset and an upload of zeros (20.5 GB of each for the Qwen3-4B-shaped student); every table the upload computes
+// from the config (RoPE, decay rates) comes out zero too, so what is built in the scope is a gradient holder only.
+// Nestable; not for cuda_copy_to_device_async (per-step uploads never run inside it).
+class CudaZeroUploadScope {
+ public:
+  CudaZeroUploadScope();
+  ~CudaZeroUploadScope();
+  CudaZeroUploadScope(const CudaZeroUploadScope&) = delete;
+  CudaZeroUploadScope& operator=(const CudaZeroUploadScope&) = delete;
+};
+
 }  // namespace hlm

@@ -245,7 +245,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(count_parameters(teacher)), static_cast<long long>(count_parameters(student)),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
-  DecoderWeights grads = zero_grads_like(student.config());
+  // The host AdamW's gradient slots: the device trains with its own gradients and never reads these, so they are
+  // shapes only (no 20.5-GB memset for the 4B student).
+  DecoderWeights grads = unfilled_weights_like(student.config());
   std::vector<int64_t> micros;
   for (const std::string& m : split_list(o.micro)) {
     const int64_t r = std::atoll(m.c_str());

@@ -193,79 +193,66 @@ unsigned swiglu_grid(int64_t n_vec, int64_t n) {
   return cuda::grid_blocks(vector_threads > scalar_threads ? vector_threads : scalar_threads);
 }
 
-}  // namespace
+// The vector path needs every pointer aligned to four of its elements (16 bytes for fp32, 8 for bf16).
+template <typename T>
+bool vec_aligned(const T* p) {
+  return aligned(p, 4 * sizeof(T));
+}
 
-void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {
-  HLM_CHECK(n >= 0, "swiglu_forward_cuda: negative length ", n);
+// One launcher per kernel kind for every input / output type (the public entry points below name their types).
+template <typename In, typename Out>
+void launch_forward(const char* name, Out* out, const In* gate, const In* up, int64_t n, cudaStream_t stream) {
+  HLM_CHECK(n >= 0, name, ": negative length ", n);
   if (n == 0) return;
-  const int64_t n_vec = aligned(out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<float, float>,
+  const int64_t n_vec = vec_aligned(out) && vec_aligned(gate) && vec_aligned(up) ? n / 4 : 0;
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), swiglu_forward_kernel<In, Out>,
                                               dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
                                               dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
   HLM_CUDA_CHECK_LAUNCH();
+}
+
+template <typename In, typename Out>
+void launch_backward(const char* name, Out* dgate, Out* dup, const float* d_out, const In* gate, const In* up,
+                     int64_t n, cudaStream_t stream) {
+  HLM_CHECK(n >= 0, name, ": negative length ", n);
+  HLM_CHECK(dgate != dup || n == 0, name, ": dgate and dup may not alias");
+  if (n == 0) return;
+  const bool vec = vec_aligned(dgate) && vec_aligned(dup) && vec_aligned(d_out) && vec_aligned(gate) && vec_aligned(up);
+  const int64_t n_vec = vec ? n / 4 : 0;
+  swiglu_backward_kernel<In, Out><<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
+      dgate, dup, d_out, gate, up, n_vec, n);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void swiglu_forward_cuda(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {
+  launch_forward("swiglu_forward_cuda", out, gate, up, n, stream);
 }
 
 void swiglu_forward_bf16_cuda(__nv_bfloat16* out, const float* gate, const float* up, int64_t n,
                               cudaStream_t stream) {
-  HLM_CHECK(n >= 0, "swiglu_forward_bf16_cuda: negative length ", n);
-  if (n == 0) return;
-  const int64_t n_vec = aligned(out, 8) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(),
-                                              swiglu_forward_kernel<float, __nv_bfloat16>,
-                                              dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
-                                              dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
-  HLM_CUDA_CHECK_LAUNCH();
+  launch_forward("swiglu_forward_bf16_cuda", out, gate, up, n, stream);
 }
 
 void swiglu_backward_cuda(float* dgate, float* dup, const float* d_out, const float* gate, const float* up, int64_t n,
                           cudaStream_t stream) {
-  HLM_CHECK(n >= 0, "swiglu_backward_cuda: negative length ", n);
-  HLM_CHECK(dgate != dup || n == 0, "swiglu_backward_cuda: dgate and dup may not alias");
-  if (n == 0) return;
-  const bool vec = aligned(dgate, 16) && aligned(dup, 16) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16);
-  const int64_t n_vec = vec ? n / 4 : 0;
-  swiglu_backward_kernel<float, float>
-      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
-      dgate, dup, d_out, gate, up, n_vec, n);
-  HLM_CUDA_CHECK_LAUNCH();
+  launch_backward("swiglu_backward_cuda", dgate, dup, d_out, gate, up, n, stream);
 }
 
 void swiglu_backward_bf16_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out, const float* gate,
                                const float* up, int64_t n, cudaStream_t stream) {
-  HLM_CHECK(n >= 0, "swiglu_backward_bf16_cuda: negative length ", n);
-  HLM_CHECK(dgate != dup || n == 0, "swiglu_backward_bf16_cuda: dgate and dup may not alias");
-  if (n == 0) return;
-  const int64_t n_vec =
-      aligned(dgate, 8) && aligned(dup, 8) && aligned(d_out, 16) && aligned(gate, 16) && aligned(up, 16) ? n / 4 : 0;
-  swiglu_backward_kernel<float, __nv_bfloat16>
-      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
-      dgate, dup, d_out, gate, up, n_vec, n);
-  HLM_CUDA_CHECK_LAUNCH();
+  launch_backward("swiglu_backward_bf16_cuda", dgate, dup, d_out, gate, up, n, stream);
 }
 
 void swiglu_forward_bf16_in_cuda(__nv_bfloat16* out, const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n,
                                  cudaStream_t stream) {
-  HLM_CHECK(n >= 0, "swiglu_forward_bf16_in_cuda: negative length ", n);
-  if (n == 0) return;
-  const int64_t n_vec = aligned(out, 8) && aligned(gate, 8) && aligned(up, 8) ? n / 4 : 0;
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(),
-                                              swiglu_forward_kernel<__nv_bfloat16, __nv_bfloat16>,
-                                              dim3(swiglu_grid<kForwardUnroll>(n_vec, n)),
-                                              dim3(cuda::kElementwiseThreads), 0, stream, out, gate, up, n_vec, n));
-  HLM_CUDA_CHECK_LAUNCH();
+  launch_forward("swiglu_forward_bf16_in_cuda", out, gate, up, n, stream);
 }
 
 void swiglu_backward_bf16_in_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out,
                                   const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, cudaStream_t stream) {
-  HLM_CHECK(n >= 0, "swiglu_backward_bf16_in_cuda: negative length ", n);
-  HLM_CHECK(dgate != dup || n == 0, "swiglu_backward_bf16_in_cuda: dgate and dup may not alias");
-  if (n == 0) return;
-  const int64_t n_vec =
-      aligned(dgate, 8) && aligned(dup, 8) && aligned(d_out, 16) && aligned(gate, 8) && aligned(up, 8) ? n / 4 : 0;
-  swiglu_backward_kernel<__nv_bfloat16, __nv_bfloat16>
-      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
-      dgate, dup, d_out, gate, up, n_vec, n);
-  HLM_CUDA_CHECK_LAUNCH();
+  launch_backward("swiglu_backward_bf16_in_cuda", dgate, dup, d_out, gate, up, n, stream);
 }
 
 }  // namespace hlm

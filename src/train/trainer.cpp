@@ -369,7 +369,10 @@ void Trainer::choose_memory_plan() {
 }
 
 void Trainer::build_optimizer() {
-  grads_ = zero_grads_like(student_->config());
+  // On a device the gradients live there (batch_step hands the whole step to it) and the host AdamW's gradient slots
+  // are never read: shapes only, so a GPU run's host memory holds no second copy of the student (20.5 GB for a
+  // Qwen3-4B-shaped one).
+  grads_ = device_ != nullptr ? unfilled_weights_like(student_->config()) : zero_grads_like(student_->config());
   std::vector<AdamWGroup> groups;
   std::vector<AdamWParam> params;
   for (const NamedParameter& p : named_parameters(student_->config(), student_->mutable_weights(), grads_)) {

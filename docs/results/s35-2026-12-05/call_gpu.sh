@@ -19,10 +19,11 @@
 #   tests      the whole test_cuda_ops and test_cuda_models (HLM_BINARY = the carried hybridlm), verdicts by
 #              tools/device/gtest_counts.sh                                                        (~130 + ~60 s)
 #   recipe     ours under the seed's recipe (96 rows per optimizer step, micro-batch $MICRO: 8 on an H200, 2 on an
-#              H100), weight gradients overwrite/epilogue × MLP gate/up fp32/bf16, then the peer's optimizer step
+#              H100, chosen from the card's memory unless set), weight gradients overwrite/epilogue × MLP gate/up
+#              fp32/bf16, then the peer's optimizer step
 #              (call_h200.sh of session 34 with GATE_UPS=fp32,bf16)                               (~350 s)
 #   peer_step  the peer's step of $PEER_ROWS rows (8 on an H200; on an H100 4 without checkpointing, its fastest there,
-#              session 35)                                                                        (~250 s)
+#              session 35; chosen from the card's memory unless set)                                                                        (~250 s)
 #   trace      one 8-row step under the CUPTI kernel tracer (give it a call of its own: session 35's H100 run did not
 #              reach its step within 171 s)                                                       (~200 s?)
 #   kernels    the LM-head loss by chunking, attention at B1×T16384 with all-ones output gradients, the peer's SDPA
@@ -56,6 +57,12 @@ if has tests; then
 fi
 rest=$(echo ",${PARTS:-tests}," | sed 's/,tests,/,/; s/^,//; s/,$//')
 if [ -n "$rest" ]; then
+  # Sizes by the card unless given: an 80-GB H100 holds ours at micro-batch 2 and the peer at 4 rows without
+  # checkpointing (session 35); an H200 holds both at 8.
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  if [ "${mib:-0}" -lt 100000 ]; then small=1; else small=0; fi
+  export MICRO=${MICRO:-$([ $small = 1 ] && echo 2 || echo 8)} PEER_ROWS=${PEER_ROWS:-$([ $small = 1 ] && echo 4 || echo 8)}
+  echo "card: ${mib} MiB -> MICRO=$MICRO PEER_ROWS=$PEER_ROWS"
   GATE_UPS=${GATE_UPS:-fp32,bf16} PARTS=$rest BUDGET=$(left) bash docs/results/s34-2026-12-05/call_h200.sh
 fi
 echo "[$(( $(date +%s) - T0 )) s] done"

@@ -77,6 +77,9 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
     GpuGradients recomputed = forward_backward(gpu, batch, d_final, Recompute::Layer);
     GpuGradients kept = forward_backward(gpu, batch, d_final, Recompute::None);
     const Tensor lean_hidden = cuda_download(ctx, gpu.forward_final_hidden(batch));
+    // The memory plan reads the same switch: its arithmetic for this mode, before the switch goes back.
+    const int64_t n_seqs = static_cast<int64_t>(batch.cu_seqlens.size()) - 1;
+    const uint64_t plan_kept = kept_intermediate_bytes(c, T, n_seqs, bf16);
     mlp_set_bf16_gate_up(-1);
     EXPECT_EQ(kept.kept_bf16_gate_ups, gate_up16 ? static_cast<size_t>(L) : 0u) << mode;
     EXPECT_EQ(std::memcmp(lean_hidden.raw(), kept.final_hidden.raw(), lean_hidden.nbytes()), 0)
@@ -93,8 +96,7 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
     ASSERT_GT(gdn_layers, 0u) << mode;
     EXPECT_EQ(kept.kept_rule_scratches, bf16 ? gdn_layers : 0u) << mode;
     // The memory plan's arithmetic for --recompute none (train/memory_plan.h) is exact for the GPU's kept layers.
-    const int64_t n_seqs = static_cast<int64_t>(batch.cu_seqlens.size()) - 1;
-    EXPECT_EQ(kept.kept_bytes - recomputed.kept_bytes, kept_intermediate_bytes(c, T, n_seqs, bf16))
+    EXPECT_EQ(kept.kept_bytes - recomputed.kept_bytes, plan_kept)
         << mode << ": the memory plan's kept_intermediate_bytes differs from the trace's kept layers";
     EXPECT_EQ(std::memcmp(kept.final_hidden.raw(), recomputed.final_hidden.raw(), kept.final_hidden.nbytes()), 0)
         << mode << ": final hidden states differ";

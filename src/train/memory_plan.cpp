@@ -98,7 +98,7 @@ uint64_t kept_intermediate_bytes(const ModelConfig& c, int64_t tokens, int64_t s
   const auto T = static_cast<uint64_t>(std::max<int64_t>(0, tokens));
   const auto H = static_cast<uint64_t>(c.hidden_size), F = static_cast<uint64_t>(c.intermediate_size);
   const bool attention_post_norm = architecture_spec(c.architecture).attention_post_norm;
-  const bool bf16_gate_up = mlp_bf16_gate_up() && T > 1 && !c.mlp_bias;  // mlp_takes_bf16_gate_up
+  const bool bf16_gate_up = bf16 && mlp_bf16_gate_up() && T > 1 && !c.mlp_bias;  // mlp_takes_bf16_gate_up
   uint64_t bytes = 0;
   for (const LayerKind kind : c.layer_kinds) {
     const bool attention = kind == LayerKind::FullAttention;
@@ -107,7 +107,7 @@ uint64_t kept_intermediate_bytes(const ModelConfig& c, int64_t tokens, int64_t s
     uint64_t per_token = attention && attention_post_norm ? 8 * H : (bf16 ? 4 * H : 8 * H);
     // The MLP: gate, up (fp32; bf16 in the bf16 gate/up form, layers/mlp_bf16_gate_up.h, which takes every batch
     // beyond the small-row GEMV's one row unless HLM_GEMV raises that) and h (fp32, or its bf16 rounding).
-    per_token += (bf16 && bf16_gate_up ? 4 : 8) * F + (bf16 ? 2 : 4) * F;
+    per_token += (bf16_gate_up ? 4 : 8) * F + (bf16 ? 2 : 4) * F;
     if (attention) {
       const auto D = static_cast<uint64_t>(c.head_dim), Hq = static_cast<uint64_t>(c.num_attention_heads);
       const uint64_t Cq = Hq * D, Ckv = static_cast<uint64_t>(c.num_key_value_heads) * D;

@@ -36,17 +36,8 @@ void mlp_layer_forward_cuda(CudaContext& ctx, float* out, const CudaLinearInput&
   HLM_CHECK(out != x.f32 && static_cast<const void*>(out) != static_cast<const void*>(x.bf16),
             "mlp forward: out may not alias x");
   const int64_t F = w.gate_proj.out_features;
-  if (mlp_takes_bf16_gate_up(w, tokens)) {  // the kept forward's form (same bits): gate and up in bf16
-    CudaTensor x16;
-    const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, tokens);
-    CudaTensor gate16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
-    CudaTensor up16 = CudaTensor::empty(ctx, {tokens, F}, DType::BF16);
-    cuda_linear_forward_bf16_out(ctx, gate16.data<__nv_bfloat16>(), in, w.gate_proj, tokens);
-    cuda_linear_forward_bf16_out(ctx, up16.data<__nv_bfloat16>(), in, w.up_proj, tokens);
-    // h into gate16's storage (the kernel reads each element before writing it)
-    swiglu_forward_bf16_in_cuda(gate16.data<__nv_bfloat16>(), gate16.data<__nv_bfloat16>(),
-                                up16.data<__nv_bfloat16>(), tokens * F, ctx.stream());
-    cuda_linear_forward(ctx, out, CudaLinearInput{nullptr, gate16.data<__nv_bfloat16>()}, w.down_proj, tokens);
+  if (mlp_takes_bf16_gate_up(w, tokens)) {  // the kept forward itself (same bits), its intermediates dropped
+    mlp_layer_forward_keep_cuda(ctx, out, x, w, tokens);
     return;
   }
   if (cuda_linear_is_bf16(w.down_proj)) {  // h only as down_proj's bf16 operand (the bits it would round to)

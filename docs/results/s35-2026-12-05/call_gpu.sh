@@ -10,7 +10,7 @@
 #   rm -f out/carry/all.txz.part.*; PIECE_MB=auto bash tools/device/pack_binaries.sh out/carry/all.txz \
 #     build-gpu/bench/bench_distill_step build-gpu/bench/bench_cuda_kernels build-gpu/tests/cuda/test_cuda_ops \
 #     build-gpu/tests/test_cuda_models build-gpu/hybridlm build-gpu/tools/profile/libhlm_kernel_trace.so
-# (Packed at the end of session 35 from a3ad6a2's code: two 15.7-MB pieces in out/carry/ of this machine.)
+# (Packed at the end of session 35 from a42eeaa's code: two 15.7-MB pieces in out/carry/ of this machine.)
 # Then one call per piece but the last, each carrying one piece (the carry limit leaves room for one beside the tree):
 #   mkdir -p /tmp/keep && cp out/carry/all.txz.part.NN /tmp/keep/
 # and the first call running this script carries the last piece and out/carry/anchors.txz (FLA + peer_probe.py).

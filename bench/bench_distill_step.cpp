@@ -38,14 +38,21 @@
 // --mlp-gate-up fp32|bf16[,...]: the MLPs' gate and up products in fp32 or in bf16 (layers/mlp_bf16_gate_up.h,
 // HLM_MLP_BF16_GATE_UP), set in-process for each entry in turn inside each weight-gradient path; without the option
 // the environment decides (line: gate_up=env).
+// --norm-bf16-out off|on[,...]: whether the pre-norm blocks' input norms also write their bf16 rounding for the
+// branch's products (models/cuda/cuda_model.h, HLM_NORM_BF16_OUT; with --recompute none straight into the kept bf16
+// input), set in-process for each entry in turn inside each gate/up form; without the option the environment decides
+// (line: norm16=env).
+// --matmul-autotune off|on[,...]: cuBLASLt's algorithm per GEMM shape timed among the heuristic's first 8 or its first
+// taken (ops/matmul/matmul_cuda.h, HLM_MATMUL_AUTOTUNE), innermost; without the option the environment decides.
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
 // attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps
 // other GPU work of the same device call whose timings do not matter (tests) while the steps are timed alone.
-// Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--micro R] [--seq T] [--layers L]
+// Usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--warmup N (2)] [--rows R] [--micro R] [--seq T] [--layers L]
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
 //                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
 //                           [--dw-paths overwrite|scratch|epilogue[,...]] [--mlp-gate-up fp32|bf16[,...]]
+//                           [--norm-bf16-out off|on[,...]] [--matmul-autotune off|on[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -69,6 +76,8 @@
 #include "layers/cuda/cuda_linear.h"
 #include "layers/mlp_bf16_gate_up.h"
 #include "models/convert.h"
+#include "models/cuda/cuda_model.h"
+#include "ops/matmul/matmul_cuda.h"
 #include "models/hf_config.h"
 #include "models/model.h"
 #include "models/model_train.h"
@@ -98,10 +107,13 @@ struct GateUpForm {
 };
 constexpr GateUpForm kEnvGateUp{"env", -1};
 constexpr GateUpForm kGateUpForms[] = {{"fp32", 0}, {"bf16", 1}};
+// --norm-bf16-out and --matmul-autotune: an on/off switch's value for one entry, the same kind of row.
+constexpr GateUpForm kOnOff[] = {{"off", 0}, {"on", 1}};
 
 struct Options {
   std::string precision = "bf16";
   int steps = 5;
+  int warmup = 2;  // --warmup: untimed steps before the timed ones, per entry
   int64_t rows = 8, seq = 1024;
   int layers = 28;
   std::string micro = "0";  // 0: one micro-batch of all rows; a comma-separated list times each
@@ -110,6 +122,8 @@ struct Options {
   std::vector<std::optional<LmHeadChunking>> chunkings;  // loss_chunking parsed; {nullopt} when empty
   std::vector<const DwPath*> dw_paths;  // --dw-paths; {&kEnvDwPath} without the option
   std::vector<const GateUpForm*> gate_ups;  // --mlp-gate-up; {&kEnvGateUp} without the option
+  std::vector<const GateUpForm*> norm16s;   // --norm-bf16-out; {&kEnvGateUp} (env) without the option
+  std::vector<const GateUpForm*> autotunes; // --matmul-autotune; likewise
 };
 
 // The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
@@ -156,6 +170,7 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--precision") o.precision = next();
     else if (a == "--steps") o.steps = std::atoi(next().c_str());
+    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
     else if (a == "--rows") o.rows = std::atoll(next().c_str());
     else if (a == "--seq") o.seq = std::atoll(next().c_str());
     else if (a == "--layers") o.layers = std::atoi(next().c_str());
@@ -170,17 +185,28 @@ Options parse(int argc, char** argv) {
     } else if (a == "--mlp-gate-up") {
       for (const std::string& name : split_list(next()))
         o.gate_ups.push_back(&row_named(kGateUpForms, name, "--mlp-gate-up"));
+    } else if (a == "--norm-bf16-out") {
+      for (const std::string& name : split_list(next()))
+        o.norm16s.push_back(&row_named(kOnOff, name, "--norm-bf16-out"));
+    } else if (a == "--matmul-autotune") {
+      for (const std::string& name : split_list(next()))
+        o.autotunes.push_back(&row_named(kOnOff, name, "--matmul-autotune"));
     }
     else {
-      std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--rows R] [--seq T] "
+      std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--warmup N] [--rows R] [--seq T] "
                            "[--layers L] [--micro R] [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] "
                            "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] "
                            "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...] "
-                           "[--mlp-gate-up fp32|bf16,...]\n");
+                           "[--mlp-gate-up fp32|bf16,...] [--norm-bf16-out off|on,...] "
+                           "[--matmul-autotune off|on,...]\n");
       std::exit(2);
     }
   }
   // Checked here, before the minute of model set-up.
+  if (o.steps < 1 || o.warmup < 0) {
+    std::fprintf(stderr, "--steps needs at least 1 and --warmup at least 0 (got %d and %d)\n", o.steps, o.warmup);
+    std::exit(2);
+  }
   for (const std::string& t : o.loss_chunking.empty() ? std::vector<std::string>{} : split_list(o.loss_chunking)) {
     try {
       o.chunkings.push_back(parse_lm_head_chunking(t));
@@ -192,6 +218,8 @@ Options parse(int argc, char** argv) {
   if (o.chunkings.empty()) o.chunkings.push_back(std::nullopt);  // the device's default
   if (o.dw_paths.empty()) o.dw_paths.push_back(&kEnvDwPath);
   if (o.gate_ups.empty()) o.gate_ups.push_back(&kEnvGateUp);
+  if (o.norm16s.empty()) o.norm16s.push_back(&kEnvGateUp);
+  if (o.autotunes.empty()) o.autotunes.push_back(&kEnvGateUp);
   return o;
 }
 
@@ -340,32 +368,36 @@ int main(int argc, char** argv) {
     wait_for_gate("HLM_BENCH_TIME_AFTER", " before the steps");
     for (const int64_t micro : micros)
     for (const DwPath* path : o.dw_paths)
-    for (const GateUpForm* gate_up : o.gate_ups) {
+    for (const GateUpForm* gate_up : o.gate_ups)
+    for (const GateUpForm* norm16 : o.norm16s)
+    for (const GateUpForm* autotune : o.autotunes) {
       const DwPath& dw = *path;
       cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
       cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
       mlp_set_bf16_gate_up(gate_up->bf16);
+      cuda_model_set_norm_bf16_out(norm16->bf16);
+      matmul_cuda_set_autotune(autotune->bf16);
       allocator.reset_peaks();
 
       std::vector<double> ms;
-      for (int s = 0; s < o.steps + 2; ++s) {
+      for (int s = 0; s < o.steps + o.warmup; ++s) {
         double norm = 0.0;
         // The timed steps form the profiler range (docs/profiling.md: HLM_TRACE_RANGE=profiler); a no-op otherwise.
         // Synchronized first: the tracer counts work that starts inside the range.
-        if (s == 2) {
+        if (s == o.warmup) {
           cudaDeviceSynchronize();
           cudaProfilerStart();
         }
         const auto a = std::chrono::steady_clock::now();
         const BatchLoss loss = device.step(batch, micro, 1.0, 1.0, &norm, 1);
         const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-        if (s == o.steps + 1) {
+        if (s == o.steps + o.warmup - 1) {
           cudaDeviceSynchronize();
           cudaProfilerStop();
         }
         std::printf("step %d: %.1f ms, loss %.5f, grad norm %.4f%s [loss %a, norm %a]\n", s, t, loss.loss, norm,
-                    s < 2 ? " (warm-up)" : "", loss.loss, norm);
-        if (s >= 2) ms.push_back(t);
+                    s < o.warmup ? " (warm-up)" : "", loss.loss, norm);
+        if (s >= o.warmup) ms.push_back(t);
       }
       std::sort(ms.begin(), ms.end());
       const double med = ms[ms.size() / 2];
@@ -373,12 +405,13 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s precision=%s rows=%lld micro=%lld "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s precision=%s rows=%lld micro=%lld "
                   "seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
-                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, o.precision.c_str(),
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name,
+                  o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,
                   tokens / (med / 1000.0), gib(std::max(attach_peak, st.peak_bytes_in_use)), gib(st.peak_bytes_in_use),

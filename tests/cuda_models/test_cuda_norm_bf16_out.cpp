@@ -1,8 +1,10 @@
 // HLM_NORM_BF16_OUT (models/cuda/cuda_model.h): in the bf16 compute mode a pre-norm block's input norms also write
 // their output's bf16 rounding (rmsnorm_*_rounded_cuda) for the branch's projections, in the forward and in the
-// recomputing backward, instead of a cast launch after them. The rounding is cast_f32_to_bf16_cuda's, so everything
+// recomputing backward, instead of a cast launch after them; with kept activations (--recompute none) they write it
+// straight into the kept bf16 input the backward reads. The rounding is cast_f32_to_bf16_cuda's, so everything
 // must be BIT-IDENTICAL with the switch off: the logits of a forward, and a forward_train + backward's final hidden
-// states and every parameter gradient (memcmp; no tolerance). Models: olmo_hybrid_tiny (post-norm attention blocks,
+// states and every parameter gradient (memcmp; no tolerance), with the recomputing backward and with kept
+// activations. Models: olmo_hybrid_tiny (post-norm attention blocks,
 // which keep their path, and pre-norm GDN blocks) and a qwen3_hybrid student converted from qwen3_untied (pre-norm
 // attention and GDN blocks). Also checked: the fp32 mode ignores the switch (still identical), and the switch's
 // override goes back to the environment.
@@ -31,14 +33,15 @@ struct Run {
   DecoderWeights grads; // every parameter's gradient, host
 };
 
-Run run_once(CudaModel& gpu, const ModelConfig& c, const TokenBatch& batch, const CudaTensor& d_final) {
+Run run_once(CudaModel& gpu, const ModelConfig& c, const TokenBatch& batch, const CudaTensor& d_final,
+             Recompute recompute) {
   CudaContext& ctx = cuda_context();
   Run r;
   ForwardOptions options;
   options.all_logits = true;
   r.logits = gpu.forward(batch, options, {}, {});
   CudaModel grads = CudaModel::zeros_like(c, ctx);
-  const CudaTrainTrace trace = gpu.forward_train(batch, Recompute::Layer);
+  const CudaTrainTrace trace = gpu.forward_train(batch, recompute);
   gpu.backward(trace, d_final.data<float>(), grads);
   r.final_hidden = cuda_download(ctx, trace.final_hidden);
   r.grads = zero_grads_like(c);
@@ -53,14 +56,16 @@ void expect_switch_changes_no_bit(Model& cpu_model, const std::string& label) {
   CudaContext& ctx = cuda_context();
   const CudaTensor d_final = random_final_gradient(ctx, T, H, /*stream=*/13);
   CudaModel gpu = CudaModel::upload(cpu_model, ctx);
-  for (const bool bf16 : {true, false}) {
+  for (const bool bf16 : {true, false})
+  for (const Recompute recompute : {Recompute::Layer, Recompute::None}) {
     gpu.set_bf16_compute(bf16);
-    const std::string mode = label + (bf16 ? " bf16" : " fp32");
+    const std::string mode = label + (bf16 ? " bf16" : " fp32") +
+                             (recompute == Recompute::None ? " kept activations" : " recomputed");
     cuda_model_set_norm_bf16_out(0);
-    const Run off = run_once(gpu, c, batch, d_final);
+    const Run off = run_once(gpu, c, batch, d_final, recompute);
     cuda_model_set_norm_bf16_out(1);
     ASSERT_TRUE(cuda_model_norm_bf16_out());
-    const Run on = run_once(gpu, c, batch, d_final);
+    const Run on = run_once(gpu, c, batch, d_final, recompute);
     cuda_model_set_norm_bf16_out(-1);
     ASSERT_EQ(on.logits.nbytes(), off.logits.nbytes()) << mode;
     EXPECT_EQ(std::memcmp(on.logits.raw(), off.logits.raw(), on.logits.nbytes()), 0) << mode << ": logits differ";

@@ -202,10 +202,21 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       rmsnorm_forward_rounded_cuda(nr, out16, h, weight, row_norm, stream);
     pending = false;
   };
+  // Where the norm before a pre-norm branch writes its output's bf16 rounding: nr16 without kept activations; with
+  // them in the bf16 mode (HLM_NORM_BF16_OUT on) the branch's kept bf16 input slot itself, so that no cast of nr
+  // follows (the same bits: the norm's rounding is the cast's); null: none.
+  const bool kept_norm16 = kept != nullptr && bf16_compute_ && mixer_override == nullptr && cuda_model_norm_bf16_out();
+  const auto norm_out16 = [&](CudaTensor CudaKeptLayer::*slot16, int layer) -> __nv_bfloat16* {
+    if (nr16 != nullptr || !kept_norm16) return nr16;
+    CudaTensor& to = (*kept)[static_cast<size_t>(layer)].*slot16;
+    to = CudaTensor::empty(ctx, {T, H}, DType::BF16);
+    return to.data<__nv_bfloat16>();
+  };
   // A pre-norm branch's input: nr with its rounding when the norm wrote one, else as keep_input gives it.
   const auto branch_input = [&](CudaTensor CudaKeptLayer::*slot, CudaTensor CudaKeptLayer::*slot16,
                                 int layer) -> CudaLinearInput {
     if (nr16 != nullptr) return {nr, nr16};
+    if (kept_norm16) return {nr, ((*kept)[static_cast<size_t>(layer)].*slot16).data<__nv_bfloat16>()};
     return keep_input(slot, slot16, layer, normed);
   };
 
@@ -258,7 +269,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     // A pre-norm layer adds the previous layer's pending MLP branch inside its input norm (one launch); any other
     // reader of the residual stream needs it added first.
     if (post_norm) flush_pending();
-    else norm_after_pending(layer.input_layernorm.data<float>(), nr16);
+    else norm_after_pending(layer.input_layernorm.data<float>(), norm_out16(&CudaKeptLayer::mixer_in16, i));
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
       mixer(nr, {h, nullptr});
@@ -277,8 +288,9 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       emit(CapturePoint::AttnDelta, i, delta);
       // h += branch, then the post-attention norm of h: one launch (the same bits as the add, then the norm), with
       // nr's rounding when nr16 is on.
-      rmsnorm_residual_forward_rounded_cuda(nr, nr16, h, dl, hyper.residual_multiplier,
-                                            layer.post_attention_layernorm.data<float>(), row_norm, stream);
+      rmsnorm_residual_forward_rounded_cuda(nr, norm_out16(&CudaKeptLayer::mlp_in16, i), h, dl,
+                                            hyper.residual_multiplier, layer.post_attention_layernorm.data<float>(),
+                                            row_norm, stream);
       emit(CapturePoint::AttnOut, i, hidden);
       mlp(dl, branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));
       emit(CapturePoint::MlpDelta, i, delta);

@@ -7,14 +7,18 @@
 // Degenerate shapes follow the CPU's gemm_safe: nothing to do for an empty output; an empty inner dimension gives
 // zeros (overwrite) or leaves the output (accumulate), then the bias is added.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/matmul/matmul_cuda.h"
 
@@ -71,6 +75,59 @@ struct LtDescriptors {
   }
 };
 
+OverridableSwitch g_autotune{"HLM_MATMUL_AUTOTUNE", false};
+
+// HLM_MATMUL_AUTOTUNE=on: for a new key that overwrites D (beta 0), the heuristic's first kAutotuneCandidates
+// algorithms are each run kAutotuneRuns times on the call's own operands, D as their output (the call itself
+// overwrites it afterwards), and the fastest (mean of the runs, CUDA events) is kept for the key. Not for beta ≠ 0
+// (D's contents would be added to: timing would need a copy of D) nor while the stream is being captured into a
+// graph (a timed run needs a host wait). Off by default: which algorithm wins may change from run to run with timing
+// noise, and with it the products' summation order, so results are reproducible across processes only without it.
+constexpr int kAutotuneCandidates = 8;
+constexpr int kAutotuneRuns = 3;
+std::atomic<size_t> g_autotuned_keys{0};  // keys timed among ≥ 2 algorithms
+
+struct AutotuneTrial {
+  int index;
+  float ms;  // mean of kAutotuneRuns runs
+};
+
+// The index into `results` of the fastest candidate (0 when timing is not possible).
+int autotune_pick(const CudaBlasLt& lt, const LtDescriptors& desc, const void* A, const void* B, void* D,
+                  const cublasLtMatmulHeuristicResult_t* results, int found, std::vector<AutotuneTrial>* trials) {
+  trials->clear();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  HLM_CUDA_CHECK(cudaStreamIsCapturing(lt.stream, &capture));
+  if (found < 2 || capture != cudaStreamCaptureStatusNone) return 0;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  HLM_CUDA_CHECK(cudaEventCreate(&start));
+  HLM_CUDA_CHECK(cudaEventCreate(&stop));
+  const float alpha = 1.0f, beta = 0.0f;
+  int best = 0;
+  float best_ms = 0.0f;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > lt.workspace_bytes) continue;
+    const auto run = [&] {
+      return cublasLtMatmul(lt.handle, desc.op, &alpha, A, desc.a, B, desc.b, &beta, D, desc.d, D, desc.d,
+                            &results[i].algo, lt.workspace, lt.workspace_bytes, lt.stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that refuses the call is skipped
+    HLM_CUDA_CHECK(cudaEventRecord(start, lt.stream));
+    for (int r = 0; r < kAutotuneRuns; ++r) HLM_CUBLAS_CHECK(run());
+    HLM_CUDA_CHECK(cudaEventRecord(stop, lt.stream));
+    HLM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    HLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    ms /= kAutotuneRuns;
+    if (trials->empty() || ms < best_ms) best = i, best_ms = ms;
+    trials->push_back({i, ms});
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (trials->size() >= 2) g_autotuned_keys.fetch_add(1);
+  return best;
+}
+
 // Column-major D[m, n] = op(A) · op(B) + beta · D (+ bias per row), fp32 compute and scale.
 void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
   LtDescriptors desc;
@@ -109,12 +166,14 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
   // The heuristic's answer depends only on the descriptors (shapes, types, ops, epilogue, alignments, workspace), so
   // it is asked once per distinct key: a training step makes hundreds of GEMM calls of a few shapes, and each query
   // costs tens of microseconds of host time. Same key, same algorithm: results stay reproducible.
+  // The autotune switch is part of the key, so that an A/B in one process (matmul_cuda_set_autotune) gets both.
+  const bool tune = g.beta == 0.0f && g_autotune.on();
   using AlgoKey = std::tuple<const void*, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                             bool, bool, uint32_t, uint32_t, uint32_t, uint64_t>;
+                             bool, bool, uint32_t, uint32_t, uint32_t, uint64_t, bool>;
   static std::mutex cache_mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
   const AlgoKey key{lt.handle, static_cast<int>(g.ab_type), static_cast<int>(g.d_type), g.trans_a, g.trans_b, g.m,
-                    g.n, g.k, g.lda, g.ldb, g.ldd, g.bias != nullptr, g.beta != 0.0f, align_a, align_b, align_d, ws};
+                    g.n, g.k, g.lda, g.ldb, g.ldd, g.bias != nullptr, g.beta != 0.0f, align_a, align_b, align_d, ws, tune};
   cublasLtMatmulAlgo_t algo{};
   bool cached = false;
   {
@@ -126,13 +185,15 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
     }
   }
   if (!cached) {
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates]{};
     int found = 0;
-    HLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1,
-                                                    &result, &found));
+    HLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref,
+                                                    tune ? kAutotuneCandidates : 1, results, &found));
     HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
               ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
-    algo = result.algo;
+    std::vector<AutotuneTrial> trials;
+    const int pick = tune ? autotune_pick(lt, desc, g.A, g.B, g.D, results, found, &trials) : 0;
+    algo = results[pick].algo;
     // HLM_MATMUL_LOG_ALGO=1: one stderr line per new key with the split-K count and reduction scheme chosen (used to
     // rule out split-K as the cause of the bf16 weight gradients' double rounding; docs/memory.md).
     static const bool log_algo = std::getenv("HLM_MATMUL_LOG_ALGO") != nullptr;
@@ -143,9 +204,12 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
       cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written);
       cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
                                            &written);
-      std::fprintf(stderr, "matmul algo: m %lld n %lld k %lld out %s beta %g: split-K %d, reduction scheme %u\n",
+      std::string timed;
+      for (const AutotuneTrial& t : trials) timed += " #" + std::to_string(t.index) + " " + std::to_string(t.ms) + " ms";
+      std::fprintf(stderr, "matmul algo: m %lld n %lld k %lld out %s beta %g: split-K %d, reduction scheme %u%s%s\n",
                    static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
-                   g.d_type == CUDA_R_16BF ? "bf16" : "f32", g.beta, splits, scheme);
+                   g.d_type == CUDA_R_16BF ? "bf16" : "f32", g.beta, splits, scheme,
+                   trials.empty() ? "" : "; autotune picked #", trials.empty() ? "" : (std::to_string(pick) + ":" + timed).c_str());
     }
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache.emplace(key, algo);
@@ -347,6 +411,10 @@ void backward_impl(const CudaBlasLt& lt, TO* dx, TW* dw, float* dbias, const TI*
 }
 
 }  // namespace
+
+bool matmul_cuda_autotune() { return g_autotune.on(); }
+void matmul_cuda_set_autotune(int on) { g_autotune.set(on); }
+size_t matmul_cuda_autotuned_keys() { return g_autotuned_keys.load(); }
 
 void matmul_forward_cuda(const CudaBlasLt& lt, float* y, const float* x, const float* w, const float* bias,
                          const MatmulCudaParams& p, bool accumulate) {

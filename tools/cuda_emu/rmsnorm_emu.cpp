@@ -1,0 +1,130 @@
+// Host driver of rmsnorm_emu.sh: the RMSNorm forward kernels for rows longer than a warp's (src/ops/rmsnorm/rmsnorm.cu)
+// run on the CPU (tools/cuda_emu/emu.h). The register kernel (rmsnorm_forward_regs_kernel<float, E>) against:
+//   - the block kernel (rmsnorm_forward_kernel<float>) on the same x, byte for byte, without delta (they sum the row
+//     in the same order: thread t the elements t, t + 256, ..., then block_sum);
+//   - with delta: x afterwards against residual_add_value(x, scale, delta) element by element (bits), and out against
+//     the block kernel run on that x (bits); out16 against f32_to_bf16_bits(out) (bits);
+//   - out aliasing delta (allowed by rmsnorm_cuda.h): the same bytes as with separate buffers;
+//   - grids of one block per row and of 2 blocks (grid-stride rows);
+//   - a double evaluation of w · x / sqrt(mean(x²) + eps) on rows of finite values: relative 1e-5 of the row's largest
+//     |out| (a gross-error check: fp32 sums of ≤ 4,096 squares are far inside it).
+// The launchers' choice of E (8 up to 8 · 256 elements, 16 up to 16 · 256) is mirrored here (kernels only are copied).
+#include "rmsnorm_kernel_emu.h"  // the kernel part of rmsnorm.cu (rmsnorm_emu.sh)
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace hlm;
+
+namespace {
+
+int failures = 0, checks = 0;
+
+void report(const std::string& what, size_t differ) {
+  ++checks;
+  if (differ != 0) ++failures;
+  std::printf("[%s] %s: values differing %zu\n", differ == 0 ? "pass" : "FAIL", what.c_str(), differ);
+}
+
+size_t differing_bytes(const float* a, const float* b, size_t n) {
+  size_t d = 0;
+  for (size_t i = 0; i < n; ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0 ? 1 : 0;
+  return d;
+}
+
+void regs(float* out, float* x, const float* w, int64_t R, int64_t D, float eps, const float* delta, float scale,
+          __nv_bfloat16* out16, unsigned blocks) {
+  const Dim grid{blocks, 1, 1};
+  if (D <= 8 * kThreads)
+    emu_launch(grid, kThreads, 0,
+               [&] { rmsnorm_forward_regs_kernel<float, 8>(out, x, w, R, D, eps, delta, scale, out16); });
+  else
+    emu_launch(grid, kThreads, 0,
+               [&] { rmsnorm_forward_regs_kernel<float, 16>(out, x, w, R, D, eps, delta, scale, out16); });
+}
+
+void block(float* out, const float* x, const float* w, int64_t R, int64_t D, float eps, unsigned blocks) {
+  emu_launch(Dim{blocks, 1, 1}, kThreads, 0, [&] { rmsnorm_forward_kernel<float>(out, x, w, R, D, eps); });
+}
+
+std::vector<float> values(size_t n, std::mt19937& rng, float spread, bool edges) {
+  std::normal_distribution<float> nd(0.0f, spread);
+  std::vector<float> v(n);
+  for (float& f : v) f = nd(rng);
+  if (edges && n > 8) {  // in the last row only (the double check skips it)
+    const float special[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(), 1e30f, -0.0f, 0.0f};
+    for (size_t k = 0; k < std::size(special); ++k) v[n - 1 - 3 * k] = special[k];
+  }
+  return v;
+}
+
+void run_case(int64_t R, int64_t D, float scale, unsigned blocks, bool edges, std::mt19937& rng) {
+  const float eps = 1e-6f;
+  const size_t n = static_cast<size_t>(R * D);
+  const std::vector<float> x0 = values(n, rng, 1.5f, edges), delta = values(n, rng, 0.7f, edges),
+                           w = values(static_cast<size_t>(D), rng, 1.0f, false);
+  const std::string tag = "R " + std::to_string(R) + " D " + std::to_string(D) + " scale " + std::to_string(scale) +
+                          " grid " + std::to_string(blocks) + (edges ? " edges" : "");
+
+  // Without delta: the register kernel against the block kernel.
+  std::vector<float> xa = x0, out_regs(n), out_block(n);
+  regs(out_regs.data(), xa.data(), w.data(), R, D, eps, nullptr, 1.0f, nullptr, blocks);
+  block(out_block.data(), x0.data(), w.data(), R, D, eps, blocks);
+  report(tag + ": regs vs block, no delta", differing_bytes(out_regs.data(), out_block.data(), n));
+  report(tag + ": x untouched without delta", differing_bytes(xa.data(), x0.data(), n));
+
+  // With delta and out16.
+  std::vector<float> xd = x0, out_d(n);
+  std::vector<__nv_bfloat16> out16(n);
+  regs(out_d.data(), xd.data(), w.data(), R, D, eps, delta.data(), scale, out16.data(), blocks);
+  std::vector<float> x_want(n);
+  for (size_t i = 0; i < n; ++i) x_want[i] = cuda::residual_add_value(x0[i], scale, delta[i]);
+  report(tag + ": x += scale · delta", differing_bytes(xd.data(), x_want.data(), n));
+  std::vector<float> out_want(n);
+  block(out_want.data(), x_want.data(), w.data(), R, D, eps, blocks);
+  report(tag + ": out with delta vs block on the added x", differing_bytes(out_d.data(), out_want.data(), n));
+  size_t bad16 = 0;
+  for (size_t i = 0; i < n; ++i) bad16 += out16[i].x != cuda::f32_to_bf16_bits(out_d[i]) ? 1 : 0;
+  report(tag + ": out16 = bf16 rounding of out", bad16);
+
+  // out aliasing delta.
+  std::vector<float> xs = x0, shared = delta;
+  regs(shared.data(), xs.data(), w.data(), R, D, eps, shared.data(), scale, nullptr, blocks);
+  report(tag + ": out aliasing delta", differing_bytes(shared.data(), out_d.data(), n) +
+                                           differing_bytes(xs.data(), xd.data(), n));
+
+  // Double evaluation on the rows without edge values.
+  size_t gross = 0;
+  for (int64_t r = 0; r < (edges ? R - 1 : R); ++r) {
+    double ss = 0.0, top = 0.0;
+    for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(x_want[r * D + d]) * x_want[r * D + d];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(D) + eps);
+    std::vector<double> ref(static_cast<size_t>(D));
+    for (int64_t d = 0; d < D; ++d) top = std::max(top, std::fabs(ref[d] = w[d] * (x_want[r * D + d] * inv)));
+    for (int64_t d = 0; d < D; ++d)
+      gross += std::fabs(out_d[r * D + d] - ref[d]) > 1e-5 * top ? 1 : 0;
+  }
+  report(tag + ": out vs double (relative 1e-5)", gross);
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(36);
+  const struct {
+    int64_t R, D;
+  } shapes[] = {{3, 1025}, {2, 2047}, {3, 2048}, {3, 2049}, {3, 2560}, {2, 4095}, {3, 4096}};
+  for (const auto& s : shapes) {
+    run_case(s.R, s.D, 1.0f, static_cast<unsigned>(s.R), false, rng);
+    run_case(s.R, s.D, 0.22f, 2, true, rng);
+  }
+  std::printf("rmsnorm_emu: %d checks, %d failed\n", checks, failures);
+  return failures == 0 ? 0 : 1;
+}

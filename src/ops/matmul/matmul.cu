@@ -77,12 +77,13 @@ struct LtDescriptors {
 
 OverridableSwitch g_autotune{"HLM_MATMUL_AUTOTUNE", false};
 
-// HLM_MATMUL_AUTOTUNE=on: for a new key that overwrites D (beta 0), the heuristic's first kAutotuneCandidates
-// algorithms are each run kAutotuneRuns times on the call's own operands, D as their output (the call itself
-// overwrites it afterwards), and the fastest (mean of the runs, CUDA events) is kept for the key. Not for beta ≠ 0
-// (D's contents would be added to: timing would need a copy of D) nor while the stream is being captured into a
-// graph (a timed run needs a host wait). Off by default: which algorithm wins may change from run to run with timing
-// noise, and with it the products' summation order, so results are reproducible across processes only without it.
+// HLM_MATMUL_AUTOTUNE=on: for a new key, the heuristic's first kAutotuneCandidates algorithms are each run
+// kAutotuneRuns times on the call's own operands and the fastest (mean of the runs, CUDA events) is kept for the key.
+// Their output: D itself when the call overwrites it (beta 0: the call writes it again afterwards); for beta ≠ 0 a
+// zeroed scratch of D's shape (cudaMalloc'd for the timing and freed; if it cannot be had, the heuristic's first
+// algorithm is kept). Not while the stream is being captured into a graph (a timed run needs a host wait). Off by
+// default: which algorithm wins may change from run to run with timing noise, and with it the products' summation
+// order, so results are reproducible across processes only without it.
 constexpr int kAutotuneCandidates = 8;
 constexpr int kAutotuneRuns = 3;
 std::atomic<size_t> g_autotuned_keys{0};  // keys timed among ≥ 2 algorithms
@@ -93,22 +94,34 @@ struct AutotuneTrial {
 };
 
 // The index into `results` of the fastest candidate (0 when timing is not possible).
-int autotune_pick(const CudaBlasLt& lt, const LtDescriptors& desc, const void* A, const void* B, void* D,
+int autotune_pick(const CudaBlasLt& lt, const LtDescriptors& desc, const LtGemm& g,
                   const cublasLtMatmulHeuristicResult_t* results, int found, std::vector<AutotuneTrial>* trials) {
   trials->clear();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   HLM_CUDA_CHECK(cudaStreamIsCapturing(lt.stream, &capture));
   if (found < 2 || capture != cudaStreamCaptureStatusNone) return 0;
+  void* out = g.D;
+  void* scratch = nullptr;
+  if (g.beta != 0.0f) {
+    const size_t bytes = static_cast<size_t>(g.ldd) * static_cast<size_t>(g.n) * (g.d_type == CUDA_R_16BF ? 2 : 4);
+    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // out of memory here is not an error of the call: keep the heuristic's first
+      return 0;
+    }
+    HLM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, bytes, lt.stream));
+    out = scratch;
+  }
+  const void *A = g.A, *B = g.B;
   cudaEvent_t start = nullptr, stop = nullptr;
   HLM_CUDA_CHECK(cudaEventCreate(&start));
   HLM_CUDA_CHECK(cudaEventCreate(&stop));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = g.beta;
   int best = 0;
   float best_ms = 0.0f;
   for (int i = 0; i < found; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > lt.workspace_bytes) continue;
     const auto run = [&] {
-      return cublasLtMatmul(lt.handle, desc.op, &alpha, A, desc.a, B, desc.b, &beta, D, desc.d, D, desc.d,
+      return cublasLtMatmul(lt.handle, desc.op, &alpha, A, desc.a, B, desc.b, &beta, out, desc.d, out, desc.d,
                             &results[i].algo, lt.workspace, lt.workspace_bytes, lt.stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate that refuses the call is skipped
@@ -124,6 +137,7 @@ int autotune_pick(const CudaBlasLt& lt, const LtDescriptors& desc, const void* A
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (scratch != nullptr) HLM_CUDA_CHECK(cudaFree(scratch));  // after the last event's wait: nothing reads it now
   if (trials->size() >= 2) g_autotuned_keys.fetch_add(1);
   return best;
 }
@@ -167,7 +181,7 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
   // it is asked once per distinct key: a training step makes hundreds of GEMM calls of a few shapes, and each query
   // costs tens of microseconds of host time. Same key, same algorithm: results stay reproducible.
   // The autotune switch is part of the key, so that an A/B in one process (matmul_cuda_set_autotune) gets both.
-  const bool tune = g.beta == 0.0f && g_autotune.on();
+  const bool tune = g_autotune.on();
   using AlgoKey = std::tuple<const void*, int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                              bool, bool, uint32_t, uint32_t, uint32_t, uint64_t, bool>;
   static std::mutex cache_mutex;
@@ -192,7 +206,7 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
     HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
               ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
     std::vector<AutotuneTrial> trials;
-    const int pick = tune ? autotune_pick(lt, desc, g.A, g.B, g.D, results, found, &trials) : 0;
+    const int pick = tune ? autotune_pick(lt, desc, g, results, found, &trials) : 0;
     algo = results[pick].algo;
     // HLM_MATMUL_LOG_ALGO=1: one stderr line per new key with the split-K count and reduction scheme chosen (used to
     // rule out split-K as the cause of the bf16 weight gradients' double rounding; docs/memory.md).

@@ -11,9 +11,10 @@
 // the same GPU model and SM count (cuBLAS documentation), not across models.
 // The heuristic's algorithm is cached per (handle, types, ops, shape, leading dims, epilogue, alignments, workspace):
 // asked once per distinct key, so repeated calls cost only the descriptor set-up and the launch.
-// HLM_MATMUL_AUTOTUNE=on|off (off by default; core/env_switch.h): for a new key with beta 0 (outside graph capture)
-// the heuristic's first 8 algorithms are each timed on the call's own operands (3 runs, CUDA events, the output
-// written by each and then by the call itself) and the fastest is cached instead of the first. The winner can vary
+// HLM_MATMUL_AUTOTUNE=on|off (off by default; core/env_switch.h): for a new key (outside graph capture) the
+// heuristic's first 8 algorithms are each timed on the call's own operands (3 runs, CUDA events; into the output
+// itself when the call overwrites it, else into a zeroed scratch of its shape, cudaMalloc'd and freed, the first
+// algorithm kept if that memory cannot be had) and the fastest is cached instead of the first. The winner can vary
 // between processes with timing noise, and with it the summation order: results are reproducible across processes
 // only with it off. matmul_cuda_set_autotune overrides the environment process-wide (A/B benches; -1 goes back).
 // Non-goals for now: cached descriptors, fp8, batched products.

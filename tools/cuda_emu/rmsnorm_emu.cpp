@@ -8,6 +8,9 @@
 //   - grids of one block per row and of 2 blocks (grid-stride rows);
 //   - a double evaluation of w · x / sqrt(mean(x²) + eps) on rows of finite values: relative 1e-5 of the row's largest
 //     |out| (a gross-error check: fp32 sums of ≤ 4,096 squares are far inside it).
+// The backward's dx kernel (rmsnorm_dx_kernel<float, I>) after the row-stats kernel: I = uint32_t and int64_t give the
+// same bytes, fresh and accumulating into a non-zero dx, equal to the kernel's formula evaluated here per element
+// (inv and m read back from the row-stats kernel), on grids of the launcher's size and of 3 blocks (grid-stride).
 // The launchers' choice of E (8 up to 8 · 256 elements, 16 up to 16 · 256) is mirrored here (kernels only are copied).
 #include "rmsnorm_kernel_emu.h"  // the kernel part of rmsnorm.cu (rmsnorm_emu.sh)
 
@@ -114,6 +117,42 @@ void run_case(int64_t R, int64_t D, float scale, unsigned blocks, bool edges, st
   report(tag + ": out vs double (relative 1e-5)", gross);
 }
 
+// The backward's elementwise dx on rows of D > 1024: both index types against the formula, fresh and accumulating.
+void run_dx_case(int64_t R, int64_t D, unsigned blocks, std::mt19937& rng) {
+  const float eps = 1e-6f;
+  const size_t n = static_cast<size_t>(R * D);
+  const std::vector<float> x = values(n, rng, 1.5f, false), dy = values(n, rng, 0.8f, false),
+                           w = values(static_cast<size_t>(D), rng, 1.0f, false), dx0 = values(n, rng, 0.3f, false);
+  std::vector<float> inv(static_cast<size_t>(R)), mean_gn(static_cast<size_t>(R));
+  emu_launch(Dim{static_cast<unsigned>(R), 1, 1}, kThreads, 0, [&] {
+    rmsnorm_row_stats_kernel<float>(inv.data(), mean_gn.data(), dy.data(), x.data(), w.data(), R, D, eps);
+  });
+  const std::string tag = "dx R " + std::to_string(R) + " D " + std::to_string(D) + " grid " + std::to_string(blocks);
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t r = i / static_cast<size_t>(D), d = i % static_cast<size_t>(D);
+      const float ir = inv[r];
+      const float g = __fmul_rn(dy[i], w[d]);
+      const float v = __fmul_rn(ir, __fsub_rn(g, __fmul_rn(__fmul_rn(x[i], ir), mean_gn[r])));
+      want[i] = accumulate ? __fadd_rn(dx0[i], v) : v;
+    }
+    std::vector<float> dx32 = dx0, dx64 = dx0;
+    const Dim grid{blocks, 1, 1};
+    emu_launch(grid, 256, 0, [&] {
+      rmsnorm_dx_kernel<float, uint32_t>(dx32.data(), dy.data(), x.data(), w.data(), inv.data(), mean_gn.data(), R, D,
+                                         accumulate);
+    });
+    emu_launch(grid, 256, 0, [&] {
+      rmsnorm_dx_kernel<float, int64_t>(dx64.data(), dy.data(), x.data(), w.data(), inv.data(), mean_gn.data(), R, D,
+                                        accumulate);
+    });
+    const std::string mode = accumulate ? " accumulating" : " fresh";
+    report(tag + mode + ": 32-bit index vs the formula", differing_bytes(dx32.data(), want.data(), n));
+    report(tag + mode + ": 64-bit index vs the formula", differing_bytes(dx64.data(), want.data(), n));
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -124,6 +163,11 @@ int main() {
   for (const auto& s : shapes) {
     run_case(s.R, s.D, 1.0f, static_cast<unsigned>(s.R), false, rng);
     run_case(s.R, s.D, 0.22f, 2, true, rng);
+  }
+  for (const auto& s : shapes) {
+    const int64_t n = s.R * s.D;
+    run_dx_case(s.R, s.D, static_cast<unsigned>((n + 255) / 256), rng);  // the launcher's grid (below its cap)
+    run_dx_case(s.R, s.D, 3, rng);
   }
   std::printf("rmsnorm_emu: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;

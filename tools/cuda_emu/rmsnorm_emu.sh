@@ -6,8 +6,10 @@
 # against the residual add's element formula (residual_add.cuh) and out against the block kernel on that x; out16
 # against f32_to_bf16_bits(out); out aliasing delta; grids of one block per row and of fewer blocks (grid-stride);
 # D from 1,025 to 4,096 (both register sizes, rows not a multiple of the block); edge values (NaN, ±Inf, 1e30, 0);
-# and out against a double evaluation (relative 1e-5 on finite rows, a gross-error check). It copies the kernel part
-# of rmsnorm.cu (from "// ---- Block path" to "// Per-row r and m") and cuda_common.cuh's conversions and block_sum
+# and out against a double evaluation (relative 1e-5 on finite rows, a gross-error check). The backward's elementwise
+# dx kernel (rows longer than a warp's) with 32- and 64-bit indices, fresh and accumulating, against its formula on
+# the host (bits) after the row-stats kernel. It copies the kernel part
+# of rmsnorm.cu (from "// ---- Block path" to DweightTerm) and cuda_common.cuh's conversions and block_sum
 # (from "// Storage <-> compute" to "// ---- Two-pass column sum"); the CUDA headers those include are
 # tools/cuda_emu/stubs' stand-ins. A few seconds. Checks the kernels' logic (load order, masking, aliasing,
 # indexing), not nvcc's code or the hardware; the GPU tests are tests/cuda/cases_rmsnorm.cpp.
@@ -20,7 +22,7 @@ python3 - "$root/src/ops/rmsnorm/rmsnorm.cu" "$root/src/backend/cuda/cuda_common
 import sys
 src = open(sys.argv[1]).read()
 common = open(sys.argv[2]).read()
-kernels = src[src.index('// ---- Block path'):src.index('// Per-row r and m')]
+kernels = src[src.index('// ---- Block path'):src.index('template <typename T>\nstruct DweightTerm')]
 helpers = common[common.index('// Storage <-> compute'):common.index('// ---- Two-pass column sum')]
 head = '''#pragma once
 #include <type_traits>

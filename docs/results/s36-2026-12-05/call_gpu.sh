@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Session 36's second device call set (H200 or H100): the GPU tests of this session's changes, then the 4B step under
 # the seed's recipe (96 rows per optimizer step) with every new switch A/B'd in one process against the old defaults.
-# Changes under test: the fused residual + norm loading its delta before any store (ops/rmsnorm/rmsnorm.cu, no switch:
-# in every entry), HLM_NORM_BF16_OUT also writing the kept bf16 input (models/cuda/cuda_model.cpp), the bf16 gate/up
-# test measured against the bf16 mode's own difference, HLM_MATMUL_AUTOTUNE (ops/matmul/matmul.cu).
+# Changes under test: the fused residual + norm loading its delta before any store and the norm's dx kernel with
+# 32-bit indices (ops/rmsnorm/rmsnorm.cu, no switch: in every entry), HLM_NORM_BF16_OUT also writing the kept bf16
+# input (models/cuda/cuda_model.cpp), the bf16 gate/up test measured against the bf16 mode's own difference,
+# HLM_MATMUL_AUTOTUNE (ops/matmul/matmul.cu, beta 0 and beta ≠ 0).
 #
 # Here, first (build-gpu, sm_90a):
 #   ninja -C build-gpu bench/bench_distill_step tests/cuda/test_cuda_ops tests/test_cuda_models hybridlm

@@ -4,7 +4,8 @@
 # Changes under test: the fused residual + norm loading its delta before any store and the norm's dx kernel with
 # 32-bit indices (ops/rmsnorm/rmsnorm.cu, no switch: in every entry), HLM_NORM_BF16_OUT also writing the kept bf16
 # input (models/cuda/cuda_model.cpp), the bf16 gate/up test measured against the bf16 mode's own difference,
-# HLM_MATMUL_AUTOTUNE (ops/matmul/matmul.cu, beta 0 and beta ≠ 0).
+# HLM_MATMUL_AUTOTUNE (ops/matmul/matmul.cu, beta 0 and beta ≠ 0); the attach's phases (HLM_PROFILE_STEP's new
+# "profile attach:" line, train/cuda/cuda_train_device.cpp).
 #
 # Here, first (build-gpu, sm_90a):
 #   ninja -C build-gpu bench/bench_distill_step tests/cuda/test_cuda_ops tests/test_cuda_models hybridlm
@@ -55,6 +56,7 @@ if has recipe; then
     --matmul-autotune off,on --steps 1 --warmup 1 > "$OUT/recipe.log" 2> "$OUT/recipe.err"
   echo "bench_distill_step rc=$?"
   grep -E "^distill_step" "$OUT/recipe.log" | sed 's/ precision=bf16 rows=96//; s/, allocator: .*//'
+  grep -E "^profile +attach" "$OUT/recipe.err"
   grep -c "autotune picked" "$OUT/recipe.err"
 fi
 echo "[$(( $(date +%s) - T0 )) s] done"

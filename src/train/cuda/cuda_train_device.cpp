@@ -2,6 +2,7 @@
 #include "train/cuda/cuda_train_device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -84,6 +85,29 @@ class PhaseTimer {
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
 };
 
+// The attach's phases in host seconds, each after a synchronization (HLM_PROFILE_STEP=1, as PhaseTimer; nothing
+// otherwise): one stderr line "profile      attach: <phase> <s> s; ...".
+class AttachTimer {
+ public:
+  explicit AttachTimer(CudaContext& ctx) : ctx_(ctx), on_(std::getenv("HLM_PROFILE_STEP") != nullptr) {}
+  void mark(const char* phase) {
+    if (!on_) return;
+    ctx_.synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    line_ += str_cat(" ", phase, " ", std::chrono::duration<double>(now - last_).count(), " s;");
+    last_ = now;
+  }
+  void print() const {
+    if (on_) std::fprintf(stderr, "profile      attach:%s\n", line_.c_str());
+  }
+
+ private:
+  CudaContext& ctx_;
+  bool on_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::string line_;
+};
+
 // At most this many captured steps are kept (one per batch shape; least recently used dropped first). 300 steps of
 // Table 14's synth model at 64 items per step (--bucket-tokens 128) meet ~22 shapes (~38 without the rounding of the
 // longest sequence below; a simulation of the item lengths; 16 on the H200, 2026-12-02); each graph keeps its step's
@@ -164,9 +188,13 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
                   "--zero-stage 0 on ", dp_ ? dp_->size() : 1, " ranks: the linears' gradients are bf16 and zero "
                   "stage 0 would round the summed gradients back into them; use --zero-stage 1 (the default)");
   const bool sharded = dp_ && dp_->zero_stage() == 1;
+  // HLM_PROFILE_STEP=1: the host seconds of each attach phase, one line at the end (the 4B attach took 46-79 s on the
+  // device machines, sessions 31-36, for ~40 GiB: where it goes is to be measured).
+  AttachTimer timer(*ctx_);
   // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
   // gradients: each upload's transient fp32 tensors meet the least memory already held.
   if (teacher != nullptr) teacher_.emplace(CudaModel::upload(*teacher, *ctx_));
+  timer.mark("teacher upload");
   if (teacher_) {
     HLM_CHECK_INPUT(!teacher_bf16_only_ || options_.bf16, "--memory-plan: the teacher is held in bf16 only with "
                     "--precision bf16");
@@ -178,13 +206,17 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
     else
       teacher_->set_bf16_compute(options_.bf16);
   }
+  timer.mark("teacher bf16");
   student_.emplace(CudaModel::upload(student, *ctx_));
+  timer.mark("student upload");
   student_->set_bf16_compute(options_.bf16);
   // lean: the linears' (and an untied head's) bf16 copies become the masters (the host AdamW holds every weight at a
   // bf16 value, so the copies are exact) and the linears' gradients are held in bf16 (cuda_bf16_masters.h).
   if (bf16_masters) cuda_hold_bf16_masters(*ctx_, *student_);
+  timer.mark("student bf16");
   grads_.emplace(CudaModel::zeros_like(student.config(), *ctx_));
   if (bf16_masters) cuda_hold_bf16_linear_grads(*ctx_, *grads_);
+  timer.mark("gradients");
   // ZeRO-1: the moments live in dp_'s shard only.
   optimizer_ = std::make_unique<CudaAdamW>(*ctx_, *student_, *grads_, ac.beta1, ac.beta2, ac.eps, ac.state, ac.master,
                                            ac.sr_seed, !sharded);
@@ -209,6 +241,7 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
       optimizer_->set_state(i, optimizer.exp_avg(j), optimizer.exp_avg_sq(j));
   }
   optimizer_->set_step_count(optimizer.step_count());
+  timer.mark("optimizer state");
   // ZeRO-1 in the bf16 mode (HYBRIDLM_ZERO1_MASTERS=sharded, the default): the fp32 weights that have bf16 copies
   // (the linears, an untied head) are freed here, their masters kept by dp_ for this rank's shard only.
   // lean: the bf16 copies are the masters already (whole on every rank; dp_ shards their update and moments).
@@ -254,6 +287,8 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
     }
   }
   ctx_->synchronize();
+  timer.mark("the rest");
+  timer.print();
   activation_plan_printed_ = false;
   print_static_plan();
 }

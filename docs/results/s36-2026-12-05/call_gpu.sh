@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 36's second device call set (H200 or H100): the GPU tests of this session's changes, then the 4B step under
 # the seed's recipe (96 rows per optimizer step) with every new switch A/B'd in one process against the old defaults.
+# Binaries: packed from 95e7e26 (README.md beside this script).
 # Changes under test: the fused residual + norm loading its delta before any store and the norm's dx kernel with
 # 32-bit indices (ops/rmsnorm/rmsnorm.cu, no switch: in every entry), HLM_NORM_BF16_OUT also writing the kept bf16
 # input (models/cuda/cuda_model.cpp), the bf16 gate/up test measured against the bf16 mode's own difference,

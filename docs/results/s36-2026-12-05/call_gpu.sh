@@ -51,7 +51,10 @@ if has recipe; then
   mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   MICRO=${MICRO:-$([ "${mib:-0}" -lt 100000 ] && echo 2 || echo 8)}
   echo "[$(( $(date +%s) - T0 )) s] recipe: micro $MICRO"
-  HLM_PROFILE_STEP=1 HLM_MATMUL_LOG_ALGO=1 timeout ${STEP_TIMEOUT:-400} /tmp/hlm/bin/bench_distill_step --shape qwen3-4b \
+  # Within BUDGET seconds of this call (default 560) when STEP_TIMEOUT is not given: entries print as they finish.
+  step_timeout=${STEP_TIMEOUT:-$(( ${BUDGET:-560} - ($(date +%s) - T0) - 10 ))}
+  echo "recipe: time limit ${step_timeout} s"
+  HLM_PROFILE_STEP=1 HLM_MATMUL_LOG_ALGO=1 timeout "$step_timeout" /tmp/hlm/bin/bench_distill_step --shape qwen3-4b \
     --precision bf16 --rows 96 --micro "$MICRO" --seq 1024 --memory-plan lean --recompute none \
     --loss-chunking 2048xfull --dw-paths overwrite --mlp-gate-up fp32,bf16 --norm-bf16-out off,on \
     --matmul-autotune off,on --steps 1 --warmup 1 > "$OUT/recipe.log" 2> "$OUT/recipe.err"

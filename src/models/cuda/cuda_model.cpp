@@ -18,7 +18,7 @@
 namespace hlm {
 
 namespace {
-OverridableSwitch g_norm_bf16_out{"HLM_NORM_BF16_OUT", false};
+OverridableSwitch g_norm_bf16_out{"HLM_NORM_BF16_OUT", true};  // on since session 36 (cuda_model.h)
 }  // namespace
 
 bool cuda_model_norm_bf16_out() { return g_norm_bf16_out.on(); }

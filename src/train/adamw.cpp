@@ -101,6 +101,7 @@ void AdamW::check_state(const char* what) const {
 void AdamW::step() {
   check_state("step");
   ++step_;
+  moments_initial_ = false;
   if (config_.state != AdamWStateFormat::F32 || config_.master != MasterFormat::F32) return step_lowmem();
   const double beta1 = config_.beta1, beta2 = config_.beta2, eps = config_.eps;
   const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step_));
@@ -163,10 +164,12 @@ void AdamW::set_q8_state(size_t i, AdamWQ8State state) {
                       state.absmax_v.size() == blocks,
                   "8-bit optimizer state for '", params_[i].name, "' has the wrong size");
   q8_[i] = std::move(state);
+  moments_initial_ = false;
 }
 
 void AdamW::set_state(size_t i, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
   check_state("set_state");
+  moments_initial_ = false;
   HLM_CHECK_INPUT(i < params_.size(), "optimizer state index ", i, " out of range");
   HLM_CHECK_INPUT(exp_avg.shape() == params_[i].param.shape() && exp_avg_sq.shape() == params_[i].param.shape(),
                   "optimizer state for '", params_[i].name, "' has the wrong shape");

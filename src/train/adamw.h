@@ -86,6 +86,10 @@ class AdamW {
   const AdamWQ8State& q8_state(size_t i) const;
   void set_q8_state(size_t i, AdamWQ8State state);  // sizes must match the parameter
   void set_step_count(int64_t step);
+  // Whether the moments still hold their initial values (zeros; under Q8 the codebooks' zero codes and zero scales):
+  // no step(), set_state() or set_q8_state() since construction, the only writers of the moments. A device copy
+  // built with the same initial bytes then needs no upload of them (CudaTrainDevice::attach).
+  bool moments_initial() const { return moments_initial_; }
 
  private:
   std::vector<AdamWGroup> groups_;
@@ -95,6 +99,7 @@ class AdamW {
   std::vector<AdamWQ8State> q8_;              // state Q8
   int64_t step_ = 0;
   bool with_state_ = true;
+  bool moments_initial_ = true;
   void check_state(const char* what) const;
 
   void step_lowmem();

@@ -129,4 +129,38 @@ TEST(AdamW, StateRoundTripAndInputChecks) {
   EXPECT_THROW(AdamW({{"g", 1e-3, 0.0, 0.0}}, {{"x", p, g, 0}, {"x", q, g, 0}}), Error);  // duplicate name
 }
 
+// moments_initial(): true from construction until a step or a state setter (the GPU attach skips uploading initial
+// 8-bit moments on it), in both state formats; set_step_count alone leaves the moments as they are.
+TEST(AdamW, MomentsInitialUntilAStepOrAStateSetter) {
+  for (const AdamWStateFormat state : {AdamWStateFormat::F32, AdamWStateFormat::Q8}) {
+    AdamWConfig config;
+    config.state = state;
+    Tensor p = make_tensor({1.0f, 2.0f}), g = make_tensor({0.5f, -0.5f});
+    AdamW a({{"g", 1e-3, 0.01, 1e-3}}, {{"x", p, g, 0}}, config);
+    EXPECT_TRUE(a.moments_initial());
+    a.set_step_count(3);
+    EXPECT_TRUE(a.moments_initial()) << "set_step_count does not touch the moments";
+    a.step();
+    EXPECT_FALSE(a.moments_initial());
+
+    Tensor q = make_tensor({1.0f, 2.0f});
+    AdamW b({{"g", 1e-3, 0.01, 1e-3}}, {{"x", q, g, 0}}, config);
+    b.set_state(0, a.exp_avg(0), a.exp_avg_sq(0));
+    EXPECT_FALSE(b.moments_initial());
+    if (state == AdamWStateFormat::Q8) {
+      Tensor r = make_tensor({1.0f, 2.0f});
+      AdamW c({{"g", 1e-3, 0.01, 1e-3}}, {{"x", r, g, 0}}, config);
+      c.set_q8_state(0, a.q8_state(0));
+      EXPECT_FALSE(c.moments_initial());
+      // What the attach relies on: the initial 8-bit moments are the codebooks' zero codes and zero scales.
+      AdamW d({{"g", 1e-3, 0.01, 1e-3}}, {{"x", r, g, 0}}, config);
+      const AdamWQ8State& s0 = d.q8_state(0);
+      for (uint8_t code : s0.q_m) EXPECT_EQ(code, q8_codebook_signed().zero);
+      for (uint8_t code : s0.q_v) EXPECT_EQ(code, q8_codebook_unsigned().zero);
+      for (float scale : s0.absmax_m) EXPECT_EQ(scale, 0.0f);
+      for (float scale : s0.absmax_v) EXPECT_EQ(scale, 0.0f);
+    }
+  }
+}
+
 }  // namespace

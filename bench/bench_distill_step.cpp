@@ -100,15 +100,15 @@ struct DwPath {
 constexpr DwPath kEnvDwPath{"env", -1, -1};  // without --dw-paths: both left to the environment
 constexpr DwPath kDwPaths[] = {{"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
 
-// --mlp-gate-up: the bf16 gate/up switch's value for one entry (mlp_bf16_gate_up.h).
-struct GateUpForm {
+// --mlp-gate-up, --norm-bf16-out, --matmul-autotune: one entry's value of an overridable on/off switch
+// (core/env_switch.h: 1 on, 0 off, -1 the environment's).
+struct SwitchEntry {
   const char* name;
-  int bf16;  // OverridableSwitch::set value (-1: the environment's)
+  int value;  // OverridableSwitch::set value (-1: the environment's)
 };
-constexpr GateUpForm kEnvGateUp{"env", -1};
-constexpr GateUpForm kGateUpForms[] = {{"fp32", 0}, {"bf16", 1}};
-// --norm-bf16-out and --matmul-autotune: an on/off switch's value for one entry, the same kind of row.
-constexpr GateUpForm kOnOff[] = {{"off", 0}, {"on", 1}};
+constexpr SwitchEntry kEnvSwitch{"env", -1};
+constexpr SwitchEntry kGateUpForms[] = {{"fp32", 0}, {"bf16", 1}};
+constexpr SwitchEntry kOnOff[] = {{"off", 0}, {"on", 1}};
 
 struct Options {
   std::string precision = "bf16";
@@ -121,9 +121,9 @@ struct Options {
   std::string loss_chunking;  // empty: the device's default (HLM_LM_HEAD_CHUNKING or 4096x4096)
   std::vector<std::optional<LmHeadChunking>> chunkings;  // loss_chunking parsed; {nullopt} when empty
   std::vector<const DwPath*> dw_paths;  // --dw-paths; {&kEnvDwPath} without the option
-  std::vector<const GateUpForm*> gate_ups;  // --mlp-gate-up; {&kEnvGateUp} without the option
-  std::vector<const GateUpForm*> norm16s;   // --norm-bf16-out; {&kEnvGateUp} (env) without the option
-  std::vector<const GateUpForm*> autotunes; // --matmul-autotune; likewise
+  std::vector<const SwitchEntry*> gate_ups;  // --mlp-gate-up; {&kEnvSwitch} without the option
+  std::vector<const SwitchEntry*> norm16s;   // --norm-bf16-out; {&kEnvSwitch} without the option
+  std::vector<const SwitchEntry*> autotunes; // --matmul-autotune; likewise
 };
 
 // The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
@@ -217,9 +217,9 @@ Options parse(int argc, char** argv) {
   }
   if (o.chunkings.empty()) o.chunkings.push_back(std::nullopt);  // the device's default
   if (o.dw_paths.empty()) o.dw_paths.push_back(&kEnvDwPath);
-  if (o.gate_ups.empty()) o.gate_ups.push_back(&kEnvGateUp);
-  if (o.norm16s.empty()) o.norm16s.push_back(&kEnvGateUp);
-  if (o.autotunes.empty()) o.autotunes.push_back(&kEnvGateUp);
+  if (o.gate_ups.empty()) o.gate_ups.push_back(&kEnvSwitch);
+  if (o.norm16s.empty()) o.norm16s.push_back(&kEnvSwitch);
+  if (o.autotunes.empty()) o.autotunes.push_back(&kEnvSwitch);
   return o;
 }
 
@@ -368,15 +368,15 @@ int main(int argc, char** argv) {
     wait_for_gate("HLM_BENCH_TIME_AFTER", " before the steps");
     for (const int64_t micro : micros)
     for (const DwPath* path : o.dw_paths)
-    for (const GateUpForm* gate_up : o.gate_ups)
-    for (const GateUpForm* norm16 : o.norm16s)
-    for (const GateUpForm* autotune : o.autotunes) {
+    for (const SwitchEntry* gate_up : o.gate_ups)
+    for (const SwitchEntry* norm16 : o.norm16s)
+    for (const SwitchEntry* autotune : o.autotunes) {
       const DwPath& dw = *path;
       cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
       cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
-      mlp_set_bf16_gate_up(gate_up->bf16);
-      cuda_model_set_norm_bf16_out(norm16->bf16);
-      matmul_cuda_set_autotune(autotune->bf16);
+      mlp_set_bf16_gate_up(gate_up->value);
+      cuda_model_set_norm_bf16_out(norm16->value);
+      matmul_cuda_set_autotune(autotune->value);
       allocator.reset_peaks();
 
       std::vector<double> ms;

@@ -48,11 +48,17 @@ std::optional<LmHeadChunking> resolve_loss_chunking(const std::optional<LmHeadCh
   return c;
 }
 
+// HLM_PROFILE_STEP=1 (read once): the step's and the attach's phase timers below print; off by default.
+bool profile_step_enabled() {
+  static const bool on = std::getenv("HLM_PROFILE_STEP") != nullptr;
+  return on;
+}
+
 // HLM_PROFILE_STEP=1: each micro-batch prints the GPU milliseconds of its phases (CUDA events on the stream; adds no
 // host wait until the end of the micro-batch). For finding where a step's time goes; off by default.
 class PhaseTimer {
  public:
-  explicit PhaseTimer(cudaStream_t stream) : stream_(stream), on_(enabled()) {}
+  explicit PhaseTimer(cudaStream_t stream) : stream_(stream), on_(profile_step_enabled()) {}
   ~PhaseTimer() {
     for (auto& [name, e] : marks_) cudaEventDestroy(e);
   }
@@ -76,10 +82,6 @@ class PhaseTimer {
   }
 
  private:
-  static bool enabled() {
-    static const bool on = std::getenv("HLM_PROFILE_STEP") != nullptr;
-    return on;
-  }
   cudaStream_t stream_;
   bool on_;
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
@@ -89,7 +91,7 @@ class PhaseTimer {
 // otherwise): one stderr line "profile      attach: <phase> <s> s; ...".
 class AttachTimer {
  public:
-  explicit AttachTimer(CudaContext& ctx) : ctx_(ctx), on_(std::getenv("HLM_PROFILE_STEP") != nullptr) {}
+  explicit AttachTimer(CudaContext& ctx) : ctx_(ctx), on_(profile_step_enabled()) {}
   void mark(const char* phase) {
     if (!on_) return;
     ctx_.synchronize();
@@ -188,8 +190,9 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
                   "--zero-stage 0 on ", dp_ ? dp_->size() : 1, " ranks: the linears' gradients are bf16 and zero "
                   "stage 0 would round the summed gradients back into them; use --zero-stage 1 (the default)");
   const bool sharded = dp_ && dp_->zero_stage() == 1;
-  // HLM_PROFILE_STEP=1: the host seconds of each attach phase, one line at the end (the 4B attach took 46-79 s on the
-  // device machines, sessions 31-36, for ~40 GiB: where it goes is to be measured).
+  // HLM_PROFILE_STEP=1: the host seconds of each attach phase, one line at the end (the 4B attach, 42 s on an H100
+  // in session 36: mostly the 8-bit state's upload, now skipped for a fresh optimizer, the bf16 masters and the
+  // gradient holder; docs/memory.md).
   AttachTimer timer(*ctx_);
   // The teacher first (its fp32 linears are freed below when held in bf16 only), then the student, then the
   // gradients: each upload's transient fp32 tensors meet the least memory already held.

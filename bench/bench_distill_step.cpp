@@ -44,6 +44,9 @@
 // (line: norm16=env).
 // --matmul-autotune off|on[,...]: cuBLASLt's algorithm per GEMM shape timed among the heuristic's first 8 or its first
 // taken (ops/matmul/matmul_cuda.h, HLM_MATMUL_AUTOTUNE), innermost; without the option the environment decides.
+// --teacher-overlap off|on[,...]: each micro-batch's teacher forward (but a step's first) queued on a side stream
+// beside the previous micro-batch's student backward (train/cuda/cuda_train_device.h, HLM_TEACHER_OVERLAP),
+// innermost; without the option the environment decides.
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
 // attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps
@@ -53,6 +56,7 @@
 //                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
 //                           [--dw-paths overwrite|scratch|epilogue[,...]] [--mlp-gate-up fp32|bf16[,...]]
 //                           [--norm-bf16-out off|on[,...]] [--matmul-autotune off|on[,...]]
+//                           [--teacher-overlap off|on[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -100,7 +104,7 @@ struct DwPath {
 constexpr DwPath kEnvDwPath{"env", -1, -1};  // without --dw-paths: both left to the environment
 constexpr DwPath kDwPaths[] = {{"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
 
-// --mlp-gate-up, --norm-bf16-out, --matmul-autotune: one entry's value of an overridable on/off switch
+// --mlp-gate-up, --norm-bf16-out, --matmul-autotune, --teacher-overlap: one entry's value of an overridable on/off switch
 // (core/env_switch.h: 1 on, 0 off, -1 the environment's).
 struct SwitchEntry {
   const char* name;
@@ -124,6 +128,7 @@ struct Options {
   std::vector<const SwitchEntry*> gate_ups;  // --mlp-gate-up; {&kEnvSwitch} without the option
   std::vector<const SwitchEntry*> norm16s;   // --norm-bf16-out; {&kEnvSwitch} without the option
   std::vector<const SwitchEntry*> autotunes; // --matmul-autotune; likewise
+  std::vector<const SwitchEntry*> overlaps;  // --teacher-overlap; likewise
 };
 
 // The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
@@ -191,6 +196,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--matmul-autotune") {
       for (const std::string& name : split_list(next()))
         o.autotunes.push_back(&row_named(kOnOff, name, "--matmul-autotune"));
+    } else if (a == "--teacher-overlap") {
+      for (const std::string& name : split_list(next()))
+        o.overlaps.push_back(&row_named(kOnOff, name, "--teacher-overlap"));
     }
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--warmup N] [--rows R] [--seq T] "
@@ -198,7 +206,7 @@ Options parse(int argc, char** argv) {
                            "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] "
                            "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...] "
                            "[--mlp-gate-up fp32|bf16,...] [--norm-bf16-out off|on,...] "
-                           "[--matmul-autotune off|on,...]\n");
+                           "[--matmul-autotune off|on,...] [--teacher-overlap off|on,...]\n");
       std::exit(2);
     }
   }
@@ -220,6 +228,7 @@ Options parse(int argc, char** argv) {
   if (o.gate_ups.empty()) o.gate_ups.push_back(&kEnvSwitch);
   if (o.norm16s.empty()) o.norm16s.push_back(&kEnvSwitch);
   if (o.autotunes.empty()) o.autotunes.push_back(&kEnvSwitch);
+  if (o.overlaps.empty()) o.overlaps.push_back(&kEnvSwitch);
   return o;
 }
 
@@ -370,13 +379,15 @@ int main(int argc, char** argv) {
     for (const DwPath* path : o.dw_paths)
     for (const SwitchEntry* gate_up : o.gate_ups)
     for (const SwitchEntry* norm16 : o.norm16s)
-    for (const SwitchEntry* autotune : o.autotunes) {
+    for (const SwitchEntry* autotune : o.autotunes)
+    for (const SwitchEntry* overlap : o.overlaps) {
       const DwPath& dw = *path;
       cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
       cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
       mlp_set_bf16_gate_up(gate_up->value);
       cuda_model_set_norm_bf16_out(norm16->value);
       matmul_cuda_set_autotune(autotune->value);
+      cuda_train_set_teacher_overlap(overlap->value);
       allocator.reset_peaks();
 
       std::vector<double> ms;
@@ -405,12 +416,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s precision=%s rows=%lld micro=%lld "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s overlap=%s precision=%s rows=%lld micro=%lld "
                   "seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
-                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name,
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name, overlap->name,
                   o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,

@@ -92,7 +92,8 @@ void* CudaAllocator::allocate(size_t bytes) {
     it->second.pop_back();
     ++stats_.num_cache_hits;
   } else {
-    device_malloc_locked(&ptr, cls, pool == nullptr);  // inside a capture no release: cudaFree is not allowed there
+    // Inside a capture no release: cudaFree is not allowed there (a stream's pool may release the general cache).
+    device_malloc_locked(&ptr, cls, pool == nullptr || !pool->capture);
     if (pool != nullptr) pool->bytes += cls;
   }
   live_.emplace(ptr, Live{cls, bytes, active_pool_});
@@ -131,10 +132,12 @@ void CudaAllocator::deallocate(void* ptr) {
   pool->second.free_lists[block.cls].push_back(ptr);
 }
 
-uint64_t CudaAllocator::create_pool() {
+uint64_t CudaAllocator::create_pool(bool for_capture) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t id = next_pool_++;
-  pools_.emplace(id, Pool{});
+  Pool pool;
+  pool.capture = for_capture;
+  pools_.emplace(id, std::move(pool));
   return id;
 }
 

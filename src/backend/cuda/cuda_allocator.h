@@ -30,7 +30,8 @@
 // blocks join the general free lists and its live blocks become general blocks (freed to the general lists). Within
 // one capture, reusing a pool block freed earlier in the same capture is safe for the same reason as on the stream:
 // the captured work is one chain on one stream, replayed in order. One active pool at a time. While a pool is
-// active an out-of-memory throws at once (no release of the cache: cudaFree inside a stream capture is not allowed).
+// active an out-of-memory throws at once (no release of the cache: cudaFree inside a stream capture is not allowed),
+// unless the pool was made for a second stream's work (create_pool(false)).
 // release_cached() frees general idle blocks only.
 #pragma once
 #include <cstddef>
@@ -83,7 +84,10 @@ class CudaAllocator {
   static constexpr size_t kSegmentRound = size_t{2} << 20;  // a new segment: the request rounded up to this
 
   // Private pools (header comment). create_pool returns a new id (> 0); begin_pool needs no other pool active.
-  uint64_t create_pool();
+  // for_capture = false: a pool for a second stream's work (cuda_context.h, CudaSideStream), whose blocks must not be
+  // handed to the main stream's requests while its kernels may still use them; unlike a capture's pool it may
+  // release the general cache and retry when cudaMalloc runs out of memory.
+  uint64_t create_pool(bool for_capture = true);
   void begin_pool(uint64_t id);
   void end_pool();
   void release_pool(uint64_t id);
@@ -98,7 +102,8 @@ class CudaAllocator {
   };
   struct Pool {
     FreeLists free_lists;
-    size_t bytes = 0;  // size classes of every block the pool holds
+    size_t bytes = 0;      // size classes of every block the pool holds
+    bool capture = true;   // create_pool's for_capture
   };
   void release_cached_locked();
   void* allocate_large_locked(size_t bytes);

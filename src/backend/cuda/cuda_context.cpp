@@ -8,17 +8,41 @@ namespace hlm {
 
 CudaContext::CudaContext(int device) : device_(device) {
   HLM_CUDA_CHECK(cudaSetDevice(device_));
-  HLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  HLM_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking));
+  stream_ = main_stream_;
   HLM_CUBLAS_CHECK(cublasLtCreate(&blaslt_));
-  workspace_ = allocator_.allocate(kBlasLtWorkspaceBytes);
+  main_workspace_ = workspace_ = allocator_.allocate(kBlasLtWorkspaceBytes);
 }
 
 CudaContext::~CudaContext() {
   // Best effort, errors ignored: a destructor must not throw.
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  allocator_.deallocate(workspace_);
+  if (main_stream_ != nullptr) cudaStreamSynchronize(main_stream_);
+  if (side_ != nullptr) cudaStreamSynchronize(side_);
+  allocator_.deallocate(main_workspace_);
+  allocator_.deallocate(side_workspace_);
   if (blaslt_ != nullptr) cublasLtDestroy(blaslt_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (main_stream_ != nullptr) cudaStreamDestroy(main_stream_);
+  if (side_ != nullptr) cudaStreamDestroy(side_);
+}
+
+cudaStream_t CudaContext::side_stream() {
+  if (side_ == nullptr) {
+    // The main stream's priority (the default, which is already the least): a lower one does not exist.
+    HLM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    side_workspace_ = allocator_.allocate(kBlasLtWorkspaceBytes);
+  }
+  return side_;
+}
+
+CudaSideStream::CudaSideStream(CudaContext& ctx) : ctx_(ctx) {
+  HLM_CHECK(!ctx.on_side_stream(), "CudaSideStream: already on the side stream (scopes do not nest)");
+  ctx.stream_ = ctx.side_stream();
+  ctx.workspace_ = ctx.side_workspace_;
+}
+
+CudaSideStream::~CudaSideStream() {
+  ctx_.stream_ = ctx_.main_stream_;
+  ctx_.workspace_ = ctx_.main_workspace_;
 }
 
 void CudaContext::make_current() const { HLM_CUDA_CHECK(cudaSetDevice(device_)); }

@@ -9,7 +9,12 @@
 //   rmsnorm_forward_cuda(out, x, w, params, ctx.stream());
 //   ctx.synchronize();                          // waits for the stream and turns a kernel fault into hlm::Error
 //
-// Non-goals: several streams, several devices per context, peer access. The default context is never destroyed
+// A second stream: while a CudaSideStream scope lives, stream() and blaslt() name the context's side stream (created
+// on first use, with its own cuBLASLt workspace), so that everything queued through the context in
+// the scope runs beside the main stream's work (the distillation teacher's forward beside the student's backward,
+// train/cuda/cuda_train_device.cpp). The caller orders the two streams with events and keeps their memory apart (the
+// allocator hands a block freed by one stream's work to the next request at once: cuda_allocator.h, private pools).
+// Non-goals: more streams, several devices per context, peer access. The default context is never destroyed
 // (destroying CUDA objects during static destruction races the runtime's own teardown).
 #pragma once
 #include <cublasLt.h>
@@ -45,17 +50,39 @@ class CudaContext {
   CudaAllocator& allocator() { return allocator_; }
   CudaBlasLt blaslt() const { return {blaslt_, workspace_, kBlasLtWorkspaceBytes, stream_}; }
 
+  // The side stream (created on first use; see the header comment) and whether a CudaSideStream scope is active.
+  cudaStream_t side_stream();
+  cudaStream_t main_stream() const { return main_stream_; }
+  bool on_side_stream() const { return stream_ != main_stream_; }
+
   // Makes this context's device current on the calling thread.
   void make_current() const;
   // Waits for the stream; a fault in an earlier kernel becomes hlm::Error here.
   void synchronize() const;
 
  private:
+  friend class CudaSideStream;
   int device_ = 0;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;       // the stream work is queued on now: main_stream_, or side_ in a scope
+  cudaStream_t main_stream_ = nullptr;
+  cudaStream_t side_ = nullptr;         // side_stream()
   cublasLtHandle_t blaslt_ = nullptr;
   CudaAllocator allocator_;
-  void* workspace_ = nullptr;  // from allocator_
+  void* workspace_ = nullptr;  // from allocator_: the current stream's (main_workspace_ or side_workspace_)
+  void* main_workspace_ = nullptr;
+  void* side_workspace_ = nullptr;
+};
+
+// While it lives, `ctx` queues on its side stream (CudaContext header comment). Not nested; one host thread.
+class CudaSideStream {
+ public:
+  explicit CudaSideStream(CudaContext& ctx);
+  ~CudaSideStream();
+  CudaSideStream(const CudaSideStream&) = delete;
+  CudaSideStream& operator=(const CudaSideStream&) = delete;
+
+ private:
+  CudaContext& ctx_;
 };
 
 // The process-wide default context (device 0), created on first call; throws when no usable GPU.

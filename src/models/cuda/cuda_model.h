@@ -87,6 +87,10 @@ class CudaModel {
   // The final hidden states [T, hidden] (device) of forward_train, keeping nothing else: a frozen teacher's forward
   // and evaluation (no backward follows, so no residual streams are cloned or held).
   CudaTensor forward_final_hidden(const TokenBatch& batch);
+  // The same on a batch already on the device, without reading the error flag back (nothing waits for the stream:
+  // the teacher's forward queued on the side stream, train/cuda/cuda_train_device.cpp); the caller checks the flag
+  // afterwards (cuda_check_batch_flag).
+  CudaTensor forward_final_hidden(const CudaTokenBatch& device_batch);
   // As model_backward: grads += d loss / d weights from d_final_hidden [T, hidden] (device). grads comes from
   // zeros_like(config()); the LM head's own gradient comes from the loss, not from here. Reads the trace's kept
   // intermediates where it has them, recomputes them otherwise: the same gradients to the bit.

@@ -234,13 +234,18 @@ CudaTrainTrace CudaModel::forward_train(const CudaTokenBatch& device_batch, Reco
 }
 
 CudaTensor CudaModel::forward_final_hidden(const TokenBatch& batch) {
-  CudaContext& ctx = *ctx_;
-  ctx.make_current();
-  const CudaTokenBatch device_batch = CudaTokenBatch::upload(ctx, batch);
+  ctx_->make_current();
+  const CudaTokenBatch device_batch = CudaTokenBatch::upload(*ctx_, batch);
+  CudaTensor hidden = forward_final_hidden(device_batch);
+  cuda_check_batch_flag(*ctx_, device_batch, batch, config_.vocab_size);
+  return hidden;
+}
+
+CudaTensor CudaModel::forward_final_hidden(const CudaTokenBatch& device_batch) {
+  ctx_->make_current();
   const CudaBatchView b = device_batch.view();
   CudaTensor residual, hidden;  // the stream entering the final norm (dropped), the final hidden states
   run_decoder(b, rope_table(b.max_seqlen), residual, hidden, [](CapturePoint, int, const CudaTensor&) {});
-  cuda_check_batch_flag(ctx, device_batch, batch, config_.vocab_size);
   return hidden;
 }
 

@@ -626,7 +626,10 @@ void stats_transpose(float* dst, const float* src, const Shape& s, bool to_ours,
 }
 
 // ---- Plan cache.
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+// By stream too: a plan's workspace holds a call's scratch (and the forward's statistics) until the call's kernels
+// end, so two streams running the same shape at once (the distillation teacher's forward on the context's side
+// stream beside the student's recomputing backward, backend/cuda/cuda_context.h) each need their own.
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uintptr_t>;
 
 struct PlanCache {
   std::mutex mutex;
@@ -837,7 +840,7 @@ std::shared_ptr<Plan> plan_for(bool backward, const Shape& s, cudaStream_t strea
     if (why != nullptr) *why = a.error;
     return nullptr;
   }
-  const PlanKey key{backward, s.B, s.Sq, s.Skv, s.Hq, s.Hkv, s.D};
+  const PlanKey key{backward, s.B, s.Sq, s.Skv, s.Hq, s.Hkv, s.D, reinterpret_cast<uintptr_t>(stream)};
   PlanCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   const int forced = trial ? g_plan_candidate.load() : -1;
@@ -1134,7 +1137,12 @@ bool attention_cudnn_plan_info(bool backward, const AttentionCudaParams& p, Atte
   if (!shape_of(p, &s, nullptr)) return false;
   PlanCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  const auto it = c.plans.find(PlanKey{backward, s.B, s.Sq, s.Skv, s.Hq, s.Hkv, s.D});
+  // The shape's plan on any stream (the first made, in key order).
+  const auto it = std::find_if(c.plans.begin(), c.plans.end(), [&](const auto& kv) {
+    const PlanKey& k = kv.first;
+    return std::get<0>(k) == backward && std::get<1>(k) == s.B && std::get<2>(k) == s.Sq && std::get<3>(k) == s.Skv &&
+           std::get<4>(k) == s.Hq && std::get<5>(k) == s.Hkv && std::get<6>(k) == s.D;
+  });
   if (it == c.plans.end()) return false;
   const Plan& plan = *it->second;
   *info = {plan.candidates, plan.chosen, plan.timed, plan.engine, plan.ms};

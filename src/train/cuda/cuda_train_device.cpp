@@ -15,17 +15,26 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/device_query.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "layers/cuda/cuda_linear.h"
 #include "models/cuda/cuda_model_train.h"
 #include "ops/lm_head_loss/lm_head_loss_cuda.h"
 #include "train/cuda/cuda_bf16_masters.h"
 #include "train/cuda/cuda_eval.h"
+#include "train/cuda/cuda_teacher_ahead.h"
 #include "train/cuda/device_collectives.h"
 #include "train/lm_head_chunking_text.h"
 #include "train/memory_plan.h"
 
 namespace hlm {
+
+namespace {
+OverridableSwitch g_teacher_overlap{"HLM_TEACHER_OVERLAP", false};
+}  // namespace
+
+void cuda_train_set_teacher_overlap(int on) { g_teacher_overlap.set(on); }
+bool cuda_train_teacher_overlap() { return g_teacher_overlap.on(); }
 
 namespace {
 
@@ -181,6 +190,7 @@ void CudaTrainDevice::attach(Model& student, Model* teacher, AdamW& optimizer) {
   graph_rope_ = nullptr;
   student_.reset();
   grads_.reset();
+  teacher_ahead_.reset();  // holds the teacher
   teacher_.reset();
   const AdamWConfig& ac = optimizer.config();
   const bool bf16_masters = ac.master == MasterFormat::Bf16Sr;
@@ -380,9 +390,18 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
                         graph_step(mine, weight, num_languages, out);
   if (!replayed) {
     grads_->set_zero();
+    // HLM_TEACHER_OVERLAP: each micro-batch's backward runs beside the next one's teacher forward (cuda_teacher_ahead.h).
+    const bool overlap = teacher_ && cuda_train_teacher_overlap();
+    if (overlap && teacher_ahead_ == nullptr) teacher_ahead_ = std::make_unique<CudaTeacherAhead>(*ctx_, *teacher_);
+    if (!overlap) teacher_ahead_.reset();
+    if (teacher_ahead_) teacher_ahead_->drop();  // a step that threw may have left one queued
+    PackedBatch micro = mine.rows == micro_rows ? mine : packed_batch_rows(mine, 0, micro_rows);
     for (int64_t r = 0; r < mine.rows; r += micro_rows) {
-      const PackedBatch micro = mine.rows == micro_rows ? mine : packed_batch_rows(mine, r, r + micro_rows);
-      micro_step(micro, weight, tau, num_languages, out, r + micro_rows == mine.rows);
+      const bool last = r + micro_rows == mine.rows;
+      PackedBatch next;
+      if (overlap && !last) next = packed_batch_rows(mine, r + micro_rows, r + 2 * micro_rows);
+      micro_step(micro, overlap && !last ? &next : nullptr, weight, tau, num_languages, out, last);
+      if (!last) micro = overlap ? std::move(next) : packed_batch_rows(mine, r + micro_rows, r + 2 * micro_rows);
     }
   }
   if (dp_) {
@@ -428,15 +447,24 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
   return out;
 }
 
-void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages,
-                                 BatchLoss& out, bool last) {
+void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* next, float weight, double tau,
+                                 size_t num_languages, BatchLoss& out, bool last) {
   CudaContext& ctx = *ctx_;
   const int64_t N = micro.batch.total_tokens();
   PhaseTimer timer(ctx.stream());
   timer.mark("start");
-  // The teacher's final hidden states only (nothing else of its forward is held through the student's step).
-  CudaTensor teacher_hidden;
-  if (teacher_) teacher_hidden = teacher_->forward_final_hidden(micro.batch);
+  // The teacher's final hidden states only (nothing else of its forward is held through the student's step): queued
+  // beside the previous micro-batch's backward when overlapped (the main stream waits for it; the mark then times
+  // the wait), else run here.
+  std::unique_ptr<CudaTeacherOutput> ahead;
+  CudaTensor teacher_hidden, teacher16;
+  LmHeadCuda teacher_head;
+  if (teacher_ahead_) {
+    ahead = teacher_ahead_->take(micro.batch);
+    teacher_head = ahead->head;
+  } else if (teacher_) {
+    teacher_hidden = teacher_->forward_final_hidden(micro.batch);
+  }
   timer.mark("teacher_forward");
   const CudaTrainTrace trace = student_->forward_train(micro.batch, options_.recompute);
   timer.mark("student_forward");
@@ -452,10 +480,17 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
     targets = CudaTensor::empty(ctx, {N}, DType::I32);
     cuda_copy_to_device_async(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
   }
-  const CudaTensor d_hidden = head_loss(trace, teacher_ ? &teacher_hidden : nullptr, weights.data<float>(),
-                                       teacher_ ? nullptr : targets.data<int32_t>(), per_token.data<float>(),
-                                       result.raw(), tau);
+  if (teacher_ && !ahead) teacher_head = teacher_->lm_head_for(teacher_hidden.data<float>(), N, teacher16);
+  const float* teacher_final = ahead ? ahead->hidden.data<float>() : teacher_ ? teacher_hidden.data<float>() : nullptr;
+  const CudaTensor d_hidden = head_loss(trace, teacher_final, teacher_ ? &teacher_head : nullptr,
+                                       weights.data<float>(), teacher_ ? nullptr : targets.data<int32_t>(),
+                                       per_token.data<float>(), result.raw(), tau);
+  teacher16 = CudaTensor();  // not held through the backward (queued work after the loss may reuse the blocks)
+  teacher_hidden = CudaTensor();
   timer.mark("loss");
+  // The next micro-batch's teacher forward on the side stream, after the loss that read this one's (its blocks are
+  // the side stream's pool's: cuda_teacher_ahead.h), beside the backward queued below.
+  if (teacher_ahead_ && next != nullptr) teacher_ahead_->queue(next->batch);
   // Data parallel, last micro-batch: each bucket's sum starts on the collectives' stream as soon as the backward
   // has finished its gradients (cuda_data_parallel.h, overlap).
   if (last && dp_ && dp_->overlap_begin()) {
@@ -472,6 +507,9 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
   cuda_copy_to_host(ctx, &loss, result.raw(), sizeof(loss));
   std::vector<float> values(static_cast<size_t>(N));
   cuda_copy_to_host(ctx, values.data(), per_token.raw(), values.size() * sizeof(float));
+  // The overlapped teacher forward's error flag (the main stream waited for it): a bad id for the teacher's
+  // vocabulary is the same input error as in the forward's own check.
+  if (ahead) ahead->check(ctx, teacher_->config().vocab_size);
   out.loss += loss.loss;
   for (int64_t t = 0; t < N; ++t) {
     if (!teacher_ && micro.targets[static_cast<size_t>(t)] < 0) continue;
@@ -483,23 +521,23 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, float weight, double 
 }
 
 
-CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const CudaTensor* teacher_hidden,
-                                      const float* weights, const int32_t* targets, float* per_token, void* result,
-                                      double tau) {
+CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const float* teacher_hidden,
+                                      const LmHeadCuda* teacher_head, const float* weights, const int32_t* targets,
+                                      float* per_token, void* result, double tau) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = student_->config();
   const int64_t N = trace.batch.view().tokens;
   CudaTensor d_hidden = CudaTensor::empty(ctx, {N, c.hidden_size});
   const LmHeadGradCuda grad{d_hidden.data<float>(), grads_->lm_head_weight()};
-  CudaTensor student16, teacher16;  // bf16 roundings of the final hidden states (bf16 mode only)
+  CudaTensor student16;  // the bf16 rounding of the final hidden states (bf16 mode only)
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result);
   const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
   if (teacher_hidden != nullptr) {
     const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, chunking);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden->data<float>(),
-                            teacher_->lm_head_for(teacher_hidden->data<float>(), N, teacher16),
+    HLM_CHECK(teacher_head != nullptr, "head_loss: teacher hidden states without the teacher's head");
+    lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden, *teacher_head,
                             trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
                             chunking, ws.raw(), bytes);
   } else {
@@ -562,7 +600,7 @@ bool CudaTrainDevice::graph_step(const PackedBatch& micro, float weight, size_t 
           grads_->set_zero();
           const CudaTrainTrace trace = student_->forward_train(e->batch, options_.recompute);
           e->kept_bytes = trace.kept_bytes();
-          const CudaTensor d_hidden = head_loss(trace, nullptr, e->weights.data<float>(),
+          const CudaTensor d_hidden = head_loss(trace, nullptr, nullptr, e->weights.data<float>(),
                                                 e->targets.data<int32_t>(), e->per_token.data<float>(),
                                                 e->result.raw(), 1.0);
           student_->backward(trace, d_hidden.data<float>(), *grads_);

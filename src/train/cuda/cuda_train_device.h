@@ -75,6 +75,16 @@ struct CudaTrainDeviceOptions {
   bool cuda_graphs = false;
 };
 
+// HLM_TEACHER_OVERLAP=on|off (default off until measured on the GPU): with a teacher, each micro-batch's teacher
+// forward but a step's first is queued on the context's side stream while the student's backward of the micro-batch
+// before it runs on the main stream (train/cuda/cuda_teacher_ahead.h); the same bits. Read at each step; set(1 | 0 |
+// -1 = the environment) for A/B runs.
+void cuda_train_set_teacher_overlap(int on);
+bool cuda_train_teacher_overlap();
+
+class CudaTeacherAhead;
+struct LmHeadCuda;
+
 class CudaTrainDevice final : public TrainDevice {
  public:
   // Uses cuda_context() (GPU 0); an input error when no usable GPU is present.
@@ -111,13 +121,16 @@ class CudaTrainDevice final : public TrainDevice {
   // The loss (CE at `targets`, or KL against teacher_hidden) and the head's gradient into grads_; returns the
   // gradient w.r.t. the final hidden states for the backward. Shared by the eager and the captured step. `result` is
   // a TokenLossCudaResult on the device.
-  CudaTensor head_loss(const CudaTrainTrace& trace, const CudaTensor* teacher_hidden, const float* weights,
-                       const int32_t* targets, float* per_token, void* result, double tau);
+  // teacher_head: the teacher's head for teacher_hidden (CudaModel::lm_head_for), both null without a teacher.
+  CudaTensor head_loss(const CudaTrainTrace& trace, const float* teacher_hidden, const LmHeadCuda* teacher_head,
+                       const float* weights, const int32_t* targets, float* per_token, void* result, double tau);
 
   // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`. last: the step's last
   // micro-batch (data parallel: its backward queues the bucket sums as it goes, cuda_data_parallel.h).
-  void micro_step(const PackedBatch& micro, float weight, double tau, size_t num_languages, BatchLoss& out,
-                  bool last = false);
+  // next: the step's next micro-batch, whose teacher forward is queued beside this backward (HLM_TEACHER_OVERLAP;
+  // null for the last).
+  void micro_step(const PackedBatch& micro, const PackedBatch* next, float weight, double tau, size_t num_languages,
+                  BatchLoss& out, bool last = false);
 
   // The memory plan: static part (weights, copies, gradients, AdamW state) at attach, activations at the first step.
   void print_static_plan() const;
@@ -131,6 +144,7 @@ class CudaTrainDevice final : public TrainDevice {
   Model* host_student_ = nullptr;
   AdamW* host_optimizer_ = nullptr;
   std::optional<CudaModel> student_, teacher_, grads_;
+  std::unique_ptr<CudaTeacherAhead> teacher_ahead_;  // HLM_TEACHER_OVERLAP: made at the first overlapped step
   std::unique_ptr<CudaAdamW> optimizer_;
   std::unique_ptr<CudaDataParallel> dp_;  // data parallel (set_data_parallel), else null
   std::vector<size_t> host_index_;  // device optimizer parameter i ↔ host AdamW parameter host_index_[i]

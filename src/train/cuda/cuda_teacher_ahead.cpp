@@ -1,0 +1,83 @@
+// The teacher's forward one micro-batch ahead on the side stream (cuda_teacher_ahead.h).
+#include "train/cuda/cuda_teacher_ahead.h"
+
+#include <utility>
+
+#include "backend/cuda/cuda_error.h"
+#include "core/error.h"
+#include "models/cuda/cuda_model_train.h"
+
+namespace hlm {
+
+namespace {
+
+// Allocations go to `pool` while it lives.
+class PoolScope {
+ public:
+  PoolScope(CudaAllocator& allocator, uint64_t pool) : allocator_(allocator) { allocator_.begin_pool(pool); }
+  ~PoolScope() { allocator_.end_pool(); }
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  CudaAllocator& allocator_;
+};
+
+bool same_batch(const TokenBatch& a, const TokenBatch& b) { return a.ids == b.ids && a.cu_seqlens == b.cu_seqlens; }
+
+}  // namespace
+
+void CudaTeacherOutput::check(CudaContext& ctx, int64_t vocab_size) const {
+  cuda_check_batch_flag(ctx, device_batch, batch, vocab_size);
+}
+
+CudaTeacherAhead::CudaTeacherAhead(CudaContext& ctx, CudaModel& teacher) : ctx_(ctx), teacher_(teacher) {
+  HLM_CHECK(&teacher.context() == &ctx, "CudaTeacherAhead: the teacher lives on another context");
+  ctx_.make_current();
+  pool_ = ctx_.allocator().create_pool(false);
+  HLM_CUDA_CHECK(cudaEventCreateWithFlags(&main_done_, cudaEventDisableTiming));
+  HLM_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
+}
+
+CudaTeacherAhead::~CudaTeacherAhead() {
+  // Best effort, no throw: the side stream's work ends before its blocks go back to the pool.
+  cudaStreamSynchronize(ctx_.side_stream());
+  pending_.reset();
+  cudaEventDestroy(main_done_);
+  cudaEventDestroy(side_done_);
+  // The pool stays with the allocator: its idle blocks join the general lists.
+  ctx_.allocator().release_pool(pool_);
+}
+
+void CudaTeacherAhead::drop() {
+  if (pending_ == nullptr) return;
+  HLM_CUDA_CHECK(cudaStreamSynchronize(ctx_.side_stream()));
+  pending_.reset();
+}
+
+void CudaTeacherAhead::queue(const TokenBatch& batch) {
+  drop();
+  ctx_.make_current();
+  const cudaStream_t side = ctx_.side_stream();
+  HLM_CUDA_CHECK(cudaEventRecord(main_done_, ctx_.main_stream()));
+  HLM_CUDA_CHECK(cudaStreamWaitEvent(side, main_done_, 0));
+  auto out = std::make_unique<CudaTeacherOutput>();
+  out->batch = batch;
+  {
+    CudaSideStream on_side(ctx_);
+    PoolScope in_pool(ctx_.allocator(), pool_);
+    out->device_batch = CudaTokenBatch::upload(ctx_, batch);
+    out->hidden = teacher_.forward_final_hidden(out->device_batch);
+    out->head = teacher_.lm_head_for(out->hidden.data<float>(), batch.total_tokens(), out->hidden16);
+  }
+  HLM_CUDA_CHECK(cudaEventRecord(side_done_, side));
+  pending_ = std::move(out);
+}
+
+std::unique_ptr<CudaTeacherOutput> CudaTeacherAhead::take(const TokenBatch& batch) {
+  if (pending_ == nullptr || !same_batch(pending_->batch, batch)) queue(batch);
+  HLM_CUDA_CHECK(cudaStreamWaitEvent(ctx_.main_stream(), side_done_, 0));
+  return std::move(pending_);
+}
+
+}  // namespace hlm

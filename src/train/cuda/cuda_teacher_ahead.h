@@ -1,0 +1,72 @@
+// The distillation teacher's forward queued one micro-batch ahead on the context's side stream
+// (backend/cuda/cuda_context.h, CudaSideStream), so that it runs beside the student's backward of the micro-batch
+// before it instead of between that backward and the next student forward (HLM_TEACHER_OVERLAP, cuda_train_device.h).
+//
+// Per micro-batch i of a step (CudaTrainDevice::micro_step):
+//   take(batch_i)      the output of the forward queued for batch_i (queued now when none or another batch was
+//                      queued); the main stream waits for it (an event), so the loss that reads it runs after it
+//   queue(batch_i+1)   after the loss is queued: the side stream waits for the main stream's work so far (the loss
+//                      reads the output of i), then the teacher's forward of i+1 and the bf16 rounding of its final
+//                      hidden states for the head are queued there
+//   (the student's backward of i on the main stream, beside it)
+// Memory: every block the side stream's work allocates comes from a private pool of the context's allocator
+// (cuda_allocator.h, create_pool(false)), so no block the teacher's kernels may still use is handed to the main
+// stream's requests, and the pool's blocks are reused only by later teacher forwards, queued after the side stream
+// waited for the main stream's reads of the earlier ones. The pool keeps about one forward's working set (~2 GiB for
+// the 4B teacher at 8 × 1,024 tokens) cached beside the student's.
+// The same bits as the teacher's forward on the main stream: the same kernels on the same operands; the attention
+// engine keeps a plan per stream (ops/attention/attention_cudnn.cu).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_tensor.h"
+#include "layers/cuda/cuda_token_batch.h"
+#include "layers/token_batch.h"
+#include "models/cuda/cuda_model.h"
+#include "ops/lm_head_loss/lm_head_loss_cuda.h"
+
+namespace hlm {
+
+// One teacher forward's output: the final hidden states [T, hidden] (fp32), the head with this call's bf16 rounding
+// of them (bf16 mode), and the uploaded batch whose error flag the forward's kernels set.
+struct CudaTeacherOutput {
+  TokenBatch batch;
+  CudaTokenBatch device_batch;
+  CudaTensor hidden, hidden16;
+  LmHeadCuda head;
+  // Reads the flag back (waits for the context's main stream, which waited for this forward) and turns a set flag
+  // into the forward's input error.
+  void check(CudaContext& ctx, int64_t vocab_size) const;
+};
+
+class CudaTeacherAhead {
+ public:
+  CudaTeacherAhead(CudaContext& ctx, CudaModel& teacher);
+  ~CudaTeacherAhead();  // waits for the side stream (its blocks go back to the pool, which the allocator keeps)
+  CudaTeacherAhead(const CudaTeacherAhead&) = delete;
+  CudaTeacherAhead& operator=(const CudaTeacherAhead&) = delete;
+
+  // Queues the teacher's forward of `batch` on the side stream after the main stream's work queued so far. At most
+  // one is pending: a pending one not taken yet is waited for and dropped first.
+  void queue(const TokenBatch& batch);
+  // The pending forward's output when it is of `batch` (same ids and sequences), else that of a forward queued now;
+  // the main stream waits for it.
+  std::unique_ptr<CudaTeacherOutput> take(const TokenBatch& batch);
+  // Waits for the side stream and drops a pending forward (a step that ended early, an exception).
+  void drop();
+  bool pending() const { return pending_ != nullptr; }
+
+ private:
+  CudaContext& ctx_;
+  CudaModel& teacher_;
+  uint64_t pool_ = 0;
+  cudaEvent_t main_done_ = nullptr;  // recorded on the main stream before a queue
+  cudaEvent_t side_done_ = nullptr;  // recorded on the side stream after the pending forward
+  std::unique_ptr<CudaTeacherOutput> pending_;
+};
+
+}  // namespace hlm

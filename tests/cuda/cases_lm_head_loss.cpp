@@ -19,9 +19,10 @@
 //     spare for the fp64 combination and log.
 //   CE_t = lse − z_target: mag = e_lse + e_z + |CE_t| (f32 output rounding).
 //   KL_t = Σ p_T (a − b), a = log p_T, b = log p_S (fp64 from f32 logits): with α = e_z,T + e_lse,T and
-//     β = e_z,S + e_lse,S, mag = α + β + α·Σ_v p_T·|a − b| + |KL_t|.
+//     β = e_z,S + e_lse,S, mag = α + β + α·Σ_v p_T·|a − b| + Σ_v ε_T·p_T·|a − b| + |KL_t|, where ε = 4 + |log p|
+//     is the KL pass's f32 exp of the fp64 log probability rounded to f32 (expf ≤ 2 ulp, the rounding u·|log p|).
 //   dz: |Δdz_tv| ≤ u·d_tv, d_tv = |w_t·g|·(p·(e_z + e_lse)) + |dz_tv| (CE: g = s, p = p_tv; KL: g = τ²·s_S and
-//     p·(…) = p_S·β + p_T·α), the last term the f32 rounding of dz.
+//     p·(…) = p_S·(β + ε_S) + p_T·(α + ε_T), the ε terms the f32 exps), the last term the f32 rounding of dz.
 //   dh_tk = Σ_v dz_tv·W_vk: mag = Σ_v (d_tv + L_h·|dz_tv|)·|W_vk|, L_h = V + ceil(V/Cb) + 1 (the product's sum plus
 //     one accumulation per chunk);
 //   dW_vk += Σ_t dz_tv·h_tk: mag = Σ_t d_tv·|h_tk| + L_w·(Σ_t |dz_tv·h_tk| + |dW0_vk|), L_w = N + ceil(N/Rb) + 1.
@@ -370,16 +371,22 @@ void run_kl_case(const LossCase& c, bool bf16) {
       const size_t ut = static_cast<size_t>(t);
       const double w = c.weights ? tw64[ut] : 1.0 / static_cast<double>(N);
       const double alpha = st.e_z[ut] + st.e_lse[ut], beta = ss.e_z[ut] + ss.e_lse[ut];
-      double spread = 0;
+      double spread = 0, exp_terms = 0;
       for (int64_t v = 0; v < V; ++v) {
         const size_t tv = static_cast<size_t>(t * V + v);
         const double a = st.z[tv] - st.lse[ut], b = ss.z[tv] - ss.lse[ut];
-        if (st.p[tv] > 0) spread += st.p[tv] * std::abs(a - b);
+        // The KL pass's f32 exps (header comment): ε = 4 + |log p| per probability.
+        const double eps_t = 4.0 + std::abs(a), eps_s = 4.0 + std::abs(b);
+        if (st.p[tv] > 0) {
+          spread += st.p[tv] * std::abs(a - b);
+          exp_terms += eps_t * st.p[tv] * std::abs(a - b);
+        }
         const double g = w * tau * tau * scale_s;
         dz[tv] = g * (ss.p[tv] - st.p[tv]);
-        d[tv] = std::abs(g) * (ss.p[tv] * beta + st.p[tv] * alpha) + (1.0 + dz_rounding) * std::abs(dz[tv]);
+        d[tv] = std::abs(g) * (ss.p[tv] * (beta + eps_s) + st.p[tv] * (alpha + eps_t)) +
+                (1.0 + dz_rounding) * std::abs(dz[tv]);
       }
-      const double e = alpha + beta + alpha * spread;
+      const double e = alpha + beta + alpha * spread + exp_terms;
       mag_kl[ut] = e + std::abs(kl64[ut]);
       loss_bound += tau * tau * std::abs(w) * e * kU;
       loss_abs += tau * tau * std::abs(w * kl64[ut]);

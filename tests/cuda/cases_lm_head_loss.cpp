@@ -436,6 +436,31 @@ void run_kl_case(const LossCase& c, bool bf16) {
                              {&dev_s.h, &dev_s.W, &dev_t.h, &dev_t.W, &twb, &dh, &dW, &hs16, &Ws16, &ht16, &Wt16}))
           << kname("kl fwd");
     }
+    // One vocabulary chunk: the teacher's logits and lse made ahead (lm_head_teacher_logits_cuda, the distillation's
+    // side stream) give the call above's bits: per-token KL, loss record, d_hidden and d_weight. The teacher's hidden
+    // states are not passed, so a call that still read them would fault or differ.
+    if (lm_head_teacher_logits_supported(V, chunking)) {
+      DeviceBuffer logits(static_cast<size_t>(N * V) * 4, "teacher logits"), lse(static_cast<size_t>(N) * 8, "lse"),
+          tws(lm_head_teacher_logits_cuda_workspace_bytes(N, V, chunking), "teacher workspace");
+      lm_head_teacher_logits_cuda(ctx().blaslt(), logits.as<float>(), lse.as<double>(), dev_t.h.as<float>(), teacher,
+                                  N, tau, chunking, tws.as<void>(), tws.bytes());
+      DeviceBuffer kl2(static_cast<size_t>(N) * 4, "kl"), dh2(static_cast<size_t>(N * H_S) * 4, "d_hidden"),
+          dW2 = DeviceBuffer::from(dW0, "d_weight"), result2(sizeof(TokenLossCudaResult), "result"),
+          ws2(lm_head_forward_kl_cuda_workspace_bytes(N, V, chunking, true), "workspace");
+      EXPECT_LT(ws2.bytes(), ws.bytes()) << kname("kl workspace without the teacher's tile");
+      const LmHeadGradCuda grad2{dh2.as<float>(), dW2.as<float>()};
+      const LmHeadTeacherLogitsCuda ahead{logits.as<float>(), lse.as<double>()};
+      lm_head_forward_kl_cuda(ctx().blaslt(), kl2.as<float>(), result2.as<TokenLossCudaResult>(), nullptr, teacher,
+                              dev_s.h.as<float>(), student, N, tau, c.weights ? twb.as<float>() : nullptr,
+                              c.grad ? &grad2 : nullptr, chunking, ws2.as<void>(), ws2.bytes(), &ahead);
+      EXPECT_EQ(kl2.download_bytes(), kl.download_bytes()) << kname("kl values, teacher ahead");
+      EXPECT_EQ(result2.download_bytes(), result.download_bytes()) << kname("kl result, teacher ahead");
+      if (c.grad) {
+        EXPECT_EQ(dh2.download_bytes(), dh.download_bytes()) << kname("kl d_hidden, teacher ahead");
+        EXPECT_EQ(dW2.download_bytes(), dW.download_bytes()) << kname("kl d_weight, teacher ahead");
+      }
+      std::printf("[check] %s: teacher logits ahead, the same bits\n", kname("kl").c_str());
+    }
   }
 }
 

@@ -236,22 +236,26 @@ TEST_F(CudaTrainer, ResumeOnTheGpuIsBitIdentical) {
 
 // HLM_TEACHER_OVERLAP (train/cuda/cuda_train_device.h): each micro-batch's teacher forward but a step's first queued
 // on the context's side stream beside the backward of the micro-batch before it gives the serial step's bits, in fp32
-// and in the bf16 mode (its head's rounding of the teacher's hidden states made on the side stream too): every step's
-// loss, the saved model byte for byte, the test KL. Four micro-batches per step, so three of each step's teacher
-// forwards overlap a backward.
+// and in the bf16 mode (its head's rounding of the teacher's hidden states made on the side stream too), with the
+// default loss chunking and with one vocabulary chunk (then the teacher's logits and lse are made on the side stream
+// too, lm_head_teacher_logits_cuda): every step's loss, the saved model byte for byte, the test KL. Four micro-batches
+// per step, so three of each step's teacher forwards overlap a backward.
 TEST_F(CudaTrainer, TeacherOverlapIsBitIdentical) {
   HLM_REQUIRE_CUDA_MODEL();
-  for (const bool bf16 : {false, true}) {
+  for (const bool bf16 : {false, true})
+  for (const char* chunking : {"", "16xfull"}) {
     std::vector<TrainResult> results;
     std::vector<std::string> outs;
     for (const int overlap : {0, 1}) {
-      const std::string out = std::string(bf16 ? "bf16" : "fp32") + (overlap ? "_overlap" : "_serial");
+      const std::string out = std::string(bf16 ? "bf16" : "fp32") + (*chunking ? "_full" : "") +
+                              (overlap ? "_overlap" : "_serial");
       TrainConfig c = config(TrainJob::Distill, out, "cuda");
       c.micro_batch_rows = 1;
       cuda_train_set_teacher_overlap(overlap);
       CudaTrainDeviceOptions options;
       options.bf16 = bf16;
       CudaTrainDevice device(options);
+      if (*chunking) device.set_loss_chunking(parse_lm_head_chunking(chunking));
       results.push_back(train_run(c, {}, &device));
       outs.push_back(out);
     }
@@ -260,15 +264,15 @@ TEST_F(CudaTrainer, TeacherOverlapIsBitIdentical) {
     ASSERT_EQ(results[0].losses.size(), static_cast<size_t>(kSteps));
     ASSERT_EQ(results[1].losses.size(), results[0].losses.size());
     for (size_t s = 0; s < results[0].losses.size(); ++s)
-      EXPECT_EQ(results[1].losses[s], results[0].losses[s]) << (bf16 ? "bf16" : "fp32") << " step " << s + 1;
+      EXPECT_EQ(results[1].losses[s], results[0].losses[s]) << outs[1] << " step " << s + 1;
     EXPECT_EQ(test::read_text(scratch.path() / outs[1] / "model" / "model.safetensors"),
               test::read_text(scratch.path() / outs[0] / "model" / "model.safetensors"));
     ASSERT_TRUE(results[0].test && results[1].test);
     EXPECT_EQ(*results[1].test->mean_kl, *results[0].test->mean_kl);
-    std::printf("[check] teacher overlap %s: %zu losses equal to the serial run's (last %.8f), model.safetensors "
-                "byte-identical, test kl %.8f\n",
-                bf16 ? "bf16" : "fp32", results[0].losses.size(), results[1].losses.back(),
-                *results[1].test->mean_kl);
+    std::printf("[check] teacher overlap %s, loss chunking %s: %zu losses equal to the serial run's (last %.8f), "
+                "model.safetensors byte-identical, test kl %.8f\n",
+                bf16 ? "bf16" : "fp32", *chunking ? chunking : "default", results[0].losses.size(),
+                results[1].losses.back(), *results[1].test->mean_kl);
   }
 }
 

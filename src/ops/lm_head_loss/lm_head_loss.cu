@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) ce_dz_kernel(float* tile, __nv_bfloa
 // fp32 (expf of the log probability rounded to f32: relative error ≤ (4 + |log p|)·u, the bound the tests add): the
 // fp64 exps made this pass compute-bound (2.0 ms per 2,048 × 151,936 tile on an H200, session 36's trace).
 __global__ void __launch_bounds__(kThreads) kl_chunk_kernel(float* tile_s, __nv_bfloat16* dz16, const float* tile_t,
-                                                            int64_t C, float scale_s, float scale_t,
+                                                            int64_t ld_t, int64_t C, float scale_s, float scale_t,
                                                             const double* lse_s, const double* lse_t, double* kl_acc,
                                                             const double* weights, double dz_scale, bool write_dz,
                                                             int64_t r0) {
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) kl_chunk_kernel(float* tile_s, __nv_
   const int64_t r = blockIdx.x;
   float* row_s = tile_s + r * C;
   __nv_bfloat16* row16 = dz16 != nullptr ? dz16 + r * C : nullptr;
-  const float* row_t = tile_t + r * C;
+  const float* row_t = tile_t + r * ld_t;  // ld_t: C, or V for precomputed teacher logits
   const double w = write_dz ? weights[r0 + r] * dz_scale : 0.0;
   double sum = 0.0;
   for (int64_t v = threadIdx.x; v < C; v += kThreads) {
@@ -345,9 +345,47 @@ size_t lm_head_cross_entropy_cuda_workspace_bytes(int64_t N, int64_t V, const Lm
   return carve(nullptr, N, V, chunking, false).bytes;
 }
 
-size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking) {
+size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking,
+                                               bool teacher_ahead) {
   lm_head_cuda_check_chunking(chunking);
-  return carve(nullptr, N, V, chunking, true).bytes;
+  return carve(nullptr, N, V, chunking, !teacher_ahead).bytes;
+}
+
+size_t lm_head_teacher_logits_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking) {
+  lm_head_cuda_check_chunking(chunking);
+  return carve(nullptr, N, V, chunking, false).bytes;  // the row statistics (its tile is not used)
+}
+
+void lm_head_teacher_logits_cuda(const CudaBlasLt& lt, float* logits, double* lse, const float* hidden_teacher,
+                                 const LmHeadCuda& teacher, int64_t N, double tau, const LmHeadCudaChunking& chunking,
+                                 void* workspace, size_t workspace_bytes) {
+  check_head(teacher, "teacher");
+  lm_head_cuda_check_chunking(chunking);
+  HLM_CHECK_INPUT(std::isfinite(tau) && tau > 0.0, "temperature must be finite and positive, got ", tau);
+  HLM_CHECK_INPUT(N >= 0, "negative token count ", N);
+  const int64_t V = teacher.vocab;
+  HLM_CHECK_INPUT(lm_head_teacher_logits_supported(V, chunking), "precomputed teacher logits need one vocabulary "
+                  "chunk (vocab_chunk ", chunking.vocab_chunk, " < V ", V, ")");
+  if (N == 0) return;
+  HLM_CHECK_INPUT(hidden_teacher != nullptr && logits != nullptr && lse != nullptr, "null input or output pointer");
+  const Workspace ws = carve(workspace, N, V, chunking, false);
+  HLM_CHECK(workspace != nullptr && workspace_bytes >= ws.bytes, "lm_head_teacher_logits_cuda: workspace of ",
+            workspace_bytes, " bytes, needs ", ws.bytes);
+  const cudaStream_t stream = lt.stream;
+  const float scale_t = static_cast<float>(1.0 / (teacher.divisor * tau));
+  // The KL call's pass 1 for the teacher (lm_head_forward_kl_cuda), each row block's tile written in place.
+  for (int64_t r0 = 0; r0 < N; r0 += ws.Rb) {
+    const int64_t R = std::min(ws.Rb, N - r0);
+    float* tile = logits + r0 * V;
+    init_rows_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.max_a, ws.sum_a, nullptr,
+                                                                                    nullptr, ws.aux, R);
+    HLM_CUDA_CHECK_LAUNCH();
+    logits_tile(lt, tile, hidden_teacher, teacher, r0, R, 0, V);
+    lse_update(lt, {ws.max_a, ws.sum_a}, tile, R, V, scale_t, nullptr, r0, 0, nullptr);
+    lse_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(lse + r0, ws.max_a, ws.sum_a,
+                                                                                     R);
+    HLM_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaResult* result, const float* hidden,
@@ -409,7 +447,7 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
                              const float* hidden_teacher, const LmHeadCuda& teacher, const float* hidden_student,
                              const LmHeadCuda& student, int64_t N, double tau, const float* token_weight,
                              const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
-                             size_t workspace_bytes) {
+                             size_t workspace_bytes, const LmHeadTeacherLogitsCuda* teacher_ahead) {
   check_head(teacher, "teacher");
   check_head(student, "student");
   lm_head_cuda_check_chunking(chunking);
@@ -427,9 +465,13 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
     HLM_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(TokenLossCudaResult), stream));
     return;
   }
-  HLM_CHECK_INPUT(hidden_teacher != nullptr && hidden_student != nullptr && kl != nullptr,
+  HLM_CHECK_INPUT((hidden_teacher != nullptr || teacher_ahead != nullptr) && hidden_student != nullptr && kl != nullptr,
                   "null input or output pointer");
-  const Workspace ws = carve(workspace, N, V, chunking, true);
+  HLM_CHECK_INPUT(teacher_ahead == nullptr || lm_head_teacher_logits_supported(V, chunking), "precomputed teacher "
+                  "logits need one vocabulary chunk (vocab_chunk ", chunking.vocab_chunk, " < V ", V, ")");
+  HLM_CHECK(teacher_ahead == nullptr || (teacher_ahead->logits != nullptr && teacher_ahead->lse != nullptr),
+            "lm_head_forward_kl_cuda: precomputed teacher logits without their arrays");
+  const Workspace ws = carve(workspace, N, V, chunking, teacher_ahead == nullptr);  // no teacher tile when precomputed
   HLM_CHECK(workspace != nullptr && workspace_bytes >= ws.bytes, "lm_head_forward_kl_cuda: workspace of ",
             workspace_bytes, " bytes, needs ", ws.bytes);
   const double scale_t = 1.0 / (teacher.divisor * tau), scale_s = 1.0 / (student.divisor * tau);
@@ -446,30 +488,37 @@ void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResul
     init_rows_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.max_a, ws.sum_a, ws.max_b,
                                                                                     ws.sum_b, ws.aux, R);
     HLM_CUDA_CHECK_LAUNCH();
-    // Pass 1: log-sum-exp of z/τ for teacher and student.
+    // Pass 1: log-sum-exp of z/τ for teacher and student (the teacher's precomputed: its tile is then a row block
+    // of its [N, V] logits, one chunk wide).
+    const float* tile_t = teacher_ahead != nullptr ? teacher_ahead->logits + r0 * V : ws.tile_b;
+    const double* lse_t = teacher_ahead != nullptr ? teacher_ahead->lse + r0 : ws.lse_b;
     for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
       const int64_t C = std::min(ws.Cb, V - c0);
-      logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
+      if (teacher_ahead == nullptr) logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
       logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
-      lse_update(lt, {ws.max_b, ws.sum_b}, ws.tile_b, R, C, static_cast<float>(scale_t), nullptr, r0, c0, nullptr);
+      if (teacher_ahead == nullptr)
+        lse_update(lt, {ws.max_b, ws.sum_b}, ws.tile_b, R, C, static_cast<float>(scale_t), nullptr, r0, c0, nullptr);
       lse_update(lt, {ws.max_a, ws.sum_a}, ws.tile_a, R, C, static_cast<float>(scale_s), nullptr, r0, c0, nullptr);
     }
     lse_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.lse_a, ws.max_a, ws.sum_a,
                                                                                      R);
     HLM_CUDA_CHECK_LAUNCH();
-    lse_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.lse_b, ws.max_b, ws.sum_b,
-                                                                                     R);
-    HLM_CUDA_CHECK_LAUNCH();
+    if (teacher_ahead == nullptr) {
+      lse_finish_kernel<<<cuda::grid_blocks(R), cuda::kElementwiseThreads, 0, stream>>>(ws.lse_b, ws.max_b, ws.sum_b,
+                                                                                       R);
+      HLM_CUDA_CHECK_LAUNCH();
+    }
     // Pass 2: KL terms and, with gradients, dz for the student.
     for (int64_t c0 = 0; c0 < V; c0 += ws.Cb) {
       const int64_t C = std::min(ws.Cb, V - c0);
-      if (!one_chunk) {
+      if (!one_chunk) {  // (never with precomputed teacher logits: one chunk)
         logits_tile(lt, ws.tile_b, hidden_teacher, teacher, r0, R, c0, C);
         logits_tile(lt, ws.tile_a, hidden_student, student, r0, R, c0, C);
       }
       kl_chunk_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(
-          ws.tile_a, dz16_for(student, ws), ws.tile_b, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a, ws.lse_b,
-          ws.aux, ws.weights, dz_scale, grad != nullptr, r0);
+          ws.tile_a, dz16_for(student, ws), tile_t + (teacher_ahead != nullptr ? c0 : 0),
+          teacher_ahead != nullptr ? V : C, C, static_cast<float>(scale_s), static_cast<float>(scale_t), ws.lse_a,
+          lse_t, ws.aux, ws.weights, dz_scale, grad != nullptr, r0);
       HLM_CUDA_CHECK_LAUNCH();
       if (grad != nullptr)
         accumulate_tile_grad(lt, *grad, ws.tile_a, hidden_student, student, r0, R, c0, C, ws.dz16);

@@ -76,7 +76,9 @@ constexpr int lm_head_cuda_threads() { return 256; }
 // Device scratch for one call (tiles, per-row statistics, per-token weights and values). O(row_block · vocab_chunk
 // + N), independent of H.
 size_t lm_head_cross_entropy_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking = {});
-size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking = {});
+// teacher_ahead: for a call with precomputed teacher logits (no teacher tile; LmHeadTeacherLogitsCuda below).
+size_t lm_head_forward_kl_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking = {},
+                                               bool teacher_ahead = false);
 
 // Chunked cross-entropy: ce [N] receives CE_t (0 for ignored tokens, targets < 0); targets [N] int32;
 // token_weight [N] or nullptr (then 1/count on counted tokens); grad or nullptr (forward only). result: one device
@@ -86,12 +88,34 @@ void lm_head_cross_entropy_cuda(const CudaBlasLt& lt, float* ce, TokenLossCudaRe
                                 const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
                                 size_t workspace_bytes, int* error_flag);
 
+// The teacher's side of the forward KL computed ahead of the call (a frozen teacher's logits do not depend on the
+// student: train/cuda/cuda_teacher_ahead.h queues them on a side stream): logits [N, V] (unscaled f32, the tiles the
+// KL call itself would compute) and lse [N] (fp64, of the logits · 1/(divisor·τ)). Only with one vocabulary chunk
+// (vocab_chunk ≥ V): the tiles are then [row_block, V] blocks of the [N, V] array, made by the same products in the
+// same row blocks, so the KL has the same bits as with the teacher's tiles made inside it.
+struct LmHeadTeacherLogitsCuda {
+  const float* logits = nullptr;  // [N, V]
+  const double* lse = nullptr;    // [N]
+};
+// Whether `chunking` allows precomputed teacher logits for a vocabulary of V (one chunk covers it).
+inline bool lm_head_teacher_logits_supported(int64_t V, const LmHeadCudaChunking& chunking) {
+  return chunking.vocab_chunk >= V;
+}
+size_t lm_head_teacher_logits_cuda_workspace_bytes(int64_t N, int64_t V, const LmHeadCudaChunking& chunking);
+// Fills logits [N, V] and lse [N] for `teacher` at temperature tau, row block by row block of `chunking` (input
+// error unless lm_head_teacher_logits_supported).
+void lm_head_teacher_logits_cuda(const CudaBlasLt& lt, float* logits, double* lse, const float* hidden_teacher,
+                                 const LmHeadCuda& teacher, int64_t N, double tau, const LmHeadCudaChunking& chunking,
+                                 void* workspace, size_t workspace_bytes);
+
 // Chunked forward KL D_KL(p_T ‖ p_S) at temperature tau > 0: kl [N] receives KL_t (without τ²); token_weight [N] or
-// nullptr (then 1/N); loss = τ² · Σ_t w_t · KL_t; grad (student only) or nullptr.
+// nullptr (then 1/N); loss = τ² · Σ_t w_t · KL_t; grad (student only) or nullptr. teacher_ahead: the teacher's logits
+// and lse from lm_head_teacher_logits_cuda with the same N, tau and chunking (then hidden_teacher is not read and the
+// teacher head only checked), or nullptr.
 void lm_head_forward_kl_cuda(const CudaBlasLt& lt, float* kl, TokenLossCudaResult* result,
                              const float* hidden_teacher, const LmHeadCuda& teacher, const float* hidden_student,
                              const LmHeadCuda& student, int64_t N, double tau, const float* token_weight,
                              const LmHeadGradCuda* grad, const LmHeadCudaChunking& chunking, void* workspace,
-                             size_t workspace_bytes);
+                             size_t workspace_bytes, const LmHeadTeacherLogitsCuda* teacher_ahead = nullptr);
 
 }  // namespace hlm

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "core/error.h"
+#include "layers/cuda/cuda_linear.h"
 #include "models/cuda/cuda_model_train.h"
 
 namespace hlm {
@@ -55,7 +56,7 @@ void CudaTeacherAhead::drop() {
   pending_.reset();
 }
 
-void CudaTeacherAhead::queue(const TokenBatch& batch) {
+void CudaTeacherAhead::queue(const TokenBatch& batch, double tau, const LmHeadCudaChunking& chunking) {
   drop();
   ctx_.make_current();
   const cudaStream_t side = ctx_.side_stream();
@@ -63,19 +64,36 @@ void CudaTeacherAhead::queue(const TokenBatch& batch) {
   HLM_CUDA_CHECK(cudaStreamWaitEvent(side, main_done_, 0));
   auto out = std::make_unique<CudaTeacherOutput>();
   out->batch = batch;
+  out->tau = tau;
+  out->chunking = chunking;
   {
     CudaSideStream on_side(ctx_);
     PoolScope in_pool(ctx_.allocator(), pool_);
+    const int64_t N = batch.total_tokens(), V = teacher_.config().vocab_size;
     out->device_batch = CudaTokenBatch::upload(ctx_, batch);
     out->hidden = teacher_.forward_final_hidden(out->device_batch);
-    out->head = teacher_.lm_head_for(out->hidden.data<float>(), batch.total_tokens(), out->hidden16);
+    out->head = teacher_.lm_head_for(out->hidden.data<float>(), N, out->hidden16);
+    if (lm_head_teacher_logits_supported(V, chunking) && N > 0) {
+      out->logits = CudaTensor::empty(ctx_, {N, V});
+      out->lse = cuda_scratch_bytes(ctx_, static_cast<size_t>(N) * sizeof(double));
+      const size_t bytes = lm_head_teacher_logits_cuda_workspace_bytes(N, V, chunking);
+      CudaTensor ws = cuda_scratch_bytes(ctx_, bytes);
+      lm_head_teacher_logits_cuda(ctx_.blaslt(), out->logits.data<float>(), static_cast<double*>(out->lse.raw()),
+                                  out->hidden.data<float>(), out->head, N, tau, chunking, ws.raw(), bytes);
+      // The loss reads the logits only: the fp32 hidden states go back to the pool (side-stream work queued later);
+      // the head (checked, not read) keeps its bf16 pair.
+      out->hidden = CudaTensor();
+    }
   }
   HLM_CUDA_CHECK(cudaEventRecord(side_done_, side));
   pending_ = std::move(out);
 }
 
-std::unique_ptr<CudaTeacherOutput> CudaTeacherAhead::take(const TokenBatch& batch) {
-  if (pending_ == nullptr || !same_batch(pending_->batch, batch)) queue(batch);
+std::unique_ptr<CudaTeacherOutput> CudaTeacherAhead::take(const TokenBatch& batch, double tau,
+                                                          const LmHeadCudaChunking& chunking) {
+  if (pending_ == nullptr || !same_batch(pending_->batch, batch) || pending_->tau != tau ||
+      pending_->chunking.vocab_chunk != chunking.vocab_chunk || pending_->chunking.row_block != chunking.row_block)
+    queue(batch, tau, chunking);
   HLM_CUDA_CHECK(cudaStreamWaitEvent(ctx_.main_stream(), side_done_, 0));
   return std::move(pending_);
 }

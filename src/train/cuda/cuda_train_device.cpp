@@ -459,8 +459,9 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
   std::unique_ptr<CudaTeacherOutput> ahead;
   CudaTensor teacher_hidden, teacher16;
   LmHeadCuda teacher_head;
+  const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
   if (teacher_ahead_) {
-    ahead = teacher_ahead_->take(micro.batch);
+    ahead = teacher_ahead_->take(micro.batch, tau, chunking);
     teacher_head = ahead->head;
   } else if (teacher_) {
     teacher_hidden = teacher_->forward_final_hidden(micro.batch);
@@ -481,16 +482,21 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
     cuda_copy_to_device_async(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
   }
   if (teacher_ && !ahead) teacher_head = teacher_->lm_head_for(teacher_hidden.data<float>(), N, teacher16);
-  const float* teacher_final = ahead ? ahead->hidden.data<float>() : teacher_ ? teacher_hidden.data<float>() : nullptr;
+  const float* teacher_final = ahead ? static_cast<const float*>(ahead->hidden.raw())
+                               : teacher_ ? teacher_hidden.data<float>() : nullptr;
+  LmHeadTeacherLogitsCuda teacher_logits;
+  if (ahead && ahead->has_logits()) teacher_logits = ahead->teacher_logits();
   const CudaTensor d_hidden = head_loss(trace, teacher_final, teacher_ ? &teacher_head : nullptr,
+                                       teacher_logits.logits != nullptr ? &teacher_logits : nullptr,
                                        weights.data<float>(), teacher_ ? nullptr : targets.data<int32_t>(),
                                        per_token.data<float>(), result.raw(), tau);
   teacher16 = CudaTensor();  // not held through the backward (queued work after the loss may reuse the blocks)
   teacher_hidden = CudaTensor();
+  if (ahead) ahead->release_loss_inputs();
   timer.mark("loss");
   // The next micro-batch's teacher forward on the side stream, after the loss that read this one's (its blocks are
   // the side stream's pool's: cuda_teacher_ahead.h), beside the backward queued below.
-  if (teacher_ahead_ && next != nullptr) teacher_ahead_->queue(next->batch);
+  if (teacher_ahead_ && next != nullptr) teacher_ahead_->queue(next->batch, tau, chunking);
   // Data parallel, last micro-batch: each bucket's sum starts on the collectives' stream as soon as the backward
   // has finished its gradients (cuda_data_parallel.h, overlap).
   if (last && dp_ && dp_->overlap_begin()) {
@@ -522,8 +528,9 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
 
 
 CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const float* teacher_hidden,
-                                      const LmHeadCuda* teacher_head, const float* weights, const int32_t* targets,
-                                      float* per_token, void* result, double tau) {
+                                      const LmHeadCuda* teacher_head, const LmHeadTeacherLogitsCuda* teacher_logits,
+                                      const float* weights, const int32_t* targets, float* per_token, void* result,
+                                      double tau) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = student_->config();
   const int64_t N = trace.batch.view().tokens;
@@ -533,13 +540,13 @@ CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const float* 
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result);
   const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
-  if (teacher_hidden != nullptr) {
-    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, chunking);
+  if (teacher_hidden != nullptr || teacher_logits != nullptr) {
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, chunking, teacher_logits != nullptr);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    HLM_CHECK(teacher_head != nullptr, "head_loss: teacher hidden states without the teacher's head");
+    HLM_CHECK(teacher_head != nullptr, "head_loss: a teacher's hidden states or logits without its head");
     lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden, *teacher_head,
                             trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
-                            chunking, ws.raw(), bytes);
+                            chunking, ws.raw(), bytes, teacher_logits);
   } else {
     const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, chunking);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
@@ -600,7 +607,7 @@ bool CudaTrainDevice::graph_step(const PackedBatch& micro, float weight, size_t 
           grads_->set_zero();
           const CudaTrainTrace trace = student_->forward_train(e->batch, options_.recompute);
           e->kept_bytes = trace.kept_bytes();
-          const CudaTensor d_hidden = head_loss(trace, nullptr, nullptr, e->weights.data<float>(),
+          const CudaTensor d_hidden = head_loss(trace, nullptr, nullptr, nullptr, e->weights.data<float>(),
                                                 e->targets.data<int32_t>(), e->per_token.data<float>(),
                                                 e->result.raw(), 1.0);
           student_->backward(trace, d_hidden.data<float>(), *grads_);

@@ -84,6 +84,7 @@ bool cuda_train_teacher_overlap();
 
 class CudaTeacherAhead;
 struct LmHeadCuda;
+struct LmHeadTeacherLogitsCuda;
 
 class CudaTrainDevice final : public TrainDevice {
  public:
@@ -121,9 +122,11 @@ class CudaTrainDevice final : public TrainDevice {
   // The loss (CE at `targets`, or KL against teacher_hidden) and the head's gradient into grads_; returns the
   // gradient w.r.t. the final hidden states for the backward. Shared by the eager and the captured step. `result` is
   // a TokenLossCudaResult on the device.
-  // teacher_head: the teacher's head for teacher_hidden (CudaModel::lm_head_for), both null without a teacher.
+  // teacher_head: the teacher's head for teacher_hidden (CudaModel::lm_head_for), both null without a teacher;
+  // teacher_logits: its logits made ahead (cuda_teacher_ahead.h; teacher_hidden then null), else null.
   CudaTensor head_loss(const CudaTrainTrace& trace, const float* teacher_hidden, const LmHeadCuda* teacher_head,
-                       const float* weights, const int32_t* targets, float* per_token, void* result, double tau);
+                       const LmHeadTeacherLogitsCuda* teacher_logits, const float* weights, const int32_t* targets,
+                       float* per_token, void* result, double tau);
 
   // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`. last: the step's last
   // micro-batch (data parallel: its backward queues the bucket sums as it goes, cuda_data_parallel.h).

@@ -63,6 +63,7 @@ if has tests; then
   rc=$?
   grep -E "^\[  FAILED  \] .* ms\)$" "$OUT/tests_models.log" | tail -20
   echo "test_cuda_models: $(gtest_counts "$OUT/tests_models.log" "$rc")"
+  grep -E "^\[check\] teacher overlap" "$OUT/tests_models.log" | cut -c1-220
   xz -f "$OUT/tests_ops.log"
   el "tests done, $(left) s left"
 fi

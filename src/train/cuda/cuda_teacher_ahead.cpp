@@ -89,11 +89,14 @@ void CudaTeacherAhead::queue(const TokenBatch& batch, double tau, const LmHeadCu
   pending_ = std::move(out);
 }
 
+bool CudaTeacherAhead::pending_for(const TokenBatch& batch, double tau, const LmHeadCudaChunking& chunking) const {
+  return pending_ != nullptr && same_batch(pending_->batch, batch) && pending_->tau == tau &&
+         pending_->chunking.vocab_chunk == chunking.vocab_chunk && pending_->chunking.row_block == chunking.row_block;
+}
+
 std::unique_ptr<CudaTeacherOutput> CudaTeacherAhead::take(const TokenBatch& batch, double tau,
                                                           const LmHeadCudaChunking& chunking) {
-  if (pending_ == nullptr || !same_batch(pending_->batch, batch) || pending_->tau != tau ||
-      pending_->chunking.vocab_chunk != chunking.vocab_chunk || pending_->chunking.row_block != chunking.row_block)
-    queue(batch, tau, chunking);
+  if (!pending_for(batch, tau, chunking)) queue(batch, tau, chunking);
   HLM_CUDA_CHECK(cudaStreamWaitEvent(ctx_.main_stream(), side_done_, 0));
   return std::move(pending_);
 }

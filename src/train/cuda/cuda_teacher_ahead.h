@@ -3,8 +3,10 @@
 // before it instead of between that backward and the next student forward (HLM_TEACHER_OVERLAP, cuda_train_device.h).
 //
 // Per micro-batch i of a step (CudaTrainDevice::micro_step):
-//   take(batch_i)      the output of the forward queued for batch_i (queued now when none or another batch was
-//                      queued); the main stream waits for it (an event), so the loss that reads it runs after it
+//   queue(batch_0)     a step's first micro-batch only, before the student's forward is queued (so they overlap)
+//   take(batch_i)      after the student's forward is queued: the output of the forward queued for batch_i (queued
+//                      now when none or another batch was queued); the main stream waits for it (an event), so the
+//                      loss that reads it runs after it
 //   queue(batch_i+1)   after the loss is queued: the side stream waits for the main stream's work so far (the loss
 //                      reads the output of i), then the teacher's forward of i+1, the bf16 rounding of its final
 //                      hidden states for the head and, when one vocabulary chunk covers the vocabulary (the
@@ -78,7 +80,8 @@ class CudaTeacherAhead {
   std::unique_ptr<CudaTeacherOutput> take(const TokenBatch& batch, double tau, const LmHeadCudaChunking& chunking);
   // Waits for the side stream and drops a pending forward (a step that ended early, an exception).
   void drop();
-  bool pending() const { return pending_ != nullptr; }
+  // Whether the pending forward is of `batch`, tau and chunking (take would use it).
+  bool pending_for(const TokenBatch& batch, double tau, const LmHeadCudaChunking& chunking) const;
 
  private:
   CudaContext& ctx_;

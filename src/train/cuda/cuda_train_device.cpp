@@ -453,22 +453,27 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
   const int64_t N = micro.batch.total_tokens();
   PhaseTimer timer(ctx.stream());
   timer.mark("start");
-  // The teacher's final hidden states only (nothing else of its forward is held through the student's step): queued
-  // beside the previous micro-batch's backward when overlapped (the main stream waits for it; the mark then times
-  // the wait), else run here.
+  // The teacher's final hidden states only (nothing else of its forward is held through the student's step). Overlapped
+  // (cuda_teacher_ahead.h): queued beside the previous micro-batch's backward, or for a step's first micro-batch
+  // here, beside the student's forward; the main stream waits for it after the student's forward (the
+  // teacher_forward mark then times that wait and follows student_forward). Else run here.
   std::unique_ptr<CudaTeacherOutput> ahead;
   CudaTensor teacher_hidden, teacher16;
   LmHeadCuda teacher_head;
   const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
   if (teacher_ahead_) {
-    ahead = teacher_ahead_->take(micro.batch, tau, chunking);
-    teacher_head = ahead->head;
+    if (!teacher_ahead_->pending_for(micro.batch, tau, chunking)) teacher_ahead_->queue(micro.batch, tau, chunking);
   } else if (teacher_) {
     teacher_hidden = teacher_->forward_final_hidden(micro.batch);
+    timer.mark("teacher_forward");
   }
-  timer.mark("teacher_forward");
   const CudaTrainTrace trace = student_->forward_train(micro.batch, options_.recompute);
   timer.mark("student_forward");
+  if (teacher_ahead_) {
+    ahead = teacher_ahead_->take(micro.batch, tau, chunking);
+    teacher_head = ahead->head;
+    timer.mark("teacher_forward");
+  }
   out.kept_bytes = std::max(out.kept_bytes, trace.kept_bytes());
 
   CudaTensor per_token = CudaTensor::empty(ctx, {N});

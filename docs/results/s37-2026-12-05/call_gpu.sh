@@ -15,8 +15,9 @@
 # PARTS (comma list, in this order; BUDGET seconds for the whole call, default 560):
 #   peer     peer_probe.py hf_distill SHAPE=qwen3-4b, $PEER_ROWS rows (8) without checkpointing (the peer's fastest
 #            setup on an H200, session 36), then tools/device/peer_optimizer_time.py (its AdamW step alone)  (~300 s)
-#   tests    the whole test_cuda_ops and test_cuda_models with $TEST_ENV in the environment (default: the bf16
-#            gate/up and the bf16 weight-gradient epilogue on), HLM_BINARY = the carried hybridlm            (~180 s)
+#   tests    test_cuda_ops and test_cuda_models (filters $OPS_FILTER, $MODELS_FILTER; default all) with $TEST_ENV in
+#            the environment (default: the bf16 gate/up and the bf16 weight-gradient epilogue on), HLM_BINARY = the
+#            carried hybridlm                                                                             (~180 s)
 #   recipe   bench_distill_step, 4B, lean, --recompute none, micro-batch $MICRO (8), 96 rows per step, 2048xfull,
 #            --dw-paths $DW_PATHS (epilogue) × --mlp-gate-up $GATE_UPS (bf16) × --matmul-autotune $AUTOTUNES (off,on)
 #            × --teacher-overlap $OVERLAPS (off,on), 1 warm-up + 1 timed step each, HLM_PROFILE_STEP=1 (the attach's
@@ -55,11 +56,12 @@ export LD_LIBRARY_PATH=/tmp/hlm/lib HLM_GOLDEN_DIR=$PWD/tests/golden
 if has tests; then
   TEST_ENV=${TEST_ENV:-HLM_MLP_BF16_GATE_UP=on HLM_DW_BF16_EPILOGUE=on}
   el "tests with: $TEST_ENV"
-  env $TEST_ENV timeout 240 /tmp/hlm/bin/test_cuda_ops > "$OUT/tests_ops.log" 2>&1
+  env $TEST_ENV timeout 240 /tmp/hlm/bin/test_cuda_ops --gtest_filter="${OPS_FILTER:-*}" > "$OUT/tests_ops.log" 2>&1
   rc=$?
   grep -E "^\[  FAILED  \] .* ms\)$" "$OUT/tests_ops.log" | tail -20
   echo "test_cuda_ops: $(gtest_counts "$OUT/tests_ops.log" "$rc")"
-  env $TEST_ENV HLM_BINARY=/tmp/hlm/bin/hybridlm timeout 300 /tmp/hlm/bin/test_cuda_models > "$OUT/tests_models.log" 2>&1
+  env $TEST_ENV HLM_BINARY=/tmp/hlm/bin/hybridlm timeout 300 /tmp/hlm/bin/test_cuda_models \
+    --gtest_filter="${MODELS_FILTER:-*}" > "$OUT/tests_models.log" 2>&1
   rc=$?
   grep -E "^\[  FAILED  \] .* ms\)$" "$OUT/tests_models.log" | tail -20
   echo "test_cuda_models: $(gtest_counts "$OUT/tests_models.log" "$rc")"

@@ -9,8 +9,10 @@
 #   rm -f out/carry/all.txz.part.*; PIECE_MB=auto bash tools/device/pack_binaries.sh out/carry/all.txz \
 #     build-gpu/bench/bench_distill_step build-gpu/tests/cuda/test_cuda_ops build-gpu/tests/test_cuda_models \
 #     build-gpu/hybridlm build-gpu/tools/profile/libhlm_kernel_trace.so
-# The pack is two pieces: the first call carries all.txz.part.00 (kept in /tmp/keep) and may run `peer` (which needs
-# only out/carry/anchors.txz: FLA + peer_probe.py, ../shared/bench/README); a later call carries the last piece.
+# The pack is two or three pieces (PIECE_MB=auto: the tracked tree leaves ~13-15 MB per call; without hybridlm and
+# the tracer library it is two, then exclude the CLI tests with MODELS_FILTER): the first call carries
+# all.txz.part.00 (kept in /tmp/keep) and may run `peer` (which needs only out/carry/anchors.txz: FLA +
+# peer_probe.py, ../shared/bench/README); each later call carries the next piece, the last one runs the rest.
 #
 # PARTS (comma list, in this order; BUDGET seconds for the whole call, default 560):
 #   peer     peer_probe.py hf_distill SHAPE=qwen3-4b, $PEER_ROWS rows (8) without checkpointing (the peer's fastest

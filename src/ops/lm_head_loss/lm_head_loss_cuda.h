@@ -18,7 +18,9 @@
 //   - pass 1: exp(z − max) in fp32 (expf) summed per thread in fp32 (ceil(vocab_chunk / lm_head_cuda_threads())
 //     terms, each ≤ 1), combined across threads, chunks and rescalings in fp64 (running max is an exact float;
 //     rescale factor exp(old − new) in fp64). Relative error of Σ exp ≤ (ceil(chunk/threads) + 4)·u.
-//   - pass 2: probabilities, KL terms and dz in fp64 from the f32 logits and the fp64 log-sum-exp, as the CPU.
+//   - pass 2: log probabilities, KL terms and dz in fp64 from the f32 logits and the fp64 log-sum-exp, as the CPU;
+//     the KL's two exps are expf of the log probability rounded to f32 (relative error ≤ (4 + |log p|)·u; the fp64
+//     exps made the pass compute-bound), the cross-entropy's exp stays fp64.
 //   - per-token values are kept in fp64 for the loss; loss, mean and the per-row reductions are fixed-order fp64 trees.
 //   Deterministic run to run (no atomics; cuBLASLt reproducible on the same GPU model and SM count).
 // Bad targets: the CPU throws for a target ≥ V; a kernel cannot, so such a token sets *error_flag = 1 (nullable,

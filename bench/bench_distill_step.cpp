@@ -44,9 +44,9 @@
 // (line: norm16=env).
 // --matmul-autotune off|on[,...]: cuBLASLt's algorithm per GEMM shape timed among the heuristic's first 8 or its first
 // taken (ops/matmul/matmul_cuda.h, HLM_MATMUL_AUTOTUNE), innermost; without the option the environment decides.
-// --teacher-overlap off|on[,...]: each micro-batch's teacher forward (but a step's first) queued on a side stream
-// beside the previous micro-batch's student backward (train/cuda/cuda_train_device.h, HLM_TEACHER_OVERLAP),
-// innermost; without the option the environment decides.
+// --teacher-overlap off|on[,...]: each micro-batch's teacher forward on a side stream beside the previous
+// micro-batch's student backward, a step's first beside the student's forward (train/cuda/cuda_train_device.h,
+// HLM_TEACHER_OVERLAP), innermost; without the option the environment decides.
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
 // attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps

@@ -234,12 +234,13 @@ TEST_F(CudaTrainer, ResumeOnTheGpuIsBitIdentical) {
               split.size(), *straight.test->mean_kl);
 }
 
-// HLM_TEACHER_OVERLAP (train/cuda/cuda_train_device.h): each micro-batch's teacher forward but a step's first queued
-// on the context's side stream beside the backward of the micro-batch before it gives the serial step's bits, in fp32
+// HLM_TEACHER_OVERLAP (train/cuda/cuda_train_device.h): each micro-batch's teacher forward queued on the context's
+// side stream (beside the backward of the micro-batch before it, a step's first beside the student's forward) gives
+// the serial step's bits, in fp32
 // and in the bf16 mode (its head's rounding of the teacher's hidden states made on the side stream too), with the
 // default loss chunking and with one vocabulary chunk (then the teacher's logits and lse are made on the side stream
 // too, lm_head_teacher_logits_cuda): every step's loss, the saved model byte for byte, the test KL. Four micro-batches
-// per step, so three of each step's teacher forwards overlap a backward.
+// per step, so three of each step's teacher forwards overlap a backward and one the student's forward.
 TEST_F(CudaTrainer, TeacherOverlapIsBitIdentical) {
   HLM_REQUIRE_CUDA_MODEL();
   for (const bool bf16 : {false, true})

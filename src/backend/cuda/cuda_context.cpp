@@ -11,7 +11,7 @@ CudaContext::CudaContext(int device) : device_(device) {
   HLM_CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking));
   stream_ = main_stream_;
   HLM_CUBLAS_CHECK(cublasLtCreate(&blaslt_));
-  main_workspace_ = workspace_ = allocator_.allocate(kBlasLtWorkspaceBytes);
+  main_workspace_ = allocator_.allocate(kBlasLtWorkspaceBytes);
 }
 
 CudaContext::~CudaContext() {
@@ -37,12 +37,10 @@ cudaStream_t CudaContext::side_stream() {
 CudaSideStream::CudaSideStream(CudaContext& ctx) : ctx_(ctx) {
   HLM_CHECK(!ctx.on_side_stream(), "CudaSideStream: already on the side stream (scopes do not nest)");
   ctx.stream_ = ctx.side_stream();
-  ctx.workspace_ = ctx.side_workspace_;
 }
 
 CudaSideStream::~CudaSideStream() {
   ctx_.stream_ = ctx_.main_stream_;
-  ctx_.workspace_ = ctx_.main_workspace_;
 }
 
 void CudaContext::make_current() const { HLM_CUDA_CHECK(cudaSetDevice(device_)); }

@@ -48,7 +48,9 @@ class CudaContext {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   CudaAllocator& allocator() { return allocator_; }
-  CudaBlasLt blaslt() const { return {blaslt_, workspace_, kBlasLtWorkspaceBytes, stream_}; }
+  CudaBlasLt blaslt() const {
+    return {blaslt_, on_side_stream() ? side_workspace_ : main_workspace_, kBlasLtWorkspaceBytes, stream_};
+  }
 
   // The side stream (created on first use; see the header comment) and whether a CudaSideStream scope is active.
   cudaStream_t side_stream();
@@ -68,8 +70,7 @@ class CudaContext {
   cudaStream_t side_ = nullptr;         // side_stream()
   cublasLtHandle_t blaslt_ = nullptr;
   CudaAllocator allocator_;
-  void* workspace_ = nullptr;  // from allocator_: the current stream's (main_workspace_ or side_workspace_)
-  void* main_workspace_ = nullptr;
+  void* main_workspace_ = nullptr;  // from allocator_, one per stream
   void* side_workspace_ = nullptr;
 };
 

@@ -32,9 +32,36 @@ void CudaTeacherOutput::check(CudaContext& ctx, int64_t vocab_size) const {
   cuda_check_batch_flag(ctx, device_batch, batch, vocab_size);
 }
 
+std::unique_ptr<CudaTeacherOutput> cuda_teacher_forward(CudaModel& teacher, const TokenBatch& batch, double tau,
+                                                        const LmHeadCudaChunking& chunking, bool with_logits) {
+  CudaContext& ctx = teacher.context();
+  ctx.make_current();
+  auto out = std::make_unique<CudaTeacherOutput>();
+  out->batch = batch;
+  out->tau = tau;
+  out->chunking = chunking;
+  const int64_t N = batch.total_tokens(), V = teacher.config().vocab_size;
+  out->device_batch = CudaTokenBatch::upload(ctx, batch);
+  out->hidden = teacher.forward_final_hidden(out->device_batch);
+  out->head = teacher.lm_head_for(out->hidden.data<float>(), N, out->hidden16);
+  if (with_logits && N > 0) {
+    out->logits = CudaTensor::empty(ctx, {N, V});
+    out->lse = cuda_scratch_bytes(ctx, static_cast<size_t>(N) * sizeof(double));
+    const size_t bytes = lm_head_teacher_logits_cuda_workspace_bytes(N, V, chunking);
+    CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
+    lm_head_teacher_logits_cuda(ctx.blaslt(), out->logits.data<float>(), static_cast<double*>(out->lse.raw()),
+                                out->hidden.data<float>(), out->head, N, tau, chunking, ws.raw(), bytes);
+    // The loss reads the logits only: the fp32 hidden states go back to the allocator (on the side stream, to its
+    // pool, for side-stream work queued later); the head (checked, not read) keeps its bf16 pair.
+    out->hidden = CudaTensor();
+  }
+  return out;
+}
+
 CudaTeacherAhead::CudaTeacherAhead(CudaContext& ctx, CudaModel& teacher) : ctx_(ctx), teacher_(teacher) {
   HLM_CHECK(&teacher.context() == &ctx, "CudaTeacherAhead: the teacher lives on another context");
   ctx_.make_current();
+  ctx_.side_stream();  // created here, not in the destructor
   pool_ = ctx_.allocator().create_pool(false);
   HLM_CUDA_CHECK(cudaEventCreateWithFlags(&main_done_, cudaEventDisableTiming));
   HLM_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
@@ -62,28 +89,12 @@ void CudaTeacherAhead::queue(const TokenBatch& batch, double tau, const LmHeadCu
   const cudaStream_t side = ctx_.side_stream();
   HLM_CUDA_CHECK(cudaEventRecord(main_done_, ctx_.main_stream()));
   HLM_CUDA_CHECK(cudaStreamWaitEvent(side, main_done_, 0));
-  auto out = std::make_unique<CudaTeacherOutput>();
-  out->batch = batch;
-  out->tau = tau;
-  out->chunking = chunking;
+  std::unique_ptr<CudaTeacherOutput> out;
   {
     CudaSideStream on_side(ctx_);
     PoolScope in_pool(ctx_.allocator(), pool_);
-    const int64_t N = batch.total_tokens(), V = teacher_.config().vocab_size;
-    out->device_batch = CudaTokenBatch::upload(ctx_, batch);
-    out->hidden = teacher_.forward_final_hidden(out->device_batch);
-    out->head = teacher_.lm_head_for(out->hidden.data<float>(), N, out->hidden16);
-    if (lm_head_teacher_logits_supported(V, chunking) && N > 0) {
-      out->logits = CudaTensor::empty(ctx_, {N, V});
-      out->lse = cuda_scratch_bytes(ctx_, static_cast<size_t>(N) * sizeof(double));
-      const size_t bytes = lm_head_teacher_logits_cuda_workspace_bytes(N, V, chunking);
-      CudaTensor ws = cuda_scratch_bytes(ctx_, bytes);
-      lm_head_teacher_logits_cuda(ctx_.blaslt(), out->logits.data<float>(), static_cast<double*>(out->lse.raw()),
-                                  out->hidden.data<float>(), out->head, N, tau, chunking, ws.raw(), bytes);
-      // The loss reads the logits only: the fp32 hidden states go back to the pool (side-stream work queued later);
-      // the head (checked, not read) keeps its bf16 pair.
-      out->hidden = CudaTensor();
-    }
+    out = cuda_teacher_forward(teacher_, batch, tau, chunking,
+                               lm_head_teacher_logits_supported(teacher_.config().vocab_size, chunking));
   }
   HLM_CUDA_CHECK(cudaEventRecord(side_done_, side));
   pending_ = std::move(out);

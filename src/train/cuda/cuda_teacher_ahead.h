@@ -64,6 +64,14 @@ struct CudaTeacherOutput {
   void check(CudaContext& ctx, int64_t vocab_size) const;
 };
 
+// The teacher's forward of `batch` queued on its context's current stream (the side stream inside a CudaSideStream
+// scope), with its head's bf16 rounding of the final hidden states; with_logits also makes the logits and lse for a
+// KL at tau under `chunking` (lm_head_teacher_logits_supported must hold; the fp32 hidden states are then released).
+// Nothing waits for the stream: check() reads the error flag afterwards. The serial step (HLM_TEACHER_OVERLAP off)
+// calls it on the main stream without the logits.
+std::unique_ptr<CudaTeacherOutput> cuda_teacher_forward(CudaModel& teacher, const TokenBatch& batch, double tau,
+                                                        const LmHeadCudaChunking& chunking, bool with_logits);
+
 class CudaTeacherAhead {
  public:
   CudaTeacherAhead(CudaContext& ctx, CudaModel& teacher);

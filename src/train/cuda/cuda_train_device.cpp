@@ -395,13 +395,12 @@ BatchLoss CudaTrainDevice::step(const PackedBatch& batch, int64_t micro_rows, do
     if (overlap && teacher_ahead_ == nullptr) teacher_ahead_ = std::make_unique<CudaTeacherAhead>(*ctx_, *teacher_);
     if (!overlap) teacher_ahead_.reset();
     if (teacher_ahead_) teacher_ahead_->drop();  // a step that threw may have left one queued
-    PackedBatch micro = mine.rows == micro_rows ? mine : packed_batch_rows(mine, 0, micro_rows);
-    for (int64_t r = 0; r < mine.rows; r += micro_rows) {
-      const bool last = r + micro_rows == mine.rows;
-      PackedBatch next;
-      if (overlap && !last) next = packed_batch_rows(mine, r + micro_rows, r + 2 * micro_rows);
-      micro_step(micro, overlap && !last ? &next : nullptr, weight, tau, num_languages, out, last);
-      if (!last) micro = overlap ? std::move(next) : packed_batch_rows(mine, r + micro_rows, r + 2 * micro_rows);
+    std::vector<PackedBatch> micros;
+    for (int64_t r = 0; r < mine.rows; r += micro_rows)
+      micros.push_back(mine.rows == micro_rows ? mine : packed_batch_rows(mine, r, r + micro_rows));
+    for (size_t i = 0; i < micros.size(); ++i) {
+      const bool last = i + 1 == micros.size();
+      micro_step(micros[i], overlap && !last ? &micros[i + 1] : nullptr, weight, tau, num_languages, out, last);
     }
   }
   if (dp_) {
@@ -457,21 +456,18 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
   // (cuda_teacher_ahead.h): queued beside the previous micro-batch's backward, or for a step's first micro-batch
   // here, beside the student's forward; the main stream waits for it after the student's forward (the
   // teacher_forward mark then times that wait and follows student_forward). Else run here.
-  std::unique_ptr<CudaTeacherOutput> ahead;
-  CudaTensor teacher_hidden, teacher16;
-  LmHeadCuda teacher_head;
+  std::unique_ptr<CudaTeacherOutput> teacher_out;
   const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
   if (teacher_ahead_) {
     if (!teacher_ahead_->pending_for(micro.batch, tau, chunking)) teacher_ahead_->queue(micro.batch, tau, chunking);
   } else if (teacher_) {
-    teacher_hidden = teacher_->forward_final_hidden(micro.batch);
+    teacher_out = cuda_teacher_forward(*teacher_, micro.batch, tau, chunking, false);
     timer.mark("teacher_forward");
   }
   const CudaTrainTrace trace = student_->forward_train(micro.batch, options_.recompute);
   timer.mark("student_forward");
   if (teacher_ahead_) {
-    ahead = teacher_ahead_->take(micro.batch, tau, chunking);
-    teacher_head = ahead->head;
+    teacher_out = teacher_ahead_->take(micro.batch, tau, chunking);
     timer.mark("teacher_forward");
   }
   out.kept_bytes = std::max(out.kept_bytes, trace.kept_bytes());
@@ -486,18 +482,12 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
     targets = CudaTensor::empty(ctx, {N}, DType::I32);
     cuda_copy_to_device_async(ctx, targets.raw(), micro.targets.data(), micro.targets.size() * sizeof(int32_t));
   }
-  if (teacher_ && !ahead) teacher_head = teacher_->lm_head_for(teacher_hidden.data<float>(), N, teacher16);
-  const float* teacher_final = ahead ? static_cast<const float*>(ahead->hidden.raw())
-                               : teacher_ ? teacher_hidden.data<float>() : nullptr;
-  LmHeadTeacherLogitsCuda teacher_logits;
-  if (ahead && ahead->has_logits()) teacher_logits = ahead->teacher_logits();
-  const CudaTensor d_hidden = head_loss(trace, teacher_final, teacher_ ? &teacher_head : nullptr,
-                                       teacher_logits.logits != nullptr ? &teacher_logits : nullptr,
-                                       weights.data<float>(), teacher_ ? nullptr : targets.data<int32_t>(),
-                                       per_token.data<float>(), result.raw(), tau);
-  teacher16 = CudaTensor();  // not held through the backward (queued work after the loss may reuse the blocks)
-  teacher_hidden = CudaTensor();
-  if (ahead) ahead->release_loss_inputs();
+  const CudaTensor d_hidden = head_loss(trace, teacher_out.get(), weights.data<float>(),
+                                       teacher_ ? nullptr : targets.data<int32_t>(), per_token.data<float>(),
+                                       result.raw(), tau);
+  // Not held through the backward (work queued after the loss may reuse the blocks); the uploaded batch stays for
+  // the flag check below.
+  if (teacher_out) teacher_out->release_loss_inputs();
   timer.mark("loss");
   // The next micro-batch's teacher forward on the side stream, after the loss that read this one's (its blocks are
   // the side stream's pool's: cuda_teacher_ahead.h), beside the backward queued below.
@@ -518,9 +508,9 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
   cuda_copy_to_host(ctx, &loss, result.raw(), sizeof(loss));
   std::vector<float> values(static_cast<size_t>(N));
   cuda_copy_to_host(ctx, values.data(), per_token.raw(), values.size() * sizeof(float));
-  // The overlapped teacher forward's error flag (the main stream waited for it): a bad id for the teacher's
-  // vocabulary is the same input error as in the forward's own check.
-  if (ahead) ahead->check(ctx, teacher_->config().vocab_size);
+  // The teacher forward's error flag (the main stream ran or waited for it): a bad id for the teacher's vocabulary is
+  // the same input error as CudaModel::forward_final_hidden's own check.
+  if (teacher_out) teacher_out->check(ctx, teacher_->config().vocab_size);
   out.loss += loss.loss;
   for (int64_t t = 0; t < N; ++t) {
     if (!teacher_ && micro.targets[static_cast<size_t>(t)] < 0) continue;
@@ -532,8 +522,7 @@ void CudaTrainDevice::micro_step(const PackedBatch& micro, const PackedBatch* ne
 }
 
 
-CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const float* teacher_hidden,
-                                      const LmHeadCuda* teacher_head, const LmHeadTeacherLogitsCuda* teacher_logits,
+CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const CudaTeacherOutput* teacher,
                                       const float* weights, const int32_t* targets, float* per_token, void* result,
                                       double tau) {
   CudaContext& ctx = *ctx_;
@@ -545,13 +534,13 @@ CudaTensor CudaTrainDevice::head_loss(const CudaTrainTrace& trace, const float* 
   const LmHeadCuda student_head = student_->lm_head_for(trace.final_hidden.data<float>(), N, student16);
   auto* r = static_cast<TokenLossCudaResult*>(result);
   const LmHeadCudaChunking chunking = as_cuda_chunking(loss_chunking_);
-  if (teacher_hidden != nullptr || teacher_logits != nullptr) {
-    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, chunking, teacher_logits != nullptr);
+  if (teacher != nullptr) {
+    const LmHeadTeacherLogitsCuda logits = teacher->has_logits() ? teacher->teacher_logits() : LmHeadTeacherLogitsCuda{};
+    const size_t bytes = lm_head_forward_kl_cuda_workspace_bytes(N, c.vocab_size, chunking, teacher->has_logits());
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    HLM_CHECK(teacher_head != nullptr, "head_loss: a teacher's hidden states or logits without its head");
-    lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, teacher_hidden, *teacher_head,
-                            trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
-                            chunking, ws.raw(), bytes, teacher_logits);
+    lm_head_forward_kl_cuda(ctx.blaslt(), per_token, r, static_cast<const float*>(teacher->hidden.raw()),
+                            teacher->head, trace.final_hidden.data<float>(), student_head, N, tau, weights, &grad,
+                            chunking, ws.raw(), bytes, teacher->has_logits() ? &logits : nullptr);
   } else {
     const size_t bytes = lm_head_cross_entropy_cuda_workspace_bytes(N, c.vocab_size, chunking);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
@@ -612,7 +601,7 @@ bool CudaTrainDevice::graph_step(const PackedBatch& micro, float weight, size_t 
           grads_->set_zero();
           const CudaTrainTrace trace = student_->forward_train(e->batch, options_.recompute);
           e->kept_bytes = trace.kept_bytes();
-          const CudaTensor d_hidden = head_loss(trace, nullptr, nullptr, nullptr, e->weights.data<float>(),
+          const CudaTensor d_hidden = head_loss(trace, nullptr, e->weights.data<float>(),
                                                 e->targets.data<int32_t>(), e->per_token.data<float>(),
                                                 e->result.raw(), 1.0);
           student_->backward(trace, d_hidden.data<float>(), *grads_);

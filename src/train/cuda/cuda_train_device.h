@@ -76,15 +76,14 @@ struct CudaTrainDeviceOptions {
 };
 
 // HLM_TEACHER_OVERLAP=on|off (default off until measured on the GPU): with a teacher, each micro-batch's teacher
-// forward but a step's first is queued on the context's side stream while the student's backward of the micro-batch
-// before it runs on the main stream (train/cuda/cuda_teacher_ahead.h); the same bits. Read at each step; set(1 | 0 |
-// -1 = the environment) for A/B runs.
+// forward runs on the context's side stream, beside the student's backward of the micro-batch before it (a step's
+// first beside the student's forward), the main stream on its own (train/cuda/cuda_teacher_ahead.h); the same bits.
+// Read at each step; set(1 | 0 | -1 = the environment) for A/B runs.
 void cuda_train_set_teacher_overlap(int on);
 bool cuda_train_teacher_overlap();
 
 class CudaTeacherAhead;
-struct LmHeadCuda;
-struct LmHeadTeacherLogitsCuda;
+struct CudaTeacherOutput;
 
 class CudaTrainDevice final : public TrainDevice {
  public:
@@ -119,14 +118,13 @@ class CudaTrainDevice final : public TrainDevice {
   // The step as a replayed graph (cuda_graphs, one micro-batch, no teacher): false when it must run eagerly instead
   // (a shape seen for the first time, or whose capture failed); nothing was queued then.
   bool graph_step(const PackedBatch& micro, float weight, size_t num_languages, BatchLoss& out);
-  // The loss (CE at `targets`, or KL against teacher_hidden) and the head's gradient into grads_; returns the
+  // The loss (CE at `targets`, or KL against the teacher) and the head's gradient into grads_; returns the
   // gradient w.r.t. the final hidden states for the backward. Shared by the eager and the captured step. `result` is
   // a TokenLossCudaResult on the device.
-  // teacher_head: the teacher's head for teacher_hidden (CudaModel::lm_head_for), both null without a teacher;
-  // teacher_logits: its logits made ahead (cuda_teacher_ahead.h; teacher_hidden then null), else null.
-  CudaTensor head_loss(const CudaTrainTrace& trace, const float* teacher_hidden, const LmHeadCuda* teacher_head,
-                       const LmHeadTeacherLogitsCuda* teacher_logits, const float* weights, const int32_t* targets,
-                       float* per_token, void* result, double tau);
+  // teacher: the teacher's forward of this micro-batch (its hidden states and head, or its logits made ahead:
+  // cuda_teacher_ahead.h), null without a teacher.
+  CudaTensor head_loss(const CudaTrainTrace& trace, const CudaTeacherOutput* teacher, const float* weights,
+                       const int32_t* targets, float* per_token, void* result, double tau);
 
   // Forward, loss and backward of one micro-batch into grads_; adds its loss record to `out`. last: the step's last
   // micro-batch (data parallel: its backward queues the bucket sums as it goes, cuda_data_parallel.h).

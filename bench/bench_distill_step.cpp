@@ -32,9 +32,9 @@
 // --dw-paths overwrite|scratch|epilogue[,...]: how the lean plan's bf16 weight gradients take each micro-batch's
 // product (layers/cuda/cuda_linear.h), set in-process for each entry in turn inside each micro-batch size (same
 // attached device): overwrite = the first micro-batch writes bf16(dyᵀ·x), the later ones add through the fp32 scratch
-// and round once (the default); scratch = every micro-batch through the scratch (HLM_DW_BF16_OVERWRITE=off);
+// and round once; scratch = every micro-batch through the scratch (HLM_DW_BF16_OVERWRITE=off);
 // epilogue = the first writes, the later ones take cuBLASLt's bf16 epilogue with beta 1 (HLM_DW_BF16_EPILOGUE=on:
-// no scratch, two roundings). Without the option the environment decides (line: dw=env).
+// no scratch, two roundings; the default since session 38). Without the option the environment decides (line: dw=env).
 // --mlp-gate-up fp32|bf16[,...]: the MLPs' gate and up products in fp32 or in bf16 (layers/mlp_bf16_gate_up.h,
 // HLM_MLP_BF16_GATE_UP), set in-process for each entry in turn inside each weight-gradient path; without the option
 // the environment decides (line: gate_up=env).
@@ -47,6 +47,9 @@
 // --teacher-overlap off|on[,...]: each micro-batch's teacher forward on a side stream beside the previous
 // micro-batch's student backward, a step's first beside the student's forward (train/cuda/cuda_train_device.h,
 // HLM_TEACHER_OVERLAP), innermost; without the option the environment decides.
+// --norm-fused-backward off|on[,...]: the block-path RMSNorm backward (hidden sizes 1,025-4,096) fused into one pass
+// or as three (ops/rmsnorm/rmsnorm_cuda.h, HLM_RMSNORM_FUSED_BACKWARD), innermost; without the option the environment
+// decides (line: normbwd=env).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the
 // attach (uploads) run at once and holds back only the first step until FILE exists, so that the attach overlaps
@@ -56,7 +59,7 @@
 //                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
 //                           [--dw-paths overwrite|scratch|epilogue[,...]] [--mlp-gate-up fp32|bf16[,...]]
 //                           [--norm-bf16-out off|on[,...]] [--matmul-autotune off|on[,...]]
-//                           [--teacher-overlap off|on[,...]]
+//                           [--teacher-overlap off|on[,...]] [--norm-fused-backward off|on[,...]]
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -82,6 +85,7 @@
 #include "models/convert.h"
 #include "models/cuda/cuda_model.h"
 #include "ops/matmul/matmul_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "models/hf_config.h"
 #include "models/model.h"
 #include "models/model_train.h"
@@ -104,7 +108,7 @@ struct DwPath {
 constexpr DwPath kEnvDwPath{"env", -1, -1};  // without --dw-paths: both left to the environment
 constexpr DwPath kDwPaths[] = {{"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
 
-// --mlp-gate-up, --norm-bf16-out, --matmul-autotune, --teacher-overlap: one entry's value of an overridable on/off switch
+// --mlp-gate-up, --norm-bf16-out, --matmul-autotune, --teacher-overlap, --norm-fused-backward: one entry's value of an overridable on/off switch
 // (core/env_switch.h: 1 on, 0 off, -1 the environment's).
 struct SwitchEntry {
   const char* name;
@@ -129,6 +133,7 @@ struct Options {
   std::vector<const SwitchEntry*> norm16s;   // --norm-bf16-out; {&kEnvSwitch} without the option
   std::vector<const SwitchEntry*> autotunes; // --matmul-autotune; likewise
   std::vector<const SwitchEntry*> overlaps;  // --teacher-overlap; likewise
+  std::vector<const SwitchEntry*> norm_bwds; // --norm-fused-backward; likewise
 };
 
 // The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
@@ -199,6 +204,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--teacher-overlap") {
       for (const std::string& name : split_list(next()))
         o.overlaps.push_back(&row_named(kOnOff, name, "--teacher-overlap"));
+    } else if (a == "--norm-fused-backward") {
+      for (const std::string& name : split_list(next()))
+        o.norm_bwds.push_back(&row_named(kOnOff, name, "--norm-fused-backward"));
     }
     else {
       std::fprintf(stderr, "usage: bench_distill_step [--precision fp32|bf16] [--steps N] [--warmup N] [--rows R] [--seq T] "
@@ -206,7 +214,8 @@ Options parse(int argc, char** argv) {
                            "[--data-parallel off|zero0|zero1,...] [--recompute layer|none,...] "
                            "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...] "
                            "[--mlp-gate-up fp32|bf16,...] [--norm-bf16-out off|on,...] "
-                           "[--matmul-autotune off|on,...] [--teacher-overlap off|on,...]\n");
+                           "[--matmul-autotune off|on,...] [--teacher-overlap off|on,...] "
+                           "[--norm-fused-backward off|on,...]\n");
       std::exit(2);
     }
   }
@@ -229,6 +238,7 @@ Options parse(int argc, char** argv) {
   if (o.norm16s.empty()) o.norm16s.push_back(&kEnvSwitch);
   if (o.autotunes.empty()) o.autotunes.push_back(&kEnvSwitch);
   if (o.overlaps.empty()) o.overlaps.push_back(&kEnvSwitch);
+  if (o.norm_bwds.empty()) o.norm_bwds.push_back(&kEnvSwitch);
   return o;
 }
 
@@ -380,7 +390,8 @@ int main(int argc, char** argv) {
     for (const SwitchEntry* gate_up : o.gate_ups)
     for (const SwitchEntry* norm16 : o.norm16s)
     for (const SwitchEntry* autotune : o.autotunes)
-    for (const SwitchEntry* overlap : o.overlaps) {
+    for (const SwitchEntry* overlap : o.overlaps)
+    for (const SwitchEntry* norm_bwd : o.norm_bwds) {
       const DwPath& dw = *path;
       cuda_linear_set_dw_bf16_overwrite(dw.overwrite);
       cuda_linear_set_dw_bf16_epilogue(dw.epilogue);
@@ -388,6 +399,7 @@ int main(int argc, char** argv) {
       cuda_model_set_norm_bf16_out(norm16->value);
       matmul_cuda_set_autotune(autotune->value);
       cuda_train_set_teacher_overlap(overlap->value);
+      rmsnorm_cuda_set_fused_backward(norm_bwd->value);
       allocator.reset_peaks();
 
       std::vector<double> ms;
@@ -416,12 +428,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s overlap=%s precision=%s rows=%lld micro=%lld "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s overlap=%s normbwd=%s precision=%s rows=%lld micro=%lld "
                   "seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
-                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name, overlap->name,
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name, overlap->name, norm_bwd->name,
                   o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,

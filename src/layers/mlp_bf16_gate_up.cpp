@@ -6,7 +6,7 @@
 namespace hlm {
 
 namespace {
-OverridableSwitch g_mlp_bf16_gate_up{"HLM_MLP_BF16_GATE_UP", false};
+OverridableSwitch g_mlp_bf16_gate_up{"HLM_MLP_BF16_GATE_UP", true};  // on since session 38 (mlp_bf16_gate_up.h)
 }  // namespace
 
 bool mlp_bf16_gate_up() { return g_mlp_bf16_gate_up.on(); }

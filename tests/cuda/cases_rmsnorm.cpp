@@ -1,7 +1,8 @@
 // RMSNorm: CUDA (src/ops/rmsnorm/rmsnorm.cu) vs the CPU reference (rmsnorm_ref.cpp), forward and backward, f32 and
 // bf16 storage. Cases: both kernel paths (rmsnorm_cuda.h): the warp-per-row path (D ≤ rmsnorm_cuda_warp_max_dim(),
 // vectorized when D is a multiple of the vector: 100, 128, 1000, 1024; scalar: 1, 37, 65, 127, 257; and the scalar
-// fallback for misaligned pointers) and the block-per-row path (1025, 4096); row counts that are not multiples of the
+// fallback for misaligned pointers) and the block-per-row path (1025, 4096; its backward fused with the row in
+// registers up to 4096, the former three passes beyond: 4100); row counts that are not multiples of the
 // 8 rows of a warp-path block (37, 301, 1003); the fused dweight sum's edges (rmsnorm_cuda_dweight_plan): one row,
 // fewer rows than the 8 warps of a group (1, 3, 5), a partial last group (13, 301, 1003), more groups than the
 // finish's 128 slices (2053 rows, D = 1024: 129 groups), more than 2 rows per warp (70001 rows: 3 per warp, 2917
@@ -27,7 +28,8 @@
 //       P = rmsnorm_cuda_dweight_chain roundings (rmsnorm_cuda.h; warp path: a lane's fmas over its rows + the
 //       block's adds of its warps + the finish slice's adds + the finish tree's levels + the add into dweight, only
 //       additions of two non-empty operands counted, e.g. 18 for 2053 × 1024, 50 for 131072 × 128, where the former
-//       column sum had 98 and 1153; block path: column_sum_path_length, unchanged): k = P + k_r + 3,
+//       column sum had 98 and 1153; block path up to 4096: the same with W = 1, a thread's fmas over its group's
+//       rows; longer rows: column_sum_path_length): k = P + k_r + 3,
 //       mag = Σ_rows |d_out·x·r| + |dweight before|.
 // bf16: the flash-attention rule on out and dx (with the fp32 allowance k·u·mag above: with D = 1, dx = r·g·eps/(x² +
 // eps) is a cancellation the CPU does in double); dweight (fp32) by the fp32 rule on the bf16-rounded inputs.
@@ -67,6 +69,10 @@ const std::vector<RmsCase> kCases = {
     {1, 2560, Fill::Normal},   {2, 2049, Fill::Special}, {3, 4100, Fill::Normal},
     // fused dweight: more groups than finish slices; more than 2 rows per warp
     {2053, 1024, Fill::Normal}, {70001, 37, Fill::Normal},
+    // the block path's fused backward (one row in flight per block, rows_per_group rows per block): a partial last
+    // group (301 rows: 151 groups of 2, more than the finish's 128 slices), 3 rows per group (3001 × 1100: 1001
+    // groups), 12 and 16 registers per thread, large values and specials with many rows
+    {301, 2560, Fill::Normal}, {3001, 1100, Fill::Normal}, {257, 3000, Fill::Large}, {65, 4096, Fill::Special},
 };
 constexpr float kEps = 1e-6f;
 
@@ -157,8 +163,20 @@ TEST(RmsnormCuda, DweightPlan) {
   EXPECT_EQ(rmsnorm_cuda_dweight_chain(1003, 128), 2 + 7 + 6 + 1);        // 63 groups: tree of 6 levels
   EXPECT_EQ(rmsnorm_cuda_dweight_chain(2053, 1024), 2 + 7 + 1 + 7 + 1);   // 129 groups: 2 per slice
   EXPECT_EQ(rmsnorm_cuda_dweight_chain(131072, 128), 4 + 7 + 31 + 7 + 1); // 4096 groups of 32 rows
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4096),
-            column_sum_path_length(column_sum_plan(64, 4096, ~size_t{0} / 2)));  // block path
+  // The block path up to 16 · 256 elements: one row in flight per block (W = 1), groups capped at 1024.
+  for (int64_t D : {1025, 2560, 4096})
+    for (int64_t R : {1, 2, 3, 301, 2049, 8192, 70001}) {
+      const RmsnormCudaDweightPlan p = rmsnorm_cuda_dweight_plan(R, D);
+      EXPECT_GE(p.rows_per_warp, 2);
+      EXPECT_GE(p.groups * p.rows_per_warp, R) << R << " x " << D;
+      EXPECT_LT((p.groups - 1) * p.rows_per_warp, R) << R << " x " << D;
+      EXPECT_LE(p.groups, 1024);
+    }
+  EXPECT_EQ(rmsnorm_cuda_dweight_plan(8192, 2560).rows_per_warp, 8);  // the 4B step's [8192, 2560]: 1024 groups
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4096), 2 + 5 + 1);           // 32 groups of 2 rows: tree of 5 levels
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(301, 2560), 2 + 1 + 7 + 1);      // 151 groups: ≤ 2 per slice, 7 levels
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4100),
+            column_sum_path_length(column_sum_plan(64, 4100, ~size_t{0} / 2)));  // longer rows: the column sum
 }
 
 TEST(RmsnormCuda, ForwardF32) {

@@ -334,6 +334,7 @@ TEST(MemoryPlan, RecomputeNoneCountsEveryLayersKeptIntermediates) {
   const TargetShape s = shape("qwen3-4b", 36, 2560, 32, 8, 9728);
   const ModelConfig& c = s.student;
   const int64_t tokens = 4 * 1024, sequences = 4;
+  mlp_set_bf16_gate_up(1);  // the default form (gate and up kept in bf16), whatever the environment says
   MemoryPlanInputs layer = inputs(s, tokens), none = layer;
   none.recompute = Recompute::None;
   none.micro_batch_sequences = sequences;
@@ -356,7 +357,7 @@ TEST(MemoryPlan, RecomputeNoneCountsEveryLayersKeptIntermediates) {
   ASSERT_EQ(g.value_dim, 128);
   const uint64_t T = tokens, H = 2560, F = 9728, Cq = 4096, Ckv = 1024, Hq = 32, Ck = 4096, Cv = 4096, Hv = 32;
   const uint64_t block = 2 * 2 * H;                 // mixer_in16, mlp_in16
-  const uint64_t mlp = 4 * F + 4 * F + 2 * F;       // gate, up, h16
+  const uint64_t mlp = 2 * F + 2 * F + 2 * F;       // gate16, up16, h16 (the bf16 gate/up form, the default)
   const uint64_t attention = 4 * Cq + 4 * Ckv + 4 * Hq + 2 * Cq + 2 * Ckv + 2 * Ckv + 2 * Cq;  // q̃ k̃ lse q16 k16 v16 o16
   const uint64_t gdn = 4 * (3 * Ck + 3 * Ck + Cv + Cv + Cv + Cv) + 4 * 4 * Hv + 2 * Cv;  // q̃k̃ qc kc qn kn, ṽ z vc o,
                                                                                        // a b g β, y16
@@ -382,6 +383,7 @@ TEST(MemoryPlan, RecomputeNoneCountsEveryLayersKeptIntermediates) {
   // The fp32 mode keeps fp32 operands and no chunked-rule forward (the recurrence runs there).
   EXPECT_GT(kept_intermediate_bytes(c, tokens, sequences, false), 0u);
   EXPECT_EQ(kept_intermediate_bytes(c, 0, 1, true), 0u);
+  mlp_set_bf16_gate_up(-1);
 }
 
 // The bf16 gate/up form (HLM_MLP_BF16_GATE_UP, layers/mlp_bf16_gate_up.h) keeps an MLP's gate and up in bf16: exactly

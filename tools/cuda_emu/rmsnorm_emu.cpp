@@ -11,7 +11,10 @@
 // The backward's dx kernel (rmsnorm_dx_kernel<float, I>) after the row-stats kernel: I = uint32_t and int64_t give the
 // same bytes, fresh and accumulating into a non-zero dx, equal to the kernel's formula evaluated here per element
 // (inv and m read back from the row-stats kernel), on grids of the launcher's size and of 3 blocks (grid-stride).
-// The launchers' choice of E (8 up to 8 · 256 elements, 16 up to 16 · 256) is mirrored here (kernels only are copied).
+// The fused backward (rmsnorm_backward_regs_kernel<float, E>): dx against the row-stats + dx kernels byte for byte
+// (fresh, accumulating, aliasing d_out) and its dweight partial rows against the host's fma chain (run_fused_case).
+// The launchers' choice of E (forward: 8 up to 8 · 256 elements, 16 up to 16 · 256; backward also 12 up to 12 · 256)
+// is mirrored here (kernels only are copied).
 #include "rmsnorm_kernel_emu.h"  // the kernel part of rmsnorm.cu (rmsnorm_emu.sh)
 
 #include <algorithm>
@@ -153,6 +156,64 @@ void run_dx_case(int64_t R, int64_t D, unsigned blocks, std::mt19937& rng) {
   }
 }
 
+// The fused backward (rmsnorm_backward_regs_kernel<float, E>, D ≤ 4096) against the former passes: dx byte for byte
+// against rmsnorm_row_stats_kernel + rmsnorm_dx_kernel (fresh and accumulating, and with dx aliasing d_out), and each
+// block's dweight partial row against fma(dy·x, r, acc) over the group's rows in order on the host (r from the
+// row-stats kernel); without dx (dweight only) and without dweight (dx only). Groups of `rows_per_group` rows, the
+// last one partial when R is not a multiple.
+template <int E>
+void run_fused_case(int64_t R, int64_t D, int64_t rows_per_group, std::mt19937& rng) {
+  const float eps = 1e-6f;
+  const size_t n = static_cast<size_t>(R * D);
+  const std::vector<float> x = values(n, rng, 1.5f, false), dy = values(n, rng, 0.8f, false),
+                           w = values(static_cast<size_t>(D), rng, 1.0f, false), dx0 = values(n, rng, 0.3f, false);
+  std::vector<float> inv(static_cast<size_t>(R)), mean_gn(static_cast<size_t>(R));
+  emu_launch(Dim{static_cast<unsigned>(R), 1, 1}, kThreads, 0, [&] {
+    rmsnorm_row_stats_kernel<float>(inv.data(), mean_gn.data(), dy.data(), x.data(), w.data(), R, D, eps);
+  });
+  const int64_t groups = (R + rows_per_group - 1) / rows_per_group;
+  std::vector<float> want_dw(static_cast<size_t>(groups * D), 0.0f);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t r = g * rows_per_group; r < std::min(R, (g + 1) * rows_per_group); ++r)
+      for (int64_t d = 0; d < D; ++d) {
+        float& acc = want_dw[static_cast<size_t>(g * D + d)];
+        acc = std::fma(__fmul_rn(dy[r * D + d], x[r * D + d]), inv[r], acc);
+      }
+  const Dim grid{static_cast<unsigned>(groups), 1, 1};
+  const std::string tag = "fused bwd E " + std::to_string(E) + " R " + std::to_string(R) + " D " + std::to_string(D) +
+                          " rows/group " + std::to_string(rows_per_group);
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> want = dx0;
+    const Dim dx_grid{static_cast<unsigned>((n + 255) / 256), 1, 1};
+    emu_launch(dx_grid, 256, 0, [&] {
+      rmsnorm_dx_kernel<float, int64_t>(want.data(), dy.data(), x.data(), w.data(), inv.data(), mean_gn.data(), R, D,
+                                        accumulate);
+    });
+    std::vector<float> dx = dx0, partial(static_cast<size_t>(groups * D), -1.0f);
+    emu_launch(grid, kThreads, 0, [&] {
+      rmsnorm_backward_regs_kernel<float, E>(dx.data(), partial.data(), dy.data(), x.data(), w.data(), R, D,
+                                             rows_per_group, eps, accumulate);
+    });
+    const std::string mode = accumulate ? " accumulating" : " fresh";
+    report(tag + mode + ": dx vs row stats + dx kernel", differing_bytes(dx.data(), want.data(), n));
+    report(tag + mode + ": dweight partials vs the host's fma chain",
+           differing_bytes(partial.data(), want_dw.data(), partial.size()));
+    if (accumulate) continue;
+    std::vector<float> in_place = dy;  // dx aliasing d_out, dx only
+    emu_launch(grid, kThreads, 0, [&] {
+      rmsnorm_backward_regs_kernel<float, E>(in_place.data(), nullptr, in_place.data(), x.data(), w.data(), R, D,
+                                             rows_per_group, eps, false);
+    });
+    report(tag + ": dx aliasing d_out, no dweight", differing_bytes(in_place.data(), want.data(), n));
+    std::vector<float> only_dw(static_cast<size_t>(groups * D), -1.0f);
+    emu_launch(grid, kThreads, 0, [&] {
+      rmsnorm_backward_regs_kernel<float, E>(nullptr, only_dw.data(), dy.data(), x.data(), w.data(), R, D,
+                                             rows_per_group, eps, false);
+    });
+    report(tag + ": dweight only", differing_bytes(only_dw.data(), want_dw.data(), only_dw.size()));
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -169,6 +230,15 @@ int main() {
     run_dx_case(s.R, s.D, static_cast<unsigned>((n + 255) / 256), rng);  // the launcher's grid (below its cap)
     run_dx_case(s.R, s.D, 3, rng);
   }
+  // The launcher's E for each D (8 up to 2,048, 12 up to 3,072, 16 up to 4,096); groups of 2 and of 3 rows, the
+  // last one partial.
+  run_fused_case<8>(5, 1025, 2, rng);
+  run_fused_case<8>(4, 2048, 3, rng);
+  run_fused_case<12>(5, 2049, 2, rng);
+  run_fused_case<12>(7, 2560, 3, rng);
+  run_fused_case<12>(3, 3072, 2, rng);
+  run_fused_case<16>(5, 3073, 2, rng);
+  run_fused_case<16>(4, 4096, 3, rng);
   std::printf("rmsnorm_emu: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -192,7 +192,7 @@ void cuda_linear_forward(CudaContext& ctx, float* y, const float* x, const CudaL
 
 namespace {
 OverridableSwitch g_dw_bf16_overwrite{"HLM_DW_BF16_OVERWRITE", true};
-OverridableSwitch g_dw_bf16_epilogue{"HLM_DW_BF16_EPILOGUE", false};
+OverridableSwitch g_dw_bf16_epilogue{"HLM_DW_BF16_EPILOGUE", true};  // on since session 38 (cuda_linear.h)
 std::atomic<int64_t> g_dw_overwrites{0};
 }  // namespace
 

@@ -137,12 +137,15 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
 // micro-batch of a step: nothing to add to) gets it written, bf16(dyᵀ·x) in the GEMM's epilogue: no scratch, no
 // add-and-round kernel, 10 bytes per element less traffic (HLM_DW_BF16_OVERWRITE=off keeps the add-and-round path
 // there too, for A/B timing). Otherwise, as HLM_DW_BF16_EPILOGUE says:
-//   off (default, or 0): the fp32 product in an fp32 scratch block [out, in] (allocator-cached, one per linear shape;
+//   on (default since session 38, or 1): cuBLASLt's bf16 output with C = D = dw and beta 1: no scratch, no
+//     add-and-round kernel (8 bytes per element less memory traffic), but not one rounding (the product rounded to
+//     bf16 first, then the sum: within half a bf16 ulp of the product plus half of the result; matmul_cuda.h), the
+//     two roundings a bf16 PyTorch model's `grad += new_grad` makes too. Why the default: the 4B step under the
+//     seed's recipe took 8,056.0 instead of 8,146.8 ms per 96 rows at micro-batch 8 (H200, session 36) and 5.6 % less
+//     at micro-batch 2 (H100, session 34), and the whole GPU suites passed with it on (H200, session 38);
+//   off (or 0): the fp32 product in an fp32 scratch block [out, in] (allocator-cached, one per linear shape;
 //     4·out·in bytes: 99.6 MB for the 4B student's 9,728 × 2,560 MLP products), then dw = bf16_rn(dw + product), one
-//     rounding (matmul_backward_mixed_cuda with dw_scratch);
-//   on (or 1): cuBLASLt's bf16 output with C = D = dw and beta 1: no scratch, no add-and-round kernel (8 bytes per
-//     element less memory traffic), but not one rounding (the held value plus the product rounded to bf16 first:
-//     within half a bf16 ulp of the product plus half of the result; matmul_cuda.h). For A/B timing.
+//     rounding (matmul_backward_mixed_cuda with dw_scratch): for runs that want the one-rounding contract.
 // Any other value: input error (core/env_switch.h). The setter overrides the variable for the process (1 / 0; −1: the
 // environment again), e.g. bench_distill_step --dw-paths.
 bool cuda_linear_dw_bf16_epilogue();

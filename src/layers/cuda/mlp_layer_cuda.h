@@ -5,7 +5,7 @@
 // shared by gate_proj and up_proj (forward and backward); the kept h is bf16 only (down_proj is its one reader);
 // gate and up stay fp32 (swiglu's backward reads them). Every result is BIT-IDENTICAL to rounding inside each
 // projection (the rounding is deterministic), so the modes' numbers did not change with the sharing.
-// The bf16 gate/up form (layers/mlp_bf16_gate_up.h, HLM_MLP_BF16_GATE_UP, off by default; mlp_takes_bf16_gate_up
+// The bf16 gate/up form (layers/mlp_bf16_gate_up.h, HLM_MLP_BF16_GATE_UP, on by default; mlp_takes_bf16_gate_up
 // says when it applies): gate_proj and up_proj write bf16 (cuda_linear_forward_bf16_out), SwiGLU reads them
 // (swiglu_*_bf16_in_cuda), and the kept gate and up are those bf16 tensors. Every entry point below takes the same
 // form for the same call, so the lean forward, the kept forward and the recomputing backward still agree bit for bit

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/warp_rows.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/cast/bf16_store_slice.cuh"
@@ -55,6 +56,7 @@ constexpr int kWarpRows = rmsnorm_cuda_warp_rows();  // rows (warps) per block o
 constexpr int kFinishSlices = rmsnorm_cuda_dweight_finish_slices();
 constexpr int kWarpThreads = 32 * kWarpRows;
 static_assert(kWarpMaxDim <= 32 * 32, "warp path: at most 32 elements per lane are held in registers");
+static_assert(rmsnorm_cuda_regs_max_dim() == 16 * kThreads, "block path: at most 16 elements per thread in registers");
 
 // ---- Warp path (helpers: backend/cuda/warp_rows.cuh)
 
@@ -151,6 +153,32 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
 
 // ---- Block path (rows longer than kWarpMaxDim)
 
+// Two block sums in one pass (one pair of barriers instead of two): each added in block_sum<kThreads>'s order (the
+// same xor-shuffle tree, then the warp sums in warp order from zero), so each has block_sum's bits. smem holds
+// 2 · kThreads/32 floats; a is returned in *a, b in *b.
+__device__ void block_sum2(float* a, float* b, float* smem) {
+  float u = *a, v = *b;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    u += __shfl_xor_sync(0xffffffffu, u, offset);
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  if (threadIdx.x % 32 == 0) {
+    smem[threadIdx.x / 32] = u;
+    smem[kThreads / 32 + threadIdx.x / 32] = v;
+  }
+  __syncthreads();
+  float su = 0.0f, sv = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kThreads / 32; ++k) {
+    su += smem[k];
+    sv += smem[kThreads / 32 + k];
+  }
+  __syncthreads();  // smem may be reused by the next row
+  *a = su;
+  *b = sv;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const T* x, const T* w, int64_t R, int64_t D,
                                                                    float eps) {
@@ -233,6 +261,69 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
         }
       }
     }
+  }
+}
+
+// Backward of the block path for rows of at most E · kThreads elements, fused as the warp kernel is (rmsnorm_cuda.h,
+// W = 1): block g takes rows [g·rows_per_group, (g + 1)·rows_per_group) ∩ [0, R) in order, one at a time with x,
+// d_out (and w) held in registers, writes dx = r·(g − x·r·m) when dx != nullptr and adds fma(d_out·x, r, acc) into
+// each thread's columns t, t + kThreads, ...; when dw_partial != nullptr it stores its partial row
+// dw_partial[g, :]. Σx² and Σ g·x are the sums of rmsnorm_row_stats_kernel (thread t over its elements in order,
+// then block_sum's order, both in one pass of the block: block_sum2), so r, m and dx have the bits of the former
+// row-stats + dx kernels. x and d_out are read once (the three former passes read them three times).
+template <typename T, int E>
+__global__ void __launch_bounds__(kThreads) rmsnorm_backward_regs_kernel(T* dx, float* dw_partial, const T* d_out,
+                                                                         const T* x, const T* w, int64_t R,
+                                                                         int64_t D, int64_t rows_per_group,
+                                                                         float eps, bool accumulate_dx) {
+  __shared__ float smem[2 * (kThreads / 32)];
+  float wv[E], acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+    wv[e] = d < D ? to_f32(w[d]) : 0.0f;
+    acc[e] = 0.0f;
+  }
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_group;
+  const int64_t end = first + rows_per_group < R ? first + rows_per_group : R;
+  for (int64_t r = first; r < end; ++r) {
+    float xv[E], gv[E];  // gv: d_out as loaded (g = d_out·w is formed where it is used)
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+      xv[e] = d < D ? to_f32(x[r * D + d]) : 0.0f;
+      gv[e] = d < D ? to_f32(d_out[r * D + d]) : 0.0f;
+    }
+    float ss = 0.0f, gx = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (threadIdx.x + static_cast<int64_t>(e) * kThreads < D) {
+        ss = fmaf(xv[e], xv[e], ss);
+        gx = fmaf(gv[e] * wv[e], xv[e], gx);
+      }
+    }
+    block_sum2(&ss, &gx, smem);  // every read of the row happens before this barrier: dx may alias d_out
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+    if (dw_partial != nullptr) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] = fmaf(gv[e] * xv[e], inv, acc[e]);
+    }
+    if (dx == nullptr) continue;
+    const float mean_gn = gx * inv / static_cast<float>(D);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+      if (d < D) {
+        const float v = inv * (gv[e] * wv[e] - xv[e] * inv * mean_gn);
+        dx[r * D + d] = from_f32<T>(accumulate_dx ? __fadd_rn(to_f32(dx[r * D + d]), v) : v);  // as the dx kernel
+      }
+    }
+  }
+  if (dw_partial == nullptr) return;  // the same for every thread of the grid
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+    if (d < D) dw_partial[static_cast<int64_t>(blockIdx.x) * D + d] = acc[e];
   }
 }
 
@@ -342,6 +433,13 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
   HLM_CUDA_CHECK_LAUNCH();
 }
 
+OverridableSwitch g_fused_backward{"HLM_RMSNORM_FUSED_BACKWARD", true};
+
+// Whether rows of this length take the block path's fused backward (rmsnorm_backward_regs_kernel).
+bool fused_block_backward(int64_t dim) {
+  return dim > kWarpMaxDim && dim <= rmsnorm_cuda_regs_max_dim() && g_fused_backward.on();
+}
+
 struct Workspace {
   float* inv;      // block path: r [R]
   float* mean_gn;  // block path: m [R]
@@ -351,11 +449,11 @@ struct Workspace {
   size_t bytes;
 };
 
-// Sizes the workspace and, when `base` is given, places the pieces in it. Warp path: the dweight partial rows. Block
-// path: r [R], m [R], the column sum's partials.
+// Sizes the workspace and, when `base` is given, places the pieces in it. Fused paths (warp, and block up to
+// rmsnorm_cuda_regs_max_dim()): the dweight partial rows. Longer rows: r [R], m [R], the column sum's partials.
 Workspace carve(void* base, const RmsnormCudaParams& p) {
   Workspace ws{};
-  if (p.dim <= kWarpMaxDim) {
+  if (p.dim <= kWarpMaxDim || fused_block_backward(p.dim)) {  // the fused paths: the dweight partial rows only
     ws.warp_plan = rmsnorm_cuda_dweight_plan(p.rows, p.dim);
     ws.bytes = static_cast<size_t>(ws.warp_plan.groups * p.dim) * sizeof(float);
     ws.partial = static_cast<float*>(base);
@@ -390,6 +488,28 @@ void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w
 }
 
 template <typename T>
+void backward_regs(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
+                   const Workspace& ws, bool accumulate_dx, cudaStream_t stream) {
+  if (dx == nullptr && dweight == nullptr) return;
+  float* partial = dweight != nullptr ? ws.partial : nullptr;
+  const unsigned blocks = static_cast<unsigned>(ws.warp_plan.groups);
+  const int64_t rows_per_group = ws.warp_plan.rows_per_warp;
+  if (p.dim <= 8 * kThreads)  // fewer registers for hidden sizes up to 2048
+    rmsnorm_backward_regs_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(dx, partial, d_out, x, w, p.rows, p.dim,
+                                                                        rows_per_group, p.eps, accumulate_dx);
+  else if (p.dim <= 12 * kThreads)
+    rmsnorm_backward_regs_kernel<T, 12><<<blocks, kThreads, 0, stream>>>(dx, partial, d_out, x, w, p.rows, p.dim,
+                                                                         rows_per_group, p.eps, accumulate_dx);
+  else
+    rmsnorm_backward_regs_kernel<T, 16><<<blocks, kThreads, 0, stream>>>(dx, partial, d_out, x, w, p.rows, p.dim,
+                                                                         rows_per_group, p.eps, accumulate_dx);
+  HLM_CUDA_CHECK_LAUNCH();
+  if (dweight == nullptr) return;
+  cuda::partial_rows_finish<kFinishSlices, /*kAccumulate=*/true>(dweight, ws.partial, ws.warp_plan.groups, p.dim,
+                                                                 stream);
+}
+
+template <typename T>
 void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
                    void* workspace, size_t workspace_bytes, bool accumulate_dx, cudaStream_t stream) {
   check_params(p);
@@ -400,6 +520,10 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
             workspace_bytes, " bytes, needs ", ws.bytes);
   if (p.dim <= kWarpMaxDim) {
     backward_warp(dx, dweight, d_out, x, w, p, ws, accumulate_dx, stream);
+    return;
+  }
+  if (fused_block_backward(p.dim)) {
+    backward_regs(dx, dweight, d_out, x, w, p, ws, accumulate_dx, stream);
     return;
   }
   rmsnorm_row_stats_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(ws.inv, ws.mean_gn, d_out, x, w, p.rows,
@@ -456,6 +580,9 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
             "rmsnorm_residual_forward_rounded_cuda: out16 aliases x, out or delta");
   forward_impl(out, x, weight, p, stream, delta, scale, out16);
 }
+
+bool rmsnorm_cuda_fused_backward() { return g_fused_backward.on(); }
+void rmsnorm_cuda_set_fused_backward(int on) { g_fused_backward.set(on); }
 
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p) {
   check_params(p);

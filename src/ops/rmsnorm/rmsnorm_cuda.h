@@ -22,6 +22,12 @@
 //         into one partial row; a finish kernel then gives each column S = rmsnorm_cuda_dweight_finish_slices()
 //         slices (slice s adds partial rows s, s + S, ... in order), a fixed halving tree over the slices, and one
 //         add into dweight. Longest chain of roundings: rmsnorm_cuda_dweight_chain.
+//       longer rows up to rmsnorm_cuda_regs_max_dim(): fused into the block path's backward pass the same way with
+//         W = 1 (one row in flight per block: group g = rows [g·rows_per_warp, (g + 1)·rows_per_warp), thread t adds
+//         fma(d_out · x, r, acc) for its columns t, t + T, ... in row order and stores its part of the partial row),
+//         then the same finish kernel. The row's x, d_out and weight are held in registers, so the pass reads x and
+//         d_out once (the former row-stats, dx and column-sum kernels read them three times: ~185 µs per [8192, 2560]
+//         f32 call on the H200, session 36 trace).
 //       longer rows: the two-pass column sum (backend/cuda/column_sum.h) of (d_out · x) · r.
 // Shapes: x, out, d_out, dx [rows, dim]; weight, dweight [dim].
 #pragma once
@@ -47,23 +53,33 @@ struct RmsnormCudaParams {
 constexpr int64_t rmsnorm_cuda_warp_max_dim() { return 1024; }
 constexpr int rmsnorm_cuda_threads() { return 256; }
 constexpr int rmsnorm_cuda_warp_rows() { return 8; }  // W: warps (rows in flight) per block on the warp path
+// Rows up to this length hold the row in registers on the block path (16 elements per thread; hidden sizes up to
+// 4096): the forward's register kernel and the backward's fused pass with its dweight partial rows.
+constexpr int64_t rmsnorm_cuda_regs_max_dim() { return 16 * rmsnorm_cuda_threads(); }
+// Rows (warps, or blocks on the block path) in flight per block of the fused backward: W of row_partials.h.
+constexpr int rmsnorm_cuda_dweight_rows_in_flight(int64_t dim) {
+  return dim <= rmsnorm_cuda_warp_max_dim() ? rmsnorm_cuda_warp_rows() : 1;
+}
 
-// Warp-path backward: how the rows are cut for the fused dweight sum (see Numerics; the shared plan and its bounds:
-// backend/cuda/row_partials.h). A pure function of (rows, dim), so results are bit-identical run to run and
-// independent of the GPU model. rows_per_warp ≥ 2 keeps the partial rows' traffic ≤ 1/24 of the pass's own (f32;
-// 1/12 with bf16 rows).
+// Fused backward (dim ≤ rmsnorm_cuda_regs_max_dim()): how the rows are cut for the fused dweight sum (see Numerics;
+// the shared plan and its bounds: backend/cuda/row_partials.h). A pure function of (rows, dim), so results are
+// bit-identical run to run and independent of the GPU model. rows_per_warp ≥ 2 keeps the partial rows' traffic
+// ≤ 1/24 of the pass's own (f32; 1/12 with bf16 rows) on the warp path; on the block path (W = 1) the groups are
+// capped at clamp(2^20 / dim, 1024, 4096) = 1024 there, so a group holds ≥ 2 and ceil(rows / 1024) rows.
 using RmsnormCudaDweightPlan = RowPartialsPlan;
 constexpr int rmsnorm_cuda_dweight_finish_slices() { return 128; }  // S
 constexpr RmsnormCudaDweightPlan rmsnorm_cuda_dweight_plan(int64_t rows, int64_t dim) {
-  return row_partials_plan(rows, dim, rmsnorm_cuda_warp_rows());
+  return row_partials_plan(rows, dim, rmsnorm_cuda_dweight_rows_in_flight(dim));
 }
 
 // Longest chain of fp32 roundings behind one dweight element, for the tests' tolerance.
-//   warp path: row_partials_chain, and dweight += (1).
+//   fused (dim ≤ rmsnorm_cuda_regs_max_dim()): row_partials_chain, and dweight += (1).
 //   longer rows: column_sum_path_length.
 constexpr int64_t rmsnorm_cuda_dweight_chain(int64_t rows, int64_t dim) {
-  if (dim > rmsnorm_cuda_warp_max_dim()) return column_sum_path_length(column_sum_plan(rows, dim, ~size_t{0} / 2));
-  return row_partials_chain(rows, dim, rmsnorm_cuda_warp_rows(), rmsnorm_cuda_dweight_finish_slices()) + 1;
+  if (dim > rmsnorm_cuda_regs_max_dim()) return column_sum_path_length(column_sum_plan(rows, dim, ~size_t{0} / 2));
+  return row_partials_chain(rows, dim, rmsnorm_cuda_dweight_rows_in_flight(dim),
+                            rmsnorm_cuda_dweight_finish_slices()) +
+         1;
 }
 
 // out = x · (mean(x²) + eps)^-1/2 · weight; out may alias x.
@@ -92,6 +108,14 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
 
 // Bytes of device scratch rmsnorm_backward_cuda needs: dim ≤ rmsnorm_cuda_warp_max_dim(): the dweight partial rows
 // (groups · dim floats); longer rows: per-row statistics and the column sum's partials.
+// HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; on by default): whether rows longer than a warp's and up to
+// rmsnorm_cuda_regs_max_dim() take the fused backward (Numerics) or the former three passes (row stats, the column
+// sum, dx: the same r, m and dx bits, dweight summed in the column sum's order) — for A/B timing
+// (bench_distill_step --norm-fused-backward); the workspace size follows it, and rmsnorm_cuda_dweight_chain describes
+// the default. The setter overrides the variable for the process (1 / 0; −1: the environment again).
+bool rmsnorm_cuda_fused_backward();
+void rmsnorm_cuda_set_fused_backward(int on);
+
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p);
 
 // dx = r · (g − n · mean(g · n)) OVERWRITTEN (dx may alias d_out); dweight += Σ_rows d_out · n ACCUMULATED

@@ -76,9 +76,22 @@ const std::vector<RmsCase> kCases = {
 };
 constexpr float kEps = 1e-6f;
 
+// Rows whose backward has two forms (HLM_RMSNORM_FUSED_BACKWARD): the block path up to rmsnorm_cuda_regs_max_dim().
+bool has_two_backwards(const RmsCase& c) {
+  return c.D > rmsnorm_cuda_warp_max_dim() && c.D <= rmsnorm_cuda_regs_max_dim();
+}
+
+// The backward tests run those rows in both forms (1: fused, 0: three passes), the others once (-1: the environment).
+std::vector<int> backward_forms(const RmsCase& c) {
+  return has_two_backwards(c) ? std::vector<int>{1, 0} : std::vector<int>{-1};
+}
+
 std::string name(const RmsCase& c, const char* what) {
-  return std::string("rmsnorm.") + what + " R=" + std::to_string(c.R) + " D=" + std::to_string(c.D) + " " +
-         fill_name(c.fill);
+  std::string n = std::string("rmsnorm.") + what + " R=" + std::to_string(c.R) + " D=" + std::to_string(c.D) + " " +
+                  fill_name(c.fill);
+  if (std::string(what).rfind("bwd", 0) == 0 && has_two_backwards(c))
+    n += rmsnorm_cuda_fused_backward() ? " (fused)" : " (three passes)";
+  return n;
 }
 
 struct Bounds {
@@ -99,7 +112,7 @@ double sum_chain(int64_t D, int64_t elem_bytes, bool aligned) {
 Bounds bounds(const RmsCase& c, int64_t elem_bytes, bool aligned = true) {
   const double L = sum_chain(c.D, elem_bytes, aligned);
   const double k_r = (L + 2) / 2 + 2;
-  const double P = static_cast<double>(rmsnorm_cuda_dweight_chain(c.R, c.D));
+  const double P = static_cast<double>(rmsnorm_cuda_dweight_chain(c.R, c.D, rmsnorm_cuda_fused_backward()));
   return {k_r + 2, L + 2 * k_r + 8, P + k_r + 3};
 }
 
@@ -157,12 +170,12 @@ TEST(RmsnormCuda, DweightPlan) {
       EXPECT_LE(p.groups * D, std::max<int64_t>(int64_t{1} << 20, 1024 * D));
     }
   EXPECT_EQ(rmsnorm_cuda_dweight_plan(0, 128).groups, 0);
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(1, 65), 2);      // one fma, one add into dweight
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(3, 127), 1 + 2 + 1);
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(13, 100), 2 + 7 + 1);
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(1003, 128), 2 + 7 + 6 + 1);        // 63 groups: tree of 6 levels
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(2053, 1024), 2 + 7 + 1 + 7 + 1);   // 129 groups: 2 per slice
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(131072, 128), 4 + 7 + 31 + 7 + 1); // 4096 groups of 32 rows
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(1, 65, true), 2);      // one fma, one add into dweight
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(3, 127, true), 1 + 2 + 1);
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(13, 100, true), 2 + 7 + 1);
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(1003, 128, true), 2 + 7 + 6 + 1);        // 63 groups: tree of 6 levels
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(2053, 1024, true), 2 + 7 + 1 + 7 + 1);   // 129 groups: 2 per slice
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(131072, 128, true), 4 + 7 + 31 + 7 + 1); // 4096 groups of 32 rows
   // The block path up to 16 · 256 elements: one row in flight per block (W = 1), groups capped at 1024.
   for (int64_t D : {1025, 2560, 4096})
     for (int64_t R : {1, 2, 3, 301, 2049, 8192, 70001}) {
@@ -173,10 +186,13 @@ TEST(RmsnormCuda, DweightPlan) {
       EXPECT_LE(p.groups, 1024);
     }
   EXPECT_EQ(rmsnorm_cuda_dweight_plan(8192, 2560).rows_per_warp, 8);  // the 4B step's [8192, 2560]: 1024 groups
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4096), 2 + 5 + 1);           // 32 groups of 2 rows: tree of 5 levels
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(301, 2560), 2 + 1 + 7 + 1);      // 151 groups: ≤ 2 per slice, 7 levels
-  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4100),
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4096, true), 2 + 5 + 1);     // 32 groups of 2 rows: tree of 5 levels
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(301, 2560, true), 2 + 1 + 7 + 1);  // 151 groups: ≤ 2 per slice, 7 levels
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4100, true),
             column_sum_path_length(column_sum_plan(64, 4100, ~size_t{0} / 2)));  // longer rows: the column sum
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(64, 4096, false),
+            column_sum_path_length(column_sum_plan(64, 4096, ~size_t{0} / 2)));  // the three passes
+  EXPECT_EQ(rmsnorm_cuda_dweight_chain(2053, 1024, false), rmsnorm_cuda_dweight_chain(2053, 1024, true));  // warp
 }
 
 TEST(RmsnormCuda, ForwardF32) {
@@ -205,7 +221,9 @@ TEST(RmsnormCuda, ForwardF32) {
 
 TEST(RmsnormCuda, BackwardF32) {
   HLM_REQUIRE_CUDA();
-  for (const RmsCase& c : kCases) {
+  for (const RmsCase& c : kCases)
+  for (const int form : backward_forms(c)) {
+    rmsnorm_cuda_set_fused_backward(form);
     const Inputs in = make_inputs(c, false);
     const size_t n = static_cast<size_t>(c.R * c.D);
     std::vector<float> dx_cpu(n), dw_cpu = in.dw0;
@@ -241,6 +259,7 @@ TEST(RmsnormCuda, BackwardF32) {
     EXPECT_TRUE(check_exact(name(c, "bwd dweight f32 in-place"), dw2.download<float>(), dw_gpu));
     EXPECT_TRUE(buffers_ok({&dy2, &dw2, &ws}, {&x, &w})) << name(c, "bwd f32 in-place");
   }
+  rmsnorm_cuda_set_fused_backward(-1);
 }
 
 // Pointers one float past a 16-byte boundary: the warp path falls back to scalar loads (D is a multiple of 4, so
@@ -308,7 +327,9 @@ TEST(RmsnormCuda, ForwardBf16) {
 
 TEST(RmsnormCuda, BackwardBf16) {
   HLM_REQUIRE_CUDA();
-  for (const RmsCase& c : kCases) {
+  for (const RmsCase& c : kCases)
+  for (const int form : backward_forms(c)) {
+    rmsnorm_cuda_set_fused_backward(form);
     const Inputs in = make_inputs(c, true);
     const size_t n = static_cast<size_t>(c.R * c.D);
     std::vector<float> dx_cpu(n), dw_cpu = in.dw0;
@@ -342,6 +363,7 @@ TEST(RmsnormCuda, BackwardBf16) {
     EXPECT_TRUE(check_exact(name(c, "bwd dweight bf16 in-place"), dw2.download<float>(), dw_gpu));
     EXPECT_TRUE(buffers_ok({&dy2, &dw2, &ws}, {&x, &w})) << name(c, "bwd bf16 in-place");
   }
+  rmsnorm_cuda_set_fused_backward(-1);
 }
 
 // The fused residual + norm of a pre-norm block against the two launches it replaces, bit for bit: x after the add

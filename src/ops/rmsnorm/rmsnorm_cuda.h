@@ -73,10 +73,12 @@ constexpr RmsnormCudaDweightPlan rmsnorm_cuda_dweight_plan(int64_t rows, int64_t
 }
 
 // Longest chain of fp32 roundings behind one dweight element, for the tests' tolerance.
-//   fused (dim ≤ rmsnorm_cuda_regs_max_dim()): row_partials_chain, and dweight += (1).
-//   longer rows: column_sum_path_length.
-constexpr int64_t rmsnorm_cuda_dweight_chain(int64_t rows, int64_t dim) {
-  if (dim > rmsnorm_cuda_regs_max_dim()) return column_sum_path_length(column_sum_plan(rows, dim, ~size_t{0} / 2));
+//   fused (the warp path; the block path up to rmsnorm_cuda_regs_max_dim() when `block_fused`, i.e. under
+//   rmsnorm_cuda_fused_backward()): row_partials_chain, and dweight += (1).
+//   otherwise: column_sum_path_length.
+constexpr int64_t rmsnorm_cuda_dweight_chain(int64_t rows, int64_t dim, bool block_fused) {
+  if (dim > rmsnorm_cuda_warp_max_dim() && (!block_fused || dim > rmsnorm_cuda_regs_max_dim()))
+    return column_sum_path_length(column_sum_plan(rows, dim, ~size_t{0} / 2));
   return row_partials_chain(rows, dim, rmsnorm_cuda_dweight_rows_in_flight(dim),
                             rmsnorm_cuda_dweight_finish_slices()) +
          1;
@@ -108,11 +110,12 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
 
 // Bytes of device scratch rmsnorm_backward_cuda needs: dim ≤ rmsnorm_cuda_warp_max_dim(): the dweight partial rows
 // (groups · dim floats); longer rows: per-row statistics and the column sum's partials.
-// HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; on by default): whether rows longer than a warp's and up to
-// rmsnorm_cuda_regs_max_dim() take the fused backward (Numerics) or the former three passes (row stats, the column
-// sum, dx: the same r, m and dx bits, dweight summed in the column sum's order) — for A/B timing
-// (bench_distill_step --norm-fused-backward); the workspace size follows it, and rmsnorm_cuda_dweight_chain describes
-// the default. The setter overrides the variable for the process (1 / 0; −1: the environment again).
+// HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; off by default until its GPU tests and an A/B have run:
+// written in session 38, which got no GPU after it): whether rows longer than a warp's and up to
+// rmsnorm_cuda_regs_max_dim() take the fused backward (Numerics) or the three passes (row stats, the column sum, dx:
+// the same r, m and dx bits, dweight summed in the column sum's order); bench_distill_step --norm-fused-backward A/Bs
+// it. The workspace size follows it. The setter overrides the variable for the process (1 / 0; −1: the environment
+// again).
 bool rmsnorm_cuda_fused_backward();
 void rmsnorm_cuda_set_fused_backward(int on);
 

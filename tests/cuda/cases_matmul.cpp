@@ -16,14 +16,20 @@
 // K · 2^-149 · 4 (each product's rounding is worth ≤ half a subnormal spacing).
 // bf16: the flash-attention rule on y and dx (with the fp32 allowance k·u·mag of the dot products); dw and dbias are fp32 outputs, checked by the fp32 rule on the
 // bf16-rounded inputs. Subnormal bf16 inputs are not used (tensor cores may flush subnormal operands).
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/column_sum.h"
+#include "core/tuning_cache.h"
 #include "harness.h"
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
@@ -379,6 +385,53 @@ TEST(MatmulCuda, AutotunedAlgorithmsKeepTheContract) {
   const size_t tuned = matmul_cuda_autotuned_keys() - before;
   std::cout << "[check] matmul autotune: " << tuned << " shapes timed among several algorithms\n";
   EXPECT_GT(tuned, 0u) << "no GEMM shape was timed: the autotune did not engage";
+}
+
+// HLM_MATMUL_AUTOTUNE_CACHE (matmul_cuda.h, core/tuning_cache.h): a GEMM key timed once is recorded in the file (one
+// line per key timed among several algorithms); a second cuBLASLt handle, whose keys are new to the in-process
+// cache as a later process's would be, takes the recorded choice without timing (the timed-key count does not move,
+// no line is added) and writes the same bytes. Shapes large enough that cuBLASLt offers several algorithms.
+TEST(MatmulCuda, AutotuneCacheReplaysTheRecordedChoice) {
+  HLM_REQUIRE_CUDA();
+  const std::string path = "/tmp/hlm-test-autotune-cache-" + std::to_string(::getpid()) + ".tsv";
+  std::remove(path.c_str());
+  set_gemm_tuning_cache_path(path);
+  matmul_cuda_set_autotune(1);
+  const int64_t M = 1024, N = 768, K = 1280;
+  std::mt19937 rng(38);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> xs(static_cast<size_t>(M * K)), ws(static_cast<size_t>(N * K));
+  for (float& v : xs) v = normal(rng);
+  for (float& v : ws) v = normal(rng);
+  DeviceBuffer x = DeviceBuffer::from(to_bf16(xs), "x"), w = DeviceBuffer::from(to_bf16(ws), "w");
+  DeviceBuffer y1(static_cast<size_t>(M * N) * 4, "y first"), y2(static_cast<size_t>(M * N) * 4, "y second");
+  const auto lines = [&] {
+    std::ifstream in(path);
+    size_t n = 0;
+    for (std::string l; std::getline(in, l);) n += l.empty() ? 0 : 1;
+    return n;
+  };
+  const size_t before = matmul_cuda_autotuned_keys();
+  matmul_forward_mixed_cuda(ctx().blaslt(), y1.as<float>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr,
+                            {M, N, K}, false);
+  const size_t timed = matmul_cuda_autotuned_keys() - before;
+  EXPECT_EQ(lines(), timed) << "one line per key timed among several algorithms";
+  cublasLtHandle_t second = nullptr;
+  ASSERT_EQ(cublasLtCreate(&second), CUBLAS_STATUS_SUCCESS);
+  CudaBlasLt lt = ctx().blaslt();
+  lt.handle = second;
+  matmul_forward_mixed_cuda(lt, y2.as<float>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), nullptr, {M, N, K},
+                            false);
+  EXPECT_EQ(matmul_cuda_autotuned_keys() - before, timed) << "the second handle timed again instead of reading";
+  EXPECT_EQ(lines(), timed) << "the second handle appended a line for a recorded key";
+  EXPECT_TRUE(y1.download<uint32_t>() == y2.download<uint32_t>()) << "the replayed choice wrote other bytes";
+  std::cout << "[check] matmul autotune cache: " << timed << " key(s) timed and recorded, replayed by a second handle "
+            << "with the same bytes\n";
+  cublasLtDestroy(second);
+  matmul_cuda_set_autotune(-1);
+  set_gemm_tuning_cache_path(std::nullopt);
+  std::remove(path.c_str());
+  if (timed == 0) GTEST_SKIP() << "cuBLASLt offered one algorithm for the shape: nothing was timed or replayed";
 }
 
 // The small-row GEMV (gemv_cuda.h): a group of three outputs (n = 1, 65 with a bias, 257) over one x, x given in fp32

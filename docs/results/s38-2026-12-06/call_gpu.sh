@@ -14,7 +14,8 @@
 # all.txz.part.00 (kept in /tmp/keep) and may run `peer` (which needs only out/carry/anchors.txz: FLA +
 # peer_probe.py, ../shared/bench/README); each later call carries the next piece, the last one runs the rest.
 #
-# PARTS (comma list, in this order; BUDGET seconds for the whole call, default 560):
+# PARTS (comma list, in this order; BUDGET seconds for the whole call, default 560; session 38 added `tunecache`:
+# two bench processes sharing HLM_MATMUL_AUTOTUNE_CACHE must print the same first-step loss bits, ~150 s):
 #   peer     peer_probe.py hf_distill SHAPE=qwen3-4b, $PEER_ROWS rows (8) without checkpointing (the peer's fastest
 #            setup on an H200, session 36), then tools/device/peer_optimizer_time.py (its AdamW step alone)  (~300 s)
 #   tests    test_cuda_ops and test_cuda_models (filters $OPS_FILTER, $MODELS_FILTER; default all) with $TEST_ENV in
@@ -81,6 +82,25 @@ if has recipe; then
   el "bench_distill_step rc=$?"
   grep -E "^distill_step" "$OUT/recipe.log" | sed 's/ precision=bf16 rows=96//; s/, allocator: .*//'
   grep -E "^profile +attach" "$OUT/recipe.err"
+fi
+if has tunecache; then
+  # HLM_MATMUL_AUTOTUNE_CACHE end to end: two processes with the GEMM autotune on and one cache file; the second must
+  # take every choice from the file (no tuning: a shorter warm-up step) and print the same first loss.
+  rm -f /tmp/hlm_tune.tsv
+  for run in 1 2; do
+    HLM_MATMUL_AUTOTUNE=on HLM_MATMUL_AUTOTUNE_CACHE=/tmp/hlm_tune.tsv timeout 200 /tmp/hlm/bin/bench_distill_step \
+      --shape qwen3-4b --precision bf16 --rows 16 --micro 8 --seq 1024 --memory-plan lean --recompute none \
+      --loss-chunking 2048xfull --steps 1 --warmup 1 > "$OUT/tunecache_$run.log" 2>&1
+    el "tunecache run $run rc=$? ($(wc -l < /tmp/hlm_tune.tsv) lines in the cache)"
+  done
+  cp /tmp/hlm_tune.tsv "$OUT/tunecache.tsv"
+  # The first step's loss only: it is a forward of the same weights (deterministic); the gradients are not promised
+  # bit for bit across processes (cuDNN's attention backward accumulates dQ with atomics), so neither is what follows.
+  first_loss() { grep '^step 0' "$1" | grep -o '\[loss [^,]*'; }
+  [ -n "$(first_loss "$OUT/tunecache_1.log")" ] && \
+    [ "$(first_loss "$OUT/tunecache_1.log")" = "$(first_loss "$OUT/tunecache_2.log")" ] \
+    && echo "tunecache: the two processes' first losses are equal bit for bit" || echo "tunecache: FIRST LOSSES DIFFER"
+  grep -E "^step|^distill_step" "$OUT"/tunecache_*.log | cut -c1-160
 fi
 if has trace && [ "$(left)" -ge 100 ]; then
   TRACE_ENV=${TRACE_ENV:-HLM_MLP_BF16_GATE_UP=on HLM_DW_BF16_EPILOGUE=on}

@@ -100,6 +100,11 @@ HLM_CUBLASLT_FORWARD(cublasLtMatrixLayoutCreate,
                      (layout, type, rows, cols, ld))
 HLM_CUBLASLT_FORWARD(cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t layout), (layout))
 
+// The library's version (the GEMM tuning cache's scope, ops/matmul/matmul.cu); 0 when it is not loaded.
+size_t CUBLASWINAPI cublasLtGetVersion(void) {
+  static const auto fn = resolve<decltype(&cublasLtGetVersion)>("cublasLtGetVersion");
+  return fn != nullptr ? fn() : 0;
+}
 // Status texts: the library's own once it is loaded; otherwise the status name and, for the text, why the library
 // is not loaded (the only way this file returns a status of its own).
 const char* CUBLASWINAPI cublasLtGetStatusName(cublasStatus_t status) {

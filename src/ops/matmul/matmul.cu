@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -20,6 +21,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "core/env_switch.h"
 #include "core/error.h"
+#include "core/tuning_cache.h"
 #include "ops/matmul/matmul_cuda.h"
 
 namespace hlm {
@@ -83,7 +85,8 @@ OverridableSwitch g_autotune{"HLM_MATMUL_AUTOTUNE", false};
 // zeroed scratch of D's shape (cudaMalloc'd for the timing and freed; if it cannot be had, the heuristic's first
 // algorithm is kept). Not while the stream is being captured into a graph (a timed run needs a host wait). Off by
 // default: which algorithm wins may change from run to run with timing noise, and with it the products' summation
-// order, so results are reproducible across processes only without it.
+// order, so results are reproducible across processes only without it — or with HLM_MATMUL_AUTOTUNE_CACHE=FILE, where
+// each key's first timed choice is kept for every later process that reads the file (core/tuning_cache.h).
 constexpr int kAutotuneCandidates = 8;
 constexpr int kAutotuneRuns = 3;
 std::atomic<size_t> g_autotuned_keys{0};  // keys timed among ≥ 2 algorithms
@@ -140,6 +143,26 @@ int autotune_pick(const CudaBlasLt& lt, const LtDescriptors& desc, const LtGemm&
   if (scratch != nullptr) HLM_CUDA_CHECK(cudaFree(scratch));  // after the last event's wait: nothing reads it now
   if (trials->size() >= 2) g_autotuned_keys.fetch_add(1);
   return best;
+}
+
+// The tuning-cache scope of the current device (core/tuning_cache.h): a choice is an index into the heuristic's list,
+// which depends on the GPU model, its SM count and the cuBLASLt version besides the key.
+std::string gemm_tuning_scope() {
+  int device = 0;
+  HLM_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  HLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return "gemm " + std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + " " +
+         std::to_string(prop.multiProcessorCount) + " SMs cublasLt " + std::to_string(cublasLtGetVersion());
+}
+
+// The tuning-cache key of a GEMM: every field the heuristic's answer depends on (AlgoKey below, less the handle).
+std::string gemm_tuning_key(const LtGemm& g, uint32_t align_a, uint32_t align_b, uint32_t align_d, uint64_t ws) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  return "ab " + n(static_cast<int>(g.ab_type)) + " d " + n(static_cast<int>(g.d_type)) + " ta " + n(g.trans_a) +
+         " tb " + n(g.trans_b) + " m " + n(g.m) + " n " + n(g.n) + " k " + n(g.k) + " lda " + n(g.lda) + " ldb " +
+         n(g.ldb) + " ldd " + n(g.ldd) + " bias " + n(g.bias != nullptr) + " beta " + n(g.beta != 0.0f) +
+         " align " + n(align_a) + "," + n(align_b) + "," + n(align_d) + " ws " + std::to_string(ws);
 }
 
 // Column-major D[m, n] = op(A) · op(B) + beta · D (+ bias per row), fp32 compute and scale.
@@ -206,7 +229,32 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
     HLM_CHECK(found > 0, "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " (transa ", g.trans_a,
               ", transb ", g.trans_b, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd, ")");
     std::vector<AutotuneTrial> trials;
-    const int pick = tune ? autotune_pick(lt, desc, g, results, found, &trials) : 0;
+    int pick = 0;
+    bool from_file = false;
+    if (tune) {
+      // HLM_MATMUL_AUTOTUNE_CACHE=FILE: an earlier process's choice for this key is taken without timing (the same
+      // algorithm, the same bits); a new choice is appended for the next.
+      TuningCache* file = gemm_tuning_cache();
+      std::string scope, text;
+      if (file != nullptr) {
+        scope = gemm_tuning_scope();
+        text = gemm_tuning_key(g, align_a, align_b, align_d, ws);
+        const std::optional<int> c = file->find(scope, text);
+        if (c && *c < found && results[*c].state == CUBLAS_STATUS_SUCCESS &&
+            results[*c].workspaceSize <= lt.workspace_bytes) {
+          pick = *c;
+          from_file = true;
+        }
+      }
+      if (!from_file) {
+        pick = autotune_pick(lt, desc, g, results, found, &trials);
+        if (file != nullptr && trials.size() >= 2) {
+          std::string note = "picked by timing:";
+          for (const AutotuneTrial& t : trials) note += " #" + std::to_string(t.index) + " " + std::to_string(t.ms) + " ms";
+          file->record(scope, text, pick, note);
+        }
+      }
+    }
     algo = results[pick].algo;
     // HLM_MATMUL_LOG_ALGO=1: one stderr line per new key with the split-K count and reduction scheme chosen (used to
     // rule out split-K as the cause of the bf16 weight gradients' double rounding; docs/memory.md).
@@ -223,7 +271,9 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
       std::fprintf(stderr, "matmul algo: m %lld n %lld k %lld out %s beta %g: split-K %d, reduction scheme %u%s%s\n",
                    static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                    g.d_type == CUDA_R_16BF ? "bf16" : "f32", g.beta, splits, scheme,
-                   trials.empty() ? "" : "; autotune picked #", trials.empty() ? "" : (std::to_string(pick) + ":" + timed).c_str());
+                   trials.empty() ? (from_file ? "; autotune cache: #" : "") : "; autotune picked #",
+                   trials.empty() ? (from_file ? std::to_string(pick).c_str() : "")
+                                  : (std::to_string(pick) + ":" + timed).c_str());
     }
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache.emplace(key, algo);

@@ -16,7 +16,11 @@
 // itself when the call overwrites it, else into a zeroed scratch of its shape, cudaMalloc'd and freed, the first
 // algorithm kept if that memory cannot be had) and the fastest is cached instead of the first. The winner can vary
 // between processes with timing noise, and with it the summation order: results are reproducible across processes
-// only with it off. matmul_cuda_set_autotune overrides the environment process-wide (A/B benches; -1 goes back).
+// only with it off, or with HLM_MATMUL_AUTOTUNE_CACHE=FILE (a tuning cache, core/tuning_cache.h): a key's choice is
+// taken from the file when an earlier process recorded one for this GPU model, SM count and cuBLASLt version (no
+// timing; the first line for a key wins), else timed and appended, so every process that reads the file after the
+// key was tuned runs the same algorithm. matmul_cuda_set_autotune overrides the environment process-wide (A/B
+// benches; -1 goes back).
 // Non-goals for now: cached descriptors, fp8, batched products.
 #pragma once
 #include <cuda_bf16.h>

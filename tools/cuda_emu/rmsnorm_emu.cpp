@@ -120,16 +120,30 @@ void run_case(int64_t R, int64_t D, float scale, unsigned blocks, bool edges, st
   report(tag + ": out vs double (relative 1e-5)", gross);
 }
 
+// A backward case's inputs (x, dy, w, a non-zero dx to accumulate into) and the row-stats kernel's r and m.
+struct BackwardInputs {
+  static constexpr float eps = 1e-6f;
+  std::vector<float> x, dy, w, dx0, inv, mean_gn;
+  BackwardInputs(int64_t R, int64_t D, std::mt19937& rng) {
+    const size_t n = static_cast<size_t>(R * D);
+    x = values(n, rng, 1.5f, false);
+    dy = values(n, rng, 0.8f, false);
+    w = values(static_cast<size_t>(D), rng, 1.0f, false);
+    dx0 = values(n, rng, 0.3f, false);
+    inv.resize(static_cast<size_t>(R));
+    mean_gn.resize(static_cast<size_t>(R));
+    emu_launch(Dim{static_cast<unsigned>(R), 1, 1}, kThreads, 0, [&] {
+      rmsnorm_row_stats_kernel<float>(inv.data(), mean_gn.data(), dy.data(), x.data(), w.data(), R, D, eps);
+    });
+  }
+};
+
 // The backward's elementwise dx on rows of D > 1024: both index types against the formula, fresh and accumulating.
 void run_dx_case(int64_t R, int64_t D, unsigned blocks, std::mt19937& rng) {
-  const float eps = 1e-6f;
+  const BackwardInputs in(R, D, rng);
+  const float eps = BackwardInputs::eps;
   const size_t n = static_cast<size_t>(R * D);
-  const std::vector<float> x = values(n, rng, 1.5f, false), dy = values(n, rng, 0.8f, false),
-                           w = values(static_cast<size_t>(D), rng, 1.0f, false), dx0 = values(n, rng, 0.3f, false);
-  std::vector<float> inv(static_cast<size_t>(R)), mean_gn(static_cast<size_t>(R));
-  emu_launch(Dim{static_cast<unsigned>(R), 1, 1}, kThreads, 0, [&] {
-    rmsnorm_row_stats_kernel<float>(inv.data(), mean_gn.data(), dy.data(), x.data(), w.data(), R, D, eps);
-  });
+  const std::vector<float> &x = in.x, &dy = in.dy, &w = in.w, &dx0 = in.dx0, &inv = in.inv, &mean_gn = in.mean_gn;
   const std::string tag = "dx R " + std::to_string(R) + " D " + std::to_string(D) + " grid " + std::to_string(blocks);
   for (const bool accumulate : {false, true}) {
     std::vector<float> want(n);
@@ -163,14 +177,10 @@ void run_dx_case(int64_t R, int64_t D, unsigned blocks, std::mt19937& rng) {
 // last one partial when R is not a multiple.
 template <int E>
 void run_fused_case(int64_t R, int64_t D, int64_t rows_per_group, std::mt19937& rng) {
-  const float eps = 1e-6f;
+  const BackwardInputs in(R, D, rng);
+  const float eps = BackwardInputs::eps;
   const size_t n = static_cast<size_t>(R * D);
-  const std::vector<float> x = values(n, rng, 1.5f, false), dy = values(n, rng, 0.8f, false),
-                           w = values(static_cast<size_t>(D), rng, 1.0f, false), dx0 = values(n, rng, 0.3f, false);
-  std::vector<float> inv(static_cast<size_t>(R)), mean_gn(static_cast<size_t>(R));
-  emu_launch(Dim{static_cast<unsigned>(R), 1, 1}, kThreads, 0, [&] {
-    rmsnorm_row_stats_kernel<float>(inv.data(), mean_gn.data(), dy.data(), x.data(), w.data(), R, D, eps);
-  });
+  const std::vector<float> &x = in.x, &dy = in.dy, &w = in.w, &dx0 = in.dx0, &inv = in.inv, &mean_gn = in.mean_gn;
   const int64_t groups = (R + rows_per_group - 1) / rows_per_group;
   std::vector<float> want_dw(static_cast<size_t>(groups * D), 0.0f);
   for (int64_t g = 0; g < groups; ++g)

@@ -98,8 +98,8 @@ const std::array kOptions{
     TrainOption{"world_size", "", &C::world_size, 0u, true, false, false, "Ranks of the run"},
     TrainOption{"precision", "--precision", &C::precision, B, false, false, false,
                 "Products of the linears and the LM head: fp32, or bf16 (--device cuda: bf16 tensor cores with fp32 "
-                "results; master weights and optimizer state stay fp32, activations too unless only bf16 products "
-                "read them)"},
+                "results, the MLPs' gate and up kept in bf16 (HLM_MLP_BF16_GATE_UP=off: fp32); master weights and "
+                "optimizer state stay fp32, activations too unless only bf16 products read them)"},
     TrainOption{"memory_plan", "--memory-plan", &C::memory_plan, B, false, false, false,
                 "Memory plan (docs/training.md): auto (the first that fits the device's free memory), fp32, "
                 "teacher-bf16 (teacher held once in bf16), adam8 (+ 8-bit block-wise AdamW moments), lean (+ bf16 "

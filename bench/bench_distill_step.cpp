@@ -34,7 +34,8 @@
 // attached device): overwrite = the first micro-batch writes bf16(dyᵀ·x), the later ones add through the fp32 scratch
 // and round once; scratch = every micro-batch through the scratch (HLM_DW_BF16_OVERWRITE=off);
 // epilogue = the first writes, the later ones take cuBLASLt's bf16 epilogue with beta 1 (HLM_DW_BF16_EPILOGUE=on:
-// no scratch, two roundings; the default since session 38). Without the option the environment decides (line: dw=env).
+// no scratch, two roundings; the default since session 38). Without the option the environment decides (line:
+// dw=env).
 // --mlp-gate-up fp32|bf16[,...]: the MLPs' gate and up products in fp32 or in bf16 (layers/mlp_bf16_gate_up.h,
 // HLM_MLP_BF16_GATE_UP), set in-process for each entry in turn inside each weight-gradient path; without the option
 // the environment decides (line: gate_up=env).
@@ -108,8 +109,8 @@ struct DwPath {
 constexpr DwPath kEnvDwPath{"env", -1, -1};  // without --dw-paths: both left to the environment
 constexpr DwPath kDwPaths[] = {{"overwrite", 1, 0}, {"scratch", 0, 0}, {"epilogue", 1, 1}};
 
-// --mlp-gate-up, --norm-bf16-out, --matmul-autotune, --teacher-overlap, --norm-fused-backward: one entry's value of an overridable on/off switch
-// (core/env_switch.h: 1 on, 0 off, -1 the environment's).
+// --mlp-gate-up, --norm-bf16-out, --matmul-autotune, --teacher-overlap, --norm-fused-backward: one entry's value of
+// an overridable on/off switch (core/env_switch.h: 1 on, 0 off, -1 the environment's).
 struct SwitchEntry {
   const char* name;
   int value;  // OverridableSwitch::set value (-1: the environment's)

@@ -1,7 +1,7 @@
 // HLM_MLP_BF16_GATE_UP=on|off (core/env_switch.h; on by default since session 38: the whole GPU suites passed with it
-// on, and the 4B recipe step took 8,146.8 instead of 8,250.8 ms per 96 rows at 10.7 GiB less, H200 session 36): in the GPU's bf16 compute
-// mode, whether a SwiGLU MLP's gate_proj and up_proj write their products as bf16 (cuBLASLt's bf16 output: the fp32
-// sum rounded once) instead of fp32, for batches beyond the small-row GEMV's rows (decode keeps its fp32 GEMV and
+// on, and the 4B recipe step took 8,146.8 instead of 8,250.8 ms per 96 rows at 10.7 GiB less, H200 session 36): in
+// the GPU's bf16 compute mode, whether a SwiGLU MLP's gate_proj and up_proj write their products as bf16 (cuBLASLt's
+// bf16 output: the fp32 sum rounded once) instead of fp32, for batches beyond the small-row GEMV's rows (decode keeps its fp32 GEMV and
 // SwiGLU fold). SwiGLU then reads the bf16 values (ops/swiglu/swiglu_cuda.h, *_bf16_in_cuda), and training keeps
 // them for the backward: 4 bytes per element of gate and up instead of 8 (at the 4B student's micro-batch of 8 × 1024
 // tokens, 36 layers × 8,192 × 9,728 × 4 bytes = 10.7 GiB less kept) and half the bytes for SwiGLU to read.

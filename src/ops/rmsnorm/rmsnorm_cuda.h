@@ -22,13 +22,14 @@
 //         into one partial row; a finish kernel then gives each column S = rmsnorm_cuda_dweight_finish_slices()
 //         slices (slice s adds partial rows s, s + S, ... in order), a fixed halving tree over the slices, and one
 //         add into dweight. Longest chain of roundings: rmsnorm_cuda_dweight_chain.
-//       longer rows up to rmsnorm_cuda_regs_max_dim(): fused into the block path's backward pass the same way with
+//       longer rows up to rmsnorm_cuda_regs_max_dim() with HLM_RMSNORM_FUSED_BACKWARD=on (below; off by default):
+//         fused into the block path's backward pass the same way with
 //         W = 1 (one row in flight per block: group g = rows [g·rows_per_warp, (g + 1)·rows_per_warp), thread t adds
 //         fma(d_out · x, r, acc) for its columns t, t + T, ... in row order and stores its part of the partial row),
 //         then the same finish kernel. The row's x, d_out and weight are held in registers, so the pass reads x and
 //         d_out once (the former row-stats, dx and column-sum kernels read them three times: ~185 µs per [8192, 2560]
 //         f32 call on the H200, session 36 trace).
-//       longer rows: the two-pass column sum (backend/cuda/column_sum.h) of (d_out · x) · r.
+//       otherwise: the two-pass column sum (backend/cuda/column_sum.h) of (d_out · x) · r.
 // Shapes: x, out, d_out, dx [rows, dim]; weight, dweight [dim].
 #pragma once
 #include <cuda_bf16.h>
@@ -65,7 +66,7 @@ constexpr int rmsnorm_cuda_dweight_rows_in_flight(int64_t dim) {
 // the shared plan and its bounds: backend/cuda/row_partials.h). A pure function of (rows, dim), so results are
 // bit-identical run to run and independent of the GPU model. rows_per_warp ≥ 2 keeps the partial rows' traffic
 // ≤ 1/24 of the pass's own (f32; 1/12 with bf16 rows) on the warp path; on the block path (W = 1) the groups are
-// capped at clamp(2^20 / dim, 1024, 4096) = 1024 there, so a group holds ≥ 2 and ceil(rows / 1024) rows.
+// capped at clamp(2^20 / dim, 1024, 4096) = 1024 there, so a group holds max(2, ceil(rows / 1024)) rows.
 using RmsnormCudaDweightPlan = RowPartialsPlan;
 constexpr int rmsnorm_cuda_dweight_finish_slices() { return 128; }  // S
 constexpr RmsnormCudaDweightPlan rmsnorm_cuda_dweight_plan(int64_t rows, int64_t dim) {
@@ -108,8 +109,6 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                            float scale, const float* weight, const RmsnormCudaParams& p,
                                            cudaStream_t stream);
 
-// Bytes of device scratch rmsnorm_backward_cuda needs: dim ≤ rmsnorm_cuda_warp_max_dim(): the dweight partial rows
-// (groups · dim floats); longer rows: per-row statistics and the column sum's partials.
 // HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; off by default until its GPU tests and an A/B have run:
 // written in session 38, which got no GPU after it): whether rows longer than a warp's and up to
 // rmsnorm_cuda_regs_max_dim() take the fused backward (Numerics) or the three passes (row stats, the column sum, dx:
@@ -119,6 +118,9 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
 bool rmsnorm_cuda_fused_backward();
 void rmsnorm_cuda_set_fused_backward(int on);
 
+// Bytes of device scratch rmsnorm_backward_cuda needs: on the fused paths (dim ≤ rmsnorm_cuda_warp_max_dim(), and up
+// to rmsnorm_cuda_regs_max_dim() under rmsnorm_cuda_fused_backward()) the dweight partial rows (groups · dim floats);
+// otherwise per-row statistics and the column sum's partials.
 size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p);
 
 // dx = r · (g − n · mean(g · n)) OVERWRITTEN (dx may alias d_out); dweight += Σ_rows d_out · n ACCUMULATED

@@ -49,7 +49,7 @@
 // micro-batch's student backward, a step's first beside the student's forward (train/cuda/cuda_train_device.h,
 // HLM_TEACHER_OVERLAP), innermost; without the option the environment decides.
 // --norm-fused-backward off|on[,...]: the block-path RMSNorm backward (hidden sizes 1,025-4,096) fused into one pass
-// or as three (ops/rmsnorm/rmsnorm_cuda.h, HLM_RMSNORM_FUSED_BACKWARD, off by default until measured), innermost;
+// or as three (ops/rmsnorm/rmsnorm_cuda.h, HLM_RMSNORM_FUSED_BACKWARD, on by default), innermost;
 // without the option the environment decides (line: normbwd=env).
 // HLM_PROFILE_STEP=1 adds the GPU time of each phase per micro-batch and of the optimizer (cuda_train_device.cpp);
 // HLM_BENCH_START_AFTER=FILE holds the GPU work back until FILE exists (see main); HLM_BENCH_TIME_AFTER=FILE lets the

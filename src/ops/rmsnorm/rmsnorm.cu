@@ -433,7 +433,7 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-OverridableSwitch g_fused_backward{"HLM_RMSNORM_FUSED_BACKWARD", false};  // off until run on a GPU (rmsnorm_cuda.h)
+OverridableSwitch g_fused_backward{"HLM_RMSNORM_FUSED_BACKWARD", true};  // on since session 39 (rmsnorm_cuda.h)
 
 // Whether rows of this length take the block path's fused backward (rmsnorm_backward_regs_kernel).
 bool fused_block_backward(int64_t dim) {

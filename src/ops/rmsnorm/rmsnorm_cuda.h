@@ -22,7 +22,7 @@
 //         into one partial row; a finish kernel then gives each column S = rmsnorm_cuda_dweight_finish_slices()
 //         slices (slice s adds partial rows s, s + S, ... in order), a fixed halving tree over the slices, and one
 //         add into dweight. Longest chain of roundings: rmsnorm_cuda_dweight_chain.
-//       longer rows up to rmsnorm_cuda_regs_max_dim() with HLM_RMSNORM_FUSED_BACKWARD=on (below; off by default):
+//       longer rows up to rmsnorm_cuda_regs_max_dim() under HLM_RMSNORM_FUSED_BACKWARD (below; on by default):
 //         fused into the block path's backward pass the same way with
 //         W = 1 (one row in flight per block: group g = rows [g·rows_per_warp, (g + 1)·rows_per_warp), thread t adds
 //         fma(d_out · x, r, acc) for its columns t, t + T, ... in row order and stores its part of the partial row),
@@ -109,12 +109,13 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                            float scale, const float* weight, const RmsnormCudaParams& p,
                                            cudaStream_t stream);
 
-// HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; off by default until its GPU tests and an A/B have run:
-// written in session 38, which got no GPU after it): whether rows longer than a warp's and up to
-// rmsnorm_cuda_regs_max_dim() take the fused backward (Numerics) or the three passes (row stats, the column sum, dx:
-// the same r, m and dx bits, dweight summed in the column sum's order); bench_distill_step --norm-fused-backward A/Bs
-// it. The workspace size follows it. The setter overrides the variable for the process (1 / 0; −1: the environment
-// again).
+// HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; on by default since session 39: the whole GPU suites passed
+// with it on, test_cuda_ops 125/125 and test_cuda_models 107/107 on an H100, and the 4B step under the seed's recipe
+// took 0.8-1.0 % less time, 8,786.9 -> 8,703.0 ms per 96 rows at micro-batch 2, docs/benchmarks.md): whether rows
+// longer than a warp's and up to rmsnorm_cuda_regs_max_dim() take the fused backward (Numerics) or the three passes
+// (row stats, the column sum, dx: the same r, m and dx bits, dweight summed in the column sum's order);
+// bench_distill_step --norm-fused-backward A/Bs it. The workspace size follows it. The setter overrides the variable
+// for the process (1 / 0; −1: the environment again).
 bool rmsnorm_cuda_fused_backward();
 void rmsnorm_cuda_set_fused_backward(int on);
 

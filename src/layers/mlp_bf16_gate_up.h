@@ -16,4 +16,16 @@ bool mlp_bf16_gate_up();
 // 1 / 0 for the whole process; −1: the environment again (bench_distill_step --mlp-gate-up, tests).
 void mlp_set_bf16_gate_up(int on);
 
+// HLM_MLP_BF16_DH=on|off (core/env_switch.h; off by default until measured on a GPU, session 39): in the bf16 gate/up
+// form's backward (above), whether the down_proj product dh = dy · W_down [rows, F] is written as bf16 (cuBLASLt's
+// bf16 output: the fp32 sum rounded once) instead of fp32, and SwiGLU's backward reads it as bf16
+// (swiglu_backward_bf16_all_cuda). dh's only reader is SwiGLU's backward, whose dgate and dup are rounded to bf16
+// anyway, and a bf16 PyTorch model's autograd keeps dh in bf16 too: 2 bytes written and 2 read per element of
+// [rows, F] instead of 4 and 4 (at the 4B student's micro-batch of 8 × 1024 tokens, 36 × 8,192 × 9,728 × 4 bytes =
+// 11.5 GB less memory traffic per micro-batch, ~3 ms on an H200 by the bytes). Numerics: one more rounding (of dh, relative ≤ 2⁻⁹) before
+// SwiGLU's backward. Without the bf16 gate/up form, or in the fp32 mode, nothing changes.
+bool mlp_bf16_dh();
+// 1 / 0 for the whole process; −1: the environment again (bench_distill_step --mlp-dh, tests).
+void mlp_set_bf16_dh(int on);
+
 }  // namespace hlm

@@ -15,7 +15,8 @@
 //       to 1 + |g|(1 − σ); dgate = d_out·up·σ·t adds 3 products: ≈ 16u, k = 20, mag = |d_out·up·σ|·(1 + |g|(1 − σ));
 //       dup = d_out·g·σ: 6u + 2 products, k = 10, mag = |dup|.
 //
-// bf16 gate and up (swiglu_forward_bf16_in_cuda, swiglu_backward_bf16_in_cuda; Bf16InputForward / Bf16InputBackward):
+// bf16 gate and up (swiglu_forward_bf16_in_cuda, swiglu_backward_bf16_in_cuda; Bf16InputForward / Bf16InputBackward;
+// and with a bf16 d_out too, swiglu_backward_bf16_all_cuda, Bf16AllInputsBackward):
 // byte for byte the bits of the fp32-input bf16-output kernels above run on fp32 copies of the same bf16 values (the
 // widening is exact, so any difference is the kernels' own), NaN payloads included. Lengths 1, 3 (scalar only), 5
 // (one float4 and a rest), 4099, 65539 (every bf16 bit pattern as gate) and 2^27 + 2^20 + 3 (more than one grid's
@@ -320,6 +321,44 @@ TEST(SwigluCuda, Bf16InputBackward) {
                 << " mismatches=" << bad << "\n";
       EXPECT_EQ(bad, 0u) << bf16in_name(c, "bwd bf16 in vs fp32 in", off);
       EXPECT_TRUE(buffers_ok({&dg, &du}, {&g, &u, &d})) << bf16in_name(c, "bwd bf16 in", off);
+    }
+  }
+}
+
+// d_out in bf16 too (swiglu_backward_bf16_all_cuda, the MLP backward's bf16 dh): byte for byte the bits of the
+// fp32-input bf16-output kernel on fp32 copies of all three inputs, at every offset of the Bf16Input cases (d_out
+// shifted with gate and up).
+TEST(SwigluCuda, Bf16AllInputsBackward) {
+  HLM_REQUIRE_CUDA();
+  for (const Bf16InCase& c : kBf16InCases) {
+    const auto n = static_cast<size_t>(c.n);
+    const auto gate = bf16in_values(n, c.fill, 41, c.gate_scale, true), up = bf16in_values(n, c.fill, 42, 1.0f, false),
+               dy = bf16in_values(n, c.fill, 43, 1.0f, false);
+    std::vector<uint16_t> want_dg, want_du;
+    {
+      DeviceBuffer g32 = DeviceBuffer::from(bf16_to_f32(gate), "gate f32"),
+                   u32 = DeviceBuffer::from(bf16_to_f32(up), "up f32"), d32 = DeviceBuffer::from(bf16_to_f32(dy), "d_out f32"),
+                   dg(n * 2, "dgate ref"), du(n * 2, "dup ref");
+      swiglu_backward_bf16_cuda(dg.as<__nv_bfloat16>(), du.as<__nv_bfloat16>(), d32.as<float>(), g32.as<float>(),
+                                u32.as<float>(), c.n, ctx().stream());
+      want_dg = dg.download<uint16_t>();
+      want_du = du.download<uint16_t>();
+    }
+    for (const size_t off : kBf16InOffsets) {
+      DeviceBuffer g = DeviceBuffer::from(bf16in_shifted(gate, off), "gate bf16"),
+                   u = DeviceBuffer::from(bf16in_shifted(up, off), "up bf16"),
+                   d = DeviceBuffer::from(bf16in_shifted(dy, off), "d_out bf16"), dg((n + off) * 2, "dgate bf16"),
+                   du((n + off) * 2, "dup bf16");
+      swiglu_backward_bf16_all_cuda(dg.as<__nv_bfloat16>() + off, du.as<__nv_bfloat16>() + off,
+                                    d.as<__nv_bfloat16>() + off, g.as<__nv_bfloat16>() + off,
+                                    u.as<__nv_bfloat16>() + off, c.n, ctx().stream());
+      const size_t bad = bf16in_mismatches(dg.download<uint16_t>(), off, want_dg) +
+                         bf16in_mismatches(du.download<uint16_t>(), off, want_du);
+      std::cout << "[check] " << bf16in_name(c, "bwd bf16 d_out vs fp32 in", off)
+                << ": exact, NaNs dgate=" << bf16in_nans(want_dg) << " dup=" << bf16in_nans(want_du)
+                << " mismatches=" << bad << "\n";
+      EXPECT_EQ(bad, 0u) << bf16in_name(c, "bwd bf16 d_out vs fp32 in", off);
+      EXPECT_TRUE(buffers_ok({&dg, &du}, {&g, &u, &d})) << bf16in_name(c, "bwd bf16 d_out", off);
     }
   }
 }

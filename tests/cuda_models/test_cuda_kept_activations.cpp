@@ -13,6 +13,9 @@
 // (forward_final_hidden, mlp_layer_forward_cuda) gives the kept forward's final hidden states bit for bit, and the
 // results differ from the fp32 gate/up's by no more than the bf16 mode itself differs from the fp32 mode (one more
 // rounding of two tensors in a mode that already rounds every product's operands; the measure below).
+// A fourth run adds the bf16 dh (HLM_MLP_BF16_DH, same header) to the bf16 gate/up form: the same bit-identity, the
+// forward (final hidden states) bit for bit the bf16 gate/up form's (dh is the backward's alone), and every gradient
+// within twice the bf16 mode's own difference of the bf16 gate/up form's, at least one of them different (it engaged).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,11 +74,14 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
 
   std::optional<GpuGradients> fp32_mode;          // the fp32 mode's kept run: the bf16 mode's own difference
   std::optional<GpuGradients> bf16_fp32_gate_up;  // the bf16 mode's reference for the bf16 gate/up form
-  for (const int mode_index : {0, 1, 2}) {
-    const bool bf16 = mode_index > 0, gate_up16 = mode_index == 2;
+  std::optional<GpuGradients> bf16_gate_up;       // the bf16 gate/up form's: the reference for the bf16 dh
+  for (const int mode_index : {0, 1, 2, 3}) {
+    const bool bf16 = mode_index > 0, gate_up16 = mode_index >= 2, dh16 = mode_index == 3;
     gpu.set_bf16_compute(bf16);
     mlp_set_bf16_gate_up(gate_up16 ? 1 : 0);
-    const std::string mode = label + (bf16 ? " bf16" : " fp32") + (gate_up16 ? " bf16 gate/up" : "");
+    mlp_set_bf16_dh(dh16 ? 1 : 0);
+    const std::string mode = label + (bf16 ? " bf16" : " fp32") + (gate_up16 ? " bf16 gate/up" : "") +
+                             (dh16 ? " bf16 dh" : "");
     GpuGradients recomputed = forward_backward(gpu, batch, d_final, Recompute::Layer);
     GpuGradients kept = forward_backward(gpu, batch, d_final, Recompute::None);
     const Tensor lean_hidden = cuda_download(ctx, gpu.forward_final_hidden(batch));
@@ -83,6 +89,7 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
     const int64_t n_seqs = static_cast<int64_t>(batch.cu_seqlens.size()) - 1;
     const uint64_t plan_kept = kept_intermediate_bytes(c, T, n_seqs, bf16);
     mlp_set_bf16_gate_up(-1);
+    mlp_set_bf16_dh(-1);
     EXPECT_EQ(kept.kept_bf16_gate_ups, gate_up16 ? static_cast<size_t>(L) : 0u) << mode;
     EXPECT_EQ(std::memcmp(lean_hidden.raw(), kept.final_hidden.raw(), lean_hidden.nbytes()), 0)
         << mode << ": the lean forward's final hidden states differ from the kept forward's";
@@ -111,15 +118,18 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
     if (!bf16) fp32_mode = std::move(kept);
     if (bf16 && !gate_up16) bf16_fp32_gate_up = std::move(kept);
     if (!gate_up16) continue;
-    // Against the fp32 gate/up. The form rounds gate and up to bf16 once more in each MLP (≤ 2⁻⁹ relative each);
+    // Against the fp32 gate/up (the bf16 dh: against the bf16 gate/up form with the fp32 dh). The form rounds gate
+    // and up to bf16 once more in each MLP (≤ 2⁻⁹ relative each; the bf16 dh: dh once, the same size);
     // the bf16 mode already rounds every product's input and weight (the gate/up products' among them, the same
     // ≤ 2⁻⁹ per element), so the form's difference is of the order of the bf16 mode's own difference from the fp32
     // mode: at most twice it (room for maxima over few elements), tensor by tensor (the final hidden states and each
-    // gradient, relative to the reference's largest magnitude). An a-priori bound (4·L·2⁻⁹ forward, twice that for gradients,
-    // session 35) ignored how a difference grows through later layers and sums that cancel: the H200 measured 0.092
-    // for olmo_hybrid_tiny's layer-0 o_norm.weight gradient against its 0.0625 (session 36). A wrong stride, scale
-    // or rounding would give O(1) differences.
-    ASSERT_TRUE(bf16_fp32_gate_up.has_value() && fp32_mode.has_value());
+    // gradient, relative to the reference's largest magnitude). An a-priori bound (4·L·2⁻⁹ forward, twice that for
+    // gradients, session 35) ignored how a difference grows through later layers and sums that cancel: the H200
+    // measured 0.092 for olmo_hybrid_tiny's layer-0 o_norm.weight gradient against its 0.0625 (session 36). A wrong
+    // stride, scale or rounding would give O(1) differences.
+    ASSERT_TRUE(bf16_fp32_gate_up.has_value() && fp32_mode.has_value() && (!dh16 || bf16_gate_up.has_value()));
+    GpuGradients& reference = dh16 ? *bf16_gate_up : *bf16_fp32_gate_up;
+    const char* reference_name = dh16 ? "the bf16 gate/up form (fp32 dh)" : "the fp32 gate/up";
     constexpr double kOfTheMode = 2.0;
     const auto rel_max_diff = [](const Tensor& a, const Tensor& b) {
       double diff = 0.0, scale = 0.0;
@@ -129,26 +139,38 @@ void expect_kept_matches_recompute(Model& cpu_model, const std::string& label) {
       }
       return scale > 0.0 ? diff / scale : diff;
     };
-    const double hidden_rel = rel_max_diff(kept.final_hidden, bf16_fp32_gate_up->final_hidden);
+    const double hidden_rel = rel_max_diff(kept.final_hidden, reference.final_hidden);
     const double hidden_mode = rel_max_diff(bf16_fp32_gate_up->final_hidden, fp32_mode->final_hidden);
-    EXPECT_LE(hidden_rel, kOfTheMode * hidden_mode) << mode << ": final hidden states vs the fp32 gate/up";
-    EXPECT_GT(hidden_rel, 0.0) << mode << ": the bf16 gate/up form changed nothing (did it engage?)";
-    double worst_ratio = 0.0, worst_form = 0.0, worst_mode = 0.0;
+    if (dh16) {
+      EXPECT_EQ(std::memcmp(kept.final_hidden.raw(), reference.final_hidden.raw(), kept.final_hidden.nbytes()), 0)
+          << mode << ": the bf16 dh changed the forward";
+    } else {
+      EXPECT_LE(hidden_rel, kOfTheMode * hidden_mode) << mode << ": final hidden states vs the fp32 gate/up";
+      EXPECT_GT(hidden_rel, 0.0) << mode << ": the bf16 gate/up form changed nothing (did it engage?)";
+    }
+    double worst_ratio = 0.0, worst_form = 0.0, worst_mode = 0.0, largest_form = 0.0;
     std::string worst_name;
-    const std::vector<NamedParameter> form = named_parameters(c, kept.grads, bf16_fp32_gate_up->grads);
+    const std::vector<NamedParameter> form = named_parameters(c, kept.grads, reference.grads);
     const std::vector<NamedParameter> bf16_mode = named_parameters(c, bf16_fp32_gate_up->grads, fp32_mode->grads);
     ASSERT_EQ(form.size(), bf16_mode.size());
     for (size_t k = 0; k < form.size(); ++k) {
       const NamedParameter& p = form[k];
       if (!p.value.defined() || p.value.numel() == 0) continue;
       const double r = rel_max_diff(p.value, p.grad), m = rel_max_diff(bf16_mode[k].value, bf16_mode[k].grad);
-      EXPECT_LE(r, kOfTheMode * m) << mode << ": gradient " << p.name << " vs the fp32 gate/up (the bf16 mode's own: " << m << ")";
+      EXPECT_LE(r, kOfTheMode * m) << mode << ": gradient " << p.name << " vs " << reference_name
+                                   << " (the bf16 mode's own: " << m << ")";
+      largest_form = std::max(largest_form, r);
       const double ratio = m > 0.0 ? r / m : (r > 0.0 ? INFINITY : 0.0);
       if (ratio > worst_ratio) worst_ratio = ratio, worst_form = r, worst_mode = m, worst_name = p.name;
     }
-    std::printf("[check] %s vs fp32 gate/up: final hidden %.3g (the bf16 mode's own %.3g); gradients: at most %.2f× "
+    if (dh16) {
+      EXPECT_GT(largest_form, 0.0) << mode << ": the bf16 dh changed no gradient (did it engage?)";
+    }
+    std::printf("[check] %s vs %s: final hidden %.3g (the bf16 mode's own %.3g); gradients: at most %.2f× "
                 "the bf16 mode's own difference (%s: %.3g vs %.3g; bound 2×), relative to max |.|\n",
-                mode.c_str(), hidden_rel, hidden_mode, worst_ratio, worst_name.c_str(), worst_form, worst_mode);
+                mode.c_str(), reference_name, hidden_rel, hidden_mode, worst_ratio, worst_name.c_str(), worst_form,
+                worst_mode);
+    if (!dh16) bf16_gate_up = std::move(kept);
   }
 }
 

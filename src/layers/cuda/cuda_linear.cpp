@@ -256,6 +256,17 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
   grad.weight_zeroed = false;
 }
 
+void cuda_linear_backward_bf16_dx(CudaContext& ctx, __nv_bfloat16* dx16, CudaLinear& grad, const float* dy,
+                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows) {
+  HLM_CHECK(cuda_linear_is_bf16(layer), "linear backward: a bf16 dx needs the bf16 compute mode");
+  const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
+  const CudaTensor dy16 = cuda_round_bf16(ctx, dy, rows * layer.out_features);
+  // dx alone (no dw, no dbias: nullptr = not wanted), then the weight gradient through the usual holder paths.
+  matmul_backward_cuda(ctx.blaslt(), dx16, nullptr, nullptr, dy16.data<__nv_bfloat16>(), nullptr,
+                       layer.weight_bf16.data<__nv_bfloat16>(), p, /*accumulate_dx=*/false);
+  cuda_linear_backward_bf16_dy(ctx, nullptr, grad, dy16.data<__nv_bfloat16>(), x, layer, rows, false);
+}
+
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,
                           const CudaLinear& layer, int64_t rows, bool accumulate_dx) {
   cuda_linear_backward(ctx, dx, grad, dy, CudaLinearInput{x, nullptr}, layer, rows, accumulate_dx);

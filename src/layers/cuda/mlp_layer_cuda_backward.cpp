@@ -2,6 +2,7 @@
 // given activations.
 #include "core/error.h"
 #include "layers/cuda/mlp_layer_cuda.h"
+#include "layers/mlp_bf16_gate_up.h"
 #include "ops/swiglu/swiglu_cuda.h"
 
 namespace hlm {
@@ -29,6 +30,23 @@ void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g
   const bool bf16_gate_up = a.gate16.raw() != nullptr;  // the forward's form (mlp_layer_cuda.h)
   HLM_CHECK((bf16_h ? a.h16 : a.h).numel() == n * F && (bf16_gate_up ? a.gate16 : a.gate).numel() == n * F,
             "mlp backward: the activations do not match the batch or the compute mode");
+  if (bf16_h && bf16_gate_up && mlp_bf16_dh() && cuda_linear_is_bf16(w.gate_proj) && cuda_linear_is_bf16(w.up_proj)) {
+    // HLM_MLP_BF16_DH (layers/mlp_bf16_gate_up.h): dh only as its bf16 rounding, written by the down_proj product.
+    CudaTensor dh16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
+    cuda_linear_backward_bf16_dx(ctx, dh16.data<__nv_bfloat16>(), g.down_proj, d_out, cuda_linear_input(a.h, a.h16),
+                                 w.down_proj, n);
+    CudaTensor dgate16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
+    CudaTensor dup16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
+    swiglu_backward_bf16_all_cuda(dgate16.data<__nv_bfloat16>(), dup16.data<__nv_bfloat16>(),
+                                  dh16.data<__nv_bfloat16>(), a.gate16.data<__nv_bfloat16>(),
+                                  a.up16.data<__nv_bfloat16>(), n * F, ctx.stream());
+    dh16 = CudaTensor();  // back to the allocator before the products
+    CudaTensor x16;
+    const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, n);
+    cuda_linear_backward_bf16_dy(ctx, dx, g.gate_proj, dgate16.data<__nv_bfloat16>(), in, w.gate_proj, n, false);
+    cuda_linear_backward_bf16_dy(ctx, dx, g.up_proj, dup16.data<__nv_bfloat16>(), in, w.up_proj, n, true);
+    return;
+  }
   CudaTensor dh = CudaTensor::empty(ctx, {n, F});
   cuda_linear_backward(ctx, dh.data<float>(), g.down_proj, d_out, cuda_linear_input(a.h, a.h16), w.down_proj, n,
                        false);

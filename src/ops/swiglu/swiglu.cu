@@ -144,10 +144,11 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
 }
 
 // dgate and dup as fp32 (Out = float) or their bf16 roundings (Out = __nv_bfloat16: the bf16 mode's gate_proj /
-// up_proj backward reads only these, so the fp32 values never reach memory), of fp32 or bf16 (In) gate and up.
-template <typename In, typename Out>
+// up_proj backward reads only these, so the fp32 values never reach memory), of fp32 or bf16 (In) gate and up and an
+// fp32 or bf16 (DIn) d_out.
+template <typename In, typename Out, typename DIn = float>
 __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
-    swiglu_backward_kernel(Out* dgate, Out* dup, const float* d_out, const In* gate, const In* up, int64_t n_vec,
+    swiglu_backward_kernel(Out* dgate, Out* dup, const DIn* d_out, const In* gate, const In* up, int64_t n_vec,
                            int64_t n) {
   const int64_t vec_stride = grid_threads() * kBackwardUnroll;
   for (int64_t base = vector_start<kBackwardUnroll>(); base < n_vec; base += vec_stride) {
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(cuda::kElementwiseThreads, kMinBlocksPerSm)
   }
   for (int64_t i = 4 * n_vec + global_thread(); i < n; i += grid_threads()) {
     float dg, du;
-    swiglu_backward_value(d_out[i], load1(gate, i), load1(up, i), dg, du);
+    swiglu_backward_value(load1(d_out, i), load1(gate, i), load1(up, i), dg, du);
     store1(dgate, i, dg);
     store1(dup, i, du);
   }
@@ -211,16 +212,17 @@ void launch_forward(const char* name, Out* out, const In* gate, const In* up, in
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <typename In, typename Out>
-void launch_backward(const char* name, Out* dgate, Out* dup, const float* d_out, const In* gate, const In* up,
+template <typename In, typename Out, typename DIn>
+void launch_backward(const char* name, Out* dgate, Out* dup, const DIn* d_out, const In* gate, const In* up,
                      int64_t n, cudaStream_t stream) {
   HLM_CHECK(n >= 0, name, ": negative length ", n);
   HLM_CHECK(dgate != dup || n == 0, name, ": dgate and dup may not alias");
   if (n == 0) return;
   const bool vec = vec_aligned(dgate) && vec_aligned(dup) && vec_aligned(d_out) && vec_aligned(gate) && vec_aligned(up);
   const int64_t n_vec = vec ? n / 4 : 0;
-  swiglu_backward_kernel<In, Out><<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(
-      dgate, dup, d_out, gate, up, n_vec, n);
+  swiglu_backward_kernel<In, Out, DIn>
+      <<<swiglu_grid<kBackwardUnroll>(n_vec, n), cuda::kElementwiseThreads, 0, stream>>>(dgate, dup, d_out, gate, up,
+                                                                                          n_vec, n);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -253,6 +255,11 @@ void swiglu_forward_bf16_in_cuda(__nv_bfloat16* out, const __nv_bfloat16* gate, 
 void swiglu_backward_bf16_in_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out,
                                   const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, cudaStream_t stream) {
   launch_backward("swiglu_backward_bf16_in_cuda", dgate, dup, d_out, gate, up, n, stream);
+}
+
+void swiglu_backward_bf16_all_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const __nv_bfloat16* d_out,
+                                   const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, cudaStream_t stream) {
+  launch_backward("swiglu_backward_bf16_all_cuda", dgate, dup, d_out, gate, up, n, stream);
 }
 
 }  // namespace hlm

@@ -36,5 +36,10 @@ void swiglu_forward_bf16_in_cuda(__nv_bfloat16* out, const __nv_bfloat16* gate, 
 // alias each other or any input.
 void swiglu_backward_bf16_in_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const float* d_out,
                                   const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, cudaStream_t stream);
+// The same with d_out given as bf16 too (the MLP backward's dh written by its down_proj product as bf16,
+// layers/mlp_bf16_gate_up.h's HLM_MLP_BF16_DH): dgate, dup as swiglu_backward_bf16_in_cuda on an fp32 copy of d_out
+// (bit-identical: the widening is exact). Outputs may not alias each other or any input.
+void swiglu_backward_bf16_all_cuda(__nv_bfloat16* dgate, __nv_bfloat16* dup, const __nv_bfloat16* d_out,
+                                   const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, cudaStream_t stream);
 
 }  // namespace hlm

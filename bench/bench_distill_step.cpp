@@ -48,6 +48,9 @@
 // --teacher-overlap off|on[,...]: each micro-batch's teacher forward on a side stream beside the previous
 // micro-batch's student backward, a step's first beside the student's forward (train/cuda/cuda_train_device.h,
 // HLM_TEACHER_OVERLAP), innermost; without the option the environment decides.
+// --norm-bf16-dx off|on[,...]: the backward's norms also write the residual gradient's bf16 rounding for the branches'
+// output projections (models/cuda/cuda_model.h, HLM_NORM_BF16_DX; the same bits), innermost but two; without the
+// option the environment decides (line: normdx=env).
 // --mlp-dh fp32|bf16[,...]: the MLP backward's dh (the down_proj product) in fp32 or in bf16 under the bf16 gate/up
 // form (layers/mlp_bf16_gate_up.h, HLM_MLP_BF16_DH), innermost but one; without the option the environment decides
 // (line: dh=env).
@@ -62,6 +65,7 @@
 //                           [--shape qwen3-0.6b|qwen3-1.7b|qwen3-4b] [--memory-plan NAME] [--data-parallel LIST]
 //                           [--recompute layer|none[,...]] [--loss-chunking ROWSxCOLS|ROWSxfull[,...]]
 //                           [--dw-paths overwrite|scratch|epilogue[,...]] [--mlp-gate-up fp32|bf16[,...]] [--mlp-dh fp32|bf16[,...]]
+//                           [--norm-bf16-dx off|on[,...]]
 //                           [--norm-bf16-out off|on[,...]] [--matmul-autotune off|on[,...]]
 //                           [--teacher-overlap off|on[,...]] [--norm-fused-backward off|on[,...]]
 #include <cuda_profiler_api.h>
@@ -139,6 +143,7 @@ struct Options {
   std::vector<const SwitchEntry*> overlaps;  // --teacher-overlap; likewise
   std::vector<const SwitchEntry*> norm_bwds; // --norm-fused-backward; likewise
   std::vector<const SwitchEntry*> dhs;       // --mlp-dh; likewise
+  std::vector<const SwitchEntry*> norm_dxs;  // --norm-bf16-dx; likewise
 };
 
 // The row of `table` whose .name is `name`; otherwise says that `option` takes one of the table's names and exits 2.
@@ -209,6 +214,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--teacher-overlap") {
       for (const std::string& name : split_list(next()))
         o.overlaps.push_back(&row_named(kOnOff, name, "--teacher-overlap"));
+    } else if (a == "--norm-bf16-dx") {
+      for (const std::string& name : split_list(next()))
+        o.norm_dxs.push_back(&row_named(kOnOff, name, "--norm-bf16-dx"));
     } else if (a == "--mlp-dh") {
       for (const std::string& name : split_list(next())) o.dhs.push_back(&row_named(kGateUpForms, name, "--mlp-dh"));
     } else if (a == "--norm-fused-backward") {
@@ -222,7 +230,7 @@ Options parse(int argc, char** argv) {
                            "[--loss-chunking ROWSxCOLS|ROWSxfull,...] [--dw-paths overwrite|scratch|epilogue,...] "
                            "[--mlp-gate-up fp32|bf16,...] [--norm-bf16-out off|on,...] "
                            "[--matmul-autotune off|on,...] [--teacher-overlap off|on,...] "
-                           "[--norm-fused-backward off|on,...] [--mlp-dh fp32|bf16,...]\n");
+                           "[--norm-fused-backward off|on,...] [--mlp-dh fp32|bf16,...] [--norm-bf16-dx off|on,...]\n");
       std::exit(2);
     }
   }
@@ -247,6 +255,7 @@ Options parse(int argc, char** argv) {
   if (o.overlaps.empty()) o.overlaps.push_back(&kEnvSwitch);
   if (o.norm_bwds.empty()) o.norm_bwds.push_back(&kEnvSwitch);
   if (o.dhs.empty()) o.dhs.push_back(&kEnvSwitch);
+  if (o.norm_dxs.empty()) o.norm_dxs.push_back(&kEnvSwitch);
   return o;
 }
 
@@ -399,6 +408,7 @@ int main(int argc, char** argv) {
     for (const SwitchEntry* norm16 : o.norm16s)
     for (const SwitchEntry* autotune : o.autotunes)
     for (const SwitchEntry* overlap : o.overlaps)
+    for (const SwitchEntry* norm_dx : o.norm_dxs)
     for (const SwitchEntry* dh : o.dhs)
     for (const SwitchEntry* norm_bwd : o.norm_bwds) {
       const DwPath& dw = *path;
@@ -410,6 +420,7 @@ int main(int argc, char** argv) {
       cuda_train_set_teacher_overlap(overlap->value);
       rmsnorm_cuda_set_fused_backward(norm_bwd->value);
       mlp_set_bf16_dh(dh->value);
+      cuda_model_set_norm_bf16_dx(norm_dx->value);
       allocator.reset_peaks();
 
       std::vector<double> ms;
@@ -438,12 +449,12 @@ int main(int argc, char** argv) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       const CudaAllocatorStats st = allocator.stats();
-      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s overlap=%s dh=%s normbwd=%s precision=%s rows=%lld micro=%lld "
+      std::printf("distill_step dp=%s shape=%s plan=%s recompute=%s loss=%s dw=%s gate_up=%s norm16=%s autotune=%s overlap=%s normdx=%s dh=%s normbwd=%s precision=%s rows=%lld micro=%lld "
                   "seq=%lld layers=%d: %.1f ms/step, "
                   "%.0f tok/s, allocator peak %.2f GiB in use over the plan (steps alone %.2f GiB; %.2f GiB "
                   "reserved), device used %.2f GiB; allocator: %llu cudaMalloc, %llu out-of-memory retries\n",
                   dp.c_str(), o.shape.c_str(), plan.name, recompute_name(recompute),
-                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name, overlap->name, dh->name, norm_bwd->name,
+                  chunking ? lm_head_chunking_text(*chunking).c_str() : "default", dw.name, gate_up->name, norm16->name, autotune->name, overlap->name, norm_dx->name, dh->name, norm_bwd->name,
                   o.precision.c_str(),
                   static_cast<long long>(o.rows),
                   static_cast<long long>(micro), static_cast<long long>(o.seq), layers, med,

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "harness.h"
 #include "ops/cast/cast_cuda.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -504,4 +505,55 @@ TEST(RmsnormCuda, BackwardAccumulateEqualsOverwriteThenAdd) {
       EXPECT_TRUE(buffers_ok({&acc, &dw_acc, &ws}, {&x, &w, &dy})) << name(c, what.c_str());
     }
   }
+}
+
+// The backward that also writes dx's bf16 rounding (rmsnorm_backward_rounded_cuda: a pre-norm block's residual
+// gradient for the branch's output projection) against the plain backward, bit for bit: dx and dweight the plain
+// launcher's, dx16 the host's f32_to_bf16 (cast_f32_to_bf16_cuda's rounding) of each plain dx, fresh and accumulating
+// into a non-zero dx, with and without dweight; the warp path (vector and scalar slices), the block path in both
+// backward forms (dx16 from the fused kernel's registers, or a cast launch after the three passes) and rows past the
+// register kernels (a cast launch). The element after dx16's end stays unwritten.
+TEST(RmsnormCuda, BackwardRoundedDxIsTheCastOfDx) {
+  HLM_REQUIRE_CUDA();
+  const RmsCase shapes[] = {{9, 1024, Fill::Normal}, {301, 128, Fill::Large},  {13, 65, Fill::Special},
+                            {3, 2560, Fill::Normal}, {301, 2560, Fill::Special}, {65, 4096, Fill::Normal},
+                            {2, 4100, Fill::Normal}, {1, 1, Fill::Normal}};
+  size_t compared = 0, differing = 0;
+  for (const RmsCase& c : shapes)
+  for (const int form : backward_forms(c)) {
+    rmsnorm_cuda_set_fused_backward(form);
+    const Inputs in = make_inputs(c, false);
+    const size_t n = static_cast<size_t>(c.R * c.D);
+    const std::vector<float> base = make_values(n, Fill::Normal, 12);
+    const RmsnormCudaParams p{c.R, c.D, kEps};
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "weight"),
+                 dy = DeviceBuffer::from(in.dy, "d_out"), ws(rmsnorm_backward_cuda_workspace_bytes(p), "workspace");
+    for (const bool accumulate : {false, true})
+    for (const bool want_dw : {true, false}) {
+      DeviceBuffer dx_plain = DeviceBuffer::from(base, "dx (plain)"), dx_r = DeviceBuffer::from(base, "dx (rounded)"),
+                   dw_plain = DeviceBuffer::from(in.dw0, "dweight (plain)"),
+                   dw_r = DeviceBuffer::from(in.dw0, "dweight (rounded)"), dx16((n + 1) * 2, "dx16");
+      rmsnorm_backward_cuda(dx_plain.as<float>(), want_dw ? dw_plain.as<float>() : nullptr, dy.as<float>(),
+                            x.as<float>(), w.as<float>(), p, ws.as<void>(), ws.bytes(), ctx().stream(), accumulate);
+      rmsnorm_backward_rounded_cuda(dx_r.as<float>(), dx16.as<__nv_bfloat16>(), want_dw ? dw_r.as<float>() : nullptr,
+                                    dy.as<float>(), x.as<float>(), w.as<float>(), p, ws.as<void>(), ws.bytes(),
+                                    ctx().stream(), accumulate);
+      const std::string what = std::string("bwd rounded dx") + (accumulate ? " accumulating" : " fresh") +
+                               (want_dw ? " + dweight" : "");
+      const std::vector<float> plain = dx_plain.download<float>();
+      EXPECT_TRUE(check_exact(name(c, (what + ": dx").c_str()), dx_r.download<float>(), plain));
+      EXPECT_TRUE(
+          check_exact(name(c, (what + ": dweight").c_str()), dw_r.download<float>(), dw_plain.download<float>()));
+      const std::vector<uint16_t> bits = dx16.download<uint16_t>();
+      size_t bad = bits[n] != 0xFFFFu ? 1 : 0;  // the poison after the data
+      for (size_t i = 0; i < n; ++i) bad += bits[i] != f32_to_bf16(plain[i]) ? 1 : 0;
+      compared += n;
+      differing += bad;
+      EXPECT_EQ(bad, 0u) << name(c, (what + ": dx16 vs the cast of dx").c_str());
+      EXPECT_TRUE(buffers_ok({&dx_r, &dw_r, &ws}, {&x, &w, &dy})) << name(c, what.c_str());
+    }
+  }
+  rmsnorm_cuda_set_fused_backward(-1);
+  std::printf("[check] rmsnorm rounded dx: %zu bf16 values against the cast of dx, %zu differ (want 0)\n", compared,
+              differing);
 }

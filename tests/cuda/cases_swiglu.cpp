@@ -327,7 +327,9 @@ TEST(SwigluCuda, Bf16InputBackward) {
 
 // d_out in bf16 too (swiglu_backward_bf16_all_cuda, the MLP backward's bf16 dh): byte for byte the bits of the
 // fp32-input bf16-output kernel on fp32 copies of all three inputs, at every offset of the Bf16Input cases (d_out
-// shifted with gate and up).
+// shifted with gate and up), except that the case beyond one grid runs at offset 0 only (its vector grid-stride loop):
+// each of its offsets costs ~15 s of host work, and the scalar loop past one grid is the same load template that
+// Bf16InputBackward runs there for gate and up.
 TEST(SwigluCuda, Bf16AllInputsBackward) {
   HLM_REQUIRE_CUDA();
   for (const Bf16InCase& c : kBf16InCases) {
@@ -345,6 +347,7 @@ TEST(SwigluCuda, Bf16AllInputsBackward) {
       want_du = du.download<uint16_t>();
     }
     for (const size_t off : kBf16InOffsets) {
+      if (c.n == kBf16InBeyondGrid && off != 0) continue;
       DeviceBuffer g = DeviceBuffer::from(bf16in_shifted(gate, off), "gate bf16"),
                    u = DeviceBuffer::from(bf16in_shifted(up, off), "up bf16"),
                    d = DeviceBuffer::from(bf16in_shifted(dy, off), "d_out bf16"), dg((n + off) * 2, "dgate bf16"),

@@ -8,11 +8,17 @@
 // which keep their path, and pre-norm GDN blocks) and a qwen3_hybrid student converted from qwen3_untied (pre-norm
 // attention and GDN blocks). Also checked: the fp32 mode ignores the switch (still identical), and the switch's
 // override goes back to the environment.
+// HLM_NORM_BF16_DX (same header) likewise: the backward's norms also write the residual gradient's bf16 rounding for
+// the pre-norm branches' output projections; every gradient must be BIT-IDENTICAL with it off, alone and with
+// HLM_NORM_BF16_OUT on, and in the bf16 mode some branches must have read the rounding (the count of reads grows; in
+// olmo_hybrid_tiny, whose attention blocks are post-norm, only the pre-norm GDN blocks' branches that come after a
+// norm backward wrote it), in the fp32 mode none.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_context.h"
@@ -62,21 +68,37 @@ void expect_switch_changes_no_bit(Model& cpu_model, const std::string& label) {
     const std::string mode = label + (bf16 ? " bf16" : " fp32") +
                              (recompute == Recompute::None ? " kept activations" : " recomputed");
     cuda_model_set_norm_bf16_out(0);
+    cuda_model_set_norm_bf16_dx(0);
     const Run off = run_once(gpu, c, batch, d_final, recompute);
-    cuda_model_set_norm_bf16_out(1);
-    ASSERT_TRUE(cuda_model_norm_bf16_out());
-    const Run on = run_once(gpu, c, batch, d_final, recompute);
-    cuda_model_set_norm_bf16_out(-1);
-    ASSERT_EQ(on.logits.nbytes(), off.logits.nbytes()) << mode;
-    EXPECT_EQ(std::memcmp(on.logits.raw(), off.logits.raw(), on.logits.nbytes()), 0) << mode << ": logits differ";
-    EXPECT_EQ(std::memcmp(on.final_hidden.raw(), off.final_hidden.raw(), on.final_hidden.nbytes()), 0)
-        << mode << ": final hidden states differ";
-    DecoderWeights on_grads = on.grads, off_grads = off.grads;
-    size_t count = 0;
-    const size_t differing = count_differing_gradients(c, cpu_model.mutable_weights(), off_grads, on_grads,
-                                                       mode + " with HLM_NORM_BF16_OUT on", &count);
-    std::printf("[check] norm bf16 out %s: logits, final hidden and %zu gradients, %zu differ (want 0)\n",
-                mode.c_str(), count, differing);
+    // {HLM_NORM_BF16_OUT, HLM_NORM_BF16_DX} against both off.
+    for (const auto& [out16, dx16] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}}) {
+      cuda_model_set_norm_bf16_out(out16);
+      cuda_model_set_norm_bf16_dx(dx16);
+      ASSERT_EQ(cuda_model_norm_bf16_out(), out16 == 1);
+      ASSERT_EQ(cuda_model_norm_bf16_dx(), dx16 == 1);
+      const int64_t reads_before = cuda_model_norm_bf16_dx_reads();
+      const Run on = run_once(gpu, c, batch, d_final, recompute);
+      const int64_t reads = cuda_model_norm_bf16_dx_reads() - reads_before;
+      cuda_model_set_norm_bf16_out(-1);
+      cuda_model_set_norm_bf16_dx(-1);
+      const std::string with = mode + (out16 ? " norm bf16 out" : "") + (dx16 ? " norm bf16 dx" : "");
+      if (dx16 && bf16) {
+        EXPECT_GT(reads, 0) << with << ": no branch read the residual gradient's rounding (did the switch engage?)";
+      } else {
+        EXPECT_EQ(reads, 0) << with;
+      }
+      ASSERT_EQ(on.logits.nbytes(), off.logits.nbytes()) << with;
+      EXPECT_EQ(std::memcmp(on.logits.raw(), off.logits.raw(), on.logits.nbytes()), 0) << with << ": logits differ";
+      EXPECT_EQ(std::memcmp(on.final_hidden.raw(), off.final_hidden.raw(), on.final_hidden.nbytes()), 0)
+          << with << ": final hidden states differ";
+      DecoderWeights on_grads = on.grads, off_grads = off.grads;
+      size_t count = 0;
+      const size_t differing = count_differing_gradients(c, cpu_model.mutable_weights(), off_grads, on_grads,
+                                                         with + " vs both off", &count);
+      std::printf("[check] %s: logits, final hidden and %zu gradients, %zu differ (want 0); %lld branch reads of "
+                  "the residual gradient's rounding\n",
+                  with.c_str(), count, differing, static_cast<long long>(reads));
+    }
   }
 }
 
@@ -101,4 +123,9 @@ TEST(CudaNormBf16Out, OverrideGoesBackToTheEnvironment) {
   EXPECT_NE(cuda_model_norm_bf16_out(), env);
   cuda_model_set_norm_bf16_out(-1);
   EXPECT_EQ(cuda_model_norm_bf16_out(), env);
+  const bool env_dx = cuda_model_norm_bf16_dx();
+  cuda_model_set_norm_bf16_dx(!env_dx ? 1 : 0);
+  EXPECT_NE(cuda_model_norm_bf16_dx(), env_dx);
+  cuda_model_set_norm_bf16_dx(-1);
+  EXPECT_EQ(cuda_model_norm_bf16_dx(), env_dx);
 }

@@ -12,7 +12,8 @@
 // same bytes, fresh and accumulating into a non-zero dx, equal to the kernel's formula evaluated here per element
 // (inv and m read back from the row-stats kernel), on grids of the launcher's size and of 3 blocks (grid-stride).
 // The fused backward (rmsnorm_backward_regs_kernel<float, E>): dx against the row-stats + dx kernels byte for byte
-// (fresh, accumulating, aliasing d_out) and its dweight partial rows against the host's fma chain (run_fused_case).
+// (fresh, accumulating, aliasing d_out), its dx16 (the stored dx's bf16 rounding, fresh and accumulating) against
+// f32_to_bf16_bits(dx), and its dweight partial rows against the host's fma chain (run_fused_case).
 // The launchers' choice of E (forward: 8 up to 8 · 256 elements, 16 up to 16 · 256; backward also 12 up to 12 · 256)
 // is mirrored here (kernels only are copied).
 #include "rmsnorm_kernel_emu.h"  // the kernel part of rmsnorm.cu (rmsnorm_emu.sh)
@@ -206,6 +207,18 @@ void run_fused_case(int64_t R, int64_t D, int64_t rows_per_group, std::mt19937& 
     });
     const std::string mode = accumulate ? " accumulating" : " fresh";
     report(tag + mode + ": dx vs row stats + dx kernel", differing_bytes(dx.data(), want.data(), n));
+    // The same launch writing dx16 too: dx unchanged, dx16 the rounding of each stored dx.
+    std::vector<float> dx_r = dx0;
+    std::vector<__nv_bfloat16> dx16(n);
+    for (__nv_bfloat16& h : dx16) h.x = 0x7FFF;  // poison: a value never written shows
+    emu_launch(grid, kThreads, 0, [&] {
+      rmsnorm_backward_regs_kernel<float, E>(dx_r.data(), nullptr, dy.data(), x.data(), w.data(), R, D,
+                                             rows_per_group, eps, accumulate, dx16.data());
+    });
+    report(tag + mode + ": dx with dx16 on vs without", differing_bytes(dx_r.data(), dx.data(), n));
+    size_t bad16 = 0;
+    for (size_t i = 0; i < n; ++i) bad16 += dx16[i].x != cuda::f32_to_bf16_bits(dx[i]) ? 1 : 0;
+    report(tag + mode + ": dx16 = bf16 rounding of dx", bad16);
     report(tag + mode + ": dweight partials vs the host's fma chain",
            differing_bytes(partial.data(), want_dw.data(), partial.size()));
     if (accumulate) continue;

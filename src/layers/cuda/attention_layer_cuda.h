@@ -78,14 +78,17 @@ AttentionCudaActivations attention_layer_forward_keep_cuda(CudaContext& ctx, flo
 // The backward of layers/attention_layer.h with per-layer recomputation (attention_layer_cuda_backward.cpp):
 // attention_forward_activations_cuda (q̃, k̃ before the q/k norms, q, k, v, o and the softmax's lse) then
 // attention_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device) ACCUMULATED (+=).
-// dx may not alias d_out or x.
+// dx may not alias d_out or x. d_out16 (optional): d_out's bf16 rounding (cast_f32_to_bf16_cuda's bits), which
+// o_proj's backward then reads in the bf16 compute mode instead of rounding d_out again (the same bits;
+// cuda_linear_backward_dy16).
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
                                    const float* x, const CudaAttentionWeights& w, const AttentionDims& dims,
                                    const RopeCudaTable* rope, const CudaBatchView& batch);
 // The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
                                    const CudaLinearInput& x, const CudaAttentionWeights& w, const AttentionDims& dims,
-                                   const RopeCudaTable* rope, const CudaBatchView& batch);
+                                   const RopeCudaTable* rope, const CudaBatchView& batch,
+                                   const __nv_bfloat16* d_out16 = nullptr);
 // The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, flash attention
 // backward, rope, q/k norms, q/k/v projections. Same contract as attention_layer_backward_cuda; act is only read.
 // x as in attention_forward_activations_cuda (in the bf16 mode its bf16 rounding alone is enough; it is rounded once
@@ -93,6 +96,7 @@ void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWei
 void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& grads, const float* d_out,
                                         const CudaLinearInput& x, const AttentionCudaActivations& act,
                                         const CudaAttentionWeights& w, const AttentionDims& dims,
-                                        const RopeCudaTable* rope, const CudaBatchView& batch);
+                                        const RopeCudaTable* rope, const CudaBatchView& batch,
+                                        const __nv_bfloat16* d_out16 = nullptr);
 
 }  // namespace hlm

@@ -29,17 +29,18 @@ void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWei
 
 void attention_layer_backward_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
                                    const CudaLinearInput& x, const CudaAttentionWeights& w, const AttentionDims& d,
-                                   const RopeCudaTable* rope, const CudaBatchView& b) {
+                                   const RopeCudaTable* rope, const CudaBatchView& b, const __nv_bfloat16* d_out16) {
   CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward (unless given rounded)
   const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.q_proj, b.tokens);
   const AttentionCudaActivations a = attention_forward_activations_cuda(ctx, in, w, d, rope, b);
-  attention_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, d, rope, b);
+  attention_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, d, rope, b, d_out16);
 }
 
 void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttentionWeights& g, const float* d_out,
                                         const CudaLinearInput& x, const AttentionCudaActivations& a,
                                         const CudaAttentionWeights& w, const AttentionDims& d,
-                                        const RopeCudaTable* rope, const CudaBatchView& b) {
+                                        const RopeCudaTable* rope, const CudaBatchView& b,
+                                        const __nv_bfloat16* d_out16) {
   HLM_CHECK(dx != x.f32 && static_cast<const void*>(dx) != static_cast<const void*>(x.bf16) && dx != d_out,
             "attention backward: dx may not alias x or d_out");
   HLM_CHECK(g.q_norm_size == w.q_norm_size && g.k_norm_size == w.k_norm_size,
@@ -57,7 +58,8 @@ void attention_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaAttenti
   const AttentionCudaParams ap{n, d.q_heads, d.kv_heads, D, b.n_seqs, b.max_seqlen, d.scale, d.window};
 
   CudaTensor d_o = CudaTensor::empty(ctx, {n, Cq});
-  cuda_linear_backward(ctx, d_o.data<float>(), g.o_proj, d_out, attention_o_input(a), w.o_proj, n, false);
+  cuda_linear_backward_dy16(ctx, d_o.data<float>(), g.o_proj, d_out, d_out16, attention_o_input(a), w.o_proj, n,
+                            false);
   CudaTensor dq = CudaTensor::empty(ctx, {n, Cq}), dk = CudaTensor::empty(ctx, {n, Ckv});
   // dv passes through no op before v_proj's backward: in the bf16 mode v_proj reads the kernel's bf16 dv itself (the
   // widening and re-rounding it replaces give the same bits: exact widening, and the kernel writes no signalling

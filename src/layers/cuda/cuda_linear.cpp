@@ -257,14 +257,28 @@ void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad,
 }
 
 void cuda_linear_backward_bf16_dx(CudaContext& ctx, __nv_bfloat16* dx16, CudaLinear& grad, const float* dy,
-                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows) {
+                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows,
+                                  const __nv_bfloat16* dy16) {
   HLM_CHECK(cuda_linear_is_bf16(layer), "linear backward: a bf16 dx needs the bf16 compute mode");
   const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
-  const CudaTensor dy16 = cuda_round_bf16(ctx, dy, rows * layer.out_features);
+  CudaTensor rounded;
+  if (dy16 == nullptr) {
+    rounded = cuda_round_bf16(ctx, dy, rows * layer.out_features);
+    dy16 = rounded.data<__nv_bfloat16>();
+  }
   // dx alone (no dw, no dbias: nullptr = not wanted), then the weight gradient through the usual holder paths.
-  matmul_backward_cuda(ctx.blaslt(), dx16, nullptr, nullptr, dy16.data<__nv_bfloat16>(), nullptr,
-                       layer.weight_bf16.data<__nv_bfloat16>(), p, /*accumulate_dx=*/false);
-  cuda_linear_backward_bf16_dy(ctx, nullptr, grad, dy16.data<__nv_bfloat16>(), x, layer, rows, false);
+  matmul_backward_cuda(ctx.blaslt(), dx16, nullptr, nullptr, dy16, nullptr, layer.weight_bf16.data<__nv_bfloat16>(), p,
+                       /*accumulate_dx=*/false);
+  cuda_linear_backward_bf16_dy(ctx, nullptr, grad, dy16, x, layer, rows, false);
+}
+
+void cuda_linear_backward_dy16(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy,
+                               const __nv_bfloat16* dy16, const CudaLinearInput& x, const CudaLinear& layer,
+                               int64_t rows, bool accumulate_dx) {
+  if (dy16 != nullptr && cuda_linear_is_bf16(layer))
+    cuda_linear_backward_bf16_dy(ctx, dx, grad, dy16, x, layer, rows, accumulate_dx);
+  else
+    cuda_linear_backward(ctx, dx, grad, dy, x, layer, rows, accumulate_dx);
 }
 
 void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy, const float* x,

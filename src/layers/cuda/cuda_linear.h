@@ -132,15 +132,24 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
 // dy16, so bit-identical to it. `layer` must be in the bf16 mode (internal error otherwise).
 void cuda_linear_backward_bf16_dy(CudaContext& ctx, float* dx, CudaLinear& grad, const __nv_bfloat16* dy16,
                                   const CudaLinearInput& x, const CudaLinear& layer, int64_t rows, bool accumulate_dx);
+// cuda_linear_backward on the fp32 dy with its bf16 rounding given beside it (dy16: cast_f32_to_bf16_cuda's bits of
+// dy, e.g. written by the norm backward that produced dy, rmsnorm_backward_rounded_cuda): in the bf16 compute mode
+// cuda_linear_backward_bf16_dy on dy16 (the same products, without rounding dy again); in the fp32 mode, or with
+// dy16 null, exactly cuda_linear_backward.
+void cuda_linear_backward_dy16(CudaContext& ctx, float* dx, CudaLinear& grad, const float* dy,
+                               const __nv_bfloat16* dy16, const CudaLinearInput& x, const CudaLinear& layer,
+                               int64_t rows, bool accumulate_dx);
 
 // The bf16 compute mode's backward with dx written as its bf16 rounding: dx16 [rows, in] OVERWRITTEN with dy · W rounded
 // once from cuBLASLt's fp32 sum (the fp32 sums of cuda_linear_backward's dx, though cuBLASLt may pick another
 // algorithm for the other output type, so equal to rounding its fp32 dx to within the sums' order, not bit for bit);
 // grad as cuda_linear_backward (the same weight-gradient product, queued after dx's as there). dy fp32, rounded in
-// scratch. For a dx whose only reader takes bf16 (the MLP's dh under HLM_MLP_BF16_DH, layers/mlp_bf16_gate_up.h).
-// `layer` must be in the bf16 mode (internal error otherwise).
+// scratch unless its rounding is given (dy16, as cuda_linear_backward_dy16). For a dx whose only reader takes bf16
+// (the MLP's dh under HLM_MLP_BF16_DH, layers/mlp_bf16_gate_up.h). `layer` must be in the bf16 mode (internal error
+// otherwise).
 void cuda_linear_backward_bf16_dx(CudaContext& ctx, __nv_bfloat16* dx16, CudaLinear& grad, const float* dy,
-                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows);
+                                  const CudaLinearInput& x, const CudaLinear& layer, int64_t rows,
+                                  const __nv_bfloat16* dy16 = nullptr);
 
 // How a bf16 weight-gradient holder (the lean plan) takes each call's dyᵀ·x. A holder with weight_zeroed (the first
 // micro-batch of a step: nothing to add to) gets it written, bf16(dyᵀ·x) in the GEMM's epilogue: no scratch, no

@@ -75,13 +75,15 @@ GdnCudaActivations gdn_layer_forward_keep_cuda(CudaContext& ctx, float* out, con
 // The backward of layers/gdn_layer.h with per-layer recomputation and a zero initial state
 // (gdn_layer_cuda_backward.cpp): gdn_forward_activations_cuda (every intermediate of gdn_layer_ref.cpp's
 // Activations, and in the bf16 mode the chunked rule's scratch) then gdn_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN; grads (same layout as w, device)
-// ACCUMULATED (+=). dx may not alias d_out or x.
+// ACCUMULATED (+=). dx may not alias d_out or x. d_out16 (optional): d_out's bf16 rounding (cast_f32_to_bf16_cuda's
+// bits), which o_proj's backward then reads in the bf16 compute mode instead of rounding d_out again (the same bits;
+// cuda_linear_backward_dy16).
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out, const float* x,
                              const CudaGdnWeights& w, const GdnDims& dims, const CudaBatchView& batch);
 // The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out,
                              const CudaLinearInput& x, const CudaGdnWeights& w, const GdnDims& dims,
-                             const CudaBatchView& batch);
+                             const CudaBatchView& batch, const __nv_bfloat16* d_out16 = nullptr);
 // The walk back from given activations `act` (of this x, w and batch), in the CPU's order: o_proj, gated norm, gated
 // delta rule, gate, L2 norms, convs, input projections. Op-level weight gradients (o_norm, convs, A_log, dt_bias) are
 // overwritten into scratch and added into grads as the CPU does. Same contract as gdn_layer_backward_cuda; act is
@@ -89,6 +91,7 @@ void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads,
 // once here otherwise).
 void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& grads, const float* d_out,
                                   const CudaLinearInput& x, const GdnCudaActivations& act, const CudaGdnWeights& w,
-                                  const GdnDims& dims, const CudaBatchView& batch);
+                                  const GdnDims& dims, const CudaBatchView& batch,
+                                  const __nv_bfloat16* d_out16 = nullptr);
 
 }  // namespace hlm

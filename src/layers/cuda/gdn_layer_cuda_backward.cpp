@@ -21,16 +21,16 @@ void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, co
 
 void gdn_layer_backward_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out,
                              const CudaLinearInput& x, const CudaGdnWeights& w, const GdnDims& d,
-                             const CudaBatchView& b) {
+                             const CudaBatchView& b, const __nv_bfloat16* d_out16) {
   CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward (unless given rounded)
   const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.q_proj, b.tokens);
   const GdnCudaActivations act = gdn_forward_activations_cuda(ctx, in, w, d, b, /*keep_rule_scratch=*/true);
-  gdn_layer_backward_from_cuda(ctx, dx, gr, d_out, in, act, w, d, b);
+  gdn_layer_backward_from_cuda(ctx, dx, gr, d_out, in, act, w, d, b, d_out16);
 }
 
 void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& gr, const float* d_out,
                                   const CudaLinearInput& x, const GdnCudaActivations& act, const CudaGdnWeights& w,
-                                  const GdnDims& d, const CudaBatchView& b) {
+                                  const GdnDims& d, const CudaBatchView& b, const __nv_bfloat16* d_out16) {
   HLM_CHECK(dx != x.f32 && static_cast<const void*>(dx) != static_cast<const void*>(x.bf16) && dx != d_out,
             "GDN backward: dx may not alias x or d_out");
   const int64_t n = b.tokens, Ck = d.key_channels(), Cv = d.value_channels(), Hv = d.value_heads;
@@ -45,8 +45,8 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
 
   // Output projection and gated norm.
   CudaTensor dy = CudaTensor::empty(ctx, {n, Cv});
-  cuda_linear_backward(ctx, dy.data<float>(), gr.o_proj, d_out, cuda_linear_input(act.y, act.y16), w.o_proj, n,
-                       false);
+  cuda_linear_backward_dy16(ctx, dy.data<float>(), gr.o_proj, d_out, d_out16, cuda_linear_input(act.y, act.y16),
+                            w.o_proj, n, false);
   // dz: in the bf16 mode only its rounding (g_proj's backward products are its one reader; the norm writes the bits
   // of casting the fp32 dz, gated_rmsnorm_backward_bf16_dz_cuda), else fp32.
   const bool bf16_dz = cuda_linear_is_bf16(w.g_proj);

@@ -57,17 +57,20 @@ MlpCudaActivations mlp_layer_forward_keep_cuda(CudaContext& ctx, float* out, con
 
 // The backward of layers/mlp_layer.h with per-layer recomputation (mlp_layer_cuda_backward.cpp):
 // mlp_forward_activations_cuda then mlp_layer_backward_from_cuda. dx [T, hidden] OVERWRITTEN and grads (same layout
-// as w, device) ACCUMULATED (+=), in the CPU's order. dx may not alias d_out or x.
+// as w, device) ACCUMULATED (+=), in the CPU's order. dx may not alias d_out or x. d_out16 (optional): d_out's bf16
+// rounding (cast_f32_to_bf16_cuda's bits), which down_proj's backward then reads in the bf16 compute mode instead of
+// rounding d_out again (the same bits; cuda_linear_backward_dy16).
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out, const float* x,
                              const CudaMlpWeights& w, int64_t tokens);
 // The same with x's bf16 rounding given beside it (cuda_linear.h: then not rounded again here).
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out,
-                             const CudaLinearInput& x, const CudaMlpWeights& w, int64_t tokens);
+                             const CudaLinearInput& x, const CudaMlpWeights& w, int64_t tokens,
+                             const __nv_bfloat16* d_out16 = nullptr);
 // The walk back from given activations `act` (of this x and w): down_proj, swiglu, gate/up projections. Same contract
 // as mlp_layer_backward_cuda; act is only read. x as in mlp_forward_activations_cuda (in the bf16 mode its bf16
 // rounding alone is enough; it is rounded once here otherwise).
 void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& grads, const float* d_out,
                                   const CudaLinearInput& x, const MlpCudaActivations& act, const CudaMlpWeights& w,
-                                  int64_t tokens);
+                                  int64_t tokens, const __nv_bfloat16* d_out16 = nullptr);
 
 }  // namespace hlm

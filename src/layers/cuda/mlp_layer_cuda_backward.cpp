@@ -13,16 +13,17 @@ void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, con
 }
 
 void mlp_layer_backward_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, const float* d_out,
-                             const CudaLinearInput& x, const CudaMlpWeights& w, int64_t tokens) {
+                             const CudaLinearInput& x, const CudaMlpWeights& w, int64_t tokens,
+                             const __nv_bfloat16* d_out16) {
   CudaTensor x16;  // bf16 mode: x rounded once for the recomputed forward and the backward (unless given rounded)
   const CudaLinearInput in = cuda_linear_round_input(ctx, x16, x, w.gate_proj, tokens);
   const MlpCudaActivations a = mlp_forward_activations_cuda(ctx, in, w, tokens);
-  mlp_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, tokens);
+  mlp_layer_backward_from_cuda(ctx, dx, g, d_out, in, a, w, tokens, d_out16);
 }
 
 void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g, const float* d_out,
                                   const CudaLinearInput& x, const MlpCudaActivations& a, const CudaMlpWeights& w,
-                                  int64_t tokens) {
+                                  int64_t tokens, const __nv_bfloat16* d_out16) {
   HLM_CHECK(dx != x.f32 && static_cast<const void*>(dx) != static_cast<const void*>(x.bf16) && dx != d_out,
             "mlp backward: dx may not alias x or d_out");
   const int64_t n = tokens, F = w.gate_proj.out_features;
@@ -34,7 +35,7 @@ void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g
     // HLM_MLP_BF16_DH (layers/mlp_bf16_gate_up.h): dh only as its bf16 rounding, written by the down_proj product.
     CudaTensor dh16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
     cuda_linear_backward_bf16_dx(ctx, dh16.data<__nv_bfloat16>(), g.down_proj, d_out, cuda_linear_input(a.h, a.h16),
-                                 w.down_proj, n);
+                                 w.down_proj, n, d_out16);
     CudaTensor dgate16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
     CudaTensor dup16 = CudaTensor::empty(ctx, {n, F}, DType::BF16);
     swiglu_backward_bf16_all_cuda(dgate16.data<__nv_bfloat16>(), dup16.data<__nv_bfloat16>(),
@@ -48,8 +49,8 @@ void mlp_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaMlpWeights& g
     return;
   }
   CudaTensor dh = CudaTensor::empty(ctx, {n, F});
-  cuda_linear_backward(ctx, dh.data<float>(), g.down_proj, d_out, cuda_linear_input(a.h, a.h16), w.down_proj, n,
-                       false);
+  cuda_linear_backward_dy16(ctx, dh.data<float>(), g.down_proj, d_out, d_out16, cuda_linear_input(a.h, a.h16),
+                            w.down_proj, n, false);
   if (cuda_linear_is_bf16(w.gate_proj) && cuda_linear_is_bf16(w.up_proj)) {
     // bf16 mode: dgate and dup exist only as the bf16 roundings their products read (the bits of rounding the fp32
     // values, swiglu_cuda.h), without an fp32 round trip through memory.

@@ -25,6 +25,14 @@ bool cuda_model_norm_bf16_out() { return g_norm_bf16_out.on(); }
 void cuda_model_set_norm_bf16_out(int on) { g_norm_bf16_out.set(on); }
 
 namespace {
+OverridableSwitch g_norm_bf16_dx{"HLM_NORM_BF16_DX", false};  // off until its GPU tests run (cuda_model.h)
+}  // namespace
+
+bool cuda_model_norm_bf16_dx() { return g_norm_bf16_dx.on(); }
+void cuda_model_set_norm_bf16_dx(int on) { g_norm_bf16_dx.set(on); }
+// cuda_model_norm_bf16_dx_reads: cuda_model_train.cpp, beside the backward that counts them.
+
+namespace {
 
 AttentionDims attention_dims(const ModelConfig& c, const DecoderHyper& hyper) {
   return {c.num_attention_heads, c.num_key_value_heads, c.head_dim, hyper.attention_scale,

@@ -58,6 +58,20 @@ struct CudaKeptLayer;   // models/cuda/cuda_model_train.h
 bool cuda_model_norm_bf16_out();
 void cuda_model_set_norm_bf16_out(int on);
 
+// Whether, in the bf16 compute mode's backward at residual multiplier 1, the norm backwards that write the residual
+// gradient d_hidden also write its bf16 rounding (ops/rmsnorm/rmsnorm_cuda.h, rmsnorm_backward_rounded_cuda), which
+// the next pre-norm branch's output projection (o_proj, down_proj) then reads instead of a cast launch rounding
+// d_hidden again: at the 4B student's [8,192, 2,560] rows, two casts per layer (each reading 84 MB, writing 42 MB)
+// become 42 MB more written by the norms. The same bits either way (CudaNormBf16Out.* checks it, with and without
+// kept activations). HLM_NORM_BF16_DX=on|off (core/env_switch.h), off by default until its GPU tests have run
+// (written in session 39, which had no GPU after it); cuda_model_set_norm_bf16_dx overrides it process-wide (tests,
+// bench_distill_step --norm-bf16-dx; -1 goes back to the environment).
+bool cuda_model_norm_bf16_dx();
+void cuda_model_set_norm_bf16_dx(int on);
+// Branch backwards that read the residual gradient's rounding from a norm backward in this process (host calls), so
+// tests can tell that the switch engaged.
+int64_t cuda_model_norm_bf16_dx_reads();
+
 class CudaModel {
  public:
   // Uploads `model`'s weights to ctx's device (checks every tensor's shape first, input errors as the CPU). The host

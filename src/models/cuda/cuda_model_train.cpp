@@ -8,6 +8,7 @@
 #include "models/cuda/cuda_model_train.h"
 
 #include <algorithm>
+#include <atomic>
 #include <initializer_list>
 
 #include "backend/cuda/cuda_error.h"
@@ -37,13 +38,17 @@ void visit_linear(Lin& d, Linear& h, const Fn& fn) {
   if (d.has_bias) fn(d.bias, h.bias);
 }
 
+std::atomic<int64_t> g_norm_bf16_dx_reads{0};  // cuda_model_norm_bf16_dx_reads
+
 // rmsnorm_backward_cuda with its workspace: dx OVERWRITTEN (may alias d_out), or ADDED when accumulate_dx (the
-// bits of the overwrite followed by residual_add_forward_cuda at scale 1); dweight ACCUMULATED.
+// bits of the overwrite followed by residual_add_forward_cuda at scale 1); dweight ACCUMULATED. dx16 (optional):
+// dx's bf16 rounding written too (rmsnorm_backward_rounded_cuda; dx16 may alias nothing).
 void rmsnorm_backward(CudaContext& ctx, float* dx, float* dweight, const float* d_out, const float* x,
-                      const float* weight, const RmsnormCudaParams& p, bool accumulate_dx = false) {
+                      const float* weight, const RmsnormCudaParams& p, bool accumulate_dx = false,
+                      __nv_bfloat16* dx16 = nullptr) {
   const size_t bytes = rmsnorm_backward_cuda_workspace_bytes(p);
   CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-  rmsnorm_backward_cuda(dx, dweight, d_out, x, weight, p, ws.raw(), bytes, ctx.stream(), accumulate_dx);
+  rmsnorm_backward_rounded_cuda(dx, dx16, dweight, d_out, x, weight, p, ws.raw(), bytes, ctx.stream(), accumulate_dx);
 }
 
 // out = m · in over n floats: 0 + fmul(m, in), the CPU's single float product (0 + x is exact but for −0 → +0).
@@ -62,6 +67,8 @@ size_t sum_bytes(std::initializer_list<const CudaTensor*> tensors) {
 }
 
 }  // namespace
+
+int64_t cuda_model_norm_bf16_dx_reads() { return g_norm_bf16_dx_reads.load(); }
 
 size_t CudaKeptLayer::bytes() const {
   const AttentionCudaActivations& a = attention;
@@ -286,9 +293,24 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
     rmsnorm_forward_rounded_cuda(normed, normed16, x, weight, row_norm, stream);
   };
   float *d_branch = d_branch_t.data<float>(), *d_normed = d_normed_t.data<float>();
+  // HLM_NORM_BF16_DX (cuda_model.h): the residual gradient's bf16 rounding, written by each norm backward that writes
+  // d_hidden (the final norm's, a pre-norm branch's input norm's), for the pre-norm branches' output projections
+  // (read as d_out16; at multiplier 1 a pre-norm branch reads d_hidden itself). A post-norm block changes d_hidden by a
+  // residual add without it, so d_hidden16 is marked stale until the next norm backward writes both.
+  CudaTensor d_hidden16_t;
+  if (bf16_compute_ && hyper.residual_multiplier == 1.0f && cuda_model_norm_bf16_dx())
+    d_hidden16_t = CudaTensor::empty(ctx, {T, H}, DType::BF16);
+  __nv_bfloat16* d_hidden16 = d_hidden16_t.raw() != nullptr ? d_hidden16_t.data<__nv_bfloat16>() : nullptr;
+  bool d_hidden16_current = false;  // d_hidden16 holds d_hidden's rounding
+  const auto d_hidden_rounding = [&]() -> const __nv_bfloat16* {
+    if (!d_hidden16_current) return nullptr;
+    g_norm_bf16_dx_reads.fetch_add(1);
+    return d_hidden16;
+  };
 
   rmsnorm_backward(ctx, d_hidden, grads.norm_.data<float>(), d_final_hidden, trace.final_stream.data<float>(),
-                   norm_.data<float>(), row_norm);
+                   norm_.data<float>(), row_norm, false, d_hidden16);
+  d_hidden16_current = d_hidden16 != nullptr;
   if (layer_done) layer_done(static_cast<int>(L));
   // The gradient reaching a pre-norm branch's output, residual_multiplier · d_hidden: d_hidden itself at multiplier 1
   // (the CPU's m · x is then exact, −0 included: no copy), else scaled into d_branch. The branch's backward only reads
@@ -331,12 +353,13 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       return {x, kept == nullptr && x == normed ? normed16 : nullptr};  // recomputed by recompute_norm
     };
 
-    // MLP branch: d_mid = d_out + branchᵀ(d_out).
-    const auto mlp_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x) {
+    // MLP branch: d_mid = d_out + branchᵀ(d_out). d_out16: d_out's bf16 rounding when held (nullptr otherwise).
+    const auto mlp_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x,
+                                  const __nv_bfloat16* d_out16) {
       if (kept != nullptr)
-        mlp_layer_backward_from_cuda(ctx, dx, lg.mlp, d_out, x, kept->mlp, lw.mlp, T);
+        mlp_layer_backward_from_cuda(ctx, dx, lg.mlp, d_out, x, kept->mlp, lw.mlp, T, d_out16);
       else
-        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x, lw.mlp, T);
+        mlp_layer_backward_cuda(ctx, dx, lg.mlp, d_out, x, lw.mlp, T, d_out16);
     };
     if (post_norm) {
       const float* mlp_out = kept_or(&CudaKeptLayer::mlp_branch, branch, [&] {
@@ -344,28 +367,32 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       });
       rmsnorm_backward(ctx, d_branch, lg.post_feedforward_layernorm.data<float>(), d_hidden, mlp_out,
                        lw.post_feedforward_layernorm.data<float>(), row_norm);
-      mlp_backward(d_normed, d_branch, {mid, nullptr});
+      mlp_backward(d_normed, d_branch, {mid, nullptr}, nullptr);
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
+      d_hidden16_current = false;
     } else {
       const CudaLinearInput mlp_in = kept_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, normed, [&] {
         recompute_norm(mid, lw.post_attention_layernorm.data<float>());
       });
-      mlp_backward(d_normed, branch_grad(), mlp_in);
+      mlp_backward(d_normed, branch_grad(), mlp_in, d_hidden_rounding());
       rmsnorm_backward(ctx, d_hidden, lg.post_attention_layernorm.data<float>(), d_normed, mid,
-                       lw.post_attention_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true);
+                       lw.post_attention_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true, d_hidden16);
+      d_hidden16_current = d_hidden16 != nullptr;
     }
 
     // Mixer branch: d_in = d_mid + branchᵀ(d_mid).
-    const auto mixer_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x) {
+    const auto mixer_backward = [&](float* dx, const float* d_out, const CudaLinearInput& x,
+                                    const __nv_bfloat16* d_out16) {
       if (lw.full_attention && kept != nullptr)
         attention_layer_backward_from_cuda(ctx, dx, lg.self_attn, d_out, x, kept->attention, lw.self_attn, ldims,
-                                           rope, b);
+                                           rope, b, d_out16);
       else if (lw.full_attention)
-        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x, lw.self_attn, ldims, rope, b);
+        attention_layer_backward_cuda(ctx, dx, lg.self_attn, d_out, x, lw.self_attn, ldims, rope, b, d_out16);
       else if (kept != nullptr)
-        gdn_layer_backward_from_cuda(ctx, dx, lg.linear_attn, d_out, x, kept->gdn, lw.linear_attn, gdn_dims(c), b);
+        gdn_layer_backward_from_cuda(ctx, dx, lg.linear_attn, d_out, x, kept->gdn, lw.linear_attn, gdn_dims(c), b,
+                                     d_out16);
       else
-        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x, lw.linear_attn, gdn_dims(c), b);
+        gdn_layer_backward_cuda(ctx, dx, lg.linear_attn, d_out, x, lw.linear_attn, gdn_dims(c), b, d_out16);
     };
     if (post_norm) {
       const float* mixer_out = kept_or(&CudaKeptLayer::mixer_branch, branch, [&] {
@@ -373,15 +400,17 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
       });
       rmsnorm_backward(ctx, d_branch, lg.post_attention_layernorm.data<float>(), d_hidden, mixer_out,
                        lw.post_attention_layernorm.data<float>(), row_norm);
-      mixer_backward(d_normed, d_branch, {in, nullptr});
+      mixer_backward(d_normed, d_branch, {in, nullptr}, nullptr);
       residual_add_forward_cuda(d_hidden, d_normed, 1.0f, n, stream);
+      d_hidden16_current = false;
     } else {
       const CudaLinearInput mixer_in = kept_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, normed, [&] {
         recompute_norm(in, lw.input_layernorm.data<float>());
       });
-      mixer_backward(d_normed, branch_grad(), mixer_in);
+      mixer_backward(d_normed, branch_grad(), mixer_in, d_hidden_rounding());
       rmsnorm_backward(ctx, d_hidden, lg.input_layernorm.data<float>(), d_normed, in,
-                       lw.input_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true);
+                       lw.input_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true, d_hidden16);
+      d_hidden16_current = d_hidden16 != nullptr;
     }
     if (layer_done) layer_done(i);
   }

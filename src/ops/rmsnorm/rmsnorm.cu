@@ -105,12 +105,15 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
 // Backward over the row-group blockIdx.x (rows [g·kWarpRows·rows_per_warp, (g + 1)·kWarpRows·rows_per_warp) ∩ [0,
 // R)): writes dx = r·(g − x·r·m) when dx != nullptr, and, when dw_partial != nullptr, the group's dweight partial
 // row dw_partial[g, :] = Σ_warps (in warp order) Σ_rows of the warp (in row order) d_out·x·r.
+// With `dx16` (T = float only, dx != nullptr): the stored dx's bf16 rounding too, from the same registers (the bits of
+// casting dx after the kernel).
 template <typename T, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* dx, float* dw_partial,
                                                                          const T* d_out, const T* x, const T* w,
                                                                          int64_t R, int64_t D,
                                                                          int64_t rows_per_warp, float eps,
-                                                                         bool accumulate_dx) {
+                                                                         bool accumulate_dx,
+                                                                         __nv_bfloat16* dx16 = nullptr) {
   __shared__ float red[kWarpRows][32 * P];  // the warps' dweight accumulators, by column
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   float wv[P], acc[P];
@@ -146,6 +149,9 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_backward_warp_kernel(T* 
       for (int i = 0; i < P; ++i) dv[i] = __fadd_rn(old[i], dv[i]);
     }
     store_slice<V, P>(dx + r * D, dv, D, lane);
+    if constexpr (std::is_same_v<T, float>) {
+      if (dx16 != nullptr) cuda::store_slice_bf16<V, P>(dx16 + r * D, dv, D, lane);  // the cast's bits
+    }
   }
   if (dw_partial == nullptr) return;  // the same for every thread of the grid
   cuda::store_partial_row<kWarpRows, V>(dw_partial, red, acc, D, lane, warp);
@@ -271,11 +277,13 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
 // dw_partial[g, :]. Σx² and Σ g·x are the sums of rmsnorm_row_stats_kernel (thread t over its elements in order,
 // then block_sum's order, both in one pass of the block: block_sum2), so r, m and dx have the bits of the former
 // row-stats + dx kernels. x and d_out are read once (the three former passes read them three times).
+// With `dx16` (T = float only, dx != nullptr): the stored dx's bf16 rounding too (the bits of casting dx after it).
 template <typename T, int E>
 __global__ void __launch_bounds__(kThreads) rmsnorm_backward_regs_kernel(T* dx, float* dw_partial, const T* d_out,
                                                                          const T* x, const T* w, int64_t R,
                                                                          int64_t D, int64_t rows_per_group,
-                                                                         float eps, bool accumulate_dx) {
+                                                                         float eps, bool accumulate_dx,
+                                                                         __nv_bfloat16* dx16 = nullptr) {
   __shared__ float smem[2 * (kThreads / 32)];
   float wv[E], acc[E];
 #pragma unroll
@@ -315,7 +323,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_backward_regs_kernel(T* dx, 
       const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
       if (d < D) {
         const float v = inv * (gv[e] * wv[e] - xv[e] * inv * mean_gn);
-        dx[r * D + d] = from_f32<T>(accumulate_dx ? __fadd_rn(to_f32(dx[r * D + d]), v) : v);  // as the dx kernel
+        const float stored = accumulate_dx ? __fadd_rn(to_f32(dx[r * D + d]), v) : v;  // as the dx kernel
+        dx[r * D + d] = from_f32<T>(stored);
+        if constexpr (std::is_same_v<T, float>) {
+          if (dx16 != nullptr) reinterpret_cast<uint16_t*>(dx16)[r * D + d] = cuda::f32_to_bf16_bits(stored);
+        }
       }
     }
   }
@@ -472,14 +484,14 @@ Workspace carve(void* base, const RmsnormCudaParams& p) {
 
 template <typename T>
 void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
-                   const Workspace& ws, bool accumulate_dx, cudaStream_t stream) {
+                   const Workspace& ws, bool accumulate_dx, __nv_bfloat16* dx16, cudaStream_t stream) {
   if (dx == nullptr && dweight == nullptr) return;
   const bool vec = aligned16(d_out) && aligned16(x) && aligned16(w) && (dx == nullptr || aligned16(dx));
   float* partial = dweight != nullptr ? ws.partial : nullptr;
   dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
     rmsnorm_backward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>
         <<<static_cast<unsigned>(ws.warp_plan.groups), kWarpThreads, 0, stream>>>(
-            dx, partial, d_out, x, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps, accumulate_dx);
+            dx, partial, d_out, x, w, p.rows, p.dim, ws.warp_plan.rows_per_warp, p.eps, accumulate_dx, dx16);
   });
   HLM_CUDA_CHECK_LAUNCH();
   if (dweight == nullptr) return;
@@ -489,29 +501,32 @@ void backward_warp(T* dx, float* dweight, const T* d_out, const T* x, const T* w
 
 template <typename T>
 void backward_regs(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
-                   const Workspace& ws, bool accumulate_dx, cudaStream_t stream) {
+                   const Workspace& ws, bool accumulate_dx, __nv_bfloat16* dx16, cudaStream_t stream) {
   if (dx == nullptr && dweight == nullptr) return;
   float* partial = dweight != nullptr ? ws.partial : nullptr;
   const unsigned blocks = static_cast<unsigned>(ws.warp_plan.groups);
   const int64_t rows_per_group = ws.warp_plan.rows_per_warp;
   if (p.dim <= 8 * kThreads)  // fewer registers for hidden sizes up to 2048
     rmsnorm_backward_regs_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(dx, partial, d_out, x, w, p.rows, p.dim,
-                                                                        rows_per_group, p.eps, accumulate_dx);
+                                                                        rows_per_group, p.eps, accumulate_dx, dx16);
   else if (p.dim <= 12 * kThreads)
     rmsnorm_backward_regs_kernel<T, 12><<<blocks, kThreads, 0, stream>>>(dx, partial, d_out, x, w, p.rows, p.dim,
-                                                                         rows_per_group, p.eps, accumulate_dx);
+                                                                         rows_per_group, p.eps, accumulate_dx, dx16);
   else
     rmsnorm_backward_regs_kernel<T, 16><<<blocks, kThreads, 0, stream>>>(dx, partial, d_out, x, w, p.rows, p.dim,
-                                                                         rows_per_group, p.eps, accumulate_dx);
+                                                                         rows_per_group, p.eps, accumulate_dx, dx16);
   HLM_CUDA_CHECK_LAUNCH();
   if (dweight == nullptr) return;
   cuda::partial_rows_finish<kFinishSlices, /*kAccumulate=*/true>(dweight, ws.partial, ws.warp_plan.groups, p.dim,
                                                                  stream);
 }
 
+// dx16 (T = float, dx != nullptr): also dx's bf16 rounding, from the kernel's registers on the fused paths, else by a
+// cast launch after the dx kernel (the same bits either way).
 template <typename T>
 void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w, const RmsnormCudaParams& p,
-                   void* workspace, size_t workspace_bytes, bool accumulate_dx, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, bool accumulate_dx, cudaStream_t stream,
+                   __nv_bfloat16* dx16 = nullptr) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
   HLM_CHECK(workspace != nullptr, "rmsnorm_backward_cuda: no workspace");
@@ -519,11 +534,11 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
   HLM_CHECK(workspace_bytes >= ws.bytes, "rmsnorm_backward_cuda: workspace of ",
             workspace_bytes, " bytes, needs ", ws.bytes);
   if (p.dim <= kWarpMaxDim) {
-    backward_warp(dx, dweight, d_out, x, w, p, ws, accumulate_dx, stream);
+    backward_warp(dx, dweight, d_out, x, w, p, ws, accumulate_dx, dx16, stream);
     return;
   }
   if (fused_block_backward(p.dim)) {
-    backward_regs(dx, dweight, d_out, x, w, p, ws, accumulate_dx, stream);
+    backward_regs(dx, dweight, d_out, x, w, p, ws, accumulate_dx, dx16, stream);
     return;
   }
   rmsnorm_row_stats_kernel<T><<<row_blocks(p.rows), kThreads, 0, stream>>>(ws.inv, ws.mean_gn, d_out, x, w, p.rows,
@@ -541,6 +556,9 @@ void backward_impl(T* dx, float* dweight, const T* d_out, const T* x, const T* w
       rmsnorm_dx_kernel<T, int64_t><<<blocks, cuda::kElementwiseThreads, 0, stream>>>(
           dx, d_out, x, w, ws.inv, ws.mean_gn, p.rows, p.dim, accumulate_dx);
     HLM_CUDA_CHECK_LAUNCH();
+    if constexpr (std::is_same_v<T, float>) {
+      if (dx16 != nullptr) cast_f32_to_bf16_cuda(dx16, dx, p.rows * p.dim, stream);
+    }
   }
 }
 
@@ -594,6 +612,17 @@ void rmsnorm_backward_cuda(float* dx, float* dweight, const float* d_out, const 
                            bool accumulate_dx) {
   HLM_CHECK(!accumulate_dx || dx != d_out, "rmsnorm_backward_cuda: an accumulated dx may not alias d_out");
   backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, accumulate_dx, stream);
+}
+
+void rmsnorm_backward_rounded_cuda(float* dx, __nv_bfloat16* dx16, float* dweight, const float* d_out, const float* x,
+                                   const float* weight, const RmsnormCudaParams& p, void* workspace,
+                                   size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx) {
+  HLM_CHECK(!accumulate_dx || dx != d_out, "rmsnorm_backward_rounded_cuda: an accumulated dx may not alias d_out");
+  HLM_CHECK(dx16 == nullptr || (dx != nullptr && static_cast<const void*>(dx16) != static_cast<const void*>(dx) &&
+                                static_cast<const void*>(dx16) != static_cast<const void*>(d_out) &&
+                                static_cast<const void*>(dx16) != static_cast<const void*>(x)),
+            "rmsnorm_backward_rounded_cuda: dx16 needs dx and may not alias dx, d_out or x");
+  backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, accumulate_dx, stream, dx16);
 }
 
 void rmsnorm_backward_cuda(__nv_bfloat16* dx, float* dweight, const __nv_bfloat16* d_out, const __nv_bfloat16* x,

@@ -132,6 +132,14 @@ size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p);
 void rmsnorm_backward_cuda(float* dx, float* dweight, const float* d_out, const float* x, const float* weight,
                            const RmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                            bool accumulate_dx = false);
+// The f32 backward also writing dx16 [rows, dim], the bf16 rounding of the dx it stores (after the accumulation;
+// cast_f32_to_bf16_cuda's bits, NaN payloads included), from the same registers on the fused paths (the warp path;
+// the block path under rmsnorm_cuda_fused_backward()), else by a cast launch after the dx kernel: for a pre-norm
+// block's residual gradient, whose next readers (the branch's output projection backward) multiply its bf16 rounding
+// on the tensor cores. dx16 needs dx and may alias none of dx, d_out, x; null: exactly rmsnorm_backward_cuda.
+void rmsnorm_backward_rounded_cuda(float* dx, __nv_bfloat16* dx16, float* dweight, const float* d_out, const float* x,
+                                   const float* weight, const RmsnormCudaParams& p, void* workspace,
+                                   size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx = false);
 void rmsnorm_backward_cuda(__nv_bfloat16* dx, float* dweight, const __nv_bfloat16* d_out, const __nv_bfloat16* x,
                            const __nv_bfloat16* weight, const RmsnormCudaParams& p, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);

@@ -408,9 +408,11 @@ void CudaModel::backward(const CudaTrainTrace& trace, const float* d_final_hidde
         recompute_norm(in, lw.input_layernorm.data<float>());
       });
       mixer_backward(d_normed, branch_grad(), mixer_in, d_hidden_rounding());
+      // Below layer 0 only the embedding's backward reads d_hidden, in fp32: no rounding there.
+      __nv_bfloat16* const rounding = i > 0 ? d_hidden16 : nullptr;
       rmsnorm_backward(ctx, d_hidden, lg.input_layernorm.data<float>(), d_normed, in,
-                       lw.input_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true, d_hidden16);
-      d_hidden16_current = d_hidden16 != nullptr;
+                       lw.input_layernorm.data<float>(), row_norm, /*accumulate_dx=*/true, rounding);
+      d_hidden16_current = rounding != nullptr;
     }
     if (layer_done) layer_done(i);
   }

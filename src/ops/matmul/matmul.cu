@@ -146,14 +146,29 @@ int autotune_pick(const CudaBlasLt& lt, const LtDescriptors& desc, const LtGemm&
 }
 
 // The tuning-cache scope of the current device (core/tuning_cache.h): a choice is an index into the heuristic's list,
-// which depends on the GPU model, its SM count and the cuBLASLt version besides the key.
+// which depends on the GPU model, its SM count and the cuBLASLt version besides the key. Asked of the driver once
+// per device (cudaGetDeviceProperties is slow), then kept.
 std::string gemm_tuning_scope() {
   int device = 0;
   HLM_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  HLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return "gemm " + std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + " " +
-         std::to_string(prop.multiProcessorCount) + " SMs cublasLt " + std::to_string(cublasLtGetVersion());
+  static std::mutex mutex;
+  static std::map<int, std::string> scopes;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string& scope = scopes[device];
+  if (scope.empty()) {
+    cudaDeviceProp prop{};
+    HLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    scope = "gemm " + std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + " " +
+            std::to_string(prop.multiProcessorCount) + " SMs cublasLt " + std::to_string(cublasLtGetVersion());
+  }
+  return scope;
+}
+
+// The candidates' timings as text (" #i t ms" each), for the tuning cache's note and HLM_MATMUL_LOG_ALGO.
+std::string trials_text(const std::vector<AutotuneTrial>& trials) {
+  std::string text;
+  for (const AutotuneTrial& t : trials) text += " #" + std::to_string(t.index) + " " + std::to_string(t.ms) + " ms";
+  return text;
 }
 
 // The tuning-cache key of a GEMM: every field the heuristic's answer depends on (AlgoKey below, less the handle).
@@ -248,11 +263,8 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
       }
       if (!from_file) {
         pick = autotune_pick(lt, desc, g, results, found, &trials);
-        if (file != nullptr && trials.size() >= 2) {
-          std::string note = "picked by timing:";
-          for (const AutotuneTrial& t : trials) note += " #" + std::to_string(t.index) + " " + std::to_string(t.ms) + " ms";
-          file->record(scope, text, pick, note);
-        }
+        if (file != nullptr && trials.size() >= 2)
+          file->record(scope, text, pick, "picked by timing:" + trials_text(trials));
       }
     }
     algo = results[pick].algo;
@@ -266,14 +278,12 @@ void lt_gemm(const CudaBlasLt& lt, const LtGemm& g) {
       cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written);
       cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
                                            &written);
-      std::string timed;
-      for (const AutotuneTrial& t : trials) timed += " #" + std::to_string(t.index) + " " + std::to_string(t.ms) + " ms";
-      std::fprintf(stderr, "matmul algo: m %lld n %lld k %lld out %s beta %g: split-K %d, reduction scheme %u%s%s\n",
+      const std::string choice = !trials.empty() ? "; autotune picked #" + std::to_string(pick) + ":" + trials_text(trials)
+                                 : from_file       ? "; autotune cache: #" + std::to_string(pick)
+                                                   : std::string();
+      std::fprintf(stderr, "matmul algo: m %lld n %lld k %lld out %s beta %g: split-K %d, reduction scheme %u%s\n",
                    static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
-                   g.d_type == CUDA_R_16BF ? "bf16" : "f32", g.beta, splits, scheme,
-                   trials.empty() ? (from_file ? "; autotune cache: #" : "") : "; autotune picked #",
-                   trials.empty() ? (from_file ? std::to_string(pick).c_str() : "")
-                                  : (std::to_string(pick) + ":" + timed).c_str());
+                   g.d_type == CUDA_R_16BF ? "bf16" : "f32", g.beta, splits, scheme, choice.c_str());
     }
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache.emplace(key, algo);

@@ -610,14 +610,14 @@ size_t rmsnorm_backward_cuda_workspace_bytes(const RmsnormCudaParams& p) {
 void rmsnorm_backward_cuda(float* dx, float* dweight, const float* d_out, const float* x, const float* weight,
                            const RmsnormCudaParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                            bool accumulate_dx) {
-  HLM_CHECK(!accumulate_dx || dx != d_out, "rmsnorm_backward_cuda: an accumulated dx may not alias d_out");
-  backward_impl(dx, dweight, d_out, x, weight, p, workspace, workspace_bytes, accumulate_dx, stream);
+  rmsnorm_backward_rounded_cuda(dx, nullptr, dweight, d_out, x, weight, p, workspace, workspace_bytes, stream,
+                                accumulate_dx);
 }
 
 void rmsnorm_backward_rounded_cuda(float* dx, __nv_bfloat16* dx16, float* dweight, const float* d_out, const float* x,
                                    const float* weight, const RmsnormCudaParams& p, void* workspace,
                                    size_t workspace_bytes, cudaStream_t stream, bool accumulate_dx) {
-  HLM_CHECK(!accumulate_dx || dx != d_out, "rmsnorm_backward_rounded_cuda: an accumulated dx may not alias d_out");
+  HLM_CHECK(!accumulate_dx || dx != d_out, "rmsnorm_backward_cuda: an accumulated dx may not alias d_out");
   HLM_CHECK(dx16 == nullptr || (dx != nullptr && static_cast<const void*>(dx16) != static_cast<const void*>(dx) &&
                                 static_cast<const void*>(dx16) != static_cast<const void*>(d_out) &&
                                 static_cast<const void*>(dx16) != static_cast<const void*>(x)),

@@ -54,7 +54,9 @@
 //                       warps (the decode attention kernel, attention_cache_cuda.h), swiglu (the gate/up GEMV with
 //                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel),
 //                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only, else
-//                       refused), no-swiglu and no-qkfold (those two off: both are on by default);
+//                       refused), no-swiglu and no-qkfold (those two off: both are on by default),
+//                       postnorm-add / no-postnorm-add (a post-norm block's residual add inside its norm's launch,
+//                       models/cuda/cuda_model.h: on by default);
 //                       unnamed choices stay as the environment set them; e.g. tiled,warps,tiled+no-swiglu,tiled)
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
@@ -148,14 +150,15 @@ std::vector<std::string> variant_items(const std::string& v) {
 // otherwise run the variant unfolded without a word); an item and its no- form not both.
 bool decode_variant_valid(const std::string& v) {
   if (v == "default") return true;
-  static const std::set<std::string> known{"tiled",       "streams", "warps",    "swiglu",
-                                           "no-swiglu",   "qkfold",  "no-qkfold", "fused-merge"};
+  static const std::set<std::string> known{"tiled",  "streams",   "warps",       "swiglu",       "no-swiglu",
+                                           "qkfold", "no-qkfold", "fused-merge", "postnorm-add", "no-postnorm-add"};
   const std::vector<std::string> list = variant_items(v);
   const std::set<std::string> items(list.begin(), list.end());
   if (items.empty() || !std::includes(known.begin(), known.end(), items.begin(), items.end())) return false;
   const auto has = [&](const char* i) { return items.count(i) > 0; };
   return has("tiled") + has("streams") + has("warps") <= 1 && (!has("qkfold") || has("warps")) &&
-         !(has("qkfold") && has("no-qkfold")) && !(has("swiglu") && has("no-swiglu"));
+         !(has("qkfold") && has("no-qkfold")) && !(has("swiglu") && has("no-swiglu")) &&
+         !(has("postnorm-add") && has("no-postnorm-add"));
 }
 
 // The decode-path choices as the process started (the environment's), restored before each variant sets its own.
@@ -164,6 +167,7 @@ struct DecodeChoices {
   DecodeMerge merge;
   bool swiglu;
   bool qk_fold;  // an engine option (CudaEngineOptions::fold_qk_into_decode_attention), not a process setting
+  bool post_norm_add;  // a post-norm block's residual add inside its norm's launch (cuda_model_post_norm_fused)
 };
 
 // Sets the process-wide choices of variant `v`; returns whether its engine folds the q/k preparation.
@@ -179,10 +183,13 @@ bool apply_decode_variant(const std::string& v, const DecodeChoices& base) {
       if (i == "no-qkfold") c.qk_fold = false;
       if (i == "fused-merge") c.merge = DecodeMerge::fused;
       if (i == "qkfold") c.qk_fold = true;
+      if (i == "postnorm-add") c.post_norm_add = true;
+      if (i == "no-postnorm-add") c.post_norm_add = false;
     }
   attention_cache_cuda_set_decode_kernel(c.kernel);
   attention_cache_cuda_set_decode_merge(c.merge);
   cuda_linear_set_swiglu_gemv(c.swiglu);
+  cuda_model_set_post_norm_fused(c.post_norm_add ? 1 : 0);
   return c.qk_fold;
 }
 
@@ -247,8 +254,8 @@ Options parse(int argc, char** argv) {
   for (const std::string& v : o.decode_variants)
     if (!decode_variant_valid(v)) {
       std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
-                           "swiglu, no-swiglu, fused-merge, qkfold, no-qkfold (at most one kernel; qkfold with "
-                           "warps; not an item and its no- form)\n", v.c_str());
+                           "swiglu, no-swiglu, fused-merge, qkfold, no-qkfold, postnorm-add, no-postnorm-add (at "
+                           "most one kernel; qkfold with warps; not an item and its no- form)\n", v.c_str());
       std::exit(2);
     }
   std::sort(o.contexts.begin(), o.contexts.end());
@@ -686,7 +693,8 @@ int main(int argc, char** argv) {
   DecodeChoices base_choices{};
   try {  // the environment's choices (HLM_DECODE_KERNEL, HLM_DECODE_MERGE, HLM_GATE_UP_SWIGLU): a typo is refused here
     base_choices = {attention_cache_cuda_decode_kernel(), attention_cache_cuda_decode_merge(),
-                    cuda_linear_swiglu_gemv_enabled(), cuda_engine_default_options().fold_qk_into_decode_attention};
+                    cuda_linear_swiglu_gemv_enabled(), cuda_engine_default_options().fold_qk_into_decode_attention,
+                    cuda_model_post_norm_fused()};
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());
     return 2;

@@ -403,6 +403,55 @@ TEST(RmsnormCuda, ResidualFused) {
   }
 }
 
+// A post-norm block's norm + residual add (rmsnorm_post_residual_forward_cuda) against the two launches it replaces,
+// bit for bit: the norm's output and the residual stream after the add, on the fused lengths (the warp path's vector
+// and scalar slices, row counts that are not multiples of a block's 8 rows, the register paths E 8 and 16) and beyond
+// them (4100: two launches inside), at scales 1 and 0.22, with out aliasing x (the norm in place), and with the
+// residual one float off a 16-byte boundary while the rest is aligned (the vector slices stay — their order decides
+// out's bits — and the add goes to its own launch).
+TEST(RmsnormCuda, PostResidualFused) {
+  HLM_REQUIRE_CUDA();
+  const RmsCase shapes[] = {{1, 4096, Fill::Normal}, {1, 2560, Fill::Normal}, {3, 1025, Fill::Normal},
+                            {2, 4096, Fill::Large}, {5, 1000, Fill::Normal}, {2, 4100, Fill::Normal},
+                            {7, 2049, Fill::Special}, {4, 3000, Fill::Denormal}, {9, 1024, Fill::Normal},
+                            {301, 128, Fill::Large}, {13, 65, Fill::Special}, {3, 37, Fill::Denormal},
+                            {1, 1, Fill::Normal}};
+  for (const RmsCase& c : shapes) {
+    for (const float scale : {1.0f, 0.22f}) {
+      const Inputs in = make_inputs(c, false);
+      const size_t n = static_cast<size_t>(c.R * c.D);
+      const std::vector<float> stream0 = make_values(n, c.fill == Fill::Special ? Fill::Special : Fill::Normal, 21);
+      const RmsnormCudaParams p{c.R, c.D, kEps};
+      DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "weight"),
+                   res_two = DeviceBuffer::from(stream0, "residual"),
+                   res_one = DeviceBuffer::from(stream0, "residual fused"),
+                   res_alias = DeviceBuffer::from(stream0, "residual (out = x)"),
+                   res_off = DeviceBuffer::from(shifted_by_one(stream0), "residual+1"),
+                   x_alias = DeviceBuffer::from(in.x, "x = out"), out_two(n * 4, "out"), out_one(n * 4, "out fused"),
+                   out_off(n * 4, "out (residual+1)");
+      rmsnorm_forward_cuda(out_two.as<float>(), x.as<float>(), w.as<float>(), p, ctx().stream());
+      residual_add_forward_cuda(res_two.as<float>(), out_two.as<float>(), scale, static_cast<int64_t>(n),
+                                ctx().stream());
+      rmsnorm_post_residual_forward_cuda(out_one.as<float>(), res_one.as<float>(), x.as<float>(), scale,
+                                         w.as<float>(), p, ctx().stream());
+      rmsnorm_post_residual_forward_cuda(x_alias.as<float>(), res_alias.as<float>(), x_alias.as<float>(), scale,
+                                         w.as<float>(), p, ctx().stream());
+      rmsnorm_post_residual_forward_cuda(out_off.as<float>(), res_off.as<float>() + 1, x.as<float>(), scale,
+                                         w.as<float>(), p, ctx().stream());
+      const std::string what = "post residual, scale " + std::to_string(scale);
+      const std::vector<float> ref_res = res_two.download<float>(), ref_out = out_two.download<float>();
+      EXPECT_TRUE(check_exact(name(c, (what + " out").c_str()), out_one.download<float>(), ref_out));
+      EXPECT_TRUE(check_exact(name(c, (what + " residual").c_str()), res_one.download<float>(), ref_res));
+      EXPECT_TRUE(check_exact(name(c, (what + " out = x").c_str()), x_alias.download<float>(), ref_out));
+      EXPECT_TRUE(check_exact(name(c, (what + " residual, out = x").c_str()), res_alias.download<float>(), ref_res));
+      EXPECT_TRUE(check_exact(name(c, (what + " out, residual+1").c_str()), out_off.download<float>(), ref_out));
+      EXPECT_TRUE(check_exact(name(c, (what + " residual+1").c_str()), body_after_one(res_off), ref_res));
+      EXPECT_TRUE(buffers_ok({&out_one, &res_one, &out_off, &res_off}, {&x, &w})) << name(c, what.c_str());
+      EXPECT_TRUE(x_alias.guards_intact() && res_alias.guards_intact());
+    }
+  }
+}
+
 // The forwards that also write the output's bf16 rounding (rmsnorm_forward_rounded_cuda, _residual_forward_rounded_):
 // out and the updated x bit for bit as the plain launchers, out16 bit for bit as cast_f32_to_bf16_cuda of the plain
 // out (NaN payloads included: Special fills) — on the warp path's vector and scalar slices (D a multiple of 4 or

@@ -304,3 +304,54 @@ TEST(CudaEngineFusions, HeadGemvAgreesWithCublasLtToRounding) {
     EXPECT_EQ(bad, 0u);
   }
 }
+
+// A post-norm block's residual add inside its norm's launch (rmsnorm_post_residual_forward_cuda, HLM_POST_NORM_FUSED,
+// models/cuda/cuda_model.h) against the norm + residual add launches: meant to give the same bits, so a full forward's
+// logits (every token's) and every engine step's logits (three sequences prefilled in chunks of 5, then decoded
+// together with CUDA graphs, one closed half-way) must have the same bytes with the switch on and off, and the fused
+// form must have been issued (its count grows). Post-norm models: OLMo 3 with sliding windows and with RoPE scaling,
+// olmo_hybrid (post-norm attention blocks between pre-norm GDN blocks); fp32 and bf16.
+TEST(CudaEngineFusions, PostNormResidualAddInTheNormLaunchEqualsTheSeparateLaunchesBitForBit) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  for (const char* name : {"olmo3_swa", "olmo3_rope2", "olmo_hybrid_tiny"}) {
+    Model model = Model::load(cuda_golden_dir(name));
+    const std::vector<int64_t> prompts{17, 9, 23};
+    const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 140);
+    const TokenBatch batch = odd_length_batch(model.config().vocab_size);
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(name) + (bf16 ? " bf16" : " fp32"));
+      CudaModel gpu = CudaModel::upload(model, ctx);
+      gpu.set_bf16_compute(bf16);
+      const MemoryPlan plan = plan_for(model, 3, prompts.back() + 14, bf16 ? 2 : 4);
+      ForwardOptions all;
+      all.all_logits = true;
+      std::vector<float> steps[2];
+      Tensor forward[2];
+      int64_t fused_launches = 0;
+      for (const int on : {1, 0}) {
+        cuda_model_set_post_norm_fused(on);
+        const int64_t before = cuda_model_post_norm_fused_launches();
+        forward[on] = gpu.forward(batch, all, {}, {});
+        auto e = make_cuda_engine(gpu, plan);
+        steps[on] = run_steps(*e, seqs, prompts);
+        if (on) fused_launches = cuda_model_post_norm_fused_launches() - before;
+        else EXPECT_EQ(cuda_model_post_norm_fused_launches(), before);
+      }
+      cuda_model_set_post_norm_fused(-1);
+      ASSERT_EQ(steps[1].size(), steps[0].size());
+      size_t differ = 0;
+      for (size_t i = 0; i < steps[0].size(); ++i)
+        differ += std::memcmp(&steps[1][i], &steps[0][i], sizeof(float)) != 0;
+      ASSERT_EQ(forward[1].nbytes(), forward[0].nbytes());
+      const bool forward_same = std::memcmp(forward[1].raw(), forward[0].raw(), forward[0].nbytes()) == 0;
+      std::printf("[fusions] %s %s: post-norm residual add in the norm launch, %lld fused launches issued; forward "
+                  "logits %s; %zu step logits, %zu differ\n",
+                  name, bf16 ? "bf16" : "fp32", static_cast<long long>(fused_launches),
+                  forward_same ? "identical" : "DIFFER", steps[0].size(), differ);
+      EXPECT_GT(fused_launches, 0);
+      EXPECT_TRUE(forward_same);
+      EXPECT_EQ(differ, 0u);
+    }
+  }
+}

@@ -2,6 +2,7 @@
 #include "models/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
@@ -26,7 +27,16 @@ void cuda_model_set_norm_bf16_out(int on) { g_norm_bf16_out.set(on); }
 
 namespace {
 OverridableSwitch g_norm_bf16_dx{"HLM_NORM_BF16_DX", false};  // off until its GPU tests run (cuda_model.h)
+OverridableSwitch g_post_norm_fused{"HLM_POST_NORM_FUSED", true};  // cuda_model.h
 }  // namespace
+
+namespace {
+std::atomic<int64_t> g_post_norm_fused_launches{0};
+}  // namespace
+
+bool cuda_model_post_norm_fused() { return g_post_norm_fused.on(); }
+void cuda_model_set_post_norm_fused(int on) { g_post_norm_fused.set(on); }
+int64_t cuda_model_post_norm_fused_launches() { return g_post_norm_fused_launches.load(); }
 
 bool cuda_model_norm_bf16_dx() { return g_norm_bf16_dx.on(); }
 void cuda_model_set_norm_bf16_dx(int on) { g_norm_bf16_dx.set(on); }
@@ -195,6 +205,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     return in;
   };
 
+  const bool post_norm_fused = cuda_model_post_norm_fused();
   // A pre-norm layer's MLP branch (in dl) is added to h by the next norm in the same launch; `pending` marks it.
   bool pending = false;
   float pending_scale = 1.0f;
@@ -280,17 +291,25 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     else norm_after_pending(layer.input_layernorm.data<float>(), norm_out16(&CudaKeptLayer::mixer_in16, i));
     emit(CapturePoint::AttnIn, i, hidden);
     if (post_norm) {
+      // dl = norm(branch in nr), h += dl: one launch when fused (the same bits as the two).
+      const auto norm_and_add = [&](const CudaTensor& weight) {
+        if (post_norm_fused) {
+          rmsnorm_post_residual_forward_cuda(dl, h, nr, 1.0f, weight.data<float>(), row_norm, stream);
+          ++g_post_norm_fused_launches;
+        } else {
+          rmsnorm_forward_cuda(dl, nr, weight.data<float>(), row_norm, stream);
+          residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
+        }
+      };
       mixer(nr, {h, nullptr});
       keep_copy(&CudaKeptLayer::mixer_branch, i, normed);
-      rmsnorm_forward_cuda(dl, nr, layer.post_attention_layernorm.data<float>(), row_norm, stream);
-      emit(CapturePoint::AttnDelta, i, delta);
-      residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
+      norm_and_add(layer.post_attention_layernorm);
+      emit(CapturePoint::AttnDelta, i, delta);  // dl is not changed by the add
       emit(CapturePoint::AttnOut, i, hidden);
       mlp(nr, {h, nullptr});
       keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
-      rmsnorm_forward_cuda(dl, nr, layer.post_feedforward_layernorm.data<float>(), row_norm, stream);
+      norm_and_add(layer.post_feedforward_layernorm);
       emit(CapturePoint::MlpDelta, i, delta);
-      residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
     } else {
       mixer(dl, branch_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i));
       emit(CapturePoint::AttnDelta, i, delta);

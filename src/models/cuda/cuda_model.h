@@ -68,6 +68,18 @@ void cuda_model_set_norm_bf16_out(int on);
 // bench_distill_step --norm-bf16-dx; -1 goes back to the environment).
 bool cuda_model_norm_bf16_dx();
 void cuda_model_set_norm_bf16_dx(int on);
+
+// Whether a post-norm block's two norms (OLMo 3's, olmo_hybrid's attention layers) add their output into the residual
+// stream in the norm's own launch (ops/rmsnorm/rmsnorm_cuda.h, rmsnorm_post_residual_forward_cuda) instead of a
+// residual add launch after it: the same bits (CudaPostNormFused.* checks the forward's captures and the decode's
+// logits both ways); at batch-1 decode of a 7B OLMo 3, 64 launches per step fewer. HLM_POST_NORM_FUSED=on|off
+// (core/env_switch.h), on by default; cuda_model_set_post_norm_fused overrides it process-wide (tests,
+// bench_generate --post-norm-fused; -1 goes back to the environment).
+bool cuda_model_post_norm_fused();
+void cuda_model_set_post_norm_fused(int on);
+// How many post-norm launches took the fused form in this process (issued, not replayed from a CUDA graph): the tests'
+// proof that the switch engaged.
+int64_t cuda_model_post_norm_fused_launches();
 // Branch backwards that read the residual gradient's rounding from a norm backward in this process (host calls), so
 // tests can tell that the switch engaged.
 int64_t cuda_model_norm_bf16_dx_reads();

@@ -65,12 +65,16 @@ static_assert(rmsnorm_cuda_regs_max_dim() == 16 * kThreads, "block path: at most
 // the lane stores its own slice of x, which only it reads).
 // With `out16` (T = float only): the output's bf16 rounding is stored too, from the same registers (the bits of
 // casting `out`), for readers that only multiply it on the tensor cores.
+// With `post` (T = float only, never with delta): after the norm, post += scale · out (residual_add_value's bits) from
+// the same registers: a post-norm block's residual add of its normed branch (the lane's slice of post is loaded with
+// x, before the sum, so its latency hides under the row's).
 template <typename T, int V, int P>
 __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* out, T* x, const T* w, int64_t R,
                                                                         int64_t D, float eps,
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f,
-                                                                        __nv_bfloat16* out16 = nullptr) {
+                                                                        __nv_bfloat16* out16 = nullptr,
+                                                                        float* post = nullptr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -89,6 +93,10 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
         store_slice<V, P>(x + r * D, xv, D, lane);
       }
     }
+    float pv[P];
+    if constexpr (std::is_same_v<T, float>) {
+      if (post != nullptr) load_slice<V, P>(pv, post + r * D, D, lane);
+    }
     float ss = cuda::slice_sum_squares<V, P>(xv, D, lane);
     ss = warp_sum(ss);  // every read of this lane's elements happened above: out may alias x
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
@@ -98,6 +106,11 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
     store_slice<V, P>(out + r * D, ov, D, lane);
     if constexpr (std::is_same_v<T, float>) {
       if (out16 != nullptr) cuda::store_slice_bf16<V, P>(out16 + r * D, ov, D, lane);  // the cast's bits
+      if (post != nullptr) {
+#pragma unroll
+        for (int i = 0; i < P; ++i) pv[i] = cuda::residual_add_value(pv[i], scale, ov[i]);
+        store_slice<V, P>(post + r * D, pv, D, lane);
+      }
     }
   }
 }
@@ -211,12 +224,14 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const
 // With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
 // residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block).
 // With `out16` (T = float only): the output's bf16 rounding is stored too (as the warp kernel).
+// With `post` (T = float only, never with delta): post += scale · out after the norm (as the warp kernel).
 template <typename T, int E>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, T* x, const T* w, int64_t R,
                                                                         int64_t D, float eps,
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f,
-                                                                        __nv_bfloat16* out16 = nullptr) {
+                                                                        __nv_bfloat16* out16 = nullptr,
+                                                                        float* post = nullptr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   __shared__ float smem[kThreads / 32];
@@ -248,6 +263,16 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
         }
       }
     }
+    float pv[E];  // post's elements, loaded before the sum (only with post)
+    if constexpr (std::is_same_v<T, float>) {
+      if (post != nullptr) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+          pv[e] = d < D ? post[r * D + d] : 0.0f;
+        }
+      }
+    }
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -264,6 +289,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
         o[d] = from_f32<T>(y);
         if constexpr (std::is_same_v<T, float>) {
           if (out16 != nullptr) reinterpret_cast<uint16_t*>(out16)[r * D + d] = cuda::f32_to_bf16_bits(y);
+          if (post != nullptr) post[r * D + d] = cuda::residual_add_value(pv[e], scale, y);
         }
       }
     }
@@ -405,10 +431,12 @@ unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R)
 // when delta is given.
 template <typename T>
 void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream,
-                  const float* delta = nullptr, float scale = 1.0f, __nv_bfloat16* out16 = nullptr) {
+                  const float* delta = nullptr, float scale = 1.0f, __nv_bfloat16* out16 = nullptr,
+                  float* post = nullptr) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
-  if constexpr (!std::is_same_v<T, float>) HLM_CHECK(out16 == nullptr, "rmsnorm_cuda: out16 with bf16 rows");
+  if constexpr (!std::is_same_v<T, float>) HLM_CHECK(out16 == nullptr && post == nullptr, "rmsnorm_cuda: out16 or post with bf16 rows");
+  HLM_CHECK(delta == nullptr || post == nullptr, "rmsnorm_cuda: a residual before and after the norm");
   // The warp and register kernels are launched as programmatic dependents (dependent_launch.cuh): the launch overlaps
   // the producer's tail, the kernels wait for it before any read.
   const bool pdl = cuda::dependent_launch_enabled();
@@ -417,19 +445,26 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
     // by out16 too would give out other bits than the plain launcher's; store_slice_bf16 stores a row that is not
     // 8-byte aligned element by element instead.
     const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
+    if constexpr (std::is_same_v<T, float>) {
+      if (post != nullptr && vec && !aligned16(post)) {  // post takes no part in the choice either: two launches
+        forward_impl(out, x, w, p, stream, nullptr, 1.0f, out16);
+        residual_add_forward_cuda(post, out, scale, p.rows * p.dim, stream);
+        return;
+      }
+    }
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
       HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
           pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),
-          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale, out16));
+          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale, out16, post));
     });
   } else if (p.dim <= 8 * kThreads) {
     HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 8>, dim3(row_blocks(p.rows)),
                                                 dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
-                                                scale, out16));
+                                                scale, out16, post));
   } else if (p.dim <= 16 * kThreads) {
     HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 16>, dim3(row_blocks(p.rows)),
                                                 dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
-                                                scale, out16));
+                                                scale, out16, post));
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (delta != nullptr) residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);
@@ -439,6 +474,10 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
       if (out16 != nullptr) {  // rows this long: the cast as its own launch (the same bits)
         HLM_CUDA_CHECK_LAUNCH();
         cast_f32_to_bf16_cuda(out16, out, p.rows * p.dim, stream);
+      }
+      if (post != nullptr) {  // rows this long: the residual add as its own launch (the same bits)
+        HLM_CUDA_CHECK_LAUNCH();
+        residual_add_forward_cuda(post, out, scale, p.rows * p.dim, stream);
       }
     }
   }
@@ -597,6 +636,13 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                   static_cast<const void*>(out16) != static_cast<const void*>(delta)),
             "rmsnorm_residual_forward_rounded_cuda: out16 aliases x, out or delta");
   forward_impl(out, x, weight, p, stream, delta, scale, out16);
+}
+
+void rmsnorm_post_residual_forward_cuda(float* out, float* residual, const float* x, float scale,
+                                        const float* weight, const RmsnormCudaParams& p, cudaStream_t stream) {
+  HLM_CHECK(residual != out && residual != x && residual != weight,
+            "rmsnorm_post_residual_forward_cuda: the residual stream aliases out, x or weight");
+  forward_impl(out, const_cast<float*>(x), weight, p, stream, nullptr, scale, nullptr, residual);
 }
 
 bool rmsnorm_cuda_fused_backward() { return g_fused_backward.on(); }

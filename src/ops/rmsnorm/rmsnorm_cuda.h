@@ -109,6 +109,15 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                            float scale, const float* weight, const RmsnormCudaParams& p,
                                            cudaStream_t stream);
 
+// A post-norm block's norm of its branch and the residual add of the result: out = rmsnorm(x) · weight, then
+// residual += scale · out (product and sum rounded separately, as residual_add_forward_cuda). Bit-identical to
+// rmsnorm_forward_cuda followed by residual_add_forward_cuda(residual, out, scale); one launch where the plain
+// forward is one (rows up to 16 · rmsnorm_cuda_threads(), with `residual` 16-byte aligned whenever the warp path takes
+// its vector slices), the two launches otherwise. At batch-1 decode of a post-norm model (OLMo 3: two per layer) the
+// residual add's launch and its gap before the next GEMV go away. out may alias x; residual may alias nothing.
+void rmsnorm_post_residual_forward_cuda(float* out, float* residual, const float* x, float scale,
+                                        const float* weight, const RmsnormCudaParams& p, cudaStream_t stream);
+
 // HLM_RMSNORM_FUSED_BACKWARD=on|off (core/env_switch.h; on by default since session 39: the whole GPU suites passed
 // with it on, test_cuda_ops 125/125 and test_cuda_models 107/107 on an H100, and the 4B step under the seed's recipe
 // took 0.8-1.0 % less time, 8,786.9 -> 8,703.0 ms per 96 rows at micro-batch 2, docs/benchmarks.md): whether rows

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Session 40's device calls. Binaries: out/carry/all.txz.part.* (bench_distill_step, bench_generate, test_cuda_ops,
+# test_cuda_models, hybridlm of this session), one piece per call into /tmp/keep (the machine must stay warm between
+# calls); the call that runs `peer` also carries out/carry/anchors.txz (FLA + peer_probe.py).
+# PARTS (comma list, run in this order; BUDGET seconds for the call):
+#   peer    SHAPE=qwen3-4b ROWS=8 WITH_FLA=1 STRONG=1 peer_probe.py hf_distill (the peer's fastest setup)   (~350 s)
+#   tests   test_cuda_ops $OPS_FILTER, test_cuda_models $MODELS_FILTER (HLM_BINARY set), env $TEST_ENV
+#           (defaults: the new and switched tests; OPS_FILTER='*' MODELS_FILTER='*' for the whole suites)
+#   decode  bench_generate --models $DECODE_MODELS --contexts 1024 --batches 1 --decode-steps 128, variants
+#           postnorm-add / no-postnorm-add twice each, interleaved on the same weights                    (~60 s/model)
+#   recipe  bench_distill_step, 4B, lean, --recompute none, micro-batch $MICRO (8 on an H200, 2 on an H100), 96 rows
+#           per step, 2048xfull, defaults × --matmul-autotune $AUTOTUNES × --norm-bf16-dx $NORM_DXS × --mlp-dh $DHS,
+#           1 warm-up + 1 timed step each, HLM_PROFILE_STEP=1                               (~45 s per entry + ~60 s)
+set -u
+export OUT=${OUT:-/tmp/call_out}
+mkdir -p "$OUT" /tmp/keep
+T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+has() { case ",${PARTS:-}," in *",$1,"*) return 0 ;; esac; return 1; }
+for f in out/carry/all.txz.part.* out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+MICRO=${MICRO:-$([ "${mib:-0}" -lt 100000 ] && echo 2 || echo 8)}
+if has peer; then
+  [ -d .anchors/fla ] || tar xJf /tmp/keep/anchors.txz || exit 3
+  el "peer step, $(left) s left"
+  SHAPE=qwen3-4b ROWS=${PEER_ROWS:-8} WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 -u \
+    .anchors/peer_probe.py hf_distill > "$OUT/peer_hf_distill.log" 2>&1
+  el "peer_probe rc=$?"
+  grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
+fi
+has tests || has recipe || has decode || { el done; exit 0; }
+if [ ! -x /tmp/hlm/bin/test_cuda_models ]; then
+  rm -rf /tmp/hlm && mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
+fi
+export LD_LIBRARY_PATH=/tmp/hlm/lib HLM_GOLDEN_DIR=$PWD/tests/golden
+. tools/device/gtest_counts.sh
+if has tests; then
+  el "tests with: ${TEST_ENV:-(defaults)}"
+  env ${TEST_ENV:-} timeout $(( $(left) / 2 )) /tmp/hlm/bin/test_cuda_ops \
+    --gtest_filter="${OPS_FILTER:-RmsnormCuda.*:SwigluCuda.*:ResidualCuda*}" > "$OUT/tests_ops.log" 2>&1
+  rc=$?; grep -E "^\[  FAILED  \] .* ms\)$" "$OUT/tests_ops.log" | tail; echo "test_cuda_ops: $(gtest_counts "$OUT/tests_ops.log" "$rc")"
+  env ${TEST_ENV:-} HLM_BINARY=/tmp/hlm/bin/hybridlm timeout $(( $(left) - 10 )) /tmp/hlm/bin/test_cuda_models \
+    --gtest_filter="${MODELS_FILTER:-CudaEngineFusions.*:CudaKeptActivations.*:CudaNormBf16Out.*:CudaModelForward*}" \
+    > "$OUT/tests_models.log" 2>&1
+  rc=$?; grep -E "^\[  FAILED  \] .* ms\)$" "$OUT/tests_models.log" | tail; echo "test_cuda_models: $(gtest_counts "$OUT/tests_models.log" "$rc")"
+  grep -E "^\[(fusions|check)\].*(post-norm|vs the|norm bf16)" "$OUT/tests_models.log" | cut -c1-260
+  el "tests done, $(left) s left"
+fi
+if has decode; then
+  for m in ${DECODE_MODELS:-olmo3_7b olmo_hybrid_7b}; do
+    el "decode $m, $(left) s left"
+    timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate --models "$m" --contexts 1024 --batches 1 \
+      --decode-steps 128 --decode-variants postnorm-add,no-postnorm-add,postnorm-add,no-postnorm-add \
+      --out "$OUT/decode_$m" > "$OUT/decode_$m.log" 2>&1
+    el "bench_generate $m rc=$?"
+    grep -E "^\|" "$OUT/decode_$m.log" | head -12
+  done
+fi
+if has recipe; then
+  el "recipe: micro $MICRO, $(left) s left"
+  HLM_PROFILE_STEP=1 timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_distill_step --shape qwen3-4b \
+    --precision bf16 --rows 96 --micro "$MICRO" --seq 1024 --memory-plan lean --recompute none \
+    --loss-chunking 2048xfull --matmul-autotune "${AUTOTUNES:-off,on}" --norm-bf16-dx "${NORM_DXS:-off,on}" \
+    --mlp-dh "${DHS:-bf16}" --steps 1 --warmup 1 > "$OUT/recipe.log" 2> "$OUT/recipe.err"
+  el "bench_distill_step rc=$?"
+  grep -E "^distill_step" "$OUT/recipe.log" | sed 's/ precision=bf16 rows=96//; s/, allocator: .*//'
+fi
+el done

@@ -7,7 +7,7 @@ namespace hlm {
 
 namespace {
 OverridableSwitch g_mlp_bf16_gate_up{"HLM_MLP_BF16_GATE_UP", true};  // on since session 38 (mlp_bf16_gate_up.h)
-OverridableSwitch g_mlp_bf16_dh{"HLM_MLP_BF16_DH", false};  // off until measured on a GPU (mlp_bf16_gate_up.h)
+OverridableSwitch g_mlp_bf16_dh{"HLM_MLP_BF16_DH", true};  // on since session 40 (mlp_bf16_gate_up.h)
 }  // namespace
 
 bool mlp_bf16_gate_up() { return g_mlp_bf16_gate_up.on(); }

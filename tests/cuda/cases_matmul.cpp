@@ -320,7 +320,7 @@ TEST(MatmulCuda, BackwardBf16) {
 
 // Mixed precision (the model's bf16 compute mode): bf16 operands, fp32 results. With bf16-rounded inputs every
 // product is exact in fp32, so y, dx, dw and dbias follow the fp32 rule on those inputs, as the f32 path does.
-void check_forward_mixed() {
+void check_forward_mixed(const CudaBlasLt& lt) {
   for (const MatmulCase& c : kCases) {
     if (c.fill == Fill::Denormal) continue;  // see the header comment (bf16 subnormal operands)
     const Inputs in = make_inputs(c, true);
@@ -328,7 +328,7 @@ void check_forward_mixed() {
     DeviceBuffer x = DeviceBuffer::from(to_bf16(in.x), "x"), w = DeviceBuffer::from(to_bf16(in.w), "w"),
                  b = DeviceBuffer::from(in.bias, "bias"), y = DeviceBuffer::from(in.y0, "y");
     if (!c.accumulate) y = DeviceBuffer(in.y0.size() * 4, "y");
-    matmul_forward_mixed_cuda(ctx().blaslt(), y.as<float>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+    matmul_forward_mixed_cuda(lt, y.as<float>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
                               c.bias ? b.as<float>() : nullptr, {c.M, c.N, c.K}, c.accumulate);
     if (c.M * c.N > 0) {
       EXPECT_TRUE(check_f32(name(c, "fwd mixed"), y.download<float>(), e.y, e.y64, e.mag_y, dot_tolerance(c, c.K)));
@@ -337,7 +337,7 @@ void check_forward_mixed() {
   }
 }
 
-void check_backward_mixed() {
+void check_backward_mixed(const CudaBlasLt& lt) {
   for (const MatmulCase& c : kCases) {
     if (c.fill == Fill::Denormal) continue;
     const Inputs in = make_inputs(c, true);
@@ -346,7 +346,7 @@ void check_backward_mixed() {
                  dy = DeviceBuffer::from(to_bf16(in.dy), "dy"), dx = DeviceBuffer::from(in.dx0, "dx"),
                  dw = DeviceBuffer::from(in.dw0, "dw"), db = DeviceBuffer::from(in.dbias0, "dbias");
     if (!c.accumulate) dx = DeviceBuffer(in.dx0.size() * 4, "dx");
-    matmul_backward_mixed_cuda(ctx().blaslt(), dx.as<float>(), dw.as<float>(), db.as<float>(),
+    matmul_backward_mixed_cuda(lt, dx.as<float>(), dw.as<float>(), db.as<float>(),
                                dy.as<__nv_bfloat16>(), x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
                                {c.M, c.N, c.K}, c.accumulate);
     EXPECT_TRUE(
@@ -362,26 +362,33 @@ void check_backward_mixed() {
 TEST(MatmulCuda, ForwardMixed) {
   HLM_REQUIRE_CUDA();
   note_reference();
-  check_forward_mixed();
+  check_forward_mixed(ctx().blaslt());
 }
 
 TEST(MatmulCuda, BackwardMixed) {
   HLM_REQUIRE_CUDA();
   note_reference();
-  check_backward_mixed();
+  check_backward_mixed(ctx().blaslt());
 }
 
 // HLM_MATMUL_AUTOTUNE (matmul_cuda.h): the algorithm timed among the heuristic's first 8 must keep the same contract
 // (the same tolerances: any algorithm is one summation order of the same products), and the tuning must engage for
-// the shapes where cuBLASLt offers more than one algorithm (counted by matmul_cuda_autotuned_keys).
+// the shapes where cuBLASLt offers more than one algorithm (counted by matmul_cuda_autotuned_keys). On a cuBLASLt
+// handle of its own: its keys are new to the in-process choices, so the count grows even when HLM_MATMUL_AUTOTUNE=on
+// in the environment has already tuned these shapes on the shared handle (whole suites run that way, session 40).
 TEST(MatmulCuda, AutotunedAlgorithmsKeepTheContract) {
   HLM_REQUIRE_CUDA();
   note_reference();
+  cublasLtHandle_t own = nullptr;
+  ASSERT_EQ(cublasLtCreate(&own), CUBLAS_STATUS_SUCCESS);
+  CudaBlasLt lt = ctx().blaslt();
+  lt.handle = own;
   const size_t before = matmul_cuda_autotuned_keys();
   matmul_cuda_set_autotune(1);
-  check_forward_mixed();
-  check_backward_mixed();
+  check_forward_mixed(lt);
+  check_backward_mixed(lt);
   matmul_cuda_set_autotune(-1);
+  cublasLtDestroy(own);
   const size_t tuned = matmul_cuda_autotuned_keys() - before;
   std::cout << "[check] matmul autotune: " << tuned << " shapes timed among several algorithms\n";
   EXPECT_GT(tuned, 0u) << "no GEMM shape was timed: the autotune did not engage";

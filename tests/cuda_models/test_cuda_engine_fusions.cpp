@@ -309,12 +309,13 @@ TEST(CudaEngineFusions, HeadGemvAgreesWithCublasLtToRounding) {
 // models/cuda/cuda_model.h) against the norm + residual add launches: meant to give the same bits, so a full forward's
 // logits (every token's) and every engine step's logits (three sequences prefilled in chunks of 5, then decoded
 // together with CUDA graphs, one closed half-way) must have the same bytes with the switch on and off, and the fused
-// form must have been issued (its count grows). Post-norm models: OLMo 3 with sliding windows and with RoPE scaling,
-// olmo_hybrid (post-norm attention blocks between pre-norm GDN blocks); fp32 and bf16.
+// form must have been issued (its count grows). Post-norm models: OLMo 3 with sliding windows, olmo_hybrid (post-norm
+// attention blocks between pre-norm GDN blocks); fp32 and bf16. (olmo3_rope2's per-layer-type RoPE does not run on
+// CUDA yet.)
 TEST(CudaEngineFusions, PostNormResidualAddInTheNormLaunchEqualsTheSeparateLaunchesBitForBit) {
   HLM_REQUIRE_CUDA_MODEL();
   CudaContext ctx;
-  for (const char* name : {"olmo3_swa", "olmo3_rope2", "olmo_hybrid_tiny"}) {
+  for (const char* name : {"olmo3_swa", "olmo_hybrid_tiny"}) {
     Model model = Model::load(cuda_golden_dir(name));
     const std::vector<int64_t> prompts{17, 9, 23};
     const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 140);

@@ -42,6 +42,7 @@
 #include "backend/cuda/device_query.h"
 #include "core/error.h"
 #include "cuda_models/cuda_model_support.h"
+#include "ops/matmul/matmul_cuda.h"
 #include "support/run_binary.h"
 #include "train/cuda/cuda_train_device.h"
 #include "train/lm_head_chunking_text.h"
@@ -322,7 +323,10 @@ TEST_F(CudaTrainer, DistillCommandTakesTheLossChunking) {
                              (scratch.path() / "corpus").string() +
                              "' --tokens 1024 --seq-len 64 --batch 4 --micro-batch 2 --held-out-docs 20 "
                              "--eval-tokens 256 --device cuda";
-  const test::RunResult r = test::run_cli(common + " --out '" + out.string() + "' --loss-chunking 16xfull");
+  // Both runs with the GEMM autotune off: with it on, each process times its own algorithm choices and two processes
+  // may choose differently (other bits), which is not what this test is about (matmul_cuda.h).
+  const test::RunResult r = test::run_shell("HLM_MATMUL_AUTOTUNE=off " + test::cuda_test_binary() + " " + common +
+                                            " --out '" + out.string() + "' --loss-chunking 16xfull");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("loss tiles   16 logits rows by the whole vocabulary"), std::string::npos) << r.out;
   const nlohmann::json saved = nlohmann::json::parse(test::read_text(out / "config.json"));
@@ -332,7 +336,10 @@ TEST_F(CudaTrainer, DistillCommandTakesTheLossChunking) {
   again.out = (scratch.path() / "api_chunked").string();
   CudaTrainDevice device;
   device.set_loss_chunking(parse_lm_head_chunking("16xfull"));
-  ASSERT_EQ(train_run(again, {}, &device).status, TrainStatus::Completed);
+  matmul_cuda_set_autotune(0);
+  const TrainStatus status = train_run(again, {}, &device).status;
+  matmul_cuda_set_autotune(-1);
+  ASSERT_EQ(status, TrainStatus::Completed);
   const std::vector<nlohmann::json> cli = steps_of(out), api = steps_of(scratch.path() / "api_chunked");
   ASSERT_EQ(cli.size(), 4u);
   ASSERT_EQ(api.size(), cli.size());

@@ -3,7 +3,8 @@
 # test_cuda_models, hybridlm of this session), one piece per call into /tmp/keep (the machine must stay warm between
 # calls); the call that runs `peer` also carries out/carry/anchors.txz (FLA + peer_probe.py).
 # PARTS (comma list, run in this order; BUDGET seconds for the call):
-#   peer    SHAPE=qwen3-4b ROWS=8 WITH_FLA=1 STRONG=1 peer_probe.py hf_distill (the peer's fastest setup)   (~350 s)
+#   peer    SHAPE=qwen3-4b ROWS=$PEER_ROWS (8) WITH_FLA=1 STRONG=1 peer_probe.py hf_distill (the peer's fastest setup),
+#           then (PEER_OPT=1, the default) tools/device/peer_optimizer_time.py, the peer's AdamW step alone  (~400 s)
 #   tests   test_cuda_ops $OPS_FILTER, test_cuda_models $MODELS_FILTER (HLM_BINARY set), env $TEST_ENV
 #           (defaults: the new and switched tests; OPS_FILTER='*' MODELS_FILTER='*' for the whole suites)
 #   decode  bench_generate --models $DECODE_MODELS --contexts 1024 --batches 1 --decode-steps 128, variants
@@ -28,6 +29,10 @@ if has peer; then
     .anchors/peer_probe.py hf_distill > "$OUT/peer_hf_distill.log" 2>&1
   el "peer_probe rc=$?"
   grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
+  if [ "${PEER_OPT:-1}" = 1 ]; then  # the peer's AdamW step alone (its share under the recipe: once per 96 rows)
+    timeout $(( $(left) - 5 )) python3 -u tools/device/peer_optimizer_time.py > "$OUT/peer_opt.log" 2>&1
+    el "peer_optimizer_time rc=$?"; tail -2 "$OUT/peer_opt.log" | cut -c1-400
+  fi
 fi
 has tests || has recipe || has decode || { el done; exit 0; }
 if [ ! -x /tmp/hlm/bin/test_cuda_models ]; then

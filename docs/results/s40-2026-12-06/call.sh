@@ -3,12 +3,18 @@
 # test_cuda_models, hybridlm of this session), one piece per call into /tmp/keep (the machine must stay warm between
 # calls); the call that runs `peer` also carries out/carry/anchors.txz (FLA + peer_probe.py).
 # PARTS (comma list, run in this order; BUDGET seconds for the call):
-#   peer    SHAPE=qwen3-4b ROWS=$PEER_ROWS (8) WITH_FLA=1 STRONG=1 peer_probe.py hf_distill (the peer's fastest setup),
+#   peer    SHAPE=qwen3-4b ROWS=$PEER_ROWS (8 on an H200, 2 on an H100) WITH_FLA=1 STRONG=1 peer_probe.py hf_distill (the peer's fastest setup),
 #           then (PEER_OPT=1, the default) tools/device/peer_optimizer_time.py, the peer's AdamW step alone  (~400 s)
 #   tests   test_cuda_ops $OPS_FILTER, test_cuda_models $MODELS_FILTER (HLM_BINARY set), env $TEST_ENV
 #           (defaults: the new and switched tests; OPS_FILTER='*' MODELS_FILTER='*' for the whole suites)
 #   decode  bench_generate --models $DECODE_MODELS --contexts 1024 --batches 1 --decode-steps 128, variants
 #           postnorm-add / no-postnorm-add twice each, interleaved on the same weights                    (~60 s/model)
+#   splits  bench_generate --models $SPLIT_MODELS (olmo3_7b) --contexts 1024 --batches 1 --decode-steps 128
+#           --decode-variants default,fused-merge (twice) with HLM_DECODE_MIN_SPLIT_KEYS in $SPLIT_KEYS (64 128 256):
+#           the decode attention's split count and merge at the MHA shape ([infer] #18)     (~40 s per setting)
+#   trace   bench_generate --models $TRACE_MODEL (olmo3_7b) --contexts 1024 --batches 1 --decode-steps 32 under the
+#           kernel tracer (HLM_TRACE_GRID=1, the decode steps' profiler range; needs libhlm_kernel_trace.so packed:
+#           docs/profiling.md), for the step's kernel-by-kernel time                                        (~40 s)
 #   recipe  bench_distill_step, 4B, lean, --recompute none, micro-batch $MICRO (8 on an H200, 2 on an H100), 96 rows
 #           per step, 2048xfull, defaults × --matmul-autotune $AUTOTUNES × --norm-bf16-dx $NORM_DXS × --mlp-dh $DHS,
 #           1 warm-up + 1 timed step each, HLM_PROFILE_STEP=1                               (~45 s per entry + ~60 s)
@@ -25,7 +31,9 @@ MICRO=${MICRO:-$([ "${mib:-0}" -lt 100000 ] && echo 2 || echo 8)}
 if has peer; then
   [ -d .anchors/fla ] || tar xJf /tmp/keep/anchors.txz || exit 3
   el "peer step, $(left) s left"
-  SHAPE=qwen3-4b ROWS=${PEER_ROWS:-8} WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 -u \
+  # The peer's 4B step needs more than an H100's 80 GB at 4 rows (session 40, call 6): 2 rows there.
+  PEER_ROWS=${PEER_ROWS:-$([ "${mib:-0}" -lt 100000 ] && echo 2 || echo 8)}
+  SHAPE=qwen3-4b ROWS=$PEER_ROWS WITH_FLA=1 STRONG=1 timeout $(( $(left) - 5 )) python3 -u \
     .anchors/peer_probe.py hf_distill > "$OUT/peer_hf_distill.log" 2>&1
   el "peer_probe rc=$?"
   grep -E 'hf_distill|rror' "$OUT/peer_hf_distill.log" | cut -c1-400
@@ -34,7 +42,7 @@ if has peer; then
     el "peer_optimizer_time rc=$?"; tail -2 "$OUT/peer_opt.log" | cut -c1-400
   fi
 fi
-has tests || has recipe || has decode || { el done; exit 0; }
+has tests || has recipe || has decode || has splits || has trace || { el done; exit 0; }
 if [ ! -x /tmp/hlm/bin/test_cuda_models ]; then
   rm -rf /tmp/hlm && mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
 fi
@@ -61,6 +69,24 @@ if has decode; then
     el "bench_generate $m rc=$?"
     grep -E "^\|" "$OUT/decode_$m.log" | head -12
   done
+fi
+if has splits; then  # the decode attention's split count and merge at olmo3_7b's MHA shape (32 heads, L 1024)
+  for keys in ${SPLIT_KEYS:-64 128 256}; do
+    el "decode splits: >= $keys keys per split, $(left) s left"
+    HLM_DECODE_MIN_SPLIT_KEYS=$keys timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate \
+      --models "${SPLIT_MODELS:-olmo3_7b}" --contexts 1024 --batches 1 --decode-steps 128 \
+      --decode-variants default,fused-merge,default,fused-merge --out "$OUT/splits_$keys" > "$OUT/splits_$keys.log" 2>&1
+    el "bench_generate rc=$?"
+    grep -E "^\| olmo|^\| qwen" "$OUT/splits_$keys.log" | cut -d'|' -f2,3,9
+  done
+fi
+if has trace; then  # where a batch-1 decode step of $TRACE_MODEL goes, kernel by kernel and launch shape
+  el "decode trace, $(left) s left"
+  HLM_PROFILE_DECODE=1 HLM_TRACE_RANGE=profiler HLM_TRACE_GRID=1 HLM_TRACE_OUT="$OUT/trace_decode.txt" \
+    HLM_TRACE_TSV="$OUT/trace_decode.tsv" timeout $(( $(left) - 5 )) env \
+    LD_PRELOAD=/tmp/hlm/lib/libhlm_kernel_trace.so /tmp/hlm/bin/bench_generate --models "${TRACE_MODEL:-olmo3_7b}" \
+    --contexts 1024 --batches 1 --decode-steps 32 --out "$OUT/trace_bench" > "$OUT/trace_decode.log" 2>&1
+  el "traced bench_generate rc=$?"; head -40 "$OUT/trace_decode.txt" 2>/dev/null | cut -c1-160
 fi
 if has recipe; then
   el "recipe: micro $MICRO, $(left) s left"

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Session 40's device calls. Binaries: out/carry/all.txz.part.* (bench_distill_step, bench_generate, test_cuda_ops,
-# test_cuda_models, hybridlm of this session), one piece per call into /tmp/keep (the machine must stay warm between
-# calls); the call that runs `peer` also carries out/carry/anchors.txz (FLA + peer_probe.py).
+# Session 40's device calls, kept for the next session with an H200. Binaries: out/carry/all.txz.part.*, packed here
+# (~2 min; three pieces of ~10.8 MB beside the 48-MB tracked tree):
+#   PIECE_MB=auto RESERVE_MB=1 bash tools/device/pack_binaries.sh out/carry/all.txz build-gpu/bench/bench_distill_step \
+#     build-gpu/bench/bench_generate build-gpu/tests/cuda/test_cuda_ops build-gpu/tests/test_cuda_models \
+#     build-gpu/hybridlm build-gpu/tools/profile/libhlm_kernel_trace.so
+# One piece per call, copied into /tmp/keep by this script (PARTS=none for a call that only carries one; the machine
+# must stay warm between calls: idle_release_s); the call that runs `peer` also carries out/carry/anchors.txz
+# (FLA + peer_probe.py).
 # PARTS (comma list, run in this order; BUDGET seconds for the call):
-#   peer    SHAPE=qwen3-4b ROWS=$PEER_ROWS (8 on an H200, 2 on an H100) WITH_FLA=1 STRONG=1 peer_probe.py hf_distill (the peer's fastest setup),
-#           then (PEER_OPT=1, the default) tools/device/peer_optimizer_time.py, the peer's AdamW step alone  (~400 s)
+#   peer    SHAPE=qwen3-4b ROWS=$PEER_ROWS (8 on an H200, 2 on an H100) WITH_FLA=1 STRONG=1 peer_probe.py hf_distill
+#           (the peer's fastest setup), then (PEER_OPT=1, the default) tools/device/peer_optimizer_time.py, the
+#           peer's AdamW step alone                                                                        (~400 s)
 #   tests   test_cuda_ops $OPS_FILTER, test_cuda_models $MODELS_FILTER (HLM_BINARY set), env $TEST_ENV
 #           (defaults: the new and switched tests; OPS_FILTER='*' MODELS_FILTER='*' for the whole suites)
 #   decode  bench_generate --models $DECODE_MODELS --contexts 1024 --batches 1 --decode-steps 128, variants

@@ -5,6 +5,8 @@
 //   - with delta: x afterwards against residual_add_value(x, scale, delta) element by element (bits), and out against
 //     the block kernel run on that x (bits); out16 against f32_to_bf16_bits(out) (bits);
 //   - out aliasing delta (allowed by rmsnorm_cuda.h): the same bytes as with separate buffers;
+//   - with post (rmsnorm_post_residual_forward_cuda's path): out as without it, and post afterwards against
+//     residual_add_value(post, scale, out) element by element (bits), also with out aliasing x;
 //   - grids of one block per row and of 2 blocks (grid-stride rows);
 //   - a double evaluation of w · x / sqrt(mean(x²) + eps) on rows of finite values: relative 1e-5 of the row's largest
 //     |out| (a gross-error check: fp32 sums of ≤ 4,096 squares are far inside it).
@@ -46,14 +48,14 @@ size_t differing_bytes(const float* a, const float* b, size_t n) {
 }
 
 void regs(float* out, float* x, const float* w, int64_t R, int64_t D, float eps, const float* delta, float scale,
-          __nv_bfloat16* out16, unsigned blocks) {
+          __nv_bfloat16* out16, unsigned blocks, float* post = nullptr) {
   const Dim grid{blocks, 1, 1};
   if (D <= 8 * kThreads)
     emu_launch(grid, kThreads, 0,
-               [&] { rmsnorm_forward_regs_kernel<float, 8>(out, x, w, R, D, eps, delta, scale, out16); });
+               [&] { rmsnorm_forward_regs_kernel<float, 8>(out, x, w, R, D, eps, delta, scale, out16, post); });
   else
     emu_launch(grid, kThreads, 0,
-               [&] { rmsnorm_forward_regs_kernel<float, 16>(out, x, w, R, D, eps, delta, scale, out16); });
+               [&] { rmsnorm_forward_regs_kernel<float, 16>(out, x, w, R, D, eps, delta, scale, out16, post); });
 }
 
 void block(float* out, const float* x, const float* w, int64_t R, int64_t D, float eps, unsigned blocks) {
@@ -106,6 +108,20 @@ void run_case(int64_t R, int64_t D, float scale, unsigned blocks, bool edges, st
   regs(shared.data(), xs.data(), w.data(), R, D, eps, shared.data(), scale, nullptr, blocks);
   report(tag + ": out aliasing delta", differing_bytes(shared.data(), out_d.data(), n) +
                                            differing_bytes(xs.data(), xd.data(), n));
+
+  // With post (a post-norm block's residual add of the normed branch): out as without it, post += scale · out.
+  const std::vector<float> post0 = values(n, rng, 2.0f, edges);
+  std::vector<float> xp = x0, out_p(n), post = post0;
+  regs(out_p.data(), xp.data(), w.data(), R, D, eps, nullptr, scale, nullptr, blocks, post.data());
+  std::vector<float> post_want(n);
+  for (size_t i = 0; i < n; ++i) post_want[i] = cuda::residual_add_value(post0[i], scale, out_regs[i]);
+  report(tag + ": post, out as without it", differing_bytes(out_p.data(), out_regs.data(), n));
+  report(tag + ": post += scale · out", differing_bytes(post.data(), post_want.data(), n));
+  // ... and out aliasing x (the norm in place).
+  std::vector<float> xo = x0, post_o = post0;
+  regs(xo.data(), xo.data(), w.data(), R, D, eps, nullptr, scale, nullptr, blocks, post_o.data());
+  report(tag + ": post, out aliasing x", differing_bytes(xo.data(), out_regs.data(), n) +
+                                             differing_bytes(post_o.data(), post_want.data(), n));
 
   // Double evaluation on the rows without edge values.
   size_t gross = 0;

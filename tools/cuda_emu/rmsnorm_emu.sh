@@ -4,7 +4,8 @@
 # the fused residual add and the bf16 rounding of its output) on the CPU through tools/cuda_emu (emu.h: a fiber per
 # CUDA thread) and checks the register kernel byte for byte: without delta against the block kernel; with delta, x
 # against the residual add's element formula (residual_add.cuh) and out against the block kernel on that x; out16
-# against f32_to_bf16_bits(out); out aliasing delta; grids of one block per row and of fewer blocks (grid-stride);
+# against f32_to_bf16_bits(out); out aliasing delta; with post (a post-norm block's residual add of the normed output,
+# session 40) post against the same formula on out, out unchanged, also with out aliasing x; grids of one block per row and of fewer blocks (grid-stride);
 # D from 1,025 to 4,096 (both register sizes, rows not a multiple of the block); edge values (NaN, ±Inf, 1e30, 0);
 # and out against a double evaluation (relative 1e-5 on finite rows, a gross-error check). The backward's elementwise
 # dx kernel (rows longer than a warp's) with 32- and 64-bit indices, fresh and accumulating, against its formula on

@@ -367,16 +367,20 @@ TEST(RmsnormCuda, BackwardBf16) {
   rmsnorm_cuda_set_fused_backward(-1);
 }
 
+// The shapes of the fused residual forwards' tests (ResidualFused, PostResidualFused): the warp path up to 1024
+// (vector and scalar slices, row counts that are not multiples of a block's 8 rows), the register paths 1025–4096
+// (E 8 and 16; one row of 4096 as at batch-1 decode of a 7B model) and beyond them (4100: two launches inside).
+const RmsCase kFusedResidualShapes[] = {
+    {1, 4096, Fill::Normal}, {1, 2560, Fill::Normal},   {3, 1025, Fill::Normal},  {2, 4096, Fill::Large},
+    {5, 1000, Fill::Normal}, {2, 4100, Fill::Normal},   {7, 2049, Fill::Special}, {4, 3000, Fill::Denormal},
+    {9, 1024, Fill::Normal}, {301, 128, Fill::Large},   {13, 65, Fill::Special},  {3, 37, Fill::Denormal},
+    {1, 1, Fill::Normal}};
+
 // The fused residual + norm of a pre-norm block against the two launches it replaces, bit for bit: x after the add
-// and the norm's output, on the fused lengths (the warp path up to 1024: vector and scalar slices, row counts that
-// are not multiples of a block's 8 rows; the block path 1025–4096) and beyond them (4100: two launches inside).
+// and the norm's output, on kFusedResidualShapes.
 TEST(RmsnormCuda, ResidualFused) {
   HLM_REQUIRE_CUDA();
-  const RmsCase shapes[] = {{1, 2560, Fill::Normal}, {3, 1025, Fill::Normal}, {2, 4096, Fill::Large},
-                            {5, 1000, Fill::Normal}, {2, 4100, Fill::Normal}, {7, 2049, Fill::Special},
-                            {4, 3000, Fill::Denormal}, {9, 1024, Fill::Normal}, {301, 128, Fill::Large},
-                            {13, 65, Fill::Special}, {3, 37, Fill::Denormal}, {1, 1, Fill::Normal}};
-  for (const RmsCase& c : shapes) {
+  for (const RmsCase& c : kFusedResidualShapes) {
     for (const float scale : {1.0f, 0.22f}) {
       const Inputs in = make_inputs(c, false);
       const size_t n = static_cast<size_t>(c.R * c.D);
@@ -404,19 +408,13 @@ TEST(RmsnormCuda, ResidualFused) {
 }
 
 // A post-norm block's norm + residual add (rmsnorm_post_residual_forward_cuda) against the two launches it replaces,
-// bit for bit: the norm's output and the residual stream after the add, on the fused lengths (the warp path's vector
-// and scalar slices, row counts that are not multiples of a block's 8 rows, the register paths E 8 and 16) and beyond
-// them (4100: two launches inside), at scales 1 and 0.22, with out aliasing x (the norm in place), and with the
+// bit for bit: the norm's output and the residual stream after the add, on kFusedResidualShapes, at scales 1 and
+// 0.22, with out aliasing x (the norm in place), and with the
 // residual one float off a 16-byte boundary while the rest is aligned (the vector slices stay — their order decides
 // out's bits — and the add goes to its own launch).
 TEST(RmsnormCuda, PostResidualFused) {
   HLM_REQUIRE_CUDA();
-  const RmsCase shapes[] = {{1, 4096, Fill::Normal}, {1, 2560, Fill::Normal}, {3, 1025, Fill::Normal},
-                            {2, 4096, Fill::Large}, {5, 1000, Fill::Normal}, {2, 4100, Fill::Normal},
-                            {7, 2049, Fill::Special}, {4, 3000, Fill::Denormal}, {9, 1024, Fill::Normal},
-                            {301, 128, Fill::Large}, {13, 65, Fill::Special}, {3, 37, Fill::Denormal},
-                            {1, 1, Fill::Normal}};
-  for (const RmsCase& c : shapes) {
+  for (const RmsCase& c : kFusedResidualShapes) {
     for (const float scale : {1.0f, 0.22f}) {
       const Inputs in = make_inputs(c, false);
       const size_t n = static_cast<size_t>(c.R * c.D);

@@ -26,12 +26,9 @@ bool cuda_model_norm_bf16_out() { return g_norm_bf16_out.on(); }
 void cuda_model_set_norm_bf16_out(int on) { g_norm_bf16_out.set(on); }
 
 namespace {
-OverridableSwitch g_norm_bf16_dx{"HLM_NORM_BF16_DX", false};  // opt-in: measured neutral (cuda_model.h)
+OverridableSwitch g_norm_bf16_dx{"HLM_NORM_BF16_DX", false};       // opt-in: measured neutral (cuda_model.h)
 OverridableSwitch g_post_norm_fused{"HLM_POST_NORM_FUSED", true};  // cuda_model.h
-}  // namespace
-
-namespace {
-std::atomic<int64_t> g_post_norm_fused_launches{0};
+std::atomic<int64_t> g_post_norm_fused_launches{0};                // cuda_model_post_norm_fused_launches
 }  // namespace
 
 bool cuda_model_post_norm_fused() { return g_post_norm_fused.on(); }

@@ -59,26 +59,27 @@ bool cuda_model_norm_bf16_out();
 void cuda_model_set_norm_bf16_out(int on);
 
 // Whether, in the bf16 compute mode's backward at residual multiplier 1, the norm backwards that write the residual
-// gradient d_hidden also write its bf16 rounding (ops/rmsnorm/rmsnorm_cuda.h, rmsnorm_backward_rounded_cuda), which
-// the next pre-norm branch's output projection (o_proj, down_proj) then reads instead of a cast launch rounding
-// d_hidden again: at the 4B student's [8,192, 2,560] rows, two casts per layer (each reading 84 MB, writing 42 MB)
-// become 42 MB more written by the norms. The same bits either way (CudaNormBf16Out.* checks it, with and without
-// kept activations). HLM_NORM_BF16_DX=on|off (core/env_switch.h), off by default: its tests passed on an H100
-// (session 40: CudaNormBf16Out.* 0 differing bits, the whole suites with it on), but the 4B step under the seed's recipe
-// did not move (8,711.8 / 8,705.7 ms per 96 rows off, 8,711.0 / 8,704.7 on, micro-batch 2, H100), so it stays
-// opt-in; cuda_model_set_norm_bf16_dx overrides it process-wide (tests, bench_distill_step --norm-bf16-dx; -1 goes
-// back to the environment).
+// gradient d_hidden also write its bf16 rounding (ops/rmsnorm/rmsnorm_cuda.h, rmsnorm_backward_rounded_cuda), which the
+// next pre-norm branch's output projection (o_proj, down_proj) then reads instead of a cast launch rounding d_hidden
+// again: at the 4B student's [8,192, 2,560] rows, two casts per layer (each reading 84 MB, writing 42 MB) become 42 MB
+// more written by the norms. The same bits either way (CudaNormBf16Out.* checks it, with and without kept activations).
+// HLM_NORM_BF16_DX=on|off (core/env_switch.h), off by default: its tests passed on an H100 (session 40:
+// CudaNormBf16Out.* 0 differing bits, the whole suites with it on), but the 4B step under the seed's recipe did not
+// move (8,711.8 / 8,705.7 ms per 96 rows off, 8,711.0 / 8,704.7 on, micro-batch 2, H100), so it stays opt-in;
+// cuda_model_set_norm_bf16_dx overrides it process-wide (tests, bench_distill_step --norm-bf16-dx; -1 goes back to the
+// environment).
 bool cuda_model_norm_bf16_dx();
 void cuda_model_set_norm_bf16_dx(int on);
 
 // Whether a post-norm block's two norms (OLMo 3's, olmo_hybrid's attention layers) add their output into the residual
 // stream in the norm's own launch (ops/rmsnorm/rmsnorm_cuda.h, rmsnorm_post_residual_forward_cuda) instead of a
-// residual add launch after it: the same bits (CudaPostNormFused.* checks the forward's captures and the decode's
-// logits both ways); at batch-1 decode of a 7B OLMo 3, 64 launches per step fewer, which measured neutral there
-// (5.70, 5.70, 5.63, 5.66 ms per step against 5.71, 5.71, 5.62, 5.67 without) and 0.03-0.05 ms less for the 7B
-// hybrid (5.82, 5.83, 5.77, 5.77 against 5.87, 5.88, 5.80, 5.80; H100, session 40). HLM_POST_NORM_FUSED=on|off
-// (core/env_switch.h), on by default; cuda_model_set_post_norm_fused overrides it process-wide (tests,
-// bench_generate --decode-variants postnorm-add / no-postnorm-add; -1 goes back to the environment).
+// residual add launch after it: the same bits (CudaEngineFusions.PostNormResidualAdd... checks a forward's logits and
+// the decode steps' logits both ways, RmsnormCuda.PostResidualFused the op); at batch-1 decode of a 7B OLMo 3, 64
+// launches per step fewer, which measured neutral there (5.70, 5.70, 5.63, 5.66 ms per step against 5.71, 5.71, 5.62,
+// 5.67 without) and 0.03-0.05 ms less for the 7B hybrid (5.82, 5.83, 5.77, 5.77 against 5.87, 5.88, 5.80, 5.80; H100,
+// session 40). HLM_POST_NORM_FUSED=on|off (core/env_switch.h), on by default; cuda_model_set_post_norm_fused overrides
+// it process-wide (tests, bench_generate --decode-variants postnorm-add / no-postnorm-add; -1 goes back to the
+// environment).
 bool cuda_model_post_norm_fused();
 void cuda_model_set_post_norm_fused(int on);
 // How many post-norm launches took the fused form in this process (issued, not replayed from a CUDA graph): the tests'

@@ -435,7 +435,8 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
                   float* post = nullptr) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
-  if constexpr (!std::is_same_v<T, float>) HLM_CHECK(out16 == nullptr && post == nullptr, "rmsnorm_cuda: out16 or post with bf16 rows");
+  if constexpr (!std::is_same_v<T, float>)
+    HLM_CHECK(out16 == nullptr && post == nullptr, "rmsnorm_cuda: out16 or post with bf16 rows");
   HLM_CHECK(delta == nullptr || post == nullptr, "rmsnorm_cuda: a residual before and after the norm");
   // The warp and register kernels are launched as programmatic dependents (dependent_launch.cuh): the launch overlaps
   // the producer's tail, the kernels wait for it before any read.
@@ -640,8 +641,8 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
 
 void rmsnorm_post_residual_forward_cuda(float* out, float* residual, const float* x, float scale,
                                         const float* weight, const RmsnormCudaParams& p, cudaStream_t stream) {
-  HLM_CHECK(residual != out && residual != x && residual != weight,
-            "rmsnorm_post_residual_forward_cuda: the residual stream aliases out, x or weight");
+  HLM_CHECK(residual != out && residual != x,
+            "rmsnorm_post_residual_forward_cuda: the residual stream aliases out or x");
   forward_impl(out, const_cast<float*>(x), weight, p, stream, nullptr, scale, nullptr, residual);
 }
 

@@ -8,7 +8,9 @@
 // tokens, 256 tiles), every fill of x (large, ±0, subnormal, NaN/±Inf); state_out aliasing state_in; dw == nullptr.
 // The K = 4 cases with C % 4 == 0 take the 4-channel path (16-byte rows); FourChannelPathEqualsOneChannelPath runs
 // them again with every row pointer one float off 16-byte alignment (the 1-channel path) and wants the same bits.
-// The bf16-dx backward (last test) against the fp32 backward's dx cast to bf16, bit for bit.
+// The bf16-dx backward (last test) against the fp32 backward's dx cast to bf16, bit for bit. The backward's interior
+// walk (runs inside one sequence) against the general walk on every 4-channel case, bit for bit (InteriorWalk...); the
+// 4-channel path takes it by default, so the 1-channel comparison and the fp32 emulation check it too.
 //
 // Tolerances (fp32 rule, harness.h). expf ≤ 2 ulp (4u); the K-tap sums are FMA chains (K roundings relative to the
 // sum of |terms|). Magnitudes are computed by the double reference on absolute values (|x|, |w|, |state|, no SiLU):
@@ -99,6 +101,10 @@ const std::vector<ConvCase> kCases = {
     {{0, 0, 0}, 8, 4, true, true, Fill::Normal},
     {{0, 20000, 20001, 50000}, 8, 4, true, true, Fill::Normal},
     {{0, 20000, 20001, 50000}, 8, 4, false, false, Fill::Normal},
+    // The training shape's structure (packed sequences of 1,024: every run interior but each sequence's last, whose
+    // halo crosses into the next sequence), with and without SiLU.
+    {{0, 1024, 2048, 3072}, 136, 4, true, false, Fill::Normal},
+    {{0, 1024, 2048, 3072}, 136, 4, false, true, Fill::Normal},
 };
 
 std::string name(const ConvCase& c, const char* what) {
@@ -392,6 +398,46 @@ TEST(CausalConv1dCuda, FourChannelPathEqualsOneChannelPath) {
     EXPECT_TRUE(buffers_ok({&y, &y1, &so, &so1, &dx, &dx1, &dw, &dw1, &ws}, {&x, &x1, &dy, &dy1, &w, &cu, &st}))
         << name(c, "1-channel path");
   }
+}
+
+// The backward's interior walk (causal_conv1d_cuda_set_interior_walk: runs with their halo inside one sequence, K = 4,
+// 4-channel path) against the general walk on every 4-channel case, fp32 and bf16 dx: dx, dw and d_state_in bit for bit.
+TEST(CausalConv1dCuda, InteriorWalkEqualsTheGeneralWalk) {
+  HLM_REQUIRE_CUDA();
+  int cases = 0;
+  for (const ConvCase& c : kCases) {
+    if (c.K != 4 || c.C % 4 != 0 || c.cu.back() == 0) continue;
+    ++cases;
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), ns = state_size(c), nw = in.w.size();
+    const CausalConv1dCudaParams p = params_of(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens"), dy = DeviceBuffer::from(in.dy, "dy");
+    DeviceBuffer st = c.has_state ? DeviceBuffer::from(in.state, "state_in") : DeviceBuffer(0, "state_in");
+    const float* st_dev = c.has_state ? st.as<float>() : nullptr;
+    DeviceBuffer ws(causal_conv1d_backward_cuda_workspace_bytes(p), "workspace");
+    struct Out {
+      std::vector<unsigned char> dx, dx16, dw, ds;
+    } out[2];
+    for (int walk = 0; walk < 2; ++walk) {  // 0: the general walk only, 1: interior runs take the interior walk
+      causal_conv1d_cuda_set_interior_walk(walk);
+      DeviceBuffer dx(n * 4, "dx"), dx16(n * 2, "dx bf16"), dw(nw * 4, "dw"), ds(ns * 4, "d_state_in");
+      causal_conv1d_backward_cuda(dx.as<float>(), dw.as<float>(), ns ? ds.as<float>() : nullptr, dy.as<float>(),
+                                  x.as<float>(), w.as<float>(), st_dev, cu.as<int64_t>(), p, ws.as<void>(),
+                                  ws.bytes(), ctx().stream());
+      causal_conv1d_backward_bf16_dx_cuda(dx16.as<__nv_bfloat16>(), nullptr, nullptr, dy.as<float>(), x.as<float>(),
+                                          w.as<float>(), st_dev, cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(),
+                                          ctx().stream());
+      out[walk] = {dx.download_bytes(), dx16.download_bytes(), dw.download_bytes(), ds.download_bytes()};
+      EXPECT_TRUE(buffers_ok({&dx, &dx16, &dw, &ds, &ws}, {&x, &w, &cu, &dy, &st})) << name(c, "bwd walks");
+    }
+    causal_conv1d_cuda_set_interior_walk(-1);
+    EXPECT_TRUE(out[1].dx == out[0].dx) << name(c, "bwd dx, interior walk vs general walk");
+    EXPECT_TRUE(out[1].dx16 == out[0].dx16) << name(c, "bwd bf16 dx, interior walk vs general walk");
+    EXPECT_TRUE(out[1].dw == out[0].dw) << name(c, "bwd dw, interior walk vs general walk");
+    EXPECT_TRUE(out[1].ds == out[0].ds) << name(c, "bwd d_state_in, interior walk vs general walk");
+  }
+  EXPECT_GE(cases, 14);
 }
 
 // The bf16-dx backward (causal_conv1d_backward_bf16_dx_cuda; the GDN layer's bf16 compute mode) on every case: dx

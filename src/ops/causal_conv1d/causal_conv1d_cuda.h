@@ -75,6 +75,12 @@ void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, cons
 void causal_conv1d_decode_cuda(float* y, float* state, const float* x, const float* w,
                                const CausalConv1dCudaParams& p, cudaStream_t stream);
 
+// The backward's interior walk: a run whose tokens, halo included, lie in one sequence (K = 4 on the 4-channel path)
+// is walked without the sequence cursor and masks — the same operations in the same order, so the same bits, with
+// fewer instructions. On by default (HLM_CONV_INTERIOR=off turns it off); 1 | 0 set it for the process, −1 goes back
+// to the environment (bench_cuda_kernels conv times both; tests compare the paths).
+void causal_conv1d_cuda_set_interior_walk(int on);
+
 // Bytes of device scratch causal_conv1d_backward_cuda needs: the dw partials, tiles · K · C floats (0 when T = 0).
 size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams& p);
 

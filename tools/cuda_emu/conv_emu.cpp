@@ -1,0 +1,189 @@
+// Host driver of conv_emu.sh: the causal conv's backward kernel of src/ops/causal_conv1d/causal_conv1d.cu
+// (conv_backward_kernel<4, true, 4, DX>: K = KMAX = 4, four channels per thread) run on the CPU (tools/cuda_emu/emu.h)
+// with its interior walk on and off (the kernel's interior_walk argument), fp32 and bf16 dx:
+//   - the two walks byte for byte: dx (every element written), the dw partials;
+//   - both against a host evaluation in the kernel's documented order: pre = the fmaf chain over the taps (inputs
+//     before a sequence's start from its state row, or zeros), dpre = the kernel's own dpre_of(dy, pre) (with SiLU) or
+//     dy; dx[t] = the fmaf chain over the taps j whose dpre[t + K − 1 − j] lies in t's sequence, in tap order; the dw
+//     partial of (tile, tap, channel) = the runs of the tile added in run order (an empty run adds +0), each run the
+//     fmaf chain Σ_t dpre[t]·in(t − K + 1 + j) over its tokens in order; the bf16 dx = f32_to_bf16_bits(fp32 dx).
+// The grid and tiling are the launcher's (causal_conv1d_cuda_tiling; blocks of 32·4 channels × 4 runs).
+#include "conv_kernel_emu.h"  // the kernel part of causal_conv1d.cu (conv_emu.sh)
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace hlm;
+
+namespace {
+
+int failures = 0, checks = 0;
+
+void report(const std::string& what, size_t differ, size_t of) {
+  ++checks;
+  if (differ != 0) ++failures;
+  std::printf("[%s] %s: %zu of %zu differ\n", differ == 0 ? "pass" : "FAIL", what.c_str(), differ, of);
+}
+
+template <class T>
+size_t count_differing(const std::vector<T>& a, const std::vector<T>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0 ? 1 : 0;
+  return n + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
+constexpr int64_t K = 4;
+
+struct Case {
+  std::vector<int64_t> cu;
+  int64_t C;
+  bool silu, has_state, edge;  // edge: ±0, 1e30, NaN among x and dy
+  std::string name() const {
+    std::string lens;
+    for (size_t i = 1; i < cu.size(); ++i) lens += (i > 1 ? "," : "") + std::to_string(cu[i] - cu[i - 1]);
+    return "lens=" + lens + " C=" + std::to_string(C) + (silu ? " silu" : "") + (has_state ? " state" : "") +
+           (edge ? " edge values" : "");
+  }
+};
+
+std::vector<float> values(size_t n, uint64_t seed, bool edge) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& e : v) e = normal(rng);
+  if (edge) {
+    const float specials[] = {0.0f, -0.0f, 1e30f, -1e30f, std::numeric_limits<float>::quiet_NaN()};
+    for (size_t i = 0; i < n; i += 97) v[i] = specials[(i / 97) % 5];
+  }
+  return v;
+}
+
+struct Outputs {
+  std::vector<float> dx, partial;
+  std::vector<uint16_t> dx16;
+};
+
+Outputs run_kernel(const Case& c, const std::vector<float>& x, const std::vector<float>& dy,
+                   const std::vector<float>& w, const std::vector<float>& state, bool interior) {
+  const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+  const Geometry g{T, c.C, K, N};
+  const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(T);
+  const Dim grid{static_cast<unsigned>((c.C + 127) / 128), static_cast<unsigned>(tiling.tiles), 1};
+  const float* st = c.has_state ? state.data() : nullptr;
+  Outputs o;
+  o.dx.assign(static_cast<size_t>(T * c.C), std::numeric_limits<float>::quiet_NaN());
+  o.dx16.assign(o.dx.size(), 0xFFFFu);
+  o.partial.assign(static_cast<size_t>(tiling.tiles * K * c.C), std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> partial16(o.partial.size());
+  emu_launch(grid, 128, 0, [&] {
+    conv_backward_kernel<4, true, 4, float>(o.dx.data(), o.partial.data(), dy.data(), x.data(), w.data(), st,
+                                            c.cu.data(), g, tiling.run_tokens, c.silu, interior);
+  });
+  emu_launch(grid, 128, 0, [&] {
+    conv_backward_kernel<4, true, 4, __nv_bfloat16>(reinterpret_cast<__nv_bfloat16*>(o.dx16.data()),
+                                                    partial16.data(), dy.data(), x.data(), w.data(), st, c.cu.data(),
+                                                    g, tiling.run_tokens, c.silu, interior);
+  });
+  if (std::memcmp(partial16.data(), o.partial.data(), partial16.size() * 4) != 0) o.partial.clear();  // flagged below
+  return o;
+}
+
+Outputs host_formula(const Case& c, const std::vector<float>& x, const std::vector<float>& dy,
+                     const std::vector<float>& w, const std::vector<float>& state) {
+  const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1, C = c.C;
+  const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(T);
+  std::vector<int64_t> seq_of(static_cast<size_t>(T));
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t t = c.cu[s]; t < c.cu[s + 1]; ++t) seq_of[t] = s;
+  // in(p) for a token of sequence s: x inside the sequence, its state row (or 0) before its start.
+  const auto in = [&](int64_t s, int64_t p, int64_t ch) -> float {
+    const int64_t start = c.cu[s];
+    if (p >= start) return x[p * C + ch];
+    return c.has_state ? state[(s * C + ch) * (K - 1) + (K - 1 + p - start)] : 0.0f;
+  };
+  std::vector<float> dpre(static_cast<size_t>(T * C));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float pre = 0.0f;
+      for (int64_t j = 0; j < K; ++j) pre = fmaf(w[ch * K + j], in(seq_of[t], t - K + 1 + j, ch), pre);
+      dpre[t * C + ch] = c.silu ? dpre_of(dy[t * C + ch], pre) : dy[t * C + ch];
+    }
+  Outputs o;
+  o.dx.resize(dpre.size());
+  o.dx16.resize(dpre.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      const int64_t end = c.cu[seq_of[t] + 1];
+      float sum = 0.0f;
+      for (int64_t j = 0; j < K; ++j)
+        if (t + K - 1 - j < end) sum = fmaf(w[ch * K + j], dpre[(t + K - 1 - j) * C + ch], sum);
+      o.dx[t * C + ch] = sum;
+      o.dx16[t * C + ch] = cuda::f32_to_bf16_bits(sum);
+    }
+  const int64_t R = tiling.run_tokens, Y = causal_conv1d_cuda_runs_per_tile();
+  o.partial.resize(static_cast<size_t>(tiling.tiles * K * C));
+  for (int64_t tile = 0; tile < tiling.tiles; ++tile)
+    for (int64_t j = 0; j < K; ++j)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        float total = 0.0f;
+        for (int64_t r = 0; r < Y; ++r) {
+          const int64_t t0 = (tile * Y + r) * R;
+          float acc = 0.0f;
+          for (int64_t t = t0; t < std::min(t0 + R, T); ++t)
+            acc = fmaf(dpre[t * C + ch], in(seq_of[t], t - K + 1 + j, ch), acc);
+          total = r == 0 ? acc : total + acc;
+        }
+        o.partial[(tile * K + j) * C + ch] = total;
+      }
+  return o;
+}
+
+void run(const Case& c, uint64_t seed) {
+  const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+  const std::vector<float> x = values(static_cast<size_t>(T * c.C), seed, c.edge);
+  const std::vector<float> dy = values(static_cast<size_t>(T * c.C), seed + 1, c.edge);
+  std::vector<float> w = values(static_cast<size_t>(c.C * K), seed + 2, false);
+  for (float& e : w) e *= 0.5f;
+  const std::vector<float> state = values(static_cast<size_t>(N * c.C * (K - 1)), seed + 3, false);
+  const Outputs interior = run_kernel(c, x, dy, w, state, true), general = run_kernel(c, x, dy, w, state, false);
+  const Outputs host = host_formula(c, x, dy, w, state);
+  const std::string name = c.name();
+  report(name + ": dx, interior walk vs general walk", count_differing(interior.dx, general.dx), interior.dx.size());
+  report(name + ": bf16 dx, interior walk vs general walk", count_differing(interior.dx16, general.dx16),
+         interior.dx16.size());
+  report(name + ": dw partials (fp32 and bf16 dx runs alike), interior walk vs general walk",
+         count_differing(interior.partial, general.partial), host.partial.size());
+  report(name + ": dx, interior walk vs the host formula", count_differing(interior.dx, host.dx), host.dx.size());
+  report(name + ": bf16 dx, interior walk vs the host rounding", count_differing(interior.dx16, host.dx16),
+         host.dx16.size());
+  report(name + ": dw partials, interior walk vs the host formula", count_differing(interior.partial, host.partial),
+         host.partial.size());
+}
+
+}  // namespace
+
+int main() {
+  const std::vector<Case> cases = {
+      // The training shape's structure: packed sequences of 1,024 (runs of 32: every run interior but each
+      // sequence's last, whose halo crosses into the next sequence).
+      {{0, 1024, 2048, 3072}, 136, true, false, false},
+      {{0, 1024, 2048, 3072}, 8, false, true, false},
+      {{0, 1024, 2048}, 8, true, true, true},
+      // Boundaries inside runs and inside a run's halo, at run starts; T = 300 and 129 (a short last run).
+      {{0, 5, 37, 38, 300}, 8, true, true, false},
+      {{0, 32, 64, 96, 129}, 136, false, true, false},
+      {{0, 33, 66, 200}, 8, true, false, true},
+      // Empty sequences and sequences shorter than K − 1.
+      {{0, 0, 3, 3, 5, 6}, 8, true, true, false},
+      // T = 50,000 > 32,768: runs of 49 tokens (not a multiple of the 8-row ring), 256 tiles.
+      {{0, 20000, 20001, 50000}, 8, true, true, false},
+  };
+  uint64_t seed = 7;
+  for (const Case& c : cases) run(c, seed += 10);
+  std::printf("%d checks, %d failed\n", checks, failures);
+  return failures == 0 ? 0 : 1;
+}

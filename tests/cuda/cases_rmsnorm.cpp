@@ -407,6 +407,52 @@ TEST(RmsnormCuda, ResidualFused) {
   }
 }
 
+// The residual add out of place (rmsnorm_residual_into_forward_rounded_cuda: the training trace's snapshots) against
+// the in-place call on a copy, bit for bit: x_out, out and out16, x untouched, on kFusedResidualShapes at scales 1 and
+// 0.22; also x_out one float off a 16-byte boundary while x is aligned (the copy-then-in-place fallback: the same
+// bits) and x_out = x (exactly the in-place call).
+TEST(RmsnormCuda, ResidualIntoEqualsInPlace) {
+  HLM_REQUIRE_CUDA();
+  for (const RmsCase& c : kFusedResidualShapes) {
+    for (const float scale : {1.0f, 0.22f}) {
+      const Inputs in = make_inputs(c, false);
+      const size_t n = static_cast<size_t>(c.R * c.D);
+      const std::vector<float> delta = make_values(n, Fill::Normal, 9);
+      const RmsnormCudaParams p{c.R, c.D, kEps};
+      DeviceBuffer x_ref = DeviceBuffer::from(in.x, "x (in place)"), x = DeviceBuffer::from(in.x, "x"),
+                   x_same = DeviceBuffer::from(in.x, "x = x_out"), d = DeviceBuffer::from(delta, "delta"),
+                   w = DeviceBuffer::from(in.w, "weight"), x_out(n * 4, "x_out"), x_off((n + 1) * 4, "x_out+1"),
+                   out_ref(n * 4, "out"), out(n * 4, "out (into)"), out_off(n * 4, "out (x_out+1)"),
+                   out_same(n * 4, "out (x_out = x)"), o16_ref(n * 2, "out16"), o16(n * 2, "out16 (into)"),
+                   o16_off(n * 2, "out16 (x_out+1)");
+      rmsnorm_residual_forward_rounded_cuda(out_ref.as<float>(), o16_ref.as<__nv_bfloat16>(), x_ref.as<float>(),
+                                            d.as<float>(), scale, w.as<float>(), p, ctx().stream());
+      rmsnorm_residual_into_forward_rounded_cuda(out.as<float>(), o16.as<__nv_bfloat16>(), x_out.as<float>(),
+                                                 x.as<float>(), d.as<float>(), scale, w.as<float>(), p,
+                                                 ctx().stream());
+      rmsnorm_residual_into_forward_rounded_cuda(out_off.as<float>(), o16_off.as<__nv_bfloat16>(),
+                                                 x_off.as<float>() + 1, x.as<float>(), d.as<float>(), scale,
+                                                 w.as<float>(), p, ctx().stream());
+      rmsnorm_residual_into_forward_rounded_cuda(out_same.as<float>(), nullptr, x_same.as<float>(), x_same.as<float>(),
+                                                 d.as<float>(), scale, w.as<float>(), p, ctx().stream());
+      const std::string what = "residual into, scale " + std::to_string(scale);
+      const std::vector<float> ref_x = x_ref.download<float>(), ref_out = out_ref.download<float>();
+      const std::vector<uint16_t> ref16 = o16_ref.download<uint16_t>();
+      EXPECT_TRUE(check_exact(name(c, (what + " x_out").c_str()), x_out.download<float>(), ref_x));
+      EXPECT_TRUE(check_exact(name(c, (what + " x untouched").c_str()), x.download<float>(), in.x));
+      EXPECT_TRUE(check_exact(name(c, (what + " out").c_str()), out.download<float>(), ref_out));
+      EXPECT_TRUE(o16.download<uint16_t>() == ref16) << name(c, (what + " out16").c_str());
+      EXPECT_TRUE(check_exact(name(c, (what + " x_out+1").c_str()), body_after_one(x_off), ref_x));
+      EXPECT_TRUE(check_exact(name(c, (what + " out, x_out+1").c_str()), out_off.download<float>(), ref_out));
+      EXPECT_TRUE(o16_off.download<uint16_t>() == ref16) << name(c, (what + " out16, x_out+1").c_str());
+      EXPECT_TRUE(check_exact(name(c, (what + " x_out = x").c_str()), x_same.download<float>(), ref_x));
+      EXPECT_TRUE(check_exact(name(c, (what + " out, x_out = x").c_str()), out_same.download<float>(), ref_out));
+      EXPECT_TRUE(buffers_ok({&x_out, &x_off, &out, &out_off, &o16, &o16_off, &x_same, &out_same}, {&x, &d, &w}))
+          << name(c, what.c_str());
+    }
+  }
+}
+
 // A post-norm block's norm + residual add (rmsnorm_post_residual_forward_cuda) against the two launches it replaces,
 // bit for bit: the norm's output and the residual stream after the add, on kFusedResidualShapes, at scales 1 and
 // 0.22, with out aliasing x (the norm in place), and with the

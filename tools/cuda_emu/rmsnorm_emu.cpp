@@ -4,6 +4,8 @@
 //     in the same order: thread t the elements t, t + 256, ..., then block_sum);
 //   - with delta: x afterwards against residual_add_value(x, scale, delta) element by element (bits), and out against
 //     the block kernel run on that x (bits); out16 against f32_to_bf16_bits(out) (bits);
+//   - with x_out (the residual add out of place, rmsnorm_residual_into_forward_rounded_cuda): x_out against the same
+//     formula, x untouched, out and out16 the in-place call's bytes;
 //   - out aliasing delta (allowed by rmsnorm_cuda.h): the same bytes as with separate buffers;
 //   - with post (rmsnorm_post_residual_forward_cuda's path): out as without it, and post afterwards against
 //     residual_add_value(post, scale, out) element by element (bits), also with out aliasing x;
@@ -48,14 +50,16 @@ size_t differing_bytes(const float* a, const float* b, size_t n) {
 }
 
 void regs(float* out, float* x, const float* w, int64_t R, int64_t D, float eps, const float* delta, float scale,
-          __nv_bfloat16* out16, unsigned blocks, float* post = nullptr) {
+          __nv_bfloat16* out16, unsigned blocks, float* post = nullptr, float* x_out = nullptr) {
   const Dim grid{blocks, 1, 1};
   if (D <= 8 * kThreads)
-    emu_launch(grid, kThreads, 0,
-               [&] { rmsnorm_forward_regs_kernel<float, 8>(out, x, w, R, D, eps, delta, scale, out16, post); });
+    emu_launch(grid, kThreads, 0, [&] {
+      rmsnorm_forward_regs_kernel<float, 8>(out, x, w, R, D, eps, delta, scale, out16, post, x_out);
+    });
   else
-    emu_launch(grid, kThreads, 0,
-               [&] { rmsnorm_forward_regs_kernel<float, 16>(out, x, w, R, D, eps, delta, scale, out16, post); });
+    emu_launch(grid, kThreads, 0, [&] {
+      rmsnorm_forward_regs_kernel<float, 16>(out, x, w, R, D, eps, delta, scale, out16, post, x_out);
+    });
 }
 
 void block(float* out, const float* x, const float* w, int64_t R, int64_t D, float eps, unsigned blocks) {
@@ -102,6 +106,18 @@ void run_case(int64_t R, int64_t D, float scale, unsigned blocks, bool edges, st
   size_t bad16 = 0;
   for (size_t i = 0; i < n; ++i) bad16 += out16[i].x != cuda::f32_to_bf16_bits(out_d[i]) ? 1 : 0;
   report(tag + ": out16 = bf16 rounding of out", bad16);
+
+  // The residual add out of place (x_out: the training trace's snapshots): x_out, out and out16 as in place, x only
+  // read.
+  std::vector<float> xi = x0, x_into(n, std::numeric_limits<float>::quiet_NaN()), out_i(n);
+  std::vector<__nv_bfloat16> out16_i(n);
+  regs(out_i.data(), xi.data(), w.data(), R, D, eps, delta.data(), scale, out16_i.data(), blocks, nullptr,
+       x_into.data());
+  report(tag + ": x_out = x + scale · delta, x untouched",
+         differing_bytes(x_into.data(), x_want.data(), n) + differing_bytes(xi.data(), x0.data(), n));
+  size_t bad16_i = 0;
+  for (size_t i = 0; i < n; ++i) bad16_i += out16_i[i].x != out16[i].x ? 1 : 0;
+  report(tag + ": x_out: out and out16 as in place", differing_bytes(out_i.data(), out_d.data(), n) + bad16_i);
 
   // out aliasing delta.
   std::vector<float> xs = x0, shared = delta;

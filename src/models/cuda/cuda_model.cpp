@@ -35,6 +35,15 @@ bool cuda_model_post_norm_fused() { return g_post_norm_fused.on(); }
 void cuda_model_set_post_norm_fused(int on) { g_post_norm_fused.set(on); }
 int64_t cuda_model_post_norm_fused_launches() { return g_post_norm_fused_launches.load(); }
 
+namespace {
+OverridableSwitch g_direct_snapshots{"HLM_RESIDUAL_SNAPSHOTS", true};  // cuda_model.h
+std::atomic<int64_t> g_direct_snapshot_adds{0};                        // cuda_model_direct_snapshot_adds
+}  // namespace
+
+bool cuda_model_direct_snapshots() { return g_direct_snapshots.on(); }
+void cuda_model_set_direct_snapshots(int on) { g_direct_snapshots.set(on); }
+int64_t cuda_model_direct_snapshot_adds() { return g_direct_snapshot_adds.load(); }
+
 bool cuda_model_norm_bf16_dx() { return g_norm_bf16_dx.on(); }
 void cuda_model_set_norm_bf16_dx(int on) { g_norm_bf16_dx.set(on); }
 // cuda_model_norm_bf16_dx_reads: cuda_model_train.cpp, beside the backward that counts them.
@@ -152,7 +161,7 @@ void CudaModel::embed(const CudaBatchView& b, float* out) const {
 
 void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                             const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept,
-                            const MixerOverride* mixer_override) {
+                            const MixerOverride* mixer_override, const ResidualSnapshots* snapshots) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = config_;
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
@@ -178,6 +187,23 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     kept->clear();
     kept->resize(layers_.size());
   }
+  // Residual snapshots (the training trace): written by the pre-norm adds themselves when every layer is pre-norm
+  // (`direct`; h then moves from snapshot to snapshot and is never updated in place), else copied at the capture
+  // points from the one stream buffer.
+  bool direct = snapshots != nullptr && cuda_model_direct_snapshots();
+  if (snapshots != nullptr) {
+    for (std::vector<CudaTensor>* v : {snapshots->layer_in, snapshots->mixer_out}) {
+      v->clear();
+      v->resize(layers_.size());
+    }
+    for (const auto& layer : layers_)
+      if (layer->full_attention && spec.attention_post_norm) direct = false;
+  }
+  const auto snapshot = [&](std::vector<CudaTensor>* v, int layer) -> CudaTensor& {
+    CudaTensor& t = (*v)[static_cast<size_t>(layer)];
+    t = CudaTensor::empty(ctx, {T, H});
+    return t;
+  };
   // Copy of a [T, H] buffer into a kept slot (exact); nothing without kept activations.
   const auto keep_copy = [&](CudaTensor CudaKeptLayer::*slot, int layer, const CudaTensor& from) {
     if (kept == nullptr) return;
@@ -217,6 +243,19 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     else
       rmsnorm_forward_rounded_cuda(nr, out16, h, weight, row_norm, stream);
     pending = false;
+  };
+  // The same with the stream's next value written to `to` (direct snapshots), which h then points at: the pending add
+  // out of place (the same bits), or without one a copy of h first.
+  const auto norm_after_pending_into = [&](float* to, const float* weight, __nv_bfloat16* out16 = nullptr) {
+    if (pending) {
+      rmsnorm_residual_into_forward_rounded_cuda(nr, out16, to, h, dl, pending_scale, weight, row_norm, stream);
+      ++g_direct_snapshot_adds;
+    } else {
+      cuda_copy_device(ctx, to, h, static_cast<size_t>(T * H) * sizeof(float));
+      rmsnorm_forward_rounded_cuda(nr, out16, to, weight, row_norm, stream);
+    }
+    pending = false;
+    h = to;
   };
   // Where the norm before a pre-norm branch writes its output's bf16 rounding: nr16 without kept activations; with
   // them in the bf16 mode (HLM_NORM_BF16_OUT on) the branch's kept bf16 input slot itself, so that no cast of nr
@@ -284,9 +323,17 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     };
     // A pre-norm layer adds the previous layer's pending MLP branch inside its input norm (one launch); any other
     // reader of the residual stream needs it added first.
-    if (post_norm) flush_pending();
-    else norm_after_pending(layer.input_layernorm.data<float>(), norm_out16(&CudaKeptLayer::mixer_in16, i));
-    emit(CapturePoint::AttnIn, i, hidden);
+    if (post_norm) {
+      flush_pending();
+    } else if (direct) {
+      norm_after_pending_into(snapshot(snapshots->layer_in, i).data<float>(), layer.input_layernorm.data<float>(),
+                              norm_out16(&CudaKeptLayer::mixer_in16, i));
+    } else {
+      norm_after_pending(layer.input_layernorm.data<float>(), norm_out16(&CudaKeptLayer::mixer_in16, i));
+    }
+    if (snapshots != nullptr && !direct)
+      cuda_copy_device(ctx, snapshot(snapshots->layer_in, i).raw(), h, hidden.nbytes());
+    emit(CapturePoint::AttnIn, i, direct ? (*snapshots->layer_in)[static_cast<size_t>(i)] : hidden);
     if (post_norm) {
       // dl = norm(branch in nr), h += dl: one launch when fused (the same bits as the two).
       const auto norm_and_add = [&](const CudaTensor& weight) {
@@ -302,6 +349,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       keep_copy(&CudaKeptLayer::mixer_branch, i, normed);
       norm_and_add(layer.post_attention_layernorm);
       emit(CapturePoint::AttnDelta, i, delta);  // dl is not changed by the add
+      if (snapshots != nullptr) cuda_copy_device(ctx, snapshot(snapshots->mixer_out, i).raw(), h, hidden.nbytes());
       emit(CapturePoint::AttnOut, i, hidden);
       mlp(nr, {h, nullptr});
       keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
@@ -312,17 +360,31 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       emit(CapturePoint::AttnDelta, i, delta);
       // h += branch, then the post-attention norm of h: one launch (the same bits as the add, then the norm), with
       // nr's rounding when nr16 is on.
-      rmsnorm_residual_forward_rounded_cuda(nr, norm_out16(&CudaKeptLayer::mlp_in16, i), h, dl,
-                                            hyper.residual_multiplier, layer.post_attention_layernorm.data<float>(),
-                                            row_norm, stream);
-      emit(CapturePoint::AttnOut, i, hidden);
+      if (direct) {  // into the layer's mixer_out snapshot (the same bits), which the stream moves to
+        float* to = snapshot(snapshots->mixer_out, i).data<float>();
+        rmsnorm_residual_into_forward_rounded_cuda(nr, norm_out16(&CudaKeptLayer::mlp_in16, i), to, h, dl,
+                                                   hyper.residual_multiplier,
+                                                   layer.post_attention_layernorm.data<float>(), row_norm, stream);
+        ++g_direct_snapshot_adds;
+        h = to;
+      } else {
+        rmsnorm_residual_forward_rounded_cuda(nr, norm_out16(&CudaKeptLayer::mlp_in16, i), h, dl,
+                                              hyper.residual_multiplier, layer.post_attention_layernorm.data<float>(),
+                                              row_norm, stream);
+        if (snapshots != nullptr)
+          cuda_copy_device(ctx, snapshot(snapshots->mixer_out, i).raw(), h, hidden.nbytes());
+      }
+      emit(CapturePoint::AttnOut, i, direct ? (*snapshots->mixer_out)[static_cast<size_t>(i)] : hidden);
       mlp(dl, branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));
       emit(CapturePoint::MlpDelta, i, delta);
       pending_scale = hyper.residual_multiplier;  // added by the next norm (or flush_pending)
       pending = true;
     }
   }
-  norm_after_pending(norm_.data<float>());
+  if (direct)  // the stream entering the final norm into `hidden` (the last snapshot stays as it is)
+    norm_after_pending_into(hidden.data<float>(), norm_.data<float>());
+  else
+    norm_after_pending(norm_.data<float>());
 }
 
 Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture,

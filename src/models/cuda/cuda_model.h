@@ -89,6 +89,19 @@ int64_t cuda_model_post_norm_fused_launches();
 // tests can tell that the switch engaged.
 int64_t cuda_model_norm_bf16_dx_reads();
 
+// Whether the training trace's residual snapshots (CudaTrainTrace::layer_in, mixer_out: the stream entering each layer
+// and after its mixer's add, which the backward's norms read) are written by the pre-norm adds themselves
+// (ops/rmsnorm/rmsnorm_cuda.h, rmsnorm_residual_into_forward_rounded_cuda: the add out of place into the next
+// snapshot) instead of copied from the one stream buffer after each add: at the 4B student's [8,192, 2,560] rows, 72
+// copies of 84 MB per micro-batch fewer (session 36's H200 trace: 41.5 µs each, 3.0 ms of a ~705-ms step). Only where
+// every layer is pre-norm; post-norm models keep the copies. The same bits either way (CudaResidualSnapshots.*).
+// HLM_RESIDUAL_SNAPSHOTS=on|off (core/env_switch.h), on by default; cuda_model_set_direct_snapshots overrides it
+// process-wide (tests, A/B runs; -1 goes back to the environment).
+bool cuda_model_direct_snapshots();
+void cuda_model_set_direct_snapshots(int on);
+// How many residual adds wrote a snapshot directly in this process: the tests' proof that the switch engaged.
+int64_t cuda_model_direct_snapshot_adds();
+
 class CudaModel {
  public:
   // Uploads `model`'s weights to ctx's device (checks every tensor's shape first, input errors as the CPU). The host
@@ -214,13 +227,21 @@ class CudaModel {
  private:
   struct Layer;
   using DeviceEmit = std::function<void(CapturePoint point, int layer, const CudaTensor& value)>;
+  // The residual stream kept per layer for the backward: (*layer_in)[i] entering layer i, (*mixer_out)[i] after its
+  // mixer's add (run_decoder resizes both to the layer count).
+  struct ResidualSnapshots {
+    std::vector<CudaTensor>* layer_in;
+    std::vector<CudaTensor>* mixer_out;
+  };
   // Embedding, every layer and the final norm over a device batch: `hidden` ends as the stream entering the final
   // norm, `normed` as the final hidden states; emit sees each capture point's device value in forward order. kept:
   // nullptr, or gets one CudaKeptLayer per layer (Recompute::None).
   // mixer_override: nullptr, or the inference engine's stateful mixers (final_hidden_with_mixer).
+  // snapshots: nullptr, or the residual stream per layer (cuda_model_direct_snapshots: written by the adds when every
+  // layer is pre-norm, else copied); emit then sees the snapshot tensors at AttnIn / AttnOut.
   void run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                    const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept = nullptr,
-                   const MixerOverride* mixer_override = nullptr);
+                   const MixerOverride* mixer_override = nullptr, const ResidualSnapshots* snapshots = nullptr);
   // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
   template <class Self, class Fn>
   static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);

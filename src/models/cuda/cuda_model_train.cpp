@@ -25,12 +25,6 @@ namespace hlm {
 
 namespace {
 
-CudaTensor clone_device(CudaContext& ctx, const CudaTensor& t) {
-  CudaTensor c = CudaTensor::empty(ctx, t.shape(), t.dtype());
-  cuda_copy_device(ctx, c.raw(), t.raw(), t.nbytes());
-  return c;
-}
-
 // Visits a device linear and its host twin (the bias only where the layer has one).
 template <class Lin, class Fn>
 void visit_linear(Lin& d, Linear& h, const Fn& fn) {
@@ -230,13 +224,10 @@ CudaTrainTrace CudaModel::forward_train(const CudaTokenBatch& device_batch, Reco
   CudaTrainTrace trace{device_batch, {}, {}, {}, {}, {}};
   const CudaBatchView b = trace.batch.view();
   const RopeCudaTable* rope = rope_table(b.max_seqlen);
+  const ResidualSnapshots snapshots{&trace.layer_in, &trace.mixer_out};
   run_decoder(
-      b, rope, trace.final_stream, trace.final_hidden,
-      [&](CapturePoint point, int, const CudaTensor& v) {
-        if (point == CapturePoint::AttnIn) trace.layer_in.push_back(clone_device(ctx, v));
-        if (point == CapturePoint::AttnOut) trace.mixer_out.push_back(clone_device(ctx, v));
-      },
-      recompute == Recompute::None ? &trace.kept : nullptr);
+      b, rope, trace.final_stream, trace.final_hidden, [](CapturePoint, int, const CudaTensor&) {},
+      recompute == Recompute::None ? &trace.kept : nullptr, nullptr, &snapshots);
   return trace;
 }
 

@@ -62,7 +62,8 @@ static_assert(rmsnorm_cuda_regs_max_dim() == 16 * kThreads, "block path: at most
 
 // With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
 // residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block;
-// the lane stores its own slice of x, which only it reads).
+// the lane stores its own slice of x, which only it reads). With `x_out` the updated row goes there instead and x is
+// only read (x_out aliases nothing but possibly x).
 // With `out16` (T = float only): the output's bf16 rounding is stored too, from the same registers (the bits of
 // casting `out`), for readers that only multiply it on the tensor cores.
 // With `post` (T = float only, never with delta): after the norm, post += scale · out (residual_add_value's bits) from
@@ -74,10 +75,12 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f,
                                                                         __nv_bfloat16* out16 = nullptr,
-                                                                        float* post = nullptr) {
+                                                                        float* post = nullptr,
+                                                                        T* x_out = nullptr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   const int lane = static_cast<int>(threadIdx.x % 32);
+  T* const xs = x_out != nullptr ? x_out : x;  // where the updated residual row goes (with delta)
   float wv[P];
   load_slice<V, P>(wv, w, D, lane);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32; r < R;
@@ -90,7 +93,7 @@ __global__ void __launch_bounds__(kWarpThreads) rmsnorm_forward_warp_kernel(T* o
         load_slice<V, P>(dv, delta + r * D, D, lane);
 #pragma unroll
         for (int i = 0; i < P; ++i) xv[i] = cuda::residual_add_value(xv[i], scale, dv[i]);
-        store_slice<V, P>(x + r * D, xv, D, lane);
+        store_slice<V, P>(xs + r * D, xv, D, lane);
       }
     }
     float pv[P];
@@ -222,7 +225,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, const
 // for one row of 2560 on the H200, session 11's batch-1 decode trace). Thread t still sums the elements t, t + kThreads,
 // ... in order and block_sum adds the same partials, so the bits equal rmsnorm_forward_kernel's.
 // With `delta` (T = float only): first x += scale · delta in place, product and sum rounded separately as
-// residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block).
+// residual_add_forward_cuda does, then the norm of the updated row (the fused residual + norm of a pre-norm block);
+// with `x_out` the updated row goes there instead (as the warp kernel).
 // With `out16` (T = float only): the output's bf16 rounding is stored too (as the warp kernel).
 // With `post` (T = float only, never with delta): post += scale · out after the norm (as the warp kernel).
 template <typename T, int E>
@@ -231,12 +235,14 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
                                                                         const float* delta = nullptr,
                                                                         float scale = 1.0f,
                                                                         __nv_bfloat16* out16 = nullptr,
-                                                                        float* post = nullptr) {
+                                                                        float* post = nullptr,
+                                                                        T* x_out = nullptr) {
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   cuda::dependent_launch_wait();     // launched as a dependent itself: the producer of x / delta has finished
   __shared__ float smem[kThreads / 32];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
-    T* xr = x + r * D;
+    const T* xr = x + r * D;
+    T* const xs = (x_out != nullptr ? x_out : x) + r * D;  // where the updated residual row goes (with delta)
     float v[E], wv[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -259,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_regs_kernel(T* out, 
         const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
         if (d < D) {
           v[e] = cuda::residual_add_value(v[e], scale, dv[e]);
-          xr[d] = from_f32<T>(v[e]);
+          xs[d] = from_f32<T>(v[e]);
         }
       }
     }
@@ -429,12 +435,23 @@ unsigned warp_row_blocks(int64_t R) { return cuda::warp_row_blocks<kWarpRows>(R)
 // out = rmsnorm(x) · w, after x += scale · delta in place when delta is given (T = float only; the kernels that
 // hold the row fuse the add, rows longer than 16 · kThreads take residual_add_forward_cuda first). x is written only
 // when delta is given.
+// With x_out (only with delta; may equal x): x_out = x + scale · delta and x is only read, the same bits as in place.
 template <typename T>
 void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStream_t stream,
                   const float* delta = nullptr, float scale = 1.0f, __nv_bfloat16* out16 = nullptr,
-                  float* post = nullptr) {
+                  float* post = nullptr, T* x_out = nullptr) {
   check_params(p);
   if (p.rows == 0 || p.dim == 0) return;
+  if (x_out == x) x_out = nullptr;
+  HLM_CHECK(x_out == nullptr || delta != nullptr, "rmsnorm_cuda: a residual destination without delta");
+  if (x_out != nullptr && (p.dim > 16 * kThreads || aligned16(x) != aligned16(x_out))) {
+    // Rows too long to hold (the add is its own launch), or an alignment that would choose another slice order than
+    // the in-place call: copy x into x_out and go in place there (the same bits).
+    HLM_CUDA_CHECK(cudaMemcpyAsync(x_out, x, static_cast<size_t>(p.rows * p.dim) * sizeof(T),
+                                   cudaMemcpyDeviceToDevice, stream));
+    forward_impl(out, x_out, w, p, stream, delta, scale, out16, post);
+    return;
+  }
   if constexpr (!std::is_same_v<T, float>)
     HLM_CHECK(out16 == nullptr && post == nullptr, "rmsnorm_cuda: out16 or post with bf16 rows");
   HLM_CHECK(delta == nullptr || post == nullptr, "rmsnorm_cuda: a residual before and after the norm");
@@ -456,16 +473,16 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
       HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
           pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),
-          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale, out16, post));
+          dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale, out16, post, x_out));
     });
   } else if (p.dim <= 8 * kThreads) {
     HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 8>, dim3(row_blocks(p.rows)),
                                                 dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
-                                                scale, out16, post));
+                                                scale, out16, post, x_out));
   } else if (p.dim <= 16 * kThreads) {
     HLM_CUDA_CHECK(cuda::launch_maybe_dependent(pdl, rmsnorm_forward_regs_kernel<T, 16>, dim3(row_blocks(p.rows)),
                                                 dim3(kThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta,
-                                                scale, out16, post));
+                                                scale, out16, post, x_out));
   } else {
     if constexpr (std::is_same_v<T, float>) {
       if (delta != nullptr) residual_add_forward_cuda(x, delta, scale, p.rows * p.dim, stream);
@@ -637,6 +654,20 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                   static_cast<const void*>(out16) != static_cast<const void*>(delta)),
             "rmsnorm_residual_forward_rounded_cuda: out16 aliases x, out or delta");
   forward_impl(out, x, weight, p, stream, delta, scale, out16);
+}
+
+void rmsnorm_residual_into_forward_rounded_cuda(float* out, __nv_bfloat16* out16, float* x_out, const float* x,
+                                                const float* delta, float scale, const float* weight,
+                                                const RmsnormCudaParams& p, cudaStream_t stream) {
+  HLM_CHECK(x_out != nullptr, "rmsnorm_residual_into_forward_rounded_cuda: no residual destination");
+  HLM_CHECK(out != x && out != x_out, "rmsnorm_residual_into_forward_rounded_cuda: out aliases x or x_out");
+  HLM_CHECK(x_out != delta || x_out == x, "rmsnorm_residual_into_forward_rounded_cuda: x_out aliases delta");
+  HLM_CHECK(out16 == nullptr || (static_cast<const void*>(out16) != static_cast<const void*>(x) &&
+                                  static_cast<const void*>(out16) != static_cast<const void*>(x_out) &&
+                                  static_cast<const void*>(out16) != static_cast<const void*>(out) &&
+                                  static_cast<const void*>(out16) != static_cast<const void*>(delta)),
+            "rmsnorm_residual_into_forward_rounded_cuda: out16 aliases x, x_out, out or delta");
+  forward_impl(out, const_cast<float*>(x), weight, p, stream, delta, scale, out16, nullptr, x_out);
 }
 
 void rmsnorm_post_residual_forward_cuda(float* out, float* residual, const float* x, float scale,

@@ -444,9 +444,8 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
   if (p.rows == 0 || p.dim == 0) return;
   if (x_out == x) x_out = nullptr;
   HLM_CHECK(x_out == nullptr || delta != nullptr, "rmsnorm_cuda: a residual destination without delta");
-  if (x_out != nullptr && (p.dim > 16 * kThreads || aligned16(x) != aligned16(x_out))) {
-    // Rows too long to hold (the add is its own launch), or an alignment that would choose another slice order than
-    // the in-place call: copy x into x_out and go in place there (the same bits).
+  if (x_out != nullptr && p.dim > 16 * kThreads) {
+    // Rows too long to hold (the add is its own launch): copy x into x_out and go in place there (the same bits).
     HLM_CUDA_CHECK(cudaMemcpyAsync(x_out, x, static_cast<size_t>(p.rows * p.dim) * sizeof(T),
                                    cudaMemcpyDeviceToDevice, stream));
     forward_impl(out, x_out, w, p, stream, delta, scale, out16, post);
@@ -463,6 +462,14 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
     // by out16 too would give out other bits than the plain launcher's; store_slice_bf16 stores a row that is not
     // 8-byte aligned element by element instead.
     const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
+    // The slices' order (vector or scalar) decides out's bits and is chosen as for the in-place call; vector slices
+    // store x_out as 16-byte rows, so x_out must then be aligned too (a copy would not help: the norm of a misaligned
+    // row sums in the scalar order).
+    const bool vector_slices = vec && p.dim % static_cast<int64_t>(16 / sizeof(T)) == 0;  // dispatch_warp's choice
+    HLM_CHECK(x_out == nullptr || !vector_slices || aligned16(x_out),
+              "rmsnorm_residual_into_forward_rounded_cuda: rows of ",
+              p.dim, " (≤ ", kWarpMaxDim, ", a multiple of 4) with 16-byte aligned x, out, weight and delta need a "
+              "16-byte aligned x_out");
     if constexpr (std::is_same_v<T, float>) {
       if (post != nullptr && vec && !aligned16(post)) {  // post takes no part in the choice either: two launches
         forward_impl(out, x, w, p, stream, nullptr, 1.0f, out16);

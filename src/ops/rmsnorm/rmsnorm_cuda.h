@@ -110,11 +110,13 @@ void rmsnorm_residual_forward_rounded_cuda(float* out, __nv_bfloat16* out16, flo
                                            cudaStream_t stream);
 
 // The residual add out of place: x_out = x + scale · delta (x only read), then out = rmsnorm(x_out) · weight, and
-// out16 as above when given: the same bits as copying x into x_out and calling rmsnorm_residual_forward_rounded_cuda
-// on x_out (one launch where that is one; rows longer than 16 · rmsnorm_cuda_threads(), or an x_out whose 16-byte
-// alignment differs from x's, take the copy first). For a decoder whose training trace keeps the residual stream at
-// every layer: the add writes the next snapshot, so none is copied (CudaModel::run_decoder). x_out may equal x (then
-// exactly rmsnorm_residual_forward_rounded_cuda); it may alias nothing else, nor may out alias x or x_out.
+// out16 as above when given: the same bits as rmsnorm_residual_forward_rounded_cuda on a copy of x (one launch where
+// that is one; rows longer than 16 · rmsnorm_cuda_threads() take a copy of x into x_out first). On the warp path
+// (dim ≤ rmsnorm_cuda_warp_max_dim(), a multiple of 4) with 16-byte aligned x, out, weight and delta, x_out must be 16-byte aligned
+// too (else a contract error: the in-place call's vector slices decide out's bits and store 16-byte rows). For a
+// decoder whose training trace keeps the residual stream at every layer: the add writes the next snapshot, so none is
+// copied (CudaModel::run_decoder). x_out may equal x (then exactly rmsnorm_residual_forward_rounded_cuda); it may
+// alias nothing else, nor may out alias x or x_out.
 void rmsnorm_residual_into_forward_rounded_cuda(float* out, __nv_bfloat16* out16, float* x_out, const float* x,
                                                 const float* delta, float scale, const float* weight,
                                                 const RmsnormCudaParams& p, cudaStream_t stream);

@@ -28,6 +28,8 @@
 #   ncu     one launch each of the conv backward (bench_cuda_kernels conv) and of the decode attention's split and
 #           merge kernels at the 7B MHA shape, B1, L 1088 (bench_cuda_kernels attn_decode, its first rows): SpeedOfLight,
 #           Occupancy, LaunchStats, WarpStateStats, SchedulerStats — what limits each                         (~90 s)
+#   ab      the recipe (below) as two processes, one entry each (autotune off): $AB_OFF (default: the conv's interior
+#           walk and the direct residual snapshots off) and the defaults, ab_off.log / ab_on.log         (~75 s each)
 #   recipe  bench_distill_step, 4B, lean, --recompute none, micro-batch $MICRO (8 on an H200, 2 on an H100), 96 rows
 #           per step, 2048xfull, defaults × --matmul-autotune $AUTOTUNES × --norm-bf16-dx $NORM_DXS × --mlp-dh $DHS,
 #           1 warm-up + 1 timed step each, HLM_PROFILE_STEP=1                               (~45 s per entry + ~60 s)
@@ -55,7 +57,7 @@ if has peer; then
     el "peer_optimizer_time rc=$?"; tail -2 "$OUT/peer_opt.log" | cut -c1-400
   fi
 fi
-has tests || has recipe || has decode || has splits || has trace || has steptrace || has kernels || has ncu || { el done; exit 0; }
+has tests || has recipe || has decode || has splits || has trace || has steptrace || has kernels || has ncu || has ab || { el done; exit 0; }
 if [ ! -x /tmp/hlm/bin/test_cuda_models ]; then
   rm -rf /tmp/hlm && mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
 fi
@@ -123,6 +125,18 @@ if has ncu; then
     el "ncu rc=$?"
     grep -E "^  [a-z_:]+.*\(|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occ|Theoretical Occ|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued" \
       "$OUT/ncu_$2.log" | cut -c1-150 | head -40
+  done
+fi
+if has ab; then
+  for side in off on off on; do
+    [ "$side" = on ] && envs="" || envs="${AB_OFF:-HLM_CONV_INTERIOR=off HLM_RESIDUAL_SNAPSHOTS=off}"
+    [ "$(left)" -gt 90 ] || { el "ab: no time left for $side"; break; }
+    el "ab $side (${envs:-defaults}), micro $MICRO, $(left) s left"
+    env $envs HLM_PROFILE_STEP=1 timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_distill_step --shape qwen3-4b \
+      --precision bf16 --rows 96 --micro "$MICRO" --seq 1024 --memory-plan lean --recompute none \
+      --loss-chunking 2048xfull --matmul-autotune off --steps 1 --warmup 1 >> "$OUT/ab_$side.log" 2>&1
+    el "bench_distill_step rc=$?"
+    grep -E "^distill_step" "$OUT/ab_$side.log" | tail -1 | sed 's/ precision=bf16 rows=96//; s/, allocator: .*//'
   done
 fi
 if has recipe; then

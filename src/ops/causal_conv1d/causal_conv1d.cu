@@ -403,6 +403,39 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, t0, q, c0 + v, K, g);
     DX* dxp = dx + t0 * C + c0;  // the next dx row to write (token t0, t0 + 1, …)
+    // Pieces of a token's step shared by both walks below. The dw terms of a run token (its dpre d with the window).
+    const auto add_dw = [&](const float (&d)[V]) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int s = 0; s < KMAX; ++s)
+          if (s >= KMAX - K) acc[v][s] = fmaf(d[v], win[v][s], acc[v][s]);
+    };
+    // dx of the token K − 1 behind the walk, now complete: tap j reads dpre[t + K−1−j] = dwin[KMAX − 1 − j], inside
+    // t's sequence iff K−1−j < rem_t (rem_t ≥ K: every tap).
+    const auto store_dx = [&](int rem_t) {
+      float out[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < KMAX; ++j)
+          if (j < K && K - 1 - j < rem_t) sum = fmaf(wd[v][j], dwin[v][KMAX - 1 - j], sum);
+        out[v] = sum;
+      }
+      store_row(dxp, out);
+      dxp += C;
+    };
+    // The slots are refilled only after their rows were consumed (every later store depends on them).
+    const auto refill = [&](int k, int slot) {
+      if (k + kRing < n_rows) {
+        cp_async_row<V>(slots_x + slot, xnext);
+        cp_async_row<V>(slots_dy + slot, dynext);
+      }
+      xnext += C;
+      dynext += C;
+      cp_async_commit();
+    };
     // An interior run (the usual case; K == KMAX): every token walked, the halo included, lies in t0's sequence, so
     // no sequence end is met, every token is live and every dx tap of the run's tokens lies inside its sequence. The
     // walk then drops the cursor, the rem window and the masks; it does the general walk's operations in the same
@@ -422,35 +455,11 @@ __global__ void __launch_bounds__(kTileThreads)
           d[v] = dv[v];
           if (silu) d[v] = dpre_of(d[v], window_pre(wr[v], win[v], K));
         }
-        if constexpr (decltype(accumulate)::value) {
-#pragma unroll
-          for (int v = 0; v < V; ++v)
-#pragma unroll
-            for (int s = 0; s < KMAX; ++s)
-              if (s >= KMAX - K) acc[v][s] = fmaf(d[v], win[v][s], acc[v][s]);
-        }
+        if constexpr (decltype(accumulate)::value) add_dw(d);
 #pragma unroll
         for (int v = 0; v < V; ++v) shift_in(dwin[v], d[v]);
-        if constexpr (decltype(store)::value) {
-          float out[V];
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < KMAX; ++j)
-              if (j < K) sum = fmaf(wd[v][j], dwin[v][KMAX - 1 - j], sum);
-            out[v] = sum;
-          }
-          store_row(dxp, out);
-          dxp += C;
-        }
-        if (k + kRing < n_rows) {
-          cp_async_row<V>(slots_x + slot, xnext);
-          cp_async_row<V>(slots_dy + slot, dynext);
-        }
-        xnext += C;
-        dynext += C;
-        cp_async_commit();
+        if constexpr (decltype(store)::value) store_dx(KMAX);
+        refill(k, slot);
       };
       constexpr std::true_type on{};
       constexpr std::false_type off{};
@@ -495,13 +504,7 @@ __global__ void __launch_bounds__(kTileThreads)
             if (silu) d[v] = dpre_of(d[v], window_pre(wr[v], win[v], K));
           }
           r = q.end - u < KMAX ? static_cast<int>(q.end - u) : KMAX;
-          if (u < t1) {
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-#pragma unroll
-              for (int s = 0; s < KMAX; ++s)
-                if (s >= KMAX - K) acc[v][s] = fmaf(d[v], win[v][s], acc[v][s]);
-          }
+          if (u < t1) add_dw(d);
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) shift_in(dwin[v], d[v]);  // dwin[KMAX − 1 − m] = dpre[u − m]
@@ -511,27 +514,9 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
           for (int s = 0; s < KMAX; ++s)
             if (s == KMAX - K) rem_t = rem[s];
-          // tap j reads dpre[t + K−1−j] = dpre[u − j], inside t's sequence iff K−1−j < rem_t
-          float out[V];
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < KMAX; ++j)
-              if (j < K && K - 1 - j < rem_t) sum = fmaf(wd[v][j], dwin[v][KMAX - 1 - j], sum);
-            out[v] = sum;
-          }
-          store_row(dxp, out);
-          dxp += C;
+          store_dx(rem_t);
         }
-        // The slots are refilled only after their rows were consumed (every later store depends on them).
-        if (k + kRing < n_rows) {
-          cp_async_row<V>(slots_x + slot, xnext);
-          cp_async_row<V>(slots_dy + slot, dynext);
-        }
-        xnext += C;
-        dynext += C;
-        cp_async_commit();
+        refill(k, slot);
       }
     }
   }

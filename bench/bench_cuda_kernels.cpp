@@ -38,7 +38,9 @@
 //          share of 4.27 TB/s, then the same with every row pointer one float off 16-byte alignment (the 1-channel
 //          path; its y, dx and dw are compared bit for bit with the 4-channel path's), and the conv time of one 4B
 //          distillation step at the trace's call counts (324 forward, 162 backward calls). L2 (50 MiB) is flushed
-//          by a 256 MiB memset before each timed run; median of 20 runs after 3 warm-ups.
+//          by a 256 MiB memset before each timed run; median of 20 runs after 3 warm-ups. Then the backward's interior
+//          walk against its general walk (fp32 and bf16 dx) and the conv + per-head l2norm (heads of 128, the GDN q and
+//          k) fused in one launch against the two launches, each pair compared bit for bit.
 //   gemv : the batch-1 decode GEMV (gemv_cuda.h, one row of x, bf16 weights) at the projection groups of Table 8's
 //          7B shapes and of Qwen3-4B (q/k/v, o_proj, gate/up, down, a GDN layer's six projections, the untied head),
 //          each launch on a different copy of the weights (≥ 512 MB of copies per shape, so L2 holds none of them),
@@ -87,6 +89,7 @@
 #include "ops/attention/attention_cuda.h"
 #include "ops/attention/attention_cudnn.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/l2norm/l2norm_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_chunked_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_cuda.h"
 #include "ops/gated_delta_rule/gated_delta_rule_decode_cuda.h"
@@ -807,6 +810,34 @@ void bench_conv(CudaContext& ctx) {
     std::printf("conv_bwd %s dx, 4-channel path: interior walk %.1f us, general walk %.1f us (%.2fx); dx and dw "
                 "bit-identical: %s\n",
                 bf16 ? "bf16" : "f32", us[1], us[0], us[0] / us[1], same ? "yes" : "NO");
+  }
+  // The conv + per-head l2norm (heads of 128, the GDN q and k): fused in one launch against the two launches.
+  {
+    CudaTensor yn = CudaTensor::empty(ctx, {T, C}), y2 = CudaTensor::empty(ctx, {T, C});
+    CudaTensor yn2 = CudaTensor::empty(ctx, {T, C});
+    const float eps = L2normCudaParams{}.eps;
+    double us[2] = {};
+    for (int fused = 1; fused >= 0; --fused) {
+      causal_conv1d_cuda_set_l2norm_fused(fused);
+      float* yp = fused ? y.data<float>() : y2.data<float>();
+      float* ynp = fused ? yn.data<float>() : yn2.data<float>();
+      const auto both = [&] {
+        causal_conv1d_l2norm_forward_cuda(yp, ynp, x.data<float>(), w.data<float>(), cu.data<int64_t>(), p, 128, eps,
+                                          ctx.stream());
+      };
+      us[fused] = 1000.0 * median_ms(ctx.stream(), both, 3, 20, flush_l2);
+    }
+    causal_conv1d_cuda_set_l2norm_fused(-1);
+    const size_t bytes = static_cast<size_t>(T * C) * 4;
+    std::vector<unsigned char> a(bytes), b(bytes), c(bytes), d(bytes);
+    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    HLM_CUDA_CHECK(cudaMemcpy(a.data(), y.raw(), bytes, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(b.data(), y2.raw(), bytes, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(c.data(), yn.raw(), bytes, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(d.data(), yn2.raw(), bytes, cudaMemcpyDeviceToHost));
+    std::printf("conv_fwd+l2norm heads of 128: fused %.1f us, two launches %.1f us (%.2fx); y and yn "
+                "bit-identical: %s\n",
+                us[1], us[0], us[0] / us[1], a == b && c == d ? "yes" : "NO");
   }
   // The two paths must agree bit for bit (causal_conv1d_cuda.h).
   const auto bits_equal = [](const std::vector<float>& a, const float* b) {

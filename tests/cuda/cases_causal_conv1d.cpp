@@ -42,6 +42,7 @@
 #include "harness.h"
 #include "ops/causal_conv1d/causal_conv1d.h"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
+#include "ops/l2norm/l2norm_cuda.h"
 
 using namespace hlm;
 using namespace hlm::cuda_test;
@@ -105,6 +106,10 @@ const std::vector<ConvCase> kCases = {
     // halo crosses into the next sequence), with and without SiLU.
     {{0, 1024, 2048, 3072}, 136, 4, true, false, Fill::Normal},
     {{0, 1024, 2048, 3072}, 136, 4, false, true, Fill::Normal},
+    // Whole heads of 128 (the conv + l2norm fusion's shapes): boundaries inside runs and halos, special values; and
+    // sequences of 1,024 over two heads.
+    {{0, 5, 37, 38, 300}, 128, 4, true, false, Fill::Special},
+    {{0, 1024, 2048}, 256, 4, false, true, Fill::Normal},
 };
 
 std::string name(const ConvCase& c, const char* what) {
@@ -438,6 +443,45 @@ TEST(CausalConv1dCuda, InteriorWalkEqualsTheGeneralWalk) {
     EXPECT_TRUE(out[1].ds == out[0].ds) << name(c, "bwd d_state_in, interior walk vs general walk");
   }
   EXPECT_GE(cases, 14);
+}
+
+// The conv + per-head l2norm in one launch (causal_conv1d_l2norm_forward_cuda, heads of 128) against the two launches
+// it replaces (causal_conv1d_forward_cuda without a state, then l2norm_forward_cuda over rows of 128): y and yn bit for
+// bit on every K = 4 case with whole heads of 128 (fusable: asserted); with the fusion switched off (the launcher's
+// two launches), and on a case whose heads are not 128 wide (C 136 as 17 heads of 8: the two launches inside).
+TEST(CausalConv1dCuda, L2normFusedForwardEqualsTheTwoLaunches) {
+  HLM_REQUIRE_CUDA();
+  int fused_cases = 0;
+  for (const ConvCase& c : kCases) {
+    const int64_t head = c.C % 128 == 0 ? 128 : (c.C == 136 ? 8 : 0);
+    if (c.K != 4 || head == 0 || c.cu.back() == 0) continue;
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size();
+    const CausalConv1dCudaParams p = params_of(c);
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens");
+    DeviceBuffer y_ref(n * 4, "y (two launches)"), yn_ref(n * 4, "yn (two launches)"), y(n * 4, "y"),
+        yn(n * 4, "yn"), y_off(n * 4, "y (switch off)"), yn_off(n * 4, "yn (switch off)");
+    causal_conv1d_forward_cuda(y_ref.as<float>(), nullptr, x.as<float>(), w.as<float>(), nullptr, cu.as<int64_t>(), p,
+                               ctx().stream());
+    l2norm_forward_cuda(yn_ref.as<float>(), y_ref.as<float>(), L2normCudaParams{c.cu.back() * c.C / head, head},
+                        ctx().stream());
+    const bool fusable = causal_conv1d_l2norm_fusable(p, head, y.as<float>(), yn.as<float>(), x.as<float>());
+    EXPECT_EQ(fusable, head == 128) << name(c, "conv + l2norm: fusable");
+    fused_cases += fusable ? 1 : 0;
+    causal_conv1d_l2norm_forward_cuda(y.as<float>(), yn.as<float>(), x.as<float>(), w.as<float>(), cu.as<int64_t>(),
+                                      p, head, L2normCudaParams{}.eps, ctx().stream());
+    causal_conv1d_cuda_set_l2norm_fused(0);
+    causal_conv1d_l2norm_forward_cuda(y_off.as<float>(), yn_off.as<float>(), x.as<float>(), w.as<float>(),
+                                      cu.as<int64_t>(), p, head, L2normCudaParams{}.eps, ctx().stream());
+    causal_conv1d_cuda_set_l2norm_fused(-1);
+    const std::vector<uint8_t> ry = y_ref.download_bytes(), ryn = yn_ref.download_bytes();
+    EXPECT_TRUE(y.download_bytes() == ry) << name(c, "conv + l2norm: y vs the two launches");
+    EXPECT_TRUE(yn.download_bytes() == ryn) << name(c, "conv + l2norm: yn vs the two launches");
+    EXPECT_TRUE(y_off.download_bytes() == ry && yn_off.download_bytes() == ryn) << name(c, "conv + l2norm: switch off");
+    EXPECT_TRUE(buffers_ok({&y, &yn, &y_off, &yn_off}, {&x, &w, &cu})) << name(c, "conv + l2norm");
+  }
+  EXPECT_GE(fused_cases, 3);
 }
 
 // The bf16-dx backward (causal_conv1d_backward_bf16_dx_cuda; the GDN layer's bf16 compute mode) on every case: dx

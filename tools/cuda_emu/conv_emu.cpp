@@ -1,4 +1,5 @@
-// Host driver of conv_emu.sh: the causal conv's backward kernel of src/ops/causal_conv1d/causal_conv1d.cu
+// Host driver of conv_emu.sh. The forward kernel with the per-head l2norm fused (run_forward_l2, at the end). The
+// causal conv's backward kernel of src/ops/causal_conv1d/causal_conv1d.cu
 // (conv_backward_kernel<4, true, 4, DX>: K = KMAX = 4, four channels per thread) run on the CPU (tools/cuda_emu/emu.h)
 // with its interior walk on and off (the kernel's interior_walk argument), fp32 and bf16 dx:
 //   - the two walks byte for byte: dx (every element written), the dw partials;
@@ -164,6 +165,62 @@ void run(const Case& c, uint64_t seed) {
          host.partial.size());
 }
 
+// The forward with the per-head l2norm fused: y as the plain forward kernel's, yn in l2norm's warp order (host).
+void run_forward_l2(const Case& c, uint64_t seed) {
+  const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1, C = c.C;
+  constexpr float kEps = 1e-6f;
+  const std::vector<float> x = values(static_cast<size_t>(T * C), seed, c.edge);
+  std::vector<float> w = values(static_cast<size_t>(C * K), seed + 2, false);
+  for (float& e : w) e *= 0.5f;
+  const Geometry g{T, C, K, N};
+  const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(T);
+  const Dim grid{static_cast<unsigned>(C / 128), static_cast<unsigned>(tiling.tiles), 1};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> y_plain(static_cast<size_t>(T * C), nan), y(y_plain.size(), nan), yn(y_plain.size(), nan);
+  emu_launch(grid, 128, 0, [&] {
+    conv_forward_kernel<4, true, 4>(y_plain.data(), x.data(), w.data(), nullptr, c.cu.data(), g, tiling.run_tokens,
+                                    c.silu);
+  });
+  emu_launch(grid, 128, 0, [&] {
+    conv_forward_kernel<4, true, 4, true>(y.data(), x.data(), w.data(), nullptr, c.cu.data(), g, tiling.run_tokens,
+                                          c.silu, yn.data(), kEps);
+  });
+  // Host: y from the formula (fmaf chain over the taps, zeros before a sequence's start, conv_silu), then per (token,
+  // head of 128) lane l's Σ over channels 4l … 4l + 3 in order, the xor tree (every lane ends with lane 0's sum).
+  std::vector<float> y_host(y.size()), yn_host(y.size());
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t t = c.cu[s]; t < c.cu[s + 1]; ++t)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        float pre = 0.0f;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t p = t - K + 1 + j;
+          pre = fmaf(w[ch * K + j], p >= c.cu[s] ? x[p * C + ch] : 0.0f, pre);
+        }
+        y_host[t * C + ch] = c.silu ? cuda::conv_silu(pre) : pre;
+      }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < C / 128; ++h) {
+      const float* row = &y_host[t * C + h * 128];
+      float lane[32];
+      for (int l = 0; l < 32; ++l) {
+        float ss = 0.0f;
+        for (int v = 0; v < 4; ++v) ss = fmaf(row[4 * l + v], row[4 * l + v], ss);
+        lane[l] = ss;
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        float next[32];
+        for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ off];
+        std::copy(next, next + 32, lane);
+      }
+      const float inv = 1.0f / sqrtf(lane[0] + kEps);
+      for (int e = 0; e < 128; ++e) yn_host[t * C + h * 128 + e] = row[e] * inv;
+    }
+  const std::string name = c.name() + " (forward, l2norm fused)";
+  report(name + ": y vs the plain forward kernel", count_differing(y, y_plain), y.size());
+  report(name + ": y vs the host formula", count_differing(y, y_host), y.size());
+  report(name + ": yn vs the host l2norm in the warp path's order", count_differing(yn, yn_host), yn.size());
+}
+
 }  // namespace
 
 int main() {
@@ -184,6 +241,12 @@ int main() {
   };
   uint64_t seed = 7;
   for (const Case& c : cases) run(c, seed += 10);
+  // The fused forward (heads of 128; state_in is not taken): the same structures at C = 128 and 256.
+  const std::vector<Case> forward_cases = {
+      {{0, 1024, 2048}, 256, true, false, false}, {{0, 5, 37, 38, 300}, 128, true, false, true},
+      {{0, 32, 64, 96, 129}, 128, false, false, false}, {{0, 0, 3, 3, 5, 6}, 128, true, false, true},
+      {{0, 20000, 20001, 50000}, 128, true, false, false}};
+  for (const Case& c : forward_cases) run_forward_l2(c, seed += 10);
   std::printf("%d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# conv_emu.sh: runs the causal conv's backward kernel (src/ops/causal_conv1d/causal_conv1d.cu, conv_backward_kernel,
-# the 4-channel path K = KMAX = 4, fp32 and bf16 dx) on the CPU through tools/cuda_emu (emu.h: a fiber per CUDA
-# thread) and checks its interior walk (runs whose tokens and halo lie in one sequence, session 41) byte for byte
+# conv_emu.sh: runs the causal conv's kernels (src/ops/causal_conv1d/causal_conv1d.cu, the 4-channel path K = KMAX = 4)
+# on the CPU through tools/cuda_emu (emu.h: a fiber per CUDA thread). The forward with the per-head l2norm fused
+# (conv_forward_kernel<4, true, 4, true>, heads of 128: session 41): y byte for byte as the plain forward kernel's, yn
+# as l2norm_forward_cuda's warp path computes it (each lane's 4 channels an fmaf chain of squares, the 5-level xor
+# tree, 1 / sqrtf(Σ + eps), y · inv), with and without SiLU, edge values. The backward (conv_backward_kernel, fp32 and
+# bf16 dx): its interior walk (runs whose tokens and halo lie in one sequence, session 41) byte for byte
 # against its general walk, and both against a host evaluation of the documented formulas in the kernel's order (dx:
 # the fmaf chain over the taps inside t's sequence, dpre from the same expf; dw: the per-run fmaf chains, the runs of a
 # tile added in run order): packed sequences of 1,024 (the training shape's structure), boundaries inside runs and
@@ -43,6 +46,7 @@ head = '''#pragma once
 #include "cuda_runtime.h"
 #include "emu.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/warp_rows.cuh"
 #include "core/env_switch.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"

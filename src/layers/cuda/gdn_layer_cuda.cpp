@@ -70,15 +70,14 @@ GdnCudaActivations gdn_forward_activations_cuda(CudaContext& ctx, const CudaLine
     cuda_linear_forward(ctx, act.b.data<float>(), in, w.b_proj, n);
   }
   const CausalConv1dCudaParams sk{n, Ck, d.conv_kernel, b.n_seqs, true}, sv{n, Cv, d.conv_kernel, b.n_seqs, true};
-  causal_conv1d_forward_cuda(act.qc.data<float>(), nullptr, act.qp.data<float>(), w.q_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sk, stream);
-  causal_conv1d_forward_cuda(act.kc.data<float>(), nullptr, act.kp.data<float>(), w.k_conv.data<float>(), nullptr,
-                             b.cu_seqlens, sk, stream);
+  // q and k: the conv and the per-head l2norm (one launch each where the head is 128 wide; the bits of the two).
+  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
+  causal_conv1d_l2norm_forward_cuda(act.qc.data<float>(), act.qn.data<float>(), act.qp.data<float>(),
+                                    w.q_conv.data<float>(), b.cu_seqlens, sk, d.key_dim, l2.eps, stream);
+  causal_conv1d_l2norm_forward_cuda(act.kc.data<float>(), act.kn.data<float>(), act.kp.data<float>(),
+                                    w.k_conv.data<float>(), b.cu_seqlens, sk, d.key_dim, l2.eps, stream);
   causal_conv1d_forward_cuda(act.vc.data<float>(), nullptr, act.vp.data<float>(), w.v_conv.data<float>(), nullptr,
                              b.cu_seqlens, sv, stream);
-  const L2normCudaParams l2{n * d.key_heads, d.key_dim};
-  l2norm_forward_cuda(act.qn.data<float>(), act.qc.data<float>(), l2, stream);
-  l2norm_forward_cuda(act.kn.data<float>(), act.kc.data<float>(), l2, stream);
   gdn_gate_forward_cuda(act.g.data<float>(), act.beta.data<float>(), act.a.data<float>(), act.b.data<float>(),
                         w.A_log.data<float>(), w.dt_bias.data<float>(), {n, Hv, d.neg_eigval}, stream);
   GdnOutputs<float> out;

@@ -51,11 +51,13 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/warp_rows.cuh"
 #include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/causal_conv1d/causal_conv1d_cuda.h"
 #include "ops/causal_conv1d/conv_decode.cuh"
+#include "ops/l2norm/l2norm_cuda.h"
 
 namespace hlm {
 
@@ -78,6 +80,10 @@ struct Geometry {
 // The backward's interior walk (conv_backward_kernel), on by default; HLM_CONV_INTERIOR=off or
 // causal_conv1d_cuda_set_interior_walk(0) sends every run through the general walk (A/B runs; the same bits).
 OverridableSwitch g_interior_walk{"HLM_CONV_INTERIOR", true};
+// The conv + per-head l2norm in one launch (causal_conv1d_l2norm_forward_cuda), on by default; HLM_CONV_L2NORM=off or
+// causal_conv1d_cuda_set_l2norm_fused(0) gives the two launches back (A/B runs; the same bits).
+OverridableSwitch g_l2norm_fused{"HLM_CONV_L2NORM", true};
+constexpr int64_t kL2HeadDim = kThreadsX * 4;  // the fused l2norm's head: one warp of 4-channel lanes
 
 // Index of the sequence holding token t: the last s with cu[s] ≤ t (empty sequences are skipped).
 __device__ int64_t sequence_of(const int64_t* cu, int64_t n_seqs, int64_t t) {
@@ -268,11 +274,14 @@ __device__ __forceinline__ int64_t thread_run_start(int64_t run_tokens) {
 // ---- Forward
 
 // KMAX: the window; EXACT: K == KMAX (constant taps); V: channels per thread.
-template <int KMAX, bool EXACT, int V>
+// kL2 (V = 4, C % 128 == 0: a warp's 32 lanes × 4 channels are one head of 128): each token's y row of the head also
+// L2-normalized into yn, as l2norm_forward_cuda's warp path does it (its float4 slices are the lanes' 4 channels in the
+// same order: Σy² as an fmaf chain over the 4, warp_sum's xor tree, 1 / sqrtf(Σ + eps), y · inv): the same bits.
+template <int KMAX, bool EXACT, int V, bool kL2 = false>
 __global__ void __launch_bounds__(kTileThreads)
     conv_forward_kernel(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ state_in, const int64_t* __restrict__ cu, Geometry g,
-                        int64_t run_tokens, bool silu) {
+                        int64_t run_tokens, bool silu, float* __restrict__ yn = nullptr, float l2_eps = 0.0f) {
   __shared__ __align__(16) float ring[kRing * kTileThreads * V];
   const int K = EXACT ? KMAX : static_cast<int>(g.K);
   const int64_t c0 = thread_channel<V>(), t0 = thread_run_start(run_tokens), C = g.C;
@@ -293,6 +302,7 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
   for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, t0, q, c0 + v, K, g);
   float* yp = y + t0 * C + c0;
+  float* ynp = kL2 ? yn + t0 * C + c0 : nullptr;
 #pragma unroll 4
   for (int k = 0; k < n; ++k) {
     const int64_t u = t0 + k;
@@ -314,6 +324,17 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     store_row(yp, out);
     yp += C;
+    if constexpr (kL2) {  // every lane of the warp is here (the launcher's C % 128 == 0; the token logic is uniform)
+      float ss = 0.0f;
+#pragma unroll
+      for (int v = 0; v < V; ++v) ss = fmaf(out[v], out[v], ss);
+      ss = cuda::warp_sum(ss);
+      const float inv = 1.0f / sqrtf(ss + l2_eps);
+#pragma unroll
+      for (int v = 0; v < V; ++v) out[v] = out[v] * inv;
+      store_row(ynp, out);
+      ynp += C;
+    }
     // The slot is refilled only after its row was consumed (the store above depends on it).
     if (k + kRing < n) cp_async_row<V>(slot, xnext);
     xnext += C;
@@ -650,6 +671,33 @@ void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, cons
         state_out, x, state_in, cu_seqlens, g);
     HLM_CUDA_CHECK_LAUNCH();
   }
+}
+
+bool causal_conv1d_l2norm_fusable(const CausalConv1dCudaParams& p, int64_t head_dim, const void* y, const void* yn,
+                                  const void* x) {
+  return g_l2norm_fused.on() && head_dim == kL2HeadDim && p.kernel == 4 && p.channels % kL2HeadDim == 0 &&
+         aligned16(y) && aligned16(yn) && aligned16(x) && y != yn;
+}
+
+void causal_conv1d_cuda_set_l2norm_fused(int on) { g_l2norm_fused.set(on); }
+
+void causal_conv1d_l2norm_forward_cuda(float* y, float* yn, const float* x, const float* w, const int64_t* cu_seqlens,
+                                       const CausalConv1dCudaParams& p, int64_t head_dim, float eps,
+                                       cudaStream_t stream) {
+  const Geometry g = check_params(p);
+  HLM_CHECK(head_dim > 0 && g.C % head_dim == 0, "causal_conv1d_l2norm_forward_cuda: ", g.C,
+            " channels are not whole heads of ", head_dim);
+  HLM_CHECK(y != x && yn != x && yn != y, "causal_conv1d_l2norm_forward_cuda: y, yn and x must be distinct");
+  if (g.T == 0) return;
+  if (!causal_conv1d_l2norm_fusable(p, head_dim, y, yn, x)) {
+    causal_conv1d_forward_cuda(y, nullptr, x, w, nullptr, cu_seqlens, p, stream);
+    l2norm_forward_cuda(yn, y, L2normCudaParams{g.T * g.C / head_dim, head_dim, eps}, stream);
+    return;
+  }
+  const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(g.T);
+  conv_forward_kernel<4, true, 4, true><<<tile_grid(g, tiling, 4), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
+      y, x, w, nullptr, cu_seqlens, g, tiling.run_tokens, p.silu, yn, eps);
+  HLM_CUDA_CHECK_LAUNCH();
 }
 
 void causal_conv1d_decode_cuda(float* y, float* state, const float* x, const float* w,

@@ -68,6 +68,19 @@ constexpr int64_t causal_conv1d_cuda_dw_path_length(int64_t total_tokens) {
 void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, const float* w, const float* state_in,
                                 const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, cudaStream_t stream);
 
+// A GDN layer's q or k: y = [silu](conv(x)) as causal_conv1d_forward_cuda (no state in or out), and yn = y with each
+// row of head_dim channels L2-normalized as l2norm_forward_cuda(yn, y, {T·C / head_dim, head_dim, eps}) does it: the
+// same bits as those two launches, in ONE launch where causal_conv1d_l2norm_fusable (head_dim 128, K 4, C a multiple of
+// 128, y, yn and x 16-byte aligned, HLM_CONV_L2NORM not off), else the two launches. The fused form saves the l2norm's
+// read of y and its launch (at the 4B student's [8,192, 4,096] rows, 134 MB per call). y, yn and x distinct.
+void causal_conv1d_l2norm_forward_cuda(float* y, float* yn, const float* x, const float* w, const int64_t* cu_seqlens,
+                                       const CausalConv1dCudaParams& p, int64_t head_dim, float eps,
+                                       cudaStream_t stream);
+bool causal_conv1d_l2norm_fusable(const CausalConv1dCudaParams& p, int64_t head_dim, const void* y, const void* yn,
+                                  const void* x);
+// 1 | 0 sets the fused form on or off for the process, −1 goes back to HLM_CONV_L2NORM (tests, bench A/B).
+void causal_conv1d_cuda_set_l2norm_fused(int on);
+
 // One decode step: every sequence has exactly one new token (p.total_tokens == p.n_seqs; token n belongs to sequence
 // n). y [N, C] = [silu](conv) as causal_conv1d_forward_cuda computes it, bit for bit; `state` [N, C, K−1] (nullable =
 // zeros, K = 1: unused) is read and advanced in place (one kernel, no sequence search: the decode path of

@@ -838,6 +838,31 @@ void bench_conv(CudaContext& ctx) {
     std::printf("conv_fwd+l2norm heads of 128: fused %.1f us, two launches %.1f us (%.2fx); y and yn "
                 "bit-identical: %s\n",
                 us[1], us[0], us[0] / us[1], a == b && c == d ? "yes" : "NO");
+    // The backward (bf16 dx, as the 4B step's GDN layers): the l2norm's backward fused against the two launches. The
+    // fallback takes the l2norm's gradient in place, so each run starts from a fresh copy of dy (the copy is timed in
+    // both forms).
+    CudaTensor dyn = CudaTensor::empty(ctx, {T, C}), dx16 = CudaTensor::empty(ctx, {T * C / 2});
+    CudaTensor dx16b = CudaTensor::empty(ctx, {T * C / 2}), dwl = CudaTensor::empty(ctx, {C, K});
+    for (int fused = 1; fused >= 0; --fused) {
+      causal_conv1d_cuda_set_l2norm_fused(fused);
+      CudaTensor& out = fused ? dx16 : dx16b;
+      const auto bwd = [&] {
+        HLM_CUDA_CHECK(cudaMemcpyAsync(dyn.raw(), dy.raw(), bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
+        causal_conv1d_l2norm_backward_bf16_dx_cuda(static_cast<__nv_bfloat16*>(out.raw()), dwl.data<float>(),
+                                                   dyn.data<float>(), y.data<float>(), x.data<float>(),
+                                                   w.data<float>(), cu.data<int64_t>(), p, 128, eps, ws.raw(),
+                                                   ws_bytes, ctx.stream());
+      };
+      us[fused] = 1000.0 * median_ms(ctx.stream(), bwd, 3, 20, flush_l2);
+    }
+    causal_conv1d_cuda_set_l2norm_fused(-1);
+    std::vector<unsigned char> e(bytes / 2), f(bytes / 2);
+    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    HLM_CUDA_CHECK(cudaMemcpy(e.data(), dx16.raw(), bytes / 2, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(f.data(), dx16b.raw(), bytes / 2, cudaMemcpyDeviceToHost));
+    std::printf("conv_bwd+l2norm heads of 128, bf16 dx (with a copy of dy each): fused %.1f us, two launches %.1f us "
+                "(%.2fx); dx bit-identical: %s\n",
+                us[1], us[0], us[0] / us[1], e == f ? "yes" : "NO");
   }
   // The two paths must agree bit for bit (causal_conv1d_cuda.h).
   const auto bits_equal = [](const std::vector<float>& a, const float* b) {

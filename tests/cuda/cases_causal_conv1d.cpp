@@ -484,6 +484,58 @@ TEST(CausalConv1dCuda, L2normFusedForwardEqualsTheTwoLaunches) {
   EXPECT_GE(fused_cases, 3);
 }
 
+// Its backward (causal_conv1d_l2norm_backward(_bf16_dx)_cuda) against l2norm_backward_cuda on the forward's y followed
+// by the conv's backward without a state: dx (fp32 and bf16) and dw bit for bit on the same cases, fused where the
+// heads are 128 wide, with the fusion switched off, and on C 136 as heads of 8 (the two launches inside).
+TEST(CausalConv1dCuda, L2normFusedBackwardEqualsTheTwoLaunches) {
+  HLM_REQUIRE_CUDA();
+  int cases = 0;
+  for (const ConvCase& c : kCases) {
+    const int64_t head = c.C % 128 == 0 ? 128 : (c.C == 136 ? 8 : 0);
+    if (c.K != 4 || head == 0 || c.cu.back() == 0) continue;
+    ++cases;
+    const Inputs in = make_inputs(c);
+    const size_t n = in.x.size(), nw = in.w.size();
+    const CausalConv1dCudaParams p = params_of(c);
+    const L2normCudaParams l2{c.cu.back() * c.C / head, head};
+    DeviceBuffer x = DeviceBuffer::from(in.x, "x"), w = DeviceBuffer::from(in.w, "w"),
+                 cu = DeviceBuffer::from(c.cu, "cu_seqlens"), y(n * 4, "y");
+    causal_conv1d_forward_cuda(y.as<float>(), nullptr, x.as<float>(), w.as<float>(), nullptr, cu.as<int64_t>(), p,
+                               ctx().stream());
+    DeviceBuffer ws(causal_conv1d_backward_cuda_workspace_bytes(p), "workspace");
+    // The two launches: the l2norm's backward in place, then the conv's (fp32 and bf16 dx).
+    DeviceBuffer dyr = DeviceBuffer::from(in.dy, "dy (two launches)"), dx_ref(n * 4, "dx (two launches)"),
+                 dw_ref(nw * 4, "dw (two launches)"), dx16_ref(n * 2, "bf16 dx (two launches)");
+    l2norm_backward_cuda(dyr.as<float>(), dyr.as<float>(), y.as<float>(), l2, ctx().stream());
+    causal_conv1d_backward_cuda(dx_ref.as<float>(), dw_ref.as<float>(), nullptr, dyr.as<float>(), x.as<float>(),
+                                w.as<float>(), nullptr, cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(), ctx().stream());
+    causal_conv1d_backward_bf16_dx_cuda(dx16_ref.as<__nv_bfloat16>(), nullptr, nullptr, dyr.as<float>(), x.as<float>(),
+                                        w.as<float>(), nullptr, cu.as<int64_t>(), p, ws.as<void>(), ws.bytes(),
+                                        ctx().stream());
+    const std::vector<uint8_t> rdx = dx_ref.download_bytes(), rdw = dw_ref.download_bytes(),
+                               rdx16 = dx16_ref.download_bytes();
+    for (const int fused : {1, 0}) {
+      causal_conv1d_cuda_set_l2norm_fused(fused);
+      DeviceBuffer dy1 = DeviceBuffer::from(in.dy, "dy"), dy2 = DeviceBuffer::from(in.dy, "dy (bf16 dx)"),
+                   dx(n * 4, "dx"), dw(nw * 4, "dw"), dx16(n * 2, "bf16 dx"), dw16(nw * 4, "dw (bf16 dx)");
+      causal_conv1d_l2norm_backward_cuda(dx.as<float>(), dw.as<float>(), dy1.as<float>(), y.as<float>(),
+                                         x.as<float>(), w.as<float>(), cu.as<int64_t>(), p, head, l2.eps,
+                                         ws.as<void>(), ws.bytes(), ctx().stream());
+      causal_conv1d_l2norm_backward_bf16_dx_cuda(dx16.as<__nv_bfloat16>(), dw16.as<float>(), dy2.as<float>(),
+                                                 y.as<float>(), x.as<float>(), w.as<float>(), cu.as<int64_t>(), p,
+                                                 head, l2.eps, ws.as<void>(), ws.bytes(), ctx().stream());
+      const std::string what = std::string("conv + l2norm backward, fusion ") + (fused ? "on" : "off");
+      EXPECT_TRUE(dx.download_bytes() == rdx) << name(c, (what + ": dx").c_str());
+      EXPECT_TRUE(dw.download_bytes() == rdw) << name(c, (what + ": dw").c_str());
+      EXPECT_TRUE(dx16.download_bytes() == rdx16) << name(c, (what + ": bf16 dx").c_str());
+      EXPECT_TRUE(dw16.download_bytes() == rdw) << name(c, (what + ": dw (bf16 dx)").c_str());
+      EXPECT_TRUE(buffers_ok({&dx, &dw, &dx16, &dw16, &ws}, {&x, &w, &cu, &y})) << name(c, what.c_str());
+    }
+    causal_conv1d_cuda_set_l2norm_fused(-1);
+  }
+  EXPECT_GE(cases, 5);
+}
+
 // The bf16-dx backward (causal_conv1d_backward_bf16_dx_cuda; the GDN layer's bf16 compute mode) on every case: dx
 // exactly core/dtype.h's rounding of the fp32 backward's dx (NaN payloads included), dw and d_state_in its bytes; for
 // the 4-channel cases again with dx one bf16 element off alignment (the 1-channel path: the same bits, nothing written

@@ -219,6 +219,64 @@ void run_forward_l2(const Case& c, uint64_t seed) {
   report(name + ": y vs the plain forward kernel", count_differing(y, y_plain), y.size());
   report(name + ": y vs the host formula", count_differing(y, y_host), y.size());
   report(name + ": yn vs the host l2norm in the warp path's order", count_differing(yn, yn_host), yn.size());
+
+  // The backward with the l2norm's backward fused: against the host l2norm backward (the warp path's order on the
+  // forward's y) followed by the plain backward kernel, dx (fp32, bf16) and the dw partials byte for byte.
+  const std::vector<float> dyn = values(y.size(), seed + 5, c.edge);
+  std::vector<float> dyc(y.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < C / 128; ++h) {
+      const float* yr = &y_plain[t * C + h * 128];
+      const float* gr = &dyn[t * C + h * 128];
+      float ss_l[32], xg_l[32];
+      for (int l = 0; l < 32; ++l) {
+        float ss = 0.0f, xg = 0.0f;
+        for (int v = 0; v < 4; ++v) {
+          ss = fmaf(yr[4 * l + v], yr[4 * l + v], ss);
+          xg = fmaf(yr[4 * l + v], gr[4 * l + v], xg);
+        }
+        ss_l[l] = ss;
+        xg_l[l] = xg;
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        float a[32], b[32];
+        for (int l = 0; l < 32; ++l) a[l] = ss_l[l] + ss_l[l ^ off], b[l] = xg_l[l] + xg_l[l ^ off];
+        std::copy(a, a + 32, ss_l);
+        std::copy(b, b + 32, xg_l);
+      }
+      const float inv = 1.0f / sqrtf(ss_l[0] + kEps), y_dot_dy = inv * xg_l[0];
+      for (int e = 0; e < 128; ++e) {
+        const float yd = yr[e] * inv;
+        dyc[t * C + h * 128 + e] = inv * (gr[e] - yd * y_dot_dy);
+      }
+    }
+  const size_t np = static_cast<size_t>(tiling.tiles * K * C);
+  std::vector<float> dx_f(y.size(), nan), dx_r(y.size(), nan), part_f(np, nan), part_r(np, nan);
+  std::vector<uint16_t> dx16_f(y.size(), 0xFFFFu), dx16_r(y.size(), 0xFFFFu);
+  std::vector<float> part16_f(np, nan), part16_r(np, nan);
+  emu_launch(grid, 128, 0, [&] {
+    conv_backward_kernel<4, true, 4, float, true>(dx_f.data(), part_f.data(), dyn.data(), x.data(), w.data(), nullptr,
+                                                  c.cu.data(), g, tiling.run_tokens, c.silu, true, kEps);
+  });
+  emu_launch(grid, 128, 0, [&] {
+    conv_backward_kernel<4, true, 4, float>(dx_r.data(), part_r.data(), dyc.data(), x.data(), w.data(), nullptr,
+                                            c.cu.data(), g, tiling.run_tokens, c.silu, true);
+  });
+  emu_launch(grid, 128, 0, [&] {
+    conv_backward_kernel<4, true, 4, __nv_bfloat16, true>(reinterpret_cast<__nv_bfloat16*>(dx16_f.data()),
+                                                          part16_f.data(), dyn.data(), x.data(), w.data(), nullptr,
+                                                          c.cu.data(), g, tiling.run_tokens, c.silu, false, kEps);
+  });
+  emu_launch(grid, 128, 0, [&] {
+    conv_backward_kernel<4, true, 4, __nv_bfloat16>(reinterpret_cast<__nv_bfloat16*>(dx16_r.data()), part16_r.data(),
+                                                    dyc.data(), x.data(), w.data(), nullptr, c.cu.data(), g,
+                                                    tiling.run_tokens, c.silu, false);
+  });
+  const std::string bname = c.name() + " (backward, l2norm fused)";
+  report(bname + ": dx vs the l2norm backward then the plain kernel", count_differing(dx_f, dx_r), dx_f.size());
+  report(bname + ": dw partials vs the same", count_differing(part_f, part_r), np);
+  report(bname + ": bf16 dx (general walk) vs the same", count_differing(dx16_f, dx16_r), dx16_f.size());
+  report(bname + ": dw partials (general walk) vs the same", count_differing(part16_f, part16_r), np);
 }
 
 }  // namespace

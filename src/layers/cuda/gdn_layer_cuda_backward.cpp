@@ -114,10 +114,9 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
     cuda_add_into(ctx, gr.dt_bias.data<float>(), ddt.data<float>(), Hv);
   }
 
-  // L2 norms (in place on the incoming gradients), then the convs back to the projections.
+  // The q/k l2norms and the convs back to the projections: for q and k the l2norm's backward and the conv's in one
+  // launch where the heads are 128 wide (causal_conv1d_l2norm_backward_cuda: the bits of the two; dqn, dkn clobbered).
   const L2normCudaParams l2{n * d.key_heads, d.key_dim};
-  l2norm_backward_cuda(dqn.data<float>(), dqn.data<float>(), act.qc.data<float>(), l2, stream);
-  l2norm_backward_cuda(dkn.data<float>(), dkn.data<float>(), act.kc.data<float>(), l2, stream);
   // The convs' dx: in the bf16 mode only their roundings (the q/k/v projections' backward products are their one
   // reader; the conv writes the bits of casting its fp32 dx, causal_conv1d_backward_bf16_dx_cuda), else fp32.
   const bool bf16_dp = cuda_linear_is_bf16(w.q_proj) && cuda_linear_is_bf16(w.k_proj) && cuda_linear_is_bf16(w.v_proj);
@@ -126,25 +125,33 @@ void gdn_layer_backward_from_cuda(CudaContext& ctx, float* dx, CudaGdnWeights& g
   CudaTensor dvp = CudaTensor::empty(ctx, {n, Cv}, dp_type);
   const struct {
     CudaTensor& dx;
-    const CudaTensor& dy;
+    CudaTensor& dy;       // for q and k: the l2norm's output gradient (clobbered)
+    const CudaTensor* y;  // q, k: the conv's output, the l2norm's input; v: none (no l2norm)
     const CudaTensor& x;
     const CudaTensor& w;
     CudaTensor& gw;
     int64_t channels;
-  } convs[] = {{dqp, dqn, act.qp, w.q_conv, gr.q_conv, Ck},
-               {dkp, dkn, act.kp, w.k_conv, gr.k_conv, Ck},
-               {dvp, dvc, act.vp, w.v_conv, gr.v_conv, Cv}};
+  } convs[] = {{dqp, dqn, &act.qc, act.qp, w.q_conv, gr.q_conv, Ck},
+               {dkp, dkn, &act.kc, act.kp, w.k_conv, gr.k_conv, Ck},
+               {dvp, dvc, nullptr, act.vp, w.v_conv, gr.v_conv, Cv}};
   for (const auto& c : convs) {
     const CausalConv1dCudaParams p{n, c.channels, K, b.n_seqs, true};
     const size_t bytes = causal_conv1d_backward_cuda_workspace_bytes(p);
     CudaTensor ws = cuda_scratch_bytes(ctx, bytes);
-    if (bf16_dp)
-      causal_conv1d_backward_bf16_dx_cuda(c.dx.data<__nv_bfloat16>(), dws, nullptr, c.dy.data<float>(),
-                                          c.x.data<float>(), c.w.data<float>(), nullptr, b.cu_seqlens, p, ws.raw(),
-                                          bytes, stream);
+    float* dy = c.dy.data<float>();
+    const float *x_in = c.x.data<float>(), *cw = c.w.data<float>();
+    if (c.y != nullptr && bf16_dp)
+      causal_conv1d_l2norm_backward_bf16_dx_cuda(c.dx.data<__nv_bfloat16>(), dws, dy, c.y->data<float>(), x_in, cw,
+                                                 b.cu_seqlens, p, d.key_dim, l2.eps, ws.raw(), bytes, stream);
+    else if (c.y != nullptr)
+      causal_conv1d_l2norm_backward_cuda(c.dx.data<float>(), dws, dy, c.y->data<float>(), x_in, cw, b.cu_seqlens, p,
+                                         d.key_dim, l2.eps, ws.raw(), bytes, stream);
+    else if (bf16_dp)
+      causal_conv1d_backward_bf16_dx_cuda(c.dx.data<__nv_bfloat16>(), dws, nullptr, dy, x_in, cw, nullptr,
+                                          b.cu_seqlens, p, ws.raw(), bytes, stream);
     else
-      causal_conv1d_backward_cuda(c.dx.data<float>(), dws, nullptr, c.dy.data<float>(), c.x.data<float>(),
-                                  c.w.data<float>(), nullptr, b.cu_seqlens, p, ws.raw(), bytes, stream);
+      causal_conv1d_backward_cuda(c.dx.data<float>(), dws, nullptr, dy, x_in, cw, nullptr, b.cu_seqlens, p, ws.raw(),
+                                  bytes, stream);
     cuda_add_into(ctx, c.gw.data<float>(), dws, c.channels * K);
   }
 

@@ -373,12 +373,16 @@ __global__ void conv_decode_kernel(float* y, float* state_out, const float* __re
 
 // dx for the run [t0, t1) of channels c0 … c0+V−1, and (dw_partial != nullptr) the tile's dw partials
 // dw_partial[(blockIdx.y · K + j) · C + c] = Σ_{runs of the tile, in order} (Σ_{t in run, in order} dpre[t]·in(t−K+1+j)).
-template <int KMAX, bool EXACT, int V, typename DX>
+// kL2 (V = 4, C % 128 == 0, as the forward's): dy is the gradient of the per-head l2norm of y = [silu](pre); each live
+// token's dy row of the head first goes through l2norm_backward_cuda's warp-path formula with y recomputed from pre
+// (y·inv, Σy² and Σy·dy as one interleaved fmaf chain over the lane's 4 channels, warp_sum's xor tree, dy' =
+// inv·(dy − y·inv·(inv·Σy·dy))): the bits of l2norm_backward_cuda on the forward's y, then of this kernel on dy'.
+template <int KMAX, bool EXACT, int V, typename DX, bool kL2 = false>
 __global__ void __launch_bounds__(kTileThreads)
     conv_backward_kernel(DX* __restrict__ dx, float* __restrict__ dw_partial, const float* __restrict__ dy,
                          const float* __restrict__ x, const float* __restrict__ w,
                          const float* __restrict__ state_in, const int64_t* __restrict__ cu, Geometry g,
-                         int64_t run_tokens, bool silu, bool interior_walk) {
+                         int64_t run_tokens, bool silu, bool interior_walk, float l2_eps = 0.0f) {
   __shared__ __align__(16) float ring_x[kRing * kTileThreads * V];
   __shared__ __align__(16) float ring_dy[kRing * kTileThreads * V];
   __shared__ __align__(16) float red[kRunsPerTile][kThreadsX * V];
@@ -424,7 +428,42 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int v = 0; v < V; ++v) fill_window(win[v], x, state_in, t0, q, c0 + v, K, g);
     DX* dxp = dx + t0 * C + c0;  // the next dx row to write (token t0, t0 + 1, …)
-    // Pieces of a token's step shared by both walks below. The dw terms of a run token (its dpre d with the window).
+    // Pieces of a token's step shared by both walks below. A live token's dpre d from its dy row dv (the window holds
+    // its input already); with kL2 dv is first taken back through the head's l2norm (every lane of the warp is here:
+    // liveness is the same for the whole warp).
+    const auto token_dpre = [&](const float (&dv)[V], float (&d)[V]) {
+      if constexpr (kL2) {
+        float pre[V], y[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          pre[v] = window_pre(wr[v], win[v], K);
+          y[v] = silu ? conv_silu(pre[v]) : pre[v];
+        }
+        float ss = 0.0f, xg = 0.0f;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          ss = fmaf(y[v], y[v], ss);
+          xg = fmaf(y[v], dv[v], xg);
+        }
+        ss = cuda::warp_sum(ss);
+        xg = cuda::warp_sum(xg);
+        const float inv = 1.0f / sqrtf(ss + l2_eps);
+        const float y_dot_dy = inv * xg;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const float yd = y[v] * inv;
+          const float gv = inv * (dv[v] - yd * y_dot_dy);
+          d[v] = silu ? dpre_of(gv, pre[v]) : gv;
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          d[v] = dv[v];
+          if (silu) d[v] = dpre_of(d[v], window_pre(wr[v], win[v], K));
+        }
+      }
+    };
+    // The dw terms of a run token (its dpre d with the window).
     const auto add_dw = [&](const float (&d)[V]) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
@@ -471,11 +510,8 @@ __global__ void __launch_bounds__(kTileThreads)
         load_row(xv, slots_x + slot);
         load_row(dv, slots_dy + slot);
 #pragma unroll
-        for (int v = 0; v < V; ++v) {
-          shift_in(win[v], xv[v]);
-          d[v] = dv[v];
-          if (silu) d[v] = dpre_of(d[v], window_pre(wr[v], win[v], K));
-        }
+        for (int v = 0; v < V; ++v) shift_in(win[v], xv[v]);
+        token_dpre(dv, d);
         if constexpr (decltype(accumulate)::value) add_dw(d);
 #pragma unroll
         for (int v = 0; v < V; ++v) shift_in(dwin[v], d[v]);
@@ -519,11 +555,8 @@ __global__ void __launch_bounds__(kTileThreads)
           load_row(xv, slots_x + slot);
           load_row(dv, slots_dy + slot);
 #pragma unroll
-          for (int v = 0; v < V; ++v) {
-            shift_in(win[v], xv[v]);
-            d[v] = dv[v];
-            if (silu) d[v] = dpre_of(d[v], window_pre(wr[v], win[v], K));
-          }
+          for (int v = 0; v < V; ++v) shift_in(win[v], xv[v]);
+          token_dpre(dv, d);
           r = q.end - u < KMAX ? static_cast<int>(q.end - u) : KMAX;
           if (u < t1) add_dw(d);
         }
@@ -649,6 +682,16 @@ void launch_backward(DX* dx, float* dw_partial, const float* dy, const float* x,
   HLM_CUDA_CHECK_LAUNCH();
 }
 
+// The backward with the per-head l2norm's backward fused in (4-channel path, heads of 128, no state).
+template <typename DX>
+void launch_backward_l2(DX* dx, float* dw_partial, const float* dy, const float* x, const float* w, const int64_t* cu,
+                        const Geometry& g, const CausalConv1dCudaTiling& tiling, bool silu, float eps,
+                        cudaStream_t stream) {
+  conv_backward_kernel<4, true, 4, DX, true><<<tile_grid(g, tiling, 4), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
+      dx, dw_partial, dy, x, w, nullptr, cu, g, tiling.run_tokens, silu, g_interior_walk.on(), eps);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, const float* w, const float* state_in,
@@ -673,10 +716,16 @@ void causal_conv1d_forward_cuda(float* y, float* state_out, const float* x, cons
   }
 }
 
+namespace {
+// The fusion's shape (both directions): heads of one warp's 128 channels, K 4, whole heads, the switch on.
+bool l2norm_fusion_shape(const CausalConv1dCudaParams& p, int64_t head_dim) {
+  return g_l2norm_fused.on() && head_dim == kL2HeadDim && p.kernel == 4 && p.channels % kL2HeadDim == 0;
+}
+}  // namespace
+
 bool causal_conv1d_l2norm_fusable(const CausalConv1dCudaParams& p, int64_t head_dim, const void* y, const void* yn,
                                   const void* x) {
-  return g_l2norm_fused.on() && head_dim == kL2HeadDim && p.kernel == 4 && p.channels % kL2HeadDim == 0 &&
-         aligned16(y) && aligned16(yn) && aligned16(x) && y != yn;
+  return l2norm_fusion_shape(p, head_dim) && aligned16(y) && aligned16(yn) && aligned16(x) && y != yn;
 }
 
 void causal_conv1d_cuda_set_l2norm_fused(int on) { g_l2norm_fused.set(on); }
@@ -728,9 +777,10 @@ size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams&
 namespace {
 
 template <typename DX>
+// l2_eps ≥ 0: the l2norm-fused form (the caller checked l2norm_backward_fusable; no state).
 void backward_impl(DX* dx, float* dw, float* d_state_in, const float* dy, const float* x, const float* w,
                    const float* state_in, const int64_t* cu_seqlens, const CausalConv1dCudaParams& p,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream, float l2_eps = -1.0f) {
   const Geometry g = check_params(p);
   const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(g.T);
   const size_t need = dw_partial_bytes(g, tiling);
@@ -746,7 +796,9 @@ void backward_impl(DX* dx, float* dw, float* d_state_in, const float* dy, const 
     return;
   }
   float* partial = dw != nullptr ? static_cast<float*>(workspace) : nullptr;
-  if (channels_per_thread(g, dx, dy, x, partial) == 4)
+  if (l2_eps >= 0.0f)
+    launch_backward_l2(dx, partial, dy, x, w, cu_seqlens, g, tiling, p.silu, l2_eps, stream);
+  else if (channels_per_thread(g, dx, dy, x, partial) == 4)
     launch_backward<4, true, 4>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
   else if (g.K <= 4)
     launch_backward<4, false, 1>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
@@ -780,6 +832,42 @@ void causal_conv1d_backward_bf16_dx_cuda(__nv_bfloat16* dx, float* dw, float* d_
                                          const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, void* workspace,
                                          size_t workspace_bytes, cudaStream_t stream) {
   backward_impl(dx, dw, d_state_in, dy, x, w, state_in, cu_seqlens, p, workspace, workspace_bytes, stream);
+}
+
+namespace {
+
+// The fused form or the two ops: the l2norm's backward in place on dy_n, then the conv's.
+template <typename DX>
+void l2norm_backward_impl(DX* dx, float* dw, float* dy_n, const float* y, const float* x, const float* w,
+                          const int64_t* cu_seqlens, const CausalConv1dCudaParams& p, int64_t head_dim, float eps,
+                          void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const Geometry g = check_params(p);
+  HLM_CHECK(head_dim > 0 && g.C % head_dim == 0, "causal_conv1d_l2norm_backward_cuda: ", g.C,
+            " channels are not whole heads of ", head_dim);
+  HLM_CHECK(eps >= 0.0f, "causal_conv1d_l2norm_backward_cuda: eps ", eps, " < 0");
+  float* partial = dw != nullptr ? static_cast<float*>(workspace) : nullptr;
+  if (g.T > 0 && l2norm_fusion_shape(p, head_dim) && channels_per_thread(g, dx, dy_n, x, partial) == 4) {
+    backward_impl(dx, dw, nullptr, dy_n, x, w, nullptr, cu_seqlens, p, workspace, workspace_bytes, stream, eps);
+    return;
+  }
+  if (g.T > 0) l2norm_backward_cuda(dy_n, dy_n, y, L2normCudaParams{g.T * g.C / head_dim, head_dim, eps}, stream);
+  backward_impl(dx, dw, nullptr, dy_n, x, w, nullptr, cu_seqlens, p, workspace, workspace_bytes, stream);
+}
+
+}  // namespace
+
+void causal_conv1d_l2norm_backward_cuda(float* dx, float* dw, float* dy_n, const float* y, const float* x,
+                                        const float* w, const int64_t* cu_seqlens, const CausalConv1dCudaParams& p,
+                                        int64_t head_dim, float eps, void* workspace, size_t workspace_bytes,
+                                        cudaStream_t stream) {
+  l2norm_backward_impl(dx, dw, dy_n, y, x, w, cu_seqlens, p, head_dim, eps, workspace, workspace_bytes, stream);
+}
+
+void causal_conv1d_l2norm_backward_bf16_dx_cuda(__nv_bfloat16* dx, float* dw, float* dy_n, const float* y,
+                                                const float* x, const float* w, const int64_t* cu_seqlens,
+                                                const CausalConv1dCudaParams& p, int64_t head_dim, float eps,
+                                                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  l2norm_backward_impl(dx, dw, dy_n, y, x, w, cu_seqlens, p, head_dim, eps, workspace, workspace_bytes, stream);
 }
 
 }  // namespace hlm

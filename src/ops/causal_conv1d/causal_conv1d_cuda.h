@@ -78,7 +78,21 @@ void causal_conv1d_l2norm_forward_cuda(float* y, float* yn, const float* x, cons
                                        cudaStream_t stream);
 bool causal_conv1d_l2norm_fusable(const CausalConv1dCudaParams& p, int64_t head_dim, const void* y, const void* yn,
                                   const void* x);
-// 1 | 0 sets the fused form on or off for the process, −1 goes back to HLM_CONV_L2NORM (tests, bench A/B).
+// Its backward: dy_n is the gradient of yn, y the forward's y; dx and dw (OVERWRITTEN, dw nullable) of the conv from
+// the l2norm's input gradient. Where the fusion applies (as above, with dy_n and dx 16-byte aligned too) ONE launch
+// (plus the dw finish) that takes dy_n through the l2norm's backward per token with y recomputed from x (y unread):
+// the bits of l2norm_backward_cuda(dy_n, dy_n, y, {T·C / head_dim, head_dim, eps}) followed by
+// causal_conv1d_backward(_bf16_dx)_cuda on dy_n without a state; else exactly those two. dy_n is clobbered. workspace as
+// causal_conv1d_backward_cuda_workspace_bytes(p).
+void causal_conv1d_l2norm_backward_cuda(float* dx, float* dw, float* dy_n, const float* y, const float* x,
+                                        const float* w, const int64_t* cu_seqlens, const CausalConv1dCudaParams& p,
+                                        int64_t head_dim, float eps, void* workspace, size_t workspace_bytes,
+                                        cudaStream_t stream);
+void causal_conv1d_l2norm_backward_bf16_dx_cuda(__nv_bfloat16* dx, float* dw, float* dy_n, const float* y,
+                                                const float* x, const float* w, const int64_t* cu_seqlens,
+                                                const CausalConv1dCudaParams& p, int64_t head_dim, float eps,
+                                                void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// 1 | 0 sets the fused forms on or off for the process, −1 goes back to HLM_CONV_L2NORM (tests, bench A/B).
 void causal_conv1d_cuda_set_l2norm_fused(int on);
 
 // One decode step: every sequence has exactly one new token (p.total_tokens == p.n_seqs; token n belongs to sequence

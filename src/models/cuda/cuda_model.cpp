@@ -251,7 +251,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       rmsnorm_residual_into_forward_rounded_cuda(nr, out16, to, h, dl, pending_scale, weight, row_norm, stream);
       ++g_direct_snapshot_adds;
     } else {
-      cuda_copy_device(ctx, to, h, static_cast<size_t>(T * H) * sizeof(float));
+      if (to != h) cuda_copy_device(ctx, to, h, static_cast<size_t>(T * H) * sizeof(float));  // (no layers: to == h)
       rmsnorm_forward_rounded_cuda(nr, out16, to, weight, row_norm, stream);
     }
     pending = false;

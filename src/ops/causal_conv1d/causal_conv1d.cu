@@ -43,8 +43,9 @@
 // flight per SM, and only while a batch loaded).
 // bf16 dx (causal_conv1d_backward_bf16_dx_cuda): the same kernel with the dx type as a template parameter, each
 // fp32 dx value rounded at its store by bf16_round.cuh (cast_f32_to_bf16_cuda's rounding): the bits of the cast.
-// Non-goals for now: bf16 inputs (halves the bytes, changes the layer's contract), fusing the conv with the projection
-// or the SiLU consumer.
+// The GDN q/k's per-head l2norm (its consumer) is fused in both directions where a head is one warp's 128 channels
+// (conv_forward_kernel / conv_backward_kernel with kL2; causal_conv1d_l2norm_*_cuda), the bits of the two launches.
+// Non-goals for now: bf16 inputs (halves the bytes, changes the layer's contract), fusing the conv with the projection.
 #include <cuda_bf16.h>
 
 #include <cstdint>

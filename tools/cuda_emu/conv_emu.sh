@@ -40,6 +40,7 @@ assert 'asm' not in body, 'unpatched asm'
 # The 32 × 4 block as 128 threads in a row (emu_launch's blocks are one-dimensional).
 body = body.replace('threadIdx.y', 'EMU_TY').replace('threadIdx.x', 'EMU_TX')
 head = '''#pragma once
+#include <atomic>
 #include <cstring>
 #include <type_traits>
 #include "cuda_bf16.h"

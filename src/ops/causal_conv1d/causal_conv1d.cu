@@ -48,6 +48,7 @@
 // Non-goals for now: bf16 inputs (halves the bytes, changes the layer's contract), fusing the conv with the projection.
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -84,6 +85,7 @@ OverridableSwitch g_interior_walk{"HLM_CONV_INTERIOR", true};
 // The conv + per-head l2norm in one launch (causal_conv1d_l2norm_forward_cuda), on by default; HLM_CONV_L2NORM=off or
 // causal_conv1d_cuda_set_l2norm_fused(0) gives the two launches back (A/B runs; the same bits).
 OverridableSwitch g_l2norm_fused{"HLM_CONV_L2NORM", true};
+std::atomic<int64_t> g_l2norm_fused_launches{0};  // causal_conv1d_l2norm_fused_launches
 constexpr int64_t kL2HeadDim = kThreadsX * 4;  // the fused l2norm's head: one warp of 4-channel lanes
 
 // Index of the sequence holding token t: the last s with cu[s] ≤ t (empty sequences are skipped).
@@ -730,6 +732,7 @@ bool causal_conv1d_l2norm_fusable(const CausalConv1dCudaParams& p, int64_t head_
 }
 
 void causal_conv1d_cuda_set_l2norm_fused(int on) { g_l2norm_fused.set(on); }
+int64_t causal_conv1d_l2norm_fused_launches() { return g_l2norm_fused_launches.load(); }
 
 void causal_conv1d_l2norm_forward_cuda(float* y, float* yn, const float* x, const float* w, const int64_t* cu_seqlens,
                                        const CausalConv1dCudaParams& p, int64_t head_dim, float eps,
@@ -748,6 +751,7 @@ void causal_conv1d_l2norm_forward_cuda(float* y, float* yn, const float* x, cons
   conv_forward_kernel<4, true, 4, true><<<tile_grid(g, tiling, 4), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
       y, x, w, nullptr, cu_seqlens, g, tiling.run_tokens, p.silu, yn, eps);
   HLM_CUDA_CHECK_LAUNCH();
+  ++g_l2norm_fused_launches;
 }
 
 void causal_conv1d_decode_cuda(float* y, float* state, const float* x, const float* w,
@@ -849,6 +853,7 @@ void l2norm_backward_impl(DX* dx, float* dw, float* dy_n, const float* y, const 
   float* partial = dw != nullptr ? static_cast<float*>(workspace) : nullptr;
   if (g.T > 0 && l2norm_fusion_shape(p, head_dim) && channels_per_thread(g, dx, dy_n, x, partial) == 4) {
     backward_impl(dx, dw, nullptr, dy_n, x, w, nullptr, cu_seqlens, p, workspace, workspace_bytes, stream, eps);
+    ++g_l2norm_fused_launches;
     return;
   }
   if (g.T > 0) l2norm_backward_cuda(dy_n, dy_n, y, L2normCudaParams{g.T * g.C / head_dim, head_dim, eps}, stream);

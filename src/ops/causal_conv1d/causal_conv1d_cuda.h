@@ -94,6 +94,9 @@ void causal_conv1d_l2norm_backward_bf16_dx_cuda(__nv_bfloat16* dx, float* dw, fl
                                                 void* workspace, size_t workspace_bytes, cudaStream_t stream);
 // 1 | 0 sets the fused forms on or off for the process, −1 goes back to HLM_CONV_L2NORM (tests, bench A/B).
 void causal_conv1d_cuda_set_l2norm_fused(int on);
+// How many fused forwards and backwards this process issued (host calls, not graph replays): the tests' proof that the
+// fusion engaged.
+int64_t causal_conv1d_l2norm_fused_launches();
 
 // One decode step: every sequence has exactly one new token (p.total_tokens == p.n_seqs; token n belongs to sequence
 // n). y [N, C] = [silu](conv) as causal_conv1d_forward_cuda computes it, bit for bit; `state` [N, C, K−1] (nullable =

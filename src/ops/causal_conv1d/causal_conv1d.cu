@@ -668,30 +668,24 @@ size_t dw_partial_bytes(const Geometry& g, const CausalConv1dCudaTiling& tiling)
   return static_cast<size_t>(tiling.tiles * g.K * g.C) * sizeof(float);
 }
 
-template <int KMAX, bool EXACT, int V>
+// kL2: the per-head l2norm fused in (V = 4, heads of 128; yn and l2_eps its output and epsilon).
+template <int KMAX, bool EXACT, int V, bool kL2 = false>
 void launch_forward(float* y, const float* x, const float* w, const float* state_in, const int64_t* cu,
-                    const Geometry& g, const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream) {
-  conv_forward_kernel<KMAX, EXACT, V><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
-      y, x, w, state_in, cu, g, tiling.run_tokens, silu);
+                    const Geometry& g, const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream,
+                    float* yn = nullptr, float l2_eps = 0.0f) {
+  conv_forward_kernel<KMAX, EXACT, V, kL2><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
+      y, x, w, state_in, cu, g, tiling.run_tokens, silu, yn, l2_eps);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <int KMAX, bool EXACT, int V, typename DX>
+// kL2: the per-head l2norm's backward fused in (V = 4, heads of 128, no state).
+template <int KMAX, bool EXACT, int V, typename DX, bool kL2 = false>
 void launch_backward(DX* dx, float* dw_partial, const float* dy, const float* x, const float* w,
                      const float* state_in, const int64_t* cu, const Geometry& g,
-                     const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream) {
-  conv_backward_kernel<KMAX, EXACT, V, DX><<<tile_grid(g, tiling, V), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
-      dx, dw_partial, dy, x, w, state_in, cu, g, tiling.run_tokens, silu, g_interior_walk.on());
-  HLM_CUDA_CHECK_LAUNCH();
-}
-
-// The backward with the per-head l2norm's backward fused in (4-channel path, heads of 128, no state).
-template <typename DX>
-void launch_backward_l2(DX* dx, float* dw_partial, const float* dy, const float* x, const float* w, const int64_t* cu,
-                        const Geometry& g, const CausalConv1dCudaTiling& tiling, bool silu, float eps,
-                        cudaStream_t stream) {
-  conv_backward_kernel<4, true, 4, DX, true><<<tile_grid(g, tiling, 4), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
-      dx, dw_partial, dy, x, w, nullptr, cu, g, tiling.run_tokens, silu, g_interior_walk.on(), eps);
+                     const CausalConv1dCudaTiling& tiling, bool silu, cudaStream_t stream, float l2_eps = 0.0f) {
+  const dim3 grid = tile_grid(g, tiling, V), block(kThreadsX, kRunsPerTile);
+  conv_backward_kernel<KMAX, EXACT, V, DX, kL2><<<grid, block, 0, stream>>>(
+      dx, dw_partial, dy, x, w, state_in, cu, g, tiling.run_tokens, silu, g_interior_walk.on(), l2_eps);
   HLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -747,10 +741,8 @@ void causal_conv1d_l2norm_forward_cuda(float* y, float* yn, const float* x, cons
     l2norm_forward_cuda(yn, y, L2normCudaParams{g.T * g.C / head_dim, head_dim, eps}, stream);
     return;
   }
-  const CausalConv1dCudaTiling tiling = causal_conv1d_cuda_tiling(g.T);
-  conv_forward_kernel<4, true, 4, true><<<tile_grid(g, tiling, 4), dim3(kThreadsX, kRunsPerTile), 0, stream>>>(
-      y, x, w, nullptr, cu_seqlens, g, tiling.run_tokens, p.silu, yn, eps);
-  HLM_CUDA_CHECK_LAUNCH();
+  launch_forward<4, true, 4, true>(y, x, w, nullptr, cu_seqlens, g, causal_conv1d_cuda_tiling(g.T), p.silu, stream, yn,
+                                   eps);
   ++g_l2norm_fused_launches;
 }
 
@@ -802,7 +794,8 @@ void backward_impl(DX* dx, float* dw, float* d_state_in, const float* dy, const 
   }
   float* partial = dw != nullptr ? static_cast<float*>(workspace) : nullptr;
   if (l2_eps >= 0.0f)
-    launch_backward_l2(dx, partial, dy, x, w, cu_seqlens, g, tiling, p.silu, l2_eps, stream);
+    launch_backward<4, true, 4, DX, true>(dx, partial, dy, x, w, nullptr, cu_seqlens, g, tiling, p.silu, stream,
+                                          l2_eps);
   else if (channels_per_thread(g, dx, dy, x, partial) == 4)
     launch_backward<4, true, 4>(dx, partial, dy, x, w, state_in, cu_seqlens, g, tiling, p.silu, stream);
   else if (g.K <= 4)

@@ -462,14 +462,6 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
     // by out16 too would give out other bits than the plain launcher's; store_slice_bf16 stores a row that is not
     // 8-byte aligned element by element instead.
     const bool vec = aligned16(out) && aligned16(x) && aligned16(w) && (delta == nullptr || aligned16(delta));
-    // The slices' order (vector or scalar) decides out's bits and is chosen as for the in-place call; vector slices
-    // store x_out as 16-byte rows, so x_out must then be aligned too (a copy would not help: the norm of a misaligned
-    // row sums in the scalar order).
-    const bool vector_slices = vec && p.dim % static_cast<int64_t>(16 / sizeof(T)) == 0;  // dispatch_warp's choice
-    HLM_CHECK(x_out == nullptr || !vector_slices || aligned16(x_out),
-              "rmsnorm_residual_into_forward_rounded_cuda: rows of ",
-              p.dim, " (≤ ", kWarpMaxDim, ", a multiple of 4) with 16-byte aligned x, out, weight and delta need a "
-              "16-byte aligned x_out");
     if constexpr (std::is_same_v<T, float>) {
       if (post != nullptr && vec && !aligned16(post)) {  // post takes no part in the choice either: two launches
         forward_impl(out, x, w, p, stream, nullptr, 1.0f, out16);
@@ -478,6 +470,12 @@ void forward_impl(T* out, T* x, const T* w, const RmsnormCudaParams& p, cudaStre
       }
     }
     dispatch_warp<T>(p.dim, vec, [&](auto v, auto pl) {
+      // The slices' order (vector or scalar) decides out's bits and is chosen as for the in-place call; vector slices
+      // store x_out as 16-byte rows, so x_out must then be aligned too (a copy would not help: the norm of a
+      // misaligned row sums in the scalar order).
+      HLM_CHECK(x_out == nullptr || decltype(v)::value == 1 || aligned16(x_out),
+                "rmsnorm_residual_into_forward_rounded_cuda: rows of ", p.dim,
+                " on the warp path's 16-byte slices (x, out, weight and delta aligned) need a 16-byte aligned x_out");
       HLM_CUDA_CHECK(cuda::launch_maybe_dependent(
           pdl, rmsnorm_forward_warp_kernel<T, decltype(v)::value, decltype(pl)::value>, dim3(warp_row_blocks(p.rows)),
           dim3(kWarpThreads), 0, stream, out, x, w, p.rows, p.dim, p.eps, delta, scale, out16, post, x_out));

@@ -204,6 +204,12 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     t = CudaTensor::empty(ctx, {T, H});
     return t;
   };
+  // Without the direct form: the stream as it is now, copied into the layer's slot of snapshots->*which (nothing
+  // without snapshots).
+  const auto copy_snapshot = [&](std::vector<CudaTensor>* ResidualSnapshots::*which, int layer) {
+    if (snapshots != nullptr && !direct)
+      cuda_copy_device(ctx, snapshot(snapshots->*which, layer).raw(), h, hidden.nbytes());
+  };
   // Copy of a [T, H] buffer into a kept slot (exact); nothing without kept activations.
   const auto keep_copy = [&](CudaTensor CudaKeptLayer::*slot, int layer, const CudaTensor& from) {
     if (kept == nullptr) return;
@@ -331,8 +337,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     } else {
       norm_after_pending(layer.input_layernorm.data<float>(), norm_out16(&CudaKeptLayer::mixer_in16, i));
     }
-    if (snapshots != nullptr && !direct)
-      cuda_copy_device(ctx, snapshot(snapshots->layer_in, i).raw(), h, hidden.nbytes());
+    copy_snapshot(&ResidualSnapshots::layer_in, i);
     emit(CapturePoint::AttnIn, i, direct ? (*snapshots->layer_in)[static_cast<size_t>(i)] : hidden);
     if (post_norm) {
       // dl = norm(branch in nr), h += dl: one launch when fused (the same bits as the two).
@@ -349,7 +354,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       keep_copy(&CudaKeptLayer::mixer_branch, i, normed);
       norm_and_add(layer.post_attention_layernorm);
       emit(CapturePoint::AttnDelta, i, delta);  // dl is not changed by the add
-      if (snapshots != nullptr) cuda_copy_device(ctx, snapshot(snapshots->mixer_out, i).raw(), h, hidden.nbytes());
+      copy_snapshot(&ResidualSnapshots::mixer_out, i);
       emit(CapturePoint::AttnOut, i, hidden);
       mlp(nr, {h, nullptr});
       keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
@@ -371,8 +376,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         rmsnorm_residual_forward_rounded_cuda(nr, norm_out16(&CudaKeptLayer::mlp_in16, i), h, dl,
                                               hyper.residual_multiplier, layer.post_attention_layernorm.data<float>(),
                                               row_norm, stream);
-        if (snapshots != nullptr)
-          cuda_copy_device(ctx, snapshot(snapshots->mixer_out, i).raw(), h, hidden.nbytes());
+        copy_snapshot(&ResidualSnapshots::mixer_out, i);
       }
       emit(CapturePoint::AttnOut, i, direct ? (*snapshots->mixer_out)[static_cast<size_t>(i)] : hidden);
       mlp(dl, branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));

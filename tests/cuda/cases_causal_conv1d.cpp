@@ -445,6 +445,15 @@ TEST(CausalConv1dCuda, InteriorWalkEqualsTheGeneralWalk) {
   EXPECT_GE(cases, 14);
 }
 
+// The head width the conv + l2norm tests give a case: 128 where its channels are whole heads of 128 (fused), 8 for the
+// C = 136 cases (17 heads of 8: the two launches inside), 0 for the rest (K ≠ 4 or no tokens: not run).
+namespace {
+int64_t l2norm_head_of(const ConvCase& c) {
+  if (c.K != 4 || c.cu.back() == 0) return 0;
+  return c.C % 128 == 0 ? 128 : (c.C == 136 ? 8 : 0);
+}
+}  // namespace
+
 // The conv + per-head l2norm in one launch (causal_conv1d_l2norm_forward_cuda, heads of 128) against the two launches
 // it replaces (causal_conv1d_forward_cuda without a state, then l2norm_forward_cuda over rows of 128): y and yn bit for
 // bit on every K = 4 case with whole heads of 128 (fusable: asserted); with the fusion switched off (the launcher's
@@ -453,8 +462,8 @@ TEST(CausalConv1dCuda, L2normFusedForwardEqualsTheTwoLaunches) {
   HLM_REQUIRE_CUDA();
   int fused_cases = 0;
   for (const ConvCase& c : kCases) {
-    const int64_t head = c.C % 128 == 0 ? 128 : (c.C == 136 ? 8 : 0);
-    if (c.K != 4 || head == 0 || c.cu.back() == 0) continue;
+    const int64_t head = l2norm_head_of(c);
+    if (head == 0) continue;
     const Inputs in = make_inputs(c);
     const size_t n = in.x.size();
     const CausalConv1dCudaParams p = params_of(c);
@@ -491,8 +500,8 @@ TEST(CausalConv1dCuda, L2normFusedBackwardEqualsTheTwoLaunches) {
   HLM_REQUIRE_CUDA();
   int cases = 0;
   for (const ConvCase& c : kCases) {
-    const int64_t head = c.C % 128 == 0 ? 128 : (c.C == 136 ? 8 : 0);
-    if (c.K != 4 || head == 0 || c.cu.back() == 0) continue;
+    const int64_t head = l2norm_head_of(c);
+    if (head == 0) continue;
     ++cases;
     const Inputs in = make_inputs(c);
     const size_t n = in.x.size(), nw = in.w.size();

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_context.h"
 #include "cuda_models/cuda_model_support.h"
+#include "cuda_models/cuda_train_support.h"
 #include "models/convert.h"
 #include "models/cuda/cuda_model.h"
 #include "models/cuda/cuda_model_train.h"
@@ -43,21 +44,6 @@ Model teacher_with_wide_heads() {
   return Model::create(parse_model_config(j, "test"), 41);
 }
 
-struct TrainRun {
-  Tensor final_hidden;
-  DecoderWeights grads;
-};
-
-TrainRun forward_backward(CudaModel& model, const TokenBatch& batch, const CudaTensor& d_final, Recompute recompute) {
-  CudaContext& ctx = cuda_context();
-  CudaModel grads = CudaModel::zeros_like(model.config(), ctx);
-  const CudaTrainTrace trace = model.forward_train(batch, recompute);
-  model.backward(trace, d_final.data<float>(), grads);
-  TrainRun out{cuda_download(ctx, trace.final_hidden), zero_grads_like(model.config())};
-  grads.download_into(out.grads);
-  return out;
-}
-
 }  // namespace
 
 TEST(CudaGdnL2normFusion, StudentWithWideHeadsGradientsBitIdentical) {
@@ -75,10 +61,10 @@ TEST(CudaGdnL2normFusion, StudentWithWideHeadsGradientsBitIdentical) {
       const std::string mode = std::string(bf16 ? "bf16" : "fp32") +
                                (recompute == Recompute::None ? " kept activations" : " recompute");
       causal_conv1d_cuda_set_l2norm_fused(0);
-      TrainRun unfused = forward_backward(gpu, batch, d_final, recompute);
+      CudaTrainResult unfused = cuda_forward_backward(gpu, batch, d_final, recompute);
       causal_conv1d_cuda_set_l2norm_fused(1);
       const int64_t before = causal_conv1d_l2norm_fused_launches();
-      TrainRun fused = forward_backward(gpu, batch, d_final, recompute);
+      CudaTrainResult fused = cuda_forward_backward(gpu, batch, d_final, recompute);
       const int64_t launches = causal_conv1d_l2norm_fused_launches() - before;
       causal_conv1d_cuda_set_l2norm_fused(-1);
       EXPECT_EQ(launches, recompute == Recompute::None ? 4 : 6) << mode << ": fused launches (one GDN layer)";

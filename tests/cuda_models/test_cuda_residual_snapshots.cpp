@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_context.h"
 #include "cuda_models/cuda_model_support.h"
+#include "cuda_models/cuda_train_support.h"
 #include "models/convert.h"
 #include "models/cuda/cuda_model.h"
 #include "models/cuda/cuda_model_train.h"
@@ -27,20 +28,18 @@ namespace {
 
 struct Run {
   std::vector<Tensor> layer_in, mixer_out;
-  Tensor final_stream, final_hidden;
-  DecoderWeights grads;
+  Tensor final_stream;
+  CudaTrainResult result;  // final hidden states and gradients
 };
 
 Run forward_backward(CudaModel& model, const TokenBatch& batch, const CudaTensor& d_final, Recompute recompute) {
   CudaContext& ctx = cuda_context();
-  CudaModel grads = CudaModel::zeros_like(model.config(), ctx);
-  const CudaTrainTrace trace = model.forward_train(batch, recompute);
-  model.backward(trace, d_final.data<float>(), grads);
-  Run out{{}, {}, cuda_download(ctx, trace.final_stream), cuda_download(ctx, trace.final_hidden),
-          zero_grads_like(model.config())};
-  for (const CudaTensor& t : trace.layer_in) out.layer_in.push_back(cuda_download(ctx, t));
-  for (const CudaTensor& t : trace.mixer_out) out.mixer_out.push_back(cuda_download(ctx, t));
-  grads.download_into(out.grads);
+  Run out;
+  out.result = cuda_forward_backward(model, batch, d_final, recompute, [&](const CudaTrainTrace& trace) {
+    out.final_stream = cuda_download(ctx, trace.final_stream);
+    for (const CudaTensor& t : trace.layer_in) out.layer_in.push_back(cuda_download(ctx, t));
+    for (const CudaTensor& t : trace.mixer_out) out.mixer_out.push_back(cuda_download(ctx, t));
+  });
   return out;
 }
 
@@ -79,10 +78,12 @@ void expect_direct_equals_copies(Model& cpu_model, const std::string& label, boo
         EXPECT_TRUE(same_bytes(direct.mixer_out[i], copied.mixer_out[i])) << mode << ": mixer_out " << i;
       }
       EXPECT_TRUE(same_bytes(direct.final_stream, copied.final_stream)) << mode << ": final stream";
-      EXPECT_TRUE(same_bytes(direct.final_hidden, copied.final_hidden)) << mode << ": final hidden states";
+      EXPECT_TRUE(same_bytes(direct.result.final_hidden, copied.result.final_hidden))
+          << mode << ": final hidden states";
       size_t count = 0;
-      const size_t differing = count_differing_gradients(c, cpu_model.mutable_weights(), copied.grads, direct.grads,
-                                                         mode + " direct snapshots vs copies", &count);
+      const size_t differing = count_differing_gradients(c, cpu_model.mutable_weights(), copied.result.grads,
+                                                         direct.result.grads, mode + " direct snapshots vs copies",
+                                                         &count);
       EXPECT_EQ(differing, 0u) << mode;
       std::printf("[check] residual snapshots %s: %lld direct adds, %zu gradients, %zu differ (want 0)\n",
                   mode.c_str(), static_cast<long long>(adds), count, differing);

@@ -91,8 +91,9 @@ void run(const Case& c) {
   std::vector<int64_t> context(c.ctx), cu(static_cast<size_t>(N + 1));
   for (int64_t n = 0; n <= N; ++n) cu[n] = n;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const CacheDims dm{N, N, c.Hq, c.Hkv, group, num_blocks, bs, max_blocks, 1, max_ctx, 1, static_cast<int>(D),
-                     scale, c.window};
+  CacheDims dm{N, N, c.Hq, c.Hkv, group, num_blocks, bs, max_blocks, 1, max_ctx, 1, static_cast<int>(D), scale,
+               c.window};
+  dm.block_shift = block_shift_of(bs);  // as make_dims: key rows by shift and mask for a power-of-two block size
   // split_len as the launcher computes it (attention_cache.cu, split_len): a multiple of kStreams keys.
   int64_t len = (max_ctx + c.splits - 1) / c.splits;
   len = (len + kStreams - 1) / kStreams * kStreams;

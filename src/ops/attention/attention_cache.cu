@@ -401,25 +401,45 @@ __global__ void __launch_bounds__(kDecodeThreads)
     l_s[t] = 0.0f;
   }
 
-  // Tile `tile` into buffer `buf`: every thread copies its share of the 2 · kTileKeys · chunks 16-byte chunks; rows
-  // outside the split or with a bad block id are zero-filled and marked.
+  // Tile `tile` into buffer `buf`. Thread t copies chunk c_own = t % kRowChunks of the rows j_own + k · kRowsPerPass
+  // (k < kPasses): the rows' block ids are loaded first, all together (one round trip per tile instead of one per row
+  // in turn, and no division per chunk), then its 16-byte copies are issued; rows outside the split or with a bad
+  // block id are zero-filled and marked (a bad id raises the flag).
+  constexpr int kRowChunks = DMAX / kVec;  // 16-byte chunks of a DMAX-wide row; a row copies its first `chunks`
+  constexpr int kRowsPerPass = kDecodeThreads / kRowChunks;
+  constexpr int kPasses = kTileKeys / kRowsPerPass;
+  static_assert(kDecodeThreads % kRowChunks == 0 && kTileKeys % kRowsPerPass == 0, "tile copy shape");
+  const int c_own = t % kRowChunks, j_own = t / kRowChunks;
+  const int64_t head_off = c_own * kVec;
   const auto load_tile = [&](int64_t tile, int buf) {
-    const int64_t k0 = kb + tile * kTileKeys;
-    for (int i = t; i < kTileKeys * chunks; i += kDecodeThreads) {
-      const int j = i / chunks, c = i % chunks;
-      const int64_t pos = k0 + j;
-      const int64_t off = pos < ke ? key_row(sv.table, pos, kvh, dm, c == 0 ? flag : nullptr) : -1;
-      C* kd = k_s + (buf * kTileKeys + j) * S + c * kVec;
-      C* vd = v_s + (buf * kTileKeys + j) * S + c * kVec;
-      if (off >= 0) {
-        cp_async16(kd, k_cache + off + c * kVec);
-        cp_async16(vd, v_cache + off + c * kVec);
-      } else {
-        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
-      }
-      if (c == 0) ok_s[buf][j] = off >= 0;
+    const int64_t k0 = kb + tile * kTileKeys + j_own;
+    int64_t block[kPasses];
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {  // unconditional loads (a row past the split reads the last key's entry)
+      const int64_t pos = k0 + k * kRowsPerPass;
+      block[k] = sv.table[key_page(pos < ke ? pos : ke - 1, dm).page];
     }
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int64_t pos = k0 + k * kRowsPerPass;
+      const int j = j_own + k * kRowsPerPass;
+      const int64_t off = pos < ke ? block_row(block[k], key_page(pos, dm).slot, kvh, dm) : -1;  // n_tiles > 0: ke > kb
+      bad |= pos < ke && off < 0;
+      if (c_own < chunks) {
+        C* kd = k_s + (buf * kTileKeys + j) * S + head_off;
+        C* vd = v_s + (buf * kTileKeys + j) * S + head_off;
+        if (off >= 0) {
+          cp_async16(kd, k_cache + off + head_off);
+          cp_async16(vd, v_cache + off + head_off);
+        } else {
+          *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+        }
+      }
+      if (c_own == 0) ok_s[buf][j] = off >= 0;
+    }
+    if (bad && c_own == 0 && flag != nullptr) atomicOr(flag, 1);
   };
 
   float acc[kHeadsPerGroup][2];
@@ -567,9 +587,11 @@ CacheDims make_dims(const AttentionCacheCudaParams& p, const char* who) {
   HLM_CHECK(p.q_heads <= kMaxGridYZ, who, ": ", p.q_heads, " query heads exceed the grid's y limit");
   const int64_t n_tiles = (p.max_query_len + kTile - 1) / kTile;
   HLM_CHECK(n_tiles == 0 || p.n_seqs <= kMaxGridX / n_tiles, who, ": too many sequences for the grid");
-  return {p.total_tokens, p.n_seqs,       p.q_heads,    p.kv_heads,     p.q_heads / p.kv_heads,
-          p.num_blocks,   p.block_size,   p.max_blocks, p.max_query_len, p.max_context,
-          n_tiles,        static_cast<int>(p.head_dim), p.scale, p.window};
+  CacheDims dm{p.total_tokens, p.n_seqs,       p.q_heads,    p.kv_heads,     p.q_heads / p.kv_heads,
+               p.num_blocks,   p.block_size,   p.max_blocks, p.max_query_len, p.max_context,
+               n_tiles,        static_cast<int>(p.head_dim), p.scale, p.window};
+  dm.block_shift = block_shift_of(p.block_size);  // a power of two: key_page shifts instead of dividing
+  return dm;
 }
 
 int heads_per_block(const AttentionCacheCudaParams& p) {

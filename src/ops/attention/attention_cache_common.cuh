@@ -25,6 +25,7 @@ struct CacheDims {
   int D;
   float scale;
   int64_t window;  // sliding window: a query at p sees keys p−W+1 .. p (0 = all earlier keys)
+  int block_shift = -1;  // log2(block_size) when it is a power of two (set by make_dims), else −1
 };
 
 struct SeqView {
@@ -46,15 +47,37 @@ __device__ SeqView seq_view(const int64_t* cu, const int64_t* context_lens, cons
   return {b, e - b, c, tables + seq * dm.max_blocks, ok};
 }
 
+// CacheDims::block_shift for a block size: its log2 when it is a power of two, else −1.
+inline int block_shift_of(int64_t block_size) {
+  if (block_size <= 0 || (block_size & (block_size - 1)) != 0) return -1;
+  int shift = 0;
+  while ((int64_t{1} << shift) < block_size) ++shift;
+  return shift;
+}
+
+// Key position p's block-table entry and its slot in that block: a shift and a mask for a power-of-two block size (the
+// default 16), else 64-bit division (tens of instructions per key row).
+struct KeyPage {
+  int64_t page, slot;
+};
+__device__ __forceinline__ KeyPage key_page(int64_t p, const CacheDims& dm) {
+  if (dm.block_shift >= 0) return {p >> dm.block_shift, p & (dm.block_size - 1)};
+  return {p / dm.block_size, p % dm.block_size};
+}
+
+// Float offset of the row in block `block`, slot `slot` for kv head kvh, or −1 when the block id is bad.
+__device__ __forceinline__ int64_t block_row(int64_t block, int64_t slot, int64_t kvh, const CacheDims& dm) {
+  if (block < 0 || block >= dm.num_blocks) return -1;
+  return ((block * dm.block_size + slot) * dm.Hkv + kvh) * dm.D;
+}
+
 // Float offset of key position p's row for kv head kvh in the cache, or −1 (flag raised) for a bad block id.
 __device__ __forceinline__ int64_t key_row(const int32_t* table, int64_t p, int64_t kvh, const CacheDims& dm,
                                            int* flag) {
-  const int64_t block = table[p / dm.block_size];
-  if (block < 0 || block >= dm.num_blocks) {
-    if (flag != nullptr) atomicOr(flag, 1);
-    return -1;
-  }
-  return ((block * dm.block_size + p % dm.block_size) * dm.Hkv + kvh) * dm.D;
+  const KeyPage kp = key_page(p, dm);
+  const int64_t off = block_row(table[kp.page], kp.slot, kvh, dm);
+  if (off < 0 && flag != nullptr) atomicOr(flag, 1);
+  return off;
 }
 
 // Cache element <-> fp32 (the bf16 rounding is round-to-nearest-even, as cast_f32_to_bf16_cuda).
@@ -91,7 +114,9 @@ struct FusedMerge {
 // it). The partial results are read with L2 loads (__ldcg): in the fused tail they were written by other blocks.
 // Latency: the splits' (max, sum) pairs are staged in shared memory by all threads at once, and each thread issues
 // its first kMergePreload partial-O loads together with them, so a merge of ≤ kMergePreload splits costs one round
-// trip to L2 instead of one per split (session 14's trace: 6.6 µs per call with the loads in a dependent chain).
+// trip to L2 instead of one per split (session 14's trace: 6.6 µs per call with the loads in a dependent chain); a
+// thread's later elements (a block merging several heads: the fused tail) and splits past kMergePreload load a batch
+// of kMergePreload at a time.
 constexpr int kMergePreload = 16;
 constexpr int kMergeMaxHeads = 4;  // attention_cache_cuda_decode_heads_per_block()
 __device__ __forceinline__ void merge_split_rows(float* out, const float* part, int64_t seq, int64_t h0, int heads,
@@ -116,25 +141,24 @@ __device__ __forceinline__ void merge_split_rows(float* out, const float* part, 
   __syncthreads();
   for (int idx = tid; idx < heads * dm.D; idx += nthreads) {
     const int hh = idx / dm.D, d = idx % dm.D;
-    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * stride;
+    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * stride + d;
     float mx = -INFINITY;
     for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, ml_s[hh][0][s]);
     float sum = 0.0f, acc = 0.0f;
-    int64_t s0 = 0;
-    if (idx == tid) {  // this thread's first element: the preloaded splits first (same order, same arithmetic)
+    // The splits in batches of kMergePreload: a batch's loads are issued together (one round trip per batch; this
+    // thread's first element has its first batch preloaded), then folded in split order.
+    for (int64_t s0 = 0; s0 < splits; s0 += kMergePreload) {
+      if (idx != tid || s0 != 0) {  // `pre` holds the batch (registers: one array for both)
+#pragma unroll
+        for (int u = 0; u < kMergePreload; ++u) pre[u] = s0 + u < splits ? __ldcg(p + (s0 + u) * stride) : 0.0f;
+      }
 #pragma unroll
       for (int u = 0; u < kMergePreload; ++u)
-        if (u < splits) {
-          const float w = expf(ml_s[hh][0][u] - mx);
-          sum = fmaf(ml_s[hh][1][u], w, sum);
+        if (s0 + u < splits) {
+          const float w = expf(ml_s[hh][0][s0 + u] - mx);
+          sum = fmaf(ml_s[hh][1][s0 + u], w, sum);
           acc = fmaf(pre[u], w, acc);
         }
-      s0 = splits < kMergePreload ? splits : kMergePreload;
-    }
-    for (int64_t s = s0; s < splits; ++s) {
-      const float w = expf(ml_s[hh][0][s] - mx);
-      sum = fmaf(ml_s[hh][1][s], w, sum);
-      acc = fmaf(__ldcg(p + s * stride + d), w, acc);
     }
     out[(row * dm.Hq + h0 + hh) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
   }

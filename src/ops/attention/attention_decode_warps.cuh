@@ -1,6 +1,6 @@
 // The warp decode attention kernel (DecodeKernel::warps, with the q/k preparation folded in or not) and the split
 // merge kernel, as device code only: launched by attention_cache.cu, and run on the CPU by tools/cuda_emu's emulation
-// (decode_warps_emu.sh). Internal linkage: included by one translation unit each.
+// (decode_attention_emu.sh). Internal linkage: included by one translation unit each.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,7 @@
-// Host driver of decode_warps_emu.sh: the warp decode attention kernel and the split merge kernel
-// (src/ops/attention/attention_decode_warps.cuh) run on the CPU (tools/cuda_emu/emu.h), each case against a
-// double-precision model of the same step:
+// Host driver of decode_attention_emu.sh: the decode attention kernels — the warp kernel
+// (src/ops/attention/attention_decode_warps.cuh), the tiled kernel (attention_decode_tiled.cuh: the default; its
+// non-cluster form, cases without the q/k preparation) — and the split merge kernel (or the fused merge) run on the CPU
+// (tools/cuda_emu/emu.h), each case and kernel against a double-precision model of the same step:
 //   attention: softmax(q·kᵀ·scale)·v over each sequence's visible keys (a window's, or all), read through the
 //     shuffled block table from the same cache values the kernel reads (bf16 caches widened);
 //   with the q/k preparation (kPrep): q and the new k normalized per head (RMSNorm with weights, eps 1e-6) and
@@ -9,7 +10,8 @@
 // Tolerances: the kernel's fp32 sums against double: |out − ref| ≤ 5e-5·(1 + max|ref|) (scores of ≤ 128 products of
 // N(0,1) values, ≤ 1,200 keys, each weight one expf); the prepared keys: ≤ 2⁻⁸ relative (bf16) or 1e-5 (fp32). A
 // wrong key, head, group, batch or split is an O(1) error.
-#include "cuda_bf16.h"  // the emulation's stand-in (decode_warps_emu.sh)
+#include "cuda_bf16.h"  // the emulation's stand-in (decode_attention_emu.sh)
+#include "ops/attention/attention_decode_tiled.cuh"
 #include "ops/attention/attention_decode_warps.cuh"
 
 #include <algorithm>
@@ -60,8 +62,10 @@ double widen_host(C x) {
   return static_cast<double>(static_cast<float>(x));
 }
 
-template <int DMAX, int HPB, typename C, bool kPrep>
+template <int DMAX, int HPB, typename C, bool kPrep, bool kTiled>
 void run(const Case& c) {
+  static_assert(!(kPrep && kTiled), "the q/k preparation is folded into the warp kernel only");
+  const std::string name = (kTiled ? "tiled: " : "warps: ") + c.name;
   const int64_t N = static_cast<int64_t>(c.ctx.size()), D = c.D, bs = c.block_size;
   const int64_t group = c.Hq / c.Hkv;
   std::mt19937_64 rng(static_cast<uint64_t>(std::hash<std::string>{}(c.name)));
@@ -143,21 +147,27 @@ void run(const Case& c) {
   std::vector<float> out(static_cast<size_t>(N * c.Hq * D), NAN);
   std::vector<unsigned> counters(static_cast<size_t>(N * (c.Hq / HPB)), 0u);
   int flag = 0;
-  const bool direct = c.splits == 1;
+  const bool direct = !kTiled && c.splits == 1;  // the warp kernel writes a single split's rows itself
   const FusedMerge fm{out.data(), c.fused_merge && !direct ? counters.data() : nullptr};
-  emu_launch(Dim{static_cast<unsigned>(N), static_cast<unsigned>(c.Hq / HPB), static_cast<unsigned>(c.splits)},
-             kDecodeThreads, 0, [&] {
-               cache_decode_warps_kernel<DMAX, HPB, C, kPrep>(part.data(), out.data(), q.data(), kc.data(), vc.data(),
-                                                              tables.data(), context.data(), cu.data(), dm, c.splits,
-                                                              len, &flag, fm, pr);
-             });
+  const Dim grid{static_cast<unsigned>(N), static_cast<unsigned>(c.Hq / HPB), static_cast<unsigned>(c.splits)};
+  if constexpr (kTiled)
+    emu_launch(grid, kDecodeThreads, TiledDecodeSmem<DMAX, C>::bytes(), [&] {
+      cache_decode_tiled_kernel<DMAX, HPB, C, false>(part.data(), q.data(), kc.data(), vc.data(), tables.data(),
+                                                     context.data(), cu.data(), dm, c.splits, len, &flag, fm);
+    });
+  else
+    emu_launch(grid, kDecodeThreads, 0, [&] {
+      cache_decode_warps_kernel<DMAX, HPB, C, kPrep>(part.data(), out.data(), q.data(), kc.data(), vc.data(),
+                                                     tables.data(), context.data(), cu.data(), dm, c.splits, len,
+                                                     &flag, fm, pr);
+    });
   if (!direct && fm.counters == nullptr)
     emu_launch(Dim{static_cast<unsigned>(N), static_cast<unsigned>(c.Hq), 1}, 128, 0, [&] {
       cache_decode_merge_kernel(out.data(), part.data(), tables.data(), context.data(), cu.data(), dm, c.splits);
     });
-  report(c.name + ": error flag " + std::to_string(flag), flag == (c.bad_block ? 1 : 0), flag, 0);
+  report(name + ": error flag " + std::to_string(flag), flag == (c.bad_block ? 1 : 0), flag, 0);
   if (fm.counters != nullptr)
-    report(c.name + ": merge counters back to zero",
+    report(name + ": merge counters back to zero",
            std::all_of(counters.begin(), counters.end(), [](unsigned x) { return x == 0; }), 0, 0);
 
   // The prepared q (double) and, with kPrep, the cache rows the kernel was to write.
@@ -197,8 +207,8 @@ void run(const Case& c) {
         others_unchanged = others_unchanged &&
                            std::memcmp(&kc[s * row], &kc0[s * row], static_cast<size_t>(row) * sizeof(C)) == 0 &&
                            std::memcmp(&vc[s * row], &vc0[s * row], static_cast<size_t>(row) * sizeof(C)) == 0;
-    report(c.name + ": new k/v rows in their slots (error / allowed)", worst_k <= 1.0, worst_k, 1.0);
-    report(c.name + ": every other cache row unchanged", others_unchanged, 0, 0);
+    report(name + ": new k/v rows in their slots (error / allowed)", worst_k <= 1.0, worst_k, 1.0);
+    report(name + ": every other cache row unchanged", others_unchanged, 0, 0);
   }
 
   // Reference attention over the cache as the kernel left it.
@@ -232,29 +242,33 @@ void run(const Case& c) {
     }
   }
   const double bound = 5e-5 * (1.0 + mag);
-  report(c.name + ": attention output", worst <= bound, worst, bound);
+  report(name + ": attention output", worst <= bound, worst, bound);
 }
 
-template <int DMAX, typename C, bool kPrep>
+template <int DMAX, typename C, bool kPrep, bool kTiled>
 void dispatch_hpb(const Case& c) {
   const int group = c.Hq / c.Hkv;
   const int hpb = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;  // heads_per_block
-  if (hpb == 4) run<DMAX, 4, C, kPrep>(c);
-  else if (hpb == 2) run<DMAX, 2, C, kPrep>(c);
-  else run<DMAX, 1, C, kPrep>(c);
+  if (hpb == 4) run<DMAX, 4, C, kPrep, kTiled>(c);
+  else if (hpb == 2) run<DMAX, 2, C, kPrep, kTiled>(c);
+  else run<DMAX, 1, C, kPrep, kTiled>(c);
 }
 
-template <typename C, bool kPrep>
+template <typename C, bool kPrep, bool kTiled>
 void dispatch_dmax(const Case& c) {
-  if (c.D <= 64) dispatch_hpb<64, C, kPrep>(c);
-  else dispatch_hpb<128, C, kPrep>(c);
+  if (c.D <= 64) dispatch_hpb<64, C, kPrep, kTiled>(c);
+  else dispatch_hpb<128, C, kPrep, kTiled>(c);
 }
 
+// Every case through the warp kernel; those without the q/k preparation through the tiled kernel too.
 void run_case(const Case& c) {
-  if (c.bf16)
-    c.prep ? dispatch_dmax<__nv_bfloat16, true>(c) : dispatch_dmax<__nv_bfloat16, false>(c);
-  else
-    c.prep ? dispatch_dmax<float, true>(c) : dispatch_dmax<float, false>(c);
+  if (c.bf16) {
+    c.prep ? dispatch_dmax<__nv_bfloat16, true, false>(c) : dispatch_dmax<__nv_bfloat16, false, false>(c);
+    if (!c.prep) dispatch_dmax<__nv_bfloat16, false, true>(c);
+  } else {
+    c.prep ? dispatch_dmax<float, true, false>(c) : dispatch_dmax<float, false, false>(c);
+    if (!c.prep) dispatch_dmax<float, false, true>(c);
+  }
 }
 
 }  // namespace

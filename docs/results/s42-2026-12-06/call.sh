@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 42's device calls (session 41's script unchanged). Binaries: out/carry/all.txz.part.*, packed here
+# Session 42's device calls (session 41's script; PACK / NEED choose the packed binaries: a pack of bench_distill_step
+# alone, out/carry_step/step.txz, two pieces, serves the peer + recipe calls). Binaries: out/carry/all.txz.part.*, packed here
 # (~2 min; three pieces of ~10.8 MB beside the 48-MB tracked tree):
 #   PIECE_MB=auto RESERVE_MB=1 bash tools/device/pack_binaries.sh out/carry/all.txz build-gpu/bench/bench_distill_step \
 #     build-gpu/bench/bench_generate build-gpu/bench/bench_cuda_kernels build-gpu/tests/cuda/test_cuda_ops build-gpu/tests/test_cuda_models \
@@ -39,7 +40,7 @@ mkdir -p "$OUT" /tmp/keep
 T0=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - T0) )); }
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 has() { case ",${PARTS:-}," in *",$1,"*) return 0 ;; esac; return 1; }
-for f in out/carry/all.txz.part.* out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
+for f in out/carry*/*.txz.part.* out/carry/anchors.txz; do [ -f "$f" ] && cp "$f" /tmp/keep/; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 MICRO=${MICRO:-$([ "${mib:-0}" -lt 100000 ] && echo 2 || echo 8)}
@@ -58,8 +59,10 @@ if has peer; then
   fi
 fi
 has tests || has recipe || has decode || has splits || has trace || has steptrace || has kernels || has ncu || has ab || { el done; exit 0; }
-if [ ! -x /tmp/hlm/bin/test_cuda_models ]; then
-  rm -rf /tmp/hlm && mkdir -p /tmp/hlm && cat /tmp/keep/all.txz.part.* | tar xJ -C /tmp/hlm || exit 3
+# PACK: which packed binaries to unpack (all: the seven above; step: bench_distill_step alone, out/carry_step/step.txz,
+# for the peer + recipe calls); NEED: a binary that must be there.
+if [ ! -x "/tmp/hlm/bin/${NEED:-test_cuda_models}" ]; then
+  rm -rf /tmp/hlm && mkdir -p /tmp/hlm && cat /tmp/keep/${PACK:-all}.txz.part.* | tar xJ -C /tmp/hlm || exit 3
 fi
 export LD_LIBRARY_PATH=/tmp/hlm/lib HLM_GOLDEN_DIR=$PWD/tests/golden
 . tools/device/gtest_counts.sh

@@ -55,7 +55,7 @@ __device__ __forceinline__ void decode_cluster_merge(float* out, float (&o_split
 // Tiled decode (the default when D·sizeof(C) is a multiple of 16 bytes and the caches are 16-byte aligned): the
 // same grid, split and partial-result layout as cache_decode_kernel, but the split's keys go through shared memory in
 // tiles of kTileKeys rows, double-buffered with cp.async 16-byte copies (the next tile's K and V rows are in flight
-// while this tile is used), so a block keeps 2 × kTileKeys K/V rows of loads outstanding instead of 16, in ~40
+// while this tile is used; the first two tiles are issued together), so a block keeps 2 × kTileKeys K/V rows of loads outstanding instead of 16, in ~40
 // registers instead of ~200. Per tile: scores of every (query head, key) pair (4 / HPB lanes per pair, each an FMA
 // chain over its share of the 16-byte chunks, then an xor-shuffle sum), × scale, −Inf for keys outside the split or
 // with a bad block id; then one warp per head takes the tile's max (fmaxf: NaN skipped as in the streams), rescales
@@ -189,21 +189,39 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int key_set = kKeySets > 1 ? grp / HPB : 0;
 
   // Launched as a programmatic dependent of the q/k norm + RoPE + cache write (dependent_launch_attention), which
-  // writes q and the new token's K/V row (position ctx − 1): tile 0 is loaded before the wait when all its keys are
-  // older (written by earlier steps), q and everything else after it.
-  const bool early = n_tiles > 0 && (kb + kTileKeys < ke ? kb + kTileKeys : ke) <= sv.ctx - 1;
-  if (early) load_tile(0, 0);
+  // writes q and the new token's K/V row (position ctx − 1). Tiles 0 and 1 are loaded up front (tile i into buffer
+  // i, one cp.async group each, an empty group standing for a missing tile), each before the wait when all its keys are
+  // older (written by earlier steps: a split of two tiles has both in flight while the producer still runs), q and
+  // everything else after it; tile i + 2 is loaded into buffer i's place once tile i is used, so that one group per
+  // tile keeps wait_group<1> meaning "this tile's copies are done".
+  const auto older = [&](int64_t tile) {  // every key of the tile precedes the new token
+    const int64_t end = kb + (tile + 1) * kTileKeys;
+    return (end < ke ? end : ke) <= sv.ctx - 1;
+  };
+  const bool early0 = n_tiles > 0 && older(0), early1 = n_tiles > 1 && older(1);  // early1 implies early0
+  if (early0) {
+    load_tile(0, 0);
+    cp_async_commit();
+  }
+  if (early1) {
+    load_tile(1, 1);
+    cp_async_commit();
+  }
   cuda::dependent_launch_wait();
   for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
     const int g = i / DMAX, d = i % DMAX;
     q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
   }
-  if (n_tiles > 0 && !early) load_tile(0, 0);
-  cp_async_commit();
+  if (!early0) {
+    if (n_tiles > 0) load_tile(0, 0);
+    cp_async_commit();
+  }
+  if (!early1) {
+    if (n_tiles > 1) load_tile(1, 1);
+    cp_async_commit();
+  }
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int buf = static_cast<int>(tile & 1);
-    if (tile + 1 < n_tiles) load_tile(tile + 1, buf ^ 1);
-    cp_async_commit();
     cp_async_wait<1>();  // this tile's copies are done (the next tile's may still be in flight)
     __syncthreads();
 
@@ -262,7 +280,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
         acc[i][1] = a1;
       }
     }
-    __syncthreads();  // the buffer is refilled by the next iteration's load
+    __syncthreads();  // every thread is done with the buffer: it takes tile + 2
+    if (tile + 2 < n_tiles) load_tile(tile + 2, buf);
+    cp_async_commit();
   }
   cp_async_wait<0>();
   __syncthreads();  // m_s, l_s written by other threads (also when the split had no tile)

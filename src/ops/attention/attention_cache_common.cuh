@@ -114,9 +114,7 @@ struct FusedMerge {
 // it). The partial results are read with L2 loads (__ldcg): in the fused tail they were written by other blocks.
 // Latency: the splits' (max, sum) pairs are staged in shared memory by all threads at once, and each thread issues
 // its first kMergePreload partial-O loads together with them, so a merge of ≤ kMergePreload splits costs one round
-// trip to L2 instead of one per split (session 14's trace: 6.6 µs per call with the loads in a dependent chain); a
-// thread's later elements (a block merging several heads: the fused tail) and splits past kMergePreload load a batch
-// of kMergePreload at a time.
+// trip to L2 instead of one per split (session 14's trace: 6.6 µs per call with the loads in a dependent chain).
 constexpr int kMergePreload = 16;
 constexpr int kMergeMaxHeads = 4;  // attention_cache_cuda_decode_heads_per_block()
 __device__ __forceinline__ void merge_split_rows(float* out, const float* part, int64_t seq, int64_t h0, int heads,
@@ -141,24 +139,25 @@ __device__ __forceinline__ void merge_split_rows(float* out, const float* part, 
   __syncthreads();
   for (int idx = tid; idx < heads * dm.D; idx += nthreads) {
     const int hh = idx / dm.D, d = idx % dm.D;
-    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * stride + d;
+    const float* p = part + (seq * dm.Hq + h0 + hh) * splits * stride;
     float mx = -INFINITY;
     for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, ml_s[hh][0][s]);
     float sum = 0.0f, acc = 0.0f;
-    // The splits in batches of kMergePreload: a batch's loads are issued together (one round trip per batch; this
-    // thread's first element has its first batch preloaded), then folded in split order.
-    for (int64_t s0 = 0; s0 < splits; s0 += kMergePreload) {
-      if (idx != tid || s0 != 0) {  // `pre` holds the batch (registers: one array for both)
-#pragma unroll
-        for (int u = 0; u < kMergePreload; ++u) pre[u] = s0 + u < splits ? __ldcg(p + (s0 + u) * stride) : 0.0f;
-      }
+    int64_t s0 = 0;
+    if (idx == tid) {  // this thread's first element: the preloaded splits first (same order, same arithmetic)
 #pragma unroll
       for (int u = 0; u < kMergePreload; ++u)
-        if (s0 + u < splits) {
-          const float w = expf(ml_s[hh][0][s0 + u] - mx);
-          sum = fmaf(ml_s[hh][1][s0 + u], w, sum);
+        if (u < splits) {
+          const float w = expf(ml_s[hh][0][u] - mx);
+          sum = fmaf(ml_s[hh][1][u], w, sum);
           acc = fmaf(pre[u], w, acc);
         }
+      s0 = splits < kMergePreload ? splits : kMergePreload;
+    }
+    for (int64_t s = s0; s < splits; ++s) {
+      const float w = expf(ml_s[hh][0][s] - mx);
+      sum = fmaf(ml_s[hh][1][s], w, sum);
+      acc = fmaf(__ldcg(p + s * stride + d), w, acc);
     }
     out[(row * dm.Hq + h0 + hh) * dm.D + d] = mx == -INFINITY ? quiet_nan() : acc * (1.0f / sum);
   }

@@ -17,7 +17,6 @@
 //            head group) (DecodeMerge::fused).
 // Every kernel is a template over the cache's element type C (float, or __nv_bfloat16 for the bf16 cache): cached
 // values are widened to fp32 as they are loaded and everything after the load is the same fp32 code.
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>

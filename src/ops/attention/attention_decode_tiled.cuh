@@ -198,28 +198,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int64_t end = kb + (tile + 1) * kTileKeys;
     return (end < ke ? end : ke) <= sv.ctx - 1;
   };
+  const auto issue = [&](int64_t tile) {  // tile (if it exists) into buffer tile & 1, one group either way
+    if (tile < n_tiles) load_tile(tile, static_cast<int>(tile & 1));
+    cp_async_commit();
+  };
   const bool early0 = n_tiles > 0 && older(0), early1 = n_tiles > 1 && older(1);  // early1 implies early0
-  if (early0) {
-    load_tile(0, 0);
-    cp_async_commit();
-  }
-  if (early1) {
-    load_tile(1, 1);
-    cp_async_commit();
-  }
+  if (early0) issue(0);
+  if (early1) issue(1);
   cuda::dependent_launch_wait();
   for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
     const int g = i / DMAX, d = i % DMAX;
     q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
   }
-  if (!early0) {
-    if (n_tiles > 0) load_tile(0, 0);
-    cp_async_commit();
-  }
-  if (!early1) {
-    if (n_tiles > 1) load_tile(1, 1);
-    cp_async_commit();
-  }
+  if (!early0) issue(0);
+  if (!early1) issue(1);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int buf = static_cast<int>(tile & 1);
     cp_async_wait<1>();  // this tile's copies are done (the next tile's may still be in flight)
@@ -281,8 +273,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     }
     __syncthreads();  // every thread is done with the buffer: it takes tile + 2
-    if (tile + 2 < n_tiles) load_tile(tile + 2, buf);
-    cp_async_commit();
+    issue(tile + 2);
   }
   cp_async_wait<0>();
   __syncthreads();  // m_s, l_s written by other threads (also when the split had no tile)

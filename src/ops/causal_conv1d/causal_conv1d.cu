@@ -773,8 +773,8 @@ size_t causal_conv1d_backward_cuda_workspace_bytes(const CausalConv1dCudaParams&
 
 namespace {
 
+// l2_eps ≥ 0: the l2norm-fused form (l2norm_backward_impl checked its shape and alignment; no state).
 template <typename DX>
-// l2_eps ≥ 0: the l2norm-fused form (the caller checked l2norm_backward_fusable; no state).
 void backward_impl(DX* dx, float* dw, float* d_state_in, const float* dy, const float* x, const float* w,
                    const float* state_in, const int64_t* cu_seqlens, const CausalConv1dCudaParams& p,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream, float l2_eps = -1.0f) {

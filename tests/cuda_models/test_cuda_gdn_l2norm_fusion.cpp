@@ -55,27 +55,22 @@ TEST(CudaGdnL2normFusion, StudentWithWideHeadsGradientsBitIdentical) {
   CudaContext& ctx = cuda_context();
   const CudaTensor d_final = random_final_gradient(ctx, batch.total_tokens(), c.hidden_size, /*stream=*/17);
   CudaModel gpu = CudaModel::upload(student, ctx);
-  for (const bool bf16 : {false, true}) {
-    gpu.set_bf16_compute(bf16);
-    for (const Recompute recompute : {Recompute::None, Recompute::Layer}) {
-      const std::string mode = std::string(bf16 ? "bf16" : "fp32") +
-                               (recompute == Recompute::None ? " kept activations" : " recompute");
-      causal_conv1d_cuda_set_l2norm_fused(0);
-      CudaTrainResult unfused = cuda_forward_backward(gpu, batch, d_final, recompute);
-      causal_conv1d_cuda_set_l2norm_fused(1);
-      const int64_t before = causal_conv1d_l2norm_fused_launches();
-      CudaTrainResult fused = cuda_forward_backward(gpu, batch, d_final, recompute);
-      const int64_t launches = causal_conv1d_l2norm_fused_launches() - before;
-      causal_conv1d_cuda_set_l2norm_fused(-1);
-      EXPECT_EQ(launches, recompute == Recompute::None ? 4 : 6) << mode << ": fused launches (one GDN layer)";
-      EXPECT_EQ(std::memcmp(fused.final_hidden.raw(), unfused.final_hidden.raw(), fused.final_hidden.nbytes()), 0)
-          << mode << ": final hidden states";
-      size_t count = 0;
-      const size_t differing = count_differing_gradients(c, student.mutable_weights(), unfused.grads, fused.grads,
-                                                         mode + " l2norm fused vs unfused", &count);
-      EXPECT_EQ(differing, 0u) << mode;
-      std::printf("[check] gdn l2norm fusion %s: %lld fused launches, %zu gradients, %zu differ (want 0)\n",
-                  mode.c_str(), static_cast<long long>(launches), count, differing);
-    }
-  }
+  for_each_train_mode(gpu, "gdn student", [&](const std::string& mode, Recompute recompute) {
+    causal_conv1d_cuda_set_l2norm_fused(0);
+    CudaTrainResult unfused = cuda_forward_backward(gpu, batch, d_final, recompute);
+    causal_conv1d_cuda_set_l2norm_fused(1);
+    const int64_t before = causal_conv1d_l2norm_fused_launches();
+    CudaTrainResult fused = cuda_forward_backward(gpu, batch, d_final, recompute);
+    const int64_t launches = causal_conv1d_l2norm_fused_launches() - before;
+    causal_conv1d_cuda_set_l2norm_fused(-1);
+    EXPECT_EQ(launches, recompute == Recompute::None ? 4 : 6) << mode << ": fused launches (one GDN layer)";
+    EXPECT_EQ(std::memcmp(fused.final_hidden.raw(), unfused.final_hidden.raw(), fused.final_hidden.nbytes()), 0)
+        << mode << ": final hidden states";
+    size_t count = 0;
+    const size_t differing = count_differing_gradients(c, student.mutable_weights(), unfused.grads, fused.grads,
+                                                       mode + " l2norm fused vs unfused", &count);
+    EXPECT_EQ(differing, 0u) << mode;
+    std::printf("[check] gdn l2norm fusion %s: %lld fused launches, %zu gradients, %zu differ (want 0)\n",
+                mode.c_str(), static_cast<long long>(launches), count, differing);
+  });
 }

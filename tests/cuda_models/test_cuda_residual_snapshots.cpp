@@ -54,41 +54,36 @@ void expect_direct_equals_copies(Model& cpu_model, const std::string& label, boo
   CudaContext& ctx = cuda_context();
   const CudaTensor d_final = random_final_gradient(ctx, batch.total_tokens(), c.hidden_size, /*stream=*/13);
   CudaModel gpu = CudaModel::upload(cpu_model, ctx);
-  for (const bool bf16 : {false, true}) {
-    gpu.set_bf16_compute(bf16);
-    for (const Recompute recompute : {Recompute::None, Recompute::Layer}) {
-      const std::string mode = label + (bf16 ? " bf16" : " fp32") +
-                               (recompute == Recompute::None ? " kept activations" : " recompute");
-      cuda_model_set_direct_snapshots(0);
-      Run copied = forward_backward(gpu, batch, d_final, recompute);
-      cuda_model_set_direct_snapshots(1);
-      const int64_t adds_before = cuda_model_direct_snapshot_adds();
-      Run direct = forward_backward(gpu, batch, d_final, recompute);
-      const int64_t adds = cuda_model_direct_snapshot_adds() - adds_before;
-      cuda_model_set_direct_snapshots(-1);
-      // Pre-norm: every layer's input norm but the first adds the previous MLP branch, every post-attention norm adds
-      // the mixer's, and the final norm adds the last MLP's: 2·L adds.
-      EXPECT_EQ(adds, pre_norm ? 2 * L : 0) << mode << ": direct snapshot adds";
-      ASSERT_EQ(direct.layer_in.size(), static_cast<size_t>(L)) << mode;
-      ASSERT_EQ(direct.mixer_out.size(), static_cast<size_t>(L)) << mode;
-      ASSERT_EQ(copied.layer_in.size(), static_cast<size_t>(L)) << mode;
-      ASSERT_EQ(copied.mixer_out.size(), static_cast<size_t>(L)) << mode;
-      for (int64_t i = 0; i < L; ++i) {
-        EXPECT_TRUE(same_bytes(direct.layer_in[i], copied.layer_in[i])) << mode << ": layer_in " << i;
-        EXPECT_TRUE(same_bytes(direct.mixer_out[i], copied.mixer_out[i])) << mode << ": mixer_out " << i;
-      }
-      EXPECT_TRUE(same_bytes(direct.final_stream, copied.final_stream)) << mode << ": final stream";
-      EXPECT_TRUE(same_bytes(direct.result.final_hidden, copied.result.final_hidden))
-          << mode << ": final hidden states";
-      size_t count = 0;
-      const size_t differing = count_differing_gradients(c, cpu_model.mutable_weights(), copied.result.grads,
-                                                         direct.result.grads, mode + " direct snapshots vs copies",
-                                                         &count);
-      EXPECT_EQ(differing, 0u) << mode;
-      std::printf("[check] residual snapshots %s: %lld direct adds, %zu gradients, %zu differ (want 0)\n",
-                  mode.c_str(), static_cast<long long>(adds), count, differing);
+  for_each_train_mode(gpu, label, [&](const std::string& mode, Recompute recompute) {
+    cuda_model_set_direct_snapshots(0);
+    Run copied = forward_backward(gpu, batch, d_final, recompute);
+    cuda_model_set_direct_snapshots(1);
+    const int64_t adds_before = cuda_model_direct_snapshot_adds();
+    Run direct = forward_backward(gpu, batch, d_final, recompute);
+    const int64_t adds = cuda_model_direct_snapshot_adds() - adds_before;
+    cuda_model_set_direct_snapshots(-1);
+    // Pre-norm: every layer's input norm but the first adds the previous MLP branch, every post-attention norm adds
+    // the mixer's, and the final norm adds the last MLP's: 2·L adds.
+    EXPECT_EQ(adds, pre_norm ? 2 * L : 0) << mode << ": direct snapshot adds";
+    ASSERT_EQ(direct.layer_in.size(), static_cast<size_t>(L)) << mode;
+    ASSERT_EQ(direct.mixer_out.size(), static_cast<size_t>(L)) << mode;
+    ASSERT_EQ(copied.layer_in.size(), static_cast<size_t>(L)) << mode;
+    ASSERT_EQ(copied.mixer_out.size(), static_cast<size_t>(L)) << mode;
+    for (int64_t i = 0; i < L; ++i) {
+      EXPECT_TRUE(same_bytes(direct.layer_in[i], copied.layer_in[i])) << mode << ": layer_in " << i;
+      EXPECT_TRUE(same_bytes(direct.mixer_out[i], copied.mixer_out[i])) << mode << ": mixer_out " << i;
     }
-  }
+    EXPECT_TRUE(same_bytes(direct.final_stream, copied.final_stream)) << mode << ": final stream";
+    EXPECT_TRUE(same_bytes(direct.result.final_hidden, copied.result.final_hidden))
+        << mode << ": final hidden states";
+    size_t count = 0;
+    const size_t differing = count_differing_gradients(c, cpu_model.mutable_weights(), copied.result.grads,
+                                                       direct.result.grads, mode + " direct snapshots vs copies",
+                                                       &count);
+    EXPECT_EQ(differing, 0u) << mode;
+    std::printf("[check] residual snapshots %s: %lld direct adds, %zu gradients, %zu differ (want 0)\n",
+                mode.c_str(), static_cast<long long>(adds), count, differing);
+  });
 }
 
 }  // namespace

@@ -775,6 +775,14 @@ void bench_conv(CudaContext& ctx) {
                   us, bytes / 1e6, gbs, 100.0 * gbs * 1e9 / kPeak);
     }
   }
+  // Whether two device buffers hold the same `bytes` (each A/B pair below is compared bit for bit).
+  const auto same_bytes = [&](const void* a, const void* b, size_t bytes) {
+    std::vector<unsigned char> ha(bytes), hb(bytes);
+    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    HLM_CUDA_CHECK(cudaMemcpy(ha.data(), a, bytes, cudaMemcpyDeviceToHost));
+    HLM_CUDA_CHECK(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost));
+    return ha == hb;
+  };
   // The backward's interior walk against the general walk (causal_conv1d_cuda_set_interior_walk), with the fp32 dx
   // and with the bf16 dx the 4B step's GDN layers use, aligned rows; the dx and dw bits of each pair compared.
   CudaTensor dx16 = CudaTensor::empty(ctx, {T * C / 2}), dx_off = CudaTensor::empty(ctx, {T * C});
@@ -799,14 +807,8 @@ void bench_conv(CudaContext& ctx) {
     }
     causal_conv1d_cuda_set_interior_walk(-1);
     const size_t dx_bytes = static_cast<size_t>(T * C) * (bf16 ? 2 : 4);
-    std::vector<unsigned char> a(dx_bytes), b(dx_bytes);
-    std::vector<float> dwa(static_cast<size_t>(C * K)), dwb(dwa.size());
-    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    HLM_CUDA_CHECK(cudaMemcpy(a.data(), bf16 ? dx16.raw() : dx.raw(), dx_bytes, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(b.data(), bf16 ? dx16_off.raw() : dx_off.raw(), dx_bytes, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(dwa.data(), dw.raw(), dwa.size() * 4, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(dwb.data(), dw_off.raw(), dwb.size() * 4, cudaMemcpyDeviceToHost));
-    const bool same = a == b && std::memcmp(dwa.data(), dwb.data(), dwa.size() * 4) == 0;
+    const bool same = same_bytes(bf16 ? dx16.raw() : dx.raw(), bf16 ? dx16_off.raw() : dx_off.raw(), dx_bytes) &&
+                      same_bytes(dw.raw(), dw_off.raw(), static_cast<size_t>(C * K) * 4);
     std::printf("conv_bwd %s dx, 4-channel path: interior walk %.1f us, general walk %.1f us (%.2fx); dx and dw "
                 "bit-identical: %s\n",
                 bf16 ? "bf16" : "f32", us[1], us[0], us[0] / us[1], same ? "yes" : "NO");
@@ -829,15 +831,10 @@ void bench_conv(CudaContext& ctx) {
     }
     causal_conv1d_cuda_set_l2norm_fused(-1);
     const size_t bytes = static_cast<size_t>(T * C) * 4;
-    std::vector<unsigned char> a(bytes), b(bytes), c(bytes), d(bytes);
-    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    HLM_CUDA_CHECK(cudaMemcpy(a.data(), y.raw(), bytes, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(b.data(), y2.raw(), bytes, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(c.data(), yn.raw(), bytes, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(d.data(), yn2.raw(), bytes, cudaMemcpyDeviceToHost));
+    const bool same_fwd = same_bytes(y.raw(), y2.raw(), bytes) && same_bytes(yn.raw(), yn2.raw(), bytes);
     std::printf("conv_fwd+l2norm heads of 128: fused %.1f us, two launches %.1f us (%.2fx); y and yn "
                 "bit-identical: %s\n",
-                us[1], us[0], us[0] / us[1], a == b && c == d ? "yes" : "NO");
+                us[1], us[0], us[0] / us[1], same_fwd ? "yes" : "NO");
     // The backward (bf16 dx, as the 4B step's GDN layers): the l2norm's backward fused against the two launches. The
     // fallback takes the l2norm's gradient in place, so each run starts from a fresh copy of dy (the copy is timed in
     // both forms).
@@ -856,13 +853,9 @@ void bench_conv(CudaContext& ctx) {
       us[fused] = 1000.0 * median_ms(ctx.stream(), bwd, 3, 20, flush_l2);
     }
     causal_conv1d_cuda_set_l2norm_fused(-1);
-    std::vector<unsigned char> e(bytes / 2), f(bytes / 2);
-    HLM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    HLM_CUDA_CHECK(cudaMemcpy(e.data(), dx16.raw(), bytes / 2, cudaMemcpyDeviceToHost));
-    HLM_CUDA_CHECK(cudaMemcpy(f.data(), dx16b.raw(), bytes / 2, cudaMemcpyDeviceToHost));
     std::printf("conv_bwd+l2norm heads of 128, bf16 dx (with a copy of dy each): fused %.1f us, two launches %.1f us "
                 "(%.2fx); dx bit-identical: %s\n",
-                us[1], us[0], us[0] / us[1], e == f ? "yes" : "NO");
+                us[1], us[0], us[0] / us[1], same_bytes(dx16.raw(), dx16b.raw(), bytes / 2) ? "yes" : "NO");
   }
   // The two paths must agree bit for bit (causal_conv1d_cuda.h).
   const auto bits_equal = [](const std::vector<float>& a, const float* b) {

@@ -56,7 +56,8 @@
 //                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only, else
 //                       refused), no-swiglu and no-qkfold (those two off: both are on by default),
 //                       postnorm-add / no-postnorm-add (a post-norm block's residual add inside its norm's launch,
-//                       models/cuda/cuda_model.h: on by default);
+//                       models/cuda/cuda_model.h: on by default), norm-prologue / no-norm-prologue (batch-1 decode
+//                       norms computed in the next GEMV's prologue, cuda_model_decode_norm_prologue: off by default);
 //                       unnamed choices stay as the environment set them; e.g. tiled,warps,tiled+no-swiglu,tiled)
 //                       [--cuda-graphs on|off|off,on] (decode steps as CUDA graphs, default on; a list runs
 //                       each (L, B) once per mode, on the same weights)
@@ -150,15 +151,16 @@ std::vector<std::string> variant_items(const std::string& v) {
 // otherwise run the variant unfolded without a word); an item and its no- form not both.
 bool decode_variant_valid(const std::string& v) {
   if (v == "default") return true;
-  static const std::set<std::string> known{"tiled",  "streams",   "warps",       "swiglu",       "no-swiglu",
-                                           "qkfold", "no-qkfold", "fused-merge", "postnorm-add", "no-postnorm-add"};
+  static const std::set<std::string> known{"tiled",        "streams",         "warps",         "swiglu",
+                                           "no-swiglu",    "qkfold",          "no-qkfold",     "fused-merge",
+                                           "postnorm-add", "no-postnorm-add", "norm-prologue", "no-norm-prologue"};
   const std::vector<std::string> list = variant_items(v);
   const std::set<std::string> items(list.begin(), list.end());
   if (items.empty() || !std::includes(known.begin(), known.end(), items.begin(), items.end())) return false;
   const auto has = [&](const char* i) { return items.count(i) > 0; };
   return has("tiled") + has("streams") + has("warps") <= 1 && (!has("qkfold") || has("warps")) &&
          !(has("qkfold") && has("no-qkfold")) && !(has("swiglu") && has("no-swiglu")) &&
-         !(has("postnorm-add") && has("no-postnorm-add"));
+         !(has("postnorm-add") && has("no-postnorm-add")) && !(has("norm-prologue") && has("no-norm-prologue"));
 }
 
 // The decode-path choices as the process started (the environment's), restored before each variant sets its own.
@@ -168,6 +170,7 @@ struct DecodeChoices {
   bool swiglu;
   bool qk_fold;  // an engine option (CudaEngineOptions::fold_qk_into_decode_attention), not a process setting
   bool post_norm_add;  // a post-norm block's residual add inside its norm's launch (cuda_model_post_norm_fused)
+  bool norm_prologue;  // batch-1 decode norms in the next GEMV's prologue (cuda_model_decode_norm_prologue)
 };
 
 // Sets the process-wide choices of variant `v`; returns whether its engine folds the q/k preparation.
@@ -185,11 +188,14 @@ bool apply_decode_variant(const std::string& v, const DecodeChoices& base) {
       if (i == "qkfold") c.qk_fold = true;
       if (i == "postnorm-add") c.post_norm_add = true;
       if (i == "no-postnorm-add") c.post_norm_add = false;
+      if (i == "norm-prologue") c.norm_prologue = true;
+      if (i == "no-norm-prologue") c.norm_prologue = false;
     }
   attention_cache_cuda_set_decode_kernel(c.kernel);
   attention_cache_cuda_set_decode_merge(c.merge);
   cuda_linear_set_swiglu_gemv(c.swiglu);
   cuda_model_set_post_norm_fused(c.post_norm_add ? 1 : 0);
+  cuda_model_set_decode_norm_prologue(c.norm_prologue ? 1 : 0);
   return c.qk_fold;
 }
 
@@ -254,7 +260,8 @@ Options parse(int argc, char** argv) {
   for (const std::string& v : o.decode_variants)
     if (!decode_variant_valid(v)) {
       std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
-                           "swiglu, no-swiglu, fused-merge, qkfold, no-qkfold, postnorm-add, no-postnorm-add (at "
+                           "swiglu, no-swiglu, fused-merge, qkfold, no-qkfold, postnorm-add, no-postnorm-add, "
+                           "norm-prologue, no-norm-prologue (at "
                            "most one kernel; qkfold with warps; not an item and its no- form)\n", v.c_str());
       std::exit(2);
     }
@@ -694,7 +701,7 @@ int main(int argc, char** argv) {
   try {  // the environment's choices (HLM_DECODE_KERNEL, HLM_DECODE_MERGE, HLM_GATE_UP_SWIGLU): a typo is refused here
     base_choices = {attention_cache_cuda_decode_kernel(), attention_cache_cuda_decode_merge(),
                     cuda_linear_swiglu_gemv_enabled(), cuda_engine_default_options().fold_qk_into_decode_attention,
-                    cuda_model_post_norm_fused()};
+                    cuda_model_post_norm_fused(), cuda_model_decode_norm_prologue()};
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());
     return 2;
@@ -914,6 +921,11 @@ int main(int argc, char** argv) {
                       {"sequence_bytes_plan", seq_bytes},
                       {"largest_batch_estimate", largest_b},
                       {"gpus_for_1024_rollouts", gpus_1024}});
+          // Norms this configuration left to a GEMV's prologue (host calls: captures and eager steps, not replays).
+          static int64_t deferred_before = 0;
+          const int64_t deferred_norms = cuda_model_deferred_norms() - deferred_before;
+          deferred_before = cuda_model_deferred_norms();
+          row["deferred_norm_launches"] = deferred_norms;
           results.push_back(row);
           const auto mib_pair = [](double measured, double arith) {
             if (measured < 0) return std::string("-");
@@ -937,9 +949,10 @@ int main(int argc, char** argv) {
           md << line;
           std::printf("   %s", line);
           if (B == 1)
-            std::printf("   (fused decode: %s, %lld fused steps)\n",
+            std::printf("   (fused decode: %s, %lld fused steps; %lld norms issued in GEMV prologues, graph captures "
+                        "and eager steps)\n",
                         gstats.fused_decode_refusal.empty() ? "on" : gstats.fused_decode_refusal.c_str(),
-                        static_cast<long long>(gstats.fused_decode_steps));
+                        static_cast<long long>(gstats.fused_decode_steps), static_cast<long long>(deferred_norms));
           std::fflush(stdout);
           engine.reset();
           ctx.allocator().release_cached();

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,10 @@
 #include "infer/infer_models.h"
 #include "layers/cuda/cuda_linear.h"
 #include "models/cuda/cuda_model.h"
+#include "models/hf_config.h"
 #include "models/model.h"
 #include "ops/attention/attention_cache_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 
 using namespace hlm;
 using namespace hlm::test;
@@ -354,5 +357,69 @@ TEST(CudaEngineFusions, PostNormResidualAddInTheNormLaunchEqualsTheSeparateLaunc
       EXPECT_TRUE(forward_same);
       EXPECT_EQ(differ, 0u);
     }
+  }
+}
+
+// The batch-1 decode's input norms left to each branch's first GEMV, computed in its prologue (models/cuda/
+// cuda_model.h: cuda_model_decode_norm_prologue; ops/matmul/gemv_cuda.h: GemvNorm) against the norm launches: meant
+// to give the same bits, so every engine step's logits (one sequence prefilled in chunks of 5, then decoded one token
+// per step with CUDA graphs) must have the same bytes with the switch on and off, and norms must have been deferred
+// (the count grows) with it on and none with it off. The prologue takes rows longer than a warp's norm (hidden >
+// 1024), so the models are the test configs with a hidden size of 1,152 (4.5 passes of 256 per row): OLMo 3 with
+// sliding windows (post-norm: the branch norm and its add in the prologue), olmo_hybrid (post-norm attention blocks
+// between pre-norm GDN blocks: the post-norm add before a GDN block is launched, the GDN input norm deferred),
+// granite (pre-norm, residual multiplier 0.3, logits scaling) and a qwen3_hybrid student (pre-norm GDN and GQA
+// attention blocks); bf16 compute (the GEMV's mode).
+TEST(CudaEngineFusions, DecodeNormPrologueEqualsTheNormLaunchesBitForBit) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  const auto widened = [](nlohmann::json j) {
+    j["hidden_size"] = 1152;
+    if (!j.contains("head_dim")) {  // head_dim = hidden / heads: 18 heads of 64, 6 KV heads
+      j["num_attention_heads"] = 18;
+      j["num_key_value_heads"] = 6;
+    }
+    return j;
+  };
+  const auto golden_json = [](const char* name) {
+    std::ifstream in(cuda_golden_dir(name) / "config.json");
+    return nlohmann::json::parse(in);
+  };
+  const struct {
+    const char* name;
+    nlohmann::json config;
+  } cases[] = {{"olmo3_swa", widened(golden_json("olmo3_swa"))},
+               {"olmo_hybrid_tiny", widened(golden_json("olmo_hybrid_tiny"))},
+               {"granite", widened(golden_json("granite"))},
+               {"qwen3_hybrid_student", widened(student_config_json())}};
+  uint64_t seed = 40;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + " at hidden 1152");
+    const Model model = Model::create(parse_model_config(c.config, c.name), ++seed);
+    ASSERT_GT(model.config().hidden_size, rmsnorm_cuda_warp_max_dim());
+    const std::vector<int64_t> prompts{17};
+    const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 150);
+    CudaModel gpu = CudaModel::upload(model, ctx);
+    gpu.set_bf16_compute(true);
+    const MemoryPlan plan = plan_for(model, 1, prompts.back() + 14, 2);
+    std::vector<float> steps[2];
+    int64_t deferred = 0;
+    for (const int on : {1, 0}) {
+      cuda_model_set_decode_norm_prologue(on);
+      const int64_t before = cuda_model_deferred_norms();
+      auto e = make_cuda_engine(gpu, plan);
+      steps[on] = run_steps(*e, seqs, prompts);
+      if (on) deferred = cuda_model_deferred_norms() - before;
+      else EXPECT_EQ(cuda_model_deferred_norms(), before);
+    }
+    cuda_model_set_decode_norm_prologue(-1);
+    ASSERT_EQ(steps[1].size(), steps[0].size());
+    size_t differ = 0;
+    for (size_t i = 0; i < steps[0].size(); ++i) differ += std::memcmp(&steps[1][i], &steps[0][i], sizeof(float)) != 0;
+    std::printf("[fusions] %s (hidden 1152, bf16): decode norms in the GEMV prologue, %lld deferred; %zu step logits, "
+                "%zu differ\n",
+                c.name, static_cast<long long>(deferred), steps[0].size(), differ);
+    EXPECT_GT(deferred, 0);
+    EXPECT_EQ(differ, 0u);
   }
 }

@@ -253,10 +253,10 @@ class CudaEngine final : public InferenceEngine {
   StepStates step_states(std::vector<CudaTensor*> pools, const StepView& s);
   void scatter_back(const StepStates& st, const StepView& s);
 
-  void attention_mixer(int layer, float* out, const float* in, const StepView& s);
-  void gdn_mixer(int layer, float* out, const float* in, const StepView& s);
-  void mamba2_mixer(int layer, float* out, const float* in, const StepView& s);
-  void lightning_mixer(int layer, float* out, const float* in, const StepView& s);
+  void attention_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
+  void gdn_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
+  void mamba2_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
+  void lightning_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s);
 
   CudaModel& model_;
   CudaContext& ctx_;
@@ -361,7 +361,7 @@ void CudaEngine::prepare_fused_decode() {
   }
 }
 
-void CudaEngine::attention_mixer(int layer, float* out, const float* in, const StepView& s) {
+void CudaEngine::attention_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
   const CudaAttentionWeights& w = model_.attention_weights(layer);
   AttentionDims d = adims_;
   d.window = model_.config().attention_window(layer);  // sliding_attention layers (0: full)
@@ -372,7 +372,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   // One launch at decode batch sizes (the small-row GEMV), else `in` rounded once for the three products.
   const CudaLinearOut qkv[] = {{q_lin.data<float>(), &w.q_proj}, {k_lin.data<float>(), &w.k_proj},
                                {v.data<float>(), &w.v_proj}};
-  cuda_linear_forward_group(ctx_, qkv, CudaLinearInput{in, nullptr}, T);
+  cuda_linear_forward_group(ctx_, qkv, in, T);  // computes in's deferred norm, if any
   Layer& l = layers_[static_cast<size_t>(layer)];
   AttentionCacheCudaParams p;
   p.total_tokens = T;
@@ -529,7 +529,7 @@ void CudaEngine::attention_mixer(int layer, float* out, const float* in, const S
   cuda_linear_forward(ctx_, out, o.data<float>(), w.o_proj, T);
 }
 
-void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepView& s) {
+void CudaEngine::gdn_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
   const CudaGdnWeights& w = model_.gdn_weights(layer);
   const GdnDims& d = gdims_;
   const cudaStream_t stream = ctx_.stream();
@@ -542,7 +542,7 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
   const CudaLinearOut projections[] = {{qp.data<float>(), &w.q_proj}, {kp.data<float>(), &w.k_proj},
                                        {vp.data<float>(), &w.v_proj}, {z.data<float>(), &w.g_proj},
                                        {a.data<float>(), &w.a_proj},  {b.data<float>(), &w.b_proj}};
-  cuda_linear_forward_group(ctx_, projections, CudaLinearInput{in, nullptr}, T);
+  cuda_linear_forward_group(ctx_, projections, in, T);  // computes in's deferred norm, if any
 
   const StepStates states = step_states(layers_[static_cast<size_t>(layer)].gdn.tensors(), s);
   float *q_state = states.rows[0], *k_state = states.rows[1], *v_state = states.rows[2], *h_state = states.rows[3];
@@ -635,9 +635,10 @@ void CudaEngine::gdn_mixer(int layer, float* out, const float* in, const StepVie
 // Mamba-2 (granitemoehybrid): the CUDA layer (layers/cuda/mamba2_layer_cuda.h) continued from and advancing the
 // sequences' conv and SSM states: the chunked scan in prefill chunks, the recurrence in decode steps (one token per
 // sequence). States in batch order: the pool rows themselves (consecutive slots) or gathered copies, scattered back.
-void CudaEngine::mamba2_mixer(int layer, float* out, const float* in, const StepView& s) {
+void CudaEngine::mamba2_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
   const StepStates states = step_states(layers_[static_cast<size_t>(layer)].mamba.tensors(), s);
-  mamba2_layer_forward_cuda(ctx_, out, in, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
+  cuda_linear_settle(ctx_, in);  // the layer reads in.f32 itself
+  mamba2_layer_forward_cuda(ctx_, out, in.f32, model_.mamba2_weights(layer), mamba2_dims(model_.config()), s.batch,
                             {states.rows[0], states.rows[1]});
   scatter_back(states, s);
 }
@@ -645,10 +646,11 @@ void CudaEngine::mamba2_mixer(int layer, float* out, const float* in, const Step
 // Lightning Attention-2 (bailing_moe_linear): the CUDA layer (layers/cuda/lightning_layer_cuda.h) continued from and
 // advancing the sequences' [Hq, D, D] states: the chunked form in prefill chunks, the recurrence in decode steps; RoPE
 // at the absolute positions. States in batch order: the pool rows themselves (consecutive slots) or gathered copies.
-void CudaEngine::lightning_mixer(int layer, float* out, const float* in, const StepView& s) {
+void CudaEngine::lightning_mixer(int layer, float* out, const CudaLinearInput& in, const StepView& s) {
   Layer& l = layers_[static_cast<size_t>(layer)];
   const StepStates states = step_states({&l.lightning}, s);
-  lightning_layer_forward_cuda(ctx_, out, in, model_.lightning_weights(layer), l.lightning_dims, s.rope, s.batch,
+  cuda_linear_settle(ctx_, in);  // the layer reads in.f32 itself
+  lightning_layer_forward_cuda(ctx_, out, in.f32, model_.lightning_weights(layer), l.lightning_dims, s.rope, s.batch,
                                states.rows[0]);
   scatter_back(states, s);
 }
@@ -860,7 +862,7 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
   s.fresh = sh.fresh;
   s.uniform = sh.uniform;
 
-  const CudaModel::MixerOverride mixer = [&](int layer, float* out, const float* in) {
+  const CudaModel::MixerOverride mixer = [&](int layer, float* out, const CudaLinearInput& in) {
     if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::FullAttention)
       attention_mixer(layer, out, in, s);
     else if (c.layer_kinds[static_cast<size_t>(layer)] == LayerKind::Mamba2)

@@ -13,6 +13,7 @@
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/residual/residual_cuda.h"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
 
@@ -79,8 +80,27 @@ CudaLinearInput cuda_linear_input(const CudaTensor& f32, const CudaTensor& bf16)
   return in;
 }
 
+void cuda_linear_settle(CudaContext& ctx, const CudaLinearInput& x) {
+  if (x.norm == nullptr || x.norm->issued) return;
+  const GemvNorm& n = x.norm->op;
+  const RmsnormCudaParams p{x.norm->rows, x.norm->dim, n.eps};
+  const cudaStream_t stream = ctx.stream();
+  if (n.kind == GemvNorm::kPost) {
+    HLM_CHECK(n.branch != nullptr && n.h_out != nullptr && n.h_out != n.h, "deferred post-norm: bad pointers");
+    cuda_copy_device(ctx, n.h_out, n.h, static_cast<size_t>(p.rows * p.dim) * sizeof(float));
+    rmsnorm_post_residual_forward_cuda(n.norm_out, n.h_out, n.branch, n.scale, n.weight, p, stream);
+  } else if (n.branch != nullptr) {
+    rmsnorm_residual_into_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h_out, n.h, n.branch, n.scale, n.weight, p,
+                                               stream);
+  } else {
+    rmsnorm_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h, n.weight, p, stream);
+  }
+  x.norm->issued = true;
+}
+
 CudaLinearInput cuda_linear_round_input(CudaContext& ctx, CudaTensor& rounded, const CudaLinearInput& x,
                                         const CudaLinear& reader, int64_t rows) {
+  cuda_linear_settle(ctx, x);
   if (x.bf16 != nullptr || !cuda_linear_is_bf16(reader)) return x;
   HLM_CHECK(x.f32 != nullptr || rows == 0, "linear input: neither an fp32 nor a bf16 tensor");
   rounded = cuda_round_bf16(ctx, x.f32, rows * reader.in_features);
@@ -105,6 +125,14 @@ int64_t gemv_max_rows_taken() {
 OverridableSwitch g_swiglu_gemv{"HLM_GATE_UP_SWIGLU", true};
 std::atomic<int64_t> g_swiglu_gemv_launches{0};
 
+// x's deferred norm when the GEMV about to read x can compute it in its prologue (not queued yet, the shape it
+// was made for, gemv_norm_supported); nullptr: none, or the reader must settle it first.
+const GemvNorm* prologue_norm(const CudaLinearInput& x, int64_t rows, int64_t K) {
+  if (x.norm == nullptr || x.norm->issued) return nullptr;
+  if (x.norm->rows != rows || x.norm->dim != K || !gemv_norm_supported(rows, K, x.norm->op)) return nullptr;
+  return &x.norm->op;
+}
+
 // The small-row GEMV for these outputs, when it applies (see cuda_linear_forward_group); false: not launched.
 bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x, int64_t rows) {
   const int64_t max_rows = gemv_max_rows_taken();
@@ -122,7 +150,10 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
   }
   const int n = static_cast<int>(outs.size());
   if (!gemv_supported(rows, K, g, n)) return false;
-  gemv_bf16_cuda(g, n, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream());
+  const GemvNorm* norm = prologue_norm(x, rows, K);
+  if (norm == nullptr) cuda_linear_settle(ctx, x);
+  gemv_bf16_cuda(g, n, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream(), norm);
+  if (norm != nullptr) x.norm->issued = true;
   return true;
 }
 
@@ -144,7 +175,11 @@ bool cuda_linear_try_swiglu_gemv(CudaContext& ctx, float* h_f32, __nv_bfloat16* 
                      up.out_features};
   const int64_t K = gate.in_features;
   if (!gemv_swiglu_supported(rows, K, g, u)) return false;
-  gemv_bf16_swiglu_cuda(g, u, h_f32, h_bf16, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream());
+  const GemvNorm* norm = prologue_norm(x, rows, K);
+  if (norm == nullptr) cuda_linear_settle(ctx, x);
+  gemv_bf16_swiglu_cuda(g, u, h_f32, h_bf16, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream(),
+                        norm);
+  if (norm != nullptr) x.norm->issued = true;
   g_swiglu_gemv_launches.fetch_add(1);
   return true;
 }
@@ -154,12 +189,14 @@ int64_t cuda_linear_swiglu_gemv_launches() { return g_swiglu_gemv_launches.load(
 void cuda_linear_forward_group(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x,
                                int64_t rows) {
   if (outs.empty() || try_gemv(ctx, outs, x, rows)) return;
+  cuda_linear_settle(ctx, x);
   CudaTensor rounded;
   const CudaLinearInput in = cuda_linear_round_input(ctx, rounded, x, *outs[0].layer, rows);
   for (const CudaLinearOut& o : outs) cuda_linear_forward(ctx, o.y, in, *o.layer, rows);
 }
 
 void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, const CudaLinear& layer, int64_t rows) {
+  // (try_gemv settles x or takes its norm; the other paths read x after cuda_linear_round_input's or this settle)
   const float* bias = layer.has_bias ? layer.bias.data<float>() : nullptr;
   const MatmulCudaParams p{rows, layer.out_features, layer.in_features};
   if (cuda_linear_is_bf16(layer)) {
@@ -171,6 +208,7 @@ void cuda_linear_forward(CudaContext& ctx, float* y, const CudaLinearInput& x, c
     return;
   }
   HLM_CHECK(x.f32 != nullptr || rows == 0, "linear forward: the fp32 mode needs an fp32 input");
+  cuda_linear_settle(ctx, x);
   matmul_forward_cuda(ctx.blaslt(), y, x.f32, layer.weight.data<float>(), bias, p);
 }
 
@@ -217,6 +255,7 @@ void cuda_linear_backward(CudaContext& ctx, float* dx, CudaLinear& grad, const f
     return;
   }
   HLM_CHECK(x.f32 != nullptr || rows == 0, "linear backward: the fp32 mode needs an fp32 input");
+  cuda_linear_settle(ctx, x);
   matmul_backward_cuda(ctx.blaslt(), dx, grad.weight.data<float>(), dbias, dy, x.f32, layer.weight.data<float>(), p,
                        accumulate_dx);
   grad.weight_zeroed = false;

@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_tensor.h"
 #include "layers/linear.h"
+#include "ops/matmul/gemv_cuda.h"
 
 namespace hlm {
 
@@ -58,10 +59,31 @@ CudaTensor cuda_round_bf16(CudaContext& ctx, const CudaTensor& src);
 //   bf16 compute mode: bf16 is read when set; it MUST hold exactly x rounded by cast_f32_to_bf16_cuda (or written by
 //     a kernel that rounds the same way), so the products are bit-identical to rounding f32 inside the call. When
 //     bf16 is nullptr, f32 is rounded into scratch (one cast per call).
+//   norm (nullable): x is the output of a row RMSNorm not launched yet (CudaDeferredNorm, below); f32 / bf16 name
+//     where it will be. The first reader computes it: the small-row GEMV in its prologue when it takes the norm, any
+//     other reader by launching it first (cuda_linear_settle). Every function here that reads x settles it.
+struct CudaDeferredNorm;
 struct CudaLinearInput {
   const float* f32 = nullptr;
   const __nv_bfloat16* bf16 = nullptr;
+  const CudaDeferredNorm* norm = nullptr;
 };
+
+// A row RMSNorm (with its residual add) left for the first reader of its output (the batch-1 decode's input norms,
+// CudaModel::run_decoder): `op` says what to compute (gemv_cuda.h, GemvNorm: the pre-norm input form, or a post-norm
+// branch's norm with the residual add whose result is the next input), over rows × dim. `issued` turns true once a
+// reader has queued it; readers after that read the memory. The GEMV's prologue and the separate launches give the
+// same bits (gemv_cuda.h).
+struct CudaDeferredNorm {
+  GemvNorm op;
+  int64_t rows = 0, dim = 0;
+  mutable bool issued = false;
+};
+
+// Queues x's deferred norm when one is set and not yet queued (rmsnorm_cuda.h's launchers: the pre form as
+// rmsnorm_forward_rounded_cuda / rmsnorm_residual_into_forward_rounded_cuda, the post form as a copy of h into h_out
+// and rmsnorm_post_residual_forward_cuda there); nothing otherwise.
+void cuda_linear_settle(CudaContext& ctx, const CudaLinearInput& x);
 
 // Whether `layer` runs in the bf16 compute mode (weight_bf16 allocated).
 bool cuda_linear_is_bf16(const CudaLinear& layer);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
@@ -34,6 +35,15 @@ std::atomic<int64_t> g_post_norm_fused_launches{0};                // cuda_model
 bool cuda_model_post_norm_fused() { return g_post_norm_fused.on(); }
 void cuda_model_set_post_norm_fused(int on) { g_post_norm_fused.set(on); }
 int64_t cuda_model_post_norm_fused_launches() { return g_post_norm_fused_launches.load(); }
+
+namespace {
+OverridableSwitch g_decode_norm_prologue{"HLM_DECODE_NORM_PROLOGUE", false};  // cuda_model.h
+std::atomic<int64_t> g_deferred_norms{0};                                     // cuda_model_deferred_norms
+}  // namespace
+
+bool cuda_model_decode_norm_prologue() { return g_decode_norm_prologue.on(); }
+void cuda_model_set_decode_norm_prologue(int on) { g_decode_norm_prologue.set(on); }
+int64_t cuda_model_deferred_norms() { return g_deferred_norms.load(); }
 
 namespace {
 OverridableSwitch g_direct_snapshots{"HLM_RESIDUAL_SNAPSHOTS", true};  // cuda_model.h
@@ -161,7 +171,8 @@ void CudaModel::embed(const CudaBatchView& b, float* out) const {
 
 void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                             const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept,
-                            const MixerOverride* mixer_override, const ResidualSnapshots* snapshots) {
+                            const MixerOverride* mixer_override, const ResidualSnapshots* snapshots,
+                            bool defer_norms) {
   CudaContext& ctx = *ctx_;
   const ModelConfig& c = config_;
   const ArchitectureSpec& spec = architecture_spec(c.architecture);
@@ -234,10 +245,58 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     return in;
   };
 
-  const bool post_norm_fused = cuda_model_post_norm_fused();
   // A pre-norm layer's MLP branch (in dl) is added to h by the next norm in the same launch; `pending` marks it.
   bool pending = false;
   float pending_scale = 1.0f;
+  // Deferred norms (decode steps of the engine, cuda_model.h: cuda_model_decode_norm_prologue): each norm before a
+  // branch is left to the branch's first GEMV, which computes it in its prologue (cuda_linear.h, CudaDeferredNorm)
+  // or, when it cannot, launches it first. The stream then moves between `hidden` and `stream_alt` at each add: the
+  // GEMV's blocks all read the stream while some write its next value. Only where the norm's rows take the block
+  // path's order (longer than a warp row) and no capture, kept activation or snapshot reads the stream in between.
+  const bool defer = defer_norms && kept == nullptr && snapshots == nullptr && bf16_compute_ &&
+                     H > rmsnorm_cuda_warp_max_dim() && cuda_linear_gemv_may_take(T);
+  CudaTensor stream_alt;
+  if (defer) stream_alt = CudaTensor::empty(ctx, {T, H});
+  const auto next_stream = [&](const float* at) -> float* {
+    return at == hidden.data<float>() ? stream_alt.data<float>() : hidden.data<float>();
+  };
+  std::deque<CudaDeferredNorm> deferred;   // stable addresses: the readers hold pointers
+  const CudaDeferredNorm* open_post = nullptr;  // a post-norm add whose result the next branch reads (not issued yet)
+  const auto defer_norm = [&](GemvNorm op) -> const CudaDeferredNorm* {
+    CudaDeferredNorm& d = deferred.emplace_back();
+    d.op = op;
+    d.op.eps = eps;
+    d.rows = T;
+    d.dim = H;
+    ++g_deferred_norms;
+    return &d;
+  };
+  // Queues the open post-norm add (before anything but the next branch reads the stream).
+  const auto settle_open_post = [&] {
+    if (open_post != nullptr) cuda_linear_settle(ctx, CudaLinearInput{h, nullptr, open_post});
+    open_post = nullptr;
+  };
+  // A pre-norm branch's deferred input: nr = norm(h (+ the pending branch)); with a pending branch the stream's next
+  // value goes to the other buffer, which h then points at.
+  const auto defer_pre_norm = [&](const float* weight) -> CudaLinearInput {
+    settle_open_post();
+    GemvNorm op;
+    op.kind = GemvNorm::kPre;
+    op.h = h;
+    op.weight = weight;
+    op.norm_out = nr;
+    op.norm_out16 = nr16;
+    if (pending) {
+      op.branch = dl;
+      op.scale = pending_scale;
+      op.h_out = next_stream(h);
+      h = op.h_out;
+    }
+    pending = false;
+    return CudaLinearInput{nr, nr16, defer_norm(op)};
+  };
+
+  const bool post_norm_fused = cuda_model_post_norm_fused();
   const auto flush_pending = [&] {
     if (pending) residual_add_forward_cuda(h, dl, pending_scale, T * H, stream);
     pending = false;
@@ -289,9 +348,12 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     CudaKeptLayer* keep = kept != nullptr ? &(*kept)[static_cast<size_t>(i)] : nullptr;
     // The layer forwards: the plain ones, or the ones handing their intermediates to `keep` (same bits).
     const auto mixer = [&](float* out, const CudaLinearInput& in) {
-      if (mixer_override != nullptr)
-        (*mixer_override)(i, out, in.f32);  // no kept activations here: in.f32 is set
-      else if (layer.full_attention && keep != nullptr)
+      if (mixer_override != nullptr) {
+        (*mixer_override)(i, out, in);  // no kept activations here: in.f32 is set
+        return;
+      }
+      if (layer.mamba2 || layer.lightning) cuda_linear_settle(ctx, in);  // these read in.f32 themselves
+      if (layer.full_attention && keep != nullptr)
         keep->attention = attention_layer_forward_keep_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
       else if (layer.full_attention)
         attention_layer_forward_cuda(ctx, out, in, layer.self_attn, ldims, rope, b);
@@ -312,6 +374,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     };
     const auto mlp = [&](float* out, const CudaLinearInput& in) {
       if (layer.moe) {  // no kept activations: training an MoE model on CUDA is refused (cuda_model_train.cpp)
+        cuda_linear_settle(ctx, in);  // the MoE layers read in.f32 themselves
         HLM_CHECK_INPUT(keep == nullptr && in.f32 != nullptr, "the CUDA path has no MoE backward yet (",
                         c.model_type, "): train on --device cpu");
         if (!layer.shared_mlp) {
@@ -329,8 +392,11 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     };
     // A pre-norm layer adds the previous layer's pending MLP branch inside its input norm (one launch); any other
     // reader of the residual stream needs it added first.
+    CudaLinearInput deferred_in;  // defer: the branch's input with its norm left to the branch
     if (post_norm) {
       flush_pending();
+    } else if (defer) {
+      deferred_in = defer_pre_norm(layer.input_layernorm.data<float>());
     } else if (direct) {
       norm_after_pending_into(snapshot(snapshots->layer_in, i).data<float>(), layer.input_layernorm.data<float>(),
                               norm_out16(&CudaKeptLayer::mixer_in16, i));
@@ -341,7 +407,23 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     emit(CapturePoint::AttnIn, i, direct ? (*snapshots->layer_in)[static_cast<size_t>(i)] : hidden);
     if (post_norm) {
       // dl = norm(branch in nr), h += dl: one launch when fused (the same bits as the two).
-      const auto norm_and_add = [&](const CudaTensor& weight) {
+      // next_gemv: the stream's next reader is a branch whose first product takes the norm (a dense MLP, the next
+      // layer's mixer when that layer is post-norm too); otherwise the launch below, in place.
+      const auto norm_and_add = [&](const CudaTensor& weight, bool next_gemv) {
+        if (defer && next_gemv) {  // left to that branch's first GEMV (open_post); the stream moves buffers
+          settle_open_post();
+          GemvNorm op;
+          op.kind = GemvNorm::kPost;
+          op.h = h;
+          op.branch = nr;
+          op.scale = 1.0f;
+          op.weight = weight.data<float>();
+          op.h_out = next_stream(h);
+          op.norm_out = dl;
+          open_post = defer_norm(op);
+          h = op.h_out;
+          return;
+        }
         if (post_norm_fused) {
           rmsnorm_post_residual_forward_cuda(dl, h, nr, 1.0f, weight.data<float>(), row_norm, stream);
           ++g_post_norm_fused_launches;
@@ -350,22 +432,31 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
           residual_add_forward_cuda(h, dl, 1.0f, T * H, stream);
         }
       };
-      mixer(nr, {h, nullptr});
+      // (defer: the stream with the open post-norm add of the layer before, which the mixer's first GEMV computes)
+      mixer(nr, {h, nullptr, open_post});
+      open_post = nullptr;
       keep_copy(&CudaKeptLayer::mixer_branch, i, normed);
-      norm_and_add(layer.post_attention_layernorm);
+      norm_and_add(layer.post_attention_layernorm, !layer.moe);
       emit(CapturePoint::AttnDelta, i, delta);  // dl is not changed by the add
       copy_snapshot(&ResidualSnapshots::mixer_out, i);
       emit(CapturePoint::AttnOut, i, hidden);
-      mlp(nr, {h, nullptr});
+      mlp(nr, {h, nullptr, open_post});
+      open_post = nullptr;
       keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
-      norm_and_add(layer.post_feedforward_layernorm);
+      const bool next_post_norm = i + 1 < static_cast<int>(layers_.size()) &&
+                                  layers_[static_cast<size_t>(i) + 1]->full_attention && spec.attention_post_norm;
+      norm_and_add(layer.post_feedforward_layernorm, next_post_norm);
       emit(CapturePoint::MlpDelta, i, delta);
     } else {
-      mixer(dl, branch_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i));
+      mixer(dl, defer ? deferred_in : branch_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i));
       emit(CapturePoint::AttnDelta, i, delta);
       // h += branch, then the post-attention norm of h: one launch (the same bits as the add, then the norm), with
       // nr's rounding when nr16 is on.
-      if (direct) {  // into the layer's mixer_out snapshot (the same bits), which the stream moves to
+      if (defer) {  // left to the MLP's first GEMV, the stream moving to the other buffer
+        pending = true;
+        pending_scale = hyper.residual_multiplier;
+        deferred_in = defer_pre_norm(layer.post_attention_layernorm.data<float>());
+      } else if (direct) {  // into the layer's mixer_out snapshot (the same bits), which the stream moves to
         float* to = snapshot(snapshots->mixer_out, i).data<float>();
         rmsnorm_residual_into_forward_rounded_cuda(nr, norm_out16(&CudaKeptLayer::mlp_in16, i), to, h, dl,
                                                    hyper.residual_multiplier,
@@ -379,16 +470,28 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
         copy_snapshot(&ResidualSnapshots::mixer_out, i);
       }
       emit(CapturePoint::AttnOut, i, direct ? (*snapshots->mixer_out)[static_cast<size_t>(i)] : hidden);
-      mlp(dl, branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));
+      mlp(dl, defer ? deferred_in : branch_input(&CudaKeptLayer::mlp_in, &CudaKeptLayer::mlp_in16, i));
       emit(CapturePoint::MlpDelta, i, delta);
       pending_scale = hyper.residual_multiplier;  // added by the next norm (or flush_pending)
       pending = true;
     }
   }
-  if (direct)  // the stream entering the final norm into `hidden` (the last snapshot stays as it is)
+  if (defer) {  // the final norm launched, the stream entering it into `hidden`
+    settle_open_post();
+    float* to = hidden.data<float>();
+    if (pending) {
+      rmsnorm_residual_into_forward_rounded_cuda(nr, nullptr, to, h, dl, pending_scale, norm_.data<float>(), row_norm,
+                                                 stream);
+    } else {
+      if (to != h) cuda_copy_device(ctx, to, h, static_cast<size_t>(T * H) * sizeof(float));
+      rmsnorm_forward_rounded_cuda(nr, nullptr, to, norm_.data<float>(), row_norm, stream);
+    }
+    pending = false;
+  } else if (direct) {  // the stream entering the final norm into `hidden` (the last snapshot stays as it is)
     norm_after_pending_into(hidden.data<float>(), norm_.data<float>());
-  else
+  } else {
     norm_after_pending(norm_.data<float>());
+  }
 }
 
 Tensor CudaModel::forward(const TokenBatch& batch, const ForwardOptions& options, const Capture& capture,
@@ -473,7 +576,8 @@ CudaTensor CudaModel::final_hidden_with_mixer(const CudaBatchView& b, const Mixe
                   "CUDA generation does not run gated attention (", config_.model_type, ") yet: use --device cpu");
   ctx_->make_current();
   CudaTensor hidden, normed;
-  run_decoder(b, nullptr, hidden, normed, [](CapturePoint, int, const CudaTensor&) {}, nullptr, &mixer);
+  run_decoder(b, nullptr, hidden, normed, [](CapturePoint, int, const CudaTensor&) {}, nullptr, &mixer, nullptr,
+              cuda_model_decode_norm_prologue());
   return normed;
 }
 

@@ -81,6 +81,21 @@ void cuda_model_set_norm_bf16_dx(int on);
 // it process-wide (tests, bench_generate --decode-variants postnorm-add / no-postnorm-add; -1 goes back to the
 // environment).
 bool cuda_model_post_norm_fused();
+
+// Whether the inference engine's decode steps (CudaModel::final_hidden_with_mixer at the small-row GEMV's row counts,
+// bf16 compute, hidden size > rmsnorm_cuda_warp_max_dim()) leave each norm before a branch to the branch's first GEMV,
+// which computes it in its prologue (ops/matmul/gemv_cuda.h, GemvNorm; layers/cuda/cuda_linear.h, CudaDeferredNorm):
+// the pre-norm input norms with their residual adds, and a post-norm block's branch norm with its add (OLMo 3). At
+// batch 1 the one-block norm launch and its dependent-launch hop before each GEMV go away (64 per step for a 7B
+// OLMo 3, 72 for qwen3_4b); the final norm stays a launch. The same bits as the launches (the prologue sums in the
+// norm's block-path order; CudaEngineFusions.DecodeNormPrologue... checks the logits, MatmulCuda.GemvNormPrologue...
+// the op). HLM_DECODE_NORM_PROLOGUE=on|off (core/env_switch.h), off by default until measured on a GPU;
+// cuda_model_set_decode_norm_prologue overrides it process-wide (tests, bench_generate --decode-variants
+// norm-prologue / no-norm-prologue; -1 goes back to the environment).
+bool cuda_model_decode_norm_prologue();
+void cuda_model_set_decode_norm_prologue(int on);
+// Norms left to a reader this way in this process (host calls, not graph replays): the tests' proof it engaged.
+int64_t cuda_model_deferred_norms();
 void cuda_model_set_post_norm_fused(int on);
 // How many post-norm launches took the fused form in this process (issued, not replayed from a CUDA graph): the tests'
 // proof that the switch engaged.
@@ -163,8 +178,9 @@ class CudaModel {
 
   // ---- Inference (infer/cuda/cuda_engine.cpp: paged KV cache and GDN state) ----
   // A replacement token mixer: out [T, hidden] ← the stateful mixer of layer `layer` over in [T, hidden] (device
-  // fp32; for a post-norm block `in` is the residual stream, as for forward's own mixer).
-  using MixerOverride = std::function<void(int layer, float* out, const float* in)>;
+  // fp32, in.f32; for a post-norm block `in` is the residual stream, as for forward's own mixer). `in` may carry a
+  // deferred norm (cuda_linear.h): the mixer's first reader of it must be a cuda_linear call, or cuda_linear_settle.
+  using MixerOverride = std::function<void(int layer, float* out, const CudaLinearInput& in)>;
   // The final hidden states [T, hidden] (device) of forward's decoder over the device batch `b` with every token
   // mixer replaced by `mixer`: the embedding, norms, MLPs, residual adds and multipliers are forward's own.
   CudaTensor final_hidden_with_mixer(const CudaBatchView& b, const MixerOverride& mixer);
@@ -237,11 +253,14 @@ class CudaModel {
   // norm, `normed` as the final hidden states; emit sees each capture point's device value in forward order. kept:
   // nullptr, or gets one CudaKeptLayer per layer (Recompute::None).
   // mixer_override: nullptr, or the inference engine's stateful mixers (final_hidden_with_mixer).
+  // defer_norms: leave each branch's input norm to the branch's first GEMV (cuda_model_decode_norm_prologue; taken
+  // only at the GEMV's row counts, bf16 compute, hidden sizes above a warp row, without kept activations or snapshots).
   // snapshots: nullptr, or the residual stream per layer (cuda_model_direct_snapshots: written by the adds when every
   // layer is pre-norm, else copied); emit then sees the snapshot tensors at AttnIn / AttnOut.
   void run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, CudaTensor& hidden, CudaTensor& normed,
                    const DeviceEmit& emit, std::vector<CudaKeptLayer>* kept = nullptr,
-                   const MixerOverride* mixer_override = nullptr, const ResidualSnapshots* snapshots = nullptr);
+                   const MixerOverride* mixer_override = nullptr, const ResidualSnapshots* snapshots = nullptr,
+                   bool defer_norms = false);
   // Calls fn(device tensor, host tensor) for every tensor of this model and the same slot of `host`.
   template <class Self, class Fn>
   static void for_each_tensor(Self& self, DecoderWeights& host, const Fn& fn);

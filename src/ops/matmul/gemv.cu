@@ -5,15 +5,20 @@
 // bench_cuda_kernels gemv, one call) measured this 1-14 % faster per shape than session 11's kernel (one round in
 // flight, waited for before the next; 8 blocks per SM launched where 4 fit), which it replaced; a 256-byte L2
 // prefetch on each load, or 8 loads per round at 2 blocks per SM, was slower than either.
+// With a GemvNorm (kNorm), the staging computes the input's RMSNorm instead of reading x (stage_normed_x): after the
+// dependent-launch wait, while the first weight rounds are in flight.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/dependent_launch.cuh"
 #include "core/error.h"
 #include "ops/cast/bf16_round.cuh"
 #include "ops/matmul/gemv_cuda.h"
+#include "ops/residual/residual_add.cuh"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 #include "ops/swiglu/swiglu_math.cuh"
 
 namespace hlm {
@@ -91,6 +96,54 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, const float* x_f32, const 
   }
 }
 
+// The prologue's RMSNorm (gemv_cuda.h, GemvNorm) → xs as bf16 bits, and its outputs into memory: every thread of the
+// block takes part (thread t the elements t, t + kThreads, ... of each row: the norm's block path with kThreads =
+// rmsnorm_cuda_threads()); pass e of row m is written by block (m · passes + e) mod gridDim.x. v is read twice from
+// memory (the second time from L1/L2) rather than held: the GEMV's 64 registers already hold its first weights.
+static_assert(kThreads == rmsnorm_cuda_threads(), "the norm prologue sums in the block path's order");
+template <int M>
+__device__ __forceinline__ void stage_normed_x(uint16_t* xs, const GemvNorm& nm, int64_t K, float* red) {
+  const int passes = static_cast<int>((K + kThreads - 1) / kThreads);
+  const bool post = nm.kind == GemvNorm::kPost;
+  for (int m = 0; m < M; ++m) {
+    const float* h = nm.h + m * K;
+    const float* br = nm.branch != nullptr ? nm.branch + m * K : nullptr;
+    // The value the norm normalizes: kPre h (+ scale · branch), kPost the branch.
+    const auto value = [&](int64_t d) {
+      if (post) return br[d];
+      return br != nullptr ? cuda::residual_add_value(h[d], nm.scale, br[d]) : h[d];
+    };
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int e = 0; e < passes; ++e) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+      if (d < K) {
+        const float v = value(d);
+        ss = fmaf(v, v, ss);
+      }
+    }
+    ss = cuda::block_sum<kThreads>(ss, red);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + nm.eps);
+    for (int e = 0; e < passes; ++e) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
+      if (d >= K) break;
+      const float v = value(d);
+      const float y = nm.weight[d] * (v * inv);
+      const float x = post ? cuda::residual_add_value(h[d], nm.scale, y) : y;
+      xs[m * K + d] = cuda::f32_to_bf16_bits(x);
+      if ((m * passes + e) % static_cast<int>(gridDim.x) == static_cast<int>(blockIdx.x)) {
+        nm.norm_out[m * K + d] = y;
+        if (post) {
+          nm.h_out[m * K + d] = x;
+        } else {
+          if (nm.norm_out16 != nullptr) reinterpret_cast<uint16_t*>(nm.norm_out16)[m * K + d] = xs[m * K + d];
+          if (br != nullptr) nm.h_out[m * K + d] = v;
+        }
+      }
+    }
+  }
+}
+
 // A warp's work is one sequence of rounds (its columns col0, col0 + col_step, ..., each `rounds` rounds of U loads
 // per lane), two rounds' loads in flight at all times: round i + 1's are issued before round i is consumed, across
 // column boundaries, and both of the first two rounds go out before the wait for x. Lane l sums its chunks l, l + 32,
@@ -98,9 +151,10 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, const float* x_f32, const 
 // kSwiglu: the columns are numbered 2j (gate row j) and 2j + 1 (up row j); a warp takes pairs j0, j0 + col_step, ...,
 // the gate column then the up column of each, keeps the gate sums in registers and stores silu(gate) · up (the same
 // fp32 sums, bias added the same way, swiglu_math.cuh's value: the bits of the separate launches).
-template <int M, int U, bool kSwiglu>  // U 4: 4 blocks of 256 resident per SM (64 registers)
+// kNorm: x is the norm prologue's (stage_normed_x), x_f32 and x_bf16 unused.
+template <int M, int U, bool kSwiglu, bool kNorm>  // U 4: 4 blocks of 256 resident per SM (64 registers)
 __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g, const float* x_f32,
-                                                             const __nv_bfloat16* x_bf16, int64_t K) {
+                                                             const __nv_bfloat16* x_bf16, int64_t K, GemvNorm nm) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [M, K] bf16 bits
   const int lane = threadIdx.x % 32;
@@ -191,7 +245,12 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
   load(wa, a);  // weights are not written during inference: loaded before the wait (dependent_launch.cuh)
   load(wb, b);
   cuda::dependent_launch_wait();
-  stage_x<M>(xs, x_f32, x_bf16, K);
+  if constexpr (kNorm) {
+    __shared__ float red[kWarps];
+    stage_normed_x<M>(xs, nm, K, red);
+  } else {
+    stage_x<M>(xs, x_f32, x_bf16, K);
+  }
   __syncthreads();
   while (a.col < columns) {
     consume(wa, a);
@@ -211,10 +270,11 @@ int sm_count() {
   return std::max(count, 1);
 }
 
-template <int M, bool kSwiglu>
-void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K, cudaStream_t stream) {
+template <int M, bool kSwiglu, bool kNorm>
+void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K, const GemvNorm& nm,
+            cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(M) * static_cast<size_t>(K) * sizeof(uint16_t);
-  const auto kernel = gemv_pipe_kernel<M, kRound, kSwiglu>;
+  const auto kernel = gemv_pipe_kernel<M, kRound, kSwiglu, kNorm>;
   // Once per process: the opt-in to M · gemv_max_k() · 2 bytes of shared memory, and the blocks of 256 threads that
   // registers and threads let reside per SM (4 for the pipelined form).
   static const int resident = [kernel] {
@@ -232,10 +292,42 @@ void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16,
   const int64_t per_sm = std::clamp<int64_t>(resident, 1, std::max<int64_t>(by_smem, 1));
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(needed, 1, per_sm * sms));
   HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_enabled(), kernel, dim3(blocks), dim3(kThreads),
-                                              smem, stream, g, x_f32, x_bf16, K));
+                                              smem, stream, g, x_f32, x_bf16, K, nm));
+}
+
+// The launch for M rows (1-4), with or without the norm prologue.
+template <bool kSwiglu>
+void launch_rows(int64_t M, const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K,
+                 const GemvNorm* norm, cudaStream_t stream) {
+  const GemvNorm nm = norm != nullptr ? *norm : GemvNorm{};
+  const auto go = [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    if (norm != nullptr)
+      launch<R, kSwiglu, true>(g, nullptr, nullptr, K, nm, stream);
+    else
+      launch<R, kSwiglu, false>(g, x_f32, x_bf16, K, nm, stream);
+  };
+  switch (M) {
+    case 1: return go(std::integral_constant<int, 1>{});
+    case 2: return go(std::integral_constant<int, 2>{});
+    case 3: return go(std::integral_constant<int, 3>{});
+    default: return go(std::integral_constant<int, 4>{});
+  }
 }
 
 }  // namespace
+
+bool gemv_norm_supported(int64_t M, int64_t K, const GemvNorm& n) {
+  if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
+  if (K <= rmsnorm_cuda_warp_max_dim()) return false;  // the warp path's summation order
+  if (n.h == nullptr || n.weight == nullptr || n.norm_out == nullptr) return false;
+  const bool post = n.kind == GemvNorm::kPost;
+  if (n.kind != GemvNorm::kPre && !post) return false;
+  if (post && (n.branch == nullptr || n.h_out == nullptr || n.norm_out16 != nullptr)) return false;
+  if (!post && n.branch != nullptr && n.h_out == nullptr) return false;
+  if (n.h_out != nullptr && (n.h_out == n.h || n.h_out == n.branch)) return false;
+  return true;
+}
 
 bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs) {
   if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
@@ -248,10 +340,12 @@ bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs) {
 }
 
 void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M,
-                    int64_t K, cudaStream_t stream) {
+                    int64_t K, cudaStream_t stream, const GemvNorm* norm) {
   HLM_CHECK(gemv_supported(M, K, outs, n_outs), "gemv_bf16_cuda: unsupported shape M ", M, ", K ", K, ", ", n_outs,
             " outputs (gemv_supported)");
-  HLM_CHECK(x_f32 != nullptr || x_bf16 != nullptr, "gemv_bf16_cuda: no input");
+  HLM_CHECK(norm == nullptr || gemv_norm_supported(M, K, *norm), "gemv_bf16_cuda: unsupported norm prologue at M ",
+            M, ", K ", K, " (gemv_norm_supported)");
+  HLM_CHECK(norm != nullptr || x_f32 != nullptr || x_bf16 != nullptr, "gemv_bf16_cuda: no input");
   GemvGroup g{};
   g.outs = n_outs;
   g.first[0] = 0;
@@ -262,12 +356,7 @@ void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, cons
     g.n[i] = outs[i].n;
     g.first[i + 1] = g.first[i] + outs[i].n;
   }
-  switch (M) {
-    case 1: return launch<1, false>(g, x_f32, x_bf16, K, stream);
-    case 2: return launch<2, false>(g, x_f32, x_bf16, K, stream);
-    case 3: return launch<3, false>(g, x_f32, x_bf16, K, stream);
-    default: return launch<4, false>(g, x_f32, x_bf16, K, stream);
-  }
+  launch_rows<false>(M, g, x_f32, x_bf16, K, norm, stream);
 }
 
 bool gemv_swiglu_supported(int64_t M, int64_t K, const GemvOutput& gate, const GemvOutput& up) {
@@ -280,10 +369,12 @@ bool gemv_swiglu_supported(int64_t M, int64_t K, const GemvOutput& gate, const G
 
 void gemv_bf16_swiglu_cuda(const GemvOutput& gate, const GemvOutput& up, float* h_f32, __nv_bfloat16* h_bf16,
                            const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M, int64_t K,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const GemvNorm* norm) {
   HLM_CHECK(gemv_swiglu_supported(M, K, gate, up), "gemv_bf16_swiglu_cuda: unsupported shape M ", M, ", K ", K,
             ", n ", gate.n, " and ", up.n, " (gemv_swiglu_supported)");
-  HLM_CHECK(x_f32 != nullptr || x_bf16 != nullptr, "gemv_bf16_swiglu_cuda: no input");
+  HLM_CHECK(norm == nullptr || gemv_norm_supported(M, K, *norm),
+            "gemv_bf16_swiglu_cuda: unsupported norm prologue at M ", M, ", K ", K, " (gemv_norm_supported)");
+  HLM_CHECK(norm != nullptr || x_f32 != nullptr || x_bf16 != nullptr, "gemv_bf16_swiglu_cuda: no input");
   HLM_CHECK((h_f32 != nullptr) != (h_bf16 != nullptr), "gemv_bf16_swiglu_cuda: exactly one output (fp32 or bf16)");
   GemvGroup g{};
   g.outs = 2;
@@ -298,12 +389,7 @@ void gemv_bf16_swiglu_cuda(const GemvOutput& gate, const GemvOutput& up, float* 
   }
   g.h_f32 = h_f32;
   g.h_bf16 = h_bf16;
-  switch (M) {
-    case 1: return launch<1, true>(g, x_f32, x_bf16, K, stream);
-    case 2: return launch<2, true>(g, x_f32, x_bf16, K, stream);
-    case 3: return launch<3, true>(g, x_f32, x_bf16, K, stream);
-    default: return launch<4, true>(g, x_f32, x_bf16, K, stream);
-  }
+  launch_rows<true>(M, g, x_f32, x_bf16, K, norm, stream);
 }
 
 }  // namespace hlm

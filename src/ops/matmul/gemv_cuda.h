@@ -35,10 +35,42 @@ struct GemvOutput {
 // Whether gemv_bf16_cuda takes this shape (M rows of K inputs) and these weights.
 bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs);
 
+// The input's row RMSNorm computed in the GEMV's prologue instead of a launch of its own (batch-1 decode: the norm's
+// one-block launch and its dependent-launch hop before the GEMV go away, while the GEMV's first weight loads are in
+// flight). Every block normalizes the whole rows it needs from h (and branch) in L2; the rows' outputs are written
+// to memory too, each element by one block, for the readers after the GEMV. Two forms, each bit-identical to its
+// separate launch (rmsnorm_cuda.h's block path: thread t of 256 sums the elements t, t + 256, ... in order with FMA,
+// then cuda::block_sum; r = 1 / sqrt(Σ / K + eps); y = weight · (v · r)):
+//   kPre  (a pre-norm block's input norm, rmsnorm_forward_rounded_cuda / rmsnorm_residual_into_forward_rounded_cuda):
+//         v = h + scale · branch (residual_add_value's bits) when branch is given, else h; x = y.
+//         Writes norm_out = y [M, K], norm_out16 = bf16(y) when given, h_out = v when branch is given.
+//   kPost (a post-norm block's branch norm and residual add, rmsnorm_post_residual_forward_cuda on a copy of h):
+//         v = branch; x = h_out = h + scale · y. Writes norm_out = y and h_out.
+// The GEMV's input is bf16(x) (the rounding stage_x gives an fp32 x). h_out may not alias h or branch (every block
+// reads all of them while some write h_out); norm_out and norm_out16 may alias nothing read here.
+struct GemvNorm {
+  enum Kind : int { kPre = 0, kPost = 1 };
+  Kind kind = kPre;
+  const float* h = nullptr;       // [M, K]
+  const float* branch = nullptr;  // [M, K]; kPre: nullable; kPost: required
+  float scale = 1.0f;             // the residual multiplier
+  const float* weight = nullptr;  // [K]
+  float eps = 1e-6f;
+  float* h_out = nullptr;         // [M, K]; kPre: required with branch, else unused; kPost: required
+  float* norm_out = nullptr;      // [M, K], required
+  __nv_bfloat16* norm_out16 = nullptr;  // [M, K], kPre only, nullable
+};
+
+// Whether the prologue takes this norm at M rows of K: the GEMV's own limits, K longer than a warp row of the norm
+// (rmsnorm_cuda_warp_max_dim(): shorter rows sum in the warp path's order), the pointers the form needs and h_out
+// aliasing neither h nor branch.
+bool gemv_norm_supported(int64_t M, int64_t K, const GemvNorm& norm);
+
 // y_i = bf16(x) · w_iᵀ (+ bias_i) for each of the n_outs outputs; x is x_f32 [M, K] (rounded here) when x_bf16 is
-// nullptr, else x_bf16 [M, K]. Queued on `stream`. Checks gemv_supported (internal error otherwise).
+// nullptr, else x_bf16 [M, K]; with `norm`, x is the norm's (both x pointers ignored). Queued on `stream`. Checks
+// gemv_supported (and gemv_norm_supported; internal error otherwise).
 void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M,
-                    int64_t K, cudaStream_t stream);
+                    int64_t K, cudaStream_t stream, const GemvNorm* norm = nullptr);
 
 // The MLP's gate and up products with SwiGLU in the epilogue (decode steps): h [M, n] = silu(y_gate) ⊙ y_up, where
 // y_gate and y_up are what gemv_bf16_cuda writes for the group {gate, up} (n columns each, biases optional), in ONE
@@ -49,6 +81,7 @@ void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, cons
 // gemv_supported, and equal n.
 bool gemv_swiglu_supported(int64_t M, int64_t K, const GemvOutput& gate, const GemvOutput& up);
 void gemv_bf16_swiglu_cuda(const GemvOutput& gate, const GemvOutput& up, float* h_f32, __nv_bfloat16* h_bf16,
-                           const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M, int64_t K, cudaStream_t stream);
+                           const float* x_f32, const __nv_bfloat16* x_bf16, int64_t M, int64_t K, cudaStream_t stream,
+                           const GemvNorm* norm = nullptr);
 
 }  // namespace hlm

@@ -873,7 +873,9 @@ CudaTensor CudaEngine::run_step(const CudaTensor& meta, const MetaOffsets& o, co
       gdn_mixer(layer, out, in, s);
   };
   const CudaTensor hidden = model_.final_hidden_with_mixer(s.batch, mixer);
-  // The LM head on each sequence's last new token only.
+  // The LM head on each sequence's last new token only: in a decode step every row is one (sequence n's token is row
+  // n), so the head reads the hidden rows as they are, without the gather launch.
+  if (sh.decode && T == N) return head_logits(hidden);
   const int64_t H = c.hidden_size;
   CudaTensor rows = CudaTensor::empty(ctx_, {N, H});
   state_rows_copy_cuda(rows.data<float>(), nullptr, hidden.data<float>(), at<int32_t>(meta, o.last), N, H,

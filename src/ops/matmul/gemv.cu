@@ -98,50 +98,79 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, const float* x_f32, const 
 
 // The prologue's RMSNorm (gemv_cuda.h, GemvNorm) → xs as bf16 bits, and its outputs into memory: every thread of the
 // block takes part (thread t the elements t, t + kThreads, ... of each row: the norm's block path with kThreads =
-// rmsnorm_cuda_threads()); pass e of row m is written by block (m · passes + e) mod gridDim.x. v is read twice from
-// memory (the second time from L1/L2) rather than held: the GEMV's 64 registers already hold its first weights.
+// rmsnorm_cuda_threads()); pass e of row m is written by block (m · passes + e) mod gridDim.x. Loads go out in
+// batches of kNormBatch passes before their sums (one L2 round trip per batch, not per pass: the rows' ~10-16 passes
+// in two), elements past K as zeros (fmaf(0, 0, s) = s: the norm's sum, which skips them, has the same bits). v is
+// read twice from memory (the second time mostly from L1) rather than held: the GEMV's 64 registers already hold its
+// first weights. F: the form, fixed per launch (no branch on it between the loads).
 static_assert(kThreads == rmsnorm_cuda_threads(), "the norm prologue sums in the block path's order");
-template <int M>
-__device__ __forceinline__ void stage_normed_x(uint16_t* xs, const GemvNorm& nm, int64_t K, float* red) {
+constexpr int kNormBatch = 8;   // passes per batch of the sum's loads
+constexpr int kStageBatch = 4;  // of the second read (v, weight, h): fewer registers beside the weights in flight
+enum class NormForm { kPre, kPreBranch, kPost };
+
+template <int M, NormForm F>
+__device__ __forceinline__ void stage_normed_rows(uint16_t* xs, const GemvNorm& nm, int64_t K, float* red) {
   const int passes = static_cast<int>((K + kThreads - 1) / kThreads);
-  const bool post = nm.kind == GemvNorm::kPost;
   for (int m = 0; m < M; ++m) {
     const float* h = nm.h + m * K;
-    const float* br = nm.branch != nullptr ? nm.branch + m * K : nullptr;
-    // The value the norm normalizes: kPre h (+ scale · branch), kPost the branch.
+    const float* br = F == NormForm::kPre ? nullptr : nm.branch + m * K;
+    // The value the norm normalizes: kPre h, kPreBranch h + scale · branch, kPost the branch.
     const auto value = [&](int64_t d) {
-      if (post) return br[d];
-      return br != nullptr ? cuda::residual_add_value(h[d], nm.scale, br[d]) : h[d];
+      if constexpr (F == NormForm::kPost) return br[d];
+      else if constexpr (F == NormForm::kPreBranch) return cuda::residual_add_value(h[d], nm.scale, br[d]);
+      else return h[d];
     };
     float ss = 0.0f;
-#pragma unroll 4
-    for (int e = 0; e < passes; ++e) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
-      if (d < K) {
-        const float v = value(d);
-        ss = fmaf(v, v, ss);
+    for (int e0 = 0; e0 < passes; e0 += kNormBatch) {
+      float v[kNormBatch];
+#pragma unroll
+      for (int u = 0; u < kNormBatch; ++u) {
+        const int64_t d = threadIdx.x + static_cast<int64_t>(e0 + u) * kThreads;
+        v[u] = d < K ? value(d) : 0.0f;
       }
+#pragma unroll
+      for (int u = 0; u < kNormBatch; ++u) ss = fmaf(v[u], v[u], ss);
     }
     ss = cuda::block_sum<kThreads>(ss, red);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(K) + nm.eps);
-    for (int e = 0; e < passes; ++e) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(e) * kThreads;
-      if (d >= K) break;
-      const float v = value(d);
-      const float y = nm.weight[d] * (v * inv);
-      const float x = post ? cuda::residual_add_value(h[d], nm.scale, y) : y;
-      xs[m * K + d] = cuda::f32_to_bf16_bits(x);
-      if ((m * passes + e) % static_cast<int>(gridDim.x) == static_cast<int>(blockIdx.x)) {
-        nm.norm_out[m * K + d] = y;
-        if (post) {
-          nm.h_out[m * K + d] = x;
-        } else {
-          if (nm.norm_out16 != nullptr) reinterpret_cast<uint16_t*>(nm.norm_out16)[m * K + d] = xs[m * K + d];
-          if (br != nullptr) nm.h_out[m * K + d] = v;
+    for (int e0 = 0; e0 < passes; e0 += kStageBatch) {
+      float v[kStageBatch], w[kStageBatch], hv[kStageBatch];
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const int64_t d = threadIdx.x + static_cast<int64_t>(e0 + u) * kThreads;
+        v[u] = d < K ? value(d) : 0.0f;
+        w[u] = d < K ? nm.weight[d] : 0.0f;
+        if constexpr (F == NormForm::kPost) hv[u] = d < K ? h[d] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const int64_t d = threadIdx.x + static_cast<int64_t>(e0 + u) * kThreads;
+        if (d >= K) break;
+        const float y = w[u] * (v[u] * inv);
+        float x = y;
+        if constexpr (F == NormForm::kPost) x = cuda::residual_add_value(hv[u], nm.scale, y);
+        const uint16_t x16 = cuda::f32_to_bf16_bits(x);
+        xs[m * K + d] = x16;
+        if ((m * passes + e0 + u) % static_cast<int>(gridDim.x) == static_cast<int>(blockIdx.x)) {
+          nm.norm_out[m * K + d] = y;
+          if constexpr (F == NormForm::kPost) nm.h_out[m * K + d] = x;
+          if constexpr (F != NormForm::kPost)
+            if (nm.norm_out16 != nullptr) reinterpret_cast<uint16_t*>(nm.norm_out16)[m * K + d] = x16;
+          if constexpr (F == NormForm::kPreBranch) nm.h_out[m * K + d] = v[u];
         }
       }
     }
   }
+}
+
+template <int M>
+__device__ __forceinline__ void stage_normed_x(uint16_t* xs, const GemvNorm& nm, int64_t K, float* red) {
+  if (nm.kind == GemvNorm::kPost)
+    stage_normed_rows<M, NormForm::kPost>(xs, nm, K, red);
+  else if (nm.branch != nullptr)
+    stage_normed_rows<M, NormForm::kPreBranch>(xs, nm, K, red);
+  else
+    stage_normed_rows<M, NormForm::kPre>(xs, nm, K, red);
 }
 
 // A warp's work is one sequence of rounds (its columns col0, col0 + col_step, ..., each `rounds` rounds of U loads
@@ -243,11 +272,13 @@ __global__ void __launch_bounds__(kThreads, 16 / U) gemv_pipe_kernel(GemvGroup g
   Round b = next_of(a);
   uint4 wa[U], wb[U];
   load(wa, a);  // weights are not written during inference: loaded before the wait (dependent_launch.cuh)
-  load(wb, b);
+  if constexpr (!kNorm) load(wb, b);
   cuda::dependent_launch_wait();
   if constexpr (kNorm) {
+    // One round in flight through the norm (its batched loads need the registers of the second), the second after.
     __shared__ float red[kWarps];
     stage_normed_x<M>(xs, nm, K, red);
+    load(wb, b);
   } else {
     stage_x<M>(xs, x_f32, x_bf16, K);
   }

@@ -923,8 +923,8 @@ int main(int argc, char** argv) {
                       {"gpus_for_1024_rollouts", gpus_1024}});
           // Norms this configuration left to a GEMV's prologue (host calls: captures and eager steps, not replays).
           static int64_t deferred_before = 0;
-          const int64_t deferred_norms = cuda_model_deferred_norms() - deferred_before;
-          deferred_before = cuda_model_deferred_norms();
+          const int64_t deferred_norms = cuda_linear_prologue_norms() - deferred_before;
+          deferred_before = cuda_linear_prologue_norms();
           row["deferred_norm_launches"] = deferred_norms;
           results.push_back(row);
           const auto mib_pair = [](double measured, double arith) {

@@ -403,23 +403,30 @@ TEST(CudaEngineFusions, DecodeNormPrologueEqualsTheNormLaunchesBitForBit) {
     gpu.set_bf16_compute(true);
     const MemoryPlan plan = plan_for(model, 1, prompts.back() + 14, 2);
     std::vector<float> steps[2];
-    int64_t deferred = 0;
+    int64_t deferred = 0, in_prologue = 0;
     for (const int on : {1, 0}) {
       cuda_model_set_decode_norm_prologue(on);
-      const int64_t before = cuda_model_deferred_norms();
+      const int64_t before = cuda_model_deferred_norms(), taken = cuda_linear_prologue_norms();
       auto e = make_cuda_engine(gpu, plan);
       steps[on] = run_steps(*e, seqs, prompts);
-      if (on) deferred = cuda_model_deferred_norms() - before;
-      else EXPECT_EQ(cuda_model_deferred_norms(), before);
+      if (on) {
+        deferred = cuda_model_deferred_norms() - before;
+        in_prologue = cuda_linear_prologue_norms() - taken;
+      } else {
+        EXPECT_EQ(cuda_model_deferred_norms(), before);
+        EXPECT_EQ(cuda_linear_prologue_norms(), taken);
+      }
     }
     cuda_model_set_decode_norm_prologue(-1);
     ASSERT_EQ(steps[1].size(), steps[0].size());
     size_t differ = 0;
     for (size_t i = 0; i < steps[0].size(); ++i) differ += std::memcmp(&steps[1][i], &steps[0][i], sizeof(float)) != 0;
-    std::printf("[fusions] %s (hidden 1152, bf16): decode norms in the GEMV prologue, %lld deferred; %zu step logits, "
-                "%zu differ\n",
-                c.name, static_cast<long long>(deferred), steps[0].size(), differ);
-    EXPECT_GT(deferred, 0);
+    std::printf("[fusions] %s (hidden 1152, bf16): decode norms in the GEMV prologue, %lld deferred, %lld in a "
+                "prologue; %zu step logits, %zu differ\n",
+                c.name, static_cast<long long>(deferred), static_cast<long long>(in_prologue), steps[0].size(),
+                differ);
+    EXPECT_GT(in_prologue, 0);
+    EXPECT_LE(in_prologue, deferred);
     EXPECT_EQ(differ, 0u);
   }
 }

@@ -127,9 +127,12 @@ std::atomic<int64_t> g_swiglu_gemv_launches{0};
 
 // x's deferred norm when the GEMV about to read x can compute it in its prologue (not queued yet, the shape it
 // was made for, gemv_norm_supported); nullptr: none, or the reader must settle it first.
+std::atomic<int64_t> g_prologue_norms{0};  // cuda_linear_prologue_norms
+
 const GemvNorm* prologue_norm(const CudaLinearInput& x, int64_t rows, int64_t K) {
   if (x.norm == nullptr || x.norm->issued) return nullptr;
   if (x.norm->rows != rows || x.norm->dim != K || !gemv_norm_supported(rows, K, x.norm->op)) return nullptr;
+  ++g_prologue_norms;
   return &x.norm->op;
 }
 
@@ -160,6 +163,8 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
 }  // namespace
 
 bool cuda_linear_swiglu_gemv_enabled() { return g_swiglu_gemv.on(); }
+
+int64_t cuda_linear_prologue_norms() { return g_prologue_norms.load(); }
 
 void cuda_linear_set_swiglu_gemv(bool on) { g_swiglu_gemv.set(on ? 1 : 0); }
 

@@ -84,6 +84,8 @@ struct CudaDeferredNorm {
 // rmsnorm_forward_rounded_cuda / rmsnorm_residual_into_forward_rounded_cuda, the post form as a copy of h into h_out
 // and rmsnorm_post_residual_forward_cuda there); nothing otherwise.
 void cuda_linear_settle(CudaContext& ctx, const CudaLinearInput& x);
+// Deferred norms a GEMV took into its prologue in this process (host calls, not graph replays): the tests' proof.
+int64_t cuda_linear_prologue_norms();
 
 // Whether `layer` runs in the bf16 compute mode (weight_bf16 allocated).
 bool cuda_linear_is_bf16(const CudaLinear& layer);

@@ -89,7 +89,9 @@ bool cuda_model_post_norm_fused();
 // batch 1 the one-block norm launch and its dependent-launch hop before each GEMV go away (64 per step for a 7B
 // OLMo 3, 72 for qwen3_4b); the final norm stays a launch. The same bits as the launches (the prologue sums in the
 // norm's block-path order; CudaEngineFusions.DecodeNormPrologue... checks the logits, MatmulCuda.GemvNormPrologue...
-// the op). HLM_DECODE_NORM_PROLOGUE=on|off (core/env_switch.h), off by default until measured on a GPU;
+// the op; both passed on an H100, session 43). Measured SLOWER there (ms per step, separate / prologue: olmo3_7b 5.61
+// / 5.65, qwen3_4b 3.75 / 3.79, olmo_hybrid_7b 5.74 / 5.81): every GEMV block re-reads and reduces the whole row, with
+// one weight round in flight instead of two. HLM_DECODE_NORM_PROLOGUE=on|off (core/env_switch.h), off by default;
 // cuda_model_set_decode_norm_prologue overrides it process-wide (tests, bench_generate --decode-variants
 // norm-prologue / no-norm-prologue; -1 goes back to the environment).
 bool cuda_model_decode_norm_prologue();

@@ -5,8 +5,9 @@
 // Cases: K = 1032 (the shortest block-path row, 5 passes of 256 with a partial last), 2560 (qwen3_4b), 4096 (the
 // 7B shapes), 5128 (past the norm's register kernel: its add and norm are two launches); M = 1..4; kPre without and
 // with a pending branch (scale 1 and 0.22, granite's residual multiplier form), with and without the bf16 output;
-// kPost at scale 1; the group GEMV (two outputs of 37 and 300 columns: grids of 10 and 43 blocks, so a block writes
-// several passes of the norm's rows or none) and the SwiGLU form (300 pairs); fills Normal, Large, Special (NaN/±Inf).
+// kPost at scale 1; the group GEMV (two outputs, 37 + 300 columns: 43 blocks) and the SwiGLU form (300 pairs: 38
+// blocks), so that with M · ceil(K / 256) = 5-84 passes a block writes one, several or none of the norm's passes;
+// fills Normal, Large, Special (NaN/±Inf).
 // Also what gemv_norm_supported refuses.
 #include <cstdio>
 #include <string>

@@ -1,7 +1,8 @@
 // The small-row GEMV with the input's RMSNorm in its prologue (gemv_cuda.h, GemvNorm) against what it replaces: the
-// norm's own launch (rmsnorm_cuda.h: rmsnorm_forward_rounded_cuda, rmsnorm_residual_into_forward_rounded_cuda, or a
-// copy of h and rmsnorm_post_residual_forward_cuda on it) followed by the plain GEMV on the norm's fp32 output (kPre)
-// or on the updated stream (kPost). Byte for byte: y, the norm's output, its bf16 rounding and the stream's next value.
+// norm's own launches (gemv_norm_launches_cuda: rmsnorm_forward_rounded_cuda,
+// rmsnorm_residual_into_forward_rounded_cuda, or a copy of h and rmsnorm_post_residual_forward_cuda on it) followed by
+// the plain GEMV on the norm's fp32 output (kPre) or on the updated stream (kPost). Byte for byte: y, the norm's
+// output, its bf16 rounding and the stream's next value.
 // Cases: K = 1032 (the shortest block-path row, 5 passes of 256 with a partial last), 2560 (qwen3_4b), 4096 (the
 // 7B shapes), 5128 (past the norm's register kernel: its add and norm are two launches); M = 1..4; kPre without and
 // with a pending branch (scale 1 and 0.22, granite's residual multiplier form), with and without the bf16 output;
@@ -13,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_error.h"
 #include "harness.h"
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/rmsnorm/rmsnorm_cuda.h"
@@ -36,21 +36,6 @@ const NormForm kForms[] = {{"pre", GemvNorm::kPre, false, 1.0f, false},
                            {"pre + branch", GemvNorm::kPre, true, 1.0f, false},
                            {"pre + branch x0.22 + bf16 out", GemvNorm::kPre, true, 0.22f, true},
                            {"post", GemvNorm::kPost, true, 1.0f, false}};
-
-// The separate launches of `form` (what cuda_linear_settle queues) into norm_out / norm16 / h_out.
-void launch_norm(const NormForm& form, const GemvNorm& n, int64_t M, int64_t K) {
-  const RmsnormCudaParams p{M, K, n.eps};
-  if (form.kind == GemvNorm::kPost) {
-    HLM_CUDA_CHECK(cudaMemcpyAsync(n.h_out, n.h, static_cast<size_t>(M * K) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   ctx().stream()));
-    rmsnorm_post_residual_forward_cuda(n.norm_out, n.h_out, n.branch, n.scale, n.weight, p, ctx().stream());
-  } else if (form.branch) {
-    rmsnorm_residual_into_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h_out, n.h, n.branch, n.scale, n.weight, p,
-                                               ctx().stream());
-  } else {
-    rmsnorm_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h, n.weight, p, ctx().stream());
-  }
-}
 
 }  // namespace
 
@@ -87,7 +72,7 @@ TEST(MatmulCuda, GemvNormPrologueEqualsTheNormLaunchThenTheGemvBitForBit) {
             n.h_out = form.branch ? hout_ref.as<float>() : nullptr;
             n.norm_out = out_ref.as<float>();
             n.norm_out16 = form.out16 ? out16_ref.as<__nv_bfloat16>() : nullptr;
-            launch_norm(form, n, M, K);
+            gemv_norm_launches_cuda(n, M, K, ctx().stream());
             const float* x_ref = form.kind == GemvNorm::kPost ? hout_ref.as<float>() : out_ref.as<float>();
             DeviceBuffer y1_ref(static_cast<size_t>(M * n_small) * 4, "y1 (launch)");
             DeviceBuffer y2_ref(static_cast<size_t>(M * n_large) * 4, "y2 (launch)");

@@ -13,7 +13,6 @@
 #include "ops/matmul/gemv_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #include "ops/residual/residual_cuda.h"
-#include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
 
@@ -82,19 +81,7 @@ CudaLinearInput cuda_linear_input(const CudaTensor& f32, const CudaTensor& bf16)
 
 void cuda_linear_settle(CudaContext& ctx, const CudaLinearInput& x) {
   if (x.norm == nullptr || x.norm->issued) return;
-  const GemvNorm& n = x.norm->op;
-  const RmsnormCudaParams p{x.norm->rows, x.norm->dim, n.eps};
-  const cudaStream_t stream = ctx.stream();
-  if (n.kind == GemvNorm::kPost) {
-    HLM_CHECK(n.branch != nullptr && n.h_out != nullptr && n.h_out != n.h, "deferred post-norm: bad pointers");
-    cuda_copy_device(ctx, n.h_out, n.h, static_cast<size_t>(p.rows * p.dim) * sizeof(float));
-    rmsnorm_post_residual_forward_cuda(n.norm_out, n.h_out, n.branch, n.scale, n.weight, p, stream);
-  } else if (n.branch != nullptr) {
-    rmsnorm_residual_into_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h_out, n.h, n.branch, n.scale, n.weight, p,
-                                               stream);
-  } else {
-    rmsnorm_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h, n.weight, p, stream);
-  }
+  gemv_norm_launches_cuda(x.norm->op, x.norm->rows, x.norm->dim, ctx.stream());
   x.norm->issued = true;
 }
 
@@ -125,13 +112,18 @@ int64_t gemv_max_rows_taken() {
 OverridableSwitch g_swiglu_gemv{"HLM_GATE_UP_SWIGLU", true};
 std::atomic<int64_t> g_swiglu_gemv_launches{0};
 
-// x's deferred norm when the GEMV about to read x can compute it in its prologue (not queued yet, the shape it
-// was made for, gemv_norm_supported); nullptr: none, or the reader must settle it first.
 std::atomic<int64_t> g_prologue_norms{0};  // cuda_linear_prologue_norms
 
-const GemvNorm* prologue_norm(const CudaLinearInput& x, int64_t rows, int64_t K) {
+// For the GEMV about to read x: x's deferred norm, taken (marked issued and counted) when the GEMV can compute it in
+// its prologue (not queued yet, the shape it was made for, gemv_norm_supported); otherwise x's norm is settled here
+// (launched, if any) and nullptr returned.
+const GemvNorm* take_prologue_norm(CudaContext& ctx, const CudaLinearInput& x, int64_t rows, int64_t K) {
   if (x.norm == nullptr || x.norm->issued) return nullptr;
-  if (x.norm->rows != rows || x.norm->dim != K || !gemv_norm_supported(rows, K, x.norm->op)) return nullptr;
+  if (x.norm->rows != rows || x.norm->dim != K || !gemv_norm_supported(rows, K, x.norm->op)) {
+    cuda_linear_settle(ctx, x);
+    return nullptr;
+  }
+  x.norm->issued = true;
   ++g_prologue_norms;
   return &x.norm->op;
 }
@@ -153,10 +145,8 @@ bool try_gemv(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaL
   }
   const int n = static_cast<int>(outs.size());
   if (!gemv_supported(rows, K, g, n)) return false;
-  const GemvNorm* norm = prologue_norm(x, rows, K);
-  if (norm == nullptr) cuda_linear_settle(ctx, x);
+  const GemvNorm* norm = take_prologue_norm(ctx, x, rows, K);
   gemv_bf16_cuda(g, n, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream(), norm);
-  if (norm != nullptr) x.norm->issued = true;
   return true;
 }
 
@@ -180,11 +170,8 @@ bool cuda_linear_try_swiglu_gemv(CudaContext& ctx, float* h_f32, __nv_bfloat16* 
                      up.out_features};
   const int64_t K = gate.in_features;
   if (!gemv_swiglu_supported(rows, K, g, u)) return false;
-  const GemvNorm* norm = prologue_norm(x, rows, K);
-  if (norm == nullptr) cuda_linear_settle(ctx, x);
   gemv_bf16_swiglu_cuda(g, u, h_f32, h_bf16, x.bf16 != nullptr ? nullptr : x.f32, x.bf16, rows, K, ctx.stream(),
-                        norm);
-  if (norm != nullptr) x.norm->issued = true;
+                        take_prologue_norm(ctx, x, rows, K));
   g_swiglu_gemv_launches.fetch_add(1);
   return true;
 }
@@ -194,8 +181,7 @@ int64_t cuda_linear_swiglu_gemv_launches() { return g_swiglu_gemv_launches.load(
 void cuda_linear_forward_group(CudaContext& ctx, std::span<const CudaLinearOut> outs, const CudaLinearInput& x,
                                int64_t rows) {
   if (outs.empty() || try_gemv(ctx, outs, x, rows)) return;
-  cuda_linear_settle(ctx, x);
-  CudaTensor rounded;
+  CudaTensor rounded;  // (cuda_linear_round_input settles x's norm)
   const CudaLinearInput in = cuda_linear_round_input(ctx, rounded, x, *outs[0].layer, rows);
   for (const CudaLinearOut& o : outs) cuda_linear_forward(ctx, o.y, in, *o.layer, rows);
 }

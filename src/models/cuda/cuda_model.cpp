@@ -314,7 +314,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
   const auto norm_after_pending_into = [&](float* to, const float* weight, __nv_bfloat16* out16 = nullptr) {
     if (pending) {
       rmsnorm_residual_into_forward_rounded_cuda(nr, out16, to, h, dl, pending_scale, weight, row_norm, stream);
-      ++g_direct_snapshot_adds;
+      if (direct) ++g_direct_snapshot_adds;
     } else {
       if (to != h) cuda_copy_device(ctx, to, h, static_cast<size_t>(T * H) * sizeof(float));  // (no layers: to == h)
       rmsnorm_forward_rounded_cuda(nr, out16, to, weight, row_norm, stream);
@@ -340,9 +340,13 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
     return keep_input(slot, slot16, layer, normed);
   };
 
+  const auto post_norm_layer = [&](int i) {
+    return i < static_cast<int>(layers_.size()) && layers_[static_cast<size_t>(i)]->full_attention &&
+           spec.attention_post_norm;
+  };
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& layer = *layers_[static_cast<size_t>(i)];
-    const bool post_norm = layer.full_attention && spec.attention_post_norm;
+    const bool post_norm = post_norm_layer(i);
     AttentionDims ldims = adims;
     ldims.window = c.attention_window(i);  // sliding_attention layers
     CudaKeptLayer* keep = kept != nullptr ? &(*kept)[static_cast<size_t>(i)] : nullptr;
@@ -443,9 +447,7 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       mlp(nr, {h, nullptr, open_post});
       open_post = nullptr;
       keep_copy(&CudaKeptLayer::mlp_branch, i, normed);
-      const bool next_post_norm = i + 1 < static_cast<int>(layers_.size()) &&
-                                  layers_[static_cast<size_t>(i) + 1]->full_attention && spec.attention_post_norm;
-      norm_and_add(layer.post_feedforward_layernorm, next_post_norm);
+      norm_and_add(layer.post_feedforward_layernorm, post_norm_layer(i + 1));
       emit(CapturePoint::MlpDelta, i, delta);
     } else {
       mixer(dl, defer ? deferred_in : branch_input(&CudaKeptLayer::mixer_in, &CudaKeptLayer::mixer_in16, i));
@@ -476,18 +478,8 @@ void CudaModel::run_decoder(const CudaBatchView& b, const RopeCudaTable* rope, C
       pending = true;
     }
   }
-  if (defer) {  // the final norm launched, the stream entering it into `hidden`
-    settle_open_post();
-    float* to = hidden.data<float>();
-    if (pending) {
-      rmsnorm_residual_into_forward_rounded_cuda(nr, nullptr, to, h, dl, pending_scale, norm_.data<float>(), row_norm,
-                                                 stream);
-    } else {
-      if (to != h) cuda_copy_device(ctx, to, h, static_cast<size_t>(T * H) * sizeof(float));
-      rmsnorm_forward_rounded_cuda(nr, nullptr, to, norm_.data<float>(), row_norm, stream);
-    }
-    pending = false;
-  } else if (direct) {  // the stream entering the final norm into `hidden` (the last snapshot stays as it is)
+  if (defer || direct) {  // the stream entering the final norm into `hidden` (direct: the last snapshot stays as it is)
+    settle_open_post();     // (defer: the final norm is a launch)
     norm_after_pending_into(hidden.data<float>(), norm_.data<float>());
   } else {
     norm_after_pending(norm_.data<float>());

@@ -81,6 +81,10 @@ void cuda_model_set_norm_bf16_dx(int on);
 // it process-wide (tests, bench_generate --decode-variants postnorm-add / no-postnorm-add; -1 goes back to the
 // environment).
 bool cuda_model_post_norm_fused();
+void cuda_model_set_post_norm_fused(int on);
+// How many post-norm launches took the fused form in this process (issued, not replayed from a CUDA graph): the tests'
+// proof that the switch engaged.
+int64_t cuda_model_post_norm_fused_launches();
 
 // Whether the inference engine's decode steps (CudaModel::final_hidden_with_mixer at the small-row GEMV's row counts,
 // bf16 compute, hidden size > rmsnorm_cuda_warp_max_dim()) leave each norm before a branch to the branch's first GEMV,
@@ -98,10 +102,7 @@ bool cuda_model_decode_norm_prologue();
 void cuda_model_set_decode_norm_prologue(int on);
 // Norms left to a reader this way in this process (host calls, not graph replays): the tests' proof it engaged.
 int64_t cuda_model_deferred_norms();
-void cuda_model_set_post_norm_fused(int on);
-// How many post-norm launches took the fused form in this process (issued, not replayed from a CUDA graph): the tests'
-// proof that the switch engaged.
-int64_t cuda_model_post_norm_fused_launches();
+
 // Branch backwards that read the residual gradient's rounding from a norm backward in this process (host calls), so
 // tests can tell that the switch engaged.
 int64_t cuda_model_norm_bf16_dx_reads();

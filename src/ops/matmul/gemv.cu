@@ -326,6 +326,11 @@ void launch(const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16,
                                               smem, stream, g, x_f32, x_bf16, K, nm));
 }
 
+// The kernel's rows and inner dimension: 1-4 rows, K a multiple of 8 (16-byte chunks) up to gemv_max_k().
+bool shape_supported(int64_t M, int64_t K) {
+  return M >= 1 && M <= gemv_max_rows() && K >= 8 && K % 8 == 0 && K <= gemv_max_k();
+}
+
 // The launch for M rows (1-4), with or without the norm prologue.
 template <bool kSwiglu>
 void launch_rows(int64_t M, const GemvGroup& g, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t K,
@@ -348,8 +353,24 @@ void launch_rows(int64_t M, const GemvGroup& g, const float* x_f32, const __nv_b
 
 }  // namespace
 
+void gemv_norm_launches_cuda(const GemvNorm& n, int64_t M, int64_t K, cudaStream_t stream) {
+  const RmsnormCudaParams p{M, K, n.eps};
+  if (n.kind == GemvNorm::kPost) {
+    HLM_CHECK(n.branch != nullptr && n.h_out != nullptr && n.h_out != n.h, "gemv_norm_launches_cuda: a post-norm "
+              "needs its branch and an h_out apart from h");
+    HLM_CUDA_CHECK(cudaMemcpyAsync(n.h_out, n.h, static_cast<size_t>(M * K) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   stream));
+    rmsnorm_post_residual_forward_cuda(n.norm_out, n.h_out, n.branch, n.scale, n.weight, p, stream);
+  } else if (n.branch != nullptr) {
+    rmsnorm_residual_into_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h_out, n.h, n.branch, n.scale, n.weight, p,
+                                               stream);
+  } else {
+    rmsnorm_forward_rounded_cuda(n.norm_out, n.norm_out16, n.h, n.weight, p, stream);
+  }
+}
+
 bool gemv_norm_supported(int64_t M, int64_t K, const GemvNorm& n) {
-  if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
+  if (!shape_supported(M, K)) return false;
   if (K <= rmsnorm_cuda_warp_max_dim()) return false;  // the warp path's summation order
   if (n.h == nullptr || n.weight == nullptr || n.norm_out == nullptr) return false;
   const bool post = n.kind == GemvNorm::kPost;
@@ -361,7 +382,7 @@ bool gemv_norm_supported(int64_t M, int64_t K, const GemvNorm& n) {
 }
 
 bool gemv_supported(int64_t M, int64_t K, const GemvOutput* outs, int n_outs) {
-  if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
+  if (!shape_supported(M, K)) return false;
   if (n_outs < 1 || n_outs > gemv_max_outputs()) return false;
   for (int i = 0; i < n_outs; ++i) {
     if (outs[i].w == nullptr || outs[i].y == nullptr || outs[i].n < 1) return false;
@@ -391,7 +412,7 @@ void gemv_bf16_cuda(const GemvOutput* outs, int n_outs, const float* x_f32, cons
 }
 
 bool gemv_swiglu_supported(int64_t M, int64_t K, const GemvOutput& gate, const GemvOutput& up) {
-  if (M < 1 || M > gemv_max_rows() || K < 8 || K % 8 != 0 || K > gemv_max_k()) return false;
+  if (!shape_supported(M, K)) return false;
   if (gate.n < 1 || up.n != gate.n || gate.n > (int64_t{1} << 29)) return false;  // 2n columns in an int
   for (const GemvOutput* o : {&gate, &up})
     if (o->w == nullptr || reinterpret_cast<uintptr_t>(o->w) % 16 != 0) return false;

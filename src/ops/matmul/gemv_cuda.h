@@ -61,6 +61,11 @@ struct GemvNorm {
   __nv_bfloat16* norm_out16 = nullptr;  // [M, K], kPre only, nullable
 };
 
+// The launches the prologue replaces (the same outputs, for a reader that is not this GEMV, and the tests' reference):
+// kPre rmsnorm_forward_rounded_cuda, or with a branch rmsnorm_residual_into_forward_rounded_cuda; kPost a copy of h
+// into h_out and rmsnorm_post_residual_forward_cuda there (rmsnorm_cuda.h). Queued on `stream`.
+void gemv_norm_launches_cuda(const GemvNorm& norm, int64_t M, int64_t K, cudaStream_t stream);
+
 // Whether the prologue takes this norm at M rows of K: the GEMV's own limits, K longer than a warp row of the norm
 // (rmsnorm_cuda_warp_max_dim(): shorter rows sum in the warp path's order), the pointers the form needs and h_out
 // aliasing neither h nor branch.

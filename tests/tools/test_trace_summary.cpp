@@ -118,6 +118,40 @@ TEST(TraceSummarize, ProfilerModeWithoutRangesIsEmpty) {
   EXPECT_TRUE(s.kernels.empty());
 }
 
+// Exposed time on one stream with dependent launches: each kernel starts before its predecessor ends (it waits)
+// and is charged only for what it adds after that end; a record nested in a longer one that ends first takes its own
+// span; the exposed times add up to the busy time (the union), in both modes.
+TEST(TraceSummarize, ExposedTimeIsWhatEachRecordAddsToTheUnion) {
+  hlm::trace::TraceLog log;
+  const uint32_t gemv = log.intern("gemv"), norm = log.intern("norm"), side = log.intern("side");
+  log.add(ActivityKind::kernel, gemv, 0, 10'000);
+  log.add(ActivityKind::kernel, norm, 2'000, 13'000);   // waits for gemv, then 3 us
+  log.add(ActivityKind::kernel, gemv, 12'000, 20'000);  // waits for norm, then 7 us (1 of them side's)
+  log.add(ActivityKind::kernel, side, 15'000, 16'000);  // nested in the second gemv, ends first: its 1 us
+  log.add(ActivityKind::kernel, gemv, 30'000, 31'000);  // after a gap: its whole 1 us
+  const auto s = hlm::trace::summarize(log, RangeMode::all, {});
+  EXPECT_EQ(s.busy_ns, 20'000u + 1'000u);
+  uint64_t sum = 0;
+  for (const auto& r : s.kernels) {
+    sum += r.exposed_ns;
+    if (r.name == "gemv") {
+      EXPECT_EQ(r.exposed_ns, 10'000u + 6'000u + 1'000u);
+    } else if (r.name == "norm") {
+      EXPECT_EQ(r.exposed_ns, 3'000u);
+    } else {
+      EXPECT_EQ(r.exposed_ns, 1'000u);
+    }
+  }
+  EXPECT_EQ(sum, s.busy_ns);
+  for (const RangeMode mode : {RangeMode::all, RangeMode::profiler}) {  // the shared log: clipped in profiler mode
+    const auto t = hlm::trace::summarize(log_make(), mode, {{10'000, 20'000}, {30'000, 34'000}});
+    uint64_t total = 0;
+    for (const auto& r : t.kernels) total += r.exposed_ns;
+    for (const auto& r : t.memops) total += r.exposed_ns;
+    EXPECT_EQ(total, t.busy_ns) << hlm::trace::range_mode_name(mode);
+  }
+}
+
 TEST(TraceSummarize, TiesSortByName) {
   hlm::trace::TraceLog log;
   log.add(ActivityKind::kernel, log.intern("zeta"), 0, 10);
@@ -178,9 +212,10 @@ TEST(TraceReport, HeaderRowsAndTop) {
 TEST(TraceReport, Tsv) {
   const auto s = hlm::trace::summarize(log_make(), RangeMode::all, {});
   const std::string tsv = hlm::trace::tsv_format(s);
-  EXPECT_EQ(tsv.substr(0, tsv.find('\n')), "name\tcalls\ttotal_us\tmean_us\tmin_us\tmax_us");
-  EXPECT_NE(tsv.find("kernel_a\t3\t11.000\t3.667\t1.000\t6.000\n"), std::string::npos);
-  EXPECT_NE(tsv.find("[memcpy HtoD]\t2\t1.500\t0.750\t0.500\t1.000\n"), std::string::npos);
+  EXPECT_EQ(tsv.substr(0, tsv.find('\n')), "name\tcalls\ttotal_us\tmean_us\tmin_us\tmax_us\texposed_us");
+  // kernel_a's exposed 10 us: 3 of [10, 14) (kernel_b, nested, ends first and takes [12, 13)), 6 and 1.
+  EXPECT_NE(tsv.find("kernel_a\t3\t11.000\t3.667\t1.000\t6.000\t10.000\n"), std::string::npos);
+  EXPECT_NE(tsv.find("[memcpy HtoD]\t2\t1.500\t0.750\t0.500\t1.000\t1.500\n"), std::string::npos);
 }
 
 }  // namespace

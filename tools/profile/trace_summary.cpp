@@ -8,7 +8,10 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <utility>
 
 namespace hlm::trace {
 
@@ -106,6 +109,8 @@ Summary summarize(const TraceLog& log, RangeMode mode, const std::vector<Interva
   busy.reserve(log.records().size());
   // Aggregate by name id (kernels) or by kind + name (memory rows share the id space; names differ anyway).
   std::unordered_map<uint32_t, Row> by_id;
+  std::vector<std::pair<Interval, uint32_t>> counted;  // clipped interval and name id, for the exposed times
+  counted.reserve(log.records().size());
   uint64_t first = UINT64_MAX, last = 0;
   for (const Record& r : log.records()) {
     Interval iv{r.start_ns, r.end_ns};
@@ -116,6 +121,7 @@ Summary summarize(const TraceLog& log, RangeMode mode, const std::vector<Interva
     }
     const uint64_t dur = r.end_ns > r.start_ns ? r.end_ns - r.start_ns : 0;
     busy.push_back(iv);
+    counted.emplace_back(iv, r.name_id);
     first = std::min(first, r.start_ns);
     last = std::max(last, r.end_ns);
     Row& row = by_id[r.name_id];
@@ -141,6 +147,26 @@ Summary summarize(const TraceLog& log, RangeMode mode, const std::vector<Interva
     s.span_ns = last - first;
   }
   s.busy_ns = interval_union_ns(std::move(busy));
+  // Exposed time: the records in order of their (clipped) end; each adds the part of its interval that no record
+  // ended before it covers. `covered` is the union so far, as disjoint segments start -> end.
+  std::stable_sort(counted.begin(), counted.end(),
+                   [](const auto& a, const auto& b) { return a.first.end_ns < b.first.end_ns; });
+  std::map<uint64_t, uint64_t> covered;
+  for (const auto& [iv, id] : counted) {
+    if (iv.end_ns <= iv.start_ns) continue;
+    auto it = covered.upper_bound(iv.start_ns);
+    if (it != covered.begin() && std::prev(it)->second >= iv.start_ns) --it;  // a segment reaching into (or up to) it
+    uint64_t lo = iv.start_ns, hi = iv.end_ns, overlap = 0;
+    while (it != covered.end() && it->first <= iv.end_ns) {  // overlapping or touching segments merge into one
+      const uint64_t a = std::max(it->first, iv.start_ns), b = std::min(it->second, iv.end_ns);
+      if (b > a) overlap += b - a;
+      lo = std::min(lo, it->first);
+      hi = std::max(hi, it->second);
+      it = covered.erase(it);
+    }
+    covered.emplace(lo, hi);
+    by_id[id].exposed_ns += (iv.end_ns - iv.start_ns) - overlap;
+  }
   for (auto& [id, row] : by_id) {
     const std::string& raw = log.names()[id];
     row.name = row.kind == ActivityKind::kernel ? kernel_name_shorten(raw) : raw;
@@ -223,8 +249,9 @@ double us(uint64_t ns) { return double(ns) / 1e3; }
 std::string row_line(const Row& r, double share_denominator_ns) {
   const std::string share =
       share_denominator_ns > 0 ? strf("%6.1f%%", 100.0 * double(r.total_ns) / share_denominator_ns) : "      -";
-  return strf("%11.3f  %s  %8llu  %10.2f  %10.2f  %10.2f  %s\n", ms(r.total_ns), share.c_str(),
-              static_cast<unsigned long long>(r.calls), r.mean_us(), us(r.min_ns), us(r.max_ns), r.name.c_str());
+  return strf("%11.3f  %s  %8llu  %10.2f  %10.2f  %10.2f  %10.3f  %s\n", ms(r.total_ns), share.c_str(),
+              static_cast<unsigned long long>(r.calls), r.mean_us(), us(r.min_ns), us(r.max_ns), ms(r.exposed_ns),
+              r.name.c_str());
 }
 
 }  // namespace
@@ -245,7 +272,7 @@ std::string report_format(const Summary& s, std::string_view program, size_t top
     out += strf("dropped records %llu (CUPTI buffers full: totals are too low)\n",
                 static_cast<unsigned long long>(dropped_records));
   }
-  out += "\n   total ms  share %     calls     mean us      min us      max us  name\n";
+  out += "\n   total ms  share %     calls     mean us      min us      max us  exposed ms  name\n";
   const size_t shown = top_n > 0 ? std::min(top_n, s.kernels.size()) : s.kernels.size();
   for (size_t i = 0; i < shown; ++i) out += row_line(s.kernels[i], double(s.kernel_ns));
   if (shown < s.kernels.size()) {
@@ -266,12 +293,12 @@ std::string report_format(const Summary& s, std::string_view program, size_t top
 }
 
 std::string tsv_format(const Summary& s) {
-  std::string out = "name\tcalls\ttotal_us\tmean_us\tmin_us\tmax_us\n";
+  std::string out = "name\tcalls\ttotal_us\tmean_us\tmin_us\tmax_us\texposed_us\n";
   auto emit = [&](const Row& r) {
     std::string name = r.name;
     std::replace(name.begin(), name.end(), '\t', ' ');
-    out += strf("%s\t%llu\t%.3f\t%.3f\t%.3f\t%.3f\n", name.c_str(), static_cast<unsigned long long>(r.calls),
-                us(r.total_ns), r.mean_us(), us(r.min_ns), us(r.max_ns));
+    out += strf("%s\t%llu\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", name.c_str(), static_cast<unsigned long long>(r.calls),
+                us(r.total_ns), r.mean_us(), us(r.min_ns), us(r.max_ns), us(r.exposed_ns));
   };
   for (const Row& r : s.kernels) emit(r);
   for (const Row& r : s.memops) emit(r);

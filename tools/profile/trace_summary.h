@@ -62,6 +62,11 @@ struct Row {
   uint64_t total_ns = 0;
   uint64_t min_ns = 0;
   uint64_t max_ns = 0;
+  // The busy time this row's records add: each counted record, taken in order of its end, adds the part of its
+  // (clipped) interval that no record ending before it covers; over all rows this sums to busy_ns. On one stream with
+  // programmatic dependent launches (a kernel that starts early and waits for its predecessor) it is what the kernel
+  // adds after its predecessor ended, not its start-to-end duration.
+  uint64_t exposed_ns = 0;
   double mean_us() const { return calls ? double(total_ns) / double(calls) / 1e3 : 0.0; }
 };
 
@@ -93,7 +98,8 @@ const char* memcpy_kind_name(uint32_t copy_kind);
 // The text report (docs/profiling.md): header, then kernel rows (at most top_n when top_n > 0), then memory rows.
 std::string report_format(const Summary& s, std::string_view program, size_t top_n, uint64_t dropped_records);
 
-// TSV: header line, then one line per kernel and memory row: name, calls, total_us, mean_us, min_us, max_us.
+// TSV: header line, then one line per kernel and memory row: name, calls, total_us, mean_us, min_us, max_us,
+// exposed_us.
 std::string tsv_format(const Summary& s);
 
 }  // namespace hlm::trace

@@ -53,8 +53,10 @@
 //                       this order for every (L, B): a variant is `default` or '+'-joined items of tiled, streams,
 //                       warps (the decode attention kernel, attention_cache_cuda.h), swiglu (the gate/up GEMV with
 //                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel),
-//                       qkfold (the q/k norms, RoPE and cache write inside the warp kernel: with warps only, else
-//                       refused), no-swiglu and no-qkfold (those two off: both are on by default),
+//                       qkfold (the q/k norms, RoPE and cache write inside the decode kernel: the warp kernel, or
+//                       the tiled one with its fold switched on, HLM_DECODE_TILED_QK_FOLD; not with streams),
+//                       no-swiglu and no-qkfold (those two off: both are on by default; no-qkfold also switches the
+//                       tiled kernel's fold off),
 //                       postnorm-add / no-postnorm-add (a post-norm block's residual add inside its norm's launch,
 //                       models/cuda/cuda_model.h: on by default), norm-prologue / no-norm-prologue (batch-1 decode
 //                       norms computed in the next GEMV's prologue, cuda_model_decode_norm_prologue: off by default);
@@ -147,8 +149,8 @@ std::vector<std::string> variant_items(const std::string& v) {
   return items;
 }
 
-// At most one kernel; qkfold only with warps (the engine folds the q/k preparation into that kernel alone, and would
-// otherwise run the variant unfolded without a word); an item and its no- form not both.
+// At most one kernel; qkfold not with streams (the engine folds the q/k preparation into the warp and tiled kernels
+// only, and would otherwise run the variant unfolded without a word); an item and its no- form not both.
 bool decode_variant_valid(const std::string& v) {
   if (v == "default") return true;
   static const std::set<std::string> known{"tiled",        "streams",         "warps",         "swiglu",
@@ -158,7 +160,7 @@ bool decode_variant_valid(const std::string& v) {
   const std::set<std::string> items(list.begin(), list.end());
   if (items.empty() || !std::includes(known.begin(), known.end(), items.begin(), items.end())) return false;
   const auto has = [&](const char* i) { return items.count(i) > 0; };
-  return has("tiled") + has("streams") + has("warps") <= 1 && (!has("qkfold") || has("warps")) &&
+  return has("tiled") + has("streams") + has("warps") <= 1 && (!has("qkfold") || !has("streams")) &&
          !(has("qkfold") && has("no-qkfold")) && !(has("swiglu") && has("no-swiglu")) &&
          !(has("postnorm-add") && has("no-postnorm-add")) && !(has("norm-prologue") && has("no-norm-prologue"));
 }
@@ -169,6 +171,7 @@ struct DecodeChoices {
   DecodeMerge merge;
   bool swiglu;
   bool qk_fold;  // an engine option (CudaEngineOptions::fold_qk_into_decode_attention), not a process setting
+  bool tiled_qk_fold;  // the tiled kernel takes the fold (attention_cache_cuda_tiled_qk_fold)
   bool post_norm_add;  // a post-norm block's residual add inside its norm's launch (cuda_model_post_norm_fused)
   bool norm_prologue;  // batch-1 decode norms in the next GEMV's prologue (cuda_model_decode_norm_prologue)
 };
@@ -183,9 +186,9 @@ bool apply_decode_variant(const std::string& v, const DecodeChoices& base) {
       if (i == "warps") c.kernel = DecodeKernel::warps;
       if (i == "swiglu") c.swiglu = true;
       if (i == "no-swiglu") c.swiglu = false;
-      if (i == "no-qkfold") c.qk_fold = false;
+      if (i == "no-qkfold") c.qk_fold = c.tiled_qk_fold = false;
       if (i == "fused-merge") c.merge = DecodeMerge::fused;
-      if (i == "qkfold") c.qk_fold = true;
+      if (i == "qkfold") c.qk_fold = c.tiled_qk_fold = true;
       if (i == "postnorm-add") c.post_norm_add = true;
       if (i == "no-postnorm-add") c.post_norm_add = false;
       if (i == "norm-prologue") c.norm_prologue = true;
@@ -194,6 +197,7 @@ bool apply_decode_variant(const std::string& v, const DecodeChoices& base) {
   attention_cache_cuda_set_decode_kernel(c.kernel);
   attention_cache_cuda_set_decode_merge(c.merge);
   cuda_linear_set_swiglu_gemv(c.swiglu);
+  attention_cache_cuda_set_tiled_qk_fold(c.tiled_qk_fold ? 1 : 0);
   cuda_model_set_post_norm_fused(c.post_norm_add ? 1 : 0);
   cuda_model_set_decode_norm_prologue(c.norm_prologue ? 1 : 0);
   return c.qk_fold;
@@ -262,7 +266,7 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr, "--decode-variants: '%s' is not default or a '+'-joined list of tiled, streams, warps, "
                            "swiglu, no-swiglu, fused-merge, qkfold, no-qkfold, postnorm-add, no-postnorm-add, "
                            "norm-prologue, no-norm-prologue (at "
-                           "most one kernel; qkfold with warps; not an item and its no- form)\n", v.c_str());
+                           "most one kernel; qkfold not with streams; not an item and its no- form)\n", v.c_str());
       std::exit(2);
     }
   std::sort(o.contexts.begin(), o.contexts.end());
@@ -701,7 +705,7 @@ int main(int argc, char** argv) {
   try {  // the environment's choices (HLM_DECODE_KERNEL, HLM_DECODE_MERGE, HLM_GATE_UP_SWIGLU): a typo is refused here
     base_choices = {attention_cache_cuda_decode_kernel(), attention_cache_cuda_decode_merge(),
                     cuda_linear_swiglu_gemv_enabled(), cuda_engine_default_options().fold_qk_into_decode_attention,
-                    cuda_model_post_norm_fused(), cuda_model_decode_norm_prologue()};
+                    attention_cache_cuda_tiled_qk_fold(), cuda_model_post_norm_fused(), cuda_model_decode_norm_prologue()};
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());
     return 2;

@@ -1,16 +1,21 @@
-// The decode attention with the q/k preparation folded into the warp kernel (attention_cache_decode_prep_cuda,
+// The decode attention with the q/k preparation folded into the decode kernel (attention_cache_decode_prep_cuda,
 // src/ops/attention/attention_cache.cu) against the two launches it replaces at a decode step:
-// qk_norm_rope_cache_write_cuda (per-head norms or none, RoPE, the new k/v rows into their cache slots) followed by
-// attention_cache_forward_cuda with the warp kernel (DecodeKernel::warps). BIT-IDENTICAL, compared byte for byte (NaN
-// payloads included): the attention output, both caches, and the error flag — the contract of attention_cache_cuda.h;
-// the folded launch leaves the raw q and k projections unchanged (checked). Each folded run with the separate split
-// merge and with the merge in the last split block (the same bits).
+// qk_norm_rope_cache_write_cuda (per-head norms, norms over the whole q and k rows, or none; RoPE; the new k/v rows
+// into their cache slots) followed by attention_cache_forward_cuda with the same kernel — the warp kernel
+// (DecodeKernel::warps, per-head norms or none) and the tiled kernel (DecodeKernel::tiled with its fold switched on:
+// every case, whole rows included). BIT-IDENTICAL, compared byte for byte (NaN payloads included): the attention
+// output, both caches, and the error flag — the contract of attention_cache_cuda.h; the folded launch leaves the raw q
+// and k projections unchanged (checked). Each folded run with the separate split merge and with the merge in the last
+// split block (the same bits).
 // Cases: GQA groups 4 (one head group per KV head), 1 (MHA) and 8 (two head groups per KV head: one of them writes k);
 // head dims 128 and 64; fp32 and bf16 caches (the new key enters the scores as the cache holds it, narrowed); both
 // norms, one, none; full and partial RoPE (R = D/2), no RoPE; contexts 1..5000 in one batch, so the new key falls in
 // the first, a middle or the last split (and a split longer than the kernel's batch of keys); max_context as given and
 // bucketed to 256 as the engine's decode graphs do (more splits, empty ones); a sliding window of 100; NaN/±Inf in the
-// projections; a position outside the RoPE table (NaN rotary dims, the flag).
+// projections; a position outside the RoPE table (NaN rotary dims, the flag). Whole-row norms (OLMo's, the tiled
+// kernel only): the 7B shape (q and k rows of 4,096: the q/k kernel's 256-thread block order, summed by each split
+// block), a GQA shape whose k row (512) takes the warp order and q row (2,048) the block order, rows of ≤ 1,024 in
+// the warp order, an fp32 cache, NaN/±Inf, a bad position.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -48,9 +53,10 @@ struct PrepCase {
   Fill fill = Fill::Normal;
   bool bad_position = false;  // sequence 1's position past the table
   int64_t bucket = 0;         // > 0: max_context rounded up to a multiple of it
+  bool whole = false;         // the norms span the token's whole q and k rows (the tiled kernel only)
 };
 
-// RAII: the decode kernel and split merge for a scope.
+// RAII: the decode kernel and split merge for a scope, the tiled kernel's fold on.
 struct Modes {
   DecodeKernel kernel;
   DecodeMerge merge;
@@ -58,10 +64,12 @@ struct Modes {
       : kernel(attention_cache_cuda_decode_kernel()), merge(attention_cache_cuda_decode_merge()) {
     attention_cache_cuda_set_decode_kernel(k);
     attention_cache_cuda_set_decode_merge(m);
+    attention_cache_cuda_set_tiled_qk_fold(1);
   }
   ~Modes() {
     attention_cache_cuda_set_decode_kernel(kernel);
     attention_cache_cuda_set_decode_merge(merge);
+    attention_cache_cuda_set_tiled_qk_fold(-1);
   }
 };
 
@@ -79,10 +87,12 @@ void expect_same(const std::string& what, const std::vector<uint8_t>& a, const s
   EXPECT_EQ(bad, 0u) << what;
 }
 
-void run_case(const PrepCase& c, uint64_t seed) {
-  SCOPED_TRACE(c.name);
+void run_case(const PrepCase& c, DecodeKernel kernel, uint64_t seed) {
+  const std::string kname = kernel == DecodeKernel::tiled ? "tiled: " : "warps: ";
+  SCOPED_TRACE(kname + c.name);
   const int64_t N = static_cast<int64_t>(c.cached.size()), T = N, D = c.D;
   const int64_t Cq = c.Hq * D, Ckv = c.Hkv * D;
+  const int64_t q_norm_n = c.whole ? Cq : D, k_norm_n = c.whole ? Ckv : D;  // the norms' rows
   // Layout: each sequence's blocks at shuffled ids of a pool with a few spare blocks.
   std::vector<int64_t> context(static_cast<size_t>(N)), cu(static_cast<size_t>(N + 1));
   int64_t max_blocks = 0, total = 0, max_ctx = 0;
@@ -118,8 +128,8 @@ void run_case(const PrepCase& c, uint64_t seed) {
   const std::vector<float> q = make_values(static_cast<size_t>(T * Cq), c.fill, seed + 3);
   const std::vector<float> k = make_values(static_cast<size_t>(T * Ckv), c.fill, seed + 4);
   const std::vector<float> v = make_values(static_cast<size_t>(T * Ckv), c.fill, seed + 5);
-  const std::vector<float> qw = make_values(static_cast<size_t>(D), Fill::Normal, seed + 6);
-  const std::vector<float> kw = make_values(static_cast<size_t>(D), Fill::Normal, seed + 7);
+  const std::vector<float> qw = make_values(static_cast<size_t>(q_norm_n), Fill::Normal, seed + 6);
+  const std::vector<float> kw = make_values(static_cast<size_t>(k_norm_n), Fill::Normal, seed + 7);
   const auto cache_buffer = [&](const std::vector<float>& values, const char* what) {
     return c.bf16 ? DeviceBuffer::from(to_bf16(values), what) : DeviceBuffer::from(values, what);
   };
@@ -148,7 +158,7 @@ void run_case(const PrepCase& c, uint64_t seed) {
   p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
   p.window = c.window;
   QkNormRopeCudaParams qp;
-  qp.shape = {T, c.Hq, c.Hkv, D, c.q_norm ? D : 0, c.k_norm ? D : 0, kEps};
+  qp.shape = {T, c.Hq, c.Hkv, D, c.q_norm ? q_norm_n : 0, c.k_norm ? k_norm_n : 0, kEps};
   qp.cache_slots = num_blocks * kBlock;
 
   const DeviceBuffer v_d = DeviceBuffer::from(v, "v"), qw_d = DeviceBuffer::from(qw, "q_norm"),
@@ -161,7 +171,7 @@ void run_case(const PrepCase& c, uint64_t seed) {
 
   // One path: the two launches (folded = false) or the folded one.
   const auto run = [&](bool folded, DecodeMerge merge) {
-    Modes modes(DecodeKernel::warps, merge);
+    Modes modes(kernel, merge);
     DeviceBuffer q_d = DeviceBuffer::from(q, "q"), k_d = DeviceBuffer::from(k, "k");
     DeviceBuffer kc = cache_buffer(kc0, "k_cache"), vc = cache_buffer(vc0, "v_cache");
     DeviceBuffer out(static_cast<size_t>(T * Cq) * sizeof(float), "out"), ws(std::max<size_t>(ws_bytes, 4), "ws");
@@ -189,6 +199,7 @@ void run_case(const PrepCase& c, uint64_t seed) {
       prep.v = v_d.as<float>();
       prep.q_norm = qn;
       prep.k_norm = kn;
+      prep.q_norm_whole = prep.k_norm_whole = c.whole;
       prep.eps = kEps;
       prep.positions = pos_d.as<int32_t>();
       prep.rope = rope_ptr;
@@ -209,7 +220,9 @@ void run_case(const PrepCase& c, uint64_t seed) {
     ctx().synchronize();
     EXPECT_TRUE(buffers_ok({&out, &ws, &q_d, &k_d, &kc, &vc, &flag}, {&v_d, &qw_d, &kw_d, &pos_d, &slots_d, &tables_d,
                                                                        &ctx_d, &cu_d}));
-    if (folded) EXPECT_TRUE(buffers_ok({}, {&q_d, &k_d})) << "the raw projections are read, not written";
+    if (folded) {
+      EXPECT_TRUE(buffers_ok({}, {&q_d, &k_d})) << "the raw projections are read, not written";
+    }
     Outputs o;
     o.out = out.download_bytes();
     o.kc = kc.download_bytes();
@@ -220,20 +233,20 @@ void run_case(const PrepCase& c, uint64_t seed) {
   const Outputs two = run(false, DecodeMerge::kernel);
   EXPECT_EQ(two.flag, c.bad_position ? 1 : 0);
   for (const DecodeMerge merge : {DecodeMerge::kernel, DecodeMerge::fused}) {
-    const std::string tag = c.name + (merge == DecodeMerge::fused ? " (fused merge)" : " (merge kernel)") + " ";
+    const std::string tag = kname + c.name + (merge == DecodeMerge::fused ? " (fused merge)" : " (merge kernel)") + " ";
     const Outputs one = run(true, merge);
     expect_same(tag + "out", one.out, two.out);
     expect_same(tag + "k_cache", one.kc, two.kc);
     expect_same(tag + "v_cache", one.vc, two.vc);
     EXPECT_EQ(one.flag, two.flag) << tag;
   }
-  std::printf("[prep] %s: %lld splits\n", c.name.c_str(),
+  std::printf("[prep] %s%s: %lld splits\n", kname.c_str(), c.name.c_str(),
               static_cast<long long>(attention_cache_cuda_decode_splits(p)));
 }
 
 }  // namespace
 
-TEST(AttentionDecodePrepCuda, EqualsTheQkLaunchAndTheWarpKernelBitForBit) {
+TEST(AttentionDecodePrepCuda, EqualsTheQkLaunchAndTheDecodeKernelBitForBit) {
   HLM_REQUIRE_CUDA();
   const Fill s = Fill::Special;
   const std::vector<PrepCase> cases = {
@@ -247,7 +260,66 @@ TEST(AttentionDecodePrepCuda, EqualsTheQkLaunchAndTheWarpKernelBitForBit) {
       {"g4 D128 bf16, window 100", {0, 1000, 4999}, 8, 2, 128, true, true, 1.0, true, 100},
       {"g2 D64 bf16, NaN/Inf projections", {40, 130}, 4, 2, 64, true, true, 1.0, true, 0, s},
       {"g2 D64 f32, a bad position", {20, 50}, 4, 2, 64, true, true, 1.0, false, 0, Fill::Normal, true},
+      // norms over the whole q and k rows (OLMo's)
+      {"whole rows: 7B MHA (32 heads of 128), bf16", {0, 1087, 300}, 32, 32, 128, true, true, 1.0, true, 0,
+       Fill::Normal, false, 0, true},
+      {"whole rows: 7B MHA, bucketed context, window 100", {1023, 77}, 32, 32, 128, true, true, 1.0, true, 100,
+       Fill::Normal, false, 256, true},
+      {"whole rows: g4 q 2048 (block order), k 512 (warp order)", {16, 999}, 16, 4, 128, true, true, 1.0, true, 0,
+       Fill::Normal, false, 0, true},
+      {"whole rows: g2 D64 of 256 / 128 (warp order), f32, partial rope", {33, 700}, 4, 2, 64, true, true, 0.5, false,
+       0, Fill::Normal, false, 0, true},
+      {"whole rows: k norm only, rows of 1152 (block order)", {5, 260}, 9, 9, 128, false, true, 1.0, true, 0,
+       Fill::Normal, false, 0, true},
+      {"whole rows: NaN/Inf projections", {40, 130}, 16, 16, 64, true, true, 1.0, true, 0, s, false, 0, true},
+      {"whole rows: a bad position", {20, 50}, 8, 8, 128, true, true, 1.0, true, 0, Fill::Normal, true, 0, true},
   };
   uint64_t seed = 700;
-  for (const PrepCase& c : cases) run_case(c, seed += 10);
+  for (const PrepCase& c : cases) {
+    seed += 10;
+    if (!c.whole) run_case(c, DecodeKernel::warps, seed);
+    run_case(c, DecodeKernel::tiled, seed);
+  }
+}
+
+// What the fold takes: the tiled kernel only with its switch on, whole rows not through the warp kernel.
+TEST(AttentionDecodePrepCuda, SupportedFollowsTheKernelAndTheSwitch) {
+  HLM_REQUIRE_CUDA();
+  AttentionCacheCudaParams p;
+  p.total_tokens = p.n_seqs = 1;
+  p.q_heads = 8;
+  p.kv_heads = 2;
+  p.head_dim = 128;
+  p.num_blocks = 4;
+  p.block_size = kBlock;
+  p.max_blocks = 4;
+  p.max_query_len = 1;
+  p.max_context = 64;
+  DeviceBuffer buf(1 << 16, "buf");
+  const float* f = buf.as<float>();
+  const int64_t* slots = reinterpret_cast<const int64_t*>(f);
+  AttentionDecodePrepCuda prep;
+  prep.q = prep.k = prep.v = f;
+  prep.slot_mapping = slots;
+  const auto* cache = reinterpret_cast<const __nv_bfloat16*>(f);
+  const auto supported = [&] { return attention_cache_decode_prep_supported(p, prep, cache, cache); };
+  {
+    Modes m(DecodeKernel::tiled, DecodeMerge::kernel);
+    EXPECT_TRUE(supported());
+    attention_cache_cuda_set_tiled_qk_fold(0);
+    EXPECT_FALSE(supported());
+    attention_cache_cuda_set_tiled_qk_fold(1);
+    prep.q_norm_whole = true;
+    EXPECT_TRUE(supported());
+  }
+  {
+    Modes m(DecodeKernel::warps, DecodeMerge::kernel);
+    EXPECT_FALSE(supported()) << "whole rows through the warp kernel";
+    prep.q_norm_whole = false;
+    EXPECT_TRUE(supported());
+  }
+  {
+    Modes m(DecodeKernel::streams, DecodeMerge::kernel);
+    EXPECT_FALSE(supported());
+  }
 }

@@ -157,60 +157,69 @@ TEST(CudaEngineFusions, FusedLaunchesEqualTheSeparateOnesBitForBit) {
   }
 }
 
-// With the warp decode attention kernel (DecodeKernel::warps), the q/k norms, RoPE and KV-cache write folded into it
+// With the warp decode attention kernel (DecodeKernel::warps) and with the tiled one (the default, its fold switched
+// on: attention_cache_cuda_set_tiled_qk_fold), the q/k norms, RoPE and KV-cache write folded into it
 // (CudaEngineOptions::fold_qk_into_decode_attention, attention_cache_decode_prep_cuda) against the q/k launch + the
 // same kernel: every step's logits with the same bytes (fp32 and bf16; three sequences prefilled in chunks of 5, then
-// decoded together with graphs, one closed half-way), and the fold taken where it applies (per-head q/k norms or none:
-// qwen3, granite, the qwen3_hybrid student in fp32; OLMo's whole-projection norms keep the q/k launch, and so do rows
-// the warp kernel cannot take).
-TEST(CudaEngineFusions, QkFoldIntoTheWarpKernelEqualsTheSeparateLaunchesBitForBit) {
+// decoded together with graphs, one closed half-way), and the fold taken where it applies: per-head q/k norms or none
+// (qwen3, granite, the qwen3_hybrid student in fp32) in both kernels, OLMo's whole-projection norms (olmo_hybrid,
+// OLMo 3 SWA) in the tiled kernel only; rows of other than 16-byte multiples keep the q/k launch.
+TEST(CudaEngineFusions, QkFoldIntoTheDecodeKernelEqualsTheSeparateLaunchesBitForBit) {
   HLM_REQUIRE_CUDA_MODEL();
   CudaContext ctx;
   const DecodeKernel saved = attention_cache_cuda_decode_kernel();
-  attention_cache_cuda_set_decode_kernel(DecodeKernel::warps);
   struct Case {
     const char* name;
-    bool golden, folds;
+    bool golden, whole_rows;
   };
-  for (const Case& m : {Case{"qwen3_untied", true, true}, Case{"granite", true, true},
-                        Case{"olmo_hybrid_tiny", true, false}, Case{"qwen3_hybrid_student", false, true},
-                        Case{"olmo3_swa", true, false}}) {
-    Model model = load_case_model(m.name, m.golden);
-    const std::vector<int64_t> prompts{17, 9, 23};
-    const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 120);
-    for (const bool bf16 : {false, true}) {
-      SCOPED_TRACE(std::string(m.name) + (bf16 ? " bf16" : " fp32"));
-      CudaModel gpu = CudaModel::upload(model, ctx);
-      if (bf16) gpu.drop_fp32_weights();
-      const MemoryPlan plan = plan_for(model, 3, prompts.back() + 14, bf16 ? 2 : 4);
-      CudaEngineOptions folded = cuda_engine_default_options(), separate = cuda_engine_default_options();
-      folded.fold_qk_into_decode_attention = true;
-      separate.fold_qk_into_decode_attention = false;
-      std::vector<float> lf, ls;
-      int64_t fold_launches = 0;
-      {
-        auto e = make_cuda_engine(gpu, plan, folded);
-        lf = run_steps(*e, seqs, prompts);
-        fold_launches = cuda_engine_graph_stats(*e).qk_folded_launches;
+  for (const DecodeKernel kernel : {DecodeKernel::warps, DecodeKernel::tiled}) {
+    attention_cache_cuda_set_decode_kernel(kernel);
+    attention_cache_cuda_set_tiled_qk_fold(kernel == DecodeKernel::tiled ? 1 : -1);
+    const char* kname = kernel == DecodeKernel::tiled ? "tiled" : "warp";
+    for (const Case& m : {Case{"qwen3_untied", true, false}, Case{"granite", true, false},
+                          Case{"olmo_hybrid_tiny", true, true}, Case{"qwen3_hybrid_student", false, false},
+                          Case{"olmo3_swa", true, true}}) {
+      Model model = load_case_model(m.name, m.golden);
+      const std::vector<int64_t> prompts{17, 9, 23};
+      const std::vector<std::vector<int32_t>> seqs = three_sequences(prompts, model.config().vocab_size, 120);
+      for (const bool bf16 : {false, true}) {
+        SCOPED_TRACE(std::string(kname) + " " + m.name + (bf16 ? " bf16" : " fp32"));
+        CudaModel gpu = CudaModel::upload(model, ctx);
+        if (bf16) gpu.drop_fp32_weights();
+        const MemoryPlan plan = plan_for(model, 3, prompts.back() + 14, bf16 ? 2 : 4);
+        CudaEngineOptions folded = cuda_engine_default_options(), separate = cuda_engine_default_options();
+        folded.fold_qk_into_decode_attention = true;
+        separate.fold_qk_into_decode_attention = false;
+        std::vector<float> lf, ls;
+        int64_t fold_launches = 0;
+        {
+          auto e = make_cuda_engine(gpu, plan, folded);
+          lf = run_steps(*e, seqs, prompts);
+          fold_launches = cuda_engine_graph_stats(*e).qk_folded_launches;
+        }
+        {
+          auto e = make_cuda_engine(gpu, plan, separate);
+          ls = run_steps(*e, seqs, prompts);
+          EXPECT_EQ(cuda_engine_graph_stats(*e).qk_folded_launches, 0);
+        }
+        ASSERT_EQ(lf.size(), ls.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < lf.size(); ++i) differ += std::memcmp(&lf[i], &ls[i], sizeof(float)) != 0;
+        std::printf("[fusions] %s %s: q/k folded into the %s kernel in %lld layer launches, %zu logits, %zu differ\n",
+                    m.name, bf16 ? "bf16" : "fp32", kname, static_cast<long long>(fold_launches), lf.size(), differ);
+        EXPECT_EQ(differ, 0u);
+        // Both kernels need rows of 16-byte multiples (the student's head_dim 12 in bf16 has 24-byte rows); whole-row
+        // norms fold into the tiled kernel only.
+        const bool folds = !(m.whole_rows && kernel == DecodeKernel::warps) &&
+                           model.config().head_dim * (bf16 ? 2 : 4) % 16 == 0;
+        if (folds)
+          EXPECT_GT(fold_launches, 0);
+        else
+          EXPECT_EQ(fold_launches, 0);
       }
-      {
-        auto e = make_cuda_engine(gpu, plan, separate);
-        ls = run_steps(*e, seqs, prompts);
-        EXPECT_EQ(cuda_engine_graph_stats(*e).qk_folded_launches, 0);
-      }
-      ASSERT_EQ(lf.size(), ls.size());
-      size_t differ = 0;
-      for (size_t i = 0; i < lf.size(); ++i) differ += std::memcmp(&lf[i], &ls[i], sizeof(float)) != 0;
-      std::printf("[fusions] %s %s: q/k folded into the warp kernel in %lld layer launches, %zu logits, %zu differ\n",
-                  m.name, bf16 ? "bf16" : "fp32", static_cast<long long>(fold_launches), lf.size(), differ);
-      EXPECT_EQ(differ, 0u);
-      // The warp kernel needs rows of 16-byte multiples (the student's head_dim 12 in bf16 has 24-byte rows).
-      if (m.folds && model.config().head_dim * (bf16 ? 2 : 4) % 16 == 0)
-        EXPECT_GT(fold_launches, 0);
-      else
-        EXPECT_EQ(fold_launches, 0);
     }
   }
+  attention_cache_cuda_set_tiled_qk_fold(-1);
   attention_cache_cuda_set_decode_kernel(saved);
 }
 

@@ -1,12 +1,14 @@
 // Host driver of decode_attention_emu.sh: the decode attention kernels — the warp kernel
 // (src/ops/attention/attention_decode_warps.cuh), the tiled kernel (attention_decode_tiled.cuh: the default; its
-// non-cluster form, cases without the q/k preparation) — and the split merge kernel (or the fused merge) run on the CPU
-// (tools/cuda_emu/emu.h), each case and kernel against a double-precision model of the same step:
+// non-cluster form) — and the split merge kernel (or the fused merge) run on the CPU (tools/cuda_emu/emu.h), each case
+// and kernel against a double-precision model of the same step:
 //   attention: softmax(q·kᵀ·scale)·v over each sequence's visible keys (a window's, or all), read through the
 //     shuffled block table from the same cache values the kernel reads (bf16 caches widened);
-//   with the q/k preparation (kPrep): q and the new k normalized per head (RMSNorm with weights, eps 1e-6) and
-//     rotated (RoPE pairs (i, i + R/2) by the float cos/sin table), in double; the kernel's cache write checked at the
-//     new slots (within one rounding of the cache type) and everywhere else unchanged, byte for byte.
+//   with the q/k preparation (kPrep; both kernels, whole-row norms the tiled kernel's only): q and the new k
+//     normalized per head or over the token's whole q (k) row (RMSNorm with weights, eps 1e-6; the tiled kernel sums a
+//     whole row in rmsnorm.cu's warp order up to 1,024 and its 256-thread block order beyond) and rotated (RoPE pairs
+//     (i, i + R/2) by the float cos/sin table), in double; the kernel's cache write checked at the new slots (within
+//     one rounding of the cache type) and everywhere else unchanged, byte for byte.
 // Tolerances: the kernel's fp32 sums against double: |out − ref| ≤ 5e-5·(1 + max|ref|) (scores of ≤ 128 products of
 // N(0,1) values, ≤ 1,200 keys, each weight one expf); the prepared keys: ≤ 2⁻⁸ relative (bf16) or 1e-5 (fp32). A
 // wrong key, head, group, batch or split is an O(1) error.
@@ -40,6 +42,8 @@ struct Case {
   int rotary = 0;  // RoPE dims (0: none)
   int64_t block_size = 16;
   bool bad_block = false;  // sequence 0's first block id past the pool
+  bool whole_rows = false;  // prep: the norms span the token's whole q and k rows (the tiled kernel only)
+  bool scalar_order = false;  // prep: the norms' V = 1 order (as for rows whose size or pointers rule out V = 4)
 };
 
 int failures = 0, checks = 0;
@@ -64,7 +68,6 @@ double widen_host(C x) {
 
 template <int DMAX, int HPB, typename C, bool kPrep, bool kTiled>
 void run(const Case& c) {
-  static_assert(!(kPrep && kTiled), "the q/k preparation is folded into the warp kernel only");
   const std::string name = (kTiled ? "tiled: " : "warps: ") + c.name;
   const int64_t N = static_cast<int64_t>(c.ctx.size()), D = c.D, bs = c.block_size;
   const int64_t group = c.Hq / c.Hkv;
@@ -103,8 +106,9 @@ void run(const Case& c) {
   len = (len + kStreams - 1) / kStreams * kStreams;
 
   // The q/k preparation's inputs: raw k, v of the new tokens, norms, RoPE table, positions, slots.
-  std::vector<float> k_new(static_cast<size_t>(N * row)), v_new(k_new.size()), qw(static_cast<size_t>(D)),
-      kw(static_cast<size_t>(D));
+  const int64_t q_norm_n = c.whole_rows ? c.Hq * D : D, k_norm_n = c.whole_rows ? row : D;  // the norms' rows
+  std::vector<float> k_new(static_cast<size_t>(N * row)), v_new(k_new.size()), qw(static_cast<size_t>(q_norm_n)),
+      kw(static_cast<size_t>(k_norm_n));
   for (auto& x : k_new) x = normal(rng);
   for (auto& x : v_new) x = normal(rng);
   for (auto& x : qw) x = 1.0f + 0.2f * normal(rng);
@@ -132,8 +136,9 @@ void run(const Case& c) {
     pr.q_norm = c.norms ? qw.data() : nullptr;
     pr.k_norm = c.norms ? kw.data() : nullptr;
     pr.eps = 1e-6f;
-    pr.q_vec = c.norms && D % 4 == 0;
-    pr.k_vec = c.norms && D % 4 == 0;
+    pr.q_vec = c.norms && !c.scalar_order && q_norm_n % 4 == 0;
+    pr.k_vec = c.norms && !c.scalar_order && k_norm_n % 4 == 0;
+    pr.q_whole = pr.k_whole = c.whole_rows;
     pr.positions = positions.data();
     pr.cos = half > 0 ? cos_t.data() : nullptr;
     pr.sin = half > 0 ? sin_t.data() : nullptr;
@@ -152,8 +157,9 @@ void run(const Case& c) {
   const Dim grid{static_cast<unsigned>(N), static_cast<unsigned>(c.Hq / HPB), static_cast<unsigned>(c.splits)};
   if constexpr (kTiled)
     emu_launch(grid, kDecodeThreads, TiledDecodeSmem<DMAX, C>::bytes(), [&] {
-      cache_decode_tiled_kernel<DMAX, HPB, C, false>(part.data(), q.data(), kc.data(), vc.data(), tables.data(),
-                                                     context.data(), cu.data(), dm, c.splits, len, &flag, fm);
+      cache_decode_tiled_kernel<DMAX, HPB, C, false, kPrep>(part.data(), q.data(), kc.data(), vc.data(),
+                                                            tables.data(), context.data(), cu.data(), dm, c.splits,
+                                                            len, &flag, fm, pr);
     });
   else
     emu_launch(grid, kDecodeThreads, 0, [&] {
@@ -173,11 +179,16 @@ void run(const Case& c) {
   // The prepared q (double) and, with kPrep, the cache rows the kernel was to write.
   std::vector<double> qd(q.begin(), q.end());
   if (kPrep) {
-    const auto prepare = [&](const float* x, const std::vector<float>& w, int64_t pos, double* y) {
+    // Head h of a token's row x_row (heads × D values): its norm per head, or over the whole row.
+    const auto prepare = [&](const float* x_row, int64_t heads, int64_t h, const std::vector<float>& w, int64_t pos,
+                             double* y) {
+      const float* x = x_row + h * D;
+      const float* x_ss = c.whole_rows ? x_row : x;
+      const int64_t n = c.whole_rows ? heads * D : D, w0 = c.whole_rows ? h * D : 0;
       double ss = 0;
-      for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(x[d]) * x[d];
-      const double r = 1.0 / std::sqrt(ss / static_cast<double>(D) + 1e-6);
-      for (int64_t d = 0; d < D; ++d) y[d] = c.norms ? w[d] * (x[d] * r) : x[d];
+      for (int64_t d = 0; d < n; ++d) ss += static_cast<double>(x_ss[d]) * x_ss[d];
+      const double r = 1.0 / std::sqrt(ss / static_cast<double>(n) + 1e-6);
+      for (int64_t d = 0; d < D; ++d) y[d] = c.norms ? w[w0 + d] * (x[d] * r) : x[d];
       for (int64_t i = 0; i < half; ++i) {
         const double co = cos_t[pos * half + i], si = sin_t[pos * half + i], a = y[i], b = y[i + half];
         y[i] = a * co - b * si;
@@ -189,10 +200,10 @@ void run(const Case& c) {
     std::vector<char> is_new(static_cast<size_t>(slots), 0);
     for (int64_t n = 0; n < N; ++n) {
       is_new[new_slots[n]] = 1;
-      for (int64_t h = 0; h < c.Hq; ++h) prepare(&q[(n * c.Hq + h) * D], qw, positions[n], &qd[(n * c.Hq + h) * D]);
+      for (int64_t h = 0; h < c.Hq; ++h) prepare(&q[n * c.Hq * D], c.Hq, h, qw, positions[n], &qd[(n * c.Hq + h) * D]);
       for (int64_t kvh = 0; kvh < c.Hkv; ++kvh) {
         std::vector<double> kn(static_cast<size_t>(D));
-        prepare(&k_new[(n * c.Hkv + kvh) * D], kw, positions[n], kn.data());
+        prepare(&k_new[n * row], c.Hkv, kvh, kw, positions[n], kn.data());
         for (int64_t d = 0; d < D; ++d) {
           const size_t at = static_cast<size_t>((new_slots[n] * c.Hkv + kvh) * D + d);
           const double rel = sizeof(C) == 4 ? 1e-5 : std::ldexp(1.0, -8);
@@ -260,16 +271,18 @@ void dispatch_dmax(const Case& c) {
   else dispatch_hpb<128, C, kPrep, kTiled>(c);
 }
 
-// Every case through the warp kernel; those without the q/k preparation through the tiled kernel too.
-void run_case(const Case& c) {
-  if (c.bf16) {
-    c.prep ? dispatch_dmax<__nv_bfloat16, true, false>(c) : dispatch_dmax<__nv_bfloat16, false, false>(c);
-    if (!c.prep) dispatch_dmax<__nv_bfloat16, false, true>(c);
+// Every case through the tiled kernel, and through the warp kernel unless its norms span whole rows.
+template <typename C>
+void run_case_as(const Case& c) {
+  if (c.prep) {
+    if (!c.whole_rows) dispatch_dmax<C, true, false>(c);
+    dispatch_dmax<C, true, true>(c);
   } else {
-    c.prep ? dispatch_dmax<float, true, false>(c) : dispatch_dmax<float, false, false>(c);
-    if (!c.prep) dispatch_dmax<float, false, true>(c);
+    dispatch_dmax<C, false, false>(c);
+    dispatch_dmax<C, false, true>(c);
   }
 }
+void run_case(const Case& c) { c.bf16 ? run_case_as<__nv_bfloat16>(c) : run_case_as<float>(c); }
 
 }  // namespace
 
@@ -292,6 +305,15 @@ int main() {
       {"prep f32 D64 g2, partial rope, 1 split", false, 64, 4, 2, {5, 66}, 1, 0, false, true, true, 32},
       {"prep bf16 D64 g1, no norms, no rope, fused merge", true, 64, 2, 2, {17, 150}, 4, 0, true, true, false, 0},
       {"prep f32 D128 g4, window 40", false, 128, 4, 1, {10, 180}, 3, 40, false, true, true, 128},
+      // norms over the whole q and k rows (OLMo's): the block order (rows > 1,024), the warp order, both in one step
+      {"prep bf16 D128 g1, whole rows of 2048 (block order)", true, 128, 16, 16, {40, 150}, 3, 0, false, true, true,
+       128, 16, false, true},
+      {"prep f32 D64 g2, whole rows of 512/256 (warp order), fused merge", false, 64, 8, 4, {9, 200}, 4, 0, true, true,
+       true, 64, 16, false, true},
+      {"prep bf16 D128 g4, whole q row of 2048 (block), k of 512 (warp)", true, 128, 16, 4, {70, 130}, 2, 0, false,
+       true, true, 128, 16, false, true},
+      {"prep bf16 D64 g1, whole rows of 192, V = 1 order, partial rope", true, 64, 3, 3, {5, 77}, 2, 0, false, true,
+       true, 32, 16, false, true, true},
   };
   for (const Case& c : cases) run_case(c);
   std::printf("%d checks, %d failed\n", checks, failures);

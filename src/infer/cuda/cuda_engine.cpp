@@ -391,18 +391,21 @@ void CudaEngine::attention_mixer(int layer, float* out, const CudaLinearInput& i
   // q = rmsnorm(q̃)·q_norm (or q̃ itself), likewise k; then RoPE at the absolute positions; then k, v into the cache.
   float* q = q_lin.data<float>();
   float* k = k_lin.data<float>();
-  // Decode steps with the warp decode kernel and per-head q/k norms (or none): the q/k norms, RoPE and cache write
-  // inside that kernel (attention_cache_decode_prep_cuda, the same bits as the q/k launch below + the kernel).
+  // Decode steps: the q/k norms (per head, over the whole row, or none), RoPE and cache write inside the decode
+  // kernel where it takes them (attention_cache_decode_prep_supported: the warp kernel with per-head norms, the tiled
+  // kernel with its fold on), the same bits as the q/k launch below + the kernel (attention_cache_decode_prep_cuda).
   AttentionDecodePrepCuda prep;
   bool fold = false;
   if (s.decode && options_.fold_qk_into_decode_attention &&
-      attention_cache_cuda_decode_kernel() == DecodeKernel::warps && (w.q_norm_size == 0 || w.q_norm_size == D) &&
-      (w.k_norm_size == 0 || w.k_norm_size == D)) {
+      (w.q_norm_size == 0 || w.q_norm_size == D || w.q_norm_size == Cq) &&
+      (w.k_norm_size == 0 || w.k_norm_size == D || w.k_norm_size == Ckv)) {
     prep.q = q;
     prep.k = k;
     prep.v = v.data<float>();
     prep.q_norm = w.q_norm_size > 0 ? w.q_norm.data<float>() : nullptr;
     prep.k_norm = w.k_norm_size > 0 ? w.k_norm.data<float>() : nullptr;
+    prep.q_norm_whole = w.q_norm_size > 0 && w.q_norm_size != D;  // == Cq
+    prep.k_norm_whole = w.k_norm_size > 0 && w.k_norm_size != D;
     prep.eps = d.norm_eps;
     prep.positions = s.batch.positions;
     prep.rope = s.rope;

@@ -61,12 +61,13 @@ struct CudaEngineOptions {
   // the kernel, no cast launch) instead of cuBLASLt's pick; the logits then differ from cuBLASLt's in fp32 rounding
   // (another summation order). false: cuBLASLt at every row count.
   bool head_gemv = true;
-  // Decode steps with the warp decode attention kernel (HLM_DECODE_KERNEL=warps) and per-head q/k norms (or none):
-  // each attention layer's q/k norms, RoPE and KV-cache write folded into that kernel
-  // (attention_cache_decode_prep_cuda: one launch fewer per layer, bit-identical to the q/k launch + the warp kernel).
-  // No effect with the default (tiled) decode kernel. H200, session 31, batch 1 at L 1024 with the warp kernel:
-  // qwen3_4b 3.41 -> 3.22 ms per step (tiled, unfolded: 3.32), olmo3_7b 4.80 -> 4.77, olmo_hybrid_7b 4.76 -> 4.75
-  // (OLMo's whole-projection q/k norms keep the q/k launch; tiled: 4.66 / 4.71).
+  // Decode steps: each attention layer's q/k norms, RoPE and KV-cache write folded into the decode attention kernel
+  // where it takes them (attention_cache_decode_prep_cuda: one launch fewer per layer, bit-identical to the q/k launch
+  // + the kernel): the warp kernel (HLM_DECODE_KERNEL=warps) with per-head norms or none, the tiled kernel (the
+  // default) with per-head or whole-row norms (OLMo's) or none when HLM_DECODE_TILED_QK_FOLD is on (default off:
+  // attention_cache_cuda_tiled_qk_fold). H200, session 31, batch 1 at L 1024 with the warp kernel: qwen3_4b 3.41 ->
+  // 3.22 ms per step (tiled, unfolded: 3.32), olmo3_7b 4.80 -> 4.77, olmo_hybrid_7b 4.76 -> 4.75 (OLMo's
+  // whole-projection q/k norms kept the q/k launch there; tiled: 4.66 / 4.71).
   bool fold_qk_into_decode_attention = true;
   // A batch-1 decode step of a model the fused decode kernel runs (ops/fused_decode/fused_decode_cuda.h: pre-norm
   // full-attention layers with dense SwiGLU MLPs, bf16 weights and a bf16 KV cache, an sm_90 device) as ONE

@@ -30,14 +30,20 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/dependent_launch.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/attention/attention_cache_common.cuh"
 #include "ops/attention/attention_cache_cuda.h"
+#include "ops/attention/attention_decode_prep.cuh"
 #include "ops/attention/attention_decode_tiled.cuh"
 #include "ops/attention/attention_decode_warps.cuh"
 #include "ops/attention/attention_tc.cuh"
+#include "ops/rmsnorm/rmsnorm_cuda.h"
 
 namespace hlm {
+
+static_assert(kNormBlockThreads == rmsnorm_cuda_threads() && kNormWarpMaxDim == rmsnorm_cuda_warp_max_dim(),
+              "the folded q/k preparation sums whole rows in rmsnorm.cu's orders (attention_decode_prep.cuh)");
 
 namespace {
 
@@ -348,22 +354,33 @@ void decode_launch(float* part, const float* q, const C* kc, const C* vc, const 
   HLM_CUDA_CHECK_LAUNCH();
 }
 
-template <int DMAX, int HPB, typename C>
-void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
-                         const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
-                         int* flag, FusedMerge fm, cudaStream_t stream) {
+// prep != nullptr: the q/k preparation folded in (attention_cache_decode_prep_cuda).
+template <int DMAX, int HPB, typename C, bool kPrep>
+void decode_tiled_launch_as(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
+                            const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                            int* flag, FusedMerge fm, const DecodePrep& prep, cudaStream_t stream) {
   constexpr size_t smem = TiledDecodeSmem<DMAX, C>::bytes();
-  static const bool attribute_set = [] {  // above 48 KiB (the fp32 cache at DMAX 128) needs the opt-in
-    HLM_CUDA_CHECK(cudaFuncSetAttribute(cache_decode_tiled_kernel<DMAX, HPB, C, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  auto* kernel = cache_decode_tiled_kernel<DMAX, HPB, C, false, kPrep>;
+  static const bool attribute_set = [kernel] {  // above 48 KiB (the fp32 cache at DMAX 128) needs the opt-in
+    HLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)attribute_set;
   const dim3 grid(static_cast<unsigned>(dm.N), static_cast<unsigned>(dm.Hq / HPB), static_cast<unsigned>(splits));
-  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_attention(cuda::AttentionLaunch::kSplit),
-                                              cache_decode_tiled_kernel<DMAX, HPB, C, false>, grid,
-                                              dim3(kDecodeThreads), smem, stream, part, q, kc, vc, tables, ctx, cu,
-                                              dm, splits, len, flag, fm));
+  HLM_CUDA_CHECK(cuda::launch_maybe_dependent(cuda::dependent_launch_attention(cuda::AttentionLaunch::kSplit), kernel,
+                                              grid, dim3(kDecodeThreads), smem, stream, part, q, kc, vc, tables, ctx,
+                                              cu, dm, splits, len, flag, fm, prep));
+}
+template <int DMAX, int HPB, typename C>
+void decode_tiled_launch(float* part, const float* q, const C* kc, const C* vc, const int32_t* tables,
+                         const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
+                         int* flag, FusedMerge fm, const DecodePrep* prep, cudaStream_t stream) {
+  if (prep != nullptr)
+    decode_tiled_launch_as<DMAX, HPB, C, true>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, *prep,
+                                               stream);
+  else
+    decode_tiled_launch_as<DMAX, HPB, C, false>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm,
+                                                DecodePrep{}, stream);
 }
 
 // prep != nullptr: the q/k preparation folded in (attention_cache_decode_prep_cuda).
@@ -391,7 +408,7 @@ bool decode_cluster_launch(float* out, const float* q, const C* kc, const C* vc,
                            const int64_t* ctx, const int64_t* cu, const CacheDims& dm, int64_t splits, int64_t len,
                            int* flag, cudaStream_t stream) {
   constexpr size_t smem = TiledDecodeSmem<DMAX, C>::bytes();
-  auto* kernel = cache_decode_tiled_kernel<DMAX, HPB, C, true>;
+  auto* kernel = cache_decode_tiled_kernel<DMAX, HPB, C, true, false>;
   static const bool capable = [kernel] {
     int device = 0, major = 0;
     HLM_CUDA_CHECK(cudaGetDevice(&device));
@@ -429,7 +446,7 @@ bool decode_cluster_launch(float* out, const float* q, const C* kc, const C* vc,
   if (fits[splits] < 0) return false;
   const FusedMerge fm{out, nullptr};
   HLM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<float*>(nullptr), q, kc, vc, tables, ctx, cu, dm,
-                                    splits, len, flag, fm));
+                                    splits, len, flag, fm, DecodePrep{}));
   return true;
 }
 
@@ -467,16 +484,16 @@ void decode_dispatch(DecodeKernel kernel, int hpb, float* part, float* out, cons
       decode_warps_launch<DMAX, 1, C>(part, out, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     return;
   }
-  HLM_CHECK(prep == nullptr, "attention_cache: the q/k preparation is folded into the warp kernel only");
   if (kernel == DecodeKernel::tiled) {
     if (hpb == 4)
-      decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+      decode_tiled_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     else if (hpb == 2)
-      decode_tiled_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+      decode_tiled_launch<DMAX, 2, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     else
-      decode_tiled_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
+      decode_tiled_launch<DMAX, 1, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, prep, stream);
     return;
   }
+  HLM_CHECK(prep == nullptr, "attention_cache: the q/k preparation is folded into the warp and tiled kernels only");
   if (hpb == 4)
     decode_launch<DMAX, 4, C>(part, q, kc, vc, tables, ctx, cu, dm, splits, len, flag, fm, stream);
   else if (hpb == 2)
@@ -578,6 +595,12 @@ DecodeKernel attention_cache_cuda_decode_kernel() {
 
 void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel) { g_decode_kernel.store(static_cast<int>(kernel)); }
 
+namespace {
+OverridableSwitch g_tiled_qk_fold{"HLM_DECODE_TILED_QK_FOLD", false};
+}  // namespace
+bool attention_cache_cuda_tiled_qk_fold() { return g_tiled_qk_fold.on(); }
+void attention_cache_cuda_set_tiled_qk_fold(int on) { g_tiled_qk_fold.set(on); }
+
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p) {
   if (!decode_path(p) || p.n_seqs <= 0 || p.max_context <= 0 || p.kv_heads <= 0 || p.q_heads <= 0) return 1;
   int device = 0, sms = 0;
@@ -632,7 +655,11 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
                   : decode_cluster_dispatch<128>(hpb, out, q, k_cache, v_cache, block_tables, context_lens,
                                                  cu_seqlens, dm, splits, len, error_flag, stream)))
     return;  // merged inside the clusters
-  const DecodeKernel kernel = prep != nullptr ? DecodeKernel::warps : decode_kernel_for(k_cache, v_cache, dm);
+  // With the preparation: the kernel attention_cache_decode_prep_supported agreed to (warps, or tiled when folding
+  // into it is on); the rows are 16-byte multiples there.
+  const DecodeKernel kernel = prep == nullptr ? decode_kernel_for(k_cache, v_cache, dm)
+                              : attention_cache_cuda_decode_kernel() == DecodeKernel::warps ? DecodeKernel::warps
+                                                                                            : DecodeKernel::tiled;
   const bool direct = kernel == DecodeKernel::warps && splits == 1;  // the kernel writes out itself
   const FusedMerge fm{out, direct ? nullptr : fused_merge_counters(dm.N * (dm.Hq / hpb), stream)};
   if (dm.D <= 64)
@@ -712,8 +739,12 @@ DecodePrep decode_prep_args(const AttentionDecodePrepCuda& a, const AttentionCac
   d.q_norm = a.q_norm;
   d.k_norm = a.k_norm;
   d.eps = a.eps;
-  d.q_vec = a.q_norm != nullptr && aligned16(a.q) && aligned16(a.q_norm) && p.head_dim % 4 == 0;
-  d.k_vec = a.k_norm != nullptr && aligned16(a.k) && aligned16(a.k_norm) && p.head_dim % 4 == 0;
+  const int64_t q_size = a.q_norm_whole ? p.q_heads * p.head_dim : p.head_dim;  // the norm's row
+  const int64_t k_size = a.k_norm_whole ? p.kv_heads * p.head_dim : p.head_dim;
+  d.q_vec = a.q_norm != nullptr && aligned16(a.q) && aligned16(a.q_norm) && q_size % 4 == 0;
+  d.k_vec = a.k_norm != nullptr && aligned16(a.k) && aligned16(a.k_norm) && k_size % 4 == 0;
+  d.q_whole = a.q_norm_whole;
+  d.k_whole = a.k_norm_whole;
   d.positions = a.positions;
   d.cos = a.rope != nullptr ? a.rope->cos : nullptr;
   d.sin = a.rope != nullptr ? a.rope->sin : nullptr;
@@ -744,6 +775,12 @@ bool attention_cache_decode_prep_supported(const AttentionCacheCudaParams& p, co
   if ((p.head_dim * static_cast<int64_t>(cache_element_bytes)) % 16 != 0) return false;
   if (reinterpret_cast<uintptr_t>(k_cache) % 16 != 0 || reinterpret_cast<uintptr_t>(v_cache) % 16 != 0) return false;
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.slot_mapping == nullptr) return false;
+  // The kernel the decode path runs: warps (per-head norms only), or tiled when folding into it is on.
+  const DecodeKernel kernel = attention_cache_cuda_decode_kernel();
+  if (kernel == DecodeKernel::streams || (kernel == DecodeKernel::tiled && !attention_cache_cuda_tiled_qk_fold()))
+    return false;
+  if (kernel == DecodeKernel::warps && ((a.q_norm_whole && p.q_heads > 1) || (a.k_norm_whole && p.kv_heads > 1)))
+    return false;
   if (a.rope != nullptr && (a.positions == nullptr || a.rope->head_dim != p.head_dim || a.rope->rotary_dim < 2 ||
                             a.rope->rotary_dim % 2 != 0 || a.rope->rotary_dim > p.head_dim))
     return false;

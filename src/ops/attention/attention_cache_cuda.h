@@ -110,6 +110,12 @@ enum class DecodeKernel { tiled = 0, streams = 1, warps = 2 };
 DecodeKernel attention_cache_cuda_decode_kernel();
 void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel);
 
+// Whether attention_cache_decode_prep_cuda may run the tiled kernel (the default decode kernel) with the q/k
+// preparation folded in: HLM_DECODE_TILED_QK_FOLD=on|off in the environment (default off until measured against the
+// q/k launch on the GPU), or the setter (1, 0; −1 back to the environment) for tests and A/B runs.
+bool attention_cache_cuda_tiled_qk_fold();
+void attention_cache_cuda_set_tiled_qk_fold(int on);
+
 // Key splits the decode path uses for these params on the current device (1 when the batch fills the GPU).
 int64_t attention_cache_cuda_decode_splits(const AttentionCacheCudaParams& p);
 // Bytes of device scratch attention_cache_forward_cuda needs: 0 on the chunk path; on the decode path the splits'
@@ -129,10 +135,12 @@ void attention_cache_forward_cuda(float* out, const float* q, const __nv_bfloat1
                                   const AttentionCacheCudaParams& p, void* workspace, size_t workspace_bytes,
                                   int* error_flag, cudaStream_t stream);
 
-// The decode path with an attention layer's q/k preparation folded into the warp kernel (DecodeKernel::warps), for
-// per-head q/k norms or none: ONE launch (plus the split merge) does what qk_norm_rope_cache_write_cuda
-// (ops/qk_norm_rope/qk_norm_rope_cuda.h) followed by attention_cache_forward_cuda with the warp kernel does at a decode
-// step, with the same bits in `out` and in the new k, v rows of the caches. Unlike the q/k launch it leaves q and k
+// The decode path with an attention layer's q/k preparation folded into the decode kernel: the warp kernel
+// (DecodeKernel::warps) for per-head q/k norms or none, or the tiled kernel (DecodeKernel::tiled, when
+// attention_cache_cuda_tiled_qk_fold() is on) for per-head norms, norms over the whole q or k row (OLMo's; each block
+// sums the row in the q/k kernel's order, attention_decode_prep.cuh) or none: ONE launch (plus the split merge) does
+// what qk_norm_rope_cache_write_cuda (ops/qk_norm_rope/qk_norm_rope_cuda.h) followed by attention_cache_forward_cuda
+// with that kernel does at a decode step, with the same bits in `out` and in the new k, v rows of the caches. Unlike the q/k launch it leaves q and k
 // as they were (the raw projections: every key split's block reads them; nothing after the attention reads the
 // normalized ones). Each block prepares its own q heads and its KV head's new k row from the raw projections in
 // shared memory (the q/k kernel's per-row operations, qk_row_math.cuh); the block whose key split holds the new token
@@ -144,8 +152,10 @@ struct AttentionDecodePrepCuda {
   const float* q = nullptr;              // [T, Hq·D] the raw q projection (not written)
   const float* k = nullptr;              // [T, Hkv·D] the raw k projection (not written)
   const float* v = nullptr;              // [T, Hkv·D]
-  const float* q_norm = nullptr;         // [D] per-head RMSNorm weight, or nullptr (no q norm)
-  const float* k_norm = nullptr;         // [D] or nullptr
+  const float* q_norm = nullptr;         // [D] per-head RMSNorm weight, [Hq·D] when q_norm_whole, or nullptr
+  const float* k_norm = nullptr;         // [D], [Hkv·D] when k_norm_whole, or nullptr
+  bool q_norm_whole = false;             // the q norm spans the token's whole q row (the tiled kernel only)
+  bool k_norm_whole = false;
   float eps = 1e-6f;
   const int32_t* positions = nullptr;    // [T] RoPE positions (device)
   const RopeCudaTable* rope = nullptr;   // nullptr: no RoPE; else head_dim = D
@@ -153,7 +163,8 @@ struct AttentionDecodePrepCuda {
   int64_t cache_slots = 0;               // num_blocks · block_size
 };
 // Whether the folded path takes these params (decode: max_query_len 1; rows of 16-byte multiples, 16-byte aligned
-// caches; a valid RoPE table); otherwise run the two launches.
+// caches; a valid RoPE table; the chosen decode kernel the warp kernel with per-head norms, or the tiled kernel with
+// its fold on); otherwise run the two launches.
 bool attention_cache_decode_prep_supported(const AttentionCacheCudaParams& p, const AttentionDecodePrepCuda& prep,
                                            const void* k_cache, const void* v_cache, size_t cache_element_bytes);
 template <typename C>

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/dependent_launch.cuh"
 #include "ops/attention/attention_cache_common.cuh"
+#include "ops/attention/attention_decode_prep.cuh"
 
 namespace hlm {
 
@@ -98,11 +99,17 @@ struct TiledDecodeSmem {
 // kCluster: the launch groups the `splits` blocks of each (sequence, head group) into one thread-block cluster
 // (cluster dims (1, 1, splits)), and the splits are merged through distributed shared memory instead of `part`
 // (decode_cluster_merge); `part` is unused and fm.out receives the output.
-template <int DMAX, int HPB, typename C, bool kCluster>
+// kPrep (attention_cache_decode_prep_cuda; not with kCluster): q is unused and pr holds the raw projections; after
+// the wait the block prepares its q heads, and when its split holds the step's new key that key's k and v, as the q/k
+// kernel would (decode_prep_tiled: per-head or whole-row norms, RoPE, the cache slot written by the KV head's first
+// head group), and the new key's tile row is filled from the prepared k, v narrowed to the cache's type (the values
+// the cache holds) instead of copied from the cache. No other block reads that slot in this launch.
+template <int DMAX, int HPB, typename C, bool kCluster, bool kPrep>
 __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_tiled_kernel(float* part, const float* q, const C* k_cache, const C* v_cache,
                               const int32_t* tables, const int64_t* context_lens, const int64_t* cu, CacheDims dm,
-                              int64_t splits, int64_t split_len, int* flag, FusedMerge fm) {
+                              int64_t splits, int64_t split_len, int* flag, FusedMerge fm, DecodePrep pr) {
+  static_assert(!(kCluster && kPrep), "the q/k preparation is not folded into the cluster form");
   cuda::dependent_launch_trigger();  // a programmatic dependent (the next GEMV) may start now
   using Smem = TiledDecodeSmem<DMAX, C>;
   constexpr int kVec = Smem::kVec, S = Smem::kStride;
@@ -125,6 +132,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float alpha_s[HPB], m_s[HPB], l_s[HPB];
   __shared__ bool ok_s[2][kTileKeys];
   __shared__ float o_red[kKeySets > 1 ? kKeySets - 1 : 1][HPB][DMAX];
+  __shared__ __align__(16) PrepShared<kPrep ? DMAX : 8> ps;  // kPrep: the new key's prepared k, v; cos, sin
 
   const int64_t seq = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * HPB, split = blockIdx.z;
   const SeqView sv = seq_view(cu, context_lens, tables, seq, dm, blockIdx.y == 0 && split == 0 ? flag : nullptr);
@@ -133,6 +141,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const KeyRange keys = split_keys(split, split_len, sv.ctx, dm.window);
   const int64_t kb = keys.kb, ke = keys.ke;
   const int64_t n_tiles = ke > kb ? (ke - kb + kTileKeys - 1) / kTileKeys : 0;
+  const int64_t last = sv.ctx - 1;  // the step's new key
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int chunks = dm.D / kVec;  // 16-byte chunks per row
 
@@ -169,7 +178,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
       if (c_own < chunks) {
         C* kd = k_s + (buf * kTileKeys + j) * S + head_off;
         C* vd = v_s + (buf * kTileKeys + j) * S + head_off;
-        if (off >= 0) {
+        if (kPrep && off >= 0 && pos == last) {  // the new key's row from the prepared k, v
+          *reinterpret_cast<uint4*>(kd) = pack_chunk<C, kVec>(ps.k + head_off);
+          *reinterpret_cast<uint4*>(vd) = pack_chunk<C, kVec>(ps.v + head_off);
+        } else if (off >= 0) {
           cp_async16(kd, k_cache + off + head_off);
           cp_async16(vd, v_cache + off + head_off);
         } else {
@@ -206,9 +218,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (early0) issue(0);
   if (early1) issue(1);
   cuda::dependent_launch_wait();
-  for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
-    const int g = i / DMAX, d = i % DMAX;
-    q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
+  if constexpr (kPrep) {  // q_s, and the new key's k and v when this split holds it (ends after a barrier)
+    decode_prep_tiled<HPB, DMAX, C>(pr, dm, sv.begin, h0, kvh, kb <= last && last < ke, q_s, ps,
+                                    const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
+  } else {
+    for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
+      const int g = i / DMAX, d = i % DMAX;
+      q_s[g][d] = d < dm.D ? q[(sv.begin * dm.Hq + h0 + g) * dm.D + d] : 0.0f;
+    }
   }
   if (!early0) issue(0);
   if (!early1) issue(1);

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/dependent_launch.cuh"
 #include "ops/attention/attention_cache_common.cuh"
+#include "ops/attention/attention_decode_prep.cuh"
 #include "ops/qk_norm_rope/qk_row_math.cuh"
 
 namespace hlm {
@@ -37,34 +38,6 @@ struct WarpDecodeShape {
 };
 
 __device__ __forceinline__ uint4 load_chunk_l2(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
-
-// The q/k preparation folded into the warp kernel (attention_cache_decode_prep_cuda): the raw projections, the
-// per-head norms (or none), RoPE and the cache slots of the step's tokens, as qk_norm_rope_cache_write_cuda takes them.
-struct DecodePrep {
-  const float* q;       // [T, Hq·D] the raw projections: read by every split's block, so never written
-  const float* k;       // [T, Hkv·D]
-  const float* v;       // [T, Hkv·D]
-  const float* q_norm;  // [D] or nullptr
-  const float* k_norm;  // [D] or nullptr
-  float eps;
-  bool q_vec, k_vec;    // the norms' V = 4 order (qk_row_math.cuh)
-  const int32_t* positions;  // [T]
-  const float* cos;     // [num_positions, half] or nullptr (no RoPE)
-  const float* sin;
-  int64_t half, num_positions;
-  const int64_t* slots;  // [T] cache slots of the new k/v rows
-  int64_t cache_slots;
-};
-
-// kVec cache elements packed into 16 bytes from fp32 values (narrowed as the cache write narrows them).
-template <typename C, int kVec>
-__device__ __forceinline__ uint4 pack_chunk(const float* x) {
-  uint4 u;
-  C* e = reinterpret_cast<C*>(&u);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) e[i] = narrow<C>(x[i]);
-  return u;
-}
 
 // kPrep (attention_cache_decode_prep_cuda): q is the raw projection; after the wait each block prepares its HPB q
 // heads and its KV head's new k row in shared memory as qk_norm_rope.cu does (the same per-row operations:

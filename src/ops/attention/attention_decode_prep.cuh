@@ -153,23 +153,17 @@ __device__ void decode_prep_tiled(const DecodePrep& pr, const CacheDims& dm, int
     float qa = 0.0f, qb = 0.0f, ka = 0.0f, kb = 0.0f;
     if (q_block) block_order_partials(q_row, Cq, qa, qb);
     if (k_block) block_order_partials(k_row, Ckv, ka, kb);
-    // block_sum's tree over virtual warps `warp` (a) and `warp` + 4 (b); lane 0 keeps them
-    if (q_block) {
-      qa = cuda::warp_sum(qa);
-      qb = cuda::warp_sum(qb);
+    // block_sum's tree over virtual warps `warp` (a) and `warp` + 4 (b); lane 0 keeps them in red[row]
+    const auto keep = [&](int row, float a, float b) {
+      a = cuda::warp_sum(a);
+      b = cuda::warp_sum(b);
       if (lane == 0) {
-        ps.red[0][warp] = qa;
-        ps.red[0][warp + kNormVirtualWarps / 2] = qb;
+        ps.red[row][warp] = a;
+        ps.red[row][warp + kNormVirtualWarps / 2] = b;
       }
-    }
-    if (k_block) {
-      ka = cuda::warp_sum(ka);
-      kb = cuda::warp_sum(kb);
-      if (lane == 0) {
-        ps.red[1][warp] = ka;
-        ps.red[1][warp + kNormVirtualWarps / 2] = kb;
-      }
-    }
+    };
+    if (q_block) keep(0, qa, qb);
+    if (k_block) keep(1, ka, kb);
   }
   // The warp path (rows ≤ 1,024): warp 0 sums q, warp 1 sums k; lane 0 writes the sum to red[row][0] (the rest of
   // that row's red stays unread).

@@ -19,7 +19,8 @@
 #   splits  bench_generate --models $SPLIT_MODELS (olmo3_7b) --contexts 1024 --batches 1 --decode-steps 128
 #           --decode-variants default,fused-merge (twice) with HLM_DECODE_MIN_SPLIT_KEYS in $SPLIT_KEYS (64 128 256):
 #           the decode attention's split count and merge at the MHA shape ([infer] #18)     (~40 s per setting)
-#   trace   bench_generate --models $TRACE_MODEL (olmo3_7b) --contexts 1024 --batches 1 --decode-steps 32 under the
+#   trace   bench_generate --models $TRACE_MODEL (olmo3_7b) --decode-variants $TRACE_VARIANT (default) --contexts 1024
+#           --batches 1 --decode-steps 32 under the
 #           kernel tracer (HLM_TRACE_GRID=1, the decode steps' profiler range; needs libhlm_kernel_trace.so packed:
 #           docs/profiling.md), for the step's kernel-by-kernel time                                        (~40 s)
 #   steptrace  one 8-row 4B step at micro-batch $MICRO under the kernel tracer (tools/device/loss_chunking_check.sh
@@ -103,7 +104,8 @@ if has trace; then  # where a batch-1 decode step of $TRACE_MODEL goes, kernel b
   HLM_PROFILE_DECODE=1 HLM_TRACE_RANGE=profiler HLM_TRACE_GRID=1 HLM_TRACE_OUT="$OUT/trace_decode.txt" \
     HLM_TRACE_TSV="$OUT/trace_decode.tsv" timeout $(( $(left) - 5 )) env \
     LD_PRELOAD=/tmp/hlm/lib/libhlm_kernel_trace.so /tmp/hlm/bin/bench_generate --models "${TRACE_MODEL:-olmo3_7b}" \
-    --contexts 1024 --batches 1 --decode-steps 32 --out "$OUT/trace_bench" > "$OUT/trace_decode.log" 2>&1
+    --contexts 1024 --batches 1 --decode-steps 32 --decode-variants "${TRACE_VARIANT:-default}" \
+    --out "$OUT/trace_bench" > "$OUT/trace_decode.log" 2>&1
   el "traced bench_generate rc=$?"; head -40 "$OUT/trace_decode.txt" 2>/dev/null | cut -c1-160
 fi
 if has steptrace; then

@@ -1,7 +1,7 @@
 // The q/k preparation folded into the decode attention kernels (attention_cache_decode_prep_cuda), as device code
-// only: its arguments (DecodePrep), the packing of a prepared row into cache elements, and the tiled kernel's block-wide
-// preparation (decode_prep_tiled). The warp kernel (attention_decode_warps.cuh) prepares per-head rows itself; the
-// tiled kernel (attention_decode_tiled.cuh) takes per-head norms and norms over the whole q or k row (OLMo's), whose
+// only: its arguments (DecodePrep), the packing of a prepared row into cache elements, and the block-wide preparation
+// both kernels run (decode_prep_block). The warp kernel (attention_decode_warps.cuh) takes per-head norms (its
+// supported check); the tiled kernel (attention_decode_tiled.cuh) also norms over the whole q or k row (OLMo's), whose
 // sums of squares it computes in the summation order of qk_norm_rope.cu (rmsnorm.cu's: a warp per row of ≤ 1,024, else
 // 256 threads and block_sum), so that the folded launch gives the bits of the q/k launch + the attention kernel.
 // Included by attention_cache.cu and by tools/cuda_emu's emulation. Internal linkage.
@@ -107,7 +107,7 @@ __device__ __forceinline__ void block_order_partials(const float* x, int64_t n, 
   }
 }
 
-// Shared memory of the tiled kernel's preparation (the q heads go into the kernel's own q rows).
+// Shared memory of a block's preparation (the q heads go into the kernel's own q rows).
 template <int DMAX>
 struct PrepShared {
   float k[DMAX], v[DMAX];                  // the new key's k (normalized, rotated) and v, fp32
@@ -115,15 +115,17 @@ struct PrepShared {
   float red[2][kNormVirtualWarps];         // whole-row sums: the block path's warp sums, or the warp path's sum
 };
 
-// The tiled kernel's q/k preparation, by all kDecodeThreads threads of a block after the dependent-launch wait:
+// A decode kernel's q/k preparation, by all kDecodeThreads threads of a block after the dependent-launch wait:
 // q_s[g] ← q head h0 + g normalized and rotated (zero past D); when the block's split holds the step's new key
 // (holds_new), ps.k / ps.v ← its KV head's new k (normalized, rotated) and v, and the KV head's first head group
 // writes them into the cache slot (narrowed), as the q/k kernel does; a slot outside the pool raises the flag and is
 // not written. The operations are qk_norm_rope.cu's: whole-row sums in its order (above), per-head rows through
 // qk_norm_row_warp, then x = w · (x · r), RoPE by qk_rope_pair (NaN on the rotary dims and the flag for a position
 // outside the table). Ends after a block barrier.
-template <int HPB, int DMAX, typename C>
-__device__ void decode_prep_tiled(const DecodePrep& pr, const CacheDims& dm, int64_t tok, int64_t h0, int64_t kvh,
+// kWholeRows false (the warp kernel, per-head norms only): the whole-row code is compiled out (it would raise that
+// kernel's registers).
+template <int HPB, int DMAX, typename C, bool kWholeRows>
+__device__ void decode_prep_block(const DecodePrep& pr, const CacheDims& dm, int64_t tok, int64_t h0, int64_t kvh,
                                   bool holds_new, float (&q_s)[HPB][DMAX], PrepShared<DMAX>& ps, C* k_cache,
                                   C* v_cache, int* flag) {
   const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
@@ -147,8 +149,8 @@ __device__ void decode_prep_tiled(const DecodePrep& pr, const CacheDims& dm, int
       ps.cs[i] = pr.cos[static_cast<int64_t>(pos) * pr.half + i];
       ps.sn[i] = pr.sin[static_cast<int64_t>(pos) * pr.half + i];
     }
-  const bool q_whole = pr.q_norm != nullptr && pr.q_whole;
-  const bool k_whole = pr.k_norm != nullptr && pr.k_whole && holds_new;
+  const bool q_whole = kWholeRows && pr.q_norm != nullptr && pr.q_whole;
+  const bool k_whole = kWholeRows && pr.k_norm != nullptr && pr.k_whole && holds_new;
   const bool q_block = q_whole && Cq > kNormWarpMaxDim, k_block = k_whole && Ckv > kNormWarpMaxDim;
   if (q_block || k_block) {  // the block path (uniform over the block): every thread
     float qa = 0.0f, qb = 0.0f, ka = 0.0f, kb = 0.0f;
@@ -203,7 +205,7 @@ __device__ void decode_prep_tiled(const DecodePrep& pr, const CacheDims& dm, int
   for (int r = warp; r < rows; r += kDecodeThreads / 32) {
     const bool is_q = r < HPB;
     const float* w = is_q ? pr.q_norm : pr.k_norm;
-    if (w != nullptr && !(is_q ? pr.q_whole : pr.k_whole))
+    if (w != nullptr && !(is_q ? q_whole : k_whole))
       cuda::qk_norm_row_warp(is_q ? &q_s[r][0] : ps.k, D, w, is_q ? pr.q_vec : pr.k_vec, pr.eps, 0, D);
   }
   __syncthreads();

@@ -101,7 +101,7 @@ struct TiledDecodeSmem {
 // (decode_cluster_merge); `part` is unused and fm.out receives the output.
 // kPrep (attention_cache_decode_prep_cuda; not with kCluster): q is unused and pr holds the raw projections; after
 // the wait the block prepares its q heads, and when its split holds the step's new key that key's k and v, as the q/k
-// kernel would (decode_prep_tiled: per-head or whole-row norms, RoPE, the cache slot written by the KV head's first
+// kernel would (decode_prep_block: per-head or whole-row norms, RoPE, the cache slot written by the KV head's first
 // head group), and the new key's tile row is filled from the prepared k, v narrowed to the cache's type (the values
 // the cache holds) instead of copied from the cache. No other block reads that slot in this launch.
 template <int DMAX, int HPB, typename C, bool kCluster, bool kPrep>
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (early1) issue(1);
   cuda::dependent_launch_wait();
   if constexpr (kPrep) {  // q_s, and the new key's k and v when this split holds it (ends after a barrier)
-    decode_prep_tiled<HPB, DMAX, C>(pr, dm, sv.begin, h0, kvh, kb <= last && last < ke, q_s, ps,
+    decode_prep_block<HPB, DMAX, C, true>(pr, dm, sv.begin, h0, kvh, kb <= last && last < ke, q_s, ps,
                                     const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
   } else {
     for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {

@@ -40,8 +40,8 @@ struct WarpDecodeShape {
 __device__ __forceinline__ uint4 load_chunk_l2(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
 
 // kPrep (attention_cache_decode_prep_cuda): q is the raw projection; after the wait each block prepares its HPB q
-// heads and its KV head's new k row in shared memory as qk_norm_rope.cu does (the same per-row operations:
-// qk_row_math.cuh) and uses them for q and for the new key (its k and v narrowed to the cache's type and widened back,
+// heads and its KV head's new k row in shared memory as qk_norm_rope.cu does (decode_prep_block, shared with the
+// tiled kernel; per-head norms only here) and uses them for q and for the new key (its k and v narrowed to the cache's type and widened back,
 // the values the cache would hold); the block whose split holds the new key, first head group of its KV head, writes
 // k, v into the cache slot. No other block reads that slot in this launch (the other splits end before it); the raw q
 // and k are not written back (every split's block reads them).
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
   };
   // kPrep: the new key's row (normalized, rotated k and v, narrowed) from shared memory instead of the cache.
-  __shared__ __align__(16) float kp_s[kPrep ? DMAX : 1], vp_s[kPrep ? DMAX : 1];
+  __shared__ __align__(16) PrepShared<kPrep ? DMAX : 8> ps;
   const auto load = [&](int64_t b, bool new_key_only, bool skip_new_key) {
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       const bool is_new = pos == last;
       if (off[s] >= 0 && has_chunk && (new_key_only ? is_new : !(skip_new_key && is_new))) {
         if (kPrep && is_new) {
-          kr[s] = pack_chunk<C, kVec>(kp_s + c * kVec);
-          vr[s] = pack_chunk<C, kVec>(vp_s + c * kVec);
+          kr[s] = pack_chunk<C, kVec>(ps.k + c * kVec);
+          vr[s] = pack_chunk<C, kVec>(ps.v + c * kVec);
         } else {
           kr[s] = load_chunk_l2(k_cache + off[s] + c * kVec);
           vr[s] = load_chunk_l2(v_cache + off[s] + c * kVec);
@@ -107,48 +107,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   cuda::dependent_launch_wait();
   float qr[HPB][kVec];
-  if constexpr (kPrep) {
+  if constexpr (kPrep) {  // q heads and the new key's k, v prepared in shared memory (decode_prep_block)
     __shared__ __align__(16) float qp_s[HPB][DMAX];
-    __shared__ float cs_s[DMAX / 2], sn_s[DMAX / 2];
-    const int64_t tok = sv.begin, D = dm.D;
-    const int32_t pos = pr.cos != nullptr ? pr.positions[tok] : 0;
-    const bool pos_ok = pr.cos != nullptr && pos >= 0 && pos < pr.num_positions;
-    // Only the block whose split holds the new key prepares its k and v rows (the other splits never read them).
-    const bool holds_new = kb <= last && last < ke;
-    const int rows = HPB + (holds_new ? 1 : 0);  // rows to normalize and rotate: the q heads, then k
-    for (int64_t i = t; i < HPB * D; i += kDecodeThreads)
-      qp_s[i / D][i % D] = __ldcg(pr.q + (tok * dm.Hq + h0) * D + i);
-    for (int64_t i = t; holds_new && i < D; i += kDecodeThreads) {
-      kp_s[i] = __ldcg(pr.k + (tok * dm.Hkv + kvh) * D + i);
-      vp_s[i] = __ldcg(pr.v + (tok * dm.Hkv + kvh) * D + i);
-    }
-    if (pos_ok)
-      for (int64_t i = t; i < pr.half; i += kDecodeThreads) {
-        cs_s[i] = pr.cos[static_cast<int64_t>(pos) * pr.half + i];
-        sn_s[i] = pr.sin[static_cast<int64_t>(pos) * pr.half + i];
-      }
-    __syncthreads();
-    // Norms: a warp per row (the q heads, then the k head), rmsnorm.cu's warp order.
-    for (int r = t / 32; r < rows; r += kDecodeThreads / 32) {
-      const float* w = r < HPB ? pr.q_norm : pr.k_norm;
-      if (w != nullptr)
-        cuda::qk_norm_row_warp(r < HPB ? &qp_s[r][0] : kp_s, D, w, r < HPB ? pr.q_vec : pr.k_vec, pr.eps, 0, D);
-    }
-    __syncthreads();
-    if (pr.cos != nullptr) {  // RoPE over the q heads and the k head (a bad position: NaN on the rotary dims, flag)
-      if (!pos_ok && t == 0 && flag != nullptr) atomicOr(flag, 1);
-      for (int64_t p = t; p < rows * pr.half; p += kDecodeThreads) {
-        const int64_t h = p / pr.half, i = p - h * pr.half;
-        float* x = h < HPB ? &qp_s[h][0] : kp_s;
-        if (!pos_ok) {
-          x[i] = quiet_nan();
-          x[i + pr.half] = quiet_nan();
-        } else {
-          cuda::qk_rope_pair(x, i, pr.half, cs_s[i], sn_s[i]);
-        }
-      }
-      __syncthreads();
-    }
+    decode_prep_block<HPB, DMAX, C, false>(pr, dm, sv.begin, h0, kvh, kb <= last && last < ke, qp_s, ps,
+                                    const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
 #pragma unroll
     for (int hh = 0; hh < HPB; ++hh)
 #pragma unroll
@@ -156,21 +118,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
         const int d = c * kVec + e;
         qr[hh][e] = d < dm.D ? qp_s[hh][d] : 0.0f;
       }
-    // The block whose split holds the new key (the KV head's first head group) writes k, v into the cache slot, as
-    // the q/k kernel would.
-    if (holds_new && h0 % dm.group == 0) {
-      const int64_t slot = pr.slots[tok];
-      if (slot < 0 || slot >= pr.cache_slots) {
-        if (t == 0 && flag != nullptr) atomicOr(flag, 1);
-      } else {  // the caches are written only here (the kernel's other accesses read them)
-        C* kc = const_cast<C*>(k_cache) + (slot * dm.Hkv + kvh) * D;
-        C* vc = const_cast<C*>(v_cache) + (slot * dm.Hkv + kvh) * D;
-        for (int64_t i = t; i < D; i += kDecodeThreads) {
-          kc[i] = narrow<C>(kp_s[i]);
-          vc[i] = narrow<C>(vp_s[i]);
-        }
-      }
-    }
   } else {
 #pragma unroll
     for (int hh = 0; hh < HPB; ++hh)

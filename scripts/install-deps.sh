@@ -10,7 +10,7 @@ packages=(cmake ninja-build g++ make pkg-config python3 ca-certificates
 if [ "${1:-}" = "--demo" ]; then
   shift
 else
-  packages+=(googletest libgtest-dev libbenchmark-dev
+  packages+=(googletest libgtest-dev libbenchmark-dev libblas3  # libblas3: the device packs' BLAS stand-in (tools/device/pack_binaries.sh SLIM_LIBS)
              libopenmpi-dev openmpi-bin)  # MPI: data-parallel training and its mpirun tests (docs/distributed.md)
 fi
 packages+=("$@")

@@ -2,7 +2,7 @@
 # pack_binaries.sh: packs programs built HERE (Debian bookworm, nvcc, sm_90a) for the GPU machine, whose image lacks
 # the Debian -dev/runtime packages the full build links against (OpenBLAS, zstd, PCRE2, ICU, GoogleTest).
 #
-# Usage: [PIECE_MB=N|auto [RESERVE_MB=2]] bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz -9)
+# Usage: [SLIM_LIBS=1] [PIECE_MB=N|auto [RESERVE_MB=2]] bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz -9)
 #   Writes OUT_TGZ holding bin/<program> (stripped) and lib/<the shared libraries they need>, except the C library
 #   family and the CUDA libraries (CUPTI and NCCL included), which the GPU machine has. An argument ending in .so is a
 #   shared
@@ -35,6 +35,54 @@ for prog in "$@"; do
     esac
   done
 done
+# SLIM_LIBS=1: two large libraries replaced by small stand-ins, so that four programs fit one call's carry (session 45:
+# libicudata is 31 MB / 7.5 MB xz, OpenBLAS 36.5 MB / 4.2 MB xz, of a ~22-MB pack). Only for GPU runs that never
+# tokenize text and do little CPU matrix work (CUDA tests, benches on random weights):
+#   libicudata.so.NN  a stub whose common data fails ICU's header check: ICU then reports U_INVALID_FORMAT_ERROR,
+#                     so a tokenizer's normalizer fails with a clear error instead of running (none of these programs
+#                     tokenizes on the GPU machine);
+#   libopenblas.so.0  a shim that keeps OpenBLAS's thread-count calls (no-ops) over Debian's reference BLAS
+#                     (libblas.so.3: cblas_sgemm/dgemm, single-threaded, slower on the CPU references, same results
+#                     within the tests' stated tolerances).
+if [ "${SLIM_LIBS:-0}" = 1 ]; then
+  ref_blas=/usr/lib/x86_64-linux-gnu/blas/libblas.so.3
+  for lib in "$stage"/lib/libicudata.so.*; do
+    [ -e "$lib" ] || continue
+    ver=$(basename "$lib" | sed -n 's/^libicudata\.so\.\([0-9]*\).*/\1/p')
+    printf '__attribute__((aligned(16))) const unsigned char icudt%s_dat[64] = {0};\n' "$ver" > "$stage/icudata_stub.c"
+    gcc -shared -fPIC -O2 -Wl,-soname,libicudata.so."$ver" -o "$lib" "$stage/icudata_stub.c"
+  done
+  if [ -e "$stage/lib/libopenblas.so.0" ]; then
+    [ -f "$ref_blas" ] || { echo "pack_binaries: SLIM_LIBS needs $ref_blas (Debian libblas3)" >&2; exit 2; }
+    printf 'void openblas_set_num_threads(int n) { (void)n; }\nint openblas_get_num_threads(void) { return 1; }\n' \
+      > "$stage/openblas_shim.c"
+    gcc -shared -fPIC -O2 -Wl,-soname,libopenblas.so.0 -Wl,--no-as-needed -o "$stage/lib/libopenblas.so.0" \
+      "$stage/openblas_shim.c" "$ref_blas"
+    cp -L "$ref_blas" "$stage/lib/libblas.so.3"
+    # The stand-in must serve every CBLAS call the programs make: refuse to pack one it lacks.
+    served=$(nm -D --defined-only "$stage/lib/libopenblas.so.0" "$stage/lib/libblas.so.3" | awk 'NF == 3 {print $3}')
+    for prog in "$@"; do
+      [[ "$prog" == *.so ]] && continue
+      for sym in $(nm -D --undefined-only "$prog" | awk '$2 ~ /^(cblas_|openblas_)/ {print $2}'); do
+        grep -qx "$sym" <<< "$served" ||
+          { echo "pack_binaries: SLIM_LIBS: $prog needs $sym, which the reference BLAS shim lacks" >&2; exit 2; }
+      done
+    done
+  fi
+  rm -f "$stage"/*.c
+  # Drop what only the replaced libraries needed (OpenBLAS's libgfortran, libquadmath), until nothing changes; the
+  # libraries given as arguments stay.
+  given_libs=$(for prog in "$@"; do if [[ "$prog" == *.so ]]; then printf '\n%s' "$(basename "$prog")"; fi; done)
+  while :; do
+    needed=$(for f in "$stage"/bin/* "$stage"/lib/*; do readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; done | sort -u)
+    dropped=0
+    for lib in "$stage"/lib/*; do
+      name=$(basename "$lib")
+      grep -qx "$name" <<< "$needed$given_libs" || { rm -f "$lib"; dropped=1; }
+    done
+    [ "$dropped" = 1 ] || break
+  done
+fi
 # .txz: xz -9 in one thread (its 64-MiB window spans neighbouring programs, so the CUDA fatbins they share compress
 # once: six programs in 36.5 MB instead of 76 MB at the default level, session 31; ~2.5 minutes here; XZ_OPT
 # overrides): for carries near the device tool's 64 MiB limit.

@@ -55,8 +55,8 @@
 //                       SwiGLU in its epilogue, cuda_linear.h), fused-merge (the split merge in the split kernel),
 //                       qkfold (the q/k norms, RoPE and cache write inside the decode kernel: the warp kernel, or
 //                       the tiled one with its fold switched on, HLM_DECODE_TILED_QK_FOLD; not with streams),
-//                       no-swiglu and no-qkfold (those two off: both are on by default; no-qkfold also switches the
-//                       tiled kernel's fold off),
+//                       no-swiglu and no-qkfold (those two off: both are on by default, the tiled kernel's fold
+//                       too since session 45; no-qkfold switches it off as well),
 //                       postnorm-add / no-postnorm-add (a post-norm block's residual add inside its norm's launch,
 //                       models/cuda/cuda_model.h: on by default), norm-prologue / no-norm-prologue (batch-1 decode
 //                       norms computed in the next GEMV's prologue, cuda_model_decode_norm_prologue: off by default);

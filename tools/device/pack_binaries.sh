@@ -2,7 +2,7 @@
 # pack_binaries.sh: packs programs built HERE (Debian bookworm, nvcc, sm_90a) for the GPU machine, whose image lacks
 # the Debian -dev/runtime packages the full build links against (OpenBLAS, zstd, PCRE2, ICU, GoogleTest).
 #
-# Usage: [SLIM_LIBS=1] [PIECE_MB=N|auto [RESERVE_MB=2]] bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz -9)
+# Usage: [SLIM_LIBS=1] [STRIP_PTX=1] [PIECE_MB=N|auto [RESERVE_MB=2]] bash tools/device/pack_binaries.sh OUT_TGZ PROGRAM|LIB.so...   (OUT ending in .txz: xz -9)
 #   Writes OUT_TGZ holding bin/<program> (stripped) and lib/<the shared libraries they need>, except the C library
 #   family and the CUDA libraries (CUPTI and NCCL included), which the GPU machine has. An argument ending in .so is a
 #   shared
@@ -81,6 +81,16 @@ if [ "${SLIM_LIBS:-0}" = 1 ]; then
       grep -qx "$name" <<< "$needed$given_libs" || { rm -f "$lib"; dropped=1; }
     done
     [ "$dropped" = 1 ] || break
+  done
+fi
+# STRIP_PTX=1: the programs' PTX blanked (tools/device/strip_ptx.py; the sm_90a SASS stays): their zstd-compressed PTX,
+# ~5.8 MB that xz cannot shrink, leaves the archive (bench_generate alone: 15.5 -> 9.7 MB as .txz). The GPU machine's
+# H100/H200 load the SASS; a program so packed fails to load its kernels on a GPU without sm_90a SASS.
+if [ "${STRIP_PTX:-0}" = 1 ]; then
+  for f in "$stage"/bin/*; do
+    sections=$(readelf -S -W "$f")
+    grep -q '\.nv_fatbin' <<< "$sections" || continue
+    python3 "$(dirname "$0")/strip_ptx.py" "$f"
   done
 fi
 # .txz: xz -9 in one thread (its 64-MiB window spans neighbouring programs, so the CUDA fatbins they share compress

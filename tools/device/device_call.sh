@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 45's device calls (session 44's script with a `prefill` part; session 42's with DECODE_VARIANTS; PACK / NEED choose the packed binaries: a pack of bench_distill_step
+# device_call.sh: the sessions' device calls (sessions 44-45 ran it as docs/results/s44-2026-12-06/call.sh, commit 9fba86b; session 45 added the `prefill` part; session 42's script with DECODE_VARIANTS; PACK / NEED choose the packed binaries: a pack of bench_distill_step
 # alone, out/carry_step/step.txz, two pieces, serves the peer + recipe calls). Binaries: out/carry/all.txz.part.*, packed here
 # (~2 min; three pieces of ~10.8 MB beside the 48-MB tracked tree):
 #   PIECE_MB=auto RESERVE_MB=1 bash tools/device/pack_binaries.sh out/carry/all.txz build-gpu/bench/bench_distill_step \

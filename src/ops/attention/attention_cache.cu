@@ -597,7 +597,8 @@ void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel) { g_decode_kern
 
 namespace {
 // On by default since session 45 (H100, batch-1 decode at L 1024: olmo3_7b 5.72 -> 5.62 ms per step, at L 8192 7.36 ->
-// 7.27, batch 32 14.56 -> 14.22; qwen3_4b batch 32 8.07 -> 7.87, L 8192 4.71 -> 4.55; bit-identical, docs/benchmarks.md).
+// 7.27, batch 32 14.56 -> 14.22; qwen3_4b batch 32 8.07 -> 7.87, L 8192 4.71 -> 4.55; H200: olmo3_7b 4.40 -> 4.30 at
+// batch 1; bit-identical, docs/benchmarks.md).
 OverridableSwitch g_tiled_qk_fold{"HLM_DECODE_TILED_QK_FOLD", true};
 }  // namespace
 bool attention_cache_cuda_tiled_qk_fold() { return g_tiled_qk_fold.on(); }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# device_call.sh: the sessions' device calls (sessions 44-45 ran it as docs/results/s44-2026-12-06/call.sh, commit 9fba86b; session 45 added the `prefill` part; session 42's script with DECODE_VARIANTS; PACK / NEED choose the packed binaries: a pack of bench_distill_step
-# alone, out/carry_step/step.txz, two pieces, serves the peer + recipe calls). Binaries: out/carry/all.txz.part.*, packed here
-# (~2 min; three pieces of ~10.8 MB beside the 48-MB tracked tree):
-#   PIECE_MB=auto RESERVE_MB=1 bash tools/device/pack_binaries.sh out/carry/all.txz build-gpu/bench/bench_distill_step \
-#     build-gpu/bench/bench_generate build-gpu/bench/bench_cuda_kernels build-gpu/tests/cuda/test_cuda_ops build-gpu/tests/test_cuda_models \
-#     build-gpu/hybridlm build-gpu/tools/profile/libhlm_kernel_trace.so
+# device_call.sh: the sessions' device calls, run from the repository root on the GPU machine (sessions 44-45 ran it as
+# docs/results/s44-2026-12-06/call.sh, commit 9fba86b; session 45 added the `prefill` part). PACK / NEED choose the
+# packed binaries (PACK: the archive's name in /tmp/keep, NEED: a program that must be in /tmp/hlm/bin). Packs, built
+# here (docs/results/s45-2026-12-06/README.md; SLIM_LIBS and STRIP_PTX make four programs one piece):
+#   STRIP_PTX=1 SLIM_LIBS=1 PIECE_MB=auto RESERVE_MB=0 bash tools/device/pack_binaries.sh out/carry_s46/s46.txz \
+#     build-gpu/bench/bench_generate build-gpu/tests/cuda/test_cuda_ops build-gpu/tests/test_cuda_models \
+#     build-gpu/tools/profile/libhlm_kernel_trace.so
+#   STRIP_PTX=1 SLIM_LIBS=1 PIECE_MB=auto RESERVE_MB=1 bash tools/device/pack_binaries.sh out/carry_s46/step.txz \
+#     build-gpu/bench/bench_distill_step          (with room for out/carry/anchors.txz: the peer + recipe calls)
 # One piece per call, copied into /tmp/keep by this script (PARTS=none for a call that only carries one; the machine
 # must stay warm between calls: idle_release_s); the call that runs `peer` also carries out/carry/anchors.txz
 # (FLA + peer_probe.py).

@@ -153,7 +153,9 @@ if has ab; then
 fi
 if has prefill; then
   el "prefill within the device, $(left) s left"
-  HLM_ATTENTION_ENGINE=cudnn timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate --search-context \
+  # cuDNN comes from the PyTorch environment (ops/attention/attention_cudnn.h): its folder on the library path.
+  cudnn_dir=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))')
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir" HLM_ATTENTION_ENGINE=cudnn timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate --search-context \
     --models "${PREFILL_MODELS:-qwen3_4b}" --memory-caps device --prefill-chunk 8192 --search-probe 131072 \
     --search-time-limit $(( $(left) - 60 )) --out "$OUT/prefill" > "$OUT/prefill.log" 2>&1
   el "bench_generate --search-context rc=$?"; grep -E "^\|" "$OUT/prefill.log" | head -8

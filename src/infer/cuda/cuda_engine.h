@@ -67,9 +67,10 @@ struct CudaEngineOptions {
   // default) with per-head or whole-row norms (OLMo's) or none while HLM_DECODE_TILED_QK_FOLD is on (the default
   // since session 45: attention_cache_cuda_tiled_qk_fold; H100, batch 1 at L 1024: olmo3_7b 5.72 -> 5.62 ms per step,
   // qwen3_4b 3.80 -> 3.82, olmo_hybrid_7b 5.84 -> 5.88; at batch 32 or L 8192 all three gain or hold; H200: olmo3_7b
-  // 4.40 -> 4.30, 1.26x its weight-read limit, olmo_hybrid_7b 4.45 -> 4.46, qwen3_4b 3.12 -> 3.13). H200, session 31, batch 1 at L 1024 with the warp kernel: qwen3_4b 3.41 ->
-  // 3.22 ms per step (tiled, unfolded: 3.32), olmo3_7b 4.80 -> 4.77, olmo_hybrid_7b 4.76 -> 4.75 (OLMo's
-  // whole-projection q/k norms kept the q/k launch there; tiled: 4.66 / 4.71).
+  // 4.40 -> 4.30, 1.26x its weight-read limit, olmo_hybrid_7b 4.45 -> 4.46, qwen3_4b 3.12 -> 3.13). H200, session 31,
+  // batch 1 at L 1024 with the warp kernel: qwen3_4b 3.41 -> 3.22 ms per step (tiled, unfolded: 3.32), olmo3_7b
+  // 4.80 -> 4.77, olmo_hybrid_7b 4.76 -> 4.75 (OLMo's whole-projection q/k norms kept the q/k launch there; tiled:
+  // 4.66 / 4.71).
   bool fold_qk_into_decode_attention = true;
   // A batch-1 decode step of a model the fused decode kernel runs (ops/fused_decode/fused_decode_cuda.h: pre-norm
   // full-attention layers with dense SwiGLU MLPs, bf16 weights and a bf16 KV cache, an sm_90 device) as ONE

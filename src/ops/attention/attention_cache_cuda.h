@@ -112,7 +112,8 @@ void attention_cache_cuda_set_decode_kernel(DecodeKernel kernel);
 
 // Whether attention_cache_decode_prep_cuda may run the tiled kernel (the default decode kernel) with the q/k
 // preparation folded in: HLM_DECODE_TILED_QK_FOLD=on|off in the environment (default on: measured faster than the q/k
-// launch + the kernel in session 45, bit-identical to them), or the setter (1, 0; −1 back to the environment) for tests and A/B runs.
+// launch + the kernel in session 45, bit-identical to them), or the setter (1, 0; −1 back to the environment) for tests
+// and A/B runs.
 bool attention_cache_cuda_tiled_qk_fold();
 void attention_cache_cuda_set_tiled_qk_fold(int on);
 

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   cuda::dependent_launch_wait();
   if constexpr (kPrep) {  // q_s, and the new key's k and v when this split holds it (ends after a barrier)
     decode_prep_block<HPB, DMAX, C, true>(pr, dm, sv.begin, h0, kvh, kb <= last && last < ke, q_s, ps,
-                                    const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
+                                          const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
   } else {
     for (int i = t; i < HPB * DMAX; i += kDecodeThreads) {
       const int g = i / DMAX, d = i % DMAX;

@@ -41,10 +41,10 @@ __device__ __forceinline__ uint4 load_chunk_l2(const void* p) { return __ldcg(st
 
 // kPrep (attention_cache_decode_prep_cuda): q is the raw projection; after the wait each block prepares its HPB q
 // heads and its KV head's new k row in shared memory as qk_norm_rope.cu does (decode_prep_block, shared with the
-// tiled kernel; per-head norms only here) and uses them for q and for the new key (its k and v narrowed to the cache's type and widened back,
-// the values the cache would hold); the block whose split holds the new key, first head group of its KV head, writes
-// k, v into the cache slot. No other block reads that slot in this launch (the other splits end before it); the raw q
-// and k are not written back (every split's block reads them).
+// tiled kernel; per-head norms only here) and uses them for q and for the new key (its k and v narrowed to the
+// cache's type and widened back, the values the cache would hold); the block whose split holds the new key, first
+// head group of its KV head, writes k, v into the cache slot. No other block reads that slot in this launch (the other
+// splits end before it); the raw q and k are not written back (every split's block reads them).
 template <int DMAX, int HPB, typename C, bool kPrep>
 __global__ void __launch_bounds__(kDecodeThreads)
     cache_decode_warps_kernel(float* part, float* out, const float* q, const C* k_cache, const C* v_cache,
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if constexpr (kPrep) {  // q heads and the new key's k, v prepared in shared memory (decode_prep_block)
     __shared__ __align__(16) float qp_s[HPB][DMAX];
     decode_prep_block<HPB, DMAX, C, false>(pr, dm, sv.begin, h0, kvh, kb <= last && last < ke, qp_s, ps,
-                                    const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
+                                           const_cast<C*>(k_cache), const_cast<C*>(v_cache), flag);
 #pragma unroll
     for (int hh = 0; hh < HPB; ++hh)
 #pragma unroll

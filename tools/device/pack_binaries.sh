@@ -87,11 +87,7 @@ fi
 # ~5.8 MB that xz cannot shrink, leaves the archive (bench_generate alone: 15.5 -> 9.7 MB as .txz). The GPU machine's
 # H100/H200 load the SASS; a program so packed fails to load its kernels on a GPU without sm_90a SASS.
 if [ "${STRIP_PTX:-0}" = 1 ]; then
-  for f in "$stage"/bin/*; do
-    sections=$(readelf -S -W "$f")
-    grep -q '\.nv_fatbin' <<< "$sections" || continue
-    python3 "$(dirname "$0")/strip_ptx.py" "$f"
-  done
+  python3 "$(dirname "$0")/strip_ptx.py" --skip-non-cuda "$stage"/bin/*
 fi
 # .txz: xz -9 in one thread (its 64-MiB window spans neighbouring programs, so the CUDA fatbins they share compress
 # once: six programs in 36.5 MB instead of 76 MB at the default level, session 31; ~2.5 minutes here; XZ_OPT

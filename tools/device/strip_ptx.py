@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """strip_ptx.py: blanks the PTX entries of a CUDA program's embedded fat binaries, in place, for device packs.
 
-Usage: strip_ptx.py PROGRAM_OR_LIB [...]
+Usage: strip_ptx.py [--skip-non-cuda] PROGRAM_OR_LIB [...]
 
 Our CUDA objects are built for sm_90a as SASS and PTX (CMake's 90a: code=[compute_90a,sm_90a]). On the GPU machine
 (H100/H200, sm_90) the driver loads the sm_90a SASS and never JIT-compiles the PTX, yet the PTX travels: fatbinary
@@ -38,20 +38,20 @@ def section(data, name):
     return None
 
 
-def blank_ptx(data):
-    """Zeroes every PTX payload in the .nv_fatbin section of data (a bytearray); returns (containers, entries, bytes)."""
+def fatbin_entries(data):
+    """(kind, payload start, payload end) of every entry of every container in the .nv_fatbin section of data.
+    Raises ValueError when the section is missing or a container or entry does not parse."""
     sec = section(data, ".nv_fatbin")
     if sec is None:
         raise ValueError("no .nv_fatbin section")
     start, size = sec
     off, end = start, start + size
-    containers = entries = blanked = 0
+    entries = []
     while off + 16 <= end:
         magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", data, off)
         if magic != FATBIN_MAGIC:  # padding between containers (8-byte aligned)
             off += 8
             continue
-        containers += 1
         p, cend = off + hsize, off + hsize + fsize
         if cend > end:
             raise ValueError(f"container at {off:#x} runs past the section")
@@ -59,31 +59,40 @@ def blank_ptx(data):
             kind, _v, ehsize, psize = struct.unpack_from("<HHIQ", data, p)
             if ehsize == 0 or p + ehsize + psize > cend:
                 raise ValueError(f"entry at {p:#x} does not parse")
-            if kind == KIND_PTX:
-                data[p + ehsize:p + ehsize + psize] = bytes(psize)
-                entries += 1
-                blanked += psize
+            entries.append((kind, p + ehsize, p + ehsize + psize))
             p += ehsize + psize
         off = cend
-    if containers == 0:
+    if not entries:
         raise ValueError("no fat binary container in .nv_fatbin")
-    return containers, entries, blanked
+    return entries
 
 
-def main(paths):
+def blank_ptx(data):
+    """Zeroes every PTX payload in the .nv_fatbin section of data (a bytearray); returns (entries, bytes) blanked."""
+    ptx = [(a, b) for kind, a, b in fatbin_entries(data) if kind == KIND_PTX]
+    for a, b in ptx:
+        data[a:b] = bytes(b - a)
+    return len(ptx), sum(b - a for a, b in ptx)
+
+
+def main(args):
+    """--skip-non-cuda: files without .nv_fatbin are left as they are (a pack's non-CUDA programs), not an error."""
+    skip_non_cuda = "--skip-non-cuda" in args
     status = 0
-    for path in paths:
+    for path in (a for a in args if a != "--skip-non-cuda"):
         with open(path, "rb") as f:
             data = bytearray(f.read())
         try:
-            containers, entries, blanked = blank_ptx(data)
+            if skip_non_cuda and section(data, ".nv_fatbin") is None:
+                continue
+            entries, blanked = blank_ptx(data)
         except ValueError as e:
             print(f"strip_ptx: {path}: {e}", file=sys.stderr)
             status = 1
             continue
         with open(path, "r+b") as f:
             f.write(data)
-        print(f"strip_ptx: {path}: {entries} PTX entries blanked ({blanked / 1e6:.2f} MB) in {containers} containers")
+        print(f"strip_ptx: {path}: {entries} PTX entries blanked ({blanked / 1e6:.2f} MB)")
     return status
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Checks strip_ptx.py on a CUDA program of this build (argument: its path, e.g. test_cuda_ops): on a copy, every PTX
-entry of .nv_fatbin is blanked (all zeros) and nothing else changes (same size; every byte outside the PTX payloads,
-the SASS entries included, equal to the original's); the copy still starts (--gtest_list_tests lists the same tests);
-a file without .nv_fatbin (/bin/ls) is refused with the reason. Run by ctest (device_strip_ptx, label cpu) where the
+"""Checks strip_ptx.py on a CUDA GoogleTest program of this build (argument: its path, e.g. test_cuda_ops): on a copy,
+every PTX entry of .nv_fatbin is blanked (all zeros; each was a zstd frame, counted apart from the tool's walk) and
+nothing else changes (same size; every byte outside the PTX payloads, the SASS entries included, equal to the
+original's); the copy still starts (--gtest_list_tests lists the same tests); a file without .nv_fatbin (/bin/ls) is
+refused with the reason, and left as it is under --skip-non-cuda. Run by ctest (device_strip_ptx, label cpu) where the
 CUDA backend is built; exit 0 when every check holds."""
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -17,21 +17,7 @@ import strip_ptx  # noqa: E402
 
 
 def ptx_ranges(data):
-    start, size = strip_ptx.section(data, ".nv_fatbin")
-    off, end, ranges = start, start + size, []
-    while off + 16 <= end:
-        magic, _v, hsize, fsize = struct.unpack_from("<IHHQ", data, off)
-        if magic != strip_ptx.FATBIN_MAGIC:
-            off += 8
-            continue
-        p, cend = off + hsize, off + hsize + fsize
-        while p < cend:
-            kind, _v2, ehsize, psize = struct.unpack_from("<HHIQ", data, p)
-            if kind == strip_ptx.KIND_PTX:
-                ranges.append((p + ehsize, p + ehsize + psize))
-            p += ehsize + psize
-        off = cend
-    return ranges
+    return [(a, b) for kind, a, b in strip_ptx.fatbin_entries(data) if kind == strip_ptx.KIND_PTX]
 
 
 def main():
@@ -49,6 +35,16 @@ def main():
         ranges = ptx_ranges(before)
         if not ranges:
             bad.append("the program has no PTX entries: the check needs a CUDA program built with PTX")
+        # An oracle apart from the tool's walk: fatbinary stores each PTX as a zstd frame, so every blanked payload
+        # began with the zstd magic, and the section holds exactly that many frames fewer after (an ELF entry may be
+        # a zstd frame too: those stay).
+        start, size = strip_ptx.section(before, ".nv_fatbin")
+        zstd = b"\x28\xb5\x2f\xfd"
+        frames_before = before[start:start + size].count(zstd)
+        frames_after = after[start:start + size].count(zstd)
+        if any(before[a:a + 4] != zstd for a, _ in ranges) or frames_before - frames_after != len(ranges):
+            bad.append(f"zstd frames in .nv_fatbin: {frames_before} before, {frames_after} after, "
+                       f"{len(ranges)} PTX payloads blanked (each should have been one frame)")
         if len(after) != len(before):
             bad.append(f"size changed: {len(before)} -> {len(after)}")
         else:
@@ -64,10 +60,14 @@ def main():
         lists = [subprocess.run([p, "--gtest_list_tests"], capture_output=True, text=True, env=env) for p in (prog, copy)]
         if lists[1].returncode != 0 or lists[0].stdout != lists[1].stdout:
             bad.append(f"the blanked copy does not list the same tests (rc {lists[1].returncode}): {lists[1].stderr[-300:]}")
-        r = subprocess.run([sys.executable, os.path.join(here, "strip_ptx.py"), shutil.copy("/bin/ls", tmp)],
-                           capture_output=True, text=True)
+        ls = shutil.copy("/bin/ls", tmp)
+        r = subprocess.run([sys.executable, os.path.join(here, "strip_ptx.py"), ls], capture_output=True, text=True)
         if r.returncode != 1 or "no .nv_fatbin section" not in r.stderr:
             bad.append(f"/bin/ls not refused with the reason (rc {r.returncode}): {r.stderr}")
+        r = subprocess.run([sys.executable, os.path.join(here, "strip_ptx.py"), "--skip-non-cuda", ls],
+                           capture_output=True, text=True)
+        if r.returncode != 0 or open(ls, "rb").read() != open("/bin/ls", "rb").read():
+            bad.append(f"--skip-non-cuda did not leave /bin/ls as it was (rc {r.returncode}): {r.stderr}")
     for b in bad:
         print("FAIL:", b)
     if not bad:

@@ -32,8 +32,13 @@
 //      the cap; if it is over, L is lowered by the overshoot's tokens and run again (at most 4 runs). Recorded: L,
 //      the measured peak, the prefill time, the runs tried.
 //   A prefill whose time, extrapolated from the measured prefills of --search-probe L (quadratic through 3 points:
-//   L/4, L/2, L), would exceed --search-time-limit seconds is not run: its L is then the prediction's and its time
-//   the extrapolation, both marked "predicted" in the output.
+//   L/4, L/2, L), would exceed --search-time-limit seconds is not run whole: its memory is measured on the last chunk
+//   alone (the sequence advanced to L − chunk positions without computing them, InferenceEngine::advance_uncomputed,
+//   then one chunk prefilled: the same pools and the largest transients of any chunk), lowering L as in 3. while it
+//   measures over the cap; its time is then the extrapolation, and a second estimate from the chunk times at both ends
+//   (chunks · (second chunk's time + last chunk's time) / 2: a chunk's time grows linearly with its context). Where
+//   the whole prefill runs, the last-chunk measurement at the same L is recorded beside it (last_chunk_check), so
+//   the method's peak and time estimate can be compared with a real run.
 // Built-in shapes (--models, comma-separated):
 //   olmo3_7b:        32 layers, hidden 4096, 32 q / 32 kv heads of 128, MLP 11008, vocab 100278, untied head, all
 //                    full attention; run as model type qwen3 (olmo_hybrid requires both layer kinds): pre-norm blocks
@@ -481,12 +486,35 @@ SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_
   return r;
 }
 
+// The last chunk of an L-token prefill alone: a sequence of L tokens opened on the plan for L, advanced to L − chunk
+// without computing (InferenceEngine::advance_uncomputed: its KV blocks taken, nothing written), then one chunk
+// prefilled. Its peak is the full prefill's: the same pools, and the last chunk's transients (the attention over the
+// whole context, the cuDNN engine's gathered K/V of the whole context) are the largest of any chunk. Seconds: that
+// chunk alone.
+SingleRun last_chunk_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
+  ctx.allocator().release_cached();
+  ctx.allocator().reset_peaks();
+  const ModelConfig& config = gpu.config();
+  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
+  const std::vector<int> slots{engine->open_sequence(L)};
+  const int64_t chunk = std::min(L, o.prefill_chunk), skipped = L - chunk;
+  if (skipped > 0) engine->advance_uncomputed(slots[0], skipped);
+  const std::vector<std::vector<int32_t>> prompts{random_ids(chunk, config.vocab_size, 1)};
+  SingleRun r;
+  r.seconds = prefill(*engine, slots, prompts, chunk, chunk);
+  r.peak = ctx.allocator().stats().peak_bytes_in_use;
+  engine.reset();
+  ctx.allocator().release_cached();
+  return r;
+}
+
 // --search-context (header comment).
 void search_contexts(const Options& o) {
   json rows = json::array();
   std::ostringstream md;
-  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s | runs | how |\n"
-     << "|---|---|---|---|---|---|---|---|\n";
+  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s | prefill s from chunk ends |"
+        " runs | how |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
   const auto write = [&] {
     const json doc = {{"bench", "bench_generate --search-context"},
                       {"options",
@@ -524,6 +552,9 @@ void search_contexts(const Options& o) {
       py.push_back(r.seconds);
       std::printf("   probe L=%lld: prefill %.3f s\n", static_cast<long long>(L), r.seconds);
     }
+    // One chunk's time early in a prefill (the second chunk: the first runs another attention path), for the
+    // chunk-ends estimate below.
+    const double early_chunk_seconds = last_chunk_one(*gpu, ctx, o, 2 * o.prefill_chunk).seconds;
     // t(L) = a + b L + c L² through the three probes (Lagrange form).
     const auto predict_time = [&](double L) {
       double t = 0;
@@ -584,10 +615,44 @@ void search_contexts(const Options& o) {
       row["predicted_prefill_seconds"] = t_pred;
       std::string how;
       json runs = json::array();
+      // The chunk times at both ends of the prefill (each a last-chunk run: at 2 chunks and at L) give a second
+      // estimate of the whole prefill's time: a chunk's time grows linearly with its context (the attention's
+      // share), so the sum over the L / chunk chunks is their count times the mean of the two ends.
+      const auto chunk_time_estimate = [&](double last_chunk_seconds, int64_t at) {
+        return double((at + o.prefill_chunk - 1) / o.prefill_chunk) * 0.5 * (early_chunk_seconds + last_chunk_seconds);
+      };
       if (t_pred > o.search_time_limit) {
-        how = "predicted (memory from measured figures; time extrapolated, over --search-time-limit)";
-        row["longest_context"] = L;
-        row["prefill_seconds"] = t_pred;
+        // Too long to run whole: the memory is still measured, on the last chunk alone (last_chunk_one), lowering L
+        // as the full runs do while it measures over the cap; the time stays an estimate.
+        for (int attempt = 0; attempt < 4 && L > 0; ++attempt) {
+          try {
+            const SingleRun r = last_chunk_one(*gpu, ctx, o, L);
+            const double use = double(r.peak) + outside;
+            runs.push_back({{"context", L}, {"last_chunk_only", true}, {"last_chunk_seconds", r.seconds},
+                            {"measured_peak_bytes", use}});
+            std::printf("   cap %s: L=%lld last chunk %.2f s, peak %.2f GiB\n", cap_text.c_str(),
+                        static_cast<long long>(L), r.seconds, gib(use));
+            std::fflush(stdout);
+            if (use <= cap) {
+              how = "memory measured on the last chunk (L - chunk positions advanced uncomputed); time estimated";
+              row["longest_context"] = L;
+              row["measured_peak_bytes"] = use;
+              row["last_chunk_seconds"] = r.seconds;
+              row["prefill_seconds"] = predict_time(double(L));
+              row["prefill_seconds_from_chunk_ends"] = chunk_time_estimate(r.seconds, L);
+              break;
+            }
+            const double target = predicted_use(L) - (use - cap);
+            const int64_t before = L;
+            while (L > 1024 && predicted_use(L) > target) L -= 1024;
+            if (L == before) L -= 1024;
+          } catch (const std::exception& e) {
+            runs.push_back({{"context", L}, {"last_chunk_only", true}, {"error", e.what()}});
+            ctx.allocator().release_cached();
+            L -= std::max<int64_t>(1024, L / 20 / 1024 * 1024);
+          }
+        }
+        if (how.empty()) how = "failed: no last-chunk run fit under the cap";
       } else {
         for (int attempt = 0; attempt < 4; ++attempt) {
           try {
@@ -602,6 +667,16 @@ void search_contexts(const Options& o) {
               row["longest_context"] = L;
               row["prefill_seconds"] = r.seconds;
               row["measured_peak_bytes"] = use;
+              // The last-chunk measurement at the same L, beside the real run: its peak should be the run's, and
+              // its time estimate comparable with the run's time (what the method is trusted for where a whole
+              // prefill does not fit a call).
+              const SingleRun c = last_chunk_one(*gpu, ctx, o, L);
+              row["last_chunk_check"] = {{"measured_peak_bytes", double(c.peak) + outside},
+                                         {"last_chunk_seconds", c.seconds},
+                                         {"prefill_seconds_from_chunk_ends", chunk_time_estimate(c.seconds, L)},
+                                         {"prefill_seconds_extrapolated", t_pred}};
+              std::printf("   check: last chunk alone at L=%lld: peak %.2f GiB (the run's %.2f), %.2f s\n",
+                          static_cast<long long>(L), gib(double(c.peak) + outside), gib(use), c.seconds);
               break;
             }
             // Lower L until the prediction has dropped by the overshoot: the pools are sized in the allocator's
@@ -623,14 +698,19 @@ void search_contexts(const Options& o) {
       row["runs"] = runs;
       rows.push_back(row);
       char line[512];
-      std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %.1f | %zu | %s |\n", name.c_str(),
+      const double ends = row.contains("prefill_seconds_from_chunk_ends")
+                              ? row["prefill_seconds_from_chunk_ends"].get<double>()
+                          : row.contains("last_chunk_check")
+                              ? row["last_chunk_check"]["prefill_seconds_from_chunk_ends"].get<double>()
+                              : -1.0;
+      std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %.1f | %.1f | %zu | %s |\n", name.c_str(),
                     o.precision.c_str(), cap_text.c_str(),
                     row.contains("longest_context") ? std::to_string(row["longest_context"].get<int64_t>()).c_str()
                                                     : "-",
                     row.contains("measured_peak_bytes")
                         ? std::to_string(gib(row["measured_peak_bytes"].get<double>())).substr(0, 6).c_str()
                         : "-",
-                    row.contains("prefill_seconds") ? row["prefill_seconds"].get<double>() : -1.0, runs.size(),
+                    row.contains("prefill_seconds") ? row["prefill_seconds"].get<double>() : -1.0, ends, runs.size(),
                     how.c_str());
       md << line;
       std::printf("   %s", line);

@@ -94,6 +94,7 @@ class CpuEngine final : public InferenceEngine {
 
   void close_sequence(int slot) override { slots_.close(slot); }
   int64_t sequence_length(int slot) const override { return slots_.length(slot); }
+  void advance_uncomputed(int slot, int64_t n) override { slots_.advance(slot, n); }
 
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 

@@ -42,6 +42,10 @@ class SequenceSlots {
   int64_t reserved_tokens(int slot) const { return blocks_.reserved_tokens(slot); }
   // Internal error unless `slot` is running.
   void check(int slot) const;
+  // Advances the running sequence in `slot` by n ≥ 1 positions without tokens (InferenceEngine::advance_uncomputed):
+  // its blocks are taken as a step of n tokens would take them; an input error when n < 1 or the sequence would grow
+  // past its reservation.
+  void advance(int slot, int64_t n);
 
   // Checks a step (N = slots.size() sequences in tokens, each non-empty, running, given once, within its reservation;
   // ids in [0, vocab_size): an input error otherwise), appends the tokens to the slots' blocks and returns the plan.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_context.h"
+#include "core/error.h"
 #include "cuda_models/cuda_model_support.h"
 #include "infer/cpu_engine.h"
 #include "infer/cuda/cuda_engine.h"
@@ -114,6 +115,57 @@ TEST(CudaEngine, PrefillChunkingsAndDecodeMatchTheCpu) {
       const double worst = prefill_then_decode(model, gpu_model, ids, 17, chunk, block_size);
       std::printf("[engine] %s prefill chunk %lld block %lld: worst row error %.3g\n", m.name.c_str(),
                   static_cast<long long>(chunk), static_cast<long long>(block_size), worst);
+    }
+  }
+}
+
+// advance_uncomputed (bench_generate --search-context's last-chunk measurement), as the CPU engine's test
+// (tests/infer/test_engine_parity.cpp): a sequence prefills P (11 tokens) and a chunk C and is closed; the next one
+// takes the same blocks, advances 11 positions without computing them and steps C over P's K/V rows left in the pool.
+// Full-attention models only (recurrent state restarts at zero), fp32 and bf16 (a bf16 KV cache; C runs the paged
+// chunk kernel either way since its sequence holds positions): C's logits must equal the first sequence's bit for bit.
+TEST(CudaEngine, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  for (const ModelCase& m : {kModels[0], kModels[4]}) {
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(m.name + (bf16 ? " bf16" : " fp32"));
+      Model model = make_model(m);
+      CudaModel gpu_model = CudaModel::upload(model, ctx);
+      if (bf16) gpu_model.drop_fp32_weights();
+      const int64_t V = model.config().vocab_size, n = 11;
+      const std::vector<int32_t> p = ids_for(n, V, 30), chunk = ids_for(6, V, 31);
+      const int64_t L = n + static_cast<int64_t>(chunk.size());
+      MemoryPlan plan = plan_for(model, 1, L, 4);
+      if (bf16) {
+        MemoryRequest r;
+        r.max_sequences = 1;
+        r.block_size = 4;
+        r.kv_blocks = (L + 3) / 4;
+        r.kv_element_bytes = 2;
+        plan = memory_plan_build(model.config(), r);
+      }
+      auto engine = make_cuda_engine(gpu_model, plan);
+      const auto step = [&](int slot, const std::vector<int32_t>& ids) {
+        TokenBatch b;
+        b.add_sequence(ids);
+        const int one[1] = {slot};
+        return engine->step(one, b);
+      };
+      int slot = engine->open_sequence(L);
+      ASSERT_EQ(slot, 0);
+      step(slot, p);
+      const Tensor expect = step(slot, chunk);
+      engine->close_sequence(slot);
+      slot = engine->open_sequence(L);
+      ASSERT_EQ(slot, 0);
+      EXPECT_THROW(engine->advance_uncomputed(slot, L + 1), Error);
+      engine->advance_uncomputed(slot, n);
+      EXPECT_EQ(engine->sequence_length(slot), n);
+      const Tensor got = step(slot, chunk);
+      int64_t differing = 0;
+      for (int64_t v = 0; v < V; ++v) differing += got.f32()[v] != expect.f32()[v];
+      EXPECT_EQ(differing, 0) << "of " << V << " logits";
     }
   }
 }

@@ -14,6 +14,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "infer/cpu_engine.h"
 #include "infer_models.h"
 
@@ -188,6 +189,57 @@ TEST_P(EngineParity, ReusedSlotStartsFromZeroState) {
     }
     engine->close_sequence(slot);
   }
+}
+
+TEST_P(EngineParity, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
+  // advance_uncomputed (bench_generate --search-context's last-chunk measurement) takes the blocks a real prefill of
+  // n tokens would take, writes nothing, and puts the next chunk at positions n, n+1, .... Checked on a reused slot:
+  // a sequence that prefilled P (n = 11 tokens, not a whole number of blocks) and C is closed; the next one takes the
+  // same blocks in the same order, advances n and steps C. With only full-attention layers its K/V rows are then P's,
+  // so C's logits must equal the first sequence's bit for bit — a wrong position (RoPE), block or context length
+  // would change them. Recurrent layers start the new sequence from zero state (not P's), so there only the
+  // bookkeeping and finite logits are checked.
+  Model model = GetParam().make();
+  const ModelConfig& c = model.config();
+  const int64_t V = c.vocab_size, n = 11;
+  const std::vector<int32_t> p = random_ids(n, V, 30), chunk = random_ids(6, V, 31);
+  const int64_t L = n + static_cast<int64_t>(chunk.size());
+  auto engine = make_cpu_engine(model, plan_for(model, 1, L));
+  const auto run_chunk = [&](int slot) {
+    TokenBatch b;
+    b.add_sequence(chunk);
+    const int one[1] = {slot};
+    return engine->step(one, b);
+  };
+  int slot = engine->open_sequence(L);
+  ASSERT_EQ(slot, 0);
+  TokenBatch prefix;
+  prefix.add_sequence(p);
+  const int one[1] = {slot};
+  engine->step(one, prefix);
+  const Tensor expect = run_chunk(slot);
+  engine->close_sequence(slot);
+
+  slot = engine->open_sequence(L);
+  ASSERT_EQ(slot, 0);
+  EXPECT_THROW(engine->advance_uncomputed(slot, 0), Error);
+  EXPECT_THROW(engine->advance_uncomputed(slot, L + 1), Error);  // past the reservation: nothing taken
+  EXPECT_EQ(engine->sequence_length(slot), 0);
+  engine->advance_uncomputed(slot, n);
+  EXPECT_EQ(engine->sequence_length(slot), n);
+  EXPECT_EQ(engine->state_usage().kv_blocks_in_use, (n + 3) / 4);  // blocks of 4 tokens (plan_for)
+  const Tensor got = run_chunk(slot);
+  EXPECT_EQ(engine->sequence_length(slot), L);
+  bool all_attention = true;
+  for (const LayerKind k : c.layer_kinds) all_attention = all_attention && k == LayerKind::FullAttention;
+  for (int64_t v = 0; v < V; ++v) ASSERT_TRUE(std::isfinite(got.f32()[v])) << v;
+  if (all_attention) {
+    int64_t differing = 0;
+    for (int64_t v = 0; v < V; ++v) differing += got.f32()[v] != expect.f32()[v];
+    EXPECT_EQ(differing, 0) << "of " << V << " logits";
+  }
+  engine->close_sequence(slot);
+  EXPECT_THROW(engine->advance_uncomputed(slot, 1), Error);  // not running
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, EngineParity, ::testing::ValuesIn(infer_model_cases()),

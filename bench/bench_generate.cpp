@@ -621,55 +621,29 @@ void search_contexts(const Options& o) {
       const auto chunk_time_estimate = [&](double last_chunk_seconds, int64_t at) {
         return double((at + o.prefill_chunk - 1) / o.prefill_chunk) * 0.5 * (early_chunk_seconds + last_chunk_seconds);
       };
-      if (t_pred > o.search_time_limit) {
-        // Too long to run whole: the memory is still measured, on the last chunk alone (last_chunk_one), lowering L
-        // as the full runs do while it measures over the cap; the time stays an estimate.
-        for (int attempt = 0; attempt < 4 && L > 0; ++attempt) {
-          try {
-            const SingleRun r = last_chunk_one(*gpu, ctx, o, L);
-            const double use = double(r.peak) + outside;
-            runs.push_back({{"context", L}, {"last_chunk_only", true}, {"last_chunk_seconds", r.seconds},
-                            {"measured_peak_bytes", use}});
-            std::printf("   cap %s: L=%lld last chunk %.2f s, peak %.2f GiB\n", cap_text.c_str(),
-                        static_cast<long long>(L), r.seconds, gib(use));
-            std::fflush(stdout);
-            if (use <= cap) {
-              how = "memory measured on the last chunk (L - chunk positions advanced uncomputed); time estimated";
-              row["longest_context"] = L;
-              row["measured_peak_bytes"] = use;
-              row["last_chunk_seconds"] = r.seconds;
-              row["prefill_seconds"] = predict_time(double(L));
-              row["prefill_seconds_from_chunk_ends"] = chunk_time_estimate(r.seconds, L);
-              break;
-            }
-            const double target = predicted_use(L) - (use - cap);
-            const int64_t before = L;
-            while (L > 1024 && predicted_use(L) > target) L -= 1024;
-            if (L == before) L -= 1024;
-          } catch (const std::exception& e) {
-            runs.push_back({{"context", L}, {"last_chunk_only", true}, {"error", e.what()}});
-            ctx.allocator().release_cached();
-            L -= std::max<int64_t>(1024, L / 20 / 1024 * 1024);
-          }
-        }
-        if (how.empty()) how = "failed: no last-chunk run fit under the cap";
-      } else {
-        for (int attempt = 0; attempt < 4; ++attempt) {
-          try {
-            const SingleRun r = prefill_one(*gpu, ctx, o, L);
-            const double use = double(r.peak) + outside;
-            runs.push_back({{"context", L}, {"seconds", r.seconds}, {"measured_peak_bytes", use}});
-            std::printf("   cap %s: L=%lld prefill %.1f s, peak %.2f GiB\n", cap_text.c_str(),
-                        static_cast<long long>(L), r.seconds, gib(use));
-            std::fflush(stdout);
-            if (use <= cap) {
+      // A prefill within the time limit runs whole; a longer one is measured on its last chunk alone
+      // (last_chunk_one): its memory is real, its time an estimate. Either way L is lowered while the measured use
+      // is over the cap.
+      const bool whole = t_pred <= o.search_time_limit;
+      for (int attempt = 0; attempt < 4 && L > 0; ++attempt) {
+        try {
+          const SingleRun r = whole ? prefill_one(*gpu, ctx, o, L) : last_chunk_one(*gpu, ctx, o, L);
+          const double use = double(r.peak) + outside;
+          runs.push_back({{"context", L},
+                          {whole ? "seconds" : "last_chunk_seconds", r.seconds},
+                          {"measured_peak_bytes", use}});
+          std::printf("   cap %s: L=%lld %s %.2f s, peak %.2f GiB\n", cap_text.c_str(), static_cast<long long>(L),
+                      whole ? "prefill" : "last chunk", r.seconds, gib(use));
+          std::fflush(stdout);
+          if (use <= cap) {
+            row["longest_context"] = L;
+            row["measured_peak_bytes"] = use;
+            if (whole) {
               how = "run";
-              row["longest_context"] = L;
               row["prefill_seconds"] = r.seconds;
-              row["measured_peak_bytes"] = use;
-              // The last-chunk measurement at the same L, beside the real run: its peak should be the run's, and
-              // its time estimate comparable with the run's time (what the method is trusted for where a whole
-              // prefill does not fit a call).
+              // The last-chunk measurement at the same L, beside the real run: its peak should be the run's and
+              // its time estimate near the run's time (what the method is trusted for where a whole prefill does
+              // not fit a call).
               const SingleRun c = last_chunk_one(*gpu, ctx, o, L);
               row["last_chunk_check"] = {{"measured_peak_bytes", double(c.peak) + outside},
                                          {"last_chunk_seconds", c.seconds},
@@ -677,23 +651,27 @@ void search_contexts(const Options& o) {
                                          {"prefill_seconds_extrapolated", t_pred}};
               std::printf("   check: last chunk alone at L=%lld: peak %.2f GiB (the run's %.2f), %.2f s\n",
                           static_cast<long long>(L), gib(double(c.peak) + outside), gib(use), c.seconds);
-              break;
+            } else {
+              how = "memory measured on the last chunk (L - chunk positions advanced uncomputed); time estimated";
+              row["last_chunk_seconds"] = r.seconds;
+              row["prefill_seconds"] = predict_time(double(L));
+              row["prefill_seconds_from_chunk_ends"] = chunk_time_estimate(r.seconds, L);
             }
-            // Lower L until the prediction has dropped by the overshoot: the pools are sized in the allocator's
-            // size classes (quarter powers of two), so the use falls in steps, not per token.
-            const double target = predicted_use(L) - (use - cap);
-            const int64_t before = L;
-            while (L > 1024 && predicted_use(L) > target) L -= 1024;
-            if (L == before) L -= 1024;
-          } catch (const std::exception& e) {
-            runs.push_back({{"context", L}, {"error", e.what()}});
-            ctx.allocator().release_cached();
-            L -= std::max<int64_t>(1024, L / 20 / 1024 * 1024);
+            break;
           }
-          if (L <= 0) break;
+          // Lower L until the prediction has dropped by the overshoot: the pools are sized in the allocator's
+          // size classes (quarter powers of two), so the use falls in steps, not per token.
+          const double target = predicted_use(L) - (use - cap);
+          const int64_t before = L;
+          while (L > 1024 && predicted_use(L) > target) L -= 1024;
+          if (L == before) L -= 1024;
+        } catch (const std::exception& e) {
+          runs.push_back({{"context", L}, {"error", e.what()}});
+          ctx.allocator().release_cached();
+          L -= std::max<int64_t>(1024, L / 20 / 1024 * 1024);
         }
-        if (how.empty()) how = "failed: no run fit under the cap";
       }
+      if (how.empty()) how = whole ? "failed: no run fit under the cap" : "failed: no last-chunk run fit under the cap";
       row["how"] = how;
       row["runs"] = runs;
       rows.push_back(row);

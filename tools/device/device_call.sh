@@ -36,7 +36,7 @@
 #   ab      the recipe (below) as two processes, one entry each (autotune off): $AB_OFF (default: the conv's interior
 #           walk and the direct residual snapshots off) and the defaults, ab_off.log / ab_on.log         (~75 s each)
 #   prefill HLM_ATTENTION_ENGINE=cudnn bench_generate --search-context --models $PREFILL_MODELS (qwen3_4b) --memory-caps
-#           device --prefill-chunk 8192 --search-probe 131072 --search-time-limit ${PREFILL_LIMIT:-$(left - 60)}: the
+#           $PREFILL_CAPS (device) --prefill-chunk 8192 --search-probe 131072 --search-time-limit ${PREFILL_LIMIT:-$(left - 60)}: the
 #           longest prefill within the whole GPU, run whole when its extrapolated time fits the limit, else its memory
 #           measured on the last chunk alone (session 46; PREFILL_LIMIT=0 for that on every model) ([infer] #18 item
 #           5(b); session 14 predicted 917,504 tokens in ~500 s for qwen3_4b on an H200)    (~560 s whole, ~90 s per model last chunk)
@@ -157,7 +157,7 @@ if has prefill; then
   # cuDNN comes from the PyTorch environment (ops/attention/attention_cudnn.h): its folder on the library path.
   cudnn_dir=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))')
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir" HLM_ATTENTION_ENGINE=cudnn timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate --search-context \
-    --models "${PREFILL_MODELS:-qwen3_4b}" --memory-caps device --prefill-chunk 8192 --search-probe 131072 \
+    --models "${PREFILL_MODELS:-qwen3_4b}" --memory-caps "${PREFILL_CAPS:-device}" --prefill-chunk 8192 --search-probe 131072 \
     --search-time-limit ${PREFILL_LIMIT:-$(( $(left) - 60 ))} --out "$OUT/prefill" > "$OUT/prefill.log" 2>&1
   el "bench_generate --search-context rc=$?"; grep -E "^\|" "$OUT/prefill.log" | head -8
 fi

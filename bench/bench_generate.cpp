@@ -513,8 +513,8 @@ SingleRun last_chunk_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int
 void search_contexts(const Options& o) {
   json rows = json::array();
   std::ostringstream md;
-  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s | prefill s, lower bound from chunk ends |"
-        " runs | how |\n"
+  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s |"
+        " prefill s, lower bound from chunk ends | runs | how |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   const auto write = [&] {
     const json doc = {{"bench", "bench_generate --search-context"},

@@ -55,8 +55,8 @@ class InferenceEngine {
   // without computing them — its KV blocks for those positions are taken but nothing is written into them (their rows
   // hold whatever the pool held), its recurrent state is left as it is. A later step then runs at the positions and
   // context lengths it would have after n real tokens, with the same buffers and the same memory, so the last chunk
-  // of a long prefill can be measured without prefilling the chunks before it. What it returns is meaningless.
-  // Input error when n < 1 or past the sequence's reservation.
+  // of a long prefill can be measured without prefilling the chunks before it; later logits are those of a context
+  // whose skipped rows hold whatever the pool held. Input error when n < 1 or past the sequence's reservation.
   virtual void advance_uncomputed(int slot, int64_t n) = 0;
 
   virtual StateUsage state_usage() const = 0;

@@ -468,45 +468,33 @@ double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std
 }
 
 // One sequence of L tokens prefilled alone: seconds and the allocator's peak during it (peaks reset first).
+// last_chunk_only: only the prefill's last chunk — the sequence opened on the plan for L, advanced to L − chunk
+// without computing (InferenceEngine::advance_uncomputed: its KV blocks taken, nothing written), then one chunk
+// prefilled. Its peak is the whole prefill's: the same pools, and the last chunk's transients (the attention over the
+// whole context, the cuDNN engine's gathered K/V of the whole context) are the largest of any chunk. Seconds: that
+// chunk alone.
 struct SingleRun {
   double seconds = 0;
   size_t peak = 0;
 };
-SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
+SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, bool last_chunk_only = false) {
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
   auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
   const std::vector<int> slots{engine->open_sequence(L)};
-  const std::vector<std::vector<int32_t>> prompts{random_ids(L, config.vocab_size, 1)};
+  const int64_t computed = last_chunk_only ? std::min(L, o.prefill_chunk) : L;
+  if (computed < L) engine->advance_uncomputed(slots[0], L - computed);
+  const std::vector<std::vector<int32_t>> prompts{random_ids(computed, config.vocab_size, 1)};
   SingleRun r;
-  r.seconds = prefill(*engine, slots, prompts, L, o.prefill_chunk);
+  r.seconds = prefill(*engine, slots, prompts, computed, o.prefill_chunk);
   r.peak = ctx.allocator().stats().peak_bytes_in_use;
   engine.reset();
   ctx.allocator().release_cached();
   return r;
 }
-
-// The last chunk of an L-token prefill alone: a sequence of L tokens opened on the plan for L, advanced to L − chunk
-// without computing (InferenceEngine::advance_uncomputed: its KV blocks taken, nothing written), then one chunk
-// prefilled. Its peak is the full prefill's: the same pools, and the last chunk's transients (the attention over the
-// whole context, the cuDNN engine's gathered K/V of the whole context) are the largest of any chunk. Seconds: that
-// chunk alone.
 SingleRun last_chunk_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
-  ctx.allocator().release_cached();
-  ctx.allocator().reset_peaks();
-  const ModelConfig& config = gpu.config();
-  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
-  const std::vector<int> slots{engine->open_sequence(L)};
-  const int64_t chunk = std::min(L, o.prefill_chunk), skipped = L - chunk;
-  if (skipped > 0) engine->advance_uncomputed(slots[0], skipped);
-  const std::vector<std::vector<int32_t>> prompts{random_ids(chunk, config.vocab_size, 1)};
-  SingleRun r;
-  r.seconds = prefill(*engine, slots, prompts, chunk, chunk);
-  r.peak = ctx.allocator().stats().peak_bytes_in_use;
-  engine.reset();
-  ctx.allocator().release_cached();
-  return r;
+  return prefill_one(gpu, ctx, o, L, true);
 }
 
 // --search-context (header comment).

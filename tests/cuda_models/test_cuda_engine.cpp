@@ -136,16 +136,12 @@ TEST(CudaEngine, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
       const int64_t V = model.config().vocab_size, n = 11;
       const std::vector<int32_t> p = ids_for(n, V, 30), chunk = ids_for(6, V, 31);
       const int64_t L = n + static_cast<int64_t>(chunk.size());
-      MemoryPlan plan = plan_for(model, 1, L, 4);
-      if (bf16) {
-        MemoryRequest r;
-        r.max_sequences = 1;
-        r.block_size = 4;
-        r.kv_blocks = (L + 3) / 4;
-        r.kv_element_bytes = 2;
-        plan = memory_plan_build(model.config(), r);
-      }
-      auto engine = make_cuda_engine(gpu_model, plan);
+      MemoryRequest r;  // plan_for's request, with a bf16 KV cache in the bf16 mode
+      r.max_sequences = 1;
+      r.block_size = 4;
+      r.kv_blocks = (L + 3) / 4;
+      if (bf16) r.kv_element_bytes = 2;
+      auto engine = make_cuda_engine(gpu_model, memory_plan_build(model.config(), r));
       const auto step = [&](int slot, const std::vector<int32_t>& ids) {
         TokenBatch b;
         b.add_sequence(ids);

@@ -35,11 +35,12 @@
 //   L/4, L/2, L), would exceed --search-time-limit seconds is not run whole: its memory is measured on the last chunk
 //   alone (the sequence advanced to L − chunk positions without computing them, InferenceEngine::advance_uncomputed,
 //   then one chunk prefilled: the same pools and the largest transients of any chunk), lowering L as in 3. while it
-//   measures over the cap; its time is then the extrapolation, with a lower bound from the chunk times at both ends
-//   (chunks · (second chunk's time + last chunk's time) / 2; a chunk's time grows less than linearly with its
-//   context: 15 % under two whole runs, while the extrapolation was 0-3.5 % under). Where
-//   the whole prefill runs, the last-chunk measurement at the same L is recorded beside it (last_chunk_check), so
-//   the method's peak and time estimate can be compared with a real run.
+//   measures over the cap; its time is then measured on --search-chunk-samples (16) chunks spread over the prefill
+//   plus its first two and last two, each run at its real position and context (the sequence advanced uncomputed
+//   between them), summed over every chunk with the times between samples interpolated (infer/prefill_sampling.h;
+//   the extrapolation is recorded beside it). Where the whole prefill runs, the same sampled run at the same L is
+//   recorded beside it (sampled_check), so the method's peak and time can be compared with a real run (session 46:
+//   the last chunk's peak equalled two whole runs' to the byte; the two chunk ends alone gave a time 15 % under).
 // Built-in shapes (--models, comma-separated):
 //   olmo3_7b:        32 layers, hidden 4096, 32 q / 32 kv heads of 128, MLP 11008, vocab 100278, untied head, all
 //                    full attention; run as model type qwen3 (olmo_hybrid requires both layer kinds): pre-norm blocks
@@ -72,7 +73,8 @@
 //                       (--batches may end with `max`: the largest B that fits, after the smaller ones)
 //                       [--out DIR] [--configs-only]
 //        bench_generate --search-context [--models LIST] [--memory-caps 48G,device] [--prefill-chunk N]
-//                       [--search-probe N] [--search-time-limit S] [--precision bf16|fp32] [--out DIR]
+//                       [--search-probe N] [--search-time-limit S] [--search-chunk-samples N]
+//                       [--precision bf16|fp32] [--out DIR]
 // --max-prefill-tokens N skips (and records as skipped) the configurations whose B·L exceeds N. The JSON and
 // Markdown files are rewritten after every configuration, so a run cut short keeps what it measured.
 // --configs-only prints each shape's parsed config, parameter count and the plan's state bytes per sequence at each
@@ -100,6 +102,7 @@
 #include "backend/cuda/cuda_context.h"
 #include "infer/cuda/cuda_engine.h"
 #include "infer/memory_plan.h"
+#include "infer/prefill_sampling.h"
 #include "models/cuda/cuda_model.h"
 #include "models/hf_config.h"
 #include "models/model.h"
@@ -137,6 +140,8 @@ struct Options {
   // at 138.1 / 180.2 s (H200, session 13).
   int64_t search_probe = 131072;
   double search_time_limit = 480.0;   // seconds: longer predicted prefills are not run
+  // Chunks timed between the first two and the last two of a prefill too long to run whole (prefill_sampling.h).
+  int search_chunk_samples = 16;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -254,6 +259,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--memory-caps") o.memory_caps = split(next());
     else if (a == "--search-probe") o.search_probe = std::atoll(next().c_str());
     else if (a == "--search-time-limit") o.search_time_limit = std::atof(next().c_str());
+    else if (a == "--search-chunk-samples") o.search_chunk_samples = std::atoi(next().c_str());
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench/bench_generate.cpp)\n", a.c_str());
       std::exit(2);
@@ -263,8 +269,9 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr, "--precision must be bf16 or fp32, got '%s'\n", o.precision.c_str());
     std::exit(2);
   }
-  if (o.prefill_chunk <= 0 || o.decode_steps < 0 || o.search_probe < 1024) {
-    std::fprintf(stderr, "--prefill-chunk must be > 0, --decode-steps >= 0, --search-probe >= 1024\n");
+  if (o.prefill_chunk <= 0 || o.decode_steps < 0 || o.search_probe < 1024 || o.search_chunk_samples < 1) {
+    std::fprintf(stderr, "--prefill-chunk must be > 0, --decode-steps >= 0, --search-probe >= 1024, "
+                         "--search-chunk-samples >= 1\n");
     std::exit(2);
   }
   for (const std::string& v : o.decode_variants)
@@ -468,42 +475,81 @@ double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std
 }
 
 // One sequence of L tokens prefilled alone: seconds and the allocator's peak during it (peaks reset first).
-// last_chunk_only: only the prefill's last chunk — the sequence opened on the plan for L, advanced to L − chunk
-// without computing (InferenceEngine::advance_uncomputed: its KV blocks taken, nothing written), then one chunk
-// prefilled. Its peak is the whole prefill's: the same pools, and the last chunk's transients (the attention over the
-// whole context, the cuDNN engine's gathered K/V of the whole context) are the largest of any chunk. Seconds: that
-// chunk alone.
 struct SingleRun {
   double seconds = 0;
   size_t peak = 0;
 };
-SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, bool last_chunk_only = false) {
+SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
   auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
   const std::vector<int> slots{engine->open_sequence(L)};
-  const int64_t computed = last_chunk_only ? std::min(L, o.prefill_chunk) : L;
-  if (computed < L) engine->advance_uncomputed(slots[0], L - computed);
-  const std::vector<std::vector<int32_t>> prompts{random_ids(computed, config.vocab_size, 1)};
+  const std::vector<std::vector<int32_t>> prompts{random_ids(L, config.vocab_size, 1)};
   SingleRun r;
-  r.seconds = prefill(*engine, slots, prompts, computed, o.prefill_chunk);
+  r.seconds = prefill(*engine, slots, prompts, L, o.prefill_chunk);
   r.peak = ctx.allocator().stats().peak_bytes_in_use;
   engine.reset();
   ctx.allocator().release_cached();
   return r;
 }
-SingleRun last_chunk_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
-  return prefill_one(gpu, ctx, o, L, true);
+
+// Chunks of one sequence's L-token prefill run at the indices prefill_sample_chunks(chunks, samples) chooses: the
+// sequence opened on the plan for L and advanced past the chunks not sampled without computing them
+// (InferenceEngine::advance_uncomputed: their KV blocks taken, nothing written), each sampled chunk timed at its real
+// position and context length. The peak is the whole prefill's: the same pools, and the last chunk (always sampled)
+// has the largest transients of any chunk (its attention over the whole context, the cuDNN engine's gathered K/V of
+// the whole context). samples = 0: the last chunk alone (a memory measurement; no prefill estimate).
+struct SampledRun {
+  std::vector<int64_t> index;    // sampled chunk indices, ascending
+  std::vector<double> seconds;   // each one's time
+  double prefill_seconds = -1;   // prefill_seconds_from_samples (samples > 0)
+  size_t peak = 0;
+  double last_chunk_seconds() const { return seconds.back(); }
+};
+SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples) {
+  ctx.allocator().release_cached();
+  ctx.allocator().reset_peaks();
+  const ModelConfig& config = gpu.config();
+  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
+  const std::vector<int> slots{engine->open_sequence(L)};
+  const int64_t chunks = (L + o.prefill_chunk - 1) / o.prefill_chunk;
+  const std::vector<int32_t> ids = random_ids(std::min(L, o.prefill_chunk), config.vocab_size, 1);
+  SampledRun r;
+  r.index = prefill_sample_chunks(chunks, samples);
+  int64_t at = 0;  // positions the sequence holds
+  for (const int64_t c : r.index) {
+    const int64_t begin = c * o.prefill_chunk, end = std::min(L, begin + o.prefill_chunk);
+    if (begin > at) engine->advance_uncomputed(slots[0], begin - at);
+    TokenBatch batch;
+    batch.add_sequence(std::vector<int32_t>(ids.begin(), ids.begin() + (end - begin)));
+    const auto t0 = std::chrono::steady_clock::now();
+    engine->step(slots, batch);  // returns after the logits download: the step is done
+    r.seconds.push_back(seconds_since(t0));
+    at = end;
+  }
+  r.peak = ctx.allocator().stats().peak_bytes_in_use;
+  if (r.index.front() == 0) r.prefill_seconds = prefill_seconds_from_samples(chunks, r.index, r.seconds);
+  engine.reset();
+  ctx.allocator().release_cached();
+  return r;
+}
+
+json sampled_json(const SampledRun& r, double outside) {
+  return {{"measured_peak_bytes", double(r.peak) + outside},
+          {"last_chunk_seconds", r.last_chunk_seconds()},
+          {"prefill_seconds_from_sampled_chunks", r.prefill_seconds},
+          {"sampled_chunks", r.index},
+          {"sampled_chunk_seconds", r.seconds}};
 }
 
 // --search-context (header comment).
 void search_contexts(const Options& o) {
   json rows = json::array();
   std::ostringstream md;
-  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s |"
-        " prefill s, lower bound from chunk ends | runs | how |\n"
-     << "|---|---|---|---|---|---|---|---|---|\n";
+  md << "| model | precision | cap | longest prefill L | peak GiB (measured) | prefill s (run, or from sampled"
+        " chunks) | prefill s from sampled chunks | prefill s extrapolated from the probes | runs | how |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
   const auto write = [&] {
     const json doc = {{"bench", "bench_generate --search-context"},
                       {"options",
@@ -513,6 +559,7 @@ void search_contexts(const Options& o) {
                         {"precision", o.precision},
                         {"search_probe", o.search_probe},
                         {"search_time_limit", o.search_time_limit},
+                        {"search_chunk_samples", o.search_chunk_samples},
                         {"layers_override", o.layers}}},
                       {"results", rows}};
     std::ofstream(std::filesystem::path(o.out) / "bench_generate_context.json") << doc.dump(2) << "\n";
@@ -541,9 +588,6 @@ void search_contexts(const Options& o) {
       py.push_back(r.seconds);
       std::printf("   probe L=%lld: prefill %.3f s\n", static_cast<long long>(L), r.seconds);
     }
-    // One chunk's time early in a prefill (the second chunk: the first runs another attention path), for the
-    // chunk-ends estimate below.
-    const double early_chunk_seconds = last_chunk_one(*gpu, ctx, o, 2 * o.prefill_chunk).seconds;
     // t(L) = a + b L + c L² through the three probes (Lagrange form).
     const auto predict_time = [&](double L) {
       double t = 0;
@@ -604,21 +648,18 @@ void search_contexts(const Options& o) {
       row["predicted_prefill_seconds"] = t_pred;
       std::string how;
       json runs = json::array();
-      // The chunk times at both ends of the prefill (each a last-chunk run: at 2 chunks and at L) give a second
-      // estimate of the whole prefill's time: chunks · (early + last) / 2, exact if a chunk's time grew linearly
-      // with its context. It grows less than linearly (the attention kernels run more efficiently over longer
-      // contexts), so this is a lower bound: 15 % under both whole runs of session 46 (H100, 48 GiB), where the
-      // quadratic extrapolation from the probes was 0 and 3.5 % under.
-      const auto chunk_time_estimate = [&](double last_chunk_seconds, int64_t at) {
-        return double((at + o.prefill_chunk - 1) / o.prefill_chunk) * 0.5 * (early_chunk_seconds + last_chunk_seconds);
-      };
-      // A prefill within the time limit runs whole; a longer one is measured on its last chunk alone
-      // (last_chunk_one): its memory is real, its time an estimate. Either way L is lowered while the measured use
-      // is over the cap.
+      // A prefill within the time limit runs whole; a longer one is measured on its last chunk alone for memory
+      // (sampled_chunks_one with no samples), lowering L while the measured use is over the cap, and then its time
+      // from --search-chunk-samples chunks run at their real positions (the sum over all chunks, interpolated
+      // between the samples: prefill_sampling.h). Beside a whole run the same sampled run at the same L is recorded
+      // (sampled_check), so the method's peak and time can be compared with a real prefill.
       const bool whole = t_pred <= o.search_time_limit;
       for (int attempt = 0; attempt < 4 && L > 0; ++attempt) {
         try {
-          const SingleRun r = whole ? prefill_one(*gpu, ctx, o, L) : last_chunk_one(*gpu, ctx, o, L);
+          const SingleRun r = whole ? prefill_one(*gpu, ctx, o, L) : [&] {
+            const SampledRun last = sampled_chunks_one(*gpu, ctx, o, L, 0);
+            return SingleRun{last.last_chunk_seconds(), last.peak};
+          }();
           const double use = double(r.peak) + outside;
           runs.push_back({{"context", L},
                           {whole ? "seconds" : "last_chunk_seconds", r.seconds},
@@ -629,24 +670,19 @@ void search_contexts(const Options& o) {
           if (use <= cap) {
             row["longest_context"] = L;
             row["measured_peak_bytes"] = use;
+            const SampledRun sampled = sampled_chunks_one(*gpu, ctx, o, L, o.search_chunk_samples);
+            std::printf("   %zu sampled chunks at L=%lld: peak %.2f GiB, last chunk %.2f s, prefill from them %.1f s\n",
+                        sampled.index.size(), static_cast<long long>(L), gib(double(sampled.peak) + outside),
+                        sampled.last_chunk_seconds(), sampled.prefill_seconds);
             if (whole) {
               how = "run";
               row["prefill_seconds"] = r.seconds;
-              // The last-chunk measurement at the same L, beside the real run: its peak should be the run's and
-              // its time estimate near the run's time (what the method is trusted for where a whole prefill does
-              // not fit a call).
-              const SingleRun c = last_chunk_one(*gpu, ctx, o, L);
-              row["last_chunk_check"] = {{"measured_peak_bytes", double(c.peak) + outside},
-                                         {"last_chunk_seconds", c.seconds},
-                                         {"prefill_seconds_from_chunk_ends", chunk_time_estimate(c.seconds, L)},
-                                         {"prefill_seconds_extrapolated", t_pred}};
-              std::printf("   check: last chunk alone at L=%lld: peak %.2f GiB (the run's %.2f), %.2f s\n",
-                          static_cast<long long>(L), gib(double(c.peak) + outside), gib(use), c.seconds);
+              row["sampled_check"] = sampled_json(sampled, outside);
             } else {
-              how = "memory measured on the last chunk (L - chunk positions advanced uncomputed); time estimated";
+              how = "memory measured on the last chunk, time from sampled chunks (the rest advanced uncomputed)";
               row["last_chunk_seconds"] = r.seconds;
-              row["prefill_seconds"] = predict_time(double(L));
-              row["prefill_seconds_from_chunk_ends"] = chunk_time_estimate(r.seconds, L);
+              row["prefill_seconds"] = sampled.prefill_seconds;
+              row["sampled"] = sampled_json(sampled, outside);
             }
             break;
           }
@@ -667,20 +703,18 @@ void search_contexts(const Options& o) {
       row["runs"] = runs;
       rows.push_back(row);
       char line[512];
-      const double ends = row.contains("prefill_seconds_from_chunk_ends")
-                              ? row["prefill_seconds_from_chunk_ends"].get<double>()
-                          : row.contains("last_chunk_check")
-                              ? row["last_chunk_check"]["prefill_seconds_from_chunk_ends"].get<double>()
-                              : -1.0;
-      std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %.1f | %.1f | %zu | %s |\n", name.c_str(),
+      const char* sampled_key = row.contains("sampled") ? "sampled" : "sampled_check";
+      const double from_samples =
+          row.contains(sampled_key) ? row[sampled_key]["prefill_seconds_from_sampled_chunks"].get<double>() : -1.0;
+      std::snprintf(line, sizeof line, "| %s | %s | %s | %s | %s | %.1f | %.1f | %.1f | %zu | %s |\n", name.c_str(),
                     o.precision.c_str(), cap_text.c_str(),
                     row.contains("longest_context") ? std::to_string(row["longest_context"].get<int64_t>()).c_str()
                                                     : "-",
                     row.contains("measured_peak_bytes")
                         ? std::to_string(gib(row["measured_peak_bytes"].get<double>())).substr(0, 6).c_str()
                         : "-",
-                    row.contains("prefill_seconds") ? row["prefill_seconds"].get<double>() : -1.0, ends, runs.size(),
-                    how.c_str());
+                    row.contains("prefill_seconds") ? row["prefill_seconds"].get<double>() : -1.0, from_samples,
+                    t_pred, runs.size(), how.c_str());
       md << line;
       std::printf("   %s", line);
       write();

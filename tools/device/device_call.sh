@@ -38,7 +38,8 @@
 #   prefill HLM_ATTENTION_ENGINE=cudnn bench_generate --search-context --models $PREFILL_MODELS (qwen3_4b) --memory-caps
 #           $PREFILL_CAPS (device) --prefill-chunk 8192 --search-probe 131072 --search-time-limit ${PREFILL_LIMIT:-$(left - 60)}: the
 #           longest prefill within the whole GPU, run whole when its extrapolated time fits the limit, else its memory
-#           measured on the last chunk alone (session 46; PREFILL_LIMIT=0 for that on every model) ([infer] #18 item
+#           measured on the last chunk alone and its time on $PREFILL_SAMPLES (16) sampled chunks (session 47; a whole
+#           run gets the same sampled run beside it) (session 46; PREFILL_LIMIT=0 for that on every model) ([infer] #18 item
 #           5(b); session 14 predicted 917,504 tokens in ~500 s for qwen3_4b on an H200)    (~560 s whole, ~90 s per model last chunk)
 #   recipe  bench_distill_step, 4B, lean, --recompute none, micro-batch $MICRO (8 on an H200, 2 on an H100), 96 rows
 #           per step, 2048xfull, defaults × --matmul-autotune $AUTOTUNES × --norm-bf16-dx $NORM_DXS × --mlp-dh $DHS,
@@ -158,8 +159,8 @@ if has prefill; then
   cudnn_dir=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))')
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir" HLM_ATTENTION_ENGINE=cudnn timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate --search-context \
     --models "${PREFILL_MODELS:-qwen3_4b}" --memory-caps "${PREFILL_CAPS:-device}" --prefill-chunk 8192 --search-probe 131072 \
-    --search-time-limit ${PREFILL_LIMIT:-$(( $(left) - 60 ))} --out "$OUT/prefill" > "$OUT/prefill.log" 2>&1
-  el "bench_generate --search-context rc=$?"; grep -E "^\|" "$OUT/prefill.log" | head -8
+    --search-time-limit ${PREFILL_LIMIT:-$(( $(left) - 60 ))} --search-chunk-samples ${PREFILL_SAMPLES:-16} --out "$OUT/prefill" > "$OUT/prefill.log" 2>&1
+  el "bench_generate --search-context rc=$?"; grep -E "^\||sampled chunks" "$OUT/prefill.log" | head -12
 fi
 if has recipe; then
   el "recipe: micro $MICRO, $(left) s left"

@@ -670,7 +670,16 @@ void search_contexts(const Options& o) {
           if (use <= cap) {
             row["longest_context"] = L;
             row["measured_peak_bytes"] = use;
-            const SampledRun sampled = sampled_chunks_one(*gpu, ctx, o, L, o.search_chunk_samples);
+            SampledRun sampled;
+            try {
+              sampled = sampled_chunks_one(*gpu, ctx, o, L, o.search_chunk_samples);
+            } catch (const std::exception& e) {  // the L found stands; only its sampled time is missing
+              row["sampled_error"] = e.what();
+              ctx.allocator().release_cached();
+              how = whole ? "run" : "memory measured on the last chunk; the sampled run failed (sampled_error)";
+              if (whole) row["prefill_seconds"] = r.seconds;
+              break;
+            }
             std::printf("   %zu sampled chunks at L=%lld: peak %.2f GiB, last chunk %.2f s, prefill from them %.1f s\n",
                         sampled.index.size(), static_cast<long long>(L), gib(double(sampled.peak) + outside),
                         sampled.last_chunk_seconds(), sampled.prefill_seconds);

@@ -40,7 +40,10 @@
 //   between them), summed over every chunk with the times between samples interpolated (infer/prefill_sampling.h;
 //   the extrapolation is recorded beside it). Where the whole prefill runs, the same sampled run at the same L is
 //   recorded beside it (sampled_check), so the method's peak and time can be compared with a real run (session 46:
-//   the last chunk's peak equalled two whole runs' to the byte; the two chunk ends alone gave a time 15 % under).
+//   the last chunk's peak equalled two whole runs' to the byte; the two chunk ends alone gave a time 15 % under),
+//   and once more with the cuDNN attention plans of its chunks kept (sampled_check_plans_cached: every measured
+//   prefill otherwise starts without cached plans, as a new process does, so each chunk's new context length pays
+//   its plan build as in a real prefill).
 // Built-in shapes (--models, comma-separated):
 //   olmo3_7b:        32 layers, hidden 4096, 32 q / 32 kv heads of 128, MLP 11008, vocab 100278, untied head, all
 //                    full attention; run as model type qwen3 (olmo_hybrid requires both layer kinds): pre-norm blocks
@@ -474,12 +477,21 @@ double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std
   return seconds_since(t0);
 }
 
+// Every measured prefill starts without cached cuDNN attention plans, as a new process would: each chunk's context
+// length is a new shape whose plan is built on first use (attention_cudnn.h), and that build is part of a real
+// prefill's time (session 47: the sampled run made after a whole run at the same L reused its plans and came out
+// 9-15 % under it). fresh_plans = false keeps them (the bench's measure of what the builds cost).
+void drop_attention_plans(bool fresh_plans) {
+  if (fresh_plans) attention_cudnn_reset_plans();
+}
+
 // One sequence of L tokens prefilled alone: seconds and the allocator's peak during it (peaks reset first).
 struct SingleRun {
   double seconds = 0;
   size_t peak = 0;
 };
 SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
+  drop_attention_plans(true);
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
@@ -507,7 +519,9 @@ struct SampledRun {
   size_t peak = 0;
   double last_chunk_seconds() const { return seconds.back(); }
 };
-SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples) {
+SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples,
+                              bool fresh_plans = true) {
+  drop_attention_plans(fresh_plans);
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
@@ -687,6 +701,11 @@ void search_contexts(const Options& o) {
               how = "run";
               row["prefill_seconds"] = r.seconds;
               row["sampled_check"] = sampled_json(sampled, outside);
+              // The same chunks again with their plans kept: what the plan builds add to the prefill.
+              const SampledRun cached = sampled_chunks_one(*gpu, ctx, o, L, o.search_chunk_samples, false);
+              row["sampled_check_plans_cached"] = sampled_json(cached, outside);
+              std::printf("   the same chunks with their attention plans cached: prefill from them %.1f s\n",
+                          cached.prefill_seconds);
             } else {
               how = "memory measured on the last chunk, time from sampled chunks (the rest advanced uncomputed)";
               row["last_chunk_seconds"] = r.seconds;

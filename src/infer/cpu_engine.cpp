@@ -94,7 +94,18 @@ class CpuEngine final : public InferenceEngine {
 
   void close_sequence(int slot) override { slots_.close(slot); }
   int64_t sequence_length(int slot) const override { return slots_.length(slot); }
-  void advance_uncomputed(int slot, int64_t n) override { slots_.advance(slot, n); }
+  void advance_uncomputed(int slot, int64_t n, SkippedRows rows) override {
+    const std::vector<int64_t> cache_slots = slots_.advance(slot, n);
+    if (rows != SkippedRows::kRandom) return;
+    const std::vector<float> k = skipped_row_values(cache_shape_.slot_elements(), 0);
+    const std::vector<float> v = skipped_row_values(cache_shape_.slot_elements(), 1);
+    for (Layer& layer : layers_) {
+      if (!layer.k_cache.defined()) continue;
+      for (int64_t at = 0; at < n; at += kSkippedRowsBlock)
+        attention_cache_write(layer.k_cache.f32(), layer.v_cache.f32(), k.data(), v.data(), cache_slots.data() + at,
+                              std::min(kSkippedRowsBlock, n - at), cache_shape_);
+    }
+  }
 
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 

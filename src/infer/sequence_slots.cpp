@@ -50,14 +50,15 @@ void SequenceSlots::check(int slot) const {
             " is not running");
 }
 
-void SequenceSlots::advance(int slot, int64_t n) {
+std::vector<int64_t> SequenceSlots::advance(int slot, int64_t n) {
   check(slot);
   HLM_CHECK_INPUT(n >= 1, "advance: ", n, " positions (at least 1)");
   HLM_CHECK_INPUT(blocks_.length(slot) + n <= blocks_.reserved_tokens(slot), "advance: slot ", slot, " holds ",
                   blocks_.length(slot), " of its ", blocks_.reserved_tokens(slot), " reserved tokens; ", n,
                   " more do not fit");
-  std::vector<int64_t> cache_slots(static_cast<size_t>(n));  // unused: nothing is written to the skipped rows
+  std::vector<int64_t> cache_slots(static_cast<size_t>(n));
   blocks_.append(slot, n, cache_slots.data());
+  return cache_slots;
 }
 
 StepPlan SequenceSlots::plan_step(std::span<const int> slots, const TokenBatch& tokens, int64_t vocab_size) {

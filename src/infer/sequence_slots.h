@@ -44,8 +44,8 @@ class SequenceSlots {
   void check(int slot) const;
   // Advances the running sequence in `slot` by n ≥ 1 positions without tokens (InferenceEngine::advance_uncomputed):
   // its blocks are taken as a step of n tokens would take them; an input error when n < 1 or the sequence would grow
-  // past its reservation.
-  void advance(int slot, int64_t n);
+  // past its reservation. Returns the KV pool slot of each skipped position (where a step would have written it).
+  std::vector<int64_t> advance(int slot, int64_t n);
 
   // Checks a step (N = slots.size() sequences in tokens, each non-empty, running, given once, within its reservation;
   // ids in [0, vocab_size): an input error otherwise), appends the tokens to the slots' blocks and returns the plan.

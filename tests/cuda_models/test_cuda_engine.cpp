@@ -155,13 +155,52 @@ TEST(CudaEngine, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
       engine->close_sequence(slot);
       slot = engine->open_sequence(L);
       ASSERT_EQ(slot, 0);
-      EXPECT_THROW(engine->advance_uncomputed(slot, L + 1), Error);
-      engine->advance_uncomputed(slot, n);
+      EXPECT_THROW(engine->advance_uncomputed(slot, L + 1, SkippedRows::kAsTheyAre), Error);
+      engine->advance_uncomputed(slot, n, SkippedRows::kAsTheyAre);
       EXPECT_EQ(engine->sequence_length(slot), n);
       const Tensor got = step(slot, chunk);
       int64_t differing = 0;
       for (int64_t v = 0; v < V; ++v) differing += got.f32()[v] != expect.f32()[v];
       EXPECT_EQ(differing, 0) << "of " << V << " logits";
+    }
+  }
+}
+
+// SkippedRows::kRandom on the GPU: the same rows as the CPU engine's (skipped_row_values; fp32 caches hold them
+// exactly), so the chunk stepped after the advance must match the CPU engine's logits within the engines' bound
+// (kRelTol), on every model (n = 4,101 positions: two write pieces of kSkippedRowsBlock, not whole); and the GPU's
+// logits differ from those over untouched zero rows where the model has an attention layer.
+TEST(CudaEngine, AdvanceUncomputedWithRandomRowsMatchesTheCpu) {
+  HLM_REQUIRE_CUDA_MODEL();
+  CudaContext ctx;
+  for (const ModelCase& m : kModels) {
+    SCOPED_TRACE(m.name);
+    Model model = make_model(m);
+    CudaModel gpu_model = CudaModel::upload(model, ctx);
+    const int64_t V = model.config().vocab_size, n = 4101;
+    const std::vector<int32_t> chunk = ids_for(5, V, 33);
+    const int64_t L = n + static_cast<int64_t>(chunk.size());
+    const MemoryPlan plan = plan_for(model, 1, L, 16);
+    const auto run = [&](InferenceEngine& e, SkippedRows rows) {
+      const int slot = e.open_sequence(L);
+      e.advance_uncomputed(slot, n, rows);
+      TokenBatch b;
+      b.add_sequence(chunk);
+      const int one[1] = {slot};
+      return e.step(one, b);
+    };
+    auto cpu = make_cpu_engine(model, plan);
+    auto gpu = make_cuda_engine(gpu_model, plan);
+    auto gpu_zero = make_cuda_engine(gpu_model, plan);
+    const Tensor c = run(*cpu, SkippedRows::kRandom), g = run(*gpu, SkippedRows::kRandom);
+    const Tensor z = run(*gpu_zero, SkippedRows::kAsTheyAre);
+    const double e = row_error(g.f32(), c.f32(), V);
+    std::printf("[engine] %s after 4,101 random skipped rows: row error against the CPU %.3g\n", m.name.c_str(), e);
+    EXPECT_LE(e, kRelTol);
+    bool has_attention = false;
+    for (const LayerKind k : model.config().layer_kinds) has_attention = has_attention || k == LayerKind::FullAttention;
+    if (has_attention) {
+      EXPECT_GT(row_error(g.f32(), z.f32(), V), 100 * kRelTol) << "the rows were not written";
     }
   }
 }

@@ -61,7 +61,7 @@ class ScriptedEngine final : public InferenceEngine {
   }
   void close_sequence(int slot) override { length_.erase(slot); }
   int64_t sequence_length(int slot) const override { return length_.at(slot); }
-  void advance_uncomputed(int slot, int64_t n) override { length_.at(slot) += n; }
+  void advance_uncomputed(int slot, int64_t n, SkippedRows) override { length_.at(slot) += n; }
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override {
     Tensor logits = Tensor::zeros(Shape{static_cast<int64_t>(slots.size()), config_.vocab_size});
     for (size_t i = 0; i < slots.size(); ++i) {

@@ -222,10 +222,10 @@ TEST_P(EngineParity, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
 
   slot = engine->open_sequence(L);
   ASSERT_EQ(slot, 0);
-  EXPECT_THROW(engine->advance_uncomputed(slot, 0), Error);
-  EXPECT_THROW(engine->advance_uncomputed(slot, L + 1), Error);  // past the reservation: nothing taken
+  EXPECT_THROW(engine->advance_uncomputed(slot, 0, SkippedRows::kAsTheyAre), Error);
+  EXPECT_THROW(engine->advance_uncomputed(slot, L + 1, SkippedRows::kAsTheyAre), Error);  // past the reservation
   EXPECT_EQ(engine->sequence_length(slot), 0);
-  engine->advance_uncomputed(slot, n);
+  engine->advance_uncomputed(slot, n, SkippedRows::kAsTheyAre);
   EXPECT_EQ(engine->sequence_length(slot), n);
   EXPECT_EQ(engine->state_usage().kv_blocks_in_use, (n + 3) / 4);  // blocks of 4 tokens (plan_for)
   const Tensor got = run_chunk(slot);
@@ -239,7 +239,51 @@ TEST_P(EngineParity, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
     EXPECT_EQ(differing, 0) << "of " << V << " logits";
   }
   engine->close_sequence(slot);
-  EXPECT_THROW(engine->advance_uncomputed(slot, 1), Error);  // not running
+  EXPECT_THROW(engine->advance_uncomputed(slot, 1, SkippedRows::kAsTheyAre), Error);  // not running
+}
+
+TEST_P(EngineParity, AdvanceUncomputedWithRandomRowsWritesThemInEveryAttentionLayer) {
+  // SkippedRows::kRandom (bench_generate's sampled chunks: operands of a real cache's order, not a fresh pool's
+  // zeros) writes skipped_row_values into the skipped positions' K/V rows. On fresh engines the next chunk's logits
+  // then differ from those over the untouched (zero) rows wherever the model has an attention layer, are the same on
+  // two engines (a fixed hash), and the bookkeeping is advance's: the same length and blocks.
+  Model model = GetParam().make();
+  const ModelConfig& c = model.config();
+  const int64_t V = c.vocab_size, n = 4101;  // more than one block of written rows (kSkippedRowsBlock), not whole
+  const std::vector<int32_t> chunk = random_ids(5, V, 32);
+  const int64_t L = n + static_cast<int64_t>(chunk.size());
+  const auto advanced_chunk = [&](SkippedRows rows, int64_t* blocks) {
+    auto engine = make_cpu_engine(model, plan_for(model, 1, L));
+    const int slot = engine->open_sequence(L);
+    engine->advance_uncomputed(slot, n, rows);
+    EXPECT_EQ(engine->sequence_length(slot), n);
+    *blocks = engine->state_usage().kv_blocks_in_use;
+    TokenBatch b;
+    b.add_sequence(chunk);
+    const int one[1] = {slot};
+    return engine->step(one, b);
+  };
+  int64_t blocks_zero = 0, blocks_random = 0, blocks_again = 0;
+  const Tensor zero = advanced_chunk(SkippedRows::kAsTheyAre, &blocks_zero);
+  const Tensor random = advanced_chunk(SkippedRows::kRandom, &blocks_random);
+  const Tensor again = advanced_chunk(SkippedRows::kRandom, &blocks_again);
+  EXPECT_EQ(blocks_zero, (n + 3) / 4);
+  EXPECT_EQ(blocks_random, blocks_zero);
+  EXPECT_EQ(blocks_again, blocks_zero);
+  bool has_attention = false;
+  for (const LayerKind k : c.layer_kinds) has_attention = has_attention || k == LayerKind::FullAttention;
+  int64_t differ_from_zero = 0, differ_again = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    ASSERT_TRUE(std::isfinite(random.f32()[v])) << v;
+    differ_from_zero += random.f32()[v] != zero.f32()[v];
+    differ_again += random.f32()[v] != again.f32()[v];
+  }
+  EXPECT_EQ(differ_again, 0) << "of " << V << " logits";
+  if (has_attention) {
+    EXPECT_GT(differ_from_zero, V / 2) << "of " << V << " logits";
+  } else {
+    EXPECT_EQ(differ_from_zero, 0) << "of " << V << " logits (no attention layer: nothing to write)";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, EngineParity, ::testing::ValuesIn(infer_model_cases()),

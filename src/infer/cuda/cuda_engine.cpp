@@ -167,7 +167,7 @@ class CudaEngine final : public InferenceEngine {
 
   void close_sequence(int slot) override { slots_.close(slot); }
   int64_t sequence_length(int slot) const override { return slots_.length(slot); }
-  void advance_uncomputed(int slot, int64_t n) override { slots_.advance(slot, n); }
+  void advance_uncomputed(int slot, int64_t n, SkippedRows rows) override;
 
   Tensor step(std::span<const int> slots, const TokenBatch& tokens) override;
 
@@ -278,6 +278,7 @@ class CudaEngine final : public InferenceEngine {
   size_t host_logits_bytes_ = 0;
   Tensor download_logits(const CudaTensor& device);
   std::vector<Layer> layers_;
+  CudaTensor skipped_k_, skipped_v_;  // advance_uncomputed's rows under SkippedRows::kRandom (made on first use)
   // The fused batch-1 decode: the kernel's per-layer table on the device (empty: off), its shape and workspace.
   CudaTensor fused_layers_, fused_ws_;
   FusedDecodeShape fused_shape_;
@@ -684,6 +685,48 @@ void CudaEngine::scatter_back(const StepStates& st, const StepView& s) {
   for (size_t i = 0; i < st.pools.size(); ++i)
     state_rows_copy_cuda(st.pools[i]->data<float>(), s.slot_ids, st.gathered[i].data<float>(), nullptr,
                          s.batch.n_seqs, st.pools[i]->numel() / plan_.max_sequences, ctx_.stream());
+}
+
+// The skipped positions' slots, and under kRandom their K/V rows in every attention layer written from
+// skipped_row_values (uploaded once per engine), kSkippedRowsBlock positions per write.
+void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
+  const std::vector<int64_t> cache_slots = slots_.advance(slot, n);
+  if (rows != SkippedRows::kRandom) return;
+  const ModelConfig& c = model_.config();
+  const int64_t row = c.num_key_value_heads * c.head_dim;
+  ctx_.make_current();
+  if (skipped_k_.raw() == nullptr) {
+    for (const auto& [t, stream] : {std::pair{&skipped_k_, 0}, std::pair{&skipped_v_, 1}}) {
+      const std::vector<float> host = skipped_row_values(row, static_cast<uint64_t>(stream));
+      *t = zeros(ctx_, {kSkippedRowsBlock, row});
+      HLM_CUDA_CHECK(cudaMemcpyAsync(t->raw(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                     ctx_.stream()));
+      ctx_.synchronize();  // the pageable source is freed at the end of this iteration
+    }
+  }
+  CudaTensor slots_device = zeros(ctx_, {std::min(n, kSkippedRowsBlock)}, DType::I64);
+  AttentionCacheCudaParams p;
+  p.kv_heads = c.num_key_value_heads;
+  p.head_dim = c.head_dim;
+  p.num_blocks = plan_.num_blocks;
+  p.block_size = plan_.block_size;
+  for (int64_t at = 0; at < n; at += kSkippedRowsBlock) {
+    const int64_t count = std::min(kSkippedRowsBlock, n - at);
+    HLM_CUDA_CHECK(cudaMemcpyAsync(slots_device.raw(), cache_slots.data() + at, count * sizeof(int64_t),
+                                   cudaMemcpyHostToDevice, ctx_.stream()));
+    for (Layer& l : layers_) {
+      if (!l.attention) continue;
+      if (l.k_cache.dtype() == DType::BF16)
+        attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
+                                   skipped_k_.data<float>(), skipped_v_.data<float>(), slots_device.data<int64_t>(),
+                                   count, p, nullptr, ctx_.stream());
+      else
+        attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), skipped_k_.data<float>(),
+                                   skipped_v_.data<float>(), slots_device.data<int64_t>(), count, p, nullptr,
+                                   ctx_.stream());
+    }
+  }
+  ctx_.synchronize();  // the slots' host vector (pageable, staged) and the device slots live until here
 }
 
 Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {

@@ -278,7 +278,8 @@ class CudaEngine final : public InferenceEngine {
   size_t host_logits_bytes_ = 0;
   Tensor download_logits(const CudaTensor& device);
   std::vector<Layer> layers_;
-  CudaTensor skipped_k_, skipped_v_;  // advance_uncomputed's rows under SkippedRows::kRandom (made on first use)
+  // advance_uncomputed's rows under SkippedRows::kRandom (made on first use), fp32 and their bf16 rounding.
+  CudaTensor skipped_k_, skipped_v_, skipped_k16_, skipped_v16_;
   // The fused batch-1 decode: the kernel's per-layer table on the device (empty: off), its shape and workspace.
   CudaTensor fused_layers_, fused_ws_;
   FusedDecodeShape fused_shape_;
@@ -688,12 +689,13 @@ void CudaEngine::scatter_back(const StepStates& st, const StepView& s) {
 }
 
 // The skipped positions' slots, and under kRandom their K/V rows in every attention layer written from
-// skipped_row_values (uploaded once per engine), kSkippedRowsBlock positions per write.
+// skipped_row_values (uploaded once per engine, with a bf16 copy for a bf16 cache), kSkippedRowsBlock positions per
+// write: whole-row copies (attention_cache_fill_rows_cuda) where a row is a multiple of 16 bytes, else the cache write.
 void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
   const std::vector<int64_t> cache_slots = slots_.advance(slot, n);
   if (rows != SkippedRows::kRandom) return;
   const ModelConfig& c = model_.config();
-  const int64_t row = c.num_key_value_heads * c.head_dim;
+  const int64_t row = c.num_key_value_heads * c.head_dim, pool_rows = plan_.num_blocks * plan_.block_size;
   ctx_.make_current();
   if (skipped_k_.raw() == nullptr) {
     for (const auto& [t, stream] : {std::pair{&skipped_k_, 0}, std::pair{&skipped_v_, 1}}) {
@@ -703,6 +705,8 @@ void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
                                      ctx_.stream()));
       ctx_.synchronize();  // the pageable source is freed at the end of this iteration
     }
+    skipped_k16_ = cuda_round_bf16(ctx_, skipped_k_);
+    skipped_v16_ = cuda_round_bf16(ctx_, skipped_v_);
   }
   CudaTensor slots_device = zeros(ctx_, {std::min(n, kSkippedRowsBlock)}, DType::I64);
   AttentionCacheCudaParams p;
@@ -714,19 +718,29 @@ void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
     const int64_t count = std::min(kSkippedRowsBlock, n - at);
     HLM_CUDA_CHECK(cudaMemcpyAsync(slots_device.raw(), cache_slots.data() + at, count * sizeof(int64_t),
                                    cudaMemcpyHostToDevice, ctx_.stream()));
+    const int64_t* ids = slots_device.data<int64_t>();
     for (Layer& l : layers_) {
       if (!l.attention) continue;
-      if (l.k_cache.dtype() == DType::BF16)
-        attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
-                                   skipped_k_.data<float>(), skipped_v_.data<float>(), slots_device.data<int64_t>(),
-                                   count, p, nullptr, ctx_.stream());
-      else
-        attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), skipped_k_.data<float>(),
-                                   skipped_v_.data<float>(), slots_device.data<int64_t>(), count, p, nullptr,
-                                   ctx_.stream());
+      const bool bf16 = l.k_cache.dtype() == DType::BF16;
+      if (row * (bf16 ? 2 : 4) % 16 != 0) {  // rows too narrow for 16-byte copies (small test models)
+        if (bf16)
+          attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
+                                     skipped_k_.data<float>(), skipped_v_.data<float>(), ids, count, p, nullptr,
+                                     ctx_.stream());
+        else
+          attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), skipped_k_.data<float>(),
+                                     skipped_v_.data<float>(), ids, count, p, nullptr, ctx_.stream());
+      } else if (bf16) {
+        attention_cache_fill_rows_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
+                                       skipped_k16_.data<__nv_bfloat16>(), skipped_v16_.data<__nv_bfloat16>(), ids,
+                                       count, row, pool_rows, ctx_.stream());
+      } else {
+        attention_cache_fill_rows_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), skipped_k_.data<float>(),
+                                       skipped_v_.data<float>(), ids, count, row, pool_rows, ctx_.stream());
+      }
     }
-  }
-  ctx_.synchronize();  // the slots' host vector (pageable, staged) and the device slots live until here
+  }  // (the next piece's slot upload is ordered after this piece's copies on the stream)
+  ctx_.synchronize();  // done before the caller's next step: a timed chunk must not include the fill
 }
 
 Tensor CudaEngine::step(std::span<const int> slots, const TokenBatch& tokens) {

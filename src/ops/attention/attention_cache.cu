@@ -680,6 +680,42 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
 
 }  // namespace
 
+namespace {
+
+__global__ void fill_rows_kernel(uint4* k_cache, uint4* v_cache, const uint4* k_rows, const uint4* v_rows,
+                                 const int64_t* slots, int64_t row_vecs, int64_t pool_rows) {
+  const int64_t t = blockIdx.x, s = slots[t];
+  if (s < 0 || s >= pool_rows) return;
+  for (int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) {
+    k_cache[s * row_vecs + i] = k_rows[t * row_vecs + i];
+    v_cache[s * row_vecs + i] = v_rows[t * row_vecs + i];
+  }
+}
+
+void fill_rows(void* k_cache, void* v_cache, const void* k_rows, const void* v_rows, const int64_t* slots,
+               int64_t count, int64_t row_bytes, int64_t pool_rows, cudaStream_t stream) {
+  HLM_CHECK(row_bytes > 0 && row_bytes % 16 == 0, "attention_cache_fill_rows_cuda: a row of ", row_bytes, " bytes");
+  HLM_CHECK(count >= 0 && count <= 0x7FFFFFFF, "attention_cache_fill_rows_cuda: ", count, " rows");
+  if (count == 0) return;
+  fill_rows_kernel<<<static_cast<unsigned>(count), 128, 0, stream>>>(
+      static_cast<uint4*>(k_cache), static_cast<uint4*>(v_cache), static_cast<const uint4*>(k_rows),
+      static_cast<const uint4*>(v_rows), slots, row_bytes / 16, pool_rows);
+  HLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_cache_fill_rows_cuda(float* k_cache, float* v_cache, const float* k_rows, const float* v_rows,
+                                    const int64_t* slots, int64_t count, int64_t row_elements, int64_t pool_rows,
+                                    cudaStream_t stream) {
+  fill_rows(k_cache, v_cache, k_rows, v_rows, slots, count, row_elements * 4, pool_rows, stream);
+}
+void attention_cache_fill_rows_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const __nv_bfloat16* k_rows,
+                                    const __nv_bfloat16* v_rows, const int64_t* slots, int64_t count,
+                                    int64_t row_elements, int64_t pool_rows, cudaStream_t stream) {
+  fill_rows(k_cache, v_cache, k_rows, v_rows, slots, count, row_elements * 2, pool_rows, stream);
+}
+
 void attention_cache_write_cuda(float* k_cache, float* v_cache, const float* k, const float* v,
                                 const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
                                 int* error_flag, cudaStream_t stream) {

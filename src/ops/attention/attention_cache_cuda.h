@@ -75,6 +75,18 @@ void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, 
                                 const int64_t* slot_mapping, int64_t tokens, const AttentionCacheCudaParams& p,
                                 int* error_flag, cudaStream_t stream);
 
+// k_cache/v_cache [pool_rows, row_elements] rows slots[t] ← k_rows/v_rows [t] for t < count, rows already in the
+// cache's type (measurements: InferenceEngine::advance_uncomputed with SkippedRows::kRandom). One block per row,
+// 16-byte copies: a row's bytes must be a multiple of 16 (internal error otherwise); slots outside [0, pool_rows) are
+// skipped. A copy at the memory's speed where attention_cache_write_cuda's per-element kernel would take minutes for
+// the millions of rows of a long prefill's skipped positions.
+void attention_cache_fill_rows_cuda(float* k_cache, float* v_cache, const float* k_rows, const float* v_rows,
+                                    const int64_t* slots, int64_t count, int64_t row_elements, int64_t pool_rows,
+                                    cudaStream_t stream);
+void attention_cache_fill_rows_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const __nv_bfloat16* k_rows,
+                                    const __nv_bfloat16* v_rows, const int64_t* slots, int64_t count,
+                                    int64_t row_elements, int64_t pool_rows, cudaStream_t stream);
+
 // How the decode path merges its key splits (all three give the same bits: one merge order and arithmetic):
 //   kernel (the default): the splits write partial results to the workspace and a second kernel merges them (each
 //     block stages the splits' maxima and sums in shared memory and issues its partial-O loads together);

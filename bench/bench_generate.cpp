@@ -536,7 +536,9 @@ SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o
   int64_t at = 0;  // positions the sequence holds
   for (const int64_t c : r.index) {
     const int64_t begin = c * o.prefill_chunk, end = std::min(L, begin + o.prefill_chunk);
-    if (begin > at) engine->advance_uncomputed(slots[0], begin - at, SkippedRows::kRandom);
+    // Values matter for time only: the memory run (no samples) leaves the rows as they are.
+    if (begin > at)
+      engine->advance_uncomputed(slots[0], begin - at, samples > 0 ? SkippedRows::kRandom : SkippedRows::kAsTheyAre);
     TokenBatch batch;
     batch.add_sequence(std::vector<int32_t>(ids.begin(), ids.begin() + (end - begin)));
     const auto t0 = std::chrono::steady_clock::now();

@@ -530,6 +530,7 @@ TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
 // byte for byte, fp32 and bf16, every other row of the pool untouched; slots outside the pool are skipped; a row that
 // is not a multiple of 16 bytes is refused.
 TEST(AttentionCacheCuda, FillRowsCopiesSourceRowsToTheirSlots) {
+  HLM_REQUIRE_CUDA();
   const int64_t row = 24, pool_rows = 40;  // 96 / 48 bytes per row: 16-byte copies in both types
   const std::vector<int64_t> slots{7, 0, 39, -1, 12, 40, 13};  // -1 and 40: outside, skipped
   const auto count = static_cast<int64_t>(slots.size());

@@ -477,35 +477,6 @@ double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std
   return seconds_since(t0);
 }
 
-// Every measured prefill starts without cached cuDNN attention plans, as a new process would: each chunk's context
-// length is a new shape whose plan is built on first use (attention_cudnn.h), and that build is part of a real
-// prefill's time (session 47: the sampled run made after a whole run at the same L reused its plans and came out
-// 9-15 % under it). fresh_plans = false keeps them (the bench's measure of what the builds cost).
-void drop_attention_plans(bool fresh_plans) {
-  if (fresh_plans) attention_cudnn_reset_plans();
-}
-
-// One sequence of L tokens prefilled alone: seconds and the allocator's peak during it (peaks reset first).
-struct SingleRun {
-  double seconds = 0;
-  size_t peak = 0;
-};
-SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
-  drop_attention_plans(true);
-  ctx.allocator().release_cached();
-  ctx.allocator().reset_peaks();
-  const ModelConfig& config = gpu.config();
-  auto engine = make_cuda_engine(gpu, plan_for(config, o, 1, L), engine_options(o.graph_modes.back()));
-  const std::vector<int> slots{engine->open_sequence(L)};
-  const std::vector<std::vector<int32_t>> prompts{random_ids(L, config.vocab_size, 1)};
-  SingleRun r;
-  r.seconds = prefill(*engine, slots, prompts, L, o.prefill_chunk);
-  r.peak = ctx.allocator().stats().peak_bytes_in_use;
-  engine.reset();
-  ctx.allocator().release_cached();
-  return r;
-}
-
 // Chunks of one sequence's L-token prefill run at the indices prefill_sample_chunks(chunks, samples) chooses: the
 // sequence opened on the plan for L and advanced past the chunks not sampled without computing them
 // (InferenceEngine::advance_uncomputed: their KV blocks taken, their K/V rows written with values of a real cache's
@@ -513,7 +484,11 @@ SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_
 // session 47, likely the tensor cores' data-dependent power), each sampled chunk timed at its real position and
 // context length. The peak is the whole prefill's: the same pools, and the last chunk (always sampled)
 // has the largest transients of any chunk (its attention over the whole context, the cuDNN engine's gathered K/V of
-// the whole context). samples = 0: the last chunk alone (a memory measurement; no prefill estimate).
+// the whole context). samples = 0: the last chunk alone (a memory measurement; no prefill estimate); samples ≥ chunks:
+// every chunk, i.e. the whole prefill (nothing skipped, the sum exact).
+// Every run starts without cached cuDNN attention plans, as a new process would: each chunk's context length is a new
+// shape whose plan is built on first use (attention_cudnn.h), part of a real prefill's time (~1 %, session 47).
+// fresh_plans = false keeps them (the bench's measure of what the builds cost).
 struct SampledRun {
   std::vector<int64_t> index;    // sampled chunk indices, ascending
   std::vector<double> seconds;   // each one's time
@@ -523,7 +498,7 @@ struct SampledRun {
 };
 SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples,
                               bool fresh_plans = true) {
-  drop_attention_plans(fresh_plans);
+  if (fresh_plans) attention_cudnn_reset_plans();
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
@@ -551,6 +526,22 @@ SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o
   engine.reset();
   ctx.allocator().release_cached();
   return r;
+}
+
+// One sequence of L tokens prefilled whole, or its last chunk alone: seconds (the prefill's, or that chunk's) and the
+// allocator's peak during it (peaks reset first).
+struct SingleRun {
+  double seconds = 0;
+  size_t peak = 0;
+};
+SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
+  const SampledRun r =
+      sampled_chunks_one(gpu, ctx, o, L, static_cast<int>((L + o.prefill_chunk - 1) / o.prefill_chunk));
+  return {r.prefill_seconds, r.peak};
+}
+SingleRun last_chunk_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
+  const SampledRun r = sampled_chunks_one(gpu, ctx, o, L, 0);
+  return {r.last_chunk_seconds(), r.peak};
 }
 
 json sampled_json(const SampledRun& r, double outside) {
@@ -674,10 +665,7 @@ void search_contexts(const Options& o) {
       const bool whole = t_pred <= o.search_time_limit;
       for (int attempt = 0; attempt < 4 && L > 0; ++attempt) {
         try {
-          const SingleRun r = whole ? prefill_one(*gpu, ctx, o, L) : [&] {
-            const SampledRun last = sampled_chunks_one(*gpu, ctx, o, L, 0);
-            return SingleRun{last.last_chunk_seconds(), last.peak};
-          }();
+          const SingleRun r = whole ? prefill_one(*gpu, ctx, o, L) : last_chunk_one(*gpu, ctx, o, L);
           const double use = double(r.peak) + outside;
           runs.push_back({{"context", L},
                           {whole ? "seconds" : "last_chunk_seconds", r.seconds},

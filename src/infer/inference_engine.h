@@ -53,10 +53,10 @@ class InferenceEngine {
   // returns the logits [N, V] (host f32) of each sequence's last new token. Positions continue each sequence.
   virtual Tensor step(std::span<const int> slots, const TokenBatch& tokens) = 0;
   // For measurements only (bench_generate --search-context): advances the running sequence in `slot` by n positions
-  // without computing them — its KV blocks for those positions are taken, its recurrent state is left as it is. A later step then runs at the positions and
-  // context lengths it would have after n real tokens, with the same buffers and the same memory, so the last chunk
-  // of a long prefill can be measured without prefilling the chunks before it; later logits are those of a context
-  // whose skipped rows hold what `rows` says (skipped_rows.h: as they were, or values of a real cache's order for
+  // without computing them — its KV blocks for those positions are taken, its recurrent state is left as it is. A
+  // later step then runs at the positions and context lengths it would have after n real tokens, with the same
+  // buffers and the same memory, so the last chunk of a long prefill can be measured without prefilling the chunks
+  // before it; later logits are those of a context whose skipped rows hold what `rows` says (skipped_rows.h: as they were, or values of a real cache's order for
   // timing). Input error when n < 1 or past the sequence's reservation.
   virtual void advance_uncomputed(int slot, int64_t n, SkippedRows rows) = 0;
 

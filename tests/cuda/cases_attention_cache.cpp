@@ -48,7 +48,6 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_error.h"
-#include "core/error.h"
 #include "harness.h"
 #include "ops/attention/attention_cache.h"
 #include "ops/attention/attention_cache_cuda.h"
@@ -527,47 +526,50 @@ TEST(AttentionCacheCuda, BadMetadataRaisesTheFlag) {
 }
 
 // attention_cache_fill_rows_cuda (advance_uncomputed's SkippedRows::kRandom): rows t of the source land at slots[t]
-// byte for byte, fp32 and bf16, every other row of the pool untouched; slots outside the pool are skipped; a row that
-// is not a multiple of 16 bytes is refused.
+// byte for byte, fp32 and bf16, every other row of the pool untouched; slots outside the pool are skipped. Row widths
+// that take each copy word: 24 values (16-byte words in both types), 6 (4-byte words), 5 (4-byte in fp32, 2-byte in
+// bf16).
 TEST(AttentionCacheCuda, FillRowsCopiesSourceRowsToTheirSlots) {
   HLM_REQUIRE_CUDA();
-  const int64_t row = 24, pool_rows = 40;  // 96 / 48 bytes per row: 16-byte copies in both types
+  const int64_t pool_rows = 40;
   const std::vector<int64_t> slots{7, 0, 39, -1, 12, 40, 13};  // -1 and 40: outside, skipped
   const auto count = static_cast<int64_t>(slots.size());
-  const std::vector<float> k_rows = make_values(static_cast<size_t>(count * row), Fill::Normal, 71);
-  const std::vector<float> v_rows = make_values(static_cast<size_t>(count * row), Fill::Normal, 72);
-  std::vector<float> kc = make_values(static_cast<size_t>(pool_rows * row), Fill::Normal, 73);
-  std::vector<float> vc = make_values(static_cast<size_t>(pool_rows * row), Fill::Normal, 74);
-  std::vector<float> k_expect = kc, v_expect = vc;
-  for (int64_t t = 0; t < count; ++t) {
-    if (slots[static_cast<size_t>(t)] < 0 || slots[static_cast<size_t>(t)] >= pool_rows) continue;
-    std::copy_n(k_rows.begin() + t * row, row, k_expect.begin() + slots[static_cast<size_t>(t)] * row);
-    std::copy_n(v_rows.begin() + t * row, row, v_expect.begin() + slots[static_cast<size_t>(t)] * row);
-  }
   DeviceBuffer slots_d = DeviceBuffer::from(slots, "slots");
-  {
-    DeviceBuffer kc_d = DeviceBuffer::from(kc, "k_cache"), vc_d = DeviceBuffer::from(vc, "v_cache");
-    DeviceBuffer kr_d = DeviceBuffer::from(k_rows, "k_rows"), vr_d = DeviceBuffer::from(v_rows, "v_rows");
-    attention_cache_fill_rows_cuda(kc_d.as<float>(), vc_d.as<float>(), kr_d.as<float>(), vr_d.as<float>(),
-                                   slots_d.as<int64_t>(), count, row, pool_rows, ctx().stream());
-    ctx().synchronize();
-    EXPECT_TRUE(check_exact("fill k fp32", kc_d.download<float>(), k_expect));
-    EXPECT_TRUE(check_exact("fill v fp32", vc_d.download<float>(), v_expect));
-    EXPECT_TRUE(buffers_ok({&kc_d, &vc_d}, {&kr_d, &vr_d, &slots_d}));
-  }
-  {
-    DeviceBuffer kc_d = DeviceBuffer::from(to_bf16(kc), "k_cache bf16"), vc_d = DeviceBuffer::from(to_bf16(vc), "v bf16");
-    DeviceBuffer kr_d = DeviceBuffer::from(to_bf16(k_rows), "k_rows bf16");
-    DeviceBuffer vr_d = DeviceBuffer::from(to_bf16(v_rows), "v_rows bf16");
-    attention_cache_fill_rows_cuda(kc_d.as<__nv_bfloat16>(), vc_d.as<__nv_bfloat16>(), kr_d.as<__nv_bfloat16>(),
-                                   vr_d.as<__nv_bfloat16>(), slots_d.as<int64_t>(), count, row, pool_rows,
-                                   ctx().stream());
-    ctx().synchronize();
-    EXPECT_EQ(kc_d.download<uint16_t>(), to_bf16(k_expect));
-    EXPECT_EQ(vc_d.download<uint16_t>(), to_bf16(v_expect));
-    EXPECT_THROW(attention_cache_fill_rows_cuda(kc_d.as<__nv_bfloat16>(), vc_d.as<__nv_bfloat16>(),
-                                                kr_d.as<__nv_bfloat16>(), vr_d.as<__nv_bfloat16>(),
-                                                slots_d.as<int64_t>(), count, 20, pool_rows, ctx().stream()),
-                 Error);  // 40-byte rows
+  for (const int64_t row : {int64_t{24}, int64_t{6}, int64_t{5}}) {
+    SCOPED_TRACE("row of " + std::to_string(row));
+    const std::vector<float> k_rows = make_values(static_cast<size_t>(count * row), Fill::Normal, 71);
+    const std::vector<float> v_rows = make_values(static_cast<size_t>(count * row), Fill::Normal, 72);
+    const std::vector<float> kc = make_values(static_cast<size_t>(pool_rows * row), Fill::Normal, 73);
+    const std::vector<float> vc = make_values(static_cast<size_t>(pool_rows * row), Fill::Normal, 74);
+    std::vector<float> k_expect = kc, v_expect = vc;
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t s = slots[static_cast<size_t>(t)];
+      if (s < 0 || s >= pool_rows) continue;
+      std::copy_n(k_rows.begin() + t * row, row, k_expect.begin() + s * row);
+      std::copy_n(v_rows.begin() + t * row, row, v_expect.begin() + s * row);
+    }
+    {
+      DeviceBuffer kc_d = DeviceBuffer::from(kc, "k_cache"), vc_d = DeviceBuffer::from(vc, "v_cache");
+      DeviceBuffer kr_d = DeviceBuffer::from(k_rows, "k_rows"), vr_d = DeviceBuffer::from(v_rows, "v_rows");
+      attention_cache_fill_rows_cuda(kc_d.as<float>(), vc_d.as<float>(), kr_d.as<float>(), vr_d.as<float>(),
+                                     slots_d.as<int64_t>(), count, row, pool_rows, ctx().stream());
+      ctx().synchronize();
+      EXPECT_TRUE(check_exact("fill k fp32", kc_d.download<float>(), k_expect));
+      EXPECT_TRUE(check_exact("fill v fp32", vc_d.download<float>(), v_expect));
+      EXPECT_TRUE(buffers_ok({&kc_d, &vc_d}, {&kr_d, &vr_d, &slots_d}));
+    }
+    {
+      DeviceBuffer kc_d = DeviceBuffer::from(to_bf16(kc), "k_cache bf16");
+      DeviceBuffer vc_d = DeviceBuffer::from(to_bf16(vc), "v_cache bf16");
+      DeviceBuffer kr_d = DeviceBuffer::from(to_bf16(k_rows), "k_rows bf16");
+      DeviceBuffer vr_d = DeviceBuffer::from(to_bf16(v_rows), "v_rows bf16");
+      attention_cache_fill_rows_cuda(kc_d.as<__nv_bfloat16>(), vc_d.as<__nv_bfloat16>(), kr_d.as<__nv_bfloat16>(),
+                                     vr_d.as<__nv_bfloat16>(), slots_d.as<int64_t>(), count, row, pool_rows,
+                                     ctx().stream());
+      ctx().synchronize();
+      EXPECT_EQ(kc_d.download<uint16_t>(), to_bf16(k_expect));
+      EXPECT_EQ(vc_d.download<uint16_t>(), to_bf16(v_expect));
+      EXPECT_TRUE(buffers_ok({&kc_d, &vc_d}, {&kr_d, &vr_d, &slots_d}));
+    }
   }
 }

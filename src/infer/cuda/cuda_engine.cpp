@@ -688,9 +688,9 @@ void CudaEngine::scatter_back(const StepStates& st, const StepView& s) {
                          s.batch.n_seqs, st.pools[i]->numel() / plan_.max_sequences, ctx_.stream());
 }
 
-// The skipped positions' slots, and under kRandom their K/V rows in every attention layer written from
+// The skipped positions' slots, and under kRandom their K/V rows in every attention layer copied from
 // skipped_row_values (uploaded once per engine, with a bf16 copy for a bf16 cache), kSkippedRowsBlock positions per
-// write: whole-row copies (attention_cache_fill_rows_cuda) where a row is a multiple of 16 bytes, else the cache write.
+// copy (attention_cache_fill_rows_cuda).
 void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
   const std::vector<int64_t> cache_slots = slots_.advance(slot, n);
   if (rows != SkippedRows::kRandom) return;
@@ -709,11 +709,6 @@ void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
     skipped_v16_ = cuda_round_bf16(ctx_, skipped_v_);
   }
   CudaTensor slots_device = zeros(ctx_, {std::min(n, kSkippedRowsBlock)}, DType::I64);
-  AttentionCacheCudaParams p;
-  p.kv_heads = c.num_key_value_heads;
-  p.head_dim = c.head_dim;
-  p.num_blocks = plan_.num_blocks;
-  p.block_size = plan_.block_size;
   for (int64_t at = 0; at < n; at += kSkippedRowsBlock) {
     const int64_t count = std::min(kSkippedRowsBlock, n - at);
     HLM_CUDA_CHECK(cudaMemcpyAsync(slots_device.raw(), cache_slots.data() + at, count * sizeof(int64_t),
@@ -721,23 +716,13 @@ void CudaEngine::advance_uncomputed(int slot, int64_t n, SkippedRows rows) {
     const int64_t* ids = slots_device.data<int64_t>();
     for (Layer& l : layers_) {
       if (!l.attention) continue;
-      const bool bf16 = l.k_cache.dtype() == DType::BF16;
-      if (row * (bf16 ? 2 : 4) % 16 != 0) {  // rows too narrow for 16-byte copies (small test models)
-        if (bf16)
-          attention_cache_write_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
-                                     skipped_k_.data<float>(), skipped_v_.data<float>(), ids, count, p, nullptr,
-                                     ctx_.stream());
-        else
-          attention_cache_write_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), skipped_k_.data<float>(),
-                                     skipped_v_.data<float>(), ids, count, p, nullptr, ctx_.stream());
-      } else if (bf16) {
+      if (l.k_cache.dtype() == DType::BF16)
         attention_cache_fill_rows_cuda(l.k_cache.data<__nv_bfloat16>(), l.v_cache.data<__nv_bfloat16>(),
                                        skipped_k16_.data<__nv_bfloat16>(), skipped_v16_.data<__nv_bfloat16>(), ids,
                                        count, row, pool_rows, ctx_.stream());
-      } else {
+      else
         attention_cache_fill_rows_cuda(l.k_cache.data<float>(), l.v_cache.data<float>(), skipped_k_.data<float>(),
                                        skipped_v_.data<float>(), ids, count, row, pool_rows, ctx_.stream());
-      }
     }
   }  // (the next piece's slot upload is ordered after this piece's copies on the stream)
   ctx_.synchronize();  // done before the caller's next step: a timed chunk must not include the fill

@@ -682,25 +682,38 @@ void cache_forward(float* out, const float* q, const C* k_cache, const C* v_cach
 
 namespace {
 
-__global__ void fill_rows_kernel(uint4* k_cache, uint4* v_cache, const uint4* k_rows, const uint4* v_rows,
-                                 const int64_t* slots, int64_t row_vecs, int64_t pool_rows) {
+// One block per row, copied in words of W (the widest that divides the row's bytes).
+template <typename W>
+__global__ void fill_rows_kernel(W* k_cache, W* v_cache, const W* k_rows, const W* v_rows, const int64_t* slots,
+                                 int64_t row_words, int64_t pool_rows) {
   const int64_t t = blockIdx.x, s = slots[t];
   if (s < 0 || s >= pool_rows) return;
-  for (int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) {
-    k_cache[s * row_vecs + i] = k_rows[t * row_vecs + i];
-    v_cache[s * row_vecs + i] = v_rows[t * row_vecs + i];
+  for (int64_t i = threadIdx.x; i < row_words; i += blockDim.x) {
+    k_cache[s * row_words + i] = k_rows[t * row_words + i];
+    v_cache[s * row_words + i] = v_rows[t * row_words + i];
   }
+}
+
+template <typename W>
+void fill_rows_as(void* k_cache, void* v_cache, const void* k_rows, const void* v_rows, const int64_t* slots,
+                  int64_t count, int64_t row_bytes, int64_t pool_rows, cudaStream_t stream) {
+  fill_rows_kernel<W><<<static_cast<unsigned>(count), 128, 0, stream>>>(
+      static_cast<W*>(k_cache), static_cast<W*>(v_cache), static_cast<const W*>(k_rows),
+      static_cast<const W*>(v_rows), slots, row_bytes / static_cast<int64_t>(sizeof(W)), pool_rows);
+  HLM_CUDA_CHECK_LAUNCH();
 }
 
 void fill_rows(void* k_cache, void* v_cache, const void* k_rows, const void* v_rows, const int64_t* slots,
                int64_t count, int64_t row_bytes, int64_t pool_rows, cudaStream_t stream) {
-  HLM_CHECK(row_bytes > 0 && row_bytes % 16 == 0, "attention_cache_fill_rows_cuda: a row of ", row_bytes, " bytes");
+  HLM_CHECK(row_bytes > 0 && row_bytes % 2 == 0, "attention_cache_fill_rows_cuda: a row of ", row_bytes, " bytes");
   HLM_CHECK(count >= 0 && count <= 0x7FFFFFFF, "attention_cache_fill_rows_cuda: ", count, " rows");
   if (count == 0) return;
-  fill_rows_kernel<<<static_cast<unsigned>(count), 128, 0, stream>>>(
-      static_cast<uint4*>(k_cache), static_cast<uint4*>(v_cache), static_cast<const uint4*>(k_rows),
-      static_cast<const uint4*>(v_rows), slots, row_bytes / 16, pool_rows);
-  HLM_CUDA_CHECK_LAUNCH();
+  if (row_bytes % 16 == 0)
+    fill_rows_as<uint4>(k_cache, v_cache, k_rows, v_rows, slots, count, row_bytes, pool_rows, stream);
+  else if (row_bytes % 4 == 0)
+    fill_rows_as<uint32_t>(k_cache, v_cache, k_rows, v_rows, slots, count, row_bytes, pool_rows, stream);
+  else
+    fill_rows_as<uint16_t>(k_cache, v_cache, k_rows, v_rows, slots, count, row_bytes, pool_rows, stream);
 }
 
 }  // namespace

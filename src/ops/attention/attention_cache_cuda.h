@@ -77,7 +77,7 @@ void attention_cache_write_cuda(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, 
 
 // k_cache/v_cache [pool_rows, row_elements] rows slots[t] ← k_rows/v_rows [t] for t < count, rows already in the
 // cache's type (measurements: InferenceEngine::advance_uncomputed with SkippedRows::kRandom). One block per row,
-// 16-byte copies: a row's bytes must be a multiple of 16 (internal error otherwise); slots outside [0, pool_rows) are
+// copied in 16-byte words where the row's bytes allow (4- or 2-byte words otherwise); slots outside [0, pool_rows) are
 // skipped. A copy at the memory's speed where attention_cache_write_cuda's per-element kernel would take minutes for
 // the millions of rows of a long prefill's skipped positions.
 void attention_cache_fill_rows_cuda(float* k_cache, float* v_cache, const float* k_rows, const float* v_rows,

@@ -41,9 +41,9 @@
 //   the extrapolation is recorded beside it). Where the whole prefill runs, the same sampled run at the same L is
 //   recorded beside it (sampled_check), so the method's peak and time can be compared with a real run (session 46:
 //   the last chunk's peak equalled two whole runs' to the byte; the two chunk ends alone gave a time 15 % under),
-//   and once more with the cuDNN attention plans of its chunks kept (sampled_check_plans_cached: every measured
-//   prefill otherwise starts without cached plans, as a new process does, so each chunk's new context length pays
-//   its plan build as in a real prefill).
+//   with the whole run's own chunk times (runs[].chunk_seconds), so each sampled chunk can be set beside the same
+//   chunk of the real prefill. Every measured prefill starts without cached cuDNN attention plans, as a new process
+//   does (session 47 measured the plan builds at ~1 % of a prefill).
 // Built-in shapes (--models, comma-separated):
 //   olmo3_7b:        32 layers, hidden 4096, 32 q / 32 kv heads of 128, MLP 11008, vocab 100278, untied head, all
 //                    full attention; run as model type qwen3 (olmo_hybrid requires both layer kinds): pre-norm blocks
@@ -488,7 +488,6 @@ double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std
 // every chunk, i.e. the whole prefill (nothing skipped, the sum exact).
 // Every run starts without cached cuDNN attention plans, as a new process would: each chunk's context length is a new
 // shape whose plan is built on first use (attention_cudnn.h), part of a real prefill's time (~1 %, session 47).
-// fresh_plans = false keeps them (the bench's measure of what the builds cost).
 struct SampledRun {
   std::vector<int64_t> index;    // sampled chunk indices, ascending
   std::vector<double> seconds;   // each one's time
@@ -496,9 +495,8 @@ struct SampledRun {
   size_t peak = 0;
   double last_chunk_seconds() const { return seconds.back(); }
 };
-SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples,
-                              bool fresh_plans = true) {
-  if (fresh_plans) attention_cudnn_reset_plans();
+SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples) {
+  attention_cudnn_reset_plans();
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();
@@ -528,20 +526,20 @@ SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o
   return r;
 }
 
-// One sequence of L tokens prefilled whole, or its last chunk alone: seconds (the prefill's, or that chunk's) and the
-// allocator's peak during it (peaks reset first).
+// One sequence of L tokens prefilled whole (every chunk sampled: seconds is the prefill's, chunk_seconds each chunk's),
+// or its last chunk alone (seconds is that chunk's), and the allocator's peak during it (peaks reset first).
 struct SingleRun {
   double seconds = 0;
   size_t peak = 0;
+  std::vector<double> chunk_seconds;
 };
 SingleRun prefill_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
-  const SampledRun r =
-      sampled_chunks_one(gpu, ctx, o, L, static_cast<int>((L + o.prefill_chunk - 1) / o.prefill_chunk));
-  return {r.prefill_seconds, r.peak};
+  SampledRun r = sampled_chunks_one(gpu, ctx, o, L, static_cast<int>((L + o.prefill_chunk - 1) / o.prefill_chunk));
+  return {r.prefill_seconds, r.peak, std::move(r.seconds)};
 }
 SingleRun last_chunk_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L) {
   const SampledRun r = sampled_chunks_one(gpu, ctx, o, L, 0);
-  return {r.last_chunk_seconds(), r.peak};
+  return {r.last_chunk_seconds(), r.peak, {}};
 }
 
 json sampled_json(const SampledRun& r, double outside) {
@@ -670,6 +668,7 @@ void search_contexts(const Options& o) {
           runs.push_back({{"context", L},
                           {whole ? "seconds" : "last_chunk_seconds", r.seconds},
                           {"measured_peak_bytes", use}});
+          if (whole) runs.back()["chunk_seconds"] = r.chunk_seconds;
           std::printf("   cap %s: L=%lld %s %.2f s, peak %.2f GiB\n", cap_text.c_str(), static_cast<long long>(L),
                       whole ? "prefill" : "last chunk", r.seconds, gib(use));
           std::fflush(stdout);
@@ -693,11 +692,15 @@ void search_contexts(const Options& o) {
               how = "run";
               row["prefill_seconds"] = r.seconds;
               row["sampled_check"] = sampled_json(sampled, outside);
-              // The same chunks again with their plans kept: what the plan builds add to the prefill.
-              const SampledRun cached = sampled_chunks_one(*gpu, ctx, o, L, o.search_chunk_samples, false);
-              row["sampled_check_plans_cached"] = sampled_json(cached, outside);
-              std::printf("   the same chunks with their attention plans cached: prefill from them %.1f s\n",
-                          cached.prefill_seconds);
+              // Each sampled chunk beside the same chunk of the whole run: where the two times part.
+              double sampled_sum = 0, whole_sum = 0;
+              for (size_t i = 0; i < sampled.index.size(); ++i) {
+                sampled_sum += sampled.seconds[i];
+                whole_sum += r.chunk_seconds.at(static_cast<size_t>(sampled.index[i]));
+              }
+              row["sampled_check"]["same_chunks_in_the_whole_run_seconds"] = whole_sum;
+              std::printf("   the sampled chunks took %.2f s; the same chunks of the whole run %.2f s (%+.1f %%)\n",
+                          sampled_sum, whole_sum, 100.0 * (sampled_sum / whole_sum - 1.0));
             } else {
               how = "memory measured on the last chunk, time from sampled chunks (the rest advanced uncomputed)";
               row["last_chunk_seconds"] = r.seconds;

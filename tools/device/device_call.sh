@@ -157,10 +157,16 @@ if has prefill; then
   el "prefill within the device, $(left) s left"
   # cuDNN comes from the PyTorch environment (ops/attention/attention_cudnn.h): its folder on the library path.
   cudnn_dir=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))')
+  # The GPU's SM clock, power and temperature every 500 ms beside the log's time-stamped lines (session 48: do the
+  # sampled chunks run at another clock than a whole prefill's?).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 500 > "$OUT/prefill_smi.csv" 2>&1 & smi=$!
   LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir" HLM_ATTENTION_ENGINE=cudnn timeout $(( $(left) - 5 )) /tmp/hlm/bin/bench_generate --search-context \
     --models "${PREFILL_MODELS:-qwen3_4b}" --memory-caps "${PREFILL_CAPS:-device}" --prefill-chunk 8192 --search-probe 131072 \
-    --search-time-limit ${PREFILL_LIMIT:-$(( $(left) - 60 ))} --search-chunk-samples ${PREFILL_SAMPLES:-16} --out "$OUT/prefill" > "$OUT/prefill.log" 2>&1
-  el "bench_generate --search-context rc=$?"; grep -E "^\||sampled chunks" "$OUT/prefill.log" | head -12
+    --search-time-limit ${PREFILL_LIMIT:-$(( $(left) - 60 ))} --search-chunk-samples ${PREFILL_SAMPLES:-16} --out "$OUT/prefill" 2>&1 \
+    | while IFS= read -r line; do printf '%(%H:%M:%S)T %s\n' -1 "$line"; done > "$OUT/prefill.log"
+  el "bench_generate --search-context rc=${PIPESTATUS[0]}"; kill $smi 2>/dev/null
+  grep -E " \||sampled chunks" "$OUT/prefill.log" | head -12
 fi
 if has recipe; then
   el "recipe: micro $MICRO, $(left) s left"

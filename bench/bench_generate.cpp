@@ -801,6 +801,7 @@ std::string serving_svg(const json& results, const std::vector<std::string>& mod
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line into a pipe too: the device script time-stamps each line
   const Options o = parse(argc, argv);
   std::filesystem::create_directories(o.out);
   if (o.search_context) {

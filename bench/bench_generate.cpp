@@ -486,8 +486,10 @@ double prefill(InferenceEngine& engine, const std::vector<int>& slots, const std
 // has the largest transients of any chunk (its attention over the whole context, the cuDNN engine's gathered K/V of
 // the whole context). samples = 0: the last chunk alone (a memory measurement; no prefill estimate); samples ≥ chunks:
 // every chunk, i.e. the whole prefill (nothing skipped, the sum exact).
-// Every run starts without cached cuDNN attention plans, as a new process would: each chunk's context length is a new
-// shape whose plan is built on first use (attention_cudnn.h), part of a real prefill's time (~1 %, session 47).
+// Every run starts without cached cuDNN attention plans and without the model's rope table, as a new process would:
+// each chunk's context length is a new shape whose plan is built on first use (attention_cudnn.h; ~1 % of a prefill,
+// session 47), and the first chunk builds the table for the whole reservation (host cos/sin + upload; in session 48
+// the whole runs' first chunk took 1.85 s against 0.30 s for the sampled runs after them, which reused the table).
 struct SampledRun {
   std::vector<int64_t> index;    // sampled chunk indices, ascending
   std::vector<double> seconds;   // each one's time
@@ -497,6 +499,7 @@ struct SampledRun {
 };
 SampledRun sampled_chunks_one(CudaModel& gpu, CudaContext& ctx, const Options& o, int64_t L, int samples) {
   attention_cudnn_reset_plans();
+  gpu.release_rope_table();
   ctx.allocator().release_cached();
   ctx.allocator().reset_peaks();
   const ModelConfig& config = gpu.config();

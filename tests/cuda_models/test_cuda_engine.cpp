@@ -168,8 +168,10 @@ TEST(CudaEngine, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
 
 // SkippedRows::kRandom on the GPU: the same rows as the CPU engine's (skipped_row_values; fp32 caches hold them
 // exactly), so the chunk stepped after the advance must match the CPU engine's logits within the engines' bound
-// (kRelTol), on every model (n = 4,101 positions: two write pieces of kSkippedRowsBlock, not whole); and the GPU's
-// logits differ from those over untouched zero rows where the model has an attention layer.
+// (kRelTol), on every model (n = 4,101 positions: two write pieces of kSkippedRowsBlock, not whole); and where the
+// model has an attention layer the GPU's logits must be far nearer the CPU's over the random rows than its own over
+// untouched zero rows (the rows' effect on the logits is model-dependent: 1.3e-3 on granite, whose attention is scaled
+// down, session 48; an engine that wrote no rows gives the zero-row logits exactly).
 TEST(CudaEngine, AdvanceUncomputedWithRandomRowsMatchesTheCpu) {
   HLM_REQUIRE_CUDA_MODEL();
   CudaContext ctx;
@@ -200,7 +202,7 @@ TEST(CudaEngine, AdvanceUncomputedWithRandomRowsMatchesTheCpu) {
     bool has_attention = false;
     for (const LayerKind k : model.config().layer_kinds) has_attention = has_attention || k == LayerKind::FullAttention;
     if (has_attention) {
-      EXPECT_GT(row_error(g.f32(), z.f32(), V), 100 * kRelTol) << "the rows were not written";
+      EXPECT_GT(row_error(g.f32(), z.f32(), V), 100 * std::max(e, 1e-9)) << "the rows were not written";
     }
   }
 }

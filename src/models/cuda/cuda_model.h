@@ -194,6 +194,13 @@ class CudaModel {
   const CudaLightningWeights& lightning_weights(int layer) const;
   // The device cos/sin table covering positions [0, positions) (nullptr when the model has no rope).
   const RopeCudaTable* rope_for_positions(int64_t positions) { return rope_table(positions); }
+  // Frees that table: the next use builds it again (host cos/sin + upload), as a new process would — benchmarks
+  // that time a first prefill call it (bench_generate: ~1.5 s of a 917,504-token prefill, session 48).
+  void release_rope_table() {
+    rope_cos_ = {};
+    rope_sin_ = {};
+    rope_ = {};
+  }
   CudaContext& context() const { return *ctx_; }
 
   // ---- Precision (cuda_model_precision.cpp) ----

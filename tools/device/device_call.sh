@@ -40,7 +40,9 @@
 #           longest prefill within the whole GPU, run whole when its extrapolated time fits the limit, else its memory
 #           measured on the last chunk alone and its time on $PREFILL_SAMPLES (16) sampled chunks (session 47; a whole
 #           run gets the same sampled run beside it) (session 46; PREFILL_LIMIT=0 for that on every model) ([infer] #18 item
-#           5(b); session 14 predicted 917,504 tokens in ~500 s for qwen3_4b on an H200)    (~560 s whole, ~90 s per model last chunk)
+#           5(b); session 14 predicted 917,504 tokens in ~500 s for qwen3_4b on an H200); the bench's lines time-stamped and
+#           nvidia-smi's SM clock, power and temperature every 500 ms in prefill_smi.csv (session 48)
+#                                                                      (~560 s whole, ~90 s per model last chunk)
 #   recipe  bench_distill_step, 4B, lean, --recompute none, micro-batch $MICRO (8 on an H200, 2 on an H100), 96 rows
 #           per step, 2048xfull, defaults × --matmul-autotune $AUTOTUNES × --norm-bf16-dx $NORM_DXS × --mlp-dh $DHS,
 #           1 warm-up + 1 timed step each, HLM_PROFILE_STEP=1                               (~45 s per entry + ~60 s)

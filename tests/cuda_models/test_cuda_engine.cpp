@@ -142,23 +142,17 @@ TEST(CudaEngine, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
       r.kv_blocks = (L + 3) / 4;
       if (bf16) r.kv_element_bytes = 2;
       auto engine = make_cuda_engine(gpu_model, memory_plan_build(model.config(), r));
-      const auto step = [&](int slot, const std::vector<int32_t>& ids) {
-        TokenBatch b;
-        b.add_sequence(ids);
-        const int one[1] = {slot};
-        return engine->step(one, b);
-      };
       int slot = engine->open_sequence(L);
       ASSERT_EQ(slot, 0);
-      step(slot, p);
-      const Tensor expect = step(slot, chunk);
+      step_one(*engine, slot, p);
+      const Tensor expect = step_one(*engine, slot, chunk);
       engine->close_sequence(slot);
       slot = engine->open_sequence(L);
       ASSERT_EQ(slot, 0);
       EXPECT_THROW(engine->advance_uncomputed(slot, L + 1, SkippedRows::kAsTheyAre), Error);
       engine->advance_uncomputed(slot, n, SkippedRows::kAsTheyAre);
       EXPECT_EQ(engine->sequence_length(slot), n);
-      const Tensor got = step(slot, chunk);
+      const Tensor got = step_one(*engine, slot, chunk);
       int64_t differing = 0;
       for (int64_t v = 0; v < V; ++v) differing += got.f32()[v] != expect.f32()[v];
       EXPECT_EQ(differing, 0) << "of " << V << " logits";
@@ -186,10 +180,7 @@ TEST(CudaEngine, AdvanceUncomputedWithRandomRowsMatchesTheCpu) {
     const auto run = [&](InferenceEngine& e, SkippedRows rows) {
       const int slot = e.open_sequence(L);
       e.advance_uncomputed(slot, n, rows);
-      TokenBatch b;
-      b.add_sequence(chunk);
-      const int one[1] = {slot};
-      return e.step(one, b);
+      return step_one(e, slot, chunk);
     };
     auto cpu = make_cpu_engine(model, plan);
     auto gpu = make_cuda_engine(gpu_model, plan);
@@ -199,9 +190,7 @@ TEST(CudaEngine, AdvanceUncomputedWithRandomRowsMatchesTheCpu) {
     const double e = row_error(g.f32(), c.f32(), V);
     std::printf("[engine] %s after 4,101 random skipped rows: row error against the CPU %.3g\n", m.name.c_str(), e);
     EXPECT_LE(e, kRelTol);
-    bool has_attention = false;
-    for (const LayerKind k : model.config().layer_kinds) has_attention = has_attention || k == LayerKind::FullAttention;
-    if (has_attention) {
+    if (has_attention_layer(model.config())) {
       EXPECT_GT(row_error(g.f32(), z.f32(), V), 100 * std::max(e, 1e-9)) << "the rows were not written";
     }
   }

@@ -1,13 +1,15 @@
 // Models for the inference tests: the committed HF goldens of the four architectures' families and of Granite-4.0-H
 // (real HF configs and weights) plus a randomly created qwen3_hybrid student with GQA and unequal GDN dims (Hk 2 ≠
 // Hv 4, dk 8 ≠ dv 12) and a granite-style multiplier set, so shared code sees every per-architecture fact the forward
-// uses.
+// uses. Also the engine tests' shared steps (CPU and CUDA engines alike).
 #pragma once
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "infer/inference_engine.h"
 #include "models/model.h"
 
 namespace hlm::test {
@@ -101,6 +103,19 @@ inline std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t stream
     ids[i] =
         std::min<int32_t>(static_cast<int32_t>(rng_uniform(99, stream, i) * vocab), static_cast<int32_t>(vocab - 1));
   return ids;
+}
+
+// One engine step of one sequence: ids appended to slot's sequence; the logits of its last position [1, vocab].
+inline Tensor step_one(InferenceEngine& engine, int slot, const std::vector<int32_t>& ids) {
+  TokenBatch b;
+  b.add_sequence(ids);
+  const int one[1] = {slot};
+  return engine.step(one, b);
+}
+
+// Whether any layer is softmax attention (full or windowed): the layers with a KV cache.
+inline bool has_attention_layer(const ModelConfig& c) {
+  return std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::FullAttention) != c.layer_kinds.end();
 }
 
 }  // namespace hlm::test

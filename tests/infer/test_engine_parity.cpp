@@ -205,19 +205,10 @@ TEST_P(EngineParity, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
   const std::vector<int32_t> p = random_ids(n, V, 30), chunk = random_ids(6, V, 31);
   const int64_t L = n + static_cast<int64_t>(chunk.size());
   auto engine = make_cpu_engine(model, plan_for(model, 1, L));
-  const auto run_chunk = [&](int slot) {
-    TokenBatch b;
-    b.add_sequence(chunk);
-    const int one[1] = {slot};
-    return engine->step(one, b);
-  };
   int slot = engine->open_sequence(L);
   ASSERT_EQ(slot, 0);
-  TokenBatch prefix;
-  prefix.add_sequence(p);
-  const int one[1] = {slot};
-  engine->step(one, prefix);
-  const Tensor expect = run_chunk(slot);
+  step_one(*engine, slot, p);
+  const Tensor expect = step_one(*engine, slot, chunk);
   engine->close_sequence(slot);
 
   slot = engine->open_sequence(L);
@@ -228,7 +219,7 @@ TEST_P(EngineParity, AdvanceUncomputedRunsTheNextChunkAtTheSkippedPositions) {
   engine->advance_uncomputed(slot, n, SkippedRows::kAsTheyAre);
   EXPECT_EQ(engine->sequence_length(slot), n);
   EXPECT_EQ(engine->state_usage().kv_blocks_in_use, (n + 3) / 4);  // blocks of 4 tokens (plan_for)
-  const Tensor got = run_chunk(slot);
+  const Tensor got = step_one(*engine, slot, chunk);
   EXPECT_EQ(engine->sequence_length(slot), L);
   bool all_attention = true;
   for (const LayerKind k : c.layer_kinds) all_attention = all_attention && k == LayerKind::FullAttention;
@@ -258,10 +249,7 @@ TEST_P(EngineParity, AdvanceUncomputedWithRandomRowsWritesThemInEveryAttentionLa
     engine->advance_uncomputed(slot, n, rows);
     EXPECT_EQ(engine->sequence_length(slot), n);
     *blocks = engine->state_usage().kv_blocks_in_use;
-    TokenBatch b;
-    b.add_sequence(chunk);
-    const int one[1] = {slot};
-    return engine->step(one, b);
+    return step_one(*engine, slot, chunk);
   };
   int64_t blocks_zero = 0, blocks_random = 0, blocks_again = 0;
   const Tensor zero = advanced_chunk(SkippedRows::kAsTheyAre, &blocks_zero);
@@ -270,8 +258,6 @@ TEST_P(EngineParity, AdvanceUncomputedWithRandomRowsWritesThemInEveryAttentionLa
   EXPECT_EQ(blocks_zero, (n + 3) / 4);
   EXPECT_EQ(blocks_random, blocks_zero);
   EXPECT_EQ(blocks_again, blocks_zero);
-  bool has_attention = false;
-  for (const LayerKind k : c.layer_kinds) has_attention = has_attention || k == LayerKind::FullAttention;
   int64_t differ_from_zero = 0, differ_again = 0;
   for (int64_t v = 0; v < V; ++v) {
     ASSERT_TRUE(std::isfinite(random.f32()[v])) << v;
@@ -279,7 +265,7 @@ TEST_P(EngineParity, AdvanceUncomputedWithRandomRowsWritesThemInEveryAttentionLa
     differ_again += random.f32()[v] != again.f32()[v];
   }
   EXPECT_EQ(differ_again, 0) << "of " << V << " logits";
-  if (has_attention) {
+  if (has_attention_layer(c)) {
     EXPECT_GT(differ_from_zero, V / 2) << "of " << V << " logits";
   } else {
     EXPECT_EQ(differ_from_zero, 0) << "of " << V << " logits (no attention layer: nothing to write)";

@@ -23,6 +23,7 @@
 #include "models/model.h"
 #include "models/safetensors.h"
 #include "models/tensor_table.h"
+#include "support/moe_fd_check.h"
 #include "support/run_binary.h"
 
 using namespace hlm;
@@ -341,70 +342,18 @@ TEST(Qwen35, GateAndSharedExpertMatter) {
   EXPECT_GT(max_abs_diff(m.forward(batch, {.all_logits = true}), base), 1e-4);
 }
 
+// The shared expert and its sigmoid gate in the layer backward, against central differences (support/moe_fd_check.h).
 TEST(Qwen35, SharedExpertBackwardMatchesFiniteDifferences) {
-  const int64_t T = 5, H = 8, E = 4, F = 6, S = 5;
-  const MoeDims d{E, 2, true};
-  uint64_t stream = 900;
-  const auto randn = [&](Shape s, float std) {
-    Tensor t = Tensor::zeros(s);
-    rng_fill_normal(t.f32(), static_cast<uint64_t>(t.numel()), 0.0f, std, 7, stream++);
-    return t;
-  };
-  MoeWeights w;
-  w.router.weight = randn({E, H}, 1.0f);
-  for (int64_t e = 0; e < E; ++e)
-    w.experts.push_back({{randn({F, H}, 0.5f), {}}, {randn({F, H}, 0.5f), {}}, {randn({H, F}, 0.5f), {}}});
-  w.shared_expert = {{randn({S, H}, 0.5f), {}}, {randn({S, H}, 0.5f), {}}, {randn({H, S}, 0.5f), {}}};
-  w.shared_expert_gate.weight = randn({1, H}, 0.7f);
-  Tensor x = randn({T, H}, 1.0f), d_out = randn({T, H}, 1.0f);
-  Arena arena;
-  const auto routes = [&] {
-    Tensor logits = Tensor::zeros({T, E});
-    linear_forward(logits.f32(), x.f32(), w.router, T);
-    return moe_route(logits.f32(), d, T).expert;
-  };
-  const auto loss = [&] {
-    Tensor out = Tensor::zeros({T, H});
-    moe_layer_forward(out.f32(), x.f32(), w, d, T, arena);
-    double l = 0;
-    for (int64_t j = 0; j < T * H; ++j) l += static_cast<double>(out.f32()[j]) * d_out.f32()[j];
-    return l;
-  };
-  MoeGrads g = moe_grads_like(w);
-  ASSERT_TRUE(g.has_shared_expert());
-  Tensor dx = Tensor::zeros({T, H});
-  moe_layer_backward(dx.f32(), g, d_out.f32(), x.f32(), w, d, T, arena);
-  const std::vector<int32_t> base = routes();
-  int checked = 0, skipped = 0;
-  const auto check = [&](Tensor& param, const Tensor& grad, const std::string& name) {
-    double max_grad = 1.0;
-    for (int64_t j = 0; j < grad.numel(); ++j) max_grad = std::max(max_grad, std::abs(double(grad.f32()[j])));
-    for (int64_t j = 0; j < param.numel(); ++j) {
-      const float saved = param.f32()[j];
-      const float eps = 1e-2f;
-      param.f32()[j] = saved + eps;
-      const double lp = loss();
-      const bool same_p = routes() == base;
-      param.f32()[j] = saved - eps;
-      const double lm = loss();
-      const bool same_m = routes() == base;
-      param.f32()[j] = saved;
-      if (!same_p || !same_m) {
-        ++skipped;
-        continue;
-      }
-      ++checked;
-      // Central differences in fp32 with eps 1e-2: truncation O(eps²) and rounding ~1e-6/eps, both well below this.
-      EXPECT_NEAR(grad.f32()[j], (lp - lm) / (2.0 * eps), 2e-3 * max_grad) << name << "[" << j << "]";
-    }
-  };
-  check(x, dx, "x");
-  check(w.shared_expert_gate.weight, g.shared_expert_gate.weight, "shared_expert_gate");
-  check(w.shared_expert.gate_proj.weight, g.shared_expert.gate_proj.weight, "shared_expert.gate_proj");
-  check(w.shared_expert.up_proj.weight, g.shared_expert.up_proj.weight, "shared_expert.up_proj");
-  check(w.shared_expert.down_proj.weight, g.shared_expert.down_proj.weight, "shared_expert.down_proj");
-  check(w.router.weight, g.router.weight, "router");
-  EXPECT_LT(skipped, checked / 10) << "too many perturbations switched experts";
+  test::MoeFdCheck c(/*tokens=*/5, /*hidden=*/8, /*expert_width=*/6, MoeDims{4, 2, true}, /*stream=*/900,
+                     /*shared_width=*/5);
+  ASSERT_TRUE(c.g.has_shared_expert());
+  c.check(c.x, c.dx, "x");
+  c.check(c.w.shared_expert_gate.weight, c.g.shared_expert_gate.weight, "shared_expert_gate");
+  c.check(c.w.shared_expert.gate_proj.weight, c.g.shared_expert.gate_proj.weight, "shared_expert.gate_proj");
+  c.check(c.w.shared_expert.up_proj.weight, c.g.shared_expert.up_proj.weight, "shared_expert.up_proj");
+  c.check(c.w.shared_expert.down_proj.weight, c.g.shared_expert.down_proj.weight, "shared_expert.down_proj");
+  c.check(c.w.router.weight, c.g.router.weight, "router");
+  EXPECT_LT(c.skipped, c.checked / 10) << "too many perturbations switched experts";
 }
 
 // Chunked prefill then token-by-token decode on the CPU engine gives the full forward's logits (gated attention over

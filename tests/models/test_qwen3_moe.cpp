@@ -17,6 +17,7 @@
 #include "models/model.h"
 #include "models/model_train.h"
 #include "core/rng.h"
+#include "support/moe_fd_check.h"
 #include "support/run_binary.h"
 #include "train/checkpoint_io.h"
 
@@ -236,72 +237,22 @@ TEST(Qwen3Moe, LoadTrainableReachesEveryExpertTensor) {
   for (int64_t j = 0; j < a.numel(); ++j) ASSERT_EQ(a.f32()[j], b.f32()[j]) << j;
 }
 
-// The layer backward against central differences of L = Σ d_out · out (float forward, loss summed in double):
-// step 1e-2 and tolerance 2e-3 · max(1, max |grad|) cover float rounding (~1e-7 relative over the step). Elements
-// whose perturbation changes some token's expert choice are skipped (the loss is not differentiable across a
-// switch); the test asserts that few are.
+// The layer backward against central differences (support/moe_fd_check.h: fp32 layer, double loss, elements whose
+// perturbation switches an expert skipped), with and without renormalised top-k weights; the test asserts that few
+// elements are skipped.
 TEST(Qwen3Moe, LayerBackwardMatchesFiniteDifferences) {
   for (const bool norm_topk : {false, true}) {
-    const int64_t T = 5, H = 8, E = 4, F = 6;
-    const MoeDims d{E, 2, norm_topk};
-    uint64_t stream = norm_topk ? 100 : 200;
-    const auto randn = [&](Shape s, float std) {
-      Tensor t = Tensor::zeros(s);
-      rng_fill_normal(t.f32(), static_cast<uint64_t>(t.numel()), 0.0f, std, 7, stream++);
-      return t;
-    };
-    MoeWeights w;
-    w.router.weight = randn({E, H}, 1.0f);
-    for (int64_t e = 0; e < E; ++e)
-      w.experts.push_back({{randn({F, H}, 0.5f), {}}, {randn({F, H}, 0.5f), {}}, {randn({H, F}, 0.5f), {}}});
-    Tensor x = randn({T, H}, 1.0f), d_out = randn({T, H}, 1.0f);
-    Arena arena;
-    const auto routes = [&] {
-      Tensor logits = Tensor::zeros({T, E});
-      linear_forward(logits.f32(), x.f32(), w.router, T);
-      return moe_route(logits.f32(), d, T).expert;
-    };
-    const auto loss = [&] {
-      Tensor out = Tensor::zeros({T, H});
-      moe_layer_forward(out.f32(), x.f32(), w, d, T, arena);
-      double l = 0;
-      for (int64_t j = 0; j < T * H; ++j) l += static_cast<double>(out.f32()[j]) * d_out.f32()[j];
-      return l;
-    };
-    MoeGrads g = moe_grads_like(w);
-    Tensor dx = Tensor::zeros({T, H});
-    moe_layer_backward(dx.f32(), g, d_out.f32(), x.f32(), w, d, T, arena);
-    const std::vector<int32_t> base = routes();
-    int checked = 0, skipped = 0;
-    const auto check = [&](Tensor& param, const Tensor& grad, const std::string& name) {
-      double max_grad = 1.0;
-      for (int64_t j = 0; j < grad.numel(); ++j) max_grad = std::max(max_grad, std::abs(double(grad.f32()[j])));
-      for (int64_t j = 0; j < param.numel(); ++j) {
-        const float saved = param.f32()[j];
-        const float eps = 1e-2f;
-        param.f32()[j] = saved + eps;
-        const double lp = loss();
-        const bool same_p = routes() == base;
-        param.f32()[j] = saved - eps;
-        const double lm = loss();
-        const bool same_m = routes() == base;
-        param.f32()[j] = saved;
-        if (!same_p || !same_m) {
-          ++skipped;
-          continue;
-        }
-        ++checked;
-        EXPECT_NEAR(grad.f32()[j], (lp - lm) / (2.0 * eps), 2e-3 * max_grad) << name << "[" << j << "] norm "
-                                                                            << norm_topk;
-      }
-    };
-    check(x, dx, "x");
-    check(w.router.weight, g.router.weight, "router");
+    const int64_t E = 4;
+    test::MoeFdCheck c(/*tokens=*/5, /*hidden=*/8, /*expert_width=*/6, MoeDims{E, 2, norm_topk},
+                       /*stream=*/norm_topk ? 100 : 200);
+    const std::string tag = norm_topk ? " (norm_topk_prob)" : "";
+    c.check(c.x, c.dx, "x" + tag);
+    c.check(c.w.router.weight, c.g.router.weight, "router" + tag);
     for (int64_t e = 0; e < E; ++e) {
-      check(w.experts[e].gate_proj.weight, g.experts[e].gate_proj.weight, "gate_proj");
-      check(w.experts[e].down_proj.weight, g.experts[e].down_proj.weight, "down_proj");
+      c.check(c.w.experts[e].gate_proj.weight, c.g.experts[e].gate_proj.weight, "gate_proj" + tag);
+      c.check(c.w.experts[e].down_proj.weight, c.g.experts[e].down_proj.weight, "down_proj" + tag);
     }
-    EXPECT_LT(skipped, checked / 10) << "too many perturbations switched experts";
+    EXPECT_LT(c.skipped, c.checked / 10) << "too many perturbations switched experts" << tag;
   }
 }
 

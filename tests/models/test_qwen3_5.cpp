@@ -18,7 +18,6 @@
 #include "infer/cpu_engine.h"
 #include "infer/memory_plan.h"
 #include "layers/moe_layer.h"
-#include "layers/moe_layer_backward.h"
 #include "models/checkpoint.h"
 #include "models/model.h"
 #include "models/safetensors.h"

@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "layers/moe_layer.h"
-#include "layers/moe_layer_backward.h"
 #include "models/checkpoint.h"
 #include "models/model.h"
 #include "models/model_train.h"
@@ -250,6 +249,7 @@ TEST(Qwen3Moe, LayerBackwardMatchesFiniteDifferences) {
     c.check(c.w.router.weight, c.g.router.weight, "router" + tag);
     for (int64_t e = 0; e < E; ++e) {
       c.check(c.w.experts[e].gate_proj.weight, c.g.experts[e].gate_proj.weight, "gate_proj" + tag);
+      c.check(c.w.experts[e].up_proj.weight, c.g.experts[e].up_proj.weight, "up_proj" + tag);
       c.check(c.w.experts[e].down_proj.weight, c.g.experts[e].down_proj.weight, "down_proj" + tag);
     }
     EXPECT_LT(c.skipped, c.checked / 10) << "too many perturbations switched experts" << tag;

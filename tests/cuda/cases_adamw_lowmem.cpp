@@ -8,6 +8,7 @@
 // read dequantized moments), weight decay on. Also: the quantize / dequantize kernels against q8_quantize /
 // q8_dequantize, and fp32 moments with an fp32 master against the fp32 AdamW kernel (adamw_step_cuda): same bits;
 // the kernel's vector and scalar paths (aligned and misaligned rows, a short last block) with NaN / Inf blocks.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -288,6 +289,188 @@ TEST(AdamWLowmemCuda, VectorAndScalarPathsAndSpecialValuesMatchTheReference) {
           }
         }
       }
+    }
+  }
+}
+
+namespace {
+
+// The g whose first moment at step 1 from zero moments, RN(one_minus_beta1 · g), is `target` (or the nearest such
+// product within ±256 ulps of target / one_minus_beta1).
+float grad_for_m(float target, float one_minus_beta1) {
+  float g = target / one_minus_beta1, best = g;
+  for (int k = 0; k < 256; ++k) {
+    const float up = std::nextafter(g, INFINITY), at = one_minus_beta1 * g;
+    if (at == target) return g;
+    if (std::fabs(at - target) < std::fabs(one_minus_beta1 * best - target)) best = g;
+    g = at < target ? up : std::nextafter(g, -INFINITY);
+  }
+  return best;
+}
+
+// The g ≥ 0 whose second moment at step 1, RN(one_minus_beta2 · RN(g·g)), is nearest to `target`.
+float grad_for_v(float target, float one_minus_beta2) {
+  float g = std::sqrt(target / one_minus_beta2), best = g;
+  const auto v_of = [&](float x) { return one_minus_beta2 * (x * x); };
+  for (int k = 0; k < 256; ++k) {
+    if (std::fabs(v_of(g) - target) < std::fabs(v_of(best) - target)) best = g;
+    g = v_of(g) < target ? std::nextafter(g, INFINITY) : std::nextafter(g, -INFINITY);
+  }
+  return best;
+}
+
+}  // namespace
+
+// The quantizer's rare paths on the vector path, against the reference, bit for bit. The kernel's fast path takes
+// the code of x · RN(1/absmax) when no midpoint lies within 2^-20 of it, and otherwise (or when RN(1/absmax) is not
+// a normal number) divides and walks the table: step 1 from zero moments puts m = RN(0.1f · g) and
+// v = RN(0.001f · RN(g²)) where the test wants them. Blocks (256 elements each): 0, m on the midpoints themselves, one
+// ulp either side, with absmax 1 (exact ratios: ties go to the lower code); 1, the same midpoints times an absmax of
+// ~0.7 (ratios a rounding away from them); 2, v near its midpoints; 3, tiny gradients (absmax_m below 2^-125, so no
+// normal reciprocal: every m divided; v underflows to 0: the zero code); 4, small gradients (v subnormal: every v
+// divided); 5, plain normal values. (An absmax above 2^125 needs an infinite v: the special-values test has those.)
+// Step 2 reads the dequantized moments back with plain gradients. Also checked on the host: blocks 0-2 hold at least
+// 100 ratios within 2^-20 of a midpoint, so the fallback is exercised.
+TEST(AdamWLowmemCuda, QuantizerFallbacksMatchTheReference) {
+  HLM_REQUIRE_CUDA();
+  constexpr size_t kBlocks = 6, n = kBlocks * 256;
+  const AdamWLowmemStep s1 = adamw_lowmem_step(1e-3, 0.01, 0.9, 0.999, 1e-8, 1, adamw_sr_base(11, 1, "w"));
+  const Q8Codebook& bm = q8_codebook_signed();
+  const Q8Codebook& bv = q8_codebook_unsigned();
+  std::vector<float> g(n);
+  uint64_t x = 77;
+  const auto next = [&x] { return x = splitmix64(x); };
+  for (size_t b = 0; b < 2; ++b) {  // m: midpoints and their neighbours, absmax 1 (block 0) or ~0.7 (block 1)
+    const float absmax = b == 0 ? 1.0f : 0.7f;
+    g[b * 256] = grad_for_m(absmax, s1.one_minus_beta1);
+    for (size_t i = 1; i < 256; ++i) {
+      const float mid = bm.mid[next() % static_cast<uint64_t>(bm.used - 1)];
+      float t = mid * absmax;
+      if (i % 3 == 1) t = std::nextafter(t, INFINITY);
+      if (i % 3 == 2) t = std::nextafter(t, -INFINITY);
+      g[b * 256 + i] = grad_for_m(std::fabs(t) <= std::fabs(absmax) ? t : mid * absmax, s1.one_minus_beta1);
+    }
+  }
+  g[2 * 256] = grad_for_v(0.5f, s1.one_minus_beta2);  // block 2: v near its midpoints under absmax_v ≈ 0.5
+  for (size_t i = 1; i < 256; ++i)
+    g[2 * 256 + i] = grad_for_v(bv.mid[next() % static_cast<uint64_t>(bv.used - 1)] * 0.5f, s1.one_minus_beta2);
+  const std::vector<float> normal = make_values(n, Fill::Normal, 4242, 1e-2f);
+  for (size_t i = 0; i < 256; ++i) {
+    g[3 * 256 + i] = normal[3 * 256 + i] * 1e-36f;  // m ~1e-39 (absmax < 2^-125), v = 0
+    g[4 * 256 + i] = normal[4 * 256 + i] * 1e-16f;  // g ~1e-18: v ~1e-39 (absmax_v < 2^-125), m normal
+    g[5 * 256 + i] = normal[5 * 256 + i];
+  }
+  // The host check that the fallback has work: ratios within 2^-20 (relative) of a midpoint in blocks 0-2.
+  int near = 0;
+  for (size_t b = 0; b < 3; ++b) {
+    std::vector<float> mv(256);
+    float amax = 0.0f;
+    for (size_t i = 0; i < 256; ++i) {
+      const float gi = g[b * 256 + i];
+      mv[i] = b < 2 ? s1.one_minus_beta1 * gi : s1.one_minus_beta2 * (gi * gi);
+      amax = std::max(amax, std::fabs(mv[i]));
+    }
+    const Q8Codebook& book = b < 2 ? bm : bv;
+    for (size_t i = 0; i < 256; ++i) {
+      const float r = mv[i] / amax;
+      for (int j = 0; j + 1 < book.used; ++j)
+        if (std::fabs(r - book.mid[static_cast<size_t>(j)]) <= std::fabs(r) * 0x1p-20f) {
+          ++near;
+          break;
+        }
+    }
+  }
+  ASSERT_GE(near, 100) << "the test's values no longer reach the quantizer's fallback";
+  std::vector<uint16_t> p16 = to_bf16(make_values(n, Fill::Normal, 4343));
+  std::vector<uint8_t> qm(n, bm.zero), qv(n, bv.zero);
+  std::vector<float> am(kBlocks, 0.0f), av(kBlocks, 0.0f);
+  DeviceBuffer dp16 = DeviceBuffer::from(p16, "p16"), dqm = DeviceBuffer::from(qm, "qm"),
+               dqv = DeviceBuffer::from(qv, "qv"), dam = DeviceBuffer::from(am, "am"), dav = DeviceBuffer::from(av, "av");
+  for (int64_t step = 1; step <= 2; ++step) {
+    const std::vector<float> gs = step == 1 ? g : make_values(n, Fill::Normal, 4444, 1e-2f);
+    DeviceBuffer dg = DeviceBuffer::from(gs, "g");
+    const AdamWLowmemStep s =
+        step == 1 ? s1 : adamw_lowmem_step(1e-3, 0.01, 0.9, 0.999, 1e-8, 2, adamw_sr_base(11, 2, "w"));
+    AdamWLowmemTensor h, d;
+    h.n = d.n = static_cast<int64_t>(n);
+    h.grad = gs.data(), d.grad = dg.as<float>();
+    h.param_bf16 = p16.data(), d.param_bf16 = dp16.as<uint16_t>();
+    h.q_m = qm.data(), h.q_v = qv.data(), h.absmax_m = am.data(), h.absmax_v = av.data();
+    d.q_m = dqm.as<uint8_t>(), d.q_v = dqv.as<uint8_t>(), d.absmax_m = dam.as<float>(), d.absmax_v = dav.as<float>();
+    adamw_lowmem_step_ref(h, nullptr, s);
+    adamw_lowmem_step_cuda(d, nullptr, s, ctx().stream());
+    const std::string at = "step " + std::to_string(step);
+    if (step == 1) {  // the blocks are what the comment says
+      ASSERT_TRUE(am[0] == 1.0f && am[3] > 0.0f && am[3] < 0x1p-125f && av[3] == 0.0f && av[4] > 0.0f &&
+                  av[4] < 0x1p-125f && am[4] >= 0x1p-125f)
+          << at;
+    }
+    ASSERT_TRUE(same(at + " param bf16", dp16.download_bytes(), bytes_of(p16)));
+    ASSERT_TRUE(same(at + " q_m", dqm.download_bytes(), bytes_of(qm)));
+    ASSERT_TRUE(same(at + " q_v", dqv.download_bytes(), bytes_of(qv)));
+    ASSERT_TRUE(same(at + " absmax_m", dam.download_bytes(), bytes_of(am)));
+    ASSERT_TRUE(same(at + " absmax_v", dav.download_bytes(), bytes_of(av)));
+    EXPECT_TRUE(buffers_ok({&dp16, &dqm, &dqv, &dam, &dav}, {&dg}));
+  }
+}
+
+// A tensor updated in pieces (ZeRO-1's shards: sr_first = the piece's offset) draws the whole tensor's random bits:
+// pieces on the vector path (offset 0 and 512: groups of four start there) and on the scalar path (offsets 256 and
+// 259: a short piece, and a piece whose indices do not start a group), with fp32 moments and a bf16 master; and with
+// 8-bit moments and an f32-held master in two block-aligned pieces. Every byte against the whole-tensor reference.
+TEST(AdamWLowmemCuda, PiecesDrawTheWholeTensorsBits) {
+  HLM_REQUIRE_CUDA();
+  constexpr size_t n = 1000;
+  for (const bool q8 : {false, true}) {
+    const std::vector<size_t> cuts = q8 ? std::vector<size_t>{0, 512, n} : std::vector<size_t>{0, 256, 259, 512, n};
+    std::vector<float> p = bf16_to_f32(to_bf16(make_values(n, Fill::Normal, 61))), m(n, 0.0f), v(n, 0.0f);
+    std::vector<uint16_t> p16 = to_bf16(p);
+    std::vector<uint8_t> qm(n, q8_codebook_signed().zero), qv(n, 0);
+    std::vector<float> am(q8_blocks(n), 0.0f), av(q8_blocks(n), 0.0f);
+    DeviceBuffer dp = DeviceBuffer::from(p, "p"), dp16 = DeviceBuffer::from(p16, "p16"), dm = DeviceBuffer::from(m, "m"),
+                 dv = DeviceBuffer::from(v, "v"), dqm = DeviceBuffer::from(qm, "qm"), dqv = DeviceBuffer::from(qv, "qv"),
+                 dam = DeviceBuffer::from(am, "am"), dav = DeviceBuffer::from(av, "av");
+    for (int64_t step = 1; step <= 2; ++step) {
+      const std::vector<float> g = make_values(n, Fill::Normal, 70 + step, 1e-2f);
+      DeviceBuffer dg = DeviceBuffer::from(g, "g");
+      const AdamWLowmemStep s = adamw_lowmem_step(1e-3, 0.01, 0.9, 0.999, 1e-8, step, adamw_sr_base(3, step, "w"));
+      AdamWLowmemTensor h;
+      h.n = static_cast<int64_t>(n);
+      h.grad = g.data();
+      if (q8) {
+        h.param_f32 = p.data(), h.f32_holds_bf16 = true;
+        h.q_m = qm.data(), h.q_v = qv.data(), h.absmax_m = am.data(), h.absmax_v = av.data();
+      } else {
+        h.param_bf16 = p16.data(), h.exp_avg = m.data(), h.exp_avg_sq = v.data();
+      }
+      adamw_lowmem_step_ref(h, nullptr, s);
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const size_t at = cuts[c], len = cuts[c + 1] - at;
+        AdamWLowmemTensor d;
+        d.n = static_cast<int64_t>(len);
+        d.grad = dg.as<float>() + at;
+        if (q8) {
+          d.param_f32 = dp.as<float>() + at, d.f32_holds_bf16 = true;
+          d.q_m = dqm.as<uint8_t>() + at, d.q_v = dqv.as<uint8_t>() + at;
+          d.absmax_m = dam.as<float>() + at / 256, d.absmax_v = dav.as<float>() + at / 256;
+        } else {
+          d.param_bf16 = dp16.as<uint16_t>() + at, d.exp_avg = dm.as<float>() + at, d.exp_avg_sq = dv.as<float>() + at;
+        }
+        AdamWLowmemStep piece = s;
+        piece.sr_first = at;
+        adamw_lowmem_step_cuda(d, nullptr, piece, ctx().stream());
+      }
+      const std::string at = std::string(q8 ? "q8" : "f32 moments") + " step " + std::to_string(step);
+      if (q8) {
+        ASSERT_TRUE(same(at + " param", dp.download_bytes(), bytes_of(p)));
+        ASSERT_TRUE(same(at + " q_m", dqm.download_bytes(), bytes_of(qm)));
+        ASSERT_TRUE(same(at + " q_v", dqv.download_bytes(), bytes_of(qv)));
+      } else {
+        ASSERT_TRUE(same(at + " param bf16", dp16.download_bytes(), bytes_of(p16)));
+        ASSERT_TRUE(same(at + " m", dm.download_bytes(), bytes_of(m)));
+        ASSERT_TRUE(same(at + " v", dv.download_bytes(), bytes_of(v)));
+      }
+      EXPECT_TRUE(buffers_ok({&dp, &dp16, &dm, &dv, &dqm, &dqv, &dam, &dav}, {&dg}));
     }
   }
 }

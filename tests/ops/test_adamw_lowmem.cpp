@@ -249,7 +249,7 @@ TEST(AdamWLowmem, Bf16GradientAndF32HeldMasterEqualTheBf16MasterStep) {
   size_t moved = 0;
   for (size_t i = 0; i < un; ++i) moved += pb[i] != bf16_to_f32(f32_to_bf16(p0[i])) ? 1 : 0;
   // The steps moved many weights: each moves by ~lr = 1e-3 per step against a bf16 ulp of 4e-3..8e-3 near |x| ~ 1,
-  // so by the random bits an element leaves its value with probability ~1e-3/ulp per step (measured 494 of 1000 after
+  // so by the random bits an element leaves its value with probability ~1e-3/ulp per step (measured 491 of 1000 after
   // three steps); nearest rounding would move almost none.
   EXPECT_GT(moved, un / 4);
   // Both storages at once, or neither gradient: internal errors.
@@ -259,4 +259,42 @@ TEST(AdamWLowmem, Bf16GradientAndF32HeldMasterEqualTheBf16MasterStep) {
   bad.exp_avg = pb.data();
   bad.exp_avg_sq = pb.data();
   EXPECT_THROW(adamw_lowmem_step_ref(bad, nullptr, adamw_lowmem_step(1e-3, 0, 0.9, 0.999, 1e-8, 1, 0)), Error);
+}
+
+// The stochastic rounding's random bits (adamw_lowmem.h): element j of a tensor takes the (j mod 4)-th 16-bit piece,
+// from the low end, of splitmix64(sr_base + ⌊j / 4⌋); a piece of a tensor updated on its own with sr_first = its
+// offset (ZeRO-1's shards) gets the whole tensor's bits, and with sr_first left at 0 it does not (so the field is what
+// makes them agree).
+TEST(AdamWLowmem, RandomBitsComeFourPerHashAndPiecesDrawTheWholeTensors) {
+  const uint64_t base = adamw_sr_base(5, 3, "model.layers.0.mlp.down_proj.weight");
+  for (uint64_t q = 0; q < 10; ++q)
+    for (uint64_t c = 0; c < 4; ++c)
+      ASSERT_EQ(adamw_sr_bits(base, 4 * q + c), (splitmix64(base + q) >> (16 * c)) & 0xFFFFu) << q << " " << c;
+  const int64_t n = 300, cut = 137;
+  const size_t un = static_cast<size_t>(n);
+  const std::vector<float> p0 = normal(un, 21), g = normal(un, 22, 1e-2f);
+  std::vector<uint16_t> whole(un), pieces(un), unshifted(un);
+  for (size_t i = 0; i < un; ++i) whole[i] = pieces[i] = unshifted[i] = f32_to_bf16(p0[i]);
+  const AdamWLowmemStep s = adamw_lowmem_step(1e-3, 0.01, 0.9, 0.999, 1e-8, 1, base);
+  const auto run = [&](uint16_t* p, int64_t first, int64_t len, uint64_t sr_first) {
+    std::vector<float> m(static_cast<size_t>(len), 0.0f), v(static_cast<size_t>(len), 0.0f);
+    AdamWLowmemTensor t;
+    t.n = len;
+    t.param_bf16 = p + first;
+    t.grad = g.data() + first;
+    t.exp_avg = m.data();
+    t.exp_avg_sq = v.data();
+    AdamWLowmemStep piece = s;
+    piece.sr_first = sr_first;
+    adamw_lowmem_step_ref(t, nullptr, piece);
+  };
+  run(whole.data(), 0, n, 0);
+  run(pieces.data(), 0, cut, 0);
+  run(pieces.data(), cut, n - cut, static_cast<uint64_t>(cut));
+  run(unshifted.data(), 0, cut, 0);
+  run(unshifted.data(), cut, n - cut, 0);
+  EXPECT_EQ(pieces, whole);
+  size_t differ = 0;
+  for (size_t i = static_cast<size_t>(cut); i < un; ++i) differ += unshifted[i] != whole[i] ? 1 : 0;
+  EXPECT_GT(differ, 0u) << "the piece's offset changed no random bit";
 }

@@ -107,6 +107,14 @@ __device__ __forceinline__ float rsqrt_approx(float x) {
   return y;
 }
 
+// Rounding to an integer by the float adder instead of a conversion (F2I runs at a quarter of the FP32 rate): for
+// y ∈ [−0.5, 2^22), RN(y + 1.5·2^23) is the float 1.5·2^23 + rint(y) (the binade's ulp is 1), whose bits less the
+// magic's are rint(y). Only the search's starting point is rounded this way, so ties and the ±0.5 ends do not matter.
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 · 2^23, bits 0x4B400000
+__device__ __forceinline__ int round_small_index(float y_plus_magic) {
+  return static_cast<int>(__float_as_uint(y_plus_magic) - 0x4B400000u);
+}
+
 // The index guess from the tables' power laws (adamw_lowmem.h), for r ∈ [−2, 1]: signed m codes sign(k)·(|k|/127)³
 // at index k + 127, unsigned v codes (i/255)⁴ at i. Signed: k = 2^(log2(a)/3 + log2 127) for a = min(|r|, 1) ≤ 1,
 // so k ≤ 127 up to the approximations' few-ulp errors and the rounded index lies in [0, 254]; a = 0: lg2 = −inf,
@@ -114,10 +122,10 @@ __device__ __forceinline__ float rsqrt_approx(float x) {
 // [0, 255]; a = 0: rsqrt(+0) = +inf, rsqrt(+inf) = +0.
 __device__ __forceinline__ int q8_guess_signed(float r) {
   const float k = ex2_approx(fmaf(lg2_approx(fminf(fabsf(r), 1.0f)), 1.0f / 3.0f, 6.98868468677f));  // log2 127
-  return __float2int_rn(127.0f + copysignf(k, r));
+  return round_small_index(__fadd_rn(copysignf(k, r), kRoundMagic + 127.0f));
 }
 __device__ __forceinline__ int q8_guess_unsigned(float r) {
-  return __float2int_rn(255.0f * rsqrt_approx(rsqrt_approx(fmaxf(r, 0.0f))));
+  return round_small_index(__fmaf_rn(255.0f, rsqrt_approx(rsqrt_approx(fmaxf(r, 0.0f))), kRoundMagic));
 }
 
 // The reciprocal quantize_in_block multiplies by, once per block: RN(1/absmax) when absmax ∈ [2^-125, 2^125] (so
@@ -155,13 +163,13 @@ __device__ __forceinline__ uint8_t quantize_in_block(const float* ext, int used,
   return quantize_from_guess(ext, r, start);
 }
 
+// Without branches (selects): NaN keeps its sign and top payload with the quiet bit set, ±Inf stays, every other
+// value (subnormals included) adds the 16 random bits below its kept half and drops them.
 __device__ __forceinline__ uint16_t bf16_stochastic(float x, uint32_t r) {
   const uint32_t bits = __float_as_uint(x);
-  if ((bits & 0x7F800000u) == 0x7F800000u) {
-    if ((bits & 0x007FFFFFu) != 0) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-    return static_cast<uint16_t>(bits >> 16);
-  }
-  return static_cast<uint16_t>((bits + (r & 0xFFFFu)) >> 16);
+  const bool special = (bits & 0x7F800000u) == 0x7F800000u;
+  const uint32_t quiet = special && (bits & 0x007FFFFFu) != 0 ? 0x0040u : 0u;
+  return static_cast<uint16_t>(((bits + (special ? 0u : (r & 0xFFFFu))) >> 16) | quiet);
 }
 
 __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
@@ -170,9 +178,11 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-// The rounding's 16 random bits of element i (the top 16 of splitmix64(sr_base + i)). The compiler keeps only the
-// high word of the last product (checked: the same instruction count as an explicit hi32 form).
-__device__ __forceinline__ uint32_t sr_bits(uint64_t x) { return static_cast<uint32_t>(splitmix64_device(x) >> 48); }
+// The rounding's 16 random bits of the element at tensor index j (adamw_sr_bits: piece j mod 4 of one hash per four
+// elements).
+__device__ __forceinline__ uint32_t sr_bits(uint64_t sr_base, uint64_t j) {
+  return static_cast<uint32_t>(splitmix64_device(sr_base + (j >> 2)) >> (16 * (j & 3))) & 0xFFFFu;
+}
 
 // The max of x ≥ 0 (not NaN, not −0) over the warp's lanes (every lane gets it): such floats order as their bit
 // patterns do (+inf included), so one integer max reduction (REDUX) gives it exactly.
@@ -233,8 +243,52 @@ __device__ __forceinline__ void store8(float* p, const float (&x)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
 }
+// The low bytes of q[0..7] as 8 consecutive bytes (byte permutes: 3 per word instead of 3 shifts and 3 ors).
 __device__ __forceinline__ uint2 pack_bytes8(const uint32_t (&q)[8]) {
-  return make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (q[3] << 24), q[4] | (q[5] << 8) | (q[6] << 16) | (q[7] << 24));
+  const auto word = [](uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+  };
+  return make_uint2(word(q[0], q[1], q[2], q[3]), word(q[4], q[5], q[6], q[7]));
+}
+// Byte k (0..7) of a code pair as an index (one byte permute).
+__device__ __forceinline__ uint32_t code_byte(const uint2 w, int k) {
+  return __byte_perm(k < 4 ? w.x : w.y, 0u, 0x4440u | static_cast<uint32_t>(k & 3));
+}
+
+// The codes of a lane's 8 values x[k] in a block of scale absmax (recip = q8_recip(absmax)): quantize_in_block's
+// codes with the guessed start, in a form with fewer instructions per value. Both conditions that decide a block's
+// path (absmax > 0, recip ≠ 0) are the same for the warp's lanes, so they are tested once; each value's guess and
+// its two neighbouring midpoints are checked without branches (select), and only the values whose check failed
+// (~0.4 %, or all when recip is 0) take the division and the walk from its own guess (the walk's answer does not
+// depend on where it starts).
+template <bool Signed>
+__device__ __forceinline__ void quantize8(const float* ext, const float (&x)[8], float absmax, float recip,
+                                          uint32_t (&q)[8]) {
+  if (!(absmax > 0.0f)) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = Signed ? 127u : 0u;
+    return;
+  }
+  uint32_t redo = 0xFFu;  // bit k: value k needs the division
+  if (recip != 0.0f) {
+    redo = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float qa = fmaxf(__fmul_rn(x[k], recip), -2.0f);  // fmaxf(NaN, −2) = −2
+      const int c = Signed ? q8_guess_signed(qa) : q8_guess_unsigned(qa);
+      const float lo = ext[c], hi = ext[c + 1], tol = __fmul_rn(fabsf(qa), 0x1p-20f);
+      q[k] = static_cast<uint32_t>(c);
+      redo |= (__fsub_rn(qa, lo) > tol && __fsub_rn(hi, qa) > tol) ? 0u : 1u << k;
+    }
+  }
+  if (redo != 0) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (((redo >> k) & 1u) == 0) continue;
+      const float r = fmaxf(__fdiv_rn(x[k], absmax), -2.0f);
+      q[k] = quantize_from_guess(ext, r, Signed ? q8_guess_signed(r) : q8_guess_unsigned(r));
+    }
+  }
 }
 
 // The kernel's shared memory: the code tables and the midpoints between sentinels (quantize_from_guess).
@@ -266,10 +320,8 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
     const float am0 = t.absmax_m[b], av0 = t.absmax_v[b];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const uint32_t cm = ((k < 4 ? qm.x : qm.y) >> (8 * (k & 3))) & 0xFFu;
-      const uint32_t cv = ((k < 4 ? qv.x : qv.y) >> (8 * (k & 3))) & 0xFFu;
-      m0[k] = __fmul_rn(tab.code_m[cm], am0);
-      v0[k] = __fmul_rn(tab.code_v[cv], av0);
+      m0[k] = __fmul_rn(tab.code_m[code_byte(qm, k)], am0);
+      v0[k] = __fmul_rn(tab.code_v[code_byte(qv, k)], av0);
     }
   } else {
     load8(t.exp_avg + e, m0);
@@ -279,10 +331,13 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
 #pragma unroll
   for (int k = 0; k < 8; ++k) p[k] = update_element(g0[k], m0[k], v0[k], p0[k], scaled, scale, s, m[k], v[k]);
   if (Sr) {
-    const uint64_t sr = s.sr_base + static_cast<uint64_t>(e);
+    // The lane's 8 elements are two whole groups of four (e and sr_first are multiples of 4 on this path): two hashes.
+    const uint64_t group = (s.sr_first + static_cast<uint64_t>(e)) >> 2;
+    const uint64_t r03 = splitmix64_device(s.sr_base + group), r47 = splitmix64_device(s.sr_base + group + 1);
     uint32_t h[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) h[k] = bf16_stochastic(p[k], sr_bits(sr + static_cast<uint64_t>(k)));
+    for (int k = 0; k < 8; ++k)
+      h[k] = bf16_stochastic(p[k], static_cast<uint32_t>((k < 4 ? r03 : r47) >> (16 * (k & 3))) & 0xFFFFu);
     if (in_bf16) {
       *reinterpret_cast<uint4*>(t.param_bf16 + e) =
           make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
@@ -304,10 +359,15 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
   block_absmax(t, b, lane, m, v, am, av);
   const float rm = q8_recip(am), rv = q8_recip(av);
   uint32_t qm[8], qv[8];
+  if (guess) {
+    quantize8<true>(tab.ext_m, m, am, rm, qm);
+    quantize8<false>(tab.ext_v, v, av, rv, qv);
+  } else {
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    qm[k] = quantize_in_block(tab.ext_m, 255, m[k], am, rm, 127, guess);
-    qv[k] = quantize_in_block(tab.ext_v, 256, v[k], av, rv, 0, guess);
+    for (int k = 0; k < 8; ++k) {
+      qm[k] = quantize_in_block(tab.ext_m, 255, m[k], am, rm, 127, false);
+      qv[k] = quantize_in_block(tab.ext_v, 256, v[k], av, rv, 0, false);
+    }
   }
   *reinterpret_cast<uint2*>(t.q_m + e) = pack_bytes8(qm);
   *reinterpret_cast<uint2*>(t.q_v + e) = pack_bytes8(qv);
@@ -344,7 +404,7 @@ __device__ __forceinline__ void update_block_scalar(const AdamWLowmemCudaTensor&
     if (i >= t.n) continue;
     const float p = update_element(g0[k], m0[k], v0[k], p0[k], scaled, scale, s, m[k], v[k]);
     if (Sr) {
-      const uint16_t r = bf16_stochastic(p, sr_bits(s.sr_base + static_cast<uint64_t>(i)));
+      const uint16_t r = bf16_stochastic(p, sr_bits(s.sr_base, s.sr_first + static_cast<uint64_t>(i)));
       if (in_bf16)
         t.param_bf16[i] = r;
       else
@@ -470,7 +530,10 @@ void adamw_lowmem_step_cuda(const AdamWLowmemCudaTensor& t, const float* scale, 
     return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   const auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
-  const bool vec = vec_allowed && aligned(t.param_f32, 16) && aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
+  // The vector path draws the random bits of 8 elements from two hashes: their tensor indices must start a group
+  // of four.
+  const bool vec = vec_allowed && (!sr || s.sr_first % 4 == 0) && aligned(t.param_f32, 16) &&
+                   aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
                    aligned(t.grad_bf16, 16) && aligned(t.exp_avg, 16) && aligned(t.exp_avg_sq, 16) &&
                    aligned(t.q_m, 8) && aligned(t.q_v, 8);  // null pointers are aligned
   // The eight instantiations, chosen once per launch (the flags are uniform over the tensor).

@@ -22,8 +22,12 @@
 //   p as fp32, or as bf16 rounded STOCHASTICALLY: bits(p) + r, r = 16 random bits, then the low 16 bits dropped
 //   (P(up) = the fraction of the gap, so E[bf16(p)] = p: updates far below a bf16 ulp still move the weight on
 //   average; Kahan compensation would need a second bf16 tensor per weight, 2 more bytes each). NaN/Inf round to
-//   nearest. r = the top 16 bits of splitmix64(sr_base + i), sr_base = adamw_sr_base(seed, step, name): a pure
-//   function of the run's seed, the step number and the parameter's HF name, so a resumed run draws the same bits.
+//   nearest. r = adamw_sr_bits(sr_base, j) for the element's index j = sr_first + i in its whole tensor: the
+//   (j mod 4)-th 16-bit piece, from the low end, of splitmix64(sr_base + ⌊j / 4⌋) — one hash per four elements
+//   (until session 54 one per element, its top 16 bits: the hash was ~19 of the GPU kernel's ~170 instructions per
+//   element). sr_base = adamw_sr_base(seed, step, name): a pure function of the run's seed, the step number and the
+//   parameter's HF name, so a resumed run draws the same bits; sr_first is 0 for a whole tensor and a piece's offset
+//   for a ZeRO-1 shard's piece, so a sharded step draws the one-rank step's bits.
 // These are exactly the operations of the fp32 CUDA AdamW (adamw_cuda.h), so with fp32 moments and an fp32 parameter
 // the update has that kernel's bits.
 #pragma once
@@ -69,7 +73,8 @@ struct AdamWQ8State {
 struct AdamWLowmemStep {
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, eps = 0;
   float decay = 1, step_size = 0, bias_correction2_sqrt = 1;
-  uint64_t sr_base = 0;  // stochastic rounding stream of this tensor at this step
+  uint64_t sr_base = 0;   // stochastic rounding stream of this tensor at this step
+  uint64_t sr_first = 0;  // the tensor index of element 0 (a ZeRO-1 piece's offset; 0 for a whole tensor)
 };
 AdamWLowmemStep adamw_lowmem_step(double lr, double weight_decay, double beta1, double beta2, double eps, int64_t step,
                                   uint64_t sr_base);
@@ -77,6 +82,10 @@ AdamWLowmemStep adamw_lowmem_step(double lr, double weight_decay, double beta1, 
 // The stream of random bits of parameter `name` at step `step` of a run seeded `seed`.
 uint64_t adamw_sr_base(uint64_t seed, int64_t step, const std::string& name);
 uint64_t splitmix64(uint64_t x);
+// The 16 random bits of the element at index j of its tensor (see above; the CUDA kernel draws the same).
+inline uint32_t adamw_sr_bits(uint64_t sr_base, uint64_t j) {
+  return static_cast<uint32_t>(splitmix64(sr_base + (j >> 2)) >> (16 * (j & 3))) & 0xFFFFu;
+}
 // Stochastic rounding of x to a bf16 value (returned as its 16 bits) with the random bits `r` (low 16 used).
 uint16_t bf16_round_stochastic(float x, uint32_t r);
 

@@ -176,7 +176,7 @@ void adamw_lowmem_step_ref(const AdamWLowmemTensor& t, const float* scale_ptr, c
       const float pd = p0 * s.decay, u = s.step_size * m;
       const float p = pd - u / denom;
       const auto sr = [&] {
-        return bf16_round_stochastic(p, static_cast<uint32_t>(splitmix64(s.sr_base + static_cast<uint64_t>(i)) >> 48));
+        return bf16_round_stochastic(p, adamw_sr_bits(s.sr_base, s.sr_first + static_cast<uint64_t>(i)));
       };
       if (t.param_f32 == nullptr)
         t.param_bf16[i] = sr();

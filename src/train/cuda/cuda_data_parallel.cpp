@@ -398,7 +398,7 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
   if (q8_ || sr_) {
     // 8-bit moments and/or bf16 masters: one launch per piece (whole quantization blocks of one parameter: the same
     // blocks, values and bits as the one-rank launch over the whole tensor; bf16 masters: the one-rank step's random
-    // bits, splitmix64(base + element index) with the piece's first element at index `at`), then, with fp32 masters,
+    // bits, adamw_sr_bits(base, element index) with the piece's first element at index `at`), then, with fp32 masters,
     // the bf16 copies of the pieces that have one (CudaModel::refresh_bf16's cast; the low-memory kernel writes none).
     for (const Piece& p : pieces_) {
       const CudaAdamWParam& q = optimizer_->params()[p.param];
@@ -425,10 +425,10 @@ double CudaDataParallel::sharded_step(double clip, bool update) {
       t.grad = p.grad32;
       t.grad_bf16 = p.grad16;
       t.n = static_cast<int64_t>(n);
-      const uint64_t sr_base = sr_ ? adamw_sr_base(sr_seed_, step_, q.name) + static_cast<uint64_t>(at) : 0;
-      adamw_lowmem_step_cuda(t, scale_.data<float>(),
-                             adamw_lowmem_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_, sr_base),
-                             ctx_.stream());
+      AdamWLowmemStep step = adamw_lowmem_step(q.lr, q.weight_decay, beta1_, beta2_, eps_, step_,
+                                               sr_ ? adamw_sr_base(sr_seed_, step_, q.name) : 0);
+      step.sr_first = static_cast<uint64_t>(at);
+      adamw_lowmem_step_cuda(t, scale_.data<float>(), step, ctx_.stream());
       if (!sr_ && copies_[p.param] != nullptr)
         cast_f32_to_bf16_cuda(static_cast<__nv_bfloat16*>(copies_[p.param]) + at, master, static_cast<int64_t>(n),
                               ctx_.stream());

@@ -4,7 +4,12 @@
 // blocks) or one element past it (the scalar path); six storages (the lean plan's bf16 master + bf16 gradient, the
 // f32-held master, fp32 master + fp32 gradient, fp32 moments, ...); plain, NaN/Inf gradients (an all-NaN block, an
 // Inf, a NaN in the tail), a clip scale, and the binary search with the vector path off; three steps each; grids of
-// 1-2 blocks, so the warps walk several quantization blocks. Launch logic mirrors adamw_lowmem_step_cuda.
+// 1-2 blocks, so the warps walk several quantization blocks. Launch logic mirrors adamw_lowmem_step_cuda. Session 54:
+// mode 4 updates the tensor in pieces with sr_first = each piece's offset (ZeRO-1's shards: cuts 256, 259 and 512,
+// block-aligned ones for 8-bit moments), which must draw the whole tensor's random bits; mode 5's first step puts
+// block 0's m on the quantizer's midpoints (absmax 1, ties and one-ulp neighbours), block 3's m below 2^-125 and
+// block 4's v subnormal, so the quantizer's division fallback runs.
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,7 +20,8 @@ static void launch(const AdamWLowmemTensor& t, const float* scale, const AdamWLo
                    int resident) {
   upload_tables();
   const auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
-  const bool vec = vec_allowed && aligned(t.param_f32, 16) && aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
+  const bool sr_rows = t.param_bf16 != nullptr || t.f32_holds_bf16;
+  const bool vec = vec_allowed && (!sr_rows || s.sr_first % 4 == 0) && aligned(t.param_f32, 16) && aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
                    aligned(t.grad_bf16, 16) && aligned(t.exp_avg, 16) && aligned(t.exp_avg_sq, 16) &&
                    aligned(t.q_m, 8) && aligned(t.q_v, 8);
   const int64_t qb = q8_blocks(t.n);
@@ -60,7 +66,8 @@ int main() {
   for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{549}, int64_t{2048}, int64_t{5000}}) {
     for (size_t off : {size_t{0}, size_t{1}}) {
       for (const Storage& st : storages) {
-        for (int mode = 0; mode < 4; ++mode) {  // 0 plain, 1 special, 2 scaled 0.37, 3 binary search + VEC off
+        for (int mode = 0; mode < 6; ++mode) {  // 0 plain, 1 special, 2 scaled 0.37, 3 binary search + VEC off,
+                                                // 4 pieces, 5 midpoints and tiny blocks
           const bool special = mode == 1;
           const size_t un = n, len = un + off, blocks = q8_blocks(n);
           std::mt19937 rng(n * 7 + off + mode);
@@ -80,6 +87,27 @@ int main() {
               for (size_t i = 0; i < 256; ++i) g[off + i] = NAN;
               g[off + 300] = INFINITY;
               g[off + un - 1] = NAN;
+            }
+            if (mode == 5 && step == 1 && un >= 5 * 256) {
+              const float omb1 = adamw_lowmem_step(1e-3, 0.01, 0.9, 0.999, 1e-8, 1, 0).one_minus_beta1;
+              const auto grad_for_m = [omb1](float target) {  // RN(omb1 · g) = target, or the nearest within 256 ulps
+                float gg = target / omb1, best = gg;
+                for (int k = 0; k < 256 && omb1 * gg != target; ++k) {
+                  if (std::fabs(omb1 * gg - target) < std::fabs(omb1 * best - target)) best = gg;
+                  gg = omb1 * gg < target ? std::nextafter(gg, INFINITY) : std::nextafter(gg, -INFINITY);
+                }
+                return omb1 * gg == target ? gg : best;
+              };
+              const Q8Codebook& bm = q8_codebook_signed();
+              g[off] = grad_for_m(1.0f);
+              for (size_t i = 1; i < 256; ++i) {
+                float t = bm.mid[(i * 37) % static_cast<size_t>(bm.used - 1)];
+                if (i % 3 == 1) t = std::nextafter(t, INFINITY);
+                if (i % 3 == 2) t = std::nextafter(t, -INFINITY);
+                g[off + i] = grad_for_m(std::fabs(t) < 1.0f ? t : 0.5f);
+              }
+              for (size_t i = 3 * 256; i < 4 * 256; ++i) g[off + i] *= 1e-36f;
+              for (size_t i = 4 * 256; i < 5 * 256; ++i) g[off + i] *= 1e-16f;
             }
             std::vector<uint16_t> g16(len);
             for (size_t i = 0; i < len; ++i) g16[i] = bf(g[i]);
@@ -104,7 +132,28 @@ int main() {
             }
             const float scale = 0.37f;
             adamw_lowmem_step_ref(h, mode == 2 ? &scale : nullptr, s);
-            launch(d, mode == 2 ? &scale : nullptr, s, mode != 3, mode != 3, (n == 5000 ? 1 : 2));
+            if (mode == 4) {  // pieces, each with its offset as sr_first
+              std::vector<int64_t> cuts = {0};
+              for (int64_t c : st.q8 ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{256, 259, 512})
+                if (c < n) cuts.push_back(c);
+              cuts.push_back(n);
+              for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+                const int64_t at = cuts[c];
+                AdamWLowmemTensor piece = d;
+                piece.n = cuts[c + 1] - at;
+                if (piece.grad) piece.grad += at;
+                if (piece.grad_bf16) piece.grad_bf16 += at;
+                if (piece.param_bf16) piece.param_bf16 += at;
+                if (piece.param_f32) piece.param_f32 += at;
+                if (piece.exp_avg) piece.exp_avg += at, piece.exp_avg_sq += at;
+                if (piece.q_m) piece.q_m += at, piece.q_v += at, piece.absmax_m += at / 256, piece.absmax_v += at / 256;
+                AdamWLowmemStep ps = s;
+                ps.sr_first = static_cast<uint64_t>(at);
+                launch(piece, nullptr, ps, true, true, 2);
+              }
+            } else {
+              launch(d, mode == 2 ? &scale : nullptr, s, mode != 3, mode != 3, (n == 5000 ? 1 : 2));
+            }
             const std::string at = "n " + std::to_string(n) + " off " + std::to_string(off) + " storage " +
                                    std::to_string(&st - storages) + " mode " + std::to_string(mode) + " step " + std::to_string(step);
             bool ok = st.param_bf16 ? same(dp16, p16, true, at + " p16") : same(dp, p, true, at + " p");

@@ -51,6 +51,14 @@ inline float __frcp_rn(float a) { volatile float r = 1.0f / a; return r; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline int __float2int_rn(float f) { if (std::isnan(f)) return 0; return (int)std::nearbyint(f); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+// PRMT's default mode: byte i of the result is byte (s >> 4i) & 7 of the pair {x (bytes 0-3), y (bytes 4-7)}.
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t pair = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((pair >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+  return r;
+}
 using std::isfinite;
 // CUDA's integer min/max overloads (same-type arguments).
 inline int min(int a, int b) { return a < b ? a : b; }

@@ -12,7 +12,7 @@
 #     the two binaries alternated twice in the same process tree (session 54);
 #   MODELS=1: test_cuda_models' lean-plan tests (CudaMemoryPlans.*: the GPU lean step against the CPU step bit for
 #     bit), when test_cuda_models is packed; DIST=1: test_dist_cuda (the ZeRO-1 lean step draws the one-rank step's
-#     random bits), when test_dist_cuda and hybridlm are packed (MPI/NCCL set-up as docs/results/s15-2026-12-02/).
+#     random bits), when test_dist_cuda and hybridlm are packed (MPI/NCCL set-up: tools/device/mpi_env.sh).
 # Expect: the tests pass (AdamWLowmemCuda.* incl. VectorAndScalarPathsAndSpecialValuesMatchTheReference, and
 # AdamWLeanCuda.*); "adamw8 lean ... ms" lines, the default below the VEC=0 one (before the vector path: 6.3 ms).
 set -u
@@ -39,21 +39,8 @@ if [ "${MODELS:-0}" = 1 ] && [ -x "$BIN/test_cuda_models" ]; then
 fi
 if [ "${DIST:-0}" = 1 ] && [ -x "$BIN/test_dist_cuda" ]; then
   echo "== test_dist_cuda"
-  if ! ldconfig -p | grep -q libnccl.so.2; then
-    ND=$(python3 -c 'import os, nvidia.nccl as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
-    [ -n "$ND" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ND
-  fi
-  MR=$(command -v mpirun || true)
-  if [ -n "$MR" ]; then  # the machine's Open MPI with its own libraries, not the packed Debian ones
-    ML=$(dirname "$(dirname "$(readlink -f "$MR")")")/lib
-    if [ -e "$ML/libmpi.so.40" ]; then
-      mkdir -p /tmp/hlm/debmpi
-      mv /tmp/hlm/lib/libmpi.so.40 /tmp/hlm/lib/libopen-* /tmp/hlm/lib/libhwloc* /tmp/hlm/lib/libevent* \
-        /tmp/hlm/lib/libpmix* /tmp/hlm/debmpi/ 2>/dev/null
-      export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$ML
-    fi
-  fi
-  echo "mpirun: ${MR:-none}"
+  . tools/device/mpi_env.sh
+  echo "mpirun: ${MPIRUN:-none}"
   HLM_BINARY=$BIN/hybridlm timeout 150 "$BIN/test_dist_cuda" > "$OUT/tests_dist.log" 2>&1
   echo "rc $?"
   grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' "$OUT/tests_dist.log" | head -20

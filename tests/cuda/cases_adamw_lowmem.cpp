@@ -7,7 +7,9 @@
 // no clip scale / a scale of 0.37 / a NaN scale (skipped: nothing written), three steps in a row (the second and third
 // read dequantized moments), weight decay on. Also: the quantize / dequantize kernels against q8_quantize /
 // q8_dequantize, and fp32 moments with an fp32 master against the fp32 AdamW kernel (adamw_step_cuda): same bits;
-// the kernel's vector and scalar paths (aligned and misaligned rows, a short last block) with NaN / Inf blocks.
+// the kernel's vector and scalar paths (aligned and misaligned rows, a short last block) with NaN / Inf blocks; the
+// quantizer's fallbacks (ratios on and next to the midpoints, block scales below 2^-125); a tensor updated in pieces
+// with sr_first (ZeRO-1's shards) against the whole tensor.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -51,7 +51,10 @@ inline float __frcp_rn(float a) { volatile float r = 1.0f / a; return r; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline int __float2int_rn(float f) { if (std::isnan(f)) return 0; return (int)std::nearbyint(f); }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+#ifndef HLM_EMU_FMAF_RN  // also in stubs/cuda_runtime.h (either may come first)
+#define HLM_EMU_FMAF_RN
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }  // one rounding, as on the GPU
+#endif
 // PRMT's default mode: byte i of the result is byte (s >> 4i) & 7 of the pair {x (bytes 0-3), y (bytes 4-7)}.
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   const uint64_t pair = (static_cast<uint64_t>(y) << 32) | x;

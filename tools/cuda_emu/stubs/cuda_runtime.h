@@ -3,4 +3,7 @@
 #include <cmath>
 
 #include "cuda_bf16.h"
+#ifndef HLM_EMU_FMAF_RN  // also in emu.h (either may come first)
+#define HLM_EMU_FMAF_RN
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }  // one rounding, as on the GPU
+#endif

@@ -21,7 +21,8 @@ static void launch(const AdamWLowmemTensor& t, const float* scale, const AdamWLo
   upload_tables();
   const auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
   const bool sr_rows = t.param_bf16 != nullptr || t.f32_holds_bf16;
-  const bool vec = vec_allowed && (!sr_rows || s.sr_first % 4 == 0) && aligned(t.param_f32, 16) && aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
+  const bool vec = vec_allowed && (!sr_rows || s.sr_first % 4 == 0) && aligned(t.param_f32, 16) &&
+                   aligned(t.param_bf16, 16) && aligned(t.grad, 16) &&
                    aligned(t.grad_bf16, 16) && aligned(t.exp_avg, 16) && aligned(t.exp_avg_sq, 16) &&
                    aligned(t.q_m, 8) && aligned(t.q_v, 8);
   const int64_t qb = q8_blocks(t.n);

@@ -178,10 +178,13 @@ __device__ __forceinline__ uint64_t splitmix64_device(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-// The rounding's 16 random bits of the element at tensor index j (adamw_sr_bits: piece j mod 4 of one hash per four
-// elements).
+// The rounding's 16 random bits of the element at tensor index j (adamw_sr_bits): piece j mod 4, from the low end,
+// of the hash of its group of four, splitmix64(sr_base + ⌊j / 4⌋).
+__device__ __forceinline__ uint32_t sr_piece(uint64_t group_hash, uint64_t j) {
+  return static_cast<uint32_t>(group_hash >> (16 * (j & 3))) & 0xFFFFu;
+}
 __device__ __forceinline__ uint32_t sr_bits(uint64_t sr_base, uint64_t j) {
-  return static_cast<uint32_t>(splitmix64_device(sr_base + (j >> 2)) >> (16 * (j & 3))) & 0xFFFFu;
+  return sr_piece(splitmix64_device(sr_base + (j >> 2)), j);
 }
 
 // The max of x ≥ 0 (not NaN, not −0) over the warp's lanes (every lane gets it): such floats order as their bit
@@ -337,7 +340,7 @@ __device__ __forceinline__ void update_block_vec(const AdamWLowmemCudaTensor& t,
     uint32_t h[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      h[k] = bf16_stochastic(p[k], static_cast<uint32_t>((k < 4 ? r03 : r47) >> (16 * (k & 3))) & 0xFFFFu);
+      h[k] = bf16_stochastic(p[k], sr_piece(k < 4 ? r03 : r47, static_cast<uint64_t>(k)));
     if (in_bf16) {
       *reinterpret_cast<uint4*>(t.param_bf16 + e) =
           make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));

@@ -25,9 +25,10 @@
 //   nearest. r = adamw_sr_bits(sr_base, j) for the element's index j = sr_first + i in its whole tensor: the
 //   (j mod 4)-th 16-bit piece, from the low end, of splitmix64(sr_base + ⌊j / 4⌋) — one hash per four elements
 //   (until session 54 one per element, its top 16 bits: by a count of its 64-bit operations ~19 of the GPU kernel's
-//   171 instructions per element, the ncu figure of session 22). sr_base = adamw_sr_base(seed, step, name): a pure function of the run's seed, the step number and the
-//   parameter's HF name, so a resumed run draws the same bits; sr_first is 0 for a whole tensor and a piece's offset
-//   for a ZeRO-1 shard's piece, so a sharded step draws the one-rank step's bits.
+//   171 instructions per element, the ncu figure of session 22). sr_base = adamw_sr_base(seed, step, name): a pure
+//   function of the run's seed, the step number and the parameter's HF name, so a resumed run draws the same bits;
+//   sr_first is 0 for a whole tensor and a piece's offset for a ZeRO-1 shard's piece, so a sharded step draws the
+//   one-rank step's bits.
 // These are exactly the operations of the fp32 CUDA AdamW (adamw_cuda.h), so with fp32 moments and an fp32 parameter
 // the update has that kernel's bits.
 #pragma once
